@@ -1,0 +1,30 @@
+"""dtriton: Decoupled Triton.
+
+Write the *algorithm* in index notation and the *schedule* as a plain value; dtriton lowers the
+pair to readable Triton source, compiles it, and launches it (on the GPU, or through Triton's
+interpreter on a machine without one).
+
+    import dtriton as dt
+
+    @dt.algorithm
+    def matmul(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"]):
+        i, j, k = dt.axes("i j k")
+        return dt.sum(A[i, k] * B[k, j], over=k)[i, j]
+
+    kernel = dt.compile(matmul, dt.Schedule(tile={"i": 64, "j": 64, "k": 32}, grid=("i", "j")))
+"""
+
+from .errors import AlgorithmError, CompileError, DTritonError, ScheduleError, ShapeError
+from .language import (Algorithm, Axis, Tensor, abs, algorithm, axes, cast, exp, log, max, maximum, mean,
+                       min, minimum, rsqrt, sigmoid, sqrt, sum, tanh, where)
+from .schedule import FrozenMap, Schedule, StageSchedule
+from .runtime import Kernel, compile
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AlgorithmError", "CompileError", "DTritonError", "ScheduleError", "ShapeError",
+    "Algorithm", "Axis", "Tensor", "abs", "algorithm", "axes", "cast", "exp", "log", "max", "maximum",
+    "mean", "min", "minimum", "rsqrt", "sigmoid", "sqrt", "sum", "tanh", "where",
+    "FrozenMap", "Schedule", "StageSchedule", "Kernel", "compile",
+]

@@ -1,0 +1,1018 @@
+"""Triton code generation: KernelIR -> readable Triton source.
+
+Every value is a Triton block whose dims follow a *layout*: an ordered tuple of the axes bound in
+the current scope (size-1 dims for axes a value does not use), so broadcasting by axis name is
+plain Triton broadcasting. Scopes nest: the program scope binds grid axes (offsets from the
+program id) and "whole" axes (one block covers the axis); each loop over a reduction or output
+axis opens a child scope that appends its axis to the layout.
+
+- Contractions (a sum over one axis of a product whose factors split into an (m, r) and an
+  (r, n) side) become ``tl.dot`` with an fp32 accumulator; factors free of the reduction axis are
+  hoisted out of the sum. Other reductions are masked ``tl.sum``/``tl.reduce``.
+- Reductions are grouped into passes (one loop computes every reduction that is ready). The
+  *online* strategy merges a max stage with the sums that use it as ``exp(x - max)`` into one pass
+  with rescaling (Milakov & Gimelshein 2018; the trick FlashAttention builds on).
+- Loads and elementwise work are emitted in the shallowest scope whose axes they use (loop-
+  invariant hoisting) and memoised per scope.
+- Masks appear only for axes whose size is not a multiple of their block.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .errors import ScheduleError
+from .language import (Axis, Binary, Cast, Const, Expr, Load, Reduce, ScalarParam, Unary, Where,
+                       COMPARE_OPS)
+from .lowering import AxisPlan, BufferSpec, KernelIR, Program, StoreSpec
+
+__all__ = ["generate", "fmt"]
+
+TL_DTYPES = {torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float32: "tl.float32",
+             torch.float64: "tl.float64", torch.int8: "tl.int8", torch.int16: "tl.int16",
+             torch.int32: "tl.int32", torch.int64: "tl.int64", torch.uint8: "tl.uint8", torch.bool: "tl.int1"}
+
+_OPSYM = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+          "eq": "==", "ne": "!=", "and": "&", "or": "|"}
+
+
+def fmt(n: Expr, depth: int = 0, names: dict[int, str] | None = None) -> str:
+    """Readable infix text for an expression (stages print by name)."""
+    if names and n._id in names and depth > 0:
+        return names[n._id]
+    if depth > 6:
+        return "…"
+    d = depth + 1
+    if isinstance(n, Const):
+        v = n.value
+        return repr(int(v)) if v.is_integer() and abs(v) < 1e15 else repr(v)
+    if isinstance(n, Axis):
+        return n.name
+    if isinstance(n, ScalarParam):
+        return n.name
+    if isinstance(n, Load):
+        return f"{n.tensor.name}[{', '.join(fmt(e, d, names) for e in n.index)}]"
+    if isinstance(n, Unary):
+        return f"-{fmt(n.x, d, names)}" if n.op == "neg" else f"{n.op}({fmt(n.x, d, names)})"
+    if isinstance(n, Binary):
+        if n.op in _OPSYM:
+            return f"({fmt(n.a, d, names)} {_OPSYM[n.op]} {fmt(n.b, d, names)})"
+        return f"{n.op}({fmt(n.a, d, names)}, {fmt(n.b, d, names)})"
+    if isinstance(n, Where):
+        return f"where({fmt(n.cond, d, names)}, {fmt(n.a, d, names)}, {fmt(n.b, d, names)})"
+    if isinstance(n, Cast):
+        return f"cast({fmt(n.x, d, names)}, {n.dtype})"
+    if isinstance(n, Reduce):
+        op = "mean" if n.mean else n.op
+        return f"{op} over {','.join(n.over)} of {fmt(n.x, d, names)}"
+    return "?"
+
+
+@dataclass
+class _Bind:
+    axis: str
+    offs: str            # offsets block var (1-D) or scalar var
+    mask: str | None     # 1-D mask var, None when divisible
+    block: str           # constexpr name
+    scalar: bool         # tile-1 grid axis: a scalar index, not a block dim
+
+
+class _Scope:
+    def __init__(self, parent: "_Scope | None", header: str | None = None, layout: tuple[str, ...] = ()):
+        self.parent = parent
+        self.depth = parent.depth + 1 if parent else 0
+        self.items: list[Any] = []
+        self.open_child: int | None = None
+        self.header = header
+        self.layout = layout
+        self.bound: dict[str, _Bind] = {}
+        self.memo: dict[tuple, str] = {}
+        self.reduced: dict[int, tuple[str, tuple[str, ...]]] = {}
+        self.overrides: dict[int, tuple[str, tuple[str, ...]]] = {}
+
+    def emit(self, line: str):
+        if self.open_child is not None:
+            self.items.insert(self.open_child, line)
+            self.open_child += 1
+        else:
+            self.items.append(line)
+
+    def open(self, header: str, new_axes: tuple[str, ...]) -> "_Scope":
+        child = _Scope(self, header, self.layout + new_axes)
+        if self.open_child is not None:
+            self.items.insert(self.open_child, child)
+            # the new child is now the open one; the previously open one stays after it
+        else:
+            self.items.append(child)
+            self.open_child = len(self.items) - 1
+        if self.open_child is not None and self.items[self.open_child] is not child:
+            self.open_child = self.items.index(child)
+        return child
+
+    def close(self, child: "_Scope"):
+        idx = self.items.index(child)
+        # anything opened before stays closed; the scope that was open before `child` (if any) is after it
+        later = [k for k, it in enumerate(self.items) if isinstance(it, _Scope) and k > idx and it.header is not None
+                 and getattr(it, "_is_open", False)]
+        self.open_child = later[0] if later else None
+
+    def chain(self):
+        s = self
+        while s is not None:
+            yield s
+            s = s.parent
+
+    def find_bind(self, a: str) -> tuple[_Bind, "_Scope"] | None:
+        for s in self.chain():
+            if a in s.bound:
+                return s.bound[a], s
+        return None
+
+    def render(self, indent: int, out: list[str]):
+        pad = "    " * indent
+        for it in self.items:
+            if isinstance(it, _Scope):
+                out.append(pad + it.header)
+                if not it.items:
+                    out.append(pad + "    pass")
+                it.render(indent + 1, out)
+            else:
+                out.append(pad + it)
+
+
+class KernelGen:
+    """Emits the source of one KernelIR."""
+
+    def __init__(self, prog: Program, k: KernelIR, alg, dtypes: dict[str, torch.dtype], out_dtypes: dict[str, torch.dtype],
+                 sched, interpret: bool, i64: bool):
+        self.prog, self.k, self.alg, self.dtypes, self.sched = prog, k, alg, dtypes, sched
+        self.out_dtypes = out_dtypes
+        self.interpret, self.i64 = interpret, i64
+        self.counter = 0
+        self.names = {s.node._id: s.name for s in alg.stages.values() if not s.is_output}
+        any64 = any(d == torch.float64 for d in dtypes.values()) or sched.acc_dtype == "float64"
+        self.cdt = "tl.float64" if any64 else "tl.float32"
+        self.tensors: list[str] = []     # pointer args in order
+        self.tensor_ndim: dict[str, int] = {}
+        self.sizes: list[str] = []
+        self.scalars: list[str] = []
+        self.consts: dict[str, int] = {}
+        self.need_depth_memo: dict[tuple[int, int], int] = {}
+
+    # -- helpers -----------------------------------------------------------------------------
+    def fresh(self, base: str) -> str:
+        self.counter += 1
+        return f"{base}_{self.counter}"
+
+    def plan(self, a: str) -> AxisPlan:
+        return self.k.axes[a]
+
+    def size(self, a: str) -> str:
+        nm = f"size_{a}"
+        if nm not in self.sizes:
+            self.sizes.append(nm)
+        return nm
+
+    def block(self, a: str) -> str:
+        nm = f"BLOCK_{a.upper()}"
+        self.consts[nm] = self.plan(a).block
+        return nm
+
+    def tensor_arg(self, name: str, ndim: int) -> str:
+        if name not in self.tensor_ndim:
+            self.tensors.append(name)
+            self.tensor_ndim[name] = ndim
+        return name
+
+    def bind_axis(self, scope: _Scope, a: str, start: str | None, comment: str = ""):
+        p = self.plan(a)
+        blk = self.block(a)
+        if p.role == "grid" and p.block == 1:
+            scope.bound[a] = _Bind(a, start, None, blk, True)
+            return
+        offs = f"offs_{a}"
+        if self.i64:
+            scope.emit(f"{offs} = ({start}).to(tl.int64) + tl.arange(0, {blk}){comment}")
+        else:
+            scope.emit(f"{offs} = {start} + tl.arange(0, {blk}){comment}")
+        mask = None
+        if not p.divisible:
+            mask = f"mask_{a}"
+            scope.emit(f"{mask} = {offs} < {self.size(a)}")
+        scope.bound[a] = _Bind(a, offs, mask, blk, False)
+
+    def block_axes(self, scope: _Scope, axes) -> list[str]:
+        out = []
+        for a in axes:
+            b = scope.find_bind(a)
+            if b is None:
+                raise ScheduleError(f"kernel {self.k.name}: axis {a!r} is used where it is not bound "
+                                    "(a fused stage needs an axis the consumer does not cover); materialise that stage")
+            if not b[0].scalar:
+                out.append(a)
+        return out
+
+    def shape(self, layout, present) -> str:
+        dims = [f"{self.block(a)}" if a in present else "1" for a in layout]
+        return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+
+    def expand1d(self, var: str, a: str, layout) -> str:
+        if len(layout) == 1:
+            return var
+        idx = ", ".join(":" if b == a else "None" for b in layout)
+        return f"{var}[{idx}]"
+
+    def relayout(self, var: str, frm: tuple[str, ...], to: tuple[str, ...], present, scope: _Scope) -> str:
+        """Re-express block ``var`` (layout ``frm``) in layout ``to``; ``present`` are its non-1 dims."""
+        if frm == to:
+            return var
+        pres = [a for a in frm if a in present]
+        missing = [a for a in pres if a not in to]
+        if missing:
+            raise AssertionError(f"relayout drops live axes {missing}")
+        if not to:
+            return f"tl.reshape({var}, ())" if frm else var
+        if not frm:
+            return var
+        pto = [a for a in to if a in pres]
+        if pres == pto:
+            # pure insertion/removal of size-1 dims
+            if all(a in to for a in frm) and [a for a in to if a in frm] == list(frm):
+                idx = ", ".join(":" if a in frm else "None" for a in to)
+                return f"{var}[{idx}]"
+            return f"tl.reshape({var}, {self.shape(to, present)})"
+        # reorder: permute frm so present axes follow `to`'s order, then reshape
+        order = [frm.index(a) for a in pto] + [k for k, a in enumerate(frm) if a not in pto]
+        v = self.fresh("perm")
+        scope.emit(f"{v} = tl.permute({var}, {tuple(order)})")
+        frm2 = tuple(frm[k] for k in order)
+        return self.relayout(v, frm2, to, present, scope)
+
+    def present(self, n: Expr, scope: _Scope) -> set[str]:
+        out = set()
+        for a in n.axes:
+            b = scope.find_bind(a)
+            if b is not None and not b[0].scalar:
+                out.add(a)
+        return out
+
+    # -- dependency depth (for hoisting) -------------------------------------------------------
+    def need_depth(self, n: Expr, scope: _Scope, ignore: frozenset = frozenset()) -> int:
+        key = (n._id, id(scope), ignore)
+        if key in self.need_depth_memo:
+            return self.need_depth_memo[key]
+        d = 0
+        for s in scope.chain():
+            if n._id in s.overrides:
+                d = s.depth
+                break
+        else:
+            if isinstance(n, Axis):
+                if n.name not in ignore:
+                    b = scope.find_bind(n.name)
+                    d = b[1].depth if b else scope.depth
+            elif isinstance(n, Reduce) and n._id in self.k.materialized:
+                for a in n.axes:
+                    b = scope.find_bind(a)
+                    d = max(d, b[1].depth if b else scope.depth)
+            elif isinstance(n, Reduce):
+                found = None
+                for s in scope.chain():
+                    if n._id in s.reduced:
+                        found = s
+                        break
+                if found is not None:
+                    d = found.depth
+                else:
+                    d = self.need_depth(n.x, scope, ignore | frozenset(n.over))
+                    for a in n.axes:
+                        b = scope.find_bind(a)
+                        d = max(d, b[1].depth if b else scope.depth)
+            else:
+                for a in n.axes if isinstance(n, Load) else ():
+                    pass
+                for c in n.children():
+                    d = max(d, self.need_depth(c, scope, ignore))
+                if isinstance(n, Load):
+                    for e in n.index:
+                        if isinstance(e, Axis) and e.name not in ignore:
+                            b = scope.find_bind(e.name)
+                            d = max(d, b[1].depth if b else scope.depth)
+        self.need_depth_memo[key] = d
+        return d
+
+    def ancestor(self, scope: _Scope, depth: int) -> _Scope:
+        s = scope
+        while s.depth > depth:
+            s = s.parent
+        return s
+
+    # -- values --------------------------------------------------------------------------------
+    def val(self, n: Expr, scope: _Scope, layout: tuple[str, ...]) -> str:
+        """A Triton expression for ``n`` evaluated in ``scope``, shaped by ``layout``."""
+        for s in scope.chain():
+            if n._id in s.overrides:
+                v, vl = s.overrides[n._id]
+                return self.relayout(v, vl, layout, self.present(n, scope), scope)
+        if isinstance(n, Const):
+            v = n.value
+            if math.isinf(v):
+                return "float('inf')" if v > 0 else "-float('inf')"
+            if math.isnan(v):
+                return "float('nan')"
+            return repr(v)
+        if isinstance(n, ScalarParam):
+            nm = f"s_{n.name}"
+            if nm not in self.scalars:
+                self.scalars.append(nm)
+            return nm
+        if isinstance(n, Reduce) and n._id not in self.k.materialized:
+            for s in scope.chain():
+                if n._id in s.reduced:
+                    v, vl = s.reduced[n._id]
+                    return self.relayout(v, vl, layout, self.present(n, scope), scope)
+            home = self.ancestor(scope, self.need_depth(n, scope))
+            self.compute_reductions([n], home)
+            return self.val(n, scope, layout)
+        d = self.need_depth(n, scope)
+        if d < scope.depth:
+            home = self.ancestor(scope, d)
+            hl = tuple(a for a in layout if home.find_bind(a) is not None)
+            v = self.val(n, home, hl)
+            return self.relayout(v, hl, layout, self.present(n, scope), scope)
+        key = (n._id, layout)
+        if key in scope.memo:
+            return scope.memo[key]
+        code, comment = self._emit(n, scope, layout)
+        if isinstance(n, Axis) and not self.present(n, scope):
+            return code
+        var = self.fresh({Load: "ld", Reduce: "buf"}.get(type(n), "t"))
+        scope.emit(f"{var} = {code}" + (f"  # {comment}" if comment else ""))
+        scope.memo[key] = var
+        return var
+
+    def _emit(self, n: Expr, scope: _Scope, layout) -> tuple[str, str]:
+        if isinstance(n, Axis):
+            b, _ = scope.find_bind(n.name)
+            if b.scalar:
+                return b.offs, ""
+            return self.expand1d(b.offs, n.name, layout), f"value of axis {n.name}"
+        if isinstance(n, Load):
+            return self.load(n, scope, layout)
+        if isinstance(n, Reduce):  # materialised: read its buffer
+            return self.load_buffer(n, scope, layout)
+        if isinstance(n, Unary):
+            x = self.val(n.x, scope, layout)
+            if n.op == "neg":
+                return f"-{x}", ""
+            if n.op == "not":
+                return f"{x} == 0", ""
+            x = self.as_float(n.x, x)
+            if n.op == "tanh":
+                # tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2|x|); a short series near 0 keeps
+                # relative accuracy where 1 - e cancels.
+                ax = self.fresh("ax")
+                scope.emit(f"{ax} = tl.abs({x})")
+                e = self.fresh("e")
+                scope.emit(f"{e} = tl.exp(-2.0 * {ax})")
+                t = self.fresh("th")
+                scope.emit(f"{t} = tl.where({ax} < 0.0005, {ax} - {ax} * {ax} * {ax} / 3.0, (1.0 - {e}) / (1.0 + {e}))")
+                return f"tl.where({x} < 0, -{t}, {t})", "tanh"
+            fn = {"exp": "tl.exp", "log": "tl.log", "sqrt": "tl.sqrt_rn" if self.cdt == "tl.float32" else "tl.sqrt",
+                  "rsqrt": "tl.rsqrt", "abs": "tl.abs"}[n.op]
+            if n.op == "sigmoid":
+                return f"1.0 / (1.0 + tl.exp(-{x}))", "sigmoid"
+            if n.op == "rsqrt" and self.cdt == "tl.float32":
+                return f"1.0 / tl.sqrt_rn({x})", ""
+            return f"{fn}({x})", ""
+        if isinstance(n, Binary):
+            a = self.val(n.a, scope, layout)
+            b = self.val(n.b, scope, layout)
+            if n.op in ("maximum", "minimum"):
+                return f"tl.{n.op}({self.as_float(n.a, a)}, {self.as_float(n.b, b)}, propagate_nan=tl.PropagateNan.ALL)", ""
+            if n.op in ("and", "or"):
+                return f"({a} != 0) {_OPSYM[n.op]} ({b} != 0)", ""
+            if n.op == "div":
+                return f"{self.as_float(n.a, a)} / {self.as_float(n.b, b)}", ""
+            return f"{a} {_OPSYM[n.op]} {b}", ""
+        if isinstance(n, Where):
+            c = self.val(n.cond, scope, layout)
+            a = self.val(n.a, scope, layout)
+            b = self.val(n.b, scope, layout)
+            if not self.is_bool(n.cond):
+                c = f"{c} != 0"
+            return f"tl.where({c}, {self.as_float(n.a, a)}, {self.as_float(n.b, b)})", ""
+        if isinstance(n, Cast):
+            x = self.val(n.x, scope, layout)
+            tdt = TL_DTYPES[n.dtype]
+            if n.dtype.is_floating_point:
+                if self.is_bool(n.x):
+                    x = f"{x}.to(tl.float32)"
+                return f"{x}.to({tdt}).to({self.cdt})", f"cast to {n.dtype}"
+            return f"{x}.to({tdt})", f"cast to {n.dtype}"
+        raise AssertionError(n)
+
+    def is_bool(self, n: Expr) -> bool:
+        return (isinstance(n, Binary) and n.op in COMPARE_OPS) or (isinstance(n, Unary) and n.op == "not")
+
+    def as_float(self, n: Expr, code: str) -> str:
+        """Integer-valued nodes (axis values, int loads, comparisons) become compute floats."""
+        if self.is_int(n):
+            return f"({code}).to({self.cdt})"
+        return code
+
+    def is_int(self, n: Expr) -> bool:
+        if isinstance(n, Axis):
+            return True
+        if isinstance(n, Load):
+            return not self.dtypes[n.tensor.name].is_floating_point
+        if self.is_bool(n):
+            return True
+        if isinstance(n, Cast):
+            return not n.dtype.is_floating_point
+        if isinstance(n, Binary) and n.op in ("add", "sub", "mul"):
+            return self.is_int(n.a) and self.is_int(n.b) and not any(isinstance(c, Const) and not c.value.is_integer() for c in (n.a, n.b))
+        if isinstance(n, Unary) and n.op in ("neg", "abs"):
+            return self.is_int(n.x)
+        return False
+
+    # -- memory --------------------------------------------------------------------------------
+    def addr(self, name: str, index_terms: list[str]) -> str:
+        terms = []
+        for d, t in enumerate(index_terms):
+            if t is None:
+                continue
+            st = f"{name}_s{d}"
+            t = f"({t}).to(tl.int64)" if self.i64 else t
+            terms.append(f"{t} * {st}")
+        return f"{name}_ptr + " + (" + ".join(terms) if terms else "0")
+
+    def mask_for(self, axes, scope: _Scope, layout) -> str | None:
+        ms = []
+        for a in dict.fromkeys(axes):
+            b = scope.find_bind(a)
+            if b and b[0].mask is not None:
+                ms.append(self.expand1d(b[0].mask, a, layout))
+        return " & ".join(ms) if ms else None
+
+    def load(self, n: Load, scope: _Scope, layout) -> tuple[str, str]:
+        name = self.tensor_arg(n.tensor.name, len(n.index))
+        terms, mask_axes = [], []
+        for e in n.index:
+            if isinstance(e, Axis):
+                b, _ = scope.find_bind(e.name)
+                terms.append(b.offs if b.scalar else self.expand1d(b.offs, e.name, layout))
+                mask_axes.append(e.name)
+            else:
+                v = self.val(e, scope, layout)
+                terms.append(f"({v}).to(tl.int32)" if not self.i64 else v)
+                mask_axes.extend(e.axes)
+        mask = self.mask_for(mask_axes, scope, layout)
+        dt = self.dtypes[n.tensor.name]
+        code = f"tl.load({self.addr(name, terms)}" + (f", mask={mask}, other=0" if mask else "") + ")"
+        if dt.is_floating_point and TL_DTYPES[dt] != self.cdt:
+            code += f".to({self.cdt})"
+        return code, fmt(n)
+
+    def load_buffer(self, r: Reduce, scope: _Scope, layout) -> tuple[str, str]:
+        b = self.k.materialized[r._id]
+        name = self.tensor_arg(b.name, len(b.axes) + (1 if b.partials else 0))
+        terms = []
+        for a in b.axes:
+            bb, _ = scope.find_bind(a)
+            terms.append(bb.offs if bb.scalar else self.expand1d(bb.offs, a, layout))
+        mask = self.mask_for(b.axes, scope, layout)
+        if b.partials:
+            acc = self.fresh("parts")
+            scope.emit(f"{acc} = tl.full({self.shape(layout, self.present(r, scope))}, 0.0, dtype={self.cdt})")
+            p = self.fresh("p")
+            it = _Scope(scope, f"for {p} in tl.static_range({b.partials}):", scope.layout)
+            code = f"tl.load({self.addr(name, [p] + terms)}" + (f", mask={mask}, other=0" if mask else "") + ")"
+            it.emit(f"{acc} += {code}")
+            scope.emit(it)  # type: ignore[arg-type]
+            code = acc
+        else:
+            code = f"tl.load({self.addr(name, [None] * 0 + terms)}" + (f", mask={mask}, other=0" if mask else "") + ")"
+            if b.dtype == "float32" and self.cdt != "tl.float32":
+                code += f".to({self.cdt})"
+        if b.scale_count:
+            code = f"{code} / ({' * '.join(self.size(a) for a in b.scale_count)})"
+        return code, f"stage {r.name} (materialised)"
+
+    # -- reductions ----------------------------------------------------------------------------
+    def compute_reductions(self, rs: list[Reduce], scope: _Scope):
+        """Compute fused reductions whose home is ``scope``, grouped into passes."""
+        pending = [r for r in rs]
+        # order: dependencies first
+        done_ids = set()
+        while pending:
+            ready = [r for r in pending if not any(d._id in {p._id for p in pending} and d is not r
+                                                      for d in self.fused_deps(r))]
+            if not ready:
+                raise AssertionError("cyclic reductions")
+            groups: dict[tuple, list[Reduce]] = {}
+            for r in ready:
+                key = tuple(a for a in r.over if scope.find_bind(a) is None)
+                groups.setdefault(key, []).append(r)
+            for key, grp in groups.items():
+                if key and all(self.plan(a).role == "online" for a in key):
+                    # pull in pending sums that depend on a max of this group via exp(x - max)
+                    extra = [p for p in pending if p not in grp and tuple(a for a in p.over if scope.find_bind(a) is None) == key
+                             and all(d in grp for d in self.fused_deps(p)) and self.online_ok(p, grp)]
+                    grp = grp + extra
+                    for e in extra:
+                        pending.remove(e)
+                self.emit_pass(grp, list(key), scope)
+            for r in ready:
+                if r in pending:
+                    pending.remove(r)
+                done_ids.add(r._id)
+
+    def fused_deps(self, r: Reduce) -> list[Reduce]:
+        out, seen, stack = [], set(), list(r.x.children()) + [r.x]
+        while stack:
+            n = stack.pop()
+            if n._id in seen:
+                continue
+            seen.add(n._id)
+            if isinstance(n, Reduce):
+                if n._id not in self.k.materialized:
+                    out.append(n)
+                continue
+            stack.extend(n.children())
+        return out
+
+    def factors(self, n: Expr) -> list[Expr]:
+        if isinstance(n, Binary) and n.op == "mul":
+            return self.factors(n.a) + self.factors(n.b)
+        return [n]
+
+    def online_ok(self, s: Reduce, grp: list[Reduce]) -> bool:
+        """Sum ``s`` can join a one-pass online group: every max stage of ``grp`` it uses appears
+        once, as a factor ``exp(a - max)`` of its body."""
+        if s.op != "sum":
+            return False
+        maxes = [m for m in grp if m.op == "max" and m in self.fused_deps(s)]
+        if not maxes or any(d not in grp for d in self.fused_deps(s)):
+            return False
+        fs = self.factors(s.x)
+        for m in maxes:
+            hits = [f for f in fs if self.contains(f, m)]
+            if len(hits) != 1:
+                return False
+            f = hits[0]
+            if not (isinstance(f, Unary) and f.op == "exp" and isinstance(f.x, Binary) and f.x.op == "sub"
+                    and f.x.b is m and not self.contains(f.x.a, m)):
+                return False
+        return True
+
+    def contains(self, n: Expr, target: Expr) -> bool:
+        seen, stack = set(), [n]
+        while stack:
+            x = stack.pop()
+            if x is target:
+                return True
+            if x._id in seen or (isinstance(x, Reduce) and x is not target and x._id in self.k.materialized):
+                continue
+            seen.add(x._id)
+            stack.extend(x.children())
+        return False
+
+    def dot_split(self, r: Reduce, scope: _Scope):
+        """Match ``sum over r of (left(m, r) * right(r, n)) * rest`` for tl.dot. Returns
+        (left factors, right factors, hoisted factors, m, n) or None."""
+        if r.op != "sum" or len(r.over) != 1 or self.cdt == "tl.float64":
+            return None
+        ra = r.over[0]
+        rp = self.plan(ra)
+        free = [a for a in r.axes if scope.find_bind(a) is not None and not scope.find_bind(a)[0].scalar]
+        if len(free) != 2 or rp.block < 16:
+            return None
+        if any(self.plan(a).block < 16 for a in free):
+            return None
+        fs = self.factors(r.x)
+        hoist = [f for f in fs if ra not in f.axes]
+        rest = [f for f in fs if ra in f.axes]
+        for m, n in (free, free[::-1]):
+            left, right, ok = [], [], True
+            for f in rest:
+                blk = set(f.axes) - {ra}
+                blk = {a for a in blk if not scope.find_bind(a)[0].scalar}
+                if blk <= {m}:
+                    left.append(f)
+                elif blk <= {n}:
+                    right.append(f)
+                else:
+                    ok = False
+                    break
+            if ok and any(m in f.axes for f in left) and any(n in f.axes for f in right):
+                for f in hoist:
+                    if self.contains(f, r):
+                        return None
+                return left, right, hoist, m, n
+        return None
+
+    def dot_dtype(self, factors: list[Expr]) -> str | None:
+        """Storage dtype of a dot operand: the promoted dtype of the tensors it reads."""
+        dts = set()
+        for f in factors:
+            stack = [f]
+            while stack:
+                x = stack.pop()
+                if isinstance(x, Load):
+                    dts.add(self.dtypes[x.tensor.name])
+                elif isinstance(x, Reduce):
+                    dts.add(torch.float32)
+                else:
+                    stack.extend(x.children())
+        if dts and dts <= {torch.float16}:
+            return "tl.float16"
+        if dts and dts <= {torch.bfloat16}:
+            return "tl.bfloat16"
+        return None
+
+    def emit_pass(self, rs: list[Reduce], loop_axes: list[str], scope: _Scope):
+        """One pass: open loops over ``loop_axes`` (if any) and reduce every stage of ``rs``."""
+        names = ", ".join(r.name for r in rs)
+        online = bool(loop_axes) and all(self.plan(a).role == "online" for a in loop_axes) and len(rs) > 1
+        strategy = "online (one pass, rescaled)" if online else ("loop" if loop_axes else "whole (in registers)")
+        scope.emit(f"# stages {names}: {strategy} over {', '.join(rs[0].over)}")
+        for r in rs:
+            scope.emit(f"#   {r.name} = {fmt(r, 0, self.names)}")
+        accs: dict[int, dict] = {}
+        for r in rs:
+            info: dict[str, Any] = {"dot": self.dot_split(r, scope)}
+            if loop_axes:
+                acc = self.fresh(f"acc_{r.name}")
+                if info["dot"]:
+                    _, _, _, m, n = info["dot"]
+                    scope.emit(f"{acc} = tl.full(({self.block(m)}, {self.block(n)}), 0.0, dtype={self.cdt})")
+                    info["layout"] = (m, n)
+                else:
+                    ident = {"sum": "0.0", "max": "-float('inf')", "min": "float('inf')"}[r.op]
+                    pres = self.present(r, scope)
+                    scope.emit(f"{acc} = tl.full({self.shape(scope.layout, pres)}, {ident}, dtype={self.cdt})")
+                    info["layout"] = scope.layout
+                info["acc"] = acc
+            accs[r._id] = info
+        inner = scope
+        loops = []
+        for a in loop_axes:
+            p = self.plan(a)
+            v = f"{a}0"
+            if self.k.split and self.k.split[0] == a:
+                lo, hi = f"{a}_lo", f"{a}_hi"
+                head = f"for {v} in range({lo}, {hi}, {self.block(a)}):"
+            else:
+                head = f"for {v} in range(0, {self.size(a)}, {self.block(a)}):"
+            child = inner.open(head, (a,) if True else ())
+            child._is_open = True
+            loops.append((inner, child))
+            inner = child
+            self.bind_axis(inner, a, v, f"  # tile of axis {a}")
+        lin = inner.layout
+        mstate: dict[int, tuple[str, str]] = {}
+        if online:
+            for r in rs:
+                if r.op == "max" and any(r in self.fused_deps(s) for s in rs if s is not r):
+                    body = self.val(r.x, inner, lin)
+                    body = self.masked(body, r, inner, lin, "-float('inf')")
+                    t = self.reduce_code(body, "max", r.over, lin, inner)
+                    t2 = self.relayout(t, lin, scope.layout, set(), inner) if False else self.squeeze(t, lin, scope.layout, inner, self.present(r, scope))
+                    acc = accs[r._id]["acc"]
+                    mn = self.fresh(f"{r.name}_new")
+                    inner.emit(f"{mn} = tl.maximum({acc}, {t2}, propagate_nan=tl.PropagateNan.ALL)")
+                    alpha = self.fresh("alpha")
+                    inner.emit(f"{alpha} = tl.where({acc} == {mn}, 1.0, tl.exp({acc} - {mn}))  # rescale earlier partial sums")
+                    safe = self.fresh(f"{r.name}_safe")
+                    inner.emit(f"{safe} = tl.where({mn} == -float('inf'), 0.0, {mn})")
+                    inner.overrides[r._id] = (safe, scope.layout)
+                    mstate[r._id] = (mn, alpha)
+        for r in rs:
+            if r._id in mstate:
+                continue
+            info = accs[r._id]
+            part = self.reduce_body(r, info, inner, lin, scope)
+            if not loop_axes:
+                accs[r._id]["result"] = part
+                continue
+            acc = info["acc"]
+            rescale = [mstate[m._id][1] for m in self.fused_deps(r) if m._id in mstate]
+            if info["dot"]:
+                if rescale:
+                    for al in rescale:
+                        inner.emit(f"{acc} = {acc} * {self.relayout(al, scope.layout, info['layout'], self.present_of_axes(self.fused_deps(r)[0].axes, scope), inner)}")
+                inner.emit(f"{acc} = {part}")
+            else:
+                pre = acc
+                for al in rescale:
+                    pre = f"{pre} * {al}"
+                comb = {"sum": f"{pre} + {{p}}", "max": f"tl.maximum({acc}, {{p}}, propagate_nan=tl.PropagateNan.ALL)",
+                        "min": f"tl.minimum({acc}, {{p}}, propagate_nan=tl.PropagateNan.ALL)"}[r.op]
+                inner.emit(f"{acc} = " + comb.format(p=part))
+        for r in rs:
+            if r._id in mstate:
+                inner.emit(f"{accs[r._id]['acc']} = {mstate[r._id][0]}")
+        for parent, child in reversed(loops):
+            child._is_open = False
+            parent.close(child)
+        # finalise
+        for r in rs:
+            info = accs[r._id]
+            if not loop_axes:
+                v = info["result"]
+                vl = scope.layout
+            else:
+                v, vl = info["acc"], info["layout"]
+            if info["dot"]:
+                v = self.relayout(v, vl, scope.layout, self.present(r, scope), scope)
+                _, _, hoist, _, _ = info["dot"]
+                for f in hoist:
+                    v = f"{v} * {self.val(f, scope, scope.layout)}"
+                vl = scope.layout
+            if r.mean:
+                cnt = " * ".join(self.size(a) for a in r.over)
+                v = f"{v} / ({cnt})"
+            out = self.fresh(r.name)
+            scope.emit(f"{out} = {v}  # stage {r.name}")
+            scope.reduced[r._id] = (out, vl)
+
+    def present_of_axes(self, axes, scope) -> set[str]:
+        return {a for a in axes if scope.find_bind(a) is not None and not scope.find_bind(a)[0].scalar}
+
+    def squeeze(self, t: str, lin, layout, scope, present) -> str:
+        """Drop the trailing loop dims (all size 1 after the reduction) of ``t``."""
+        if lin == layout:
+            return t
+        return f"tl.reshape({t}, {self.shape(layout, present)})"
+
+    def masked(self, body: str, r: Reduce, scope: _Scope, layout, ident: str) -> str:
+        m = self.mask_for(r.over, scope, layout)
+        if m is None:
+            return body
+        return f"tl.where({m}, {body}, {ident})"
+
+    def reduce_code(self, body: str, op: str, over, layout, scope: _Scope) -> str:
+        v = body
+        for a in over:
+            if a not in layout:
+                continue  # a scalar or absent axis: nothing to reduce over in the block
+            ax = layout.index(a)
+            if op == "sum":
+                v = f"tl.reduce({v}, {ax}, _sum_combine, keep_dims=True)"
+            else:
+                v = f"tl.reduce({v}, {ax}, _{op}_combine, keep_dims=True)"
+        return v
+
+    def reduce_body(self, r: Reduce, info, inner: _Scope, lin, scope: _Scope) -> str:
+        ident = {"sum": "0.0", "max": "-float('inf')", "min": "float('inf')"}[r.op]
+        if info["dot"]:
+            left, right, hoist, m, n = info["dot"]
+            ra = r.over[0]
+            a = self.operand(left, inner, (m, ra), ra)
+            b = self.operand(right, inner, (ra, n), ra)
+            prec = f", input_precision=\"{self.sched.precision}\"" if (self.dot_dtype(left) is None or self.dot_dtype(right) is None) and not self.interpret else ""
+            if "acc" in info:
+                return f"tl.dot({a}, {b}, {info['acc']}{prec})"
+            v = self.fresh("dot")
+            inner.emit(f"{v} = tl.dot({a}, {b}{prec})")
+            return v
+        body = self.val(r.x, inner, lin)
+        if self.is_int(r.x):
+            body = f"({body}).to({self.cdt})"
+        body = self.masked(body, r, inner, lin, ident)
+        red = self.reduce_code(body, r.op, r.over, lin, inner)
+        if lin != scope.layout:
+            red = self.squeeze(red, lin, scope.layout, inner, self.present(r, scope))
+        v = self.fresh(f"part_{r.name}")
+        inner.emit(f"{v} = {red}")
+        return v
+
+    def operand(self, factors: list[Expr], scope: _Scope, layout, ra: str) -> str:
+        vals = [self.as_float(f, self.val(f, scope, layout)) for f in factors]
+        code = " * ".join(vals)
+        direct = len(factors) == 1 and isinstance(factors[0], Load)
+        m = self.mask_for([ra], scope, layout)
+        if m is not None and not direct:
+            code = f"tl.where({m}, {code}, 0.0)"
+        dd = self.dot_dtype(factors)
+        if self.interpret:
+            code = f"({code}).to(tl.float32)"   # the interpreter's bf16 dot is wrong: dot in fp32
+        elif dd is not None:
+            code = f"({code}).to({dd})"
+        v = self.fresh("opnd")
+        scope.emit(f"{v} = {code}  # dot operand [{', '.join(layout)}]")
+        return v
+
+    # -- kernel --------------------------------------------------------------------------------
+    def generate(self) -> str:
+        k = self.k
+        top = _Scope(None)
+        grid = k.grid
+        top.emit(f"pid = tl.program_id(0)")
+        nums = {}
+        for a in grid:
+            nm = f"num_pid_{a}"
+            top.emit(f"{nm} = ({self.size(a)} + {self.block(a)} - 1) // {self.block(a)}")
+            nums[a] = nm
+        rem = "pid"
+        if k.split:
+            sa, sf = k.split
+            inner = " * ".join(nums[a] for a in grid) or "1"
+            top.emit(f"pid_split = {rem} // ({inner})  # split-K: which slice of axis {sa} this program sums")
+            top.emit(f"rem = {rem} % ({inner})")
+            rem = "rem"
+        starts = {}
+        grouped = len(grid) >= 2 and self.plan(grid[-2]).group > 1
+        lead = grid[:-2] if grouped else grid[:-1]
+        for idx, a in enumerate(lead):
+            inner = " * ".join(nums[b] for b in grid[idx + 1:])
+            top.emit(f"pid_{a} = {rem} // ({inner})")
+            top.emit(f"rem_{a} = {rem} % ({inner})")
+            rem = f"rem_{a}"
+            starts[a] = f"pid_{a}"
+        if grouped:
+            a, b = grid[-2], grid[-1]
+            g = self.plan(a).group
+            top.emit(f"# grouped launch order: {g} tiles of {a} share each sweep over {b} (L2 reuse)")
+            top.emit(f"GROUP = {g}")
+            top.emit(f"group_id = {rem} // (GROUP * {nums[b]})")
+            top.emit(f"first_{a} = group_id * GROUP")
+            top.emit(f"group_rows = tl.minimum({nums[a]} - first_{a}, GROUP)")
+            top.emit(f"pid_{a} = first_{a} + ({rem} % (GROUP * {nums[b]})) % group_rows")
+            top.emit(f"pid_{b} = ({rem} % (GROUP * {nums[b]})) // group_rows")
+            starts[a], starts[b] = f"pid_{a}", f"pid_{b}"
+        elif grid:
+            starts[grid[-1]] = rem if rem != "pid" or len(grid) == 1 else rem
+            if len(grid) >= 1:
+                top.emit(f"pid_{grid[-1]} = {rem}")
+                starts[grid[-1]] = f"pid_{grid[-1]}"
+        layout: list[str] = []
+        for a in grid:
+            p = self.plan(a)
+            if p.block == 1:
+                st = f"pid_{a}"
+                if self.i64:
+                    st = f"pid_{a}.to(tl.int64)"
+                top.bound[a] = _Bind(a, st, None, self.block(a), True)
+            else:
+                self.bind_axis(top, a, f"pid_{a} * {self.block(a)}", f"  # program's tile of axis {a}")
+                layout.append(a)
+        if k.split:
+            sa, sf = k.split
+            chunk = f"(({self.size(sa)} + {sf} - 1) // {sf} + {self.block(sa)} - 1) // {self.block(sa)} * {self.block(sa)}"
+            top.emit(f"{sa}_lo = pid_split * ({chunk})")
+            top.emit(f"{sa}_hi = tl.minimum({sa}_lo + ({chunk}), {self.size(sa)})")
+        for a, p in k.axes.items():
+            if p.role == "whole" and a not in grid:
+                self.bind_axis(top, a, "0", f"  # axis {a} whole: one block covers it")
+                layout.append(a)
+        top.layout = tuple(layout)
+        # top-level reductions: computed once per program, before the outputs
+        tops = []
+        for st in k.stores:
+            roots = [st.expr.x] if isinstance(st.expr, Reduce) and st.expr._id not in k.materialized and False else [st.expr]
+            for r in self._fused_reduces(roots):
+                if r not in tops and self.need_depth(r, top) == 0 and all(top.find_bind(a) for a in r.axes):
+                    tops.append(r)
+        if tops:
+            self.compute_reductions(tops, top)
+        # stores, grouped by their loop axes
+        by_loops: dict[tuple, list[StoreSpec]] = {}
+        for st in k.stores:
+            key = tuple(a for a in st.layout if top.find_bind(a) is None)
+            by_loops.setdefault(key, []).append(st)
+        for key, sts in by_loops.items():
+            sc = top
+            opened = []
+            for a in key:
+                child = sc.open(f"for {a}0 in range(0, {self.size(a)}, {self.block(a)}):", (a,))
+                child._is_open = True
+                opened.append((sc, child))
+                sc = child
+                self.bind_axis(sc, a, f"{a}0", f"  # output tile of axis {a}")
+            for st in sts:
+                self.store(st, sc)
+            for parent, child in reversed(opened):
+                child._is_open = False
+                parent.close(child)
+        # signature
+        args = []
+        for t in self.tensors:
+            args.append(f"{t}_ptr")
+        for t in self.tensors:
+            args.extend(f"{t}_s{d}" for d in range(self.tensor_ndim[t]))
+        args.extend(self.sizes)
+        args.extend(self.scalars)
+        args.extend(f"{c}: tl.constexpr" for c in sorted(self.consts))
+        lines = [f"@_jit", f"def {k.name}({', '.join(args)}):"]
+        doc = [f'    """Kernel {k.name}: stores {", ".join(s.target for s in k.stores)}.']
+        doc.append(f"    grid: {', '.join(f'{a} (tile {self.plan(a).block})' for a in grid) or 'one program'}"
+                   + (f"; split of {k.split[0]} into {k.split[1]}" if k.split else ""))
+        for a, p in k.axes.items():
+            if p.role != "grid":
+                doc.append(f"    axis {a}: {p.role}, block {p.block}" + ("" if p.divisible else " (masked)"))
+        doc.append('    """')
+        lines.extend(doc)
+        body: list[str] = []
+        top.render(1, body)
+        lines.extend(body)
+        return "\n".join(lines) + "\n"
+
+    def _fused_reduces(self, roots) -> list[Reduce]:
+        out, seen, stack = [], set(), list(roots)
+        post = []
+        while stack:
+            n = stack.pop()
+            if n._id in seen:
+                continue
+            seen.add(n._id)
+            if isinstance(n, Reduce) and n._id in self.k.materialized:
+                continue
+            if isinstance(n, Reduce):
+                post.append(n)
+            stack.extend(n.children())
+        return post[::-1]
+
+    def store(self, st: StoreSpec, scope: _Scope):
+        layout = scope.layout
+        expr = st.expr
+        name = self.tensor_arg(st.target, len(st.layout) + (1 if st.partial_axis else 0))
+        scope.emit(f"# {'output' if not st.target.startswith('buf_') else 'stage'} {st.target}[{', '.join(st.layout)}] = "
+                   f"{fmt(expr, 0, {k: v for k, v in self.names.items() if k != expr._id})}")
+        if isinstance(expr, Reduce) and expr._id not in self.k.materialized:
+            for s in scope.chain():
+                if expr._id in s.reduced:
+                    break
+            else:
+                self.compute_reductions([expr], self.ancestor(scope, self.need_depth(expr, scope)))
+        v = self.val(expr, scope, layout)
+        terms = []
+        if st.partial_axis:
+            terms.append("pid_split")
+        for a in st.layout:
+            b, _ = scope.find_bind(a)
+            terms.append(b.offs if b.scalar else self.expand1d(b.offs, a, layout))
+        mask = self.mask_for(st.layout, scope, layout)
+        pres = self.present_of_axes(st.layout, scope)
+        if self.present(expr, scope) != pres and pres:
+            v = f"tl.broadcast_to({v}, {self.shape(layout, pres)})"
+        ptr = self.addr(name, terms)
+        if st.atomic:
+            scope.emit(f"tl.atomic_add({ptr}, {v}" + (f", mask={mask}" if mask else "") + ", sem=\"relaxed\")")
+        else:
+            scope.emit(f"tl.store({ptr}, ({v}).to({name}_ptr.dtype.element_ty)" + (f", mask={mask}" if mask else "") + ")")
+
+
+HEADER = '''"""Generated by dtriton from algorithm {alg}.
+
+Schedule: {sched}
+{spec}
+"""
+import triton
+import triton.language as tl
+
+
+@_jit
+def _max_combine(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@_jit
+def _sum_combine(a, b):
+    return a + b
+
+
+@_jit
+def _min_combine(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+'''
+
+
+@dataclass
+class KernelSource:
+    """Generated kernel: its name, source, and the argument order the runtime must follow."""
+    name: str
+    tensors: list[str]
+    tensor_ndim: dict[str, int]
+    sizes: list[str]
+    scalars: list[str]
+    consts: dict[str, int]
+    ir: KernelIR
+
+
+def generate(prog: Program, alg, sched, dtypes, out_dtypes, interpret: bool, i64: bool, spec_note: str = "") -> tuple[str, list[KernelSource]]:
+    """Generate one module's source holding every kernel of ``prog``."""
+    parts = [HEADER.format(alg=alg.name, sched=sched.to_json(), spec=spec_note)]
+    metas = []
+    for k in prog.kernels:
+        g = KernelGen(prog, k, alg, dtypes, out_dtypes, sched, interpret, i64)
+        src = g.generate()
+        parts.append("\n" + src)
+        metas.append(KernelSource(k.name, g.tensors, g.tensor_ndim, g.sizes, g.scalars, g.consts, k))
+    return "\n".join(parts), metas

@@ -1,0 +1,32 @@
+"""Exceptions raised by dtriton.
+
+Every error names the argument, axis or stage at fault, what was expected and how to fix it.
+All derive from :class:`DTritonError`, so ``except dt.DTritonError`` catches any of them.
+"""
+
+from __future__ import annotations
+
+
+class DTritonError(Exception):
+    """Base class of every error dtriton raises on purpose."""
+
+
+class AlgorithmError(DTritonError, ValueError):
+    """The algorithm (index-notation program) is malformed: e.g. an axis indexes two differently
+    sized dimensions, an output leaves an axis free, or an operand is not an expression."""
+
+
+class ShapeError(DTritonError, ValueError):
+    """Call-time arguments do not match the algorithm's signature: wrong number of dims,
+    inconsistent symbolic sizes, unsupported dtypes, or tensors on different devices."""
+
+
+class ScheduleError(DTritonError, ValueError):
+    """The schedule is illegal for the algorithm: unknown axis or stage, tile that is not a power
+    of two, split of a non-reduction axis, an output axis neither on the grid nor tiled, or an
+    illegal fusion."""
+
+
+class CompileError(DTritonError, RuntimeError):
+    """Triton failed to compile generated source that passed validation (a dtriton bug or a
+    resource limit such as shared memory). The message carries the kernel name and the cause."""

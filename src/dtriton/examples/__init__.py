@@ -1,0 +1,1 @@
+"""Worked examples that ship with dtriton (the DiffusionNet showcase)."""

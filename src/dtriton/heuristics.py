@@ -1,0 +1,162 @@
+"""Default schedules: fill whatever a schedule leaves open from the shapes and dtypes.
+
+Rules (documented so users can predict them):
+
+- Contractions (a sum over one axis of a product of an (m, r) and an (r, n) operand) run on
+  ``tl.dot``: output tiles of 128x128 for 16-bit inputs and 64x64 for fp32 on the GPU (capped at
+  the padded axis, never below 16), 32 or 64 along the reduction axis, grouped launch order 8,
+  ``num_warps`` 8 for 128x128 tiles else 4, ``num_stages`` 3 (4 for fp16/bf16). Skinny outputs
+  with a long reduction (fewer output tiles than half the GPU's 132 SMs) are split along it
+  (split-K).
+- Row-wise stages (an axis that is both reduced and kept in the output, as in softmax and layer
+  norm) keep that axis off the grid: "whole" (one block covers it, the fused-softmax layout of
+  the Triton tutorial) while its padded size is at most 16384 on the GPU (4096 on the
+  interpreter), else "online" when the algebra allows (one pass with rescaling), else "loop".
+  One row per program, ``num_warps`` growing with the row (4 up to 1024, 8 up to 4096, 16 above).
+- Other axes on the grid get tiles so a program holds about 1024 elements (the innermost axis
+  first); axes of size 1 get tile 1.
+
+User-given fields are never changed.
+"""
+
+from __future__ import annotations
+
+from .language import Algorithm, Binding, Binary, Reduce
+from .lowering import next_pow2
+from .schedule import Schedule
+
+__all__ = ["complete_schedule", "contractions"]
+
+
+def _factors(n):
+    if isinstance(n, Binary) and n.op == "mul":
+        return _factors(n.a) + _factors(n.b)
+    return [n]
+
+
+def contractions(alg: Algorithm) -> dict[str, tuple[str, str, str]]:
+    """Reduce stages that look like a matrix product: name -> (m axis, n axis, r axis)."""
+    out = {}
+    for s in alg.stages.values():
+        r = s.node
+        if s.is_output or r.op != "sum" or len(r.over) != 1:
+            continue
+        ra = r.over[0]
+        fs = [f for f in _factors(r.x) if ra in f.axes]
+        sides: list[set[str]] = []
+        for f in fs:
+            ax = set(f.axes) - {ra}
+            if ax:
+                sides.append(ax)
+        free = set(r.axes)
+        for m in free:
+            for n in free:
+                if m == n:
+                    continue
+                if all(sd <= (free - {n}) or sd <= (free - {m}) for sd in sides) and \
+                        any(m in sd for sd in sides) and any(n in sd for sd in sides) and \
+                        not any(m in sd and n in sd for sd in sides):
+                    out[r.name] = (m, n, ra)
+                    break
+            if r.name in out:
+                break
+    return out
+
+
+def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Schedule:
+    """Return ``sched`` with every open field filled for the shapes and dtypes of ``b``."""
+    user = sched or Schedule()
+    gpu = b.device.type == "cuda"
+    sizes = b.axis_sizes
+    half = any(d in (__import__("torch").float16, __import__("torch").bfloat16) for d in b.dtypes.values())
+    tile = dict(user.tile)
+    strategy = dict(user.strategy)
+    group = dict(user.group)
+    split = dict(user.split)
+    num_warps = user.num_warps if sched is not None else None
+    num_stages = user.num_stages if sched is not None else None
+    cons = contractions(alg)
+    main = alg.outputs[0]
+
+    # axes reduced somewhere and kept in some output: row axes
+    reduced = set(alg.reduction_axes)
+    row_axes = [a for o in alg.outputs for a in o.layout if a in reduced]
+    row_axes = list(dict.fromkeys(row_axes))
+
+    grid = user.grid
+    if grid is None:
+        grid = tuple(a for a in main.layout if a not in row_axes or _is_contraction_free(a, cons))
+        if not grid and main.layout:
+            grid = (main.layout[0],)
+
+    def cap(a, t):
+        return max(1, min(t, next_pow2(sizes[a])))
+
+    dot_axes = set()
+    for name, (m, n, r) in cons.items():
+        big = 128 if (gpu and half) else 64
+        for a in (m, n):
+            if a not in tile:
+                tile[a] = max(16, cap(a, big))
+            dot_axes.add(a)
+        if r not in tile:
+            tile[r] = max(16, cap(r, 64 if half or not gpu else 32))
+        dot_axes.add(r)
+        if gpu and r not in split and user.split.get(r) is None and sched is None:
+            ntiles = 1
+            for a in (m, n):
+                ntiles *= -(-sizes[a] // tile[a])
+            if ntiles < 66 and sizes[r] >= 4096:
+                split[r] = min(8, max(2, 132 // max(ntiles, 1)))
+        if m in grid and n in grid and not group and sched is None:
+            first = m if grid.index(m) < grid.index(n) else n
+            group[first] = 8
+        if num_warps is None:
+            num_warps = 8 if tile[m] * tile[n] >= 128 * 128 else 4
+        if num_stages is None:
+            num_stages = (4 if half else 3) if gpu else 2
+    limit = 16384 if gpu else 4096
+    widest = 1
+    for a in alg.axis_names:
+        if a in dot_axes or a in grid:
+            continue
+        if a not in strategy or strategy[a] == "auto":
+            if next_pow2(sizes[a]) <= limit:
+                strategy[a] = "whole"
+            else:
+                strategy[a] = "online" if _online_candidate(alg, a) else "loop"
+        if strategy[a] == "whole":
+            widest = max(widest, next_pow2(sizes[a]))
+        elif a not in tile:
+            tile[a] = cap(a, 2048 if gpu else 1024)
+            widest = max(widest, tile[a])
+    # remaining grid axes: about 1024 elements per program, innermost first
+    budget = max(1, (4096 if gpu else 1024) // widest) if widest > 1 else (1024 if gpu else 1024)
+    for a in reversed(grid):
+        if a in tile:
+            continue
+        if row_axes or widest > 1:
+            t = 1 if widest >= 1024 or a != grid[-1] else cap(a, budget)
+        else:
+            t = cap(a, budget)
+        tile[a] = t
+        budget = max(1, budget // t)
+    for a in alg.axis_names:
+        tile.setdefault(a, cap(a, 64))
+    if num_warps is None:
+        num_warps = 4 if widest <= 1024 else (8 if widest <= 4096 else 16)
+    if num_stages is None:
+        num_stages = 2
+    return Schedule(tile=tile, grid=tuple(grid), group=group, split=split, strategy=strategy,
+                    num_warps=num_warps, num_stages=num_stages, acc_dtype=user.acc_dtype,
+                    precision=user.precision, split_mode=user.split_mode, stages=user.stages)
+
+
+def _is_contraction_free(a, cons) -> bool:
+    return any(a in (m, n) for m, n, _ in cons.values())
+
+
+def _online_candidate(alg: Algorithm, a: str) -> bool:
+    """True when axis ``a`` is reduced by a max whose result is used by a sum over ``a``."""
+    maxes = [s.node for s in alg.stages.values() if not s.is_output and s.node.op == "max" and a in s.node.over]
+    return bool(maxes)

@@ -1,0 +1,287 @@
+"""Runtime: compile cache, backend choice (GPU or Triton interpreter) and launch.
+
+``dt.compile(alg, schedule)`` returns a :class:`Kernel`. Calling it binds and checks the
+arguments, completes the schedule for the call's shapes (the heuristic fills what the schedule
+leaves open), lowers and generates Triton source once per *specialisation* (which axes divide
+their tile, the block of "whole" axes, dtypes, int64 offsets, backend), loads it as a module,
+allocates outputs and intermediate buffers, and launches the kernels in order.
+
+Backend: CUDA tensors run on the GPU; CPU tensors run through Triton's interpreter. The
+environment variable ``DTRITON_BACKEND=interpreter`` forces the interpreter (inputs are moved to
+the CPU and results moved back), ``DTRITON_BACKEND=gpu`` refuses to fall back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from .codegen import KernelSource, generate
+from .errors import CompileError, ShapeError
+from .language import Algorithm, Binding, InputTensor, ScalarParam
+from .lowering import Program, lower, next_pow2
+from .schedule import Schedule
+
+__all__ = ["compile", "Kernel", "cache_dir", "backend_for"]
+
+_I32_MAX = 2**31 - 1
+_lock = threading.Lock()
+_module_cache: dict[tuple[str, bool], Any] = {}
+
+
+def cache_dir() -> Path:
+    """Where generated sources live: ``$DTRITON_CACHE_DIR`` or ``~/.cache/dtriton``."""
+    d = os.environ.get("DTRITON_CACHE_DIR")
+    p = Path(d) if d else Path.home() / ".cache" / "dtriton"
+    try:
+        (p / "kernels").mkdir(parents=True, exist_ok=True)
+    except OSError:
+        p = Path(tempfile.gettempdir()) / "dtriton"
+        (p / "kernels").mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def backend_for(device: torch.device) -> str:
+    """"gpu" for CUDA tensors, else "interpreter"; ``DTRITON_BACKEND`` overrides."""
+    force = os.environ.get("DTRITON_BACKEND", "").lower()
+    if force in ("interpreter", "interpret", "cpu"):
+        return "interpreter"
+    if device.type == "cuda":
+        return "gpu"
+    if force == "gpu":
+        raise ShapeError("DTRITON_BACKEND=gpu but the inputs are on the CPU; move them to CUDA or unset it")
+    return "interpreter"
+
+
+def _load_module(source: str, interpret: bool):
+    key = (hashlib.sha256(source.encode()).hexdigest()[:20], interpret)
+    with _lock:
+        mod = _module_cache.get(key)
+        if mod is not None:
+            return mod
+        path = cache_dir() / "kernels" / f"dt_{key[0]}.py"
+        if not path.exists() or path.read_text() != source:
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(source)
+            os.replace(tmp, path)
+        name = f"dtriton_gen_{key[0]}_{'i' if interpret else 'g'}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        if interpret:
+            from triton.runtime.interpreter import InterpretedFunction
+            mod._jit = InterpretedFunction  # type: ignore[attr-defined]
+        else:
+            import triton
+            mod._jit = triton.jit  # type: ignore[attr-defined]
+        sys.modules[name] = mod
+        spec.loader.exec_module(mod)
+        _module_cache[key] = mod
+        return mod
+
+
+@dataclass
+class _Launch:
+    fn: Any
+    meta: KernelSource
+    grid_axes: list[tuple[str, int]]
+    split: int
+
+
+@dataclass
+class _Plan:
+    """Everything needed to run one specialisation: program, module, launches."""
+    schedule: Schedule
+    program: Program
+    source: str
+    launches: list[_Launch]
+    interpret: bool
+
+
+class Kernel:
+    """A compiled algorithm + schedule. Call it like the algorithm: ``C = kernel(A, B)``.
+
+    Attributes:
+        algorithm: the :class:`~dtriton.language.Algorithm`.
+        schedule: the schedule as given (``None`` fields are completed per call shape).
+        source: generated Triton source of the most recent specialisation (compiles one for the
+            algorithm's example shapes if nothing ran yet; see :meth:`source_for`).
+    """
+
+    def __init__(self, alg: Algorithm, schedule: Schedule | None):
+        if not isinstance(alg, Algorithm):
+            raise TypeError(f"dt.compile expects an @dt.algorithm, got {type(alg).__name__}")
+        if schedule is not None and not isinstance(schedule, Schedule):
+            raise TypeError(f"schedule must be a dt.Schedule, got {type(schedule).__name__}")
+        if schedule is not None:
+            schedule.validate(alg)
+        self.algorithm = alg
+        self.schedule = schedule
+        self._plans: dict[tuple, _Plan] = {}
+        self._fast: dict[tuple, tuple[_Plan, Any]] = {}
+        self._last: _Plan | None = None
+
+    # ------------------------------------------------------------------------------------------
+    def complete(self, binding: Binding) -> Schedule:
+        """The full schedule used for a call with this binding (heuristic fills the gaps)."""
+        from .heuristics import complete_schedule
+        return complete_schedule(self.algorithm, self.schedule, binding)
+
+    def _spec_key(self, sched: Schedule, b: Binding, args, interpret: bool):
+        alg = self.algorithm
+        facts = []
+        for a in alg.axis_names:
+            n = b.axis_sizes[a]
+            facts.append((a, next_pow2(n) if n <= 1 << 20 else n, tuple(n % t == 0 for t in (1, 2, 4, 8, 16, 32, 64, 128, 256))))
+        i64 = any(isinstance(x, torch.Tensor) and _max_offset(x) > _I32_MAX for x in args)
+        if not i64:
+            i64 = any(n > _I32_MAX // 2 for n in b.axis_sizes.values())
+        return (sched, tuple(facts), tuple(sorted((k, str(v)) for k, v in b.dtypes.items())), i64, interpret)
+
+    def _plan(self, sched: Schedule, b: Binding, args, interpret: bool) -> _Plan:
+        key = self._spec_key(sched, b, args, interpret)
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        alg = self.algorithm
+        sched.validate(alg)
+        prog = lower(alg, sched, b.axis_sizes, interpret)
+        out_dtypes = {o.name: d for o, d in zip(alg.outputs, b.out_dtypes)}
+        spec_note = "Specialisation: " + ", ".join(f"{a}={'÷' if k[2][-1] else ''}{k[1]}" for a, k in zip(alg.axis_names, key[1]))
+        source, metas = generate(prog, alg, sched, b.dtypes, out_dtypes, interpret, key[3], spec_note)
+        try:
+            mod = _load_module(source, interpret)
+        except Exception as e:  # pragma: no cover - generator bug
+            raise CompileError(f"generated source for {alg.name} failed to load: {e}") from e
+        launches = []
+        for m in metas:
+            fn = getattr(mod, m.name)
+            ga = [(a, m.ir.axes[a].block) for a in m.ir.grid]
+            launches.append(_Launch(fn, m, ga, m.ir.split[1] if m.ir.split else 1))
+        plan = _Plan(sched, prog, source, launches, interpret)
+        self._plans[key] = plan
+        return plan
+
+    @property
+    def source(self) -> str:
+        if self._last is None:
+            raise AttributeError("kernel.source is available after the first call, or use kernel.source_for(*args)")
+        return self._last.source
+
+    def source_for(self, *args) -> str:
+        """Generated Triton source for a call with these arguments (compiles nothing on the GPU)."""
+        b = self.algorithm.bind(args)
+        sched = self.complete(b)
+        dev = b.device
+        return self._plan(sched, b, args, backend_for(dev) == "interpreter").source
+
+    def schedule_for(self, *args) -> Schedule:
+        """The complete schedule a call with these arguments runs."""
+        return self.complete(self.algorithm.bind(args))
+
+    # ------------------------------------------------------------------------------------------
+    def __call__(self, *args, out=None):
+        alg = self.algorithm
+        b = alg.bind(args)
+        backend = backend_for(b.device)
+        interpret = backend == "interpreter"
+        orig_dev = b.device
+        if interpret and b.device.type != "cpu":
+            args = tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in args)
+            b.device = torch.device("cpu")
+        sched = self.complete(b)
+        plan = self._plan(sched, b, args, interpret)
+        self._last = plan
+        outs = self._run(plan, b, args, out)
+        if interpret and orig_dev.type != "cpu":
+            outs = [o.to(orig_dev) for o in outs]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _run(self, plan: _Plan, b: Binding, args, out=None) -> list[torch.Tensor]:
+        alg = self.algorithm
+        dev = b.device
+        sizes = b.axis_sizes
+        tensors: dict[str, torch.Tensor] = {}
+        scalars: dict[str, float] = {}
+        for p, a in zip(alg.params, args):
+            if isinstance(p, InputTensor):
+                tensors[p.name] = a
+            else:
+                scalars[f"s_{p.name}"] = float(a) if p.pytype is float else int(a)
+        outs = []
+        for k, (o, odt) in enumerate(zip(alg.outputs, b.out_dtypes)):
+            shape = [sizes[a] for a in o.layout]
+            given = None if out is None else (out[k] if isinstance(out, (tuple, list)) else out)
+            if given is not None:
+                if tuple(given.shape) != tuple(shape) or given.dtype != odt:
+                    raise ShapeError(f"out= for {o.name} must have shape {tuple(shape)} and dtype {odt}, "
+                                     f"got {tuple(given.shape)} {given.dtype}")
+                t = given
+            else:
+                t = torch.empty(shape, dtype=odt, device=dev)
+            tensors[o.name] = t
+            outs.append(t)
+        if any(t.numel() == 0 for t in outs):
+            if all(t.numel() == 0 for t in outs):
+                return outs
+        for name, bs in plan.program.buffers.items():
+            shape = ([bs.partials] if bs.partials else []) + [sizes[a] for a in bs.axes]
+            dt = torch.float64 if bs.dtype == "float64" else torch.float32
+            tensors[name] = (torch.zeros if bs.zero else torch.empty)(shape, dtype=dt, device=dev)
+        for L in plan.launches:
+            m = L.meta
+            nprog = L.split
+            for a, blk in L.grid_axes:
+                nprog *= -(-sizes[a] // blk)
+            if nprog == 0:
+                continue
+            if nprog > _I32_MAX:
+                raise ShapeError(f"kernel {m.name} needs {nprog} programs, more than a grid allows; use larger tiles")
+            call = [tensors[t] for t in m.tensors]
+            for t in m.tensors:
+                call.extend(tensors[t].stride())
+            call.extend(sizes[s[5:]] for s in m.sizes)
+            call.extend(scalars[s] for s in m.scalars)
+            try:
+                L.fn[(nprog,)](*call, **m.consts, num_warps=plan.schedule.stage(m.ir.stage_names[0]).num_warps or m.ir.num_warps,
+                                num_stages=m.ir.num_stages)
+            except Exception as e:
+                raise CompileError(f"kernel {m.name} failed to compile or launch: {type(e).__name__}: "
+                                   f"{str(e).splitlines()[0] if str(e) else ''}. Schedule: {plan.schedule.to_json()}") from e
+        return outs
+
+
+def _max_offset(t: torch.Tensor) -> int:
+    if t.numel() == 0:
+        return 0
+    return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) + t.storage_offset()
+
+
+def compile(alg: Algorithm, schedule: Schedule | str | None = None) -> Kernel:  # noqa: A001
+    """Compile an algorithm under a schedule.
+
+    Args:
+        alg: an ``@dt.algorithm``.
+        schedule: a :class:`Schedule` (fields left unset are filled per call shape by the
+            heuristic), ``None`` for the heuristic alone, or ``"tuned"`` for the best schedule in
+            the tuning database for each call's shapes (falling back to the heuristic).
+
+    Returns a :class:`Kernel`; nothing is compiled until the first call (compilation is cached per
+    specialisation, so new shapes with the same divisibility facts reuse the compiled kernel).
+
+    Raises :class:`ScheduleError` when the schedule does not fit the algorithm.
+    """
+    if isinstance(schedule, str):
+        if schedule != "tuned":
+            raise TypeError(f"schedule must be a dt.Schedule, None or 'tuned', got {schedule!r}")
+        from .tuning import TunedKernel
+        return TunedKernel(alg)
+    return Kernel(alg, schedule)

@@ -1,0 +1,314 @@
+"""Schedules: how an algorithm runs. Plain, immutable, comparable, JSON round-trippable values.
+
+A :class:`Schedule` gives, per axis, a tile (block) size and a reduction strategy; which axes are
+mapped to program ids (the grid, outermost first, the last varying fastest); grouped launch order
+(the L2 swizzle of Triton's matmul tutorial); split factors for reduction axes (split-K);
+``num_warps``/``num_stages``; accumulation dtype and dot precision; and per-stage overrides
+(:class:`StageSchedule`) that say where a stage is computed and its own tile and grid.
+
+This module depends only on :mod:`dtriton.language` (for validation against an algorithm).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Iterator, Mapping
+
+from .errors import ScheduleError
+
+__all__ = ["Schedule", "StageSchedule", "FrozenMap", "STRATEGIES", "PLACES"]
+
+#: Reduction / non-grid-axis strategies.
+#: whole: the tile covers the axis (one pass in registers); loop: tiles over the axis in a loop,
+#: one pass per dependent reduction; online: one running pass with rescaling (Milakov &
+#: Gimelshein 2018, "Online normalizer calculation for softmax"); auto: the compiler picks.
+STRATEGIES = ("auto", "whole", "loop", "online")
+#: Where a reduction stage is computed: auto; fuse (in its consumer's kernel, in registers, or
+#: recomputed inside the consumer's loops); materialize (a kernel of its own, result in memory).
+PLACES = ("auto", "fuse", "materialize")
+SPLIT_MODES = ("atomic", "partials")
+
+
+class FrozenMap(Mapping):
+    """An immutable, hashable mapping (sorted by key), used for per-axis schedule fields."""
+
+    __slots__ = ("_items", "_d")
+
+    def __init__(self, data: Mapping | None = None, **kw):
+        d = dict(data or {}, **kw)
+        self._d = d
+        self._items = tuple(sorted(d.items(), key=lambda kv: str(kv[0])))
+
+    def __getitem__(self, k):
+        return self._d[k]
+
+    def __iter__(self) -> Iterator:
+        return iter(k for k, _ in self._items)
+
+    def __len__(self):
+        return len(self._items)
+
+    def __hash__(self):
+        return hash(self._items)
+
+    def __eq__(self, o):
+        if isinstance(o, FrozenMap):
+            return self._items == o._items
+        if isinstance(o, Mapping):
+            return dict(self._items) == dict(o)
+        return NotImplemented
+
+    def __repr__(self):
+        return "{" + ", ".join(f"{k!r}: {v!r}" for k, v in self._items) + "}"
+
+
+def _fm(v, what: str) -> FrozenMap:
+    if v is None:
+        return FrozenMap()
+    if isinstance(v, FrozenMap):
+        return v
+    if not isinstance(v, Mapping):
+        raise ScheduleError(f"schedule field {what!r} must be a dict, got {type(v).__name__}")
+    return FrozenMap(v)
+
+
+def _is_pow2(n) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 1 and (n & (n - 1)) == 0
+
+
+@dataclass(frozen=True)
+class StageSchedule:
+    """Per-stage overrides, addressed by stage name (``Schedule(stages={"rowmax": ...})``).
+
+    - ``place``: "auto", "fuse" (computed in the consumer's kernel: once per program when its free
+      axes are all in the program's tile, recomputed inside the consumer's loops otherwise) or
+      "materialize" (a kernel of its own, its result written to global memory first).
+    - ``tile``/``grid``/``group``/``strategy``/``num_warps``/``num_stages``: used for the stage's own
+      kernel when it has one; unset fields inherit from the enclosing :class:`Schedule`.
+    """
+    place: str = "auto"
+    tile: FrozenMap = field(default_factory=FrozenMap)
+    grid: tuple[str, ...] | None = None
+    group: FrozenMap = field(default_factory=FrozenMap)
+    strategy: FrozenMap = field(default_factory=FrozenMap)
+    num_warps: int | None = None
+    num_stages: int | None = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "tile", _fm(self.tile, "tile"))
+        object.__setattr__(self, "group", _fm(self.group, "group"))
+        object.__setattr__(self, "strategy", _fm(self.strategy, "strategy"))
+        if self.grid is not None:
+            g = (self.grid,) if isinstance(self.grid, str) else tuple(self.grid)
+            object.__setattr__(self, "grid", g)
+        if self.place not in PLACES:
+            raise ScheduleError(f"stage place {self.place!r} is not one of {PLACES}")
+
+    def to_dict(self) -> dict:
+        d: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, FrozenMap):
+                if len(v):
+                    d[f.name] = dict(v)
+            elif v is not None and not (f.name == "place" and v == "auto"):
+                d[f.name] = list(v) if isinstance(v, tuple) else v
+        return d
+
+    @staticmethod
+    def from_dict(d: Mapping) -> "StageSchedule":
+        d = dict(d)
+        if "grid" in d and d["grid"] is not None:
+            d["grid"] = tuple(d["grid"])
+        return StageSchedule(**d)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How an algorithm runs. Every field is optional; unset fields are filled by the heuristic.
+
+    Args:
+        tile: block size per axis name, powers of two (``{"i": 64, "j": 64, "k": 32}``).
+        grid: axes mapped to program ids, outermost first; the last varies fastest. Output axes
+            left off the grid are covered by a tile in a loop, or whole (``strategy``).
+        group: ``{"i": 8}``: grouped launch order over the last two grid axes (GROUP_SIZE_M in
+            Triton's matmul tutorial), so programs that share input tiles run together (L2 reuse).
+        split: split factor per reduction axis (split-K): the axis is divided across programs
+            and the partial results combined by atomics or a second pass (``split_mode``).
+        strategy: per axis, one of :data:`STRATEGIES`.
+        num_warps, num_stages: Triton launch options (warps per program; software-pipeline depth).
+        acc_dtype: accumulation dtype, "float32" (default) or "float64".
+        precision: dot precision for fp32 operands: "ieee" (default, as torch) or "tf32".
+        split_mode: "atomic" (fp32 atomics into a zeroed buffer) or "partials" (per-split buffer,
+            summed by the consumer: deterministic).
+        stages: per-stage overrides, ``{stage_name: StageSchedule}`` (dicts are accepted).
+
+    Raises :class:`ScheduleError` for a tile that is not a power of two, a bad strategy name, or
+    non-positive warps/stages. Checks against an algorithm (unknown axes, split of a non-reduction
+    axis, ...) are done by :meth:`validate`.
+    """
+    tile: FrozenMap = field(default_factory=FrozenMap)
+    grid: tuple[str, ...] | None = None
+    group: FrozenMap = field(default_factory=FrozenMap)
+    split: FrozenMap = field(default_factory=FrozenMap)
+    strategy: FrozenMap = field(default_factory=FrozenMap)
+    num_warps: int = 4
+    num_stages: int = 2
+    acc_dtype: str = "float32"
+    precision: str = "ieee"
+    split_mode: str = "atomic"
+    stages: FrozenMap = field(default_factory=FrozenMap)
+
+    def __post_init__(self):
+        for name in ("tile", "group", "split", "strategy"):
+            object.__setattr__(self, name, _fm(getattr(self, name), name))
+        st = {}
+        for k, v in _fm(self.stages, "stages").items():
+            if isinstance(v, StageSchedule):
+                st[k] = v
+            elif isinstance(v, Mapping):
+                st[k] = StageSchedule.from_dict(v)
+            else:
+                raise ScheduleError(f"stages[{k!r}] must be a StageSchedule or dict, got {type(v).__name__}")
+        object.__setattr__(self, "stages", FrozenMap(st))
+        if self.grid is not None:
+            g = (self.grid,) if isinstance(self.grid, str) else tuple(self.grid)
+            object.__setattr__(self, "grid", g)
+        self._check_local()
+
+    def _check_local(self):
+        maps = [("tile", self.tile)] + [(f"stages[{s!r}].tile", v.tile) for s, v in self.stages.items()]
+        for what, m in maps:
+            for a, t in m.items():
+                if not _is_pow2(t):
+                    lo = 1 << (max(int(t), 1).bit_length() - 1) if isinstance(t, int) and t > 0 else 1
+                    raise ScheduleError(
+                        f"{what}[{a!r}] = {t!r} is not a power of two; Triton blocks must be powers of two "
+                        f"(try {lo} or {lo * 2})")
+        for what, m in [("strategy", self.strategy)] + [(f"stages[{s!r}].strategy", v.strategy) for s, v in self.stages.items()]:
+            for a, s in m.items():
+                if s not in STRATEGIES:
+                    raise ScheduleError(f"{what}[{a!r}] = {s!r} is not one of {STRATEGIES}")
+        for a, s in self.split.items():
+            if not (isinstance(s, int) and s >= 1):
+                raise ScheduleError(f"split[{a!r}] = {s!r} must be a positive integer")
+        for a, g in self.group.items():
+            if not (isinstance(g, int) and g >= 1):
+                raise ScheduleError(f"group[{a!r}] = {g!r} must be a positive integer")
+        for what, v in (("num_warps", self.num_warps),):
+            if not _is_pow2(v) or v > 32:
+                raise ScheduleError(f"{what} = {v!r} must be a power of two between 1 and 32")
+        if not (isinstance(self.num_stages, int) and 1 <= self.num_stages <= 8):
+            raise ScheduleError(f"num_stages = {self.num_stages!r} must be an integer from 1 to 8")
+        if self.acc_dtype not in ("float32", "float64"):
+            raise ScheduleError(f"acc_dtype = {self.acc_dtype!r} must be 'float32' or 'float64'")
+        if self.precision not in ("ieee", "tf32"):
+            raise ScheduleError(f"precision = {self.precision!r} must be 'ieee' or 'tf32'")
+        if self.split_mode not in SPLIT_MODES:
+            raise ScheduleError(f"split_mode = {self.split_mode!r} must be one of {SPLIT_MODES}")
+
+    # ------------------------------------------------------------------------------------------
+    def validate(self, alg) -> None:
+        """Check this schedule against an algorithm. Raises :class:`ScheduleError` naming the axis
+        or stage: unknown axes or stages, a split of a non-reduction axis, a group axis off the grid,
+        an output axis neither on the grid, tiled nor whole."""
+        known = set(alg.axis_names)
+        klist = sorted(known)
+
+        def check_axes(what, names):
+            for a in names:
+                if a not in known:
+                    raise ScheduleError(
+                        f"{what} names axis {a!r}, which {alg.name} does not have; its axes are {klist}")
+
+        check_axes("tile", self.tile)
+        check_axes("strategy", self.strategy)
+        check_axes("group", self.group)
+        check_axes("split", self.split)
+        if self.grid is not None:
+            check_axes("grid", self.grid)
+            if len(set(self.grid)) != len(self.grid):
+                raise ScheduleError(f"grid {self.grid} repeats an axis")
+        red = set(alg.reduction_axes)
+        for a, s in self.split.items():
+            if a not in red:
+                raise ScheduleError(
+                    f"split[{a!r}]: axis {a!r} is not a reduction axis of {alg.name} (reduction axes: "
+                    f"{sorted(red)}); only a summed axis can be split across programs")
+        for a in self.group:
+            if self.grid is not None and a not in self.grid:
+                raise ScheduleError(f"group[{a!r}]: axis {a!r} is not on the grid {self.grid}")
+        for s, ss in self.stages.items():
+            if s not in alg.stages:
+                raise ScheduleError(f"stages names stage {s!r}, which {alg.name} does not have; its stages are "
+                                    f"{list(alg.stages)}")
+            check_axes(f"stages[{s!r}].tile", ss.tile)
+            check_axes(f"stages[{s!r}].strategy", ss.strategy)
+            if ss.grid is not None:
+                check_axes(f"stages[{s!r}].grid", ss.grid)
+            if alg.stages[s].is_output and ss.place == "materialize":
+                pass  # outputs are always written to memory
+        # the main grid must map or tile every output axis of the outputs it covers
+        if self.grid is not None:
+            for o in alg.outputs:
+                ss = self.stages.get(o.name)
+                grid = ss.grid if ss and ss.grid is not None else self.grid
+                tiles = dict(self.tile, **(dict(ss.tile) if ss else {}))
+                strat = dict(self.strategy, **(dict(ss.strategy) if ss else {}))
+                for a in o.layout:
+                    if a not in grid and a not in tiles and strat.get(a, "auto") != "whole":
+                        raise ScheduleError(
+                            f"output {o.name}[{', '.join(o.layout)}]: axis {a!r} is neither on the grid {grid} nor tiled; "
+                            f"add {a!r} to grid, give tile={{{a!r}: ...}} to loop over it, or strategy={{{a!r}: 'whole'}}")
+
+    # ------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """A JSON-ready dict with only the fields that differ from the defaults."""
+        d: dict[str, Any] = {}
+        default = Schedule()
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v == getattr(default, f.name):
+                continue
+            if f.name == "stages":
+                d[f.name] = {k: s.to_dict() for k, s in v.items()}
+            elif isinstance(v, FrozenMap):
+                d[f.name] = dict(v)
+            elif isinstance(v, tuple):
+                d[f.name] = list(v)
+            else:
+                d[f.name] = v
+        return d
+
+    def to_json(self) -> str:
+        """Serialise; :meth:`from_json` gives back an equal schedule."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @staticmethod
+    def from_dict(d: Mapping) -> "Schedule":
+        d = dict(d)
+        names = {f.name for f in fields(Schedule)}
+        bad = [k for k in d if k not in names]
+        if bad:
+            raise ScheduleError(f"unknown schedule field(s) {bad}; fields are {sorted(names)}")
+        if d.get("grid") is not None:
+            d["grid"] = tuple(d["grid"])
+        if "stages" in d:
+            d["stages"] = {k: StageSchedule.from_dict(v) for k, v in d["stages"].items()}
+        return Schedule(**d)
+
+    @staticmethod
+    def from_json(s: str) -> "Schedule":
+        return Schedule.from_dict(json.loads(s))
+
+    def replace(self, **kw) -> "Schedule":
+        """A copy with some fields changed (dataclasses.replace)."""
+        return replace(self, **kw)
+
+    def stage(self, name: str) -> StageSchedule:
+        """The overrides for stage ``name`` (empty when none were given)."""
+        return self.stages.get(name, StageSchedule())
+
+    def __repr__(self):
+        return f"Schedule({', '.join(f'{k}={v!r}' for k, v in self.to_dict().items())})"
