@@ -32,6 +32,11 @@ from .lowering import AxisPlan, BufferSpec, KernelIR, Program, StoreSpec
 
 __all__ = ["generate", "fmt"]
 
+
+def _has(seq, x) -> bool:
+    """Identity membership (``==`` on expressions builds a comparison node)."""
+    return any(e is x for e in seq)
+
 TL_DTYPES = {torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float32: "tl.float32",
              torch.float64: "tl.float64", torch.int8: "tl.int8", torch.int16: "tl.int16",
              torch.int32: "tl.int32", torch.int64: "tl.int64", torch.uint8: "tl.uint8", torch.bool: "tl.int1"}
@@ -521,16 +526,13 @@ class KernelGen:
             for key, grp in groups.items():
                 if key and all(self.plan(a).role == "online" for a in key):
                     # pull in pending sums that depend on a max of this group via exp(x - max)
-                    extra = [p for p in pending if p not in grp and tuple(a for a in p.over if scope.find_bind(a) is None) == key
-                             and all(d in grp for d in self.fused_deps(p)) and self.online_ok(p, grp)]
+                    extra = [p for p in pending if not _has(grp, p) and tuple(a for a in p.over if scope.find_bind(a) is None) == key
+                             and all(_has(grp, d) or not _has(pending, d) for d in self.fused_deps(p))
+                             and self.online_ok(p, grp, pending)]
                     grp = grp + extra
-                    for e in extra:
-                        pending.remove(e)
+                    pending = [p for p in pending if not _has(extra, p)]
                 self.emit_pass(grp, list(key), scope)
-            for r in ready:
-                if r in pending:
-                    pending.remove(r)
-                done_ids.add(r._id)
+            pending = [p for p in pending if not _has(ready, p)]
 
     def fused_deps(self, r: Reduce) -> list[Reduce]:
         out, seen, stack = [], set(), list(r.x.children()) + [r.x]
@@ -551,13 +553,13 @@ class KernelGen:
             return self.factors(n.a) + self.factors(n.b)
         return [n]
 
-    def online_ok(self, s: Reduce, grp: list[Reduce]) -> bool:
+    def online_ok(self, s: Reduce, grp: list[Reduce], pending: list[Reduce]) -> bool:
         """Sum ``s`` can join a one-pass online group: every max stage of ``grp`` it uses appears
         once, as a factor ``exp(a - max)`` of its body."""
         if s.op != "sum":
             return False
-        maxes = [m for m in grp if m.op == "max" and m in self.fused_deps(s)]
-        if not maxes or any(d not in grp for d in self.fused_deps(s)):
+        maxes = [m for m in grp if m.op == "max" and _has(self.fused_deps(s), m)]
+        if not maxes or any(not _has(grp, d) and _has(pending, d) for d in self.fused_deps(s)):
             return False
         fs = self.factors(s.x)
         for m in maxes:
@@ -678,7 +680,7 @@ class KernelGen:
         mstate: dict[int, tuple[str, str]] = {}
         if online:
             for r in rs:
-                if r.op == "max" and any(r in self.fused_deps(s) for s in rs if s is not r):
+                if r.op == "max" and any(_has(self.fused_deps(s), r) for s in rs if s is not r):
                     body = self.val(r.x, inner, lin)
                     body = self.masked(body, r, inner, lin, "-float('inf')")
                     t = self.reduce_code(body, "max", r.over, lin, inner)
@@ -725,7 +727,7 @@ class KernelGen:
             info = accs[r._id]
             if not loop_axes:
                 v = info["result"]
-                vl = scope.layout
+                vl = (info["dot"][3], info["dot"][4]) if info["dot"] else scope.layout
             else:
                 v, vl = info["acc"], info["layout"]
             if info["dot"]:
@@ -877,7 +879,7 @@ class KernelGen:
         for st in k.stores:
             roots = [st.expr.x] if isinstance(st.expr, Reduce) and st.expr._id not in k.materialized and False else [st.expr]
             for r in self._fused_reduces(roots):
-                if r not in tops and self.need_depth(r, top) == 0 and all(top.find_bind(a) for a in r.axes):
+                if not _has(tops, r) and self.need_depth(r, top) == 0 and all(top.find_bind(a) for a in r.axes):
                     tops.append(r)
         if tops:
             self.compute_reductions(tops, top)

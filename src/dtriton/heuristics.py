@@ -147,9 +147,18 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
         num_warps = 4 if widest <= 1024 else (8 if widest <= 4096 else 16)
     if num_stages is None:
         num_stages = 2
+    stages = dict(user.stages)
+    if user.grid is None:
+        from .schedule import StageSchedule
+        for o in alg.outputs[1:]:
+            ss = stages.get(o.name, StageSchedule())
+            if ss.grid is None:
+                og = tuple(a for a in o.layout if a not in row_axes or _is_contraction_free(a, cons)) or o.layout[:1]
+                stages[o.name] = StageSchedule(place=ss.place, tile=ss.tile, grid=og, group=ss.group,
+                                               strategy=ss.strategy, num_warps=ss.num_warps, num_stages=ss.num_stages)
     return Schedule(tile=tile, grid=tuple(grid), group=group, split=split, strategy=strategy,
                     num_warps=num_warps, num_stages=num_stages, acc_dtype=user.acc_dtype,
-                    precision=user.precision, split_mode=user.split_mode, stages=user.stages)
+                    precision=user.precision, split_mode=user.split_mode, stages=stages)
 
 
 def _is_contraction_free(a, cons) -> bool:

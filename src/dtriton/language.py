@@ -438,6 +438,25 @@ class Algorithm:
     Build one with the :func:`algorithm` decorator. Calling it is the same as :meth:`reference`.
     """
 
+    @classmethod
+    def build(cls, name: str, params: Sequence["InputTensor | ScalarParam"], outputs: Sequence["Output"],
+              doc: str | None = None) -> "Algorithm":
+        """Make an algorithm from already-built IR (used by transformations such as ``dt.grad``).
+
+        ``params`` are :class:`InputTensor` (``InputTensor(name, dims, position)``) and
+        :class:`ScalarParam` objects; ``outputs`` are ``expr[i, j]`` layouts built over them."""
+        self = cls.__new__(cls)
+        self.fn = None
+        self.name = name
+        self.__doc__ = doc
+        self.params = list(params)
+        outs = list(outputs)
+        for n, o in enumerate(outs):
+            o.name = "out" if len(outs) == 1 else f"out{n}"
+        self.outputs = outs
+        self._analyse()
+        return self
+
     def __init__(self, fn: Callable):
         self.fn = fn
         self.name = fn.__name__
@@ -476,7 +495,48 @@ class Algorithm:
         self._analyse()
 
     # ------------------------------------------------------------------------------------------
+    def _cse(self):
+        """Merge structurally identical nodes (``X[i, j]`` written twice is one load)."""
+        canon: dict[tuple, Expr] = {}
+        remap: dict[int, Expr] = {}
+        for n in topo_order([o.expr for o in self.outputs]):
+            def m(c):
+                return remap.get(c._id, c)
+            if isinstance(n, Load):
+                n.index = tuple(m(c) for c in n.index)
+                key = ("Load", id(n.tensor), tuple(c._id for c in n.index))
+            elif isinstance(n, Unary):
+                n.x = m(n.x)
+                key = ("Unary", n.op, n.x._id)
+            elif isinstance(n, Binary):
+                n.a, n.b = m(n.a), m(n.b)
+                key = ("Binary", n.op, n.a._id, n.b._id)
+            elif isinstance(n, Where):
+                n.cond, n.a, n.b = m(n.cond), m(n.a), m(n.b)
+                key = ("Where", n.cond._id, n.a._id, n.b._id)
+            elif isinstance(n, Cast):
+                n.x = m(n.x)
+                key = ("Cast", str(n.dtype), n.x._id)
+            elif isinstance(n, Reduce):
+                n.x = m(n.x)
+                key = ("Reduce", n.op, n.over, n.mean, n.name, n.x._id) if n.name else ("Reduce", n.op, n.over, n.mean, n.x._id)
+            elif isinstance(n, Const):
+                key = ("Const", n.value if n.value == n.value else "nan")
+            elif isinstance(n, Axis):
+                key = ("Axis", n.name)
+            elif isinstance(n, ScalarParam):
+                key = ("Scalar", n.name)
+            else:
+                key = ("id", n._id)
+            if key in canon:
+                remap[n._id] = canon[key]
+            else:
+                canon[key] = n
+        for o in self.outputs:
+            o.expr = remap.get(o.expr._id, o.expr)
+
     def _analyse(self):
+        self._cse()
         nodes = topo_order([o.expr for o in self.outputs])
         self.nodes = nodes
         # axis -> size symbol, from every plain access A[.., i, ..]

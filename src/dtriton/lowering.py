@@ -233,6 +233,8 @@ def lower(alg: Algorithm, sched: Schedule, sizes: dict[str, int], interpret: boo
                 block = tile or 1
             else:
                 role = _strategy(sched, sname, a)
+                if split is not None and a == split[0]:
+                    role = "loop"  # each program loops over its slice of the split axis
                 if role == "whole":
                     block = next_pow2(n)
                 else:
@@ -295,8 +297,10 @@ def _grid_for(alg: Algorithm, sched: Schedule, sname: str, free: Sequence[str]) 
             raise ScheduleError(f"stages[{sname!r}].grid names {bad}, which are not free axes of stage {sname!r} "
                                 f"(its free axes: {list(free)})")
         return list(ss.grid)
-    g = [a for a in (sched.grid or ()) if a in free]
     is_output = alg.stages[sname].is_output
+    if not is_output:
+        return list(free)  # a materialised reduction: all its free axes on the grid, in its order
+    g = [a for a in (sched.grid or ()) if a in free]
     for a in free:
         if a in g:
             continue
