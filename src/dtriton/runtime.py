@@ -189,6 +189,10 @@ class Kernel:
 
     # ------------------------------------------------------------------------------------------
     def __call__(self, *args, out=None):
+        if out is None:
+            fast = self._fast.get(_call_key(args))
+            if fast is not None:
+                return fast(args)
         alg = self.algorithm
         b = alg.bind(args)
         backend = backend_for(b.device)
@@ -200,12 +204,15 @@ class Kernel:
         sched = self.complete(b)
         plan = self._plan(sched, b, args, interpret)
         self._last = plan
-        outs = self._run(plan, b, args, out)
+        compiled: list = []
+        outs = self._run(plan, b, args, out, compiled)
+        if out is None and not interpret and len(compiled) == len(plan.launches) and _HOOKS_OFF():
+            self._fast[_call_key(args)] = _FastLauncher(self, plan, b, compiled)
         if interpret and orig_dev.type != "cpu":
             outs = [o.to(orig_dev) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
 
-    def _run(self, plan: _Plan, b: Binding, args, out=None) -> list[torch.Tensor]:
+    def _run(self, plan: _Plan, b: Binding, args, out=None, compiled: list | None = None) -> list[torch.Tensor]:
         alg = self.algorithm
         dev = b.device
         sizes = b.axis_sizes
@@ -251,12 +258,100 @@ class Kernel:
             call.extend(sizes[s[5:]] for s in m.sizes)
             call.extend(scalars[s] for s in m.scalars)
             try:
-                L.fn[(nprog,)](*call, **m.consts, num_warps=plan.schedule.stage(m.ir.stage_names[0]).num_warps or m.ir.num_warps,
-                                num_stages=m.ir.num_stages)
+                ck = L.fn[(nprog,)](*call, **m.consts, num_warps=m.ir.num_warps, num_stages=m.ir.num_stages)
+                if compiled is not None:
+                    compiled.append(ck)
             except Exception as e:
                 raise CompileError(f"kernel {m.name} failed to compile or launch: {type(e).__name__}: "
                                    f"{str(e).splitlines()[0] if str(e) else ''}. Schedule: {plan.schedule.to_json()}") from e
         return outs
+
+
+def _call_key(args) -> tuple:
+    """What decides a launch: shapes, strides, dtypes, devices, 16-byte alignment (Triton's own
+    pointer specialisation) and, for ints, the values Triton specialises on."""
+    key = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if a.requires_grad and torch.is_grad_enabled():
+                return (None,)  # autograd path: never the fast path
+            key.append((a.shape, a.stride(), a.dtype, a.device, a.data_ptr() % 16 == 0))
+        elif isinstance(a, bool) or not isinstance(a, int):
+            key.append(type(a))
+        else:
+            key.append((a == 1, a % 16 == 0))
+    return tuple(key)
+
+
+def _HOOKS_OFF() -> bool:
+    from triton import knobs
+    return knobs.runtime.launch_enter_hook is None and knobs.runtime.launch_exit_hook is None
+
+
+class _FastLauncher:
+    """Re-launch a call signature seen before without re-binding or re-specialising: outputs and
+    buffers are allocated from cached shapes and the compiled Triton kernels are launched
+    directly (``CompiledKernel.run``), which keeps host overhead near a bare Triton launch."""
+
+    def __init__(self, kernel: "Kernel", plan: _Plan, b: Binding, compiled: list):
+        alg = kernel.algorithm
+        sizes = b.axis_sizes
+        self.device = b.device
+        self.outs = [([sizes[a] for a in o.layout], dt) for o, dt in zip(alg.outputs, b.out_dtypes)]
+        self.bufs = []
+        for name, bs in plan.program.buffers.items():
+            shape = ([bs.partials] if bs.partials else []) + [sizes[a] for a in bs.axes]
+            self.bufs.append((name, shape, torch.float64 if bs.dtype == "float64" else torch.float32, bs.zero))
+        self.params = [(p.name, isinstance(p, InputTensor), getattr(p, "pytype", None)) for p in alg.params]
+        self.out_names = [o.name for o in alg.outputs]
+        self.launches = []
+        for L, ck in zip(plan.launches, compiled):
+            m = L.meta
+            nprog = L.split
+            for a, blk in L.grid_axes:
+                nprog *= -(-sizes[a] // blk)
+            # argument template: ("t", name) tensor, ("s", name, dim) stride, ("v", value) constant
+            tmpl = [("t", t) for t in m.tensors]
+            for t in m.tensors:
+                tmpl.extend(("s", t, d) for d in range(m.tensor_ndim[t]))
+            tmpl.extend(("v", sizes[s[5:]]) for s in m.sizes)
+            tmpl.extend(("x", s) for s in m.scalars)
+            tmpl.extend(("v", m.consts[c]) for c in sorted(m.consts))
+            self.launches.append((ck, nprog, tmpl))
+        self.single = len(self.outs) == 1
+
+    def __call__(self, args):
+        tensors = {}
+        scal = {}
+        for (name, is_t, pytype), a in zip(self.params, args):
+            if is_t:
+                tensors[name] = a
+            else:
+                scal["s_" + name] = float(a) if pytype is float else int(a)
+        outs = []
+        for name, (shape, dt) in zip(self.out_names, self.outs):
+            t = torch.empty(shape, dtype=dt, device=self.device)
+            tensors[name] = t
+            outs.append(t)
+        for name, shape, dt, zero in self.bufs:
+            tensors[name] = (torch.zeros if zero else torch.empty)(shape, dtype=dt, device=self.device)
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        for ck, nprog, tmpl in self.launches:
+            if nprog == 0:
+                continue
+            call = []
+            for item in tmpl:
+                kind = item[0]
+                if kind == "t":
+                    call.append(tensors[item[1]])
+                elif kind == "s":
+                    call.append(tensors[item[1]].stride(item[2]))
+                elif kind == "v":
+                    call.append(item[1])
+                else:
+                    call.append(scal[item[1]])
+            ck.run(nprog, 1, 1, stream, ck.function, ck.packed_metadata, None, None, None, *call)
+        return outs[0] if self.single else tuple(outs)
 
 
 def _max_offset(t: torch.Tensor) -> int:
