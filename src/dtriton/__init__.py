@@ -19,6 +19,9 @@ from .language import (Algorithm, Axis, Tensor, abs, algorithm, axes, cast, exp,
                        min, minimum, rsqrt, sigmoid, sqrt, sum, tanh, where)
 from .schedule import FrozenMap, Schedule, StageSchedule
 from .runtime import Kernel, compile
+from .grad import GradientAlgorithms, grad
+from .autograd import as_torch_op, compile_autograd, differentiable
+from .explore import ExploreResult, Space, explore
 
 __version__ = "0.1.0"
 
@@ -27,4 +30,6 @@ __all__ = [
     "Algorithm", "Axis", "Tensor", "abs", "algorithm", "axes", "cast", "exp", "log", "max", "maximum",
     "mean", "min", "minimum", "rsqrt", "sigmoid", "sqrt", "sum", "tanh", "where",
     "FrozenMap", "Schedule", "StageSchedule", "Kernel", "compile",
+    "grad", "GradientAlgorithms", "differentiable", "compile_autograd", "as_torch_op",
+    "explore", "Space", "ExploreResult",
 ]

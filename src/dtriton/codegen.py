@@ -775,9 +775,11 @@ class KernelGen:
         if info["dot"]:
             left, right, hoist, m, n = info["dot"]
             ra = r.over[0]
-            a = self.operand(left, inner, (m, ra), ra)
-            b = self.operand(right, inner, (ra, n), ra)
-            prec = f", input_precision=\"{self.sched.precision}\"" if (self.dot_dtype(left) is None or self.dot_dtype(right) is None) and not self.interpret else ""
+            da, db = self.dot_dtype(left), self.dot_dtype(right)
+            common = da or db if (da is None) != (db is None) else (da if da == db else None)
+            a = self.operand(left, inner, (m, ra), ra, common)
+            b = self.operand(right, inner, (ra, n), ra, common)
+            prec = f", input_precision=\"{self.sched.precision}\"" if common is None and not self.interpret else ""
             if "acc" in info:
                 return f"tl.dot({a}, {b}, {info['acc']}{prec})"
             v = self.fresh("dot")
@@ -794,14 +796,16 @@ class KernelGen:
         inner.emit(f"{v} = {red}")
         return v
 
-    def operand(self, factors: list[Expr], scope: _Scope, layout, ra: str) -> str:
+    def operand(self, factors: list[Expr], scope: _Scope, layout, ra: str, dd: str | None) -> str:
+        """A dot operand in ``layout``; ``dd`` is the dtype both operands are cast to (the 16-bit
+        storage dtype when either side reads only 16-bit tensors, as FlashAttention casts P before
+        P·V), or None for an fp32 dot."""
         vals = [self.as_float(f, self.val(f, scope, layout)) for f in factors]
         code = " * ".join(vals)
         direct = len(factors) == 1 and isinstance(factors[0], Load)
         m = self.mask_for([ra], scope, layout)
         if m is not None and not direct:
             code = f"tl.where({m}, {code}, 0.0)"
-        dd = self.dot_dtype(factors)
         if self.interpret:
             code = f"({code}).to(tl.float32)"   # the interpreter's bf16 dot is wrong: dot in fp32
         elif dd is not None:

@@ -130,6 +130,9 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
         elif a not in tile:
             tile[a] = cap(a, 2048 if gpu else 1024)
             widest = max(widest, tile[a])
+    if dot_axes:
+        for a in grid:  # batch axes of a contraction: one per program
+            tile.setdefault(a, 1)
     # remaining grid axes: about 1024 elements per program, innermost first
     budget = max(1, (4096 if gpu else 1024) // widest) if widest > 1 else (1024 if gpu else 1024)
     for a in reversed(grid):

@@ -825,6 +825,24 @@ def evaluate(alg: Algorithm, b: Binding, args: Sequence[Any], overrides: dict[in
             if n.dtype.is_floating_point:
                 t = t.to(cdt)  # round through the dtype, keep computing in cdt
             return _Val(t, v.axes)
+        if isinstance(n, Reduce) and n.op == "sum" and isinstance(n.x, Binary) and n.x.op == "mul":
+            # a sum of products: one einsum, never the broadcast product (4096^3 would not fit)
+            fs = _mul_factors(n.x)
+            vals = [ev(f) for f in fs]
+            letters = {}
+            for v in vals:
+                for a in v.axes:
+                    letters.setdefault(a, chr(ord("a") + len(letters)) if len(letters) < 26 else chr(ord("A") + len(letters) - 26))
+            rest = tuple(a for a in n.x.axes if a not in n.over)
+            ops = []
+            for v in vals:
+                t = v.t if v.t.dtype.is_floating_point else v.t.to(cdt)
+                ops.append(t)
+            eq = ",".join("".join(letters[a] for a in v.axes) for v in vals) + "->" + "".join(letters[a] for a in rest)
+            r = torch.einsum(eq, *ops)
+            if n.mean:
+                r = r / math.prod(b.axis_sizes[a] for a in n.over)
+            return _Val(r, rest)
         if isinstance(n, Reduce):
             v = ev(n.x)
             x = v.t if v.t.dtype.is_floating_point else v.t.to(cdt)
@@ -850,6 +868,12 @@ def evaluate(alg: Algorithm, b: Binding, args: Sequence[Any], overrides: dict[in
         x = x.expand(shape)
         outs.append(x.to(odt).contiguous())
     return outs
+
+
+def _mul_factors(n: Expr) -> list[Expr]:
+    if isinstance(n, Binary) and n.op == "mul":
+        return _mul_factors(n.a) + _mul_factors(n.b)
+    return [n]
 
 
 def _amax(x: torch.Tensor, dims: list[int], empty: float) -> torch.Tensor:

@@ -262,8 +262,10 @@ class Kernel:
                 if compiled is not None:
                     compiled.append(ck)
             except Exception as e:
-                raise CompileError(f"kernel {m.name} failed to compile or launch: {type(e).__name__}: "
-                                   f"{str(e).splitlines()[0] if str(e) else ''}. Schedule: {plan.schedule.to_json()}") from e
+                detail = "\n".join(str(e).strip().splitlines()[-12:])
+                raise CompileError(f"kernel {m.name} failed to compile or launch ({type(e).__name__}); this is a resource "
+                                   f"limit of the schedule or a dtriton bug. Schedule: {plan.schedule.to_json()}\n"
+                                   f"Triton said:\n{detail}") from e
         return outs
 
 

@@ -1,0 +1,291 @@
+"""The ``dtriton`` command line.
+
+::
+
+    dtriton explore FILE.py:ALGORITHM --shape M=4096,N=4096,K=4096 --dtype float16 --budget 60
+    dtriton show FILE.py:ALGORITHM --shape M=64,N=64,K=64 [--schedule JSON | --tuned]
+    dtriton demo [ARGS...]
+
+``FILE.py:ALGORITHM`` names an ``@dt.algorithm`` in a Python file (``package.module:ALGORITHM``
+also works). Inputs are random tensors made from the algorithm's signature (normal floats of
+``--dtype``; integer tensors used as gather indices get valid indices), on CUDA when it is
+available unless ``--device`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import torch
+
+__all__ = ["main", "load_algorithm", "parse_shape", "make_inputs"]
+
+_DTYPES = {"float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+           "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+           "float64": torch.float64, "fp64": torch.float64, "double": torch.float64}
+
+
+def load_algorithm(spec: str):
+    """Load ``"path/to/file.py:NAME"`` (or ``"package.module:NAME"``) and return the algorithm.
+
+    Raises ``click.BadParameter`` when the file, module or name is missing or the object is not
+    an ``@dt.algorithm``."""
+    from .language import Algorithm
+    if ":" not in spec:
+        raise click.BadParameter(f"{spec!r}: expected FILE.py:ALGORITHM, e.g. kernels.py:matmul")
+    where, _, name = spec.rpartition(":")
+    path = Path(where)
+    if where.endswith(".py") or path.exists():
+        if not path.is_file():
+            raise click.BadParameter(f"no such file: {where}")
+        modname = f"dtriton_cli_{abs(hash(str(path.resolve())))}"
+        sp = importlib.util.spec_from_file_location(modname, path)
+        if sp is None or sp.loader is None:
+            raise click.BadParameter(f"cannot import {where}")
+        mod = importlib.util.module_from_spec(sp)
+        sys.path.insert(0, str(path.resolve().parent))
+        try:
+            sys.modules[modname] = mod
+            sp.loader.exec_module(mod)
+        finally:
+            try:
+                sys.path.remove(str(path.resolve().parent))
+            except ValueError:  # pragma: no cover
+                pass
+    else:
+        try:
+            mod = importlib.import_module(where)
+        except ImportError as e:
+            raise click.BadParameter(f"cannot import module {where!r}: {e}") from e
+    obj = getattr(mod, name, None)
+    if obj is None:
+        algs = [k for k, v in vars(mod).items() if isinstance(v, Algorithm)]
+        raise click.BadParameter(f"{where} has no {name!r}; algorithms there: {algs or 'none'}")
+    if not isinstance(obj, Algorithm):
+        raise click.BadParameter(f"{where}:{name} is a {type(obj).__name__}, not an @dt.algorithm")
+    return obj
+
+
+def parse_shape(text: str | None) -> dict[str, int]:
+    """``"M=4096,N=4096"`` (commas or spaces) -> ``{"M": 4096, "N": 4096}``.
+    Raises ``click.BadParameter`` for malformed entries."""
+    out: dict[str, int] = {}
+    for part in (text or "").replace(",", " ").split():
+        name, eq, val = part.partition("=")
+        if not eq or not name:
+            raise click.BadParameter(f"{part!r}: expected NAME=SIZE, e.g. M=4096")
+        try:
+            n = int(val)
+        except ValueError as e:
+            raise click.BadParameter(f"{part!r}: size must be an integer") from e
+        if n < 0:
+            raise click.BadParameter(f"{part!r}: size must be >= 0")
+        out[name] = n
+    return out
+
+
+def _index_tensors(alg) -> dict[str, str]:
+    """Tensors used as gather indices -> the size symbol of the dim they index."""
+    from .language import Load, topo_order
+    idx: dict[str, str] = {}
+    for n in topo_order([o.expr for o in alg.outputs]):
+        if isinstance(n, Load):
+            for d, e in zip(n.tensor.dims, n.index):
+                for m in topo_order([e]):
+                    if isinstance(m, Load):
+                        idx.setdefault(m.tensor.name, d)
+    return idx
+
+
+def make_inputs(alg, sizes: dict[str, int], dtype: torch.dtype, device: str, scalars: dict[str, float] | None = None,
+                seed: int = 0) -> tuple:
+    """Random arguments for ``alg``: ``torch.randn`` of ``dtype`` for float tensors, valid int64
+    indices for gather-index tensors, ``scalars`` (default 1) for scalar parameters.
+
+    Raises ``click.BadParameter`` when a size symbol of the signature is missing from ``sizes``
+    or ``sizes`` names one the signature does not have."""
+    from .language import InputTensor
+    need = list(dict.fromkeys(d for p in alg.params if isinstance(p, InputTensor) for d in p.dims))
+    missing = [d for d in need if d not in sizes]
+    if missing:
+        raise click.BadParameter(f"--shape misses {missing}; {alg.name} needs sizes for {need}")
+    extra = [d for d in sizes if d not in need]
+    if extra:
+        raise click.BadParameter(f"--shape names {extra}, which {alg.name} does not use; its sizes are {need}")
+    g = torch.Generator().manual_seed(seed)
+    idx = _index_tensors(alg)
+    args: list[Any] = []
+    for p in alg.params:
+        if isinstance(p, InputTensor):
+            shape = [sizes[d] for d in p.dims]
+            if p.name in idx:
+                hi = max(1, sizes.get(idx[p.name], 1))
+                t = torch.randint(0, hi, shape, generator=g, dtype=torch.int64)
+            else:
+                t = torch.randn(shape, generator=g, dtype=torch.float32).to(dtype)
+            args.append(t.to(device))
+        else:
+            v = (scalars or {}).get(p.name, 1.0)
+            args.append(p.pytype(v))
+    return tuple(args)
+
+
+def _device(choice: str) -> str:
+    if choice == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise click.BadParameter("--device cuda but torch sees no CUDA device")
+    return choice
+
+
+def _scalars(items) -> dict[str, float]:
+    out = {}
+    for it in items or ():
+        name, eq, val = it.partition("=")
+        if not eq:
+            raise click.BadParameter(f"--scalar {it!r}: expected NAME=VALUE")
+        try:
+            out[name] = float(val)
+        except ValueError as e:
+            raise click.BadParameter(f"--scalar {it!r}: VALUE must be a number") from e
+    return out
+
+
+def _inputs_from_options(spec, shape, dtype, device, scalar, seed):
+    alg = load_algorithm(spec)
+    if dtype not in _DTYPES:
+        raise click.BadParameter(f"--dtype {dtype!r}: one of {sorted(set(_DTYPES))}")
+    args = make_inputs(alg, parse_shape(shape), _DTYPES[dtype], _device(device), _scalars(scalar), seed)
+    return alg, args
+
+
+_common = [
+    click.argument("spec", metavar="FILE.py:ALGORITHM"),
+    click.option("--shape", default="", help="sizes of the signature's size symbols, e.g. M=4096,N=4096,K=4096"),
+    click.option("--dtype", default="float32", show_default=True, help="dtype of the random float inputs"),
+    click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
+                 help="where the inputs live (cpu runs the Triton interpreter)"),
+    click.option("--scalar", multiple=True, metavar="NAME=VALUE", help="value of a scalar parameter (default 1)"),
+    click.option("--seed", default=0, show_default=True, help="seed of the random inputs and of the sampler"),
+]
+
+
+def _with_common(f):
+    for d in reversed(_common):
+        f = d(f)
+    return f
+
+
+@click.group()
+def main():
+    """dtriton: Decoupled Triton. Explore schedules, show generated Triton, run the demo."""
+
+
+@main.command()
+@_with_common
+@click.option("--budget", default=60.0, show_default=True, help="seconds to search")
+@click.option("--strategy", type=click.Choice(["auto", "exhaustive", "random", "tpe"]), default="auto",
+              show_default=True)
+@click.option("--max-trials", type=int, default=None, help="at most this many candidates compiled")
+@click.option("--space", "space_json", default=None, help="a Space as JSON, e.g. '{\"tile\": {\"i\": [64, 128]}}'")
+@click.option("--db", default=None, help="tuning database file (default: $DTRITON_CACHE_DIR/tuning.sqlite)")
+@click.option("--no-store", is_flag=True, help="do not write results to the tuning database")
+@click.option("--plot", "plot_path", default=None, help="save the time-per-candidate plot here (PNG)")
+@click.option("--json", "json_path", default=None, help="save the full result table here (JSON)")
+@click.option("--quiet", is_flag=True, help="no progress bar")
+def explore(spec, shape, dtype, device, scalar, seed, budget, strategy, max_trials, space_json, db, no_store,
+            plot_path, json_path, quiet):
+    """Search schedules of ALGORITHM for random inputs of --shape and store the best one."""
+    from .explore import Space, explore as run_explore
+    alg, args = _inputs_from_options(spec, shape, dtype, device, scalar, seed)
+    space = None
+    if space_json:
+        try:
+            space = Space(**json.loads(space_json))
+        except (ValueError, TypeError) as e:
+            raise click.BadParameter(f"--space: {e}") from e
+    res = run_explore(alg, args, budget=budget, strategy=strategy, max_trials=max_trials, space=space, seed=seed,
+                      db=db, store=not no_store, progress=not quiet)
+    click.echo(res.summary())
+    if res.best is not None:
+        click.echo("")
+        click.echo("best schedule (JSON, for --schedule or dt.Schedule.from_json):")
+        click.echo(res.best.to_json())
+    if plot_path:
+        click.echo(f"plot: {res.plot(plot_path)}")
+    if json_path:
+        Path(json_path).write_text(res.to_json())
+        click.echo(f"table: {json_path}")
+    if res.best is None:
+        sys.exit(1)
+
+
+@main.command()
+@_with_common
+@click.option("--schedule", "schedule_json", default=None,
+              help="a schedule as JSON, or a file holding one (default: the heuristic)")
+@click.option("--tuned", is_flag=True, help="use the best stored schedule for these shapes")
+@click.option("--db", default=None, help="tuning database for --tuned")
+def show(spec, shape, dtype, device, scalar, seed, schedule_json, tuned, db):
+    """Print the generated Triton source of ALGORITHM for --shape."""
+    from .runtime import Kernel
+    from .schedule import Schedule
+    if schedule_json and tuned:
+        raise click.UsageError("give --schedule or --tuned, not both")
+    alg, args = _inputs_from_options(spec, shape, dtype, device, scalar, seed)
+    if tuned:
+        from .tuning import TunedKernel
+        kern = TunedKernel(alg, db)
+        click.echo(f"# schedule from: {kern.origin_for(*args)}")
+        click.echo(kern.source_for(*args))
+        return
+    sched = None
+    if schedule_json:
+        text = schedule_json
+        if not text.lstrip().startswith("{"):
+            p = Path(text)
+            if not p.is_file():
+                raise click.BadParameter(f"--schedule {text!r} is neither JSON nor a file")
+            text = p.read_text()
+        try:
+            sched = Schedule.from_json(text)
+        except ValueError as e:
+            raise click.BadParameter(f"--schedule: {e}") from e
+    try:
+        click.echo(Kernel(alg, sched).source_for(*args))
+    except ValueError as e:  # ScheduleError / ShapeError
+        raise click.ClickException(str(e)) from e
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def demo(args):
+    """Run the DiffusionNet spatial-diffusion demo (arguments go to the demo)."""
+    modname = "dtriton.examples.diffusionnet.demo"
+    try:
+        mod = importlib.import_module(modname)
+    except ModuleNotFoundError as e:
+        if e.name and (modname.startswith(e.name) or e.name == modname):
+            click.echo(f"dtriton demo: the DiffusionNet demo ({modname}) is not part of this installation yet.",
+                       err=True)
+        else:
+            click.echo(f"dtriton demo: the demo needs the package {e.name!r}; install it with "
+                       "pip install 'dtriton[mesh]'", err=True)
+        sys.exit(2)
+    fn = getattr(mod, "main", None)
+    if fn is None:
+        click.echo(f"dtriton demo: {modname} has no main(args) function", err=True)
+        sys.exit(2)
+    rc = fn(list(args))
+    sys.exit(int(rc) if isinstance(rc, int) else 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
