@@ -584,6 +584,51 @@ class KernelGen:
             stack.extend(x.children())
         return False
 
+    def scalar_axis(self, a: str) -> bool:
+        """A grid axis with tile 1: a scalar index, never a block dim."""
+        p = self.k.axes.get(a)
+        return p is not None and p.role == "grid" and p.block == 1
+
+    def dot_only_axes(self) -> set[str]:
+        """Whole axes that appear only inside tl.dot operands (reduced by contractions and kept in
+        no output): they need offsets but no dim in the program's layout, which keeps every other
+        value of the kernel lower-rank."""
+        out = set()
+        store_axes = {a for st in self.k.stores for a in st.layout}
+        reds = self._fused_reduces([st.expr for st in self.k.stores])
+        for a, p in self.k.axes.items():
+            if p.role != "whole" or a in store_axes:
+                continue
+            over = [r for r in reds if a in r.over]
+            users = [r for r in reds if a in r.x.axes and a not in r.over]
+            if over and not users and all(self.dot_split(r, None) is not None for r in over):
+                # and no other node outside those reductions uses the axis
+                inside = set()
+                for r in over:
+                    stack = [r.x]
+                    while stack:
+                        n = stack.pop()
+                        if n._id in inside:
+                            continue
+                        inside.add(n._id)
+                        stack.extend(n.children())
+                ok = True
+                for st in self.k.stores:
+                    stack, seen = [st.expr], set()
+                    while stack and ok:
+                        n = stack.pop()
+                        if n._id in seen or n._id in inside:
+                            continue
+                        seen.add(n._id)
+                        if a in n.axes and not (isinstance(n, Reduce) and any(n is r for r in over)):
+                            ok = False
+                        if isinstance(n, Reduce) and any(n is r for r in over):
+                            continue
+                        stack.extend(n.children())
+                if ok:
+                    out.add(a)
+        return out
+
     def dot_split(self, r: Reduce, scope: _Scope):
         """Match ``sum over r of (left(m, r) * right(r, n)) * rest`` for tl.dot. Returns
         (left factors, right factors, hoisted factors, m, n) or None."""
@@ -591,7 +636,7 @@ class KernelGen:
             return None
         ra = r.over[0]
         rp = self.plan(ra)
-        free = [a for a in r.axes if scope.find_bind(a) is not None and not scope.find_bind(a)[0].scalar]
+        free = [a for a in r.axes if not self.scalar_axis(a)]
         if len(free) != 2 or rp.block < 16:
             return None
         if any(self.plan(a).block < 16 for a in free):
@@ -603,7 +648,7 @@ class KernelGen:
             left, right, ok = [], [], True
             for f in rest:
                 blk = set(f.axes) - {ra}
-                blk = {a for a in blk if not scope.find_bind(a)[0].scalar}
+                blk = {a for a in blk if not self.scalar_axis(a)}
                 if blk <= {m}:
                     left.append(f)
                 elif blk <= {n}:
@@ -800,7 +845,16 @@ class KernelGen:
         """A dot operand in ``layout``; ``dd`` is the dtype both operands are cast to (the 16-bit
         storage dtype when either side reads only 16-bit tensors, as FlashAttention casts P before
         P·V), or None for an fp32 dot."""
-        vals = [self.as_float(f, self.val(f, scope, layout)) for f in factors]
+        vals = []
+        for f in factors:
+            pres = [a for a in scope.layout if a in self.present(f, scope)]
+            if not isinstance(f, Load) and pres and [a for a in layout if a in pres] == pres and \
+                    all(a in scope.layout for a in pres):
+                # computed in the program's layout (shared with other uses), then reshaped
+                v = self.relayout(self.val(f, scope, scope.layout), scope.layout, layout, set(pres), scope)
+            else:
+                v = self.val(f, scope, layout)
+            vals.append(self.as_float(f, v))
         code = " * ".join(vals)
         direct = len(factors) == 1 and isinstance(factors[0], Load)
         m = self.mask_for([ra], scope, layout)
@@ -873,10 +927,12 @@ class KernelGen:
             chunk = f"(({self.size(sa)} + {sf} - 1) // {sf} + {self.block(sa)} - 1) // {self.block(sa)} * {self.block(sa)}"
             top.emit(f"{sa}_lo = pid_split * ({chunk})")
             top.emit(f"{sa}_hi = tl.minimum({sa}_lo + ({chunk}), {self.size(sa)})")
+        dot_only = self.dot_only_axes()
         for a, p in k.axes.items():
             if p.role == "whole" and a not in grid:
                 self.bind_axis(top, a, "0", f"  # axis {a} whole: one block covers it")
-                layout.append(a)
+                if a not in dot_only:
+                    layout.append(a)
         top.layout = tuple(layout)
         # top-level reductions: computed once per program, before the outputs
         tops = []
