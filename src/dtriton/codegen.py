@@ -464,7 +464,9 @@ class KernelGen:
                 ms.append(self.expand1d(b[0].mask, a, layout))
         return " & ".join(ms) if ms else None
 
-    def load(self, n: Load, scope: _Scope, layout) -> tuple[str, str]:
+    def load(self, n: Load, scope: _Scope, layout, raw: bool = False) -> tuple[str, str]:
+        """``tl.load`` of ``n`` in ``layout`` (masked where an axis does not divide its block),
+        converted to the compute dtype unless ``raw`` (a dot operand in its storage dtype)."""
         name = self.tensor_arg(n.tensor.name, len(n.index))
         terms, mask_axes = [], []
         for e in n.index:
@@ -479,7 +481,7 @@ class KernelGen:
         mask = self.mask_for(mask_axes, scope, layout)
         dt = self.dtypes[n.tensor.name]
         code = f"tl.load({self.addr(name, terms)}" + (f", mask={mask}, other=0" if mask else "") + ")"
-        if dt.is_floating_point and TL_DTYPES[dt] != self.cdt:
+        if dt.is_floating_point and TL_DTYPES[dt] != self.cdt and not raw:
             code += f".to({self.cdt})"
         return code, fmt(n)
 
@@ -855,8 +857,18 @@ class KernelGen:
             else:
                 v = self.val(f, scope, layout)
             vals.append(self.as_float(f, v))
-        code = " * ".join(vals)
         direct = len(factors) == 1 and isinstance(factors[0], Load)
+        if direct and dd is not None and not self.interpret and TL_DTYPES.get(self.dtypes[factors[0].tensor.name]) == dd \
+                and self.need_depth(factors[0], scope) == scope.depth:
+            # a plain 16-bit load feeds the dot in its storage dtype (no fp32 round trip)
+            key = (factors[0]._id, tuple(layout), "raw")
+            if key not in scope.memo:
+                code, cm = self.load(factors[0], scope, layout, raw=True)
+                v = self.fresh("opnd")
+                scope.emit(f"{v} = {code}  # dot operand [{', '.join(layout)}]: {cm}")
+                scope.memo[key] = v
+            return scope.memo[key]
+        code = " * ".join(vals)
         m = self.mask_for([ra], scope, layout)
         if m is not None and not direct:
             code = f"tl.where({m}, {code}, 0.0)"
