@@ -91,7 +91,7 @@ class Program:
     """The kernels of one (algorithm, schedule, specialisation), in launch order."""
     kernels: list[KernelIR]
     buffers: dict[str, BufferSpec]
-    output_direct: dict[str, str] = field(default_factory=dict)  # buffer name -> output it aliases
+    output_direct: dict[str, str] = field(default_factory=dict)  # output name -> "zero": split-K atomics into it
 
 
 def _reduce_nodes(root: Expr, stop: set[int]) -> list[Reduce]:
@@ -128,7 +128,8 @@ def _kernel_axes(root_exprs: Sequence[Expr], stop: set[int], top: Reduce | None 
     return list(dict.fromkeys(ax))
 
 
-def lower(alg: Algorithm, sched: Schedule, sizes: dict[str, int], interpret: bool = False) -> Program:
+def lower(alg: Algorithm, sched: Schedule, sizes: dict[str, int], interpret: bool = False,
+          out_dtypes: dict[str, str] | None = None) -> Program:
     """Partition ``alg`` under the complete schedule ``sched`` into kernels.
 
     ``sizes`` maps axis names to extents (used for specialisation only).
@@ -262,9 +263,25 @@ def lower(alg: Algorithm, sched: Schedule, sizes: dict[str, int], interpret: boo
         kernels.append(make_kernel(f"{alg.name}_{r.name}", [r], [st], r.axes, r.name, r))
         done.add(rid)
 
-    # direct split-K into an fp32 output: out = sum(...) with nothing after it
+    # direct split-K into an fp32 output: out[...] = sum(...) with nothing after it, atomics
+    # straight into the (zeroed) output instead of a buffer plus a copy kernel
     for grp in root_groups():
         exprs = [o.expr for o in grp]
+        o = grp[0]
+        r = o.expr
+        if (len(grp) == 1 and isinstance(r, Reduce) and r._id in bufmap and bufmap[r._id].zero and not r.mean
+                and out_dtypes is not None and out_dtypes.get(o.name) == "float32" and tuple(o.layout) == tuple(r.axes)
+                and r._id not in done and not any(r._id in deps_of([x]) for x in alg.outputs if x is not o)
+                and not any(r._id in deps_of([q], q) for q in (reduces[i] for i in mat) if q is not r)):
+            for d in deps_of([r], r):
+                emit_reduce_kernel(d)
+            b = bufmap.pop(r._id)
+            del buffers[b.name]
+            st = StoreSpec(o.name, r, r.axes, atomic=True)
+            kernels.append(make_kernel(f"{alg.name}_{o.name}", [r], [st], r.axes, r.name, r))
+            output_direct[o.name] = "zero"
+            done.add(r._id)
+            continue
         for d in deps_of(exprs):
             emit_reduce_kernel(d)
         stores = [StoreSpec(o.name, o.expr, o.layout) for o in grp]

@@ -153,7 +153,7 @@ class Kernel:
             return plan
         alg = self.algorithm
         sched.validate(alg)
-        prog = lower(alg, sched, b.axis_sizes, interpret)
+        prog = lower(alg, sched, b.axis_sizes, interpret, {o.name: str(d).replace("torch.", "") for o, d in zip(alg.outputs, b.out_dtypes)})
         out_dtypes = {o.name: d for o, d in zip(alg.outputs, b.out_dtypes)}
         spec_note = "Specialisation: " + ", ".join(f"{a}={'÷' if k[2][-1] else ''}{k[1]}" for a, k in zip(alg.axis_names, key[1]))
         source, metas = generate(prog, alg, sched, b.dtypes, out_dtypes, interpret, key[3], spec_note)
@@ -234,6 +234,8 @@ class Kernel:
                 t = given
             else:
                 t = torch.empty(shape, dtype=odt, device=dev)
+            if o.name in plan.program.output_direct:
+                t.zero_()  # split-K atomics accumulate into it
             tensors[o.name] = t
             outs.append(t)
         if any(t.numel() == 0 for t in outs):
@@ -306,6 +308,7 @@ class _FastLauncher:
             self.bufs.append((name, shape, torch.float64 if bs.dtype == "float64" else torch.float32, bs.zero))
         self.params = [(p.name, isinstance(p, InputTensor), getattr(p, "pytype", None)) for p in alg.params]
         self.out_names = [o.name for o in alg.outputs]
+        self.zero_outs = set(plan.program.output_direct)
         self.launches = []
         for L, ck in zip(plan.launches, compiled):
             m = L.meta
@@ -332,7 +335,7 @@ class _FastLauncher:
                 scal["s_" + name] = float(a) if pytype is float else int(a)
         outs = []
         for name, (shape, dt) in zip(self.out_names, self.outs):
-            t = torch.empty(shape, dtype=dt, device=self.device)
+            t = (torch.zeros if name in self.zero_outs else torch.empty)(shape, dtype=dt, device=self.device)
             tensors[name] = t
             outs.append(t)
         for name, shape, dt, zero in self.bufs:
