@@ -189,9 +189,9 @@ class Kernel:
 
     # ------------------------------------------------------------------------------------------
     def __call__(self, *args, out=None):
-        if out is None:
+        if out is None and self._fast:
             fast = self._fast.get(_call_key(args))
-            if fast is not None:
+            if fast is not None and _HOOKS_OFF():
                 return fast(args)
         alg = self.algorithm
         b = alg.bind(args)
@@ -288,8 +288,12 @@ def _call_key(args) -> tuple:
 
 
 def _HOOKS_OFF() -> bool:
+    """True when no Triton launch hook (profilers such as proton) is installed."""
     from triton import knobs
-    return knobs.runtime.launch_enter_hook is None and knobs.runtime.launch_exit_hook is None
+    for h in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
+        if h is not None and getattr(h, "calls", True):
+            return False
+    return True
 
 
 class _FastLauncher:
