@@ -97,7 +97,7 @@ def tuned_kernel(alg, args, budget: float):
 
 
 def add_row(group, case, impl, kernel_us, call_us, unit, work, err=None, schedule=None, note=""):
-    rate = work / kernel_us / 1e6 if kernel_us and kernel_us == kernel_us else float("nan")  # TFLOP/s or TB/s
+    rate = work / kernel_us if kernel_us and kernel_us == kernel_us else float("nan")  # MFLOP/us = TFLOP/s; MB/us = TB/s
     ROWS.append(dict(group=group, case=case, impl=impl, kernel_us=round(kernel_us, 2), call_us=round(call_us, 2),
                      rate=round(rate, 3), unit=unit, err=err, schedule=schedule, note=note))
     print(f"  {group:9s} {case:34s} {impl:14s} kernel {kernel_us:9.1f} us  call {call_us:9.1f} us  {rate:8.3f} {unit}"

@@ -104,11 +104,16 @@ class Limits:
         sm_count: streaming multiprocessors (used to decide when output tiles are "few").
         max_block_elems: elements one program may hold in registers (about 64K).
         whole_max: largest padded extent of an axis covered by one block ("whole").
+        max_acc_per_thread: fp32 dot-accumulator elements per thread (``BM*BN / (32*num_warps)``);
+            above it the kernel spills registers and Triton can take minutes to compile it.
+        max_elems_per_thread: block elements per thread for any stage.
     """
     smem_bytes: int = 227 * 1024
     sm_count: int = 132
     max_block_elems: int = 65536
     whole_max: int = 16384
+    max_acc_per_thread: int = 256
+    max_elems_per_thread: int = 2048
 
     @staticmethod
     def for_device(device: torch.device) -> "Limits":
@@ -147,6 +152,11 @@ def _ongrid_axes(alg: Algorithm, sched: Schedule) -> set[str]:
     return s
 
 
+def _stage_warps(sched: Schedule, stage: str) -> int:
+    ss = sched.stages.get(stage)
+    return int((ss.num_warps if ss is not None and ss.num_warps else None) or sched.num_warps or 4)
+
+
 def check_resources(alg: Algorithm, sched: Schedule, b: Binding, limits: Limits) -> str | None:
     """Check a *complete* schedule against resource rules for the shapes in ``b``.
 
@@ -154,7 +164,9 @@ def check_resources(alg: Algorithm, sched: Schedule, b: Binding, limits: Limits)
     shared memory, ``(BM*BK + BK*BN) * bytes * num_stages <= limits.smem_bytes`` (bytes: the
     widest floating input dtype); each dot operand and accumulator, and each stage's block of
     elements per program (grid tiles times the blocks of in-program axes, dot reduction axes
-    excepted), holds at most ``limits.max_block_elems`` elements.
+    excepted), holds at most ``limits.max_block_elems`` elements; a dot accumulator spread over
+    the program's threads holds at most ``limits.max_acc_per_thread`` per thread, any block at
+    most ``limits.max_elems_per_thread``.
 
     Returns ``None`` when every rule holds, else a sentence naming the rule that failed."""
     sizes = b.axis_sizes
@@ -185,6 +197,11 @@ def check_resources(alg: Algorithm, sched: Schedule, b: Binding, limits: Limits)
         for what, e in (("accumulator", bm * bn), ("left operand", bm * bk), ("right operand", bk * bn)):
             if e > limits.max_block_elems:
                 return f"stage {name!r}: dot {what} of {e} elements > {limits.max_block_elems}"
+        warps = _stage_warps(sched, name)
+        per_thread = bm * bn // (32 * warps)
+        if per_thread > limits.max_acc_per_thread:
+            return (f"stage {name!r}: a {bm}x{bn} dot accumulator over {warps} warps is {per_thread} fp32 registers "
+                    f"per thread > {limits.max_acc_per_thread} (spills; compiles slowly)")
     for st in alg.stages.values():
         if st.is_output:
             ss = sched.stage(st.name)
@@ -197,6 +214,10 @@ def check_resources(alg: Algorithm, sched: Schedule, b: Binding, limits: Limits)
         for a in _expr_axes(st.expr):
             if a not in g and a not in dot_r:
                 elems *= blk(a)
+        per_thread = elems // (32 * _stage_warps(sched, st.name))
+        if per_thread > limits.max_elems_per_thread:
+            return (f"stage {st.name!r}: {elems} elements per program over {_stage_warps(sched, st.name)} warps is "
+                    f"{per_thread} per thread > {limits.max_elems_per_thread}")
         if elems > limits.max_block_elems:
             return (f"stage {st.name!r}: {elems} elements per program (grid tiles {dict((a, sched.tile.get(a, 1)) for a in g)}"
                     f" times in-program blocks) > {limits.max_block_elems}")
@@ -650,7 +671,23 @@ class _Random:
         self.rng = random.Random(seed)
         self.seen: set[int] = set()
 
+    def prepend(self, points):
+        self.queue = list(points) + getattr(self, "queue", [])
+
+    def _index(self, point) -> int:
+        idx = 0
+        for name, vals in self.dims:
+            idx = idx * len(vals) + vals.index(point[name])
+        return idx
+
     def ask(self):
+        q = getattr(self, "queue", [])
+        while q:
+            point = q.pop(0)
+            idx = self._index(point)
+            if idx not in self.seen:
+                self.seen.add(idx)
+                return None, point
         if len(self.seen) >= self.size:
             return None
         if self.size - len(self.seen) < 64 and self.size <= 4096:
@@ -693,6 +730,12 @@ class _TPE:
                                  n_startup_trials=min(10, max(3, int(math.sqrt(size)))))
         self.study = optuna.create_study(direction="minimize", sampler=sampler)
 
+    def prepend(self, points):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for p in points:
+                self.study.enqueue_trial({n: _enc(p[n]) for n, _ in self.dims}, skip_if_exists=True)
+
     def ask(self):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -722,6 +765,42 @@ class _TPE:
                 self.study.add_trial(create_trial(params=params, distributions=dists, value=float(value)))
         except Exception:  # pragma: no cover - a hint only
             pass
+
+
+def _base_point(dims, base: Schedule) -> dict:
+    """The heuristic schedule as a point of the space (None where it has no value there)."""
+    point = {}
+    for name, vals in dims:
+        f, _, sub = name.partition(".")
+        if not sub:
+            v = {"grid": tuple(base.grid or ()), "group": max(base.group.values(), default=1),
+                 "num_warps": base.num_warps, "num_stages": base.num_stages, "precision": base.precision,
+                 "split_mode": base.split_mode}.get(f)
+        else:
+            st = base.strategy.get(sub, "auto")
+            v = {"tile": base.tile.get(sub), "strategy": "loop" if st == "auto" else st,
+                 "split": base.split.get(sub, 1), "place": base.stage(sub).place}.get(f)
+        point[name] = v if v in vals else None
+    return point
+
+
+_NEIGHBOUR_ORDER = ("tile", "num_stages", "num_warps", "group", "strategy", "split", "place", "grid")
+
+
+def _neighbours(dims, base_point: Mapping, limit: int = 16) -> list[dict]:
+    """Points one step away from the heuristic's point along one dimension (the next smaller or
+    larger value), tiles first: a cheap local search before the sampler takes over."""
+    full = {n: (base_point.get(n) if base_point.get(n) is not None else vals[0]) for n, vals in dims}
+    out = []
+    for f in _NEIGHBOUR_ORDER:
+        for name, vals in dims:
+            if name.partition(".")[0] != f or base_point.get(name) is None:
+                continue
+            i = vals.index(base_point[name])
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(vals):
+                    out.append(dict(full, **{name: vals[j]}))
+    return out[:limit]
 
 
 def _make_sampler(strategy: str, dims, seed) -> Any:
@@ -800,6 +879,7 @@ class _Bench:
                         self.alias[k] = p
         self.shapes = [tuple(self.b.axis_sizes[a] for a in o.layout) for o in alg.outputs]
         self.refs: tuple[torch.Tensor, ...] | None = None
+        self.warmed = False
 
     def reference_feasible(self) -> bool:
         """Whether the eager reference's largest intermediate fits comfortably in memory."""
@@ -892,15 +972,25 @@ class _Bench:
             return us, us, us
         import triton.testing
         with torch.cuda.device(self.device):
+            if not self.warmed:  # bring the clocks up before the first measurement (the baseline)
+                t = time.perf_counter()
+                while time.perf_counter() - t < 0.3:
+                    for _ in range(8):
+                        kern(*work)
+                    self.sync()
+                self.warmed = True
             med, p20, p80 = triton.testing.do_bench(lambda: kern(*work), warmup=self.warmup_ms,
                                                     rep=rep_ms or self.rep_ms, quantiles=[0.5, 0.2, 0.8])
         self.restore()
         return med * 1e3, p20 * 1e3, p80 * 1e3
 
 
-def _run_parallel(tasks: Sequence[Callable[[], dict]], workers: int, timeout: float) -> list[dict]:
+def _run_parallel(tasks: Sequence[Callable[[], dict]], workers: int, timeout: float,
+                  deadline: float | None = None) -> list[dict]:
     """Run tasks on daemon threads, at most ``workers`` at a time; a task running longer than
-    ``timeout`` seconds is reported as a timeout (its thread is abandoned, a fresh one takes over)."""
+    ``timeout`` seconds is reported as a timeout (its thread is abandoned, a fresh one takes over).
+    Past ``deadline`` (a ``time.perf_counter`` value) every unfinished task is reported as
+    skipped and nothing new starts."""
     n = len(tasks)
     results: list[dict | None] = [None] * n
     starts: dict[int, float] = {}
@@ -938,6 +1028,17 @@ def _run_parallel(tasks: Sequence[Callable[[], dict]], workers: int, timeout: fl
             if all(r is not None for r in results):
                 break
             now = time.perf_counter()
+            if deadline is not None and now > deadline:
+                while True:  # start nothing new
+                    try:
+                        q.get_nowait()
+                    except queue.Empty:
+                        break
+                for i in range(n):
+                    if results[i] is None:
+                        results[i] = {"status": "skipped", "reason": "the budget ran out while compiling",
+                                      "compile_s": now - starts[i] if i in starts else None}
+                break
             late = [i for i, s in starts.items() if results[i] is None and not done[i] and now - s > timeout]
             for i in late:
                 results[i] = {"status": "timeout", "reason": f"compile took longer than {timeout:g} s",
@@ -948,9 +1049,13 @@ def _run_parallel(tasks: Sequence[Callable[[], dict]], workers: int, timeout: fl
     return results  # type: ignore[return-value]
 
 
-def _src_hash(src: str) -> str:
+def _src_hash(src: str, sched: Schedule) -> str:
+    """Identity of what a candidate runs: its source (minus the schedule comment) and the launch
+    options, which are not part of the source (num_warps, num_stages, per stage too)."""
     lines = [ln for ln in src.splitlines() if not ln.startswith("Schedule:")]
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+    launch = [sched.num_warps, sched.num_stages] + sorted(
+        (k, v.num_warps, v.num_stages) for k, v in sched.stages.items())
+    return hashlib.sha256(("\n".join(lines) + repr(launch)).encode()).hexdigest()
 
 
 def _params_json(point: Mapping) -> dict:
@@ -1187,7 +1292,7 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
             deterministic: bool = False, top_k: int = 3, rtol: float | None = None, out=None,
             db: TuningDB | str | os.PathLike | None = None, store: bool | str = True,
             compile_workers: int | None = None, compile_timeout: float = 120.0, warmup_ms: float = 10.0,
-            rep_ms: float = 50.0, progress: bool = True,
+            rep_ms: float = 50.0, progress: bool = True, warm_start: bool = True,
             _candidate_factory: Callable[[Algorithm, Schedule | None], Any] | None = None) -> ExploreResult:
     """Search schedules of ``alg`` for the call ``alg(*args)`` and return the fastest correct one.
 
@@ -1221,6 +1326,8 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
         compile_timeout: seconds after which a compile is recorded as "timeout".
         warmup_ms, rep_ms: ``triton.testing.do_bench`` warm-up and repetition times (ms).
         progress: show a tqdm progress bar with the best time so far.
+        warm_start: random/tpe first try the heuristic's neighbours (one dimension one step
+            away, tiles first), a cheap local search before sampling.
 
     Returns an :class:`ExploreResult` (``best`` is ``None`` when no candidate was correct).
 
@@ -1354,7 +1461,7 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
         except Exception as e:  # noqa: BLE001
             row.update(status="failed", reason="code generation: " + _first_line(e))
             return row, None, None
-        h = _src_hash(src)
+        h = _src_hash(src, full)
         if h in by_src:
             row.update(status="duplicate", reason=f"generates the same kernels as #{by_src[h]}")
             return row, None, by_src[h]
@@ -1421,7 +1528,9 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
         if interpret:
             results = [t() for t in tasks]
         else:
-            results = _run_parallel(tasks, compile_workers, compile_timeout)
+            heuristic = any(row["origin"] == "heuristic" for _, row, _ in batch_items)
+            results = _run_parallel(tasks, compile_workers, compile_timeout,
+                                    None if heuristic else t_start + budget)
         compiled += len(batch_items)
         for (handle, row, kern), res in zip(batch_items, results):
             row.update({k: v for k, v in res.items()})
@@ -1461,17 +1570,11 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
         compiled -= 1  # the baseline does not count against max_trials
     else:
         row0["elapsed_s"] = elapsed()
+    base_point = _base_point(dims, base)
     if isinstance(sampler, _TPE) and row0["status"] == "ok":
-        base_point = {}
-        for name, vals in dims:
-            f, _, sub = name.partition(".")
-            v = {"grid": tuple(base.grid or ()), "group": max(base.group.values(), default=1),
-                 "num_warps": base.num_warps, "num_stages": base.num_stages, "precision": base.precision,
-                 "split_mode": base.split_mode}.get(f) if not sub else {
-                "tile": base.tile.get(sub), "strategy": base.strategy.get(sub, "auto"),
-                "split": base.split.get(sub, 1), "place": base.stage(sub).place}.get(f)
-            base_point[name] = v
         sampler.add_known(base_point, row0["median_us"])
+    if sampler.name != "exhaustive" and warm_start:
+        sampler.prepend(_neighbours(dims, base_point))
 
     stale = 0
     stale_limit = 10 ** 9 if sampler.name == "exhaustive" else 500
@@ -1541,6 +1644,8 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
     if not interpret and not deterministic and top_k > 1:
         ok = sorted((r for r in rows if r["status"] == "ok" and r.get("_kernel") is not None),
                     key=lambda r: r["median_us"])[:top_k]
+        if rows[0]["status"] == "ok" and rows[0].get("_kernel") is not None and rows[0] not in ok:
+            ok.append(rows[0])  # the baseline too, so the reported speedup compares like with like
         if len(ok) > 1:
             rounds: dict[int, list[tuple[float, float, float]]] = {r["id"]: [] for r in ok}
             for _ in range(2):

@@ -1040,7 +1040,7 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
     saved_map: dict[int, tuple[str, tuple[str, ...]]] = {}
     saved_params = []
     for s in save_l:
-        node = next(x for x in d.g.table.values() if isinstance(x, Reduce) and x.name == s and x._id in d.g.fwd)
+        node = d.clone[alg.stages[s].node._id]   # for a mean (workaround): the sum / count node
         pn = _saved_param_name(s, taken)
         saved_map[node._id] = (pn, tuple(node.axes))
         saved_params.append(("tensor", pn, tuple(alg.axis_size[a] for a in node.axes)))
@@ -1077,7 +1077,7 @@ def augmented_forward(alg: Algorithm, save: Sequence[str] | str) -> tuple[Algori
     g = d.g
     extra = []
     for s in save_l:
-        node = next(x for x in g.table.values() if isinstance(x, Reduce) and x.name == s and x._id in g.fwd)
+        node = d.clone[alg.stages[s].node._id]
         extra.append((node, tuple(node.axes)))
     spec = [("tensor", p.name, p.dims) if isinstance(p, InputTensor) else ("scalar", p.name, p.pytype)
             for p in alg.params]
