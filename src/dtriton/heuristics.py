@@ -83,7 +83,25 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
     row_axes = [a for o in alg.outputs for a in o.layout if a in reduced]
     row_axes = list(dict.fromkeys(row_axes))
 
+    stages_over: dict = {}
+    flash = _flash_pattern(alg, sizes) if sched is None else None
     grid = user.grid
+    if flash is not None:
+        # score stage fused into an online loop (FlashAttention's schedule, Dao et al. 2022): no
+        # S x T intermediate; small output axes (the head dim) whole; one query tile per program
+        score, loop_axis, whole_axes = flash
+        from .schedule import StageSchedule
+        stages_over[score.name] = StageSchedule(place="fuse")
+        strategy[loop_axis] = "online"
+        for a in whole_axes + score.over:
+            strategy.setdefault(a, "whole")
+        grid = tuple(a for a in main.layout if a not in whole_axes)
+        for a in grid[:-1]:
+            tile.setdefault(a, 1)
+        tile.setdefault(grid[-1], max(16, cap_(sizes, grid[-1], 128 if gpu else 16)))
+        tile.setdefault(loop_axis, max(16, cap_(sizes, loop_axis, 64 if gpu else 16)))
+        num_warps = num_warps or (8 if gpu and tile[grid[-1]] >= 128 else 4)
+        num_stages = num_stages or 2
     if grid is None:
         grid = tuple(a for a in main.layout if a not in row_axes or _is_contraction_free(a, cons))
         if not grid and main.layout:
@@ -150,7 +168,7 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
         num_warps = 4 if widest <= 1024 else (8 if widest <= 4096 else 16)
     if num_stages is None:
         num_stages = 2
-    stages = dict(user.stages)
+    stages = dict(stages_over, **dict(user.stages))
     if user.grid is None:
         from .schedule import StageSchedule
         for o in alg.outputs[1:]:
@@ -162,6 +180,45 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
     return Schedule(tile=tile, grid=tuple(grid), group=group, split=split, strategy=strategy,
                     num_warps=num_warps, num_stages=num_stages, acc_dtype=user.acc_dtype,
                     precision=user.precision, split_mode=user.split_mode, stages=stages)
+
+
+def cap_(sizes, a, t):
+    return max(1, min(t, next_pow2(sizes[a])))
+
+
+def _flash_pattern(alg: Algorithm, sizes):
+    """Detect attention-like algorithms: a single-output algorithm whose sum stage ``s`` (over
+    small axes, each <= 256) has a free axis ``j`` that later stages reduce with a max and with
+    sums of ``exp(. - max)``. Returns (s, j, axes to keep whole) or None."""
+    if len(alg.outputs) != 1:
+        return None
+    main = alg.outputs[0]
+    reds = [st.node for st in alg.stages.values() if not st.is_output]
+    for s in reds:
+        if s.op != "sum" or any(sizes[a] > 256 for a in s.over):
+            continue
+        for j in s.axes:
+            if j in main.layout:
+                continue
+            maxes = [m for m in reds if m.op == "max" and j in m.over and _uses(m.x, s)]
+            sums = [r for r in reds if r.op == "sum" and j in r.over and r is not s and _uses(r.x, s)]
+            if maxes and sums:
+                whole = tuple(a for a in main.layout if a not in s.axes and sizes[a] <= 256)
+                return s, j, whole
+    return None
+
+
+def _uses(root, target) -> bool:
+    seen, stack = set(), [root]
+    while stack:
+        n = stack.pop()
+        if n is target:
+            return True
+        if n._id in seen:
+            continue
+        seen.add(n._id)
+        stack.extend(n.children())
+    return False
 
 
 def _is_contraction_free(a, cons) -> bool:
