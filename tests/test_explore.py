@@ -1,0 +1,455 @@
+"""Tests of dt.explore: derived spaces, pruning, safety checks, strategies, reports.
+
+Everything runs on the Triton interpreter (CPU), so shapes and spaces are tiny; timings there
+mean nothing, only statuses and correctness are asserted.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+
+import dtriton as dt
+from dtriton.explore import (ExploreResult, Limits, Space, check_outputs, check_resources, default_tolerance)
+from dtriton.tuning import TuningDB, TuningWarning
+
+explore_mod = sys.modules["dtriton.explore"]
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+
+# ----------------------------------------------------------------------------------------------
+# algorithms
+# ----------------------------------------------------------------------------------------------
+@dt.algorithm
+def matmul(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"]):
+    i, j, k = dt.axes("i j k")
+    return dt.sum(A[i, k] * B[k, j], over=k)[i, j]
+
+
+@dt.algorithm
+def softmax(X: dt.Tensor["M", "N"]):
+    i, j = dt.axes("i j")
+    m = dt.max(X[i, j], over=j)
+    e = dt.exp(X[i, j] - m)
+    return (e / dt.sum(e, over=j))[i, j]
+
+
+@dt.algorithm
+def diffusion(x: dt.Tensor["V", "C"], mass: dt.Tensor["V"], evals: dt.Tensor["K"], basis: dt.Tensor["V", "K"],
+              times: dt.Tensor["C"]):
+    v, k, c = dt.axes("v k c")
+    spectral = dt.exp(-evals[k] * times[c]) * dt.sum(basis[v, k] * x[v, c] * mass[v], over=v)
+    out = dt.sum(basis[v, k] * spectral, over=k)
+    return out[v, c], spectral[k, c]
+
+
+@dt.algorithm
+def axpb(x: dt.Tensor["N"], a: float):
+    i, = dt.axes("i")
+    return (x[i] * a + 1.0)[i]
+
+
+def lazy(*shape, dtype=torch.float32):
+    """A tensor of this shape that owns one element (binding only looks at shapes/dtypes)."""
+    return torch.zeros((), dtype=dtype).expand(*shape)
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("DTRITON_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("DTRITON_TUNING_DB", raising=False)
+    yield
+
+
+@pytest.fixture
+def mm_args():
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(40, 32, generator=g), torch.randn(32, 24, generator=g)
+
+
+def dims(space):
+    return dict(space.dimensions())
+
+
+SMALL_MM = Space(tile={"i": [16, 32], "j": [16]}, strategy={"k": ["loop"]})
+
+
+# ----------------------------------------------------------------------------------------------
+# derived spaces
+# ----------------------------------------------------------------------------------------------
+def test_derived_space_matmul_gpu_and_interpreter(mm_args):
+    d = dims(Space.derive(matmul, mm_args, target="gpu"))
+    # dot axes: powers of two from 16, pruned above the padded axis (M=40 -> 64, N=24 -> 32)
+    assert d["tile.i"] == (16, 32, 64)
+    assert d["tile.j"] == (16, 32)
+    assert d["tile.k"] == (16, 32)
+    assert set(d["grid"]) == {("i", "j"), ("j", "i")}
+    assert d["grid"][0] == ("i", "j")  # the heuristic's grid first
+    assert 1 in d["group"] and 8 in d["group"]
+    assert d["strategy.k"] == ("whole", "loop")  # no max over k: no online
+    assert d["place.sum0"] == ("auto", "fuse", "materialize")
+    assert set(d["num_warps"]) >= {4, 8} and set(d["num_stages"]) >= {3, 4}
+    assert "strategy.i" not in d and "strategy.j" not in d  # grid axes that are never reduced
+    # the interpreter ignores warps and pipelining: not explored there
+    di = dims(Space.derive(matmul, mm_args))
+    assert "num_warps" not in di and "num_stages" not in di
+    assert di["tile.i"] == (16, 32, 64)
+
+
+def test_derived_space_large_and_skinny_matmul():
+    big = dims(Space.derive(matmul, (lazy(4096, 4096, dtype=torch.float16), lazy(4096, 4096, dtype=torch.float16)),
+                            target="gpu"))
+    assert big["tile.i"] == (16, 32, 64, 128, 256) and big["tile.k"] == (16, 32, 64, 128)
+    assert "split.k" not in big  # plenty of output tiles: no split-K
+    skinny = dims(Space.derive(matmul, (lazy(64, 65536), lazy(65536, 64)), target="gpu"))
+    assert "split.k" in skinny and skinny["split.k"][0] == 1 and max(skinny["split.k"]) >= 8
+    assert skinny["tile.i"] == (16, 32, 64)
+
+
+def test_derived_space_softmax():
+    d = dims(Space.derive(softmax, (torch.randn(8, 24),)))
+    assert "grid" not in d and "group" not in d  # a one-axis grid has no order to explore
+    assert d["strategy.j"] == ("whole", "loop", "online")
+    assert set(d) >= {"place.max0", "place.sum0", "tile.i", "tile.j"}
+    assert d["tile.i"] == (1, 2, 4, 8)
+    assert "split.j" not in d  # j is also reduced by a max: cannot be split
+    g = dims(Space.derive(softmax, (lazy(4096, 32768),), target="gpu"))
+    assert g["strategy.j"] == ("loop", "online")  # 32768 > 16384: no whole row
+    assert 16 in g["num_warps"]
+
+
+def test_derived_space_multi_kernel_diffusion():
+    V, K, C = 24, 16, 8
+    args = (torch.randn(V, C), torch.rand(V), torch.rand(K), torch.randn(V, K), torch.rand(C))
+    sp = Space.derive(diffusion, args)
+    d = dims(sp)
+    assert set(d) >= {"place.sum0", "place.sum1", "strategy.v", "strategy.k", "grid"}
+    assert set(d["grid"]) == {("v", "c"), ("c", "v")}
+    assert "strategy.c" not in d
+    # every point gives a schedule that validates (or is rejected as illegal by validation)
+    base = dt.compile(diffusion).schedule_for(*args)
+    seen = set()
+    for point in _sample_points(sp, 40):
+        s = sp.schedule_for(point, base, diffusion)
+        s.validate(diffusion)
+        seen.add(s.to_json())
+    assert len(seen) > 10
+
+
+def _sample_points(space, n):
+    import random
+    rng = random.Random(1)
+    for _ in range(n):
+        yield {name: rng.choice(vals) for name, vals in space.dimensions()}
+
+
+def test_schedule_for_canonicalises_whole_tiles_and_regroups(mm_args):
+    sp = Space.derive(matmul, mm_args, target="gpu")
+    base = dt.compile(matmul).schedule_for(*mm_args)
+    a = sp.schedule_for({"strategy.k": "whole", "tile.k": 16}, base, matmul)
+    b = sp.schedule_for({"strategy.k": "whole", "tile.k": 32}, base, matmul)
+    assert a == b  # a whole axis needs no tile
+    s = sp.schedule_for({"grid": ("j", "i"), "group": 4}, base, matmul)
+    assert s.grid == ("j", "i") and dict(s.group) == {"j": 4}
+    s = sp.schedule_for({"grid": ("j", "i"), "group": 1}, base, matmul)
+    assert dict(s.group) == {}
+    s = sp.schedule_for({"place.sum0": "auto"}, base, matmul)
+    assert len(s.stages) == 0  # a default stage schedule is dropped
+
+
+def test_resource_rules():
+    lim = Limits()
+    A, B = lazy(4096, 4096, dtype=torch.float16), lazy(4096, 4096, dtype=torch.float16)
+    b = matmul.bind((A, B))
+    ok = dt.Schedule(tile={"i": 128, "j": 128, "k": 64}, grid=("i", "j"), num_stages=4)
+    assert check_resources(matmul, ok, b, lim) is None  # (128*64 + 64*128) * 2 B * 4 = 128 KB
+    big = ok.replace(tile={"i": 256, "j": 256, "k": 128}, num_stages=5)
+    why = check_resources(matmul, big, b, lim)
+    assert why and "shared memory" in why
+    X = lazy(64, 16384)
+    bx = softmax.bind((X,))
+    wide = dt.Schedule(tile={"i": 16}, grid=("i",), strategy={"j": "whole"})
+    why = check_resources(softmax, wide, bx, lim)
+    assert why and "elements per program" in why
+    assert check_resources(softmax, wide.replace(tile={"i": 4}), bx, lim) is None
+    assert "whole" in check_resources(softmax, wide.replace(tile={"i": 1}), softmax.bind((lazy(4, 32768),)), lim)
+
+
+def test_space_validation_and_editing():
+    with pytest.raises(dt.ScheduleError):
+        Space(tile={"i": [48]})
+    with pytest.raises(dt.ScheduleError):
+        Space(strategy={"j": ["sideways"]})
+    with pytest.raises(dt.ScheduleError):
+        Space(num_warps=[64])
+    s = Space(tile={"i": [64, 128]}, num_warps=4, grid=["i,j", ("j", "i")])
+    assert s.num_warps == (4,) and s.grid == (("i", "j"), ("j", "i"))
+    assert s.size == 2 * 1 * 2
+    w = s.widen(tile={"i": [256], "j": [32]}, num_warps=[8])
+    assert w.tile == {"i": (64, 128, 256), "j": (32,)} and w.num_warps == (4, 8)
+    n = w.narrow(tile=None)
+    assert n.tile is None and n.num_warps == (4, 8)
+    assert Space(grid=("i", "j")).grid == (("i", "j"),)
+    assert Space(**s.to_dict()) == s
+
+
+def test_space_naming_unknown_axis_is_an_error(mm_args):
+    with pytest.raises(dt.ScheduleError, match="axis 'q'"):
+        dt.explore(matmul, mm_args, space=Space(tile={"q": [16]}), store=False, progress=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# tolerances and the output check
+# ----------------------------------------------------------------------------------------------
+def test_tolerances_and_check_outputs():
+    b32 = matmul.bind((torch.randn(4, 4), torch.randn(4, 4)))
+    b16 = matmul.bind((torch.randn(4, 4).half(), torch.randn(4, 4).half()))
+    assert default_tolerance(b32) == 1e-4
+    assert default_tolerance(b32, dt.Schedule(precision="tf32")) == 3e-3
+    assert default_tolerance(b16) == 1e-2
+    r = torch.tensor([1.0, float("nan"), float("inf"), 2.0])
+    assert check_outputs([r.clone()], [r], 1e-4)[0]
+    g = r.clone()
+    g[0] = float("nan")
+    ok, _, why = check_outputs([g], [r], 1e-4)
+    assert not ok and "NaN" in why
+    g = r.clone()
+    g[2] = 5.0
+    assert not check_outputs([g], [r], 1e-4)[0]
+    g = r.clone()
+    g[3] = 2.01
+    ok, err, why = check_outputs([g], [r], 1e-4)
+    assert not ok and err > 1e-4 and "relative error" in why
+    assert check_outputs([g], [r], 1e-2)[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# exploring
+# ----------------------------------------------------------------------------------------------
+def test_explore_small_matmul(mm_args, tmp_path):
+    A, B = mm_args
+    with pytest.warns(TuningWarning, match="interpreter"):
+        res = dt.explore(matmul, mm_args, space=SMALL_MM, strategy="exhaustive", budget=60, progress=False,
+                         db=tmp_path / "t.sqlite")
+    assert isinstance(res, dt.ExploreResult)
+    assert res.strategy == "exhaustive" and res.stop_reason == "exhausted"
+    assert res.table[0]["origin"] == "heuristic"
+    statuses = [r["status"] for r in res.table]
+    assert statuses.count("ok") >= 2 and set(statuses) <= set(explore_mod.STATUSES)
+    for r in res.table:
+        if r["status"] == "ok":
+            assert r["median_us"] > 0 and r["p20_us"] <= r["median_us"] <= r["p80_us"]
+            assert r["rel_err"] <= 1e-4
+    assert isinstance(res.best, dt.Schedule)
+    res.best.validate(matmul)
+    out = dt.compile(matmul, res.best)(A, B)
+    torch.testing.assert_close(out, A @ B, rtol=1e-4, atol=1e-4)
+    assert not res.timings_meaningful and res.device == "interpreter"
+    text = res.summary()
+    assert "interpreter" in text and "best:" in text and "(heuristic)" in text
+    png = res.plot(tmp_path / "explore.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # stored for dt.compile(alg, "tuned")
+    rec = TuningDB(tmp_path / "t.sqlite").lookup(res.key)
+    assert rec is not None and rec.schedule == res.best
+
+
+def test_result_json_round_trip_picks_same_winner(mm_args):
+    res = dt.explore(matmul, mm_args, space=SMALL_MM, progress=False, store=False)
+    back = ExploreResult.from_json(res.to_json())
+    assert back.best == res.best
+    assert [r["status"] for r in back.table] == [r["status"] for r in res.table]
+    # deterministic tie-break: equal medians resolve by p80 then by schedule JSON
+    rows = [{"status": "ok", "median_us": 5.0, "p80_us": 6.0, "schedule_json": "b"},
+            {"status": "ok", "median_us": 5.0, "p80_us": 6.0, "schedule_json": "a"},
+            {"status": "wrong", "median_us": 1.0, "p80_us": 1.0, "schedule_json": "c"}]
+    assert ExploreResult.pick_best(rows)["schedule_json"] == "a"
+    assert ExploreResult.pick_best(list(reversed(rows)))["schedule_json"] == "a"
+
+
+class _Broken(dt.Kernel):
+    """A kernel that is wrong in a chosen way whenever its schedule tiles i by 16."""
+    mode = "corrupt"
+
+    def _bad(self):
+        return self.schedule is not None and self.schedule.tile.get("i") == 16
+
+    def __call__(self, *args, out=None):
+        if not self._bad():
+            return super().__call__(*args, out=out)
+        if self.mode == "raise":
+            raise dt.CompileError("injected compile failure")
+        if self.mode == "unwritten":  # compute elsewhere, copy all but the last row into out=
+            r = super().__call__(*args)
+            if out is not None:
+                out[:-1].copy_(r[:-1])
+                return out
+            return r
+        if self.mode == "input":
+            args[0].mul_(2.0)
+            return super().__call__(*args, out=out)
+        r = super().__call__(*args, out=out)
+        r.add_(0.5)
+        return r
+
+
+@pytest.mark.parametrize("mode,why", [("corrupt", "relative error"), ("unwritten", "NaN"),
+                                      ("input", "modified input 'A'"), ("raise", "injected")])
+def test_wrong_candidates_are_rejected(mm_args, mode, why, monkeypatch):
+    A, B = mm_args
+    A0, B0 = A.clone(), B.clone()
+    monkeypatch.setattr(_Broken, "mode", mode)
+    res = dt.explore(matmul, mm_args, space=Space(tile={"i": [16, 32]}, strategy={"k": ["loop"]}),
+                     strategy="exhaustive", progress=False, store=False, _candidate_factory=_Broken)
+    bad = [r for r in res.table if r["schedule"] is not None and r["schedule"].tile.get("i") == 16]
+    assert bad and all(r["status"] == ("failed" if mode == "raise" else "wrong") for r in bad)
+    assert why in bad[0]["reason"]
+    assert res.best is not None and res.best.tile["i"] != 16
+    assert "rejected after running" in res.summary()
+    assert torch.equal(A, A0) and torch.equal(B, B0)  # the caller's tensors were never handed out
+
+
+def test_nothing_correct_gives_no_best(mm_args, monkeypatch):
+    class AllWrong(dt.Kernel):
+        def __call__(self, *args, out=None):
+            r = super().__call__(*args, out=out)
+            r.neg_()
+            return r
+    with pytest.warns(TuningWarning, match="no candidate passed"):
+        res = dt.explore(matmul, mm_args, space=Space(tile={"i": [16]}), progress=False, store=False,
+                         _candidate_factory=AllWrong)
+    assert res.best is None and "best: none" in res.summary()
+    assert all(r["status"] in ("wrong", "duplicate") for r in res.table)
+
+
+def test_inputs_bitwise_unchanged(mm_args):
+    A, B = mm_args
+    A[0, 0] = float("nan")  # NaN payloads must survive too
+    bits = [t.view(torch.int32).clone() for t in (A, B)]
+    dt.explore(matmul, (A, B), space=SMALL_MM, progress=False, store=False)
+    assert all(torch.equal(t.view(torch.int32), b0) for t, b0 in zip((A, B), bits))
+
+
+def test_in_place_algorithm_is_not_corrupted_by_tuning():
+    x = torch.linspace(-1, 1, 40)
+    x0 = x.clone()
+    # the call being tuned writes its result into its own input: kernel(x, 3.0, out=x)
+    res = dt.explore(axpb, (x, 3.0), out=x, space=Space(tile={"i": [8, 16, 32, 64]}), strategy="exhaustive",
+                     progress=False, store=False)
+    assert torch.equal(x, x0)
+    ran = [r for r in res.table if r["status"] not in ("duplicate", "illegal", "pruned")]
+    # every trial saw the pristine input: without a restore between trials, the 2nd would see x*3+1
+    assert len(ran) >= 3 and all(r["status"] == "ok" for r in ran)
+    # and it really runs in place
+    y = x.clone()
+    dt.compile(axpb, res.best)(y, 3.0, out=y)
+    torch.testing.assert_close(y, x0 * 3 + 1)
+
+
+def test_in_place_trials_are_checked_not_trusted():
+    class Twice(dt.Kernel):  # applies itself twice when in place: wrong
+        def __call__(self, *args, out=None):
+            r = super().__call__(*args, out=out)
+            if self.schedule is not None and self.schedule.tile.get("i") == 8 and out is args[0]:
+                r = super().__call__(*args, out=out)
+            return r
+    x = torch.linspace(-1, 1, 40)
+    res = dt.explore(axpb, (x, 3.0), out=x, space=Space(tile={"i": [8, 16]}), progress=False, store=False,
+                     _candidate_factory=Twice)
+    by_tile = {r["schedule"].tile["i"]: r["status"] for r in res.table if r["origin"] != "heuristic"}
+    assert by_tile[8] == "wrong" and by_tile[16] == "ok"
+
+
+def test_multi_output_algorithm_explores():
+    V, K, C = 24, 16, 8
+    g = torch.Generator().manual_seed(3)
+    args = (torch.randn(V, C, generator=g), torch.rand(V, generator=g), torch.rand(K, generator=g),
+            torch.randn(V, K, generator=g), torch.rand(C, generator=g))
+    sp = Space(place={"sum0": ["auto", "materialize"]}, strategy={"v": ["whole", "loop"]})
+    res = dt.explore(diffusion, args, space=sp, strategy="exhaustive", progress=False, store=False)
+    assert res.best is not None
+    outs = dt.compile(diffusion, res.best)(*args)
+    for o, r in zip(outs, diffusion.reference(*args)):
+        torch.testing.assert_close(o, r, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("strategy", ["random", "tpe"])
+def test_sampling_strategies_respect_max_trials(mm_args, strategy):
+    res = dt.explore(matmul, mm_args, strategy=strategy, max_trials=3, seed=1, progress=False, store=False)
+    assert res.strategy == strategy and res.stop_reason == "max_trials"
+    compiled = [r for r in res.table if r["origin"] != "heuristic" and r["status"] in ("ok", "wrong", "failed")]
+    assert len(compiled) == 3
+    assert res.best is not None
+
+
+def test_tpe_without_optuna_falls_back_to_random(mm_args, monkeypatch):
+    monkeypatch.setitem(sys.modules, "optuna", None)
+    with pytest.warns(TuningWarning, match="optuna"):
+        res = dt.explore(matmul, mm_args, strategy="tpe", max_trials=1, progress=False, store=False)
+    assert res.strategy == "random"
+
+
+def test_auto_strategy_and_budget_stop(mm_args):
+    res = dt.explore(matmul, mm_args, space=SMALL_MM, progress=False, store=False)
+    assert res.strategy == "exhaustive"
+    res = dt.explore(matmul, mm_args, budget=0, progress=False, store=False)
+    assert res.stop_reason == "budget"
+    assert [r["origin"] for r in res.table] == ["heuristic"]  # the baseline is always measured
+    assert res.best == dt.compile(matmul).schedule_for(*mm_args)
+
+
+def test_patience_stops_early(mm_args):
+    res = dt.explore(matmul, mm_args, strategy="random", patience=1, max_trials=20, progress=False, store=False)
+    assert res.stop_reason in ("converged", "exhausted")
+    assert sum(r["status"] == "ok" for r in res.table) < 20
+
+
+def test_deterministic_mode_reuses_stored_timings(mm_args, tmp_path):
+    db = tmp_path / "det.sqlite"
+    kw = dict(strategy="random", max_trials=3, seed=5, progress=False, db=db, deterministic=True)
+    r1 = dt.explore(matmul, mm_args, **kw)
+    r2 = dt.explore(matmul, mm_args, **kw)
+    assert r1.best == r2.best
+    assert r2.best_row["median_us"] == r1.best_row["median_us"]  # picked from stored timings
+    assert all(r["stored"] for r in r2.table if r["status"] in ("ok", "wrong", "failed"))
+    assert any(r["origin"] == "stored" for r in r2.table)
+
+
+def test_progress_bar_runs(mm_args, capsys):
+    res = dt.explore(matmul, mm_args, space=Space(tile={"i": [16]}), progress=True, store=False)
+    assert res.best is not None
+
+
+def test_explore_rejects_bad_arguments(mm_args):
+    with pytest.raises(TypeError):
+        dt.explore(lambda a: a, mm_args)
+    with pytest.raises(ValueError):
+        dt.explore(matmul, mm_args, strategy="genetic")
+    with pytest.raises(dt.ShapeError):
+        dt.explore(matmul, (torch.randn(4, 5), torch.randn(6, 4)))
+
+
+def test_run_parallel_timeout_and_deadline():
+    import time
+    run = explore_mod._run_parallel
+    slow = lambda: (time.sleep(1.5), {"status": "ok"})[1]  # noqa: E731
+    res = run([lambda: {"status": "ok"}, slow, lambda: {"status": "ok"}], 2, timeout=0.2)
+    assert [r["status"] for r in res] == ["ok", "timeout", "ok"]
+    res = run([slow, slow, slow], 1, timeout=10, deadline=time.perf_counter() + 0.1)
+    assert [r["status"] for r in res] == ["skipped"] * 3
+    res = run([lambda: 1 / 0], 1, timeout=10)
+    assert res[0]["status"] == "failed" and "ZeroDivisionError" in res[0]["reason"]
+
+
+def test_warm_start_neighbours(mm_args):
+    sp = Space.derive(matmul, mm_args, target="gpu")
+    base = dt.compile(matmul).schedule_for(*mm_args)
+    dims_ = sp.dimensions()
+    bp = explore_mod._base_point(dims_, base)
+    assert bp["tile.i"] == base.tile["i"] and bp["strategy.k"] == "loop" and bp["grid"] == ("i", "j")
+    nb = explore_mod._neighbours(dims_, bp)
+    assert nb and all(sum(p[n] != bp[n] for n, _ in dims_ if bp[n] is not None) == 1 for p in nb)
+    assert nb[0]["tile.i"] != bp["tile.i"]  # tiles first
