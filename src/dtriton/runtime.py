@@ -207,7 +207,7 @@ class Kernel:
         compiled: list = []
         outs = self._run(plan, b, args, out, compiled)
         if out is None and not interpret and len(compiled) == len(plan.launches) and _HOOKS_OFF():
-            self._fast[_call_key(args)] = _FastLauncher(self, plan, b, compiled)
+            self._fast[_call_key(args)] = _FastLauncher(self, plan, b, compiled, args)
         if interpret and orig_dev.type != "cpu":
             outs = [o.to(orig_dev) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
@@ -287,80 +287,92 @@ def _call_key(args) -> tuple:
     return tuple(key)
 
 
+_knobs = None
+
+
 def _HOOKS_OFF() -> bool:
     """True when no Triton launch hook (profilers such as proton) is installed."""
-    from triton import knobs
-    for h in (knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook):
-        if h is not None and getattr(h, "calls", True):
-            return False
-    return True
+    global _knobs
+    if _knobs is None:
+        from triton import knobs as _k
+        _knobs = _k.runtime
+    e, x = _knobs.launch_enter_hook, _knobs.launch_exit_hook
+    return (e is None or not getattr(e, "calls", True)) and (x is None or not getattr(x, "calls", True))
 
 
 class _FastLauncher:
-    """Re-launch a call signature seen before without re-binding or re-specialising: outputs and
-    buffers are allocated from cached shapes and the compiled Triton kernels are launched
-    directly (``CompiledKernel.run``), which keeps host overhead near a bare Triton launch."""
+    """Re-launch a call signature seen before without re-binding or re-specialising.
 
-    def __init__(self, kernel: "Kernel", plan: _Plan, b: Binding, compiled: list):
+    Shapes, strides and dtypes are part of the call key, so every integer argument of every
+    kernel is a constant here; only tensor pointers change. Outputs and buffers are allocated
+    from cached shapes and the compiled Triton kernels are launched directly
+    (``CompiledKernel.run``), which keeps host overhead at or below a bare Triton launch."""
+
+    def __init__(self, kernel: "Kernel", plan: _Plan, b: Binding, compiled: list, args):
         alg = kernel.algorithm
         sizes = b.axis_sizes
         self.device = b.device
-        self.outs = [([sizes[a] for a in o.layout], dt) for o, dt in zip(alg.outputs, b.out_dtypes)]
-        self.bufs = []
+        from triton.runtime import driver
+        self.get_stream = driver.active.get_current_stream
+        self.dev_index = b.device.index if b.device.index is not None else torch.cuda.current_device()
+        zero = set(plan.program.output_direct)
+        # slots: ("arg", position) input tensor; ("new", k) freshly allocated output/buffer k
+        self.allocs = []   # (shape, dtype, zero)
+        slot_of: dict[str, tuple] = {}
+        strides: dict[str, tuple] = {}
+        for pos, p in enumerate(alg.params):
+            if isinstance(p, InputTensor):
+                slot_of[p.name] = ("arg", pos)
+                strides[p.name] = tuple(args[pos].stride())
+        for o, dt in zip(alg.outputs, b.out_dtypes):
+            shape = [sizes[a] for a in o.layout]
+            slot_of[o.name] = ("new", len(self.allocs))
+            self.allocs.append((shape, dt, o.name in zero))
+            strides[o.name] = tuple(torch.empty(shape, device="meta").stride())
+        self.n_out = len(alg.outputs)
         for name, bs in plan.program.buffers.items():
             shape = ([bs.partials] if bs.partials else []) + [sizes[a] for a in bs.axes]
-            self.bufs.append((name, shape, torch.float64 if bs.dtype == "float64" else torch.float32, bs.zero))
-        self.params = [(p.name, isinstance(p, InputTensor), getattr(p, "pytype", None)) for p in alg.params]
-        self.out_names = [o.name for o in alg.outputs]
-        self.zero_outs = set(plan.program.output_direct)
+            slot_of[name] = ("new", len(self.allocs))
+            self.allocs.append((shape, torch.float64 if bs.dtype == "float64" else torch.float32, bs.zero))
+            strides[name] = tuple(torch.empty(shape, device="meta").stride())
+        scal = {f"s_{p.name}": pos for pos, p in enumerate(alg.params) if not isinstance(p, InputTensor)}
+        self.scal_types = {pos: p.pytype for pos, p in enumerate(alg.params) if not isinstance(p, InputTensor)}
         self.launches = []
         for L, ck in zip(plan.launches, compiled):
             m = L.meta
             nprog = L.split
             for a, blk in L.grid_axes:
                 nprog *= -(-sizes[a] // blk)
-            # argument template: ("t", name) tensor, ("s", name, dim) stride, ("v", value) constant
-            tmpl = [("t", t) for t in m.tensors]
+            call, fills = [], []
             for t in m.tensors:
-                tmpl.extend(("s", t, d) for d in range(m.tensor_ndim[t]))
-            tmpl.extend(("v", sizes[s[5:]]) for s in m.sizes)
-            tmpl.extend(("x", s) for s in m.scalars)
-            tmpl.extend(("v", m.consts[c]) for c in sorted(m.consts))
-            self.launches.append((ck, nprog, tmpl))
-        self.single = len(self.outs) == 1
+                fills.append((len(call), slot_of[t]))
+                call.append(None)
+            for t in m.tensors:
+                call.extend(strides[t][: m.tensor_ndim[t]])
+            call.extend(sizes[x[5:]] for x in m.sizes)
+            for x in m.scalars:
+                fills.append((len(call), ("scalar", scal[x])))
+                call.append(None)
+            call.extend(m.consts[c] for c in sorted(m.consts))
+            self.launches.append((ck, nprog, call, fills))
 
     def __call__(self, args):
-        tensors = {}
-        scal = {}
-        for (name, is_t, pytype), a in zip(self.params, args):
-            if is_t:
-                tensors[name] = a
-            else:
-                scal["s_" + name] = float(a) if pytype is float else int(a)
-        outs = []
-        for name, (shape, dt) in zip(self.out_names, self.outs):
-            t = (torch.zeros if name in self.zero_outs else torch.empty)(shape, dtype=dt, device=self.device)
-            tensors[name] = t
-            outs.append(t)
-        for name, shape, dt, zero in self.bufs:
-            tensors[name] = (torch.zeros if zero else torch.empty)(shape, dtype=dt, device=self.device)
-        stream = torch.cuda.current_stream(self.device).cuda_stream
-        for ck, nprog, tmpl in self.launches:
+        dev = self.device
+        new = [(torch.zeros if z else torch.empty)(shape, dtype=dt, device=dev) for shape, dt, z in self.allocs]
+        stream = self.get_stream(self.dev_index)
+        for ck, nprog, call, fills in self.launches:
             if nprog == 0:
                 continue
-            call = []
-            for item in tmpl:
-                kind = item[0]
-                if kind == "t":
-                    call.append(tensors[item[1]])
-                elif kind == "s":
-                    call.append(tensors[item[1]].stride(item[2]))
-                elif kind == "v":
-                    call.append(item[1])
+            call = list(call)
+            for idx, (kind, k) in fills:
+                if kind == "arg":
+                    call[idx] = args[k]
+                elif kind == "new":
+                    call[idx] = new[k]
                 else:
-                    call.append(scal[item[1]])
+                    call[idx] = float(args[k]) if self.scal_types[k] is float else int(args[k])
             ck.run(nprog, 1, 1, stream, ck.function, ck.packed_metadata, None, None, None, *call)
-        return outs[0] if self.single else tuple(outs)
+        return new[0] if self.n_out == 1 else tuple(new[: self.n_out])
 
 
 def _max_offset(t: torch.Tensor) -> int:
