@@ -149,3 +149,5 @@ def test_demo_forwards_arguments(monkeypatch):
     res = CliRunner().invoke(main, ["demo", "--mesh", "bunny", "-k", "64", "extra"])
     assert res.exit_code == 0, res.output
     assert seen["args"] == ["--mesh", "bunny", "-k", "64", "extra"]
+    res = CliRunner().invoke(main, ["demo", "--help"])  # the demo's own help, not click's
+    assert res.exit_code == 0 and seen["args"] == ["--help"]

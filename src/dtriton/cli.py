@@ -264,10 +264,10 @@ def show(spec, shape, dtype, device, scalar, seed, schedule_json, tuned, db):
         raise click.ClickException(str(e)) from e
 
 
-@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True}, add_help_option=False)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 def demo(args):
-    """Run the DiffusionNet spatial-diffusion demo (arguments go to the demo)."""
+    """Run the DiffusionNet spatial-diffusion demo (every argument, --help too, goes to the demo)."""
     modname = "dtriton.examples.diffusionnet.demo"
     try:
         mod = importlib.import_module(modname)
