@@ -480,7 +480,9 @@ class KernelGen:
                 mask_axes.extend(e.axes)
         mask = self.mask_for(mask_axes, scope, layout)
         dt = self.dtypes[n.tensor.name]
-        code = f"tl.load({self.addr(name, terms)}" + (f", mask={mask}, other=0" if mask else "") + ")"
+        ev = self.sched.eviction.get(n.tensor.name)
+        code = f"tl.load({self.addr(name, terms)}" + (f", mask={mask}, other=0" if mask else "") + \
+            (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
         if dt.is_floating_point and TL_DTYPES[dt] != self.cdt and not raw:
             code += f".to({self.cdt})"
         return code, fmt(n)

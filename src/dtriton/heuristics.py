@@ -179,7 +179,8 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
                                                strategy=ss.strategy, num_warps=ss.num_warps, num_stages=ss.num_stages)
     return Schedule(tile=tile, grid=tuple(grid), group=group, split=split, strategy=strategy,
                     num_warps=num_warps, num_stages=num_stages, acc_dtype=user.acc_dtype,
-                    precision=user.precision, split_mode=user.split_mode, stages=stages)
+                    precision=user.precision, split_mode=user.split_mode, stages=stages,
+                    eviction=user.eviction)
 
 
 def cap_(sizes, a, t):

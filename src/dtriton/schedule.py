@@ -143,6 +143,9 @@ class Schedule:
         split_mode: "atomic" (fp32 atomics into a zeroed buffer) or "partials" (per-split buffer,
             summed by the consumer: deterministic).
         stages: per-stage overrides, ``{stage_name: StageSchedule}`` (dicts are accepted).
+        eviction: L2 cache hint per input tensor, ``{"X": "evict_first"}`` for data read once
+            (streams), ``"evict_last"`` for data re-read by other programs (Triton's
+            ``eviction_policy`` of ``tl.load``).
 
     Raises :class:`ScheduleError` for a tile that is not a power of two, a bad strategy name, or
     non-positive warps/stages. Checks against an algorithm (unknown axes, split of a non-reduction
@@ -159,9 +162,10 @@ class Schedule:
     precision: str = "ieee"
     split_mode: str = "atomic"
     stages: FrozenMap = field(default_factory=FrozenMap)
+    eviction: FrozenMap = field(default_factory=FrozenMap)
 
     def __post_init__(self):
-        for name in ("tile", "group", "split", "strategy"):
+        for name in ("tile", "group", "split", "strategy", "eviction"):
             object.__setattr__(self, name, _fm(getattr(self, name), name))
         st = {}
         for k, v in _fm(self.stages, "stages").items():
@@ -205,6 +209,9 @@ class Schedule:
             raise ScheduleError(f"acc_dtype = {self.acc_dtype!r} must be 'float32' or 'float64'")
         if self.precision not in ("ieee", "tf32"):
             raise ScheduleError(f"precision = {self.precision!r} must be 'ieee' or 'tf32'")
+        for t, pol in self.eviction.items():
+            if pol not in ("evict_first", "evict_last", "evict_normal"):
+                raise ScheduleError(f"eviction[{t!r}] = {pol!r} must be 'evict_first', 'evict_last' or 'evict_normal'")
         if self.split_mode not in SPLIT_MODES:
             raise ScheduleError(f"split_mode = {self.split_mode!r} must be one of {SPLIT_MODES}")
 
@@ -230,6 +237,10 @@ class Schedule:
             check_axes("grid", self.grid)
             if len(set(self.grid)) != len(self.grid):
                 raise ScheduleError(f"grid {self.grid} repeats an axis")
+        tensors = [p.name for p in alg.tensor_params]
+        for t in self.eviction:
+            if t not in tensors:
+                raise ScheduleError(f"eviction names tensor {t!r}, which is not an input of {alg.name} (inputs: {tensors})")
         red = set(alg.reduction_axes)
         for a, s in self.split.items():
             if a not in red:
