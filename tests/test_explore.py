@@ -453,3 +453,21 @@ def test_warm_start_neighbours(mm_args):
     nb = explore_mod._neighbours(dims_, bp)
     assert nb and all(sum(p[n] != bp[n] for n, _ in dims_ if bp[n] is not None) == 1 for p in nb)
     assert nb[0]["tile.i"] != bp["tile.i"]  # tiles first
+
+
+def test_reference_memory_estimate():
+    peak = explore_mod._reference_peak
+    # a matmul's reference is one einsum: never the M x K x N product
+    assert peak(matmul, {"i": 4096, "j": 4096, "k": 4096}) == 4096 * 4096
+    # softmax holds M x N
+    assert peak(softmax, {"i": 64, "j": 128}) == 64 * 128
+    # basis[v,k] * x[v,c] * mass[v] summed over v: the pairwise contraction keeps v, k, c
+    assert peak(diffusion, {"v": 1000, "k": 16, "c": 8}) == 1000 * 16 * 8
+
+
+def test_oracle_falls_back_to_heuristic_when_reference_is_too_big(mm_args, monkeypatch):
+    monkeypatch.setattr(explore_mod._Bench, "reference_feasible", lambda self: False)
+    with pytest.warns(TuningWarning, match="would not fit in memory"):
+        res = dt.explore(matmul, mm_args, space=Space(tile={"i": [16, 32]}), progress=False, store=False)
+    assert res.oracle == "heuristic" and "heuristic schedule's output" in res.summary()
+    assert res.best is not None

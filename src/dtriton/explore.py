@@ -29,9 +29,9 @@ are restored from a pristine copy before every run, outputs are poisoned with Na
 as ``out=``), and every output is compared with ``alg.reference`` by relative norm error
 (fp32 1e-4, tf32 3e-3, fp16/bf16 1e-2, fp64 1e-5). A candidate that changes an input it does not
 write, leaves NaN where the reference is finite, or misses the tolerance is "wrong" and is never
-chosen. When the eager reference's largest intermediate would not fit in memory (a 4096^3 matmul
-materialises its product), candidates are compared with the heuristic schedule's output instead,
-with a warning and ``result.oracle == "heuristic"``.
+chosen. When the eager reference's largest intermediate would not fit in memory (or it runs out
+of memory), candidates are compared with the heuristic schedule's output instead, with a warning
+and ``result.oracle == "heuristic"``.
 
 **Database.** The best schedule is stored in the tuning database (:mod:`dtriton.tuning`) for
 ``dt.compile(alg, "tuned")``, and every measured candidate is stored for the exact shapes; with
@@ -83,7 +83,7 @@ import torch
 
 from .errors import DTritonError, ScheduleError, ShapeError
 from .heuristics import contractions
-from .language import Algorithm, Binding, Reduce, topo_order
+from .language import Algorithm, Binary, Binding, Reduce, topo_order
 from .lowering import next_pow2
 from .runtime import Kernel, backend_for
 from .schedule import PLACES, SPLIT_MODES, STRATEGIES, Schedule, StageSchedule
@@ -862,6 +862,39 @@ def _quantile(xs: Sequence[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
+def _mul_chain(n) -> list:
+    if isinstance(n, Binary) and n.op == "mul":
+        return _mul_chain(n.a) + _mul_chain(n.b)
+    return [n]
+
+
+def _reference_peak(alg: Algorithm, sizes: Mapping[str, int]) -> int:
+    """Elements of the largest tensor :meth:`Algorithm.reference` builds: every node it evaluates
+    holds its free axes; a sum of a product is one ``einsum`` (its factors, then pairwise
+    contractions left to right keeping the axes still needed), never the broadcast product."""
+    def size(axes) -> int:
+        return math.prod(sizes[a] for a in axes)
+    peak, seen = 1, set()
+    stack = [o.expr for o in alg.outputs]
+    while stack:
+        n = stack.pop()
+        if n._id in seen:
+            continue
+        seen.add(n._id)
+        peak = max(peak, size(set(n.axes)))
+        if isinstance(n, Reduce) and n.op == "sum" and isinstance(n.x, Binary) and n.x.op == "mul":
+            fs = _mul_chain(n.x)
+            cur = set(fs[0].axes)
+            for k, f in enumerate(fs[1:], 1):
+                later = set(n.axes).union(*(set(g.axes) for g in fs[k + 1:]))
+                cur = (cur | set(f.axes)) & later
+                peak = max(peak, size(cur))
+            stack.extend(fs)
+        else:
+            stack.extend(n.children())
+    return peak
+
+
 class _Bench:
     """Pristine and working copies of the inputs, the reference, poisoned outputs, timing."""
 
@@ -894,12 +927,8 @@ class _Bench:
 
     def reference_feasible(self) -> bool:
         """Whether the eager reference's largest intermediate fits comfortably in memory."""
-        sizes = self.b.axis_sizes
-        biggest = 1
-        for n in self.alg.nodes:
-            ax = set(n.axes) | (set(n.over) if isinstance(n, Reduce) else set())
-            biggest = max(biggest, math.prod(sizes[a] for a in ax))
-        need = biggest * 8 * 3
+        fp64 = any(d == torch.float64 for d in self.b.dtypes.values())
+        need = _reference_peak(self.alg, self.b.axis_sizes) * (8 if fp64 else 4) * 3
         if self.device.type == "cuda":
             try:
                 free, _ = torch.cuda.mem_get_info(self.device)
