@@ -34,7 +34,7 @@ import torch
 
 from .errors import ShapeError
 from .grad import GradientAlgorithms, augmented_forward, grad, staged
-from .language import Algorithm, InputTensor, Reduce, ScalarParam
+from .language import Algorithm, InputTensor, Reduce
 from .schedule import Schedule
 
 __all__ = ["DifferentiableKernel", "differentiable", "compile_autograd", "apply", "as_torch_op", "HOOK"]

@@ -28,8 +28,11 @@ Order Derivatives of Matrix and Tensor Expressions", NeurIPS 2018):
   scatter-add written in index notation).
 
 The derived graph is simplified as it is built (hash-consing, constant folding, ``x*1``, ``x*0``,
-``--x``, factors free of a summed axis hoisted out of the sum, contributions with the same summed
-axes merged into one reduction, ``sum(..)/N`` folded into a mean) and one rule that removes
+``--x``, ``x * where(c, 1, 0) -> where(c, x, 0)``, factors free of a summed axis hoisted out of the
+sum, contributions with the same summed axes merged into one reduction; the ``1/N`` of a mean's
+adjoint folds into a mean of the adjoint's sum, or, while :data:`MEAN_AS_SUM_OVER_COUNT` is on, into
+a division by the same per-row ``count`` stage the recomputed forward mean uses). Sums of
+broadcasts never arise: a contribution is summed only over axes it actually has. One rule removes
 whole reductions: a ``max``/``min`` stage whose outputs are invariant under shifting it (the
 stabilising max of softmax, log-sum-exp and attention: ``exp(x - m) / sum exp(x - m)`` does not
 depend on ``m``) has a zero adjoint exactly, so its tie-count and adjoint stages are not built.
@@ -39,7 +42,6 @@ schedule for them carries over) unless listed in ``save=`` (then they are inputs
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
@@ -1074,7 +1076,6 @@ def augmented_forward(alg: Algorithm, save: Sequence[str] | str) -> tuple[Algori
         raise AlgorithmError(f"augmented_forward: {bad} are not reduction stages of {alg.name}; stages: {names}")
     d = _Deriver(alg)
     outs = d.clone_forward()
-    g = d.g
     extra = []
     for s in save_l:
         node = d.clone[alg.stages[s].node._id]
@@ -1101,8 +1102,6 @@ def _rebuild(roots: Sequence[Expr], params: dict[str, Any], replace: dict[int, t
             r: Expr = Load(params[pname], tuple(Axis(a) for a in axes))
             new[n._id] = r
             continue
-        if any(c._id not in new for c in n.children()) and not isinstance(n, Reduce):
-            pass
         if isinstance(n, Const):
             r = Const(n.value)
         elif isinstance(n, Axis):

@@ -1,0 +1,315 @@
+"""PyTorch integration of dtriton kernels: autograd, the Kernel.__call__ hook, torch.library ops
+and torch.compile(fullgraph=True). CPU interpreter, tiny shapes."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import torch
+
+import dtriton as dt
+from dtriton.autograd import HOOK, DifferentiableKernel, apply
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserWarning",
+                                        "ignore::DeprecationWarning")
+
+
+@dt.algorithm
+def linear_relu(X: dt.Tensor["M", "K"], W: dt.Tensor["N", "K"], b: dt.Tensor["N"]):
+    i, j, k = dt.axes("i j k")
+    return dt.maximum(dt.sum(X[i, k] * W[j, k], over=k) + b[j], 0.0)[i, j]
+
+
+@dt.algorithm
+def softmax(X: dt.Tensor["M", "N"]):
+    i, j = dt.axes("i j")
+    e = dt.exp(X[i, j] - dt.max(X[i, j], over=j))
+    return (e / dt.sum(e, over=j))[i, j]
+
+
+@dt.algorithm
+def layer_norm(X: dt.Tensor["M", "N"], w: dt.Tensor["N"], b: dt.Tensor["N"]):
+    i, j = dt.axes("i j")
+    mu = dt.mean(X[i, j], over=j)
+    xc = X[i, j] - mu
+    var = dt.mean(xc * xc, over=j)
+    return (xc * dt.rsqrt(var + 1e-5) * w[j] + b[j])[i, j]
+
+
+@dt.algorithm
+def cross_entropy(X: dt.Tensor["M", "C"], labels: dt.Tensor["M"]):
+    i, j = dt.axes("i j")
+    m = dt.max(X[i, j], over=j)
+    lse = m + dt.log(dt.sum(dt.exp(X[i, j] - m), over=j))
+    return (lse - X[i, labels[i]])[i]
+
+
+@dt.algorithm
+def spatial_diffusion(x: dt.Tensor["V", "C"], mass: dt.Tensor["V"], evals: dt.Tensor["K"],
+                      basis: dt.Tensor["V", "K"], times: dt.Tensor["C"]):
+    v, k, c = dt.axes("v k c")
+    spectral = dt.exp(-evals[k] * times[c]) * dt.sum(basis[v, k] * x[v, c] * mass[v], over=v)
+    out = dt.sum(basis[v, k] * spectral, over=k)
+    return out[v, c], spectral[k, c]
+
+
+def small_tiles(alg):
+    return dt.Schedule(acc_dtype="float64", tile={a: 4 for a in alg.axis_names})
+
+
+def t_linear_relu(X, W, b):
+    return torch.relu(X @ W.t() + b)
+
+
+def t_diffusion(x, mass, evals, basis, times):
+    spectral = torch.exp(-evals[:, None] * times[None, :]) * (basis.t() @ (x * mass[:, None]))
+    return basis @ spectral, spectral
+
+
+def grads_of(fn, args, idx, gouts):
+    targs = [a.detach().clone().requires_grad_(k in idx) if isinstance(a, torch.Tensor) else a
+             for k, a in enumerate(args)]
+    outs = fn(*targs)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    return torch.autograd.grad([o for o, g in zip(outs, gouts) if g is not None],
+                               [targs[k] for k in idx], [g for g in gouts if g is not None])
+
+
+@pytest.fixture(scope="module")
+def lin_kernel():
+    return dt.compile(linear_relu)
+
+
+# ----------------------------------------------------------------------------------------------
+# autograd.Function
+# ----------------------------------------------------------------------------------------------
+def test_only_inputs_that_require_grad_get_gradients(lin_kernel):
+    dk = dt.differentiable(lin_kernel)
+    g = torch.Generator().manual_seed(0)
+    X, W, b = torch.randn(3, 4, generator=g), torch.randn(5, 4, generator=g), torch.randn(5, generator=g)
+    W.requires_grad_()
+    b.requires_grad_()
+    y = dk(X, W, b)
+    assert y.grad_fn is not None
+    G = torch.randn(3, 5, generator=g)
+    y.backward(G)
+    assert X.grad is None
+    eW, eb = grads_of(t_linear_relu, [X, W, b], [1, 2], [G])
+    torch.testing.assert_close(W.grad, eW)
+    torch.testing.assert_close(b.grad, eb)
+    # the backward algorithms were derived for exactly {W, b}
+    assert list(dk._bwd) == [frozenset({"W", "b"})]
+    assert dk.gradients(["W", "b"]).wrt == ("W", "b")
+
+
+def test_plain_call_without_grad(lin_kernel):
+    dk = dt.differentiable(lin_kernel)
+    X, W, b = torch.randn(3, 4), torch.randn(5, 4, requires_grad=True), torch.randn(5)
+    assert dk(X, W.detach(), b).grad_fn is None
+    with torch.no_grad():
+        assert dk(X, W, b).grad_fn is None
+    torch.testing.assert_close(dk(X, W.detach(), b), t_linear_relu(X, W.detach(), b))
+    out = torch.empty(3, 5)
+    assert dk(X, W.detach(), b, out=out) is out
+
+
+def test_kernel_call_hook_snippet(lin_kernel):
+    """HOOK is the exact text the lead should paste at the top of Kernel.__call__; run it."""
+    body = HOOK.replace("from .autograd import", "from dtriton.autograd import")
+    src = "def __call__(self, *args, out=None):\n" + textwrap.indent(body, "    ") + \
+          "    return dt.Kernel.__call__(self, *args, out=out)\n"
+    ns = {"torch": torch, "dt": dt}
+    exec(src, ns)  # noqa: S102 - our own snippet
+    Hooked = type("Hooked", (dt.Kernel,), {"__call__": ns["__call__"]})
+    k = Hooked(linear_relu, None)
+    g = torch.Generator().manual_seed(1)
+    X = torch.randn(3, 4, generator=g, requires_grad=True)
+    W, b = torch.randn(5, 4, generator=g), torch.randn(5, generator=g)
+    y = k(X, W, b)
+    assert y.grad_fn is not None
+    G = torch.randn(3, 5, generator=g)
+    (gx,) = torch.autograd.grad(y, [X], G)
+    torch.testing.assert_close(gx, grads_of(t_linear_relu, [X, W, b], [0], [G])[0])
+    assert k(X.detach(), W, b).grad_fn is None
+    with pytest.raises(dt.ShapeError, match="out="):
+        apply(k, (X, W, b), out=torch.empty(3, 5))
+
+
+def test_multi_output_with_an_unused_output():
+    dk = dt.compile_autograd(spatial_diffusion, small_tiles(spatial_diffusion), backward_schedules=small_tiles)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(6, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    mass = torch.rand(6, generator=g, dtype=torch.float64) + 0.5
+    evals = torch.rand(4, generator=g, dtype=torch.float64)
+    basis = torch.randn(6, 4, generator=g, dtype=torch.float64)
+    times = (torch.rand(3, generator=g, dtype=torch.float64) + 0.1).requires_grad_()
+    out, spectral = dk(x, mass, evals, basis, times)
+    G = torch.randn(6, 3, generator=g, dtype=torch.float64)
+    gx, gt = torch.autograd.grad(out, [x, times], G)  # spectral is unused: a zero upstream gradient
+    ex, et = grads_of(t_diffusion, [x, mass, evals, basis, times], [0, 4], [G, None])
+    torch.testing.assert_close(gx, ex)
+    torch.testing.assert_close(gt, et)
+    torch.testing.assert_close(spectral, t_diffusion(x, mass, evals, basis, times)[1])
+
+
+@pytest.mark.parametrize("alg", [softmax, layer_norm], ids=["softmax", "layer_norm"])
+def test_saved_stages_mode_gradcheck(alg):
+    dk = dt.compile_autograd(alg, small_tiles(alg), save="all", backward_schedules=small_tiles)
+    assert dk.gradients().saved  # forward stages come from the forward pass
+    g = torch.Generator().manual_seed(3)
+    args = [torch.randn(3, 6, generator=g, dtype=torch.float64, requires_grad=True)]
+    if alg is layer_norm:
+        args += [torch.randn(6, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(2)]
+    assert torch.autograd.gradcheck(lambda *xs: dk(*xs), args)
+
+
+def test_backward_schedules_by_input_name_and_float32_dtypes():
+    sched = dt.Schedule(tile={"i": 2, "j": 8}, grid=("i",), strategy={"j": "whole"})
+    dk = dt.compile_autograd(softmax, backward_schedules={"X": sched})
+    g = torch.Generator().manual_seed(4)
+    X = torch.randn(5, 7, generator=g, requires_grad=True)
+    y = dk(X)
+    G = torch.randn(5, 7, generator=g)
+    (gx,) = torch.autograd.grad(y, [X], G)
+    assert gx.dtype == torch.float32
+    torch.testing.assert_close(gx, grads_of(lambda x: torch.softmax(x, -1), [X], [0], [G])[0])
+    (runner,) = dk._bwd[frozenset({"X"})][1]
+    assert runner.schedule is sched
+    assert runner.kernel(False).schedule_for(X.detach(), G).tile["i"] == 2
+
+
+def test_integer_inputs_get_no_gradient():
+    dk = dt.compile_autograd(cross_entropy)
+    g = torch.Generator().manual_seed(5)
+    X = torch.randn(4, 6, generator=g, requires_grad=True)
+    labels = torch.randint(0, 6, (4,), generator=g)
+    loss = dk(X, labels).mean()
+    loss.backward()
+    expect = grads_of(lambda x, lab: torch.nn.functional.cross_entropy(x, lab, reduction="none"),
+                      [X, labels], [0], [torch.full((4,), 0.25)])[0]
+    torch.testing.assert_close(X.grad, expect)
+
+
+def test_differentiable_rejects_non_kernels():
+    with pytest.raises(TypeError):
+        DifferentiableKernel(softmax)
+
+
+# ----------------------------------------------------------------------------------------------
+# torch.library custom ops and torch.compile
+# ----------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def lin_op(lin_kernel):
+    return dt.as_torch_op(lin_kernel, "dtriton_test::linear_relu")
+
+
+@pytest.fixture(scope="module")
+def ce_op():
+    return dt.as_torch_op(dt.compile(cross_entropy), "dtriton_test::cross_entropy")
+
+
+@pytest.fixture(scope="module")
+def diffusion_op():
+    return dt.as_torch_op(dt.compile(spatial_diffusion), "dtriton_test::spatial_diffusion")
+
+
+class Tiny(torch.nn.Module):
+    """A linear+relu layer (the dtriton op), a tanh, and a cross-entropy loss (the dtriton op)."""
+
+    def __init__(self, lin, ce):
+        super().__init__()
+        g = torch.Generator().manual_seed(6)
+        self.W = torch.nn.Parameter(torch.randn(5, 4, generator=g))
+        self.b = torch.nn.Parameter(torch.randn(5, generator=g))
+        self.lin, self.ce = lin, ce
+
+    def forward(self, x, labels):
+        h = self.lin(x, self.W, self.b)
+        return self.ce(torch.tanh(h) * 2.0, labels).mean()
+
+
+def eager_tiny(m, x, labels):
+    h = torch.relu(x @ m.W.t() + m.b)
+    return torch.nn.functional.cross_entropy(torch.tanh(h) * 2.0, labels)
+
+
+def test_torch_op_eager_and_opcheck(lin_op):
+    g = torch.Generator().manual_seed(7)
+    args = (torch.randn(3, 4, generator=g, requires_grad=True), torch.randn(5, 4, generator=g, requires_grad=True),
+            torch.randn(5, generator=g, requires_grad=True))
+    y = lin_op(*args)
+    torch.testing.assert_close(y, t_linear_relu(*args))
+    assert y is not None and torch.ops.dtriton_test.linear_relu is not None
+    G = torch.randn(3, 5, generator=g)
+    for a, b in zip(torch.autograd.grad(y, args, G), grads_of(t_linear_relu, list(args), [0, 1, 2], [G])):
+        torch.testing.assert_close(a, b)
+    res = torch.library.opcheck(lin_op, args)
+    assert all(v == "SUCCESS" for v in res.values()), res
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_torch_compile_fullgraph_aot_eager(lin_op, ce_op, dynamic):
+    torch._dynamo.reset()
+    m = Tiny(lin_op, ce_op)
+    cm = torch.compile(m, fullgraph=True, backend="aot_eager", dynamic=dynamic)
+    g = torch.Generator().manual_seed(8)
+    for rows in ((3, 6) if dynamic else (3,)):
+        x = torch.randn(rows, 4, generator=g, requires_grad=True)
+        labels = torch.randint(0, 5, (rows,), generator=g)
+        loss = cm(x, labels)
+        params = [x, m.W, m.b]
+        got = torch.autograd.grad(loss, params)
+        ref = eager_tiny(m, x, labels)
+        want = torch.autograd.grad(ref, params)
+        torch.testing.assert_close(loss, ref)
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b)
+
+
+def test_torch_compile_fullgraph_inductor(lin_op, ce_op):
+    torch._dynamo.reset()
+    m = Tiny(lin_op, ce_op)
+    cm = torch.compile(m, fullgraph=True, backend="inductor")
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(3, 4, generator=g, requires_grad=True)
+    labels = torch.randint(0, 5, (3,), generator=g)
+    loss = cm(x, labels)
+    loss.backward()
+    ref = eager_tiny(m, x.detach().requires_grad_(), labels)
+    torch.testing.assert_close(loss, ref)
+    want = torch.autograd.grad(ref, [m.W, m.b])
+    torch.testing.assert_close(m.W.grad, want[0])
+    torch.testing.assert_close(m.b.grad, want[1])
+
+
+def test_multi_output_op_under_compile(diffusion_op):
+    torch._dynamo.reset()
+    g = torch.Generator().manual_seed(10)
+    x = torch.randn(6, 3, generator=g, requires_grad=True)
+    mass, evals = torch.rand(6, generator=g) + 0.5, torch.rand(4, generator=g)
+    basis = torch.randn(6, 4, generator=g)
+    times = (torch.rand(3, generator=g) + 0.1).requires_grad_()
+
+    def f(x, times):
+        out, spectral = diffusion_op(x, mass, evals, basis, times)
+        return (out * out).sum() + spectral.sum()
+    loss = torch.compile(f, fullgraph=True, backend="aot_eager")(x, times)
+    got = torch.autograd.grad(loss, [x, times])
+
+    def t(x, times):
+        out, spectral = t_diffusion(x, mass, evals, basis, times)
+        return (out * out).sum() + spectral.sum()
+    xr, tr = x.detach().requires_grad_(), times.detach().requires_grad_()
+    ref = t(xr, tr)
+    torch.testing.assert_close(loss, ref, rtol=1e-4, atol=1e-5)
+    for a, b in zip(got, torch.autograd.grad(ref, [xr, tr])):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_as_torch_op_names(lin_kernel, lin_op):
+    assert dt.as_torch_op(lin_kernel, "dtriton_test::linear_relu") is lin_op
+    with pytest.raises(ValueError, match="already registered"):
+        dt.as_torch_op(dt.compile(linear_relu), "dtriton_test::linear_relu")
+    with pytest.raises(ValueError, match="namespace::name"):
+        dt.as_torch_op(lin_kernel, "no_namespace")
