@@ -607,7 +607,7 @@ def test_staged_chain_equals_the_algorithm():
 
 
 # ----------------------------------------------------------------------------------------------
-# minimal repros of compiler bugs found while doing issue 6 (xfail until fixed; non-strict)
+# regression tests: minimal repros of compiler bugs found while doing issue 6 (all fixed)
 # ----------------------------------------------------------------------------------------------
 @dt.algorithm
 def nested_chain(X: dt.Tensor["M", "N"]):
@@ -617,8 +617,6 @@ def nested_chain(X: dt.Tensor["M", "N"]):
     return dt.sum(X[i, j] * v, over=i)[j]
 
 
-@pytest.mark.xfail(reason="lowering: a reduction nested in a materialised reduction is never computed "
-                          "(_reduce_nodes stops at the root reduce, which is in `mat`)", strict=False)
 def test_compiler_bug_nested_reduction_in_materialised_stage():
     X = torch.randn(3, 4, dtype=torch.float64)
     k = dt.compile(nested_chain)
@@ -639,8 +637,6 @@ def centered(X: dt.Tensor["M", "N"]):
     return (X[i, j] - dt.mean(X[i, j], over=j))[i, j]
 
 
-@pytest.mark.xfail(reason="codegen: a materialised mean is divided by the extent in its kernel and again "
-                          "when read (BufferSpec.scale_count)", strict=False)
 def test_compiler_bug_materialised_mean_divided_twice():
     X = torch.randn(3, 4)
     k = dt.compile(centered, dt.Schedule(stages={"mean0": {"place": "materialize"}}))
@@ -653,8 +649,6 @@ def fraction(X: dt.Tensor["M", "N"]):
     return (X[i, j] / dt.sum(X[i, j], over=(i, j)))[i, j]
 
 
-@pytest.mark.xfail(reason="codegen: storing a materialised 0-d reduction stores a block into a scalar "
-                          "pointer", strict=False)
 def test_compiler_bug_0d_materialised_reduction():
     X = torch.rand(3, 4)
     torch.testing.assert_close(dt.compile(fraction)(X), fraction.reference(X))
@@ -666,8 +660,6 @@ def spectral_only(x: dt.Tensor["V", "C"], basis: dt.Tensor["V", "K"]):
     return dt.sum(basis[v, k] * dt.sum(basis[v, k] * x[v, c], over=v), over=k)[v, c]
 
 
-@pytest.mark.xfail(reason="schedule: acc_dtype defaults to float32, so materialised buffers round float64 "
-                          "computations to fp32", strict=False)
 def test_compiler_float64_buffers_are_float32():
     g = torch.Generator().manual_seed(12)
     x, basis = torch.randn(6, 3, generator=g, dtype=torch.float64), torch.randn(6, 4, generator=g, dtype=torch.float64)
@@ -675,8 +667,6 @@ def test_compiler_float64_buffers_are_float32():
                                rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.xfail(reason="codegen: the sigmoid branch comes after a dict lookup without 'sigmoid' (KeyError)",
-                   strict=False)
 def test_compiler_bug_sigmoid_codegen():
     alg = _unary_alg("sigmoid")
     X = torch.randn(2, 3)

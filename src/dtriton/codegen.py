@@ -387,12 +387,12 @@ class KernelGen:
                 t = self.fresh("th")
                 scope.emit(f"{t} = tl.where({ax} < 0.0005, {ax} - {ax} * {ax} * {ax} / 3.0, (1.0 - {e}) / (1.0 + {e}))")
                 return f"tl.where({x} < 0, -{t}, {t})", "tanh"
-            fn = {"exp": "tl.exp", "log": "tl.log", "sqrt": "tl.sqrt_rn" if self.cdt == "tl.float32" else "tl.sqrt",
-                  "rsqrt": "tl.rsqrt", "abs": "tl.abs"}[n.op]
             if n.op == "sigmoid":
                 return f"1.0 / (1.0 + tl.exp(-{x}))", "sigmoid"
-            if n.op == "rsqrt" and self.cdt == "tl.float32":
-                return f"1.0 / tl.sqrt_rn({x})", ""
+            if n.op == "rsqrt":
+                return (f"1.0 / tl.sqrt_rn({x})" if self.cdt == "tl.float32" else f"1.0 / tl.sqrt({x})"), "rsqrt"
+            fn = {"exp": "tl.exp", "log": "tl.log", "sqrt": "tl.sqrt_rn" if self.cdt == "tl.float32" else "tl.sqrt",
+                  "abs": "tl.abs"}[n.op]
             return f"{fn}({x})", ""
         if isinstance(n, Binary):
             a = self.val(n.a, scope, layout)
@@ -1038,6 +1038,12 @@ class KernelGen:
         if self.present(expr, scope) != pres and pres:
             v = f"tl.broadcast_to({v}, {self.shape(layout, pres)})"
         ptr = self.addr(name, terms)
+        if not pres and layout:
+            # nothing of the output is a block here, but the value is a (1, ..., 1) block: store
+            # through a pointer block of the same shape
+            ptr = f"{ptr} + tl.full({self.shape(layout, set())}, 0, tl.int32)"
+            v = f"tl.reshape({v}, {self.shape(layout, set())})" if self.present(expr, scope) == set() and \
+                not isinstance(expr, (Const, ScalarParam)) else f"tl.full({self.shape(layout, set())}, 0.0, {self.cdt}) + {v}"
         if st.atomic:
             scope.emit(f"tl.atomic_add({ptr}, {v}" + (f", mask={mask}" if mask else "") + ", sem=\"relaxed\")")
         else:

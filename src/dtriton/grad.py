@@ -58,7 +58,7 @@ __all__ = ["grad", "GradientAlgorithms", "describe", "augmented_forward", "stage
 #: once in their own kernel and again when read through ``BufferSpec.scale_count``). While True,
 #: derived graphs never contain ``mean`` reductions: a mean becomes ``sum / count`` where
 #: ``count = sum over R of 1`` is a cheap stage of its own. Set to False once the bug is fixed.
-MEAN_AS_SUM_OVER_COUNT = True
+MEAN_AS_SUM_OVER_COUNT = False
 
 _ARITH = ("add", "sub", "mul", "div", "maximum", "minimum")
 

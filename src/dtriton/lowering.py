@@ -104,8 +104,8 @@ def _reduce_nodes(root: Expr, stop: set[int]) -> list[Reduce]:
         seen.add(n._id)
         if isinstance(n, Reduce):
             out.append(n)
-            if n._id in stop:
-                continue
+            if n._id in stop and n is not root:
+                continue  # materialised elsewhere; the root itself is computed here
         stack.extend(n.children())
     return out
 
@@ -129,7 +129,7 @@ def _kernel_axes(root_exprs: Sequence[Expr], stop: set[int], top: Reduce | None 
 
 
 def lower(alg: Algorithm, sched: Schedule, sizes: dict[str, int], interpret: bool = False,
-          out_dtypes: dict[str, str] | None = None) -> Program:
+          out_dtypes: dict[str, str] | None = None, f64: bool = False) -> Program:
     """Partition ``alg`` under the complete schedule ``sched`` into kernels.
 
     ``sizes`` maps axis names to extents (used for specialisation only).
@@ -206,8 +206,10 @@ def lower(alg: Algorithm, sched: Schedule, sizes: dict[str, int], interpret: boo
         r = reduces[rid]
         split = [(a, sched.split[a]) for a in r.over if sched.split.get(a, 1) > 1]
         partials = split[0][1] if split and sched.split_mode == "partials" else 0
-        b = BufferSpec(f"buf_{r.name}", r.axes, sched.acc_dtype, zero=bool(split) and not partials,
-                       partials=partials, scale_count=r.over if r.mean else ())
+        # the kernel computing r applies the mean's division itself (partial sums are divided
+        # too, so atomics and partials add up to the mean), so readers never divide again
+        b = BufferSpec(f"buf_{r.name}", r.axes, "float64" if f64 else sched.acc_dtype, zero=bool(split) and not partials,
+                       partials=partials)
         buffers[b.name] = b
         bufmap[rid] = b
 

@@ -153,7 +153,8 @@ class Kernel:
             return plan
         alg = self.algorithm
         sched.validate(alg)
-        prog = lower(alg, sched, b.axis_sizes, interpret, {o.name: str(d).replace("torch.", "") for o, d in zip(alg.outputs, b.out_dtypes)})
+        prog = lower(alg, sched, b.axis_sizes, interpret, {o.name: str(d).replace("torch.", "") for o, d in zip(alg.outputs, b.out_dtypes)},
+                     f64=any(d == torch.float64 for d in b.dtypes.values()))
         out_dtypes = {o.name: d for o, d in zip(alg.outputs, b.out_dtypes)}
         spec_note = "Specialisation: " + ", ".join(f"{a}={'÷' if k[2][-1] else ''}{k[1]}" for a, k in zip(alg.axis_names, key[1]))
         source, metas = generate(prog, alg, sched, b.dtypes, out_dtypes, interpret, key[3], spec_note)
@@ -189,6 +190,11 @@ class Kernel:
 
     # ------------------------------------------------------------------------------------------
     def __call__(self, *args, out=None):
+        """Run the kernel(s). Inputs that require grad route the call through autograd
+        (:mod:`dtriton.autograd`), whose backward runs the derived backward kernels."""
+        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            from .autograd import apply
+            return apply(self, args, out=out)
         if out is None and self._fast:
             fast = self._fast.get(_call_key(args))
             if fast is not None and _HOOKS_OFF():
