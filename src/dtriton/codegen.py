@@ -106,8 +106,11 @@ class _Scope:
         else:
             self.items.append(line)
 
-    def open(self, header: str, new_axes: tuple[str, ...]) -> "_Scope":
-        child = _Scope(self, header, self.layout + new_axes)
+    def open(self, header: str, new_axes: tuple[str, ...], keep: tuple[str, ...] | None = None) -> "_Scope":
+        """Open a child scope (a loop). Its layout is this scope's (or only the ``keep`` axes of
+        it) followed by ``new_axes``."""
+        base = self.layout if keep is None else tuple(a for a in self.layout if a in keep)
+        child = _Scope(self, header, base + new_axes)
         if self.open_child is not None:
             self.items.insert(self.open_child, child)
             # the new child is now the open one; the previously open one stays after it
@@ -710,6 +713,15 @@ class KernelGen:
                     info["layout"] = scope.layout
                 info["acc"] = acc
             accs[r._id] = info
+        # the loop's layout keeps only the program axes its values use: contractions carry their
+        # own 2-D layouts, so e.g. attention's head axis stays out of the score tiles
+        keep: set[str] = set()
+        for r in rs:
+            if not accs[r._id]["dot"]:
+                keep |= set(r.x.axes)
+            for inner_r in self.fused_deps(r):   # reductions computed inside this loop keep their axes
+                keep |= set(inner_r.axes)
+        keep = tuple(a for a in scope.layout if a in keep)
         inner = scope
         loops = []
         for a in loop_axes:
@@ -720,7 +732,7 @@ class KernelGen:
                 head = f"for {v} in range({lo}, {hi}, {self.block(a)}):"
             else:
                 head = f"for {v} in range(0, {self.size(a)}, {self.block(a)}):"
-            child = inner.open(head, (a,) if True else ())
+            child = inner.open(head, (a,), keep if inner is scope else None)
             child._is_open = True
             loops.append((inner, child))
             inner = child
@@ -849,16 +861,6 @@ class KernelGen:
         """A dot operand in ``layout``; ``dd`` is the dtype both operands are cast to (the 16-bit
         storage dtype when either side reads only 16-bit tensors, as FlashAttention casts P before
         P·V), or None for an fp32 dot."""
-        vals = []
-        for f in factors:
-            pres = [a for a in scope.layout if a in self.present(f, scope)]
-            if not isinstance(f, Load) and pres and [a for a in layout if a in pres] == pres and \
-                    all(a in scope.layout for a in pres):
-                # computed in the program's layout (shared with other uses), then reshaped
-                v = self.relayout(self.val(f, scope, scope.layout), scope.layout, layout, set(pres), scope)
-            else:
-                v = self.val(f, scope, layout)
-            vals.append(self.as_float(f, v))
         direct = len(factors) == 1 and isinstance(factors[0], Load)
         if direct and dd is not None and not self.interpret and TL_DTYPES.get(self.dtypes[factors[0].tensor.name]) == dd \
                 and self.need_depth(factors[0], scope) == scope.depth:
@@ -870,6 +872,16 @@ class KernelGen:
                 scope.emit(f"{v} = {code}  # dot operand [{', '.join(layout)}]: {cm}")
                 scope.memo[key] = v
             return scope.memo[key]
+        vals = []
+        for f in factors:
+            fp = self.present(f, scope)
+            pres = [a for a in scope.layout if a in fp]
+            if not isinstance(f, Load) and pres and len(pres) == len(fp) and [a for a in layout if a in pres] == pres:
+                # computed in the program's layout (shared with other uses), then reshaped
+                v = self.relayout(self.val(f, scope, scope.layout), scope.layout, layout, set(pres), scope)
+            else:
+                v = self.val(f, scope, layout)
+            vals.append(self.as_float(f, v))
         code = " * ".join(vals)
         m = self.mask_for([ra], scope, layout)
         if m is not None and not direct:
