@@ -29,9 +29,10 @@ Backends (``backend=`` of the function and the module):
 
 * ``"dtriton-manual"``: forward and backward are dtriton kernels; the backward algorithms are the
   hand-written ones above, glued to PyTorch autograd by a ``torch.autograd.Function``.
-* ``"auto"``: automatic gradients from ``dtriton.autograd`` (being written separately). Used only
-  when that module imports, exposes an entry point this file knows (see :func:`_auto_entry`), and
-  passes a numerical check against the manual backward; otherwise unavailable.
+* ``"auto"``: automatic gradients: the forward kernel wrapped by
+  ``dtriton.autograd.differentiable`` (backward algorithms derived by ``dt.grad``; the forward's
+  projection ``basis^T (x mass)`` is saved for them). Used only when that module imports and
+  passes a numerical check against the manual backward (see :func:`available_backend`).
 * ``"torch"``: the eager PyTorch reference (no dtriton).
 * ``None`` (default): ``"auto"`` when available, else ``"dtriton-manual"``.
 
@@ -197,6 +198,15 @@ class DiffusionKernels:
             kern, src = _compile(alg, per.get(name, "tuned"))
             setattr(self, name, kern)
             self.schedule_source[name] = src
+        self._auto = None
+
+    @property
+    def auto(self):
+        """The forward kernel made differentiable by ``dtriton.autograd`` (created on first use;
+        see :func:`available_backend`). Raises ImportError when that module is missing."""
+        if self._auto is None:
+            self._auto = _auto_entry(self.forward)
+        return self._auto
 
     def schedules_for(self, x, basis, mass, evals, times) -> dict[str, dt.Schedule]:
         """The complete schedules that forward and backward calls with these inputs run
@@ -211,6 +221,23 @@ class DiffusionKernels:
             "backward_times": (grad, basis, evals, spectral),
         }
         return {name: getattr(self, name).schedule_for(*a) for name, a in args.items()}
+
+    def origins_for(self, x, basis, mass, evals, times) -> dict[str, str]:
+        """Where each kernel's schedule for these inputs comes from: "tuned" / "nearest" (tuning
+        database) or "heuristic" for tuned kernels; :attr:`schedule_source` otherwise."""
+        K, C = basis.shape[1], x.shape[1]
+        spectral = torch.empty(K, C, dtype=torch.float32, device=x.device)
+        grad = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+        args = {
+            "forward": (x, basis, mass, evals, times),
+            "backward": (grad, basis, mass, evals, times, spectral),
+            "backward_times": (grad, basis, evals, spectral),
+        }
+        out = {}
+        for name, a in args.items():
+            kern = getattr(self, name)
+            out[name] = kern.origin_for(*a) if hasattr(kern, "origin_for") else self.schedule_source[name]
+        return out
 
 
 _kernels_lock = threading.Lock()
@@ -264,35 +291,25 @@ def _manual(x, basis, mass, evals, times, kernels: DiffusionKernels) -> torch.Te
 # autograd: automatic gradients from dtriton.autograd, when it exists and works
 # ----------------------------------------------------------------------------------------------
 _auto_lock = threading.Lock()
-_auto_state: tuple[Callable | None, str] | None = None
+_auto_state: tuple[bool, str] | None = None
 
 
-def _auto_entry() -> Callable:
-    """A differentiable ``f(x, basis, mass, evals, times) -> (out, spectral)`` from dtriton's
-    automatic gradients. The one place to adapt when ``dtriton.autograd`` lands. Tries, in order:
-    a compiled kernel that is differentiable by itself (its output has a ``grad_fn``), then
-    ``dtriton.autograd.function(alg)`` / ``autograd_function(alg)`` / ``differentiable(alg)``.
-    Raises ImportError / AttributeError / RuntimeError when none is usable."""
-    import dtriton.autograd as dta  # noqa: F401 - ImportError means "not there yet"
-
-    kern = dt.compile(spatial_diffusion)
-    probe = [torch.zeros(3, 2, requires_grad=True), torch.ones(3, 2), torch.ones(3), torch.zeros(2),
-             torch.ones(2, requires_grad=True)]
-    try:
-        out = kern(*probe)
-        if isinstance(out, tuple) and out[0].grad_fn is not None:
-            return kern
-    except Exception:  # noqa: BLE001 - a kernel that refuses grad-requiring inputs: try the module
-        pass
-    for name in ("function", "autograd_function", "differentiable"):
-        entry = getattr(dta, name, None)
-        if callable(entry):
-            return entry(spatial_diffusion)
-    raise AttributeError("dtriton.autograd has no entry point this layer knows "
-                         "(function / autograd_function / differentiable)")
+def _projection_stage() -> str:
+    """Name of the forward's reduction over v (``basis^T (x mass)``), kept for the backward."""
+    return next(s.name for s in spatial_diffusion.stages.values()
+                if not s.is_output and s.node.over == ("v",))
 
 
-def _check_auto(fn: Callable) -> None:
+def _auto_entry(kernel) -> Callable:
+    """``kernel`` (the compiled forward) made differentiable by dtriton's automatic gradients:
+    ``dtriton.autograd.differentiable(kernel, save=[projection stage])``, so the derived backward
+    reuses ``basis^T (x mass)`` from the forward instead of recomputing it. The one place to adapt
+    if that API changes. Raises ImportError / AttributeError / TypeError when it is not usable."""
+    from dtriton.autograd import differentiable
+    return differentiable(kernel, save=[_projection_stage()])
+
+
+def _check_auto() -> None:
     """Compare the automatic gradients with the manual backward on a small problem (CPU)."""
     g = torch.Generator().manual_seed(0)
     V, K, C = 37, 6, 5
@@ -302,8 +319,10 @@ def _check_auto(fn: Callable) -> None:
     x0 = torch.randn(V, C, generator=g)
     t0 = torch.rand(C, generator=g) * 0.5 + 0.05
     w = torch.randn(V, C, generator=g)
+    auto = _auto_entry(dt.compile(spatial_diffusion))
+    kernels = DiffusionKernels(None)
     grads = []
-    for f in (lambda *a: fn(*a)[0], lambda *a: _manual(*a, kernels=default_kernels())):
+    for f in (lambda *a: auto(*a)[0], lambda *a: _manual(*a, kernels=kernels)):
         x, t = x0.clone().requires_grad_(), t0.clone().requires_grad_()
         (f(x, basis, mass, evals, t) * w).sum().backward()
         grads.append((x.grad, t.grad))
@@ -315,9 +334,9 @@ def _check_auto(fn: Callable) -> None:
 def available_backend(backend: str | None = None) -> tuple[str, str]:
     """Resolve ``backend`` to one of :data:`BACKENDS` and say why.
 
-    ``None`` gives ``"auto"`` when ``dtriton.autograd`` is importable, has a known entry point and
-    passes a numerical check against the manual backward (checked once per process), else
-    ``"dtriton-manual"``.
+    ``None`` gives ``"auto"`` when ``dtriton.autograd.differentiable`` is importable and passes a
+    numerical check against the manual backward on a small CPU problem (checked once per process),
+    else ``"dtriton-manual"``.
 
     Returns:
         ``(name, reason)``.
@@ -334,13 +353,13 @@ def available_backend(backend: str | None = None) -> tuple[str, str]:
     with _auto_lock:
         if _auto_state is None:
             try:
-                fn = _auto_entry()
-                _check_auto(fn)
-                _auto_state = (fn, "dtriton.autograd (checked against the manual backward)")
+                _check_auto()
+                _auto_state = (True, "dtriton.autograd.differentiable: backward derived by dt.grad, "
+                                     "checked against the hand-written backward")
             except Exception as e:  # noqa: BLE001 - any failure means: not usable (yet)
-                _auto_state = (None, f"automatic gradients unavailable ({type(e).__name__}: {e})")
-    fn, why = _auto_state
-    if fn is not None:
+                _auto_state = (False, f"automatic gradients unavailable ({type(e).__name__}: {e})")
+    ok, why = _auto_state
+    if ok:
         return "auto", why
     if backend == "auto":
         raise ValueError(f"backend 'auto' was requested but {why}")
@@ -396,10 +415,10 @@ def spatial_diffusion_fn(x: torch.Tensor, basis: torch.Tensor, mass: torch.Tenso
     name, _ = available_backend(backend)
     if name == "torch":
         return torch_spatial_diffusion(x, basis, mass, evals, times)
+    kernels = kernels or default_kernels()
     if name == "auto":
-        fn, _ = _auto_state  # type: ignore[misc]
-        return fn(x, basis, mass, evals, times)[0]
-    return _manual(x, basis, mass, evals, times, kernels or default_kernels())
+        return kernels.auto(x, basis, mass, evals, times)[0]
+    return _manual(x, basis, mass, evals, times, kernels)
 
 
 class SpatialDiffusion(torch.nn.Module):
