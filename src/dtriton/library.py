@@ -1,0 +1,115 @@
+"""Ready-made algorithms: the kernels the issues, tests, benchmarks and demo share.
+
+Each is an ordinary ``@dt.algorithm``; compile any of them with ``dt.compile(alg, schedule)``.
+Stage names (for schedules) are printed by ``repr(alg)``.
+"""
+
+from __future__ import annotations
+
+from . import language as dt
+from .language import Tensor
+
+__all__ = ["matmul", "linear_relu", "softmax", "log_softmax", "layer_norm", "rms_norm", "cross_entropy",
+           "column_sum", "spatial_diffusion", "attention", "causal_attention", "add_one"]
+
+
+@dt.algorithm
+def matmul(A: Tensor["M", "K"], B: Tensor["K", "N"]):
+    """C (M, N) = A (M, K) @ B (K, N)."""
+    i, j, k = dt.axes("i j k")
+    return dt.sum(A[i, k] * B[k, j], over=k)[i, j]
+
+
+@dt.algorithm
+def linear_relu(X: Tensor["M", "K"], W: Tensor["N", "K"], b: Tensor["N"]):
+    """relu(X @ W^T + b): a contraction with a bias-and-ReLU epilogue."""
+    i, j, k = dt.axes("i j k")
+    return dt.maximum(dt.sum(X[i, k] * W[j, k], over=k) + b[j], 0.0)[i, j]
+
+
+@dt.algorithm
+def softmax(X: Tensor["M", "N"]):
+    """Row softmax (stages max0, sum0, out)."""
+    i, j = dt.axes("i j")
+    m = dt.max(X[i, j], over=j)
+    e = dt.exp(X[i, j] - m)
+    return (e / dt.sum(e, over=j))[i, j]
+
+
+@dt.algorithm
+def log_softmax(X: Tensor["M", "N"]):
+    """Row log-softmax: x - max - log(sum(exp(x - max)))."""
+    i, j = dt.axes("i j")
+    m = dt.max(X[i, j], over=j)
+    return (X[i, j] - m - dt.log(dt.sum(dt.exp(X[i, j] - m), over=j)))[i, j]
+
+
+@dt.algorithm
+def layer_norm(X: Tensor["M", "N"], w: Tensor["N"], b: Tensor["N"]):
+    """Layer norm over the last dim, eps 1e-5 (stages mean0, mean1, out)."""
+    i, j = dt.axes("i j")
+    mean = dt.mean(X[i, j], over=j)
+    xc = X[i, j] - mean
+    var = dt.mean(xc * xc, over=j)
+    return (xc * dt.rsqrt(var + 1e-5) * w[j] + b[j])[i, j]
+
+
+@dt.algorithm
+def rms_norm(X: Tensor["M", "N"], w: Tensor["N"]):
+    """RMSNorm over the last dim, eps 1e-6."""
+    i, j = dt.axes("i j")
+    ms = dt.mean(X[i, j] * X[i, j], over=j)
+    return (X[i, j] * dt.rsqrt(ms + 1e-6) * w[j])[i, j]
+
+
+@dt.algorithm
+def cross_entropy(X: Tensor["M", "N"], labels: Tensor["M"]):
+    """Per-row cross-entropy of logits X against integer labels: a gather ``X[i, labels[i]]``."""
+    i, j = dt.axes("i j")
+    m = dt.max(X[i, j], over=j)
+    lse = m + dt.log(dt.sum(dt.exp(X[i, j] - m), over=j))
+    return (lse - X[i, labels[i]])[i]
+
+
+@dt.algorithm
+def column_sum(X: Tensor["M", "N"]):
+    """Sum over rows: reduces the axis a row-major grid would split."""
+    i, j = dt.axes("i j")
+    return dt.sum(X[i, j], over=i)[j]
+
+
+@dt.algorithm
+def spatial_diffusion(x: Tensor["V", "C"], basis: Tensor["V", "K"], mass: Tensor["V"],
+                      evals: Tensor["K"], times: Tensor["C"]):
+    """DiffusionNet's spectral diffusion (Sharp et al. 2022): out (V, C), spectral (K, C)."""
+    v, k, c = dt.axes("v k c")
+    spectral = dt.exp(-evals[k] * times[c]) * dt.sum(basis[v, k] * x[v, c] * mass[v], over=v)
+    out = dt.sum(basis[v, k] * spectral, over=k)
+    return out[v, c], spectral[k, c]
+
+
+@dt.algorithm
+def attention(Q: Tensor["B", "H", "S", "D"], K: Tensor["B", "H", "T", "D"],
+              V: Tensor["B", "H", "T", "D"], scale: float):
+    """Softmax attention (stages sum0 = scores, max0, sum1, sum2, out)."""
+    b, h, i, j, d, e = dt.axes("b h i j d e")
+    s = dt.sum(Q[b, h, i, d] * K[b, h, j, d], over=d) * scale
+    p = dt.exp(s - dt.max(s, over=j))
+    return (dt.sum(p * V[b, h, j, e], over=j) / dt.sum(p, over=j))[b, h, i, e]
+
+
+@dt.algorithm
+def causal_attention(Q: Tensor["B", "H", "S", "D"], K: Tensor["B", "H", "S", "D"],
+                     V: Tensor["B", "H", "S", "D"], scale: float):
+    """Attention with a causal mask written with axis values: ``where(j <= i, s, -inf)``."""
+    b, h, i, j, d, e = dt.axes("b h i j d e")
+    s = dt.where(j <= i, dt.sum(Q[b, h, i, d] * K[b, h, j, d], over=d) * scale, -float("inf"))
+    p = dt.exp(s - dt.max(s, over=j))
+    return (dt.sum(p * V[b, h, j, e], over=j) / dt.sum(p, over=j))[b, h, i, e]
+
+
+@dt.algorithm
+def add_one(X: Tensor["N"]):
+    """X + 1: the tiny kernel used to measure host overhead."""
+    i, = dt.axes("i")
+    return (X[i] + 1.0)[i]
