@@ -41,7 +41,7 @@ from dtriton.schedule import Schedule
 
 __all__ = ["main", "build_parser"]
 
-SPLITS = (1, 2, 4, 8, 16)
+SPLITS = (1, 2, 4, 8, 16, 32, 64)
 CPU_MAX_VERTICES = 3000
 
 
@@ -61,12 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, default=None, help="eigenpairs K (default 128 on GPU, 64 on CPU, 16 quick)")
     p.add_argument("--channels", type=int, default=None,
                    help="channels C (default 128 on GPU, 32 on CPU, 8 quick)")
-    p.add_argument("--steps", type=int, default=None, help="Adam steps of the time recovery (default 100, 25 quick)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="Adam steps of the time recovery (default 200 on GPU, 150 on CPU, 25 quick)")
     p.add_argument("--task-meshes", nargs="+", default=None, metavar="NAME",
                    help="meshes to learn times on (default: all on GPU, the largest on CPU)")
     p.add_argument("--signal", default="random", choices=("random", "onehot"),
                    help="signal to diffuse in the recovery task")
     p.add_argument("--no-sweep", action="store_true", help="skip the split sweep (GPU only anyway)")
+    p.add_argument("--sweep-backward", action="store_true",
+                   help="time forward+backward for every split of the sweep too (more compiles)")
     p.add_argument("--explore", type=float, default=0.0, metavar="SECONDS",
                    help="before timing a mesh, run dt.explore on each of its algorithms for this many seconds "
                         "(stored in the tuning database, then used by the tuned kernels); default 0: off")
@@ -219,6 +222,7 @@ class MeshResult:
     sweep_fwd_us: dict[int, float] = field(default_factory=dict)
     sweep_fwdbwd_us: dict[int, float] = field(default_factory=dict)
     sweep_err: dict[int, float] = field(default_factory=dict)
+    best_split: int | None = None
     recovery: dict | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -269,7 +273,6 @@ def _run_mesh(name: str, args, dev: torch.device, gpu: bool, learn: bool, backen
         impls.append((_BACKEND_LABEL[b], f, b == backends[0]))
     impls.append(("eager", L.torch_spatial_diffusion, True))
     if args.use_compile:
-        torch._dynamo.reset()
         impls.append(("compile", L.compiled_torch_spatial_diffusion, True))
     for label, f, with_fwd in impls:
         try:
@@ -283,20 +286,28 @@ def _run_mesh(name: str, args, dev: torch.device, gpu: bool, learn: bool, backen
             _say(f"    {res.notes[-1]}")
     _say("    µs  " + "  ".join(f"{k}={_fmt_us(v)}" for k, v in res.times_us.items()))
 
-    # split sweep (GPU): forward and manual backward with the V reduction split S ways
+    # split sweep (GPU): the forward (and with --sweep-backward the manual backward) with the V
+    # reduction split S ways; then forward+backward once more with the fastest S
     if gpu and not args.no_sweep:
         ref = L.torch_spatial_diffusion(x, basis, mass, evals, times)
+        by_split = {}
         for S in SPLITS:
             split = {"v": S} if S > 1 else {}
-            kern = L.DiffusionKernels({k: s.replace(split=split) for k, s in scheds.items()})
-            f = lambda *a, _k=kern: L.spatial_diffusion_fn(*a, backend="dtriton-manual", kernels=_k)  # noqa: E731
+            kern = L.DiffusionKernels({k: sc.replace(split=split) for k, sc in scheds.items()})
+            f = by_split[S] = lambda *a, _k=kern: L.spatial_diffusion_fn(  # noqa: E731
+                *a, backend="dtriton-manual", kernels=_k)
             with torch.no_grad():
                 res.sweep_err[S] = float((f(x, basis, mass, evals, times) - ref).abs().max())
             res.sweep_fwd_us[S] = _bench(_fwd(f, x, basis, mass, evals, times), gpu, reps)
-            res.sweep_fwdbwd_us[S] = _bench(_fwd_bwd(f, x, basis, mass, evals, times, g), gpu, reps)
+            if args.sweep_backward:
+                res.sweep_fwdbwd_us[S] = _bench(_fwd_bwd(f, x, basis, mass, evals, times, g), gpu, reps)
         best = min(res.sweep_fwd_us, key=res.sweep_fwd_us.get)
+        res.best_split = best
+        res.times_us["dtriton-best_fwd"] = res.sweep_fwd_us[best]
+        res.times_us["dtriton-best_fwdbwd"] = res.sweep_fwdbwd_us.get(best) or _bench(
+            _fwd_bwd(by_split[best], x, basis, mass, evals, times, g), gpu, reps)
         _say("    split sweep fwd µs: " + "  ".join(f"S={s}:{_fmt_us(t)}" for s, t in res.sweep_fwd_us.items())
-             + f"  (best S={best})")
+             + f"  (best S={best}; forward+backward with it {_fmt_us(res.times_us['dtriton-best_fwdbwd'])})")
 
     if learn:
         _say(f"    learning {C} diffusion times back ({args.steps} Adam steps, {args.signal} signal) ...")
@@ -333,26 +344,25 @@ _BACKEND_LABEL = {"dtriton-manual": "dtriton", "auto": "dtriton-auto"}
 # ----------------------------------------------------------------------------------------------
 # report
 # ----------------------------------------------------------------------------------------------
-def _table(results: list[MeshResult], use_compile: bool) -> list[str]:
-    auto = any("dtriton-auto_fwdbwd" in r.times_us for r in results)
-    head = ["mesh", "V", "schedule (forward)", "dt fwd", "dt f+b"] + (["dt-auto f+b"] if auto else []) + \
-        ["eager fwd", "eager f+b"]
-    if use_compile:
-        head += ["compile fwd", "compile f+b"]
-    head += ["max err", "best split"]
+#: table columns: (header, key in MeshResult.times_us)
+_COLUMNS = (("dt fwd", "dtriton_fwd"), ("dt f+b", "dtriton_fwdbwd"), ("dt-auto f+b", "dtriton-auto_fwdbwd"),
+            ("dt fwd @S", "dtriton-best_fwd"), ("dt f+b @S", "dtriton-best_fwdbwd"),
+            ("eager fwd", "eager_fwd"), ("eager f+b", "eager_fwdbwd"),
+            ("compile fwd", "compile_fwd"), ("compile f+b", "compile_fwdbwd"))
+
+
+def _table(results: list[MeshResult], use_compile: bool) -> list[list[str]]:
+    cols = [(h, k) for h, k in _COLUMNS if any(k in r.times_us for r in results)]
+    sweep = any(r.best_split for r in results)
+    head = ["mesh", "V", "schedule (forward)"] + [h for h, _ in cols[:3]] + (["best S"] if sweep else []) + \
+        [h for h, _ in cols[3:]] + ["max err"]
     rows = []
     for r in results:
-        t = r.times_us
-        row = [r.name, f"{r.V:,}", _sched_summary(Schedule.from_json(r.schedules["forward"])),
-               _fmt_us(t.get("dtriton_fwd")), _fmt_us(t.get("dtriton_fwdbwd"))]
-        if auto:
-            row.append(_fmt_us(t.get("dtriton-auto_fwdbwd")))
-        row += [_fmt_us(t.get("eager_fwd")), _fmt_us(t.get("eager_fwdbwd"))]
-        if use_compile:
-            row += [_fmt_us(t.get("compile_fwd")), _fmt_us(t.get("compile_fwdbwd"))]
-        best = min(r.sweep_fwd_us, key=r.sweep_fwd_us.get) if r.sweep_fwd_us else None
-        row += [f"{r.heat['max_abs_err']:.1e}", "-" if best is None else str(best)]
-        rows.append(row)
+        vals = [_fmt_us(r.times_us.get(k)) for _, k in cols]
+        row = [r.name, f"{r.V:,}", _sched_summary(Schedule.from_json(r.schedules["forward"]))] + vals[:3]
+        if sweep:
+            row.append(str(r.best_split) if r.best_split else "-")
+        rows.append(row + vals[3:] + [f"{r.heat['max_abs_err']:.1e}"])
     return [head] + rows
 
 
@@ -400,21 +410,20 @@ def _plots(results: list[MeshResult], out: Path, use_compile: bool, gpu: bool) -
     Vs = [r.V for r in rs]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
     cross, _ = _crossover(results)
+    series = (("dtriton, chosen schedule", "dtriton", "o-", "C0"),
+              ("dtriton, automatic backward", "dtriton-auto", "v-", "C5"),
+              ("dtriton, best split of V (sweep)", "dtriton-best", "d:", "C4"),
+              ("eager PyTorch", "eager", "s-", "C1"),
+              ("torch.compile", "compile", "^-", "C2"))
     for ax, kind, title in ((axes[0], "fwd", "forward"), (axes[1], "fwdbwd", "forward + backward")):
-        series = [("dtriton (chosen schedule)", "dtriton", "o-", "C0"), ("eager PyTorch", "eager", "s-", "C1")]
-        if use_compile:
-            series.append(("torch.compile", "compile", "^-", "C2"))
         for label, key, style, color in series:
-            ys = [r.times_us.get(f"{key}_{kind}") for r in rs]
-            pts = [(v, y) for v, y in zip(Vs, ys) if y is not None]
+            pts = [(r.V, r.times_us[f"{key}_{kind}"]) for r in rs if r.times_us.get(f"{key}_{kind}") is not None]
             if pts:
                 ax.plot(*zip(*pts), style, label=label, color=color)
-        sweep = [(r.V, getattr(r, f"sweep_{kind}_us")) for r in rs if getattr(r, f"sweep_{kind}_us")]
-        if sweep:
+        sweep = [(r.V, r.sweep_fwd_us) for r in rs if r.sweep_fwd_us]
+        if sweep and kind == "fwd":
             ax.plot([v for v, _ in sweep], [sw[1] for _, sw in sweep], "x--", color="C3",
                     label="dtriton, no split of V")
-            ax.plot([v for v, _ in sweep], [min(sw.values()) for _, sw in sweep], "d:", color="C4",
-                    label="dtriton, best split of V (sweep)")
             for v, sw in sweep:
                 b = min(sw, key=sw.get)
                 ax.annotate(f"S={b}", (v, sw[b]), textcoords="offset points", xytext=(0, -12), fontsize=7,
@@ -482,12 +491,17 @@ def _report(results, skipped, env, args, out: Path, plots: list[str], seconds: f
     lines += ["## Split of the V reduction", "", cross_text + ".", ""]
     sw = [r for r in results if r.sweep_fwd_us]
     if sw:
-        lines += ["| mesh | V | " + " | ".join(f"fwd S={s}" for s in SPLITS) + " | " +
-                  " | ".join(f"f+b S={s}" for s in SPLITS) + " |",
-                  "|" + "---|" * (2 + 2 * len(SPLITS))]
+        fb = any(r.sweep_fwdbwd_us for r in sw)
+        heads = [f"fwd S={s}" for s in SPLITS] + ([f"f+b S={s}" for s in SPLITS] if fb else [])
+        lines += ["Forward times (µs) of the chosen schedule with the V reduction split S ways (the rest of "
+                  "the schedule unchanged); *chosen S*: the split of the chosen (tuned or heuristic) schedule.", "",
+                  "| mesh | V | chosen S | best S | " + " | ".join(heads) + " |", "|" + "---|" * (4 + len(heads))]
         for r in sorted(sw, key=lambda r: r.V):
-            lines.append(f"| {r.name} | {r.V:,} | " + " | ".join(_fmt_us(r.sweep_fwd_us.get(s)) for s in SPLITS)
-                         + " | " + " | ".join(_fmt_us(r.sweep_fwdbwd_us.get(s)) for s in SPLITS) + " |")
+            vals = [_fmt_us(r.sweep_fwd_us.get(s)) for s in SPLITS]
+            if fb:
+                vals += [_fmt_us(r.sweep_fwdbwd_us.get(s)) for s in SPLITS]
+            chosen = Schedule.from_json(r.schedules["forward"]).split.get("v", 1)
+            lines.append(f"| {r.name} | {r.V:,} | {chosen} | {r.best_split} | " + " | ".join(vals) + " |")
         lines += ["", "Max |output − eager| over the sweep: "
                   + f"{max(max(r.sweep_err.values()) for r in sw):.1e}.", ""]
     for p in plots:
@@ -568,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.channels is None:
         args.channels = 8 if args.quick else (128 if gpu else 32)
     if args.steps is None:
-        args.steps = 25 if args.quick else 100
+        args.steps = 25 if args.quick else (200 if gpu else 150)
 
     from . import layer as L
     backend, why = L.available_backend(None)

@@ -137,13 +137,13 @@ _compiled_fn: Callable | None = None
 
 def compiled_torch_spatial_diffusion(x: torch.Tensor, basis: torch.Tensor, mass: torch.Tensor,
                                      evals: torch.Tensor, times: torch.Tensor) -> torch.Tensor:
-    """:func:`torch_spatial_diffusion` through ``torch.compile`` (default mode, ``dynamic=False``),
-    compiled on first use and recompiled per shape. Same arguments, result and errors; compile
-    failures surface as PyTorch's ``torch._dynamo`` exceptions."""
+    """:func:`torch_spatial_diffusion` through ``torch.compile`` (default options: the first shape
+    is compiled static, a second shape recompiles with dynamic sizes), compiled on first use. Same
+    arguments, result and errors; compile failures surface as PyTorch's ``torch._dynamo`` errors."""
     global _compiled_fn
     with _compiled_lock:
         if _compiled_fn is None:
-            _compiled_fn = torch.compile(torch_spatial_diffusion, dynamic=False)
+            _compiled_fn = torch.compile(torch_spatial_diffusion)
     return _compiled_fn(x, basis, mass, evals, times)
 
 
@@ -310,15 +310,15 @@ def _auto_entry(kernel) -> Callable:
 
 
 def _check_auto() -> None:
-    """Compare the automatic gradients with the manual backward on a small problem (CPU)."""
+    """Compare the automatic gradients with the manual backward on a small problem, on the GPU
+    when there is one (the layer's usual device; Triton 3.6's interpreter also fails under
+    numpy >= 2.5, as on some GPU images), else on the CPU."""
     g = torch.Generator().manual_seed(0)
     V, K, C = 37, 6, 5
-    basis = torch.randn(V, K, generator=g)
-    mass = torch.rand(V, generator=g) + 0.5
-    evals = torch.rand(K, generator=g) * 4
-    x0 = torch.randn(V, C, generator=g)
-    t0 = torch.rand(C, generator=g) * 0.5 + 0.05
-    w = torch.randn(V, C, generator=g)
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    basis, mass, evals, x0, t0, w = (a.to(dev) for a in (
+        torch.randn(V, K, generator=g), torch.rand(V, generator=g) + 0.5, torch.rand(K, generator=g) * 4,
+        torch.randn(V, C, generator=g), torch.rand(C, generator=g) * 0.5 + 0.05, torch.randn(V, C, generator=g)))
     auto = _auto_entry(dt.compile(spatial_diffusion))
     kernels = DiffusionKernels(None)
     grads = []
@@ -335,8 +335,8 @@ def available_backend(backend: str | None = None) -> tuple[str, str]:
     """Resolve ``backend`` to one of :data:`BACKENDS` and say why.
 
     ``None`` gives ``"auto"`` when ``dtriton.autograd.differentiable`` is importable and passes a
-    numerical check against the manual backward on a small CPU problem (checked once per process),
-    else ``"dtriton-manual"``.
+    numerical check against the manual backward on a small problem (on the GPU when there is one;
+    checked once per process), else ``"dtriton-manual"``.
 
     Returns:
         ``(name, reason)``.

@@ -43,26 +43,26 @@ def _f64(*ts):
 
 def learnable_time_range(evals: torch.Tensor) -> tuple[float, float]:
     """Diffusion times the layer can tell apart with K eigenpairs: ``0.5 / evals[K-1]`` (the
-    highest mode decays by e^-0.5) to ``2 / evals[min(8, K-1)]`` (mode 8 decays by e^-2). Longer
-    times leave only the first few modes, so the loss flattens and recovery slows down.
+    highest mode decays by e^-0.5) to ``2 / lambda_8`` (the ninth positive eigenvalue, or the
+    largest when there are fewer, decays by e^-2). Zero eigenvalues (one per connected component
+    of the mesh) are skipped. Longer times leave only the first few modes, so the loss flattens
+    and recovery slows down.
 
     Args:
-        evals: (K,) ascending eigenvalues, K >= 2, with a positive largest eigenvalue.
+        evals: (K,) ascending eigenvalues with at least 2 positive ones (above 1e-6 times the
+            largest).
 
     Returns:
         ``(t_lo, t_hi)`` in the inverse units of ``evals``.
 
     Raises:
-        ValueError: fewer than 2 eigenvalues, or non-positive ones where they are used.
+        ValueError: fewer than 2 positive eigenvalues.
     """
     e = evals.detach().double().cpu()
-    if e.numel() < 2:
-        raise ValueError("need at least 2 eigenvalues")
-    hi_mode = float(e[-1])
-    mid_mode = float(e[min(8, e.numel() - 1)])
-    if not (hi_mode > 0 and mid_mode > 0):
-        raise ValueError(f"eigenvalues used for the time range must be > 0, got {hi_mode}, {mid_mode}")
-    t_lo, t_hi = 0.5 / hi_mode, 2.0 / mid_mode
+    pos = e[e > 1e-6 * e.abs().max()] if e.numel() else e
+    if pos.numel() < 2:
+        raise ValueError(f"need at least 2 positive eigenvalues, got {pos.numel()} of {e.numel()}")
+    t_lo, t_hi = 0.5 / float(pos[-1]), 2.0 / float(pos[min(8, pos.numel() - 1)])
     return (t_lo, t_hi) if t_lo < t_hi else (t_hi, t_lo)
 
 
@@ -149,16 +149,19 @@ class RecoveryResult:
 
 
 def recover_times(basis: torch.Tensor, mass: torch.Tensor, evals: torch.Tensor, problem: Problem, *,
-                  steps: int = 100, lr: float | None = None, init_time: float | None = None,
+                  steps: int = 200, lr: float | None = None, init_time: float | None = None,
                   backend: str | None = None, kernels: DiffusionKernels | None = None,
                   progress: Callable[[int, float], None] | None = None) -> RecoveryResult:
     """Learn the diffusion times of ``problem`` back with a :class:`.layer.SpatialDiffusion`.
 
     Loss: ``mean((layer(x) - target)^2) / mean(target^2)``. Optimiser: Adam with betas
     (0.5, 0.9) (short memory: the gradient shrinks by orders of magnitude as times converge),
-    learning rate ``lr`` (default ``0.2 * t_hi`` of :func:`learnable_time_range`, since Adam's steps
-    are about ``lr`` in time units) decayed by a cosine schedule to 1 % of it; after each step the
+    learning rate ``lr`` (default ``0.05 * t_hi`` of :func:`learnable_time_range`, since Adam's
+    steps are about ``lr`` in time units; 0.2 * t_hi sent channels with short times far past their
+    target on some meshes at K=128) decayed by a cosine schedule to 1 % of it; after each step the
     times are clamped to >= 1e-8 (:meth:`.layer.SpatialDiffusion.clamp_times_`), as in DiffusionNet.
+    With the defaults, 150 steps (K=64) to 200 steps (K=128) recover every time to a relative error
+    below about 1e-5 on the demo meshes; 100 steps leave up to about 10 %.
 
     Args:
         basis, mass, evals: operators; problem: from :func:`make_problem` (same device).
@@ -177,7 +180,7 @@ def recover_times(basis: torch.Tensor, mass: torch.Tensor, evals: torch.Tensor, 
         raise ValueError(f"steps must be >= 1, got {steps}")
     t_lo, t_hi = learnable_time_range(evals)
     init = math.sqrt(t_lo * t_hi) if init_time is None else float(init_time)
-    lr = 0.2 * t_hi if lr is None else float(lr)
+    lr = 0.05 * t_hi if lr is None else float(lr)
     C = problem.x.shape[1]
     layer = SpatialDiffusion(basis, mass, evals, C, init_time=init, backend=backend,
                              kernels=kernels).to(basis.device)
