@@ -1,0 +1,381 @@
+"""The algorithm language: tracing into IR, stages, axis sizes, and the reference evaluator.
+
+Nothing here launches a kernel: the reference evaluator (``alg.reference``) is the oracle of every
+other test, so it is itself checked against plain torch in float64.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+import dtriton as dt
+from dtriton.language import Binary, Const, Load, Reduce, Unary
+
+from conftest import (TORCH_REFS, as64, assert_close, attention, causal_attention, colsum, cross_entropy,
+                      layer_norm, linear_relu, log_softmax, matmul, randn, rms_norm, rowmax, softmax,
+                      spatial_diffusion)
+
+
+# ----------------------------------------------------------------------------------------------
+# tracing
+# ----------------------------------------------------------------------------------------------
+def test_axes_are_named_and_split_on_spaces_and_commas():
+    i, j, k = dt.axes("i j k")
+    assert (i.name, j.name, k.name) == ("i", "j", "k")
+    a, b = dt.axes("a, b")
+    assert (a.name, b.name) == ("a", "b")
+    (x,) = dt.axes("x")
+    assert isinstance(x, dt.Axis) and x.axes == ("x",)
+
+
+@pytest.mark.parametrize("bad", ["", "   ", "1i", "i-j"])
+def test_axes_reject_bad_names(bad):
+    with pytest.raises(dt.AlgorithmError):
+        dt.axes(bad)
+
+
+def test_matmul_trace_structure():
+    assert [p.name for p in matmul.params] == ["A", "B"]
+    assert matmul.params[0].dims == ("M", "K")
+    assert set(matmul.axis_names) == {"i", "j", "k"}
+    assert matmul.axis_size == {"i": "M", "k": "K", "j": "N"}
+    assert matmul.reduction_axes == ("k",)
+    assert list(matmul.stages) == ["sum0", "out"]
+    assert [o.name for o in matmul.outputs] == ["out"]
+    assert matmul.outputs[0].layout == ("i", "j")
+    assert matmul.stages["out"].is_output and not matmul.stages["sum0"].is_output
+    assert matmul.stages["sum0"].free_axes == ("i", "j")
+
+
+def test_multi_output_names_and_stage_order():
+    assert [o.name for o in spatial_diffusion.outputs] == ["out0", "out1"]
+    assert spatial_diffusion.outputs[0].layout == ("v", "c")
+    assert spatial_diffusion.outputs[1].layout == ("k", "c")
+    assert set(spatial_diffusion.reduction_axes) == {"v", "k"}
+    assert list(spatial_diffusion.stages)[-2:] == ["out0", "out1"]
+
+
+def test_auto_stage_names_count_per_op():
+    assert list(softmax.stages) == ["max0", "sum0", "out"]
+    assert list(layer_norm.stages) == ["mean0", "mean1", "out"]
+    assert list(attention.stages) == ["sum0", "max0", "sum1", "sum2", "out"]
+
+
+def test_named_stage_and_scalar_params():
+    @dt.algorithm
+    def scaled_rowsum(X: dt.Tensor["M", "N"], alpha: float):
+        i, j = dt.axes("i j")
+        return (alpha * dt.sum(X[i, j], over=j, name="rowsum"))[i]
+
+    assert "rowsum" in scaled_rowsum.stages
+    assert scaled_rowsum.params[1].name == "alpha"
+    X = randn(4, 6)
+    torch.testing.assert_close(scaled_rowsum.reference(X, 2.5), 2.5 * X.sum(1))
+    # calling the algorithm is the reference
+    torch.testing.assert_close(scaled_rowsum(X, 2.5), scaled_rowsum.reference(X, 2.5))
+
+
+def test_string_annotations_are_resolved():
+    ns: dict = {}
+    exec("from __future__ import annotations\nimport dtriton as dt\n"
+         "@dt.algorithm\ndef f(X: dt.Tensor['M'], s: float):\n"
+         "    i, = dt.axes('i')\n    return (X[i] * s)[i]\n", ns)
+    f = ns["f"]
+    x = randn(5)
+    torch.testing.assert_close(f.reference(x, 3.0), x * 3.0)
+
+
+def test_cse_merges_identical_loads():
+    @dt.algorithm
+    def square(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        return (X[i, j] * X[i, j])[i, j]
+
+    loads = [n for n in square.nodes if isinstance(n, Load)]
+    assert len(loads) == 1
+    mul = [n for n in square.nodes if isinstance(n, Binary)][0]
+    assert mul.a is mul.b
+
+
+def test_pow2_is_a_product_and_other_powers_are_exp_log():
+    @dt.algorithm
+    def powers(X: dt.Tensor["M"]):
+        (i,) = dt.axes("i")
+        return (X[i] ** 2 + X[i] ** 3)[i]
+
+    ops = [(type(n).__name__, getattr(n, "op", None)) for n in powers.nodes]
+    assert ("Binary", "mul") in ops and ("Unary", "exp") in ops and ("Unary", "log") in ops
+    x = torch.rand(7, dtype=torch.float64) + 0.5
+    torch.testing.assert_close(powers.reference(x), x ** 2 + x ** 3)
+
+
+@pytest.mark.xfail(strict=True, reason="BUG-10: `x ** 3` is traced as exp(3 * log(x)), which is NaN for "
+                   "negative x, while Python and torch give -8 for (-2) ** 3 (integer powers of negative numbers). "
+                   "Both the reference and compiled kernels return NaN")
+def test_integer_power_of_a_negative_base():
+    @dt.algorithm
+    def cube(X: dt.Tensor["M"]):
+        (i,) = dt.axes("i")
+        return (X[i] ** 3)[i]
+
+    x = torch.tensor([-2.0, -0.5, 0.0, 1.5], dtype=torch.float64)
+    torch.testing.assert_close(cube.reference(x), x ** 3)
+
+
+def test_fingerprint_is_structural():
+    def make():
+        @dt.algorithm
+        def matmul(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"]):
+            i, j, k = dt.axes("i j k")
+            return dt.sum(A[i, k] * B[k, j], over=k)[i, j]
+        return matmul
+
+    a, b = make(), make()
+    assert a.fingerprint == b.fingerprint == matmul.fingerprint
+
+    @dt.algorithm
+    def matmul2(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"]):  # different name and body
+        i, j, k = dt.axes("i j k")
+        return dt.max(A[i, k] * B[k, j], over=k)[i, j]
+
+    assert matmul2.fingerprint != matmul.fingerprint
+
+
+def test_scalar_output_without_layout():
+    @dt.algorithm
+    def total(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        return dt.sum(X[i, j], over=(i, j))
+
+    X = randn(3, 5, dtype=torch.float64)
+    r = total.reference(X)
+    assert r.shape == ()
+    torch.testing.assert_close(r, X.sum())
+
+
+# ----------------------------------------------------------------------------------------------
+# algorithm errors
+# ----------------------------------------------------------------------------------------------
+def test_output_leaving_an_axis_free_is_an_error():
+    with pytest.raises(dt.AlgorithmError, match=r"leaves axis \['k'\] free"):
+        @dt.algorithm
+        def bad(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"]):
+            i, j, k = dt.axes("i j k")
+            return (A[i, k] * B[k, j])[i, j]
+
+
+def test_returning_an_expression_with_free_axes_and_no_layout_is_an_error():
+    with pytest.raises(dt.AlgorithmError, match=r"must return outputs with a layout"):
+        @dt.algorithm
+        def bad(X: dt.Tensor["M", "N"]):
+            i, j = dt.axes("i j")
+            return X[i, j] * 2
+
+
+def test_axis_indexing_two_differently_named_dims_is_an_error():
+    with pytest.raises(dt.AlgorithmError, match=r"axis 'i' indexes dim 'N' of B but dim 'M' of A"):
+        @dt.algorithm
+        def bad(A: dt.Tensor["M", "K"], B: dt.Tensor["N", "K"]):
+            i, k = dt.axes("i k")
+            return dt.sum(A[i, k] * B[i, k], over=k)[i]
+
+
+def test_wrong_number_of_indices_is_an_error():
+    with pytest.raises(dt.AlgorithmError, match=r"A has 2 dims \['M', 'K'\] but is indexed with 3"):
+        @dt.algorithm
+        def bad(A: dt.Tensor["M", "K"]):
+            i, j, k = dt.axes("i j k")
+            return A[i, j, k][i, j, k]
+
+
+def test_reduction_over_an_axis_the_operand_does_not_use():
+    with pytest.raises(dt.AlgorithmError, match=r"over axis 'k', which its operand does not use"):
+        @dt.algorithm
+        def bad(X: dt.Tensor["M", "N"]):
+            i, j, k = dt.axes("i j k")
+            return dt.sum(X[i, j], over=k)[i, j]
+
+
+def test_output_layout_repeating_an_axis():
+    with pytest.raises(dt.AlgorithmError, match="repeats an axis"):
+        @dt.algorithm
+        def bad(X: dt.Tensor["M", "N"]):
+            i, j = dt.axes("i j")
+            return X[i, j][i, j, i]
+
+
+def test_output_layout_needs_axes():
+    with pytest.raises(dt.AlgorithmError, match="indexed by axes only"):
+        @dt.algorithm
+        def bad(X: dt.Tensor["M"]):
+            (i,) = dt.axes("i")
+            return X[i][0]
+
+
+def test_python_truth_value_of_expression_is_an_error():
+    with pytest.raises(dt.AlgorithmError, match=r"dt.where"):
+        @dt.algorithm
+        def bad(X: dt.Tensor["M"]):
+            (i,) = dt.axes("i")
+            return (X[i] if X[i] > 0 else -X[i])[i]
+
+
+def test_missing_annotation_is_an_error():
+    with pytest.raises(dt.AlgorithmError, match=r"argument 'X' of bad needs an annotation"):
+        @dt.algorithm
+        def bad(X):
+            (i,) = dt.axes("i")
+            return X[i][i]
+
+
+def test_axis_that_never_indexes_an_input():
+    with pytest.raises(dt.AlgorithmError, match=r"axis 'j' never indexes an input dim"):
+        @dt.algorithm
+        def bad(X: dt.Tensor["M"]):
+            i, j = dt.axes("i j")
+            return (X[i] + j)[i, j]
+
+
+def test_duplicate_stage_names():
+    with pytest.raises(dt.AlgorithmError, match=r"two stages are named 's'"):
+        @dt.algorithm
+        def bad(X: dt.Tensor["M", "N"]):
+            i, j = dt.axes("i j")
+            return (dt.sum(X[i, j], over=j, name="s") + dt.max(X[i, j], over=j, name="s"))[i]
+
+
+def test_tensor_used_without_indices():
+    with pytest.raises(dt.AlgorithmError, match="without indices"):
+        @dt.algorithm
+        def bad(X: dt.Tensor["M"], Y: dt.Tensor["M"]):
+            (i,) = dt.axes("i")
+            return (Y[i] + X)[i]
+
+
+def test_bad_tensor_annotation_and_cast():
+    with pytest.raises(dt.AlgorithmError, match="size names"):
+        dt.Tensor[3, "N"]
+    with pytest.raises(dt.AlgorithmError, match="torch dtype"):
+        dt.cast(dt.axes("i")[0], "float16")
+
+
+def test_algorithm_errors_are_dtriton_errors():
+    assert issubclass(dt.AlgorithmError, dt.DTritonError)
+    assert issubclass(dt.ShapeError, dt.DTritonError)
+    assert issubclass(dt.ScheduleError, dt.DTritonError)
+    assert issubclass(dt.CompileError, dt.DTritonError)
+
+
+# ----------------------------------------------------------------------------------------------
+# the reference evaluator against plain torch (float64)
+# ----------------------------------------------------------------------------------------------
+def _args_for(name: str, gen: torch.Generator, dtype=torch.float64):
+    r = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64).to(dtype)  # noqa: E731
+    return {
+        "matmul": lambda: [r(7, 5), r(5, 3)],
+        "linear_relu": lambda: [r(7, 5), r(4, 5), r(4)],
+        "softmax": lambda: [r(6, 9)],
+        "log_softmax": lambda: [r(6, 9)],
+        "layer_norm": lambda: [r(6, 17), r(17), r(17)],
+        "rms_norm": lambda: [r(6, 17), r(17)],
+        "cross_entropy": lambda: [r(6, 9), torch.randint(0, 9, (6,), generator=gen)],
+        "colsum": lambda: [r(6, 9)],
+        "rowmax": lambda: [r(6, 9)],
+        "spatial_diffusion": lambda: [r(11, 4), r(11, 3), r(11).abs() + 0.1, r(4).abs(), r(3).abs()],
+        "attention": lambda: [r(2, 3, 5, 4), r(2, 3, 7, 4), r(2, 3, 7, 6), 0.4],
+        "causal_attention": lambda: [r(2, 3, 5, 4), r(2, 3, 5, 4), r(2, 3, 5, 6), 0.4],
+    }[name]()
+
+
+ALGS = {a.name: a for a in (matmul, linear_relu, softmax, log_softmax, layer_norm, rms_norm, cross_entropy,
+                            colsum, rowmax, spatial_diffusion, attention, causal_attention)}
+
+
+@pytest.mark.parametrize("name", sorted(ALGS))
+def test_reference_matches_plain_torch_float64(name, gen):
+    alg = ALGS[name]
+    args = _args_for(name, gen)
+    got = alg.reference(*args)
+    want = TORCH_REFS[name](*args)
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    for g, w in zip(got, want):
+        assert g.dtype == torch.float64
+        assert_close(g, w, 1e-12, what=name)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_reference_output_dtype_follows_inputs(dtype, gen):
+    X = randn(4, 6, dtype=dtype, gen=gen)
+    assert softmax.reference(X).dtype == dtype
+    labels = torch.randint(0, 6, (4,), generator=gen)
+    assert cross_entropy.reference(X, labels).dtype == dtype  # integer labels do not promote
+    # fp16/bf16 are computed in fp32 and rounded once at the end: at most one rounding off
+    want = torch.softmax(X.double(), -1)
+    assert_close(softmax.reference(X), want, {torch.float16: 1e-3, torch.bfloat16: 8e-3, torch.float32: 1e-6}[dtype])
+
+
+def test_reference_mean_counts_true_extent():
+    X = torch.arange(17.0, dtype=torch.float64).reshape(1, 17)
+    w, b = torch.ones(17, dtype=torch.float64), torch.zeros(17, dtype=torch.float64)
+    y = layer_norm.reference(X, w, b)
+    assert_close(y, torch.nn.functional.layer_norm(X, (17,), eps=1e-5), 1e-12)
+
+
+def test_reference_nan_and_inf_semantics():
+    X = torch.randn(3, 5, dtype=torch.float64)
+    X[1, 2] = float("nan")
+    X[2, :] = -float("inf")
+    X[2, 4] = 1.0
+    m = rowmax.reference(X)
+    assert math.isnan(m[1]) and m[2] == 1.0
+    s = softmax.reference(X)
+    assert torch.isnan(s[1]).all() and torch.isfinite(s[0]).all()
+    assert torch.equal(s[2], torch.tensor([0, 0, 0, 0, 1.0], dtype=torch.float64))
+
+
+def test_reference_gather_with_integer_labels(gen):
+    X = torch.randn(5, 7, generator=gen, dtype=torch.float64)
+    for idt in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        labels = torch.randint(0, 7, (5,), generator=gen).to(idt)
+        assert_close(cross_entropy.reference(X, labels), torch.nn.functional.cross_entropy(X, labels.long(), reduction="none"), 1e-12)
+
+
+def test_reference_axis_values_mask():
+    @dt.algorithm
+    def tril(X: dt.Tensor["N", "N"]):
+        i, j = dt.axes("i j")
+        return dt.where(j <= i, X[i, j], 0.0)[i, j]
+
+    X = torch.randn(6, 6, dtype=torch.float64)
+    torch.testing.assert_close(tril.reference(X), X.tril())
+
+
+def test_reference_empty_dims():
+    X = torch.randn(0, 5, dtype=torch.float64)
+    assert softmax.reference(X).shape == (0, 5)
+    torch.testing.assert_close(colsum.reference(X), torch.zeros(5, dtype=torch.float64))
+    assert rowmax.reference(X).shape == (0,)
+
+
+@given(m=st.integers(1, 9), n=st.integers(1, 9), seed=st.integers(0, 2**16))
+def test_reference_softmax_and_layer_norm_property(m, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(m, n, generator=g, dtype=torch.float64) * 3
+    w, b = torch.randn(n, generator=g, dtype=torch.float64), torch.randn(n, generator=g, dtype=torch.float64)
+    assert_close(softmax.reference(X), torch.softmax(X, -1), 1e-12)
+    assert_close(log_softmax.reference(X), torch.log_softmax(X, -1), 1e-12)
+    assert_close(layer_norm.reference(X, w, b), torch.nn.functional.layer_norm(X, (n,), w, b, eps=1e-5), 1e-12)
+    assert_close(as64([colsum.reference(X)])[0], X.sum(0), 1e-12)
+
+
+def test_binding_reports_sizes_and_dtypes():
+    A, B = randn(4, 3), randn(3, 5, dtype=torch.float16)
+    b = matmul.bind([A, B])
+    assert b.sizes == {"M": 4, "K": 3, "N": 5}
+    assert b.axis_sizes == {"i": 4, "k": 3, "j": 5}
+    assert b.out_dtypes == [torch.float32]  # fp16 x fp32 promotes to fp32
