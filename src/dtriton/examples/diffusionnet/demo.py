@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "synthetic-grid-N; comma-separated lists are accepted. Default: every mesh found "
                         f"(on the CPU only those of <= {CPU_MAX_VERTICES} vertices)")
     p.add_argument("--list", action="store_true", help="list the meshes found and exit")
+    p.add_argument("--render", metavar="RESULTS_JSON", default=None,
+                   help="only rewrite report.md and the plots into --out from a results.json of an earlier run")
     p.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),
                    help="cuda: GPU; cpu: Triton's interpreter; auto: cuda when available")
     p.add_argument("--k", type=int, default=None, help="eigenpairs K (default 128 on GPU, 64 on CPU, 16 quick)")
@@ -153,17 +155,23 @@ def _header_vertices(name: str) -> int:
 def _bench(fn: Callable[[], Any], gpu: bool, reps: int) -> float:
     """Median time of ``fn`` in microseconds: ``triton.testing.do_bench`` on the GPU; on the CPU
     the wall clock of at least ``reps`` calls, repeated until 0.2 s have passed (at most 1000),
-    after one warm-up call (single calls there see stalls of tens of ms)."""
+    after one warm-up call, with PyTorch on one thread (on a busy 2-core machine its thread pool
+    stalled single calls for tens of ms; the interpreter is single-threaded anyway)."""
     if gpu:
         import triton.testing
         return float(triton.testing.do_bench(fn, return_mode="median")) * 1000.0
-    fn()
-    ts: list[float] = []
-    start = time.perf_counter()
-    while len(ts) < max(1, reps) or (time.perf_counter() - start < 0.2 and len(ts) < 1000):
-        t0 = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
         fn()
-        ts.append(time.perf_counter() - t0)
+        ts: list[float] = []
+        start = time.perf_counter()
+        while len(ts) < max(1, reps) or (time.perf_counter() - start < 0.2 and len(ts) < 1000):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+    finally:
+        torch.set_num_threads(threads)
     return statistics.median(ts) * 1e6
 
 
@@ -333,9 +341,7 @@ def _explore(kernels, x, basis, mass, evals, times, budget: float) -> None:
         r = dt.explore(alg, a, budget=budget, progress=False)
         best = r.best.to_json() if r.best is not None else "none"
         _say(f"    explored {name} ({budget:.0f} s): best {best}")
-        kern = getattr(kernels, name)
-        if hasattr(kern, "refresh"):
-            kern.refresh()
+    kernels.refresh()
 
 
 _BACKEND_LABEL = {"dtriton-manual": "dtriton", "auto": "dtriton-auto"}
@@ -380,25 +386,32 @@ def _text_table(rows: list[list[str]]) -> str:
 
 
 def _crossover(results: list[MeshResult]) -> tuple[float | None, str]:
-    """Smallest V from which a split of the V reduction is the fastest forward, and a sentence."""
-    pts = sorted((r.V, min(r.sweep_fwd_us, key=r.sweep_fwd_us.get), r.sweep_fwd_us) for r in results
-                 if r.sweep_fwd_us)
+    """Where a split of the V reduction starts to pay off (a forward more than 5 % faster than
+    without), from the sweep: the smallest V from which every larger mesh gains, and a sentence."""
+    pts = sorted((r.V, r.name, r.sweep_fwd_us) for r in results if r.sweep_fwd_us)
     if not pts:
         return None, "no split sweep was run (it runs on the GPU only)"
-    wins = [(V, S, sw) for V, S, sw in pts if S > 1 and sw[S] < 0.95 * sw[1]]
-    if not wins:
-        return None, "no mesh's forward ran more than 5 % faster with a split of V than without"
-    first = wins[0][0]
-    below = [V for V, _, _ in pts if V < first]
-    if below:
-        cross = math.sqrt(max(below) * first)
-        return cross, (f"a split of the V reduction is fastest (by more than 5 %) from V = {first:,}; the largest "
-                       f"smaller mesh (V = {max(below):,}) does not gain, so the crossover lies between "
-                       f"(geometric mean about {cross:,.0f})")
-    return float(first), f"a split of the V reduction pays off on every mesh from V = {first:,}"
+
+    def gains(sw):
+        return min(sw.values()) < 0.95 * sw[1]
+
+    k = len(pts)
+    while k > 0 and gains(pts[k - 1][2]):
+        k -= 1
+    if k == len(pts):
+        return None, "the largest mesh's forward does not run more than 5 % faster with a split of V"
+    first_V = pts[k][0]
+    below = [f"{n} (V = {V:,})" for V, n, sw in pts[:k] if gains(sw)]
+    also = f"; below it {', '.join(below)} also gained" if below else ""
+    if k == 0:
+        return float(first_V), f"a split of the V reduction pays off (> 5 %) on every mesh, from V = {first_V:,}"
+    last = pts[k - 1][0]
+    cross = math.sqrt(last * first_V)
+    return cross, (f"a split of the V reduction pays off (> 5 % faster forward) on every mesh from V = {first_V:,}; "
+                   f"V = {last:,} does not gain, so the crossover lies between (about {cross:,.0f}){also}")
 
 
-def _plots(results: list[MeshResult], out: Path, use_compile: bool, gpu: bool) -> list[str]:
+def _plots(results: list[MeshResult], out: Path, use_compile: bool, gpu: bool, device: str) -> list[str]:
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -407,7 +420,6 @@ def _plots(results: list[MeshResult], out: Path, use_compile: bool, gpu: bool) -
         return []
     files = []
     rs = sorted(results, key=lambda r: r.V)
-    Vs = [r.V for r in rs]
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
     cross, _ = _crossover(results)
     series = (("dtriton, chosen schedule", "dtriton", "o-", "C0"),
@@ -441,7 +453,7 @@ def _plots(results: list[MeshResult], out: Path, use_compile: bool, gpu: bool) -
         ax.legend(fontsize=8)
     K, C = (rs[0].K, rs[0].C) if rs else (0, 0)
     fig.suptitle(f"DiffusionNet spatial diffusion, K={K}, C={C}, fp32 "
-                 f"({'GPU: ' + torch.cuda.get_device_name() if gpu else 'CPU, Triton interpreter: not GPU performance'})",
+                 f"({'GPU: ' + device if gpu else 'CPU, Triton interpreter: not GPU performance'})",
                  fontsize=10)
     fig.tight_layout()
     p = out / "time_vs_V.png"
@@ -481,7 +493,8 @@ def _report(results, skipped, env, args, out: Path, plots: list[str], seconds: f
                   "interpreter times and say nothing about GPU performance; the eager PyTorch times are CPU "
                   "times.**", ""]
     lines += ["## Results", "",
-              "Times are medians in µs (" + ("`triton.testing.do_bench`" if env["gpu"] else "wall clock") +
+              "Times are medians in µs (" + ("`triton.testing.do_bench`" if env["gpu"] else
+                                             "wall clock, PyTorch on one thread") +
               "); *f+b* is forward plus the gradients for x and the times (*dt*: hand-written backward algorithms; "
               "*dt-auto*: backward derived by `dt.grad` through `dtriton.autograd`); *max err* is max |dtriton − eager "
               "PyTorch| over the output; *best split* is the fastest split of the V reduction in the sweep.", "",
@@ -551,12 +564,30 @@ def _report(results, skipped, env, args, out: Path, plots: list[str], seconds: f
 # ----------------------------------------------------------------------------------------------
 def _write_outputs(results, skipped, env, args, out: Path, gpu: bool, seconds: float) -> list[str]:
     """report.md, results.json and the plots; returns the plot file names."""
-    plots = _plots(results, out, args.use_compile, gpu)
+    plots = _plots(results, out, args.use_compile, gpu, str(env.get("device", "")))
     _report(results, skipped, env, args, out, plots, seconds)
     payload = {"env": env, "args": vars(args), "seconds": seconds, "skipped": skipped,
                "results": [r.__dict__ for r in results]}
     (out / "results.json").write_text(json.dumps(payload, indent=1, default=str), encoding="utf-8")
     return plots
+
+
+def _render(src: Path, out: Path) -> int:
+    """Rewrite the report and plots of an earlier run from its results.json."""
+    data = json.loads(src.read_text(encoding="utf-8"))
+    results = []
+    for d in data["results"]:
+        for key in ("sweep_fwd_us", "sweep_fwdbwd_us", "sweep_err"):
+            d[key] = {int(k): v for k, v in (d.get(key) or {}).items()}
+        results.append(MeshResult(**d))
+    args = argparse.Namespace(**data["args"])
+    out.mkdir(parents=True, exist_ok=True)
+    plots = _write_outputs(results, [tuple(x) for x in data.get("skipped", [])], data["env"], args, out,
+                           bool(data["env"].get("gpu")), float(data.get("seconds", 0.0)))
+    _say(_text_table(_table(results, args.use_compile)))
+    _say(f"Split of V: {_crossover(results)[1]}.")
+    _say(f"Report: {out / 'report.md'}" + (f"; plots: {', '.join(plots)}" if plots else ""))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -570,6 +601,8 @@ def main(argv: list[str] | None = None) -> int:
             V, F = i.header_counts()
             _say(f"{i.name:24s} {V:>8,} vertices {F:>8,} faces  {i.source}: {i.description}")
         return 0
+    if args.render:
+        return _render(Path(args.render), Path(args.out))
     if args.device == "cuda" and not torch.cuda.is_available():
         _say("error: --device cuda but torch sees no CUDA GPU")
         return 2

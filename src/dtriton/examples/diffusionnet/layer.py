@@ -199,6 +199,36 @@ class DiffusionKernels:
             setattr(self, name, kern)
             self.schedule_source[name] = src
         self._auto = None
+        self._resolved: dict[tuple, Any] = {}
+
+    def run(self, name: str, *args):
+        """Call kernel ``name`` ("forward", "backward", "backward_times") on ``args``.
+
+        A tuned kernel chooses its schedule per call (binding, tuning key, database lookup: tens of
+        µs of host time, which shows on small meshes); here that choice is made once per argument
+        shapes, dtypes and devices and the chosen kernel is called directly. A chosen kernel that
+        fails to compile is forgotten and the tuned kernel called instead (it falls back to the
+        heuristic)."""
+        kern = getattr(self, name)
+        if not hasattr(kern, "kernel_for"):
+            return kern(*args)
+        key = (name,) + tuple((a.shape, a.dtype, a.device) if isinstance(a, torch.Tensor) else a for a in args)
+        chosen = self._resolved.get(key)
+        if chosen is None:
+            chosen = self._resolved[key] = kern.kernel_for(*args)
+        try:
+            return chosen(*args)
+        except dt.CompileError:
+            self._resolved.pop(key, None)
+            return kern(*args)
+
+    def refresh(self) -> None:
+        """Forget the per-shape choices (call after storing new results in the tuning database)."""
+        self._resolved.clear()
+        for name in _ALGORITHMS:
+            kern = getattr(self, name)
+            if hasattr(kern, "refresh"):
+                kern.refresh()
 
     @property
     def auto(self):
@@ -262,7 +292,7 @@ class _ManualDiffusion(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, times, basis, mass, evals, kernels: DiffusionKernels):
-        out, spectral = kernels.forward(x, basis, mass, evals, times)
+        out, spectral = kernels.run("forward", x, basis, mass, evals, times)
         ctx.kernels = kernels
         ctx.x_dtype = x.dtype
         ctx.save_for_backward(basis, mass, evals, times, spectral)
@@ -275,11 +305,11 @@ class _ManualDiffusion(torch.autograd.Function):
         need_x, need_t = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         grad_x = grad_t = None
         if need_x:
-            grad_x, grad_t = ctx.kernels.backward(grad_out, basis, mass, evals, times, spectral)
+            grad_x, grad_t = ctx.kernels.run("backward", grad_out, basis, mass, evals, times, spectral)
             grad_x = grad_x.to(ctx.x_dtype)
             grad_t = grad_t.to(times.dtype) if need_t else None
         elif need_t:
-            grad_t = ctx.kernels.backward_times(grad_out, basis, evals, spectral).to(times.dtype)
+            grad_t = ctx.kernels.run("backward_times", grad_out, basis, evals, spectral).to(times.dtype)
         return grad_x, grad_t, None, None, None, None
 
 
