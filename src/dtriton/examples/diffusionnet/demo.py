@@ -520,7 +520,8 @@ def _report(results, skipped, env, args, out: Path, plots: list[str], seconds: f
     for p in plots:
         lines += [f"![{p}]({p})", ""]
     lines += ["## Learning diffusion times back", "",
-              "A signal is diffused for known times (log-uniform between 0.5/λ_{K-1} and 2/λ_8) by the eager "
+              "A signal is diffused for known times (log-uniform between 0.5/λ_{K-1} and 2/λ_8, counting positive "
+              "eigenvalues only) by the eager "
               "layer in float64; a `SpatialDiffusion` layer starting from one common time learns them back with "
               "Adam (betas 0.5, 0.9; cosine learning-rate decay; times clamped to ≥ 1e-8 after each step), "
               "forward and backward in dtriton kernels.", "",
