@@ -503,6 +503,7 @@ class TunedKernel:
         self._heuristic = Kernel(alg, None)
         self._by_schedule: dict[str, Kernel] = {}
         self._choice: dict[TuningKey, tuple[Kernel, str, TuningRecord | None]] = {}
+        self._fast: dict[tuple, Kernel] = {}
         self._lock = threading.Lock()
         self._last: Kernel | None = None
 
@@ -510,6 +511,7 @@ class TunedKernel:
         """Forget cached lookups (use after storing new results in the database)."""
         with self._lock:
             self._choice.clear()
+            self._fast.clear()
 
     def _kernel_for_schedule(self, sched: Schedule) -> Kernel:
         k = sched.to_json()
@@ -593,12 +595,23 @@ class TunedKernel:
         return self._last.source
 
     def __call__(self, *args, out=None):
-        """Run the algorithm: ``C = kernel(A, B)`` (``out=`` as for :class:`~dtriton.Kernel`)."""
+        """Run the algorithm: ``C = kernel(A, B)`` (``out=`` as for :class:`~dtriton.Kernel`).
+
+        The choice is remembered per call signature (shapes, strides, dtypes, alignment), so a
+        repeated call costs one dictionary lookup on top of the chosen kernel's own launch."""
+        from .runtime import _call_key
+        ck = _call_key(args)   # (None,) for autograd calls: never cached
+        fast = self._fast.get(ck) if ck != (None,) else None
+        if fast is not None:
+            self._last = fast
+            return fast(*args, out=out)
         kern, origin, rec = self._choose(args)
         if kern is not self._heuristic:
             try:
                 res = kern(*args, out=out)
                 self._last = kern
+                if ck != (None,):
+                    self._fast[ck] = kern
                 return res
             except CompileError as e:
                 key = TuningKey.for_call(self.algorithm, args)
@@ -606,8 +619,11 @@ class TunedKernel:
                               f"({e}); using the heuristic schedule", TuningWarning, stacklevel=2)
                 with self._lock:
                     self._choice[key] = (self._heuristic, "heuristic", None)
+                    self._fast.pop(ck, None)
         res = self._heuristic(*args, out=out)
         self._last = self._heuristic
+        if ck != (None,):
+            self._fast[ck] = self._heuristic
         return res
 
     def __repr__(self):
