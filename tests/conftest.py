@@ -443,44 +443,15 @@ def schedules(draw, alg: dt.Algorithm, sizes: dict[str, int], *, max_tiles: int 
 
 
 # ----------------------------------------------------------------------------------------------
-# known compiler bugs (see the strict xfail tests named in each entry; remove an entry once fixed)
+# known compiler bugs (none open: BUG-1..10 are fixed and their repros are regression tests)
 # ----------------------------------------------------------------------------------------------
-def _whole_reduction_inside_its_loop(source: str) -> bool:
-    """True when generated source reduces 'whole (in registers) over A' inside a ``for A0`` loop:
-    such a reduction only sees one tile of A (the symptom of BUG-9)."""
-    import re
-    stack: list[tuple[int, str]] = []
-    for line in source.splitlines():
-        if not line.strip():
-            continue
-        indent = len(line) - len(line.lstrip())
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        m = re.match(r"\s*for (\w+)0 in range", line)
-        if m:
-            stack.append((indent, m.group(1)))
-            continue
-        m = re.match(r"\s*# stages .*: whole \(in registers\) over ([\w, ]+)$", line)
-        if m and {a.strip() for a in m.group(1).split(",")} & {a for _, a in stack}:
-            return True
-    return False
-
-
 def known_bug(kernel: dt.Kernel, exc: BaseException) -> str | None:
     """If a failure ``exc`` of ``kernel``'s last call matches a known, pinned bug, name it.
 
     Only consulted *after* a failure, so a fixed bug never hides a passing run; random-schedule
     tests reject (hypothesis.assume) such examples, and the strict xfail tests keep the bug in view.
     Remove an entry when its bug is fixed."""
-    msg = f"{type(exc).__name__}: {exc}"
-    plan = getattr(kernel, "_last", None)
-    if plan is not None and isinstance(exc, AssertionError) and _whole_reduction_inside_its_loop(plan.source):
-        return "BUG-9 fused max inside the loop of its own axis (test_multistage.py::test_fused_max_inside_the_loop_of_its_own_axis)"
-    if isinstance(exc, AttributeError) and "'Output' object has no attribute '_id'" in msg:
-        return "BUG-7 split sum output next to another output (test_multistage.py::test_split_sum_output_next_to_another_output)"
-    if (isinstance(exc, dt.CompileError) and kernel.algorithm.name in ("attention", "causal_attention")
-            and ("Cannot make_shape_compatible" in msg or "cannot change total number of elements" in msg)):
-        return "BUG-8 fused attention with a small head dim (test_multistage.py::test_attention_fused_small_head_dim)"
+    # every bug pinned here so far (BUG-7, BUG-8, BUG-9) has been fixed; add new entries as they are found
     return None
 
 

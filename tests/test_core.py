@@ -51,10 +51,6 @@ def test_readme_matmul_example(capsys):
     check(readme_matmul, [A, B], README_SCHED, kernel=kernel, torch_ref=lambda a, b: a @ b)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG-5: the README's `torch.testing.assert_close(C, matmul.reference(A, B))` "
-                   "fails for most random inputs: the fp32 reference (torch.einsum, fp32 BLAS) is itself ~2.4e-7 "
-                   "off float64, twice the kernel's error, and the two differ by more than assert_close's default "
-                   "fp32 tolerance. Computing the reference of fp32 inputs in float64 would fix it")
 def test_readme_matmul_example_as_written_against_fp32_reference():
     kernel = dt.compile(readme_matmul, README_SCHED)
     for seed in range(3):
@@ -172,9 +168,6 @@ def test_bf16_fp16_dot_is_right_at_storage_precision(dtype):
         assert bool(ok.all()), f"not exact at {(~ok).nonzero()[:5].tolist()}"
 
 
-@pytest.mark.xfail(strict=True, reason="BUG-6 (interpreter backend): bf16 outputs are rounded toward zero, "
-                   "not to nearest even as torch and the GPU do (Triton's interpreter truncates fp32->bf16 "
-                   "casts, even with fp_downcast_rounding='rtne'); e.g. 315 -> 314 instead of 316")
 def test_bf16_outputs_round_to_nearest_even():
     A = torch.tensor([[315.0, -287.0]]).to(torch.bfloat16)  # not representable: stored as 316 / -288
     X = torch.tensor([[256.0, 59.0], [-256.0, -31.0]], dtype=torch.bfloat16)  # row sums 315, -287

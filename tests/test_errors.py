@@ -169,13 +169,12 @@ def test_compile_type_errors():
         dt.compile(matmul, {"tile": {}})
 
 
-def test_resource_limit_is_a_dtriton_error_naming_the_kernel():
-    """A block beyond Triton's element limit (256 rows x 8192 whole columns) fails as a dt.CompileError
-    that names the kernel and the schedule, with Triton's cause chained, not a bare Triton exception."""
+def test_block_beyond_tritons_element_limit_is_refused_before_compiling():
+    """A block beyond Triton's element limit (256 rows x 8192 whole columns) is refused up front as a
+    dt.ScheduleError that names the stage, the blocks and the way out, not a Triton trace."""
     kernel = dt.compile(softmax, dt.Schedule(grid=("i",), tile={"i": 256}, strategy={"j": "whole"}))
-    e = _raises(dt.CompileError, r"kernel softmax_out failed to compile or launch", kernel, torch.randn(4, 8000))
-    assert "numel" in str(e) and '"tile": {"i": 256' in str(e)
-    assert e.__cause__ is not None
+    e = _raises(dt.ScheduleError, r"kernel for 'out' would hold blocks of 2097152 elements", kernel, torch.randn(4, 8000))
+    assert "'j': 8192" in str(e) and "'loop'/'online'" in str(e)
 
 
 # ----------------------------------------------------------------------------------------------

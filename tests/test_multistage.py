@@ -291,8 +291,6 @@ def test_spatial_diffusion_random_schedules(data, V, K, C, seed):
 # ----------------------------------------------------------------------------------------------
 # attention
 # ----------------------------------------------------------------------------------------------
-BUG8 = pytest.mark.xfail(strict=True, reason="BUG-8: fused attention whose score stage is not a tl.dot "
-                         "(an i, j or d block below 16) fails to compile (see test_attention_fused_small_head_dim)")
 FUSED = dt.Schedule(grid=("b", "h", "i"), tile={"b": 1, "h": 1, "i": 16, "j": 16},
                     strategy={"j": "online", "d": "whole", "e": "whole"}, stages={"sum0": {"place": "fuse"}})
 
@@ -331,11 +329,6 @@ def test_attention_default_schedule(gen):
     assert launches(kernel) in (1, 2)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG-8 (regression in d6bd7e3 'loop scopes keep only the program axes "
-                   "their values use'): when the fused score stage sum_d Q[i,d] K[j,d] is not a tl.dot (head dim, "
-                   "i or j block below 16) the loop scope drops an axis of the score block: CompileError "
-                   "'Cannot make_shape_compatible: incompatible dimensions' (or 'cannot change total number of "
-                   "elements'). The heuristic picks this schedule for attention, so the default fails too")
 @pytest.mark.parametrize("case", ["head dim 8", "default schedule", "small i/j tiles"])
 def test_attention_fused_small_head_dim(case, gen):
     D = 16 if case == "small i/j tiles" else 8
@@ -347,7 +340,7 @@ def test_attention_fused_small_head_dim(case, gen):
 
 @pytest.mark.parametrize("strategy,blocks", [
     ("whole", "dot"), ("loop", "dot"), ("online", "dot"), ("whole", "small"),
-    pytest.param("loop", "small", marks=BUG8), pytest.param("online", "small", marks=BUG8)])
+    pytest.param("loop", "small"), pytest.param("online", "small")])
 def test_attention_strategies(strategy, blocks, gen):
     """j covered whole (one block), in a loop (two passes: max, then sums) or online (one pass)."""
     D, ti, tj = (16, 16, 16) if blocks == "dot" else (4, 4, 8)
@@ -380,7 +373,7 @@ def test_attention_shapes_and_scalar_param_reuse(gen):
 
 
 @pytest.mark.parametrize("sched", ["fused", "default", "loop", "unfused",
-                                   pytest.param("fused-small", marks=BUG8)])
+                                   pytest.param("fused-small")])
 def test_causal_attention_mask_from_axis_values(sched, gen):
     Q, K, V = _qkv(1, 2, 19, 19, 4 if sched == "fused-small" else 16, 5, gen=gen)
     s = {"fused": FUSED, "default": None, "unfused": UNFUSED, "fused-small": FUSED,
@@ -451,9 +444,6 @@ def matmul_and_double(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"]):
     return C[i, j], (2 * C)[i, j]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG-7: split-K of an algorithm with several outputs, one of them a plain "
-                   "fp32 sum: lowering's direct-to-output split path calls deps_of on Output objects "
-                   "(`for x in alg.outputs`) and raises a raw AttributeError: 'Output' object has no attribute '_id'")
 def test_split_sum_output_next_to_another_output(gen):
     A, B = randn(4, 8, gen=gen), randn(8, 3, gen=gen)
     check(matmul_and_double, [A, B], dt.Schedule(split={"k": 2}),
@@ -479,11 +469,6 @@ def _t_attention_2d(Q, K, V):
     return torch.softmax(Q @ K.t(), -1) @ V
 
 
-@pytest.mark.xfail(strict=True, reason="BUG-9: a fused max stage (max0 over j) that a fused sum over the same "
-                   "axis uses (sum2 = sum_j exp(s - max0)) is emitted inside sum2's loop over j when the scores s "
-                   "are a materialised stage: each j tile takes its own max ('whole (in registers) over j' inside "
-                   "'for j0'), so the normaliser is wrong. codegen need_depth of a materialised Reduce ignores "
-                   "the axes being reduced")
 def test_fused_max_inside_the_loop_of_its_own_axis(gen):
     Q, K, V = randn(3, 4, gen=gen), randn(5, 4, gen=gen), randn(5, 3, gen=gen)
     s = dt.Schedule(grid=("e",), tile={"i": 4, "j": 4, "e": 4}, strategy={"d": "whole"},

@@ -285,6 +285,8 @@ class KernelGen:
                     d = b[1].depth if b else scope.depth
             elif isinstance(n, Reduce) and n._id in self.k.materialized:
                 for a in n.axes:
+                    if a in ignore:
+                        continue  # reduced by an enclosing stage: not a dependency on its loop
                     b = scope.find_bind(a)
                     d = max(d, b[1].depth if b else scope.depth)
             elif isinstance(n, Reduce):
@@ -420,6 +422,8 @@ class KernelGen:
             if n.dtype.is_floating_point:
                 if self.is_bool(n.x):
                     x = f"{x}.to(tl.float32)"
+                if self.interpret and n.dtype == torch.bfloat16:
+                    return f"_round_bf16(({x}).to(tl.float32)).to({self.cdt})", "cast to torch.bfloat16 (rounded to nearest)"
                 return f"{x}.to({tdt}).to({self.cdt})", f"cast to {n.dtype}"
             return f"{x}.to({tdt})", f"cast to {n.dtype}"
         raise AssertionError(n)
@@ -720,7 +724,7 @@ class KernelGen:
             if not accs[r._id]["dot"]:
                 keep |= set(r.x.axes)
             for inner_r in self.fused_deps(r):   # reductions computed inside this loop keep their axes
-                keep |= set(inner_r.axes)
+                keep |= set(inner_r.axes) | set(inner_r.x.axes)
         keep = tuple(a for a in scope.layout if a in keep)
         inner = scope
         loops = []
@@ -1059,6 +1063,8 @@ class KernelGen:
         if st.atomic:
             scope.emit(f"tl.atomic_add({ptr}, {v}" + (f", mask={mask}" if mask else "") + ", sem=\"relaxed\")")
         else:
+            if self.interpret and self.out_dtypes.get(st.target) == torch.bfloat16:
+                v = f"_round_bf16(({v}).to(tl.float32))"
             scope.emit(f"tl.store({ptr}, ({v}).to({name}_ptr.dtype.element_ty)" + (f", mask={mask}" if mask else "") + ")")
 
 
@@ -1074,6 +1080,15 @@ import triton.language as tl
 @_jit
 def _max_combine(a, b):
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@_jit
+def _round_bf16(x):
+    # round-to-nearest-even to bfloat16, computed in fp32: Triton's interpreter truncates on a
+    # downcast to bf16, so interpreter kernels round explicitly before storing or casting
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))
 
 
 @_jit

@@ -246,6 +246,15 @@ def lower(alg: Algorithm, sched: Schedule, sizes: dict[str, int], interpret: boo
                     block = tile
             group = ss.group.get(a, sched.group.get(a, 1)) if role == "grid" else 1
             axes[a] = AxisPlan(a, role, block, n % block == 0 and n > 0, group)
+        numel = 1
+        for p in axes.values():
+            if p.role in ("grid", "whole"):
+                numel *= p.block
+        if numel > 1 << 20:
+            big = {a: p.block for a, p in axes.items() if p.role in ("grid", "whole") and p.block > 1}
+            raise ScheduleError(
+                f"the kernel for {sname!r} would hold blocks of {numel} elements ({big}); Triton allows at most "
+                f"{1 << 20}. Use smaller tiles, or strategy 'loop'/'online' instead of 'whole' for a long axis")
         fused = [r.name for r in _reduce_nodes_roots(exprs, mat) if r._id not in mat or r is top]
         return KernelIR(name, stores, grid, axes, split,
                         {k: v for k, v in bufmap.items() if top is None or k != top._id},
@@ -273,7 +282,7 @@ def lower(alg: Algorithm, sched: Schedule, sizes: dict[str, int], interpret: boo
         r = o.expr
         if (len(grp) == 1 and isinstance(r, Reduce) and r._id in bufmap and bufmap[r._id].zero and not r.mean
                 and out_dtypes is not None and out_dtypes.get(o.name) == "float32" and tuple(o.layout) == tuple(r.axes)
-                and r._id not in done and not any(r._id in deps_of([x]) for x in alg.outputs if x is not o)
+                and r._id not in done and not any(r._id in deps_of([x.expr]) for x in alg.outputs if x is not o)
                 and not any(r._id in deps_of([q], q) for q in (reduces[i] for i in mat) if q is not r)):
             for d in deps_of([r], r):
                 emit_reduce_kernel(d)
