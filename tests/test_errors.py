@@ -201,3 +201,14 @@ def test_algorithm_axis_indexing_two_differently_named_dims():
 def test_colsum_reduces_over_rows_not_a_free_axis():
     """Sanity: the column sum from the issue is a legal algorithm (no error)."""
     assert colsum.outputs[0].layout == ("j",) and colsum.reduction_axes == ("i",)
+
+
+def test_out_of_range_gather_index_is_a_shape_error_on_the_interpreter():
+    """X[i, labels[i]] with a label == N would read past the row; the interpreter backend checks the
+    index range first and names the index tensor, the gathered dim and the valid range."""
+    from dtriton.library import cross_entropy
+    X = torch.randn(5, 10)
+    with pytest.raises(dt.ShapeError, match=r"gather index labels has values in \[0, 10\] .* dim 1 of X \(N = 10\)"):
+        dt.compile(cross_entropy)(X, torch.tensor([0, 1, 2, 3, 10]))
+    with pytest.raises(dt.ShapeError, match=r"\[-1, 3\]"):
+        dt.compile(cross_entropy)(X, torch.tensor([0, 1, 2, 3, -1]))

@@ -603,6 +603,14 @@ class Algorithm:
         self.stages = stages
         self.reduction_axes = tuple(dict.fromkeys(a for n in nodes if isinstance(n, Reduce) for a in n.over))
         self.tensor_params = [p for p in self.params if isinstance(p, InputTensor)]
+        # gathers whose index is an integer tensor read directly, e.g. X[i, labels[i]]:
+        # (index tensor name, gathered tensor name, dim position, size symbol of that dim)
+        self.gathers = []
+        for n in nodes:
+            if isinstance(n, Load):
+                for d, e in enumerate(n.index):
+                    if isinstance(e, Load) and e.is_plain():
+                        self.gathers.append((e.tensor.name, n.tensor.name, d, n.tensor.dims[d]))
         self.fingerprint = self._fingerprint()
 
     def _fingerprint(self) -> str:

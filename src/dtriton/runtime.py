@@ -207,6 +207,8 @@ class Kernel:
         if interpret and b.device.type != "cpu":
             args = tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in args)
             b.device = torch.device("cpu")
+        if alg.gathers and (interpret or os.environ.get("DTRITON_CHECK_INDICES") == "1"):
+            _check_gather_indices(alg, b, args)
         sched = self.complete(b)
         plan = self._plan(sched, b, args, interpret)
         self._last = plan
@@ -275,6 +277,22 @@ class Kernel:
                                    f"limit of the schedule or a dtriton bug. Schedule: {plan.schedule.to_json()}\n"
                                    f"Triton said:\n{detail}") from e
         return outs
+
+
+def _check_gather_indices(alg: Algorithm, b: Binding, args) -> None:
+    """Raise :class:`ShapeError` when a gather index (``labels`` in ``X[i, labels[i]]``) is out of
+    range. Always on the interpreter (an out-of-range read would crash it); on the GPU only with
+    ``DTRITON_CHECK_INDICES=1``, since the check synchronises with the device."""
+    argmap = {p.name: a for p, a in zip(alg.params, args)}
+    for idx_name, tname, d, sym in alg.gathers:
+        t = argmap[idx_name]
+        if t.numel() == 0:
+            continue
+        lo, hi = int(t.min()), int(t.max())
+        n = b.sizes[sym]
+        if lo < 0 or hi >= n:
+            raise ShapeError(f"gather index {idx_name} has values in [{lo}, {hi}] but indexes dim {d} of {tname} "
+                             f"({sym} = {n}); every index must be in [0, {n - 1}]")
 
 
 def _call_key(args) -> tuple:
