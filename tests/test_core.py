@@ -530,3 +530,31 @@ def test_scalar_output_over_two_axes(sched, gen):
 def test_min_and_mean_share_a_pass(sched, gen):
     X = randn(9, 19, gen=gen)
     check(min_plus_mean, [X], sched, torch_ref=lambda X: X.amin(1) + X.mean(1))
+
+
+# ----------------------------------------------------------------------------------------------
+# found by a fresh user trying the README (stop 8): fixed-case regressions, independent of draws
+# ----------------------------------------------------------------------------------------------
+def test_tile_one_grid_axis_feeding_a_recomputed_factor():
+    """A tile-1 grid axis (c) makes t[c] a 0-d load; it must broadcast as is, never be indexed as
+    a block (triton >= 3.9 rejects `x[:, None]` on a 0-d value)."""
+    @dt.algorithm
+    def two_mm(W: dt.Tensor["I", "K"], U: dt.Tensor["J", "K"], x: dt.Tensor["J", "C"], t: dt.Tensor["C"]):
+        i, j, k, c = dt.axes("i j k c")
+        s = dt.sum(U[j, k] * x[j, c], over=j) * t[c]
+        return dt.sum(W[i, k] * s, over=k)[i, c]
+    args = (torch.randn(6, 4), torch.randn(5, 4), torch.randn(5, 3), torch.randn(3))
+    k = dt.compile(two_mm, dt.Schedule(tile={"i": 2, "j": 2, "k": 2, "c": 1}))
+    out = k(*args)
+    assert "ld_" in k.source and "[:, None]" not in [l.split("* ")[-1] for l in k.source.splitlines() if "t[c]" in l][0]
+    W, U, x, t = (a.double() for a in args)
+    torch.testing.assert_close(out.double(), W @ ((U.t() @ x) * t), rtol=1e-5, atol=1e-5)
+
+
+def test_literal_integer_index():
+    @dt.algorithm
+    def first_col(X: dt.Tensor["M", "N"]):
+        (i,) = dt.axes("i")
+        return (X[i, 0] * 2.0)[i]
+    X = torch.randn(5, 4)
+    torch.testing.assert_close(dt.compile(first_col)(X), 2 * X[:, 0])

@@ -212,3 +212,50 @@ def test_out_of_range_gather_index_is_a_shape_error_on_the_interpreter():
         dt.compile(cross_entropy)(X, torch.tensor([0, 1, 2, 3, 10]))
     with pytest.raises(dt.ShapeError, match=r"\[-1, 3\]"):
         dt.compile(cross_entropy)(X, torch.tensor([0, 1, 2, 3, -1]))
+
+
+# ----------------------------------------------------------------------------------------------
+# found by a fresh user trying the README (stop 8)
+# ----------------------------------------------------------------------------------------------
+def test_torch_and_math_functions_on_expressions_point_to_dt_functions():
+    import math
+    with pytest.raises(dt.AlgorithmError, match=r"torch.exp cannot take a dtriton expression.*dt.exp"):
+        @dt.algorithm
+        def f(X: dt.Tensor["M", "N"]):
+            i, j = dt.axes("i j")
+            return torch.exp(X[i, j])[i, j]
+    with pytest.raises(dt.AlgorithmError, match=r"not a Python number: use dt.exp"):
+        @dt.algorithm
+        def g(X: dt.Tensor["M", "N"]):
+            i, j = dt.axes("i j")
+            return math.exp(X[i, j])
+
+
+def test_shifted_index_is_named_as_unsupported():
+    with pytest.raises(dt.AlgorithmError, match=r"axis 'j' appears only inside an index expression .*not supported"):
+        @dt.algorithm
+        def f(X: dt.Tensor["M", "N"]):
+            i, j = dt.axes("i j")
+            return X[i, j + 1][i, j]
+
+
+def test_int_scalar_rejects_a_fractional_float_and_gather_rejects_float_indices():
+    @dt.algorithm
+    def scaled(X: dt.Tensor["M", "N"], n: int):
+        i, j = dt.axes("i j")
+        return (X[i, j] * n)[i, j]
+    X = torch.randn(3, 4)
+    with pytest.raises(dt.ShapeError, match=r"'n' of scaled is declared int but got 2.5"):
+        dt.compile(scaled)(X, 2.5)
+    torch.testing.assert_close(dt.compile(scaled)(X, 3), 3 * X)
+    from dtriton.library import cross_entropy
+    with pytest.raises(dt.ShapeError, match=r"'labels' indexes dim 1 of X .* must be an integer tensor"):
+        dt.compile(cross_entropy)(X, torch.tensor([0.0, 1.0, 2.0]))
+
+
+def test_unknown_backend_variable_and_float_tile_are_refused(monkeypatch):
+    with pytest.raises(dt.ScheduleError, match=r"tile\['i'\] = 16.0 must be an int"):
+        dt.Schedule(tile={"i": 16.0})
+    monkeypatch.setenv("DTRITON_BACKEND", "foo")
+    with pytest.raises(dt.ShapeError, match=r"DTRITON_BACKEND='foo' is not understood"):
+        dt.compile(softmax)(torch.randn(2, 3))

@@ -27,7 +27,7 @@ import torch
 
 from .errors import ScheduleError
 from .language import (Axis, Binary, Cast, Const, Expr, Load, Reduce, ScalarParam, Unary, Where,
-                       COMPARE_OPS)
+                       COMPARE_OPS, _fmt_expr)
 from .lowering import AxisPlan, BufferSpec, KernelIR, Program, StoreSpec
 
 __all__ = ["generate", "fmt"]
@@ -47,34 +47,7 @@ _OPSYM = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=",
 
 def fmt(n: Expr, depth: int = 0, names: dict[int, str] | None = None) -> str:
     """Readable infix text for an expression (stages print by name)."""
-    if names and n._id in names and depth > 0:
-        return names[n._id]
-    if depth > 6:
-        return "…"
-    d = depth + 1
-    if isinstance(n, Const):
-        v = n.value
-        return repr(int(v)) if v.is_integer() and abs(v) < 1e15 else repr(v)
-    if isinstance(n, Axis):
-        return n.name
-    if isinstance(n, ScalarParam):
-        return n.name
-    if isinstance(n, Load):
-        return f"{n.tensor.name}[{', '.join(fmt(e, d, names) for e in n.index)}]"
-    if isinstance(n, Unary):
-        return f"-{fmt(n.x, d, names)}" if n.op == "neg" else f"{n.op}({fmt(n.x, d, names)})"
-    if isinstance(n, Binary):
-        if n.op in _OPSYM:
-            return f"({fmt(n.a, d, names)} {_OPSYM[n.op]} {fmt(n.b, d, names)})"
-        return f"{n.op}({fmt(n.a, d, names)}, {fmt(n.b, d, names)})"
-    if isinstance(n, Where):
-        return f"where({fmt(n.cond, d, names)}, {fmt(n.a, d, names)}, {fmt(n.b, d, names)})"
-    if isinstance(n, Cast):
-        return f"cast({fmt(n.x, d, names)}, {n.dtype})"
-    if isinstance(n, Reduce):
-        op = "mean" if n.mean else n.op
-        return f"{op} over {','.join(n.over)} of {fmt(n.x, d, names)}"
-    return "?"
+    return _fmt_expr(n, depth, names)
 
 
 @dataclass
@@ -353,6 +326,8 @@ class KernelGen:
             home = self.ancestor(scope, d)
             hl = tuple(a for a in layout if home.find_bind(a) is not None)
             v = self.val(n, home, hl)
+            if not self.present(n, scope) and self.is_rank0(n):
+                return v  # a 0-d value (e.g. a load at scalar program indices) broadcasts as it is
             return self.relayout(v, hl, layout, self.present(n, scope), scope)
         key = (n._id, layout)
         if key in scope.memo:
@@ -428,6 +403,19 @@ class KernelGen:
             return f"{x}.to({tdt})", f"cast to {n.dtype}"
         raise AssertionError(n)
 
+    def is_rank0(self, n: Expr) -> bool:
+        """True when ``n`` is emitted as a 0-d value: built only from constants, scalars, tile-1
+        grid axes and loads at such indices (fused reductions always yield blocks)."""
+        if isinstance(n, (Const, ScalarParam)):
+            return True
+        if isinstance(n, Axis):
+            return self.scalar_axis(n.name)
+        if isinstance(n, Reduce):
+            return n._id in self.k.materialized and all(self.scalar_axis(a) for a in n.axes)
+        if isinstance(n, Load):
+            return all(self.scalar_axis(a) for a in n.axes) and all(self.is_rank0(c) for c in n.index)
+        return all(self.is_rank0(c) for c in n.children())
+
     def is_bool(self, n: Expr) -> bool:
         return (isinstance(n, Binary) and n.op in COMPARE_OPS) or (isinstance(n, Unary) and n.op == "not")
 
@@ -481,9 +469,11 @@ class KernelGen:
                 b, _ = scope.find_bind(e.name)
                 terms.append(b.offs if b.scalar else self.expand1d(b.offs, e.name, layout))
                 mask_axes.append(e.name)
+            elif isinstance(e, Const):
+                terms.append(str(int(e.value)))   # a literal index, X[i, 0]
             else:
                 v = self.val(e, scope, layout)
-                terms.append(f"({v}).to(tl.int32)" if not self.i64 else v)
+                terms.append(f"({v}).to(tl.int32)" if not self.i64 else f"({v}).to(tl.int64)")
                 mask_axes.extend(e.axes)
         mask = self.mask_for(mask_axes, scope, layout)
         dt = self.dtypes[n.tensor.name]

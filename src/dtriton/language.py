@@ -98,6 +98,27 @@ class Expr:
     def __or__(self, o): return Binary("or", self, _wrap(o))
     def __invert__(self): return Unary("not", self)
 
+    def __floordiv__(self, o):
+        raise AlgorithmError("integer division (//) is not supported on expressions; use / and dt.cast, "
+                             "or compute the index outside the algorithm")
+
+    __rfloordiv__ = __floordiv__
+
+    def __float__(self):
+        raise AlgorithmError("a dtriton expression is not a Python number: use dt.exp, dt.log, dt.sqrt, dt.tanh, "
+                             "... instead of math.* functions inside an algorithm")
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", str(func))
+        raise AlgorithmError(
+            f"torch.{name} cannot take a dtriton expression; inside an algorithm use the dt.* functions "
+            f"(dt.exp, dt.log, dt.sqrt, dt.rsqrt, dt.tanh, dt.sigmoid, dt.abs, dt.maximum, dt.minimum, dt.where, "
+            f"dt.sum/max/min/mean)")
+
+    def __repr__(self):
+        return f"<dt expression {_fmt_expr(self)} over axes ({', '.join(self.axes)})>"
+
     def __bool__(self):
         raise AlgorithmError(
             "an expression has no truth value while the algorithm is traced; use dt.where(cond, a, b) "
@@ -127,6 +148,42 @@ class Expr:
         return type(self).__name__
 
 
+_SYM = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+        "eq": "==", "ne": "!=", "and": "&", "or": "|"}
+
+
+def _fmt_expr(n: "Expr", depth: int = 0, names: dict | None = None) -> str:
+    """Readable infix text for an expression (stages print by name when ``names`` maps them)."""
+    if names and n._id in names and depth > 0:
+        return names[n._id]
+    if depth > 6:
+        return "…"
+    d = depth + 1
+    if isinstance(n, Const):
+        v = n.value
+        return repr(int(v)) if v == v and _py_abs(v) != float("inf") and v.is_integer() and _py_abs(v) < 1e15 else repr(v)
+    if isinstance(n, (Axis,)):
+        return n.name
+    if isinstance(n, ScalarParam):
+        return n.name
+    if isinstance(n, Load):
+        return f"{n.tensor.name}[{', '.join(_fmt_expr(e, d, names) for e in n.index)}]"
+    if isinstance(n, Unary):
+        return f"-{_fmt_expr(n.x, d, names)}" if n.op == "neg" else f"{n.op}({_fmt_expr(n.x, d, names)})"
+    if isinstance(n, Binary):
+        if n.op in _SYM:
+            return f"({_fmt_expr(n.a, d, names)} {_SYM[n.op]} {_fmt_expr(n.b, d, names)})"
+        return f"{n.op}({_fmt_expr(n.a, d, names)}, {_fmt_expr(n.b, d, names)})"
+    if isinstance(n, Where):
+        return f"where({_fmt_expr(n.cond, d, names)}, {_fmt_expr(n.a, d, names)}, {_fmt_expr(n.b, d, names)})"
+    if isinstance(n, Cast):
+        return f"cast({_fmt_expr(n.x, d, names)}, {n.dtype})"
+    if isinstance(n, Reduce):
+        op = "mean" if n.mean else n.op
+        return f"{op} over {','.join(n.over)} of {_fmt_expr(n.x, d, names)}"
+    return type(n).__name__
+
+
 def _wrap(v) -> Expr:
     if isinstance(v, Expr):
         return v
@@ -140,6 +197,9 @@ def _wrap(v) -> Expr:
         raise AlgorithmError(
             f"input tensor {v.name!r} is used without indices; write {v.name}[{', '.join('i' * 0)}...] "
             "with one axis per dim")
+    if isinstance(v, tuple) and v and all(isinstance(a, Axis) for a in v):
+        raise AlgorithmError(f"cannot use the tuple {v!r} in an expression: dt.axes returns a tuple, so write "
+                             f"`i, = dt.axes('i')` (note the comma) or `i, j = dt.axes('i j')`")
     raise AlgorithmError(f"cannot use {type(v).__name__} {v!r} in an algorithm expression")
 
 
@@ -574,6 +634,13 @@ class Algorithm:
         self.axis_names = tuple(dict.fromkeys(all_axes))
         for a in self.axis_names:
             if a not in axis_size:
+                inside = [n for n in nodes if isinstance(n, Load) and any(not isinstance(e, Axis) and a in e.axes
+                                                                           for e in n.index)]
+                if inside:
+                    raise AlgorithmError(
+                        f"axis {a!r} appears only inside an index expression ({_fmt_expr(inside[0])}), so its size is "
+                        "unknown; shifted or computed indices such as X[i, j + 1] are not supported, index a dim "
+                        "with the bare axis (gathers through an integer tensor, X[i, labels[i]], are)")
                 raise AlgorithmError(
                     f"axis {a!r} never indexes an input dim, so its size is unknown; use it to index a tensor")
         self.axis_size = axis_size
@@ -709,6 +776,9 @@ class Binding:
                 if isinstance(a, torch.Tensor) or not isinstance(a, (int, float)):
                     raise ShapeError(f"argument {p.name!r} of {alg.name} is a scalar ({p.pytype.__name__}); "
                                      f"got {type(a).__name__}")
+                if p.pytype is int and not float(a).is_integer():
+                    raise ShapeError(f"argument {p.name!r} of {alg.name} is declared int but got {a!r}; pass an "
+                                     "integer or declare it `float`")
                 continue
             if not isinstance(a, torch.Tensor):
                 raise ShapeError(f"argument {p.name!r} of {alg.name} must be a torch.Tensor with dims "
@@ -729,6 +799,10 @@ class Binding:
                 sizes.setdefault(d, int(n))
                 src.setdefault(d, f"{p.name}.shape[{k}]")
             dtypes[p.name] = a.dtype
+        for idx_name, tname, d, _ in alg.gathers:
+            if dtypes[idx_name].is_floating_point:
+                raise ShapeError(f"argument {idx_name!r} indexes dim {d} of {tname} (a gather) and must be an integer "
+                                 f"tensor, got {dtypes[idx_name]}; convert it with .long()")
         axis_sizes = {ax: sizes[sym] for ax, sym in alg.axis_size.items()}
         out_dtypes = [result_dtype(dtypes[t] for t in _float_inputs(o.expr)) for o in alg.outputs]
         return Binding(sizes, axis_sizes, dtypes, out_dtypes, device or torch.device("cpu"))

@@ -53,6 +53,8 @@ def cache_dir() -> Path:
 def backend_for(device: torch.device) -> str:
     """"gpu" for CUDA tensors, else "interpreter"; ``DTRITON_BACKEND`` overrides."""
     force = os.environ.get("DTRITON_BACKEND", "").lower()
+    if force not in ("", "interpreter", "interpret", "cpu", "gpu", "auto"):
+        raise ShapeError(f"DTRITON_BACKEND={force!r} is not understood; use 'interpreter', 'gpu', or leave it unset")
     if force in ("interpreter", "interpret", "cpu"):
         return "interpreter"
     if device.type == "cuda":

@@ -185,6 +185,8 @@ class Schedule:
         maps = [("tile", self.tile)] + [(f"stages[{s!r}].tile", v.tile) for s, v in self.stages.items()]
         for what, m in maps:
             for a, t in m.items():
+                if not isinstance(t, int) or isinstance(t, bool):
+                    raise ScheduleError(f"{what}[{a!r}] = {t!r} must be an int (a power of two such as 16, 32, 64)")
                 if not _is_pow2(t):
                     lo = 1 << (max(int(t), 1).bit_length() - 1) if isinstance(t, int) and t > 0 else 1
                     raise ScheduleError(
