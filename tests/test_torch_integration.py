@@ -313,3 +313,13 @@ def test_as_torch_op_names(lin_kernel, lin_op):
         dt.as_torch_op(dt.compile(linear_relu), "dtriton_test::linear_relu")
     with pytest.raises(ValueError, match="namespace::name"):
         dt.as_torch_op(lin_kernel, "no_namespace")
+
+
+def test_double_backward_is_refused_loudly():
+    """create_graph=True would need the backward kernels to be differentiable; until they are, the
+    call fails with a clear NotImplementedError instead of returning a silently constant gradient."""
+    from dtriton.library import softmax as sm
+    x = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    y = dt.compile(sm)(x)
+    with pytest.raises(NotImplementedError, match="double backward through the dtriton kernel 'softmax'"):
+        torch.autograd.grad((y * torch.randn_like(y)).sum(), x, create_graph=True)

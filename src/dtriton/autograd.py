@@ -342,8 +342,18 @@ class _DTFunction(torch.autograd.Function):
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx, *grads):
+        if torch.is_grad_enabled():
+            # create_graph=True (double backward): the derived backward kernels are not themselves
+            # differentiable yet; refuse loudly rather than return a gradient that is silently constant
+            raise NotImplementedError(
+                f"double backward through the dtriton kernel {ctx.dk.algorithm.name!r} is not supported "
+                "(create_graph=True); differentiate the backward algorithms from dt.grad explicitly instead")
+        with torch.no_grad():
+            return _DTFunction._backward(ctx, *grads)
+
+    @staticmethod
+    def _backward(ctx, *grads):
         dk: DifferentiableKernel = ctx.dk
         alg = dk.algorithm
         st = ctx.saved_tensors
