@@ -47,47 +47,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserW
 # ----------------------------------------------------------------------------------------------
 # the issue-6 algorithms
 # ----------------------------------------------------------------------------------------------
-@dt.algorithm
-def matmul(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"]):
-    i, j, k = dt.axes("i j k")
-    return dt.sum(A[i, k] * B[k, j], over=k)[i, j]
 
 
-@dt.algorithm
-def linear_relu(X: dt.Tensor["M", "K"], W: dt.Tensor["N", "K"], b: dt.Tensor["N"]):
-    i, j, k = dt.axes("i j k")
-    return dt.maximum(dt.sum(X[i, k] * W[j, k], over=k) + b[j], 0.0)[i, j]
+from dtriton.library import cross_entropy, layer_norm, linear_relu, matmul, rms_norm, softmax  # noqa: E402
 
-
-@dt.algorithm
-def softmax(X: dt.Tensor["M", "N"]):
-    i, j = dt.axes("i j")
-    e = dt.exp(X[i, j] - dt.max(X[i, j], over=j))
-    return (e / dt.sum(e, over=j))[i, j]
-
-
-@dt.algorithm
-def layer_norm(X: dt.Tensor["M", "N"], w: dt.Tensor["N"], b: dt.Tensor["N"]):
-    i, j = dt.axes("i j")
-    mu = dt.mean(X[i, j], over=j)
-    xc = X[i, j] - mu
-    var = dt.mean(xc * xc, over=j)
-    return (xc * dt.rsqrt(var + 1e-5) * w[j] + b[j])[i, j]
-
-
-@dt.algorithm
-def rms_norm(X: dt.Tensor["M", "N"], w: dt.Tensor["N"]):
-    i, j = dt.axes("i j")
-    ms = dt.mean(X[i, j] * X[i, j], over=j)
-    return (X[i, j] * dt.rsqrt(ms + 1e-6) * w[j])[i, j]
-
-
-@dt.algorithm
-def cross_entropy(X: dt.Tensor["M", "C"], labels: dt.Tensor["M"]):
-    i, j = dt.axes("i j")
-    m = dt.max(X[i, j], over=j)
-    lse = m + dt.log(dt.sum(dt.exp(X[i, j] - m), over=j))
-    return (lse - X[i, labels[i]])[i]
+# variants kept on purpose: argument order of the diffusion layer and a value dim E != D in attention
 
 
 @dt.algorithm

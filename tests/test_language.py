@@ -281,7 +281,7 @@ def _args_for(name: str, gen: torch.Generator, dtype=torch.float64):
         "layer_norm": lambda: [r(6, 17), r(17), r(17)],
         "rms_norm": lambda: [r(6, 17), r(17)],
         "cross_entropy": lambda: [r(6, 9), torch.randint(0, 9, (6,), generator=gen)],
-        "colsum": lambda: [r(6, 9)],
+        "column_sum": lambda: [r(6, 9)],
         "rowmax": lambda: [r(6, 9)],
         "spatial_diffusion": lambda: [r(11, 4), r(11, 3), r(11).abs() + 0.1, r(4).abs(), r(3).abs()],
         "attention": lambda: [r(2, 3, 5, 4), r(2, 3, 7, 4), r(2, 3, 7, 6), 0.4],

@@ -11,38 +11,10 @@ import torch
 import dtriton as dt
 from dtriton.autograd import HOOK, DifferentiableKernel, apply
 
+from dtriton.library import cross_entropy, layer_norm, linear_relu, softmax  # noqa: E402
+
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserWarning",
                                         "ignore::DeprecationWarning")
-
-
-@dt.algorithm
-def linear_relu(X: dt.Tensor["M", "K"], W: dt.Tensor["N", "K"], b: dt.Tensor["N"]):
-    i, j, k = dt.axes("i j k")
-    return dt.maximum(dt.sum(X[i, k] * W[j, k], over=k) + b[j], 0.0)[i, j]
-
-
-@dt.algorithm
-def softmax(X: dt.Tensor["M", "N"]):
-    i, j = dt.axes("i j")
-    e = dt.exp(X[i, j] - dt.max(X[i, j], over=j))
-    return (e / dt.sum(e, over=j))[i, j]
-
-
-@dt.algorithm
-def layer_norm(X: dt.Tensor["M", "N"], w: dt.Tensor["N"], b: dt.Tensor["N"]):
-    i, j = dt.axes("i j")
-    mu = dt.mean(X[i, j], over=j)
-    xc = X[i, j] - mu
-    var = dt.mean(xc * xc, over=j)
-    return (xc * dt.rsqrt(var + 1e-5) * w[j] + b[j])[i, j]
-
-
-@dt.algorithm
-def cross_entropy(X: dt.Tensor["M", "C"], labels: dt.Tensor["M"]):
-    i, j = dt.axes("i j")
-    m = dt.max(X[i, j], over=j)
-    lse = m + dt.log(dt.sum(dt.exp(X[i, j] - m), over=j))
-    return (lse - X[i, labels[i]])[i]
 
 
 @dt.algorithm
