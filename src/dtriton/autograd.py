@@ -46,8 +46,11 @@ if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_gr
     return apply(self, args, out=out)
 """
 
-#: Set to False to disable the staged-execution workaround (see module docstring).
-STAGE_WHEN_LOWERING_DROPS_REDUCTIONS = True
+#: Safety net from before the lowering fix (6d651e7) for reductions nested in materialised ones:
+#: when True, each backward call checks its lowered program and runs a staged chain if a
+#: reduction would be dropped. Off by default: the check costs a bind and a schedule completion
+#: per call, and the lowering no longer drops reductions (tests assert it).
+STAGE_WHEN_LOWERING_DROPS_REDUCTIONS = False
 
 _lock = threading.Lock()
 
@@ -154,6 +157,9 @@ class _Runner:
 # ----------------------------------------------------------------------------------------------
 # differentiable kernels
 # ----------------------------------------------------------------------------------------------
+from .language import _float_inputs  # noqa: E402
+
+
 def _sizes(alg: Algorithm, args) -> dict[str, Any]:
     sizes: dict[str, Any] = {}
     for p, a in zip(alg.params, args):
@@ -161,24 +167,6 @@ def _sizes(alg: Algorithm, args) -> dict[str, Any]:
             for d, n in zip(p.dims, a.shape):
                 sizes.setdefault(d, n)
     return sizes
-
-
-def _float_inputs(root) -> list[str]:
-    """Tensors whose values flow into ``root`` arithmetically (as the runtime's output dtype rule)."""
-    from .language import Cast, Load
-    names, seen, stack = [], set(), [root]
-    while stack:
-        n = stack.pop()
-        if n._id in seen:
-            continue
-        seen.add(n._id)
-        if isinstance(n, Load):
-            names.append(n.tensor.name)
-            continue
-        if isinstance(n, Cast):
-            continue
-        stack.extend(n.children())
-    return names
 
 
 def output_specs(alg: Algorithm, args) -> list[tuple[list[Any], torch.dtype]]:
@@ -189,7 +177,7 @@ def output_specs(alg: Algorithm, args) -> list[tuple[list[Any], torch.dtype]]:
     specs = []
     for o in alg.outputs:
         dt = None
-        for t in _float_inputs(o.expr):
+        for t in _float_inputs(o.expr):   # the runtime's output dtype rule (torch promotion)
             d = dtypes[t]
             if d.is_floating_point:
                 dt = d if dt is None else torch.promote_types(dt, d)
