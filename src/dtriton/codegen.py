@@ -891,14 +891,22 @@ class KernelGen:
     # -- kernel --------------------------------------------------------------------------------
     def generate(self) -> str:
         k = self.k
-        top = _Scope(None)
+        root = _Scope(None)
         grid = k.grid
-        top.emit(f"pid = tl.program_id(0)")
         nums = {}
         for a in grid:
             nm = f"num_pid_{a}"
-            top.emit(f"{nm} = ({self.size(a)} + {self.block(a)} - 1) // {self.block(a)}")
+            root.emit(f"{nm} = ({self.size(a)} + {self.block(a)} - 1) // {self.block(a)}")
             nums[a] = nm
+        if k.persistent:
+            # persistent kernel: a fixed number of programs, each looping over output tiles
+            total = " * ".join([nums[a] for a in grid] + ([str(k.split[1])] if k.split else [])) or "1"
+            root.emit(f"num_tiles = {total}")
+            top = root.open("for pid in range(tl.program_id(0), num_tiles, tl.num_programs(0)):  # persistent tile loop", ())
+            top._is_open = True
+        else:
+            root.emit("pid = tl.program_id(0)")
+            top = root
         rem = "pid"
         if k.split:
             sa, sf = k.split
@@ -959,7 +967,7 @@ class KernelGen:
         for st in k.stores:
             roots = [st.expr.x] if isinstance(st.expr, Reduce) and st.expr._id not in k.materialized and False else [st.expr]
             for r in self._fused_reduces(roots):
-                if not _has(tops, r) and self.need_depth(r, top) == 0 and all(top.find_bind(a) for a in r.axes):
+                if not _has(tops, r) and self.need_depth(r, top) <= top.depth and all(top.find_bind(a) for a in r.axes):
                     tops.append(r)
         if tops:
             self.compute_reductions(tops, top)
@@ -994,14 +1002,15 @@ class KernelGen:
         lines = [f"@_jit", f"def {k.name}({', '.join(args)}):"]
         doc = [f'    """Kernel {k.name}: stores {", ".join(s.target for s in k.stores)}.']
         doc.append(f"    grid: {', '.join(f'{a} (tile {self.plan(a).block})' for a in grid) or 'one program'}"
-                   + (f"; split of {k.split[0]} into {k.split[1]}" if k.split else ""))
+                   + (f"; split of {k.split[0]} into {k.split[1]}" if k.split else "")
+                   + ("; persistent (each program loops over tiles)" if k.persistent else ""))
         for a, p in k.axes.items():
             if p.role != "grid":
                 doc.append(f"    axis {a}: {p.role}, block {p.block}" + ("" if p.divisible else " (masked)"))
         doc.append('    """')
         lines.extend(doc)
         body: list[str] = []
-        top.render(1, body)
+        root.render(1, body)
         lines.extend(body)
         return "\n".join(lines) + "\n"
 

@@ -346,10 +346,10 @@ class Space:
     """
 
     FIELDS = ("tile", "grid", "group", "split", "strategy", "place", "num_warps", "num_stages", "precision",
-              "split_mode")
+              "split_mode", "persistent")
 
     def __init__(self, tile=None, grid=None, group=None, split=None, strategy=None, place=None,
-                 num_warps=None, num_stages=None, precision=None, split_mode=None):
+                 num_warps=None, num_stages=None, precision=None, split_mode=None, persistent=None):
         def per_key(v, what, check):
             if v is None:
                 return None
@@ -419,12 +419,13 @@ class Space:
         self.num_stages = flat(num_stages, "num_stages", nstages)
         self.precision = flat(precision, "precision", oneof(("ieee", "tf32")))
         self.split_mode = flat(split_mode, "split_mode", oneof(SPLIT_MODES))
+        self.persistent = flat(persistent, "persistent", oneof(tuple(range(0, 33))))
 
     # -- views ----------------------------------------------------------------------------------
     def dimensions(self) -> list[tuple[str, tuple]]:
         """The space as ``[(name, values)]``; names are ``"grid"``, ``"group"``, ``"tile.<axis>"``,
         ``"split.<axis>"``, ``"strategy.<axis>"``, ``"place.<stage>"``, ``"num_warps"``,
-        ``"num_stages"``, ``"precision"``, ``"split_mode"``."""
+        ``"num_stages"``, ``"precision"``, ``"split_mode"``, ``"persistent"``."""
         dims: list[tuple[str, tuple]] = []
         if self.grid is not None:
             dims.append(("grid", self.grid))
@@ -434,7 +435,7 @@ class Space:
             m = getattr(self, f)
             for k in sorted(m or {}):
                 dims.append((f"{f}.{k}", m[k]))
-        for f in ("num_warps", "num_stages", "precision", "split_mode"):
+        for f in ("num_warps", "num_stages", "precision", "split_mode", "persistent"):
             v = getattr(self, f)
             if v is not None:
                 dims.append((f, v))
@@ -531,7 +532,7 @@ class Space:
             elif f == "group":
                 gval = int(v)
                 regroup = True
-            elif f in ("num_warps", "num_stages", "precision", "split_mode"):
+            elif f in ("num_warps", "num_stages", "precision", "split_mode", "persistent"):
                 kw[f] = v
             else:
                 raise ScheduleError(f"unknown space dimension {name!r}")
@@ -648,8 +649,10 @@ def _derive_fields(alg: Algorithm, b: Binding, base: Schedule, gpu: bool, limits
         widest = max([next_pow2(sizes[a]) for a in alg.axis_names if a not in grid] or [1])
         num_warps = with_base([2, 4, 8] + ([16] if widest >= 2048 else []), base.num_warps)
         num_stages = with_base([2, 3, 4, 5] if cons else [1, 2, 3, 4], base.num_stages)
+    # persistent tile loops (1 or 2 programs per SM) for contractions, where tiles are many
+    persistent = with_base([0, 1, 2], base.persistent) if gpu and cons else None
     return dict(tile=tile or None, grid=grids, group=group, split=split or None, strategy=strategy or None,
-                place=place or None, num_warps=num_warps, num_stages=num_stages)
+                place=place or None, num_warps=num_warps, num_stages=num_stages, persistent=persistent)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -786,7 +789,7 @@ def _base_point(dims, base: Schedule) -> dict:
         if not sub:
             v = {"grid": tuple(base.grid or ()), "group": max(base.group.values(), default=1),
                  "num_warps": base.num_warps, "num_stages": base.num_stages, "precision": base.precision,
-                 "split_mode": base.split_mode}.get(f)
+                 "split_mode": base.split_mode, "persistent": base.persistent}.get(f)
         else:
             st = base.strategy.get(sub, "auto")
             v = {"tile": base.tile.get(sub), "strategy": "loop" if st == "auto" else st,

@@ -84,6 +84,7 @@ class KernelIR:
     num_stages: int = 2
     stage_names: list[str] = field(default_factory=list)
     fused: list[str] = field(default_factory=list)    # reduction stages computed inside
+    persistent: bool = False                          # a fixed grid of programs looping over tiles
 
 
 @dataclass
@@ -258,7 +259,8 @@ def lower(alg: Algorithm, sched: Schedule, sizes: dict[str, int], interpret: boo
         fused = [r.name for r in _reduce_nodes_roots(exprs, mat) if r._id not in mat or r is top]
         return KernelIR(name, stores, grid, axes, split,
                         {k: v for k, v in bufmap.items() if top is None or k != top._id},
-                        ss.num_warps or sched.num_warps, ss.num_stages or sched.num_stages, [sname], fused)
+                        ss.num_warps or sched.num_warps, ss.num_stages or sched.num_stages, [sname], fused,
+                        persistent=bool(sched.persistent) and bool(grid))
 
     def deps_of(exprs, top=None) -> list[int]:
         return [r._id for r in _reduce_nodes_roots(exprs, mat) if r._id in mat and r is not top]

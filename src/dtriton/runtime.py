@@ -96,6 +96,14 @@ class _Launch:
     meta: KernelSource
     grid_axes: list[tuple[str, int]]
     split: int
+    persistent: int = 0   # >0: at most this many programs, each looping over tiles
+
+
+def _persistent_programs(per_sm: int, device: torch.device) -> int:
+    """Programs of a persistent launch: ``per_sm`` per multiprocessor (4 in all on the interpreter)."""
+    if device.type != "cuda":
+        return 4
+    return per_sm * torch.cuda.get_device_properties(device).multi_processor_count
 
 
 @dataclass
@@ -168,7 +176,8 @@ class Kernel:
         for m in metas:
             fn = getattr(mod, m.name)
             ga = [(a, m.ir.axes[a].block) for a in m.ir.grid]
-            launches.append(_Launch(fn, m, ga, m.ir.split[1] if m.ir.split else 1))
+            launches.append(_Launch(fn, m, ga, m.ir.split[1] if m.ir.split else 1,
+                                    _persistent_programs(sched.persistent, b.device) if m.ir.persistent else 0))
         plan = _Plan(sched, prog, source, launches, interpret)
         self._plans[key] = plan
         return plan
@@ -262,6 +271,8 @@ class Kernel:
                 nprog *= -(-sizes[a] // blk)
             if nprog == 0:
                 continue
+            if L.persistent:
+                nprog = min(nprog, L.persistent)
             if nprog > _I32_MAX:
                 raise ShapeError(f"kernel {m.name} needs {nprog} programs, more than a grid allows; use larger tiles")
             call = [tensors[t] for t in m.tensors]
@@ -369,6 +380,8 @@ class _FastLauncher:
             nprog = L.split
             for a, blk in L.grid_axes:
                 nprog *= -(-sizes[a] // blk)
+            if L.persistent:
+                nprog = min(nprog, L.persistent)
             call, fills = [], []
             for t in m.tensors:
                 fills.append((len(call), slot_of[t]))

@@ -143,6 +143,9 @@ class Schedule:
         split_mode: "atomic" (fp32 atomics into a zeroed buffer) or "partials" (per-split buffer,
             summed by the consumer: deterministic).
         stages: per-stage overrides, ``{stage_name: StageSchedule}`` (dicts are accepted).
+        persistent: 0 (one program per tile), or k >= 1: launch k programs per SM (4 on the
+            interpreter) and let each loop over output tiles (the persistent kernels of Triton's
+            Hopper matmul tutorials), which saves launch and tail costs when tiles are many.
         eviction: L2 cache hint per input tensor, ``{"X": "evict_first"}`` for data read once
             (streams), ``"evict_last"`` for data re-read by other programs (Triton's
             ``eviction_policy`` of ``tl.load``).
@@ -163,6 +166,7 @@ class Schedule:
     split_mode: str = "atomic"
     stages: FrozenMap = field(default_factory=FrozenMap)
     eviction: FrozenMap = field(default_factory=FrozenMap)
+    persistent: int = 0
 
     def __post_init__(self):
         for name in ("tile", "group", "split", "strategy", "eviction"):
@@ -214,6 +218,8 @@ class Schedule:
         for t, pol in self.eviction.items():
             if pol not in ("evict_first", "evict_last", "evict_normal"):
                 raise ScheduleError(f"eviction[{t!r}] = {pol!r} must be 'evict_first', 'evict_last' or 'evict_normal'")
+        if not (isinstance(self.persistent, int) and not isinstance(self.persistent, bool) and 0 <= self.persistent <= 32):
+            raise ScheduleError(f"persistent = {self.persistent!r} must be 0 (off) or programs per SM from 1 to 32")
         if self.split_mode not in SPLIT_MODES:
             raise ScheduleError(f"split_mode = {self.split_mode!r} must be one of {SPLIT_MODES}")
 
