@@ -30,6 +30,18 @@ def ln_eager(X, w, b):
     return torch.nn.functional.layer_norm(X, (X.shape[-1],), w, b, 1e-5)
 
 
+DEV = "cuda"
+
+
+def _bench(f):
+    """Median ms: do_bench on the GPU; one wall-clock call in a dry run."""
+    if DEV == "cpu":
+        t0 = time.perf_counter()
+        f()
+        return (time.perf_counter() - t0) * 1e3
+    return do_bench(f, warmup=10, rep=50)
+
+
 def run_case(name, fns, make_inputs, grad_idx, rows):
     base = make_inputs()
     ref_in = [t.detach().double().requires_grad_(k in grad_idx) for k, t in enumerate(base)]
@@ -52,8 +64,8 @@ def run_case(name, fns, make_inputs, grad_idx, rows):
             step()
             errs = [((ins[k].grad.double() - g).norm() / g.norm()).item() for k, g in zip(grad_idx, ref_g)]
             fwd = lambda: f(*[t.detach() for t in ins])  # noqa: E731
-            t_f = do_bench(fwd, warmup=10, rep=50)
-            t_fb = do_bench(step, warmup=10, rep=50)
+            t_f = _bench(fwd)
+            t_fb = _bench(step)
             rows.append(dict(case=name, impl=impl, fwd_ms=round(t_f, 4), fwd_bwd_ms=round(t_fb, 4), max_grad_rel_err=max(errs)))
         except Exception as e:  # noqa: BLE001
             rows.append(dict(case=name, impl=impl, fwd_ms=None, fwd_bwd_ms=None, max_grad_rel_err=None,
@@ -64,26 +76,34 @@ def run_case(name, fns, make_inputs, grad_idx, rows):
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    ap.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU interpreter (checks the script)")
     a = ap.parse_args(argv)
+    global DEV
+    dry = a.dry_run
+    if dry:
+        DEV = "cpu"
     torch.manual_seed(0)
     rows = []
-    V, K, C = 20000, 128, 128
+    V, K, C = (20000, 128, 128) if not dry else (64, 16, 8)
 
     def mk_diff():
-        return (torch.randn(V, C, device="cuda"), torch.randn(V, K, device="cuda") / V ** 0.5,
-                torch.rand(V, device="cuda") + 0.5, torch.rand(K, device="cuda") * 10, torch.rand(C, device="cuda"))
+        return (torch.randn(V, C, device=DEV), torch.randn(V, K, device=DEV) / V ** 0.5,
+                torch.rand(V, device=DEV) + 0.5, torch.rand(K, device=DEV) * 10, torch.rand(C, device=DEV))
     kd = dt.compile(spatial_diffusion)
     run_case(f"diffusion fp32 V={V} K={K} C={C} (grads x, times)",
-             {"dtriton": kd, "eager": diffusion_eager, "torch.compile": torch.compile(diffusion_eager)}, mk_diff, [0, 4], rows)
+             {"dtriton": kd, "eager": diffusion_eager, **({} if dry else {"torch.compile": torch.compile(diffusion_eager)})},
+             mk_diff, [0, 4], rows)
 
     def mk_ln():
-        return (torch.randn(4096, 8192, device="cuda", dtype=torch.float16), torch.randn(8192, device="cuda", dtype=torch.float16),
-                torch.randn(8192, device="cuda", dtype=torch.float16))
+        M, N = (4096, 8192) if not dry else (8, 40)
+        return (torch.randn(M, N, device=DEV, dtype=torch.float16), torch.randn(N, device=DEV, dtype=torch.float16),
+                torch.randn(N, device=DEV, dtype=torch.float16))
     kl = dt.compile(layer_norm)
     run_case("layer_norm fp16 4096x8192 (grads X, w, b)",
-             {"dtriton": kl, "eager": ln_eager, "torch.compile": torch.compile(ln_eager)}, mk_ln, [0, 1, 2], rows)
+             {"dtriton": kl, "eager": ln_eager, **({} if dry else {"torch.compile": torch.compile(ln_eager)})},
+             mk_ln, [0, 1, 2], rows)
     os.makedirs(a.out, exist_ok=True)
-    meta = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=__import__("triton").__version__,
+    meta = dict(gpu=torch.cuda.get_device_name() if not dry else "cpu (dry run)", torch=torch.__version__, triton=__import__("triton").__version__,
                 date=time.strftime("%Y-%m-%dT%H:%M:%S"))
     with open(os.path.join(a.out, "grad.json"), "w") as f:
         json.dump(dict(meta=meta, rows=rows), f, indent=1)

@@ -30,11 +30,19 @@ import dtriton as dt  # noqa: E402
 from algorithms import add_one, attention, layer_norm, matmul, rms_norm, softmax, spatial_diffusion  # noqa: E402
 
 DEV = "cuda"
+DRY = False          # --dry-run: CPU interpreter, tiny shapes, wall-clock timing (checks the script)
 ROWS: list[dict] = []
+
+
+def S(n: int) -> int:
+    """A benchmark size, shrunk to at most 40 in a dry run."""
+    return n if not DRY else max(1, min(n, 40))
 
 
 def graph_time_us(fn, reps: int = 20, iters: int = 10) -> float:
     """Kernel time: capture ``reps`` calls in one CUDA graph and time its replays (median)."""
+    if DRY:
+        return call_time_us(fn, n=1)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -62,6 +70,10 @@ def graph_time_us(fn, reps: int = 20, iters: int = 10) -> float:
 
 def call_time_us(fn, n: int = 50) -> float:
     """Call time: ``n`` plain Python calls, synchronised at the end (host overhead included)."""
+    if DRY:
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e6
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
@@ -129,7 +141,7 @@ def bench_impls(group, case, unit, work, impls, ref, args_desc=""):
 
 
 def maybe_compile(f, enabled):
-    if not enabled:
+    if not enabled or DRY:
         return None
     try:
         return torch.compile(f, dynamic=False)
@@ -155,6 +167,7 @@ def run_matmul(budget, use_compile):
               (4096, 4096, 11008), (4096, 11008, 4096), (16, 4096, 4096)]
     for dtype in (torch.float16, torch.bfloat16):
         for (M, K, N) in shapes:
+            M, K, N = S(M), S(K), S(N)
             A = torch.randn(M, K, device=DEV, dtype=dtype)
             B = torch.randn(K, N, device=DEV, dtype=dtype)
             ref = A.float() @ B.float()
@@ -170,6 +183,7 @@ def run_matmul(budget, use_compile):
 def run_softmax(budget, use_compile):
     for dtype in (torch.float16, torch.float32):
         for (M, N) in [(4096, 256), (4096, 1024), (4096, 4096), (4096, 16384), (4096, 32768), (32768, 1000)]:
+            M, N = S(M), S(N)
             X = torch.randn(M, N, device=DEV, dtype=dtype)
             ref = torch.softmax(X.double(), -1)
             k, note = tuned_kernel(softmax, (X,), budget)
@@ -185,7 +199,8 @@ def run_softmax(budget, use_compile):
 def run_norms(budget, use_compile):
     F = torch.nn.functional
     for N in (1024, 4096, 8192):
-        X = torch.randn(4096, N, device=DEV, dtype=torch.float16)
+        N = S(N)
+        X = torch.randn(S(4096), N, device=DEV, dtype=torch.float16)
         w = torch.randn(N, device=DEV, dtype=torch.float16)
         b = torch.randn(N, device=DEV, dtype=torch.float16)
         bytes_ = 2 * X.numel() * 2
@@ -218,9 +233,9 @@ def diffusion_eager(x, basis, mass, evals, times):
 
 
 def run_diffusion(budget, use_compile):
-    K = 128
-    for C in (64, 128, 256):
-        for V in (2000, 6000, 20000, 100000):
+    K = S(128)
+    for C in map(S, (64, 128, 256)):
+        for V in map(S, (2000, 6000, 20000, 100000)):
             x = torch.randn(V, C, device=DEV)
             basis = torch.randn(V, K, device=DEV) / math.sqrt(V)
             mass = torch.rand(V, device=DEV) + 0.5
@@ -239,15 +254,16 @@ def run_diffusion(budget, use_compile):
 
 
 def run_attention(budget, use_compile):
-    Q, Kt, Vt = (torch.randn(4, 32, 4096, 128, device=DEV, dtype=torch.float16) for _ in range(3))
+    shape = (4, 32, 4096, 128) if not DRY else (1, 2, 40, 16)
+    Q, Kt, Vt = (torch.randn(*shape, device=DEV, dtype=torch.float16) for _ in range(3))
     F = torch.nn.functional
     ref = F.scaled_dot_product_attention(Q.float(), Kt.float(), Vt.float(), scale=0.088)
-    fused = dt.Schedule(grid=("b", "h", "i"), tile={"b": 1, "h": 1, "i": 128, "j": 64},
+    fused = dt.Schedule(grid=("b", "h", "i"), tile={"b": 1, "h": 1, "i": 128 if not DRY else 16, "j": 64 if not DRY else 16},
                         strategy={"j": "online", "d": "whole", "e": "whole"}, stages={"sum0": {"place": "fuse"}},
                         num_warps=8, num_stages=2)
     k = dt.compile(attention, fused)
     note = "fused online schedule (given)"
-    flops = 4 * 4 * 32 * 4096 * 4096 * 128
+    flops = 4 * shape[0] * shape[1] * shape[2] * shape[2] * shape[3]
     bench_impls("attention", "fp16 B4 H32 S=T=4096 D128", "TFLOP/s", flops / 1e6,
                 [("dtriton fused", lambda: k(Q, Kt, Vt, 0.088), fused.to_json(), note),
                  ("torch sdpa", lambda: F.scaled_dot_product_attention(Q, Kt, Vt, scale=0.088), None, "")], ref)
@@ -332,9 +348,16 @@ def main(argv=None):
     ap.add_argument("--only", default="ceiling,overhead,matmul,softmax,norm,diffusion,attention")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile baselines")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    ap.add_argument("--dry-run", action="store_true",
+                    help="check the script on the CPU interpreter with tiny shapes (no GPU, timings meaningless)")
     a = ap.parse_args(argv)
+    global DEV, DRY
+    if a.dry_run:
+        DEV, DRY = "cpu", True
+        a.budget = 0
+        a.only = ",".join(g for g in a.only.split(",") if g not in ("ceiling", "overhead"))
     torch.manual_seed(0)
-    meta = dict(gpu=torch.cuda.get_device_name(), torch=torch.__version__, triton=__import__("triton").__version__,
+    meta = dict(gpu=torch.cuda.get_device_name() if not DRY else "cpu (dry run: interpreter, tiny shapes)", torch=torch.__version__, triton=__import__("triton").__version__,
                 date=_dt.datetime.now().isoformat(timespec="seconds"), budget_s=a.budget)
     print(f"# {meta}", flush=True)
     groups = a.only.split(",")

@@ -1,0 +1,40 @@
+"""The GPU benchmark scripts, run in their --dry-run mode (CPU interpreter, tiny shapes), so a broken
+script is caught here rather than on the lent GPU, where device time is scarce."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(args, tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               DTRITON_CACHE_DIR=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, *args, "--out", str(tmp_path / "out")], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    return r.stdout
+
+
+def test_run_py_dry_run_checks_every_row(tmp_path):
+    _run(["bench/run.py", "--dry-run", "--only", "matmul,norm,attention"], tmp_path)
+    data = json.loads((tmp_path / "out" / "h200.json").read_text())
+    rows = data["rows"]
+    assert {r["group"] for r in rows} == {"matmul", "layernorm", "rmsnorm", "attention"}
+    dt_rows = [r for r in rows if r["impl"].startswith("dtriton")]
+    assert dt_rows and all(r["err"] is not None and r["err"] < 2e-2 for r in dt_rows), dt_rows
+    assert not [r for r in rows if r["note"].startswith(("WRONG", "failed"))]
+    assert (tmp_path / "out" / "h200.md").exists()
+
+
+@pytest.mark.parametrize("script", ["bench/grad_bench.py", "bench/explore_check.py"])
+def test_other_bench_scripts_dry_run(script, tmp_path):
+    out = _run([script, "--dry-run"] + (["--only", "matmul"] if "explore" in script else []), tmp_path)
+    assert "|" in out
+    if "grad" in script:
+        rows = json.loads((tmp_path / "out" / "grad.json").read_text())["rows"]
+        assert all(r["max_grad_rel_err"] is not None and r["max_grad_rel_err"] < 1e-2 for r in rows), rows
