@@ -166,7 +166,10 @@ class Kernel:
         prog = lower(alg, sched, b.axis_sizes, interpret, {o.name: str(d).replace("torch.", "") for o, d in zip(alg.outputs, b.out_dtypes)},
                      f64=any(d == torch.float64 for d in b.dtypes.values()))
         out_dtypes = {o.name: d for o, d in zip(alg.outputs, b.out_dtypes)}
-        spec_note = "Specialisation: " + ", ".join(f"{a}={'÷' if k[2][-1] else ''}{k[1]}" for a, k in zip(alg.axis_names, key[1]))
+        spec_note = ("Specialisation (axis: size bucket, largest power-of-two divisor up to 256; masks only "
+                     "where a tile does not divide): " + ", ".join(
+                         f"{a}: <={f[1]}, /{max(t for t, ok in zip((1, 2, 4, 8, 16, 32, 64, 128, 256), f[2]) if ok)}"
+                         for a, f in zip(alg.axis_names, key[1])))
         source, metas = generate(prog, alg, sched, b.dtypes, out_dtypes, interpret, key[3], spec_note)
         try:
             mod = _load_module(source, interpret)
