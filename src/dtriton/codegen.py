@@ -65,6 +65,7 @@ class _Scope:
         self.depth = parent.depth + 1 if parent else 0
         self.items: list[Any] = []
         self.open_child: int | None = None
+        self._open_stack: list = []
         self.header = header
         self.layout = layout
         self.bound: dict[str, _Bind] = {}
@@ -80,26 +81,23 @@ class _Scope:
             self.items.append(line)
 
     def open(self, header: str, new_axes: tuple[str, ...], keep: tuple[str, ...] | None = None) -> "_Scope":
-        """Open a child scope (a loop). Its layout is this scope's (or only the ``keep`` axes of
-        it) followed by ``new_axes``."""
+        """Open a child scope (a loop) at the current insertion point. Its layout is this scope's
+        (or only the ``keep`` axes of it) followed by ``new_axes``. Until :meth:`close`, lines
+        emitted into this scope go before the new child (hoisted code precedes its loop)."""
         base = self.layout if keep is None else tuple(a for a in self.layout if a in keep)
         child = _Scope(self, header, base + new_axes)
-        if self.open_child is not None:
-            self.items.insert(self.open_child, child)
-            # the new child is now the open one; the previously open one stays after it
-        else:
-            self.items.append(child)
-            self.open_child = len(self.items) - 1
-        if self.open_child is not None and self.items[self.open_child] is not child:
-            self.open_child = self.items.index(child)
+        prev = self.items[self.open_child] if self.open_child is not None else None
+        pos = self.open_child if self.open_child is not None else len(self.items)
+        self.items.insert(pos, child)
+        self._open_stack.append(prev)
+        self.open_child = pos
         return child
 
     def close(self, child: "_Scope"):
-        idx = self.items.index(child)
-        # anything opened before stays closed; the scope that was open before `child` (if any) is after it
-        later = [k for k, it in enumerate(self.items) if isinstance(it, _Scope) and k > idx and it.header is not None
-                 and getattr(it, "_is_open", False)]
-        self.open_child = later[0] if later else None
+        """Close ``child``; the child that was open before it (if any) is the insertion point again."""
+        assert self.items[self.open_child] is child, "scopes close in the reverse order they open"
+        prev = self._open_stack.pop()
+        self.open_child = None if prev is None else next(k for k, it in enumerate(self.items) if it is prev)
 
     def chain(self):
         s = self
@@ -276,8 +274,6 @@ class KernelGen:
                         b = scope.find_bind(a)
                         d = max(d, b[1].depth if b else scope.depth)
             else:
-                for a in n.axes if isinstance(n, Load) else ():
-                    pass
                 for c in n.children():
                     d = max(d, self.need_depth(c, scope, ignore))
                 if isinstance(n, Load):
@@ -727,7 +723,6 @@ class KernelGen:
             else:
                 head = f"for {v} in range(0, {self.size(a)}, {self.block(a)}):"
             child = inner.open(head, (a,), keep if inner is scope else None)
-            child._is_open = True
             loops.append((inner, child))
             inner = child
             self.bind_axis(inner, a, v, f"  # tile of axis {a}")
@@ -739,7 +734,7 @@ class KernelGen:
                     body = self.val(r.x, inner, lin)
                     body = self.masked(body, r, inner, lin, "-float('inf')")
                     t = self.reduce_code(body, "max", r.over, lin, inner)
-                    t2 = self.relayout(t, lin, scope.layout, set(), inner) if False else self.squeeze(t, lin, scope.layout, inner, self.present(r, scope))
+                    t2 = self.squeeze(t, lin, scope.layout, inner, self.present(r, scope))
                     acc = accs[r._id]["acc"]
                     mn = self.fresh(f"{r.name}_new")
                     inner.emit(f"{mn} = tl.maximum({acc}, {t2}, propagate_nan=tl.PropagateNan.ALL)")
@@ -775,7 +770,6 @@ class KernelGen:
             if r._id in mstate:
                 inner.emit(f"{accs[r._id]['acc']} = {mstate[r._id][0]}")
         for parent, child in reversed(loops):
-            child._is_open = False
             parent.close(child)
         # finalise
         for r in rs:
@@ -903,7 +897,6 @@ class KernelGen:
             total = " * ".join([nums[a] for a in grid] + ([str(k.split[1])] if k.split else [])) or "1"
             root.emit(f"num_tiles = {total}")
             top = root.open("for pid in range(tl.program_id(0), num_tiles, tl.num_programs(0)):  # persistent tile loop", ())
-            top._is_open = True
         else:
             root.emit("pid = tl.program_id(0)")
             top = root
@@ -965,8 +958,7 @@ class KernelGen:
         # top-level reductions: computed once per program, before the outputs
         tops = []
         for st in k.stores:
-            roots = [st.expr.x] if isinstance(st.expr, Reduce) and st.expr._id not in k.materialized and False else [st.expr]
-            for r in self._fused_reduces(roots):
+            for r in self._fused_reduces([st.expr]):
                 if not _has(tops, r) and self.need_depth(r, top) <= top.depth and all(top.find_bind(a) for a in r.axes):
                     tops.append(r)
         if tops:
@@ -981,14 +973,12 @@ class KernelGen:
             opened = []
             for a in key:
                 child = sc.open(f"for {a}0 in range(0, {self.size(a)}, {self.block(a)}):", (a,))
-                child._is_open = True
                 opened.append((sc, child))
                 sc = child
                 self.bind_axis(sc, a, f"{a}0", f"  # output tile of axis {a}")
             for st in sts:
                 self.store(st, sc)
             for parent, child in reversed(opened):
-                child._is_open = False
                 parent.close(child)
         # signature
         args = []

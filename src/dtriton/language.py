@@ -624,8 +624,6 @@ class Algorithm:
                         origin.setdefault(e.name, n.tensor.name)
         all_axes: list[str] = []
         for n in nodes:
-            if isinstance(n, Axis) or isinstance(n, Reduce):
-                pass
             all_axes.extend(n.axes)
             if isinstance(n, Reduce):
                 all_axes.extend(n.over)
