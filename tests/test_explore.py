@@ -17,24 +17,14 @@ from dtriton.tuning import TuningDB, TuningWarning
 
 explore_mod = sys.modules["dtriton.explore"]
 
+from dtriton.library import matmul, softmax  # noqa: E402
+
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 
 # ----------------------------------------------------------------------------------------------
 # algorithms
 # ----------------------------------------------------------------------------------------------
-@dt.algorithm
-def matmul(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"]):
-    i, j, k = dt.axes("i j k")
-    return dt.sum(A[i, k] * B[k, j], over=k)[i, j]
-
-
-@dt.algorithm
-def softmax(X: dt.Tensor["M", "N"]):
-    i, j = dt.axes("i j")
-    m = dt.max(X[i, j], over=j)
-    e = dt.exp(X[i, j] - m)
-    return (e / dt.sum(e, over=j))[i, j]
 
 
 @dt.algorithm

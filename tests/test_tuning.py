@@ -14,21 +14,9 @@ import dtriton as dt
 from dtriton.tuning import (SCHEMA_VERSION, TunedKernel, TuningDatabaseError, TuningDB, TuningKey, TuningRecord,
                             TuningWarning, default_db_path, dtype_key, shape_bucket)
 
+from dtriton.library import matmul, softmax  # noqa: E402
+
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
-
-
-@dt.algorithm
-def matmul(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"]):
-    i, j, k = dt.axes("i j k")
-    return dt.sum(A[i, k] * B[k, j], over=k)[i, j]
-
-
-@dt.algorithm
-def softmax(X: dt.Tensor["M", "N"]):
-    i, j = dt.axes("i j")
-    m = dt.max(X[i, j], over=j)
-    e = dt.exp(X[i, j] - m)
-    return (e / dt.sum(e, over=j))[i, j]
 
 
 @pytest.fixture(autouse=True)

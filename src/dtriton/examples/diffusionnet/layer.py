@@ -50,6 +50,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 import dtriton as dt
+from dtriton.library import spatial_diffusion  # the layer's forward: out (V, C), spectral (K, C)
 
 __all__ = [
     "BACKENDS",
@@ -75,14 +76,6 @@ MIN_TIME = 1e-8
 # ----------------------------------------------------------------------------------------------
 # the algorithms
 # ----------------------------------------------------------------------------------------------
-@dt.algorithm
-def spatial_diffusion(x: dt.Tensor["V", "C"], basis: dt.Tensor["V", "K"], mass: dt.Tensor["V"],
-                      evals: dt.Tensor["K"], times: dt.Tensor["C"]):
-    """Forward: returns ``out`` (V, C) and ``spectral`` (K, C) (saved for the backward)."""
-    v, k, c = dt.axes("v k c")
-    spectral = dt.exp(-evals[k] * times[c]) * dt.sum(basis[v, k] * x[v, c] * mass[v], over=v)
-    out = dt.sum(basis[v, k] * spectral, over=k)
-    return out[v, c], spectral[k, c]
 
 
 @dt.algorithm
@@ -169,6 +162,17 @@ def _compile(alg: dt.Algorithm, schedule) -> tuple[Any, str]:
     return dt.compile(alg, schedule), "given"
 
 
+def _call_args(x, basis, mass, evals, times) -> dict[str, tuple]:
+    """Representative arguments of the three kernels for these inputs (empty spectral and
+    gradient tensors of the right shapes), keyed forward / backward / backward_times."""
+    K, C = basis.shape[1], x.shape[1]
+    spectral = torch.empty(K, C, dtype=torch.float32, device=x.device)
+    grad = torch.empty(x.shape, dtype=torch.float32, device=x.device)
+    return {"forward": (x, basis, mass, evals, times),
+            "backward": (grad, basis, mass, evals, times, spectral),
+            "backward_times": (grad, basis, evals, spectral)}
+
+
 class DiffusionKernels:
     """The three compiled dtriton kernels of the layer: ``forward``, ``backward`` (x and times) and
     ``backward_times`` (times only).
@@ -242,27 +246,13 @@ class DiffusionKernels:
         """The complete schedules that forward and backward calls with these inputs run
         (``kernel.schedule_for(*args)``; compiles nothing). Keys: forward, backward, backward_times.
         """
-        K, C = basis.shape[1], x.shape[1]
-        spectral = torch.empty(K, C, dtype=torch.float32, device=x.device)
-        grad = torch.empty(x.shape, dtype=torch.float32, device=x.device)
-        args = {
-            "forward": (x, basis, mass, evals, times),
-            "backward": (grad, basis, mass, evals, times, spectral),
-            "backward_times": (grad, basis, evals, spectral),
-        }
+        args = _call_args(x, basis, mass, evals, times)
         return {name: getattr(self, name).schedule_for(*a) for name, a in args.items()}
 
     def origins_for(self, x, basis, mass, evals, times) -> dict[str, str]:
         """Where each kernel's schedule for these inputs comes from: "tuned" / "nearest" (tuning
         database) or "heuristic" for tuned kernels; :attr:`schedule_source` otherwise."""
-        K, C = basis.shape[1], x.shape[1]
-        spectral = torch.empty(K, C, dtype=torch.float32, device=x.device)
-        grad = torch.empty(x.shape, dtype=torch.float32, device=x.device)
-        args = {
-            "forward": (x, basis, mass, evals, times),
-            "backward": (grad, basis, mass, evals, times, spectral),
-            "backward_times": (grad, basis, evals, spectral),
-        }
+        args = _call_args(x, basis, mass, evals, times)
         out = {}
         for name, a in args.items():
             kern = getattr(self, name)
