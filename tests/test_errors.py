@@ -173,8 +173,19 @@ def test_block_beyond_tritons_element_limit_is_refused_before_compiling():
     """A block beyond Triton's element limit (256 rows x 8192 whole columns) is refused up front as a
     dt.ScheduleError that names the stage, the blocks and the way out, not a Triton trace."""
     kernel = dt.compile(softmax, dt.Schedule(grid=("i",), tile={"i": 256}, strategy={"j": "whole"}))
-    e = _raises(dt.ScheduleError, r"kernel for 'out' would hold blocks of 2097152 elements", kernel, torch.randn(4, 8000))
+    e = _raises(dt.ScheduleError, r"kernel for stage 'out' .*would be a block of 2097152 elements", kernel, torch.randn(4, 8000))
     assert "'j': 8192" in str(e) and "'loop'/'online'" in str(e)
+
+
+def test_block_limit_counts_real_blocks_not_the_product_of_all_axes():
+    """Fused attention at D=128 with 128-row tiles holds [i, d], [d, j] and [i, e] blocks; the
+    [i, d, e] product is never formed (tl.dot contracts d), so the schedule is legal."""
+    from dtriton.library import attention
+    sched = dt.Schedule(grid=("b", "h", "i"), tile={"b": 1, "h": 1, "i": 128, "j": 64},
+                        strategy={"j": "online", "d": "whole", "e": "whole"}, stages={"sum0": {"place": "fuse"}})
+    Q = torch.empty(1, 1, 256, 128, device="meta")
+    src = dt.compile(attention, sched).source_for(Q, Q, Q, 0.1)
+    assert "tl.dot" in src
 
 
 # ----------------------------------------------------------------------------------------------

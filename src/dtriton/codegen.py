@@ -231,6 +231,25 @@ class KernelGen:
         frm2 = tuple(frm[k] for k in order)
         return self.relayout(v, frm2, to, present, scope)
 
+    def check_block(self, n: Expr, scope: _Scope):
+        """Refuse a value whose block would exceed Triton's 2**20 elements (the real blocks the kernel
+        builds: a contraction lowered to ``tl.dot`` never forms its [free x reduced] product).
+
+        Raises:
+            ScheduleError: naming the kernel, the axes and their blocks, and the fix.
+        """
+        pres = sorted(self.present(n, scope))
+        numel = 1
+        for a in pres:
+            numel *= self.plan(a).block
+        if numel > 1 << 20:
+            big = {a: self.plan(a).block for a in pres}
+            raise ScheduleError(
+                f"the kernel for stage {', '.join(repr(x) for x in self.k.stage_names)} ({self.k.name}): the value "
+                f"{fmt(n)[:60]} would be a block of {numel} elements ({big}); "
+                f"Triton allows at most {1 << 20}. Use smaller tiles, or strategy 'loop'/'online' instead of "
+                "'whole' for a long axis")
+
     def present(self, n: Expr, scope: _Scope) -> set[str]:
         out = set()
         for a in n.axes:
@@ -331,6 +350,7 @@ class KernelGen:
         code, comment = self._emit(n, scope, layout)
         if isinstance(n, Axis) and not self.present(n, scope):
             return code
+        self.check_block(n, scope)
         var = self.fresh({Load: "ld", Reduce: "buf"}.get(type(n), "t"))
         scope.emit(f"{var} = {code}" + (f"  # {comment}" if comment else ""))
         scope.memo[key] = var
@@ -850,16 +870,18 @@ class KernelGen:
         storage dtype when either side reads only 16-bit tensors, as FlashAttention casts P before
         P·V), or None for an fp32 dot."""
         direct = len(factors) == 1 and isinstance(factors[0], Load)
-        if direct and dd is not None and not self.interpret and TL_DTYPES.get(self.dtypes[factors[0].tensor.name]) == dd \
-                and self.need_depth(factors[0], scope) == scope.depth:
-            # a plain 16-bit load feeds the dot in its storage dtype (no fp32 round trip)
-            key = (factors[0]._id, tuple(layout), "raw")
-            if key not in scope.memo:
-                code, cm = self.load(factors[0], scope, layout, raw=True)
-                v = self.fresh("opnd")
-                scope.emit(f"{v} = {code}  # dot operand [{', '.join(layout)}]: {cm}")
-                scope.memo[key] = v
-            return scope.memo[key]
+        if direct and dd is not None and not self.interpret and TL_DTYPES.get(self.dtypes[factors[0].tensor.name]) == dd:
+            # a plain 16-bit load feeds the dot in its storage dtype (no fp32 round trip); a
+            # loop-invariant one (Q in attention) is loaded once, before the loop, still 16-bit
+            home = self.ancestor(scope, self.need_depth(factors[0], scope))
+            if all(home.find_bind(a) is not None for a in layout):
+                key = (factors[0]._id, tuple(layout), "raw")
+                if key not in home.memo:
+                    code, cm = self.load(factors[0], home, layout, raw=True)
+                    v = self.fresh("opnd")
+                    home.emit(f"{v} = {code}  # dot operand [{', '.join(layout)}]: {cm}")
+                    home.memo[key] = v
+                return home.memo[key]
         vals = []
         for f in factors:
             fp = self.present(f, scope)

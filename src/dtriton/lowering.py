@@ -247,15 +247,6 @@ def lower(alg: Algorithm, sched: Schedule, sizes: dict[str, int], interpret: boo
                     block = tile
             group = ss.group.get(a, sched.group.get(a, 1)) if role == "grid" else 1
             axes[a] = AxisPlan(a, role, block, n % block == 0 and n > 0, group)
-        numel = 1
-        for p in axes.values():
-            if p.role in ("grid", "whole"):
-                numel *= p.block
-        if numel > 1 << 20:
-            big = {a: p.block for a, p in axes.items() if p.role in ("grid", "whole") and p.block > 1}
-            raise ScheduleError(
-                f"the kernel for {sname!r} would hold blocks of {numel} elements ({big}); Triton allows at most "
-                f"{1 << 20}. Use smaller tiles, or strategy 'loop'/'online' instead of 'whole' for a long axis")
         fused = [r.name for r in _reduce_nodes_roots(exprs, mat) if r._id not in mat or r is top]
         return KernelIR(name, stores, grid, axes, split,
                         {k: v for k, v in bufmap.items() if top is None or k != top._id},
