@@ -558,3 +558,27 @@ def test_literal_integer_index():
         return (X[i, 0] * 2.0)[i]
     X = torch.randn(5, 4)
     torch.testing.assert_close(dt.compile(first_col)(X), 2 * X[:, 0])
+
+
+def _gpu_source(alg, sched, *args):
+    """The Triton source dtriton would compile for a GPU (generated here, nothing compiled)."""
+    from dtriton.codegen import generate
+    from dtriton.lowering import lower
+    b = alg.bind(args)
+    full = dt.compile(alg, sched).complete(b)
+    outs = {o.name: d for o, d in zip(alg.outputs, b.out_dtypes)}
+    prog = lower(alg, full, b.axis_sizes, False, {k: str(v).replace("torch.", "") for k, v in outs.items()}, f64=False)
+    return generate(prog, alg, full, b.dtypes, outs, False, False, "")[0]
+
+
+@pytest.mark.parametrize("precision", ["ieee", "tf32", "tf32x3"])
+def test_fp32_dot_precision_reaches_the_generated_dot(precision, gen):
+    """Each fp32 precision is legal, reaches tl.dot's input_precision on the GPU, and is right on
+    the interpreter (which computes fp32 dots exactly, whatever the precision)."""
+    sched = dt.Schedule(tile={"i": 32, "j": 32, "k": 16}, grid=("i", "j"), precision=precision)
+    src = _gpu_source(matmul, sched, torch.empty(64, 48, device="meta"), torch.empty(48, 40, device="meta"))
+    assert f'input_precision="{precision}"' in src
+    A, B = torch.randn(37, 29, generator=gen), torch.randn(29, 21, generator=gen)
+    assert_close(dt.compile(matmul, sched)(A, B), A.double() @ B.double(), 1e-5)
+    with pytest.raises(dt.ScheduleError, match="'ieee', 'tf32' or 'tf32x3'"):
+        dt.Schedule(precision="fp16").validate(matmul)

@@ -334,7 +334,8 @@ class Space:
         strategy: ``{axis: ["whole", "loop", "online"]}``.
         place: ``{reduction stage: ["auto", "fuse", "materialize"]}``.
         num_warps, num_stages: lists of launch options.
-        precision: e.g. ``["ieee", "tf32"]`` (tf32 is never derived: it changes results).
+        precision: e.g. ``["ieee", "tf32x3"]`` (tf32 and tf32x3 are never derived: they change
+            results, tf32 by ~1e-3, tf32x3 by a few fp32 ulps).
         split_mode: e.g. ``["atomic", "partials"]``.
 
     A single value is accepted where a list is expected. Raises :class:`~dtriton.ScheduleError`
@@ -417,7 +418,7 @@ class Space:
         self.place = per_key(place, "place", oneof(PLACES))
         self.num_warps = flat(num_warps, "num_warps", warps)
         self.num_stages = flat(num_stages, "num_stages", nstages)
-        self.precision = flat(precision, "precision", oneof(("ieee", "tf32")))
+        self.precision = flat(precision, "precision", oneof(("ieee", "tf32", "tf32x3")))
         self.split_mode = flat(split_mode, "split_mode", oneof(SPLIT_MODES))
         self.persistent = flat(persistent, "persistent", oneof(tuple(range(0, 33))))
 
@@ -1708,8 +1709,11 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
                            strategy=sampler.name, stop_reason=stop_reason, elapsed_s=elapsed(), space=sp,
                            oracle=oracle, key=key, budget_s=float(budget))
     if result.best is None:
-        warnings.warn(f"{alg.name}: no candidate passed the correctness check; nothing is stored",
-                      TuningWarning, stacklevel=2)
+        why = "; ".join(f"{st} {n}" + next((f" (e.g. {r['reason'][:160]})" for r in rows
+                                            if r["status"] == st and r["reason"]), "")
+                        for st, n in result.counts().items())
+        warnings.warn(f"{alg.name}: no candidate passed the correctness check; nothing is stored. "
+                      f"Candidates: {why}", TuningWarning, stacklevel=2)
     if store and tdb is not None:
         measured = [r for r in rows if r["status"] in ("ok", "wrong", "failed", "timeout")
                     and r.get("schedule_json") and not r.get("stored")]

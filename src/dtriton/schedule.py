@@ -139,7 +139,10 @@ class Schedule:
         strategy: per axis, one of :data:`STRATEGIES`.
         num_warps, num_stages: Triton launch options (warps per program; software-pipeline depth).
         acc_dtype: accumulation dtype, "float32" (default) or "float64".
-        precision: dot precision for fp32 operands: "ieee" (default, as torch) or "tf32".
+        precision: dot precision for fp32 operands: "ieee" (default, as torch), "tf32" (one
+            tensor-core pass on 10-bit mantissas; relative error ~1e-3), or "tf32x3" (the 3xTF32
+            split of each operand into a big and a small tf32 part and three tensor-core passes,
+            NVIDIA CUTLASS; error close to fp32 at a fraction of the FMA path's time).
         split_mode: "atomic" (fp32 atomics into a zeroed buffer) or "partials" (per-split buffer,
             summed by the consumer: deterministic).
         stages: per-stage overrides, ``{stage_name: StageSchedule}`` (dicts are accepted).
@@ -213,8 +216,8 @@ class Schedule:
             raise ScheduleError(f"num_stages = {self.num_stages!r} must be an integer from 1 to 8")
         if self.acc_dtype not in ("float32", "float64"):
             raise ScheduleError(f"acc_dtype = {self.acc_dtype!r} must be 'float32' or 'float64'")
-        if self.precision not in ("ieee", "tf32"):
-            raise ScheduleError(f"precision = {self.precision!r} must be 'ieee' or 'tf32'")
+        if self.precision not in ("ieee", "tf32", "tf32x3"):
+            raise ScheduleError(f"precision = {self.precision!r} must be 'ieee', 'tf32' or 'tf32x3'")
         for t, pol in self.eviction.items():
             if pol not in ("evict_first", "evict_last", "evict_normal"):
                 raise ScheduleError(f"eviction[{t!r}] = {pol!r} must be 'evict_first', 'evict_last' or 'evict_normal'")
