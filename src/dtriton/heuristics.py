@@ -63,6 +63,55 @@ def contractions(alg: Algorithm) -> dict[str, tuple[str, str, str]]:
     return out
 
 
+def _contiguous_axes(alg: Algorithm) -> set[str]:
+    """Axes that index the last dimension of some input (contiguous in a row-major tensor)."""
+    from .language import Axis, Load, topo_order
+    out = set()
+    for n in topo_order([o.expr for o in alg.outputs]):
+        if isinstance(n, Load) and n.index and isinstance(n.index[-1], Axis):
+            out.add(n.index[-1].name)
+    return out
+
+
+def _expr_axes_of(root) -> list[str]:
+    """Every axis an expression touches, reduced ones included."""
+    from .language import topo_order
+    ax: list[str] = []
+    for n in topo_order([root]):
+        ax.extend(n.axes)
+        if isinstance(n, Reduce):
+            ax.extend(n.over)
+    return list(dict.fromkeys(ax))
+
+
+def _reduces_in(root) -> list[Reduce]:
+    from .language import topo_order
+    return [n for n in topo_order([root]) if isinstance(n, Reduce)]
+
+
+def _column_reduction(a: str, grid, contig: set[str], sizes) -> bool:
+    """``a`` is reduced across rows: it is never a contiguous axis, while a grid axis is."""
+    return a not in contig and any(g in contig for g in grid) and sizes[a] > 64
+
+
+def _split_for(split: dict, r: str, programs: int, size: int, tile: int):
+    """Split-K rule: with fewer than half a wave of programs (66 on 132 SMs), split ``r`` so about
+    two waves run, each program still looping over at least 8 tiles of ``r`` (the H200 sweep of
+    the diffusion layer: best split 4 at V=1.4k, 8 at 5k, 64 at 28k-85k)."""
+    want = next_pow2(-(-2 * 132 // max(programs, 1)))
+    most = size // (tile * 8)
+    if programs < 66 and most >= 2:
+        split[r] = max(2, min(64, want, 1 << (most.bit_length() - 1)))
+
+
+def _splittable(alg: Algorithm, r: str, strategy: dict) -> bool:
+    """Whether split-K over ``r`` is legal: not an online axis, and every stage reducing ``r`` is a
+    sum or mean (partial maxima could be merged, but the lowering splits sums only)."""
+    if strategy.get(r) == "online":
+        return False
+    return all(st.node.op == "sum" for st in alg.stages.values() if not st.is_output and r in st.node.over)
+
+
 def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Schedule:
     """Return ``sched`` with every open field filled for the shapes and dtypes of ``b``."""
     user = sched or Schedule()
@@ -120,17 +169,15 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
         if r not in tile:
             tile[r] = max(16, cap(r, 64 if half or not gpu else 32))
         dot_axes.add(r)
-        if gpu and r not in split and user.split.get(r) is None and sched is None:
-            ntiles = 1
-            for a in (m, n):
-                ntiles *= -(-sizes[a] // tile[a])
+        if gpu and r not in split and user.split.get(r) is None and sched is None and _splittable(alg, r, strategy):
+            ntiles = 1   # programs of the grid: the dot's output tiles times the batch axes' tiles
+            free = alg.stages[name].free_axes if name in alg.stages else (m, n)
+            for a in dict.fromkeys((m, n) + tuple(a for a in grid if a in free)):
+                ntiles *= -(-sizes[a] // tile.get(a, 1))
             # about two waves of programs over the 132 SMs, each still looping over >= 8 tiles of
             # the reduction (the H200 sweep of the diffusion layer: best split 4 at V=1.4k, 8 at
             # 5k, 64 at 28k-85k)
-            want = next_pow2(-(-2 * 132 // max(ntiles, 1)))
-            most = sizes[r] // (tile[r] * 8)
-            if ntiles < 66 and most >= 2:
-                split[r] = max(2, min(64, want, 1 << (most.bit_length() - 1)))
+            _split_for(split, r, ntiles, sizes[r], tile[r])
         if m in grid and n in grid and not group and sched is None:
             first = m if grid.index(m) < grid.index(n) else n
             group[first] = 8
@@ -140,11 +187,20 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
             num_stages = (4 if half else 3) if gpu else 2
     limit = 16384 if gpu else 4096
     widest = 1
+    contig = _contiguous_axes(alg)
+    col_axes = []
     for a in alg.axis_names:
         if a in dot_axes or a in grid:
             continue
         if a not in strategy or strategy[a] == "auto":
-            if next_pow2(sizes[a]) <= limit:
+            if _column_reduction(a, grid, contig, sizes) and a not in tile:
+                # a column reduction (the reduced axis is strided, a grid axis is contiguous):
+                # loop over it in short tiles so each program reads wide, coalesced rows
+                strategy[a] = "loop"
+                tile[a] = cap(a, 32 if gpu else 16)
+                widest = max(widest, tile[a])
+                col_axes.append(a)
+            elif next_pow2(sizes[a]) <= limit:
                 strategy[a] = "whole"
             else:
                 strategy[a] = "online" if _online_candidate(alg, a) else "loop"
@@ -169,6 +225,12 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
         budget = max(1, budget // t)
     for a in alg.axis_names:
         tile.setdefault(a, cap(a, 64))
+    for a in col_axes:
+        if gpu and sched is None and a not in split and _splittable(alg, a, strategy):
+            progs = 1
+            for g in grid:
+                progs *= -(-sizes[g] // tile[g])
+            _split_for(split, a, progs, sizes[a], tile[a])
     if num_warps is None:
         num_warps = 4 if widest <= 1024 else (8 if widest <= 4096 else 16)
     if num_stages is None:
@@ -180,8 +242,31 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
             ss = stages.get(o.name, StageSchedule())
             if ss.grid is None:
                 og = tuple(a for a in o.layout if a not in row_axes or _is_contraction_free(a, cons)) or o.layout[:1]
-                stages[o.name] = StageSchedule(place=ss.place, tile=ss.tile, grid=og, group=ss.group,
-                                               strategy=ss.strategy, num_warps=ss.num_warps, num_stages=ss.num_stages)
+                st_tile, st_strat = dict(ss.tile), dict(ss.strategy)
+                for a in _expr_axes_of(o.expr):
+                    if a not in og and a not in dot_axes and a not in st_strat and _column_reduction(a, og, contig, sizes):
+                        # the output's own kernel reduces a strided axis (dw, db of layer norm)
+                        st_strat[a] = "loop"
+                        st_tile[a] = cap(a, 32 if gpu else 16)
+                        for g in og:
+                            if g in contig:
+                                st_tile.setdefault(g, cap(g, 128 if gpu else 32))
+                        if gpu and sched is None and a not in split and _splittable(alg, a, strategy):
+                            progs = 1
+                            for g in og:
+                                progs *= -(-sizes[g] // st_tile.get(g, tile.get(g, 1)))
+                            _split_for(split, a, progs, sizes[a], st_tile[a])
+                stages[o.name] = StageSchedule(place=ss.place, tile=st_tile, grid=og, group=ss.group,
+                                               strategy=st_strat, num_stages=ss.num_stages,
+                                               num_warps=ss.num_warps or (4 if st_strat != dict(ss.strategy) and gpu else None))
+                if st_strat != dict(ss.strategy):
+                    # reductions of the column axis inside this output (a split one runs as a kernel
+                    # of its own) take the same tiles
+                    for n in _reduces_in(o.expr):
+                        if any(a in st_strat for a in n.over) and n.name not in stages:
+                            stages[n.name] = StageSchedule(tile={a: t for a, t in st_tile.items() if a in n.axes or a in n.over},
+                                                           strategy={a: v for a, v in st_strat.items() if a in n.over},
+                                                           num_warps=4 if gpu else None)
     return Schedule(tile=tile, grid=tuple(grid), group=group, split=split, strategy=strategy,
                     num_warps=num_warps, num_stages=num_stages, acc_dtype=user.acc_dtype,
                     precision=user.precision, split_mode=user.split_mode, stages=stages,

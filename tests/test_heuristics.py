@@ -1,0 +1,60 @@
+"""The GPU heuristic's schedules, run on the interpreter: every rule the heuristic applies on a GPU
+(split-K, column reductions, flash attention) must give a legal schedule with correct results.
+The binding is told it is on CUDA so the GPU branch of :func:`complete_schedule` is taken."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dtriton as dt
+from dtriton.heuristics import complete_schedule
+from dtriton.library import attention, column_sum, layer_norm, spatial_diffusion
+
+
+def gpu_schedule(alg, args) -> dt.Schedule:
+    b = alg.bind(args)
+    b.device = torch.device("cuda")
+    return complete_schedule(alg, None, b)
+
+
+def run_and_compare(alg, sched, args, tol):
+    k = dt.compile(alg, sched)
+    got = k(*args)
+    ref = alg.reference(*args)
+    got, ref = (got if isinstance(got, tuple) else (got,)), (ref if isinstance(ref, tuple) else (ref,))
+    for g, r in zip(got, ref):
+        err = ((g.double() - r.double()).norm() / r.double().norm()).item()
+        assert err < tol, (sched, err)
+
+
+def test_column_sum_reads_rows_and_splits_on_the_gpu():
+    X = torch.randn(1100, 300)
+    s = gpu_schedule(column_sum, (X,))
+    assert s.strategy["i"] == "loop" and s.tile["i"] == 32 and s.tile["j"] == 128
+    assert s.split.get("i", 1) > 1          # 3 programs of 128 columns: split the rows
+    run_and_compare(column_sum, s, (X,), 1e-6)
+
+
+def test_layer_norm_backward_column_stages_on_the_gpu():
+    g = dt.grad(layer_norm)
+    args = (torch.randn(700, 96), torch.randn(96), torch.randn(96), torch.randn(700, 96))
+    for alg in g.algorithms:
+        s = gpu_schedule(alg, args)
+        run_and_compare(alg, s, args, 1e-5)
+    s = gpu_schedule(g.algorithms[0], args)
+    assert any(ss.strategy.get("i") == "loop" for ss in s.stages.values())
+
+
+def test_attention_heuristic_is_the_fused_online_schedule_without_split():
+    Q, K, V = (torch.randn(2, 2, 130, 64) for _ in range(3))
+    s = gpu_schedule(attention, (Q, K, V, 0.125))
+    assert s.strategy["j"] == "online" and not s.split
+    run_and_compare(attention, s, (Q, K, V, 0.125), 1e-5)
+
+
+@pytest.mark.parametrize("V", [700, 3000])
+def test_diffusion_first_contraction_is_split_over_v(V):
+    args = (torch.randn(V, 16), torch.randn(V, 32) / V ** 0.5, torch.rand(V) + 0.5, torch.rand(32), torch.rand(16))
+    s = gpu_schedule(spatial_diffusion, args)
+    assert s.split.get("v", 1) > 1
+    run_and_compare(spatial_diffusion, s, args, 1e-5)
