@@ -33,6 +33,11 @@ DEV = "cuda"
 DRY = False          # --dry-run: CPU interpreter, tiny shapes, wall-clock timing (checks the script)
 ROWS: list[dict] = []
 OUT_META: tuple = ()   # (out_dir, meta) once main() has them
+CASES: list[str] = []  # --cases: run only cases whose name contains one of these
+
+
+def want(case: str) -> bool:
+    return not CASES or any(c in case for c in CASES)
 
 
 def S(n: int) -> int:
@@ -177,6 +182,8 @@ def run_matmul(budget, use_compile):
     for dtype in (torch.float16, torch.bfloat16):
         for (M, K, N) in shapes:
             M, K, N = S(M), S(K), S(N)
+            if not want(f"{str(dtype)[6:]} {M}x{K}x{N}"):
+                continue
             A = torch.randn(M, K, device=DEV, dtype=dtype)
             B = torch.randn(K, N, device=DEV, dtype=dtype)
             ref = A.float() @ B.float()
@@ -197,6 +204,8 @@ def run_softmax(budget, use_compile):
     for dtype in (torch.float16, torch.float32):
         for (M, N) in [(4096, 256), (4096, 1024), (4096, 4096), (4096, 16384), (4096, 32768), (32768, 1000)]:
             M, N = S(M), S(N)
+            if not want(f"{str(dtype)[6:]} {M}x{N}"):
+                continue
             X = torch.randn(M, N, device=DEV, dtype=dtype)
             ref = torch.softmax(X.double(), -1)
             k, note = tuned_kernel(softmax, (X,), budget)
@@ -353,6 +362,8 @@ def write_results(out_dir, meta, plot=True):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         groups = sorted({r["group"] for r in ROWS if r["group"] not in ("ceiling",)})
+        if not groups:
+            return
         fig, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 4))
         axes = [axes] if len(groups) == 1 else axes
         for ax, g in zip(axes, groups):
@@ -378,11 +389,13 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=4.0, help="exploration seconds per row (0: heuristic)")
     ap.add_argument("--only", default="ceiling,overhead,matmul,softmax,norm,diffusion,attention")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile baselines")
+    ap.add_argument("--cases", default="", help="comma-separated substrings: only matmul/softmax cases whose name has one")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--dry-run", action="store_true",
                     help="check the script on the CPU interpreter with tiny shapes (no GPU, timings meaningless)")
     a = ap.parse_args(argv)
-    global DEV, DRY, OUT_META
+    global DEV, DRY, OUT_META, CASES
+    CASES = [c for c in a.cases.split(",") if c]
     if a.dry_run:
         DEV, DRY = "cpu", True
         a.budget = 0

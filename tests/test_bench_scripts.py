@@ -38,3 +38,10 @@ def test_other_bench_scripts_dry_run(script, tmp_path):
     if "grad" in script:
         rows = json.loads((tmp_path / "out" / "grad.json").read_text())["rows"]
         assert all(r["max_grad_rel_err"] is not None and r["max_grad_rel_err"] < 1e-2 for r in rows), rows
+
+
+def test_gpu_check_dry_run_has_no_failures(tmp_path):
+    """bench/gpu_check.py (issue 3's on-GPU correctness run) works and passes on the interpreter."""
+    _run(["bench/gpu_check.py", "--dry-run"], tmp_path)
+    rows = json.loads((tmp_path / "out" / "gpu_check.json").read_text())["rows"]
+    assert len(rows) > 25 and all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"]

@@ -21,7 +21,7 @@ narrows the search; :meth:`Space.widen` adds values to a derived space.
 rules of :func:`check_resources` (shared memory of dot tiles ``(BM*BK + BK*BN) * bytes *
 num_stages`` against the device's limit, 227 KB on H100/H200; at most 64K elements per program;
 at most 256 fp32 accumulator registers per thread for a dot; "whole" blocks no larger than
-16384), then lowered and turned into Triton source (no GPU work). Candidates that generate the
+32768), then lowered and turned into Triton source (no GPU work). Candidates that generate the
 same kernels with the same launch options as an earlier one are marked "duplicate".
 
 **Safety.** The caller's tensors are never handed to a candidate: candidates run on copies that
@@ -122,7 +122,7 @@ class Limits:
     smem_bytes: int = 227 * 1024
     sm_count: int = 132
     max_block_elems: int = 65536
-    whole_max: int = 16384
+    whole_max: int = 32768
     max_acc_per_thread: int = 256
     max_elems_per_thread: int = 2048
 

@@ -10,8 +10,8 @@ Rules (documented so users can predict them):
   (split-K).
 - Row-wise stages (an axis that is both reduced and kept in the output, as in softmax and layer
   norm) keep that axis off the grid: "whole" (one block covers it, the fused-softmax layout of
-  the Triton tutorial) while its padded size is at most 16384 on the GPU (4096 on the
-  interpreter), else "online" when the algebra allows (one pass with rescaling), else "loop".
+  the Triton tutorial) while its padded size is at most 32768 on the GPU (a 32768-wide fp32 row
+  is 64 registers per thread over 16 warps; 4096 on the interpreter), else "online" when the algebra allows (one pass with rescaling), else "loop".
   One row per program, ``num_warps`` growing with the row (4 up to 1024, 8 up to 4096, 16 above).
 - Other axes on the grid get tiles so a program holds about 1024 elements (the innermost axis
   first); axes of size 1 get tile 1.
@@ -185,7 +185,7 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
             num_warps = 8 if tile[m] * tile[n] >= 128 * 128 else 4
         if num_stages is None:
             num_stages = (4 if half else 3) if gpu else 2
-    limit = 16384 if gpu else 4096
+    limit = 32768 if gpu else 4096
     widest = 1
     contig = _contiguous_axes(alg)
     col_axes = []
