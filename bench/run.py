@@ -113,6 +113,9 @@ def tuned_kernel(alg, args, budget: float, space=None):
     if budget > 0:
         try:
             res = dt.explore(alg, args, budget=budget, space=space, progress=False, top_k=2)
+            print(f"    explore {alg.name}: {res.counts()}; " + "; ".join(
+                f"{st}: {next(r['reason'] for r in res.table if r['status'] == st)[:150]}"
+                for st in res.counts() if st not in ("ok", "duplicate", "skipped")), flush=True)
             if res.best is not None:
                 sched, note = res.best, f"explore({budget:.0f}s, {len(res.table)} cand.)"
         except Exception as e:  # noqa: BLE001 - record and go on with the heuristic
@@ -259,6 +262,8 @@ def run_diffusion(budget, use_compile):
     K = S(128)
     for C in map(S, (64, 128, 256)):
         for V in map(S, (2000, 6000, 20000, 100000)):
+            if not want(f"fp32 V={V} C={C}"):
+                continue
             x = torch.randn(V, C, device=DEV)
             basis = torch.randn(V, K, device=DEV) / math.sqrt(V)
             mass = torch.rand(V, device=DEV) + 0.5
@@ -395,7 +400,7 @@ def main(argv=None):
     ap.add_argument("--budget", type=float, default=4.0, help="exploration seconds per row (0: heuristic)")
     ap.add_argument("--only", default="ceiling,overhead,matmul,softmax,norm,diffusion,attention")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile baselines")
-    ap.add_argument("--cases", default="", help="comma-separated substrings: only matmul/softmax cases whose name has one")
+    ap.add_argument("--cases", default="", help="comma-separated substrings: only matmul/softmax/diffusion cases whose name has one")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--dry-run", action="store_true",
                     help="check the script on the CPU interpreter with tiny shapes (no GPU, timings meaningless)")

@@ -463,3 +463,24 @@ def test_oracle_falls_back_to_heuristic_when_reference_is_too_big(mm_args, monke
         res = dt.explore(matmul, mm_args, space=Space(tile={"i": [16, 32]}), progress=False, store=False)
     assert res.oracle == "heuristic" and "heuristic schedule's output" in res.summary()
     assert res.best is not None
+
+
+def test_no_compile_thread_outlives_explore_past_its_deadline():
+    """Tasks cut off by the budget are reported as skipped, and _drain_workers waits for the ones
+    still running, so none of them launches GPU work after explore returns."""
+    import importlib
+    import time as _t
+    ex = importlib.import_module("dtriton.explore")
+    finished = []
+
+    def slow(k):
+        def f():
+            _t.sleep(0.3)
+            finished.append(k)
+            return {"status": "ok", "reason": ""}
+        return f
+    res = ex._run_parallel([slow(k) for k in range(4)], workers=2, timeout=60, deadline=_t.perf_counter() + 0.05)
+    assert all(r["status"] == "skipped" for r in res)
+    assert len(finished) < 4
+    assert ex._drain_workers(5.0) == 0
+    assert sorted(finished) == [0, 1]   # the two running tasks finished; the queued two never started

@@ -1029,6 +1029,21 @@ class _Bench:
         return med * 1e3, p20 * 1e3, p80 * 1e3
 
 
+_WORKERS: list[threading.Thread] = []   # compile/check threads started by _run_parallel
+
+
+def _drain_workers(timeout: float) -> int:
+    """Wait up to ``timeout`` seconds for compile/check threads left running past the budget, so
+    none of them launches GPU work after :func:`explore` returns (a kernel launched from such a
+    thread during a user's CUDA-graph capture invalidates the capture). Returns how many are
+    still running."""
+    end = time.perf_counter() + timeout
+    for th in list(_WORKERS):
+        th.join(max(0.0, end - time.perf_counter()))
+    _WORKERS[:] = [t for t in _WORKERS if t.is_alive()]
+    return len(_WORKERS)
+
+
 def _run_parallel(tasks: Sequence[Callable[[], dict]], workers: int, timeout: float,
                   deadline: float | None = None) -> list[dict]:
     """Run tasks on daemon threads, at most ``workers`` at a time; a task running longer than
@@ -1064,6 +1079,7 @@ def _run_parallel(tasks: Sequence[Callable[[], dict]], workers: int, timeout: fl
     def spawn():
         th = threading.Thread(target=worker, daemon=True, name="dtriton-compile")
         th.start()
+        _WORKERS.append(th)
 
     for _ in range(max(1, min(workers, n))):
         spawn()
@@ -1705,6 +1721,10 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
     for r in rows:
         r.pop("_kernel", None)
 
+    left = _drain_workers(compile_timeout) if not interpret else 0
+    if left:
+        warnings.warn(f"{alg.name}: {left} compile thread(s) still running after {compile_timeout:g} s; they may "
+                      "launch GPU work later", TuningWarning, stacklevel=2)
     result = ExploreResult(algorithm=alg, table=rows, device=dev_name, timings_meaningful=not interpret,
                            strategy=sampler.name, stop_reason=stop_reason, elapsed_s=elapsed(), space=sp,
                            oracle=oracle, key=key, budget_s=float(budget))
