@@ -160,7 +160,11 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
         return max(1, min(t, next_pow2(sizes[a])))
 
     dot_axes = set()
-    for name, (m, n, r) in cons.items():
+    # the main output's own contraction first: its free axes are the grid, so their tiles are set
+    # for the output (an axis reduced in an earlier stage, v of the diffusion layer, would otherwise
+    # take that stage's short reduction tile as its grid tile)
+    main_first = sorted(cons.items(), key=lambda kv: kv[0] != getattr(main.expr, "name", None))
+    for name, (m, n, r) in main_first:
         big = 128 if (gpu and half) else 64
         for a in (m, n):
             if a not in tile:
@@ -169,7 +173,7 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
         if r not in tile:
             tile[r] = max(16, cap(r, 64 if half or not gpu else 32))
         dot_axes.add(r)
-        if gpu and r not in split and user.split.get(r) is None and sched is None and _splittable(alg, r, strategy):
+        if gpu and r not in split and not user.split and _splittable(alg, r, strategy):
             ntiles = 1   # programs of the grid: the dot's output tiles times the batch axes' tiles
             free = alg.stages[name].free_axes if name in alg.stages else (m, n)
             for a in dict.fromkeys((m, n) + tuple(a for a in grid if a in free)):
@@ -226,7 +230,7 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
     for a in alg.axis_names:
         tile.setdefault(a, cap(a, 64))
     for a in col_axes:
-        if gpu and sched is None and a not in split and _splittable(alg, a, strategy):
+        if gpu and not user.split and a not in split and _splittable(alg, a, strategy):
             progs = 1
             for g in grid:
                 progs *= -(-sizes[g] // tile[g])
@@ -251,7 +255,7 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
                         for g in og:
                             if g in contig:
                                 st_tile.setdefault(g, cap(g, 128 if gpu else 32))
-                        if gpu and sched is None and a not in split and _splittable(alg, a, strategy):
+                        if gpu and not user.split and a not in split and _splittable(alg, a, strategy):
                             progs = 1
                             for g in og:
                                 progs *= -(-sizes[g] // st_tile.get(g, tile.get(g, 1)))
