@@ -83,7 +83,7 @@ import torch
 
 from .errors import DTritonError, ScheduleError, ShapeError
 from .heuristics import contractions
-from .language import Algorithm, Binary, Binding, Reduce, topo_order
+from .language import Algorithm, Binary, Binding, Reduce, expr_axes
 from .lowering import next_pow2
 from .runtime import Kernel, backend_for
 from .schedule import PLACES, SPLIT_MODES, STRATEGIES, Schedule, StageSchedule
@@ -140,16 +140,6 @@ class Limits:
             return Limits(smem_bytes=smem, sm_count=int(props.multi_processor_count))
         except Exception:  # pragma: no cover - odd driver
             return Limits()
-
-
-def _expr_axes(root) -> list[str]:
-    """Every axis an expression touches, reduced axes included."""
-    ax: list[str] = []
-    for n in topo_order([root]):
-        ax.extend(n.axes)
-        if isinstance(n, Reduce):
-            ax.extend(n.over)
-    return list(dict.fromkeys(ax))
 
 
 def _ongrid_axes(alg: Algorithm, sched: Schedule) -> set[str]:
@@ -222,7 +212,7 @@ def check_resources(alg: Algorithm, sched: Schedule, b: Binding, limits: Limits)
         elems = 1
         for a in g:
             elems *= int(sched.tile.get(a) or 1)
-        for a in _expr_axes(st.expr):
+        for a in expr_axes(st.expr):
             if a not in g and a not in dot_r:
                 elems *= blk(a)
         per_thread = elems // (32 * _stage_warps(sched, st.name))

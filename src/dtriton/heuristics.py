@@ -21,7 +21,7 @@ User-given fields are never changed.
 
 from __future__ import annotations
 
-from .language import Algorithm, Binding, Binary, Reduce
+from .language import Algorithm, Axis, Binding, Binary, Load, Reduce, expr_axes, topo_order
 from .lowering import next_pow2
 from .schedule import Schedule
 
@@ -65,7 +65,6 @@ def contractions(alg: Algorithm) -> dict[str, tuple[str, str, str]]:
 
 def _contiguous_axes(alg: Algorithm) -> set[str]:
     """Axes that index the last dimension of some input (contiguous in a row-major tensor)."""
-    from .language import Axis, Load, topo_order
     out = set()
     for n in topo_order([o.expr for o in alg.outputs]):
         if isinstance(n, Load) and n.index and isinstance(n.index[-1], Axis):
@@ -73,19 +72,7 @@ def _contiguous_axes(alg: Algorithm) -> set[str]:
     return out
 
 
-def _expr_axes_of(root) -> list[str]:
-    """Every axis an expression touches, reduced ones included."""
-    from .language import topo_order
-    ax: list[str] = []
-    for n in topo_order([root]):
-        ax.extend(n.axes)
-        if isinstance(n, Reduce):
-            ax.extend(n.over)
-    return list(dict.fromkeys(ax))
-
-
 def _reduces_in(root) -> list[Reduce]:
-    from .language import topo_order
     return [n for n in topo_order([root]) if isinstance(n, Reduce)]
 
 
@@ -247,7 +234,7 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
             if ss.grid is None:
                 og = tuple(a for a in o.layout if a not in row_axes or _is_contraction_free(a, cons)) or o.layout[:1]
                 st_tile, st_strat = dict(ss.tile), dict(ss.strategy)
-                for a in _expr_axes_of(o.expr):
+                for a in expr_axes(o.expr):
                     if a not in og and a not in dot_axes and a not in st_strat and _column_reduction(a, og, contig, sizes):
                         # the output's own kernel reduces a strided axis (dw, db of layer norm)
                         st_strat[a] = "loop"

@@ -502,6 +502,16 @@ def topo_order(roots: Sequence[Expr]) -> list[Expr]:
     return order
 
 
+def expr_axes(root: Expr) -> list[str]:
+    """Every axis an expression touches, reduced axes included, in first-seen order."""
+    ax: list[str] = []
+    for n in topo_order([root]):
+        ax.extend(n.axes)
+        if isinstance(n, Reduce):
+            ax.extend(n.over)
+    return list(dict.fromkeys(ax))
+
+
 class Algorithm:
     """A traced algorithm: inputs, outputs, stages, axis-to-size map, and the reference evaluator.
 
