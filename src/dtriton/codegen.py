@@ -57,6 +57,7 @@ class _Bind:
     mask: str | None     # 1-D mask var, None when divisible
     block: str           # constexpr name
     scalar: bool         # tile-1 grid axis: a scalar index, not a block dim
+    start: str = "0"     # first index of the tile (the scalar index itself when ``scalar``)
 
 
 class _Scope:
@@ -127,8 +128,11 @@ class KernelGen:
     """Emits the source of one KernelIR."""
 
     def __init__(self, prog: Program, k: KernelIR, alg, dtypes: dict[str, torch.dtype], out_dtypes: dict[str, torch.dtype],
-                 sched, interpret: bool, i64: bool):
+                 sched, interpret: bool, i64: bool, tma_ok: frozenset = frozenset()):
         self.prog, self.k, self.alg, self.dtypes, self.sched = prog, k, alg, dtypes, sched
+        self.tma_ok = tma_ok             # tensors whose strides and alignment suit TMA on this call
+        self.descs: dict[tuple, str] = {}  # (tensor, block shape) -> descriptor var, made at kernel entry
+        self.desc_lines: list[str] = []
         self.out_dtypes = out_dtypes
         self.interpret, self.i64 = interpret, i64
         self.counter = 0
@@ -171,7 +175,7 @@ class KernelGen:
         p = self.plan(a)
         blk = self.block(a)
         if p.role == "grid" and p.block == 1:
-            scope.bound[a] = _Bind(a, start, None, blk, True)
+            scope.bound[a] = _Bind(a, start, None, blk, True, start)
             return
         offs = f"offs_{a}"
         if self.i64:
@@ -182,7 +186,7 @@ class KernelGen:
         if not p.divisible:
             mask = f"mask_{a}"
             scope.emit(f"{mask} = {offs} < {self.size(a)}")
-        scope.bound[a] = _Bind(a, offs, mask, blk, False)
+        scope.bound[a] = _Bind(a, offs, mask, blk, False, start)
 
     def block_axes(self, scope: _Scope, axes) -> list[str]:
         out = []
@@ -475,10 +479,74 @@ class KernelGen:
                 ms.append(self.expand1d(b[0].mask, a, layout))
         return " & ".join(ms) if ms else None
 
+    def tile_access(self, name: str, axes, scope: _Scope, elsize: int):
+        """The schedule's ``access`` style for a tile of tensor ``name`` indexed by ``axes`` (distinct
+        plain axes, one per dim): ``("tma", descriptor, offsets)`` or ``("block_ptr", block pointer,
+        boundary dims)``; None where plain pointers are used (style "pointer", a gather or repeated
+        axis, no tiled dim, 64-bit offsets, or a tensor TMA cannot address on this call)."""
+        style = self.sched.access
+        if style == "pointer" or self.i64 or len(set(axes)) != len(axes) or not axes:
+            return None
+        found = [scope.find_bind(a) for a in axes]
+        if any(f is None for f in found):
+            return None
+        binds = [f[0] for f in found]
+        if all(b.scalar for b in binds):
+            return None
+        blocks = ["1" if b.scalar else b.block for b in binds]
+        offs = [b.start for b in binds]
+        shape = [self.size(a) for a in axes]
+        strides = [f"{name}_s{d}" for d in range(len(axes))]
+        if style == "tma":
+            bvals = [1 if b.scalar else self.plan(b.axis).block for b in binds]
+            # TMA: last dim contiguous (checked per call by the runtime), at most 5 dims, boxes of
+            # at most 256 elements per dim and at least 16 bytes along the last dim
+            if name not in self.tma_ok or binds[-1].scalar or len(axes) > 5 or max(bvals) > 256 or bvals[-1] * elsize < 16:
+                return None
+            key = (name, tuple(blocks))
+            if key not in self.descs:
+                d = f"desc_{name}" + (f"_{len(self.descs)}" if any(k[0] == name for k in self.descs) else "")
+                self.descs[key] = d
+                self.desc_lines.append(
+                    f"{d} = tl.make_tensor_descriptor({name}_ptr, shape=[{', '.join(shape)}], "
+                    f"strides=[{', '.join(strides[:-1] + ['1'])}], block_shape=[{', '.join(blocks)}])"
+                    f"  # TMA descriptor: {name}[{', '.join(axes)}] in tiles of [{', '.join(blocks)}]")
+            return "tma", self.descs[key], offs
+        check = tuple(d for d, b in enumerate(binds) if not b.scalar and b.mask is not None)
+        order = tuple(range(len(axes) - 1, -1, -1))
+        bp = (f"tl.make_block_ptr({name}_ptr, shape=({', '.join(shape)},), strides=({', '.join(strides)},), "
+              f"offsets=({', '.join(offs)},), block_shape=({', '.join(blocks)},), order={order})")
+        return "block_ptr", bp, check
+
     def load(self, n: Load, scope: _Scope, layout, raw: bool = False) -> tuple[str, str]:
         """``tl.load`` of ``n`` in ``layout`` (masked where an axis does not divide its block),
-        converted to the compute dtype unless ``raw`` (a dot operand in its storage dtype)."""
+        converted to the compute dtype unless ``raw`` (a dot operand in its storage dtype). With
+        ``access`` "block_ptr" or "tma" the tile is read in the tensor's dim order through a block
+        pointer or TMA descriptor (out-of-range rows read as zero) and then permuted to ``layout``."""
         name = self.tensor_arg(n.tensor.name, len(n.index))
+        dt = self.dtypes[n.tensor.name]
+        if all(isinstance(e, Axis) for e in n.index):
+            axes = [e.name for e in n.index]
+            acc = self.tile_access(name, axes, scope, dt.itemsize)
+            if acc is not None:
+                kind, h, extra = acc
+                if kind == "tma":
+                    code = f"{h}.load([{', '.join(extra)}])"
+                else:
+                    ev = self.sched.eviction.get(n.tensor.name)
+                    code = f"tl.load({h}" + (f", boundary_check={extra}, padding_option=\"zero\"" if extra else "") + \
+                        (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
+                blk = self.fresh("tile")
+                scope.emit(f"{blk} = {code}  # {fmt(n)}: {kind} tile")
+                tiled = tuple(a for a in axes if not scope.find_bind(a)[0].scalar)
+                if len(tiled) < len(axes):  # drop the size-1 dims of tile-1 grid axes first
+                    blk2 = self.fresh("tile")
+                    scope.emit(f"{blk2} = tl.reshape({blk}, {self.shape(tiled, set(tiled))})")
+                    blk = blk2
+                code = self.relayout(blk, tiled, tuple(layout), set(tiled), scope)
+                if dt.is_floating_point and TL_DTYPES[dt] != self.cdt and not raw:
+                    code += f".to({self.cdt})"
+                return code, f"{fmt(n)} ({kind})"
         terms, mask_axes = [], []
         for e in n.index:
             if isinstance(e, Axis):
@@ -492,7 +560,6 @@ class KernelGen:
                 terms.append(f"({v}).to(tl.int32)" if not self.i64 else f"({v}).to(tl.int64)")
                 mask_axes.extend(e.axes)
         mask = self.mask_for(mask_axes, scope, layout)
-        dt = self.dtypes[n.tensor.name]
         ev = self.sched.eviction.get(n.tensor.name)
         code = f"tl.load({self.addr(name, terms)}" + (f", mask={mask}, other=0" if mask else "") + \
             (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
@@ -737,11 +804,12 @@ class KernelGen:
         for a in loop_axes:
             p = self.plan(a)
             v = f"{a}0"
-            if self.k.split and self.k.split[0] == a:
-                lo, hi = f"{a}_lo", f"{a}_hi"
-                head = f"for {v} in range({lo}, {hi}, {self.block(a)}):"
+            lo, hi = (f"{a}_lo", f"{a}_hi") if self.k.split and self.k.split[0] == a else ("0", self.size(a))
+            if self.sched.warp_specialize and any(accs[r._id]["dot"] for r in rs):
+                # producer warps issue the loads, consumer warps the MMAs (automatic warp specialisation)
+                head = f"for {v} in tl.range({lo}, {hi}, {self.block(a)}, warp_specialize=True):"
             else:
-                head = f"for {v} in range(0, {self.size(a)}, {self.block(a)}):"
+                head = f"for {v} in range({lo}, {hi}, {self.block(a)}):"
             child = inner.open(head, (a,), keep if inner is scope else None)
             loops.append((inner, child))
             inner = child
@@ -961,7 +1029,7 @@ class KernelGen:
                 st = f"pid_{a}"
                 if self.i64:
                     st = f"pid_{a}.to(tl.int64)"
-                top.bound[a] = _Bind(a, st, None, self.block(a), True)
+                top.bound[a] = _Bind(a, st, None, self.block(a), True, st)
             else:
                 self.bind_axis(top, a, f"pid_{a} * {self.block(a)}", f"  # program's tile of axis {a}")
                 layout.append(a)
@@ -1021,7 +1089,7 @@ class KernelGen:
                 doc.append(f"    axis {a}: {p.role}, block {p.block}" + ("" if p.divisible else " (masked)"))
         doc.append('    """')
         lines.extend(doc)
-        body: list[str] = []
+        body: list[str] = ["    " + ln for ln in self.desc_lines]
         root.render(1, body)
         lines.extend(body)
         return "\n".join(lines) + "\n"
@@ -1076,6 +1144,24 @@ class KernelGen:
         else:
             if self.interpret and self.out_dtypes.get(st.target) == torch.bfloat16:
                 v = f"_round_bf16(({v}).to(tl.float32))"
+            odt = self.out_dtypes.get(st.target)
+            acc = None
+            if odt is not None and not st.partial_axis and pres:
+                acc = self.tile_access(name, list(st.layout), scope, odt.itemsize)
+            if acc is not None:
+                # the value in the output's dim order (size-1 dims for tile-1 grid axes)
+                kind, h, extra = acc
+                tv = self.fresh("tile")
+                tiled = tuple(a for a in st.layout if a in pres)
+                tcode = f"({self.relayout(v, tuple(layout), tiled, pres, scope)}).to({name}_ptr.dtype.element_ty)"
+                if len(tiled) < len(st.layout):  # size-1 dims for tile-1 grid axes
+                    tcode = f"tl.reshape({tcode}, {self.shape(tuple(st.layout), pres)})"
+                scope.emit(f"{tv} = {tcode}")
+                if kind == "tma":
+                    scope.emit(f"{h}.store([{', '.join(extra)}], {tv})  # TMA store (clipped at the edges)")
+                else:
+                    scope.emit(f"tl.store({h}, {tv}" + (f", boundary_check={extra}" if extra else "") + ")")
+                return
             scope.emit(f"tl.store({ptr}, ({v}).to({name}_ptr.dtype.element_ty)" + (f", mask={mask}" if mask else "") + ")")
 
 
@@ -1126,12 +1212,14 @@ class KernelSource:
     ir: KernelIR
 
 
-def generate(prog: Program, alg, sched, dtypes, out_dtypes, interpret: bool, i64: bool, spec_note: str = "") -> tuple[str, list[KernelSource]]:
-    """Generate one module's source holding every kernel of ``prog``."""
+def generate(prog: Program, alg, sched, dtypes, out_dtypes, interpret: bool, i64: bool, spec_note: str = "",
+             tma_ok: frozenset = frozenset()) -> tuple[str, list[KernelSource]]:
+    """Generate one module's source holding every kernel of ``prog``. ``tma_ok`` names the
+    tensors (inputs and outputs) a TMA descriptor may address on this specialisation."""
     parts = [HEADER.format(alg=alg.name, sched=sched.to_json(), spec=spec_note)]
     metas = []
     for k in prog.kernels:
-        g = KernelGen(prog, k, alg, dtypes, out_dtypes, sched, interpret, i64)
+        g = KernelGen(prog, k, alg, dtypes, out_dtypes, sched, interpret, i64, tma_ok)
         src = g.generate()
         parts.append("\n" + src)
         metas.append(KernelSource(k.name, g.tensors, g.tensor_ndim, g.sizes, g.scalars, g.consts, k))

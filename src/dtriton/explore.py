@@ -86,7 +86,7 @@ from .heuristics import contractions
 from .language import Algorithm, Binary, Binding, Reduce, expr_axes
 from .lowering import next_pow2
 from .runtime import Kernel, backend_for
-from .schedule import PLACES, SPLIT_MODES, STRATEGIES, Schedule, StageSchedule
+from .schedule import ACCESS, PLACES, SPLIT_MODES, STRATEGIES, Schedule, StageSchedule
 from .tuning import TuningDB, TuningKey, TuningRecord, TuningWarning, device_name
 
 __all__ = ["explore", "Space", "ExploreResult", "Limits", "check_resources", "check_outputs",
@@ -98,6 +98,9 @@ __all__ = ["explore", "Space", "ExploreResult", "Limits", "check_resources", "ch
 #: by validation or lowering; pruned: over a resource rule; duplicate: generates the same kernels
 #: as an earlier candidate; skipped: compiled and checked but the budget ran out before timing.
 STATUSES = ("ok", "wrong", "failed", "timeout", "illegal", "pruned", "duplicate", "skipped")
+
+#: single-valued space fields (the rest are per axis or per stage)
+_FLAT = ("num_warps", "num_stages", "precision", "split_mode", "persistent", "access", "warp_specialize")
 
 _PENALTY = 1e12  # what a sampler is told for a candidate that cannot be chosen (µs)
 _MIN_IMPROVEMENT = 0.005
@@ -118,6 +121,8 @@ class Limits:
         max_acc_per_thread: fp32 dot-accumulator elements per thread (``BM*BN / (32*num_warps)``);
             above it the kernel spills registers and Triton can take minutes to compile it.
         max_elems_per_thread: block elements per thread for any stage.
+        tma: the device has the tensor-memory accelerator (compute capability 9.0 or newer), so
+            derived spaces of contractions include ``access="tma"`` and warp specialisation.
     """
     smem_bytes: int = 227 * 1024
     sm_count: int = 132
@@ -125,6 +130,7 @@ class Limits:
     whole_max: int = 32768
     max_acc_per_thread: int = 256
     max_elems_per_thread: int = 2048
+    tma: bool = True
 
     @staticmethod
     def for_device(device: torch.device) -> "Limits":
@@ -137,7 +143,7 @@ class Limits:
             smem = int(getattr(props, "shared_memory_per_block_optin", 0) or 0)
             if smem <= 0:
                 smem = {9: 227, 8: 163 if props.minor == 0 else 99}.get(props.major, 96) * 1024
-            return Limits(smem_bytes=smem, sm_count=int(props.multi_processor_count))
+            return Limits(smem_bytes=smem, sm_count=int(props.multi_processor_count), tma=props.major >= 9)
         except Exception:  # pragma: no cover - odd driver
             return Limits()
 
@@ -337,10 +343,11 @@ class Space:
     """
 
     FIELDS = ("tile", "grid", "group", "split", "strategy", "place", "num_warps", "num_stages", "precision",
-              "split_mode", "persistent")
+              "split_mode", "persistent", "access", "warp_specialize")
 
     def __init__(self, tile=None, grid=None, group=None, split=None, strategy=None, place=None,
-                 num_warps=None, num_stages=None, precision=None, split_mode=None, persistent=None):
+                 num_warps=None, num_stages=None, precision=None, split_mode=None, persistent=None,
+                 access=None, warp_specialize=None):
         def per_key(v, what, check):
             if v is None:
                 return None
@@ -411,12 +418,15 @@ class Space:
         self.precision = flat(precision, "precision", oneof(("ieee", "tf32", "tf32x3")))
         self.split_mode = flat(split_mode, "split_mode", oneof(SPLIT_MODES))
         self.persistent = flat(persistent, "persistent", oneof(tuple(range(0, 33))))
+        self.access = flat(access, "access", oneof(ACCESS))
+        self.warp_specialize = flat(warp_specialize, "warp_specialize", oneof((False, True)))
 
     # -- views ----------------------------------------------------------------------------------
     def dimensions(self) -> list[tuple[str, tuple]]:
         """The space as ``[(name, values)]``; names are ``"grid"``, ``"group"``, ``"tile.<axis>"``,
         ``"split.<axis>"``, ``"strategy.<axis>"``, ``"place.<stage>"``, ``"num_warps"``,
-        ``"num_stages"``, ``"precision"``, ``"split_mode"``, ``"persistent"``."""
+        ``"num_stages"``, ``"precision"``, ``"split_mode"``, ``"persistent"``, ``"access"``,
+        ``"warp_specialize"``."""
         dims: list[tuple[str, tuple]] = []
         if self.grid is not None:
             dims.append(("grid", self.grid))
@@ -426,7 +436,7 @@ class Space:
             m = getattr(self, f)
             for k in sorted(m or {}):
                 dims.append((f"{f}.{k}", m[k]))
-        for f in ("num_warps", "num_stages", "precision", "split_mode", "persistent"):
+        for f in _FLAT:
             v = getattr(self, f)
             if v is not None:
                 dims.append((f, v))
@@ -523,7 +533,7 @@ class Space:
             elif f == "group":
                 gval = int(v)
                 regroup = True
-            elif f in ("num_warps", "num_stages", "precision", "split_mode", "persistent"):
+            elif f in _FLAT:
                 kw[f] = v
             else:
                 raise ScheduleError(f"unknown space dimension {name!r}")
@@ -642,8 +652,14 @@ def _derive_fields(alg: Algorithm, b: Binding, base: Schedule, gpu: bool, limits
         num_stages = with_base([2, 3, 4, 5] if cons else [1, 2, 3, 4], base.num_stages)
     # persistent tile loops (1 or 2 programs per SM) for contractions, where tiles are many
     persistent = with_base([0, 1, 2], base.persistent) if gpu and cons else None
+    # Hopper (sm90+) contractions: TMA tile loads and automatic warp specialisation of the k-loop
+    access = wspec = None
+    if gpu and cons and limits.tma:
+        access = with_base(["pointer", "tma"], base.access)
+        wspec = with_base([False, True], base.warp_specialize)
     return dict(tile=tile or None, grid=grids, group=group, split=split or None, strategy=strategy or None,
-                place=place or None, num_warps=num_warps, num_stages=num_stages, persistent=persistent)
+                place=place or None, num_warps=num_warps, num_stages=num_stages, persistent=persistent,
+                access=access, warp_specialize=wspec)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -780,7 +796,8 @@ def _base_point(dims, base: Schedule) -> dict:
         if not sub:
             v = {"grid": tuple(base.grid or ()), "group": max(base.group.values(), default=1),
                  "num_warps": base.num_warps, "num_stages": base.num_stages, "precision": base.precision,
-                 "split_mode": base.split_mode, "persistent": base.persistent}.get(f)
+                 "split_mode": base.split_mode, "persistent": base.persistent, "access": base.access,
+                 "warp_specialize": base.warp_specialize}.get(f)
         else:
             st = base.strategy.get(sub, "auto")
             v = {"tile": base.tile.get(sub), "strategy": "loop" if st == "auto" else st,

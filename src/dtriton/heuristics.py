@@ -261,7 +261,8 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
     return Schedule(tile=tile, grid=tuple(grid), group=group, split=split, strategy=strategy,
                     num_warps=num_warps, num_stages=num_stages, acc_dtype=user.acc_dtype,
                     precision=user.precision, split_mode=user.split_mode, stages=stages,
-                    eviction=user.eviction, persistent=user.persistent)
+                    eviction=user.eviction, persistent=user.persistent, access=user.access,
+                    warp_specialize=user.warp_specialize)
 
 
 def cap_(sizes, a, t):

@@ -114,6 +114,7 @@ class _Plan:
     source: str
     launches: list[_Launch]
     interpret: bool
+    scratch: bool = False   # kernels make TMA descriptors in global scratch memory (needs an allocator)
 
 
 class Kernel:
@@ -145,7 +146,7 @@ class Kernel:
         from .heuristics import complete_schedule
         return complete_schedule(self.algorithm, self.schedule, binding)
 
-    def _spec_key(self, sched: Schedule, b: Binding, args, interpret: bool):
+    def _spec_key(self, sched: Schedule, b: Binding, args, interpret: bool, out=None):
         alg = self.algorithm
         facts = []
         for a in alg.axis_names:
@@ -154,10 +155,11 @@ class Kernel:
         i64 = any(isinstance(x, torch.Tensor) and _max_offset(x) > _I32_MAX for x in args)
         if not i64:
             i64 = any(n > _I32_MAX // 2 for n in b.axis_sizes.values())
-        return (sched, tuple(facts), tuple(sorted((k, str(v)) for k, v in b.dtypes.items())), i64, interpret)
+        tma = _tma_ok(alg, b, args, out) if sched.access == "tma" else frozenset()
+        return (sched, tuple(facts), tuple(sorted((k, str(v)) for k, v in b.dtypes.items())), i64, interpret, tma)
 
-    def _plan(self, sched: Schedule, b: Binding, args, interpret: bool) -> _Plan:
-        key = self._spec_key(sched, b, args, interpret)
+    def _plan(self, sched: Schedule, b: Binding, args, interpret: bool, out=None) -> _Plan:
+        key = self._spec_key(sched, b, args, interpret, out)
         plan = self._plans.get(key)
         if plan is not None:
             return plan
@@ -170,7 +172,10 @@ class Kernel:
                      "where a tile does not divide): " + ", ".join(
                          f"{a}: <={f[1]}, /{max(t for t, ok in zip((1, 2, 4, 8, 16, 32, 64, 128, 256), f[2]) if ok)}"
                          for a, f in zip(alg.axis_names, key[1])))
-        source, metas = generate(prog, alg, sched, b.dtypes, out_dtypes, interpret, key[3], spec_note)
+        if sched.access == "tma":
+            spec_note += ("\nTMA descriptors for: " + (", ".join(sorted(key[5])) or "none") +
+                          " (the other tensors' strides or alignment do not suit TMA on this call: pointers)")
+        source, metas = generate(prog, alg, sched, b.dtypes, out_dtypes, interpret, key[3], spec_note, key[5])
         try:
             mod = _load_module(source, interpret)
         except Exception as e:  # pragma: no cover - generator bug
@@ -181,7 +186,7 @@ class Kernel:
             ga = [(a, m.ir.axes[a].block) for a in m.ir.grid]
             launches.append(_Launch(fn, m, ga, m.ir.split[1] if m.ir.split else 1,
                                     _persistent_programs(sched.persistent, b.device) if m.ir.persistent else 0))
-        plan = _Plan(sched, prog, source, launches, interpret)
+        plan = _Plan(sched, prog, source, launches, interpret, "tl.make_tensor_descriptor(" in source)
         self._plans[key] = plan
         return plan
 
@@ -224,7 +229,7 @@ class Kernel:
         if alg.gathers and (interpret or os.environ.get("DTRITON_CHECK_INDICES") == "1"):
             _check_gather_indices(alg, b, args)
         sched = self.complete(b)
-        plan = self._plan(sched, b, args, interpret)
+        plan = self._plan(sched, b, args, interpret, out)
         self._last = plan
         compiled: list = []
         outs = self._run(plan, b, args, out, compiled)
@@ -267,6 +272,8 @@ class Kernel:
             shape = ([bs.partials] if bs.partials else []) + [sizes[a] for a in bs.axes]
             dt = torch.float64 if bs.dtype == "float64" else torch.float32
             tensors[name] = (torch.zeros if bs.zero else torch.empty)(shape, dtype=dt, device=dev)
+        if plan.scratch:
+            _ensure_allocator(dev)
         for L in plan.launches:
             m = L.meta
             nprog = L.split
@@ -293,6 +300,49 @@ class Kernel:
                                    f"limit of the schedule or a dtriton bug. Schedule: {plan.schedule.to_json()}\n"
                                    f"Triton said:\n{detail}") from e
         return outs
+
+
+def _tma_ok(alg: Algorithm, b: Binding, args, out) -> frozenset:
+    """Tensors of this call a TMA descriptor can address: at most 5 dims, last stride 1, every
+    other stride a multiple of 16 bytes, base address 16-byte aligned (CUDA's
+    ``cuTensorMapEncodeTiled`` rules). Outputs are allocated contiguous unless ``out=`` is given."""
+    def ok(t: torch.Tensor) -> bool:
+        es = t.element_size()
+        return (1 <= t.dim() <= 5 and t.stride(-1) == 1 and t.data_ptr() % 16 == 0
+                and all((st * es) % 16 == 0 for st in t.stride()[:-1]))
+    names = set()
+    for p, a in zip(alg.params, args):
+        if isinstance(p, InputTensor) and isinstance(a, torch.Tensor) and ok(a):
+            names.add(p.name)
+    for k, (o, odt) in enumerate(zip(alg.outputs, b.out_dtypes)):
+        given = None if out is None else (out[k] if isinstance(out, (tuple, list)) else out)
+        if given is not None:
+            good = ok(given)
+        else:
+            shape = [b.axis_sizes[a] for a in o.layout]
+            es = torch.empty((), dtype=odt).element_size()
+            row = 1
+            good = 1 <= len(shape) <= 5
+            for n in reversed(shape[1:]):
+                row *= n
+                good = good and (row * es) % 16 == 0
+        if good:
+            names.add(o.name)
+    return frozenset(names)
+
+
+def _ensure_allocator(device: torch.device) -> None:
+    """Kernels that build TMA descriptors in the kernel need global scratch memory from Triton's
+    allocator (``triton.set_allocator``); install a torch-backed one in this thread's context
+    when none is set (a user's own allocator is kept)."""
+    from triton.runtime import _allocation
+    if _allocation._allocator.get() is _allocation._NULL_ALLOCATOR:
+        import triton
+        dev = device
+
+        def alloc(size: int, alignment: int, stream):
+            return torch.empty(size, dtype=torch.int8, device=dev)
+        triton.set_allocator(alloc)
 
 
 def _check_gather_indices(alg: Algorithm, b: Binding, args) -> None:
@@ -370,6 +420,7 @@ class _FastLauncher:
             self.allocs.append((shape, dt, o.name in zero))
             strides[o.name] = tuple(torch.empty(shape, device="meta").stride())
         self.n_out = len(alg.outputs)
+        self.scratch = plan.scratch
         for name, bs in plan.program.buffers.items():
             shape = ([bs.partials] if bs.partials else []) + [sizes[a] for a in bs.axes]
             slot_of[name] = ("new", len(self.allocs))
@@ -400,6 +451,8 @@ class _FastLauncher:
 
     def __call__(self, args):
         dev = self.device
+        if self.scratch:
+            _ensure_allocator(dev)
         new = [(torch.zeros if z else torch.empty)(shape, dtype=dt, device=dev) for shape, dt, z in self.allocs]
         stream = self.get_stream(self.dev_index)
         for ck, nprog, call, fills in self.launches:

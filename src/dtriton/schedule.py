@@ -17,7 +17,7 @@ from typing import Any, Iterator, Mapping
 
 from .errors import ScheduleError
 
-__all__ = ["Schedule", "StageSchedule", "FrozenMap", "STRATEGIES", "PLACES"]
+__all__ = ["Schedule", "StageSchedule", "FrozenMap", "STRATEGIES", "PLACES", "ACCESS"]
 
 #: Reduction / non-grid-axis strategies.
 #: whole: the tile covers the axis (one pass in registers); loop: tiles over the axis in a loop,
@@ -28,6 +28,11 @@ STRATEGIES = ("auto", "whole", "loop", "online")
 #: recomputed inside the consumer's loops); materialize (a kernel of its own, result in memory).
 PLACES = ("auto", "fuse", "materialize")
 SPLIT_MODES = ("atomic", "partials")
+#: Memory-access style of tile loads and stores: pointer (a block of addresses, masked), block_ptr
+#: (``tl.make_block_ptr``, bounds checked by the hardware path) or tma (Hopper tensor-memory
+#: accelerator through ``tl.make_tensor_descriptor``; needs a contiguous last dim and 16-byte
+#: aligned rows, and falls back to pointers per tensor where a call's tensor does not qualify).
+ACCESS = ("pointer", "block_ptr", "tma")
 
 
 class FrozenMap(Mapping):
@@ -152,6 +157,15 @@ class Schedule:
         eviction: L2 cache hint per input tensor, ``{"X": "evict_first"}`` for data read once
             (streams), ``"evict_last"`` for data re-read by other programs (Triton's
             ``eviction_policy`` of ``tl.load``).
+        access: memory-access style of tile loads and output stores, one of :data:`ACCESS`:
+            "pointer" (default: address blocks and masks), "block_ptr" (``tl.make_block_ptr`` +
+            ``boundary_check``) or "tma" (Hopper TMA tensor descriptors made in the kernel,
+            ``tl.make_tensor_descriptor``; Triton's persistent-matmul tutorial). Applies to
+            tensors indexed by plain axes with at least two tiled dims; a tensor of a call that
+            TMA cannot address (last stride not 1, rows not 16-byte aligned) keeps pointers.
+        warp_specialize: split each contraction loop into producer (loads) and consumer (MMA)
+            warp groups (``tl.range(..., warp_specialize=True)``; Triton's automatic warp
+            specialisation, Hopper and newer, best with ``access="tma"``).
 
     Raises :class:`ScheduleError` for a tile that is not a power of two, a bad strategy name, or
     non-positive warps/stages. Checks against an algorithm (unknown axes, split of a non-reduction
@@ -170,6 +184,8 @@ class Schedule:
     stages: FrozenMap = field(default_factory=FrozenMap)
     eviction: FrozenMap = field(default_factory=FrozenMap)
     persistent: int = 0
+    access: str = "pointer"
+    warp_specialize: bool = False
 
     def __post_init__(self):
         for name in ("tile", "group", "split", "strategy", "eviction"):
@@ -223,6 +239,10 @@ class Schedule:
                 raise ScheduleError(f"eviction[{t!r}] = {pol!r} must be 'evict_first', 'evict_last' or 'evict_normal'")
         if not (isinstance(self.persistent, int) and not isinstance(self.persistent, bool) and 0 <= self.persistent <= 32):
             raise ScheduleError(f"persistent = {self.persistent!r} must be 0 (off) or programs per SM from 1 to 32")
+        if self.access not in ACCESS:
+            raise ScheduleError(f"access = {self.access!r} must be one of {ACCESS}")
+        if not isinstance(self.warp_specialize, bool):
+            raise ScheduleError(f"warp_specialize = {self.warp_specialize!r} must be True or False")
         if self.split_mode not in SPLIT_MODES:
             raise ScheduleError(f"split_mode = {self.split_mode!r} must be one of {SPLIT_MODES}")
 

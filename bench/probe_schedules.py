@@ -1,0 +1,174 @@
+"""Probe: time hand-listed candidate schedules side by side, to learn which schedule knobs matter
+before they go into the derived exploration spaces. Not the benchmark suite (``run.py`` takes every
+row's schedule from ``dt.explore``); this script answers questions such as "does ``access="tma"``
+help matmul 8192^3?" or "which tiles does the diffusion's V-reduction want?".
+
+    PYTHONPATH=src python3 bench/probe_schedules.py [--only matmul,diffusion,softmax] [--out DIR] [--dry-run]
+
+Every candidate is checked against a float64 (matmul: torch fp32-accumulated) reference before it
+is timed (CUDA-graph replay, µs per call); a candidate that fails to compile or is wrong is listed
+with its reason. Prints one table per case and writes ``<out>/probe.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dtriton as dt  # noqa: E402
+import run as R  # noqa: E402
+from algorithms import matmul, softmax, spatial_diffusion  # noqa: E402
+
+RESULTS: list[dict] = []
+
+
+def probe(case: str, alg, args, ref, tol: float, cands: list[tuple[str, dt.Schedule | None]], baselines=()):
+    """Check and time each candidate (and the baselines: ``(name, fn)``) on ``args``."""
+    print(f"== {case}", flush=True)
+    rows = []
+    for name, fn in baselines:
+        try:
+            us = R.graph_time_us(fn)
+            rows.append(dict(case=case, cand=name, us=us, err=None, status="ok", schedule=None))
+        except Exception as e:  # noqa: BLE001
+            rows.append(dict(case=case, cand=name, us=None, err=None, status=f"failed: {str(e)[:120]}", schedule=None))
+    for name, sched in cands:
+        row = dict(case=case, cand=name, us=None, err=None, status="ok", schedule=sched.to_json() if sched else None)
+        try:
+            k = dt.compile(alg, sched)
+            t0 = time.time()
+            outs = k(*args)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            row["compile_s"] = round(time.time() - t0, 2)
+            err = max(R.relerr(o, r) for o, r in zip(outs, ref))
+            row["err"] = err
+            if not (err <= tol):
+                row["status"] = "wrong"
+            else:
+                row["us"] = R.graph_time_us(lambda: k(*args))
+        except Exception as e:  # noqa: BLE001
+            row["status"] = "failed: " + " ".join(str(e).split())[-160:]
+        rows.append(row)
+    best = min((r["us"] for r in rows if r["us"] and r["schedule"] is None), default=None)
+    for r in rows:
+        ratio = f"{best / r['us']:.2f}x" if best and r["us"] else ""
+        us = f"{r['us']:9.2f}" if r["us"] else " " * 9
+        err = f"{r['err']:.1e}" if r["err"] is not None else ""
+        print(f"  {r['cand'][:44]:44s} {us} µs {ratio:>6s} {err:>8s} {'' if r['status'] == 'ok' else r['status'][:150]}", flush=True)
+    RESULTS.extend(rows)
+
+
+def matmul_cases(dry: bool):
+    shapes = [(1024, 1024, 1024), (2048, 2048, 2048), (8192, 8192, 8192), (4096, 11008, 4096), (4096, 4096, 4096)]
+    if dry:
+        shapes = [(40, 48, 40)]
+    for (M, K, N) in shapes:
+        for dtype in ([torch.float16, torch.bfloat16] if (M, K, N) == (4096, 11008, 4096) else [torch.float16]):
+            A = torch.randn(M, K, device=R.DEV, dtype=dtype)
+            B = torch.randn(K, N, device=R.DEV, dtype=dtype)
+            ref = (A.float() @ B.float(),) if not dry else (A.double() @ B.double(),)
+            cands = []
+            if M <= 2048:
+                for (ti, tj) in ((64, 128), (128, 64), (64, 64), (128, 128)):
+                    for st in (3, 4):
+                        for acc in ("pointer", "tma"):
+                            cands.append((f"{ti}x{tj}x64 w4 s{st} {acc}",
+                                          dt.Schedule(tile={"i": ti, "j": tj, "k": 64}, grid=("i", "j"), group={"i": 8},
+                                                      num_warps=4, num_stages=st, access=acc, split={"k": 1})))
+                cands.append(("128x128x64 w8 s4 tma ws", dt.Schedule(tile={"i": 128, "j": 128, "k": 64}, grid=("i", "j"),
+                                                                      group={"i": 8}, num_warps=8, num_stages=4, access="tma",
+                                                                      warp_specialize=True, split={"k": 1})))
+            if M > 2048:
+                base = dict(tile={"i": 128, "j": 256, "k": 64}, grid=("i", "j"), group={"i": 8}, num_warps=8, split={"k": 1})
+                for st, acc, ws, pers in ((4, "pointer", False, 0), (3, "pointer", False, 0), (4, "block_ptr", False, 0),
+                                          (4, "tma", False, 0), (3, "tma", False, 0), (4, "tma", True, 0),
+                                          (3, "tma", True, 0), (3, "tma", False, 1), (3, "tma", True, 1), (4, "pointer", False, 1)):
+                    cands.append((f"128x256x64 w8 s{st} {acc}{' ws' if ws else ''}{' pers' if pers else ''}",
+                                  dt.Schedule(**base, num_stages=st, access=acc, warp_specialize=ws, persistent=pers)))
+                cands.append(("128x128x64 w4 s4 tma ws", dt.Schedule(tile={"i": 128, "j": 128, "k": 64}, grid=("i", "j"),
+                                                                      group={"i": 8}, num_warps=4, num_stages=4, access="tma",
+                                                                      warp_specialize=True, split={"k": 1})))
+            probe(f"matmul {str(dtype)[6:]} {M}x{K}x{N}", matmul, (A, B), ref, 2e-2, cands,
+                  baselines=[("torch.matmul", lambda: A @ B)])
+
+
+def diffusion_cases(dry: bool):
+    K = 128 if not dry else 16
+    for V, C in ((100000, 128), (6000, 64)) if not dry else ((300, 16),):
+        x = torch.randn(V, C, device=R.DEV)
+        basis = torch.randn(V, K, device=R.DEV) / math.sqrt(V)
+        mass = torch.rand(V, device=R.DEV) + 0.5
+        evals = torch.rand(K, device=R.DEV) * 10
+        times = torch.rand(C, device=R.DEV)
+        args = (x, basis, mass, evals, times)
+        ref = R.diffusion_eager(*(a.double() for a in args))
+        progs = 132 if not dry else 4
+        cands = []
+        for prec in ("tf32x3", "ieee"):
+            for tc in (64, 128):
+                for tv in ((32, 64) if prec == "tf32x3" else (32,)):
+                    for spl in (max(1, progs * 128 // (K * tc)), max(2, 2 * progs * 128 // (K * tc))):
+                        for w in ((4, 8) if prec == "tf32x3" else (4,)):
+                            for acc in (("pointer", "tma") if prec == "tf32x3" and tv == 64 and w == 4 else ("pointer",)):
+                                cands.append((f"{prec} c{tc} v{tv} k{K} S{spl} w{w} {acc}",
+                                              dt.Schedule(tile={"k": K, "c": tc, "v": tv}, grid=("v", "c"), split={"v": spl},
+                                                          num_warps=w, num_stages=3, precision=prec, access=acc,
+                                                          stages={"out1": {"grid": ["k", "c"]}})))
+        eager = lambda: R.diffusion_eager(*args)  # noqa: E731
+        base = [("torch eager", eager)]
+        if not dry:
+            comp = torch.compile(R.diffusion_eager)
+            comp(*args)
+            base.append(("torch.compile", lambda: comp(*args)))
+        probe(f"diffusion fp32 V={V} C={C}", spatial_diffusion, args, ref, 1e-4, cands, baselines=base)
+
+
+def softmax_cases(dry: bool):
+    for M, N in ((4096, 32768), (4096, 16384), (32768, 1000)) if not dry else ((8, 64),):
+        X = torch.randn(M, N, device=R.DEV, dtype=torch.float16)
+        ref = (torch.softmax(X.double(), -1),)
+        cands = []
+        for w in (4, 8, 16, 32):
+            cands.append((f"whole w{w}", dt.Schedule(tile={"i": 1}, grid=("i",), strategy={"j": "whole"}, num_warps=w)))
+            cands.append((f"whole w{w} evict_first", dt.Schedule(tile={"i": 1}, grid=("i",), strategy={"j": "whole"}, num_warps=w,
+                                                                 eviction={"X": "evict_first"})))
+        for tj in (2048, 4096, 8192):
+            for w in (8, 16):
+                cands.append((f"online j{tj} w{w}", dt.Schedule(tile={"i": 1, "j": tj}, grid=("i",), strategy={"j": "online"}, num_warps=w)))
+        probe(f"softmax fp16 {M}x{N}", softmax, (X,), ref, 1e-2, cands,
+              baselines=[("torch.softmax", lambda: torch.softmax(X, -1))])
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default="matmul,diffusion,softmax")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, tiny shapes (checks the script)")
+    a = ap.parse_args(argv)
+    if a.dry_run:
+        R.DEV, R.DRY = "cpu", True
+    torch.manual_seed(0)
+    t0 = time.time()
+    for g in a.only.split(","):
+        try:
+            {"matmul": matmul_cases, "diffusion": diffusion_cases, "softmax": softmax_cases}[g](a.dry_run)
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+        print(f"-- {g} done at {time.time() - t0:.0f}s", flush=True)
+        os.makedirs(a.out, exist_ok=True)
+        meta = dict(gpu=torch.cuda.get_device_name() if not a.dry_run else "cpu (dry run)", torch=torch.__version__,
+                    triton=__import__("triton").__version__, date=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        with open(os.path.join(a.out, "probe.json"), "w") as f:
+            json.dump(dict(meta=meta, rows=RESULTS), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
