@@ -74,6 +74,17 @@ def main(argv=None):
             case(f"matmul {M}x{K}x{N}", matmul, (A, B), dtype=dt_)
         A, Bt = rnd(S(300), S(170), dtype=dt_), rnd(S(200), S(170), dtype=dt_)
         case("matmul B transposed view", matmul, (A, Bt.t()), dtype=dt_)
+        # memory-access styles: TMA descriptors (odd sizes; a transposed view and a row stride that
+        # is not 16-byte aligned fall back to pointers per tensor), block pointers, warp specialisation
+        for acc, ws, pers in (("tma", False, 0), ("tma", True, 0), ("tma", False, 1), ("block_ptr", False, 0)):
+            sch = dt.Schedule(tile={"i": 64, "j": 128, "k": 32}, access=acc, warp_specialize=ws, persistent=pers)
+            A2, B2 = rnd(S(257), S(136), dtype=dt_), rnd(S(136), S(200), dtype=dt_)
+            case(f"matmul 257x136x200 {acc}{' ws' if ws else ''}{' persistent' if pers else ''}", matmul, (A2, B2), sch, dtype=dt_)
+            case(f"matmul B transposed, {acc}", matmul, (A, Bt.t()), sch, dtype=dt_)
+            case(f"matmul K=131 (unaligned rows), {acc}", matmul, (rnd(S(65), S(131), dtype=dt_), rnd(S(131), S(33), dtype=dt_)),
+                 sch, dtype=dt_)
+        case("attention tma", attention, (rnd(2, 3, S(100), 64, dtype=dt_), rnd(2, 3, S(77), 64, dtype=dt_),
+                                          rnd(2, 3, S(77), 64, dtype=dt_), 0.125), dt.Schedule(access="tma"), dtype=dt_)
         X, W, b = rnd(S(129), S(96), dtype=dt_), rnd(S(77), S(96), dtype=dt_), rnd(S(77), dtype=dt_)
         case("linear_relu 129x96 -> 77", linear_relu, (X, W, b), dtype=dt_)
         for (M, N) in [(S(333), S(1000)), (S(7), S(20011)), (1, S(1))]:

@@ -101,8 +101,11 @@ def matmul_cases(dry: bool):
 
 
 def diffusion_cases(dry: bool):
+    """The two kernels separately: the V-reduction (stage sum0, its own tiles and split) with the
+    output kernel fixed, then the output kernel's tiles with the reduction fixed."""
     K = 128 if not dry else 16
-    for V, C in ((100000, 128), (6000, 64)) if not dry else ((300, 16),):
+    sms = 132 if not dry else 4
+    for V, C in ((100000, 128), (20000, 128), (6000, 64)) if not dry else ((300, 16),):
         x = torch.randn(V, C, device=R.DEV)
         basis = torch.randn(V, K, device=R.DEV) / math.sqrt(V)
         mass = torch.rand(V, device=R.DEV) + 0.5
@@ -110,18 +113,31 @@ def diffusion_cases(dry: bool):
         times = torch.rand(C, device=R.DEV)
         args = (x, basis, mass, evals, times)
         ref = R.diffusion_eager(*(a.double() for a in args))
-        progs = 132 if not dry else 4
+
+        def sched(prec, s_tile, s_warps, split, o_tile, o_warps):
+            return dt.Schedule(tile=o_tile, grid=("v", "c"), num_warps=o_warps, num_stages=3, precision=prec,
+                               split={"v": split}, stages={"out1": {"grid": ["k", "c"]},
+                                                           "sum0": {"tile": s_tile, "num_warps": s_warps}})
+
+        def split_for(st, progs):
+            tiles = -(-K // min(st["k"], K)) * -(-C // min(st["c"], C))
+            return max(1, min(progs // tiles, V // st["v"]))
+        o_fix = {"v": 64, "c": min(C, 128), "k": 32}
+        s_fix = {"k": K, "c": min(C, 64), "v": 32}
         cands = []
         for prec in ("tf32x3", "ieee"):
-            for tc in (64, 128):
-                for tv in ((32, 64) if prec == "tf32x3" else (32,)):
-                    for spl in (max(1, progs * 128 // (K * tc)), max(2, 2 * progs * 128 // (K * tc))):
-                        for w in ((4, 8) if prec == "tf32x3" else (4,)):
-                            for acc in (("pointer", "tma") if prec == "tf32x3" and tv == 64 and w == 4 else ("pointer",)):
-                                cands.append((f"{prec} c{tc} v{tv} k{K} S{spl} w{w} {acc}",
-                                              dt.Schedule(tile={"k": K, "c": tc, "v": tv}, grid=("v", "c"), split={"v": spl},
-                                                          num_warps=w, num_stages=3, precision=prec, access=acc,
-                                                          stages={"out1": {"grid": ["k", "c"]}})))
+            for st in ({"k": K, "c": min(C, 64), "v": 32}, {"k": K, "c": min(C, 128), "v": 32},
+                       {"k": min(K, 64), "c": min(C, 128), "v": 32}, {"k": K, "c": min(C, 64), "v": 64}):
+                for progs in (sms, 2 * sms):
+                    for w in ((4, 8) if prec == "tf32x3" else (4,)):
+                        spl = split_for(st, progs)
+                        cands.append((f"{prec} sum0 k{st['k']} c{st['c']} v{st['v']} S{spl} w{w}",
+                                      sched(prec, st, w, spl, o_fix, 4)))
+            for ot in ({"v": 128, "c": min(C, 128), "k": 32}, {"v": 64, "c": min(C, 128), "k": 32},
+                       {"v": 128, "c": min(C, 64), "k": 32}, {"v": 64, "c": min(C, 64), "k": 64}):
+                for w in ((4, 8) if prec == "tf32x3" else (4,)):
+                    cands.append((f"{prec} out0 v{ot['v']} c{ot['c']} k{ot['k']} w{w}",
+                                  sched(prec, s_fix, 4, split_for(s_fix, 2 * sms), ot, w)))
         eager = lambda: R.diffusion_eager(*args)  # noqa: E731
         base = [("torch eager", eager)]
         if not dry:
@@ -129,6 +145,43 @@ def diffusion_cases(dry: bool):
             comp(*args)
             base.append(("torch.compile", lambda: comp(*args)))
         probe(f"diffusion fp32 V={V} C={C}", spatial_diffusion, args, ref, 1e-4, cands, baselines=base)
+
+
+def norm_cases(dry: bool):
+    from algorithms import layer_norm, rms_norm
+    for N in (8192, 4096) if not dry else (64,):
+        M = 4096 if not dry else 8
+        X = torch.randn(M, N, device=R.DEV, dtype=torch.float16)
+        w = torch.randn(N, device=R.DEV, dtype=torch.float16)
+        b = torch.randn(N, device=R.DEV, dtype=torch.float16)
+        for alg, args, ref in ((layer_norm, (X, w, b), torch.nn.functional.layer_norm(X.double(), (N,), w.double(), b.double(), 1e-5)),
+                               (rms_norm, (X, w), torch.nn.functional.rms_norm(X.double(), (N,), w.double(), 1e-6))):
+            cands = []
+            for ti in (1, 2, 4):
+                for wp in (4, 8, 16):
+                    cands.append((f"i{ti} whole w{wp}", dt.Schedule(tile={"i": ti}, grid=("i",), strategy={"j": "whole"}, num_warps=wp)))
+            cands.append(("i1 whole w8 evict_first", dt.Schedule(tile={"i": 1}, grid=("i",), strategy={"j": "whole"}, num_warps=8,
+                                                                 eviction={"X": "evict_first"})))
+            cands.append(("i1 whole w8 persistent", dt.Schedule(tile={"i": 1}, grid=("i",), strategy={"j": "whole"}, num_warps=8,
+                                                                persistent=4)))
+            probe(f"{alg.name} fp16 {M}x{N}", alg, args, (ref,), 1e-2, cands)
+
+
+def matmul_small(dry: bool):
+    for n in (1024, 2048) if not dry else (40,):
+        A = torch.randn(n, n, device=R.DEV, dtype=torch.float16)
+        B = torch.randn(n, n, device=R.DEV, dtype=torch.float16)
+        ref = (A.float() @ B.float(),) if not dry else (A.double() @ B.double(),)
+        cands = []
+        for (ti, tj, tk, w) in ((64, 128, 64, 4), (64, 128, 32, 4), (64, 128, 128, 4), (64, 128, 64, 8), (128, 128, 64, 8),
+                                (128, 256, 64, 8), (64, 256, 64, 8), (128, 128, 32, 4)):
+            for st in (3, 4, 5):
+                for acc in (("pointer", "tma") if n == 2048 and ti * tj >= 128 * 128 else ("pointer",)):
+                    for pers in ((0, 1) if n == 2048 and acc == "tma" else (0,)):
+                        cands.append((f"{ti}x{tj}x{tk} w{w} s{st} {acc}{' pers' if pers else ''}",
+                                      dt.Schedule(tile={"i": ti, "j": tj, "k": tk}, grid=("i", "j"), group={"i": 8},
+                                                  num_warps=w, num_stages=st, access=acc, persistent=pers, split={"k": 1})))
+        probe(f"matmul float16 {n}^3", matmul, (A, B), ref, 2e-2, cands, baselines=[("torch.matmul", lambda: A @ B)])
 
 
 def softmax_cases(dry: bool):
@@ -159,7 +212,8 @@ def main(argv=None):
     t0 = time.time()
     for g in a.only.split(","):
         try:
-            {"matmul": matmul_cases, "diffusion": diffusion_cases, "softmax": softmax_cases}[g](a.dry_run)
+            {"matmul": matmul_cases, "diffusion": diffusion_cases, "softmax": softmax_cases, "norm": norm_cases,
+             "matmul_small": matmul_small}[g](a.dry_run)
         except Exception:  # noqa: BLE001
             traceback.print_exc()
         print(f"-- {g} done at {time.time() - t0:.0f}s", flush=True)

@@ -1,6 +1,7 @@
 """dtriton benchmark suite (H200). One entry point, one device call, a compact table printed last.
 
-    PYTHONPATH=src python3 bench/run.py [--budget SECONDS] [--only matmul,softmax,norm,diffusion,overhead,attention]
+    PYTHONPATH=src python3 bench/run.py [--budget SECONDS] [--matmul-budget SECONDS]
+                                        [--only matmul,softmax,norm,diffusion,overhead,attention]
                                         [--no-compile] [--out bench/results]
 
 Every row is checked against a float64/fp32 reference before it is timed. Two timings per row:
@@ -398,6 +399,8 @@ def write_results(out_dir, meta, plot=True):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--budget", type=float, default=4.0, help="exploration seconds per row (0: heuristic)")
+    ap.add_argument("--matmul-budget", type=float, default=None,
+                    help="exploration seconds per matmul row (default: --budget); the space has TMA and warp specialisation")
     ap.add_argument("--only", default="ceiling,overhead,matmul,softmax,norm,diffusion,attention")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile baselines")
     ap.add_argument("--cases", default="", help="comma-separated substrings: only matmul/softmax/diffusion cases whose name has one")
@@ -418,7 +421,7 @@ def main(argv=None):
     OUT_META = (a.out, meta)
     groups = a.only.split(",")
     fns = {"ceiling": lambda: ceilings(), "overhead": run_overhead,
-           "matmul": lambda: run_matmul(a.budget, not a.no_compile),
+           "matmul": lambda: run_matmul(a.budget if a.matmul_budget is None or DRY else a.matmul_budget, not a.no_compile),
            "softmax": lambda: run_softmax(a.budget, not a.no_compile),
            "norm": lambda: run_norms(a.budget, not a.no_compile),
            "diffusion": lambda: run_diffusion(a.budget, not a.no_compile),

@@ -640,7 +640,9 @@ def _derive_fields(alg: Algorithm, b: Binding, base: Schedule, gpu: bool, limits
         if ntiles is None or ntiles >= limits.sm_count:
             continue
         tr = int(base.tile.get(r) or 16)
-        vals = [s for s in (1, 2, 4, 8, 16) if s == 1 or s * tr * 2 <= sizes[r]]
+        bs = base.split.get(r, 1)   # the heuristic's split and its neighbours (64 for the diffusion's V)
+        cand = sorted({1, 2, 4, 8, 16} | ({bs // 2, bs, bs * 2} if bs > 1 else set()))
+        vals = [s for s in cand if s == 1 or s * tr * 2 <= sizes[r]]
         if len(vals) > 1:
             split[r] = vals
 
