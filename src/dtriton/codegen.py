@@ -50,6 +50,17 @@ def fmt(n: Expr, depth: int = 0, names: dict[int, str] | None = None) -> str:
     return _fmt_expr(n, depth, names)
 
 
+def _pointer_loads(scope: "_Scope") -> bool:
+    """Whether ``scope`` or a scope inside it reads memory through pointers (``tl.load``)."""
+    for it in scope.items:
+        if isinstance(it, _Scope):
+            if _pointer_loads(it):
+                return True
+        elif "tl.load(" in it:
+            return True
+    return False
+
+
 @dataclass
 class _Bind:
     axis: str
@@ -859,6 +870,10 @@ class KernelGen:
                 inner.emit(f"{accs[r._id]['acc']} = {mstate[r._id][0]}")
         for parent, child in reversed(loops):
             parent.close(child)
+            if "warp_specialize=True" in child.header and _pointer_loads(child):
+                # Triton's Hopper warp specialisation handles TMA-fed loops only (pointer loads
+                # in the loop crash its WSLowerToken pass on the H200): a plain loop here
+                child.header = child.header.replace(", warp_specialize=True):", "):  # warp_specialize off: pointer loads in the loop")
         # finalise
         for r in rs:
             info = accs[r._id]
