@@ -405,6 +405,8 @@ def main(argv=None):
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile baselines")
     ap.add_argument("--cases", default="", help="comma-separated substrings: only matmul/softmax/diffusion cases whose name has one")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    ap.add_argument("--append", default="",
+                    help="an earlier h200.json: keep its rows of the groups not re-run here (a second device call)")
     ap.add_argument("--dry-run", action="store_true",
                     help="check the script on the CPU interpreter with tiny shapes (no GPU, timings meaningless)")
     a = ap.parse_args(argv)
@@ -420,6 +422,13 @@ def main(argv=None):
     print(f"# {meta}", flush=True)
     OUT_META = (a.out, meta)
     groups = a.only.split(",")
+    if a.append:
+        with open(a.append) as f:
+            old = json.load(f)
+        kept = [r for r in old["rows"] if r["group"] not in {"layernorm", "rmsnorm"} | set(groups)
+                or (r["group"] in ("layernorm", "rmsnorm") and "norm" not in groups)]
+        ROWS.extend(kept)
+        meta["appended_to"] = f"{old['meta'].get('date')} ({len(kept)} rows kept from that run)"
     fns = {"ceiling": lambda: ceilings(), "overhead": run_overhead,
            "matmul": lambda: run_matmul(a.budget if a.matmul_budget is None or DRY else a.matmul_budget, not a.no_compile),
            "softmax": lambda: run_softmax(a.budget, not a.no_compile),
