@@ -6,6 +6,7 @@ mean nothing, only statuses and correctness are asserted.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import pytest
@@ -17,7 +18,7 @@ from dtriton.tuning import TuningDB, TuningWarning
 
 explore_mod = sys.modules["dtriton.explore"]
 
-from dtriton.library import matmul, softmax  # noqa: E402
+from dtriton.library import matmul, softmax, spatial_diffusion  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
@@ -484,3 +485,28 @@ def test_no_compile_thread_outlives_explore_past_its_deadline():
     assert len(finished) < 4
     assert ex._drain_workers(5.0) == 0
     assert sorted(finished) == [0, 1]   # the two running tasks finished; the queued two never started
+
+
+def test_derived_space_access_and_split_neighbours():
+    """GPU spaces of 16-bit contractions on Hopper-class limits offer TMA loads; fp32 ones and
+    devices without TMA do not (exploring the fp32 diffusion layer with TMA faulted on the H200).
+    Warp specialisation is never derived. Split values include the heuristic's and its
+    neighbours (64 for a V=100000 diffusion reduction, where the old fixed list stopped at 16)."""
+    h = (lazy(1024, 1024, dtype=torch.float16), lazy(1024, 1024, dtype=torch.float16))
+    d = dims(Space.derive(matmul, h, target="gpu"))
+    assert d["access"] == ("pointer", "tma") and "warp_specialize" not in d
+    assert "access" not in dims(Space.derive(matmul, h, target="gpu", limits=Limits(tma=False)))
+    assert "access" not in dims(Space.derive(matmul, (lazy(1024, 1024), lazy(1024, 1024)), target="gpu"))
+    assert "access" not in dims(Space.derive(matmul, h))  # interpreter: not explored
+    V, K, C = 100000, 128, 128
+    args = (lazy(V, C), lazy(V, K), lazy(V), lazy(K), lazy(C))
+    sp = Space.derive(spatial_diffusion, args, target="gpu")
+    base = sp_base = dt.compile(spatial_diffusion).complete(
+        dataclasses.replace(spatial_diffusion.bind(args), device=torch.device("cuda")))
+    bs = sp_base.split["v"]
+    assert bs >= 32 and {bs // 2, bs, bs * 2} <= set(dims(sp)["split.v"])
+    assert "access" not in dims(sp)
+    # a user space may still ask for both knobs; they reach the schedule
+    s = Space(access=["tma"], warp_specialize=[True]).schedule_for({"access": "tma", "warp_specialize": True},
+                                                                   base, spatial_diffusion)
+    assert s.access == "tma" and s.warp_specialize is True

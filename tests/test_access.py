@@ -1,0 +1,130 @@
+"""Memory-access styles (``Schedule.access``: pointer, block_ptr, tma) and warp specialisation, on
+Triton's interpreter (which implements block pointers and TMA tensor descriptors, including
+their 16-byte alignment rules).
+
+Every kernel writes NaN-poisoned ``out=`` tensors and is compared with float64 references. The
+cases cover sizes that are not multiples of the tile, size 1, transposed, expanded (stride 0)
+and offset inputs (which TMA cannot address: the runtime keeps pointers for those tensors), rows
+that are not 16-byte aligned, multi-kernel and batched (4-d) algorithms, fp32/fp16/bf16, and
+random shapes and tiles drawn by hypothesis.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from hypothesis import given, strategies as st
+
+import dtriton as dt
+from dtriton.library import attention, layer_norm, linear_relu, matmul, softmax, spatial_diffusion
+
+from conftest import TOL, check
+
+STYLES = ["pointer", "block_ptr", "tma"]
+
+
+def rnd(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+def kernel_source(alg, sched, args) -> str:
+    k = dt.compile(alg, sched)
+    k(*args)
+    return k.source
+
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("M,K,N", [(37, 50, 29), (1, 16, 8), (64, 64, 64), (33, 128, 72)])
+def test_matmul_access_styles(style, dtype, M, K, N):
+    A, B = rnd(M, K, dtype=dtype, seed=M), rnd(K, N, dtype=dtype, seed=N)
+    check(matmul, (A, B), dt.Schedule(tile={"i": 16, "j": 32, "k": 16}, access=style),
+          torch_ref=lambda a, b: a @ b, tol=TOL[dtype])
+
+
+@pytest.mark.parametrize("style", ["block_ptr", "tma"])
+def test_odd_layouts_fall_back_or_work(style):
+    """Transposed, expanded (stride 0), offset and unaligned inputs: TMA keeps pointers for the
+    tensors it cannot address; results are right either way."""
+    A = rnd(40, 48)
+    Bt = rnd(24, 48, seed=1).t()                    # last stride 48: not TMA-addressable
+    Bexp = rnd(48, 1, seed=2).expand(48, 24)        # stride 0
+    base = rnd(48 * 24 + 3, seed=3)
+    Boff = base[3:].view(48, 24)                    # storage offset of 3 floats: base not 16-byte aligned
+    A_odd = rnd(40, 47, seed=4)                     # rows of 47 floats: stride not a multiple of 16 bytes
+    sch = dt.Schedule(tile={"i": 16, "j": 16, "k": 16}, access=style)
+    for a, b in ((A, Bt), (A, Bexp), (A, Boff), (A_odd, rnd(47, 24, seed=5))):
+        check(matmul, (a, b), sch, torch_ref=lambda x, y: x @ y)
+
+
+def test_tma_descriptors_only_for_addressable_tensors():
+    A, Bt = rnd(40, 48), rnd(24, 48, seed=1).t()
+    src = kernel_source(matmul, dt.Schedule(tile={"i": 16, "j": 16, "k": 16}, access="tma"), (A, Bt))
+    assert "TMA descriptors for: A, out" in src
+    assert "desc_A = tl.make_tensor_descriptor(A_ptr" in src and "desc_B" not in src
+    assert "desc_A.load([" in src and "desc_out.store([" in src
+    assert "tl.load(B_ptr +" in src       # the transposed view keeps a pointer load
+    src = kernel_source(matmul, dt.Schedule(tile={"i": 16, "j": 16, "k": 16}, access="block_ptr"), (A, Bt))
+    assert src.count("tl.make_block_ptr(") == 3 and "boundary_check" in src
+    plain = kernel_source(matmul, dt.Schedule(tile={"i": 16, "j": 16, "k": 16}), (A, Bt))
+    assert "make_block_ptr" not in plain and "make_tensor_descriptor" not in plain
+
+
+@pytest.mark.parametrize("style", ["block_ptr", "tma"])
+def test_multi_stage_and_batched_algorithms(style):
+    X = rnd(37, 48, dtype=torch.float16)
+    check(softmax, (X,), dt.Schedule(access=style), torch_ref=lambda x: torch.softmax(x, -1), tol=TOL[torch.float16])
+    check(softmax, (X,), dt.Schedule(access=style, tile={"i": 4, "j": 16}, strategy={"j": "loop"}),
+          torch_ref=lambda x: torch.softmax(x, -1), tol=TOL[torch.float16])
+    w, b = rnd(48, seed=1), rnd(48, seed=2)
+    check(layer_norm, (X.float(), w, b), dt.Schedule(access=style),
+          torch_ref=lambda x, w_, b_: torch.nn.functional.layer_norm(x, (48,), w_, b_))
+    V, K, C = 300, 32, 16
+    args = (rnd(V, C), rnd(V, K, seed=1), torch.rand(V) + 0.5, torch.rand(K), torch.rand(C))
+    check(spatial_diffusion, args, dt.Schedule(access=style))
+    Q, Kt, Vv = (rnd(2, 3, n, 16, dtype=torch.float16, seed=s) for s, n in ((0, 20), (1, 24), (2, 24)))
+    check(attention, (Q, Kt, Vv, 0.25), dt.Schedule(access=style), tol=TOL[torch.float16])
+    Xl, W, bb = rnd(40, 50), rnd(24, 50, seed=1), rnd(24, seed=2)
+    check(linear_relu, (Xl, W, bb), dt.Schedule(access=style, tile={"i": 16, "j": 8, "k": 16}))
+
+
+def test_batched_tma_tile_drops_unit_dims_before_permuting():
+    Q, Kt = rnd(2, 3, 20, 16, dtype=torch.float16), rnd(2, 3, 24, 16, dtype=torch.float16, seed=1)
+    src = kernel_source(attention, dt.Schedule(access="tma"), (Q, Kt, Kt, 0.25))
+    assert "block_shape=[1, 1, BLOCK_I, BLOCK_D]" in src
+    # K[b, h, j, d] is read as a [1, 1, j, d] box, reshaped to [j, d], then transposed for the dot
+    assert re.search(r"tl\.reshape\(tile_\d+, \(BLOCK_J, BLOCK_D\)\)", src)
+
+
+def test_warp_specialize_only_on_tma_fed_loops():
+    A, B = rnd(64, 128), rnd(128, 32, seed=1)
+    sch = dt.Schedule(tile={"i": 16, "j": 16, "k": 16}, access="tma", warp_specialize=True)
+    assert "tl.range(0, size_k, BLOCK_K, warp_specialize=True)" in kernel_source(matmul, sch, (A, B))
+    # rows of 131 floats are not TMA-addressable: pointer loads, so no warp specialisation
+    A2, B2 = rnd(65, 131), rnd(131, 33, seed=1)
+    src = kernel_source(matmul, sch, (A2, B2))
+    assert "warp_specialize=True" not in src and "warp_specialize off" in src
+    check(matmul, (A2, B2), sch, torch_ref=lambda a, b: a @ b)
+    check(matmul, (A, B), sch.replace(persistent=1), torch_ref=lambda a, b: a @ b)
+
+
+def test_schedule_validation_and_round_trip():
+    with pytest.raises(dt.ScheduleError, match=r"access = 'tmaa' must be one of \('pointer', 'block_ptr', 'tma'\)"):
+        dt.Schedule(access="tmaa")
+    with pytest.raises(dt.ScheduleError, match="warp_specialize = 1 must be True or False"):
+        dt.Schedule(warp_specialize=1)
+    s = dt.Schedule(access="tma", warp_specialize=True, persistent=1)
+    assert dt.Schedule.from_json(s.to_json()) == s
+    assert "access" not in dt.Schedule().to_dict()
+
+
+@given(M=st.integers(1, 40), K=st.integers(1, 40), N=st.integers(1, 40), style=st.sampled_from(STYLES),
+       ti=st.sampled_from([16, 32]), tj=st.sampled_from([16, 32]), tk=st.sampled_from([16, 32]),
+       dtype=st.sampled_from([torch.float32, torch.float16]), seed=st.integers(0, 2**16))
+def test_random_shapes_and_tiles(M, K, N, style, ti, tj, tk, dtype, seed):
+    A, B = rnd(M, K, dtype=dtype, seed=seed), rnd(K, N, dtype=dtype, seed=seed + 1)
+    check(matmul, (A, B), dt.Schedule(tile={"i": ti, "j": tj, "k": tk}, access=style),
+          torch_ref=lambda a, b: a @ b, tol=TOL[dtype])
