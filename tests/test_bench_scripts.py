@@ -45,3 +45,22 @@ def test_gpu_check_dry_run_has_no_failures(tmp_path):
     _run(["bench/gpu_check.py", "--dry-run"], tmp_path)
     rows = json.loads((tmp_path / "out" / "gpu_check.json").read_text())["rows"]
     assert len(rows) > 25 and all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"]
+
+
+def test_probe_schedules_dry_run_checks_every_candidate(tmp_path):
+    _run(["bench/probe_schedules.py", "--dry-run", "--only", "matmul_small,diffusion"], tmp_path)
+    rows = json.loads((tmp_path / "out" / "probe.json").read_text())["rows"]
+    cands = [r for r in rows if r["schedule"]]
+    assert len(cands) > 20 and all(r["status"] == "ok" and r["err"] < 1e-3 for r in cands), \
+        [r for r in cands if r["status"] != "ok"]
+
+
+def test_run_py_append_replaces_rows_of_the_same_case_only(tmp_path):
+    _run(["bench/run.py", "--dry-run", "--only", "norm"], tmp_path)
+    first = tmp_path / "first.json"
+    os.replace(tmp_path / "out" / "h200.json", first)
+    old = json.loads(first.read_text())["rows"]
+    _run(["bench/run.py", "--dry-run", "--only", "matmul", "--cases", "16x40", "--append", str(first)], tmp_path)
+    rows = json.loads((tmp_path / "out" / "h200.json").read_text())["rows"]
+    assert [r for r in rows if r["group"] in ("layernorm", "rmsnorm")] == old
+    assert {r["group"] for r in rows} == {"layernorm", "rmsnorm", "matmul"}

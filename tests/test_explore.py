@@ -510,3 +510,11 @@ def test_derived_space_access_and_split_neighbours():
     s = Space(access=["tma"], warp_specialize=[True]).schedule_for({"access": "tma", "warp_specialize": True},
                                                                    base, spatial_diffusion)
     assert s.access == "tma" and s.warp_specialize is True
+
+
+def test_timing_mode_is_checked(mm_args):
+    with pytest.raises(ValueError, match="timing must be 'cold' or 'warm'"):
+        dt.explore(matmul, mm_args, budget=1, timing="hot", progress=False, store=False)
+    # on the interpreter both modes fall back to one wall-clock sample and still find a winner
+    res = dt.explore(matmul, mm_args, space=SMALL_MM, budget=30, max_trials=2, timing="warm", progress=False, store=False)
+    assert res.best is not None
