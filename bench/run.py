@@ -384,7 +384,8 @@ def _write_results(out_dir, meta, plot=True):
         json.dump({"meta": meta, "rows": ROWS}, f, indent=1, default=str)
     lines = [f"# dtriton benchmark — {meta['gpu']}", "",
              f"{meta['date']}; torch {meta['torch']}, triton {meta['triton']}; kernel = CUDA-graph replay, "
-             "call = plain Python call (host overhead visible). Rate from kernel time.", "",
+             "call = plain Python call (host overhead visible). Rate from kernel time."
+             + (f" Merged with an earlier run ({meta['appended_to']})." if meta.get("appended_to") else ""), "",
              "| group | case | impl | kernel µs | call µs | rate | vs torch (kernel) | rel err | schedule / note |",
              "|---|---|---|---:|---:|---:|---:|---:|---|"]
     base = {}

@@ -514,6 +514,11 @@ class KernelGen:
             # at most 256 elements per dim and at least 16 bytes along the last dim
             if name not in self.tma_ok or binds[-1].scalar or len(axes) > 5 or max(bvals) > 256 or bvals[-1] * elsize < 16:
                 return None
+            if sum(not b.scalar for b in binds) < 2:
+                # vectors (mass[v], bias[j]) keep pointers: TMA gains nothing on them, and 1-d
+                # descriptors are the suspect in a fault met while exploring the fp32 diffusion
+                # layer on the H200 (not isolated: the other TMA kernels there have 2-d tiles only)
+                return None
             key = (name, tuple(blocks))
             if key not in self.descs:
                 d = f"desc_{name}" + (f"_{len(self.descs)}" if any(k[0] == name for k in self.descs) else "")
