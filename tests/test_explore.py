@@ -518,3 +518,37 @@ def test_timing_mode_is_checked(mm_args):
     # on the interpreter both modes fall back to one wall-clock sample and still find a winner
     res = dt.explore(matmul, mm_args, space=SMALL_MM, budget=30, max_trials=2, timing="warm", progress=False, store=False)
     assert res.best is not None
+
+
+def test_stage_tile_dimensions_for_a_split_stage_with_its_own_kernel():
+    """The diffusion layer's V-reduction (stage sum0, split over v) runs in a kernel of its own and
+    gets tile dimensions of its own; matmul's split stage is the output itself and gets none."""
+    V, K, C = 100000, 128, 128
+    args = (lazy(V, C), lazy(V, K), lazy(V), lazy(K), lazy(C))
+    d = dims(Space.derive(spatial_diffusion, args, target="gpu"))
+    assert {"stage_tile.sum0.k", "stage_tile.sum0.c", "stage_tile.sum0.v"} <= set(d)
+    assert not [n for n in dims(Space.derive(matmul, (lazy(16, 4096), lazy(4096, 4096)), target="gpu"))
+                if n.startswith("stage_tile")]
+    # a point's stage tiles reach the sum0 kernel, and the schedule runs right on the interpreter
+    x, basis, mass = torch.randn(300, 16), torch.randn(300, 32), torch.rand(300) + 0.5
+    evals, times = torch.rand(32), torch.rand(16)
+    small = (x, basis, mass, evals, times)
+    base = dt.compile(spatial_diffusion, dt.Schedule(split={"v": 4})).schedule_for(*small)
+    sp = Space(stage_tile={"sum0.k": [32], "sum0.c": [16], "sum0.v": [16]}, tile={"v": [32]})
+    s = sp.schedule_for({"stage_tile.sum0.k": 32, "stage_tile.sum0.c": 16, "stage_tile.sum0.v": 16, "tile.v": 32},
+                        base, spatial_diffusion)
+    assert dict(s.stage("sum0").tile) == {"k": 32, "c": 16, "v": 16} and s.tile["v"] == 32
+    k = dt.compile(spatial_diffusion, s)
+    out, spec = k(*small)
+    assert "split of v into 4" in k.source and "axis v: loop, block 16" in k.source
+    ref = spatial_diffusion.reference(*(a.double() for a in small))
+    assert ((out.double() - ref[0]).norm() / ref[0].norm()) < 1e-5
+    # resource rules read the stage's own tiles: a 128x128x256 fp32 sum0 tile does not fit
+    big = s.replace(stages={"sum0": {"tile": {"k": 128, "c": 128, "v": 256}}}, num_stages=3)
+    why = check_resources(spatial_diffusion, big, spatial_diffusion.bind(args), Limits())
+    assert why and "stage 'sum0'" in why and "shared memory" in why
+    # and explore accepts such a user space (bad names are refused)
+    with pytest.raises(dt.ScheduleError, match="stage_tile 'sum0.q' names axis 'q'"):
+        dt.explore(spatial_diffusion, small, space=Space(stage_tile={"sum0.q": [16]}), budget=5, progress=False, store=False)
+    with pytest.raises(dt.ScheduleError, match="must be 'stage.axis'"):
+        Space(stage_tile={"sum0": [16]})

@@ -182,10 +182,11 @@ def check_resources(alg: Algorithm, sched: Schedule, b: Binding, limits: Limits)
     def strat(a):
         return sched.strategy.get(a, "auto")
 
-    def blk(a):
+    def blk(a, stage=None):
         if strat(a) == "whole":
             return next_pow2(sizes[a])
-        return int(sched.tile.get(a) or next_pow2(sizes[a]))
+        own = sched.stage(stage).tile.get(a) if stage else None
+        return int(own or sched.tile.get(a) or next_pow2(sizes[a]))
 
     for a in alg.axis_names:
         if strat(a) == "whole" and a not in grid and next_pow2(sizes[a]) > limits.whole_max:
@@ -195,7 +196,7 @@ def check_resources(alg: Algorithm, sched: Schedule, b: Binding, limits: Limits)
     fl = [d.itemsize for d in b.dtypes.values() if d.is_floating_point]
     nbytes = max(fl) if fl else 4
     for name, (m, n, r) in cons.items():
-        bm, bn, bk = blk(m), blk(n), blk(r)
+        bm, bn, bk = blk(m, name), blk(n, name), blk(r, name)
         stages = 1 if strat(r) == "whole" else max(1, int(sched.num_stages))
         smem = (bm * bk + bk * bn) * nbytes * stages
         if smem > limits.smem_bytes:
@@ -329,6 +330,9 @@ class Space:
         split: ``{reduction axis: [split factors]}`` (1: no split).
         strategy: ``{axis: ["whole", "loop", "online"]}``.
         place: ``{reduction stage: ["auto", "fuse", "materialize"]}``.
+        stage_tile: ``{"stage.axis": [block sizes]}``: tiles of a stage computed by a kernel of its
+            own (``StageSchedule.tile``), e.g. ``{"sum0.k": [64, 128]}`` for the V-reduction of
+            the diffusion layer, whose best tiles differ from the output kernel's.
         num_warps, num_stages: lists of launch options.
         precision: e.g. ``["ieee", "tf32x3"]`` (tf32 and tf32x3 are never derived: they change
             results, tf32 by ~1e-3, tf32x3 by a few fp32 ulps).
@@ -343,11 +347,11 @@ class Space:
     """
 
     FIELDS = ("tile", "grid", "group", "split", "strategy", "place", "num_warps", "num_stages", "precision",
-              "split_mode", "persistent", "access", "warp_specialize")
+              "split_mode", "persistent", "access", "warp_specialize", "stage_tile")
 
     def __init__(self, tile=None, grid=None, group=None, split=None, strategy=None, place=None,
                  num_warps=None, num_stages=None, precision=None, split_mode=None, persistent=None,
-                 access=None, warp_specialize=None):
+                 access=None, warp_specialize=None, stage_tile=None):
         def per_key(v, what, check):
             if v is None:
                 return None
@@ -413,6 +417,10 @@ class Space:
         self.split = per_key(split, "split", posint)
         self.strategy = per_key(strategy, "strategy", oneof(STRATEGIES))
         self.place = per_key(place, "place", oneof(PLACES))
+        self.stage_tile = per_key(stage_tile, "stage_tile", pow2)
+        for k in self.stage_tile or {}:
+            if k.count(".") != 1 or not all(k.split(".")):
+                raise ScheduleError(f"Space(stage_tile) key {k!r} must be 'stage.axis', e.g. 'sum0.k'")
         self.num_warps = flat(num_warps, "num_warps", warps)
         self.num_stages = flat(num_stages, "num_stages", nstages)
         self.precision = flat(precision, "precision", oneof(("ieee", "tf32", "tf32x3")))
@@ -424,7 +432,8 @@ class Space:
     # -- views ----------------------------------------------------------------------------------
     def dimensions(self) -> list[tuple[str, tuple]]:
         """The space as ``[(name, values)]``; names are ``"grid"``, ``"group"``, ``"tile.<axis>"``,
-        ``"split.<axis>"``, ``"strategy.<axis>"``, ``"place.<stage>"``, ``"num_warps"``,
+        ``"split.<axis>"``, ``"strategy.<axis>"``, ``"place.<stage>"``,
+        ``"stage_tile.<stage>.<axis>"``, ``"num_warps"``,
         ``"num_stages"``, ``"precision"``, ``"split_mode"``, ``"persistent"``, ``"access"``,
         ``"warp_specialize"``."""
         dims: list[tuple[str, tuple]] = []
@@ -432,7 +441,7 @@ class Space:
             dims.append(("grid", self.grid))
         if self.group is not None:
             dims.append(("group", self.group))
-        for f in ("strategy", "tile", "split", "place"):
+        for f in ("strategy", "tile", "split", "place", "stage_tile"):
             m = getattr(self, f)
             for k in sorted(m or {}):
                 dims.append((f"{f}.{k}", m[k]))
@@ -527,6 +536,10 @@ class Space:
                     split.pop(sub, None)
             elif f == "place":
                 stages[sub] = dataclasses.replace(stages.get(sub, StageSchedule()), place=v)
+            elif f == "stage_tile":
+                st, ax = sub.split(".", 1)
+                cur = stages.get(st, StageSchedule())
+                stages[st] = dataclasses.replace(cur, tile=dict(cur.tile, **{ax: int(v)}))
             elif f == "grid":
                 grid = tuple(v)
                 regroup = True
@@ -647,6 +660,18 @@ def _derive_fields(alg: Algorithm, b: Binding, base: Schedule, gpu: bool, limits
             split[r] = vals
 
     place = {s.name: list(PLACES) for s in alg.stages.values() if not s.is_output}
+    # a split reduction stage that is not itself an output runs in a kernel of its own (the
+    # diffusion layer's V-reduction): its tiles are dimensions of their own
+    stage_tile: dict[str, list[int]] = {}
+    outs = {id(o.expr) for o in alg.outputs}
+    for st in alg.stages.values():
+        n = st.node
+        if st.is_output or id(n) in outs or not (set(base.split) & set(n.over)):
+            continue
+        for a in dict.fromkeys(tuple(n.axes) + tuple(n.over)):
+            vals = tile.get(a)
+            if vals and len(vals) > 1:
+                stage_tile[f"{st.name}.{a}"] = vals
     num_warps = num_stages = None
     if gpu:
         widest = max([next_pow2(sizes[a]) for a in alg.axis_names if a not in grid] or [1])
@@ -668,7 +693,7 @@ def _derive_fields(alg: Algorithm, b: Binding, base: Schedule, gpu: bool, limits
             wspec = [False, True]
     return dict(tile=tile or None, grid=grids, group=group, split=split or None, strategy=strategy or None,
                 place=place or None, num_warps=num_warps, num_stages=num_stages, persistent=persistent,
-                access=access, warp_specialize=wspec)
+                access=access, warp_specialize=wspec, stage_tile=stage_tile or None)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -809,13 +834,17 @@ def _base_point(dims, base: Schedule) -> dict:
                  "warp_specialize": base.warp_specialize}.get(f)
         else:
             st = base.strategy.get(sub, "auto")
-            v = {"tile": base.tile.get(sub), "strategy": "loop" if st == "auto" else st,
-                 "split": base.split.get(sub, 1), "place": base.stage(sub).place}.get(f)
+            if f == "stage_tile":
+                sn, ax = sub.split(".", 1)
+                v = base.stage(sn).tile.get(ax, base.tile.get(ax))
+            else:
+                v = {"tile": base.tile.get(sub), "strategy": "loop" if st == "auto" else st,
+                     "split": base.split.get(sub, 1), "place": base.stage(sub).place}.get(f)
         point[name] = v if v in vals else None
     return point
 
 
-_NEIGHBOUR_ORDER = ("tile", "num_stages", "num_warps", "group", "strategy", "split", "place", "grid")
+_NEIGHBOUR_ORDER = ("tile", "stage_tile", "num_stages", "num_warps", "group", "strategy", "split", "place", "grid")
 
 
 def _neighbours(dims, base_point: Mapping, limit: int = 16) -> list[dict]:
@@ -1516,9 +1545,12 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
         if f in ("tile", "strategy", "split") and sub not in alg.axis_names:
             raise ScheduleError(f"space names axis {sub!r}, which {alg.name} does not have; its axes are "
                                 f"{list(alg.axis_names)}")
-        if f == "place" and sub not in alg.stages:
-            raise ScheduleError(f"space names stage {sub!r}, which {alg.name} does not have; its stages are "
+        if f in ("place", "stage_tile") and sub.split(".")[0] not in alg.stages:
+            raise ScheduleError(f"space names stage {sub.split('.')[0]!r}, which {alg.name} does not have; its stages are "
                                 f"{list(alg.stages)}")
+        if f == "stage_tile" and sub.split(".", 1)[1] not in alg.axis_names:
+            raise ScheduleError(f"space stage_tile {sub!r} names axis {sub.split('.', 1)[1]!r}, which {alg.name} does not "
+                                f"have; its axes are {list(alg.axis_names)}")
     if strategy == "auto":
         strategy = "exhaustive" if sp.size <= max(64, max_trials or 0) else "tpe"
     sampler = _make_sampler(strategy, dims, seed)
