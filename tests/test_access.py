@@ -105,10 +105,14 @@ def test_warp_specialize_only_on_tma_fed_loops():
     assert "tl.range(0, size_k, BLOCK_K, warp_specialize=True)" in kernel_source(matmul, sch, (A, B))
     # rows of 131 floats are not TMA-addressable: pointer loads, so no warp specialisation
     A2, B2 = rnd(65, 131), rnd(131, 33, seed=1)
-    src = kernel_source(matmul, sch, (A2, B2))
+    with pytest.warns(dt.ScheduleWarning, match="warp_specialize=True has no effect on loops whose loads are not all TMA"):
+        src = kernel_source(matmul, sch, (A2, B2))
     assert "warp_specialize=True" not in src and "warp_specialize off" in src
-    check(matmul, (A2, B2), sch, torch_ref=lambda a, b: a @ b)
+    with pytest.warns(dt.ScheduleWarning):
+        check(matmul, (A2, B2), sch, torch_ref=lambda a, b: a @ b)
     check(matmul, (A, B), sch.replace(persistent=1), torch_ref=lambda a, b: a @ b)
+    with pytest.warns(dt.ScheduleWarning):   # block pointers are not TMA
+        kernel_source(matmul, sch.replace(access="block_ptr"), (A, B))
 
 
 def test_schedule_validation_and_round_trip():

@@ -877,8 +877,10 @@ class KernelGen:
             parent.close(child)
             if "warp_specialize=True" in child.header and _pointer_loads(child):
                 # Triton's Hopper warp specialisation handles TMA-fed loops only (pointer loads
-                # in the loop crash its WSLowerToken pass on the H200): a plain loop here
-                child.header = child.header.replace(", warp_specialize=True):", "):  # warp_specialize off: pointer loads in the loop")
+                # in the loop crash its WSLowerToken pass on the H200): a plain loop here (loads
+                # through block pointers are not TMA either)
+                child.header = child.header.replace(
+                    ", warp_specialize=True):", "):  # warp_specialize off: loads in this loop that are not TMA")
         # finalise
         for r in rs:
             info = accs[r._id]

@@ -30,3 +30,8 @@ class ScheduleError(DTritonError, ValueError):
 class CompileError(DTritonError, RuntimeError):
     """Triton failed to compile generated source that passed validation (a dtriton bug or a
     resource limit such as shared memory). The message carries the kernel name and the cause."""
+
+
+class ScheduleWarning(UserWarning):
+    """A schedule knob that cannot take effect for this call and was dropped (the kernel is still
+    correct), e.g. ``warp_specialize=True`` on a loop whose loads are not all TMA."""

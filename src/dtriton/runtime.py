@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import torch
 
 from .codegen import KernelSource, generate
-from .errors import CompileError, ShapeError
+from .errors import CompileError, ScheduleWarning, ShapeError
 from .language import Algorithm, Binding, InputTensor, ScalarParam
 from .lowering import Program, lower, next_pow2
 from .schedule import Schedule
@@ -186,6 +186,11 @@ class Kernel:
             ga = [(a, m.ir.axes[a].block) for a in m.ir.grid]
             launches.append(_Launch(fn, m, ga, m.ir.split[1] if m.ir.split else 1,
                                     _persistent_programs(sched.persistent, b.device) if m.ir.persistent else 0))
+        if sched.warp_specialize and "warp_specialize off" in source:
+            import warnings
+            warnings.warn(f"{alg.name}: warp_specialize=True has no effect on loops whose loads are not all TMA "
+                          f"(needs access='tma' and TMA-addressable tensors: last stride 1, 16-byte aligned rows and "
+                          f"base); those loops run without it", ScheduleWarning, stacklevel=4)
         plan = _Plan(sched, prog, source, launches, interpret, "tl.make_tensor_descriptor(" in source)
         self._plans[key] = plan
         return plan
