@@ -13,7 +13,9 @@ shapes: power-of-two tiles per axis (no larger than the padded axis; 16..256 for
 ``tl.dot``), permutations of the grid, grouped launch order, split factors for the reduction
 axes of sum stages whose outputs have few tiles, the strategy (whole/loop/online) of every axis
 that some kernel covers in-program, the placement (auto/fuse/materialize) of every reduction
-stage, ``num_warps`` and ``num_stages`` (GPU only: the interpreter ignores both). Every field
+stage, tiles of a split stage that runs in a kernel of its own (``stage_tile``), ``num_warps``
+and ``num_stages`` (GPU only: the interpreter ignores both), persistent tile loops and, for 16-bit
+contractions on Hopper-class GPUs, TMA tile loads (``access``). Every field
 that a :class:`Space` leaves ``None`` keeps the heuristic's value, so ``dt.Space(tile=...)``
 narrows the search; :meth:`Space.widen` adds values to a derived space.
 
@@ -21,7 +23,9 @@ narrows the search; :meth:`Space.widen` adds values to a derived space.
 rules of :func:`check_resources` (shared memory of dot tiles ``(BM*BK + BK*BN) * bytes *
 num_stages`` against the device's limit, 227 KB on H100/H200; at most 64K elements per program;
 at most 256 fp32 accumulator registers per thread for a dot; "whole" blocks no larger than
-32768), then lowered and turned into Triton source (no GPU work). Candidates that generate the
+32768), then lowered and turned into Triton source (no GPU work). Timing is ``triton.testing.do_bench``
+(L2 flushed before each call) or, with ``timing="warm"``, :func:`warm_gpu_time` (L2 warm, GPU time
+only, what a CUDA-graph replay of repeated calls shows). Candidates that generate the
 same kernels with the same launch options as an earlier one are marked "duplicate".
 
 **Safety.** The caller's tensors are never handed to a candidate: candidates run on copies that
