@@ -552,3 +552,25 @@ def test_stage_tile_dimensions_for_a_split_stage_with_its_own_kernel():
         dt.explore(spatial_diffusion, small, space=Space(stage_tile={"sum0.q": [16]}), budget=5, progress=False, store=False)
     with pytest.raises(dt.ScheduleError, match="must be 'stage.axis'"):
         Space(stage_tile={"sum0": [16]})
+
+
+def test_eviction_dimensions_for_streaming_kernels():
+    """Memory-bound GPU spaces search an L2 hint for their large inputs (not for w and b, not for
+    contractions); "evict_normal" is no hint, so that point is the heuristic's schedule."""
+    from dtriton.library import layer_norm
+    h = torch.float16
+    d = dims(Space.derive(layer_norm, (lazy(4096, 8192, dtype=h), lazy(8192, dtype=h), lazy(8192, dtype=h)), target="gpu"))
+    assert d["eviction.X"] == ("evict_normal", "evict_first") and "eviction.w" not in d
+    assert not [n for n in dims(Space.derive(matmul, (lazy(512, 512), lazy(512, 512)), target="gpu")) if n.startswith("eviction")]
+    assert not [n for n in dims(Space.derive(layer_norm, (lazy(4096, 8192), lazy(8192), lazy(8192)))) if n.startswith("eviction")]
+    X, w, b = torch.randn(9, 40), torch.randn(40), torch.randn(40)
+    base = dt.compile(layer_norm).schedule_for(X, w, b)
+    sp = Space(eviction={"X": ["evict_normal", "evict_first"]})
+    s = sp.schedule_for({"eviction.X": "evict_first"}, base, layer_norm)
+    assert dict(s.eviction) == {"X": "evict_first"}
+    assert sp.schedule_for({"eviction.X": "evict_normal"}, base, layer_norm) == base
+    res = dt.explore(layer_norm, (X, w, b), space=sp, budget=60, progress=False, store=False)
+    assert res.best is not None and res.counts().get("wrong", 0) == 0
+    assert 'eviction_policy="evict_first"' in dt.compile(layer_norm, s).source_for(X, w, b)
+    with pytest.raises(dt.ScheduleError, match="space names tensor 'Q' in eviction"):
+        dt.explore(layer_norm, (X, w, b), space=Space(eviction={"Q": ["evict_first"]}), budget=5, progress=False, store=False)

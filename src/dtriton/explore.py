@@ -337,6 +337,8 @@ class Space:
         stage_tile: ``{"stage.axis": [block sizes]}``: tiles of a stage computed by a kernel of its
             own (``StageSchedule.tile``), e.g. ``{"sum0.k": [64, 128]}`` for the V-reduction of
             the diffusion layer, whose best tiles differ from the output kernel's.
+        eviction: ``{input tensor: ["evict_normal", "evict_first", "evict_last"]}``: L2 hints of
+            the tensor's loads ("evict_normal" is no hint).
         num_warps, num_stages: lists of launch options.
         precision: e.g. ``["ieee", "tf32x3"]`` (tf32 and tf32x3 are never derived: they change
             results, tf32 by ~1e-3, tf32x3 by a few fp32 ulps).
@@ -351,11 +353,11 @@ class Space:
     """
 
     FIELDS = ("tile", "grid", "group", "split", "strategy", "place", "num_warps", "num_stages", "precision",
-              "split_mode", "persistent", "access", "warp_specialize", "stage_tile")
+              "split_mode", "persistent", "access", "warp_specialize", "stage_tile", "eviction")
 
     def __init__(self, tile=None, grid=None, group=None, split=None, strategy=None, place=None,
                  num_warps=None, num_stages=None, precision=None, split_mode=None, persistent=None,
-                 access=None, warp_specialize=None, stage_tile=None):
+                 access=None, warp_specialize=None, stage_tile=None, eviction=None):
         def per_key(v, what, check):
             if v is None:
                 return None
@@ -422,6 +424,7 @@ class Space:
         self.strategy = per_key(strategy, "strategy", oneof(STRATEGIES))
         self.place = per_key(place, "place", oneof(PLACES))
         self.stage_tile = per_key(stage_tile, "stage_tile", pow2)
+        self.eviction = per_key(eviction, "eviction", oneof(("evict_normal", "evict_first", "evict_last")))
         for k in self.stage_tile or {}:
             if k.count(".") != 1 or not all(k.split(".")):
                 raise ScheduleError(f"Space(stage_tile) key {k!r} must be 'stage.axis', e.g. 'sum0.k'")
@@ -437,7 +440,7 @@ class Space:
     def dimensions(self) -> list[tuple[str, tuple]]:
         """The space as ``[(name, values)]``; names are ``"grid"``, ``"group"``, ``"tile.<axis>"``,
         ``"split.<axis>"``, ``"strategy.<axis>"``, ``"place.<stage>"``,
-        ``"stage_tile.<stage>.<axis>"``, ``"num_warps"``,
+        ``"stage_tile.<stage>.<axis>"``, ``"eviction.<tensor>"``, ``"num_warps"``,
         ``"num_stages"``, ``"precision"``, ``"split_mode"``, ``"persistent"``, ``"access"``,
         ``"warp_specialize"``."""
         dims: list[tuple[str, tuple]] = []
@@ -445,7 +448,7 @@ class Space:
             dims.append(("grid", self.grid))
         if self.group is not None:
             dims.append(("group", self.group))
-        for f in ("strategy", "tile", "split", "place", "stage_tile"):
+        for f in ("strategy", "tile", "split", "place", "stage_tile", "eviction"):
             m = getattr(self, f)
             for k in sorted(m or {}):
                 dims.append((f"{f}.{k}", m[k]))
@@ -540,6 +543,13 @@ class Space:
                     split.pop(sub, None)
             elif f == "place":
                 stages[sub] = dataclasses.replace(stages.get(sub, StageSchedule()), place=v)
+            elif f == "eviction":
+                ev = dict(kw.get("eviction", base.eviction))
+                if v == "evict_normal":
+                    ev.pop(sub, None)   # no hint: the heuristic's schedule, canonically
+                else:
+                    ev[sub] = v
+                kw["eviction"] = ev
             elif f == "stage_tile":
                 st, ax = sub.split(".", 1)
                 cur = stages.get(st, StageSchedule())
@@ -676,6 +686,16 @@ def _derive_fields(alg: Algorithm, b: Binding, base: Schedule, gpu: bool, limits
             vals = tile.get(a)
             if vals and len(vals) > 1:
                 stage_tile[f"{st.name}.{a}"] = vals
+    # streaming (memory-bound, no contraction) kernels on the GPU: L2 hints for the largest inputs
+    # (the H200 probe: evict_first on X sped layer norm 4096x4096 fp16 up from 19.8 to 18.4 us and
+    # slowed 4096x8192 from 35.7 to 37.1 us, so it is searched, not set)
+    eviction: dict[str, list[str]] = {}
+    if gpu and not cons:
+        elems = {p.name: math.prod(b.sizes[s] for s in p.dims) for p in alg.tensor_params}
+        top = max(elems.values(), default=0)
+        for name, n in elems.items():
+            if top and n * 2 >= top and n >= 1 << 16:
+                eviction[name] = ["evict_normal", "evict_first"]
     num_warps = num_stages = None
     if gpu:
         widest = max([next_pow2(sizes[a]) for a in alg.axis_names if a not in grid] or [1])
@@ -697,7 +717,7 @@ def _derive_fields(alg: Algorithm, b: Binding, base: Schedule, gpu: bool, limits
             wspec = [False, True]
     return dict(tile=tile or None, grid=grids, group=group, split=split or None, strategy=strategy or None,
                 place=place or None, num_warps=num_warps, num_stages=num_stages, persistent=persistent,
-                access=access, warp_specialize=wspec, stage_tile=stage_tile or None)
+                access=access, warp_specialize=wspec, stage_tile=stage_tile or None, eviction=eviction or None)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -841,6 +861,8 @@ def _base_point(dims, base: Schedule) -> dict:
             if f == "stage_tile":
                 sn, ax = sub.split(".", 1)
                 v = base.stage(sn).tile.get(ax, base.tile.get(ax))
+            elif f == "eviction":
+                v = base.eviction.get(sub, "evict_normal")
             else:
                 v = {"tile": base.tile.get(sub), "strategy": "loop" if st == "auto" else st,
                      "split": base.split.get(sub, 1), "place": base.stage(sub).place}.get(f)
@@ -848,7 +870,8 @@ def _base_point(dims, base: Schedule) -> dict:
     return point
 
 
-_NEIGHBOUR_ORDER = ("tile", "stage_tile", "num_stages", "num_warps", "group", "strategy", "split", "place", "grid")
+_NEIGHBOUR_ORDER = ("tile", "stage_tile", "num_stages", "num_warps", "group", "strategy", "split", "place", "grid",
+                    "eviction")
 
 
 def _neighbours(dims, base_point: Mapping, limit: int = 16) -> list[dict]:
@@ -1552,6 +1575,9 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
         if f in ("place", "stage_tile") and sub.split(".")[0] not in alg.stages:
             raise ScheduleError(f"space names stage {sub.split('.')[0]!r}, which {alg.name} does not have; its stages are "
                                 f"{list(alg.stages)}")
+        if f == "eviction" and sub not in [p.name for p in alg.tensor_params]:
+            raise ScheduleError(f"space names tensor {sub!r} in eviction, which is not an input of {alg.name} "
+                                f"(inputs: {[p.name for p in alg.tensor_params]})")
         if f == "stage_tile" and sub.split(".", 1)[1] not in alg.axis_names:
             raise ScheduleError(f"space stage_tile {sub!r} names axis {sub.split('.', 1)[1]!r}, which {alg.name} does not "
                                 f"have; its axes are {list(alg.axis_names)}")
