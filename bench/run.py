@@ -385,7 +385,8 @@ def _write_results(out_dir, meta, plot=True):
     lines = [f"# dtriton benchmark — {meta['gpu']}", "",
              f"{meta['date']}; torch {meta['torch']}, triton {meta['triton']}; kernel = CUDA-graph replay, "
              "call = plain Python call (host overhead visible). Rate from kernel time."
-             + (f" Merged with an earlier run ({meta['appended_to']})." if meta.get("appended_to") else ""), "",
+             + (f" Merged with an earlier run ({meta['appended_to']})." if meta.get("appended_to") else "")
+             + (f" Started {meta['started']}; {meta['isolated']}." if meta.get("isolated") else ""), "",
              "| group | case | impl | kernel µs | call µs | rate | vs torch (kernel) | rel err | schedule / note |",
              "|---|---|---|---:|---:|---:|---:|---:|---|"]
     base = {}
@@ -440,9 +441,15 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--append", default="",
                     help="an earlier h200.json: keep its rows of the groups not re-run here (a second device call)")
+    ap.add_argument("--isolate", action="store_true",
+                    help="run each group in a process of its own, merging rows into one results file, so a CUDA fault "
+                         "in one group (it ends the process's CUDA context) leaves the other groups' rows")
+    ap.add_argument("--part-of-call", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--dry-run", action="store_true",
                     help="check the script on the CPU interpreter with tiny shapes (no GPU, timings meaningless)")
     a = ap.parse_args(argv)
+    if a.isolate:
+        return run_isolated(a, list(sys.argv[1:] if argv is None else argv))
     global DEV, DRY, OUT_META, CASES
     CASES = [c for c in a.cases.split(",") if c]
     if a.dry_run:
@@ -461,6 +468,10 @@ def main(argv=None):
         OLD_ROWS.extend(old["rows"])
         meta["appended_to"] = (f"{old['meta'].get('date')}: rows re-run here (same group, case and impl) replace "
                                f"that run's; the others are kept")
+        meta["started"] = old["meta"].get("started", old["meta"].get("date"))
+    if a.part_of_call:
+        meta.pop("appended_to", None)
+        meta["isolated"] = "each group ran in a process of its own within one call (--isolate)"
     fns = {"ceiling": lambda: ceilings(), "overhead": run_overhead,
            "matmul": lambda: run_matmul(a.budget if a.matmul_budget is None or DRY else a.matmul_budget, not a.no_compile),
            "softmax": lambda: run_softmax(a.budget, not a.no_compile),
@@ -479,6 +490,39 @@ def main(argv=None):
     for r in ROWS:
         print(f"{r['group']:9s} {r['case'][:30]:30s} {r['impl'][:16]:16s} {r['kernel_us']:10.1f} {r['call_us']:10.1f} "
               f"{r['rate']:9.3f} {r['unit']}")
+
+
+def run_isolated(a, argv: list[str]) -> None:
+    """``--isolate``: one child process per group, each merging its rows into ``<out>/h200.json``."""
+    import subprocess
+    keep, skip = [], False
+    for x in argv:
+        if skip:
+            skip = False
+            continue
+        if x in ("--only", "--append"):
+            skip = True
+            continue
+        if x == "--isolate" or x.startswith(("--only=", "--append=")):
+            continue
+        keep.append(x)
+    path = os.path.join(a.out, "h200.json")
+    prev = a.append or None
+    groups = [g for g in a.only.split(",") if g and not (a.dry_run and g in ("ceiling", "overhead"))]
+    for g in groups:
+        cmd = [sys.executable, os.path.abspath(__file__), *keep, "--only", g, "--part-of-call"] + (["--append", prev] if prev else [])
+        rc = subprocess.run(cmd).returncode
+        if rc != 0:
+            print(f"!! group {g}: process exited with {rc}", flush=True)
+        if os.path.exists(path):
+            prev = path
+    if os.path.exists(path):
+        with open(path) as f:
+            rows = json.load(f)["rows"]
+        print(f"\n{'group':9s} {'case':30s} {'impl':16s} {'kernel us':>10s} {'call us':>10s} {'rate':>9s}")
+        for r in rows:
+            print(f"{r['group']:9s} {r['case'][:30]:30s} {r['impl'][:16]:16s} {r['kernel_us']:10.1f} {r['call_us']:10.1f} "
+                  f"{r['rate']:9.3f} {r['unit']}")
 
 
 if __name__ == "__main__":

@@ -64,3 +64,11 @@ def test_run_py_append_replaces_rows_of_the_same_case_only(tmp_path):
     rows = json.loads((tmp_path / "out" / "h200.json").read_text())["rows"]
     assert [r for r in rows if r["group"] in ("layernorm", "rmsnorm")] == old
     assert {r["group"] for r in rows} == {"layernorm", "rmsnorm", "matmul"}
+
+
+def test_run_py_isolate_runs_each_group_in_its_own_process(tmp_path):
+    out = _run(["bench/run.py", "--dry-run", "--isolate", "--only", "matmul,attention", "--cases", "16x40"], tmp_path)
+    data = json.loads((tmp_path / "out" / "h200.json").read_text())
+    assert "--isolate" in data["meta"]["isolated"] and "appended_to" not in data["meta"]
+    assert {r["group"] for r in data["rows"]} == {"matmul", "attention"}
+    assert out.count("== matmul") == 1 and out.count("== attention") == 1
