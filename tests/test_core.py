@@ -582,3 +582,24 @@ def test_fp32_dot_precision_reaches_the_generated_dot(precision, gen):
     assert_close(dt.compile(matmul, sched)(A, B), A.double() @ B.double(), 1e-5)
     with pytest.raises(dt.ScheduleError, match="'ieee', 'tf32' or 'tf32x3'"):
         dt.Schedule(precision="fp16").validate(matmul)
+
+
+@pytest.mark.parametrize("idt", [torch.int64, torch.int32, torch.int16, torch.uint8])
+def test_integer_values_compute_exactly_in_float64(idt):
+    """Integer-only value inputs give float64 outputs, exact to 2**53: in float32 a sum of
+    products near 2**40 would silently lose its low bits (a fresh user's int64 matmul was off by
+    524288)."""
+    g = torch.Generator().manual_seed(3)
+    hi = {torch.int64: 2**20, torch.int32: 2**15, torch.int16: 2**7, torch.uint8: 255}[idt]
+    lo = 0 if idt == torch.uint8 else -hi
+    A = torch.randint(lo, hi, (9, 33), generator=g).to(idt)
+    B = torch.randint(lo, hi, (33, 7), generator=g).to(idt)
+    k = dt.compile(matmul)
+    C = k(A, B)
+    assert C.dtype == torch.float64
+    assert torch.equal(C, (A.long() @ B.long()).double())
+    X = torch.randint(lo, hi, (301, 5), generator=g).to(idt)
+    s = dt.compile(colsum)(X)
+    assert s.dtype == torch.float64 and torch.equal(s, X.long().sum(0).double())
+    # a floating input keeps torch's promotion (float32 here), as before
+    assert k(A.float(), B).dtype == torch.float32

@@ -148,7 +148,8 @@ class KernelGen:
         self.interpret, self.i64 = interpret, i64
         self.counter = 0
         self.names = {s.node._id: s.name for s in alg.stages.values() if not s.is_output}
-        any64 = any(d == torch.float64 for d in dtypes.values()) or sched.acc_dtype == "float64"
+        any64 = (any(d == torch.float64 for d in list(dtypes.values()) + list(out_dtypes.values()))
+                 or sched.acc_dtype == "float64")
         self.cdt = "tl.float64" if any64 else "tl.float32"
         self.tensors: list[str] = []     # pointer args in order
         self.tensor_ndim: dict[str, int] = {}
@@ -560,9 +561,7 @@ class KernelGen:
                     scope.emit(f"{blk2} = tl.reshape({blk}, {self.shape(tiled, set(tiled))})")
                     blk = blk2
                 code = self.relayout(blk, tiled, tuple(layout), set(tiled), scope)
-                if dt.is_floating_point and TL_DTYPES[dt] != self.cdt and not raw:
-                    code += f".to({self.cdt})"
-                return code, f"{fmt(n)} ({kind})"
+                return self._widen(code, dt, raw), f"{fmt(n)} ({kind})"
         terms, mask_axes = [], []
         for e in n.index:
             if isinstance(e, Axis):
@@ -579,9 +578,17 @@ class KernelGen:
         ev = self.sched.eviction.get(n.tensor.name)
         code = f"tl.load({self.addr(name, terms)}" + (f", mask={mask}, other=0" if mask else "") + \
             (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
-        if dt.is_floating_point and TL_DTYPES[dt] != self.cdt and not raw:
-            code += f".to({self.cdt})"
-        return code, fmt(n)
+        return self._widen(code, dt, raw), fmt(n)
+
+    def _widen(self, code: str, dt: torch.dtype, raw: bool) -> str:
+        """A loaded value in the compute dtype: floats in ``self.cdt`` (unless ``raw``), integers
+        (values or gather indices) in int64, so products of small integer types (uint8 pixel
+        values) do not wrap before they are summed."""
+        if dt.is_floating_point:
+            return f"{code}.to({self.cdt})" if TL_DTYPES[dt] != self.cdt and not raw else code
+        if dt != torch.bool and dt != torch.int64:
+            return f"{code}.to(tl.int64)"
+        return code
 
     def load_buffer(self, r: Reduce, scope: _Scope, layout) -> tuple[str, str]:
         b = self.k.materialized[r._id]

@@ -748,12 +748,16 @@ def algorithm(fn: Callable) -> Algorithm:
 # binding and the reference evaluator
 # ----------------------------------------------------------------------------------------------
 def result_dtype(dtypes: Iterable[torch.dtype]) -> torch.dtype:
-    """Torch's promotion over the floating inputs; float32 when there are none."""
-    out = None
+    """Torch's promotion over the floating inputs; float64 when the values are integers only (sums
+    and products of int32/int64 values are exact in float64 up to 2**53, in float32 only up to
+    2**24); float32 when there are no tensor values at all."""
+    out, ints = None, False
     for d in dtypes:
         if d.is_floating_point:
             out = d if out is None else torch.promote_types(out, d)
-    return out or torch.float32
+        elif d != torch.bool:
+            ints = True
+    return out or (torch.float64 if ints else torch.float32)
 
 
 def compute_dtype(dt: torch.dtype) -> torch.dtype:
@@ -856,7 +860,8 @@ def evaluate(alg: Algorithm, b: Binding, args: Sequence[Any], overrides: dict[in
     argmap = {p.name: a for p, a in zip(alg.params, args)}
     # the oracle computes in float64 on the CPU (every test and example there); on a GPU in
     # float32 unless an input is float64, so exploring large shapes stays affordable
-    any64 = any(d == torch.float64 for d in b.dtypes.values()) or b.device.type == "cpu"
+    any64 = (any(d == torch.float64 for d in list(b.dtypes.values()) + list(b.out_dtypes))
+             or b.device.type == "cpu")
     cdt = torch.float64 if any64 else torch.float32
     dev = b.device
     memo: dict[int, _Val] = {}

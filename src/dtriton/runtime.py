@@ -166,7 +166,7 @@ class Kernel:
         alg = self.algorithm
         sched.validate(alg)
         prog = lower(alg, sched, b.axis_sizes, interpret, {o.name: str(d).replace("torch.", "") for o, d in zip(alg.outputs, b.out_dtypes)},
-                     f64=any(d == torch.float64 for d in b.dtypes.values()))
+                     f64=any(d == torch.float64 for d in list(b.dtypes.values()) + list(b.out_dtypes)))
         out_dtypes = {o.name: d for o, d in zip(alg.outputs, b.out_dtypes)}
         spec_note = ("Specialisation (axis: size bucket, largest power-of-two divisor up to 256; masks only "
                      "where a tile does not divide): " + ", ".join(
