@@ -13,6 +13,7 @@ the CPU and results moved back), ``DTRITON_BACKEND=gpu`` refuses to fall back.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -296,7 +297,11 @@ class Kernel:
             call.extend(sizes[s[5:]] for s in m.sizes)
             call.extend(scalars[s] for s in m.scalars)
             try:
-                ck = L.fn[(nprog,)](*call, **m.consts, num_warps=m.ir.num_warps, num_stages=m.ir.num_stages)
+                if plan.interpret:
+                    with _quiet_interpreter():
+                        ck = L.fn[(nprog,)](*call, **m.consts, num_warps=m.ir.num_warps, num_stages=m.ir.num_stages)
+                else:
+                    ck = L.fn[(nprog,)](*call, **m.consts, num_warps=m.ir.num_warps, num_stages=m.ir.num_stages)
                 if compiled is not None:
                     compiled.append(ck)
             except Exception as e:
@@ -305,6 +310,18 @@ class Kernel:
                                    f"limit of the schedule or a dtriton bug. Schedule: {plan.schedule.to_json()}\n"
                                    f"Triton said:\n{detail}") from e
         return outs
+
+
+@contextlib.contextmanager
+def _quiet_interpreter():
+    """Hide the numpy warnings Triton 3.6's interpreter raises on every launch: "Conversion of an
+    array with ndim > 0 to a scalar" (its own code) and invalid-value/divide warnings from lanes
+    that masks discard (0/0 in a padded row). Neither says anything about the user's kernel."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Conversion of an array with ndim > 0", category=DeprecationWarning)
+        warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"(triton|numpy)(\.|$)")
+        yield
 
 
 def _tma_ok(alg: Algorithm, b: Binding, args, out) -> frozenset:
