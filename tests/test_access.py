@@ -63,7 +63,7 @@ def test_odd_layouts_fall_back_or_work(style):
 def test_tma_descriptors_only_for_addressable_tensors():
     A, Bt = rnd(40, 48), rnd(24, 48, seed=1).t()
     src = kernel_source(matmul, dt.Schedule(tile={"i": 16, "j": 16, "k": 16}, access="tma"), (A, Bt))
-    assert "TMA descriptors for: A, out" in src
+    assert "TMA-addressable on this call: A, out" in src
     assert "desc_A = tl.make_tensor_descriptor(A_ptr" in src and "desc_B" not in src
     assert "desc_A.load([" in src and "desc_out.store([" in src
     assert "tl.load(B_ptr +" in src       # the transposed view keeps a pointer load
@@ -132,3 +132,54 @@ def test_random_shapes_and_tiles(M, K, N, style, ti, tj, tk, dtype, seed):
     A, B = rnd(M, K, dtype=dtype, seed=seed), rnd(K, N, dtype=dtype, seed=seed + 1)
     check(matmul, (A, B), dt.Schedule(tile={"i": ti, "j": tj, "k": tk}, access=style),
           torch_ref=lambda a, b: a @ b, tol=TOL[dtype])
+
+
+def test_tma_refuses_bool_zero_stride_and_empty_tensors():
+    """Bool tensors (Triton counts them as 1-bit), stride-0 expanded dims and empty tensors keep
+    pointers instead of failing to compile or building odd descriptors."""
+    @dt.algorithm
+    def masked(X: dt.Tensor["M", "N"], Mk: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        return dt.where(Mk[i, j], X[i, j], 0.0)[i, j]
+    X, Mk = rnd(40, 64), torch.rand(40, 64, generator=torch.Generator().manual_seed(1)) > 0.5
+    sch = dt.Schedule(tile={"i": 16, "j": 32}, access="tma")
+    _, (got,) = check(masked, (X, Mk), sch, torch_ref=lambda x, m: torch.where(m.bool(), x, 0.0))
+    src = kernel_source(masked, sch, (X, Mk))
+    assert "desc_X" in src and "desc_Mk" not in src
+    row = rnd(48, seed=2)[None].expand(40, 48)            # strides (0, 1)
+    src = kernel_source(matmul, dt.Schedule(tile={"i": 16, "j": 16, "k": 16}, access="tma"), (row, rnd(48, 24)))
+    assert "desc_A" not in src and "desc_B" in src
+    check(matmul, (row, rnd(48, 24)), dt.Schedule(tile={"i": 16, "j": 16, "k": 16}, access="tma"),
+          torch_ref=lambda a, b: a @ b)
+    check(matmul, (rnd(5, 0), rnd(0, 7)), dt.Schedule(access="tma"), torch_ref=lambda a, b: a @ b)
+
+
+def test_interpreter_installs_no_triton_allocator():
+    from triton.runtime import _allocation
+    before = _allocation._allocator.get()
+    kernel_source(matmul, dt.Schedule(tile={"i": 16, "j": 16, "k": 16}, access="tma"), (rnd(32, 32), rnd(32, 32, seed=1)))
+    assert _allocation._allocator.get() is before
+
+
+def test_schedule_warning_points_at_the_callers_line():
+    A, B = rnd(65, 131), rnd(131, 33, seed=1)
+    k = dt.compile(matmul, dt.Schedule(tile={"i": 16, "j": 16, "k": 16}, warp_specialize=True))
+    with pytest.warns(dt.ScheduleWarning) as rec:
+        k(A, B)
+    assert rec[0].filename == __file__
+
+
+def test_integer_output_beside_a_16bit_contraction_keeps_tl_dot():
+    """A float64 (integer-only) output does not turn the fp16 contraction of the same algorithm
+    into float64 arithmetic without tl.dot."""
+    @dt.algorithm
+    def mm_and_count(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"], C: dt.Tensor["M"]):
+        i, j, k = dt.axes("i j k")
+        return dt.sum(A[i, k] * B[k, j], over=k)[i, j], (C[i] * 2)[i]
+    A, B = rnd(40, 32, dtype=torch.float16), rnd(32, 24, dtype=torch.float16, seed=1)
+    C = torch.randint(-1000, 1000, (40,), dtype=torch.int32)
+    k = dt.compile(mm_and_count, dt.Schedule(tile={"i": 16, "j": 16, "k": 16}))
+    out, cnt = k(A, B, C)
+    assert out.dtype == torch.float16 and cnt.dtype == torch.float64
+    assert torch.equal(cnt, (C.long() * 2).double())
+    assert "tl.dot(" in k.source and "tl.float64" not in k.source.split("def mm_and_count_out0")[1].split("@_jit")[0]

@@ -574,3 +574,14 @@ def test_eviction_dimensions_for_streaming_kernels():
     assert 'eviction_policy="evict_first"' in dt.compile(layer_norm, s).source_for(X, w, b)
     with pytest.raises(dt.ScheduleError, match="space names tensor 'Q' in eviction"):
         dt.explore(layer_norm, (X, w, b), space=Space(eviction={"Q": ["evict_first"]}), budget=5, progress=False, store=False)
+
+
+def test_candidates_that_drop_a_knob_are_duplicates_and_do_not_warn(mm_args, recwarn):
+    """warp_specialize=True without TMA generates the same kernel as False (only a comment
+    differs): a duplicate, and explore's candidates raise no ScheduleWarning."""
+    sp = Space(tile={"i": [16]}, warp_specialize=[False, True])
+    res = dt.explore(matmul, mm_args, space=sp, strategy="exhaustive", budget=60, progress=False, store=False)
+    assert res.counts().get("duplicate", 0) >= 1
+    assert not [w for w in recwarn if issubclass(w.category, dt.ScheduleWarning)]
+    with pytest.raises(dt.ScheduleError, match="must be True or False"):
+        Space(warp_specialize=[0, 1])

@@ -74,3 +74,17 @@ def test_fp16_matmul_fills_the_sms_with_smaller_tiles_before_split_k(M, N, tiles
         assert s.num_warps == 4
     a, b = torch.randn(70, 96, dtype=torch.float16), torch.randn(96, 150, dtype=torch.float16)
     run_and_compare(matmul, s, (a, b), 3e-3)
+
+
+def test_batched_fp16_matmul_counts_its_batch_programs():
+    """64 x 1024 x 1024 batched fp16 matmul has 4096 128x128 tiles: no shrink to 64x128."""
+    @dt.algorithm
+    def bmm(A: dt.Tensor["Z", "M", "K"], B: dt.Tensor["Z", "K", "N"]):
+        z, i, j, k = dt.axes("z i j k")
+        return dt.sum(A[z, i, k] * B[z, k, j], over=k)[z, i, j]
+    h = torch.float16
+    s = gpu_schedule(bmm, (torch.zeros((), dtype=h).expand(64, 1024, 1024), torch.zeros((), dtype=h).expand(64, 1024, 1024)))
+    assert (s.tile["i"], s.tile["j"]) == (128, 128) and s.num_warps == 8
+    a, b = torch.randn(2, 70, 40, dtype=h), torch.randn(2, 40, 150, dtype=h)
+    got = dt.compile(bmm, s)(a, b)
+    assert ((got.double() - a.double() @ b.double()).norm() / (a.double() @ b.double()).norm()) < 3e-3

@@ -148,8 +148,11 @@ class KernelGen:
         self.interpret, self.i64 = interpret, i64
         self.counter = 0
         self.names = {s.node._id: s.name for s in alg.stages.values() if not s.is_output}
-        any64 = (any(d == torch.float64 for d in list(dtypes.values()) + list(out_dtypes.values()))
-                 or sched.acc_dtype == "float64")
+        # float64 compute: a float64 input, acc_dtype, or integer-only values (float64 outputs, exact
+        # to 2**53); an algorithm that also has floating inputs keeps their compute dtype
+        int_only = not any(d.is_floating_point for d in dtypes.values())
+        any64 = (any(d == torch.float64 for d in dtypes.values()) or sched.acc_dtype == "float64"
+                 or (int_only and any(d == torch.float64 for d in out_dtypes.values())))
         self.cdt = "tl.float64" if any64 else "tl.float32"
         self.tensors: list[str] = []     # pointer args in order
         self.tensor_ndim: dict[str, int] = {}
@@ -886,7 +889,7 @@ class KernelGen:
                 # Triton's Hopper warp specialisation handles TMA-fed loops only (pointer loads
                 # in the loop crash its WSLowerToken pass on the H200): a plain loop here (loads
                 # through block pointers are not TMA either)
-                child.header = child.header.replace(
+                child.header = child.header.replace(" in tl.range(", " in range(").replace(
                     ", warp_specialize=True):", "):  # warp_specialize off: loads in this loop that are not TMA")
         # finalise
         for r in rs:

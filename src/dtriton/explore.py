@@ -76,6 +76,7 @@ import math
 import os
 import queue
 import random
+import re
 import threading
 import time
 import warnings
@@ -434,7 +435,10 @@ class Space:
         self.split_mode = flat(split_mode, "split_mode", oneof(SPLIT_MODES))
         self.persistent = flat(persistent, "persistent", oneof(tuple(range(0, 33))))
         self.access = flat(access, "access", oneof(ACCESS))
-        self.warp_specialize = flat(warp_specialize, "warp_specialize", oneof((False, True)))
+        def boolean(what, x):
+            if not isinstance(x, bool):
+                raise ScheduleError(f"Space {what} value {x!r} must be True or False")
+        self.warp_specialize = flat(warp_specialize, "warp_specialize", boolean)
 
     # -- views ----------------------------------------------------------------------------------
     def dimensions(self) -> list[tuple[str, tuple]]:
@@ -708,7 +712,8 @@ def _derive_fields(alg: Algorithm, b: Binding, base: Schedule, gpu: bool, limits
     # candidate of the diffusion layer with it faulted ("misaligned address"), which ends the
     # CUDA context and so the whole exploration
     access = wspec = None
-    wide = any(d.is_floating_point and d.itemsize > 2 for d in b.dtypes.values())
+    floats = [d for d in b.dtypes.values() if d.is_floating_point]
+    wide = not floats or any(d.itemsize > 2 for d in floats)
     if gpu and cons and limits.tma and not wide:
         # 16-bit operands only: exploring the fp32 diffusion layer with TMA candidates faulted on
         # the H200 ("misaligned address", which ends the CUDA context); not yet isolated
@@ -1236,7 +1241,11 @@ def _run_parallel(tasks: Sequence[Callable[[], dict]], workers: int, timeout: fl
 def _src_hash(src: str, sched: Schedule) -> str:
     """Identity of what a candidate runs: its source (minus the schedule comment) and the launch
     options, which are not part of the source (num_warps, num_stages, per stage too)."""
-    lines = [ln for ln in src.splitlines() if not ln.startswith("Schedule:")]
+    lines = []
+    for ln in src.splitlines():   # comments do not change what runs (e.g. "warp_specialize off: ...")
+        code = re.sub(r"\s*#.*$", "", ln)
+        if code.strip() and not ln.startswith("Schedule:"):
+            lines.append(code)
     launch = [sched.num_warps, sched.num_stages] + sorted(
         (k, v.num_warps, v.num_stages) for k, v in sched.stages.items())
     return hashlib.sha256(("\n".join(lines) + repr(launch)).encode()).hexdigest()
@@ -1632,6 +1641,7 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
             if sched is not None:
                 sched.validate(alg)
                 kern = factory(alg, sched)
+                kern.quiet = True   # knobs a candidate cannot use are its own business: no ScheduleWarning
                 full = kern.schedule_for(*bench.work)
             else:
                 kern, full = heur, base

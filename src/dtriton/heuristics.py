@@ -160,8 +160,8 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
         if (gpu and big == 128 and m in grid and n in grid and not (set(user.tile) & {m, n})
                 and tile[m] == 128 and tile[n] == 128):
             progs = 1
-            for a in grid:
-                progs *= -(-sizes[a] // tile.get(a, 1)) if a in (m, n) or a in tile else 1
+            for a in grid:   # batch axes not tiled yet get tile 1 below: one per program
+                progs *= -(-sizes[a] // tile.get(a, 1))
             first = m if grid.index(m) < grid.index(n) else n
             if progs < 132 and sizes[first] > 64:
                 # fewer 128x128 output tiles than SMs (1024^3 has 64): 64x128 tiles fill the GPU

@@ -13,7 +13,6 @@ the CPU and results moved back), ``DTRITON_BACKEND=gpu`` refuses to fall back.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
 import os
@@ -138,6 +137,7 @@ class Kernel:
         self.algorithm = alg
         self.schedule = schedule
         self._plans: dict[tuple, _Plan] = {}
+        self.quiet = False   # True: no ScheduleWarning for knobs a call cannot use (explore's candidates)
         self._fast: dict[tuple, tuple[_Plan, Any]] = {}
         self._last: _Plan | None = None
 
@@ -167,15 +167,16 @@ class Kernel:
         alg = self.algorithm
         sched.validate(alg)
         prog = lower(alg, sched, b.axis_sizes, interpret, {o.name: str(d).replace("torch.", "") for o, d in zip(alg.outputs, b.out_dtypes)},
-                     f64=any(d == torch.float64 for d in list(b.dtypes.values()) + list(b.out_dtypes)))
+                     f64=any(d == torch.float64 for d in b.dtypes.values())
+                     or (not any(d.is_floating_point for d in b.dtypes.values()) and torch.float64 in b.out_dtypes))
         out_dtypes = {o.name: d for o, d in zip(alg.outputs, b.out_dtypes)}
         spec_note = ("Specialisation (axis: size bucket, largest power-of-two divisor up to 256; masks only "
                      "where a tile does not divide): " + ", ".join(
                          f"{a}: <={f[1]}, /{max(t for t, ok in zip((1, 2, 4, 8, 16, 32, 64, 128, 256), f[2]) if ok)}"
                          for a, f in zip(alg.axis_names, key[1])))
         if sched.access == "tma":
-            spec_note += ("\nTMA descriptors for: " + (", ".join(sorted(key[5])) or "none") +
-                          " (the other tensors' strides or alignment do not suit TMA on this call: pointers)")
+            spec_note += ("\nTMA-addressable on this call: " + (", ".join(sorted(key[5])) or "none") +
+                          " (the others' strides or alignment do not suit TMA: pointers; vectors keep pointers too)")
         source, metas = generate(prog, alg, sched, b.dtypes, out_dtypes, interpret, key[3], spec_note, key[5])
         try:
             mod = _load_module(source, interpret)
@@ -187,11 +188,11 @@ class Kernel:
             ga = [(a, m.ir.axes[a].block) for a in m.ir.grid]
             launches.append(_Launch(fn, m, ga, m.ir.split[1] if m.ir.split else 1,
                                     _persistent_programs(sched.persistent, b.device) if m.ir.persistent else 0))
-        if sched.warp_specialize and "warp_specialize off" in source:
+        if sched.warp_specialize and "warp_specialize off" in source and not getattr(self, "quiet", False):
             import warnings
             warnings.warn(f"{alg.name}: warp_specialize=True has no effect on loops whose loads are not all TMA "
                           f"(needs access='tma' and TMA-addressable tensors: last stride 1, 16-byte aligned rows and "
-                          f"base); those loops run without it", ScheduleWarning, stacklevel=4)
+                          f"base); those loops run without it", ScheduleWarning, stacklevel=3)
         plan = _Plan(sched, prog, source, launches, interpret, "tl.make_tensor_descriptor(" in source)
         self._plans[key] = plan
         return plan
@@ -298,10 +299,8 @@ class Kernel:
             call.extend(scalars[s] for s in m.scalars)
             try:
                 if plan.interpret:
-                    with _quiet_interpreter():
-                        ck = L.fn[(nprog,)](*call, **m.consts, num_warps=m.ir.num_warps, num_stages=m.ir.num_stages)
-                else:
-                    ck = L.fn[(nprog,)](*call, **m.consts, num_warps=m.ir.num_warps, num_stages=m.ir.num_stages)
+                    _quiet_interpreter()
+                ck = L.fn[(nprog,)](*call, **m.consts, num_warps=m.ir.num_warps, num_stages=m.ir.num_stages)
                 if compiled is not None:
                     compiled.append(ck)
             except Exception as e:
@@ -312,26 +311,34 @@ class Kernel:
         return outs
 
 
-@contextlib.contextmanager
-def _quiet_interpreter():
-    """Hide the numpy warnings Triton 3.6's interpreter raises on every launch: "Conversion of an
-    array with ndim > 0 to a scalar" (its own code) and invalid-value/divide warnings from lanes
-    that masks discard (0/0 in a padded row). Neither says anything about the user's kernel."""
+_QUIET: list[bool] = []
+
+
+def _quiet_interpreter() -> None:
+    """Hide, once per process, the numpy warnings Triton 3.6's interpreter raises from its own
+    module on every launch: "Conversion of an array with ndim > 0 to a scalar", and invalid-value
+    or divide warnings from lanes that masks discard (0/0 in a padded row). Neither says anything
+    about the user's kernel. The filters name the interpreter module only, and are installed once
+    (``warnings.catch_warnings`` per launch would race between threads)."""
+    if _QUIET:
+        return
     import warnings
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Conversion of an array with ndim > 0", category=DeprecationWarning)
-        warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"(triton|numpy)(\.|$)")
-        yield
+    warnings.filterwarnings("ignore", message="Conversion of an array with ndim > 0", category=DeprecationWarning,
+                            module=r"triton\.runtime\.interpreter")
+    warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
+    _QUIET.append(True)
 
 
 def _tma_ok(alg: Algorithm, b: Binding, args, out) -> frozenset:
     """Tensors of this call a TMA descriptor can address: at most 5 dims, last stride 1, every
-    other stride a multiple of 16 bytes, base address 16-byte aligned (CUDA's
-    ``cuTensorMapEncodeTiled`` rules). Outputs are allocated contiguous unless ``out=`` is given."""
+    other stride a positive multiple of 16 bytes (no stride-0 expanded dims), base address
+    16-byte aligned (CUDA's ``cuTensorMapEncodeTiled`` rules), not empty, not bool (Triton counts
+    bool elements as 1 bit). Outputs are allocated contiguous unless ``out=`` is given."""
     def ok(t: torch.Tensor) -> bool:
         es = t.element_size()
-        return (1 <= t.dim() <= 5 and t.stride(-1) == 1 and t.data_ptr() % 16 == 0
-                and all((st * es) % 16 == 0 for st in t.stride()[:-1]))
+        return (1 <= t.dim() <= 5 and t.dtype != torch.bool and t.numel() > 0 and t.stride(-1) == 1
+                and t.data_ptr() % 16 == 0 and all((st * es) % 16 == 0 for st in t.stride()[:-1])
+                and all(st > 0 for st, n in zip(t.stride(), t.shape) if n > 1))
     names = set()
     for p, a in zip(alg.params, args):
         if isinstance(p, InputTensor) and isinstance(a, torch.Tensor) and ok(a):
@@ -344,7 +351,7 @@ def _tma_ok(alg: Algorithm, b: Binding, args, out) -> frozenset:
             shape = [b.axis_sizes[a] for a in o.layout]
             es = torch.empty((), dtype=odt).element_size()
             row = 1
-            good = 1 <= len(shape) <= 5
+            good = 1 <= len(shape) <= 5 and all(n > 0 for n in shape) and odt != torch.bool
             for n in reversed(shape[1:]):
                 row *= n
                 good = good and (row * es) % 16 == 0
@@ -353,18 +360,21 @@ def _tma_ok(alg: Algorithm, b: Binding, args, out) -> frozenset:
     return frozenset(names)
 
 
+def _scratch_alloc(size: int, alignment: int, stream):
+    """Global scratch for in-kernel TMA descriptors, on the CUDA device current at launch (the one
+    Triton launches on); torch's allocator returns 256-byte aligned blocks."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
 def _ensure_allocator(device: torch.device) -> None:
-    """Kernels that build TMA descriptors in the kernel need global scratch memory from Triton's
-    allocator (``triton.set_allocator``); install a torch-backed one in this thread's context
-    when none is set (a user's own allocator is kept)."""
+    """GPU kernels that build TMA descriptors need global scratch memory from Triton's allocator
+    (``triton.set_allocator``, a per-thread context variable): install :func:`_scratch_alloc` in
+    this thread when none is set. A user's own allocator is kept; the interpreter needs none."""
+    if device.type != "cuda":
+        return
     from triton.runtime import _allocation
     if _allocation._allocator.get() is _allocation._NULL_ALLOCATOR:
-        import triton
-        dev = device
-
-        def alloc(size: int, alignment: int, stream):
-            return torch.empty(size, dtype=torch.int8, device=dev)
-        triton.set_allocator(alloc)
+        _allocation._allocator.set(_scratch_alloc)
 
 
 def _check_gather_indices(alg: Algorithm, b: Binding, args) -> None:

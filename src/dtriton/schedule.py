@@ -162,7 +162,8 @@ class Schedule:
             ``boundary_check``) or "tma" (Hopper TMA tensor descriptors made in the kernel,
             ``tl.make_tensor_descriptor``; Triton's persistent-matmul tutorial). Applies to
             tensors indexed by plain axes with at least two tiled dims; a tensor of a call that
-            TMA cannot address (last stride not 1, rows not 16-byte aligned) keeps pointers.
+            TMA cannot address (last stride not 1, rows or base not 16-byte aligned, a stride-0
+            dim, bool, empty) keeps pointers. TMA loads take no ``eviction`` hint.
         warp_specialize: split each contraction loop into producer (loads) and consumer (MMA)
             warp groups (``tl.range(..., warp_specialize=True)``; Triton's automatic warp
             specialisation, Hopper and newer, best with ``access="tma"``).
