@@ -81,13 +81,32 @@ def _column_reduction(a: str, grid, contig: set[str], sizes) -> bool:
     return a not in contig and any(g in contig for g in grid) and sizes[a] > 64
 
 
-def _split_for(split: dict, r: str, programs: int, size: int, tile: int):
+_SMS: dict[str, int] = {}
+
+
+def sm_count(device) -> int:
+    """Streaming multiprocessors of the CUDA device ``device`` (132 on an H200; also the answer
+    when no GPU is visible, e.g. a GPU schedule derived on a CPU machine)."""
+    key = str(device)
+    if key not in _SMS:
+        n = 132
+        try:
+            import torch
+            if torch.cuda.is_available() and getattr(device, "type", "cuda") == "cuda":
+                n = int(torch.cuda.get_device_properties(device).multi_processor_count)
+        except Exception:  # noqa: BLE001 - an odd device string: keep the H200's count
+            pass
+        _SMS[key] = n
+    return _SMS[key]
+
+
+def _split_for(split: dict, r: str, programs: int, size: int, tile: int, sms: int = 132):
     """Split-K rule: with fewer than half a wave of programs (66 on 132 SMs), split ``r`` so about
     two waves run, each program still looping over at least 8 tiles of ``r`` (the H200 sweep of
     the diffusion layer: best split 4 at V=1.4k, 8 at 5k, 64 at 28k-85k)."""
-    want = next_pow2(-(-2 * 132 // max(programs, 1)))
+    want = next_pow2(-(-2 * sms // max(programs, 1)))
     most = size // (tile * 8)
-    if programs < 66 and most >= 2:
+    if programs < sms // 2 and most >= 2:
         split[r] = max(2, min(64, want, 1 << (most.bit_length() - 1)))
 
 
@@ -103,6 +122,7 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
     """Return ``sched`` with every open field filled for the shapes and dtypes of ``b``."""
     user = sched or Schedule()
     gpu = b.device.type == "cuda"
+    sms = sm_count(b.device) if gpu else 132
     sizes = b.axis_sizes
     half = any(d in (__import__("torch").float16, __import__("torch").bfloat16) for d in b.dtypes.values())
     tile = dict(user.tile)
@@ -163,7 +183,7 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
             for a in grid:   # batch axes not tiled yet get tile 1 below: one per program
                 progs *= -(-sizes[a] // tile.get(a, 1))
             first = m if grid.index(m) < grid.index(n) else n
-            if progs < 132 and sizes[first] > 64:
+            if progs < sms and sizes[first] > 64:
                 # fewer 128x128 output tiles than SMs (1024^3 has 64): 64x128 tiles fill the GPU
                 # without split-K's zeroing and atomics (H200 probe, fp16 1024^3: 64x128x64,
                 # 4 warps, 6.3 us; 128x128 with split 2, 12.9 us)
@@ -181,7 +201,7 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
             # about two waves of programs over the 132 SMs, each still looping over >= 8 tiles of
             # the reduction (the H200 sweep of the diffusion layer: best split 4 at V=1.4k, 8 at
             # 5k, 64 at 28k-85k)
-            _split_for(split, r, ntiles, sizes[r], tile[r])
+            _split_for(split, r, ntiles, sizes[r], tile[r], sms)
         if m in grid and n in grid and not group and sched is None:
             first = m if grid.index(m) < grid.index(n) else n
             group[first] = 8
@@ -234,7 +254,7 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
             progs = 1
             for g in grid:
                 progs *= -(-sizes[g] // tile[g])
-            _split_for(split, a, progs, sizes[a], tile[a])
+            _split_for(split, a, progs, sizes[a], tile[a], sms)
     if num_warps is None:
         num_warps = 4 if widest <= 1024 else (8 if widest <= 4096 else 16)
     if num_stages is None:
@@ -259,7 +279,7 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
                             progs = 1
                             for g in og:
                                 progs *= -(-sizes[g] // st_tile.get(g, tile.get(g, 1)))
-                            _split_for(split, a, progs, sizes[a], st_tile[a])
+                            _split_for(split, a, progs, sizes[a], st_tile[a], sms)
                 stages[o.name] = StageSchedule(place=ss.place, tile=st_tile, grid=og, group=ss.group,
                                                strategy=st_strat, num_stages=ss.num_stages,
                                                num_warps=ss.num_warps or (4 if st_strat != dict(ss.strategy) and gpu else None))
