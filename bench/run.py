@@ -486,8 +486,13 @@ def main(argv=None):
         except Exception:  # noqa: BLE001
             traceback.print_exc()
         write_results(a.out, meta)
+    print_table(ROWS)
+
+
+def print_table(rows) -> None:
+    """The compact table printed last: kernel and call µs and the rate of every row."""
     print(f"\n{'group':9s} {'case':30s} {'impl':16s} {'kernel us':>10s} {'call us':>10s} {'rate':>9s}")
-    for r in ROWS:
+    for r in rows:
         print(f"{r['group']:9s} {r['case'][:30]:30s} {r['impl'][:16]:16s} {r['kernel_us']:10.1f} {r['call_us']:10.1f} "
               f"{r['rate']:9.3f} {r['unit']}")
 
@@ -519,10 +524,7 @@ def run_isolated(a, argv: list[str]) -> None:
     if os.path.exists(path):
         with open(path) as f:
             rows = json.load(f)["rows"]
-        print(f"\n{'group':9s} {'case':30s} {'impl':16s} {'kernel us':>10s} {'call us':>10s} {'rate':>9s}")
-        for r in rows:
-            print(f"{r['group']:9s} {r['case'][:30]:30s} {r['impl'][:16]:16s} {r['kernel_us']:10.1f} {r['call_us']:10.1f} "
-                  f"{r['rate']:9.3f} {r['unit']}")
+        print_table(rows)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ import torch
 
 from .errors import ScheduleError
 from .language import (Axis, Binary, Cast, Const, Expr, Load, Reduce, ScalarParam, Unary, Where,
-                       COMPARE_OPS, _fmt_expr)
+                       COMPARE_OPS, _fmt_expr, kernel_f64)
 from .lowering import AxisPlan, BufferSpec, KernelIR, Program, StoreSpec
 
 __all__ = ["generate", "fmt"]
@@ -144,15 +144,12 @@ class KernelGen:
         self.tma_ok = tma_ok             # tensors whose strides and alignment suit TMA on this call
         self.descs: dict[tuple, str] = {}  # (tensor, block shape) -> descriptor var, made at kernel entry
         self.desc_lines: list[str] = []
+        self.ws_dropped = False          # a warp_specialize loop fell back to a plain one
         self.out_dtypes = out_dtypes
         self.interpret, self.i64 = interpret, i64
         self.counter = 0
         self.names = {s.node._id: s.name for s in alg.stages.values() if not s.is_output}
-        # float64 compute: a float64 input, acc_dtype, or integer-only values (float64 outputs, exact
-        # to 2**53); an algorithm that also has floating inputs keeps their compute dtype
-        int_only = not any(d.is_floating_point for d in dtypes.values())
-        any64 = (any(d == torch.float64 for d in dtypes.values()) or sched.acc_dtype == "float64"
-                 or (int_only and any(d == torch.float64 for d in out_dtypes.values())))
+        any64 = kernel_f64(dtypes.values(), out_dtypes.values()) or sched.acc_dtype == "float64"
         self.cdt = "tl.float64" if any64 else "tl.float32"
         self.tensors: list[str] = []     # pointer args in order
         self.tensor_ndim: dict[str, int] = {}
@@ -891,6 +888,7 @@ class KernelGen:
                 # through block pointers are not TMA either)
                 child.header = child.header.replace(" in tl.range(", " in range(").replace(
                     ", warp_specialize=True):", "):  # warp_specialize off: loads in this loop that are not TMA")
+                self.ws_dropped = True
         # finalise
         for r in rs:
             info = accs[r._id]
@@ -1174,9 +1172,9 @@ class KernelGen:
         if st.atomic:
             scope.emit(f"tl.atomic_add({ptr}, {v}" + (f", mask={mask}" if mask else "") + ", sem=\"relaxed\")")
         else:
-            if self.interpret and self.out_dtypes.get(st.target) == torch.bfloat16:
-                v = f"_round_bf16(({v}).to(tl.float32))"
             odt = self.out_dtypes.get(st.target)
+            if self.interpret and odt == torch.bfloat16:
+                v = f"_round_bf16(({v}).to(tl.float32))"
             acc = None
             if odt is not None and not st.partial_axis and pres:
                 acc = self.tile_access(name, list(st.layout), scope, odt.itemsize)
@@ -1242,6 +1240,8 @@ class KernelSource:
     scalars: list[str]
     consts: dict[str, int]
     ir: KernelIR
+    tma: bool = False          # makes TMA descriptors (needs Triton's global-scratch allocator)
+    ws_dropped: bool = False   # a warp_specialize loop was emitted plain (non-TMA loads in it)
 
 
 def generate(prog: Program, alg, sched, dtypes, out_dtypes, interpret: bool, i64: bool, spec_note: str = "",
@@ -1254,5 +1254,6 @@ def generate(prog: Program, alg, sched, dtypes, out_dtypes, interpret: bool, i64
         g = KernelGen(prog, k, alg, dtypes, out_dtypes, sched, interpret, i64, tma_ok)
         src = g.generate()
         parts.append("\n" + src)
-        metas.append(KernelSource(k.name, g.tensors, g.tensor_ndim, g.sizes, g.scalars, g.consts, k))
+        metas.append(KernelSource(k.name, g.tensors, g.tensor_ndim, g.sizes, g.scalars, g.consts, k,
+                                  tma=bool(g.descs), ws_dropped=g.ws_dropped))
     return "\n".join(parts), metas

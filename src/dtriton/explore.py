@@ -91,7 +91,7 @@ from .heuristics import contractions
 from .language import Algorithm, Binary, Binding, Reduce, expr_axes
 from .lowering import next_pow2
 from .runtime import Kernel, backend_for
-from .schedule import ACCESS, PLACES, SPLIT_MODES, STRATEGIES, Schedule, StageSchedule
+from .schedule import ACCESS, EVICTIONS, PLACES, SPLIT_MODES, STRATEGIES, Schedule, StageSchedule
 from .tuning import TuningDB, TuningKey, TuningRecord, TuningWarning, device_name
 
 __all__ = ["explore", "Space", "ExploreResult", "Limits", "check_resources", "check_outputs",
@@ -425,7 +425,7 @@ class Space:
         self.strategy = per_key(strategy, "strategy", oneof(STRATEGIES))
         self.place = per_key(place, "place", oneof(PLACES))
         self.stage_tile = per_key(stage_tile, "stage_tile", pow2)
-        self.eviction = per_key(eviction, "eviction", oneof(("evict_normal", "evict_first", "evict_last")))
+        self.eviction = per_key(eviction, "eviction", oneof(EVICTIONS))
         for k in self.stage_tile or {}:
             if k.count(".") != 1 or not all(k.split(".")):
                 raise ScheduleError(f"Space(stage_tile) key {k!r} must be 'stage.axis', e.g. 'sum0.k'")
@@ -857,10 +857,8 @@ def _base_point(dims, base: Schedule) -> dict:
     for name, vals in dims:
         f, _, sub = name.partition(".")
         if not sub:
-            v = {"grid": tuple(base.grid or ()), "group": max(base.group.values(), default=1),
-                 "num_warps": base.num_warps, "num_stages": base.num_stages, "precision": base.precision,
-                 "split_mode": base.split_mode, "persistent": base.persistent, "access": base.access,
-                 "warp_specialize": base.warp_specialize}.get(f)
+            v = getattr(base, f) if f in _FLAT else \
+                {"grid": tuple(base.grid or ()), "group": max(base.group.values(), default=1)}.get(f)
         else:
             st = base.strategy.get(sub, "auto")
             if f == "stage_tile":

@@ -21,6 +21,8 @@ User-given fields are never changed.
 
 from __future__ import annotations
 
+import math
+
 from .language import Algorithm, Axis, Binding, Binary, Load, Reduce, expr_axes, topo_order
 from .lowering import next_pow2
 from .schedule import Schedule
@@ -70,6 +72,11 @@ def _contiguous_axes(alg: Algorithm) -> set[str]:
         if isinstance(n, Load) and n.index and isinstance(n.index[-1], Axis):
             out.add(n.index[-1].name)
     return out
+
+
+def _programs(axes, sizes, tiles) -> int:
+    """Programs a grid over ``axes`` launches with ``tiles`` (an axis without a tile: one each)."""
+    return math.prod(-(-sizes[a] // tiles.get(a, 1)) for a in axes)
 
 
 def _reduces_in(root) -> list[Reduce]:
@@ -179,9 +186,7 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
             dot_axes.add(a)
         if (gpu and big == 128 and m in grid and n in grid and not (set(user.tile) & {m, n})
                 and tile[m] == 128 and tile[n] == 128):
-            progs = 1
-            for a in grid:   # batch axes not tiled yet get tile 1 below: one per program
-                progs *= -(-sizes[a] // tile.get(a, 1))
+            progs = _programs(grid, sizes, tile)   # batch axes not tiled yet get tile 1 below
             first = m if grid.index(m) < grid.index(n) else n
             if progs < sms and sizes[first] > 64:
                 # fewer 128x128 output tiles than SMs (1024^3 has 64): 64x128 tiles fill the GPU
@@ -194,10 +199,9 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
             tile[r] = max(16, cap(r, 64 if half or not gpu else 32))
         dot_axes.add(r)
         if gpu and r not in split and not user.split and _splittable(alg, r, strategy):
-            ntiles = 1   # programs of the grid: the dot's output tiles times the batch axes' tiles
+            # programs of the grid: the dot's output tiles times the batch axes' tiles
             free = alg.stages[name].free_axes if name in alg.stages else (m, n)
-            for a in dict.fromkeys((m, n) + tuple(a for a in grid if a in free)):
-                ntiles *= -(-sizes[a] // tile.get(a, 1))
+            ntiles = _programs(dict.fromkeys((m, n) + tuple(a for a in grid if a in free)), sizes, tile)
             # about two waves of programs over the 132 SMs, each still looping over >= 8 tiles of
             # the reduction (the H200 sweep of the diffusion layer: best split 4 at V=1.4k, 8 at
             # 5k, 64 at 28k-85k)
@@ -251,10 +255,7 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
         tile.setdefault(a, cap(a, 64))
     for a in col_axes:
         if gpu and not user.split and a not in split and _splittable(alg, a, strategy):
-            progs = 1
-            for g in grid:
-                progs *= -(-sizes[g] // tile[g])
-            _split_for(split, a, progs, sizes[a], tile[a], sms)
+            _split_for(split, a, _programs(grid, sizes, tile), sizes[a], tile[a], sms)
     if num_warps is None:
         num_warps = 4 if widest <= 1024 else (8 if widest <= 4096 else 16)
     if num_stages is None:
@@ -276,10 +277,7 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
                             if g in contig:
                                 st_tile.setdefault(g, cap(g, 128 if gpu else 32))
                         if gpu and not user.split and a not in split and _splittable(alg, a, strategy):
-                            progs = 1
-                            for g in og:
-                                progs *= -(-sizes[g] // st_tile.get(g, tile.get(g, 1)))
-                            _split_for(split, a, progs, sizes[a], st_tile[a], sms)
+                            _split_for(split, a, _programs(og, sizes, dict(tile, **st_tile)), sizes[a], st_tile[a], sms)
                 stages[o.name] = StageSchedule(place=ss.place, tile=st_tile, grid=og, group=ss.group,
                                                strategy=st_strat, num_stages=ss.num_stages,
                                                num_warps=ss.num_warps or (4 if st_strat != dict(ss.strategy) and gpu else None))

@@ -760,6 +760,16 @@ def result_dtype(dtypes: Iterable[torch.dtype]) -> torch.dtype:
     return out or (torch.float64 if ints else torch.float32)
 
 
+def kernel_f64(dtypes: Iterable[torch.dtype], out_dtypes: Iterable[torch.dtype]) -> bool:
+    """Whether generated kernels compute (and keep intermediate buffers) in float64: a float64
+    input, or integer-only values (their outputs are float64 by :func:`result_dtype`). An
+    algorithm that also has 16/32-bit floating inputs keeps their float32 compute."""
+    dtypes = list(dtypes)
+    if any(d == torch.float64 for d in dtypes):
+        return True
+    return not any(d.is_floating_point for d in dtypes) and torch.float64 in list(out_dtypes)
+
+
 def compute_dtype(dt: torch.dtype) -> torch.dtype:
     """Accumulation/compute dtype: fp32 for 16-bit floats and fp32, fp64 for fp64."""
     return torch.float64 if dt == torch.float64 else torch.float32

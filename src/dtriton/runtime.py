@@ -27,7 +27,7 @@ import torch
 
 from .codegen import KernelSource, generate
 from .errors import CompileError, ScheduleWarning, ShapeError
-from .language import Algorithm, Binding, InputTensor, ScalarParam
+from .language import Algorithm, Binding, InputTensor, ScalarParam, kernel_f64
 from .lowering import Program, lower, next_pow2
 from .schedule import Schedule
 
@@ -98,6 +98,14 @@ class _Launch:
     split: int
     persistent: int = 0   # >0: at most this many programs, each looping over tiles
 
+    def programs(self, sizes: dict[str, int]) -> int:
+        """Programs to launch: output tiles of the grid axes times the split (0: nothing to do),
+        at most ``persistent`` for a persistent kernel."""
+        n = self.split
+        for a, blk in self.grid_axes:
+            n *= -(-sizes[a] // blk)
+        return min(n, self.persistent) if self.persistent and n else n
+
 
 def _persistent_programs(per_sm: int, device: torch.device) -> int:
     """Programs of a persistent launch: ``per_sm`` per multiprocessor (4 in all on the interpreter)."""
@@ -167,8 +175,7 @@ class Kernel:
         alg = self.algorithm
         sched.validate(alg)
         prog = lower(alg, sched, b.axis_sizes, interpret, {o.name: str(d).replace("torch.", "") for o, d in zip(alg.outputs, b.out_dtypes)},
-                     f64=any(d == torch.float64 for d in b.dtypes.values())
-                     or (not any(d.is_floating_point for d in b.dtypes.values()) and torch.float64 in b.out_dtypes))
+                     f64=kernel_f64(b.dtypes.values(), b.out_dtypes))
         out_dtypes = {o.name: d for o, d in zip(alg.outputs, b.out_dtypes)}
         spec_note = ("Specialisation (axis: size bucket, largest power-of-two divisor up to 256; masks only "
                      "where a tile does not divide): " + ", ".join(
@@ -188,12 +195,12 @@ class Kernel:
             ga = [(a, m.ir.axes[a].block) for a in m.ir.grid]
             launches.append(_Launch(fn, m, ga, m.ir.split[1] if m.ir.split else 1,
                                     _persistent_programs(sched.persistent, b.device) if m.ir.persistent else 0))
-        if sched.warp_specialize and "warp_specialize off" in source and not getattr(self, "quiet", False):
+        if any(m.ws_dropped for m in metas) and not self.quiet:
             import warnings
             warnings.warn(f"{alg.name}: warp_specialize=True has no effect on loops whose loads are not all TMA "
                           f"(needs access='tma' and TMA-addressable tensors: last stride 1, 16-byte aligned rows and "
                           f"base); those loops run without it", ScheduleWarning, stacklevel=3)
-        plan = _Plan(sched, prog, source, launches, interpret, "tl.make_tensor_descriptor(" in source)
+        plan = _Plan(sched, prog, source, launches, interpret, any(m.tma for m in metas))
         self._plans[key] = plan
         return plan
 
@@ -283,13 +290,9 @@ class Kernel:
             _ensure_allocator(dev)
         for L in plan.launches:
             m = L.meta
-            nprog = L.split
-            for a, blk in L.grid_axes:
-                nprog *= -(-sizes[a] // blk)
+            nprog = L.programs(sizes)
             if nprog == 0:
                 continue
-            if L.persistent:
-                nprog = min(nprog, L.persistent)
             if nprog > _I32_MAX:
                 raise ShapeError(f"kernel {m.name} needs {nprog} programs, more than a grid allows; use larger tiles")
             call = [tensors[t] for t in m.tensors]
@@ -463,11 +466,7 @@ class _FastLauncher:
         self.launches = []
         for L, ck in zip(plan.launches, compiled):
             m = L.meta
-            nprog = L.split
-            for a, blk in L.grid_axes:
-                nprog *= -(-sizes[a] // blk)
-            if L.persistent:
-                nprog = min(nprog, L.persistent)
+            nprog = L.programs(sizes)
             call, fills = [], []
             for t in m.tensors:
                 fills.append((len(call), slot_of[t]))

@@ -17,7 +17,7 @@ from typing import Any, Iterator, Mapping
 
 from .errors import ScheduleError
 
-__all__ = ["Schedule", "StageSchedule", "FrozenMap", "STRATEGIES", "PLACES", "ACCESS"]
+__all__ = ["Schedule", "StageSchedule", "FrozenMap", "STRATEGIES", "PLACES", "ACCESS", "EVICTIONS"]
 
 #: Reduction / non-grid-axis strategies.
 #: whole: the tile covers the axis (one pass in registers); loop: tiles over the axis in a loop,
@@ -33,6 +33,8 @@ SPLIT_MODES = ("atomic", "partials")
 #: accelerator through ``tl.make_tensor_descriptor``; needs a contiguous last dim and 16-byte
 #: aligned rows, and falls back to pointers per tensor where a call's tensor does not qualify).
 ACCESS = ("pointer", "block_ptr", "tma")
+#: L2 hints of ``tl.load`` (``Schedule.eviction``); "evict_normal" is Triton's default.
+EVICTIONS = ("evict_first", "evict_last", "evict_normal")
 
 
 class FrozenMap(Mapping):
@@ -236,7 +238,7 @@ class Schedule:
         if self.precision not in ("ieee", "tf32", "tf32x3"):
             raise ScheduleError(f"precision = {self.precision!r} must be 'ieee', 'tf32' or 'tf32x3'")
         for t, pol in self.eviction.items():
-            if pol not in ("evict_first", "evict_last", "evict_normal"):
+            if pol not in EVICTIONS:
                 raise ScheduleError(f"eviction[{t!r}] = {pol!r} must be 'evict_first', 'evict_last' or 'evict_normal'")
         if not (isinstance(self.persistent, int) and not isinstance(self.persistent, bool) and 0 <= self.persistent <= 32):
             raise ScheduleError(f"persistent = {self.persistent!r} must be 0 (off) or programs per SM from 1 to 32")
