@@ -272,6 +272,7 @@ class Kernel:
                 if tuple(given.shape) != tuple(shape) or given.dtype != odt:
                     raise ShapeError(f"out= for {o.name} must have shape {tuple(shape)} and dtype {odt}, "
                                      f"got {tuple(given.shape)} {given.dtype}")
+                _check_out_memory(o.name, given, tensors)
                 t = given
             else:
                 t = torch.empty(shape, dtype=odt, device=dev)
@@ -315,6 +316,35 @@ class Kernel:
 
 
 _QUIET: list[bool] = []
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """Byte range [lo, hi) of the memory ``t`` can touch (non-negative strides)."""
+    lo = t.data_ptr()
+    return lo, lo + (_max_offset(t) - t.storage_offset() + 1) * t.element_size()
+
+
+def _check_out_memory(name: str, out: torch.Tensor, inputs: dict[str, torch.Tensor]) -> None:
+    """Refuse an ``out=`` tensor whose elements share memory (a stride-0 expanded dim), or that
+    overlaps an input without being exactly that input (an in-place call, ``out=X`` for ``X``,
+    is allowed): programs would read values other programs already overwrote (torch refuses
+    these too)."""
+    if out.numel() == 0:
+        return
+    if any(st == 0 for st, n in zip(out.stride(), out.shape) if n > 1):
+        raise ShapeError(f"out= for {name} has a stride-0 (expanded) dim (strides {tuple(out.stride())}): several "
+                         "elements would be written to one memory location; pass a tensor with distinct elements")
+    lo, hi = _span(out)
+    for pname, x in inputs.items():
+        if not isinstance(x, torch.Tensor) or x.numel() == 0 or x.device != out.device:
+            continue
+        same = (x.data_ptr() == out.data_ptr() and x.shape == out.shape and x.stride() == out.stride()
+                and x.dtype == out.dtype)
+        xlo, xhi = _span(x)
+        if not same and xlo < hi and lo < xhi:
+            raise ShapeError(f"out= for {name} overlaps input {pname!r} without being that same tensor: programs "
+                             f"would read values already overwritten; write into a separate tensor (or pass "
+                             f"out={pname} itself for an in-place call)")
 
 
 def _quiet_interpreter() -> None:
