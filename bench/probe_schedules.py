@@ -66,6 +66,20 @@ def probe(case: str, alg, args, ref, tol: float, cands: list[tuple[str, dt.Sched
     RESULTS.extend(rows)
 
 
+def summary():
+    """One line per case: the fastest correct candidate against the baselines."""
+    print("\n== summary (µs, CUDA-graph replay)")
+    cases = list(dict.fromkeys(r["case"] for r in RESULTS))
+    for c in cases:
+        rows = [r for r in RESULTS if r["case"] == c]
+        base = " ".join(f"{r['cand']}={r['us']:.1f}" for r in rows if r["schedule"] is None and r["us"])
+        good = [r for r in rows if r["schedule"] is not None and r["us"]]
+        bad = sum(r["status"] != "ok" for r in rows)
+        best = min(good, key=lambda r: r["us"]) if good else None
+        print(f"{c[:40]:40s} best {best['cand'][:34] if best else '-':34s} {best['us'] if best else float('nan'):8.1f}  {base}"
+              + (f"  [{bad} failed/wrong]" if bad else ""), flush=True)
+
+
 def matmul_cases(dry: bool):
     shapes = [(1024, 1024, 1024), (2048, 2048, 2048), (8192, 8192, 8192), (4096, 11008, 4096), (4096, 4096, 4096)]
     if dry:
@@ -200,6 +214,107 @@ def softmax_cases(dry: bool):
               baselines=[("torch.softmax", lambda: torch.softmax(X, -1))])
 
 
+def tma_small(dry: bool):
+    """Host-side TMA descriptors (session 4) against pointers on the small and mid matmuls, plus odd
+    shapes (rows that TMA cannot address fall back to pointers) checked for correctness."""
+    shapes = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 11008), (1000, 1000, 1000)]
+    if dry:
+        shapes = [(40, 48, 40)]
+    for (M, K, N) in shapes:
+        for dtype in (torch.float16, torch.bfloat16) if M in (1024, 2048) else (torch.float16,):
+            A = torch.randn(M, K, device=R.DEV, dtype=dtype)
+            B = torch.randn(K, N, device=R.DEV, dtype=dtype)
+            ref = (A.float() @ B.float(),) if not dry else (A.double() @ B.double(),)
+            cands = []
+            tiles = [(128, 128, 64, 8), (128, 256, 64, 8)] if M == 4096 else [(64, 128, 64, 4), (128, 128, 64, 8), (128, 256, 64, 8)] if M != 1024 else [(64, 128, 64, 4), (128, 64, 64, 4), (128, 128, 64, 8)]
+            if M < 1024 or dry:
+                tiles = [(64, 128, 64, 4)]
+            for (ti, tj, tk, w) in tiles:
+                for st in (3, 4):
+                    for acc, pers in (("pointer", 0), ("tma", 0), ("tma", 1)):
+                        if pers and M < 2048 and not dry:
+                            continue
+                        cands.append((f"{ti}x{tj}x{tk} w{w} s{st} {acc}{' pers' if pers else ''}",
+                                      dt.Schedule(tile={"i": ti, "j": tj, "k": tk}, grid=("i", "j"), group={"i": 8},
+                                                  num_warps=w, num_stages=st, access=acc, persistent=pers, split={"k": 1})))
+            probe(f"matmul {str(dtype)[6:]} {M}x{K}x{N}", matmul, (A, B), ref, 2e-2, cands,
+                  baselines=[("torch.matmul", lambda: A @ B)])
+
+
+def softmax_rows(dry: bool):
+    """Softmax with long rows (online strategy, persistent programs so a row's second read hits L2)
+    and short rows (several rows per program)."""
+    cases = ((4096, 32768, torch.float16), (4096, 16384, torch.float16), (32768, 1000, torch.float16),
+             (32768, 1000, torch.float32), (4096, 256, torch.float32)) if not dry else ((8, 64, torch.float32),)
+    for M, N, dtype in cases:
+        X = torch.randn(M, N, device=R.DEV, dtype=dtype)
+        ref = (torch.softmax(X.double(), -1),)
+        cands = []
+        if N >= 16384 or dry:
+            for tj in (4096, 8192):
+                for w in (8, 16):
+                    for pers in (0, 1, 2):
+                        cands.append((f"online j{tj} w{w} pers{pers}", dt.Schedule(tile={"i": 1, "j": tj}, grid=("i",),
+                                      strategy={"j": "online"}, num_warps=w, persistent=pers)))
+            for w in (16, 32):
+                for pers in (0, 1):
+                    cands.append((f"whole w{w} pers{pers}", dt.Schedule(tile={"i": 1}, grid=("i",), strategy={"j": "whole"},
+                                                                         num_warps=w, persistent=pers)))
+        if N < 16384 or dry:
+            for ti in (1, 2, 4, 8):
+                for w in (4, 8):
+                    for pers in ((0, 4) if w == 4 else (0,)):
+                        cands.append((f"whole i{ti} w{w} pers{pers}", dt.Schedule(tile={"i": ti}, grid=("i",), strategy={"j": "whole"},
+                                                                                   num_warps=w, persistent=pers)))
+        base = [("torch.softmax", lambda: torch.softmax(X, -1))]
+        if not dry:
+            comp = torch.compile(lambda x: torch.softmax(x, -1))
+            comp(X)
+            base.append(("torch.compile", lambda: comp(X)))
+        probe(f"softmax {str(dtype)[6:]} {M}x{N}", softmax, (X,), ref, 1e-2, cands, baselines=base)
+
+
+def norm_pers(dry: bool):
+    from algorithms import layer_norm, rms_norm
+    for N in (4096, 8192) if not dry else (64,):
+        M = 4096 if not dry else 8
+        X = torch.randn(M, N, device=R.DEV, dtype=torch.float16)
+        w = torch.randn(N, device=R.DEV, dtype=torch.float16)
+        b = torch.randn(N, device=R.DEV, dtype=torch.float16)
+        for alg, args, ref in ((layer_norm, (X, w, b), torch.nn.functional.layer_norm(X.double(), (N,), w.double(), b.double(), 1e-5)),
+                               (rms_norm, (X, w), torch.nn.functional.rms_norm(X.double(), (N,), w.double(), 1e-6))):
+            cands = []
+            for ti in (1,):
+                for wp in (4, 8, 16):
+                    for pers in (0, 2):
+                        for ev in ("evict_normal", "evict_first"):
+                            cands.append((f"i{ti} w{wp} pers{pers} {ev}", dt.Schedule(tile={"i": ti}, grid=("i",), strategy={"j": "whole"},
+                                          num_warps=wp, persistent=pers, eviction={"X": ev})))
+            probe(f"{alg.name} fp16 {M}x{N}", alg, args, (ref,), 1e-2, cands)
+
+
+def diffusion_tma(dry: bool):
+    """The fp32 diffusion layer with TMA candidates (the schedules that faulted in session 3 had
+    in-kernel descriptors; descriptors are host-side now). Run in a process of its own: a fault
+    ends the CUDA context. Each candidate's name is printed before it runs."""
+    K = 128 if not dry else 16
+    for V, C in ((2000, 256), (6000, 64), (100000, 128)) if not dry else ((300, 16),):
+        x = torch.randn(V, C, device=R.DEV)
+        basis = torch.randn(V, K, device=R.DEV) / math.sqrt(V)
+        mass = torch.rand(V, device=R.DEV) + 0.5
+        args = (x, basis, mass, torch.rand(K, device=R.DEV) * 10, torch.rand(C, device=R.DEV))
+        ref = R.diffusion_eager(*(a.double() for a in args))
+        cands = []
+        for prec in ("tf32x3", "ieee"):
+            for acc in ("pointer", "tma"):
+                for ws in ((False, True) if acc == "tma" else (False,)):
+                    sc = dt.Schedule(precision=prec, access=acc, warp_specialize=ws)
+                    cands.append((f"{prec} heuristic {acc}{' ws' if ws else ''}", sc))
+        for name, sc in cands:
+            print(f"  running {name}", flush=True)
+            probe(f"diffusion fp32 V={V} C={C} [{name}]", spatial_diffusion, args, ref, 1e-4, [(name, sc)])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default="matmul,diffusion,softmax")
@@ -213,7 +328,8 @@ def main(argv=None):
     for g in a.only.split(","):
         try:
             {"matmul": matmul_cases, "diffusion": diffusion_cases, "softmax": softmax_cases, "norm": norm_cases,
-             "matmul_small": matmul_small}[g](a.dry_run)
+             "matmul_small": matmul_small, "tma_small": tma_small, "softmax_rows": softmax_rows,
+             "norm_pers": norm_pers, "diffusion_tma": diffusion_tma}[g](a.dry_run)
         except Exception:  # noqa: BLE001
             traceback.print_exc()
         print(f"-- {g} done at {time.time() - t0:.0f}s", flush=True)
@@ -222,6 +338,7 @@ def main(argv=None):
                     triton=__import__("triton").__version__, date=time.strftime("%Y-%m-%dT%H:%M:%S"))
         with open(os.path.join(a.out, "probe.json"), "w") as f:
             json.dump(dict(meta=meta, rows=RESULTS), f, indent=1)
+    summary()
 
 
 if __name__ == "__main__":

@@ -64,7 +64,8 @@ def test_tma_descriptors_only_for_addressable_tensors():
     A, Bt = rnd(40, 48), rnd(24, 48, seed=1).t()
     src = kernel_source(matmul, dt.Schedule(tile={"i": 16, "j": 16, "k": 16}, access="tma"), (A, Bt))
     assert "TMA-addressable on this call: A, out" in src
-    assert "desc_A = tl.make_tensor_descriptor(A_ptr" in src and "desc_B" not in src
+    assert "desc_A: TMA descriptor of A[i, k] in boxes of [16, 16] (built on the host)" in src and "desc_B" not in src
+    assert re.search(r"def \w+\(.*, desc_A, desc_out, BLOCK_I: tl.constexpr", src)   # kernel arguments
     assert "desc_A.load([" in src and "desc_out.store([" in src
     assert "tl.load(B_ptr +" in src       # the transposed view keeps a pointer load
     src = kernel_source(matmul, dt.Schedule(tile={"i": 16, "j": 16, "k": 16}, access="block_ptr"), (A, Bt))
@@ -94,7 +95,7 @@ def test_multi_stage_and_batched_algorithms(style):
 def test_batched_tma_tile_drops_unit_dims_before_permuting():
     Q, Kt = rnd(2, 3, 20, 16, dtype=torch.float16), rnd(2, 3, 24, 16, dtype=torch.float16, seed=1)
     src = kernel_source(attention, dt.Schedule(access="tma"), (Q, Kt, Kt, 0.25))
-    assert "block_shape=[1, 1, BLOCK_I, BLOCK_D]" in src
+    assert re.search(r"desc_Q: TMA descriptor of Q\[b, h, i, d\] in boxes of \[1, 1, \d+, \d+\]", src)
     # K[b, h, j, d] is read as a [1, 1, j, d] box, reshaped to [j, d], then transposed for the dot
     assert re.search(r"tl\.reshape\(tile_\d+, \(BLOCK_J, BLOCK_D\)\)", src)
 
@@ -154,7 +155,8 @@ def test_tma_refuses_bool_zero_stride_and_empty_tensors():
     check(matmul, (rnd(5, 0), rnd(0, 7)), dt.Schedule(access="tma"), torch_ref=lambda a, b: a @ b)
 
 
-def test_interpreter_installs_no_triton_allocator():
+def test_tma_needs_no_triton_allocator():
+    """Descriptors are built on the host: no global-scratch allocator is installed anywhere."""
     from triton.runtime import _allocation
     before = _allocation._allocator.get()
     kernel_source(matmul, dt.Schedule(tile={"i": 16, "j": 16, "k": 16}, access="tma"), (rnd(32, 32), rnd(32, 32, seed=1)))

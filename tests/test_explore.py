@@ -572,6 +572,10 @@ def test_eviction_dimensions_for_streaming_kernels():
     res = dt.explore(layer_norm, (X, w, b), space=sp, budget=60, progress=False, store=False)
     assert res.best is not None and res.counts().get("wrong", 0) == 0
     assert 'eviction_policy="evict_first"' in dt.compile(layer_norm, s).source_for(X, w, b)
+    # a user's own "evict_normal" is Triton's default policy (Triton itself refuses that name)
+    k = dt.compile(layer_norm, base.replace(eviction={"X": "evict_normal"}))
+    torch.testing.assert_close(k(X, w, b), torch.nn.functional.layer_norm(X, (40,), w, b), rtol=1e-4, atol=1e-4)
+    assert "eviction_policy" not in k.source
     with pytest.raises(dt.ScheduleError, match="space names tensor 'Q' in eviction"):
         dt.explore(layer_norm, (X, w, b), space=Space(eviction={"Q": ["evict_first"]}), budget=5, progress=False, store=False)
 

@@ -142,8 +142,9 @@ class KernelGen:
                  sched, interpret: bool, i64: bool, tma_ok: frozenset = frozenset()):
         self.prog, self.k, self.alg, self.dtypes, self.sched = prog, k, alg, dtypes, sched
         self.tma_ok = tma_ok             # tensors whose strides and alignment suit TMA on this call
-        self.descs: dict[tuple, str] = {}  # (tensor, block shape) -> descriptor var, made at kernel entry
-        self.desc_lines: list[str] = []
+        self.descs: dict[tuple, str] = {}  # (tensor, block shape) -> descriptor argument
+        self.host_descs: list[tuple[str, str, tuple[int, ...]]] = []  # (argument, tensor, box) built by the runtime
+        self._desc_axes: dict[str, list[str]] = {}
         self.ws_dropped = False          # a warp_specialize loop fell back to a plain one
         self.out_dtypes = out_dtypes
         self.interpret, self.i64 = interpret, i64
@@ -176,6 +177,12 @@ class KernelGen:
         nm = f"BLOCK_{a.upper()}"
         self.consts[nm] = self.plan(a).block
         return nm
+
+    def eviction(self, name: str) -> str | None:
+        """The L2 eviction hint for loads of input ``name`` (None: Triton's default policy, which
+        is what "evict_normal" asks for; Triton itself accepts only evict_first and evict_last)."""
+        ev = self.sched.eviction.get(name)
+        return None if ev == "evict_normal" else ev
 
     def tensor_arg(self, name: str, ndim: int) -> str:
         if name not in self.tensor_ndim:
@@ -525,12 +532,14 @@ class KernelGen:
                 return None
             key = (name, tuple(blocks))
             if key not in self.descs:
+                # a host-side descriptor (triton.tools.tensor_descriptor.TensorDescriptor): the runtime
+                # encodes it once per call and passes it as a kernel argument, so programs start
+                # loading at once (an in-kernel tl.make_tensor_descriptor writes 128 bytes to global
+                # scratch and fences in every program: 8.6 against 6.2 us on a 1024^3 fp16 matmul)
                 d = f"desc_{name}" + (f"_{len(self.descs)}" if any(k[0] == name for k in self.descs) else "")
                 self.descs[key] = d
-                self.desc_lines.append(
-                    f"{d} = tl.make_tensor_descriptor({name}_ptr, shape=[{', '.join(shape)}], "
-                    f"strides=[{', '.join(strides[:-1] + ['1'])}], block_shape=[{', '.join(blocks)}])"
-                    f"  # TMA descriptor: {name}[{', '.join(axes)}] in tiles of [{', '.join(blocks)}]")
+                self.host_descs.append((d, name, tuple(bvals)))
+                self._desc_axes[d] = list(axes)
             return "tma", self.descs[key], offs
         check = tuple(d for d, b in enumerate(binds) if not b.scalar and b.mask is not None)
         order = tuple(range(len(axes) - 1, -1, -1))
@@ -553,7 +562,7 @@ class KernelGen:
                 if kind == "tma":
                     code = f"{h}.load([{', '.join(extra)}])"
                 else:
-                    ev = self.sched.eviction.get(n.tensor.name)
+                    ev = self.eviction(n.tensor.name)
                     code = f"tl.load({h}" + (f", boundary_check={extra}, padding_option=\"zero\"" if extra else "") + \
                         (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
                 blk = self.fresh("tile")
@@ -578,7 +587,7 @@ class KernelGen:
                 terms.append(f"({v}).to(tl.int32)" if not self.i64 else f"({v}).to(tl.int64)")
                 mask_axes.extend(e.axes)
         mask = self.mask_for(mask_axes, scope, layout)
-        ev = self.sched.eviction.get(n.tensor.name)
+        ev = self.eviction(n.tensor.name)
         code = f"tl.load({self.addr(name, terms)}" + (f", mask={mask}, other=0" if mask else "") + \
             (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
         return self._widen(code, dt, raw), fmt(n)
@@ -1111,6 +1120,7 @@ class KernelGen:
             args.extend(f"{t}_s{d}" for d in range(self.tensor_ndim[t]))
         args.extend(self.sizes)
         args.extend(self.scalars)
+        args.extend(d for d, _, _ in self.host_descs)
         args.extend(f"{c}: tl.constexpr" for c in sorted(self.consts))
         lines = [f"@_jit", f"def {k.name}({', '.join(args)}):"]
         doc = [f'    """Kernel {k.name}: stores {", ".join(s.target for s in k.stores)}.']
@@ -1120,9 +1130,12 @@ class KernelGen:
         for a, p in k.axes.items():
             if p.role != "grid":
                 doc.append(f"    axis {a}: {p.role}, block {p.block}" + ("" if p.divisible else " (masked)"))
+        for d, t, box in self.host_descs:
+            axes = self._desc_axes[d]
+            doc.append(f"    {d}: TMA descriptor of {t}[{', '.join(axes)}] in boxes of [{', '.join(map(str, box))}] (built on the host)")
         doc.append('    """')
         lines.extend(doc)
-        body: list[str] = ["    " + ln for ln in self.desc_lines]
+        body: list[str] = []
         root.render(1, body)
         lines.extend(body)
         return "\n".join(lines) + "\n"
@@ -1243,7 +1256,7 @@ class KernelSource:
     scalars: list[str]
     consts: dict[str, int]
     ir: KernelIR
-    tma: bool = False          # makes TMA descriptors (needs Triton's global-scratch allocator)
+    descs: tuple = ()          # (argument, tensor, box): host-side TMA descriptors the runtime builds per call
     ws_dropped: bool = False   # a warp_specialize loop was emitted plain (non-TMA loads in it)
 
 
@@ -1258,5 +1271,5 @@ def generate(prog: Program, alg, sched, dtypes, out_dtypes, interpret: bool, i64
         src = g.generate()
         parts.append("\n" + src)
         metas.append(KernelSource(k.name, g.tensors, g.tensor_ndim, g.sizes, g.scalars, g.consts, k,
-                                  tma=bool(g.descs), ws_dropped=g.ws_dropped))
+                                  descs=tuple(g.host_descs), ws_dropped=g.ws_dropped))
     return "\n".join(parts), metas

@@ -122,7 +122,6 @@ class _Plan:
     source: str
     launches: list[_Launch]
     interpret: bool
-    scratch: bool = False   # kernels make TMA descriptors in global scratch memory (needs an allocator)
 
 
 class Kernel:
@@ -200,7 +199,7 @@ class Kernel:
             warnings.warn(f"{alg.name}: warp_specialize=True has no effect on loops whose loads are not all TMA "
                           f"(needs access='tma' and TMA-addressable tensors: last stride 1, 16-byte aligned rows and "
                           f"base); those loops run without it", ScheduleWarning, stacklevel=3)
-        plan = _Plan(sched, prog, source, launches, interpret, any(m.tma for m in metas))
+        plan = _Plan(sched, prog, source, launches, interpret)
         self._plans[key] = plan
         return plan
 
@@ -287,8 +286,6 @@ class Kernel:
             shape = ([bs.partials] if bs.partials else []) + [sizes[a] for a in bs.axes]
             dt = torch.float64 if bs.dtype == "float64" else torch.float32
             tensors[name] = (torch.zeros if bs.zero else torch.empty)(shape, dtype=dt, device=dev)
-        if plan.scratch:
-            _ensure_allocator(dev)
         for L in plan.launches:
             m = L.meta
             nprog = L.programs(sizes)
@@ -301,6 +298,7 @@ class Kernel:
                 call.extend(tensors[t].stride())
             call.extend(sizes[s[5:]] for s in m.sizes)
             call.extend(scalars[s] for s in m.scalars)
+            call.extend(_descriptor(tensors[t], box) for _, t, box in m.descs)
             try:
                 if plan.interpret:
                     _quiet_interpreter()
@@ -393,21 +391,13 @@ def _tma_ok(alg: Algorithm, b: Binding, args, out) -> frozenset:
     return frozenset(names)
 
 
-def _scratch_alloc(size: int, alignment: int, stream):
-    """Global scratch for in-kernel TMA descriptors, on the CUDA device current at launch (the one
-    Triton launches on); torch's allocator returns 256-byte aligned blocks."""
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
-def _ensure_allocator(device: torch.device) -> None:
-    """GPU kernels that build TMA descriptors need global scratch memory from Triton's allocator
-    (``triton.set_allocator``, a per-thread context variable): install :func:`_scratch_alloc` in
-    this thread when none is set. A user's own allocator is kept; the interpreter needs none."""
-    if device.type != "cuda":
-        return
-    from triton.runtime import _allocation
-    if _allocation._allocator.get() is _allocation._NULL_ALLOCATOR:
-        _allocation._allocator.set(_scratch_alloc)
+def _descriptor(t: torch.Tensor, box: tuple[int, ...]):
+    """Host-side TMA descriptor of ``t`` (shape and strides in elements, ``box`` the tile read or
+    written per load/store; out-of-range elements read as zero and are clipped on store), passed
+    to the kernel as an argument. Triton's launcher encodes it (``cuTensorMapEncodeTiled``) at
+    each launch; the interpreter emulates it. ``t`` passed :func:`_tma_ok`."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), list(box))
 
 
 def _check_gather_indices(alg: Algorithm, b: Binding, args) -> None:
@@ -485,7 +475,6 @@ class _FastLauncher:
             self.allocs.append((shape, dt, o.name in zero))
             strides[o.name] = tuple(torch.empty(shape, device="meta").stride())
         self.n_out = len(alg.outputs)
-        self.scratch = plan.scratch
         for name, bs in plan.program.buffers.items():
             shape = ([bs.partials] if bs.partials else []) + [sizes[a] for a in bs.axes]
             slot_of[name] = ("new", len(self.allocs))
@@ -507,13 +496,14 @@ class _FastLauncher:
             for x in m.scalars:
                 fills.append((len(call), ("scalar", scal[x])))
                 call.append(None)
+            for _, t, box in m.descs:   # rebuilt per call: the tensor's address changes
+                fills.append((len(call), ("desc", (slot_of[t], box))))
+                call.append(None)
             call.extend(m.consts[c] for c in sorted(m.consts))
             self.launches.append((ck, nprog, call, fills))
 
     def __call__(self, args):
         dev = self.device
-        if self.scratch:
-            _ensure_allocator(dev)
         new = [(torch.zeros if z else torch.empty)(shape, dtype=dt, device=dev) for shape, dt, z in self.allocs]
         stream = self.get_stream(self.dev_index)
         for ck, nprog, call, fills in self.launches:
@@ -525,6 +515,9 @@ class _FastLauncher:
                     call[idx] = args[k]
                 elif kind == "new":
                     call[idx] = new[k]
+                elif kind == "desc":
+                    (src, pos), box = k
+                    call[idx] = _descriptor(args[pos] if src == "arg" else new[pos], box)
                 else:
                     call[idx] = float(args[k]) if self.scal_types[k] is float else int(args[k])
             ck.run(nprog, 1, 1, stream, ck.function, ck.packed_metadata, None, None, None, *call)

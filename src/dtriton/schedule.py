@@ -161,8 +161,9 @@ class Schedule:
             ``eviction_policy`` of ``tl.load``).
         access: memory-access style of tile loads and output stores, one of :data:`ACCESS`:
             "pointer" (default: address blocks and masks), "block_ptr" (``tl.make_block_ptr`` +
-            ``boundary_check``) or "tma" (Hopper TMA tensor descriptors made in the kernel,
-            ``tl.make_tensor_descriptor``; Triton's persistent-matmul tutorial). Applies to
+            ``boundary_check``) or "tma" (Hopper TMA tensor descriptors built on the host
+            per call, ``triton.tools.tensor_descriptor.TensorDescriptor``, passed as kernel
+            arguments; Triton's persistent-matmul tutorial). Applies to
             tensors indexed by plain axes with at least two tiled dims; a tensor of a call that
             TMA cannot address (last stride not 1, rows or base not 16-byte aligned, a stride-0
             dim, bool, empty) keeps pointers. TMA loads take no ``eviction`` hint.
