@@ -281,6 +281,8 @@ def run_diffusion(budget, use_compile):
             impls = [("dtriton", lambda: k(*args), k.schedule_for(*args).to_json(), note)]
             if not DRY:
                 space3 = dt.Space.derive(spatial_diffusion, args).narrow(precision=["tf32x3"])
+                if torch.cuda.get_device_capability()[0] >= 9:   # tf32x3 dots run on tensor cores: TMA may help
+                    space3 = space3.widen(access=["pointer", "tma"])
                 k3, note3 = tuned_kernel(spatial_diffusion, args, budget, space3)
                 impls.append(("dtriton tf32x3", lambda: k3(*args), k3.schedule_for(*args).to_json(), note3))
             impls += [

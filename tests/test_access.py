@@ -185,3 +185,25 @@ def test_integer_output_beside_a_16bit_contraction_keeps_tl_dot():
     assert out.dtype == torch.float16 and cnt.dtype == torch.float64
     assert torch.equal(cnt, (C.long() * 2).double())
     assert "tl.dot(" in k.source and "tl.float64" not in k.source.split("def mm_and_count_out0")[1].split("@_jit")[0]
+
+
+def test_divisibility_hints_restate_sizes_and_strides():
+    """Sizes and strides that are multiples of 2-8 (Triton itself tracks only 16) are restated as
+    ``x // d * d`` so Triton can vectorise; the hints are part of the specialisation, so a later
+    call whose strides divide by less gets its own kernel instead of a wrong stride."""
+    base = rnd(7, 1000, dtype=torch.float16)
+    X = base[:, :998]                         # row stride 1000 (a multiple of 8), 998 columns (of 2)
+    k = dt.compile(softmax)
+    torch.testing.assert_close(k(X).double(), torch.softmax(X.double(), -1), rtol=2e-3, atol=2e-3)
+    src = k.source
+    assert "X_s0 = X_s0 // 8 * 8" in src and "size_j = size_j // 2 * 2" in src
+    assert "size_i =" not in src              # 7 rows: odd, no hint
+    X2 = rnd(7, 999, dtype=torch.float16, seed=1)[:, :998]    # row stride 999: odd
+    out = torch.full((7, 998), float("nan"), dtype=torch.float16)
+    k(X2, out=out)
+    torch.testing.assert_close(out.double(), torch.softmax(X2.double(), -1), rtol=2e-3, atol=2e-3)
+    assert "X_s0 = X_s0 //" not in k.source
+    A, B = rnd(48, 1000, dtype=torch.float16), rnd(1000, 40, dtype=torch.float16, seed=1)
+    plain = kernel_source(matmul, dt.Schedule(tile={"i": 16, "j": 16, "k": 64}), (rnd(48, 1024), rnd(1024, 32)))
+    assert "// 8 * 8" not in plain            # multiples of 16: Triton's own specialisation
+    check(matmul, (A, B), dt.Schedule(tile={"i": 16, "j": 16, "k": 64}), torch_ref=lambda a, b: a @ b, tol=TOL[torch.float16])

@@ -488,8 +488,8 @@ def test_no_compile_thread_outlives_explore_past_its_deadline():
 
 
 def test_derived_space_access_and_split_neighbours():
-    """GPU spaces of 16-bit contractions on Hopper-class limits offer TMA loads; fp32 ones and
-    devices without TMA do not (exploring the fp32 diffusion layer with TMA faulted on the H200).
+    """GPU spaces of 16-bit contractions on Hopper-class limits offer TMA loads, and so do fp32
+    ones at tf32/tf32x3 precision; "ieee" fp32 (FMA dots) and devices without TMA do not.
     Warp specialisation is never derived. Split values include the heuristic's and its
     neighbours (64 for a V=100000 diffusion reduction, where the old fixed list stopped at 16)."""
     h = (lazy(1024, 1024, dtype=torch.float16), lazy(1024, 1024, dtype=torch.float16))
@@ -498,6 +498,13 @@ def test_derived_space_access_and_split_neighbours():
     assert "access" not in dims(Space.derive(matmul, h, target="gpu", limits=Limits(tma=False)))
     assert "access" not in dims(Space.derive(matmul, (lazy(1024, 1024), lazy(1024, 1024)), target="gpu"))
     assert "access" not in dims(Space.derive(matmul, h))  # interpreter: not explored
+    f32 = (lazy(1024, 1024), lazy(1024, 1024))
+    b32 = dataclasses.replace(matmul.bind(f32), device=torch.device("cuda"))
+    assert "access" not in dims(Space.derive(matmul, f32, target="gpu"))
+    from dtriton.explore import _derive_fields
+    base = dt.compile(matmul).complete(b32)
+    assert _derive_fields(matmul, b32, base.replace(precision="tf32x3"), True, Limits())["access"] == ["pointer", "tma"]
+    assert _derive_fields(matmul, b32, base, True, Limits())["access"] is None
     V, K, C = 100000, 128, 128
     args = (lazy(V, C), lazy(V, K), lazy(V), lazy(K), lazy(C))
     sp = Space.derive(spatial_diffusion, args, target="gpu")

@@ -139,8 +139,9 @@ class KernelGen:
     """Emits the source of one KernelIR."""
 
     def __init__(self, prog: Program, k: KernelIR, alg, dtypes: dict[str, torch.dtype], out_dtypes: dict[str, torch.dtype],
-                 sched, interpret: bool, i64: bool, tma_ok: frozenset = frozenset()):
+                 sched, interpret: bool, i64: bool, tma_ok: frozenset = frozenset(), hints: dict | None = None):
         self.prog, self.k, self.alg, self.dtypes, self.sched = prog, k, alg, dtypes, sched
+        self.hints = hints or {}         # integer argument -> a power of two (2, 4, 8) it is a multiple of
         self.tma_ok = tma_ok             # tensors whose strides and alignment suit TMA on this call
         self.descs: dict[tuple, str] = {}  # (tensor, block shape) -> descriptor argument
         self.host_descs: list[tuple[str, str, tuple[int, ...]]] = []  # (argument, tensor, box) built by the runtime
@@ -1136,6 +1137,13 @@ class KernelGen:
         doc.append('    """')
         lines.extend(doc)
         body: list[str] = []
+        hinted = [(x, self.hints[x]) for x in self.sizes + [f"{t}_s{d}" for t in self.tensors for d in range(self.tensor_ndim[t])]
+                  if self.hints.get(x, 1) > 1]
+        if hinted:
+            body.append("    # multiples of 2-8 on this specialisation (Triton only tracks 16): restated so its alignment")
+            body.append("    # analysis can vectorise masked loads and stores")
+            for x, d in hinted:
+                body.append(f"    {x} = {x} // {d} * {d}")
         root.render(1, body)
         lines.extend(body)
         return "\n".join(lines) + "\n"
@@ -1261,13 +1269,15 @@ class KernelSource:
 
 
 def generate(prog: Program, alg, sched, dtypes, out_dtypes, interpret: bool, i64: bool, spec_note: str = "",
-             tma_ok: frozenset = frozenset()) -> tuple[str, list[KernelSource]]:
+             tma_ok: frozenset = frozenset(), hints: dict | None = None) -> tuple[str, list[KernelSource]]:
     """Generate one module's source holding every kernel of ``prog``. ``tma_ok`` names the
-    tensors (inputs and outputs) a TMA descriptor may address on this specialisation."""
+    tensors (inputs and outputs) a TMA descriptor may address on this specialisation; ``hints``
+    maps integer arguments (``size_<axis>``, ``<tensor>_s<dim>``) to a power of two they are a
+    multiple of on this specialisation."""
     parts = [HEADER.format(alg=alg.name, sched=sched.to_json(), spec=spec_note)]
     metas = []
     for k in prog.kernels:
-        g = KernelGen(prog, k, alg, dtypes, out_dtypes, sched, interpret, i64, tma_ok)
+        g = KernelGen(prog, k, alg, dtypes, out_dtypes, sched, interpret, i64, tma_ok, hints)
         src = g.generate()
         parts.append("\n" + src)
         metas.append(KernelSource(k.name, g.tensors, g.tensor_ndim, g.sizes, g.scalars, g.consts, k,

@@ -713,10 +713,13 @@ def _derive_fields(alg: Algorithm, b: Binding, base: Schedule, gpu: bool, limits
     # CUDA context and so the whole exploration
     access = wspec = None
     floats = [d for d in b.dtypes.values() if d.is_floating_point]
-    wide = not floats or any(d.itemsize > 2 for d in floats)
-    if gpu and cons and limits.tma and not wide:
-        # 16-bit operands only: exploring the fp32 diffusion layer with TMA candidates faulted on
-        # the H200 ("misaligned address", which ends the CUDA context); not yet isolated
+    tensor_cores = bool(floats) and (all(d.itemsize == 2 for d in floats)
+                                     or (all(d.itemsize <= 4 for d in floats) and base.precision in ("tf32", "tf32x3")))
+    if gpu and cons and limits.tma and tensor_cores:
+        # operands that feed tensor cores: 16-bit, or fp32 at tf32 / tf32x3 precision (the
+        # "ieee" fp32 dots run on FMA units, where the H200 probe saw no gain from TMA). Session 3's
+        # "misaligned address" fault exploring the fp32 diffusion layer came with in-kernel
+        # descriptors; with host-side descriptors its TMA schedules ran clean (session 4 probe)
         access = with_base(["pointer", "tma"], base.access)
         if base.warp_specialize:
             wspec = [False, True]
