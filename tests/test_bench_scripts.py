@@ -17,6 +17,8 @@ def _run(args, tmp_path):
     r = subprocess.run([sys.executable, *args, "--out", str(tmp_path / "out")], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    # groups catch their exceptions so one failure keeps the other rows: none may be hidden here
+    assert "Traceback" not in r.stdout + r.stderr, r.stdout[-2000:] + r.stderr[-3000:]
     return r.stdout
 
 

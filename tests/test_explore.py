@@ -596,3 +596,22 @@ def test_candidates_that_drop_a_knob_are_duplicates_and_do_not_warn(mm_args, rec
     assert not [w for w in recwarn if issubclass(w.category, dt.ScheduleWarning)]
     with pytest.raises(dt.ScheduleError, match="must be True or False"):
         Space(warp_specialize=[0, 1])
+
+
+def test_dot_seeds_put_tensor_core_tilings_first():
+    """Random/TPE exploration of a 16-bit GPU contraction first tries the probe's best tilings
+    (rows x columns of the output, with TMA), then the heuristic's one-step neighbours, access
+    style first; algorithms without a contraction get no seeds."""
+    from dtriton.explore import _base_point, _dot_seeds, _neighbours
+    A = lazy(1024, 1024, dtype=torch.float16)
+    dims_ = Space.derive(matmul, (A, A), target="gpu").dimensions()
+    base = dt.compile(matmul).complete(dataclasses.replace(matmul.bind((A, A)), device=torch.device("cuda")))
+    bp = _base_point(dims_, base)
+    seeds = [(p["tile.i"], p["tile.j"], p["tile.k"], p["num_warps"], p["num_stages"], p["access"])
+             for p in _dot_seeds(matmul, dims_, bp)]
+    assert seeds == [(128, 256, 64, 8, 3, "tma"), (128, 128, 64, 8, 3, "tma"), (64, 128, 64, 4, 4, "tma"),
+                     (128, 128, 64, 8, 4, "tma")]
+    assert _neighbours(dims_, bp)[0]["access"] == "tma"
+    X = lazy(4096, 4096, dtype=torch.float16)
+    sdims = Space.derive(softmax, (X,), target="gpu").dimensions()
+    assert _dot_seeds(softmax, sdims, _base_point(sdims, dt.compile(softmax).complete(softmax.bind((X,))))) == []

@@ -876,13 +876,48 @@ def _base_point(dims, base: Schedule) -> dict:
     return point
 
 
-_NEIGHBOUR_ORDER = ("tile", "stage_tile", "num_stages", "num_warps", "group", "strategy", "split", "place", "grid",
-                    "eviction")
+_NEIGHBOUR_ORDER = ("access", "tile", "stage_tile", "num_stages", "num_warps", "persistent", "eviction", "group",
+                    "strategy", "split", "place", "grid")
+
+#: Tile configurations of a 16-bit tensor-core contraction on the GPU tried right after the
+#: heuristic: (m tile, n tile, k tile, num_warps, num_stages). The fastest hand-listed schedules of
+#: the session-4 H200 probe (``bench/results/probe_session4_*.json``): 128x256x64/8 warps/3 stages
+#: at 2048^3 and larger, 128x128x64/8/3 at 2048^3 bf16, 64x128x64/4/4 at 1024^3, each with TMA
+#: loads, the layouts of Triton's persistent-matmul tutorial.
+_DOT_SEEDS = ((128, 256, 64, 8, 3), (128, 128, 64, 8, 3), (64, 128, 64, 4, 4), (128, 128, 64, 8, 4))
 
 
-def _neighbours(dims, base_point: Mapping, limit: int = 16) -> list[dict]:
+def _dot_seeds(alg: Algorithm, dims, base_point: Mapping) -> list[dict]:
+    """Points of the space at the :data:`_DOT_SEEDS` configurations of the main output's
+    contraction, with TMA where the space offers it (each value only where the space has it; the
+    other dimensions keep the heuristic's values). Empty for algorithms without a contraction or
+    spaces without those tile dimensions."""
+    cons = contractions(alg)
+    main = getattr(alg.outputs[0].expr, "name", None)
+    mnr = cons.get(main) or next(iter(cons.values()), None)
+    if mnr is None:
+        return []
+    lay = list(alg.outputs[0].layout)
+    m, n = sorted(mnr[:2], key=lambda a: lay.index(a) if a in lay else len(lay))   # rows, then columns of the output
+    mnr = (m, n, mnr[2])
+    vals = dict(dims)
+    full = {n: (base_point.get(n) if base_point.get(n) is not None else v[0]) for n, v in dims}
+    out = []
+    for cfg in _DOT_SEEDS:
+        p = dict(full)
+        for name, v in zip(("tile." + mnr[0], "tile." + mnr[1], "tile." + mnr[2], "num_warps", "num_stages"), cfg):
+            if name in vals and v in vals[name]:
+                p[name] = v
+        if "tma" in vals.get("access", ()):
+            p["access"] = "tma"
+        if p != full and p not in out:
+            out.append(p)
+    return out
+
+
+def _neighbours(dims, base_point: Mapping, limit: int = 20) -> list[dict]:
     """Points one step away from the heuristic's point along one dimension (the next smaller or
-    larger value), tiles first: a cheap local search before the sampler takes over."""
+    larger value), access style and tiles first: a cheap local search before the sampler takes over."""
     full = {n: (base_point.get(n) if base_point.get(n) is not None else vals[0]) for n, vals in dims}
     out = []
     for f in _NEIGHBOUR_ORDER:
@@ -1782,7 +1817,7 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
     if isinstance(sampler, _TPE) and row0["status"] == "ok":
         sampler.add_known(base_point, row0["median_us"])
     if sampler.name != "exhaustive" and warm_start:
-        sampler.prepend(_neighbours(dims, base_point))
+        sampler.prepend(_dot_seeds(alg, dims, base_point) + _neighbours(dims, base_point))
 
     stale = 0
     stale_limit = 10 ** 9 if sampler.name == "exhaustive" else 500
