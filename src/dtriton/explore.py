@@ -1171,6 +1171,7 @@ def warm_gpu_time(fn: Callable[[], Any], warmup_ms: float = 10.0, rep_ms: float 
     host_ms = (time.perf_counter() - t) * 1e3 / 5
     torch.cuda.synchronize()
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(int((2 * host_ms * 5 + 0.02) * _SLEEP_CYCLES_PER_MS[0]))   # GPU time, not launch gaps
     a.record()
     for _ in range(5):
         fn()
