@@ -1181,9 +1181,11 @@ def warm_gpu_time(fn: Callable[[], Any], warmup_ms: float = 10.0, rep_ms: float 
     end = time.perf_counter() + warmup_ms / 1e3
     while time.perf_counter() < end:
         fn()
-    # each sample times ``per`` back-to-back calls (up to 10 for kernels under 50 us): a pair of
-    # events costs about 2.6 us of its own on the H200 (session-4 diagnostic: 1024^3 matmuls read
-    # 8.5 us one call at a time against 5.8 us in a CUDA graph), which would flatten the ranking
+    # each sample times ``per`` back-to-back calls (up to 10 for kernels under 50 us), so the fixed
+    # cost of an event pair and a kernel start after the sleep is shared. Session-4 H200
+    # diagnostic (bench/results/diag_explore_timing_*.log), 1024^3 matmuls: one call per sample
+    # read 8.5-8.9 us against 5.8-6.3 us in a CUDA graph, and noise of that size ranked a pointer
+    # schedule over the faster TMA one; grouped, 6.7-7.1 us
     per = max(1, min(10, int(0.05 / est)))
     n = max(10, min(1000, int(rep_ms / (est * per))))
     cycles = int((2 * host_ms * per + 0.02) * _SLEEP_CYCLES_PER_MS[0])
