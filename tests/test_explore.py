@@ -585,3 +585,19 @@ def test_candidates_that_drop_a_knob_are_duplicates_and_do_not_warn(mm_args, rec
     assert not [w for w in recwarn if issubclass(w.category, dt.ScheduleWarning)]
     with pytest.raises(dt.ScheduleError, match="must be True or False"):
         Space(warp_specialize=[0, 1])
+
+
+def test_schedule_for_gives_a_tile_to_an_axis_moved_off_whole():
+    """Complete schedules carry no tile for a "whole" axis that no kernel maps to programs; a point
+    that moves it to loop/online gets the heuristic's default tile, so the candidate stays legal."""
+    X = torch.randn(4, 32)
+    base = dt.compile(softmax).schedule_for(X)
+    assert base.strategy["j"] == "whole" and "j" not in base.tile
+    sp = Space(strategy={"j": ["whole", "loop", "online"]})
+    s = sp.schedule_for({"strategy.j": "loop"}, base, softmax, {"i": 4, "j": 32})
+    assert s.tile["j"] == 32
+    s.validate(softmax)
+    assert sp.schedule_for({"strategy.j": "online"}, base, softmax).tile["j"] == 64   # no sizes: 64
+    assert sp.schedule_for({"strategy.j": "whole", "tile.j": 8}, base, softmax) == base
+    res = dt.explore(softmax, (X,), space=sp, budget=60, progress=False, store=False)
+    assert {r["status"] for r in res.table} <= {"ok", "duplicate"}, res.table
