@@ -354,9 +354,11 @@ def schedules(draw, alg: dt.Algorithm, sizes: dict[str, int], *, max_tiles: int 
     """A random schedule for ``alg`` at axis sizes ``sizes``.
 
     Every axis gets a power-of-two tile in 1..64, at least size/max_tiles (so the interpreter runs
-    few programs); the grid is a random ordered subset of the output axes (or left to the
-    heuristic); off-grid axes get a random strategy; sum-only reduction axes may be split 1..4
-    (atomic or partials); reduction stages get a random placement; plus group and num_warps.
+    few programs), except "whole" axes that no kernel can map to programs; the grid is a random
+    ordered subset of the output axes (or left to the heuristic); off-grid axes get a random
+    strategy ("online" only for reduced axes); sum-only reduction axes may be split 1..4 (atomic
+    or partials when something is split); reduction stages get a random placement; plus group
+    and num_warps.
     The draw may still be illegal: the compiler must then raise dt.ScheduleError."""
     axes = list(alg.axis_names)
     out_axes = list(dict.fromkeys(a for o in alg.outputs for a in o.layout))
@@ -370,10 +372,12 @@ def schedules(draw, alg: dt.Algorithm, sizes: dict[str, int], *, max_tiles: int 
         n = draw(st.integers(0, len(perm)), label="grid length")
         grid = tuple(perm[:n])
     strategy = {}
+    reduced = set(alg.reduction_axes)
     for a in axes:
         if grid is not None and a in grid:
             continue
-        s = draw(st.sampled_from(["auto", "auto", "whole", "loop", "online"]), label=f"strategy[{a}]")
+        s = draw(st.sampled_from(["auto", "auto", "whole", "loop", "online" if a in reduced else "loop"]),
+                 label=f"strategy[{a}]")
         if s != "auto":
             strategy[a] = s
     # keep register blocks bounded: whole axes count with their padded size
@@ -392,6 +396,13 @@ def schedules(draw, alg: dt.Algorithm, sizes: dict[str, int], *, max_tiles: int 
             f = draw(st.sampled_from([1, 1, 2, 3, 4]), label=f"split[{a}]")
             if f > 1 or draw(st.booleans(), label=f"explicit split 1 [{a}]"):
                 splits[a] = f
+    # a "whole" axis that no kernel can put on a grid takes no tile (validation rejects one): keep
+    # tiles of grid axes, of reductions' free axes (their kernels' grids) and of split axes; with
+    # the grid left to the heuristic, it fills the tile of any grid axis that has none
+    maybe_grid = set(grid or ()) | {a for s in alg.stages.values() if not s.is_output for a in s.node.axes}
+    for a, s in strategy.items():
+        if s == "whole" and a not in maybe_grid and splits.get(a, 1) == 1:
+            tile.pop(a, None)
     stages = {}
     if places:
         for s in alg.stages.values():
@@ -405,7 +416,8 @@ def schedules(draw, alg: dt.Algorithm, sizes: dict[str, int], *, max_tiles: int 
     return dt.Schedule(tile=tile, grid=grid, group=group, split=splits, strategy=strategy, stages=stages,
                        num_warps=draw(st.sampled_from([1, 2, 4, 8]), label="num_warps"),
                        num_stages=draw(st.integers(1, 3), label="num_stages"),
-                       split_mode=draw(st.sampled_from(["atomic", "partials"]), label="split_mode"))
+                       split_mode=draw(st.sampled_from(["atomic", "partials"]), label="split_mode")
+                       if any(f > 1 for f in splits.values()) else "atomic")
 
 
 # ----------------------------------------------------------------------------------------------

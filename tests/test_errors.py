@@ -270,3 +270,211 @@ def test_unknown_backend_variable_and_float_tile_are_refused(monkeypatch):
     monkeypatch.setenv("DTRITON_BACKEND", "foo")
     with pytest.raises(dt.ShapeError, match=r"DTRITON_BACKEND='foo' is not understood"):
         dt.compile(softmax)(torch.randn(2, 3))
+
+
+# ----------------------------------------------------------------------------------------------
+# found by a demanding user: schedule knobs that were silently ignored, bare Python exceptions
+# ----------------------------------------------------------------------------------------------
+MM = (torch.randn(8, 16), torch.randn(16, 8))
+
+
+def _mm_ok(sched):
+    k = dt.compile(matmul, sched)
+    torch.testing.assert_close(k(*MM), MM[0] @ MM[1])
+    return k
+
+
+def test_reduction_axis_on_the_grid_is_refused():
+    """matmul's k on the grid mapped nothing to programs (one program looped over the whole output)."""
+    t = {"i": 8, "j": 8, "k": 8}
+    for grid in (("k",), ("i", "j", "k")):
+        e = _raises(dt.ScheduleError, r"grid names axis 'k', which no output of matmul has \(outputs: out\[i, j\]\), "
+                                      r"so no kernel would map it to program ids", dt.compile, matmul,
+                    dt.Schedule(grid=grid, tile=t))
+        assert "reduced by stage 'sum0'" in str(e) and "split={'k': 4}" in str(e)
+    # a max cannot be split: no split-K hint there
+    e = _raises(dt.ScheduleError, r"grid names axis 'j', which no output of rowmax has", dt.compile, rowmax,
+                dt.Schedule(grid=("i", "j"), tile={"i": 2, "j": 4}))
+    assert "reduced by stage 'max0'" in str(e) and "split" not in str(e)
+    # an axis that is reduced and also kept in an output (softmax's j) may be on the grid
+    dt.compile(softmax, dt.Schedule(grid=("i", "j"), tile={"i": 2, "j": 4}))
+
+
+def test_group_applies_to_the_second_to_last_grid_axis_only():
+    t = {"i": 4, "j": 4, "k": 8}
+    _raises(dt.ScheduleError, r"group\['j'\] = 2: grouped launch order applies to the second-to-last axis of "
+                              r"the grid \('i', 'j'\), which is 'i', so a group on 'j' would be ignored; use "
+                              r"group=\{'i': 2\}, or grid=\('j', 'i'\)",
+            dt.compile, matmul, dt.Schedule(grid=("i", "j"), group={"j": 2}, tile=t))
+    _raises(dt.ScheduleError, r"group\['i'\] = 4: grouped launch order reorders the last two axes of a grid, and the "
+                              r"grid \('i',\) has 1", dt.compile, matmul, dt.Schedule(grid=("i",), group={"i": 4}, tile=t))
+    # without a grid, the check runs on the heuristic's complete schedule, at the call
+    _raises(dt.ScheduleError, r"group\['j'\] = 2: .*use group=\{'i': 2\}", dt.compile(matmul, dt.Schedule(group={"j": 2})), *MM)
+    # a stage's kernel: a materialised reduction maps its free axes (i, j)
+    _raises(dt.ScheduleError, r"stages\['sum0'\]\.group\['j'\] = 2: grouped launch order applies to the second-to-last "
+                              r"axis of the grid of the kernel of stage 'sum0' \('i', 'j'\), which is 'i', so a group "
+                              r"on 'j' would be ignored; use stages\['sum0'\]\.group=\{'i': 2\}, or "
+                              r"stages\['sum0'\]\.grid=\('j', 'i'\)", dt.compile, matmul,
+            dt.Schedule(stages={"sum0": {"place": "materialize", "group": {"j": 2}}}))
+    _raises(dt.ScheduleError, r"stages\['sum0'\]\.group names axis 'q'", dt.compile, matmul,
+            dt.Schedule(stages={"sum0": {"group": {"q": 2}}}))
+    # the legal spellings: a group on grid[-2], or group 1 (no grouping) anywhere on the grid
+    _mm_ok(dt.Schedule(grid=("j", "i"), group={"j": 2}, tile=t))
+    _mm_ok(dt.Schedule(grid=("i", "j"), group={"j": 1}, tile=t))
+
+
+def test_strategy_of_an_output_axis_on_the_grid_is_refused():
+    t = {"i": 4, "j": 4, "k": 8}
+    _raises(dt.ScheduleError, r"strategy\['i'\] = 'whole': axis 'i' is on the grid \('i', 'j'\), so each program takes "
+                              r"one tile of it and the strategy would be ignored; take 'i' off that grid \(grid=\('j',\)\)",
+            dt.compile, matmul, dt.Schedule(grid=("i", "j"), strategy={"i": "whole"}, tile=t))
+    _raises(dt.ScheduleError, r"stages\['out'\]\.strategy\['j'\] = 'loop': axis 'j' is on the grid of the kernel of "
+                              r"stage 'out' \('i', 'j'\), .* take 'j' off that grid \(stages\['out'\]\.grid=\('i',\)\)",
+            dt.compile, matmul,
+            dt.Schedule(grid=("i", "j"), tile=t, stages={"out": {"strategy": {"j": "loop"}}}))
+    # "online" is a way to reduce: refused for an axis no stage reduces
+    _raises(dt.ScheduleError, r"strategy\['j'\] = 'online': the online strategy is one running pass over a reduced "
+                              r"axis .* no stage of matmul reduces 'j'; use 'loop'", dt.compile, matmul,
+            dt.Schedule(grid=("i",), strategy={"j": "online"}, tile=t))
+    # with the grid left to the heuristic, the strategy is honoured: j stays off the grid
+    k = _mm_ok(dt.Schedule(strategy={"j": "whole"}, tile={"i": 4, "k": 8}))
+    full = k.schedule_for(*MM)
+    assert full.grid == ("i",) and full.strategy["j"] == "whole"
+    full = _mm_ok(dt.Schedule(strategy={"i": "loop", "j": "whole"})).schedule_for(*MM)
+    assert full.grid == () and full.strategy["i"] == "loop"
+    # a reduced axis on the grid keeps its strategy: the materialised reductions' kernels use it
+    dt.compile(softmax, dt.Schedule(grid=("i", "j"), tile={"i": 2, "j": 4}, strategy={"j": "whole"}))
+
+
+def test_place_of_an_output_stage_is_refused():
+    for place in ("materialize", "fuse"):
+        _raises(dt.ScheduleError, rf"stages\['out'\]\.place = '{place}': 'out' is an output stage of matmul, which "
+                                  r"always runs in a kernel of its own and writes its tensor; place applies to "
+                                  r"reduction stages \(\['sum0'\]\)", dt.compile, matmul,
+                dt.Schedule(stages={"out": {"place": place}}))
+    dt.compile(matmul, dt.Schedule(stages={"out": {"place": "auto"}, "sum0": {"place": "materialize"}}))
+
+
+def test_split_mode_without_a_split_warns_at_the_call():
+    with pytest.warns(dt.ScheduleWarning, match=r"matmul: split_mode='partials' has no effect: this call splits no "
+                                                 r"reduction axis .*split=\{'k': 4\}"):
+        _mm_ok(dt.Schedule(split_mode="partials"))
+    with pytest.warns(dt.ScheduleWarning, match=r"rowmax has no sum to split"):
+        dt.compile(rowmax, dt.Schedule(split_mode="partials"))(torch.randn(3, 5))
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dt.ScheduleWarning)
+        _mm_ok(dt.Schedule(split={"k": 2}, split_mode="partials"))
+        quiet = dt.compile(matmul, dt.Schedule(split_mode="partials"))
+        quiet.quiet = True   # explore's candidates
+        quiet(*MM)
+
+
+def test_tile_of_a_whole_axis_is_refused_not_overridden():
+    X = torch.randn(4, 32)
+    msg = (r"tile\['j'\] = 8 would be ignored: strategy\['j'\] = 'whole' covers axis 'j' with one block of its padded "
+           r"size, and no kernel it applies to puts 'j' on a grid; drop tile\['j'\], or use strategy=\{'j': 'loop'\} "
+           r"to step over 'j' in tiles of 8")
+    _raises(dt.ScheduleError, msg, dt.compile, softmax, dt.Schedule(grid=("i",), tile={"i": 1, "j": 8}, strategy={"j": "whole"}))
+    # grid left to the heuristic: known once the schedule is complete, at the call
+    _raises(dt.ScheduleError, msg, dt.compile(softmax, dt.Schedule(tile={"j": 8}, strategy={"j": "whole"})), X)
+    _raises(dt.ScheduleError, r"stages\['sum0'\]\.tile\['k'\] = 8 would be ignored: strategy\['k'\] = 'whole'",
+            dt.compile, matmul, dt.Schedule(grid=("i", "j"), tile={"i": 4, "j": 4}, strategy={"k": "whole"},
+                                            stages={"sum0": {"tile": {"k": 8}}}))
+    # a tile without a strategy is used: the heuristic steps over the axis in it (it used to pick
+    # "whole" and drop the tile)
+    k = dt.compile(softmax, dt.Schedule(tile={"j": 8}))
+    torch.testing.assert_close(k(X), torch.softmax(X, -1))
+    assert k.schedule_for(X).strategy["j"] == "online" and k.schedule_for(X).tile["j"] == 8
+    # the tile of a whole axis that a kernel does map to programs is legal (softmax's j on the
+    # output's grid, whole in the reductions' kernels); a split axis steps in its tile too
+    dt.compile(softmax, dt.Schedule(grid=("i", "j"), tile={"i": 2, "j": 4}, strategy={"j": "whole"}))
+    _mm_ok(dt.Schedule(grid=("i", "j"), tile={"i": 4, "j": 4, "k": 4}, strategy={"k": "whole"}, split={"k": 2}))
+    # the heuristic fills no such tile itself
+    full = dt.compile(softmax).schedule_for(X)
+    assert full.strategy["j"] == "whole" and "j" not in full.tile and full.unused_tiles(softmax) == []
+
+
+def test_arithmetic_on_an_indexed_stage_result():
+    """n[i] + 1e-6 was a bare TypeError (X[i, j] - n[i] and n + 1e-6 worked)."""
+    @dt.algorithm
+    def rms(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        n = dt.sum(X[i, j] * X[i, j], over=j)
+        return (X[i, j] / dt.sqrt(n[i] + 1e-6))[i, j]
+
+    @dt.algorithm
+    def ops(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        m = dt.max(X[i, j], over=j)
+        return dt.where(m[i] > 0, 1.0 + m[i], -m[i] * 2 - abs(m[i]) ** 2 / (m[i] == m[i]))[i]
+
+    X = torch.randn(5, 7)
+    torch.testing.assert_close(dt.compile(rms)(X), X / torch.sqrt((X * X).sum(-1, keepdim=True) + 1e-6))
+    m = X.amax(-1)
+    torch.testing.assert_close(dt.compile(ops)(X), torch.where(m > 0, 1 + m, -m * 2 - m.abs() ** 2))
+    with pytest.raises(dt.AlgorithmError, match="no truth value"):
+        @dt.algorithm
+        def branch(X: dt.Tensor["M", "N"]):
+            i, j = dt.axes("i j")
+            m = dt.max(X[i, j], over=j)
+            return (m if m[i] else -m)[i]
+    with pytest.raises(dt.AlgorithmError, match=r"torch\.exp cannot take a dtriton expression"):
+        @dt.algorithm
+        def tfn(X: dt.Tensor["M", "N"]):
+            i, j = dt.axes("i j")
+            return torch.exp(dt.max(X[i, j], over=j)[i])[i]
+    with pytest.raises(dt.AlgorithmError, match=r"must return outputs with a layout, e.g. `return C\[i, j\]`"):
+        @dt.algorithm
+        def unlaid(X: dt.Tensor["M", "N"]):
+            i, j = dt.axes("i j")
+            return dt.max(X[i, j], over=j)[i] + 1
+
+
+def test_space_split_of_a_non_reduction_axis_is_refused_before_any_candidate():
+    from dtriton.explore import Space
+    built = []
+
+    def factory(alg, sched):
+        built.append(sched)
+        return dt.Kernel(alg, sched)
+
+    for space, pattern in (
+            (Space(split={"i": [1, 2]}), r"Space\(split=\{'i': \[1, 2\]\}\): axis 'i' is not a reduction axis of matmul "
+                                         r"\(reduction axes: \['k'\]\); only a summed axis can be split"),
+            (Space(grid=[("i", "k")]), r"Space grid \('i', 'k'\) names axis 'k', which no output of matmul has"),
+            (Space(place={"out": ["auto", "fuse"]}), r"Space\(place=\{'out': \['auto', 'fuse'\]\}\): 'out' is an output stage")):
+        _raises(dt.ScheduleError, pattern, space.validate, matmul)
+        _raises(dt.ScheduleError, pattern, dt.explore, matmul, MM, space=space, budget=5, progress=False, store=False,
+                _candidate_factory=factory)
+    assert built == []   # refused before the heuristic baseline was even built
+    _raises(dt.ScheduleError, r"Space\(split=\{'j': \[2\]\}\): axis 'j' is reduced by the max stage 'max0'; only "
+                              r"sum/mean stages can be split", Space(split={"j": [2]}).validate, rowmax)
+    Space(split={"k": [1, 2]}, grid=[("j", "i")]).validate(matmul)
+    Space(split={"i": [1]}).validate(matmul)   # no split at all: nothing to refuse
+
+
+def test_misspelled_schedule_and_space_keywords_name_the_field():
+    from dtriton.explore import Space
+    cases = [
+        (lambda: dt.Schedule(tiles={"i": 64}), r"^Schedule has no field 'tiles' \(did you mean 'tile'\?\); its fields "
+                                                r"are tile, grid, group, split, strategy, num_warps"),
+        (lambda: dt.Schedule(num_warp=4, gird=("i",)), r"Schedule has no fields 'num_warp' \(did you mean 'num_warps'\?\), "
+                                                       r"'gird' \(did you mean 'grid'\?\)"),
+        (lambda: dt.Schedule().replace(splitmode="partials"), r"'splitmode' \(did you mean 'split_mode'\?\)"),
+        (lambda: dt.StageSchedule(plce="fuse"), r"StageSchedule has no field 'plce' \(did you mean 'place'\?\); its "
+                                                r"fields are place, tile, grid"),
+        (lambda: dt.Schedule(stages={"sum0": {"placement": "fuse"}}), r"stages\['sum0'\]: StageSchedule has no field "
+                                                                      r"'placement' \(did you mean 'place'\?\)"),
+        (lambda: dt.Schedule.from_dict({"tiles": {}}), r"unknown schedule field\(s\): Schedule has no field 'tiles'"),
+        (lambda: Space(tiles={"i": [16]}), r"^Space has no field 'tiles' \(did you mean 'tile'\?\); its fields are tile, "
+                                           r"grid, group"),
+        (lambda: Space().narrow(num_warp=[4]), r"Space has no field 'num_warp' \(did you mean 'num_warps'\?\)"),
+        (lambda: dt.explore(matmul, MM, space={"strategies": {"k": ["loop"]}}, budget=1, progress=False, store=False),
+         r"Space has no field 'strategies' \(did you mean 'strategy'\?\)"),
+    ]
+    for fn, pattern in cases:
+        e = _raises(dt.UnknownFieldError, pattern, fn)
+        assert isinstance(e, TypeError) and isinstance(e, dt.ScheduleError)
+    with pytest.raises(TypeError, match="has no field 'tiles'"):   # existing `except TypeError` keeps working
+        dt.Schedule(tiles={})

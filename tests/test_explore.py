@@ -615,3 +615,19 @@ def test_dot_seeds_put_tensor_core_tilings_first():
     X = lazy(4096, 4096, dtype=torch.float16)
     sdims = Space.derive(softmax, (X,), target="gpu").dimensions()
     assert _dot_seeds(softmax, sdims, _base_point(sdims, dt.compile(softmax).complete(softmax.bind((X,))))) == []
+
+
+def test_schedule_for_gives_a_tile_to_an_axis_moved_off_whole():
+    """Complete schedules carry no tile for a "whole" axis that no kernel maps to programs; a point
+    that moves it to loop/online gets the heuristic's default tile, so the candidate stays legal."""
+    X = torch.randn(4, 32)
+    base = dt.compile(softmax).schedule_for(X)
+    assert base.strategy["j"] == "whole" and "j" not in base.tile
+    sp = Space(strategy={"j": ["whole", "loop", "online"]})
+    s = sp.schedule_for({"strategy.j": "loop"}, base, softmax, {"i": 4, "j": 32})
+    assert s.tile["j"] == 32
+    s.validate(softmax)
+    assert sp.schedule_for({"strategy.j": "online"}, base, softmax).tile["j"] == 64   # no sizes: 64
+    assert sp.schedule_for({"strategy.j": "whole", "tile.j": 8}, base, softmax) == base
+    res = dt.explore(softmax, (X,), space=sp, budget=60, progress=False, store=False)
+    assert {r["status"] for r in res.table} <= {"ok", "duplicate"}, res.table

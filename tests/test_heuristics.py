@@ -8,7 +8,7 @@ import torch
 
 import dtriton as dt
 from dtriton.heuristics import complete_schedule
-from dtriton.library import attention, column_sum, layer_norm, spatial_diffusion
+from dtriton.library import attention, column_sum, layer_norm, matmul, spatial_diffusion
 
 
 def gpu_schedule(alg, args) -> dt.Schedule:
@@ -88,3 +88,35 @@ def test_batched_fp16_matmul_counts_its_batch_programs():
     a, b = torch.randn(2, 70, 40, dtype=h), torch.randn(2, 40, 150, dtype=h)
     got = dt.compile(bmm, s)(a, b)
     assert ((got.double() - a.double() @ b.double()).norm() / (a.double() @ b.double()).norm()) < 3e-3
+
+
+def test_grouped_launch_order_only_where_the_swizzle_applies():
+    """Grouped order swizzles the second-to-last grid axis; with the batch axis between the two
+    output axes (out[i, b, j]) the heuristic's group 8 on i was silently ignored: now none is set."""
+    @dt.algorithm
+    def bmm_ibj(A: dt.Tensor["Z", "M", "K"], B: dt.Tensor["Z", "K", "N"]):
+        z, i, j, k = dt.axes("z i j k")
+        return dt.sum(A[z, i, k] * B[z, k, j], over=k)[i, z, j]
+    a, b = torch.randn(2, 40, 24), torch.randn(2, 24, 36)
+    s = gpu_schedule(bmm_ibj, (a, b))
+    s.validate(bmm_ibj)
+    assert s.grid == ("i", "z", "j") and dict(s.group) == {}
+    run_and_compare(bmm_ibj, s, (a, b), 1e-5)
+    s = gpu_schedule(matmul, (torch.randn(4096, 64), torch.randn(64, 4096)))
+    assert s.grid == ("i", "j") and dict(s.group) == {"i": 8}
+
+
+def test_heuristic_schedules_validate_and_carry_no_unused_tiles():
+    """GPU and interpreter schedules of the library pass validation; the tile of an axis that ends
+    up "whole" off every grid (which the kernel would ignore) is not filled in."""
+    from dtriton import library as L
+    X = torch.randn(6, 40)
+    q = torch.randn(1, 2, 16, 8)
+    cases = [(L.softmax, (X,)), (L.layer_norm, (X, X[0], X[0])), (L.cross_entropy, (X, torch.zeros(6, dtype=torch.long))),
+             (L.column_sum, (X,)), (L.attention, (q, q, q, 0.1)), (L.matmul, (X, X.T))]
+    for alg, args in cases:
+        for sched in (gpu_schedule(alg, args), dt.compile(alg).schedule_for(*args)):
+            sched.validate(alg)
+            assert sched.unused_tiles(alg) == [], (alg.name, sched)
+    s = gpu_schedule(L.softmax, (X,))
+    assert s.strategy["j"] == "whole" and "j" not in s.tile

@@ -137,7 +137,7 @@ def test_saved_stages_mode_gradcheck(alg):
 
 
 def test_backward_schedules_by_input_name_and_float32_dtypes():
-    sched = dt.Schedule(tile={"i": 2, "j": 8}, grid=("i",), strategy={"j": "whole"})
+    sched = dt.Schedule(tile={"i": 2}, grid=("i",), strategy={"j": "whole"})  # no tile for the whole j
     dk = dt.compile_autograd(softmax, backward_schedules={"X": sched})
     g = torch.Generator().manual_seed(4)
     X = torch.randn(5, 7, generator=g, requires_grad=True)

@@ -271,6 +271,23 @@ def test_over_resource_stored_schedule_is_dropped(tmp_path):
         assert k.origin_for(X3) == "heuristic"
 
 
+def test_stored_tile_of_a_whole_axis_from_older_versions_is_dropped_not_refused(tmp_path):
+    """Complete schedules used to carry a tile for a "whole" axis that no kernel reads; validation
+    now refuses such a tile, so a stored record is used without it (the same kernels)."""
+    db = TuningDB(tmp_path / "t.sqlite")
+    X = torch.randn(8, 24)
+    old = dt.Schedule(tile={"i": 4, "j": 64}, grid=("i",), strategy={"j": "whole"})
+    with pytest.raises(dt.ScheduleError, match=r"tile\['j'\] = 64 would be ignored"):
+        old.validate(softmax)
+    db.store(record((X,), sched=old, alg=softmax))
+    k = TunedKernel(softmax, db)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TuningWarning)
+        assert k.origin_for(X) == "tuned"
+    assert k.schedule_for(X) == old.replace(tile={"i": 4})
+    torch.testing.assert_close(k(X), torch.softmax(X, -1))
+
+
 def test_compile_failure_of_stored_schedule_falls_back(tmp_path):
     db = TuningDB(tmp_path / "t.sqlite")
     A, B = mm()

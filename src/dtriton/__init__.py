@@ -14,7 +14,8 @@ interpreter on a machine without one).
     kernel = dt.compile(matmul, dt.Schedule(tile={"i": 64, "j": 64, "k": 32}, grid=("i", "j")))
 """
 
-from .errors import AlgorithmError, CompileError, DTritonError, ScheduleError, ScheduleWarning, ShapeError
+from .errors import (AlgorithmError, CompileError, DTritonError, ScheduleError, ScheduleWarning, ShapeError,
+                     UnknownFieldError)
 from .language import (Algorithm, Axis, Tensor, abs, algorithm, axes, cast, exp, log, max, maximum, mean,
                        min, minimum, rsqrt, sigmoid, sqrt, sum, tanh, where)
 from .schedule import FrozenMap, Schedule, StageSchedule
@@ -27,6 +28,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AlgorithmError", "CompileError", "DTritonError", "ScheduleError", "ScheduleWarning", "ShapeError",
+    "UnknownFieldError",
     "Algorithm", "Axis", "Tensor", "abs", "algorithm", "axes", "cast", "exp", "log", "max", "maximum",
     "mean", "min", "minimum", "rsqrt", "sigmoid", "sqrt", "sum", "tanh", "where",
     "FrozenMap", "Schedule", "StageSchedule", "Kernel", "compile",

@@ -27,6 +27,13 @@ class ScheduleError(DTritonError, ValueError):
     illegal fusion."""
 
 
+class UnknownFieldError(ScheduleError, TypeError):
+    """A keyword that :class:`~dtriton.Schedule`, :class:`~dtriton.StageSchedule` or
+    :class:`~dtriton.Space` does not have (a misspelling such as ``Schedule(tiles=...)``). The
+    message names the keyword, the closest field and every valid one. It is a :class:`TypeError`
+    too, as Python's own error for an unexpected keyword is, so ``except TypeError`` still works."""
+
+
 class CompileError(DTritonError, RuntimeError):
     """Triton failed to compile generated source that passed validation (a dtriton bug or a
     resource limit such as shared memory). The message carries the kernel name and the cause."""
@@ -34,4 +41,5 @@ class CompileError(DTritonError, RuntimeError):
 
 class ScheduleWarning(UserWarning):
     """A schedule knob that cannot take effect for this call and was dropped (the kernel is still
-    correct), e.g. ``warp_specialize=True`` on a loop whose loads are not all TMA."""
+    correct), e.g. ``warp_specialize=True`` on a loop whose loads are not all TMA, or
+    ``split_mode="partials"`` on a call that splits no reduction axis."""

@@ -86,12 +86,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from .errors import DTritonError, ScheduleError, ShapeError
+from .errors import DTritonError, ScheduleError, ShapeError, UnknownFieldError
 from .heuristics import contractions
 from .language import Algorithm, Binary, Binding, Reduce, expr_axes
 from .lowering import next_pow2
 from .runtime import Kernel, backend_for
-from .schedule import ACCESS, EVICTIONS, PLACES, SPLIT_MODES, STRATEGIES, Schedule, StageSchedule
+from .schedule import (ACCESS, EVICTIONS, PLACES, SPLIT_MODES, STRATEGIES, Schedule, StageSchedule,
+                       reject_unknown_keywords, unknown_fields_message)
 from .tuning import TuningDB, TuningKey, TuningRecord, TuningWarning, device_name
 
 __all__ = ["explore", "Space", "ExploreResult", "Limits", "check_resources", "check_outputs",
@@ -346,7 +347,9 @@ class Space:
         split_mode: e.g. ``["atomic", "partials"]``.
 
     A single value is accepted where a list is expected. Raises :class:`~dtriton.ScheduleError`
-    for a value a schedule cannot take (a tile that is not a power of two, an unknown strategy).
+    for a value a schedule cannot take (a tile that is not a power of two, an unknown strategy),
+    and :class:`~dtriton.UnknownFieldError` (also a ``TypeError``) for a keyword that is not a
+    field (``tiles=``). :meth:`validate` checks the names against an algorithm.
 
     The space's points are the product of every field's values (:meth:`dimensions`,
     :attr:`size`); :meth:`schedule_for` turns a point into a complete :class:`~dtriton.Schedule`
@@ -492,9 +495,9 @@ class Space:
     def narrow(self, **fields) -> "Space":
         """A copy with the given fields replaced (``None`` drops a field: heuristic value)."""
         d = {f: getattr(self, f) for f in self.FIELDS}
-        for k in fields:
-            if k not in self.FIELDS:
-                raise TypeError(f"Space has no field {k!r}; fields are {self.FIELDS}")
+        bad = [k for k in fields if k not in self.FIELDS]
+        if bad:
+            raise UnknownFieldError(unknown_fields_message("Space", bad, self.FIELDS))
         d.update(fields)
         return Space(**d)
 
@@ -518,12 +521,73 @@ class Space:
                 d[f] = list(dict.fromkeys(itertools.chain.from_iterable(vals)))
         return Space(**d)
 
+    # -- checks against an algorithm -----------------------------------------------------------------
+    def validate(self, alg: Algorithm) -> None:
+        """Check the names and values of this space against ``alg`` before any candidate runs.
+
+        Raises :class:`~dtriton.ScheduleError` naming the field for: an axis, stage or tensor that
+        ``alg`` does not have; a split of an axis that no stage reduces, or that a max/min stage
+        reduces (only sums can be split across programs); a grid with an axis that no output has
+        (the grid maps output axes to programs) or that repeats an axis; a place for an output
+        stage (an output always has a kernel of its own)."""
+        axes = list(alg.axis_names)
+        red = set(alg.reduction_axes)
+        out_axes = {a for o in alg.outputs for a in o.layout}
+        outs = ", ".join(f"{o.name}[{', '.join(o.layout)}]" for o in alg.outputs)
+        for name, vals in self.dimensions():
+            f, _, sub = name.partition(".")
+            if f in ("tile", "strategy", "split") and sub not in axes:
+                raise ScheduleError(f"space names axis {sub!r}, which {alg.name} does not have; its axes are {axes}")
+            if f in ("place", "stage_tile") and sub.split(".")[0] not in alg.stages:
+                raise ScheduleError(f"space names stage {sub.split('.')[0]!r}, which {alg.name} does not have; its "
+                                    f"stages are {list(alg.stages)}")
+            if f == "eviction" and sub not in [p.name for p in alg.tensor_params]:
+                raise ScheduleError(f"space names tensor {sub!r} in eviction, which is not an input of {alg.name} "
+                                    f"(inputs: {[p.name for p in alg.tensor_params]})")
+            if f == "stage_tile" and sub.split(".", 1)[1] not in axes:
+                raise ScheduleError(f"space stage_tile {sub!r} names axis {sub.split('.', 1)[1]!r}, which {alg.name} "
+                                    f"does not have; its axes are {axes}")
+            if f == "split" and any(v > 1 for v in vals):
+                if sub not in red:
+                    raise ScheduleError(
+                        f"Space(split={{{sub!r}: {list(vals)}}}): axis {sub!r} is not a reduction axis of {alg.name} "
+                        f"(reduction axes: {sorted(red)}); only a summed axis can be split across programs. Name a "
+                        f"reduction axis, or drop {sub!r} from split")
+                bad = [st.name for st in alg.stages.values()
+                       if not st.is_output and sub in st.node.over and st.node.op != "sum"]
+                if bad:
+                    raise ScheduleError(
+                        f"Space(split={{{sub!r}: {list(vals)}}}): axis {sub!r} is reduced by the "
+                        f"{alg.stages[bad[0]].node.op} stage {bad[0]!r}; only sum/mean stages can be split across "
+                        f"programs. Drop {sub!r} from split")
+            if f == "place" and alg.stages[sub].is_output and any(v != "auto" for v in vals):
+                reds = [n for n, st in alg.stages.items() if not st.is_output]
+                raise ScheduleError(
+                    f"Space(place={{{sub!r}: {list(vals)}}}): {sub!r} is an output stage of {alg.name}, which always "
+                    f"runs in a kernel of its own; place applies to reduction stages ({reds})")
+            if f == "grid":
+                for g in vals:
+                    for a in g:
+                        if a not in axes:
+                            raise ScheduleError(f"Space grid {g} names axis {a!r}, which {alg.name} does not have; its "
+                                                f"axes are {axes}")
+                        if a not in out_axes:
+                            raise ScheduleError(
+                                f"Space grid {g} names axis {a!r}, which no output of {alg.name} has (outputs: "
+                                f"{outs}); the grid maps output axes to programs (split divides a sum). Take {a!r} "
+                                f"off that grid")
+                    if len(set(g)) != len(g):
+                        raise ScheduleError(f"Space grid {g} repeats an axis")
+
     # -- points -> schedules ------------------------------------------------------------------------
-    def schedule_for(self, point: Mapping[str, Any], base: Schedule, alg: Algorithm) -> Schedule:
+    def schedule_for(self, point: Mapping[str, Any], base: Schedule, alg: Algorithm,
+                     sizes: Mapping[str, int] | None = None) -> Schedule:
         """The complete schedule for ``point`` (``{dimension name: value}``) on top of the
         heuristic's complete schedule ``base``. The group size applies to the second-to-last grid
-        axis. A tile of a "whole" axis that no kernel puts on a grid is irrelevant and is reset to
-        the base tile, so equivalent points give equal schedules.
+        axis. A tile of a "whole" axis that no kernel puts on a grid is irrelevant and is dropped
+        (:meth:`Schedule.without_unused_tiles`), so equivalent points give equal schedules; an axis
+        the point moves off "whole" without a tile gets the heuristic's default, 64 capped at the
+        axis' padded size in ``sizes`` (axis name -> extent).
 
         Raises :class:`~dtriton.ScheduleError` when the values make no schedule."""
         tile = dict(base.tile)
@@ -573,13 +637,12 @@ class Space:
             if gval is None:
                 gval = max(base.group.values(), default=1)
             group = {grid[-2]: gval} if gval > 1 and len(grid) >= 2 else {}
-        probe = base.replace(grid=grid, stages=stages)
-        ongrid = _ongrid_axes(alg, probe)
         for a, s in strategy.items():
-            if s == "whole" and a not in ongrid and a in base.tile:
-                tile[a] = base.tile[a]
+            if s != "whole" and a not in tile and base.strategy.get(a) == "whole":
+                tile[a] = min(64, next_pow2(sizes[a])) if sizes and a in sizes else 64
         stages = {k: v for k, v in stages.items() if v != StageSchedule()}
-        return base.replace(tile=tile, grid=grid, group=group, split=split, strategy=strategy, stages=stages, **kw)
+        out = base.replace(tile=tile, grid=grid, group=group, split=split, strategy=strategy, stages=stages, **kw)
+        return out.without_unused_tiles(alg)
 
     # -- derivation -------------------------------------------------------------------------------
     @classmethod
@@ -604,6 +667,9 @@ class Space:
         bb = dataclasses.replace(b, device=torch.device("cuda") if target == "gpu" else torch.device("cpu"))
         base = Kernel(alg, None).complete(bb)
         return cls(**_derive_fields(alg, bb, base, target == "gpu", limits))
+
+
+Space.__init__ = reject_unknown_keywords(Space.__init__, "Space", Space.FIELDS)
 
 
 def _derive_fields(alg: Algorithm, b: Binding, base: Schedule, gpu: bool, limits: Limits) -> dict:
@@ -1577,6 +1643,10 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
         TypeError: ``alg`` is not an algorithm.
         ShapeError: ``args`` (or ``out``) do not fit the signature.
         ValueError: unknown strategy or a negative budget.
+        ScheduleError: the space does not fit ``alg`` (:meth:`Space.validate`: an unknown axis,
+            stage or tensor, a split of an axis no sum reduces, ...), before any candidate runs;
+            UnknownFieldError (a ScheduleError and a TypeError) for a space dict with a key that
+            is not a Space field.
         DTritonError: correctness cannot be checked (the reference does not fit in memory and the
             heuristic schedule fails).
     """
@@ -1591,6 +1661,17 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
     if strategy not in ("auto", "exhaustive", "random", "tpe"):
         raise ValueError(f"strategy must be 'auto', 'exhaustive', 'random' or 'tpe', got {strategy!r}")
     b_user = alg.bind(args)
+    # a user's space is checked against the algorithm before anything is built or run
+    if space is None:
+        sp = None
+    elif isinstance(space, Space):
+        sp = space
+    elif isinstance(space, Mapping):
+        sp = Space(**space)
+    else:
+        raise TypeError(f"space must be a dt.Space or a dict, got {type(space).__name__}")
+    if sp is not None:
+        sp.validate(alg)
     interpret = backend_for(b_user.device) == "interpreter"
     dev_name = device_name(b_user.device)
     if interpret:
@@ -1611,29 +1692,9 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
     # the heuristic baseline and the space
     heur = factory(alg, None)
     base = heur.schedule_for(*bench.work)
-    if space is None:
+    if sp is None:
         sp = Space(**_derive_fields(alg, b, base, not interpret, limits))
-    elif isinstance(space, Space):
-        sp = space
-    elif isinstance(space, Mapping):
-        sp = Space(**space)
-    else:
-        raise TypeError(f"space must be a dt.Space or a dict, got {type(space).__name__}")
     dims = sp.dimensions()
-    for name, _ in dims:
-        f, _, sub = name.partition(".")
-        if f in ("tile", "strategy", "split") and sub not in alg.axis_names:
-            raise ScheduleError(f"space names axis {sub!r}, which {alg.name} does not have; its axes are "
-                                f"{list(alg.axis_names)}")
-        if f in ("place", "stage_tile") and sub.split(".")[0] not in alg.stages:
-            raise ScheduleError(f"space names stage {sub.split('.')[0]!r}, which {alg.name} does not have; its stages are "
-                                f"{list(alg.stages)}")
-        if f == "eviction" and sub not in [p.name for p in alg.tensor_params]:
-            raise ScheduleError(f"space names tensor {sub!r} in eviction, which is not an input of {alg.name} "
-                                f"(inputs: {[p.name for p in alg.tensor_params]})")
-        if f == "stage_tile" and sub.split(".", 1)[1] not in alg.axis_names:
-            raise ScheduleError(f"space stage_tile {sub!r} names axis {sub.split('.', 1)[1]!r}, which {alg.name} does not "
-                                f"have; its axes are {list(alg.axis_names)}")
     if strategy == "auto":
         strategy = "exhaustive" if sp.size <= max(64, max_trials or 0) else "tpe"
     sampler = _make_sampler(strategy, dims, seed)
@@ -1849,7 +1910,7 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
                 break
             handle, point = got
             try:
-                sched = sp.schedule_for(point, base, alg)
+                sched = sp.schedule_for(point, base, alg, b.axis_sizes)
             except ScheduleError as e:
                 row = new_row("space", point, None)
                 row.update(status="illegal", reason=str(e).splitlines()[0], elapsed_s=elapsed())

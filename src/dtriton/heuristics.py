@@ -4,7 +4,8 @@ Rules (documented so users can predict them):
 
 - Contractions (a sum over one axis of a product of an (m, r) and an (r, n) operand) run on
   ``tl.dot``: output tiles of 128x128 for 16-bit inputs and 64x64 for fp32 on the GPU (capped at
-  the padded axis, never below 16), 32 or 64 along the reduction axis, grouped launch order 8,
+  the padded axis, never below 16), 32 or 64 along the reduction axis, grouped launch order 8
+  (when the two output axes are the last two grid axes: the swizzled pair),
   ``num_warps`` 8 for 128x128 tiles else 4, ``num_stages`` 3 (4 for fp16/bf16). Skinny outputs
   with a long reduction (fewer output tiles than half the GPU's 132 SMs) are split along it
   (split-K).
@@ -13,8 +14,12 @@ Rules (documented so users can predict them):
   the Triton tutorial) while its padded size is at most 32768 on the GPU (a 32768-wide fp32 row
   is 64 registers per thread over 16 warps; 4096 on the interpreter), else "online" when the algebra allows (one pass with rescaling), else "loop".
   One row per program, ``num_warps`` growing with the row (4 up to 1024, 8 up to 4096, 16 above).
+  An axis the schedule gives a tile (and no strategy) is stepped over in that tile instead
+  ("online" where a max reduces it, else "loop").
 - Other axes on the grid get tiles so a program holds about 1024 elements (the innermost axis
-  first); axes of size 1 get tile 1.
+  first); axes of size 1 get tile 1. An output axis that the schedule gives a strategy
+  (whole/loop/online) and no stage reduces stays off the grid, covered inside each program.
+- No tile is filled in for an axis that ends up "whole" off every grid (it would be ignored).
 
 User-given fields are never changed.
 """
@@ -165,10 +170,16 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
         tile.setdefault(loop_axis, max(16, cap_(sizes, loop_axis, 64 if gpu else 16)))
         num_warps = num_warps or (8 if gpu and tile[grid[-1]] >= 128 else 4)
         num_stages = num_stages or 2
+    # output axes the user asked to cover in-program (strategy whole/loop/online for an axis no
+    # stage reduces) stay off the grids chosen here: on a grid, the strategy would be ignored
+    main_ss = user.stage(main.name)
+    in_program = {a for a in main.layout if a not in reduced
+                  and main_ss.strategy.get(a, strategy.get(a, "auto")) != "auto"}
     if grid is None:
-        grid = tuple(a for a in main.layout if a not in row_axes or _is_contraction_free(a, cons))
+        grid = tuple(a for a in main.layout if (a not in row_axes or _is_contraction_free(a, cons))
+                     and a not in in_program)
         if not grid and main.layout:
-            grid = (main.layout[0],)
+            grid = tuple(a for a in main.layout[:1] if a not in in_program)
 
     def cap(a, t):
         return max(1, min(t, next_pow2(sizes[a])))
@@ -206,9 +217,9 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
             # the reduction (the H200 sweep of the diffusion layer: best split 4 at V=1.4k, 8 at
             # 5k, 64 at 28k-85k)
             _split_for(split, r, ntiles, sizes[r], tile[r], sms)
-        if m in grid and n in grid and not group and sched is None:
-            first = m if grid.index(m) < grid.index(n) else n
-            group[first] = 8
+        if len(grid) >= 2 and set(grid[-2:]) == {m, n} and not group and sched is None:
+            # grouped launch order swizzles the second-to-last grid axis (codegen)
+            group[grid[-2]] = 8
         if num_warps is None:
             num_warps = 8 if tile[m] * tile[n] >= 128 * 128 else 4
         if num_stages is None:
@@ -228,6 +239,10 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
                 tile[a] = cap(a, 32 if gpu else 16)
                 widest = max(widest, tile[a])
                 col_axes.append(a)
+            elif a in user.tile:
+                # the user's tile of an off-grid axis: step over it in that tile ("whole" would
+                # ignore the tile)
+                strategy[a] = "online" if _online_candidate(alg, a) else "loop"
             elif next_pow2(sizes[a]) <= limit:
                 strategy[a] = "whole"
             else:
@@ -266,7 +281,10 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
         for o in alg.outputs[1:]:
             ss = stages.get(o.name, StageSchedule())
             if ss.grid is None:
-                og = tuple(a for a in o.layout if a not in row_axes or _is_contraction_free(a, cons)) or o.layout[:1]
+                own = {a for a in o.layout if a not in reduced
+                       and ss.strategy.get(a, user.strategy.get(a, "auto")) != "auto"}
+                og = tuple(a for a in o.layout if (a not in row_axes or _is_contraction_free(a, cons)) and a not in own) \
+                    or tuple(a for a in o.layout[:1] if a not in own)
                 st_tile, st_strat = dict(ss.tile), dict(ss.strategy)
                 for a in expr_axes(o.expr):
                     if a not in og and a not in dot_axes and a not in st_strat and _column_reduction(a, og, contig, sizes):
@@ -289,11 +307,14 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
                             stages[n.name] = StageSchedule(tile={a: t for a, t in st_tile.items() if a in n.axes or a in n.over},
                                                            strategy={a: v for a, v in st_strat.items() if a in n.over},
                                                            num_warps=4 if gpu else None)
-    return Schedule(tile=tile, grid=tuple(grid), group=group, split=split, strategy=strategy,
+    full = Schedule(tile=tile, grid=tuple(grid), group=group, split=split, strategy=strategy,
                     num_warps=num_warps, num_stages=num_stages, acc_dtype=user.acc_dtype,
                     precision=user.precision, split_mode=user.split_mode, stages=stages,
                     eviction=user.eviction, persistent=user.persistent, access=user.access,
                     warp_specialize=user.warp_specialize)
+    # tiles filled above for axes that end up "whole" off every grid would be ignored: drop them
+    # (a user's own such tile stays, and validation reports it)
+    return full.without_unused_tiles(alg, keep=user)
 
 
 def cap_(sizes, a, t):

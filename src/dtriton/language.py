@@ -342,7 +342,11 @@ class Reduce(Expr):
 
 
 class Output:
-    """An expression with a fixed layout (``expr[i, j]``): a stage that writes an output tensor."""
+    """An expression with a fixed layout (``expr[i, j]``): a stage that writes an output tensor.
+
+    Used inside an algorithm, it stands for its expression: ``n[i] + 1e-6``, ``-n[i]`` and
+    ``dt.sqrt(n[i])`` compute with ``n`` (axes broadcast by name as for any expression), so a
+    stage result indexed by its axes can be used like the stage itself."""
     __slots__ = ("expr", "layout", "name")
 
     def __init__(self, expr: Expr, layout: tuple[str, ...], name: str | None = None):
@@ -350,6 +354,24 @@ class Output:
 
     def __repr__(self):
         return f"Output({self.name}[{', '.join(self.layout)}])"
+
+
+def _through_expr(name: str):
+    def op(self, *args):
+        return getattr(self.expr, name)(*args)
+    op.__name__ = name
+    op.__doc__ = f"``{name}`` of the indexed expression (an :class:`Expr`)."
+    return op
+
+
+# arithmetic, comparisons and the guards of Expr (truth value, float(), //) on an indexed stage
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+              "__pow__", "__neg__", "__pos__", "__abs__", "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__",
+              "__and__", "__or__", "__invert__", "__floordiv__", "__rfloordiv__", "__float__", "__bool__"):
+    setattr(Output, _name, _through_expr(_name))
+Output.__hash__ = object.__hash__   # identity, as before (== builds a comparison node)
+Output.__torch_function__ = Expr.__dict__["__torch_function__"]
+del _name
 
 
 # ----------------------------------------------------------------------------------------------

@@ -195,6 +195,15 @@ class Kernel:
             ga = [(a, m.ir.axes[a].block) for a in m.ir.grid]
             launches.append(_Launch(fn, m, ga, m.ir.split[1] if m.ir.split else 1,
                                     _persistent_programs(sched.persistent, b.device) if m.ir.persistent else 0))
+        if sched.split_mode == "partials" and not any(f > 1 for f in sched.split.values()) and not self.quiet:
+            import warnings
+            sums = [a for a in alg.reduction_axes
+                    if all(st.node.op == "sum" for st in alg.stages.values() if not st.is_output and a in st.node.over)]
+            how = (f"it applies to split-K, e.g. split={{{sums[0]!r}: 4}}" if sums else
+                   f"{alg.name} has no sum to split")
+            warnings.warn(f"{alg.name}: split_mode='partials' has no effect: this call splits no reduction axis (the "
+                          f"complete schedule's split is {dict(sched.split)}); {how}. Give a split, or drop split_mode",
+                          ScheduleWarning, stacklevel=3)
         if any(m.ws_dropped for m in metas) and not self.quiet:
             import warnings
             warnings.warn(f"{alg.name}: warp_specialize=True has no effect on loops whose loads are not all TMA "

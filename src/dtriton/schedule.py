@@ -11,11 +11,13 @@ This module depends only on :mod:`dtriton.language` (for validation against an a
 
 from __future__ import annotations
 
+import difflib
+import functools
 import json
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from .errors import ScheduleError
+from .errors import ScheduleError, UnknownFieldError
 
 __all__ = ["Schedule", "StageSchedule", "FrozenMap", "STRATEGIES", "PLACES", "ACCESS", "EVICTIONS"]
 
@@ -80,6 +82,30 @@ def _fm(v, what: str) -> FrozenMap:
     return FrozenMap(v)
 
 
+def unknown_fields_message(owner: str, bad: Sequence[str], names: Sequence[str]) -> str:
+    """``"Schedule has no field 'tiles' (did you mean 'tile'?); its fields are ..."``."""
+    parts = []
+    for k in bad:
+        close = difflib.get_close_matches(str(k), list(names), n=1, cutoff=0.6)
+        parts.append(repr(k) + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return (f"{owner} has no field{'s' if len(parts) > 1 else ''} {', '.join(parts)}; its fields are "
+            f"{', '.join(names)}")
+
+
+def reject_unknown_keywords(init: Callable, owner: str, names: Sequence[str]) -> Callable:
+    """Wrap a constructor so that an unknown keyword raises :class:`UnknownFieldError` (naming it,
+    the closest field and every field) instead of Python's bare ``TypeError``."""
+    names = tuple(names)
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kw):
+        bad = [k for k in kw if k not in names]
+        if bad:
+            raise UnknownFieldError(unknown_fields_message(owner, bad, names))
+        init(self, *args, **kw)
+    return __init__
+
+
 def _is_pow2(n) -> bool:
     return isinstance(n, int) and not isinstance(n, bool) and n >= 1 and (n & (n - 1)) == 0
 
@@ -125,10 +151,16 @@ class StageSchedule:
 
     @staticmethod
     def from_dict(d: Mapping) -> "StageSchedule":
+        """The inverse of :meth:`to_dict`. Raises :class:`UnknownFieldError` for a key that is not
+        a field."""
         d = dict(d)
         if "grid" in d and d["grid"] is not None:
             d["grid"] = tuple(d["grid"])
         return StageSchedule(**d)
+
+
+StageSchedule.__init__ = reject_unknown_keywords(StageSchedule.__init__, "StageSchedule",
+                                                 [f.name for f in fields(StageSchedule)])
 
 
 @dataclass(frozen=True)
@@ -141,9 +173,11 @@ class Schedule:
             left off the grid are covered by a tile in a loop, or whole (``strategy``).
         group: ``{"i": 8}``: grouped launch order over the last two grid axes (GROUP_SIZE_M in
             Triton's matmul tutorial), so programs that share input tiles run together (L2 reuse).
+            It is given for the second-to-last grid axis (the one it swizzles).
         split: split factor per reduction axis (split-K): the axis is divided across programs
             and the partial results combined by atomics or a second pass (``split_mode``).
-        strategy: per axis, one of :data:`STRATEGIES`.
+        strategy: per axis, one of :data:`STRATEGIES`, for axes covered inside a program: reduced
+            axes, and output axes off the grid ("online" only for reduced axes).
         num_warps, num_stages: Triton launch options (warps per program; software-pipeline depth).
         acc_dtype: accumulation dtype, "float32" (default) or "float64".
         precision: dot precision for fp32 operands: "ieee" (default, as torch), "tf32" (one
@@ -151,7 +185,8 @@ class Schedule:
             split of each operand into a big and a small tf32 part and three tensor-core passes,
             NVIDIA CUTLASS; error close to fp32 at a fraction of the FMA path's time).
         split_mode: "atomic" (fp32 atomics into a zeroed buffer) or "partials" (per-split buffer,
-            summed by the consumer: deterministic).
+            summed by the consumer: deterministic). A call that splits nothing warns
+            (:class:`~dtriton.ScheduleWarning`) that "partials" has no effect.
         stages: per-stage overrides, ``{stage_name: StageSchedule}`` (dicts are accepted).
         persistent: 0 (one program per tile), or k >= 1: launch k programs per SM (4 on the
             interpreter) and let each loop over output tiles (the persistent kernels of Triton's
@@ -172,8 +207,9 @@ class Schedule:
             specialisation, Hopper and newer, best with ``access="tma"``).
 
     Raises :class:`ScheduleError` for a tile that is not a power of two, a bad strategy name, or
-    non-positive warps/stages. Checks against an algorithm (unknown axes, split of a non-reduction
-    axis, ...) are done by :meth:`validate`.
+    non-positive warps/stages, and :class:`UnknownFieldError` (also a ``TypeError``) for a keyword
+    that is not a field (``tiles=``). Checks against an algorithm (unknown axes, split of a
+    non-reduction axis, knobs that would be ignored, ...) are done by :meth:`validate`.
     """
     tile: FrozenMap = field(default_factory=FrozenMap)
     grid: tuple[str, ...] | None = None
@@ -199,7 +235,10 @@ class Schedule:
             if isinstance(v, StageSchedule):
                 st[k] = v
             elif isinstance(v, Mapping):
-                st[k] = StageSchedule.from_dict(v)
+                try:
+                    st[k] = StageSchedule.from_dict(v)
+                except UnknownFieldError as e:
+                    raise UnknownFieldError(f"stages[{k!r}]: {e}") from None
             else:
                 raise ScheduleError(f"stages[{k!r}] must be a StageSchedule or dict, got {type(v).__name__}")
         object.__setattr__(self, "stages", FrozenMap(st))
@@ -252,9 +291,24 @@ class Schedule:
 
     # ------------------------------------------------------------------------------------------
     def validate(self, alg) -> None:
-        """Check this schedule against an algorithm. Raises :class:`ScheduleError` naming the axis
-        or stage: unknown axes or stages, a split of a non-reduction axis, a group axis off the grid,
-        an output axis neither on the grid, tiled nor whole."""
+        """Check this schedule against an algorithm. Raises :class:`ScheduleError` naming the field,
+        axis or stage, what was expected and the way out, for:
+
+        - an axis, stage or tensor the algorithm does not have; a grid that repeats an axis;
+        - a grid axis that no output has (a reduction axis such as matmul's ``k``: the grid maps
+          output axes to programs; ``split`` divides a sum across programs);
+        - a split of a non-reduction axis;
+        - a group on an axis off the grid, or a group > 1 on a grid axis other than the
+          second-to-last (grouped launch order swizzles that axis only), also per stage;
+        - a strategy for an axis that no stage reduces while every kernel maps it to program ids
+          (it is on the grid), or "online" for an axis that no stage reduces, also per stage;
+        - a tile that no kernel can use: its axis is "whole" (one block of the padded size) in
+          the kernels the tile applies to and none of them puts it on a grid
+          (:meth:`unused_tiles`);
+        - a ``place`` other than "auto" for an output stage (an output always has a kernel of its
+          own and writes its tensor);
+        - an output axis neither on the grid, tiled nor whole.
+        """
         known = set(alg.axis_names)
         klist = sorted(known)
 
@@ -276,25 +330,82 @@ class Schedule:
         for t in self.eviction:
             if t not in tensors:
                 raise ScheduleError(f"eviction names tensor {t!r}, which is not an input of {alg.name} (inputs: {tensors})")
-        red = set(alg.reduction_axes)
-        for a, s in self.split.items():
-            if a not in red:
-                raise ScheduleError(
-                    f"split[{a!r}]: axis {a!r} is not a reduction axis of {alg.name} (reduction axes: "
-                    f"{sorted(red)}); only a summed axis can be split across programs")
-        for a in self.group:
-            if self.grid is not None and a not in self.grid:
-                raise ScheduleError(f"group[{a!r}]: axis {a!r} is not on the grid {self.grid}")
         for s, ss in self.stages.items():
             if s not in alg.stages:
                 raise ScheduleError(f"stages names stage {s!r}, which {alg.name} does not have; its stages are "
                                     f"{list(alg.stages)}")
             check_axes(f"stages[{s!r}].tile", ss.tile)
             check_axes(f"stages[{s!r}].strategy", ss.strategy)
+            check_axes(f"stages[{s!r}].group", ss.group)
             if ss.grid is not None:
                 check_axes(f"stages[{s!r}].grid", ss.grid)
-            if alg.stages[s].is_output and ss.place == "materialize":
-                pass  # outputs are always written to memory
+        red = set(alg.reduction_axes)
+        reducers = {a: [st for st in alg.stages.values() if not st.is_output and a in st.node.over] for a in red}
+        out_axes = {a for o in alg.outputs for a in o.layout}
+        outs = ", ".join(f"{o.name}[{', '.join(o.layout)}]" for o in alg.outputs)
+        # grid axes: the grid maps output axes to programs; nothing else reads it
+        for a in self.grid or ():
+            if a not in out_axes:
+                by = reducers.get(a, [])
+                why = f"{a!r} is reduced by stage {by[0].name!r}" if by else f"{a!r} is not an output axis"
+                if by and all(st.node.op == "sum" for st in by):
+                    why += f"; to divide that sum across programs use split={{{a!r}: 4}} (split-K)"
+                raise ScheduleError(
+                    f"grid names axis {a!r}, which no output of {alg.name} has (outputs: {outs}), so no kernel "
+                    f"would map it to program ids and it would be ignored; {why}. Take {a!r} off the grid "
+                    f"(grid={tuple(x for x in self.grid if x != a)})")
+        for a, s in self.split.items():
+            if a not in red:
+                raise ScheduleError(
+                    f"split[{a!r}]: axis {a!r} is not a reduction axis of {alg.name} (reduction axes: "
+                    f"{sorted(red)}); only a summed axis can be split across programs")
+        # grouped launch order: the second-to-last axis of a kernel's grid (codegen's swizzle)
+        for a, g in self.group.items():
+            if self.grid is not None and a not in self.grid:
+                raise ScheduleError(f"group[{a!r}]: axis {a!r} is not on the grid {self.grid}; group the "
+                                    f"second-to-last grid axis, or drop group")
+            if self.grid is not None and g > 1:
+                self._check_group("group", a, g, self.grid, "the grid", "grid")
+        for s, ss in self.stages.items():
+            sg = self._stage_grid(alg, s)
+            for a, g in ss.group.items():
+                if sg is not None and g > 1:
+                    self._check_group(f"stages[{s!r}].group", a, g, sg, f"the grid of the kernel of stage {s!r}",
+                                      f"stages[{s!r}].grid")
+        # strategies that no kernel can use
+        excluded = {a for s, ss in self.stages.items() if ss.grid is not None
+                    for a in alg.stages[s].free_axes if a not in ss.grid}
+        for what, strat, sg, owner in [("strategy", self.strategy, self.grid, "the grid")] + [
+                (f"stages[{s!r}].strategy", ss.strategy, self._stage_grid(alg, s), f"the grid of the kernel of stage {s!r}")
+                for s, ss in self.stages.items()]:
+            for a, v in strat.items():
+                if v == "online" and a not in red:
+                    raise ScheduleError(
+                        f"{what}[{a!r}] = 'online': the online strategy is one running pass over a reduced axis "
+                        f"(a running max with rescaled sums), and no stage of {alg.name} reduces {a!r}; use 'loop' "
+                        f"(tiles in a loop) or 'whole' (one block)")
+                on_grid = sg is not None and a in sg and (what != "strategy" or a not in excluded)
+                if v != "auto" and on_grid and (a not in red or what != "strategy"):
+                    rest = tuple(x for x in sg if x != a)
+                    raise ScheduleError(
+                        f"{what}[{a!r}] = {v!r}: axis {a!r} is on {owner} {tuple(sg)}, so each program takes "
+                        f"one tile of it and the strategy would be ignored; take {a!r} off that grid "
+                        f"({'grid' if what == 'strategy' else what.replace('.strategy', '.grid')}={rest}) to cover it "
+                        f"inside each program, or drop {what}[{a!r}]")
+        for s, a, t in self.unused_tiles(alg):
+            what = "tile" if s is None else f"stages[{s!r}].tile"
+            sw = "strategy" if s is None or a not in self.stages[s].strategy else f"stages[{s!r}].strategy"
+            raise ScheduleError(
+                f"{what}[{a!r}] = {t} would be ignored: {sw}[{a!r}] = 'whole' covers axis {a!r} with one block "
+                f"of its padded size, and no kernel it applies to puts {a!r} on a grid; drop {what}[{a!r}], or "
+                f"use {sw}={{{a!r}: 'loop'}} to step over {a!r} in tiles of {t}")
+        for s, ss in self.stages.items():
+            if alg.stages[s].is_output and ss.place != "auto":
+                reds = [n for n, st in alg.stages.items() if not st.is_output]
+                raise ScheduleError(
+                    f"stages[{s!r}].place = {ss.place!r}: {s!r} is an output stage of {alg.name}, which always runs "
+                    f"in a kernel of its own and writes its tensor; place applies to reduction stages "
+                    f"({reds if reds else 'it has none'}). Remove place from stages[{s!r}]")
         # the main grid must map or tile every output axis of the outputs it covers
         if self.grid is not None:
             for o in alg.outputs:
@@ -307,6 +418,87 @@ class Schedule:
                         raise ScheduleError(
                             f"output {o.name}[{', '.join(o.layout)}]: axis {a!r} is neither on the grid {grid} nor tiled; "
                             f"add {a!r} to grid, give tile={{{a!r}: ...}} to loop over it, or strategy={{{a!r}: 'whole'}}")
+
+    @staticmethod
+    def _check_group(what: str, a: str, g: int, grid: tuple, owner: str, grid_field: str) -> None:
+        """A group > 1 swizzles the second-to-last axis of ``grid`` only (codegen's grouped order);
+        ``grid_field`` is the schedule field that sets that grid, for the hint."""
+        grid = tuple(grid)
+        if len(grid) < 2:
+            raise ScheduleError(
+                f"{what}[{a!r}] = {g}: grouped launch order reorders the last two axes of a grid, and {owner} "
+                f"{grid} has {len(grid)}; map a second axis to programs, or drop the group")
+        if a != grid[-2]:
+            others = [x for x in grid if x != a]
+            order = tuple(others[:-1] + [a] + others[-1:])
+            raise ScheduleError(
+                f"{what}[{a!r}] = {g}: grouped launch order applies to the second-to-last axis of {owner} "
+                f"{grid}, which is {grid[-2]!r}, so a group on {a!r} would be ignored; use "
+                f"{what}={{{grid[-2]!r}: {g}}}, or {grid_field}={order}")
+
+    def _stage_grid(self, alg, name: str) -> tuple[str, ...] | None:
+        """The grid of stage ``name``'s own kernel (as lowering computes it), or None while it is
+        not known (an output stage without a grid of its own under a schedule whose grid the
+        heuristic has yet to choose). A reduction stage's kernel maps all its free axes."""
+        ss = self.stages.get(name)
+        if ss is not None and ss.grid is not None:
+            return tuple(ss.grid)
+        st = alg.stages[name]
+        if not st.is_output:
+            return tuple(st.node.axes)
+        if self.grid is None:
+            return None
+        return tuple(a for a in self.grid if a in st.node.layout)
+
+    def unused_tiles(self, alg) -> list[tuple[str | None, str, int]]:
+        """Tiles that no kernel can use, as ``(stage or None for the global tile, axis, tile)``: the
+        axis is "whole" (covered by one block of its padded size, whatever the tile) in every
+        kernel the tile applies to, and none of those kernels puts the axis on a grid (where a tile
+        sets the block per program). :meth:`validate` rejects them; the heuristic and
+        ``dt.explore`` drop those they would fill in themselves (:meth:`without_unused_tiles`).
+
+        Axes that some kernel may map to program ids count as used: the grid (while the grid is
+        left to the heuristic: the output axes that a stage reduces), every stage's own grid, and
+        the free axes of every reduction stage (its kernel's grid when it is materialised)."""
+        red = set(alg.reduction_axes)
+        if self.grid is not None:
+            maybe = set(self.grid)
+        else:
+            maybe = {a for o in alg.outputs for a in o.layout if a in red}
+        for s, ss in self.stages.items():
+            maybe |= set(ss.grid or ())
+        for st in alg.stages.values():
+            if not st.is_output:
+                maybe |= set(st.node.axes)
+        out: list[tuple[str | None, str, int]] = []
+        for a, t in self.tile.items():
+            if self.strategy.get(a) != "whole" or a in maybe or self.split.get(a, 1) > 1:
+                continue   # (a split axis is stepped over in tiles whatever its strategy)
+            # a stage that loops over a without a tile of its own steps in the global tile
+            if any(ss.strategy.get(a, "whole") != "whole" and a not in ss.tile for ss in self.stages.values()):
+                continue
+            out.append((None, a, t))
+        for s, ss in self.stages.items():
+            if s not in alg.stages:
+                continue
+            sg = self._stage_grid(alg, s)
+            for a, t in ss.tile.items():
+                if (ss.strategy.get(a, self.strategy.get(a)) == "whole" and sg is not None and a not in sg
+                        and self.split.get(a, 1) == 1):
+                    out.append((s, a, t))
+        return out
+
+    def without_unused_tiles(self, alg, keep: "Schedule | None" = None) -> "Schedule":
+        """A copy without the tiles of :meth:`unused_tiles`, except those ``keep`` gives too (a
+        user's own tiles, which :meth:`validate` reports instead of dropping)."""
+        drop = [(s, a) for s, a, _ in self.unused_tiles(alg)
+                if keep is None or (a not in keep.tile if s is None else a not in keep.stage(s).tile)]
+        if not drop:
+            return self
+        tile = {a: t for a, t in self.tile.items() if (None, a) not in drop}
+        stages = {s: replace(ss, tile={a: t for a, t in ss.tile.items() if (s, a) not in drop})
+                  for s, ss in self.stages.items()}
+        return self.replace(tile=tile, stages={s: ss for s, ss in stages.items() if ss != StageSchedule()})
 
     # ------------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
@@ -334,10 +526,10 @@ class Schedule:
     @staticmethod
     def from_dict(d: Mapping) -> "Schedule":
         d = dict(d)
-        names = {f.name for f in fields(Schedule)}
+        names = [f.name for f in fields(Schedule)]
         bad = [k for k in d if k not in names]
         if bad:
-            raise ScheduleError(f"unknown schedule field(s) {bad}; fields are {sorted(names)}")
+            raise UnknownFieldError("unknown schedule field(s): " + unknown_fields_message("Schedule", bad, names))
         if d.get("grid") is not None:
             d["grid"] = tuple(d["grid"])
         if "stages" in d:
@@ -358,3 +550,6 @@ class Schedule:
 
     def __repr__(self):
         return f"Schedule({', '.join(f'{k}={v!r}' for k, v in self.to_dict().items())})"
+
+
+Schedule.__init__ = reject_unknown_keywords(Schedule.__init__, "Schedule", [f.name for f in fields(Schedule)])

@@ -524,7 +524,9 @@ class TunedKernel:
     def _revalidate(self, rec: TuningRecord, args) -> Kernel:
         """The kernel for ``rec`` if it is usable for ``args``; raises otherwise."""
         alg = self.algorithm
-        sched = rec.schedule
+        # records stored before complete schedules dropped the tiles of "whole" axes that no
+        # kernel reads (validation now rejects those tiles): drop them here too, same kernels
+        sched = rec.schedule.without_unused_tiles(alg)
         sched.validate(alg)
         kern = self._kernel_for_schedule(sched)
         b = alg.bind(args)
