@@ -51,7 +51,9 @@ def main(argv=None):
                   f"{s.get('access', 'pointer')}{' pers' + str(s['persistent']) if s.get('persistent') else ''}", flush=True)
         out.append(dict(dtype=str(dtype), torch_us=base, rows=rows))
     if a.out:
-        with open(a.out, "w") as f:
+        path = os.path.join(a.out, "diag_explore_timing.json") if os.path.isdir(a.out) or not a.out.endswith(".json") else a.out
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "w") as f:
             json.dump(out, f, indent=1)
 
 

@@ -33,9 +33,18 @@ def test_run_py_dry_run_checks_every_row(tmp_path):
     assert (tmp_path / "out" / "h200.md").exists()
 
 
-@pytest.mark.parametrize("script", ["bench/grad_bench.py", "bench/explore_check.py"])
+@pytest.mark.parametrize("script", ["bench/grad_bench.py", "bench/explore_check.py", "bench/tma_default_check.py",
+                                    "bench/diag_explore_timing.py"])
 def test_other_bench_scripts_dry_run(script, tmp_path):
-    out = _run([script, "--dry-run"] + (["--only", "matmul"] if "explore" in script else []), tmp_path)
+    extra = {"bench/explore_check.py": ["--only", "matmul"], "bench/diag_explore_timing.py": ["--budget", "2"]}
+    out = _run([script, "--dry-run"] + extra.get(script, []), tmp_path)
+    if "tma_default" in script:
+        rows = json.loads((tmp_path / "out" / "tma_default_check.json").read_text())
+        assert len(rows) == 4 and all(r["ok"] for r in rows), rows
+        return
+    if "diag" in script:
+        assert out.count("== ") == 2 and "graph" in out
+        return
     assert "|" in out
     if "grad" in script:
         rows = json.loads((tmp_path / "out" / "grad.json").read_text())["rows"]

@@ -120,3 +120,40 @@ def test_heuristic_schedules_validate_and_carry_no_unused_tiles():
             assert sched.unused_tiles(alg) == [], (alg.name, sched)
     s = gpu_schedule(L.softmax, (X,))
     assert s.strategy["j"] == "whole" and "j" not in s.tile
+
+
+def test_tma_is_the_default_access_for_large_16_bit_contractions_on_the_gpu():
+    """access=None lets the heuristic pick: TMA for 16-bit contractions of at least 2^35
+    multiply-adds on a Hopper-class GPU (assumed when none is visible), pointers for smaller or
+    fp32 ones, for attention (flash schedule), and on the interpreter; a user's choice stays."""
+    def big(*shape, dtype=torch.float16):
+        return torch.zeros((), dtype=dtype).expand(*shape)
+    h = (big(4096, 2048), big(2048, 4096))
+    assert gpu_schedule(matmul, h).access == "tma"
+    assert gpu_schedule(matmul, (big(2048, 2048), big(2048, 2048))).access == "pointer"   # host cost > gain
+    assert gpu_schedule(matmul, (big(4096, 4096, dtype=torch.bfloat16), big(4096, 11008, dtype=torch.bfloat16))).access == "tma"
+    assert gpu_schedule(matmul, (big(1024, 1024), big(1024, 1024))).access == "pointer"
+    assert gpu_schedule(matmul, (big(2048, 2048, dtype=torch.float32), big(2048, 2048, dtype=torch.float32))).access == "pointer"
+    Q = big(4, 32, 4096, 128)
+    assert gpu_schedule(attention, (Q, Q, Q, 0.1)).access == "pointer"
+    b = matmul.bind(h)
+    b.device = torch.device("cuda")
+    assert complete_schedule(matmul, dt.Schedule(access="pointer"), b).access == "pointer"
+    assert complete_schedule(matmul, dt.Schedule(num_warps=4), b).access == "tma"
+    assert dt.compile(matmul).schedule_for(torch.randn(64, 64), torch.randn(64, 64)).access == "pointer"   # interpreter
+    assert "access" not in dt.Schedule().to_dict() and dt.Schedule.from_json(dt.Schedule(access="tma").to_json()).access == "tma"
+
+
+def test_default_tma_only_when_every_tile_input_is_tma_addressable():
+    """The heuristic's TMA pick falls back to pointers for a call with an operand TMA cannot read
+    (a transposed B: mixed TMA/pointer dot loops were slower on the H200); an explicit
+    access="tma" is the user's and stays."""
+    A, B = torch.randn(64, 64, dtype=torch.float16), torch.randn(64, 64, dtype=torch.float16)
+    auto = dt.compile(matmul)
+    tma = complete_schedule(matmul, dt.Schedule(access="tma"), matmul.bind((A, B)))
+    b = matmul.bind((A, B))
+    assert auto._auto_access(tma, b, (A, B)).access == "tma"
+    assert auto._auto_access(tma, matmul.bind((A, B.t())), (A, B.t())).access == "pointer"
+    assert auto._auto_access(tma, b, (A, torch.randn(64, 65, dtype=torch.float16)[:, :64])).access == "pointer"
+    user = dt.compile(matmul, dt.Schedule(access="tma"))
+    assert user._auto_access(tma, matmul.bind((A, B.t())), (A, B.t())).access == "tma"

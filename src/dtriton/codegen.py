@@ -507,7 +507,7 @@ class KernelGen:
         plain axes, one per dim): ``("tma", descriptor, offsets)`` or ``("block_ptr", block pointer,
         boundary dims)``; None where plain pointers are used (style "pointer", a gather or repeated
         axis, no tiled dim, 64-bit offsets, or a tensor TMA cannot address on this call)."""
-        style = self.sched.access
+        style = self.sched.access or "pointer"
         if style == "pointer" or self.i64 or len(set(axes)) != len(axes) or not axes:
             return None
         found = [scope.find_bind(a) for a in axes]

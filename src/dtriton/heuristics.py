@@ -307,14 +307,38 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
                             stages[n.name] = StageSchedule(tile={a: t for a, t in st_tile.items() if a in n.axes or a in n.over},
                                                            strategy={a: v for a, v in st_strat.items() if a in n.over},
                                                            num_warps=4 if gpu else None)
+    access = user.access
+    if access is None:
+        access = "pointer"
+        floats = [d for d in b.dtypes.values() if d.is_floating_point]
+        if (gpu and cons and _flash_pattern(alg, sizes) is None and floats and all(d.itemsize == 2 for d in floats)
+                and math.prod(sizes[a] for a in set(alg.axis_names)) >= 1 << 35 and _tma_device(b.device)):
+            # TMA tile loads (host-side descriptors) for kernels long enough to hide their host
+            # cost. H200, session 4 (bench/results/tma_default_check.txt): bf16 4096.4096.11008
+            # kernel 552-583 us against 636-664 us with pointers; 2048^3 fp16 26.2 against 29.8 us,
+            # but a plain call then takes 37-46 us against 31 us (the launcher encodes three
+            # descriptors per call), so below 2^35 multiply-adds (4096x4096x2048) pointers stay
+            access = "tma"
     full = Schedule(tile=tile, grid=tuple(grid), group=group, split=split, strategy=strategy,
                     num_warps=num_warps, num_stages=num_stages, acc_dtype=user.acc_dtype,
                     precision=user.precision, split_mode=user.split_mode, stages=stages,
-                    eviction=user.eviction, persistent=user.persistent, access=user.access,
+                    eviction=user.eviction, persistent=user.persistent, access=access,
                     warp_specialize=user.warp_specialize)
     # tiles filled above for axes that end up "whole" off every grid would be ignored: drop them
     # (a user's own such tile stays, and validation reports it)
     return full.without_unused_tiles(alg, keep=user)
+
+
+def _tma_device(device) -> bool:
+    """The CUDA device has the tensor-memory accelerator (compute capability 9.0 or newer); True
+    when no GPU is visible (schedules derived on a CPU machine for the GPU assume an H200, as
+    :func:`sm_count` does)."""
+    import torch
+    if device.type != "cuda":
+        return False
+    if not torch.cuda.is_available():
+        return True
+    return torch.cuda.get_device_capability(device)[0] >= 9
 
 
 def cap_(sizes, a, t):

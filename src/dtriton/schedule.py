@@ -194,8 +194,12 @@ class Schedule:
         eviction: L2 cache hint per input tensor, ``{"X": "evict_first"}`` for data read once
             (streams), ``"evict_last"`` for data re-read by other programs (Triton's
             ``eviction_policy`` of ``tl.load``).
-        access: memory-access style of tile loads and output stores, one of :data:`ACCESS`:
-            "pointer" (default: address blocks and masks), "block_ptr" (``tl.make_block_ptr`` +
+        access: memory-access style of tile loads and output stores, one of :data:`ACCESS`, or
+            None (default): the heuristic picks "tma" for 16-bit contractions of at least 2^35
+            multiply-adds (4096x4096x2048) on Hopper-class GPUs (compute capability 9.0+) when every
+            input tile of the call is TMA-addressable, "pointer" otherwise (a call with TMA
+            descriptors costs the host about 6-15 us more, H200).
+            "pointer": address blocks and masks; "block_ptr" (``tl.make_block_ptr`` +
             ``boundary_check``) or "tma" (Hopper TMA tensor descriptors built on the host
             per call, ``triton.tools.tensor_descriptor.TensorDescriptor``, passed as kernel
             arguments; Triton's persistent-matmul tutorial). Applies to
@@ -224,7 +228,7 @@ class Schedule:
     stages: FrozenMap = field(default_factory=FrozenMap)
     eviction: FrozenMap = field(default_factory=FrozenMap)
     persistent: int = 0
-    access: str = "pointer"
+    access: str | None = None
     warp_specialize: bool = False
 
     def __post_init__(self):
@@ -282,8 +286,8 @@ class Schedule:
                 raise ScheduleError(f"eviction[{t!r}] = {pol!r} must be 'evict_first', 'evict_last' or 'evict_normal'")
         if not (isinstance(self.persistent, int) and not isinstance(self.persistent, bool) and 0 <= self.persistent <= 32):
             raise ScheduleError(f"persistent = {self.persistent!r} must be 0 (off) or programs per SM from 1 to 32")
-        if self.access not in ACCESS:
-            raise ScheduleError(f"access = {self.access!r} must be one of {ACCESS}")
+        if self.access is not None and self.access not in ACCESS:
+            raise ScheduleError(f"access = {self.access!r} must be one of {ACCESS} (or None: the compiler picks)")
         if not isinstance(self.warp_specialize, bool):
             raise ScheduleError(f"warp_specialize = {self.warp_specialize!r} must be True or False")
         if self.split_mode not in SPLIT_MODES:
