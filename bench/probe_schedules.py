@@ -161,24 +161,29 @@ def diffusion_cases(dry: bool):
         probe(f"diffusion fp32 V={V} C={C}", spatial_diffusion, args, ref, 1e-4, cands, baselines=base)
 
 
-def norm_cases(dry: bool):
+def _norm_inputs(dry: bool, widths):
+    """(M, N, algorithm, args, float64 reference) for layer norm and RMSNorm, fp16, 4096 rows."""
     from algorithms import layer_norm, rms_norm
-    for N in (8192, 4096) if not dry else (64,):
+    for N in widths if not dry else (64,):
         M = 4096 if not dry else 8
         X = torch.randn(M, N, device=R.DEV, dtype=torch.float16)
         w = torch.randn(N, device=R.DEV, dtype=torch.float16)
         b = torch.randn(N, device=R.DEV, dtype=torch.float16)
-        for alg, args, ref in ((layer_norm, (X, w, b), torch.nn.functional.layer_norm(X.double(), (N,), w.double(), b.double(), 1e-5)),
-                               (rms_norm, (X, w), torch.nn.functional.rms_norm(X.double(), (N,), w.double(), 1e-6))):
-            cands = []
-            for ti in (1, 2, 4):
-                for wp in (4, 8, 16):
-                    cands.append((f"i{ti} whole w{wp}", dt.Schedule(tile={"i": ti}, grid=("i",), strategy={"j": "whole"}, num_warps=wp)))
-            cands.append(("i1 whole w8 evict_first", dt.Schedule(tile={"i": 1}, grid=("i",), strategy={"j": "whole"}, num_warps=8,
-                                                                 eviction={"X": "evict_first"})))
-            cands.append(("i1 whole w8 persistent", dt.Schedule(tile={"i": 1}, grid=("i",), strategy={"j": "whole"}, num_warps=8,
-                                                                persistent=4)))
-            probe(f"{alg.name} fp16 {M}x{N}", alg, args, (ref,), 1e-2, cands)
+        yield M, N, layer_norm, (X, w, b), torch.nn.functional.layer_norm(X.double(), (N,), w.double(), b.double(), 1e-5)
+        yield M, N, rms_norm, (X, w), torch.nn.functional.rms_norm(X.double(), (N,), w.double(), 1e-6)
+
+
+def norm_cases(dry: bool):
+    for M, N, alg, args, ref in _norm_inputs(dry, (8192, 4096)):
+        cands = []
+        for ti in (1, 2, 4):
+            for wp in (4, 8, 16):
+                cands.append((f"i{ti} whole w{wp}", dt.Schedule(tile={"i": ti}, grid=("i",), strategy={"j": "whole"}, num_warps=wp)))
+        cands.append(("i1 whole w8 evict_first", dt.Schedule(tile={"i": 1}, grid=("i",), strategy={"j": "whole"}, num_warps=8,
+                                                             eviction={"X": "evict_first"})))
+        cands.append(("i1 whole w8 persistent", dt.Schedule(tile={"i": 1}, grid=("i",), strategy={"j": "whole"}, num_warps=8,
+                                                            persistent=4)))
+        probe(f"{alg.name} fp16 {M}x{N}", alg, args, (ref,), 1e-2, cands)
 
 
 def matmul_small(dry: bool):
@@ -275,22 +280,15 @@ def softmax_rows(dry: bool):
 
 
 def norm_pers(dry: bool):
-    from algorithms import layer_norm, rms_norm
-    for N in (4096, 8192) if not dry else (64,):
-        M = 4096 if not dry else 8
-        X = torch.randn(M, N, device=R.DEV, dtype=torch.float16)
-        w = torch.randn(N, device=R.DEV, dtype=torch.float16)
-        b = torch.randn(N, device=R.DEV, dtype=torch.float16)
-        for alg, args, ref in ((layer_norm, (X, w, b), torch.nn.functional.layer_norm(X.double(), (N,), w.double(), b.double(), 1e-5)),
-                               (rms_norm, (X, w), torch.nn.functional.rms_norm(X.double(), (N,), w.double(), 1e-6))):
-            cands = []
-            for ti in (1,):
-                for wp in (4, 8, 16):
-                    for pers in (0, 2):
-                        for ev in ("evict_normal", "evict_first"):
-                            cands.append((f"i{ti} w{wp} pers{pers} {ev}", dt.Schedule(tile={"i": ti}, grid=("i",), strategy={"j": "whole"},
-                                          num_warps=wp, persistent=pers, eviction={"X": ev})))
-            probe(f"{alg.name} fp16 {M}x{N}", alg, args, (ref,), 1e-2, cands)
+    for M, N, alg, args, ref in _norm_inputs(dry, (4096, 8192)):
+        cands = []
+        for ti in (1,):
+            for wp in (4, 8, 16):
+                for pers in (0, 2):
+                    for ev in ("evict_normal", "evict_first"):
+                        cands.append((f"i{ti} w{wp} pers{pers} {ev}", dt.Schedule(tile={"i": ti}, grid=("i",), strategy={"j": "whole"},
+                                      num_warps=wp, persistent=pers, eviction={"X": ev})))
+        probe(f"{alg.name} fp16 {M}x{N}", alg, args, (ref,), 1e-2, cands)
 
 
 def diffusion_tma(dry: bool):
