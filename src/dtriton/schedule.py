@@ -32,8 +32,9 @@ PLACES = ("auto", "fuse", "materialize")
 SPLIT_MODES = ("atomic", "partials")
 #: Memory-access style of tile loads and stores: pointer (a block of addresses, masked), block_ptr
 #: (``tl.make_block_ptr``, bounds checked by the hardware path) or tma (Hopper tensor-memory
-#: accelerator through ``tl.make_tensor_descriptor``; needs a contiguous last dim and 16-byte
-#: aligned rows, and falls back to pointers per tensor where a call's tensor does not qualify).
+#: accelerator through host-side descriptors, ``TensorDescriptor`` kernel arguments; needs a
+#: contiguous last dim and 16-byte aligned rows, and falls back to pointers per tensor where a
+#: call's tensor does not qualify).
 ACCESS = ("pointer", "block_ptr", "tma")
 #: L2 hints of ``tl.load`` (``Schedule.eviction``); "evict_normal" is Triton's default.
 EVICTIONS = ("evict_first", "evict_last", "evict_normal")
