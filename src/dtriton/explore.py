@@ -785,7 +785,9 @@ def _derive_fields(alg: Algorithm, b: Binding, base: Schedule, gpu: bool, limits
         # operands that feed tensor cores: 16-bit, or fp32 at tf32 / tf32x3 precision (the
         # "ieee" fp32 dots run on FMA units, where the H200 probe saw no gain from TMA). Session 3's
         # "misaligned address" fault exploring the fp32 diffusion layer came with in-kernel
-        # descriptors; with host-side descriptors its TMA schedules ran clean (session 4 probe)
+        # descriptors; with host-side descriptors its TMA schedules ran clean (session 4 probe).
+        # explore() and Space.derive derive around the heuristic's schedule, whose precision is
+        # "ieee": their fp32 spaces get TMA only from a user's widen(access=...)
         access = with_base(["pointer", "tma"], base.access)
         if base.warp_specialize:
             wspec = [False, True]
