@@ -605,16 +605,29 @@ def test_dot_seeds_put_tensor_core_tilings_first():
     from dtriton.explore import _base_point, _dot_seeds, _neighbours
     A = lazy(1024, 1024, dtype=torch.float16)
     dims_ = Space.derive(matmul, (A, A), target="gpu").dimensions()
-    base = dt.compile(matmul).complete(dataclasses.replace(matmul.bind((A, A)), device=torch.device("cuda")))
+    gpu = dataclasses.replace(matmul.bind((A, A)), device=torch.device("cuda"))
+    base = dt.compile(matmul).complete(gpu)
     bp = _base_point(dims_, base)
     seeds = [(p["tile.i"], p["tile.j"], p["tile.k"], p["num_warps"], p["num_stages"], p["access"])
-             for p in _dot_seeds(matmul, dims_, bp)]
+             for p in _dot_seeds(matmul, dims_, bp, gpu)]
     assert seeds == [(128, 256, 64, 8, 3, "tma"), (128, 128, 64, 8, 3, "tma"), (64, 128, 64, 4, 4, "tma"),
                      (128, 128, 64, 8, 4, "tma")]
     assert _neighbours(dims_, bp)[0]["access"] == "tma"
     X = lazy(4096, 4096, dtype=torch.float16)
     sdims = Space.derive(softmax, (X,), target="gpu").dimensions()
-    assert _dot_seeds(softmax, sdims, _base_point(sdims, dt.compile(softmax).complete(softmax.bind((X,))))) == []
+    sb = dataclasses.replace(softmax.bind((X,)), device=torch.device("cuda"))
+    assert _dot_seeds(softmax, sdims, _base_point(sdims, dt.compile(softmax).complete(sb)), sb) == []
+    # tensor-core tilings of the 16-bit probe only: not for fp32 ("ieee" FMA dots) on the GPU, nor
+    # on the interpreter, whose few trials go to the heuristic's neighbours first
+    F = lazy(1024, 1024)
+    fdims = Space.derive(matmul, (F, F), target="gpu").dimensions()
+    fb = dataclasses.replace(matmul.bind((F, F)), device=torch.device("cuda"))
+    assert "tile.i" in dict(fdims) and _dot_seeds(matmul, fdims, _base_point(fdims, dt.compile(matmul).complete(fb)), fb) == []
+    H = torch.randn(128, 128, dtype=torch.float16)
+    sp = Space(tile={"i": [16, 64, 128], "j": [16, 64, 128], "k": [16, 64]})
+    res = dt.explore(matmul, (H, H), space=sp, strategy="random", max_trials=1, budget=60, progress=False, store=False)
+    first = _neighbours(sp.dimensions(), _base_point(sp.dimensions(), dt.compile(matmul).schedule_for(H, H)))[0]
+    assert [r["params"] for r in res.table if r["origin"] != "heuristic"][0] == first   # not a 128x.. seed
 
 
 def test_schedule_for_gives_a_tile_to_an_axis_moved_off_whole():

@@ -157,3 +157,28 @@ def test_default_tma_only_when_every_tile_input_is_tma_addressable():
     assert auto._auto_access(tma, b, (A, torch.randn(64, 65, dtype=torch.float16)[:, :64])).access == "pointer"
     user = dt.compile(matmul, dt.Schedule(access="tma"))
     assert user._auto_access(tma, matmul.bind((A, B.t())), (A, B.t())).access == "tma"
+
+
+def test_no_default_tma_where_the_user_gave_eviction_hints_for_tiles():
+    """TMA loads take no L2 eviction hint: with the heuristic's TMA pick a user's
+    eviction={"A": ...} on a large 16-bit matmul was dropped without a word (no eviction_policy in
+    the kernel). Pointers stay then; a hint on a vector (pointer loads either way), or
+    "evict_normal" (no hint), keeps the TMA pick."""
+    from dtriton.library import linear_relu
+
+    def big(*shape):
+        return torch.zeros((), dtype=torch.float16).expand(*shape)
+    A, B = big(4096, 2048), big(2048, 4096)
+    b = matmul.bind((A, B))
+    b.device = torch.device("cuda")
+    s = complete_schedule(matmul, dt.Schedule(eviction={"A": "evict_last"}), b)
+    assert s.access == "pointer" and dict(s.eviction) == {"A": "evict_last"}
+    src = dt.compile(matmul, s).source_for(torch.zeros(4096, 2048, dtype=torch.float16),
+                                          torch.zeros(2048, 4096, dtype=torch.float16))
+    assert 'eviction_policy="evict_last"' in src
+    assert complete_schedule(matmul, dt.Schedule(eviction={"A": "evict_normal"}), b).access == "tma"
+    assert complete_schedule(matmul, dt.Schedule(eviction={"A": "evict_first"}, access="tma"), b).access == "tma"
+    lb = linear_relu.bind((big(4096, 2048), big(4096, 2048), big(4096)))
+    lb.device = torch.device("cuda")
+    assert complete_schedule(linear_relu, dt.Schedule(eviction={"b": "evict_last"}), lb).access == "tma"
+    assert complete_schedule(linear_relu, dt.Schedule(eviction={"W": "evict_first"}), lb).access == "pointer"

@@ -288,6 +288,32 @@ def test_stored_tile_of_a_whole_axis_from_older_versions_is_dropped_not_refused(
     torch.testing.assert_close(k(X), torch.softmax(X, -1))
 
 
+def test_stored_record_without_access_runs_pointer_loads_as_measured(tmp_path):
+    """Records written while "pointer" was the default access leave it out of their JSON. Read
+    as None it let the heuristic pick TMA for a large 16-bit matmul on Hopper, a kernel that was
+    never timed; the stored schedule runs with pointer loads, as it was measured."""
+    import dataclasses
+    from dtriton.heuristics import complete_schedule
+    db = TuningDB(tmp_path / "t.sqlite")
+    A = torch.zeros((), dtype=torch.float16).expand(4096, 2048).contiguous()
+    B = torch.zeros((), dtype=torch.float16).expand(2048, 4096).contiguous()
+    old = dt.Schedule(tile={"i": 128, "j": 128, "k": 64}, grid=("i", "j"), group={"i": 8}, num_warps=8, num_stages=4)
+    assert "access" not in old.to_json()          # as such a record's JSON reads
+    db.store(record((A, B), sched=old))
+    k = TunedKernel(matmul, db)
+    assert k.origin_for(A, B) == "tuned"
+    kern = k.kernel_for(A, B)
+    assert kern.schedule == old.replace(access="pointer")
+    gpu = dataclasses.replace(matmul.bind((A, B)), device=torch.device("cuda"))   # an H200 when none is visible
+    assert complete_schedule(matmul, kern.schedule, gpu).access == "pointer"
+    assert complete_schedule(matmul, old, gpu).access == "tma"   # what None would have picked
+    # explore stores complete schedules, whose access is explicit either way
+    tma = old.replace(access="tma")
+    assert db.store(record((A, B), sched=tma), overwrite=True)
+    k.refresh()
+    assert k.kernel_for(A, B).schedule == tma
+
+
 def test_compile_failure_of_stored_schedule_falls_back(tmp_path):
     db = TuningDB(tmp_path / "t.sqlite")
     A, B = mm()

@@ -785,7 +785,9 @@ def _derive_fields(alg: Algorithm, b: Binding, base: Schedule, gpu: bool, limits
         # operands that feed tensor cores: 16-bit, or fp32 at tf32 / tf32x3 precision (the
         # "ieee" fp32 dots run on FMA units, where the H200 probe saw no gain from TMA). Session 3's
         # "misaligned address" fault exploring the fp32 diffusion layer came with in-kernel
-        # descriptors; with host-side descriptors its TMA schedules ran clean (session 4 probe)
+        # descriptors; with host-side descriptors its TMA schedules ran clean (session 4 probe).
+        # explore() and Space.derive derive around the heuristic's schedule, whose precision is
+        # "ieee": their fp32 spaces get TMA only from a user's widen(access=...)
         access = with_base(["pointer", "tma"], base.access)
         if base.warp_specialize:
             wspec = [False, True]
@@ -953,11 +955,16 @@ _NEIGHBOUR_ORDER = ("access", "tile", "stage_tile", "num_stages", "num_warps", "
 _DOT_SEEDS = ((128, 256, 64, 8, 3), (128, 128, 64, 8, 3), (64, 128, 64, 4, 4), (128, 128, 64, 8, 4))
 
 
-def _dot_seeds(alg: Algorithm, dims, base_point: Mapping) -> list[dict]:
+def _dot_seeds(alg: Algorithm, dims, base_point: Mapping, b: Binding) -> list[dict]:
     """Points of the space at the :data:`_DOT_SEEDS` configurations of the main output's
     contraction, with TMA where the space offers it (each value only where the space has it; the
-    other dimensions keep the heuristic's values). Empty for algorithms without a contraction or
-    spaces without those tile dimensions."""
+    other dimensions keep the heuristic's values). Empty for algorithms without a contraction,
+    spaces without those tile dimensions, and calls (binding ``b``) that are not 16-bit GPU ones:
+    the seeds are tensor-core tilings of the 16-bit probe (fp32 "ieee" dots run on FMA units, and
+    on the interpreter they would take the few trials it gets from the heuristic's neighbours)."""
+    floats = [d for d in b.dtypes.values() if d.is_floating_point]
+    if b.device.type != "cuda" or not floats or any(d.itemsize != 2 for d in floats):
+        return []
     cons = contractions(alg)
     main = getattr(alg.outputs[0].expr, "name", None)
     mnr = cons.get(main) or next(iter(cons.values()), None)
@@ -1886,7 +1893,7 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
     if isinstance(sampler, _TPE) and row0["status"] == "ok":
         sampler.add_known(base_point, row0["median_us"])
     if sampler.name != "exhaustive" and warm_start:
-        sampler.prepend(_dot_seeds(alg, dims, base_point) + _neighbours(dims, base_point))
+        sampler.prepend(_dot_seeds(alg, dims, base_point, b) + _neighbours(dims, base_point))
 
     stale = 0
     stale_limit = 10 ** 9 if sampler.name == "exhaustive" else 500

@@ -311,8 +311,13 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
     if access is None:
         access = "pointer"
         floats = [d for d in b.dtypes.values() if d.is_floating_point]
+        # not when the user gave an L2 eviction hint for a tile input: TMA loads take none, so the
+        # hint would be dropped without a word (vectors keep pointer loads, and their hints)
+        tiles = {p.name for p in alg.tensor_params if sum(b.sizes[s] > 1 for s in p.dims) >= 2}
+        hinted = any(v != "evict_normal" and t in tiles for t, v in user.eviction.items())
         if (gpu and cons and _flash_pattern(alg, sizes) is None and floats and all(d.itemsize == 2 for d in floats)
-                and math.prod(sizes[a] for a in set(alg.axis_names)) >= 1 << 35 and _tma_device(b.device)):
+                and math.prod(sizes[a] for a in set(alg.axis_names)) >= 1 << 35 and not hinted
+                and _tma_device(b.device)):
             # TMA tile loads (host-side descriptors) for kernels long enough to hide their host
             # cost. H200, session 4 (bench/results/tma_default_check.txt): bf16 4096.4096.11008
             # kernel 552-583 us against 636-664 us with pointers; 2048^3 fp16 26.2 against 29.8 us,

@@ -32,8 +32,9 @@ PLACES = ("auto", "fuse", "materialize")
 SPLIT_MODES = ("atomic", "partials")
 #: Memory-access style of tile loads and stores: pointer (a block of addresses, masked), block_ptr
 #: (``tl.make_block_ptr``, bounds checked by the hardware path) or tma (Hopper tensor-memory
-#: accelerator through ``tl.make_tensor_descriptor``; needs a contiguous last dim and 16-byte
-#: aligned rows, and falls back to pointers per tensor where a call's tensor does not qualify).
+#: accelerator through host-side descriptors, ``TensorDescriptor`` kernel arguments; needs a
+#: contiguous last dim and 16-byte aligned rows, and falls back to pointers per tensor where a
+#: call's tensor does not qualify).
 ACCESS = ("pointer", "block_ptr", "tma")
 #: L2 hints of ``tl.load`` (``Schedule.eviction``); "evict_normal" is Triton's default.
 EVICTIONS = ("evict_first", "evict_last", "evict_normal")
@@ -197,8 +198,8 @@ class Schedule:
         access: memory-access style of tile loads and output stores, one of :data:`ACCESS`, or
             None (default): the heuristic picks "tma" for 16-bit contractions of at least 2^35
             multiply-adds (4096x4096x2048) on Hopper-class GPUs (compute capability 9.0+) when every
-            input tile of the call is TMA-addressable, "pointer" otherwise (a call with TMA
-            descriptors costs the host about 6-15 us more, H200).
+            input tile of the call is TMA-addressable and ``eviction`` gives none of them a hint,
+            "pointer" otherwise (a call with TMA descriptors costs the host about 6-15 us more, H200).
             "pointer": address blocks and masks; "block_ptr" (``tl.make_block_ptr`` +
             ``boundary_check``) or "tma" (Hopper TMA tensor descriptors built on the host
             per call, ``triton.tools.tensor_descriptor.TensorDescriptor``, passed as kernel

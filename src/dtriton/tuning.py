@@ -527,6 +527,11 @@ class TunedKernel:
         # records stored before complete schedules dropped the tiles of "whole" axes that no
         # kernel reads (validation now rejects those tiles): drop them here too, same kernels
         sched = rec.schedule.without_unused_tiles(alg)
+        if sched.access is None:
+            # a stored schedule is the one that was measured: records written while "pointer" was
+            # the default access leave it out of their JSON, and None would now let the heuristic
+            # pick TMA on Hopper (a kernel nobody timed); explore itself stores access explicitly
+            sched = sched.replace(access="pointer")
         sched.validate(alg)
         kern = self._kernel_for_schedule(sched)
         b = alg.bind(args)
