@@ -1260,8 +1260,9 @@ def warm_gpu_time(fn: Callable[[], Any], warmup_ms: float = 10.0, rep_ms: float 
     # read 8.5-8.9 us against 5.8-6.3 us in a CUDA graph, and noise of that size ranked a pointer
     # schedule over the faster TMA one; grouped, 6.7-7.1 us
     per = max(1, min(10, int(0.05 / est)))
-    n = max(10, min(1000, int(rep_ms / (est * per))))
-    cycles = int((2 * host_ms * per + 0.02) * _SLEEP_CYCLES_PER_MS[0])
+    sleep_ms = 2 * host_ms * per + 0.02
+    n = max(10, min(1000, int(rep_ms / (est * per + sleep_ms))))   # about rep_ms of GPU time in all
+    cycles = int(sleep_ms * _SLEEP_CYCLES_PER_MS[0])
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     for i in range(n):
