@@ -207,3 +207,25 @@ def test_divisibility_hints_restate_sizes_and_strides():
     plain = kernel_source(matmul, dt.Schedule(tile={"i": 16, "j": 16, "k": 64}), (rnd(48, 1024), rnd(1024, 32)))
     assert "// 8 * 8" not in plain            # multiples of 16: Triton's own specialisation
     check(matmul, (A, B), dt.Schedule(tile={"i": 16, "j": 16, "k": 64}), torch_ref=lambda a, b: a @ b, tol=TOL[torch.float16])
+
+
+def test_knobs_without_effect_warn():
+    """warp_specialize without a contraction loop, a dot precision without fp32 dots and an
+    eviction hint that only TMA loads would carry have no effect: a ScheduleWarning names each;
+    the same knobs where they apply stay silent."""
+    import warnings
+    X = rnd(8, 40)
+    with pytest.warns(dt.ScheduleWarning, match="warp_specialize=True has no effect: no kernel has a contraction"):
+        dt.compile(softmax, dt.Schedule(warp_specialize=True))(X)
+    with pytest.warns(dt.ScheduleWarning, match="precision='tf32' has no effect: no kernel has a tl.dot with fp32"):
+        dt.compile(softmax, dt.Schedule(precision="tf32"))(X)
+    A = rnd(32, 32, dtype=torch.float16)
+    with pytest.warns(dt.ScheduleWarning, match="precision='tf32x3' has no effect"):
+        dt.compile(matmul, dt.Schedule(precision="tf32x3"))(A, A)
+    with pytest.warns(dt.ScheduleWarning, match=r"eviction=\{'A': 'evict_first'\} has no effect: no load of A"):
+        dt.compile(matmul, dt.Schedule(access="tma", eviction={"A": "evict_first"}, tile={"i": 16, "j": 16, "k": 16}))(A, A)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dt.ScheduleWarning)
+        dt.compile(matmul, dt.Schedule(precision="tf32x3"))(A.float(), A.float())
+        dt.compile(matmul, dt.Schedule(eviction={"A": "evict_first"}))(A, A)
+        dt.compile(matmul, dt.Schedule(eviction={"A": "evict_normal"}, access="tma"))(A, A)

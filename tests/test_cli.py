@@ -151,3 +151,10 @@ def test_demo_forwards_arguments(monkeypatch):
     assert seen["args"] == ["--mesh", "bunny", "-k", "64", "extra"]
     res = CliRunner().invoke(main, ["demo", "--help"])  # the demo's own help, not click's
     assert res.exit_code == 0 and seen["args"] == ["--help"]
+
+
+def test_explore_space_that_does_not_fit_is_a_message_not_a_traceback(kfile):
+    res = run("explore", f"{kfile}:matmul", "--shape", "M=40,N=24,K=32", "--space", '{"split": {"i": [2]}}',
+              "--budget", "5", "--no-store", "--quiet")
+    assert res.exit_code != 0
+    assert "Error:" in res.output and "'i'" in res.output and "Traceback" not in res.output

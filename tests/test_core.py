@@ -637,3 +637,76 @@ def test_out_overlapping_an_input_or_itself_is_refused():
     assert k(x, y, out=y) is y and torch.equal(y, 2 * torch.arange(10.) + 1)   # in place: allowed
     z = torch.empty(20)
     assert torch.equal(k(x, torch.ones(10), out=z[10:]), 2 * torch.arange(10.) + 1)  # disjoint view: fine
+
+
+def test_in_place_only_where_each_program_reads_what_it_writes():
+    """out=X for an input X is allowed only when no program can read an element another program
+    already wrote: a row softmax in place is right; a matmul out=A, a transpose out=X and a column
+    reduction tiled over its reduced axis are refused (they were silently wrong before)."""
+    from dtriton.library import softmax
+    A, B = torch.randn(100, 100), torch.randn(100, 100)
+    with pytest.raises(dt.ShapeError, match=r"reads A\[i, k\], not only the element it writes \(out\[i, j\]\)"):
+        dt.compile(matmul)(A, B, out=A)
+
+    @dt.algorithm
+    def transpose(X: dt.Tensor["N", "N"]):
+        i, j = dt.axes("i j")
+        return X[j, i][i, j]
+    X = torch.randn(64, 64)
+    with pytest.raises(dt.ShapeError, match=r"reads X\[j, i\]"):
+        dt.compile(transpose, dt.Schedule(tile={"i": 16, "j": 16}))(X, out=X)
+    assert torch.equal(X, X)   # untouched: refused before any launch
+
+    X = torch.randn(37, 100)
+    ref = torch.softmax(X.double(), -1)
+    assert dt.compile(softmax)(X, out=X) is X
+    torch.testing.assert_close(X.double(), ref, rtol=1e-5, atol=1e-6)
+
+    @dt.algorithm
+    def center(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        m = dt.mean(X[i, j], over=i)
+        return (X[i, j] - m)[i, j]
+    X = torch.randn(64, 32)
+    ref = X - X.mean(0)
+    with pytest.raises(dt.ShapeError, match="reduces X over axis 'i', which is on the grid"):
+        dt.compile(center, dt.Schedule(grid=("i", "j"), tile={"i": 16, "j": 16}))(X, out=X)
+    with pytest.raises(dt.ShapeError, match="splits a reduction"):
+        dt.compile(center, dt.Schedule(split={"i": 2}))(X, out=X)
+    Xc = X.clone()
+    dt.compile(center)(Xc, out=Xc)            # the heuristic loops over i inside each program
+    torch.testing.assert_close(Xc, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_out_for_several_outputs_is_one_distinct_tensor_each():
+    @dt.algorithm
+    def stats(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        mu = dt.mean(X[i, j], over=j)
+        var = dt.mean((X[i, j] - mu) * (X[i, j] - mu), over=j)
+        return mu[i], var[i]
+    X = torch.randn(4, 31)
+    k = dt.compile(stats)
+    o = torch.full((4,), float("nan"))
+    with pytest.raises(dt.ShapeError, match=r"out= must give 2 tensor\(s\), one per output \(out0, out1\), got 1"):
+        k(X, out=o)
+    with pytest.raises(dt.ShapeError, match="got 1"):
+        k(X, out=[o])
+    with pytest.raises(dt.ShapeError, match="got 3"):
+        k(X, out=(o, torch.empty(4), torch.empty(4)))
+    with pytest.raises(dt.ShapeError, match="out= for out0 and out= for out1 share memory"):
+        k(X, out=(o, o))
+    with pytest.raises(dt.ShapeError, match="out= for out1 must be a torch.Tensor, got int"):
+        k(X, out=(o, 3))
+    with pytest.raises(dt.ShapeError, match="is on meta but the call runs on cpu"):
+        k(X, out=(o, torch.empty(4, device="meta")))
+    mu, var = torch.full((4,), float("nan")), torch.full((4,), float("nan"))
+    got = k(X, out=[mu, var])
+    assert got[0] is mu and got[1] is var
+    torch.testing.assert_close(mu.double(), X.double().mean(1), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(var.double(), X.double().var(1, unbiased=False), rtol=1e-5, atol=1e-6)
+
+
+def test_meta_inputs_are_refused_with_a_message():
+    with pytest.raises(dt.ShapeError, match="the inputs are on meta; dtriton runs kernels on CUDA tensors"):
+        dt.compile(matmul)(torch.empty(4, 5, device="meta"), torch.empty(5, 3, device="meta"))

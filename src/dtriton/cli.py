@@ -24,6 +24,8 @@ from typing import Any
 import click
 import torch
 
+from .errors import DTritonError
+
 __all__ = ["main", "load_algorithm", "parse_shape", "make_inputs"]
 
 _DTYPES = {"float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
@@ -211,8 +213,11 @@ def explore(spec, shape, dtype, device, scalar, seed, budget, strategy, max_tria
             space = Space(**json.loads(space_json))
         except (ValueError, TypeError) as e:
             raise click.BadParameter(f"--space: {e}") from e
-    res = run_explore(alg, args, budget=budget, strategy=strategy, max_trials=max_trials, space=space, seed=seed,
-                      db=db, store=not no_store, progress=not quiet)
+    try:
+        res = run_explore(alg, args, budget=budget, strategy=strategy, max_trials=max_trials, space=space, seed=seed,
+                          db=db, store=not no_store, progress=not quiet)
+    except DTritonError as e:   # a Space that does not fit the algorithm, bad shapes: a message, not a traceback
+        raise click.ClickException(str(e)) from e
     click.echo(res.summary())
     if res.best is not None:
         click.echo("")

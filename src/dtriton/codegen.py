@@ -147,6 +147,9 @@ class KernelGen:
         self.host_descs: list[tuple[str, str, tuple[int, ...]]] = []  # (argument, tensor, box) built by the runtime
         self._desc_axes: dict[str, list[str]] = {}
         self.ws_dropped = False          # a warp_specialize loop fell back to a plain one
+        self.ws_loop = False             # a contraction loop asked for warp specialisation
+        self.fp32_dot = False            # a tl.dot with fp32 operands (where `precision` applies)
+        self.evicted: set[str] = set()   # inputs whose loads carry the schedule's eviction hint
         self.out_dtypes = out_dtypes
         self.interpret, self.i64 = interpret, i64
         self.counter = 0
@@ -564,6 +567,8 @@ class KernelGen:
                     code = f"{h}.load([{', '.join(extra)}])"
                 else:
                     ev = self.eviction(n.tensor.name)
+                    if ev:
+                        self.evicted.add(n.tensor.name)
                     code = f"tl.load({h}" + (f", boundary_check={extra}, padding_option=\"zero\"" if extra else "") + \
                         (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
                 blk = self.fresh("tile")
@@ -589,6 +594,8 @@ class KernelGen:
                 mask_axes.extend(e.axes)
         mask = self.mask_for(mask_axes, scope, layout)
         ev = self.eviction(n.tensor.name)
+        if ev:
+            self.evicted.add(n.tensor.name)
         code = f"tl.load({self.addr(name, terms)}" + (f", mask={mask}, other=0" if mask else "") + \
             (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
         return self._widen(code, dt, raw), fmt(n)
@@ -843,6 +850,7 @@ class KernelGen:
             lo, hi = (f"{a}_lo", f"{a}_hi") if self.k.split and self.k.split[0] == a else ("0", self.size(a))
             if self.sched.warp_specialize and any(accs[r._id]["dot"] for r in rs):
                 # producer warps issue the loads, consumer warps the MMAs (automatic warp specialisation)
+                self.ws_loop = True
                 head = f"for {v} in tl.range({lo}, {hi}, {self.block(a)}, warp_specialize=True):"
             else:
                 head = f"for {v} in range({lo}, {hi}, {self.block(a)}):"
@@ -959,6 +967,7 @@ class KernelGen:
             common = da or db if (da is None) != (db is None) else (da if da == db else None)
             a = self.operand(left, inner, (m, ra), ra, common)
             b = self.operand(right, inner, (ra, n), ra, common)
+            self.fp32_dot = self.fp32_dot or common is None
             prec = f", input_precision=\"{self.sched.precision}\"" if common is None and not self.interpret else ""
             if "acc" in info:
                 return f"tl.dot({a}, {b}, {info['acc']}{prec})"
@@ -1266,6 +1275,9 @@ class KernelSource:
     ir: KernelIR
     descs: tuple = ()          # (argument, tensor, box): host-side TMA descriptors the runtime builds per call
     ws_dropped: bool = False   # a warp_specialize loop was emitted plain (non-TMA loads in it)
+    ws_loop: bool = False      # some contraction loop asked for warp specialisation
+    fp32_dot: bool = False     # some tl.dot has fp32 operands (the schedule's `precision` applies)
+    evicted: frozenset = frozenset()   # inputs whose loads carry the schedule's eviction hint
 
 
 def generate(prog: Program, alg, sched, dtypes, out_dtypes, interpret: bool, i64: bool, spec_note: str = "",
@@ -1281,5 +1293,6 @@ def generate(prog: Program, alg, sched, dtypes, out_dtypes, interpret: bool, i64
         src = g.generate()
         parts.append("\n" + src)
         metas.append(KernelSource(k.name, g.tensors, g.tensor_ndim, g.sizes, g.scalars, g.consts, k,
-                                  descs=tuple(g.host_descs), ws_dropped=g.ws_dropped))
+                                  descs=tuple(g.host_descs), ws_dropped=g.ws_dropped, ws_loop=g.ws_loop,
+                                  fp32_dot=g.fp32_dot, evicted=frozenset(g.evicted)))
     return "\n".join(parts), metas

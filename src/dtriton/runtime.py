@@ -27,7 +27,7 @@ import torch
 
 from .codegen import KernelSource, generate
 from .errors import CompileError, ScheduleWarning, ShapeError
-from .language import Algorithm, Binding, InputTensor, ScalarParam, kernel_f64
+from .language import Algorithm, Axis, Binding, InputTensor, Load, Reduce, ScalarParam, kernel_f64, topo_order
 from .lowering import Program, lower, next_pow2
 from .schedule import Schedule
 
@@ -222,6 +222,10 @@ class Kernel:
             warnings.warn(f"{alg.name}: warp_specialize=True has no effect on loops whose loads are not all TMA "
                           f"(needs access='tma' and TMA-addressable tensors: last stride 1, 16-byte aligned rows and "
                           f"base); those loops run without it", ScheduleWarning, stacklevel=3)
+        if not self.quiet:
+            import warnings
+            for note in _unused_knobs(alg, sched, metas):
+                warnings.warn(f"{alg.name}: {note}", ScheduleWarning, stacklevel=3)
         plan = _Plan(sched, prog, source, launches, interpret)
         self._plans[key] = plan
         return plan
@@ -248,6 +252,8 @@ class Kernel:
     def __call__(self, *args, out=None):
         """Run the kernel(s). Inputs that require grad route the call through autograd
         (:mod:`dtriton.autograd`), whose backward runs the derived backward kernels."""
+        if out is not None:
+            out = _normalise_out(self.algorithm, out)
         if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             from .autograd import apply
             return apply(self, args, out=out)
@@ -257,6 +263,10 @@ class Kernel:
                 return fast(args)
         alg = self.algorithm
         b = alg.bind(args)
+        if b.device.type not in ("cuda", "cpu"):
+            raise ShapeError(f"{alg.name}: the inputs are on {b.device}; dtriton runs kernels on CUDA tensors, or on "
+                             f"CPU tensors through Triton's interpreter (for shape-only tracing use "
+                             f"dt.as_torch_op, whose fake implementation handles meta tensors)")
         backend = backend_for(b.device)
         interpret = backend == "interpreter"
         orig_dev = b.device
@@ -295,7 +305,15 @@ class Kernel:
                 if tuple(given.shape) != tuple(shape) or given.dtype != odt:
                     raise ShapeError(f"out= for {o.name} must have shape {tuple(shape)} and dtype {odt}, "
                                      f"got {tuple(given.shape)} {given.dtype}")
-                _check_out_memory(o.name, given, tensors)
+                if given.device != dev:
+                    raise ShapeError(f"out= for {o.name} is on {given.device} but the call runs on {dev}; "
+                                     f"pass an out= tensor on {dev}")
+                same = _check_out_memory(o.name, given, tensors)
+                if same is not None:
+                    why = _inplace_problem(alg, plan.schedule, same)
+                    if why:
+                        raise ShapeError(f"out= for {o.name} is input {same!r} itself (an in-place call), which this "
+                                         f"algorithm and schedule cannot do: {why}; pass a separate out= tensor")
                 t = given
             else:
                 t = torch.empty(shape, dtype=odt, device=dev)
@@ -346,13 +364,15 @@ def _span(t: torch.Tensor) -> tuple[int, int]:
     return lo, lo + (_max_offset(t) - t.storage_offset() + 1) * t.element_size()
 
 
-def _check_out_memory(name: str, out: torch.Tensor, inputs: dict[str, torch.Tensor]) -> None:
+def _check_out_memory(name: str, out: torch.Tensor, inputs: dict[str, torch.Tensor]) -> str | None:
     """Refuse an ``out=`` tensor whose elements share memory (a stride-0 expanded dim), or that
-    overlaps an input without being exactly that input (an in-place call, ``out=X`` for ``X``,
-    is allowed): programs would read values other programs already overwrote (torch refuses
-    these too)."""
+    overlaps an input without being exactly that input: programs would read values other
+    programs already overwrote (torch refuses these too). Returns the name of the input ``out``
+    is exactly (an in-place call, ``out=X``; :func:`_inplace_problem` decides whether the
+    algorithm allows it), else None."""
+    found = None
     if out.numel() == 0:
-        return
+        return None
     if any(st == 0 for st, n in zip(out.stride(), out.shape) if n > 1):
         raise ShapeError(f"out= for {name} has a stride-0 (expanded) dim (strides {tuple(out.stride())}): several "
                          "elements would be written to one memory location; pass a tensor with distinct elements")
@@ -363,10 +383,87 @@ def _check_out_memory(name: str, out: torch.Tensor, inputs: dict[str, torch.Tens
         same = (x.data_ptr() == out.data_ptr() and x.shape == out.shape and x.stride() == out.stride()
                 and x.dtype == out.dtype)
         xlo, xhi = _span(x)
-        if not same and xlo < hi and lo < xhi:
+        if same:
+            found = pname
+        elif xlo < hi and lo < xhi:
             raise ShapeError(f"out= for {name} overlaps input {pname!r} without being that same tensor: programs "
                              f"would read values already overwritten; write into a separate tensor (or pass "
                              f"out={pname} itself for an in-place call)")
+    return found
+
+
+def _unused_knobs(alg: Algorithm, sched: Schedule, metas: Sequence[KernelSource]) -> list[str]:
+    """Schedule knobs the generated kernels could not use (each becomes a ``ScheduleWarning``):
+    warp specialisation without a contraction loop, a dot precision without fp32 dots, eviction
+    hints on inputs that no pointer or block-pointer load reads (TMA tile loads take none)."""
+    notes = []
+    if sched.warp_specialize and not any(m.ws_loop for m in metas):
+        notes.append("warp_specialize=True has no effect: no kernel has a contraction (tl.dot) loop to specialise")
+    if sched.precision != "ieee" and not any(m.fp32_dot for m in metas):
+        notes.append(f"precision={sched.precision!r} has no effect: no kernel has a tl.dot with fp32 operands "
+                     f"(it sets how fp32 dots use tensor cores; 16-bit dots use them anyway)")
+    used = set().union(*(m.evicted for m in metas)) if metas else set()
+    for t, ev in sched.eviction.items():
+        if ev != "evict_normal" and t not in used:
+            notes.append(f"eviction={{{t!r}: {ev!r}}} has no effect: no load of {t} takes the hint (TMA tile loads "
+                         f"take none; use access='pointer' to keep it)")
+    return notes
+
+
+def _normalise_out(alg: Algorithm, out) -> tuple[torch.Tensor, ...]:
+    """``out=`` as one tensor per output: a tensor (single-output algorithms) or a tuple/list with
+    one tensor per output, in the order the algorithm returns them. Raises :class:`ShapeError`
+    for a wrong count, a non-tensor, or two outputs that share memory (each would overwrite the
+    other's values)."""
+    names = [o.name for o in alg.outputs]
+    outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    if len(outs) != len(names):
+        raise ShapeError(f"out= must give {len(names)} tensor(s), one per output ({', '.join(names)}), "
+                         f"got {len(outs)}" + ("; pass a tuple" if len(names) > 1 else ""))
+    for n, t in zip(names, outs):
+        if not isinstance(t, torch.Tensor):
+            raise ShapeError(f"out= for {n} must be a torch.Tensor, got {type(t).__name__}")
+    for a in range(len(outs)):
+        for c in range(a + 1, len(outs)):
+            x, y = outs[a], outs[c]
+            if x.numel() and y.numel() and x.device == y.device:
+                (alo, ahi), (blo, bhi) = _span(x), _span(y)
+                if alo < bhi and blo < ahi:
+                    raise ShapeError(f"out= for {names[a]} and out= for {names[c]} share memory; pass a separate "
+                                     f"tensor for each output")
+    return outs
+
+
+def _inplace_problem(alg: Algorithm, sched: Schedule, x_name: str) -> str | None:
+    """Why writing the output over input ``x_name`` (``out=X``) could read values already
+    overwritten, or None when it cannot: a single output that reads ``X`` only at its own
+    element (``X[i, j]`` for ``out[i, j]``), inside reductions over axes that no program of the
+    output's grid is tiled along (a row softmax reads its whole row before writing it), and no
+    split-K (its atomics zero the output first). A matmul ``out=A`` or a transpose ``out=X``
+    would read rows or columns other programs already wrote."""
+    if len(alg.outputs) != 1:
+        return "it has several outputs (a later output's kernel may still read the input)"
+    if any(f > 1 for f in sched.split.values()):
+        return "the schedule splits a reduction (split-K zeroes or accumulates into the output while it is read)"
+    o = alg.outputs[0]
+    layout = tuple(o.layout)
+    grid = set(sched.grid or ())
+    over: dict[int, set] = {}
+    for n in reversed(topo_order([o.expr])):   # parents first: pass reduction axes down to the loads
+        inner = over.get(n._id, set()) | (set(n.over) if isinstance(n, Reduce) else set())
+        for c in n.children():
+            over[c._id] = over.get(c._id, set()) | inner
+        if isinstance(n, Load) and n.tensor.name == x_name:
+            idx = tuple(e.name if isinstance(e, Axis) else None for e in n.index)
+            if idx != layout:
+                shown = ", ".join(e if e else "..." for e in idx)
+                return (f"it reads {x_name}[{shown}], not only the element it writes "
+                        f"({o.name}[{', '.join(layout)}])")
+            tiled = over.get(n._id, set()) & grid
+            if tiled:
+                return (f"it reduces {x_name} over axis {sorted(tiled)[0]!r}, which is on the grid (other programs "
+                        f"write parts of what this one reads)")
+    return None
 
 
 def _quiet_interpreter() -> None:
