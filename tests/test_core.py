@@ -710,3 +710,21 @@ def test_out_for_several_outputs_is_one_distinct_tensor_each():
 def test_meta_inputs_are_refused_with_a_message():
     with pytest.raises(dt.ShapeError, match="the inputs are on meta; dtriton runs kernels on CUDA tensors"):
         dt.compile(matmul)(torch.empty(4, 5, device="meta"), torch.empty(5, 3, device="meta"))
+
+
+def test_arguments_by_name_and_out_that_requires_grad():
+    A, B = torch.randn(9, 7), torch.randn(7, 5)
+    k = dt.compile(matmul)
+    torch.testing.assert_close(k(A=A, B=B), A @ B)
+    torch.testing.assert_close(k(A, B=B), A @ B)
+    with pytest.raises(dt.ShapeError, match=r"matmul has no parameter 'C'; its parameters are \['A', 'B'\]"):
+        k(A, C=B)
+    with pytest.raises(dt.ShapeError, match="'A' is given both by position and by name"):
+        k(A, A=A, B=B)
+    with pytest.raises(dt.ShapeError, match="missing argument 'B'"):
+        k(A=A)
+    out = torch.zeros(9, 5, requires_grad=True)
+    with pytest.raises(dt.ShapeError, match="out= for out requires grad"):
+        k(A, B, out=out)
+    with torch.no_grad():
+        assert k(A, B, out=out) is out

@@ -302,7 +302,12 @@ class DifferentiableKernel:
                     res[n] = v if v.dtype == x.dtype else v.to(x.dtype)
         return res
 
-    def __call__(self, *args, out=None):
+    def __call__(self, *args, out=None, **named):
+        """Run the kernel, differentiably when an input requires grad (arguments by name as for
+        :class:`~dtriton.Kernel`)."""
+        if named:
+            from .runtime import _merge_named
+            args = _merge_named(self.kernel.algorithm, args, named)
         if out is None and torch.is_grad_enabled() and any(
                 isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             res = _DTFunction.apply(self, *args)

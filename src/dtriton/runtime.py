@@ -249,9 +249,13 @@ class Kernel:
         return self._auto_access(self.complete(b), b, args)
 
     # ------------------------------------------------------------------------------------------
-    def __call__(self, *args, out=None):
-        """Run the kernel(s). Inputs that require grad route the call through autograd
-        (:mod:`dtriton.autograd`), whose backward runs the derived backward kernels."""
+    def __call__(self, *args, out=None, **named):
+        """Run the kernel(s) on the algorithm's arguments, positionally or by parameter name
+        (``kernel(A, B)`` or ``kernel(A=A, B=B)``). Inputs that require grad route the call
+        through autograd (:mod:`dtriton.autograd`), whose backward runs the derived backward
+        kernels. Raises :class:`ShapeError` for missing, repeated or unknown arguments."""
+        if named:
+            args = _merge_named(self.algorithm, args, named)
         if out is not None:
             out = _normalise_out(self.algorithm, out)
         if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
@@ -410,6 +414,23 @@ def _unused_knobs(alg: Algorithm, sched: Schedule, metas: Sequence[KernelSource]
     return notes
 
 
+def _merge_named(alg: Algorithm, args: tuple, named: dict) -> tuple:
+    """Positional arguments followed by named ones, in the algorithm's parameter order."""
+    names = [p.name for p in alg.params]
+    unknown = [n for n in named if n not in names]
+    if unknown:
+        raise ShapeError(f"{alg.name} has no parameter {unknown[0]!r}; its parameters are {names}")
+    twice = [n for n in names[:len(args)] if n in named]
+    if twice:
+        raise ShapeError(f"{alg.name}: {twice[0]!r} is given both by position and by name")
+    merged = list(args)
+    for n in names[len(args):]:
+        if n not in named:
+            raise ShapeError(f"{alg.name}: missing argument {n!r} (parameters: {names})")
+        merged.append(named[n])
+    return tuple(merged)
+
+
 def _normalise_out(alg: Algorithm, out) -> tuple[torch.Tensor, ...]:
     """``out=`` as one tensor per output: a tensor (single-output algorithms) or a tuple/list with
     one tensor per output, in the order the algorithm returns them. Raises :class:`ShapeError`
@@ -423,6 +444,10 @@ def _normalise_out(alg: Algorithm, out) -> tuple[torch.Tensor, ...]:
     for n, t in zip(names, outs):
         if not isinstance(t, torch.Tensor):
             raise ShapeError(f"out= for {n} must be a torch.Tensor, got {type(t).__name__}")
+        if t.requires_grad and torch.is_grad_enabled():
+            raise ShapeError(f"out= for {n} requires grad: writing into it would overwrite a tensor autograd "
+                             f"tracks (torch refuses this too); pass a tensor that does not require grad, or "
+                             f"call under torch.no_grad()")
     for a in range(len(outs)):
         for c in range(a + 1, len(outs)):
             x, y = outs[a], outs[c]

@@ -601,12 +601,15 @@ class TunedKernel:
             raise AttributeError("kernel.source is available after the first call, or use kernel.source_for(*args)")
         return self._last.source
 
-    def __call__(self, *args, out=None):
-        """Run the algorithm: ``C = kernel(A, B)`` (``out=`` as for :class:`~dtriton.Kernel`).
+    def __call__(self, *args, out=None, **named):
+        """Run the algorithm: ``C = kernel(A, B)`` (arguments by name and ``out=`` as for
+        :class:`~dtriton.Kernel`).
 
         The choice is remembered per call signature (shapes, strides, dtypes, alignment), so a
         repeated call costs one dictionary lookup on top of the chosen kernel's own launch."""
-        from .runtime import _call_key
+        from .runtime import _call_key, _merge_named
+        if named:
+            args = _merge_named(self.algorithm, args, named)
         ck = _call_key(args)   # (None,) for autograd calls: never cached
         fast = self._fast.get(ck) if ck != (None,) else None
         if fast is not None:
