@@ -728,3 +728,31 @@ def test_arguments_by_name_and_out_that_requires_grad():
         k(A, B, out=out)
     with torch.no_grad():
         assert k(A, B, out=out) is out
+
+
+def test_in_place_checks_every_parameter_given_the_output_and_reserved_output_names():
+    """The same tensor passed for two parameters and as out=: each parameter's reads are checked
+    (A read transposed was silently wrong); a parameter named like an output is refused."""
+    @dt.algorithm
+    def add_t(A: dt.Tensor["N", "N"], B: dt.Tensor["N", "N"]):
+        i, j = dt.axes("i j")
+        return (A[j, i] + B[i, j])[i, j]
+    X = torch.randn(64, 64)
+    keep = X.clone()
+    k = dt.compile(add_t, dt.Schedule(tile={"i": 16, "j": 16}, grid=("i", "j")))
+    with pytest.raises(dt.ShapeError, match=r"is input 'A' itself .* reads A\[j, i\]"):
+        k(X, X, out=X)
+    assert torch.equal(X, keep)
+
+    @dt.algorithm
+    def add2(A: dt.Tensor["N", "N"], B: dt.Tensor["N", "N"]):
+        i, j = dt.axes("i j")
+        return (A[i, j] + 2.0 * B[i, j])[i, j]
+    assert dt.compile(add2, dt.Schedule(tile={"i": 16, "j": 16}))(X, X, out=X) is X
+    torch.testing.assert_close(X, 3 * keep)
+
+    with pytest.raises(dt.AlgorithmError, match="parameter 'out' of bad has the name of its output 'out'"):
+        @dt.algorithm
+        def bad(out: dt.Tensor["M", "N"], Y: dt.Tensor["M", "N"]):
+            i, j = dt.axes("i j")
+            return (out[i, j] + Y[i, j])[i, j]

@@ -639,6 +639,11 @@ class Algorithm:
 
     def _analyse(self):
         self._cse()
+        outs = {o.name for o in self.outputs}
+        for p in self.params:
+            if p.name in outs:
+                raise AlgorithmError(f"parameter {p.name!r} of {self.name} has the name of its output {p.name!r} "
+                                     f"(outputs are named {sorted(outs)}); rename the parameter")
         nodes = topo_order([o.expr for o in self.outputs])
         self.nodes = nodes
         # axis -> size symbol, from every plain access A[.., i, ..]

@@ -312,8 +312,7 @@ class Kernel:
                 if given.device != dev:
                     raise ShapeError(f"out= for {o.name} is on {given.device} but the call runs on {dev}; "
                                      f"pass an out= tensor on {dev}")
-                same = _check_out_memory(o.name, given, tensors)
-                if same is not None:
+                for same in _check_out_memory(o.name, given, tensors):
                     why = _inplace_problem(alg, plan.schedule, same)
                     if why:
                         raise ShapeError(f"out= for {o.name} is input {same!r} itself (an in-place call), which this "
@@ -368,15 +367,15 @@ def _span(t: torch.Tensor) -> tuple[int, int]:
     return lo, lo + (_max_offset(t) - t.storage_offset() + 1) * t.element_size()
 
 
-def _check_out_memory(name: str, out: torch.Tensor, inputs: dict[str, torch.Tensor]) -> str | None:
+def _check_out_memory(name: str, out: torch.Tensor, inputs: dict[str, torch.Tensor]) -> list[str]:
     """Refuse an ``out=`` tensor whose elements share memory (a stride-0 expanded dim), or that
     overlaps an input without being exactly that input: programs would read values other
-    programs already overwrote (torch refuses these too). Returns the name of the input ``out``
-    is exactly (an in-place call, ``out=X``; :func:`_inplace_problem` decides whether the
-    algorithm allows it), else None."""
-    found = None
+    programs already overwrote (torch refuses these too). Returns the names of the inputs
+    ``out`` is exactly (an in-place call, ``out=X``, possibly for several parameters at once;
+    :func:`_inplace_problem` decides for each whether the algorithm allows it)."""
+    found: list[str] = []
     if out.numel() == 0:
-        return None
+        return found
     if any(st == 0 for st, n in zip(out.stride(), out.shape) if n > 1):
         raise ShapeError(f"out= for {name} has a stride-0 (expanded) dim (strides {tuple(out.stride())}): several "
                          "elements would be written to one memory location; pass a tensor with distinct elements")
@@ -388,7 +387,7 @@ def _check_out_memory(name: str, out: torch.Tensor, inputs: dict[str, torch.Tens
                 and x.dtype == out.dtype)
         xlo, xhi = _span(x)
         if same:
-            found = pname
+            found.append(pname)
         elif xlo < hi and lo < xhi:
             raise ShapeError(f"out= for {name} overlaps input {pname!r} without being that same tensor: programs "
                              f"would read values already overwritten; write into a separate tensor (or pass "
