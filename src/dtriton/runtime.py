@@ -367,6 +367,14 @@ def _span(t: torch.Tensor) -> tuple[int, int]:
     return lo, lo + (_max_offset(t) - t.storage_offset() + 1) * t.element_size()
 
 
+def _overlap(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """The byte ranges of two non-empty tensors on one device intersect."""
+    if not x.numel() or not y.numel() or x.device != y.device:
+        return False
+    (xlo, xhi), (ylo, yhi) = _span(x), _span(y)
+    return xlo < yhi and ylo < xhi
+
+
 def _check_out_memory(name: str, out: torch.Tensor, inputs: dict[str, torch.Tensor]) -> list[str]:
     """Refuse an ``out=`` tensor whose elements share memory (a stride-0 expanded dim), or that
     overlaps an input without being exactly that input: programs would read values other
@@ -379,16 +387,14 @@ def _check_out_memory(name: str, out: torch.Tensor, inputs: dict[str, torch.Tens
     if any(st == 0 for st, n in zip(out.stride(), out.shape) if n > 1):
         raise ShapeError(f"out= for {name} has a stride-0 (expanded) dim (strides {tuple(out.stride())}): several "
                          "elements would be written to one memory location; pass a tensor with distinct elements")
-    lo, hi = _span(out)
     for pname, x in inputs.items():
         if not isinstance(x, torch.Tensor) or x.numel() == 0 or x.device != out.device:
             continue
         same = (x.data_ptr() == out.data_ptr() and x.shape == out.shape and x.stride() == out.stride()
                 and x.dtype == out.dtype)
-        xlo, xhi = _span(x)
         if same:
             found.append(pname)
-        elif xlo < hi and lo < xhi:
+        elif _overlap(x, out):
             raise ShapeError(f"out= for {name} overlaps input {pname!r} without being that same tensor: programs "
                              f"would read values already overwritten; write into a separate tensor (or pass "
                              f"out={pname} itself for an in-place call)")
@@ -449,12 +455,9 @@ def _normalise_out(alg: Algorithm, out) -> tuple[torch.Tensor, ...]:
                              f"call under torch.no_grad()")
     for a in range(len(outs)):
         for c in range(a + 1, len(outs)):
-            x, y = outs[a], outs[c]
-            if x.numel() and y.numel() and x.device == y.device:
-                (alo, ahi), (blo, bhi) = _span(x), _span(y)
-                if alo < bhi and blo < ahi:
-                    raise ShapeError(f"out= for {names[a]} and out= for {names[c]} share memory; pass a separate "
-                                     f"tensor for each output")
+            if _overlap(outs[a], outs[c]):
+                raise ShapeError(f"out= for {names[a]} and out= for {names[c]} share memory; pass a separate "
+                                 f"tensor for each output")
     return outs
 
 
