@@ -240,6 +240,8 @@ class Load(Expr):
         return self.index
 
     def rebuild(self, children):
+        if len(children) != len(self.index):
+            raise ValueError(f"a load of {self.tensor.name} takes {len(self.index)} indices, got {len(children)}")
         return Load(self.tensor, tuple(children))
 
     def signature(self):
