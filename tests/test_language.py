@@ -413,6 +413,15 @@ def test_rebuild_keeps_kind_and_attributes_over_new_children(k):
             node.rebuild(tuple(kids) + (Const(0.0),))
 
 
+def test_output_rebuild_keeps_layout_and_name():
+    from dtriton.ir import Output
+    i, j = dt.axes("i j")
+    o = Output(i + j, ("i", "j"), "out")
+    e = j + i
+    new = o.rebuild((e,))
+    assert isinstance(new, Output) and new.children()[0] is e and (new.layout, new.name) == (o.layout, o.name)
+
+
 def test_combiner_identities_per_dtype():
     from dtriton.ir import get_combiner
     s, mx, mn = get_combiner("sum"), get_combiner("max"), get_combiner("min")

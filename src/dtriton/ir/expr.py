@@ -383,6 +383,15 @@ class Output:
     def __init__(self, expr: Expr, layout: tuple[str, ...], name: str | None = None):
         self.expr, self.layout, self.name = expr, layout, name
 
+    def children(self) -> tuple[Expr]:
+        """The indexed expression."""
+        return (self.expr,)
+
+    def rebuild(self, children: Sequence[Expr]) -> "Output":
+        """A new output of this layout and name over the expression ``children[0]``."""
+        (expr,) = children
+        return Output(expr, self.layout, self.name)
+
     def __repr__(self):
         return f"Output({self.name}[{', '.join(self.layout)}])"
 
