@@ -1,9 +1,8 @@
-"""PyTorch integration of dtriton kernels: autograd, the Kernel.__call__ hook, torch.library ops
-and torch.compile(fullgraph=True). CPU interpreter, tiny shapes."""
+"""PyTorch integration of dtriton kernels: autograd, the hook installed as Kernel.grad_call,
+torch.library ops (and output_specs, their fake implementation) and torch.compile(fullgraph=True).
+CPU interpreter, tiny shapes."""
 
 from __future__ import annotations
-
-import textwrap
 
 import pytest
 import torch
