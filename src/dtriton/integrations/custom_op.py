@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ..grad import _grad_param_names as grad_param_names  # lead: rename (grad helper: grad_param_names)
+from ..grad import grad_param_names
 from ..language import Algorithm, InputTensor
 from .autograd import DifferentiableKernel, output_specs
 
