@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 import dtriton as dt
 from dtriton.cli import load_algorithm, main, make_inputs, parse_shape
-from dtriton.explore import ExploreResult
+from dtriton.tune import ExploreResult
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 

@@ -432,7 +432,7 @@ def test_arithmetic_on_an_indexed_stage_result():
 
 
 def test_space_split_of_a_non_reduction_axis_is_refused_before_any_candidate():
-    from dtriton.explore import Space
+    from dtriton.tune import Space
     built = []
 
     def factory(alg, sched):
@@ -455,7 +455,7 @@ def test_space_split_of_a_non_reduction_axis_is_refused_before_any_candidate():
 
 
 def test_misspelled_schedule_and_space_keywords_name_the_field():
-    from dtriton.explore import Space
+    from dtriton.tune import Space
     cases = [
         (lambda: dt.Schedule(tiles={"i": 64}), r"^Schedule has no field 'tiles' \(did you mean 'tile'\?\); its fields "
                                                 r"are tile, grid, group, split, strategy, num_warps"),

@@ -13,10 +13,8 @@ import pytest
 import torch
 
 import dtriton as dt
-from dtriton.explore import (ExploreResult, Limits, Space, check_outputs, check_resources, default_tolerance)
-from dtriton.tuning import TuningDB, TuningWarning
-
-explore_mod = sys.modules["dtriton.explore"]
+from dtriton.tune import (STATUSES, ExploreResult, Limits, Space, TuningDB, TuningWarning, check_outputs,
+                          check_resources, default_tolerance, measure, samplers)
 
 from dtriton.library import matmul, softmax, spatial_diffusion  # noqa: E402
 
@@ -231,7 +229,7 @@ def test_explore_small_matmul(mm_args, tmp_path):
     assert res.strategy == "exhaustive" and res.stop_reason == "exhausted"
     assert res.table[0]["origin"] == "heuristic"
     statuses = [r["status"] for r in res.table]
-    assert statuses.count("ok") >= 2 and set(statuses) <= set(explore_mod.STATUSES)
+    assert statuses.count("ok") >= 2 and set(statuses) <= set(STATUSES)
     for r in res.table:
         if r["status"] == "ok":
             assert r["median_us"] > 0 and r["p20_us"] <= r["median_us"] <= r["p80_us"]
@@ -427,7 +425,7 @@ def test_explore_rejects_bad_arguments(mm_args):
 
 def test_run_parallel_timeout_and_deadline():
     import time
-    run = explore_mod._run_parallel
+    run = measure.run_parallel
     slow = lambda: (time.sleep(1.5), {"status": "ok"})[1]  # noqa: E731
     res = run([lambda: {"status": "ok"}, slow, lambda: {"status": "ok"}], 2, timeout=0.2)
     assert [r["status"] for r in res] == ["ok", "timeout", "ok"]
@@ -441,15 +439,15 @@ def test_warm_start_neighbours(mm_args):
     sp = Space.derive(matmul, mm_args, target="gpu")
     base = dt.compile(matmul).schedule_for(*mm_args)
     dims_ = sp.dimensions()
-    bp = explore_mod._base_point(dims_, base)
+    bp = samplers.base_point(dims_, base)
     assert bp["tile.i"] == base.tile["i"] and bp["strategy.k"] == "loop" and bp["grid"] == ("i", "j")
-    nb = explore_mod._neighbours(dims_, bp)
+    nb = samplers.neighbours(dims_, bp)
     assert nb and all(sum(p[n] != bp[n] for n, _ in dims_ if bp[n] is not None) == 1 for p in nb)
     assert nb[0]["tile.i"] != bp["tile.i"]  # tiles first
 
 
 def test_reference_memory_estimate():
-    peak = explore_mod._reference_peak
+    peak = measure.reference_peak
     # a matmul's reference is one einsum: never the M x K x N product
     assert peak(matmul, {"i": 4096, "j": 4096, "k": 4096}) == 4096 * 4096
     # softmax holds M x N
@@ -459,7 +457,7 @@ def test_reference_memory_estimate():
 
 
 def test_oracle_falls_back_to_heuristic_when_reference_is_too_big(mm_args, monkeypatch):
-    monkeypatch.setattr(explore_mod._Bench, "reference_feasible", lambda self: False)
+    monkeypatch.setattr(measure.Bench, "reference_feasible", lambda self: False)
     with pytest.warns(TuningWarning, match="would not fit in memory"):
         res = dt.explore(matmul, mm_args, space=Space(tile={"i": [16, 32]}), progress=False, store=False)
     assert res.oracle == "heuristic" and "heuristic schedule's output" in res.summary()
@@ -471,7 +469,7 @@ def test_no_compile_thread_outlives_explore_past_its_deadline():
     still running, so none of them launches GPU work after explore returns."""
     import importlib
     import time as _t
-    ex = importlib.import_module("dtriton.explore")
+    ex = importlib.import_module("dtriton.tune.measure")
     finished = []
 
     def slow(k):
@@ -480,10 +478,10 @@ def test_no_compile_thread_outlives_explore_past_its_deadline():
             finished.append(k)
             return {"status": "ok", "reason": ""}
         return f
-    res = ex._run_parallel([slow(k) for k in range(4)], workers=2, timeout=60, deadline=_t.perf_counter() + 0.05)
+    res = ex.run_parallel([slow(k) for k in range(4)], workers=2, timeout=60, deadline=_t.perf_counter() + 0.05)
     assert all(r["status"] == "skipped" for r in res)
     assert len(finished) < 4
-    assert ex._drain_workers(5.0) == 0
+    assert ex.drain_workers(5.0) == 0
     assert sorted(finished) == [0, 1]   # the two running tasks finished; the queued two never started
 
 
@@ -501,10 +499,10 @@ def test_derived_space_access_and_split_neighbours():
     f32 = (lazy(1024, 1024), lazy(1024, 1024))
     b32 = dataclasses.replace(matmul.bind(f32), device=torch.device("cuda"))
     assert "access" not in dims(Space.derive(matmul, f32, target="gpu"))
-    from dtriton.explore import _derive_fields
+    from dtriton.tune.space import derive_fields
     base = dt.compile(matmul).complete(b32)
-    assert _derive_fields(matmul, b32, base.replace(precision="tf32x3"), True, Limits())["access"] == ["pointer", "tma"]
-    assert _derive_fields(matmul, b32, base, True, Limits())["access"] is None
+    assert derive_fields(matmul, b32, base.replace(precision="tf32x3"), True, Limits())["access"] == ["pointer", "tma"]
+    assert derive_fields(matmul, b32, base, True, Limits())["access"] is None
     V, K, C = 100000, 128, 128
     args = (lazy(V, C), lazy(V, K), lazy(V), lazy(K), lazy(C))
     sp = Space.derive(spatial_diffusion, args, target="gpu")
@@ -602,31 +600,31 @@ def test_dot_seeds_put_tensor_core_tilings_first():
     """Random/TPE exploration of a 16-bit GPU contraction first tries the probe's best tilings
     (rows x columns of the output, with TMA), then the heuristic's one-step neighbours, access
     style first; algorithms without a contraction get no seeds."""
-    from dtriton.explore import _base_point, _dot_seeds, _neighbours
+    from dtriton.tune.samplers import base_point, dot_seeds, neighbours
     A = lazy(1024, 1024, dtype=torch.float16)
     dims_ = Space.derive(matmul, (A, A), target="gpu").dimensions()
     gpu = dataclasses.replace(matmul.bind((A, A)), device=torch.device("cuda"))
     base = dt.compile(matmul).complete(gpu)
-    bp = _base_point(dims_, base)
+    bp = base_point(dims_, base)
     seeds = [(p["tile.i"], p["tile.j"], p["tile.k"], p["num_warps"], p["num_stages"], p["access"])
-             for p in _dot_seeds(matmul, dims_, bp, gpu)]
+             for p in dot_seeds(matmul, dims_, bp, gpu)]
     assert seeds == [(128, 256, 64, 8, 3, "tma"), (128, 128, 64, 8, 3, "tma"), (64, 128, 64, 4, 4, "tma"),
                      (128, 128, 64, 8, 4, "tma")]
-    assert _neighbours(dims_, bp)[0]["access"] == "tma"
+    assert neighbours(dims_, bp)[0]["access"] == "tma"
     X = lazy(4096, 4096, dtype=torch.float16)
     sdims = Space.derive(softmax, (X,), target="gpu").dimensions()
     sb = dataclasses.replace(softmax.bind((X,)), device=torch.device("cuda"))
-    assert _dot_seeds(softmax, sdims, _base_point(sdims, dt.compile(softmax).complete(sb)), sb) == []
+    assert dot_seeds(softmax, sdims, base_point(sdims, dt.compile(softmax).complete(sb)), sb) == []
     # tensor-core tilings of the 16-bit probe only: not for fp32 ("ieee" FMA dots) on the GPU, nor
     # on the interpreter, whose few trials go to the heuristic's neighbours first
     F = lazy(1024, 1024)
     fdims = Space.derive(matmul, (F, F), target="gpu").dimensions()
     fb = dataclasses.replace(matmul.bind((F, F)), device=torch.device("cuda"))
-    assert "tile.i" in dict(fdims) and _dot_seeds(matmul, fdims, _base_point(fdims, dt.compile(matmul).complete(fb)), fb) == []
+    assert "tile.i" in dict(fdims) and dot_seeds(matmul, fdims, base_point(fdims, dt.compile(matmul).complete(fb)), fb) == []
     H = torch.randn(128, 128, dtype=torch.float16)
     sp = Space(tile={"i": [16, 64, 128], "j": [16, 64, 128], "k": [16, 64]})
     res = dt.explore(matmul, (H, H), space=sp, strategy="random", max_trials=1, budget=60, progress=False, store=False)
-    first = _neighbours(sp.dimensions(), _base_point(sp.dimensions(), dt.compile(matmul).schedule_for(H, H)))[0]
+    first = neighbours(sp.dimensions(), base_point(sp.dimensions(), dt.compile(matmul).schedule_for(H, H)))[0]
     assert [r["params"] for r in res.table if r["origin"] != "heuristic"][0] == first   # not a 128x.. seed
 
 

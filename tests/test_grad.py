@@ -30,13 +30,11 @@ materialised-mean compiler bug; see ``dtriton.grad.MEAN_AS_SUM_OVER_COUNT``.)
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
 import dtriton as dt
-from dtriton.autograd import _program_ok, _Runner
+from dtriton.integrations.autograd import _program_ok, _Runner
 from dtriton.grad import augmented_forward, describe, staged
 from dtriton.heuristics import contractions
 from dtriton.lowering import lower
@@ -143,10 +141,9 @@ def ref_grads(alg, args, wrt, gouts, **kw):
 
 
 def run_backward(a: dt.Algorithm, args, sched=None):
-    """Compile a backward algorithm with the heuristic (or given) schedule and run it. When the
-    lowered program reads a reduction no kernel computes (compiler bug, see
-    test_compiler_bug_nested_reduction_in_materialised_stage) run the staged chain instead.
-    Returns (outputs, staged?)."""
+    """Compile a backward algorithm with the heuristic (or given) schedule and run it. Returns
+    (outputs, whether the lowered program reads a reduction no kernel computes: the compiler bug
+    of test_compiler_bug_nested_reduction_in_materialised_stage, which callers assert is gone)."""
     k = dt.compile(a, sched)
     b = a.bind(args)
     prog = lower(a, k.complete(b), b.axis_sizes, True)
@@ -587,18 +584,6 @@ def test_compiler_bug_nested_reduction_in_materialised_stage():
     X = torch.randn(3, 4, dtype=torch.float64)
     k = dt.compile(nested_chain)
     torch.testing.assert_close(k(X), nested_chain.reference(X))
-
-
-def test_nested_reduction_workaround_runs_staged(monkeypatch):
-    """The staged-execution safety net (off by default since the lowering fix) still computes the
-    same result when switched on."""
-    import dtriton.autograd as ag
-    monkeypatch.setattr(ag, "STAGE_WHEN_LOWERING_DROPS_REDUCTIONS", True)
-    X = torch.randn(3, 4, dtype=torch.float64)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = _Runner(nested_chain, None)(X)[0]
-    torch.testing.assert_close(got, nested_chain.reference(X))
 
 
 @dt.algorithm

@@ -1,15 +1,14 @@
-"""PyTorch integration of dtriton kernels: autograd, the Kernel.__call__ hook, torch.library ops
-and torch.compile(fullgraph=True). CPU interpreter, tiny shapes."""
+"""PyTorch integration of dtriton kernels: autograd, the hook installed as Kernel.grad_call,
+torch.library ops (and output_specs, their fake implementation) and torch.compile(fullgraph=True).
+CPU interpreter, tiny shapes."""
 
 from __future__ import annotations
-
-import textwrap
 
 import pytest
 import torch
 
 import dtriton as dt
-from dtriton.autograd import HOOK, DifferentiableKernel, apply
+from dtriton.integrations.autograd import DifferentiableKernel, apply, output_specs
 
 from dtriton.library import cross_entropy, layer_norm, linear_relu, softmax  # noqa: E402
 
@@ -86,24 +85,33 @@ def test_plain_call_without_grad(lin_kernel):
     assert dk(X, W.detach(), b, out=out) is out
 
 
-def test_kernel_call_hook_snippet(lin_kernel):
-    """HOOK is the exact text the lead should paste at the top of Kernel.__call__; run it."""
-    body = HOOK.replace("from .autograd import", "from dtriton.autograd import")
-    src = "def __call__(self, *args, out=None):\n" + textwrap.indent(body, "    ") + \
-          "    return dt.Kernel.__call__(self, *args, out=out)\n"
-    ns = {"torch": torch, "dt": dt}
-    exec(src, ns)  # noqa: S102 - our own snippet
-    Hooked = type("Hooked", (dt.Kernel,), {"__call__": ns["__call__"]})
-    k = Hooked(linear_relu, None)
+def test_installed_hook_routes_grad_calls_through_autograd(monkeypatch):
+    """Importing dtriton installs integrations.autograd.apply as Kernel.grad_call (the runtime does
+    not import autograd); a kernel call whose input requires grad goes through that hook, and so
+    through torch autograd; calls without grad (or under no_grad) do not."""
+    assert dt.Kernel.grad_call is apply
+    seen = []
+
+    def spy(kernel, args, out=None):
+        seen.append(kernel)
+        return apply(kernel, args, out=out)
+
+    monkeypatch.setattr(dt.Kernel, "grad_call", spy)
+    k = dt.compile(linear_relu)
     g = torch.Generator().manual_seed(1)
     X = torch.randn(3, 4, generator=g, requires_grad=True)
     W, b = torch.randn(5, 4, generator=g), torch.randn(5, generator=g)
     y = k(X, W, b)
-    assert y.grad_fn is not None
+    assert seen == [k] and y.grad_fn is not None
     G = torch.randn(3, 5, generator=g)
     (gx,) = torch.autograd.grad(y, [X], G)
     torch.testing.assert_close(gx, grads_of(t_linear_relu, [X, W, b], [0], [G])[0])
     assert k(X.detach(), W, b).grad_fn is None
+    with torch.no_grad():
+        assert k(X, W, b).grad_fn is None
+    assert seen == [k]
+    with pytest.raises(dt.ShapeError, match="out="):
+        k(X, W, b, out=torch.empty(3, 5))
     with pytest.raises(dt.ShapeError, match="out="):
         apply(k, (X, W, b), out=torch.empty(3, 5))
 
@@ -295,3 +303,42 @@ def test_double_backward_is_refused_loudly():
     y = dt.compile(sm)(x)
     with pytest.raises(NotImplementedError, match="double backward through the dtriton kernel 'softmax'"):
         torch.autograd.grad((y * torch.randn_like(y)).sum(), x, create_graph=True)
+
+
+def _library_args(alg, dtype, seed=0):
+    """Small arguments for a library algorithm: tensors of ``dtype`` (integer gather indices in
+    range), scalars of the declared type."""
+    g = torch.Generator().manual_seed(seed)
+    size = {}
+    args = []
+    indices = {idx for idx, _, _, _ in alg.gathers}
+    for p in alg.params:
+        if not isinstance(p, dt.language.InputTensor):
+            args.append(0.25 if p.pytype is float else 2)
+            continue
+        shape = [size.setdefault(d, 3 + len(size)) for d in p.dims]
+        if p.name in indices:
+            _, _, _, sym = next(x for x in alg.gathers if x[0] == p.name)
+            args.append(torch.randint(0, size.setdefault(sym, 3 + len(size)), shape, generator=g))
+        elif dtype.is_floating_point:
+            args.append(torch.randn(shape, generator=g).to(dtype))
+        else:
+            args.append(torch.randint(-3, 4, shape, generator=g).to(dtype))
+    return args
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.int64],
+                         ids=["float32", "float64", "int32", "int64"])
+@pytest.mark.parametrize("name", dt.library.__all__)
+def test_output_specs_agree_with_the_kernel(name, dtype):
+    """output_specs (the fake implementation behind as_torch_op) gives the shapes and dtypes the
+    kernel returns, for every library algorithm, with float and integer-only inputs (float64
+    results: it said float32 before)."""
+    alg = getattr(dt.library, name)
+    args = _library_args(alg, dtype)
+    got = dt.compile(alg)(*args)
+    got = got if isinstance(got, tuple) else (got,)
+    specs = output_specs(alg, args)
+    assert [(list(t.shape), t.dtype) for t in got] == [(list(s), d) for s, d in specs]
+    if not dtype.is_floating_point:
+        assert all(d == torch.float64 for _, d in specs)

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import dtriton as dt
-from dtriton.tuning import (SCHEMA_VERSION, TunedKernel, TuningDatabaseError, TuningDB, TuningKey, TuningRecord,
-                            TuningWarning, default_db_path, dtype_key, shape_bucket)
+from dtriton.tune import (SCHEMA_VERSION, TunedKernel, TuningDatabaseError, TuningDB, TuningKey, TuningRecord,
+                          TuningWarning, default_db_path, dtype_key, shape_bucket)
 
 from dtriton.library import matmul, softmax  # noqa: E402
 

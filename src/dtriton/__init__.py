@@ -20,10 +20,11 @@ from .ir import Algorithm, Axis
 from .dsl import (Tensor, abs, algorithm, axes, cast, exp, log, max, maximum, mean, min, minimum, rsqrt, sigmoid,
                   sqrt, sum, tanh, where)
 from .schedule import FrozenMap, Schedule, StageSchedule
-from .runtime import Kernel, compile
+from .runtime import Kernel
 from .grad import GradientAlgorithms, grad
-from .autograd import as_torch_op, compile_autograd, differentiable
-from .explore import ExploreResult, Space, explore
+from .integrations import as_torch_op, differentiable
+from .tune import ExploreResult, Space, explore
+from .api import compile, compile_autograd
 
 __version__ = "0.1.0"
 

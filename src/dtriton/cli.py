@@ -25,6 +25,11 @@ import click
 import torch
 
 from .errors import DTritonError
+from .language import Algorithm, InputTensor, Load, topo_order
+from .runtime import Kernel
+from .schedule import Schedule
+from .tune import Space, TunedKernel
+from .tune import explore as run_explore
 
 __all__ = ["main", "load_algorithm", "parse_shape", "make_inputs"]
 
@@ -39,7 +44,6 @@ def load_algorithm(spec: str):
 
     Raises ``click.BadParameter`` when the file, module or name is missing or the object is not
     an ``@dt.algorithm``."""
-    from .language import Algorithm
     if ":" not in spec:
         raise click.BadParameter(f"{spec!r}: expected FILE.py:ALGORITHM, e.g. kernels.py:matmul")
     where, _, name = spec.rpartition(":")
@@ -95,7 +99,6 @@ def parse_shape(text: str | None) -> dict[str, int]:
 
 def _index_tensors(alg) -> dict[str, str]:
     """Tensors used as gather indices -> the size symbol of the dim they index."""
-    from .language import Load, topo_order
     idx: dict[str, str] = {}
     for n in topo_order([o.expr for o in alg.outputs]):
         if isinstance(n, Load):
@@ -113,7 +116,6 @@ def make_inputs(alg, sizes: dict[str, int], dtype: torch.dtype, device: str, sca
 
     Raises ``click.BadParameter`` when a size symbol of the signature is missing from ``sizes``
     or ``sizes`` names one the signature does not have."""
-    from .language import InputTensor
     need = list(dict.fromkeys(d for p in alg.params if isinstance(p, InputTensor) for d in p.dims))
     missing = [d for d in need if d not in sizes]
     if missing:
@@ -205,7 +207,6 @@ def main():
 def explore(spec, shape, dtype, device, scalar, seed, budget, strategy, max_trials, space_json, db, no_store,
             plot_path, json_path, quiet):
     """Search schedules of ALGORITHM for random inputs of --shape and store the best one."""
-    from .explore import Space, explore as run_explore
     alg, args = _inputs_from_options(spec, shape, dtype, device, scalar, seed)
     space = None
     if space_json:
@@ -240,13 +241,10 @@ def explore(spec, shape, dtype, device, scalar, seed, budget, strategy, max_tria
 @click.option("--db", default=None, help="tuning database for --tuned")
 def show(spec, shape, dtype, device, scalar, seed, schedule_json, tuned, db):
     """Print the generated Triton source of ALGORITHM for --shape."""
-    from .runtime import Kernel
-    from .schedule import Schedule
     if schedule_json and tuned:
         raise click.UsageError("give --schedule or --tuned, not both")
     alg, args = _inputs_from_options(spec, shape, dtype, device, scalar, seed)
     if tuned:
-        from .tuning import TunedKernel
         kern = TunedKernel(alg, db)
         click.echo(f"# schedule from: {kern.origin_for(*args)}")
         click.echo(kern.source_for(*args))

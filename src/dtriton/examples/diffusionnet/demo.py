@@ -502,7 +502,7 @@ def _report(results, skipped, env, args, out: Path, plots: list[str], seconds: f
               "Times are medians in µs (" + ("`triton.testing.do_bench`" if env["gpu"] else
                                              "wall clock, PyTorch on one thread") +
               "); *f+b* is forward plus the gradients for x and the times (*dt*: hand-written backward algorithms; "
-              "*dt-auto*: backward derived by `dt.grad` through `dtriton.autograd`); *max err* is max |dtriton − eager "
+              "*dt-auto*: backward derived by `dt.grad` through `dtriton.integrations`); *max err* is max |dtriton − eager "
               "PyTorch| over the output; *best split* is the fastest split of the V reduction in the sweep.", "",
               _markdown_table(rows), ""]
     if skipped:

@@ -30,14 +30,14 @@ Backends (``backend=`` of the function and the module):
 * ``"dtriton-manual"``: forward and backward are dtriton kernels; the backward algorithms are the
   hand-written ones above, glued to PyTorch autograd by a ``torch.autograd.Function``.
 * ``"auto"``: automatic gradients: the forward kernel wrapped by
-  ``dtriton.autograd.differentiable`` (backward algorithms derived by ``dt.grad``; the forward's
+  ``dtriton.integrations.differentiable`` (backward algorithms derived by ``dt.grad``; the forward's
   projection ``basis^T (x mass)`` is saved for them). Used only when that module imports and
   passes a numerical check against the manual backward (see :func:`available_backend`).
 * ``"torch"``: the eager PyTorch reference (no dtriton).
 * ``None`` (default): ``"auto"`` when available, else ``"dtriton-manual"``.
 
 Schedules: by default each algorithm is compiled with ``dt.compile(alg, "tuned")`` (best schedule
-from the tuning database, heuristic otherwise); when ``dtriton.tuning`` is not importable, with
+from the tuning database, heuristic otherwise); when ``dtriton.tune`` is not importable, with
 ``dt.compile(alg)`` (the heuristic, which splits the long V reduction across programs on large
 meshes on the GPU). :meth:`DiffusionKernels.schedules_for` shows what a call would run.
 """
@@ -151,12 +151,12 @@ _ALGORITHMS = {
 
 
 def _compile(alg: dt.Algorithm, schedule) -> tuple[Any, str]:
-    """``dt.compile`` with "tuned" falling back to the heuristic when ``dtriton.tuning`` is absent."""
+    """``dt.compile`` with "tuned" falling back to the heuristic when ``dtriton.tune`` is absent."""
     if isinstance(schedule, str) and schedule == "tuned":
         try:
             return dt.compile(alg, "tuned"), "tuned (tuning database, heuristic where it has no entry)"
         except ImportError:
-            return dt.compile(alg), "heuristic (dtriton.tuning is not installed)"
+            return dt.compile(alg), "heuristic (dtriton.tune is not installed)"
     if schedule is None:
         return dt.compile(alg), "heuristic"
     return dt.compile(alg, schedule), "given"
@@ -236,7 +236,7 @@ class DiffusionKernels:
 
     @property
     def auto(self):
-        """The forward kernel made differentiable by ``dtriton.autograd`` (created on first use;
+        """The forward kernel made differentiable by ``dtriton.integrations`` (created on first use;
         see :func:`available_backend`). Raises ImportError when that module is missing."""
         if self._auto is None:
             self._auto = _auto_entry(self.forward)
@@ -308,7 +308,7 @@ def _manual(x, basis, mass, evals, times, kernels: DiffusionKernels) -> torch.Te
 
 
 # ----------------------------------------------------------------------------------------------
-# autograd: automatic gradients from dtriton.autograd, when it exists and works
+# autograd: automatic gradients from dtriton.integrations, when it exists and works
 # ----------------------------------------------------------------------------------------------
 _auto_lock = threading.Lock()
 _auto_state: tuple[bool, str] | None = None
@@ -322,10 +322,10 @@ def _projection_stage() -> str:
 
 def _auto_entry(kernel) -> Callable:
     """``kernel`` (the compiled forward) made differentiable by dtriton's automatic gradients:
-    ``dtriton.autograd.differentiable(kernel, save=[projection stage])``, so the derived backward
+    ``dtriton.integrations.differentiable(kernel, save=[projection stage])``, so the derived backward
     reuses ``basis^T (x mass)`` from the forward instead of recomputing it. The one place to adapt
     if that API changes. Raises ImportError / AttributeError / TypeError when it is not usable."""
-    from dtriton.autograd import differentiable
+    from dtriton.integrations import differentiable
     return differentiable(kernel, save=[_projection_stage()])
 
 
@@ -354,7 +354,7 @@ def _check_auto() -> None:
 def available_backend(backend: str | None = None) -> tuple[str, str]:
     """Resolve ``backend`` to one of :data:`BACKENDS` and say why.
 
-    ``None`` gives ``"auto"`` when ``dtriton.autograd.differentiable`` is importable and passes a
+    ``None`` gives ``"auto"`` when ``dtriton.integrations.differentiable`` is importable and passes a
     numerical check against the manual backward on a small problem (on the GPU when there is one;
     checked once per process), else ``"dtriton-manual"``.
 
@@ -374,7 +374,7 @@ def available_backend(backend: str | None = None) -> tuple[str, str]:
         if _auto_state is None:
             try:
                 _check_auto()
-                _auto_state = (True, "dtriton.autograd.differentiable: backward derived by dt.grad, "
+                _auto_state = (True, "dtriton.integrations.differentiable: backward derived by dt.grad, "
                                      "checked against the hand-written backward")
             except Exception as e:  # noqa: BLE001 - any failure means: not usable (yet)
                 _auto_state = (False, f"automatic gradients unavailable ({type(e).__name__}: {e})")

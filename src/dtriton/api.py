@@ -1,0 +1,44 @@
+"""The compile facade: ``dt.compile`` (a schedule, ``None`` or ``"tuned"``) and ``dt.compile_autograd``.
+
+It sits above the runtime, the integrations and tuning, so none of them needs to import another
+to offer these entry points (the runtime knows nothing of tuned kernels or autograd).
+"""
+
+from __future__ import annotations
+
+from .integrations.autograd import DifferentiableKernel
+from .language import Algorithm
+from .runtime import Kernel
+from .schedule import Schedule
+from .tune.tuned import TunedKernel
+
+__all__ = ["compile", "compile_autograd"]
+
+
+def compile(alg: Algorithm, schedule: Schedule | str | None = None) -> Kernel | TunedKernel:  # noqa: A001
+    """Compile an algorithm under a schedule.
+
+    Args:
+        alg: an ``@dt.algorithm``.
+        schedule: a :class:`Schedule` (fields left unset are filled per call shape by the
+            heuristic), ``None`` for the heuristic alone, or ``"tuned"`` for the best schedule in
+            the tuning database for each call's shapes (falling back to the heuristic).
+
+    Returns a :class:`~dtriton.Kernel` (a :class:`~dtriton.tune.tuned.TunedKernel` for
+    ``"tuned"``); nothing is compiled until the first call (compilation is cached per
+    specialisation, so new shapes with the same divisibility facts reuse the compiled kernel).
+
+    Raises :class:`ScheduleError` when the schedule does not fit the algorithm, ``TypeError`` for
+    a string other than ``"tuned"``.
+    """
+    if isinstance(schedule, str):
+        if schedule != "tuned":
+            raise TypeError(f"schedule must be a dt.Schedule, None or 'tuned', got {schedule!r}")
+        return TunedKernel(alg)
+    return Kernel(alg, schedule)
+
+
+def compile_autograd(alg: Algorithm, schedule: Schedule | str | None = None, **kw) -> DifferentiableKernel:
+    """``differentiable(dt.compile(alg, schedule), **kw)``: compile and make differentiable (options
+    as for :class:`~dtriton.integrations.autograd.DifferentiableKernel`)."""
+    return DifferentiableKernel(compile(alg, schedule), **kw)

@@ -1,0 +1,333 @@
+"""PyTorch autograd for dtriton kernels.
+
+- :func:`differentiable` wraps a compiled kernel (``dt.compile(alg, sched)``) so that calling it
+  with inputs that require grad returns outputs attached to torch's autograd graph; backward runs
+  kernels compiled from the derived backward algorithms (:func:`dtriton.grad`).
+  ``dt.compile_autograd`` is ``differentiable(dt.compile(alg, sched))``.
+- Importing this module installs :func:`apply` as ``Kernel.grad_call``: the runtime calls it for a
+  ``kernel(*args)`` whose inputs require grad (grad mode on), so every kernel is differentiable.
+  ``import dtriton`` imports it; the runtime itself never imports this module.
+- :func:`output_specs` gives the shape and dtype of each output without running anything (fake
+  tensors and symbolic sizes work): what ``as_torch_op``'s fake implementation returns.
+
+Only inputs that require grad get gradients: the backward algorithms are derived for exactly that
+set (and cached per set). Saved state is the inputs (the forward reductions the backward needs are
+recomputed) unless ``save=`` names forward stages to keep, in which case the forward runs the
+algorithm with those stages as extra outputs (:func:`dtriton.grad.augmented_forward`).
+
+Workaround (see the report of issue 6): backward kernels compiled without a schedule get
+``acc_dtype="float64"`` when an input is float64 (materialised buffers default to fp32).
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from ..errors import ShapeError
+from ..grad import GradientAlgorithms, augmented_forward, grad
+from ..language import _float_inputs as float_inputs  # lead: rename (ir helper: dtriton.ir.walk.float_inputs)
+from ..language import Algorithm, InputTensor, Reduce, result_dtype
+from ..runtime import Kernel
+from ..runtime import _merge_named as merge_named  # lead: rename
+from ..schedule import Schedule
+
+__all__ = ["DifferentiableKernel", "differentiable", "apply", "output_specs"]
+
+_lock = threading.Lock()
+
+
+# ----------------------------------------------------------------------------------------------
+# running one algorithm
+# ----------------------------------------------------------------------------------------------
+def _program_ok(prog) -> bool:
+    """True when every reduction a kernel of ``prog`` reads is computed in that kernel (fused) or
+    written to a buffer by an earlier kernel."""
+    produced: set[str] = set()
+    for k in prog.kernels:
+        fused = set(k.fused)
+        for st in k.stores:
+            top = st.target in prog.buffers and isinstance(st.expr, Reduce)
+            if top and st.expr.name not in fused:
+                return False
+            stack = [st.expr.x] if top else [st.expr]
+            seen: set[int] = set()
+            while stack:
+                n = stack.pop()
+                if n._id in seen:
+                    continue
+                seen.add(n._id)
+                if isinstance(n, Reduce):
+                    b = k.materialized.get(n._id)
+                    if b is not None:
+                        if b.name not in produced:
+                            return False
+                        continue
+                    if n.name not in fused:
+                        return False
+                stack.extend(n.children())
+        for st in k.stores:
+            if st.target in prog.buffers:
+                produced.add(st.target)
+    return True
+
+
+
+class _Runner:
+    """Runs one algorithm: a compiled kernel per precision class (float64 inputs or not)."""
+
+    def __init__(self, alg: Algorithm, schedule: Schedule | None, kernel=None):
+        self.alg = alg
+        self.schedule = schedule
+        self._kernels: dict[bool, Any] = {}
+        if kernel is not None:
+            self._kernels[False] = kernel
+            self._kernels[True] = kernel
+
+    def kernel(self, fp64: bool):
+        """The kernel for calls with (``fp64``) or without float64 inputs; without a schedule, the
+        float64 one accumulates in float64."""
+        k = self._kernels.get(fp64)
+        if k is None:
+            sched = self.schedule
+            if sched is None and fp64:
+                sched = Schedule(acc_dtype="float64")
+            k = self._kernels[fp64] = Kernel(self.alg, sched)
+        return k
+
+    def __call__(self, *args) -> tuple[torch.Tensor, ...]:
+        fp64 = any(isinstance(a, torch.Tensor) and a.dtype == torch.float64 for a in args)
+        r = self.kernel(fp64)(*args)
+        return r if isinstance(r, tuple) else (r,)
+
+
+# ----------------------------------------------------------------------------------------------
+# differentiable kernels
+# ----------------------------------------------------------------------------------------------
+def _sizes(alg: Algorithm, args) -> dict[str, Any]:
+    """Size symbol -> size (an int or a symbolic size) from the tensor arguments' shapes."""
+    sizes: dict[str, Any] = {}
+    for p, a in zip(alg.params, args):
+        if isinstance(p, InputTensor):
+            for d, n in zip(p.dims, a.shape):
+                sizes.setdefault(d, n)
+    return sizes
+
+
+def output_specs(alg: Algorithm, args) -> list[tuple[list[Any], torch.dtype]]:
+    """Shape and dtype of each output of ``alg`` for a call with ``args`` (works on fake tensors
+    and symbolic sizes: nothing is converted to int). The dtype follows the runtime's rule
+    (:func:`~dtriton.language.result_dtype` over the tensors feeding the output arithmetically):
+    torch promotion of the floating inputs, float64 for integer-only values, float32 without any."""
+    sizes = _sizes(alg, args)
+    dtypes = {p.name: a.dtype for p, a in zip(alg.params, args) if isinstance(p, InputTensor)}
+    return [([sizes[alg.axis_size[a]] for a in o.layout], result_dtype(dtypes[t] for t in float_inputs(o.expr)))
+            for o in alg.outputs]
+
+
+class DifferentiableKernel:
+    """A compiled dtriton kernel whose calls are differentiable with torch autograd.
+
+    Call it like the kernel: ``outs = dk(*args)``. When grad mode is on and a tensor argument
+    requires grad, the call goes through a ``torch.autograd.Function``: forward runs the kernel,
+    backward runs the kernels of the backward algorithms derived by :func:`dtriton.grad` for the
+    inputs that require grad (cached per set of inputs). Otherwise it is the plain kernel call.
+
+    Args:
+        kernel: a :class:`~dtriton.Kernel` (anything with ``.algorithm`` that is callable).
+        backward_schedules: schedules for the backward kernels: one :class:`Schedule` for all, a
+            mapping from backward algorithm name or input name (``"X"``: the algorithm computing
+            dX) to a schedule, or a callable ``(backward_algorithm) -> Schedule | None``. Missing
+            entries use the heuristic (``dt.compile(grad_alg)``).
+        save: ``None`` (recompute forward reductions in backward), ``"all"`` or a list of forward
+            reduction stage names to keep from the forward pass.
+        group: grouping of gradients into algorithms, as :func:`dtriton.grad`.
+
+    Gradients have the dtype and shape of their inputs. Raises what the kernel raises
+    (:class:`~dtriton.errors.ShapeError` for mismatched arguments).
+    """
+
+    def __init__(self, kernel, *, backward_schedules: Schedule | Mapping[str, Schedule] | Callable | None = None,
+                 save: Sequence[str] | str | None = None, group: str = "auto"):
+        if not hasattr(kernel, "algorithm"):
+            raise TypeError(f"differentiable() expects a compiled dtriton kernel, got {type(kernel).__name__}")
+        self.kernel = kernel
+        self.algorithm: Algorithm = kernel.algorithm
+        self.backward_schedules = backward_schedules
+        self.group = group
+        self.save = save
+        self._bwd: dict[frozenset, tuple[GradientAlgorithms, list[_Runner]]] = {}
+        self._fwd_runner = _Runner(self.algorithm, getattr(kernel, "schedule", None), kernel)
+        self._aug: tuple[_Runner, tuple[str, ...]] | None = None
+        if save is not None:
+            aug, names = augmented_forward(self.algorithm, save)
+            sched = getattr(kernel, "schedule", None)
+            try:
+                if sched is not None:
+                    sched.validate(aug)
+            except Exception:
+                sched = None
+            self._aug = (_Runner(aug, sched), names)
+
+    def __repr__(self):
+        return f"<dt.differentiable {self.algorithm.name} save={self.save!r} group={self.group!r}>"
+
+    # -- backward algorithms ---------------------------------------------------------------------
+    def _schedule_for(self, alg: Algorithm, inputs: Sequence[str]) -> Schedule | None:
+        s = self.backward_schedules
+        if s is None or isinstance(s, Schedule):
+            return s
+        if callable(s) and not isinstance(s, Mapping):
+            return s(alg)
+        if alg.name in s:
+            return s[alg.name]
+        for n in inputs:
+            if n in s:
+                return s[n]
+        return None
+
+    def gradients(self, wrt: Sequence[str] | None = None) -> GradientAlgorithms:
+        """The backward algorithms used for gradients wrt ``wrt`` (default: all inputs)."""
+        return self._backward(wrt)[0]
+
+    def _backward(self, wrt: Sequence[str] | None):
+        key = frozenset(wrt) if wrt is not None else None
+        with _lock:
+            hit = self._bwd.get(key)
+            if hit is None:
+                saved = self._aug[1] if self._aug else None
+                ga = grad(self.algorithm, wrt, save=saved, group=self.group)
+                runners = []
+                for k, a in enumerate(ga.algorithms):
+                    ins = [n for n, (ai, _) in ga.locate.items() if ai == k]
+                    runners.append(_Runner(a, self._schedule_for(a, ins)))
+                hit = self._bwd[key] = (ga, runners)
+        return hit
+
+    # -- execution -------------------------------------------------------------------------------
+    def run_forward(self, args) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+        """Run the forward pass: ``(outputs, saved stage values)``."""
+        if self._aug is None:
+            return self._fwd_runner(*args), ()
+        res = self._aug[0](*args)
+        n = len(self.algorithm.outputs)
+        return res[:n], res[n:]
+
+    def run_backward(self, args, grads, saved, wrt: Sequence[str]) -> dict[str, torch.Tensor | None]:
+        """Gradients wrt the inputs named ``wrt`` for upstream gradients ``grads`` (one per output,
+        ``None`` for zero). Returns ``{name: gradient or None}`` (None: structurally zero)."""
+        alg = self.algorithm
+        if not wrt:
+            return {}
+        ga, runners = self._backward(wrt)
+        outs = None
+        fixed = []
+        for k, g in enumerate(grads):
+            if g is None:
+                if outs is None:
+                    outs = output_specs(alg, args)
+                shape, dt = outs[k]
+                dev = next(a.device for a in args if isinstance(a, torch.Tensor))
+                g = torch.zeros(shape, dtype=dt, device=dev)
+            fixed.append(g)
+        bargs = list(args) + fixed + list(saved)
+        res: dict[str, torch.Tensor | None] = {n: None for n in wrt}
+        argmap = {p.name: a for p, a in zip(alg.params, args)}
+        for k, runner in enumerate(runners):
+            vals = runner(*bargs)
+            for n, (ai, oi) in ga.locate.items():
+                if ai == k:
+                    x = argmap[n]
+                    v = vals[oi]
+                    res[n] = v if v.dtype == x.dtype else v.to(x.dtype)
+        return res
+
+    def __call__(self, *args, out=None, **named):
+        """Run the kernel, differentiably when an input requires grad (arguments by name as for
+        :class:`~dtriton.Kernel`)."""
+        if named:
+            args = merge_named(self.kernel.algorithm, args, named)
+        if out is None and torch.is_grad_enabled() and any(
+                isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            res = _DTFunction.apply(self, *args)
+            return res
+        if out is not None:
+            return self.kernel(*args, out=out)
+        r = self.kernel(*args)
+        return r
+
+
+class _DTFunction(torch.autograd.Function):
+    """forward: the dtriton kernel; backward: the derived backward kernels."""
+
+    @staticmethod
+    def forward(ctx, dk: DifferentiableKernel, *args):
+        with torch.no_grad():
+            outs, saved = dk.run_forward(args)
+        alg = dk.algorithm
+        is_t = [isinstance(p, InputTensor) for p in alg.params]
+        ctx.dk = dk
+        ctx.is_t = is_t
+        ctx.scalars = [None if t else a for t, a in zip(is_t, args)]
+        ctx.n_saved = len(saved)
+        ctx.save_for_backward(*[a for t, a in zip(is_t, args) if t], *saved)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        if torch.is_grad_enabled():
+            # create_graph=True (double backward): the derived backward kernels are not themselves
+            # differentiable yet; refuse loudly rather than return a gradient that is silently constant
+            raise NotImplementedError(
+                f"double backward through the dtriton kernel {ctx.dk.algorithm.name!r} is not supported "
+                "(create_graph=True); differentiate the backward algorithms from dt.grad explicitly instead")
+        with torch.no_grad():
+            return _DTFunction._backward(ctx, *grads)
+
+    @staticmethod
+    def _backward(ctx, *grads):
+        dk: DifferentiableKernel = ctx.dk
+        alg = dk.algorithm
+        st = ctx.saved_tensors
+        nt = len(st) - ctx.n_saved
+        tens, saved = list(st[:nt]), st[nt:]
+        args = []
+        it = iter(tens)
+        for t, s in zip(ctx.is_t, ctx.scalars):
+            args.append(next(it) if t else s)
+        needs = ctx.needs_input_grad[1:]
+        wrt = [p.name for p, nd, a in zip(alg.params, needs, args)
+               if nd and isinstance(p, InputTensor) and a.dtype.is_floating_point]
+        res = dk.run_backward(args, list(grads), saved, wrt)
+        return (None, *[res.get(p.name) for p in alg.params])
+
+
+def differentiable(kernel, **kw) -> DifferentiableKernel:
+    """Make a compiled kernel differentiable (see :class:`DifferentiableKernel` for options).
+
+    ``dk = dt.differentiable(dt.compile(alg, sched)); y = dk(x, w); y.sum().backward()``."""
+    return DifferentiableKernel(kernel, **kw)
+
+
+_hooked: "weakref.WeakKeyDictionary[Any, DifferentiableKernel]" = weakref.WeakKeyDictionary()
+
+
+def apply(kernel, args: Sequence[Any], out=None):
+    """The hook installed as ``Kernel.grad_call``: run ``kernel(*args)`` through autograd (default options:
+    recompute, heuristic backward schedules). Called only when an input requires grad and grad
+    mode is on. ``out=`` is not supported for differentiable calls (torch forbids writing
+    results that need grad into given tensors) and raises :class:`ShapeError`."""
+    if out is not None:
+        raise ShapeError("out= cannot be used when an input requires grad; call the kernel under "
+                         "torch.no_grad() or drop out=")
+    dk = _hooked.get(kernel)
+    if dk is None:
+        dk = _hooked[kernel] = DifferentiableKernel(kernel)
+    return _DTFunction.apply(dk, *args)
+
+
+# the runtime calls Kernel.grad_call for calls whose inputs require grad (see the module docstring)
+Kernel.grad_call = apply

@@ -1,0 +1,165 @@
+"""``torch.library`` custom ops of dtriton kernels (:func:`as_torch_op`), so that models calling
+them compile with ``torch.compile(fullgraph=True)`` and train."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..grad import grad_param_names
+from ..language import Algorithm, InputTensor
+from .autograd import DifferentiableKernel, output_specs
+
+__all__ = ["as_torch_op"]
+
+_ops: dict[str, Any] = {}
+
+
+def as_torch_op(kernel, qualname: str, *, backward_schedules=None, group: str = "auto"):
+    """Register ``kernel`` as the torch custom op ``qualname`` (``"namespace::name"``).
+
+    The op takes the algorithm's arguments in order (``Tensor`` for tensors, ``float``/``int``
+    for scalars) and returns one ``Tensor`` per output (a tuple for several). It has a fake
+    (meta) implementation that computes output shapes from the dims' size symbols and dtypes by the
+    runtime's rule (torch promotion of the floating inputs feeding each output; float64 for
+    integer-only values), :func:`~dtriton.integrations.autograd.output_specs`, and an autograd formula
+    (``register_autograd``) that calls a second op, ``qualname + "_backward"``, running the
+    backward kernels derived by :func:`dtriton.grad` for the inputs that require grad. Both ops are
+    opaque to ``torch.compile``, so models calling them compile with ``fullgraph=True``.
+
+    Returns the op (callable; also reachable as ``torch.ops.namespace.name``). Registering the
+    same name twice returns the existing op when it wraps the same kernel, else raises
+    ``ValueError`` (torch cannot replace an op in a running process).
+
+    Source: the torch.library custom-op tutorial ("Python Custom Operators", PyTorch docs).
+    """
+    if "::" not in qualname:
+        raise ValueError(f"qualname must be 'namespace::name', got {qualname!r}")
+    hit = _ops.get(qualname)
+    if hit is not None:
+        if hit[0] is kernel:
+            return hit[1]
+        raise ValueError(f"a torch op named {qualname!r} is already registered for another kernel; pick a new name")
+    dk = DifferentiableKernel(kernel, backward_schedules=backward_schedules, group=group)
+    schema, bschema = _schemas(dk.algorithm)
+    op = _forward_op(qualname, schema, dk)
+    bop = _backward_op(qualname + "_backward", bschema, dk)
+    _register_autograd(op, bop, dk.algorithm)
+    _ops[qualname] = (kernel, op, bop)
+    return op
+
+
+def _schemas(alg: Algorithm) -> tuple[str, str]:
+    """The schemas of the forward op (the algorithm's arguments -> its outputs) and of the
+    backward op (the arguments, one upstream gradient per output and ``needs`` -> gradients)."""
+    names = [p.name for p in alg.params]
+    types = []
+    for p in alg.params:
+        if isinstance(p, InputTensor):
+            types.append("Tensor")
+        else:
+            types.append("float" if p.pytype is float else "int")
+    nout = len(alg.outputs)
+    ret = "Tensor" if nout == 1 else "(" + ", ".join(["Tensor"] * nout) + ")"
+    schema = "(" + ", ".join(f"{t} {n}" for t, n in zip(types, names)) + ") -> " + ret
+    gnames = grad_param_names(alg)
+    bschema = ("(" + ", ".join([f"{t} {n}" for t, n in zip(types, names)] + [f"Tensor {g}" for g in gnames] +
+                               ["bool[] needs"]) + ") -> Tensor[]")
+    return schema, bschema
+
+
+def _tensor_positions(alg: Algorithm) -> list[int]:
+    """Positions of the tensor parameters among the algorithm's parameters."""
+    return [k for k, p in enumerate(alg.params) if isinstance(p, InputTensor)]
+
+
+def _forward_op(qualname: str, schema: str, dk: DifferentiableKernel):
+    """The forward custom op: runs the kernel; its fake implementation allocates the outputs of
+    :func:`~dtriton.integrations.autograd.output_specs`."""
+    alg = dk.algorithm
+    nout = len(alg.outputs)
+    tensor_idx = _tensor_positions(alg)
+
+    def fwd_impl(*args):
+        with torch.no_grad():
+            outs = dk.run_forward(args)[0]
+        outs = tuple(o if o.is_contiguous() else o.contiguous() for o in outs)
+        return outs[0] if nout == 1 else outs
+
+    def fwd_fake(*args):
+        specs = output_specs(alg, args)
+        dev = args[tensor_idx[0]].device
+        outs = tuple(torch.empty(shape, dtype=dt, device=dev) for shape, dt in specs)
+        return outs[0] if nout == 1 else outs
+
+    op = torch.library.custom_op(qualname, fwd_impl, mutates_args=(), schema=schema)
+    op.register_fake(fwd_fake)
+    return op
+
+
+def _backward_op(qualname: str, schema: str, dk: DifferentiableKernel):
+    """The backward custom op: gradients of the inputs flagged in ``needs`` (zeros for a
+    structurally zero one); its fake implementation allocates them like the inputs."""
+    params = dk.algorithm.params
+    nout = len(dk.algorithm.outputs)
+    tensor_idx = _tensor_positions(dk.algorithm)
+
+    def bwd_impl(*all_args):
+        args = all_args[:len(params)]
+        grads = all_args[len(params):len(params) + nout]
+        needs = all_args[-1]
+        wrt = [params[k].name for k, nd in zip(tensor_idx, needs) if nd]
+        with torch.no_grad():
+            res = dk.run_backward(args, list(grads), (), wrt)
+        out = []
+        for k, nd in zip(tensor_idx, needs):
+            if nd:
+                g = res.get(params[k].name)
+                out.append(torch.zeros_like(args[k]) if g is None else g.contiguous())
+        return out
+
+    def bwd_fake(*all_args):
+        args = all_args[:len(params)]
+        needs = all_args[-1]
+        return [torch.empty_like(args[k]) for k, nd in zip(tensor_idx, needs) if nd]
+
+    bop = torch.library.custom_op(qualname, bwd_impl, mutates_args=(), schema=schema)
+    bop.register_fake(bwd_fake)
+    return bop
+
+
+def _register_autograd(op, bop, alg: Algorithm) -> None:
+    """The autograd formula of ``op``: save the tensor inputs, call the backward op ``bop`` for
+    the floating inputs that need a gradient (zero upstream gradients for unused outputs)."""
+    params = alg.params
+    tensor_idx = _tensor_positions(alg)
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*[inputs[k] for k in tensor_idx])
+        ctx.scalars = [None if isinstance(p, InputTensor) else inputs[k] for k, p in enumerate(params)]
+
+    def backward(ctx, *grads):
+        tens = list(ctx.saved_tensors)
+        it = iter(tens)
+        args = [next(it) if isinstance(p, InputTensor) else s for p, s in zip(params, ctx.scalars)]
+        needs = [bool(ctx.needs_input_grad[k]) and args[k].dtype.is_floating_point for k in tensor_idx]
+        if not any(needs):
+            return tuple(None for _ in params)
+        gl = []
+        specs = None
+        for k, g in enumerate(grads):
+            if g is None:
+                specs = specs or output_specs(alg, args)
+                shape, dt = specs[k]
+                g = torch.zeros(shape, dtype=dt, device=args[tensor_idx[0]].device)
+            gl.append(g)
+        res = bop(*args, *gl, needs)
+        it2 = iter(res)
+        out: list[Any] = [None] * len(params)
+        for k, nd in zip(tensor_idx, needs):
+            if nd:
+                out[k] = next(it2)
+        return tuple(out)
+
+    op.register_autograd(backward, setup_context=setup_context)

@@ -1,0 +1,196 @@
+"""Checks on candidate schedules: resource rules against device limits, and correctness of outputs.
+
+:func:`check_resources` prunes a complete schedule before compiling (shared memory of dot tiles,
+elements per program, accumulator registers per thread, "whole" blocks); :func:`check_outputs`
+compares a candidate's outputs with the reference by relative norm error, within
+:func:`default_tolerance` for the call's dtypes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from ..heuristics import contractions
+from ..language import Algorithm, Binding, expr_axes
+from ..lowering import next_pow2
+from ..runtime import backend_for
+from ..schedule import Schedule
+
+__all__ = ["Limits", "check_resources", "default_tolerance", "check_outputs", "stage_warps"]
+
+
+# ----------------------------------------------------------------------------------------------
+# device limits and resource rules
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits used to prune candidates before compiling.
+
+    Attributes:
+        smem_bytes: shared memory one program may use (bytes); 227 KB on H100/H200.
+        sm_count: streaming multiprocessors (used to decide when output tiles are "few").
+        max_block_elems: elements one program may hold in registers (about 64K).
+        whole_max: largest padded extent of an axis covered by one block ("whole").
+        max_acc_per_thread: fp32 dot-accumulator elements per thread (``BM*BN / (32*num_warps)``);
+            above it the kernel spills registers and Triton can take minutes to compile it.
+        max_elems_per_thread: block elements per thread for any stage.
+        tma: the device has the tensor-memory accelerator (compute capability 9.0 or newer), so
+            derived spaces of contractions include ``access="tma"`` and warp specialisation.
+    """
+    smem_bytes: int = 227 * 1024
+    sm_count: int = 132
+    max_block_elems: int = 65536
+    whole_max: int = 32768
+    max_acc_per_thread: int = 256
+    max_elems_per_thread: int = 2048
+    tma: bool = True
+
+    @staticmethod
+    def for_device(device: torch.device) -> "Limits":
+        """Limits of the GPU holding ``device`` tensors; H100-like defaults (with whole blocks up
+        to 4096, as the heuristic uses) for the interpreter."""
+        if backend_for(device) == "interpreter" or not torch.cuda.is_available():
+            return Limits(whole_max=4096)
+        try:
+            props = torch.cuda.get_device_properties(device)
+            smem = int(getattr(props, "shared_memory_per_block_optin", 0) or 0)
+            if smem <= 0:
+                smem = {9: 227, 8: 163 if props.minor == 0 else 99}.get(props.major, 96) * 1024
+            return Limits(smem_bytes=smem, sm_count=int(props.multi_processor_count), tma=props.major >= 9)
+        except Exception:  # pragma: no cover - odd driver
+            return Limits()
+
+
+def stage_warps(sched: Schedule, stage: str) -> int:
+    """Warps of the kernel computing ``stage``: its own ``num_warps``, else the schedule's, else 4."""
+    ss = sched.stages.get(stage)
+    return int((ss.num_warps if ss is not None and ss.num_warps else None) or sched.num_warps or 4)
+
+
+def check_resources(alg: Algorithm, sched: Schedule, b: Binding, limits: Limits) -> str | None:
+    """Check a *complete* schedule against resource rules for the shapes in ``b``.
+
+    Rules: a "whole" axis pads to at most ``limits.whole_max``; each contraction's dot tiles fit
+    shared memory, ``(BM*BK + BK*BN) * bytes * num_stages <= limits.smem_bytes`` (bytes: the
+    widest floating input dtype); each dot operand and accumulator, and each stage's block of
+    elements per program (grid tiles times the blocks of in-program axes, dot reduction axes
+    excepted), holds at most ``limits.max_block_elems`` elements; a dot accumulator spread over
+    the program's threads holds at most ``limits.max_acc_per_thread`` per thread, any block at
+    most ``limits.max_elems_per_thread``.
+
+    Returns ``None`` when every rule holds, else a sentence naming the rule that failed."""
+    sizes = b.axis_sizes
+    grid = tuple(sched.grid or ())
+
+    def strat(a):
+        return sched.strategy.get(a, "auto")
+
+    def blk(a, stage=None):
+        if strat(a) == "whole":
+            return next_pow2(sizes[a])
+        own = sched.stage(stage).tile.get(a) if stage else None
+        return int(own or sched.tile.get(a) or next_pow2(sizes[a]))
+
+    for a in alg.axis_names:
+        if strat(a) == "whole" and a not in grid and next_pow2(sizes[a]) > limits.whole_max:
+            return f"axis {a!r} is 'whole' with a block of {next_pow2(sizes[a])} > {limits.whole_max}"
+    cons = contractions(alg)
+    dot_r = {r for (_, _, r) in cons.values()}
+    fl = [d.itemsize for d in b.dtypes.values() if d.is_floating_point]
+    nbytes = max(fl) if fl else 4
+    for name, (m, n, r) in cons.items():
+        bm, bn, bk = blk(m, name), blk(n, name), blk(r, name)
+        stages = 1 if strat(r) == "whole" else max(1, int(sched.num_stages))
+        smem = (bm * bk + bk * bn) * nbytes * stages
+        if smem > limits.smem_bytes:
+            return (f"stage {name!r}: dot tiles {bm}x{bk} and {bk}x{bn} of {nbytes}-byte elements x {stages} "
+                    f"stages need {smem // 1024} KB of shared memory > {limits.smem_bytes // 1024} KB")
+        for what, e in (("accumulator", bm * bn), ("left operand", bm * bk), ("right operand", bk * bn)):
+            if e > limits.max_block_elems:
+                return f"stage {name!r}: dot {what} of {e} elements > {limits.max_block_elems}"
+        warps = stage_warps(sched, name)
+        per_thread = bm * bn // (32 * warps)
+        if per_thread > limits.max_acc_per_thread:
+            return (f"stage {name!r}: a {bm}x{bn} dot accumulator over {warps} warps is {per_thread} fp32 registers "
+                    f"per thread > {limits.max_acc_per_thread} (spills; compiles slowly)")
+    for st in alg.stages.values():
+        if st.is_output:
+            ss = sched.stage(st.name)
+            g = list(ss.grid) if ss.grid is not None else [a for a in grid if a in st.free_axes]
+        else:
+            g = list(st.free_axes)
+        elems = 1
+        for a in g:
+            elems *= int(sched.tile.get(a) or 1)
+        for a in expr_axes(st.expr):
+            if a not in g and a not in dot_r:
+                elems *= blk(a)
+        per_thread = elems // (32 * stage_warps(sched, st.name))
+        if per_thread > limits.max_elems_per_thread:
+            return (f"stage {st.name!r}: {elems} elements per program over {stage_warps(sched, st.name)} warps is "
+                    f"{per_thread} per thread > {limits.max_elems_per_thread}")
+        if elems > limits.max_block_elems:
+            return (f"stage {st.name!r}: {elems} elements per program (grid tiles {dict((a, sched.tile.get(a, 1)) for a in g)}"
+                    f" times in-program blocks) > {limits.max_block_elems}")
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# correctness
+# ----------------------------------------------------------------------------------------------
+def default_tolerance(b: Binding, sched: Schedule | None = None) -> float:
+    """Relative norm error allowed for a call bound to ``b`` under ``sched``: 1e-2 when any
+    input or output is fp16/bf16, 3e-3 for fp32 with ``precision="tf32"``, 1e-4 for fp32,
+    1e-5 for fp64 (1e-9 with ``acc_dtype="float64"``)."""
+    dts = [d for d in b.dtypes.values() if d.is_floating_point] + list(b.out_dtypes)
+    if any(d in (torch.float16, torch.bfloat16) for d in dts):
+        return 1e-2
+    if any(d == torch.float32 for d in dts):
+        return 3e-3 if sched is not None and sched.precision == "tf32" else 1e-4
+    if any(d == torch.float64 for d in dts):
+        return 1e-9 if sched is not None and sched.acc_dtype == "float64" else 1e-5
+    return 1e-4
+
+
+def check_outputs(got: Sequence[torch.Tensor], ref: Sequence[torch.Tensor], tol: float) -> tuple[bool, float, str]:
+    """Compare kernel outputs with reference outputs.
+
+    NaN and ±inf must appear exactly where the reference has them; over the finite elements the
+    relative norm error ``||got - ref|| / ||ref||`` (absolute when ``ref`` is all zero) must be
+    at most ``tol``. Returns ``(ok, worst relative error, reason)``; reason is "" when ok."""
+    if len(got) != len(ref):
+        return False, math.inf, f"{len(got)} outputs, the reference has {len(ref)}"
+    worst = 0.0
+    for k, (g, r) in enumerate(zip(got, ref)):
+        name = f"output {k}"
+        if not isinstance(g, torch.Tensor):
+            return False, math.inf, f"{name} is a {type(g).__name__}, not a tensor"
+        if tuple(g.shape) != tuple(r.shape):
+            return False, math.inf, f"{name} has shape {tuple(g.shape)}, the reference {tuple(r.shape)}"
+        if g.numel() == 0:
+            continue
+        g64 = g.detach().to(device=r.device, dtype=torch.float64)
+        r64 = r.detach().to(torch.float64)
+        gn, rn = torch.isnan(g64), torch.isnan(r64)
+        bad = int((gn & ~rn).sum())
+        if bad:
+            return False, math.inf, f"{name}: {bad} NaN where the reference is finite (elements left unwritten?)"
+        bad = int((rn & ~gn).sum())
+        if bad:
+            return False, math.inf, f"{name}: {bad} values where the reference is NaN"
+        ri, gi = torch.isinf(r64), torch.isinf(g64)
+        bad = int((ri & (g64 != r64)).sum()) + int((gi & ~ri).sum())
+        if bad:
+            return False, math.inf, f"{name}: {bad} infinities that differ from the reference"
+        fin = ~(rn | ri)
+        num = float(torch.linalg.vector_norm((g64 - r64)[fin]))
+        den = float(torch.linalg.vector_norm(r64[fin]))
+        err = num / den if den > 0 else num
+        worst = max(worst, err)
+        if not err <= tol:
+            return False, err, f"{name}: relative error {err:.3g} > {tol:g}"
+    return True, worst, ""

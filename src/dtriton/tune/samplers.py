@@ -1,0 +1,268 @@
+"""Samplers: the order in which exploration visits the points of a :class:`~dtriton.tune.space.Space`.
+
+A sampler has ``name``, ``ask() -> (handle, point) | None`` (``None``: the space is exhausted) and
+``tell(handle, value)`` (the candidate's time in µs, :data:`PENALTY` when it cannot be chosen,
+``None`` when it was skipped). "exhaustive" visits every point in order, "random" draws uniformly
+without repetition (seeded), "tpe" asks optuna's TPE sampler (optuna is optional: without it "tpe"
+falls back to "random" with a warning). Random and TPE samplers also take ``prepend(points)``: the
+warm start, points tried before sampling (:func:`dot_seeds`, then :func:`neighbours` of the
+heuristic's :func:`base_point`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import warnings
+from typing import Any, Mapping
+
+from ..heuristics import contractions
+from ..language import Algorithm, Binding
+from ..schedule import Schedule
+from .db import TuningWarning
+from .space import FLAT
+
+__all__ = ["Exhaustive", "Random", "TPE", "make_sampler", "base_point", "dot_seeds", "neighbours", "DOT_SEEDS",
+           "PENALTY"]
+
+PENALTY = 1e12  # what a sampler is told for a candidate that cannot be chosen (µs)
+
+
+class Exhaustive:
+    """Every point of ``dims`` (``[(name, values)]``) in order: the product, last dimension fastest."""
+    name = "exhaustive"
+
+    def __init__(self, dims, seed):
+        self.names = [n for n, _ in dims]
+        self.it = itertools.product(*[v for _, v in dims])
+
+    def ask(self):
+        """``(None, point)``, or ``None`` when every point was given."""
+        try:
+            vals = next(self.it)
+        except StopIteration:
+            return None
+        return None, dict(zip(self.names, vals))
+
+    def tell(self, handle, value):
+        """Nothing to learn."""
+
+
+class Random:
+    """Uniform draws without repetition (seeded ``random.Random``), after the prepended points."""
+    name = "random"
+
+    def __init__(self, dims, seed):
+        self.dims = dims
+        self.size = math.prod(len(v) for _, v in dims)
+        self.rng = random.Random(seed)
+        self.seen: set[int] = set()
+        self.queue: list[dict] = []
+
+    def prepend(self, points):
+        """Give these points first (in order), before any random draw."""
+        self.queue = list(points) + self.queue
+
+    def _index(self, point) -> int:
+        idx = 0
+        for name, vals in self.dims:
+            idx = idx * len(vals) + vals.index(point[name])
+        return idx
+
+    def ask(self):
+        """``(None, point)``: a prepended point not seen yet, else a random unseen one; ``None``
+        when every point was given."""
+        q = self.queue
+        while q:
+            point = q.pop(0)
+            idx = self._index(point)
+            if idx not in self.seen:
+                self.seen.add(idx)
+                return None, point
+        if len(self.seen) >= self.size:
+            return None
+        if self.size - len(self.seen) < 64 and self.size <= 4096:
+            rest = [i for i in range(self.size) if i not in self.seen]
+            idx = self.rng.choice(rest)
+        else:
+            while True:
+                idx = self.rng.randrange(self.size)
+                if idx not in self.seen:
+                    break
+        self.seen.add(idx)
+        point = {}
+        for name, vals in reversed(self.dims):
+            idx, r = divmod(idx, len(vals))
+            point[name] = vals[r]
+        return None, {n: point[n] for n, _ in self.dims}
+
+    def tell(self, handle, value):
+        """Nothing to learn."""
+
+
+def _enc(v):
+    """A categorical value optuna can store: grids as ``"i,j"``."""
+    return ",".join(v) if isinstance(v, tuple) else v
+
+
+class TPE:
+    """optuna's multivariate TPE sampler over categorical dimensions. Raises ``ImportError``
+    without optuna."""
+    name = "tpe"
+
+    def __init__(self, dims, seed):
+        import optuna  # noqa: F401 - ImportError is handled by the caller
+        from optuna.samplers import TPESampler
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.optuna = optuna
+        self.dims = dims
+        self.dec = {n: {_enc(v): v for v in vals} for n, vals in dims}
+        size = math.prod(len(v) for _, v in dims)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sampler = TPESampler(seed=seed, multivariate=True, constant_liar=True,
+                                 n_startup_trials=min(10, max(3, int(math.sqrt(size)))))
+        self.study = optuna.create_study(direction="minimize", sampler=sampler)
+
+    def prepend(self, points):
+        """Enqueue these points as the first trials."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for p in points:
+                self.study.enqueue_trial({n: _enc(p[n]) for n, _ in self.dims}, skip_if_exists=True)
+
+    def ask(self):
+        """``(trial, point)`` of the next optuna trial."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trial = self.study.ask()
+            point = {n: self.dec[n][trial.suggest_categorical(n, list(self.dec[n]))] for n, _ in self.dims}
+        return trial, point
+
+    def tell(self, handle, value):
+        """The trial's time (µs), or ``None`` for a trial that was not run (a failed trial)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if value is None:
+                self.study.tell(handle, state=self.optuna.trial.TrialState.FAIL)
+            else:
+                self.study.tell(handle, float(value))
+
+    def add_known(self, point, value):
+        """Tell the model about a point measured outside it (the heuristic baseline)."""
+        try:
+            from optuna.distributions import CategoricalDistribution
+            from optuna.trial import create_trial
+            params = {n: _enc(point[n]) for n, _ in self.dims}
+            if any(params[n] not in self.dec[n] for n in params):
+                return
+            dists = {n: CategoricalDistribution(list(self.dec[n])) for n, _ in self.dims}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.study.add_trial(create_trial(params=params, distributions=dists, value=float(value)))
+        except Exception:  # pragma: no cover - a hint only
+            pass
+
+
+def base_point(dims, base: Schedule) -> dict:
+    """The heuristic schedule as a point of the space (None where it has no value there)."""
+    point = {}
+    for name, vals in dims:
+        f, _, sub = name.partition(".")
+        if not sub:
+            v = getattr(base, f) if f in FLAT else \
+                {"grid": tuple(base.grid or ()), "group": max(base.group.values(), default=1)}.get(f)
+        else:
+            st = base.strategy.get(sub, "auto")
+            if f == "stage_tile":
+                sn, ax = sub.split(".", 1)
+                v = base.stage(sn).tile.get(ax, base.tile.get(ax))
+            elif f == "eviction":
+                v = base.eviction.get(sub, "evict_normal")
+            else:
+                v = {"tile": base.tile.get(sub), "strategy": "loop" if st == "auto" else st,
+                     "split": base.split.get(sub, 1), "place": base.stage(sub).place}.get(f)
+        point[name] = v if v in vals else None
+    return point
+
+
+#: The order in which :func:`neighbours` steps along dimensions (by field).
+NEIGHBOUR_ORDER = ("access", "tile", "stage_tile", "num_stages", "num_warps", "persistent", "eviction", "group",
+                   "strategy", "split", "place", "grid")
+
+#: Tile configurations of a 16-bit tensor-core contraction on the GPU tried right after the
+#: heuristic: (m tile, n tile, k tile, num_warps, num_stages). The fastest hand-listed schedules of
+#: the session-4 H200 probe (``bench/results/probe_session4_*.json``): 128x256x64/8 warps/3 stages
+#: at 2048^3 and larger, 128x128x64/8/3 at 2048^3 bf16, 64x128x64/4/4 at 1024^3, each with TMA
+#: loads, the layouts of Triton's persistent-matmul tutorial.
+DOT_SEEDS = ((128, 256, 64, 8, 3), (128, 128, 64, 8, 3), (64, 128, 64, 4, 4), (128, 128, 64, 8, 4))
+
+
+def dot_seeds(alg: Algorithm, dims, start: Mapping, b: Binding) -> list[dict]:
+    """Points of the space at the :data:`DOT_SEEDS` configurations of the main output's
+    contraction, with TMA where the space offers it (each value only where the space has it; the
+    other dimensions keep the heuristic's values, ``start``: :func:`base_point`). Empty for
+    algorithms without a contraction, spaces without those tile dimensions, and calls (binding
+    ``b``) that are not 16-bit GPU ones:
+    the seeds are tensor-core tilings of the 16-bit probe (fp32 "ieee" dots run on FMA units, and
+    on the interpreter they would take the few trials it gets from the heuristic's neighbours)."""
+    floats = [d for d in b.dtypes.values() if d.is_floating_point]
+    if b.device.type != "cuda" or not floats or any(d.itemsize != 2 for d in floats):
+        return []
+    cons = contractions(alg)
+    main = getattr(alg.outputs[0].expr, "name", None)
+    mnr = cons.get(main) or next(iter(cons.values()), None)
+    if mnr is None:
+        return []
+    lay = list(alg.outputs[0].layout)
+    m, n = sorted(mnr[:2], key=lambda a: lay.index(a) if a in lay else len(lay))   # rows, then columns of the output
+    mnr = (m, n, mnr[2])
+    vals = dict(dims)
+    full = {n: (start.get(n) if start.get(n) is not None else v[0]) for n, v in dims}
+    out = []
+    for cfg in DOT_SEEDS:
+        p = dict(full)
+        for name, v in zip(("tile." + mnr[0], "tile." + mnr[1], "tile." + mnr[2], "num_warps", "num_stages"), cfg):
+            if name in vals and v in vals[name]:
+                p[name] = v
+        if "tma" in vals.get("access", ()):
+            p["access"] = "tma"
+        if p != full and p not in out:
+            out.append(p)
+    return out
+
+
+def neighbours(dims, start: Mapping, limit: int = 20) -> list[dict]:
+    """Points one step away from the heuristic's point ``start`` (:func:`base_point`) along one
+    dimension (the next smaller or larger value), access style and tiles first: a cheap local
+    search before the sampler takes over. At most ``limit`` points."""
+    full = {n: (start.get(n) if start.get(n) is not None else vals[0]) for n, vals in dims}
+    out = []
+    for f in NEIGHBOUR_ORDER:
+        for name, vals in dims:
+            if name.partition(".")[0] != f or start.get(name) is None:
+                continue
+            i = vals.index(start[name])
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(vals):
+                    out.append(dict(full, **{name: vals[j]}))
+    return out[:limit]
+
+
+def make_sampler(strategy: str, dims, seed, stacklevel: int = 3) -> Any:
+    """The sampler for ``strategy`` ("exhaustive", "random" or "tpe") over ``dims``. "tpe" without
+    optuna warns (:class:`~dtriton.tune.db.TuningWarning`, at ``stacklevel`` from here) and gives
+    "random". Raises ``ValueError`` for another strategy."""
+    if strategy == "exhaustive":
+        return Exhaustive(dims, seed)
+    if strategy == "random":
+        return Random(dims, seed)
+    if strategy == "tpe":
+        try:
+            return TPE(dims, seed)
+        except ImportError:
+            warnings.warn("strategy 'tpe' needs optuna (pip install 'dtriton[explore]'); exploring at random "
+                          "instead", TuningWarning, stacklevel=stacklevel)
+            return Random(dims, seed)
+    raise ValueError(f"strategy must be 'auto', 'exhaustive', 'random' or 'tpe', got {strategy!r}")
