@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import dtriton as dt
-from dtriton.heuristics import complete_schedule
+from dtriton.schedule import complete_schedule
 from dtriton.library import attention, column_sum, layer_norm, matmul, spatial_diffusion
 
 
