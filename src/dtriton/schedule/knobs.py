@@ -23,7 +23,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-__all__ = ["Knob", "Domain", "FrozenMap", "one_of", "is_pow2", "register", "unregister", "knob", "knobs",
+__all__ = ["Knob", "Domain", "FrozenMap", "one_of", "is_pow2", "register", "unregister", "knob", "knobs", "names",
            "flat_knobs", "stage_knobs", "launch_knobs", "reserve_names", "markdown_table", "BUILTIN",
            "KINDS", "SCOPES", "STRATEGIES", "PLACES", "SPLIT_MODES", "ACCESS", "EVICTIONS", "PRECISIONS",
            "ACC_DTYPES"]
@@ -268,6 +268,18 @@ BUILTIN: tuple[Knob, ...] = (
 
 _REGISTRY: dict[str, Knob] = {k.name: k for k in BUILTIN}
 _RESERVED: set[str] = set()
+# views of the registry, rebuilt on every change (Schedule reads them on each construction and hash)
+_VIEWS: dict[str, tuple] = {}
+
+
+def _refresh() -> None:
+    ks = tuple(_REGISTRY.values())
+    stage = tuple(k for k in ks if k.scope == "stage")
+    _VIEWS.update(all=ks, names=tuple(k.name for k in ks), flat=tuple(k for k in ks if k.kind == "flat"),
+                  stage=stage, stage_names=tuple(k.name for k in stage), launch=tuple(k for k in ks if k.launch))
+
+
+_refresh()
 
 
 def reserve_names(names: Iterable[str]) -> None:
@@ -290,6 +302,7 @@ def register(k: Knob) -> Knob:
     if k.name in _RESERVED:
         raise ValueError(f"{k.name!r} cannot be a knob name: Schedule or StageSchedule uses it")
     _REGISTRY[k.name] = k
+    _refresh()
     return k
 
 
@@ -301,6 +314,7 @@ def unregister(name: str) -> None:
     if name not in _REGISTRY:
         raise KeyError(f"no knob named {name!r} is registered")
     del _REGISTRY[name]
+    _refresh()
 
 
 def knob(name: str) -> Knob:
@@ -310,22 +324,27 @@ def knob(name: str) -> Knob:
 
 def knobs() -> tuple[Knob, ...]:
     """Every knob, in ``Schedule`` field order (built-ins first, then registered ones)."""
-    return tuple(_REGISTRY.values())
+    return _VIEWS["all"]
+
+
+def names(scope: str | None = None) -> tuple[str, ...]:
+    """The knobs' names in field order: all of them, or those of scope "stage"."""
+    return _VIEWS["stage_names"] if scope == "stage" else _VIEWS["names"]
 
 
 def flat_knobs() -> tuple[Knob, ...]:
     """The knobs of kind "flat" (single values: ``num_warps``, ``precision``, ...)."""
-    return tuple(k for k in _REGISTRY.values() if k.kind == "flat")
+    return _VIEWS["flat"]
 
 
 def stage_knobs() -> tuple[Knob, ...]:
     """The knobs a :class:`~dtriton.StageSchedule` may override, in its field order."""
-    return tuple(k for k in _REGISTRY.values() if k.scope == "stage")
+    return _VIEWS["stage"]
 
 
 def launch_knobs() -> tuple[Knob, ...]:
     """The flat knobs that are kernel launch options (not visible in the generated source)."""
-    return tuple(k for k in _REGISTRY.values() if k.launch)
+    return _VIEWS["launch"]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import ScheduleError, UnknownFieldError
 from .knobs import (ACCESS, EVICTIONS, PLACES, SPLIT_MODES, STRATEGIES, FrozenMap, Knob, flat_knobs, knob,
-                    knobs, launch_knobs, reserve_names, stage_knobs)
+                    knobs, launch_knobs, names, reserve_names)
 
 __all__ = ["Schedule", "StageSchedule", "FrozenMap", "STRATEGIES", "PLACES", "SPLIT_MODES", "ACCESS",
            "EVICTIONS", "unknown_fields_message", "reject_unknown_keywords"]
@@ -84,18 +84,18 @@ class _KnobValues:
     (:meth:`field_names`), their defaults and canonical forms."""
 
     def __init__(self, *args, **kw):
-        owner, names = type(self).__name__, self.field_names()
-        bad = [k for k in kw if k not in names]
+        owner, fields = type(self).__name__, self.field_names()
+        bad = [k for k in kw if k not in fields]
         if bad:
-            raise UnknownFieldError(unknown_fields_message(owner, bad, names))
-        if len(args) > len(names):
-            raise TypeError(f"{owner}() takes at most {len(names)} positional arguments ({len(args)} given)")
-        given = dict(zip(names, args))
+            raise UnknownFieldError(unknown_fields_message(owner, bad, fields))
+        if len(args) > len(fields):
+            raise TypeError(f"{owner}() takes at most {len(fields)} positional arguments ({len(args)} given)")
+        given = dict(zip(fields, args))
         twice = [k for k in kw if k in given]
         if twice:
             raise TypeError(f"{owner}() got multiple values for argument {twice[0]!r}")
         given.update(kw)
-        for name in names:
+        for name in fields:
             value = given[name] if name in given else self._default(name)
             object.__setattr__(self, name, self._canonical(name, value))
         self._check_values()
@@ -129,7 +129,8 @@ class _KnobValues:
 
     def field_values(self) -> tuple:
         """Every field's value, in :meth:`field_names` order."""
-        return tuple(getattr(self, n) for n in self.field_names())
+        d = self.__dict__   # (a knob registered after this record was made: getattr gives its default)
+        return tuple([d[n] if n in d else getattr(self, n) for n in self.field_names()])
 
     def __eq__(self, o):
         if o.__class__ is not self.__class__:
@@ -137,7 +138,16 @@ class _KnobValues:
         return self.field_values() == o.field_values()
 
     def __hash__(self):
-        return hash(self.field_values())
+        # cached (schedules key the kernel caches), and recomputed once the registry changes
+        cached = self.__dict__.get("_hash")
+        if cached is None or cached[0] is not knobs():
+            cached = (knobs(), hash(self.field_values()))
+            object.__setattr__(self, "_hash", cached)
+        return cached[1]
+
+    def __getstate__(self):
+        # string hashes differ between processes: a pickle carries the values only
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
 
     def replace(self, **kw):
         """A copy with some fields changed (as ``dataclasses.replace``)."""
@@ -159,7 +169,7 @@ class StageSchedule(_KnobValues):
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
-        return ("place",) + tuple(k.name for k in stage_knobs())
+        return ("place",) + names("stage")
 
     @classmethod
     def _default(cls, name: str):
@@ -256,7 +266,7 @@ class Schedule(_KnobValues):
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
-        return tuple(k.name for k in knobs())
+        return names()
 
     @classmethod
     def _default(cls, name: str):
