@@ -169,7 +169,8 @@ def test_register_refuses_bad_knobs():
 
 
 def test_stage_overrides_are_checked_against_their_knob():
-    with pytest.raises(dt.ScheduleError, match=r"^stages\['sum0'\]\.num_warps = 3 must be a power of two between 1 and 32$"):
+    with pytest.raises(dt.ScheduleError,
+                       match=r"^stages\['sum0'\]\.num_warps = 3 must be a power of two between 1 and 32$"):
         dt.Schedule(stages={"sum0": {"num_warps": 3}})
     with pytest.raises(dt.ScheduleError, match=r"^stages\['sum0'\]\.group\['i'\] = 0 must be a positive integer$"):
         dt.Schedule(stages={"sum0": {"group": {"i": 0}}})

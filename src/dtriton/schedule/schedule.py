@@ -21,11 +21,9 @@ import json
 from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import ScheduleError, UnknownFieldError
-from .knobs import (ACCESS, EVICTIONS, PLACES, SPLIT_MODES, STRATEGIES, FrozenMap, Knob, flat_knobs, knob,
-                    knobs, launch_knobs, names, reserve_names)
+from .knobs import PLACES, FrozenMap, Knob, flat_knobs, knob, knobs, launch_knobs, names, reserve_names
 
-__all__ = ["Schedule", "StageSchedule", "FrozenMap", "STRATEGIES", "PLACES", "SPLIT_MODES", "ACCESS",
-           "EVICTIONS", "unknown_fields_message", "reject_unknown_keywords"]
+__all__ = ["Schedule", "StageSchedule", "unknown_fields_message", "reject_unknown_keywords"]
 
 
 def _fm(v, what: str) -> FrozenMap:
@@ -223,8 +221,8 @@ class Schedule(_KnobValues):
             It is given for the second-to-last grid axis (the one it swizzles).
         split: split factor per reduction axis (split-K): the axis is divided across programs
             and the partial results combined by atomics or a second pass (``split_mode``).
-        strategy: per axis, one of :data:`STRATEGIES`, for axes covered inside a program: reduced
-            axes, and output axes off the grid ("online" only for reduced axes).
+        strategy: per axis, one of :data:`~.knobs.STRATEGIES`, for axes covered inside a program:
+            reduced axes, and output axes off the grid ("online" only for reduced axes).
         num_warps, num_stages: Triton launch options (warps per program; software-pipeline depth).
         acc_dtype: accumulation dtype, "float32" (default) or "float64".
         precision: dot precision for fp32 operands: "ieee" (default, as torch), "tf32" (one
@@ -241,8 +239,8 @@ class Schedule(_KnobValues):
         persistent: 0 (one program per tile), or k >= 1: launch k programs per SM (4 on the
             interpreter) and let each loop over output tiles (the persistent kernels of Triton's
             Hopper matmul tutorials), which saves launch and tail costs when tiles are many.
-        access: memory-access style of tile loads and output stores, one of :data:`ACCESS`, or
-            None (default): the heuristic picks "tma" for 16-bit contractions of at least 2^35
+        access: memory-access style of tile loads and output stores, one of :data:`~.knobs.ACCESS`,
+            or None (default): the heuristic picks "tma" for 16-bit contractions of at least 2^35
             multiply-adds (4096x4096x2048) on Hopper-class GPUs (compute capability 9.0+) when every
             input tile of the call is TMA-addressable and ``eviction`` gives none of them a hint,
             "pointer" otherwise (a call with TMA descriptors costs the host about 6-15 us more, H200).
