@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, strategies as st
 
 import dtriton as dt
-from dtriton.language import Binary, Const, Load, Reduce, Unary
+from dtriton.ir import Binary, Const, Load, Reduce, Unary
 
 from conftest import (TORCH_REFS, as64, assert_close, attention, causal_attention, colsum, cross_entropy,
                       layer_norm, linear_relu, log_softmax, matmul, randn, rms_norm, rowmax, softmax,
@@ -377,3 +377,176 @@ def test_binding_reports_sizes_and_dtypes():
     assert b.sizes == {"M": 4, "K": 3, "N": 5}
     assert b.axis_sizes == {"i": 4, "k": 3, "j": 5}
     assert b.out_dtypes == [torch.float32]  # fp16 x fp32 promotes to fp32
+
+
+# ----------------------------------------------------------------------------------------------
+# the IR package: rebuild, combiners, walks, CSE, layering
+# ----------------------------------------------------------------------------------------------
+def _every_node_kind():
+    """One node of each kind with the children a rebuild should receive instead of its own."""
+    from dtriton.ir import Axis, Cast, InputTensor, ScalarParam, Where
+    i, j = Axis("i"), Axis("j")
+    X = InputTensor("X", ("M", "N"), 0)
+    x, y = X[i, j], X[j, i]
+    return [
+        (Const(2.5), ()), (Axis("k"), ()), (ScalarParam("alpha", float), ()),
+        (Load(X, (i, j)), (Axis("i"), Axis("j"))),
+        (Unary("exp", x), (y,)), (Binary("sub", x, y), (y, x)), (Where(x > 0, x, y), (y > 0, y, x)),
+        (Cast(x, torch.float16), (y,)),
+        (Reduce("max", x, ("j",), "m"), (y,)), (Reduce("sum", x, ("j",), None, mean=True), (y,)),
+    ]
+
+
+@pytest.mark.parametrize("k", range(10))
+def test_rebuild_keeps_kind_and_attributes_over_new_children(k):
+    node, kids = _every_node_kind()[k]
+    new = node.rebuild(kids)
+    assert type(new) is type(node) and new is not node
+    assert new.signature() == node.signature()
+    assert len(new.children()) == len(node.children()) == len(kids)
+    assert all(a is b for a, b in zip(new.children(), kids))
+    for attr in ("op", "value", "name", "pytype", "tensor", "over", "dtype", "combiner", "mean"):
+        if hasattr(node, attr):
+            assert getattr(new, attr) == getattr(node, attr) if attr != "tensor" else new.tensor is node.tensor
+    if node.children():
+        with pytest.raises((ValueError, TypeError)):
+            node.rebuild(tuple(kids) + (Const(0.0),))
+
+
+def test_output_rebuild_keeps_layout_and_name():
+    from dtriton.ir import Output
+    i, j = dt.axes("i j")
+    o = Output(i + j, ("i", "j"), "out")
+    e = j + i
+    new = o.rebuild((e,))
+    assert isinstance(new, Output) and new.children()[0] is e and (new.layout, new.name) == (o.layout, o.name)
+
+
+def test_combiner_identities_per_dtype():
+    from dtriton.ir import get_combiner
+    s, mx, mn = get_combiner("sum"), get_combiner("max"), get_combiner("min")
+    for d in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        assert s.identity(d) == 0 and mx.identity(d) == -math.inf and mn.identity(d) == math.inf
+    for d in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8):
+        assert s.identity(d) == 0 and isinstance(s.identity(d), int)
+        assert mx.identity(d) == torch.iinfo(d).min and mn.identity(d) == torch.iinfo(d).max
+        x = torch.tensor([3, 1, 2], dtype=d)
+        # the identity is neutral for the reference reduction
+        assert mx.reference(torch.cat([x, torch.tensor([mx.identity(d)], dtype=d)]), [0]) == 3
+        assert mn.reference(torch.cat([x, torch.tensor([mn.identity(d)], dtype=d)]), [0]) == 1
+    assert (s.identity(torch.bool), mx.identity(torch.bool), mn.identity(torch.bool)) == (False, False, True)
+    assert get_combiner("mean").identity(torch.float32) == 0
+
+
+def test_combiner_records():
+    from dtriton.ir import COMBINERS, Combiner, get_combiner, register_combiner
+    assert set(COMBINERS) >= {"sum", "mean", "max", "min"}
+    s, m = get_combiner("sum"), get_combiner("mean")
+    assert [c for c in ("sum", "mean", "max", "min") if get_combiner(c).splittable] == ["sum", "mean"]
+    assert get_combiner("max").online == "running_max" and s.online == m.online == "rescaled"
+    assert get_combiner("min").online is None
+    assert (s.grad, m.grad, get_combiner("max").grad, get_combiner("min").grad) == ("sum", "sum", "extremum", "extremum")
+    assert all(c.results == 1 for c in COMBINERS.values())
+    assert s.combine == "a + b" and "tl.maximum(a, b" in get_combiner("max").combine
+    assert (s.helper, m.helper, get_combiner("min").helper) == ("_sum_combine", "_sum_combine", "_min_combine")
+    assert (s.finalize, m.finalize, m.base) == (None, "count", "sum")
+    assert m.combine == s.combine and m.reference is s.reference  # mean is the sum plus a division
+    with pytest.raises(KeyError, match="unknown reduction kind 'nope'"):
+        get_combiner("nope")
+    with pytest.raises(ValueError, match="already registered"):
+        register_combiner(Combiner("sum", s.identity, s.combine, s.reference, True, None, "sum"))
+    # empty extents reduce to the identity
+    e = torch.empty(2, 0, dtype=torch.float64)
+    assert torch.equal(get_combiner("max").reference(e, [1]), torch.full((2,), -math.inf, dtype=torch.float64))
+    assert torch.equal(get_combiner("min").reference(e, [1]), torch.full((2,), math.inf, dtype=torch.float64))
+    assert torch.equal(s.reference(e, [1]), torch.zeros(2, dtype=torch.float64))
+
+
+def test_mean_is_the_sum_combiner_with_a_count_finalize():
+    from dtriton.ir import get_combiner
+
+    @dt.algorithm
+    def rowmean(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        return dt.mean(X[i, j], over=j)[i]
+
+    assert list(rowmean.stages) == ["mean0", "out"]
+    r = rowmean.stages["mean0"].node
+    assert r.combiner is get_combiner("mean") and r.combiner.finalize == "count"
+    assert r.op == "sum" and r.mean  # the read-only views other modules still use
+    X = randn(5, 7, dtype=torch.float64)
+    torch.testing.assert_close(rowmean.reference(X), torch.mean(X, 1))
+    # the old constructor spelling builds the same record; a combiner object is accepted too
+    i, j = dt.axes("i j")
+    T = dt.ir.InputTensor("T", ("M", "N"), 0)
+    assert Reduce("sum", T[i, j], ("j",), None, mean=True).combiner is get_combiner("mean")
+    assert Reduce(get_combiner("max"), T[i, j], ("j",), None).op == "max"
+    assert not Reduce("min", T[i, j], ("j",), None).mean
+    with pytest.raises(ValueError, match="mean=True"):
+        Reduce("max", T[i, j], ("j",), None, mean=True)
+
+
+def test_walks():
+    from dtriton.ir import (InputTensor, contains, expr_axes, float_inputs, mul_factors, reduces_in, topo_order,
+                            walk)
+    i, j, k = dt.axes("i j k")
+    A, B, lab = InputTensor("A", ("M", "K"), 0), InputTensor("B", ("K", "N"), 1), InputTensor("L", ("M",), 2)
+    a, b = A[i, k], B[k, j]
+    s = dt.sum(a * b * 2.0, over=k)
+    m = dt.max(s + A[i, lab[i]], over=j)
+    order = topo_order([m])
+    pos = {n._id: p for p, n in enumerate(order)}
+    assert all(pos[c._id] < pos[n._id] for n in order for c in n.children())
+    assert order[-1] is m and len({n._id for n in order}) == len(order)
+    # walk: a parent before its children, each node once; stop visits but does not enter
+    w = list(walk([m]))
+    assert w[0] is m and {n._id for n in w} == set(pos)
+    w2 = list(walk([m], stop=lambda n: n is s))
+    assert any(n is s for n in w2) and not any(n is a for n in w2)
+    assert [r.name for r in reduces_in([m], set())] == [None, None] and reduces_in([m], {s._id}) == [m, s]
+    assert reduces_in([s, m], {s._id}) == [s, m]  # a materialised root is entered
+    assert mul_factors(s.x)[:2] == [a, b] and len(mul_factors(s.x)) == 3 and mul_factors(a) == [a]
+    assert contains(m, b) and not contains(m, b, stop=lambda n: n is s) and not contains(s, m)
+    assert expr_axes(m) == ["i", "k", "j"]  # first seen, children first
+    assert sorted(float_inputs(m)) == ["A", "A", "B"]  # the gather index L does not set the dtype
+    assert float_inputs(dt.cast(A[i, k], torch.float16)) == []
+
+
+def test_cse_rebuilds_parents_of_merged_nodes_and_keeps_the_rest():
+    from dtriton.ir import InputTensor, cse, fmt
+    i, j = dt.axes("i j")
+    X = InputTensor("X", ("M", "N"), 0)
+    left, right = dt.exp(X[i, j]), dt.exp(X[i, j])
+    root = left + right
+    remap = cse([root])
+    new = remap[root._id]
+    assert new is not root and new.a is new.b and new.a is left   # the second exp merged into the first
+    assert left._id not in remap and root.a is left                # untouched nodes keep identity
+    assert fmt(new) == "(exp(X[i, j]) + exp(X[i, j]))"
+    assert cse([left]) == {}
+
+
+def test_ir_layering():
+    """The IR imports only errors and torch, never triton or a later layer; no compiler module
+    imports the DSL (only the package facade and the temporary language shim do)."""
+    import ast
+    import pathlib
+    src = pathlib.Path(dt.__file__).parent
+    for f in sorted((src / "ir").glob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                assert node.level == 1 or node.module == "errors", (f.name, node.module)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+                assert not any(n.split(".")[0] in ("triton", "dtriton") for n in names), (f.name, names)
+    for f in sorted(src.rglob("*.py")):
+        if f.name in ("__init__.py", "language.py", "dsl.py", "library.py") and f.parent == src:
+            continue
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}"] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            assert not any(n in ("dsl", "None.dsl", "dtriton.dsl") for n in names), (f, names)

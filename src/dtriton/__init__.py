@@ -16,8 +16,9 @@ interpreter on a machine without one).
 
 from .errors import (AlgorithmError, CompileError, DTritonError, ScheduleError, ScheduleWarning, ShapeError,
                      UnknownFieldError)
-from .language import (Algorithm, Axis, Tensor, abs, algorithm, axes, cast, exp, log, max, maximum, mean,
-                       min, minimum, rsqrt, sigmoid, sqrt, sum, tanh, where)
+from .ir import Algorithm, Axis
+from .dsl import (Tensor, abs, algorithm, axes, cast, exp, log, max, maximum, mean, min, minimum, rsqrt, sigmoid,
+                  sqrt, sum, tanh, where)
 from .schedule import FrozenMap, Schedule, StageSchedule
 from .runtime import Kernel, compile
 from .grad import GradientAlgorithms, grad

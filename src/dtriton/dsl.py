@@ -1,0 +1,143 @@
+"""The user-facing builders of the algorithm language: index notation over named axes.
+
+An *algorithm* says what each output element is, nothing about how it is computed::
+
+    @dt.algorithm
+    def matmul(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"]):
+        i, j, k = dt.axes("i j k")
+        return dt.sum(A[i, k] * B[k, j], over=k)[i, j]
+
+The decorated function is run once, on symbolic inputs, to build an expression graph (the IR,
+:mod:`dtriton.ir`). Expressions broadcast by axis *name*: ``A[i, k] * B[k, j]`` has the free axes
+``{i, j, k}``; ``dt.sum(..., over=k)`` removes ``k``. Indexing an expression by axes (``C[i, j]``)
+fixes an output's layout. Every reduction and every output is a *stage* that a schedule can
+address by name.
+
+Several builders (``sum``, ``max``, ``min``, ``abs``) shadow Python builtins: they live only
+here, and no compiler module imports this one.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from .errors import AlgorithmError
+from .ir import (Algorithm, Axis, Binary, Cast, Combiner, Expr, Reduce, TensorAnnotation, Unary, Where, as_expr,
+                 get_combiner)
+
+__all__ = [
+    "Axis", "axes", "Tensor", "Expr", "algorithm", "Algorithm",
+    "sum", "max", "min", "mean", "where", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid",
+    "abs", "maximum", "minimum", "cast", "reduce",
+]
+
+
+def axes(names: str) -> tuple[Axis, ...]:
+    """``i, j, k = dt.axes("i j k")``: make named axes. Names are separated by spaces or commas;
+    the result is always a tuple, so ``i, = dt.axes("i")`` works."""
+    parts = [p for p in names.replace(",", " ").split() if p]
+    if not parts:
+        raise AlgorithmError("dt.axes() needs at least one name, e.g. dt.axes('i j k')")
+    return tuple(Axis(p) for p in parts)
+
+
+class _TensorFactory:
+    """``dt.Tensor["M", "K"]``: the annotation of a tensor argument, dims named by size symbols."""
+
+    def __getitem__(self, dims) -> TensorAnnotation:
+        dims = dims if isinstance(dims, tuple) else (dims,)
+        return TensorAnnotation(tuple(dims))
+
+
+Tensor = _TensorFactory()
+
+
+def algorithm(fn: Callable) -> Algorithm:
+    """Decorator: trace ``fn`` into an :class:`Algorithm`.
+
+    Arguments are annotated ``dt.Tensor["M", "K"]`` (dims named by size symbols; one name means
+    one size, checked at call time) or ``float``/``int`` (scalars). The body indexes tensors with
+    axes from :func:`axes` and returns outputs with a layout (``C[i, j]``) or a tuple of them.
+
+    Raises :class:`AlgorithmError` for malformed programs (an axis indexing two differently named
+    dims, an output with a free axis missing from its layout, a reduction over an unused axis)."""
+    return Algorithm(fn)
+
+
+# ----------------------------------------------------------------------------------------------
+# reductions
+# ----------------------------------------------------------------------------------------------
+def _over(over) -> tuple[str, ...]:
+    if isinstance(over, Axis):
+        return (over.name,)
+    if isinstance(over, str):
+        return tuple(over.replace(",", " ").split())
+    if isinstance(over, (tuple, list)) and over and all(isinstance(a, Axis) for a in over):
+        return tuple(a.name for a in over)
+    raise AlgorithmError(f"over= takes an axis or a tuple of axes, got {over!r}")
+
+
+def reduce(x, over, combiner: "str | Combiner", name: str | None = None) -> Expr:
+    """Reduction of ``x`` over ``over`` (an axis or tuple of axes) with a combiner (a
+    :class:`~dtriton.ir.Combiner` or a registered name such as ``"sum"``). A reduction stage."""
+    c = combiner if isinstance(combiner, Combiner) else get_combiner(combiner)
+    return Reduce(c, as_expr(x), _over(over), name)
+
+
+def sum(x, over, name: str | None = None) -> Expr:  # noqa: A001 - the DSL's sum
+    """Sum of ``x`` over the axes ``over`` (an axis or tuple of axes). A reduction stage."""
+    return reduce(x, over, "sum", name)
+
+
+def max(x, over, name: str | None = None) -> Expr:  # noqa: A001
+    """Maximum over ``over``; NaN propagates as in ``torch.amax``. A reduction stage."""
+    return reduce(x, over, "max", name)
+
+
+def min(x, over, name: str | None = None) -> Expr:  # noqa: A001
+    """Minimum over ``over``; NaN propagates as in ``torch.amin``. A reduction stage."""
+    return reduce(x, over, "min", name)
+
+
+def mean(x, over, name: str | None = None) -> Expr:
+    """Mean over ``over``: the sum divided by the true extent (padding never counts)."""
+    return reduce(x, over, "mean", name)
+
+
+# ----------------------------------------------------------------------------------------------
+# elementwise
+# ----------------------------------------------------------------------------------------------
+def where(cond, a, b) -> Expr:
+    """Elementwise select: ``a`` where ``cond`` is true, else ``b`` (like ``torch.where``)."""
+    return Where(as_expr(cond), as_expr(a), as_expr(b))
+
+
+def _unary(op):
+    def f(x):
+        return Unary(op, as_expr(x))
+    f.__name__ = op
+    f.__doc__ = f"Elementwise ``{op}`` (as torch.{op})."
+    return f
+
+
+exp, log, sqrt, rsqrt, tanh, sigmoid = (_unary(o) for o in ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid"))
+abs = _unary("abs")  # noqa: A001
+
+
+def maximum(a, b) -> Expr:
+    """Elementwise maximum (NaN propagates, as torch.maximum)."""
+    return Binary("maximum", as_expr(a), as_expr(b))
+
+
+def minimum(a, b) -> Expr:
+    """Elementwise minimum (NaN propagates, as torch.minimum)."""
+    return Binary("minimum", as_expr(a), as_expr(b))
+
+
+def cast(x, dtype: torch.dtype) -> Expr:
+    """Cast to ``dtype`` (a torch dtype), rounding as torch's ``.to(dtype)`` does."""
+    if not isinstance(dtype, torch.dtype):
+        raise AlgorithmError(f"dt.cast needs a torch dtype such as torch.float16, got {dtype!r}")
+    return Cast(as_expr(x), dtype)

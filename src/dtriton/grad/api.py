@@ -1,0 +1,276 @@
+"""The user-facing gradient functions: :func:`grad`, :func:`augmented_forward`, :func:`staged`,
+the result type :class:`GradientAlgorithms` and the listing :func:`describe`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from ..errors import AlgorithmError
+from ..language import _fmt_expr  # lead: ir.fmt
+from ..language import Algorithm, Expr, InputTensor, Output, Reduce, topo_order
+from .derive import Deriver
+from .finalize import Finalizer, copy_nodes, group_gradients, make_params, param_spec
+from .naming import unique_param_name
+
+__all__ = ["grad", "GradientAlgorithms", "describe", "augmented_forward", "staged"]
+
+
+# ----------------------------------------------------------------------------------------------
+# the result
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class GradientAlgorithms:
+    """The backward algorithms of a forward algorithm (what :func:`grad` returns).
+
+    Attributes:
+        forward: the forward :class:`~dtriton.language.Algorithm`.
+        wrt: names of the inputs whose gradients are computed (forward parameter order).
+        algorithms: the backward algorithms. Each takes the *same* arguments, in this order: the
+            forward arguments, one upstream gradient per forward output (``grad_out`` /
+            ``grad_out0``, ``grad_out1``, ...; dims named after the output's axis sizes, same dtype
+            as the output), then the saved forward stages (``saved_<stage>``, dims named after the
+            stage's axis sizes, in :attr:`saved` order). Their outputs are the gradients (same shape
+            as the input, dtype by the usual promotion of the floating inputs).
+        locate: input name -> (index into ``algorithms``, output index of that algorithm).
+        zero: requested inputs whose gradient is structurally zero (only used as gather indices or
+            conditions); no algorithm computes them.
+        grad_names: names of the upstream-gradient parameters, one per forward output.
+        saved: forward stage names that are inputs instead of being recomputed.
+    """
+    forward: Algorithm
+    wrt: tuple[str, ...]
+    algorithms: tuple[Algorithm, ...]
+    locate: dict[str, tuple[int, int]]
+    zero: tuple[str, ...]
+    grad_names: tuple[str, ...]
+    saved: tuple[str, ...]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Algorithm:
+        """The backward algorithm that computes the gradient of input ``name``."""
+        if name not in self.locate:
+            raise KeyError(f"no backward algorithm computes d{name}; gradients are computed for "
+                           f"{list(self.locate)} (structurally zero: {list(self.zero)})")
+        return self.algorithms[self.locate[name][0]]
+
+    def __iter__(self):
+        return iter(self.algorithms)
+
+    def __len__(self):
+        return len(self.algorithms)
+
+    @property
+    def num_stages(self) -> int:
+        """Total number of stages (reductions and outputs) over all backward algorithms."""
+        return sum(len(a.stages) for a in self.algorithms)
+
+    def reference(self, *args) -> tuple[torch.Tensor | None, ...]:
+        """Evaluate the gradients in eager torch (the reference evaluator of each algorithm).
+
+        ``args``: the backward arguments (forward args, upstream grads, saved stages). Returns one
+        tensor per name in :attr:`wrt` (``None`` for structurally zero gradients)."""
+        res: dict[str, torch.Tensor] = {}
+        for k, a in enumerate(self.algorithms):
+            outs = a.reference(*args)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            for name, (ai, oi) in self.locate.items():
+                if ai == k:
+                    res[name] = outs[oi]
+        return tuple(res.get(n) for n in self.wrt)
+
+    def __str__(self):
+        head = (f"gradients of {self.forward.name} wrt {list(self.wrt)}: {len(self.algorithms)} algorithm(s), "
+                f"{self.num_stages} stages" + (f"; zero: {list(self.zero)}" if self.zero else "") +
+                (f"; saved: {list(self.saved)}" if self.saved else ""))
+        parts = [head]
+        for a in self.algorithms:
+            outs = {o.name: n for n, (ai, oi) in self.locate.items() if self.algorithms[ai] is a
+                    for o in [a.outputs[oi]]}
+            parts.append(describe(a, {k: f"d{v}" for k, v in outs.items()}))
+        return "\n".join(parts)
+
+    __repr__ = __str__
+
+
+def describe(alg: Algorithm, labels: dict[str, str] | None = None) -> str:
+    """Readable listing of an algorithm, one line per stage (``name[axes] = expression``, nested
+    stages printed by name). ``labels`` adds a note to output stages (e.g. ``{"out0": "dX"}``)."""
+    names = {s.node._id: s.name for s in alg.stages.values() if not s.is_output}
+    lines = [repr(alg)]
+    for s in alg.stages.values():
+        if s.is_output:
+            o = s.node
+            e = o.expr
+            body = names[e._id] if e._id in names else _fmt_expr(e, 0, names)
+            note = f"  # {labels[s.name]}" if labels and s.name in labels else ""
+            lines.append(f"    {s.name}[{', '.join(o.layout)}] = {body}{note}")
+        else:
+            lines.append(f"    {s.name}[{', '.join(s.node.axes)}] = {_fmt_expr(s.node, 0, names)}")
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# the derivation
+# ----------------------------------------------------------------------------------------------
+def _wrt_names(alg: Algorithm, wrt: str | Sequence[str] | None) -> list[str]:
+    """The tensor inputs to differentiate, in parameter order (all of them for ``None``)."""
+    tnames = [p.name for p in alg.params if isinstance(p, InputTensor)]
+    if isinstance(wrt, str):
+        wrt = (wrt,)
+    if wrt is None:
+        return list(tnames)
+    bad = [w for w in wrt if w not in tnames]
+    if bad:
+        raise AlgorithmError(f"dt.grad: {bad} are not tensor inputs of {alg.name}; its tensor inputs are {tnames}")
+    return [n for n in tnames if n in set(wrt)]
+
+
+def _saved_stages(alg: Algorithm, d: Deriver, grads: dict[str, tuple[Expr, tuple[str, ...]]],
+                  save: Sequence[str] | str | None) -> list[str]:
+    """The forward stages the backward takes as inputs (``save=`` of :func:`grad`)."""
+    fwd_stage_names = [s.name for s in alg.stages.values() if not s.is_output]
+    if save is None:
+        return []
+    if save == "all":
+        used = set()
+        for e, _ in grads.values():
+            for x in topo_order([e]):
+                if isinstance(x, Reduce) and x._id in d.g.fwd and x.name:
+                    used.add(x.name)
+        return [s for s in fwd_stage_names if s in used]
+    save_l = [save] if isinstance(save, str) else list(save)
+    bad = [s for s in save_l if s not in fwd_stage_names]
+    if bad:
+        raise AlgorithmError(f"dt.grad: save={bad} are not reduction stages of {alg.name}; its stages are "
+                             f"{fwd_stage_names}")
+    return save_l
+
+
+def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequence[str] | str | None = None,
+         group: str = "auto") -> GradientAlgorithms:
+    """Derive the backward algorithms of ``alg`` by reverse-mode differentiation.
+
+    Args:
+        alg: a forward ``@dt.algorithm``.
+        wrt: input name(s) to differentiate with respect to; ``None`` for every tensor input that
+            reaches an output arithmetically (inputs used only as gather indices or conditions,
+            such as integer labels, are left out).
+        save: forward reduction stages to take as inputs (``saved_<stage>``, laid out along the
+            stage's free axes in order) instead of recomputing them; ``"all"`` for every forward
+            reduction the backward uses. Compute them with :func:`augmented_forward`.
+        group: ``"auto"`` puts gradients that share a reduction stage into one algorithm (so the
+            shared stage runs once), ``"none"`` gives one algorithm per input, ``"all"`` one in total.
+
+    Returns a :class:`GradientAlgorithms`. Its algorithms take ``(*forward_args, *upstream_grads,
+    *saved)``; upstream gradient ``k`` has the shape of forward output ``k``. Computation dtype is
+    the promotion of the floating inputs (fp32 for fp16/bf16 inputs, fp64 for fp64), as forward.
+
+    Raises :class:`~dtriton.errors.AlgorithmError` for unknown input or stage names, or a node
+    kind the differentiator does not know.
+
+    Sources: Griewank & Walther, "Evaluating Derivatives" (SIAM 2008), reverse mode (ch. 3) and
+    its adjoint rules for elementals (ch. 4); torch's derivatives.yaml conventions for ties
+    (``amax``/``maximum``) and for ``abs`` at 0.
+    """
+    if not isinstance(alg, Algorithm):
+        raise TypeError(f"dt.grad expects an @dt.algorithm, got {type(alg).__name__}")
+    wrt_l = _wrt_names(alg, wrt)
+    d = Deriver(alg)
+    grads = d.run(wrt_l)
+    if wrt is None:
+        wrt_l = [n for n in wrt_l if n in grads]
+    zero = tuple(n for n in wrt_l if n not in grads)
+    save_l = _saved_stages(alg, d, grads, save)
+    taken = {p.name for p in alg.params} | set(d.gnames)
+    saved_map: dict[int, tuple[str, tuple[str, ...]]] = {}
+    saved_params = []
+    for s in save_l:
+        node = d.clone[alg.stages[s].node._id]
+        pn = unique_param_name(f"saved_{s}", taken)
+        saved_map[node._id] = (pn, tuple(node.axes))
+        saved_params.append(("tensor", pn, tuple(alg.axis_size[a] for a in node.axes)))
+    spec = param_spec(alg)
+    spec += [("tensor", gn, tuple(alg.axis_size[a] for a in o.layout)) for gn, o in zip(d.gnames, alg.outputs)]
+    spec += saved_params
+    fin = Finalizer(d, spec, saved_map)
+    algs = []
+    locate: dict[str, tuple[int, int]] = {}
+    for grp in group_gradients(grads, wrt_l, group):
+        name = f"{alg.name}_grad_{'_'.join(grp)}"
+        outs = [grads[n] for n in grp]
+        doc = (f"Backward of {alg.name}: gradient(s) wrt {', '.join(grp)} (derived by dt.grad). "
+               f"Arguments: {', '.join(s[1] for s in spec)}.")
+        algs.append(fin.build(name, outs, doc, list(grp)))
+        for k, n in enumerate(grp):
+            locate[n] = (len(algs) - 1, k)
+    return GradientAlgorithms(alg, tuple(wrt_l), tuple(algs), locate, zero, tuple(d.gnames), tuple(save_l),
+                              {"blocked_extrema": [x.name for x in d.order if x._id in d.blocked]})
+
+
+def augmented_forward(alg: Algorithm, save: Sequence[str] | str) -> tuple[Algorithm, tuple[str, ...]]:
+    """The forward algorithm with the reduction stages ``save`` as extra outputs (after the
+    original ones, each laid out along the stage's free axes), for ``dt.grad(alg, save=...)``.
+    ``"all"`` saves every reduction stage. Returns ``(algorithm, saved stage names)``."""
+    names = [s.name for s in alg.stages.values() if not s.is_output]
+    save_l = names if save == "all" else ([save] if isinstance(save, str) else list(save))
+    bad = [s for s in save_l if s not in names]
+    if bad:
+        raise AlgorithmError(f"augmented_forward: {bad} are not reduction stages of {alg.name}; stages: {names}")
+    d = Deriver(alg)
+    outs = d.clone_forward()
+    extra = []
+    for s in save_l:
+        node = d.clone[alg.stages[s].node._id]
+        extra.append((node, tuple(node.axes)))
+    fin = Finalizer(d, param_spec(alg), {})
+    a = fin.build(f"{alg.name}_fwd_saving", list(outs) + extra,
+                  f"{alg.name} with stages {save_l} as extra outputs (for dt.grad(save=...)).",
+                  [None] * (len(outs) + len(extra)))
+    return a, tuple(save_l)
+
+
+# ----------------------------------------------------------------------------------------------
+# staging: one reduction level per algorithm
+# ----------------------------------------------------------------------------------------------
+def staged(alg: Algorithm) -> list[tuple[Algorithm, tuple[str, ...]]]:
+    """Split ``alg`` into a chain of algorithms in which no reduction contains another.
+
+    Level ``k`` computes, as outputs laid out along their free axes, the reduction stages whose
+    nesting depth is ``k``, reading deeper-nested results as inputs; the last algorithm computes
+    ``alg``'s outputs from them. Every algorithm of the chain takes ``alg``'s arguments followed by
+    the results of all earlier levels, in order (parameters ``stage_<name>``). Returns
+    ``[(algorithm, names of the stages it outputs), ...]``; the last entry's names are ``()`` and
+    its outputs are ``alg``'s. Used to run an algorithm whose nested reductions the lowering does
+    not place correctly (see :mod:`dtriton.autograd`); each stage then costs a kernel and a write."""
+    depth: dict[int, int] = {}
+    for n in alg.nodes:
+        d = max((depth[c._id] for c in n.children()), default=0)
+        depth[n._id] = d + 1 if isinstance(n, Reduce) else d
+    reds = [n for n in alg.nodes if isinstance(n, Reduce)]
+    taken = {p.name for p in alg.params}
+    pname = {r._id: unique_param_name(f"stage_{r.name}", taken) for r in reds}
+    chain: list[tuple[Algorithm, tuple[str, ...]]] = []
+    done: list[Reduce] = []
+
+    def level(name: str, roots: Sequence[Expr], layouts: Sequence[tuple[str, ...]], doc: str) -> Algorithm:
+        """An algorithm computing ``roots`` from ``alg``'s arguments and the stages ``done``."""
+        spec = param_spec(alg) + [("tensor", pname[r._id], tuple(alg.axis_size[a] for a in r.axes)) for r in done]
+        params = make_params(spec)
+        repl = {r._id: (pname[r._id], tuple(r.axes)) for r in done}
+        new = copy_nodes(topo_order(list(roots)), {p.name: p for p in params}, repl)
+        outs = [Output(new[e._id], tuple(lay)) for e, lay in zip(roots, layouts)]
+        return Algorithm.build(name, params, outs, doc=doc)
+
+    for lv in sorted({depth[r._id] for r in reds}):
+        todo = [r for r in reds if depth[r._id] == lv]
+        chain.append((level(f"{alg.name}_level{lv}", todo, [r.axes for r in todo],
+                            f"Stages {[r.name for r in todo]} of {alg.name}"),
+                      tuple(r.name for r in todo)))
+        done.extend(todo)
+    final = level(f"{alg.name}_final", [o.expr for o in alg.outputs], [o.layout for o in alg.outputs],
+                  f"Outputs of {alg.name}")
+    chain.append((final, ()))
+    return chain

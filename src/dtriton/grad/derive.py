@@ -1,0 +1,338 @@
+"""Reverse-mode derivation: the adjoint of every node, from the outputs down to the tensor loads.
+
+:class:`Deriver` clones the forward graph into a :class:`~dtriton.grad.graph.Graph`, finds the nodes
+through which the requested inputs act arithmetically, and propagates adjoints in reverse
+topological order (a node's adjoint is the sum of its parents' contributions, summed over the axes
+it was broadcast along). Load adjoints then become the gradients of whole tensors
+(:meth:`Deriver.tensor_grads`): a bare axis index is renamed to the output axis (:class:`Renamer`,
+capture-avoiding), any other index becomes a one-hot comparison summed over the load's other axes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from itertools import chain, count
+from typing import Any, Sequence
+
+from ..errors import AlgorithmError
+from ..language import (Algorithm, Axis, Binary, Cast, Const, Expr, InputTensor, Load, Reduce, ScalarParam, Unary,
+                        Where, topo_order)
+from .graph import Graph
+from .naming import first_free, grad_param_names
+from .shift import shift_class
+
+__all__ = ["Deriver", "Renamer", "active_nodes", "shift_invariant_extrema"]
+
+#: binary ops through which an adjoint flows (comparisons and logic do not carry one)
+ARITH_OPS = ("add", "sub", "mul", "div", "maximum", "minimum")
+
+
+# ----------------------------------------------------------------------------------------------
+# capture-avoiding axis renaming
+# ----------------------------------------------------------------------------------------------
+class Renamer:
+    """Renames free axes of graph nodes (``ren(node, {old: new})``), renaming a reduction's bound
+    axis when it would capture a renamed free axis. Results are memoised per (node, mapping)."""
+
+    def __init__(self, g: Graph, taken: set[str]):
+        self.g = g
+        self.taken = taken
+        self.memo: dict[tuple, Expr] = {}
+
+    def fresh(self, base: str, size: str) -> str:
+        """A new axis name ``<base><k>`` of size ``size``, not in use."""
+        nm = first_free((f"{base}{k}" for k in count(1)), self.taken)
+        self.g.size[nm] = size
+        return nm
+
+    def __call__(self, n: Expr, mapping: dict[str, str]) -> Expr:
+        mapping = {a: b for a, b in mapping.items() if a != b and a in n.axes}
+        if not mapping:
+            return n
+        key = (n._id, tuple(sorted(mapping.items())))
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit
+        g = self.g
+        if isinstance(n, Axis):
+            r = g.axis(mapping[n.name])
+        elif isinstance(n, Reduce):
+            inner = {a: b for a, b in mapping.items() if a not in n.over}
+            targets = set(inner.values())
+            over = list(n.over)
+            for k, a in enumerate(over):
+                if a in targets:  # the bound axis would capture a renamed free axis
+                    nb = self.fresh(a, g.size[a])
+                    inner[a] = nb
+                    over[k] = nb
+            x = self(n.x, inner)
+            hint = n.name if n.name is not None else g.hint.get(n._id)
+            r = g.reduce(n.op, x, over, n.mean, hint=hint)
+        elif isinstance(n, (Load, Unary, Binary, Where, Cast)):
+            r = g.remake(n, [self(c, mapping) for c in n.children()])
+        else:
+            r = n
+        self.memo[key] = r
+        return r
+
+
+# ----------------------------------------------------------------------------------------------
+# the derivation
+# ----------------------------------------------------------------------------------------------
+def active_nodes(order: Sequence[Expr], wrt: set[str]) -> set[int]:
+    """Ids of the nodes of ``order`` (children first) through which a tensor in ``wrt`` influences
+    the value arithmetically (not only as a condition, comparison or integer index)."""
+    active: set[int] = set()
+    for n in order:
+        if isinstance(n, Load):
+            if n.tensor.name in wrt:
+                active.add(n._id)
+        elif isinstance(n, Binary) and n.op not in ARITH_OPS:
+            continue
+        elif isinstance(n, Unary) and n.op == "not":
+            continue
+        elif isinstance(n, Where):
+            if n.a._id in active or n.b._id in active:
+                active.add(n._id)
+        elif isinstance(n, Cast):
+            if n.dtype.is_floating_point and n.x._id in active:
+                active.add(n._id)
+        elif any(c._id in active for c in n.children()):
+            active.add(n._id)
+    return active
+
+
+def shift_invariant_extrema(order: list[Expr], active: set[int], roots: Sequence[Expr]) -> set[int]:
+    """Ids of the active max/min stages that no root changes under shifting (zero adjoint)."""
+    blocked: set[int] = set()
+    for n in order:
+        if isinstance(n, Reduce) and n.op in ("max", "min") and n._id in active:
+            cls = shift_class(n, order)
+            if all(e._id not in cls or (cls[e._id] is not None and cls[e._id][1] == 0) for e in roots):
+                blocked.add(n._id)
+    return blocked
+
+
+class Deriver:
+    """The reverse-mode derivation of one forward algorithm, built in one :class:`Graph`.
+
+    Use: ``d = Deriver(alg); grads = d.run(wrt)``; ``grads`` maps an input name to ``(gradient
+    expression, output axes)``. ``clone_forward`` alone gives the forward graph (for saving stages)."""
+
+    def __init__(self, alg: Algorithm):
+        self.alg = alg
+        self.g = Graph(alg.axis_size)
+        self.clone: dict[int, Expr] = {}
+        self.gnames: list[str] = []
+        self.order: list[Expr] = []
+        self.active: set[int] = set()
+        self.blocked: set[int] = set()
+        self.load_adj: list[tuple[Load, Expr]] = []
+
+    # -- clone the forward graph into the factory ------------------------------------------------
+    def clone_forward(self) -> list[tuple[Expr, tuple[str, ...]]]:
+        """Copy the forward algorithm into the graph (recorded in :attr:`clone`, by forward node id);
+        returns ``(expression, layout)`` per output."""
+        g = self.g
+        for p in self.alg.params:
+            if isinstance(p, InputTensor):
+                g.tensor(p.name, p.dims)
+            else:
+                g.scalar(p)
+        cl = self.clone
+        for n in self.alg.nodes:
+            if isinstance(n, Const):
+                r = g.const(n.value)
+            elif isinstance(n, Axis):
+                r = g.axis(n.name)
+            elif isinstance(n, ScalarParam):
+                r = g.scalar(n)
+            elif isinstance(n, Reduce):
+                r = g.reduce(n.op, cl[n.x._id], n.over, n.mean, name=n.name)
+            elif isinstance(n, (Load, Unary, Binary, Where, Cast)):
+                r = g.remake(n, [cl[c._id] for c in n.children()])
+            else:  # pragma: no cover - new node kinds
+                raise AlgorithmError(f"dt.grad does not know how to differentiate {type(n).__name__} nodes")
+            g.fwd.add(r._id)
+            cl[n._id] = r
+        return [(cl[o.expr._id], o.layout) for o in self.alg.outputs]
+
+    # -- adjoint propagation ---------------------------------------------------------------------
+    def run(self, wrt: Sequence[str]) -> dict[str, tuple[Expr, tuple[str, ...]]]:
+        """Derive the gradients of the inputs ``wrt``: input name -> (expression, output axes), for
+        the inputs whose gradient is not structurally zero."""
+        g = self.g
+        outs = self.clone_forward()
+        self.order = order = topo_order([e for e, _ in outs])
+        self.active = active = active_nodes(order, set(wrt))
+        self.blocked = shift_invariant_extrema(order, active, [e for e, _ in outs])
+        self.gnames = grad_param_names(self.alg)
+        contribs: dict[int, list[Expr]] = defaultdict(list)
+        for (e, layout), gn in zip(outs, self.gnames):
+            gt = g.tensor(gn, tuple(self.alg.axis_size[a] for a in layout))
+            upstream = g.load(gt, [g.axis(a) for a in layout])
+            if e._id in active:
+                contribs[e._id].append(upstream)
+        self.load_adj = []
+        for n in reversed(order):
+            cs = contribs.pop(n._id, None)
+            if not cs:
+                continue
+            bar = self.collect(n, cs)
+            if bar is None:
+                continue
+            if isinstance(n, Load):
+                self.load_adj.append((n, bar))
+                continue
+            if n._id in self.blocked:
+                continue
+            self.push(n, bar, contribs)
+        return self.tensor_grads(wrt)
+
+    @staticmethod
+    def _hint(n: Expr) -> str:
+        if isinstance(n, Reduce) and n.name:
+            return f"d_{n.name}"
+        if isinstance(n, Load):
+            return f"d_{n.tensor.name}"
+        if isinstance(n, (Unary, Binary)):
+            return f"d_{n.op}"
+        return "d_" + type(n).__name__.lower()
+
+    def collect(self, n: Expr, cs: list[Expr]):
+        """Sum the contributions to ``n``'s adjoint; those with axes ``n`` lacks (``n`` was
+        broadcast along them) are summed over them, one reduction per set of such axes."""
+        g = self.g
+        groups: dict[tuple[str, ...], Any] = {}
+        for c in cs:
+            if c is None:
+                continue
+            extra = tuple(sorted(a for a in c.axes if a not in n.axes))
+            groups[extra] = g.add(groups.get(extra), c)
+        bar = None
+        for extra, s in groups.items():
+            bar = g.add(bar, g.rsum(s, extra, self._hint(n)) if extra else s)
+        return bar
+
+    def push(self, n: Expr, bar: Expr, contribs: dict[int, list[Expr]]):
+        """Add the contributions of ``n``'s adjoint ``bar`` to its active children's lists."""
+        g = self.g
+
+        def to(child, v):
+            if v is not None and child._id in self.active:
+                contribs[child._id].append(v)
+
+        if isinstance(n, Unary):
+            to(n.x, self.unary_adjoint(n, bar))
+        elif isinstance(n, Binary):
+            a, b, op = n.a, n.b, n.op
+            if op == "add":
+                to(a, bar)
+                to(b, bar)
+            elif op == "sub":
+                to(a, bar)
+                to(b, g.neg(bar))
+            elif op == "mul":
+                if a is b:
+                    to(a, g.mul(g.const(2.0), g.mul(bar, a)))
+                else:
+                    to(a, g.mul(bar, b))
+                    to(b, g.mul(bar, a))
+            elif op == "div":
+                to(a, g.div(bar, b))
+                to(b, g.neg(g.div(g.mul(bar, n), b)))  # -bar * (a/b) / b, as torch
+            elif op in ("maximum", "minimum"):
+                # torch.maximum: the larger side gets the gradient, ties split it in halves
+                win = "gt" if op == "maximum" else "lt"
+                half = g.mul(g.const(0.5), bar)
+                tie = g.cmp("eq", a, b)
+                to(a, g.where(g.cmp(win, a, b), bar, g.where(tie, half, None)))
+                to(b, g.where(g.cmp(win, b, a), bar, g.where(tie, half, None)))
+        elif isinstance(n, Where):
+            to(n.a, g.where(n.cond, bar, None))
+            to(n.b, g.where(n.cond, None, bar))
+        elif isinstance(n, Cast):
+            to(n.x, bar)
+        elif isinstance(n, Reduce):
+            if n.op == "sum":
+                to(n.x, g.div_count(bar, n.over, n.axes) if n.mean else bar)
+            else:  # max/min: split evenly among the elements equal to the extremum (torch.amax)
+                tie = g.cmp("eq", n.x, n)
+                cnt = g.reduce("sum", g.where(tie, g.const(1.0), None), n.over, hint=f"ties_{n.name}")
+                to(n.x, g.where(tie, g.div(bar, cnt), None))
+
+    def unary_adjoint(self, n: Unary, bar: Expr):
+        """The contribution of ``n = op(x)``'s adjoint ``bar`` to ``x``'s (``None``: none)."""
+        g, x, op = self.g, n.x, n.op
+        if op == "neg":
+            return g.neg(bar)
+        if op == "exp":
+            return g.mul(bar, n)
+        if op == "log":
+            return g.div(bar, x)
+        if op == "sqrt":
+            return g.div(g.mul(g.const(0.5), bar), n)
+        if op == "rsqrt":  # d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 rsqrt(x)^3
+            return g.mul(g.const(-0.5), g.mul(bar, g.mul(n, g.mul(n, n))))
+        if op == "tanh":
+            return g.mul(bar, g.sub(g.const(1.0), g.mul(n, n)))
+        if op == "sigmoid":
+            return g.mul(bar, g.mul(n, g.sub(g.const(1.0), n)))
+        if op == "abs":  # torch: sgn(x), 0 at 0
+            z = g.const(0.0)
+            return g.where(g.cmp("gt", x, z), bar, g.where(g.cmp("lt", x, z), g.neg(bar), None))
+        return None
+
+    # -- from load adjoints to tensor gradients ------------------------------------------------
+    def tensor_grads(self, wrt: Sequence[str]) -> dict[str, tuple[Expr, tuple[str, ...]]]:
+        """Turn the load adjoints into whole-tensor gradients: input name -> (expression, axes)."""
+        g = self.g
+        taken = set(self.alg.axis_names) | set(g.size)
+        ren = Renamer(g, taken)
+        by_tensor: dict[str, list[tuple[Load, Expr]]] = defaultdict(list)
+        for L, bar in self.load_adj:
+            by_tensor[L.tensor.name].append((L, bar))
+        result = {}
+        for name in wrt:
+            items = by_tensor.get(name)
+            if not items:
+                continue
+            plain = [L for L, _ in items if L.is_plain()]
+            if plain:
+                out_axes = tuple(e.name for e in plain[0].index)
+            else:
+                out_axes = tuple(self._fresh_axis(d, taken) for d in g.tensors[name].dims)
+            total = None
+            for L, bar in items:
+                total = g.add(total, self._scatter(ren, name, L, bar, out_axes))
+            if total is not None:
+                result[name] = (total, out_axes)
+        return result
+
+    def _scatter(self, ren: Renamer, name: str, L: Load, bar: Expr, out_axes: tuple[str, ...]):
+        """The adjoint ``bar`` of the load ``L`` of tensor ``name`` laid out along ``out_axes``: bare
+        axis indices renamed to the output axes, other indices compared with them (one-hot), the
+        remaining axes of ``L`` summed."""
+        g = self.g
+        mapping: dict[str, str] = {}
+        conds: list[tuple[Expr, str]] = []
+        for e, o in zip(L.index, out_axes):
+            if isinstance(e, Axis) and e.name not in mapping:
+                mapping[e.name] = o
+            else:
+                conds.append((e, o))
+        rest = [a for a in L.axes if a not in mapping]
+        for a in rest:
+            if a in out_axes:  # a summed axis that would collide with an output axis
+                mapping[a] = ren.fresh(a, g.size[a])
+        full = {a: mapping.get(a, a) for a in L.axes}
+        v = ren(bar, full)
+        for e, o in conds:
+            v = g.where(g.cmp("eq", ren(e, full), g.axis(o)), v, None)
+        return g.rsum(v, [full[a] for a in rest], f"d_{name}")
+
+    def _fresh_axis(self, dim: str, taken: set[str]) -> str:
+        base = dim.lower()
+        nm = first_free(chain([base], (f"{base}{k}" for k in count(1))), taken)
+        self.g.size[nm] = dim
+        return nm

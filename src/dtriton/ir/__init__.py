@@ -1,0 +1,24 @@
+"""The algorithm IR: expression nodes, reduction combiners, graph walks, traced algorithms and the
+eager reference evaluator.
+
+Layering inside the package (each module imports only those before it): ``combiners`` (reduction
+kinds as data) <- ``expr`` (nodes, ``fmt``) <- ``walk`` (the graph walks) <- ``reference``
+(``Binding``, dtype rules, the evaluator) <- ``algorithm`` (tracing, CSE, stage names).
+The user-facing builders (``dt.sum``, ``dt.exp``, ...) live in :mod:`dtriton.dsl`.
+"""
+
+from .combiners import COMBINERS, Combiner, get as get_combiner, register as register_combiner
+from .expr import (BINARY_OPS, COMPARE_OPS, UNARY_OPS, Axis, Binary, Cast, Const, Expr, InputTensor, Load, Output,
+                   Reduce, ScalarParam, Unary, Where, as_expr, fmt)
+from .walk import contains, expr_axes, float_inputs, mul_factors, reduces_in, topo_order, walk
+from .reference import FLOAT_DTYPES, INDEX_DTYPES, Binding, compute_dtype, evaluate, kernel_f64, result_dtype
+from .algorithm import Algorithm, Stage, TensorAnnotation, cse
+
+__all__ = [
+    "COMBINERS", "Combiner", "get_combiner", "register_combiner",
+    "BINARY_OPS", "COMPARE_OPS", "UNARY_OPS", "Axis", "Binary", "Cast", "Const", "Expr", "InputTensor", "Load",
+    "Output", "Reduce", "ScalarParam", "Unary", "Where", "as_expr", "fmt",
+    "contains", "expr_axes", "float_inputs", "mul_factors", "reduces_in", "topo_order", "walk",
+    "FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "compute_dtype", "evaluate", "kernel_f64", "result_dtype",
+    "Algorithm", "Stage", "TensorAnnotation", "cse",
+]

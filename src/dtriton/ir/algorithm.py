@@ -1,0 +1,277 @@
+"""A traced algorithm: tracing a Python function into the IR, CSE, axis sizes, stage names.
+
+An *algorithm* says what each output element is, nothing about how it is computed. Its function
+is run once on symbolic inputs (:class:`~dtriton.ir.expr.InputTensor`, :class:`ScalarParam`) to
+build the expression graph; every reduction and every output is a *stage* a schedule can address
+by name. :meth:`Algorithm.reference` evaluates it eagerly in torch (the oracle of every test).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from ..errors import AlgorithmError
+from .expr import Axis, Expr, InputTensor, Load, Output, Reduce, ScalarParam, fmt
+from .reference import Binding, evaluate
+from .walk import topo_order
+
+__all__ = ["Algorithm", "Stage", "TensorAnnotation", "cse"]
+
+
+class TensorAnnotation:
+    """``dt.Tensor["M", "K"]``: a tensor argument whose dims carry symbolic size names."""
+
+    def __init__(self, dims: tuple[str, ...]):
+        for d in dims:
+            if not (isinstance(d, str) and d.isidentifier()):
+                raise AlgorithmError(f"dt.Tensor dims are size names such as 'M', got {d!r}")
+        self.dims = tuple(dims)
+
+    def __repr__(self):
+        return f"dt.Tensor[{', '.join(map(repr, self.dims))}]"
+
+
+@dataclass
+class Stage:
+    """A named stage: a reduction or an output. ``node`` is the Reduce node, or the Output."""
+    name: str
+    node: Any
+    is_output: bool
+
+    @property
+    def expr(self) -> Expr:
+        """The stage's expression (an output's indexed expression, or the Reduce node)."""
+        return self.node.expr if self.is_output else self.node
+
+    @property
+    def free_axes(self) -> tuple[str, ...]:
+        """The stage's axes: an output's layout, or the reduction's remaining axes."""
+        return self.node.layout if self.is_output else self.node.axes
+
+
+def cse(roots: Sequence[Expr]) -> dict[int, Expr]:
+    """Merge structurally identical nodes (``X[i, j]`` written twice is one load).
+
+    Returns the replacement of every node that changed (by id): a node equal to an earlier one
+    maps to that one; a node over merged children maps to a rebuilt copy. Untouched nodes keep
+    their identity."""
+    canon: dict[tuple, Expr] = {}
+    remap: dict[int, Expr] = {}
+    for n in topo_order(roots):
+        kids = n.children()
+        new_kids = tuple(remap.get(c._id, c) for c in kids)
+        m = n if all(a is b for a, b in zip(new_kids, kids)) else n.rebuild(new_kids)
+        key = (n.kind, m.signature(), tuple(c._id for c in new_kids))
+        if key in canon:
+            remap[n._id] = canon[key]
+        else:
+            canon[key] = m
+            if m is not n:
+                remap[n._id] = m
+    return remap
+
+
+#: node attributes that enter the fingerprint, per kind (the text stays as it has always been)
+_FINGERPRINT_ATTRS = {"Const": ("value",), "Axis": ("name",), "ScalarParam": ("name",), "Unary": ("op",),
+                      "Binary": ("op",), "Cast": ("dtype",), "Reduce": ("op", "name", "over", "mean")}
+
+
+def _axis_sizes(nodes: Sequence[Expr]) -> dict[str, str]:
+    """Axis -> size symbol, from every plain access ``A[.., i, ..]``; an axis indexing two dims
+    with different size names is an :class:`AlgorithmError`."""
+    axis_size: dict[str, str] = {}
+    origin: dict[str, str] = {}
+    for n in nodes:
+        if isinstance(n, Load):
+            for d, e in zip(n.tensor.dims, n.index):
+                if isinstance(e, Axis):
+                    if e.name in axis_size and axis_size[e.name] != d:
+                        raise AlgorithmError(
+                            f"axis {e.name!r} indexes dim {d!r} of {n.tensor.name} but dim "
+                            f"{axis_size[e.name]!r} of {origin[e.name]}; use two axes, or give both dims one size name")
+                    axis_size.setdefault(e.name, d)
+                    origin.setdefault(e.name, n.tensor.name)
+    return axis_size
+
+
+def _check_sized(axis_names: Sequence[str], axis_size: dict[str, str], nodes: Sequence[Expr]) -> None:
+    for a in axis_names:
+        if a not in axis_size:
+            inside = [n for n in nodes if isinstance(n, Load) and any(not isinstance(e, Axis) and a in e.axes
+                                                                       for e in n.index)]
+            if inside:
+                raise AlgorithmError(
+                    f"axis {a!r} appears only inside an index expression ({fmt(inside[0])}), so its size is "
+                    "unknown; shifted or computed indices such as X[i, j + 1] are not supported, index a dim "
+                    "with the bare axis (gathers through an integer tensor, X[i, labels[i]], are)")
+            raise AlgorithmError(
+                f"axis {a!r} never indexes an input dim, so its size is unknown; use it to index a tensor")
+
+
+def _name_stages(nodes: Sequence[Expr], outputs: Sequence[Output]) -> dict[str, Stage]:
+    """Stages in order: reductions (named, or auto-named ``<kind><k>`` per kind), then outputs."""
+    stages: dict[str, Stage] = {}
+    counts: dict[str, int] = {}
+    for n in nodes:
+        if isinstance(n, Reduce):
+            nm = n.name
+            if nm is None:
+                base = n.combiner.name
+                k = counts.get(base, 0)
+                counts[base] = k + 1
+                nm = f"{base}{k}"
+                while nm in stages:
+                    k += 1
+                    counts[base] = k + 1
+                    nm = f"{base}{k}"
+                n.name = nm
+            if nm in stages:
+                raise AlgorithmError(f"two stages are named {nm!r}; stage names must be unique")
+            stages[nm] = Stage(nm, n, False)
+    for o in outputs:
+        if o.name in stages:
+            raise AlgorithmError(f"stage name {o.name!r} is used by both a reduction and an output")
+        stages[o.name] = Stage(o.name, o, True)
+    return stages
+
+
+class Algorithm:
+    """A traced algorithm: inputs, outputs, stages, axis-to-size map, and the reference evaluator.
+
+    Build one with the ``dt.algorithm`` decorator. Calling it is the same as :meth:`reference`.
+    """
+
+    @classmethod
+    def build(cls, name: str, params: Sequence["InputTensor | ScalarParam"], outputs: Sequence["Output"],
+              doc: str | None = None) -> "Algorithm":
+        """Make an algorithm from already-built IR (used by transformations such as ``dt.grad``).
+
+        ``params`` are :class:`InputTensor` (``InputTensor(name, dims, position)``) and
+        :class:`ScalarParam` objects; ``outputs`` are ``expr[i, j]`` layouts built over them."""
+        self = cls.__new__(cls)
+        self.fn = None
+        self.name = name
+        self.__doc__ = doc
+        self.params = list(params)
+        outs = list(outputs)
+        for n, o in enumerate(outs):
+            o.name = "out" if len(outs) == 1 else f"out{n}"
+        self.outputs = outs
+        self._analyse()
+        return self
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+        self.name = fn.__name__
+        self.__doc__ = fn.__doc__
+        sig = inspect.signature(fn)
+        self.params: list[InputTensor | ScalarParam] = []
+        for pos, (pname, p) in enumerate(sig.parameters.items()):
+            ann = p.annotation
+            if isinstance(ann, str):  # `from __future__ import annotations`
+                ann = eval(ann, fn.__globals__)  # noqa: S307 - the user's own annotation
+            if isinstance(ann, TensorAnnotation):
+                t = InputTensor(pname, ann.dims, pos)
+            elif ann in (float, int):
+                t = ScalarParam(pname, ann)
+            else:
+                raise AlgorithmError(
+                    f"argument {pname!r} of {self.name} needs an annotation dt.Tensor['M', ...] or float/int, "
+                    f"got {ann!r}")
+            self.params.append(t)
+        ret = fn(*self.params)
+        rets = ret if isinstance(ret, tuple) else (ret,)
+        outs: list[Output] = []
+        for r in rets:
+            if isinstance(r, Output):
+                outs.append(r)
+            elif isinstance(r, Expr) and not r.axes:
+                outs.append(Output(r, ()))
+            else:
+                raise AlgorithmError(
+                    f"{self.name} must return outputs with a layout, e.g. `return C[i, j]`; got {r!r}")
+        for n, o in enumerate(outs):
+            o.name = "out" if len(outs) == 1 else f"out{n}"
+        self.outputs = outs
+        self._analyse()
+
+    # ------------------------------------------------------------------------------------------
+    def _analyse(self):
+        remap = cse([o.expr for o in self.outputs])
+        for o in self.outputs:
+            o.expr = remap.get(o.expr._id, o.expr)
+        outs = {o.name for o in self.outputs}
+        for p in self.params:
+            if p.name in outs:
+                raise AlgorithmError(f"parameter {p.name!r} of {self.name} has the name of its output {p.name!r} "
+                                     f"(outputs are named {sorted(outs)}); rename the parameter")
+        nodes = topo_order([o.expr for o in self.outputs])
+        self.nodes = nodes
+        axis_size = _axis_sizes(nodes)
+        all_axes: list[str] = []
+        for n in nodes:
+            all_axes.extend(n.axes)
+            if isinstance(n, Reduce):
+                all_axes.extend(n.over)
+        for o in self.outputs:
+            all_axes.extend(o.layout)
+        self.axis_names = tuple(dict.fromkeys(all_axes))
+        _check_sized(self.axis_names, axis_size, nodes)
+        self.axis_size = axis_size
+        self.stages = _name_stages(nodes, self.outputs)
+        self.reduction_axes = tuple(dict.fromkeys(a for n in nodes if isinstance(n, Reduce) for a in n.over))
+        self.tensor_params = [p for p in self.params if isinstance(p, InputTensor)]
+        # gathers whose index is an integer tensor read directly, e.g. X[i, labels[i]]:
+        # (index tensor name, gathered tensor name, dim position, size symbol of that dim)
+        self.gathers = []
+        for n in nodes:
+            if isinstance(n, Load):
+                for d, e in enumerate(n.index):
+                    if isinstance(e, Load) and e.is_plain():
+                        self.gathers.append((e.tensor.name, n.tensor.name, d, n.tensor.dims[d]))
+        self.fingerprint = self._fingerprint()
+
+    def _fingerprint(self) -> str:
+        """A stable hash of the expression graph (not of Python identities)."""
+        ids = {n._id: k for k, n in enumerate(self.nodes)}
+        parts = [self.name]
+        for p in self.params:
+            parts.append(repr(p) if isinstance(p, InputTensor) else f"{p.name}:{p.pytype.__name__}")
+        for n in self.nodes:
+            d = [n.kind, ",".join(n.axes)]
+            for attr in _FINGERPRINT_ATTRS.get(n.kind, ()):
+                d.append(f"{attr}={getattr(n, attr)}")
+            if isinstance(n, Load):
+                d.append(n.tensor.name)
+            d.append(",".join(str(ids[c._id]) for c in n.children()))
+            parts.append("|".join(d))
+        for o in self.outputs:
+            parts.append(f"{o.name}:{ids[o.expr._id]}:{','.join(o.layout)}")
+        return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+    # ------------------------------------------------------------------------------------------
+    def bind(self, args: Sequence[Any]) -> Binding:
+        """Check call arguments against the signature; return sizes and dtypes.
+
+        Raises :class:`ShapeError` naming the argument and size symbol on any mismatch."""
+        return Binding.make(self, args)
+
+    def reference(self, *args):
+        """Evaluate the algorithm eagerly in torch: the oracle for every test and explored schedule.
+
+        fp16/bf16 inputs are computed in fp32 and rounded to the output dtype at the end (as a
+        fused kernel does); float64 inputs stay float64. Returns one tensor, or a tuple for several
+        outputs, each laid out as the algorithm's ``expr[i, j]`` says."""
+        b = self.bind(args)
+        outs = evaluate(self, b, args)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    __call__ = reference
+
+    def __repr__(self):
+        ins = ", ".join(repr(p) if isinstance(p, InputTensor) else f"{p.name}: {p.pytype.__name__}"
+                        for p in self.params)
+        return f"<dt.algorithm {self.name}({ins}) stages={list(self.stages)}>"

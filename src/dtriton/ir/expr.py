@@ -1,0 +1,476 @@
+"""The expression nodes of the IR and their readable text.
+
+Expressions broadcast by axis *name*: ``A[i, k] * B[k, j]`` has the free axes ``{i, j, k}``; a
+:class:`Reduce` removes its ``over`` axes. Every node has ``children()`` and ``rebuild(children)``
+(a new node of the same kind and attributes over new children) and ``signature()`` (its own
+attributes, children excluded), so passes such as CSE, gradients or renaming rebuild graphs
+generically. Nodes hash by identity; ``==`` on expressions builds a comparison node.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Iterable, Sequence
+
+import torch
+
+from ..errors import AlgorithmError
+from .combiners import Combiner, get as get_combiner
+
+__all__ = ["Expr", "Const", "Axis", "ScalarParam", "Load", "Unary", "Binary", "Where", "Cast", "Reduce",
+           "Output", "InputTensor", "as_expr", "fmt", "UNARY_OPS", "BINARY_OPS", "COMPARE_OPS"]
+
+UNARY_OPS = ("neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "not")
+BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum",
+              "lt", "le", "gt", "ge", "eq", "ne", "and", "or")
+COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne", "and", "or")
+
+
+class Expr:
+    """A node of the expression graph. Free axes are exposed as ``expr.axes`` (a tuple of names,
+    in first-appearance order). Operators build new nodes; comparisons return boolean nodes."""
+
+    __slots__ = ("axes", "_id", "__weakref__")
+    _counter = itertools.count()
+
+    def __init__(self, axes: Iterable[str]):
+        self.axes = tuple(dict.fromkeys(axes))
+        self._id = next(Expr._counter)
+
+    # identity-based hashing so nodes can be dict keys; == builds a comparison node
+    def __hash__(self):
+        return self._id
+
+    def children(self) -> tuple["Expr", ...]:
+        """The operand nodes, in a fixed order (the order ``rebuild`` takes them in)."""
+        return ()
+
+    def rebuild(self, children: Sequence["Expr"]) -> "Expr":
+        """A new node of this kind and attributes over ``children`` (as many as ``children()``)."""
+        raise NotImplementedError(type(self).__name__)
+
+    def signature(self) -> tuple:
+        """This node's own attributes as a hashable tuple, children excluded: two nodes of one
+        kind with equal signatures over the same children compute the same values."""
+        return ()
+
+    # arithmetic ------------------------------------------------------------------------------
+    def __add__(self, o): return Binary("add", self, as_expr(o))
+    def __radd__(self, o): return Binary("add", as_expr(o), self)
+    def __sub__(self, o): return Binary("sub", self, as_expr(o))
+    def __rsub__(self, o): return Binary("sub", as_expr(o), self)
+    def __mul__(self, o): return Binary("mul", self, as_expr(o))
+    def __rmul__(self, o): return Binary("mul", as_expr(o), self)
+    def __truediv__(self, o): return Binary("div", self, as_expr(o))
+    def __rtruediv__(self, o): return Binary("div", as_expr(o), self)
+    def __pow__(self, o):
+        """``x ** n``: repeated products for small integer n (negative x allowed, as torch),
+        ``sqrt`` for 0.5, else ``exp(n * log(x))`` (x > 0)."""
+        if isinstance(o, (int, float)) and float(o).is_integer() and 0 < abs(o) <= 8:
+            n = int(abs(o))
+            r = self
+            for _ in range(n - 1):
+                r = Binary("mul", r, self)
+            return r if o > 0 else Binary("div", Const(1.0), r)
+        if isinstance(o, (int, float)) and float(o) == 0.0:
+            return Where(Binary("eq", self, self), Const(1.0), Const(1.0))  # 1 everywhere, NaN too
+        if isinstance(o, (int, float)) and float(o) == 0.5:
+            return Unary("sqrt", self)
+        return Unary("exp", Binary("mul", as_expr(o), Unary("log", self)))
+    def __neg__(self): return Unary("neg", self)
+    def __pos__(self): return self
+    def __abs__(self): return Unary("abs", self)
+    def __lt__(self, o): return Binary("lt", self, as_expr(o))
+    def __le__(self, o): return Binary("le", self, as_expr(o))
+    def __gt__(self, o): return Binary("gt", self, as_expr(o))
+    def __ge__(self, o): return Binary("ge", self, as_expr(o))
+    def __eq__(self, o): return Binary("eq", self, as_expr(o))  # type: ignore[override]
+    def __ne__(self, o): return Binary("ne", self, as_expr(o))  # type: ignore[override]
+    def __and__(self, o): return Binary("and", self, as_expr(o))
+    def __or__(self, o): return Binary("or", self, as_expr(o))
+    def __invert__(self): return Unary("not", self)
+
+    def __floordiv__(self, o):
+        raise AlgorithmError("integer division (//) is not supported on expressions; use / and dt.cast, "
+                             "or compute the index outside the algorithm")
+
+    __rfloordiv__ = __floordiv__
+
+    def __float__(self):
+        raise AlgorithmError("a dtriton expression is not a Python number: use dt.exp, dt.log, dt.sqrt, dt.tanh, "
+                             "... instead of math.* functions inside an algorithm")
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", str(func))
+        raise AlgorithmError(
+            f"torch.{name} cannot take a dtriton expression; inside an algorithm use the dt.* functions "
+            f"(dt.exp, dt.log, dt.sqrt, dt.rsqrt, dt.tanh, dt.sigmoid, dt.abs, dt.maximum, dt.minimum, dt.where, "
+            f"dt.sum/max/min/mean)")
+
+    def __repr__(self):
+        return f"<dt expression {fmt(self)} over axes ({', '.join(self.axes)})>"
+
+    def __bool__(self):
+        raise AlgorithmError(
+            "an expression has no truth value while the algorithm is traced; use dt.where(cond, a, b) "
+            "instead of `if`/`and`/`or` on expressions")
+
+    def __getitem__(self, idx) -> "Output":
+        """``expr[i, j]``: fix the layout of an output. Every free axis must appear exactly once."""
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        names = []
+        for a in idx:
+            if not isinstance(a, Axis):
+                raise AlgorithmError(
+                    f"an output layout is indexed by axes only, got {a!r}; write expr[i, j] with axes "
+                    "from dt.axes(...)")
+            names.append(a.name)
+        if len(set(names)) != len(names):
+            raise AlgorithmError(f"output layout {names} repeats an axis")
+        missing = [a for a in self.axes if a not in names]
+        if missing:
+            raise AlgorithmError(
+                f"output [{', '.join(names)}] leaves axis {missing} free; reduce it (dt.sum(..., over=...)) "
+                "or add it to the output's index")
+        return Output(self, tuple(names))
+
+    @property
+    def kind(self) -> str:
+        """The node's kind: its class name (``"Load"``, ``"Reduce"``, ...)."""
+        return type(self).__name__
+
+
+def as_expr(v) -> Expr:
+    """``v`` as an expression: expressions and indexed stages as they are, numbers as constants;
+    an :class:`AlgorithmError` for anything else (a tensor used without indices, a tuple of axes)."""
+    if isinstance(v, Expr):
+        return v
+    if isinstance(v, Output):
+        return v.expr
+    if isinstance(v, bool):
+        return Const(float(v))
+    if isinstance(v, (int, float)):
+        return Const(float(v))
+    if isinstance(v, InputTensor):
+        raise AlgorithmError(
+            f"input tensor {v.name!r} is used without indices; write {v.name}[{', '.join('i' * 0)}...] "
+            "with one axis per dim")
+    if isinstance(v, tuple) and v and all(isinstance(a, Axis) for a in v):
+        raise AlgorithmError(f"cannot use the tuple {v!r} in an expression: dt.axes returns a tuple, so write "
+                             f"`i, = dt.axes('i')` (note the comma) or `i, j = dt.axes('i j')`")
+    raise AlgorithmError(f"cannot use {type(v).__name__} {v!r} in an algorithm expression")
+
+
+def _no_children(node: Expr, children: Sequence[Expr]) -> None:
+    if len(children):
+        raise ValueError(f"{type(node).__name__} has no children, got {len(children)}")
+
+
+class Const(Expr):
+    """A numeric literal (float, including ``float('inf')``)."""
+    __slots__ = ("value",)
+
+    def __init__(self, value: float):
+        super().__init__(())
+        self.value = float(value)
+
+    def rebuild(self, children=()):
+        _no_children(self, children)
+        return Const(self.value)
+
+    def signature(self):
+        return (self.value if self.value == self.value else "nan",)
+
+
+class Axis(Expr):
+    """A named index axis. Used to index tensors (``A[i, k]``), as the ``over=`` of reductions,
+    to fix output layouts, and as a number (its index value, e.g. ``dt.where(j <= i, s, -inf)``)."""
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        if not name.isidentifier():
+            raise AlgorithmError(f"axis name {name!r} is not a Python identifier")
+        super().__init__((name,))
+        self.name = name
+
+    def rebuild(self, children=()):
+        _no_children(self, children)
+        return Axis(self.name)
+
+    def signature(self):
+        return (self.name,)
+
+    def __repr__(self):
+        return f"Axis({self.name})"
+
+
+class ScalarParam(Expr):
+    """A Python scalar argument of the algorithm (annotated ``float`` or ``int``)."""
+    __slots__ = ("name", "pytype")
+
+    def __init__(self, name: str, pytype: type):
+        super().__init__(())
+        self.name = name
+        self.pytype = pytype
+
+    def rebuild(self, children=()):
+        _no_children(self, children)
+        return ScalarParam(self.name, self.pytype)
+
+    def signature(self):
+        return (self.name,)
+
+
+class Load(Expr):
+    """Element access ``T[idx0, idx1, ...]`` of an input tensor (or of a materialised stage).
+    Each index is an :class:`Axis` or an integer-valued expression (a gather, e.g. ``X[i, labels[i]]``)."""
+    __slots__ = ("tensor", "index")
+
+    def __init__(self, tensor: "InputTensor", index: tuple[Expr, ...]):
+        ax: list[str] = []
+        for e in index:
+            ax.extend(e.axes)
+        super().__init__(ax)
+        self.tensor = tensor
+        self.index = index
+
+    def children(self):
+        return self.index
+
+    def rebuild(self, children):
+        if len(children) != len(self.index):
+            raise ValueError(f"a load of {self.tensor.name} takes {len(self.index)} indices, got {len(children)}")
+        return Load(self.tensor, tuple(children))
+
+    def signature(self):
+        return (id(self.tensor),)
+
+    def is_plain(self) -> bool:
+        """True when every index is a bare axis, each distinct (no gather, no diagonal)."""
+        names = [e.name for e in self.index if isinstance(e, Axis)]
+        return len(names) == len(self.index) and len(set(names)) == len(names)
+
+
+class Unary(Expr):
+    """An elementwise function of one operand (``op`` in :data:`UNARY_OPS`)."""
+    __slots__ = ("op", "x")
+
+    def __init__(self, op: str, x: Expr):
+        assert op in UNARY_OPS, op
+        super().__init__(x.axes)
+        self.op, self.x = op, x
+
+    def children(self):
+        return (self.x,)
+
+    def rebuild(self, children):
+        (x,) = children
+        return Unary(self.op, x)
+
+    def signature(self):
+        return (self.op,)
+
+
+class Binary(Expr):
+    """An elementwise operation of two operands (``op`` in :data:`BINARY_OPS`), broadcast by axis name."""
+    __slots__ = ("op", "a", "b")
+
+    def __init__(self, op: str, a: Expr, b: Expr):
+        assert op in BINARY_OPS, op
+        super().__init__(a.axes + b.axes)
+        self.op, self.a, self.b = op, a, b
+
+    def children(self):
+        return (self.a, self.b)
+
+    def rebuild(self, children):
+        a, b = children
+        return Binary(self.op, a, b)
+
+    def signature(self):
+        return (self.op,)
+
+
+class Where(Expr):
+    """Elementwise select: ``a`` where ``cond`` holds, else ``b``."""
+    __slots__ = ("cond", "a", "b")
+
+    def __init__(self, cond: Expr, a: Expr, b: Expr):
+        super().__init__(cond.axes + a.axes + b.axes)
+        self.cond, self.a, self.b = cond, a, b
+
+    def children(self):
+        return (self.cond, self.a, self.b)
+
+    def rebuild(self, children):
+        cond, a, b = children
+        return Where(cond, a, b)
+
+
+class Cast(Expr):
+    """A cast to a torch dtype, rounding as torch's ``.to(dtype)``."""
+    __slots__ = ("x", "dtype")
+
+    def __init__(self, x: Expr, dtype: torch.dtype):
+        super().__init__(x.axes)
+        self.x, self.dtype = x, dtype
+
+    def children(self):
+        return (self.x,)
+
+    def rebuild(self, children):
+        (x,) = children
+        return Cast(x, self.dtype)
+
+    def signature(self):
+        return (str(self.dtype),)
+
+
+class Reduce(Expr):
+    """A reduction stage of ``x`` over ``over`` (axis names) with a :class:`Combiner`.
+
+    ``Reduce(op, x, over, name, mean=False)``: ``op`` is a combiner or its name; ``mean=True``
+    with ``"sum"`` gives the mean combiner (the sum followed by a division by the reduced extent).
+    ``op`` and ``mean`` stay readable as properties for modules that have not moved to combiners."""
+    __slots__ = ("combiner", "x", "over", "name")
+
+    def __init__(self, op: "str | Combiner", x: Expr, over: tuple[str, ...], name: str | None,
+                 mean: bool = False):
+        c = op if isinstance(op, Combiner) else get_combiner(op)
+        if mean:
+            if c.name != "sum":
+                raise ValueError(f"mean=True needs the sum combiner, got {c.name!r}")
+            c = get_combiner("mean")
+        for a in over:
+            if a not in x.axes:
+                raise AlgorithmError(
+                    f"reduction {name or c.base!r} is over axis {a!r}, which its operand does not use "
+                    f"(operand axes: {list(x.axes)})")
+        super().__init__([a for a in x.axes if a not in over])
+        self.combiner, self.x, self.over, self.name = c, x, tuple(over), name
+
+    @property
+    def op(self) -> str:
+        """The base kind: ``"sum"``, ``"max"`` or ``"min"`` (``"sum"`` for a mean)."""
+        return self.combiner.base
+
+    @property
+    def mean(self) -> bool:
+        """Whether the result is divided by the reduced extent (``dt.mean``)."""
+        return self.combiner.finalize == "count"
+
+    def children(self):
+        return (self.x,)
+
+    def rebuild(self, children):
+        (x,) = children
+        return Reduce(self.combiner, x, self.over, self.name)
+
+    def signature(self):
+        return (self.combiner.name, self.over, self.name)
+
+
+class Output:
+    """An expression with a fixed layout (``expr[i, j]``): a stage that writes an output tensor.
+
+    Used inside an algorithm, it stands for its expression: ``n[i] + 1e-6``, ``-n[i]`` and
+    ``dt.sqrt(n[i])`` compute with ``n`` (axes broadcast by name as for any expression), so a
+    stage result indexed by its axes can be used like the stage itself."""
+    __slots__ = ("expr", "layout", "name")
+
+    def __init__(self, expr: Expr, layout: tuple[str, ...], name: str | None = None):
+        self.expr, self.layout, self.name = expr, layout, name
+
+    def children(self) -> tuple[Expr]:
+        """The indexed expression."""
+        return (self.expr,)
+
+    def rebuild(self, children: Sequence[Expr]) -> "Output":
+        """A new output of this layout and name over the expression ``children[0]``."""
+        (expr,) = children
+        return Output(expr, self.layout, self.name)
+
+    def __repr__(self):
+        return f"Output({self.name}[{', '.join(self.layout)}])"
+
+
+def _through_expr(name: str):
+    def op(self, *args):
+        return getattr(self.expr, name)(*args)
+    op.__name__ = name
+    op.__doc__ = f"``{name}`` of the indexed expression (an :class:`Expr`)."
+    return op
+
+
+# arithmetic, comparisons and the guards of Expr (truth value, float(), //) on an indexed stage
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+              "__pow__", "__neg__", "__pos__", "__abs__", "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__",
+              "__and__", "__or__", "__invert__", "__floordiv__", "__rfloordiv__", "__float__", "__bool__"):
+    setattr(Output, _name, _through_expr(_name))
+Output.__hash__ = object.__hash__   # identity, as before (== builds a comparison node)
+Output.__torch_function__ = Expr.__dict__["__torch_function__"]
+del _name
+
+
+class InputTensor:
+    """A tensor argument (or an intermediate buffer) while tracing: index it with axes."""
+
+    def __init__(self, name: str, dims: tuple[str, ...], position: int | None):
+        self.name, self.dims, self.position = name, dims, position
+
+    def __getitem__(self, idx) -> Load:
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        if len(idx) != len(self.dims):
+            raise AlgorithmError(
+                f"{self.name} has {len(self.dims)} dims {list(self.dims)} but is indexed with {len(idx)}")
+        index = []
+        for d, e in zip(self.dims, idx):
+            if isinstance(e, InputTensor):
+                raise AlgorithmError(f"index {e.name} of {self.name} needs its own indices, e.g. {e.name}[i]")
+            index.append(as_expr(e) if not isinstance(e, Axis) else e)
+        return Load(self, tuple(index))
+
+    def __repr__(self):
+        return f"{self.name}[{', '.join(self.dims)}]"
+
+
+# ----------------------------------------------------------------------------------------------
+# readable text
+# ----------------------------------------------------------------------------------------------
+_SYM = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+        "eq": "==", "ne": "!=", "and": "&", "or": "|"}
+
+
+def _fmt_const(v: float) -> str:
+    return repr(int(v)) if v == v and abs(v) != math.inf and v.is_integer() and abs(v) < 1e15 else repr(v)
+
+
+def fmt(n: Expr, depth: int = 0, names: dict | None = None) -> str:
+    """Readable infix text for an expression (stages print by name when ``names`` maps node ids
+    to stage names; the text is cut with ``…`` below depth 6)."""
+    if names and n._id in names and depth > 0:
+        return names[n._id]
+    if depth > 6:
+        return "…"
+    d = depth + 1
+    if isinstance(n, Const):
+        return _fmt_const(n.value)
+    if isinstance(n, (Axis, ScalarParam)):
+        return n.name
+    if isinstance(n, Load):
+        return f"{n.tensor.name}[{', '.join(fmt(e, d, names) for e in n.index)}]"
+    if isinstance(n, Unary):
+        return f"-{fmt(n.x, d, names)}" if n.op == "neg" else f"{n.op}({fmt(n.x, d, names)})"
+    if isinstance(n, Binary):
+        if n.op in _SYM:
+            return f"({fmt(n.a, d, names)} {_SYM[n.op]} {fmt(n.b, d, names)})"
+        return f"{n.op}({fmt(n.a, d, names)}, {fmt(n.b, d, names)})"
+    if isinstance(n, Where):
+        return f"where({fmt(n.cond, d, names)}, {fmt(n.a, d, names)}, {fmt(n.b, d, names)})"
+    if isinstance(n, Cast):
+        return f"cast({fmt(n.x, d, names)}, {n.dtype})"
+    if isinstance(n, Reduce):
+        return f"{n.combiner.name} over {','.join(n.over)} of {fmt(n.x, d, names)}"
+    return type(n).__name__

@@ -1,0 +1,264 @@
+"""Call facts and the eager torch evaluator: the oracle of every test and explored schedule.
+
+:class:`Binding` checks call arguments against an algorithm's signature and records sizes and
+dtypes; :func:`result_dtype`, :func:`kernel_f64` and :func:`compute_dtype` are the dtype rules;
+:func:`evaluate` computes every output in torch, reductions through their combiner's torch
+reference and finishing step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence
+
+import torch
+
+from ..errors import ShapeError
+from .expr import Axis, Binary, Cast, COMPARE_OPS, Const, Expr, Load, Reduce, ScalarParam, Unary, Where
+from .walk import float_inputs, mul_factors
+
+__all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "result_dtype", "kernel_f64", "compute_dtype", "evaluate"]
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+INDEX_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
+
+
+def result_dtype(dtypes: Iterable[torch.dtype]) -> torch.dtype:
+    """Torch's promotion over the floating inputs; float64 when the values are integers only (sums
+    and products of int32/int64 values are exact in float64 up to 2**53, in float32 only up to
+    2**24); float32 when there are no tensor values at all."""
+    out, ints = None, False
+    for d in dtypes:
+        if d.is_floating_point:
+            out = d if out is None else torch.promote_types(out, d)
+        elif d != torch.bool:
+            ints = True
+    return out or (torch.float64 if ints else torch.float32)
+
+
+def kernel_f64(dtypes: Iterable[torch.dtype], out_dtypes: Iterable[torch.dtype]) -> bool:
+    """Whether generated kernels compute (and keep intermediate buffers) in float64: a float64
+    input, or integer-only values (their outputs are float64 by :func:`result_dtype`). An
+    algorithm that also has 16/32-bit floating inputs keeps their float32 compute."""
+    dtypes = list(dtypes)
+    if any(d == torch.float64 for d in dtypes):
+        return True
+    return not any(d.is_floating_point for d in dtypes) and torch.float64 in list(out_dtypes)
+
+
+def compute_dtype(dt: torch.dtype) -> torch.dtype:
+    """Accumulation/compute dtype: fp32 for 16-bit floats and fp32, fp64 for fp64."""
+    return torch.float64 if dt == torch.float64 else torch.float32
+
+
+# ----------------------------------------------------------------------------------------------
+# binding
+# ----------------------------------------------------------------------------------------------
+def _check_scalar(alg, p: ScalarParam, a) -> None:
+    if isinstance(a, torch.Tensor) or not isinstance(a, (int, float)):
+        raise ShapeError(f"argument {p.name!r} of {alg.name} is a scalar ({p.pytype.__name__}); "
+                         f"got {type(a).__name__}")
+    if p.pytype is int and not float(a).is_integer():
+        raise ShapeError(f"argument {p.name!r} of {alg.name} is declared int but got {a!r}; pass an "
+                         "integer or declare it `float`")
+
+
+def _check_tensor(alg, p, a) -> None:
+    if not isinstance(a, torch.Tensor):
+        raise ShapeError(f"argument {p.name!r} of {alg.name} must be a torch.Tensor with dims "
+                         f"{list(p.dims)}, got {type(a).__name__}")
+    if a.dim() != len(p.dims):
+        raise ShapeError(f"argument {p.name!r} of {alg.name} must have {len(p.dims)} dims {list(p.dims)}, "
+                         f"got {a.dim()} (shape {tuple(a.shape)})")
+    if a.dtype not in FLOAT_DTYPES + INDEX_DTYPES:
+        raise ShapeError(f"argument {p.name!r} of {alg.name} has unsupported dtype {a.dtype}; use "
+                         "float16, bfloat16, float32, float64 or an integer dtype for indices")
+
+
+@dataclass
+class Binding:
+    """Call-time facts: the size of each size symbol and each axis, input dtypes, output dtypes."""
+    sizes: dict[str, int]            # size symbol -> int
+    axis_sizes: dict[str, int]       # axis name -> int
+    dtypes: dict[str, torch.dtype]   # tensor param name -> dtype
+    out_dtypes: list[torch.dtype]
+    device: torch.device
+
+    @staticmethod
+    def make(alg, args: Sequence[Any]) -> "Binding":
+        """Check ``args`` against the signature of ``alg`` (an :class:`~dtriton.ir.Algorithm`) and
+        collect sizes and dtypes; a :class:`ShapeError` names the argument and size on a mismatch."""
+        if len(args) != len(alg.params):
+            names = [p.name for p in alg.params]
+            raise ShapeError(f"{alg.name} takes {len(names)} arguments {names}, got {len(args)}")
+        sizes: dict[str, int] = {}
+        src: dict[str, str] = {}
+        dtypes: dict[str, torch.dtype] = {}
+        device = None
+        for p, a in zip(alg.params, args):
+            if isinstance(p, ScalarParam):
+                _check_scalar(alg, p, a)
+                continue
+            _check_tensor(alg, p, a)
+            if device is None:
+                device = a.device
+            elif a.device != device:
+                raise ShapeError(f"argument {p.name!r} is on {a.device} but earlier arguments are on {device}")
+            for k, (d, n) in enumerate(zip(p.dims, a.shape)):
+                if d in sizes and sizes[d] != n:
+                    raise ShapeError(f"{d} is {sizes[d]} from {src[d]} but {n} from {p.name}.shape[{k}]")
+                sizes.setdefault(d, int(n))
+                src.setdefault(d, f"{p.name}.shape[{k}]")
+            dtypes[p.name] = a.dtype
+        for idx_name, tname, d, _ in alg.gathers:
+            if dtypes[idx_name].is_floating_point:
+                raise ShapeError(f"argument {idx_name!r} indexes dim {d} of {tname} (a gather) and must be an integer "
+                                 f"tensor, got {dtypes[idx_name]}; convert it with .long()")
+        axis_sizes = {ax: sizes[sym] for ax, sym in alg.axis_size.items()}
+        out_dtypes = [result_dtype(dtypes[t] for t in float_inputs(o.expr)) for o in alg.outputs]
+        return Binding(sizes, axis_sizes, dtypes, out_dtypes, device or torch.device("cpu"))
+
+
+# ----------------------------------------------------------------------------------------------
+# the evaluator
+# ----------------------------------------------------------------------------------------------
+class _Val:
+    """Reference-evaluator value: a tensor whose dims are named by ``axes``."""
+    __slots__ = ("t", "axes")
+
+    def __init__(self, t: torch.Tensor, axes: tuple[str, ...]):
+        self.t, self.axes = t, axes
+
+
+def _align(v: _Val, axes: tuple[str, ...]) -> torch.Tensor:
+    """View ``v`` with dims ordered as ``axes`` (size-1 dims for absent axes)."""
+    perm = [v.axes.index(a) for a in axes if a in v.axes]
+    t = v.t.permute(perm) if perm != list(range(len(perm))) else v.t
+    shape = [t.shape[[a for a in axes if a in v.axes].index(a)] if a in v.axes else 1 for a in axes]
+    return t.reshape(shape)
+
+
+_UNARY = {"neg": torch.neg, "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
+          "tanh": torch.tanh, "sigmoid": torch.sigmoid, "abs": torch.abs}
+_BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+           "maximum": torch.maximum, "minimum": torch.minimum, "lt": torch.lt, "le": torch.le,
+           "gt": torch.gt, "ge": torch.ge, "eq": torch.eq, "ne": torch.ne}
+
+
+class _Evaluator:
+    """Eager evaluation of one algorithm's nodes on one call (memoised per node)."""
+
+    def __init__(self, alg, b: Binding, args: Sequence[Any]):
+        self.argmap = {p.name: a for p, a in zip(alg.params, args)}
+        self.b = b
+        # the oracle computes in float64 on the CPU (every test and example there); on a GPU in
+        # float32 unless an input is float64, so exploring large shapes stays affordable
+        any64 = (any(d == torch.float64 for d in list(b.dtypes.values()) + list(b.out_dtypes))
+                 or b.device.type == "cpu")
+        self.cdt = torch.float64 if any64 else torch.float32
+        self.dev = b.device
+        self.memo: dict[int, _Val] = {}
+
+    def __call__(self, n: Expr) -> _Val:
+        if n._id not in self.memo:
+            self.memo[n._id] = getattr(self, "ev_" + n.kind)(n)
+        return self.memo[n._id]
+
+    def as_float(self, t: torch.Tensor) -> torch.Tensor:
+        return t if t.dtype.is_floating_point else t.to(self.cdt)
+
+    def ev_Const(self, n: Const) -> _Val:
+        return _Val(torch.tensor(n.value, dtype=self.cdt, device=self.dev), ())
+
+    def ev_ScalarParam(self, n: ScalarParam) -> _Val:
+        return _Val(torch.tensor(float(self.argmap[n.name]), dtype=self.cdt, device=self.dev), ())
+
+    def ev_Axis(self, n: Axis) -> _Val:
+        return _Val(torch.arange(self.b.axis_sizes[n.name], device=self.dev, dtype=self.cdt), (n.name,))
+
+    def ev_Load(self, n: Load) -> _Val:
+        t = self.argmap[n.tensor.name]
+        if t.dtype.is_floating_point:
+            t = t.to(self.cdt)
+        if n.is_plain():
+            return _Val(t, tuple(e.name for e in n.index))
+        idx_vals = [self(e) if not isinstance(e, Axis)
+                    else _Val(torch.arange(self.b.axis_sizes[e.name], device=self.dev), (e.name,))
+                    for e in n.index]
+        ax = tuple(dict.fromkeys(a for v in idx_vals for a in v.axes))
+        idx = [_align(v, ax).long() for v in idx_vals]
+        idx = torch.broadcast_tensors(*idx) if idx else idx
+        return _Val(t[tuple(idx)], ax)
+
+    def ev_Unary(self, n: Unary) -> _Val:
+        v = self(n.x)
+        if n.op == "not":
+            return _Val(~v.t.bool(), v.axes)
+        return _Val(_UNARY[n.op](self.as_float(v.t)), v.axes)
+
+    def ev_Binary(self, n: Binary) -> _Val:
+        va, vb = self(n.a), self(n.b)
+        ax = tuple(dict.fromkeys(va.axes + vb.axes))
+        x, y = _align(va, ax), _align(vb, ax)
+        if n.op in ("and", "or"):
+            f2 = torch.logical_and if n.op == "and" else torch.logical_or
+            return _Val(f2(x.bool(), y.bool()), ax)
+        if n.op not in COMPARE_OPS:
+            x, y = self.as_float(x), self.as_float(y)
+        elif x.dtype != y.dtype:
+            x, y = x.to(self.cdt), y.to(self.cdt)
+        return _Val(_BINARY[n.op](x, y), ax)
+
+    def ev_Where(self, n: Where) -> _Val:
+        vc, va, vb = self(n.cond), self(n.a), self(n.b)
+        ax = tuple(dict.fromkeys(vc.axes + va.axes + vb.axes))
+        x, y = self.as_float(_align(va, ax)), self.as_float(_align(vb, ax))
+        return _Val(torch.where(_align(vc, ax).bool(), x, y), ax)
+
+    def ev_Cast(self, n: Cast) -> _Val:
+        v = self(n.x)
+        t = v.t.to(n.dtype)
+        if n.dtype.is_floating_point:
+            t = t.to(self.cdt)  # round through the dtype, keep computing in cdt
+        return _Val(t, v.axes)
+
+    def ev_Reduce(self, n: Reduce) -> _Val:
+        c = n.combiner
+        if c.base == "sum" and isinstance(n.x, Binary) and n.x.op == "mul":
+            r, rest = self.contraction(n)
+        else:
+            v = self(n.x)
+            x = self.as_float(v.t)
+            r = c.reference(x, [v.axes.index(a) for a in n.over])
+            rest = tuple(a for a in v.axes if a not in n.over)
+        if c.finalize == "count":
+            r = r / math.prod(self.b.axis_sizes[a] for a in n.over)
+        return _Val(r, rest)
+
+    def contraction(self, n: Reduce) -> tuple[torch.Tensor, tuple[str, ...]]:
+        """A sum of products as one einsum, never the broadcast product (4096^3 would not fit)."""
+        vals = [self(f) for f in mul_factors(n.x)]
+        letters: dict[str, str] = {}
+        for v in vals:
+            for a in v.axes:
+                letters.setdefault(a, chr(ord("a") + len(letters)) if len(letters) < 26
+                                   else chr(ord("A") + len(letters) - 26))
+        rest = tuple(a for a in n.x.axes if a not in n.over)
+        eq = ",".join("".join(letters[a] for a in v.axes) for v in vals) + "->" + "".join(letters[a] for a in rest)
+        return torch.einsum(eq, *[self.as_float(v.t) for v in vals]), rest
+
+
+def evaluate(alg, b: Binding, args: Sequence[Any]) -> list[torch.Tensor]:
+    """Evaluate every output of ``alg`` on ``args`` in eager torch (see :meth:`Algorithm.reference`):
+    computed in float64 on the CPU (and wherever a float64 is involved), else float32, each output
+    rounded to its dtype at the end."""
+    ev = _Evaluator(alg, b, args)
+    outs = []
+    for o, odt in zip(alg.outputs, b.out_dtypes):
+        v = ev(o.expr)
+        x = _align(v, o.layout) if o.layout else v.t.reshape(())
+        shape = [b.axis_sizes[a] for a in o.layout]
+        x = x.expand(shape)
+        outs.append(x.to(odt).contiguous())
+    return outs

@@ -1,0 +1,99 @@
+"""The graph walks of the IR, in one place.
+
+Every walk visits each node once, by identity (``==`` on expressions builds a node, so nothing
+here compares nodes with ``==``). Two orders exist:
+
+- :func:`topo_order`: children before parents (first child first), for passes that build bottom-up;
+- :func:`walk`: depth first with a stack, a parent before its children and the *last* child
+  first; a node for which ``stop`` holds is visited but not entered (used for "do not cross a
+  materialised stage").
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator, Sequence
+
+from .expr import Binary, Cast, Expr, Load, Reduce
+
+__all__ = ["topo_order", "walk", "reduces_in", "mul_factors", "contains", "expr_axes", "float_inputs"]
+
+
+def topo_order(roots: Sequence[Expr]) -> list[Expr]:
+    """All nodes reachable from ``roots``, children before parents."""
+    seen: set[int] = set()
+    order: list[Expr] = []
+    stack: list[tuple[Expr, bool]] = [(r, False) for r in reversed(roots)]
+    while stack:
+        n, done = stack.pop()
+        if done:
+            order.append(n)
+            continue
+        if n._id in seen:
+            continue
+        seen.add(n._id)
+        stack.append((n, True))
+        for c in reversed(n.children()):
+            if c._id not in seen:
+                stack.append((c, False))
+    return order
+
+
+def walk(roots: Sequence[Expr], stop: Callable[[Expr], bool] | None = None) -> Iterator[Expr]:
+    """Every node reachable from ``roots``, once each: a stack seeded with ``roots`` (the last root
+    is taken first), a node before its children, the last child first. A node for which
+    ``stop(node)`` is true is yielded but its children are not entered from it."""
+    seen: set[int] = set()
+    stack = list(roots)
+    while stack:
+        n = stack.pop()
+        if n._id in seen:
+            continue
+        seen.add(n._id)
+        yield n
+        if stop is not None and stop(n):
+            continue
+        stack.extend(n.children())
+
+
+def reduces_in(roots: Sequence[Expr], stop_ids: set[int] | frozenset[int]) -> list[Reduce]:
+    """Reduce nodes reachable from each root without crossing materialised reductions
+    (``stop_ids``: their ids); a root that is itself materialised is entered (it is computed
+    there). In walk order per root, each reduction once."""
+    out: list[Reduce] = []
+    found: set[int] = set()
+    for root in roots:
+        for n in walk([root], stop=lambda n, root=root: n._id in stop_ids and n is not root):
+            if isinstance(n, Reduce) and n._id not in found:
+                found.add(n._id)
+                out.append(n)
+    return out
+
+
+def mul_factors(n: Expr) -> list[Expr]:
+    """The factors of a product tree ``a * b * ...`` from left to right (``[n]`` for a non-product)."""
+    if isinstance(n, Binary) and n.op == "mul":
+        return mul_factors(n.a) + mul_factors(n.b)
+    return [n]
+
+
+def contains(n: Expr, target: Expr, stop: Callable[[Expr], bool] | None = None) -> bool:
+    """Whether ``target`` (by identity) is reachable from ``n``; nodes for which ``stop`` holds
+    are not entered (but may be the target)."""
+    return any(x is target for x in walk([n], stop=stop))
+
+
+def expr_axes(root: Expr) -> list[str]:
+    """Every axis an expression touches, reduced axes included, in first-seen order."""
+    ax: list[str] = []
+    for n in topo_order([root]):
+        ax.extend(n.axes)
+        if isinstance(n, Reduce):
+            ax.extend(n.over)
+    return list(dict.fromkeys(ax))
+
+
+def float_inputs(root: Expr) -> list[str]:
+    """Tensors whose values flow into ``root`` arithmetically (gather indices and cast operands do
+    not), one entry per load, in walk order."""
+    return [n.tensor.name for n in walk([root], stop=lambda n: isinstance(n, (Load, Cast)))
+            if isinstance(n, Load)]
