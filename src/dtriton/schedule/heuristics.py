@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..language import Algorithm, Axis, Binary, Binding, Load, Reduce, expr_axes, topo_order
+from ..ir import Algorithm, Axis, Binding, Load, contains, expr_axes, mul_factors, reduces_in, topo_order
 from .schedule import Schedule, StageSchedule
 
 __all__ = ["complete_schedule", "contractions", "sm_count", "next_pow2", "Draft", "RULES", "DECIDED"]
@@ -47,12 +47,6 @@ def next_pow2(n: int) -> int:
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
 
 
-def _factors(n):
-    if isinstance(n, Binary) and n.op == "mul":
-        return _factors(n.a) + _factors(n.b)
-    return [n]
-
-
 def contractions(alg: Algorithm) -> dict[str, tuple[str, str, str]]:
     """Reduce stages that look like a matrix product: name -> (m axis, n axis, r axis)."""
     out = {}
@@ -61,7 +55,7 @@ def contractions(alg: Algorithm) -> dict[str, tuple[str, str, str]]:
         if s.is_output or r.op != "sum" or len(r.over) != 1:
             continue
         ra = r.over[0]
-        fs = [f for f in _factors(r.x) if ra in f.axes]
+        fs = [f for f in mul_factors(r.x) if ra in f.axes]
         sides: list[set[str]] = []
         for f in fs:
             ax = set(f.axes) - {ra}
@@ -94,10 +88,6 @@ def _contiguous_axes(alg: Algorithm) -> set[str]:
 def _programs(axes, sizes, tiles) -> int:
     """Programs a grid over ``axes`` launches with ``tiles`` (an axis without a tile: one each)."""
     return math.prod(-(-sizes[a] // tiles.get(a, 1)) for a in axes)
-
-
-def _reduces_in(root) -> list[Reduce]:
-    return [n for n in topo_order([root]) if isinstance(n, Reduce)]
 
 
 def _column_reduction(a: str, grid, contig: set[str], sizes) -> bool:
@@ -384,7 +374,7 @@ def _output_stage(d: Draft, o, ss: StageSchedule) -> None:
     if st_strat != dict(ss.strategy):
         # reductions of the column axis inside this output (a split one runs as a kernel
         # of its own) take the same tiles
-        for n in _reduces_in(o.expr):
+        for n in reduces_in([o.expr], frozenset()):
             if any(a in st_strat for a in n.over) and n.name not in d.stages:
                 d.stages[n.name] = StageSchedule(tile={a: t for a, t in st_tile.items() if a in n.axes or a in n.over},
                                                  strategy={a: v for a, v in st_strat.items() if a in n.over},
@@ -456,25 +446,12 @@ def _flash_pattern(alg: Algorithm, sizes):
         for j in s.axes:
             if j in main.layout:
                 continue
-            maxes = [m for m in reds if m.op == "max" and j in m.over and _uses(m.x, s)]
-            sums = [r for r in reds if r.op == "sum" and j in r.over and r is not s and _uses(r.x, s)]
+            maxes = [m for m in reds if m.op == "max" and j in m.over and contains(m.x, s)]
+            sums = [r for r in reds if r.op == "sum" and j in r.over and r is not s and contains(r.x, s)]
             if maxes and sums:
                 whole = tuple(a for a in main.layout if a not in s.axes and sizes[a] <= 256)
                 return s, j, whole
     return None
-
-
-def _uses(root, target) -> bool:
-    seen, stack = set(), [root]
-    while stack:
-        n = stack.pop()
-        if n is target:
-            return True
-        if n._id in seen:
-            continue
-        seen.add(n._id)
-        stack.extend(n.children())
-    return False
 
 
 def _is_contraction_free(a, cons) -> bool:
