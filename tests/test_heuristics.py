@@ -3,11 +3,13 @@
 The binding is told it is on CUDA so the GPU branch of :func:`complete_schedule` is taken."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 import dtriton as dt
-from dtriton.heuristics import complete_schedule
+from dtriton.schedule import complete_schedule
 from dtriton.library import attention, column_sum, layer_norm, matmul, spatial_diffusion
 
 
@@ -182,3 +184,21 @@ def test_no_default_tma_where_the_user_gave_eviction_hints_for_tiles():
     lb.device = torch.device("cuda")
     assert complete_schedule(linear_relu, dt.Schedule(eviction={"b": "evict_last"}), lb).access == "tma"
     assert complete_schedule(linear_relu, dt.Schedule(eviction={"W": "evict_first"}), lb).access == "pointer"
+
+
+def test_user_given_flat_knobs_are_never_changed():
+    """Every flat knob of the registry (the built-ins, and any registered later) passes through the
+    heuristic with the user's value, on the interpreter and for the GPU: no hand-written list can
+    forget one. The knobs the heuristic fills in are those of DECIDED."""
+    from dtriton.schedule import DECIDED, flat_knobs
+    assert {"tile", "grid", "num_warps", "access"} <= set(DECIDED)
+    cases = [(matmul, (torch.randn(96, 40), torch.randn(40, 72))), (layer_norm, (torch.randn(6, 40), torch.randn(40),
+                                                                               torch.randn(40)))]
+    for k in flat_knobs():
+        values = [v for v in (k.domain.values or ()) + k.search if v != k.default]
+        assert values, k.name
+        for v in values:
+            for alg, args in cases:
+                for b in (alg.bind(args), dataclasses.replace(alg.bind(args), device=torch.device("cuda"))):
+                    got = complete_schedule(alg, dt.Schedule(**{k.name: v}), b)
+                    assert getattr(got, k.name) == v, (k.name, v, alg.name, b.device)

@@ -375,7 +375,7 @@ class Space:
                 else:
                     split.pop(sub, None)
             elif f == "place":
-                stages[sub] = dataclasses.replace(stages.get(sub, StageSchedule()), place=v)
+                stages[sub] = stages.get(sub, StageSchedule()).replace(place=v)
             elif f == "eviction":
                 ev = dict(kw.get("eviction", base.eviction))
                 if v == "evict_normal":
@@ -386,7 +386,7 @@ class Space:
             elif f == "stage_tile":
                 st, ax = sub.split(".", 1)
                 cur = stages.get(st, StageSchedule())
-                stages[st] = dataclasses.replace(cur, tile=dict(cur.tile, **{ax: int(v)}))
+                stages[st] = cur.replace(tile=dict(cur.tile, **{ax: int(v)}))
             elif f == "grid":
                 grid = tuple(v)
                 regroup = True

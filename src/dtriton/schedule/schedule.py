@@ -6,71 +6,24 @@ mapped to program ids (the grid, outermost first, the last varying fastest); gro
 ``num_warps``/``num_stages``; accumulation dtype and dot precision; and per-stage overrides
 (:class:`StageSchedule`) that say where a stage is computed and its own tile and grid.
 
-This module depends only on :mod:`dtriton.language` (for validation against an algorithm).
+The fields, their defaults and value checks come from the knob table (:mod:`.knobs`): a knob
+registered there is a keyword, an attribute, part of equality, hashing, JSON and ``repr``. The
+checks against an algorithm (:meth:`Schedule.validate`) are written here. This module depends
+only on :mod:`dtriton.errors` and :mod:`.knobs` (algorithms are read, not imported).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import json
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
-from .errors import ScheduleError, UnknownFieldError
+from ..errors import ScheduleError, UnknownFieldError
+from .knobs import PLACES, FrozenMap, Knob, flat_knobs, knob, knobs, launch_knobs, names, reserve_names
 
-__all__ = ["Schedule", "StageSchedule", "FrozenMap", "STRATEGIES", "PLACES", "ACCESS", "EVICTIONS"]
-
-#: Reduction / non-grid-axis strategies.
-#: whole: the tile covers the axis (one pass in registers); loop: tiles over the axis in a loop,
-#: one pass per dependent reduction; online: one running pass with rescaling (Milakov &
-#: Gimelshein 2018, "Online normalizer calculation for softmax"); auto: the compiler picks.
-STRATEGIES = ("auto", "whole", "loop", "online")
-#: Where a reduction stage is computed: auto; fuse (in its consumer's kernel, in registers, or
-#: recomputed inside the consumer's loops); materialize (a kernel of its own, result in memory).
-PLACES = ("auto", "fuse", "materialize")
-SPLIT_MODES = ("atomic", "partials")
-#: Memory-access style of tile loads and stores: pointer (a block of addresses, masked), block_ptr
-#: (``tl.make_block_ptr``, bounds checked by the hardware path) or tma (Hopper tensor-memory
-#: accelerator through host-side descriptors, ``TensorDescriptor`` kernel arguments; needs a
-#: contiguous last dim and 16-byte aligned rows, and falls back to pointers per tensor where a
-#: call's tensor does not qualify).
-ACCESS = ("pointer", "block_ptr", "tma")
-#: L2 hints of ``tl.load`` (``Schedule.eviction``); "evict_normal" is Triton's default.
-EVICTIONS = ("evict_first", "evict_last", "evict_normal")
-
-
-class FrozenMap(Mapping):
-    """An immutable, hashable mapping (sorted by key), used for per-axis schedule fields."""
-
-    __slots__ = ("_items", "_d")
-
-    def __init__(self, data: Mapping | None = None, **kw):
-        d = dict(data or {}, **kw)
-        self._d = d
-        self._items = tuple(sorted(d.items(), key=lambda kv: str(kv[0])))
-
-    def __getitem__(self, k):
-        return self._d[k]
-
-    def __iter__(self) -> Iterator:
-        return iter(k for k, _ in self._items)
-
-    def __len__(self):
-        return len(self._items)
-
-    def __hash__(self):
-        return hash(self._items)
-
-    def __eq__(self, o):
-        if isinstance(o, FrozenMap):
-            return self._items == o._items
-        if isinstance(o, Mapping):
-            return dict(self._items) == dict(o)
-        return NotImplemented
-
-    def __repr__(self):
-        return "{" + ", ".join(f"{k!r}: {v!r}" for k, v in self._items) + "}"
+__all__ = ["Schedule", "StageSchedule", "unknown_fields_message", "reject_unknown_keywords"]
 
 
 def _fm(v, what: str) -> FrozenMap:
@@ -107,47 +60,137 @@ def reject_unknown_keywords(init: Callable, owner: str, names: Sequence[str]) ->
     return __init__
 
 
-def _is_pow2(n) -> bool:
-    return isinstance(n, int) and not isinstance(n, bool) and n >= 1 and (n & (n - 1)) == 0
+def _normalise(k: Knob, v):
+    """A knob's value in canonical form: maps as FrozenMap, axis tuples as tuples."""
+    if k.kind in ("per_axis", "per_tensor"):
+        return _fm(v, k.name)
+    if k.kind == "axes" and v is not None:
+        return (v,) if isinstance(v, str) else tuple(v)
+    return v
 
 
-@dataclass(frozen=True)
-class StageSchedule:
+def _check(k: Knob, what: str, v) -> None:
+    """Raise ``ScheduleError("<what> = <v> <what is wrong>")`` for a value outside the domain."""
+    problem = k.problem(v)
+    if problem is not None:
+        raise ScheduleError(f"{what} = {v!r} {problem}")
+
+
+class _KnobValues:
+    """An immutable record of named values (the fields of a :class:`Schedule` or a
+    :class:`StageSchedule`), compared and hashed by value. Subclasses say which fields exist
+    (:meth:`field_names`), their defaults and canonical forms."""
+
+    def __init__(self, *args, **kw):
+        owner, fields = type(self).__name__, self.field_names()
+        bad = [k for k in kw if k not in fields]
+        if bad:
+            raise UnknownFieldError(unknown_fields_message(owner, bad, fields))
+        if len(args) > len(fields):
+            raise TypeError(f"{owner}() takes at most {len(fields)} positional arguments ({len(args)} given)")
+        given = dict(zip(fields, args))
+        twice = [k for k in kw if k in given]
+        if twice:
+            raise TypeError(f"{owner}() got multiple values for argument {twice[0]!r}")
+        given.update(kw)
+        for name in fields:
+            value = given[name] if name in given else self._default(name)
+            object.__setattr__(self, name, self._canonical(name, value))
+        self._check_values()
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The field names, in positional order (from the knob registry)."""
+        raise NotImplementedError
+
+    @classmethod
+    def _default(cls, name: str):
+        raise NotImplementedError
+
+    def _canonical(self, name: str, value):
+        raise NotImplementedError
+
+    def _check_values(self) -> None:
+        pass
+
+    def __getattr__(self, name: str):
+        # only reached for a name not set at construction: a knob registered since takes its default
+        if not name.startswith("_") and name in type(self).field_names():
+            return type(self)._default(name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name, value):
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name):
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def field_values(self) -> tuple:
+        """Every field's value, in :meth:`field_names` order."""
+        d = self.__dict__   # (a knob registered after this record was made: getattr gives its default)
+        return tuple([d[n] if n in d else getattr(self, n) for n in self.field_names()])
+
+    def __eq__(self, o):
+        if o.__class__ is not self.__class__:
+            return NotImplemented
+        return self.field_values() == o.field_values()
+
+    def __hash__(self):
+        # cached (schedules key the kernel caches), and recomputed once the registry changes
+        cached = self.__dict__.get("_hash")
+        if cached is None or cached[0] is not knobs():
+            cached = (knobs(), hash(self.field_values()))
+            object.__setattr__(self, "_hash", cached)
+        return cached[1]
+
+    def __getstate__(self):
+        # string hashes differ between processes: a pickle carries the values only
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
+    def replace(self, **kw):
+        """A copy with some fields changed (as ``dataclasses.replace``)."""
+        return type(self)(**dict(zip(self.field_names(), self.field_values()), **kw))
+
+
+class StageSchedule(_KnobValues):
     """Per-stage overrides, addressed by stage name (``Schedule(stages={"rowmax": ...})``).
 
     - ``place``: "auto", "fuse" (computed in the consumer's kernel: once per program when its free
       axes are all in the program's tile, recomputed inside the consumer's loops otherwise) or
       "materialize" (a kernel of its own, its result written to global memory first).
-    - ``tile``/``grid``/``group``/``strategy``/``num_warps``/``num_stages``: used for the stage's own
-      kernel when it has one; unset fields inherit from the enclosing :class:`Schedule`.
-    """
-    place: str = "auto"
-    tile: FrozenMap = field(default_factory=FrozenMap)
-    grid: tuple[str, ...] | None = None
-    group: FrozenMap = field(default_factory=FrozenMap)
-    strategy: FrozenMap = field(default_factory=FrozenMap)
-    num_warps: int | None = None
-    num_stages: int | None = None
+    - ``tile``/``grid``/``group``/``strategy``/``num_warps``/``num_stages`` (the knobs of scope
+      "stage"): used for the stage's own kernel when it has one; unset fields (None or empty)
+      inherit from the enclosing :class:`Schedule`.
 
-    def __post_init__(self):
-        object.__setattr__(self, "tile", _fm(self.tile, "tile"))
-        object.__setattr__(self, "group", _fm(self.group, "group"))
-        object.__setattr__(self, "strategy", _fm(self.strategy, "strategy"))
-        if self.grid is not None:
-            g = (self.grid,) if isinstance(self.grid, str) else tuple(self.grid)
-            object.__setattr__(self, "grid", g)
+    Positional order: ``place`` then the stage knobs in registry order.
+    """
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return ("place",) + names("stage")
+
+    @classmethod
+    def _default(cls, name: str):
+        return "auto" if name == "place" else knob(name).stage_default
+
+    def _canonical(self, name: str, value):
+        return value if name == "place" else _normalise(knob(name), value)
+
+    def _check_values(self) -> None:
         if self.place not in PLACES:
             raise ScheduleError(f"stage place {self.place!r} is not one of {PLACES}")
 
     def to_dict(self) -> dict:
+        """A JSON-ready dict of the fields that are set (a non-"auto" place, non-empty maps, values
+        not None)."""
         d: dict[str, Any] = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
+        for name in self.field_names():
+            v = getattr(self, name)
             if isinstance(v, FrozenMap):
                 if len(v):
-                    d[f.name] = dict(v)
-            elif v is not None and not (f.name == "place" and v == "auto"):
-                d[f.name] = list(v) if isinstance(v, tuple) else v
+                    d[name] = dict(v)
+            elif v is not None and not (name == "place" and v == "auto"):
+                d[name] = list(v) if isinstance(v, tuple) else v
         return d
 
     @staticmethod
@@ -159,14 +202,15 @@ class StageSchedule:
             d["grid"] = tuple(d["grid"])
         return StageSchedule(**d)
 
+    def __repr__(self):
+        return f"StageSchedule({', '.join(f'{n}={getattr(self, n)!r}' for n in self.field_names())})"
 
-StageSchedule.__init__ = reject_unknown_keywords(StageSchedule.__init__, "StageSchedule",
-                                                 [f.name for f in fields(StageSchedule)])
 
-
-@dataclass(frozen=True)
-class Schedule:
+class Schedule(_KnobValues):
     """How an algorithm runs. Every field is optional; unset fields are filled by the heuristic.
+
+    The fields are the registered knobs (:func:`dtriton.schedule.knobs.knobs`, in this order;
+    the README's knob table lists them); the built-in ones:
 
     Args:
         tile: block size per axis name, powers of two (``{"i": 64, "j": 64, "k": 32}``).
@@ -177,8 +221,8 @@ class Schedule:
             It is given for the second-to-last grid axis (the one it swizzles).
         split: split factor per reduction axis (split-K): the axis is divided across programs
             and the partial results combined by atomics or a second pass (``split_mode``).
-        strategy: per axis, one of :data:`STRATEGIES`, for axes covered inside a program: reduced
-            axes, and output axes off the grid ("online" only for reduced axes).
+        strategy: per axis, one of :data:`~.knobs.STRATEGIES`, for axes covered inside a program:
+            reduced axes, and output axes off the grid ("online" only for reduced axes).
         num_warps, num_stages: Triton launch options (warps per program; software-pipeline depth).
         acc_dtype: accumulation dtype, "float32" (default) or "float64".
         precision: dot precision for fp32 operands: "ieee" (default, as torch), "tf32" (one
@@ -189,14 +233,14 @@ class Schedule:
             summed by the consumer: deterministic). A call that splits nothing warns
             (:class:`~dtriton.ScheduleWarning`) that "partials" has no effect.
         stages: per-stage overrides, ``{stage_name: StageSchedule}`` (dicts are accepted).
-        persistent: 0 (one program per tile), or k >= 1: launch k programs per SM (4 on the
-            interpreter) and let each loop over output tiles (the persistent kernels of Triton's
-            Hopper matmul tutorials), which saves launch and tail costs when tiles are many.
         eviction: L2 cache hint per input tensor, ``{"X": "evict_first"}`` for data read once
             (streams), ``"evict_last"`` for data re-read by other programs (Triton's
             ``eviction_policy`` of ``tl.load``).
-        access: memory-access style of tile loads and output stores, one of :data:`ACCESS`, or
-            None (default): the heuristic picks "tma" for 16-bit contractions of at least 2^35
+        persistent: 0 (one program per tile), or k >= 1: launch k programs per SM (4 on the
+            interpreter) and let each loop over output tiles (the persistent kernels of Triton's
+            Hopper matmul tutorials), which saves launch and tail costs when tiles are many.
+        access: memory-access style of tile loads and output stores, one of :data:`~.knobs.ACCESS`,
+            or None (default): the heuristic picks "tma" for 16-bit contractions of at least 2^35
             multiply-adds (4096x4096x2048) on Hopper-class GPUs (compute capability 9.0+) when every
             input tile of the call is TMA-addressable and ``eviction`` gives none of them a hint,
             "pointer" otherwise (a call with TMA descriptors costs the host about 6-15 us more, H200).
@@ -211,88 +255,76 @@ class Schedule:
             warp groups (``tl.range(..., warp_specialize=True)``; Triton's automatic warp
             specialisation, Hopper and newer, best with ``access="tma"``).
 
-    Raises :class:`ScheduleError` for a tile that is not a power of two, a bad strategy name, or
-    non-positive warps/stages, and :class:`UnknownFieldError` (also a ``TypeError``) for a keyword
-    that is not a field (``tiles=``). Checks against an algorithm (unknown axes, split of a
-    non-reduction axis, knobs that would be ignored, ...) are done by :meth:`validate`.
+    Raises :class:`ScheduleError` for a value outside its knob's domain (a tile that is not a
+    power of two, a bad strategy name, non-positive warps/stages, ...; also for the per-stage
+    values), and :class:`UnknownFieldError` (also a ``TypeError``) for a keyword that is not a
+    field (``tiles=``). Checks against an algorithm (unknown axes, split of a non-reduction axis,
+    knobs that would be ignored, ...) are done by :meth:`validate`.
     """
-    tile: FrozenMap = field(default_factory=FrozenMap)
-    grid: tuple[str, ...] | None = None
-    group: FrozenMap = field(default_factory=FrozenMap)
-    split: FrozenMap = field(default_factory=FrozenMap)
-    strategy: FrozenMap = field(default_factory=FrozenMap)
-    num_warps: int = 4
-    num_stages: int = 2
-    acc_dtype: str = "float32"
-    precision: str = "ieee"
-    split_mode: str = "atomic"
-    stages: FrozenMap = field(default_factory=FrozenMap)
-    eviction: FrozenMap = field(default_factory=FrozenMap)
-    persistent: int = 0
-    access: str | None = None
-    warp_specialize: bool = False
 
-    def __post_init__(self):
-        for name in ("tile", "group", "split", "strategy", "eviction"):
-            object.__setattr__(self, name, _fm(getattr(self, name), name))
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return names()
+
+    @classmethod
+    def _default(cls, name: str):
+        return knob(name).default
+
+    def _canonical(self, name: str, value):
+        k = knob(name)
+        if k.kind != "per_stage":
+            return _normalise(k, value)
         st = {}
-        for k, v in _fm(self.stages, "stages").items():
+        for s, v in _fm(value, name).items():
             if isinstance(v, StageSchedule):
-                st[k] = v
+                st[s] = v
             elif isinstance(v, Mapping):
                 try:
-                    st[k] = StageSchedule.from_dict(v)
+                    st[s] = StageSchedule.from_dict(v)
                 except UnknownFieldError as e:
-                    raise UnknownFieldError(f"stages[{k!r}]: {e}") from None
+                    raise UnknownFieldError(f"stages[{s!r}]: {e}") from None
             else:
-                raise ScheduleError(f"stages[{k!r}] must be a StageSchedule or dict, got {type(v).__name__}")
-        object.__setattr__(self, "stages", FrozenMap(st))
-        if self.grid is not None:
-            g = (self.grid,) if isinstance(self.grid, str) else tuple(self.grid)
-            object.__setattr__(self, "grid", g)
-        self._check_local()
+                raise ScheduleError(f"stages[{s!r}] must be a StageSchedule or dict, got {type(v).__name__}")
+        return FrozenMap(st)
 
-    def _check_local(self):
-        maps = [("tile", self.tile)] + [(f"stages[{s!r}].tile", v.tile) for s, v in self.stages.items()]
-        for what, m in maps:
-            for a, t in m.items():
-                if not isinstance(t, int) or isinstance(t, bool):
-                    raise ScheduleError(f"{what}[{a!r}] = {t!r} must be an int (a power of two such as 16, 32, 64)")
-                if not _is_pow2(t):
-                    lo = 1 << (max(int(t), 1).bit_length() - 1) if isinstance(t, int) and t > 0 else 1
-                    raise ScheduleError(
-                        f"{what}[{a!r}] = {t!r} is not a power of two; Triton blocks must be powers of two "
-                        f"(try {lo} or {lo * 2})")
-        for what, m in [("strategy", self.strategy)] + [(f"stages[{s!r}].strategy", v.strategy) for s, v in self.stages.items()]:
-            for a, s in m.items():
-                if s not in STRATEGIES:
-                    raise ScheduleError(f"{what}[{a!r}] = {s!r} is not one of {STRATEGIES}")
-        for a, s in self.split.items():
-            if not (isinstance(s, int) and s >= 1):
-                raise ScheduleError(f"split[{a!r}] = {s!r} must be a positive integer")
-        for a, g in self.group.items():
-            if not (isinstance(g, int) and g >= 1):
-                raise ScheduleError(f"group[{a!r}] = {g!r} must be a positive integer")
-        for what, v in (("num_warps", self.num_warps),):
-            if not _is_pow2(v) or v > 32:
-                raise ScheduleError(f"{what} = {v!r} must be a power of two between 1 and 32")
-        if not (isinstance(self.num_stages, int) and 1 <= self.num_stages <= 8):
-            raise ScheduleError(f"num_stages = {self.num_stages!r} must be an integer from 1 to 8")
-        if self.acc_dtype not in ("float32", "float64"):
-            raise ScheduleError(f"acc_dtype = {self.acc_dtype!r} must be 'float32' or 'float64'")
-        if self.precision not in ("ieee", "tf32", "tf32x3"):
-            raise ScheduleError(f"precision = {self.precision!r} must be 'ieee', 'tf32' or 'tf32x3'")
-        for t, pol in self.eviction.items():
-            if pol not in EVICTIONS:
-                raise ScheduleError(f"eviction[{t!r}] = {pol!r} must be 'evict_first', 'evict_last' or 'evict_normal'")
-        if not (isinstance(self.persistent, int) and not isinstance(self.persistent, bool) and 0 <= self.persistent <= 32):
-            raise ScheduleError(f"persistent = {self.persistent!r} must be 0 (off) or programs per SM from 1 to 32")
-        if self.access is not None and self.access not in ACCESS:
-            raise ScheduleError(f"access = {self.access!r} must be one of {ACCESS} (or None: the compiler picks)")
-        if not isinstance(self.warp_specialize, bool):
-            raise ScheduleError(f"warp_specialize = {self.warp_specialize!r} must be True or False")
-        if self.split_mode not in SPLIT_MODES:
-            raise ScheduleError(f"split_mode = {self.split_mode!r} must be one of {SPLIT_MODES}")
+    def _check_values(self) -> None:
+        """Every value against its knob's domain, the stages' overrides too (``stages['s'].tile``)."""
+        for k in knobs():
+            if k.kind not in ("flat", "per_axis", "per_tensor"):
+                continue
+            owners = [(k.name, getattr(self, k.name))]
+            if k.scope == "stage":   # a stage's unset value (None) inherits the schedule's
+                owners += [(f"stages[{s!r}].{k.name}", getattr(ss, k.name)) for s, ss in self.stages.items()
+                           if getattr(ss, k.name) is not None]
+            for what, v in owners:
+                if k.kind == "flat":
+                    _check(k, what, v)
+                else:
+                    for a, x in v.items():
+                        _check(k, f"{what}[{a!r}]", x)
+
+    # -- the knobs by role ------------------------------------------------------------------------
+    def flat_values(self) -> dict[str, Any]:
+        """Name -> value of every registered flat knob (``num_warps``, ``precision``, ...)."""
+        return {k.name: getattr(self, k.name) for k in flat_knobs()}
+
+    def launch_options(self, stage: str | None = None) -> dict[str, Any]:
+        """The launch options (knobs with ``launch=True``) of the schedule's kernels, or of stage
+        ``stage``'s own kernel (its overrides, else the schedule's values)."""
+        ss = self.stages.get(stage) if stage is not None else None
+        out = {}
+        for k in launch_knobs():
+            v = getattr(ss, k.name) if ss is not None and k.scope == "stage" else None
+            out[k.name] = getattr(self, k.name) if v is None else v
+        return out
+
+    def launch_key(self) -> tuple:
+        """What the launch options add to a kernel's source as its identity: the schedule's launch
+        values, then ``(stage, its overrides...)`` per stage in name order. Two candidates with the
+        same source and launch key run the same (exploration's duplicate detection)."""
+        per_stage = [k.name for k in launch_knobs() if k.scope == "stage"]
+        return tuple(getattr(self, k.name) for k in launch_knobs()) + tuple(sorted(
+            (s,) + tuple(getattr(ss, n) for n in per_stage) for s, ss in self.stages.items()))
 
     # ------------------------------------------------------------------------------------------
     def validate(self, alg) -> None:
@@ -314,6 +346,16 @@ class Schedule:
           own and writes its tensor);
         - an output axis neither on the grid, tiled nor whole.
         """
+        self._check_names(alg)
+        self._check_grid_and_split(alg)
+        self._check_groups(alg)
+        self._check_strategies(alg)
+        self._check_unused_tiles(alg)
+        self._check_places(alg)
+        self._check_outputs_covered(alg)
+
+    def _check_names(self, alg) -> None:
+        """Axes, tensors and stages that the algorithm has; a grid without repeats."""
         known = set(alg.axis_names)
         klist = sorted(known)
 
@@ -344,11 +386,14 @@ class Schedule:
             check_axes(f"stages[{s!r}].group", ss.group)
             if ss.grid is not None:
                 check_axes(f"stages[{s!r}].grid", ss.grid)
+
+    def _check_grid_and_split(self, alg) -> None:
+        """Grid axes are output axes (the grid maps output axes to programs; nothing else reads
+        it); split axes are reduction axes."""
         red = set(alg.reduction_axes)
         reducers = {a: [st for st in alg.stages.values() if not st.is_output and a in st.node.over] for a in red}
         out_axes = {a for o in alg.outputs for a in o.layout}
         outs = ", ".join(f"{o.name}[{', '.join(o.layout)}]" for o in alg.outputs)
-        # grid axes: the grid maps output axes to programs; nothing else reads it
         for a in self.grid or ():
             if a not in out_axes:
                 by = reducers.get(a, [])
@@ -364,7 +409,9 @@ class Schedule:
                 raise ScheduleError(
                     f"split[{a!r}]: axis {a!r} is not a reduction axis of {alg.name} (reduction axes: "
                     f"{sorted(red)}); only a summed axis can be split across programs")
-        # grouped launch order: the second-to-last axis of a kernel's grid (codegen's swizzle)
+
+    def _check_groups(self, alg) -> None:
+        """Grouped launch order: the second-to-last axis of a kernel's grid (codegen's swizzle)."""
         for a, g in self.group.items():
             if self.grid is not None and a not in self.grid:
                 raise ScheduleError(f"group[{a!r}]: axis {a!r} is not on the grid {self.grid}; group the "
@@ -377,7 +424,10 @@ class Schedule:
                 if sg is not None and g > 1:
                     self._check_group(f"stages[{s!r}].group", a, g, sg, f"the grid of the kernel of stage {s!r}",
                                       f"stages[{s!r}].grid")
-        # strategies that no kernel can use
+
+    def _check_strategies(self, alg) -> None:
+        """Strategies that some kernel can use: "online" on a reduced axis, none on a grid axis."""
+        red = set(alg.reduction_axes)
         excluded = {a for s, ss in self.stages.items() if ss.grid is not None
                     for a in alg.stages[s].free_axes if a not in ss.grid}
         for what, strat, sg, owner in [("strategy", self.strategy, self.grid, "the grid")] + [
@@ -397,6 +447,8 @@ class Schedule:
                         f"one tile of it and the strategy would be ignored; take {a!r} off that grid "
                         f"({'grid' if what == 'strategy' else what.replace('.strategy', '.grid')}={rest}) to cover it "
                         f"inside each program, or drop {what}[{a!r}]")
+
+    def _check_unused_tiles(self, alg) -> None:
         for s, a, t in self.unused_tiles(alg):
             what = "tile" if s is None else f"stages[{s!r}].tile"
             sw = "strategy" if s is None or a not in self.stages[s].strategy else f"stages[{s!r}].strategy"
@@ -404,6 +456,8 @@ class Schedule:
                 f"{what}[{a!r}] = {t} would be ignored: {sw}[{a!r}] = 'whole' covers axis {a!r} with one block "
                 f"of its padded size, and no kernel it applies to puts {a!r} on a grid; drop {what}[{a!r}], or "
                 f"use {sw}={{{a!r}: 'loop'}} to step over {a!r} in tiles of {t}")
+
+    def _check_places(self, alg) -> None:
         for s, ss in self.stages.items():
             if alg.stages[s].is_output and ss.place != "auto":
                 reds = [n for n, st in alg.stages.items() if not st.is_output]
@@ -411,18 +465,21 @@ class Schedule:
                     f"stages[{s!r}].place = {ss.place!r}: {s!r} is an output stage of {alg.name}, which always runs "
                     f"in a kernel of its own and writes its tensor; place applies to reduction stages "
                     f"({reds if reds else 'it has none'}). Remove place from stages[{s!r}]")
-        # the main grid must map or tile every output axis of the outputs it covers
-        if self.grid is not None:
-            for o in alg.outputs:
-                ss = self.stages.get(o.name)
-                grid = ss.grid if ss and ss.grid is not None else self.grid
-                tiles = dict(self.tile, **(dict(ss.tile) if ss else {}))
-                strat = dict(self.strategy, **(dict(ss.strategy) if ss else {}))
-                for a in o.layout:
-                    if a not in grid and a not in tiles and strat.get(a, "auto") != "whole":
-                        raise ScheduleError(
-                            f"output {o.name}[{', '.join(o.layout)}]: axis {a!r} is neither on the grid {grid} nor tiled; "
-                            f"add {a!r} to grid, give tile={{{a!r}: ...}} to loop over it, or strategy={{{a!r}: 'whole'}}")
+
+    def _check_outputs_covered(self, alg) -> None:
+        """The main grid must map or tile every output axis of the outputs it covers."""
+        if self.grid is None:
+            return
+        for o in alg.outputs:
+            ss = self.stages.get(o.name)
+            grid = ss.grid if ss and ss.grid is not None else self.grid
+            tiles = dict(self.tile, **(dict(ss.tile) if ss else {}))
+            strat = dict(self.strategy, **(dict(ss.strategy) if ss else {}))
+            for a in o.layout:
+                if a not in grid and a not in tiles and strat.get(a, "auto") != "whole":
+                    raise ScheduleError(
+                        f"output {o.name}[{', '.join(o.layout)}]: axis {a!r} is neither on the grid {grid} nor tiled; "
+                        f"add {a!r} to grid, give tile={{{a!r}: ...}} to loop over it, or strategy={{{a!r}: 'whole'}}")
 
     @staticmethod
     def _check_group(what: str, a: str, g: int, grid: tuple, owner: str, grid_field: str) -> None:
@@ -501,27 +558,27 @@ class Schedule:
         if not drop:
             return self
         tile = {a: t for a, t in self.tile.items() if (None, a) not in drop}
-        stages = {s: replace(ss, tile={a: t for a, t in ss.tile.items() if (s, a) not in drop})
+        stages = {s: ss.replace(tile={a: t for a, t in ss.tile.items() if (s, a) not in drop})
                   for s, ss in self.stages.items()}
         return self.replace(tile=tile, stages={s: ss for s, ss in stages.items() if ss != StageSchedule()})
+
 
     # ------------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
         """A JSON-ready dict with only the fields that differ from the defaults."""
         d: dict[str, Any] = {}
-        default = Schedule()
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if v == getattr(default, f.name):
+        for k in knobs():
+            v = getattr(self, k.name)
+            if v == k.default:
                 continue
-            if f.name == "stages":
-                d[f.name] = {k: s.to_dict() for k, s in v.items()}
+            if k.kind == "per_stage":
+                d[k.name] = {s: ss.to_dict() for s, ss in v.items()}
             elif isinstance(v, FrozenMap):
-                d[f.name] = dict(v)
+                d[k.name] = dict(v)
             elif isinstance(v, tuple):
-                d[f.name] = list(v)
+                d[k.name] = list(v)
             else:
-                d[f.name] = v
+                d[k.name] = v
         return d
 
     def to_json(self) -> str:
@@ -530,8 +587,10 @@ class Schedule:
 
     @staticmethod
     def from_dict(d: Mapping) -> "Schedule":
+        """The inverse of :meth:`to_dict`. Raises :class:`UnknownFieldError` for a key that is not
+        a field."""
         d = dict(d)
-        names = [f.name for f in fields(Schedule)]
+        names = Schedule.field_names()
         bad = [k for k in d if k not in names]
         if bad:
             raise UnknownFieldError("unknown schedule field(s): " + unknown_fields_message("Schedule", bad, names))
@@ -543,11 +602,8 @@ class Schedule:
 
     @staticmethod
     def from_json(s: str) -> "Schedule":
+        """The inverse of :meth:`to_json`."""
         return Schedule.from_dict(json.loads(s))
-
-    def replace(self, **kw) -> "Schedule":
-        """A copy with some fields changed (dataclasses.replace)."""
-        return replace(self, **kw)
 
     def stage(self, name: str) -> StageSchedule:
         """The overrides for stage ``name`` (empty when none were given)."""
@@ -557,4 +613,5 @@ class Schedule:
         return f"Schedule({', '.join(f'{k}={v!r}' for k, v in self.to_dict().items())})"
 
 
-Schedule.__init__ = reject_unknown_keywords(Schedule.__init__, "Schedule", [f.name for f in fields(Schedule)])
+# no knob may shadow a method or attribute of the schedule classes
+reserve_names({"place"} | {n for cls in (Schedule, StageSchedule) for n in dir(cls) if not n.startswith("_")})

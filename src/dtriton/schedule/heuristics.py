@@ -1,0 +1,464 @@
+"""Default schedules: fill whatever a schedule leaves open from the shapes and dtypes.
+
+Rules (documented so users can predict them):
+
+- Contractions (a sum over one axis of a product of an (m, r) and an (r, n) operand) run on
+  ``tl.dot``: output tiles of 128x128 for 16-bit inputs and 64x64 for fp32 on the GPU (capped at
+  the padded axis, never below 16), 32 or 64 along the reduction axis, grouped launch order 8
+  (when the two output axes are the last two grid axes: the swizzled pair),
+  ``num_warps`` 8 for 128x128 tiles else 4, ``num_stages`` 3 (4 for fp16/bf16). Skinny outputs
+  with a long reduction (fewer output tiles than half the GPU's 132 SMs) are split along it
+  (split-K).
+- Row-wise stages (an axis that is both reduced and kept in the output, as in softmax and layer
+  norm) keep that axis off the grid: "whole" (one block covers it, the fused-softmax layout of
+  the Triton tutorial) while its padded size is at most 32768 on the GPU (a 32768-wide fp32 row
+  is 64 registers per thread over 16 warps; 4096 on the interpreter), else "online" when the algebra allows (one pass with rescaling), else "loop".
+  One row per program, ``num_warps`` growing with the row (4 up to 1024, 8 up to 4096, 16 above).
+  An axis the schedule gives a tile (and no strategy) is stepped over in that tile instead
+  ("online" where a max reduces it, else "loop").
+- Other axes on the grid get tiles so a program holds about 1024 elements (the innermost axis
+  first); axes of size 1 get tile 1. An output axis that the schedule gives a strategy
+  (whole/loop/online) and no stage reduces stays off the grid, covered inside each program.
+- No tile is filled in for an axis that ends up "whole" off every grid (it would be ignored).
+
+User-given fields are never changed. The heuristic decides the knobs in :data:`DECIDED`; every
+other knob of the registry (:mod:`.knobs`) passes through from the user's schedule unchanged.
+:func:`complete_schedule` applies the rules of :data:`RULES` in order to a :class:`Draft`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from ..ir import Algorithm, Axis, Binding, Load, contains, expr_axes, mul_factors, reduces_in, topo_order
+from .schedule import Schedule, StageSchedule
+
+__all__ = ["complete_schedule", "contractions", "sm_count", "next_pow2", "Draft", "RULES", "DECIDED"]
+
+#: The knobs the heuristic fills in; all others are the user's (or their defaults).
+DECIDED = ("tile", "grid", "group", "split", "strategy", "num_warps", "num_stages", "stages", "access")
+
+
+def next_pow2(n: int) -> int:
+    """Smallest power of two >= n (1 for n <= 1)."""
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def contractions(alg: Algorithm) -> dict[str, tuple[str, str, str]]:
+    """Reduce stages that look like a matrix product: name -> (m axis, n axis, r axis)."""
+    out = {}
+    for s in alg.stages.values():
+        r = s.node
+        if s.is_output or r.op != "sum" or len(r.over) != 1:
+            continue
+        ra = r.over[0]
+        fs = [f for f in mul_factors(r.x) if ra in f.axes]
+        sides: list[set[str]] = []
+        for f in fs:
+            ax = set(f.axes) - {ra}
+            if ax:
+                sides.append(ax)
+        free = set(r.axes)
+        for m in free:
+            for n in free:
+                if m == n:
+                    continue
+                if all(sd <= (free - {n}) or sd <= (free - {m}) for sd in sides) and \
+                        any(m in sd for sd in sides) and any(n in sd for sd in sides) and \
+                        not any(m in sd and n in sd for sd in sides):
+                    out[r.name] = (m, n, ra)
+                    break
+            if r.name in out:
+                break
+    return out
+
+
+def _contiguous_axes(alg: Algorithm) -> set[str]:
+    """Axes that index the last dimension of some input (contiguous in a row-major tensor)."""
+    out = set()
+    for n in topo_order([o.expr for o in alg.outputs]):
+        if isinstance(n, Load) and n.index and isinstance(n.index[-1], Axis):
+            out.add(n.index[-1].name)
+    return out
+
+
+def _programs(axes, sizes, tiles) -> int:
+    """Programs a grid over ``axes`` launches with ``tiles`` (an axis without a tile: one each)."""
+    return math.prod(-(-sizes[a] // tiles.get(a, 1)) for a in axes)
+
+
+def _column_reduction(a: str, grid, contig: set[str], sizes) -> bool:
+    """``a`` is reduced across rows: it is never a contiguous axis, while a grid axis is."""
+    return a not in contig and any(g in contig for g in grid) and sizes[a] > 64
+
+
+_SMS: dict[str, int] = {}
+
+
+def sm_count(device) -> int:
+    """Streaming multiprocessors of the CUDA device ``device`` (132 on an H200; also the answer
+    when no GPU is visible, e.g. a GPU schedule derived on a CPU machine)."""
+    key = str(device)
+    if key not in _SMS:
+        n = 132
+        try:
+            if torch.cuda.is_available() and getattr(device, "type", "cuda") == "cuda":
+                n = int(torch.cuda.get_device_properties(device).multi_processor_count)
+        except Exception:  # noqa: BLE001 - an odd device string: keep the H200's count
+            pass
+        _SMS[key] = n
+    return _SMS[key]
+
+
+def _split_for(split: dict, r: str, programs: int, size: int, tile: int, sms: int = 132):
+    """Split-K rule: with fewer than half a wave of programs (66 on 132 SMs), split ``r`` so about
+    two waves run, each program still looping over at least 8 tiles of ``r`` (the H200 sweep of
+    the diffusion layer: best split 4 at V=1.4k, 8 at 5k, 64 at 28k-85k)."""
+    want = next_pow2(-(-2 * sms // max(programs, 1)))
+    most = size // (tile * 8)
+    if programs < sms // 2 and most >= 2:
+        split[r] = max(2, min(64, want, 1 << (most.bit_length() - 1)))
+
+
+def _splittable(alg: Algorithm, r: str, strategy: dict) -> bool:
+    """Whether split-K over ``r`` is legal: not an online axis, and every stage reducing ``r`` is a
+    sum or mean (partial maxima could be merged, but the lowering splits sums only)."""
+    if strategy.get(r) == "online":
+        return False
+    return all(st.node.op == "sum" for st in alg.stages.values() if not st.is_output and r in st.node.over)
+
+
+@dataclass
+class Draft:
+    """A schedule being completed: the user's schedule and the call's facts (read-only), and the
+    fields the rules fill in (``tile``, ``grid``, ... start as the user's)."""
+    alg: Algorithm
+    user: Schedule
+    given: bool            # a schedule was given: its launch options stay, no flash/group rule
+    b: Binding
+    gpu: bool
+    sms: int
+    half: bool             # some input is fp16/bf16
+    cons: dict             # contractions(alg)
+    reduced: set           # axes some stage reduces
+    row_axes: list         # reduced axes kept in some output
+    contig: set            # axes that index an input's last dim
+    tile: dict
+    strategy: dict
+    group: dict
+    split: dict
+    grid: tuple | None
+    num_warps: int | None
+    num_stages: int | None
+    access: str | None
+    stages: dict = field(default_factory=dict)
+    dot_axes: set = field(default_factory=set)
+    col_axes: list = field(default_factory=list)   # column reductions of the main kernel
+    widest: int = 1        # widest block an off-grid axis takes in a program
+
+    @staticmethod
+    def start(alg: Algorithm, sched: Schedule | None, b: Binding) -> "Draft":
+        """The draft before any rule: the user's fields (or none), the call's facts."""
+        user = sched or Schedule()
+        gpu = b.device.type == "cuda"
+        reduced = set(alg.reduction_axes)
+        return Draft(
+            alg=alg, user=user, given=sched is not None, b=b, gpu=gpu, sms=sm_count(b.device) if gpu else 132,
+            half=any(d in (torch.float16, torch.bfloat16) for d in b.dtypes.values()), cons=contractions(alg),
+            reduced=reduced, row_axes=list(dict.fromkeys(a for o in alg.outputs for a in o.layout if a in reduced)),
+            contig=_contiguous_axes(alg), tile=dict(user.tile), strategy=dict(user.strategy), group=dict(user.group),
+            split=dict(user.split), grid=user.grid, num_warps=user.num_warps if sched is not None else None,
+            num_stages=user.num_stages if sched is not None else None, access=user.access)
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return self.b.axis_sizes
+
+    def cap(self, a: str, t: int) -> int:
+        """``t`` capped at the padded size of axis ``a``."""
+        return max(1, min(t, next_pow2(self.sizes[a])))
+
+    def split_ok(self, a: str) -> bool:
+        """The heuristic may split ``a``: GPU, no user split, not split yet, legal."""
+        return self.gpu and not self.user.split and a not in self.split and _splittable(self.alg, a, self.strategy)
+
+
+# ----------------------------------------------------------------------------------------------
+# the rules, in the order complete_schedule applies them
+# ----------------------------------------------------------------------------------------------
+def flash_attention(d: Draft) -> None:
+    """Attention-like algorithms without a schedule: the score stage fused into an online loop
+    (FlashAttention's schedule, Dao et al. 2022): no S x T intermediate; small output axes (the
+    head dim) whole; one query tile per program."""
+    flash = _flash_pattern(d.alg, d.sizes) if not d.given else None
+    if flash is None:
+        return
+    score, loop_axis, whole_axes = flash
+    d.stages[score.name] = StageSchedule(place="fuse")
+    d.strategy[loop_axis] = "online"
+    for a in whole_axes + score.over:
+        d.strategy.setdefault(a, "whole")
+    d.grid = tuple(a for a in d.alg.outputs[0].layout if a not in whole_axes)
+    for a in d.grid[:-1]:
+        d.tile.setdefault(a, 1)
+    d.tile.setdefault(d.grid[-1], max(16, d.cap(d.grid[-1], 128 if d.gpu else 16)))
+    d.tile.setdefault(loop_axis, max(16, d.cap(loop_axis, 64 if d.gpu else 16)))
+    d.num_warps = d.num_warps or (8 if d.gpu and d.tile[d.grid[-1]] >= 128 else 4)
+    d.num_stages = d.num_stages or 2
+
+
+def main_grid(d: Draft) -> None:
+    """The main output's grid: its axes except row axes (unless a contraction's output axis) and
+    output axes the user asked to cover in-program (strategy whole/loop/online for an axis no
+    stage reduces: on a grid, the strategy would be ignored)."""
+    main = d.alg.outputs[0]
+    main_ss = d.user.stage(main.name)
+    in_program = {a for a in main.layout if a not in d.reduced
+                  and main_ss.strategy.get(a, d.strategy.get(a, "auto")) != "auto"}
+    if d.grid is None:
+        d.grid = tuple(a for a in main.layout if (a not in d.row_axes or _is_contraction_free(a, d.cons))
+                       and a not in in_program)
+        if not d.grid and main.layout:
+            d.grid = tuple(a for a in main.layout[:1] if a not in in_program)
+
+
+def contraction_tiles(d: Draft) -> None:
+    """Dot tiles, split-K, grouped order and launch options of each contraction, the main
+    output's own first: its free axes are the grid, so their tiles are set for the output (an
+    axis reduced in an earlier stage, v of the diffusion layer, would otherwise take that stage's
+    short reduction tile as its grid tile)."""
+    main = d.alg.outputs[0]
+    for name, (m, n, r) in sorted(d.cons.items(), key=lambda kv: kv[0] != getattr(main.expr, "name", None)):
+        _contraction(d, name, m, n, r)
+
+
+def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
+    tile, grid, sizes = d.tile, d.grid, d.sizes
+    big = 128 if (d.gpu and d.half) else 64
+    for a in (m, n):
+        if a not in tile:
+            tile[a] = max(16, d.cap(a, big))
+        d.dot_axes.add(a)
+    if (d.gpu and big == 128 and m in grid and n in grid and not (set(d.user.tile) & {m, n})
+            and tile[m] == 128 and tile[n] == 128):
+        progs = _programs(grid, sizes, tile)   # batch axes not tiled yet get tile 1 below
+        first = m if grid.index(m) < grid.index(n) else n
+        if progs < d.sms and sizes[first] > 64:
+            # fewer 128x128 output tiles than SMs (1024^3 has 64): 64x128 tiles fill the GPU
+            # without split-K's zeroing and atomics (H200 probe, fp16 1024^3: 64x128x64,
+            # 4 warps, 6.3 us; 128x128 with split 2, 12.9 us)
+            tile[first] = 64
+            if d.num_warps is None:
+                d.num_warps = 4
+    if r not in tile:
+        tile[r] = max(16, d.cap(r, 64 if d.half or not d.gpu else 32))
+    d.dot_axes.add(r)
+    if d.split_ok(r):
+        # programs of the grid: the dot's output tiles times the batch axes' tiles
+        free = d.alg.stages[name].free_axes if name in d.alg.stages else (m, n)
+        ntiles = _programs(dict.fromkeys((m, n) + tuple(a for a in grid if a in free)), sizes, tile)
+        # about two waves of programs over the 132 SMs, each still looping over >= 8 tiles of
+        # the reduction (the H200 sweep of the diffusion layer: best split 4 at V=1.4k, 8 at
+        # 5k, 64 at 28k-85k)
+        _split_for(d.split, r, ntiles, sizes[r], tile[r], d.sms)
+    if len(grid) >= 2 and set(grid[-2:]) == {m, n} and not d.group and not d.given:
+        # grouped launch order swizzles the second-to-last grid axis (codegen)
+        d.group[grid[-2]] = 8
+    if d.num_warps is None:
+        d.num_warps = 8 if tile[m] * tile[n] >= 128 * 128 else 4
+    if d.num_stages is None:
+        d.num_stages = (4 if d.half else 3) if d.gpu else 2
+
+
+def off_grid_axes(d: Draft) -> None:
+    """Strategies and tiles of the axes covered inside each program (neither dot axes nor on the
+    grid): column reductions loop in short tiles, rows are whole up to a limit, else online/loop."""
+    limit = 32768 if d.gpu else 4096
+    strategy, tile = d.strategy, d.tile
+    for a in d.alg.axis_names:
+        if a in d.dot_axes or a in d.grid:
+            continue
+        if a not in strategy or strategy[a] == "auto":
+            if _column_reduction(a, d.grid, d.contig, d.sizes) and a not in tile:
+                # a column reduction (the reduced axis is strided, a grid axis is contiguous):
+                # loop over it in short tiles so each program reads wide, coalesced rows
+                strategy[a] = "loop"
+                tile[a] = d.cap(a, 32 if d.gpu else 16)
+                d.widest = max(d.widest, tile[a])
+                d.col_axes.append(a)
+            elif a in d.user.tile:
+                # the user's tile of an off-grid axis: step over it in that tile ("whole" would
+                # ignore the tile)
+                strategy[a] = "online" if _online_candidate(d.alg, a) else "loop"
+            elif next_pow2(d.sizes[a]) <= limit:
+                strategy[a] = "whole"
+            else:
+                strategy[a] = "online" if _online_candidate(d.alg, a) else "loop"
+        if strategy[a] == "whole":
+            d.widest = max(d.widest, next_pow2(d.sizes[a]))
+        elif a not in tile:
+            tile[a] = d.cap(a, 2048 if d.gpu else 1024)
+            d.widest = max(d.widest, tile[a])
+
+
+def grid_tiles(d: Draft) -> None:
+    """Tiles of the grid axes: 1 for a contraction's batch axes; else about 1024 elements per
+    program (4096 on the GPU with wide rows), innermost first; 64 (capped) for any axis left."""
+    tile = d.tile
+    if d.dot_axes:
+        for a in d.grid:  # batch axes of a contraction: one per program
+            tile.setdefault(a, 1)
+    budget = max(1, (4096 if d.gpu else 1024) // d.widest) if d.widest > 1 else 1024
+    for a in reversed(d.grid):
+        if a in tile:
+            continue
+        if d.row_axes or d.widest > 1:
+            t = 1 if d.widest >= 1024 or a != d.grid[-1] else d.cap(a, budget)
+        else:
+            t = d.cap(a, budget)
+        tile[a] = t
+        budget = max(1, budget // t)
+    for a in d.alg.axis_names:
+        tile.setdefault(a, d.cap(a, 64))
+
+
+def column_splits(d: Draft) -> None:
+    """Split-K of the main kernel's column reductions when its programs are few."""
+    for a in d.col_axes:
+        if d.split_ok(a):
+            _split_for(d.split, a, _programs(d.grid, d.sizes, d.tile), d.sizes[a], d.tile[a], d.sms)
+
+
+def launch_defaults(d: Draft) -> None:
+    """``num_warps`` growing with the widest in-program block; ``num_stages`` 2."""
+    if d.num_warps is None:
+        d.num_warps = 4 if d.widest <= 1024 else (8 if d.widest <= 4096 else 16)
+    if d.num_stages is None:
+        d.num_stages = 2
+
+
+def output_stages(d: Draft) -> None:
+    """The user's stage overrides (over the rules'), and, when the user leaves the grid open, a
+    grid of its own for each further output (with its own column reductions)."""
+    d.stages = dict(d.stages, **dict(d.user.stages))
+    if d.user.grid is not None:
+        return
+    for o in d.alg.outputs[1:]:
+        ss = d.stages.get(o.name, StageSchedule())
+        if ss.grid is None:
+            _output_stage(d, o, ss)
+
+
+def _output_stage(d: Draft, o, ss: StageSchedule) -> None:
+    own = {a for a in o.layout if a not in d.reduced
+           and ss.strategy.get(a, d.user.strategy.get(a, "auto")) != "auto"}
+    og = tuple(a for a in o.layout if (a not in d.row_axes or _is_contraction_free(a, d.cons)) and a not in own) \
+        or tuple(a for a in o.layout[:1] if a not in own)
+    st_tile, st_strat = dict(ss.tile), dict(ss.strategy)
+    for a in expr_axes(o.expr):
+        if a not in og and a not in d.dot_axes and a not in st_strat and _column_reduction(a, og, d.contig, d.sizes):
+            # the output's own kernel reduces a strided axis (dw, db of layer norm)
+            st_strat[a] = "loop"
+            st_tile[a] = d.cap(a, 32 if d.gpu else 16)
+            for g in og:
+                if g in d.contig:
+                    st_tile.setdefault(g, d.cap(g, 128 if d.gpu else 32))
+            if d.split_ok(a):
+                _split_for(d.split, a, _programs(og, d.sizes, dict(d.tile, **st_tile)), d.sizes[a], st_tile[a], d.sms)
+    # replace() keeps every other field of the user's overrides (place, group, num_stages, ...)
+    d.stages[o.name] = ss.replace(tile=st_tile, grid=og, strategy=st_strat,
+                                  num_warps=ss.num_warps or (4 if st_strat != dict(ss.strategy) and d.gpu else None))
+    if st_strat != dict(ss.strategy):
+        # reductions of the column axis inside this output (a split one runs as a kernel
+        # of its own) take the same tiles
+        for n in reduces_in([o.expr], frozenset()):
+            if any(a in st_strat for a in n.over) and n.name not in d.stages:
+                d.stages[n.name] = StageSchedule(tile={a: t for a, t in st_tile.items() if a in n.axes or a in n.over},
+                                                 strategy={a: v for a, v in st_strat.items() if a in n.over},
+                                                 num_warps=4 if d.gpu else None)
+
+
+def access_style(d: Draft) -> None:
+    """``access`` left open: "tma" for long 16-bit contractions on a TMA device, else "pointer"."""
+    if d.access is not None:
+        return
+    b, sizes, alg = d.b, d.sizes, d.alg
+    d.access = "pointer"
+    floats = [t for t in b.dtypes.values() if t.is_floating_point]
+    # not when the user gave an L2 eviction hint for a tile input: TMA loads take none, so the
+    # hint would be dropped without a word (vectors keep pointer loads, and their hints)
+    tiles = {p.name for p in alg.tensor_params if sum(b.sizes[s] > 1 for s in p.dims) >= 2}
+    hinted = any(v != "evict_normal" and t in tiles for t, v in d.user.eviction.items())
+    if (d.gpu and d.cons and _flash_pattern(alg, sizes) is None and floats and all(t.itemsize == 2 for t in floats)
+            and math.prod(sizes[a] for a in set(alg.axis_names)) >= 1 << 35 and not hinted
+            and _tma_device(b.device)):
+        # TMA tile loads (host-side descriptors) for kernels long enough to hide their host
+        # cost. H200, session 4 (bench/results/tma_default_check.txt): bf16 4096.4096.11008
+        # kernel 552-583 us against 636-664 us with pointers; 2048^3 fp16 26.2 against 29.8 us,
+        # but a plain call then takes 37-46 us against 31 us (the launcher encodes three
+        # descriptors per call), so below 2^35 multiply-adds (4096x4096x2048) pointers stay
+        d.access = "tma"
+
+
+#: The rules :func:`complete_schedule` applies, in order.
+RULES = (flash_attention, main_grid, contraction_tiles, off_grid_axes, grid_tiles, column_splits, launch_defaults,
+         output_stages, access_style)
+
+
+def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Schedule:
+    """Return ``sched`` with every open field filled for the shapes and dtypes of ``b``: the
+    :data:`RULES` fill in the knobs of :data:`DECIDED`; every other knob is the user's."""
+    d = Draft.start(alg, sched, b)
+    for rule in RULES:
+        rule(d)
+    full = d.user.replace(tile=d.tile, grid=tuple(d.grid), group=d.group, split=d.split, strategy=d.strategy,
+                          num_warps=d.num_warps, num_stages=d.num_stages, stages=d.stages, access=d.access)
+    # tiles filled above for axes that end up "whole" off every grid would be ignored: drop them
+    # (a user's own such tile stays, and validation reports it)
+    return full.without_unused_tiles(alg, keep=d.user)
+
+
+def _tma_device(device) -> bool:
+    """The CUDA device has the tensor-memory accelerator (compute capability 9.0 or newer); True
+    when no GPU is visible (schedules derived on a CPU machine for the GPU assume an H200, as
+    :func:`sm_count` does)."""
+    if device.type != "cuda":
+        return False
+    if not torch.cuda.is_available():
+        return True
+    return torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def _flash_pattern(alg: Algorithm, sizes):
+    """Detect attention-like algorithms: a single-output algorithm whose sum stage ``s`` (over
+    small axes, each <= 256) has a free axis ``j`` that later stages reduce with a max and with
+    sums of ``exp(. - max)``. Returns (s, j, axes to keep whole) or None."""
+    if len(alg.outputs) != 1:
+        return None
+    main = alg.outputs[0]
+    reds = [st.node for st in alg.stages.values() if not st.is_output]
+    for s in reds:
+        if s.op != "sum" or any(sizes[a] > 256 for a in s.over):
+            continue
+        for j in s.axes:
+            if j in main.layout:
+                continue
+            maxes = [m for m in reds if m.op == "max" and j in m.over and contains(m.x, s)]
+            sums = [r for r in reds if r.op == "sum" and j in r.over and r is not s and contains(r.x, s)]
+            if maxes and sums:
+                whole = tuple(a for a in main.layout if a not in s.axes and sizes[a] <= 256)
+                return s, j, whole
+    return None
+
+
+def _is_contraction_free(a, cons) -> bool:
+    return any(a in (m, n) for m, n, _ in cons.values())
+
+
+def _online_candidate(alg: Algorithm, a: str) -> bool:
+    """True when axis ``a`` is reduced by a max whose result is used by a sum over ``a``."""
+    maxes = [s.node for s in alg.stages.values() if not s.is_output and s.node.op == "max" and a in s.node.over]
+    return bool(maxes)

@@ -1,0 +1,414 @@
+"""The schedule knobs: one table that says what a :class:`~dtriton.Schedule` can hold.
+
+Each :class:`Knob` record gives a knob's name, kind (a flat value, a per-axis or per-tensor map,
+the grid's axis tuple, the per-stage overrides), scope (whether a
+:class:`~dtriton.StageSchedule` may override it), allowed values (:class:`Domain`, with the error
+text a wrong value gets), default, the values exploration tries, whether it is a launch option,
+and a one-line description. ``Schedule`` and ``StageSchedule`` take their fields, defaults, value
+checks, JSON form and ``repr`` from this table; the heuristic passes every knob it does not decide
+through unchanged; the README's knob table is :func:`markdown_table`.
+
+Adding a flat knob: append a :class:`Knob` to :data:`BUILTIN` (or :func:`register` one at run
+time, as tests do), then read ``schedule.<name>`` where it takes effect. Map knobs (``tile``,
+``eviction``, ...) are built in only: their names are also checked against an algorithm by
+``Schedule.validate`` and read by lowering.
+
+Run ``python -m dtriton.schedule --write README.md`` to refresh the README's table (a test
+fails while it differs).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+__all__ = ["Knob", "Domain", "FrozenMap", "one_of", "is_pow2", "register", "unregister", "knob", "knobs", "names",
+           "flat_knobs", "stage_knobs", "launch_knobs", "reserve_names", "markdown_table", "BUILTIN",
+           "KINDS", "SCOPES", "STRATEGIES", "PLACES", "SPLIT_MODES", "ACCESS", "EVICTIONS", "PRECISIONS",
+           "ACC_DTYPES"]
+
+#: Reduction / non-grid-axis strategies.
+#: whole: the tile covers the axis (one pass in registers); loop: tiles over the axis in a loop,
+#: one pass per dependent reduction; online: one running pass with rescaling (Milakov &
+#: Gimelshein 2018, "Online normalizer calculation for softmax"); auto: the compiler picks.
+STRATEGIES = ("auto", "whole", "loop", "online")
+#: Where a reduction stage is computed: auto; fuse (in its consumer's kernel, in registers, or
+#: recomputed inside the consumer's loops); materialize (a kernel of its own, result in memory).
+PLACES = ("auto", "fuse", "materialize")
+SPLIT_MODES = ("atomic", "partials")
+#: Memory-access style of tile loads and stores: pointer (a block of addresses, masked), block_ptr
+#: (``tl.make_block_ptr``, bounds checked by the hardware path) or tma (Hopper tensor-memory
+#: accelerator through host-side descriptors, ``TensorDescriptor`` kernel arguments; needs a
+#: contiguous last dim and 16-byte aligned rows, and falls back to pointers per tensor where a
+#: call's tensor does not qualify).
+ACCESS = ("pointer", "block_ptr", "tma")
+#: L2 hints of ``tl.load`` (``Schedule.eviction``); "evict_normal" is Triton's default.
+EVICTIONS = ("evict_first", "evict_last", "evict_normal")
+#: Dot precision of fp32 operands (``Schedule.precision``).
+PRECISIONS = ("ieee", "tf32", "tf32x3")
+#: Accumulation dtypes (``Schedule.acc_dtype``).
+ACC_DTYPES = ("float32", "float64")
+
+#: flat: one value; per_axis / per_tensor: a map from axis / input tensor name to a value (each
+#: value checked against the domain); axes: a tuple of axis names or None (the grid); per_stage:
+#: stage name -> StageSchedule (``stages``).
+KINDS = ("flat", "per_axis", "per_tensor", "axes", "per_stage")
+#: schedule: a Schedule field only; stage: a StageSchedule may override it for a stage's kernel.
+SCOPES = ("schedule", "stage")
+
+
+class FrozenMap(Mapping):
+    """An immutable, hashable mapping (sorted by key): the value of a map knob (``tile``, ...)."""
+
+    __slots__ = ("_items", "_d")
+
+    def __init__(self, data: Mapping | None = None, **kw):
+        d = dict(data or {}, **kw)
+        self._d = d
+        self._items = tuple(sorted(d.items(), key=lambda kv: str(kv[0])))
+
+    def __getitem__(self, k):
+        return self._d[k]
+
+    def __iter__(self) -> Iterator:
+        return iter(k for k, _ in self._items)
+
+    def __len__(self):
+        return len(self._items)
+
+    def __hash__(self):
+        return hash(self._items)
+
+    def __eq__(self, o):
+        if isinstance(o, FrozenMap):
+            return self._items == o._items
+        if isinstance(o, Mapping):
+            return dict(self._items) == dict(o)
+        return NotImplemented
+
+    def __repr__(self):
+        return "{" + ", ".join(f"{k!r}: {v!r}" for k, v in self._items) + "}"
+
+
+def is_pow2(n) -> bool:
+    """``n`` is an int (not a bool) and a power of two."""
+    return isinstance(n, int) and not isinstance(n, bool) and n >= 1 and (n & (n - 1)) == 0
+
+
+@dataclass(frozen=True)
+class Domain:
+    """The values a knob allows.
+
+    ``problem(value)`` says what is wrong with a value (the text after ``"<knob> = <value> "`` in
+    the error, e.g. ``"must be an integer from 1 to 8"``), or returns None for an allowed value.
+    ``text`` describes the allowed values for the README; ``values`` is the finite set, when there
+    is one."""
+    text: str
+    problem: Callable[[Any], "str | None"]
+    values: tuple | None = None
+
+    def __repr__(self):
+        return f"Domain({self.text!r})"
+
+
+def _member(v, values: tuple) -> bool:
+    # 1 == True in Python: a bool is allowed only where the domain lists that bool, and the
+    # other way round
+    try:
+        return any(v == x and isinstance(v, bool) == isinstance(x, bool) for x in values)
+    except Exception:  # noqa: BLE001 - a value whose == raises is not allowed
+        return False
+
+
+def _listing(values: tuple) -> str:
+    """``'a', 'b' or 'c'``."""
+    r = [repr(v) for v in values]
+    return r[0] if len(r) == 1 else ", ".join(r[:-1]) + " or " + r[-1]
+
+
+def one_of(values: Iterable, expect: str | None = None) -> Domain:
+    """A domain of finitely many values; a wrong value reads ``"<knob> = 'x' must be 'a', 'b' or
+    'c'"`` (or ``"<knob> = 'x' " + expect``)."""
+    values = tuple(values)
+    if not values:
+        raise ValueError("one_of() needs at least one value")
+    why = expect or f"must be {_listing(values)}"
+    return Domain(", ".join(repr(v) for v in values), lambda v: None if _member(v, values) else why, values)
+
+
+def _tile_problem(t) -> str | None:
+    if not isinstance(t, int) or isinstance(t, bool):
+        return "must be an int (a power of two such as 16, 32, 64)"
+    if not is_pow2(t):
+        lo = 1 << (max(t, 1).bit_length() - 1) if t > 0 else 1
+        return f"is not a power of two; Triton blocks must be powers of two (try {lo} or {lo * 2})"
+    return None
+
+
+def _positive(v) -> str | None:
+    return None if isinstance(v, int) and v >= 1 else "must be a positive integer"
+
+
+def _warps(v) -> str | None:
+    return None if is_pow2(v) and v <= 32 else "must be a power of two between 1 and 32"
+
+
+def _pipeline(v) -> str | None:
+    return None if isinstance(v, int) and 1 <= v <= 8 else "must be an integer from 1 to 8"
+
+
+def _per_sm(v) -> str | None:
+    ok = isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 32
+    return None if ok else "must be 0 (off) or programs per SM from 1 to 32"
+
+
+def _boolean(v) -> str | None:
+    return None if isinstance(v, bool) else "must be True or False"
+
+
+def _any(v) -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One schedule knob.
+
+    Attributes:
+        name: the ``Schedule`` keyword and attribute.
+        default: the value of a schedule that does not set it (JSON omits values equal to it).
+            Map kinds default to an empty :class:`FrozenMap`, ``axes`` to None.
+        domain: a :class:`Domain`, or a tuple of allowed values (made :func:`one_of`). Map kinds
+            check each value of the map.
+        doc: one line for the README's knob table.
+        kind: one of :data:`KINDS`.
+        scope: one of :data:`SCOPES`; "stage" knobs are :class:`~dtriton.StageSchedule` fields
+            too (unset there: None or empty, inheriting the schedule's value).
+        search: the values exploration tries (for map kinds, per entry); ``()``: not searched.
+            Derived spaces narrow the built-in knobs' values per call.
+        launch: the value is a kernel launch option (``num_warps``, ``num_stages``), passed to the
+            launch rather than read by the plan, so it is not visible in the generated source.
+    """
+    name: str
+    default: Any
+    domain: Any
+    doc: str
+    kind: str = "flat"
+    scope: str = "schedule"
+    search: tuple = ()
+    launch: bool = False
+
+    def __post_init__(self):
+        if not (isinstance(self.name, str) and self.name.isidentifier() and not self.name.startswith("_")):
+            raise ValueError(f"knob name {self.name!r} must be a Python identifier not starting with '_'")
+        if self.kind not in KINDS:
+            raise ValueError(f"knob {self.name!r}: kind {self.kind!r} is not one of {KINDS}")
+        if self.scope not in SCOPES:
+            raise ValueError(f"knob {self.name!r}: scope {self.scope!r} is not one of {SCOPES}")
+        if isinstance(self.domain, (tuple, list)):
+            object.__setattr__(self, "domain", one_of(self.domain))
+        if not isinstance(self.domain, Domain):
+            raise ValueError(f"knob {self.name!r}: domain must be a Domain or a tuple of values, "
+                             f"got {type(self.domain).__name__}")
+        object.__setattr__(self, "search", tuple(self.search))
+        if self.launch and self.kind != "flat":
+            raise ValueError(f"knob {self.name!r}: only flat knobs can be launch options")
+        if self.kind == "flat" and self.problem(self.default) is not None:
+            raise ValueError(f"knob {self.name!r}: default {self.default!r} {self.problem(self.default)}")
+        for v in self.search:
+            if self.problem(v) is not None:
+                raise ValueError(f"knob {self.name!r}: search value {v!r} {self.problem(v)}")
+
+    def problem(self, value) -> str | None:
+        """What is wrong with ``value`` (one value; one entry's value for map kinds), or None."""
+        return self.domain.problem(value)
+
+    @property
+    def stage_default(self):
+        """A StageSchedule's value when the stage does not override this knob."""
+        return FrozenMap() if self.kind in ("per_axis", "per_tensor", "per_stage") else None
+
+
+#: The built-in knobs, in the order of ``Schedule``'s fields (its positional parameters).
+BUILTIN: tuple[Knob, ...] = (
+    Knob("tile", FrozenMap(), Domain("powers of two", _tile_problem), kind="per_axis", scope="stage",
+         search=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096),
+         doc="block size per axis"),
+    Knob("grid", None, Domain("axis names", _any), kind="axes", scope="stage",
+         doc="axes mapped to program ids, outermost first (the last varies fastest)"),
+    Knob("group", FrozenMap(), Domain("positive integers", _positive), kind="per_axis", scope="stage",
+         search=(1, 4, 8, 16), doc="grouped launch order (L2 swizzle) of the second-to-last grid axis"),
+    Knob("split", FrozenMap(), Domain("positive integers", _positive), kind="per_axis",
+         search=(1, 2, 4, 8, 16), doc="split-K: divide a summed axis across programs"),
+    Knob("strategy", FrozenMap(), one_of(STRATEGIES, f"is not one of {STRATEGIES}"), kind="per_axis",
+         scope="stage", search=("whole", "loop", "online"),
+         doc="how an axis inside a program is covered: whole, loop or online (rescaled one pass)"),
+    Knob("num_warps", 4, Domain("power of two, 1 to 32", _warps), scope="stage", search=(2, 4, 8, 16),
+         launch=True, doc="warps per program"),
+    Knob("num_stages", 2, Domain("1 to 8", _pipeline), scope="stage", search=(1, 2, 3, 4, 5), launch=True,
+         doc="software-pipeline depth of loops"),
+    Knob("acc_dtype", "float32", one_of(ACC_DTYPES), doc="accumulation dtype"),
+    Knob("precision", "ieee", one_of(PRECISIONS),
+         doc="dot precision of fp32 operands (tf32: ~1e-3 relative error; tf32x3: close to fp32)"),
+    Knob("split_mode", "atomic", one_of(SPLIT_MODES, f"must be one of {SPLIT_MODES}"),
+         doc="how split partial sums combine: fp32 atomics, or per-split buffers (deterministic)"),
+    Knob("stages", FrozenMap(), Domain("StageSchedule per stage", _any), kind="per_stage",
+         search=PLACES, doc="per-stage overrides (StageSchedule): place (auto, fuse, materialize; explored) and the "
+                              "stage overrides"),
+    Knob("eviction", FrozenMap(), one_of(EVICTIONS), kind="per_tensor", search=("evict_normal", "evict_first"),
+         doc="L2 eviction hint of an input's loads"),
+    Knob("persistent", 0, Domain("0 to 32", _per_sm), search=(0, 1, 2),
+         doc="0: a program per tile; k: k programs per SM, each looping over tiles"),
+    Knob("access", None, one_of((None,) + ACCESS, f"must be one of {ACCESS} (or None: the compiler picks)"),
+         search=("pointer", "tma"), doc="memory access of tile loads and stores (None: the heuristic picks)"),
+    Knob("warp_specialize", False, Domain("True, False", _boolean, (False, True)),
+         doc="producer/consumer warp groups in contraction loops (Hopper, with TMA loads)"),
+)
+
+_REGISTRY: dict[str, Knob] = {k.name: k for k in BUILTIN}
+_RESERVED: set[str] = set()
+# views of the registry, rebuilt on every change (Schedule reads them on each construction and hash)
+_VIEWS: dict[str, tuple] = {}
+
+
+def _refresh() -> None:
+    ks = tuple(_REGISTRY.values())
+    stage = tuple(k for k in ks if k.scope == "stage")
+    _VIEWS.update(all=ks, names=tuple(k.name for k in ks), flat=tuple(k for k in ks if k.kind == "flat"),
+                  stage=stage, stage_names=tuple(k.name for k in stage), launch=tuple(k for k in ks if k.launch))
+
+
+_refresh()
+
+
+def reserve_names(names: Iterable[str]) -> None:
+    """Names no knob may take (the methods and attributes of ``Schedule``/``StageSchedule``,
+    which reserve theirs when defined)."""
+    _RESERVED.update(names)
+
+
+def register(k: Knob) -> Knob:
+    """Add a flat knob: ``Schedule`` then accepts, checks, compares and serialises it, the heuristic
+    passes it through, and :func:`markdown_table` lists it. Raises ValueError for a map kind, a
+    name already taken or reserved."""
+    if not isinstance(k, Knob):
+        raise TypeError(f"register() takes a Knob, got {type(k).__name__}")
+    if k.kind != "flat":
+        raise ValueError(f"knob {k.name!r}: only flat knobs can be registered; a {k.kind} knob also needs "
+                         f"rules in Schedule.validate and lowering (add it to BUILTIN with them)")
+    if k.name in _REGISTRY:
+        raise ValueError(f"a knob named {k.name!r} is already registered")
+    if k.name in _RESERVED:
+        raise ValueError(f"{k.name!r} cannot be a knob name: Schedule or StageSchedule uses it")
+    _REGISTRY[k.name] = k
+    _refresh()
+    return k
+
+
+def unregister(name: str) -> None:
+    """Remove a knob added by :func:`register` (built-in knobs stay). Schedules made before keep
+    the value but no longer show, compare or serialise it."""
+    if any(k.name == name for k in BUILTIN):
+        raise ValueError(f"{name!r} is a built-in knob and cannot be unregistered")
+    if name not in _REGISTRY:
+        raise KeyError(f"no knob named {name!r} is registered")
+    del _REGISTRY[name]
+    _refresh()
+
+
+def knob(name: str) -> Knob:
+    """The knob called ``name`` (KeyError when there is none)."""
+    return _REGISTRY[name]
+
+
+def knobs() -> tuple[Knob, ...]:
+    """Every knob, in ``Schedule`` field order (built-ins first, then registered ones)."""
+    return _VIEWS["all"]
+
+
+def names(scope: str | None = None) -> tuple[str, ...]:
+    """The knobs' names in field order: all of them, or those of scope "stage"."""
+    return _VIEWS["stage_names"] if scope == "stage" else _VIEWS["names"]
+
+
+def flat_knobs() -> tuple[Knob, ...]:
+    """The knobs of kind "flat" (single values: ``num_warps``, ``precision``, ...)."""
+    return _VIEWS["flat"]
+
+
+def stage_knobs() -> tuple[Knob, ...]:
+    """The knobs a :class:`~dtriton.StageSchedule` may override, in its field order."""
+    return _VIEWS["stage"]
+
+
+def launch_knobs() -> tuple[Knob, ...]:
+    """The flat knobs that are kernel launch options (not visible in the generated source)."""
+    return _VIEWS["launch"]
+
+
+# ----------------------------------------------------------------------------------------------
+# the README table
+# ----------------------------------------------------------------------------------------------
+TABLE_BEGIN = "<!-- knob table: generated by `python -m dtriton.schedule --write README.md` -->"
+TABLE_END = "<!-- end of knob table -->"
+
+
+_KIND_WORDS = {"flat": "value", "per_axis": "per axis", "per_tensor": "per input tensor", "axes": "axis tuple",
+               "per_stage": "per stage name"}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _values(vs: tuple) -> str:
+    if len(vs) > 6:
+        vs = vs[:3] + ("...",) + vs[-1:]
+    return ", ".join("..." if v == "..." else f"`{v!r}`" for v in vs)
+
+
+def markdown_table() -> str:
+    """The README's table of schedule knobs (one row per registered knob, in field order)."""
+    rows = ["| knob | kind | default | allowed | explored | what it sets |", "|---|---|---|---|---|---|"]
+    for k in knobs():
+        kind = _KIND_WORDS[k.kind] + (", stage override" if k.scope == "stage" else "") + \
+            (", launch option" if k.launch else "")
+        default = "`{}`" if isinstance(k.default, FrozenMap) else f"`{k.default!r}`"
+        allowed = _values(k.domain.values) if k.domain.values is not None else k.domain.text
+        rows.append(f"| `{k.name}` | {kind} | {default} | {_cell(allowed)} | {_cell(_values(k.search)) or '-'} | "
+                    f"{_cell(k.doc)} |")
+    return "\n".join(rows)
+
+
+def readme_table(readme_text: str) -> str | None:
+    """The knob table found between the markers in a README's text, or None without markers."""
+    if TABLE_BEGIN not in readme_text or TABLE_END not in readme_text:
+        return None
+    return readme_text.split(TABLE_BEGIN, 1)[1].split(TABLE_END, 1)[0].strip("\n")
+
+
+def with_table(readme_text: str) -> str:
+    """``readme_text`` with the table between the markers replaced by :func:`markdown_table`."""
+    if readme_table(readme_text) is None:
+        raise ValueError(f"the README has no knob table markers ({TABLE_BEGIN} ... {TABLE_END})")
+    head, rest = readme_text.split(TABLE_BEGIN, 1)
+    tail = rest.split(TABLE_END, 1)[1]
+    return f"{head}{TABLE_BEGIN}\n{markdown_table()}\n{TABLE_END}{tail}"
+
+
+def main(argv=None) -> int:
+    """Print the knob table, or rewrite it in place in a README (``--write README.md``)."""
+    ap = argparse.ArgumentParser(prog="python -m dtriton.schedule", description=main.__doc__)
+    ap.add_argument("--write", metavar="README", help="replace the table between the markers of this file")
+    a = ap.parse_args(argv)
+    if a.write is None:
+        print(markdown_table())
+        return 0
+    with open(a.write, encoding="utf-8") as f:
+        text = f.read()
+    new = with_table(text)
+    if new != text:
+        with open(a.write, "w", encoding="utf-8") as f:
+            f.write(new)
+    return 0

@@ -1,0 +1,216 @@
+"""The knob registry: a knob registered in one place is a Schedule keyword and attribute, checked,
+compared, hashed, serialised, suggested for misspellings, passed through by the heuristic and
+listed in the README's table (which must equal the generated one)."""
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+import dtriton as dt
+from dtriton.library import layer_norm, matmul, softmax
+from dtriton.schedule import Knob, complete_schedule, knobs, markdown_table, register, unregister
+from dtriton.schedule.knobs import flat_knobs, launch_knobs, readme_table, stage_knobs, with_table
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+MM = (torch.randn(8, 16), torch.randn(16, 4))
+
+
+@pytest.fixture
+def test_knob():
+    """A flat knob that only tests know: domain (0, 1, 2), default 0, searched over (0, 1)."""
+    k = register(Knob("test_only_knob", 0, (0, 1, 2), "a knob for tests only", search=(0, 1)))
+    yield k
+    unregister("test_only_knob")
+
+
+@pytest.fixture
+def stage_knob():
+    """A flat launch option that a StageSchedule may override."""
+    k = register(Knob("test_stage_knob", 1, (1, 2, 4), "a per-stage launch option for tests", scope="stage",
+                      launch=True, search=(1, 2)))
+    yield k
+    unregister("test_stage_knob")
+
+
+def gpu_binding(alg, args):
+    return dataclasses.replace(alg.bind(args), device=torch.device("cuda"))
+
+
+def test_readme_knob_table_is_the_generated_one():
+    text = README.read_text(encoding="utf-8")
+    assert readme_table(text) == markdown_table(), \
+        "README's knob table is stale: run `PYTHONPATH=src python -m dtriton.schedule --write README.md`"
+    assert with_table(text) == text
+
+
+def test_builtin_knobs_are_the_schedule_fields_in_order():
+    assert dt.Schedule.field_names() == ("tile", "grid", "group", "split", "strategy", "num_warps", "num_stages",
+                                         "acc_dtype", "precision", "split_mode", "stages", "eviction", "persistent",
+                                         "access", "warp_specialize")
+    assert dt.StageSchedule.field_names() == ("place", "tile", "grid", "group", "strategy", "num_warps", "num_stages")
+    assert [k.name for k in launch_knobs()] == ["num_warps", "num_stages"]
+    assert [k.name for k in stage_knobs()] == ["tile", "grid", "group", "strategy", "num_warps", "num_stages"]
+    # positional arguments keep the old dataclass order
+    s = dt.Schedule({"i": 16}, ("i", "j"), {}, {}, {}, 8)
+    assert s.tile == {"i": 16} and s.grid == ("i", "j") and s.num_warps == 8
+    assert dt.StageSchedule("fuse").place == "fuse"
+
+
+def test_registered_knob_is_a_schedule_field(test_knob):
+    s = dt.Schedule(test_only_knob=1)
+    assert s.test_only_knob == 1 and dt.Schedule().test_only_knob == 0
+    assert "test_only_knob" in dt.Schedule.field_names()
+    # compared and hashed
+    assert s == dt.Schedule(test_only_knob=1) and hash(s) == hash(dt.Schedule(test_only_knob=1))
+    assert s != dt.Schedule() and dt.Schedule(test_only_knob=0) == dt.Schedule()
+    # JSON: the default is left out (existing JSON and tuning records are unchanged)
+    assert dt.Schedule().to_json() == "{}" and dt.Schedule(test_only_knob=0).to_json() == "{}"
+    assert s.to_dict() == {"test_only_knob": 1}
+    assert dt.Schedule.from_json(s.to_json()) == s
+    assert dt.Schedule.from_dict({"test_only_knob": 2}).test_only_knob == 2
+    # replace, repr, flat values, pickling
+    assert s.replace(test_only_knob=2).test_only_knob == 2 and s.replace(num_warps=8).test_only_knob == 1
+    assert repr(s) == "Schedule(test_only_knob=1)"
+    assert s.flat_values()["test_only_knob"] == 1
+    assert s.launch_key() == dt.Schedule().launch_key()    # not a launch option
+    assert pickle.loads(pickle.dumps(s)) == s
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.test_only_knob = 2
+
+
+def test_registered_knob_is_checked_and_suggested(test_knob):
+    with pytest.raises(dt.ScheduleError, match=r"^test_only_knob = 3 must be 0, 1 or 2$"):
+        dt.Schedule(test_only_knob=3)
+    with pytest.raises(dt.ScheduleError, match=r"test_only_knob = True must be 0, 1 or 2"):
+        dt.Schedule(test_only_knob=True)     # a bool is not the int 1
+    with pytest.raises(dt.UnknownFieldError, match=r"Schedule has no field 'test_only_knb' \(did you mean "
+                                                   r"'test_only_knob'\?\); its fields are .*, warp_specialize, "
+                                                   r"test_only_knob$"):
+        dt.Schedule(test_only_knb=1)
+    with pytest.raises(dt.UnknownFieldError, match=r"did you mean 'test_only_knob'"):
+        dt.Schedule.from_dict({"test_only_knobs": 1})
+
+
+def test_knob_registered_after_a_schedule_reads_its_default():
+    s = dt.Schedule(num_warps=8)
+    register(Knob("test_only_knob", 0, (0, 1, 2), "a knob for tests only"))
+    try:
+        assert s.test_only_knob == 0 and s == dt.Schedule(num_warps=8)
+    finally:
+        unregister("test_only_knob")
+    with pytest.raises(dt.UnknownFieldError, match="has no field 'test_only_knob'"):
+        dt.Schedule(test_only_knob=1)
+    with pytest.raises(AttributeError):
+        dt.Schedule().test_only_knob
+
+
+def test_complete_schedule_passes_a_registered_knob_through(test_knob):
+    for b in (matmul.bind(MM), gpu_binding(matmul, MM)):
+        assert complete_schedule(matmul, dt.Schedule(test_only_knob=2), b).test_only_knob == 2
+        assert complete_schedule(matmul, None, b).test_only_knob == 0
+    X = torch.randn(6, 40)
+    b = gpu_binding(layer_norm, (X, torch.randn(40), torch.randn(40)))
+    assert complete_schedule(layer_norm, dt.Schedule(test_only_knob=1, precision="tf32"), b).test_only_knob == 1
+    # and a kernel compiles and runs with it (lowering ignores a knob it does not read)
+    k = dt.compile(matmul, dt.Schedule(test_only_knob=1))
+    assert torch.allclose(k(*MM), MM[0] @ MM[1], atol=1e-5)
+    assert k.schedule_for(*MM).test_only_knob == 1
+
+
+def test_markdown_table_lists_a_registered_knob(test_knob):
+    rows = [r for r in markdown_table().splitlines() if r.startswith("| `test_only_knob`")]
+    assert rows == ["| `test_only_knob` | value | `0` | `0`, `1`, `2` | `0`, `1` | a knob for tests only |"]
+    assert test_knob in flat_knobs() and [k.search for k in flat_knobs() if k.name == "test_only_knob"] == [(0, 1)]
+
+
+def test_stage_scope_knob(stage_knob):
+    ss = dt.StageSchedule(test_stage_knob=2)
+    assert ss.test_stage_knob == 2 and dt.StageSchedule().test_stage_knob is None   # None: inherit
+    assert ss.to_dict() == {"test_stage_knob": 2}
+    s = dt.Schedule(stages={"max0": {"test_stage_knob": 4}})
+    assert s.stage("max0").test_stage_knob == 4 and s.test_stage_knob == 1
+    assert dt.Schedule.from_json(s.to_json()) == s
+    with pytest.raises(dt.ScheduleError, match=r"^stages\['max0'\]\.test_stage_knob = 3 must be 1, 2 or 4$"):
+        dt.Schedule(stages={"max0": {"test_stage_knob": 3}})
+    # a launch option: in the launch options of the stage's kernel and in the launch key
+    assert s.launch_options("max0") == {"num_warps": 4, "num_stages": 2, "test_stage_knob": 4}
+    assert s.launch_options() == {"num_warps": 4, "num_stages": 2, "test_stage_knob": 1}
+    assert s.launch_key() != dt.Schedule(stages={"max0": {"test_stage_knob": 2}}).launch_key()
+    # the heuristic keeps a user's stage override when it gives an output a grid of its own
+    bw = dt.grad(layer_norm).algorithms[0]     # outputs out0 (dX) and out1 (dw)
+    args = (torch.randn(100, 40), torch.randn(40), torch.randn(40), torch.randn(100, 40))
+    for b in (bw.bind(args), gpu_binding(bw, args)):
+        full = complete_schedule(bw, dt.Schedule(stages={"out1": {"test_stage_knob": 2}}), b)
+        assert full.stage("out1").test_stage_knob == 2 and full.stage("out1").grid is not None
+
+
+def test_register_refuses_bad_knobs():
+    with pytest.raises(ValueError, match="already registered"):
+        register(Knob("num_warps", 4, (4,), "again"))
+    with pytest.raises(ValueError, match="Schedule or StageSchedule uses it"):
+        register(Knob("replace", 0, (0,), "a method name"))
+    with pytest.raises(ValueError, match="cannot be a knob name"):
+        register(Knob("place", "auto", ("auto",), "StageSchedule's own field"))
+    with pytest.raises(ValueError, match="only flat knobs can be registered"):
+        register(Knob("test_map", dt.FrozenMap(), (1, 2), "a map", kind="per_axis"))
+    with pytest.raises(ValueError, match="default 5 must be 0 or 1"):
+        Knob("test_bad_default", 5, (0, 1), "bad default")
+    with pytest.raises(ValueError, match="search value 7 must be 0 or 1"):
+        Knob("test_bad_search", 0, (0, 1), "bad search", search=(0, 7))
+    with pytest.raises(ValueError, match="built-in"):
+        unregister("num_warps")
+    with pytest.raises(KeyError):
+        unregister("no_such_knob")
+    assert [k.name for k in knobs()][-1] == "warp_specialize"
+
+
+def test_stage_overrides_are_checked_against_their_knob():
+    with pytest.raises(dt.ScheduleError,
+                       match=r"^stages\['sum0'\]\.num_warps = 3 must be a power of two between 1 and 32$"):
+        dt.Schedule(stages={"sum0": {"num_warps": 3}})
+    with pytest.raises(dt.ScheduleError, match=r"^stages\['sum0'\]\.group\['i'\] = 0 must be a positive integer$"):
+        dt.Schedule(stages={"sum0": {"group": {"i": 0}}})
+    dt.Schedule(stages={"sum0": {"num_warps": 8, "num_stages": 3}})
+    s = dt.Schedule(num_warps=8, stages={"sum0": {"num_stages": 3}})
+    assert s.launch_options("sum0") == {"num_warps": 8, "num_stages": 3}
+    assert s.launch_key() == (8, 2, ("sum0", None, 3))
+
+
+def test_builtin_messages_come_from_the_domains():
+    cases = [(dict(tile={"i": 48}), r"^tile\['i'\] = 48 is not a power of two; Triton blocks must be powers of two "
+                                    r"\(try 32 or 64\)$"),
+             (dict(tile={"i": 16.0}), r"^tile\['i'\] = 16.0 must be an int"),
+             (dict(strategy={"j": "rows"}), r"^strategy\['j'\] = 'rows' is not one of \('auto', 'whole', 'loop', "
+                                            r"'online'\)$"),
+             (dict(num_stages=9), r"^num_stages = 9 must be an integer from 1 to 8$"),
+             (dict(acc_dtype="float16"), r"^acc_dtype = 'float16' must be 'float32' or 'float64'$"),
+             (dict(precision="tf64"), r"^precision = 'tf64' must be 'ieee', 'tf32' or 'tf32x3'$"),
+             (dict(split_mode="x"), r"^split_mode = 'x' must be one of \('atomic', 'partials'\)$"),
+             (dict(eviction={"X": "keep"}), r"^eviction\['X'\] = 'keep' must be 'evict_first', 'evict_last' or "
+                                            r"'evict_normal'$"),
+             (dict(persistent=True), r"^persistent = True must be 0 \(off\) or programs per SM from 1 to 32$"),
+             (dict(access="tmx"), r"^access = 'tmx' must be one of \('pointer', 'block_ptr', 'tma'\) \(or None"),
+             (dict(warp_specialize=1), r"^warp_specialize = 1 must be True or False$"),
+             (dict(stages={"s": {"tile": {"i": 3}}}), r"^stages\['s'\]\.tile\['i'\] = 3 is not a power of two")]
+    for kw, pattern in cases:
+        with pytest.raises(dt.ScheduleError, match=pattern):
+            dt.Schedule(**kw)
+
+
+def test_schedule_is_immutable_and_compares_like_the_old_dataclass():
+    s = dt.Schedule(tile={"i": 16}, grid="i")
+    assert s.grid == ("i",) and isinstance(s.tile, dt.FrozenMap)
+    assert {s: 1}[dt.Schedule(tile={"i": 16}, grid=("i",))] == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.num_warps = 8
+    assert dt.StageSchedule(tile={"j": 8}) == dt.StageSchedule(tile={"j": 8}) != dt.StageSchedule()
+    assert repr(dt.StageSchedule(place="fuse")) == ("StageSchedule(place='fuse', tile={}, grid=None, group={}, "
+                                                    "strategy={}, num_warps=None, num_stages=None)")
+    assert dt.StageSchedule(place="fuse").replace(tile={"j": 8}).place == "fuse"
+    full = dt.compile(softmax).schedule_for(torch.randn(4, 8))
+    assert dt.Schedule.from_json(full.to_json()) == full and eval(repr(full), {"Schedule": dt.Schedule,
+                                                                             "StageSchedule": dt.StageSchedule}) == full
