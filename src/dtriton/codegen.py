@@ -27,15 +27,13 @@ import torch
 
 from .errors import ScheduleError
 from .language import (Axis, Binary, Cast, Const, Expr, Load, Reduce, ScalarParam, Unary, Where,
-                       COMPARE_OPS, _fmt_expr, kernel_f64)
-from .lowering import AxisPlan, BufferSpec, KernelIR, Program, StoreSpec
+                       COMPARE_OPS, _fmt_expr)
+from .plan.decide import decide
+from .plan.graph import fused_deps, fused_reduces, has as _has
+from .plan.kernel import AxisPlan, DotPlan, KernelPlan, PassPlan, Program, StoreSpec
 
 __all__ = ["generate", "fmt"]
 
-
-def _has(seq, x) -> bool:
-    """Identity membership (``==`` on expressions builds a comparison node)."""
-    return any(e is x for e in seq)
 
 TL_DTYPES = {torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float32: "tl.float32",
              torch.float64: "tl.float64", torch.int8: "tl.int8", torch.int16: "tl.int16",
@@ -138,24 +136,18 @@ class _Scope:
 class KernelGen:
     """Emits the source of one KernelIR."""
 
-    def __init__(self, prog: Program, k: KernelIR, alg, dtypes: dict[str, torch.dtype], out_dtypes: dict[str, torch.dtype],
-                 sched, interpret: bool, i64: bool, tma_ok: frozenset = frozenset(), hints: dict | None = None):
-        self.prog, self.k, self.alg, self.dtypes, self.sched = prog, k, alg, dtypes, sched
-        self.hints = hints or {}         # integer argument -> a power of two (2, 4, 8) it is a multiple of
-        self.tma_ok = tma_ok             # tensors whose strides and alignment suit TMA on this call
+    def __init__(self, prog: Program, k: KernelPlan):
+        self.prog, self.k = prog, k
+        self.dtypes, self.out_dtypes = k.dtypes, k.out_dtypes
+        self.hints = k.hints             # integer argument -> a power of two (2, 4, 8) it is a multiple of
         self.descs: dict[tuple, str] = {}  # (tensor, block shape) -> descriptor argument
         self.host_descs: list[tuple[str, str, tuple[int, ...]]] = []  # (argument, tensor, box) built by the runtime
         self._desc_axes: dict[str, list[str]] = {}
-        self.ws_dropped = False          # a warp_specialize loop fell back to a plain one
-        self.ws_loop = False             # a contraction loop asked for warp specialisation
-        self.fp32_dot = False            # a tl.dot with fp32 operands (where `precision` applies)
-        self.evicted: set[str] = set()   # inputs whose loads carry the schedule's eviction hint
-        self.out_dtypes = out_dtypes
-        self.interpret, self.i64 = interpret, i64
+        self.i64 = k.i64
         self.counter = 0
-        self.names = {s.node._id: s.name for s in alg.stages.values() if not s.is_output}
-        any64 = kernel_f64(dtypes.values(), out_dtypes.values()) or sched.acc_dtype == "float64"
-        self.cdt = "tl.float64" if any64 else "tl.float32"
+        self.names = prog.stage_labels
+        self.cdt = f"tl.{k.compute_dtype}"
+        self.reduce_by_id = {r._id: r for r in fused_reduces([st.expr for st in k.stores], k.materialized)}
         self.tensors: list[str] = []     # pointer args in order
         self.tensor_ndim: dict[str, int] = {}
         self.sizes: list[str] = []
@@ -183,10 +175,8 @@ class KernelGen:
         return nm
 
     def eviction(self, name: str) -> str | None:
-        """The L2 eviction hint for loads of input ``name`` (None: Triton's default policy, which
-        is what "evict_normal" asks for; Triton itself accepts only evict_first and evict_last)."""
-        ev = self.sched.eviction.get(name)
-        return None if ev == "evict_normal" else ev
+        """The plan's L2 eviction hint for loads of input ``name`` (None: Triton's default policy)."""
+        return self.k.eviction.get(name)
 
     def tensor_arg(self, name: str, ndim: int) -> str:
         if name not in self.tensor_ndim:
@@ -361,7 +351,7 @@ class KernelGen:
                     v, vl = s.reduced[n._id]
                     return self.relayout(v, vl, layout, self.present(n, scope), scope)
             home = self.ancestor(scope, self.need_depth(n, scope))
-            self.compute_reductions([n], home)
+            self.compute_single(n, home)
             return self.val(n, scope, layout)
         d = self.need_depth(n, scope)
         if d < scope.depth:
@@ -443,7 +433,7 @@ class KernelGen:
             if n.dtype.is_floating_point:
                 if self.is_bool(n.x):
                     x = f"{x}.to(tl.float32)"
-                if self.interpret and n.dtype == torch.bfloat16:
+                if self.k.round_bf16 and n.dtype == torch.bfloat16:
                     return f"_round_bf16(({x}).to(tl.float32)).to({self.cdt})", "cast to torch.bfloat16 (rounded to nearest)"
                 return f"{x}.to({tdt}).to({self.cdt})", f"cast to {n.dtype}"
             return f"{x}.to({tdt})", f"cast to {n.dtype}"
@@ -505,35 +495,20 @@ class KernelGen:
                 ms.append(self.expand1d(b[0].mask, a, layout))
         return " & ".join(ms) if ms else None
 
-    def tile_access(self, name: str, axes, scope: _Scope, elsize: int):
-        """The schedule's ``access`` style for a tile of tensor ``name`` indexed by ``axes`` (distinct
-        plain axes, one per dim): ``("tma", descriptor, offsets)`` or ``("block_ptr", block pointer,
-        boundary dims)``; None where plain pointers are used (style "pointer", a gather or repeated
-        axis, no tiled dim, 64-bit offsets, or a tensor TMA cannot address on this call)."""
-        style = self.sched.access or "pointer"
-        if style == "pointer" or self.i64 or len(set(axes)) != len(axes) or not axes:
+    def tile_access(self, name: str, axes, scope: _Scope):
+        """The plan's access for a tile of tensor ``name`` indexed by ``axes``: ``("tma",
+        descriptor, offsets)`` or ``("block_ptr", block pointer, boundary dims)``; None where plain
+        pointers are used."""
+        acc = self.k.access.get((name, tuple(axes)))
+        if acc is None:
             return None
-        found = [scope.find_bind(a) for a in axes]
-        if any(f is None for f in found):
-            return None
-        binds = [f[0] for f in found]
-        if all(b.scalar for b in binds):
-            return None
+        binds = [scope.find_bind(a)[0] for a in axes]
         blocks = ["1" if b.scalar else b.block for b in binds]
         offs = [b.start for b in binds]
-        shape = [self.size(a) for a in axes]
-        strides = [f"{name}_s{d}" for d in range(len(axes))]
-        if style == "tma":
-            bvals = [1 if b.scalar else self.plan(b.axis).block for b in binds]
-            # TMA: last dim contiguous (checked per call by the runtime), at most 5 dims, boxes of
-            # at most 256 elements per dim and at least 16 bytes along the last dim
-            if name not in self.tma_ok or binds[-1].scalar or len(axes) > 5 or max(bvals) > 256 or bvals[-1] * elsize < 16:
-                return None
-            if sum(not b.scalar for b in binds) < 2:
-                # vectors (mass[v], bias[j]) keep pointers: TMA gains nothing on them, and 1-d
-                # descriptors are the suspect in a fault met while exploring the fp32 diffusion
-                # layer on the H200 (not isolated: the other TMA kernels there have 2-d tiles only)
-                return None
+        shape = [self.size(a) for a in axes]   # size arguments in the order descriptors and block pointers use them
+        if acc.kind == "pointer":
+            return None
+        if acc.kind == "tma":
             key = (name, tuple(blocks))
             if key not in self.descs:
                 # a host-side descriptor (triton.tools.tensor_descriptor.TensorDescriptor): the runtime
@@ -542,9 +517,10 @@ class KernelGen:
                 # scratch and fences in every program: 8.6 against 6.2 us on a 1024^3 fp16 matmul)
                 d = f"desc_{name}" + (f"_{len(self.descs)}" if any(k[0] == name for k in self.descs) else "")
                 self.descs[key] = d
-                self.host_descs.append((d, name, tuple(bvals)))
+                self.host_descs.append((d, name, tuple(acc.box)))
                 self._desc_axes[d] = list(axes)
             return "tma", self.descs[key], offs
+        strides = [f"{name}_s{d}" for d in range(len(axes))]
         check = tuple(d for d, b in enumerate(binds) if not b.scalar and b.mask is not None)
         order = tuple(range(len(axes) - 1, -1, -1))
         bp = (f"tl.make_block_ptr({name}_ptr, shape=({', '.join(shape)},), strides=({', '.join(strides)},), "
@@ -560,15 +536,13 @@ class KernelGen:
         dt = self.dtypes[n.tensor.name]
         if all(isinstance(e, Axis) for e in n.index):
             axes = [e.name for e in n.index]
-            acc = self.tile_access(name, axes, scope, dt.itemsize)
+            acc = self.tile_access(name, axes, scope)
             if acc is not None:
                 kind, h, extra = acc
                 if kind == "tma":
                     code = f"{h}.load([{', '.join(extra)}])"
                 else:
                     ev = self.eviction(n.tensor.name)
-                    if ev:
-                        self.evicted.add(n.tensor.name)
                     code = f"tl.load({h}" + (f", boundary_check={extra}, padding_option=\"zero\"" if extra else "") + \
                         (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
                 blk = self.fresh("tile")
@@ -594,8 +568,6 @@ class KernelGen:
                 mask_axes.extend(e.axes)
         mask = self.mask_for(mask_axes, scope, layout)
         ev = self.eviction(n.tensor.name)
-        if ev:
-            self.evicted.add(n.tensor.name)
         code = f"tl.load({self.addr(name, terms)}" + (f", mask={mask}, other=0" if mask else "") + \
             (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
         return self._widen(code, dt, raw), fmt(n)
@@ -636,194 +608,36 @@ class KernelGen:
         return code, f"stage {r.name} (materialised)"
 
     # -- reductions ----------------------------------------------------------------------------
-    def compute_reductions(self, rs: list[Reduce], scope: _Scope):
-        """Compute fused reductions whose home is ``scope``, grouped into passes."""
-        pending = [r for r in rs]
-        # order: dependencies first
-        done_ids = set()
-        while pending:
-            ready = [r for r in pending if not any(d._id in {p._id for p in pending} and d is not r
-                                                      for d in self.fused_deps(r))]
-            if not ready:
-                raise AssertionError("cyclic reductions")
-            groups: dict[tuple, list[Reduce]] = {}
-            for r in ready:
-                key = tuple(a for a in r.over if scope.find_bind(a) is None)
-                groups.setdefault(key, []).append(r)
-            for key, grp in groups.items():
-                if key and all(self.plan(a).role == "online" for a in key):
-                    # pull in pending sums that depend on a max of this group via exp(x - max)
-                    extra = [p for p in pending if not _has(grp, p) and tuple(a for a in p.over if scope.find_bind(a) is None) == key
-                             and all(_has(grp, d) or not _has(pending, d) for d in self.fused_deps(p))
-                             and self.online_ok(p, grp, pending)]
-                    grp = grp + extra
-                    pending = [p for p in pending if not _has(extra, p)]
-                self.emit_pass(grp, list(key), scope)
-            pending = [p for p in pending if not _has(ready, p)]
+    def compute_single(self, r: Reduce, scope: _Scope):
+        """Compute fused reduction ``r`` on its own in ``scope`` (its home: where it is first needed),
+        looping over its reduction axes that ``scope`` does not bind."""
+        key = tuple(a for a in r.over if scope.find_bind(a) is None)
+        self.emit_pass([r], list(key), scope, self.k.single[r._id])
 
     def fused_deps(self, r: Reduce) -> list[Reduce]:
-        out, seen, stack = [], set(), list(r.x.children()) + [r.x]
-        while stack:
-            n = stack.pop()
-            if n._id in seen:
-                continue
-            seen.add(n._id)
-            if isinstance(n, Reduce):
-                if n._id not in self.k.materialized:
-                    out.append(n)
-                continue
-            stack.extend(n.children())
-        return out
-
-    def factors(self, n: Expr) -> list[Expr]:
-        if isinstance(n, Binary) and n.op == "mul":
-            return self.factors(n.a) + self.factors(n.b)
-        return [n]
-
-    def online_ok(self, s: Reduce, grp: list[Reduce], pending: list[Reduce]) -> bool:
-        """Sum ``s`` can join a one-pass online group: every max stage of ``grp`` it uses appears
-        once, as a factor ``exp(a - max)`` of its body."""
-        if s.op != "sum":
-            return False
-        maxes = [m for m in grp if m.op == "max" and _has(self.fused_deps(s), m)]
-        if not maxes or any(not _has(grp, d) and _has(pending, d) for d in self.fused_deps(s)):
-            return False
-        fs = self.factors(s.x)
-        for m in maxes:
-            hits = [f for f in fs if self.contains(f, m)]
-            if len(hits) != 1:
-                return False
-            f = hits[0]
-            if not (isinstance(f, Unary) and f.op == "exp" and isinstance(f.x, Binary) and f.x.op == "sub"
-                    and f.x.b is m and not self.contains(f.x.a, m)):
-                return False
-        return True
-
-    def contains(self, n: Expr, target: Expr) -> bool:
-        seen, stack = set(), [n]
-        while stack:
-            x = stack.pop()
-            if x is target:
-                return True
-            if x._id in seen or (isinstance(x, Reduce) and x is not target and x._id in self.k.materialized):
-                continue
-            seen.add(x._id)
-            stack.extend(x.children())
-        return False
+        """The fused reductions ``r``'s body uses directly."""
+        return fused_deps(r, self.k.materialized)
 
     def scalar_axis(self, a: str) -> bool:
         """A grid axis with tile 1: a scalar index, never a block dim."""
-        p = self.k.axes.get(a)
-        return p is not None and p.role == "grid" and p.block == 1
+        return self.k.scalar_axis(a)
 
-    def dot_only_axes(self) -> set[str]:
-        """Whole axes that appear only inside tl.dot operands (reduced by contractions and kept in
-        no output): they need offsets but no dim in the program's layout, which keeps every other
-        value of the kernel lower-rank."""
-        out = set()
-        store_axes = {a for st in self.k.stores for a in st.layout}
-        reds = self._fused_reduces([st.expr for st in self.k.stores])
-        for a, p in self.k.axes.items():
-            if p.role != "whole" or a in store_axes:
-                continue
-            over = [r for r in reds if a in r.over]
-            users = [r for r in reds if a in r.x.axes and a not in r.over]
-            if over and not users and all(self.dot_split(r, None) is not None for r in over):
-                # and no other node outside those reductions uses the axis
-                inside = set()
-                for r in over:
-                    stack = [r.x]
-                    while stack:
-                        n = stack.pop()
-                        if n._id in inside:
-                            continue
-                        inside.add(n._id)
-                        stack.extend(n.children())
-                ok = True
-                for st in self.k.stores:
-                    stack, seen = [st.expr], set()
-                    while stack and ok:
-                        n = stack.pop()
-                        if n._id in seen or n._id in inside:
-                            continue
-                        seen.add(n._id)
-                        if a in n.axes and not (isinstance(n, Reduce) and any(n is r for r in over)):
-                            ok = False
-                        if isinstance(n, Reduce) and any(n is r for r in over):
-                            continue
-                        stack.extend(n.children())
-                if ok:
-                    out.add(a)
-        return out
-
-    def dot_split(self, r: Reduce, scope: _Scope):
-        """Match ``sum over r of (left(m, r) * right(r, n)) * rest`` for tl.dot. Returns
-        (left factors, right factors, hoisted factors, m, n) or None."""
-        if r.op != "sum" or len(r.over) != 1 or self.cdt == "tl.float64":
-            return None
-        ra = r.over[0]
-        rp = self.plan(ra)
-        free = [a for a in r.axes if not self.scalar_axis(a)]
-        if len(free) != 2 or rp.block < 16:
-            return None
-        if any(self.plan(a).block < 16 for a in free):
-            return None
-        fs = self.factors(r.x)
-        hoist = [f for f in fs if ra not in f.axes]
-        rest = [f for f in fs if ra in f.axes]
-        for m, n in (free, free[::-1]):
-            left, right, ok = [], [], True
-            for f in rest:
-                blk = set(f.axes) - {ra}
-                blk = {a for a in blk if not self.scalar_axis(a)}
-                if blk <= {m}:
-                    left.append(f)
-                elif blk <= {n}:
-                    right.append(f)
-                else:
-                    ok = False
-                    break
-            if ok and any(m in f.axes for f in left) and any(n in f.axes for f in right):
-                for f in hoist:
-                    if self.contains(f, r):
-                        return None
-                return left, right, hoist, m, n
-        return None
-
-    def dot_dtype(self, factors: list[Expr]) -> str | None:
-        """Storage dtype of a dot operand: the promoted dtype of the tensors it reads."""
-        dts = set()
-        for f in factors:
-            stack = [f]
-            while stack:
-                x = stack.pop()
-                if isinstance(x, Load):
-                    dts.add(self.dtypes[x.tensor.name])
-                elif isinstance(x, Reduce):
-                    dts.add(torch.float32)
-                else:
-                    stack.extend(x.children())
-        if dts and dts <= {torch.float16}:
-            return "tl.float16"
-        if dts and dts <= {torch.bfloat16}:
-            return "tl.bfloat16"
-        return None
-
-    def emit_pass(self, rs: list[Reduce], loop_axes: list[str], scope: _Scope):
-        """One pass: open loops over ``loop_axes`` (if any) and reduce every stage of ``rs``."""
+    def emit_pass(self, rs: list[Reduce], loop_axes: list[str], scope: _Scope, pp: PassPlan):
+        """One pass: open loops over ``loop_axes`` (if any) and reduce every stage of ``rs``, online
+        and warp-specialised as the plan's pass ``pp`` says."""
         names = ", ".join(r.name for r in rs)
-        online = bool(loop_axes) and all(self.plan(a).role == "online" for a in loop_axes) and len(rs) > 1
+        online = pp.online
         strategy = "online (one pass, rescaled)" if online else ("loop" if loop_axes else "whole (in registers)")
         scope.emit(f"# stages {names}: {strategy} over {', '.join(rs[0].over)}")
         for r in rs:
             scope.emit(f"#   {r.name} = {fmt(r, 0, self.names)}")
         accs: dict[int, dict] = {}
         for r in rs:
-            info: dict[str, Any] = {"dot": self.dot_split(r, scope)}
+            info: dict[str, Any] = {"dot": self.k.dots.get(r._id)}
             if loop_axes:
                 acc = self.fresh(f"acc_{r.name}")
                 if info["dot"]:
-                    _, _, _, m, n = info["dot"]
+                    m, n = info["dot"].m, info["dot"].n
                     scope.emit(f"{acc} = tl.full(({self.block(m)}, {self.block(n)}), 0.0, dtype={self.cdt})")
                     info["layout"] = (m, n)
                 else:
@@ -848,10 +662,13 @@ class KernelGen:
             p = self.plan(a)
             v = f"{a}0"
             lo, hi = (f"{a}_lo", f"{a}_hi") if self.k.split and self.k.split[0] == a else ("0", self.size(a))
-            if self.sched.warp_specialize and any(accs[r._id]["dot"] for r in rs):
+            if pp.warp_specialize:
                 # producer warps issue the loads, consumer warps the MMAs (automatic warp specialisation)
-                self.ws_loop = True
                 head = f"for {v} in tl.range({lo}, {hi}, {self.block(a)}, warp_specialize=True):"
+            elif pp.ws_requested:
+                # Triton's Hopper warp specialisation handles TMA-fed loops only (the plan turned it off)
+                head = (f"for {v} in range({lo}, {hi}, {self.block(a)}):  # warp_specialize off: loads in this "
+                        "loop that are not TMA")
             else:
                 head = f"for {v} in range({lo}, {hi}, {self.block(a)}):"
             child = inner.open(head, (a,), keep if inner is scope else None)
@@ -903,25 +720,20 @@ class KernelGen:
                 inner.emit(f"{accs[r._id]['acc']} = {mstate[r._id][0]}")
         for parent, child in reversed(loops):
             parent.close(child)
-            if "warp_specialize=True" in child.header and _pointer_loads(child):
-                # Triton's Hopper warp specialisation handles TMA-fed loops only (pointer loads
-                # in the loop crash its WSLowerToken pass on the H200): a plain loop here (loads
-                # through block pointers are not TMA either)
-                child.header = child.header.replace(" in tl.range(", " in range(").replace(
-                    ", warp_specialize=True):", "):  # warp_specialize off: loads in this loop that are not TMA")
-                self.ws_dropped = True
+            if pp.warp_specialize and _pointer_loads(child):
+                raise AssertionError(f"kernel {self.k.name}: the plan warp-specialises a loop with loads that are "
+                                     "not TMA (plan and printer disagree)")
         # finalise
         for r in rs:
             info = accs[r._id]
             if not loop_axes:
                 v = info["result"]
-                vl = (info["dot"][3], info["dot"][4]) if info["dot"] else scope.layout
+                vl = (info["dot"].m, info["dot"].n) if info["dot"] else scope.layout
             else:
                 v, vl = info["acc"], info["layout"]
             if info["dot"]:
                 v = self.relayout(v, vl, scope.layout, self.present(r, scope), scope)
-                _, _, hoist, _, _ = info["dot"]
-                for f in hoist:
+                for f in info["dot"].hoist:
                     v = f"{v} * {self.val(f, scope, scope.layout)}"
                 vl = scope.layout
             if r.mean:
@@ -961,14 +773,11 @@ class KernelGen:
     def reduce_body(self, r: Reduce, info, inner: _Scope, lin, scope: _Scope) -> str:
         ident = {"sum": "0.0", "max": "-float('inf')", "min": "float('inf')"}[r.op]
         if info["dot"]:
-            left, right, hoist, m, n = info["dot"]
+            d: DotPlan = info["dot"]
             ra = r.over[0]
-            da, db = self.dot_dtype(left), self.dot_dtype(right)
-            common = da or db if (da is None) != (db is None) else (da if da == db else None)
-            a = self.operand(left, inner, (m, ra), ra, common)
-            b = self.operand(right, inner, (ra, n), ra, common)
-            self.fp32_dot = self.fp32_dot or common is None
-            prec = f", input_precision=\"{self.sched.precision}\"" if common is None and not self.interpret else ""
+            a = self.operand(d.left, inner, (d.m, ra), ra, d, d.raw_left)
+            b = self.operand(d.right, inner, (ra, d.n), ra, d, d.raw_right)
+            prec = f", input_precision=\"{d.precision}\"" if d.precision else ""
             if "acc" in info:
                 return f"tl.dot({a}, {b}, {info['acc']}{prec})"
             v = self.fresh("dot")
@@ -985,12 +794,11 @@ class KernelGen:
         inner.emit(f"{v} = {red}")
         return v
 
-    def operand(self, factors: list[Expr], scope: _Scope, layout, ra: str, dd: str | None) -> str:
-        """A dot operand in ``layout``; ``dd`` is the dtype both operands are cast to (the 16-bit
-        storage dtype when either side reads only 16-bit tensors, as FlashAttention casts P before
-        P·V), or None for an fp32 dot."""
+    def operand(self, factors, scope: _Scope, layout, ra: str, d: DotPlan, raw: bool) -> str:
+        """A dot operand in ``layout``, cast to the plan's operand dtype; ``raw``: the plan feeds
+        this side's one load to the dot in its storage dtype."""
         direct = len(factors) == 1 and isinstance(factors[0], Load)
-        if direct and dd is not None and not self.interpret and TL_DTYPES.get(self.dtypes[factors[0].tensor.name]) == dd:
+        if raw:
             # a plain 16-bit load feeds the dot in its storage dtype (no fp32 round trip); a
             # loop-invariant one (Q in attention) is loaded once, before the loop, still 16-bit
             home = self.ancestor(scope, self.need_depth(factors[0], scope))
@@ -1016,10 +824,8 @@ class KernelGen:
         m = self.mask_for([ra], scope, layout)
         if m is not None and not direct:
             code = f"tl.where({m}, {code}, 0.0)"
-        if self.interpret:
-            code = f"({code}).to(tl.float32)"   # the interpreter's bf16 dot is wrong: dot in fp32
-        elif dd is not None:
-            code = f"({code}).to({dd})"
+        if d.operand_cast is not None:
+            code = f"({code}).to(tl.{d.operand_cast})"
         v = self.fresh("opnd")
         scope.emit(f"{v} = {code}  # dot operand [{', '.join(layout)}]")
         return v
@@ -1090,7 +896,7 @@ class KernelGen:
             chunk = f"(({self.size(sa)} + {sf} - 1) // {sf} + {self.block(sa)} - 1) // {self.block(sa)} * {self.block(sa)}"
             top.emit(f"{sa}_lo = pid_split * ({chunk})")
             top.emit(f"{sa}_hi = tl.minimum({sa}_lo + ({chunk}), {self.size(sa)})")
-        dot_only = self.dot_only_axes()
+        dot_only = self.k.dot_only
         for a, p in k.axes.items():
             if p.role == "whole" and a not in grid:
                 self.bind_axis(top, a, "0", f"  # axis {a} whole: one block covers it")
@@ -1100,11 +906,13 @@ class KernelGen:
         # top-level reductions: computed once per program, before the outputs
         tops = []
         for st in k.stores:
-            for r in self._fused_reduces([st.expr]):
+            for r in fused_reduces([st.expr], k.materialized):
                 if not _has(tops, r) and self.need_depth(r, top) <= top.depth and all(top.find_bind(a) for a in r.axes):
                     tops.append(r)
-        if tops:
-            self.compute_reductions(tops, top)
+        if {r._id for r in tops} != {i for p in k.passes for i in p.reductions}:
+            raise AssertionError(f"kernel {k.name}: the plan's program-scope passes differ from the printer's scopes")
+        for p in k.passes:
+            self.emit_pass([self.reduce_by_id[i] for i in p.reductions], list(p.loop_axes), top, p)
         # stores, grouped by their loop axes
         by_loops: dict[tuple, list[StoreSpec]] = {}
         for st in k.stores:
@@ -1157,21 +965,6 @@ class KernelGen:
         lines.extend(body)
         return "\n".join(lines) + "\n"
 
-    def _fused_reduces(self, roots) -> list[Reduce]:
-        out, seen, stack = [], set(), list(roots)
-        post = []
-        while stack:
-            n = stack.pop()
-            if n._id in seen:
-                continue
-            seen.add(n._id)
-            if isinstance(n, Reduce) and n._id in self.k.materialized:
-                continue
-            if isinstance(n, Reduce):
-                post.append(n)
-            stack.extend(n.children())
-        return post[::-1]
-
     def store(self, st: StoreSpec, scope: _Scope):
         layout = scope.layout
         expr = st.expr
@@ -1183,7 +976,7 @@ class KernelGen:
                 if expr._id in s.reduced:
                     break
             else:
-                self.compute_reductions([expr], self.ancestor(scope, self.need_depth(expr, scope)))
+                self.compute_single(expr, self.ancestor(scope, self.need_depth(expr, scope)))
         v = self.val(expr, scope, layout)
         terms = []
         if st.partial_axis:
@@ -1206,11 +999,11 @@ class KernelGen:
             scope.emit(f"tl.atomic_add({ptr}, {v}" + (f", mask={mask}" if mask else "") + ", sem=\"relaxed\")")
         else:
             odt = self.out_dtypes.get(st.target)
-            if self.interpret and odt == torch.bfloat16:
+            if self.k.round_bf16 and odt == torch.bfloat16:
                 v = f"_round_bf16(({v}).to(tl.float32))"
             acc = None
             if odt is not None and not st.partial_axis and pres:
-                acc = self.tile_access(name, list(st.layout), scope, odt.itemsize)
+                acc = self.tile_access(name, list(st.layout), scope)
             if acc is not None:
                 # the value in the output's dim order (size-1 dims for tile-1 grid axes)
                 kind, h, extra = acc
@@ -1272,27 +1065,28 @@ class KernelSource:
     sizes: list[str]
     scalars: list[str]
     consts: dict[str, int]
-    ir: KernelIR
+    ir: KernelPlan
     descs: tuple = ()          # (argument, tensor, box): host-side TMA descriptors the runtime builds per call
-    ws_dropped: bool = False   # a warp_specialize loop was emitted plain (non-TMA loads in it)
-    ws_loop: bool = False      # some contraction loop asked for warp specialisation
-    fp32_dot: bool = False     # some tl.dot has fp32 operands (the schedule's `precision` applies)
-    evicted: frozenset = frozenset()   # inputs whose loads carry the schedule's eviction hint
+
+
+def render(prog: Program) -> tuple[str, list[KernelSource]]:
+    """Print one module's source holding every kernel of the complete program ``prog``."""
+    parts = [HEADER.format(alg=prog.name, sched=prog.schedule_json, spec=prog.note)]
+    metas = []
+    for k in prog.kernels:
+        g = KernelGen(prog, k)
+        src = g.generate()
+        parts.append("\n" + src)
+        metas.append(KernelSource(k.name, g.tensors, g.tensor_ndim, g.sizes, g.scalars, g.consts, k,
+                                  descs=tuple(g.host_descs)))
+    return "\n".join(parts), metas
 
 
 def generate(prog: Program, alg, sched, dtypes, out_dtypes, interpret: bool, i64: bool, spec_note: str = "",
              tma_ok: frozenset = frozenset(), hints: dict | None = None) -> tuple[str, list[KernelSource]]:
-    """Generate one module's source holding every kernel of ``prog``. ``tma_ok`` names the
-    tensors (inputs and outputs) a TMA descriptor may address on this specialisation; ``hints``
-    maps integer arguments (``size_<axis>``, ``<tensor>_s<dim>``) to a power of two they are a
-    multiple of on this specialisation."""
-    parts = [HEADER.format(alg=alg.name, sched=sched.to_json(), spec=spec_note)]
-    metas = []
-    for k in prog.kernels:
-        g = KernelGen(prog, k, alg, dtypes, out_dtypes, sched, interpret, i64, tma_ok, hints)
-        src = g.generate()
-        parts.append("\n" + src)
-        metas.append(KernelSource(k.name, g.tensors, g.tensor_ndim, g.sizes, g.scalars, g.consts, k,
-                                  descs=tuple(g.host_descs), ws_dropped=g.ws_dropped, ws_loop=g.ws_loop,
-                                  fp32_dot=g.fp32_dot, evicted=frozenset(g.evicted)))
-    return "\n".join(parts), metas
+    """Decide (:func:`dtriton.plan.decide.decide`) and print a lowered program: the entry point
+    before the plan was complete. ``tma_ok`` names the tensors (inputs and outputs) a TMA
+    descriptor may address on this specialisation; ``hints`` maps integer arguments
+    (``size_<axis>``, ``<tensor>_s<dim>``) to a power of two they are a multiple of."""
+    decide(prog, sched, dtypes, out_dtypes, interpret, i64, tma_ok, hints, spec_note)
+    return render(prog)

@@ -25,15 +25,15 @@ from typing import Any, Sequence
 
 import torch
 
-from .codegen import KernelSource, generate
+from .codegen import KernelSource, render
 from .errors import CompileError, ScheduleWarning, ShapeError
-from .language import Algorithm, Axis, Binding, InputTensor, Load, Reduce, ScalarParam, kernel_f64, topo_order
-from .lowering import Program, lower, next_pow2
+from .language import Algorithm, Axis, Binding, InputTensor, Load, Reduce, ScalarParam, topo_order
+from .plan import CallSpec, KernelPlan, Program, call_spec, plan_program, tma_addressable
+from .plan.callspec import I32_MAX as _I32_MAX, max_offset as _max_offset
 from .schedule import Schedule
 
 __all__ = ["compile", "Kernel", "cache_dir", "backend_for"]
 
-_I32_MAX = 2**31 - 1
 _lock = threading.Lock()
 _module_cache: dict[tuple[str, bool], Any] = {}
 
@@ -154,50 +154,39 @@ class Kernel:
         from .heuristics import complete_schedule
         return complete_schedule(self.algorithm, self.schedule, binding)
 
-    def _auto_access(self, sched: Schedule, b: Binding, args, out=None) -> Schedule:
+    def _auto_access(self, sched: Schedule, b: Binding, args, out=None, tma_ok: frozenset | None = None) -> Schedule:
         """The heuristic's TMA pick (``access`` left None) only where every input tile TMA would
         read is TMA-addressable on this call: mixing TMA and pointer operands in one dot loop was
         slower than pointers alone on the H200 (2048^3 fp16 with a transposed B: 39.1 against
         29.6 us). A user's explicit ``access="tma"`` is kept (the tensors TMA cannot address
-        fall back one by one)."""
+        fall back one by one). ``tma_ok``: :func:`~dtriton.plan.tma_addressable` of this call,
+        when already known."""
         if sched.access != "tma" or (self.schedule is not None and self.schedule.access is not None):
             return sched
-        ok = _tma_ok(self.algorithm, b, args, out)
+        ok = tma_addressable(self.algorithm, b, args, out) if tma_ok is None else tma_ok
         tiles = [p.name for p, a in zip(self.algorithm.params, args)
                  if isinstance(p, InputTensor) and isinstance(a, torch.Tensor) and sum(n > 1 for n in a.shape) >= 2]
         return sched if all(t in ok for t in tiles) else sched.replace(access="pointer")
 
-    def _spec_key(self, sched: Schedule, b: Binding, args, interpret: bool, out=None):
-        alg = self.algorithm
-        facts = []
-        for a in alg.axis_names:
-            n = b.axis_sizes[a]
-            facts.append((a, next_pow2(n) if n <= 1 << 20 else n, tuple(n % t == 0 for t in (1, 2, 4, 8, 16, 32, 64, 128, 256))))
-        i64 = any(isinstance(x, torch.Tensor) and _max_offset(x) > _I32_MAX for x in args)
-        if not i64:
-            i64 = any(n > _I32_MAX // 2 for n in b.axis_sizes.values())
-        tma = _tma_ok(alg, b, args, out) if sched.access == "tma" else frozenset()
-        return (sched, tuple(facts), tuple(sorted((k, str(v)) for k, v in b.dtypes.items())), i64, interpret, tma,
-                _divisibility_hints(alg, b, args, out))
+    def _schedule_and_spec(self, b: Binding, args, interpret: bool, out=None) -> tuple[Schedule, CallSpec]:
+        """The complete schedule of a call and its :class:`CallSpec` (TMA facts computed once)."""
+        sched = self.complete(b)
+        tma = tma_addressable(self.algorithm, b, args, out) if sched.access == "tma" else frozenset()
+        sched = self._auto_access(sched, b, args, out, tma)
+        return sched, call_spec(self.algorithm, b, args, interpret, out, tma if sched.access == "tma" else frozenset())
 
-    def _plan(self, sched: Schedule, b: Binding, args, interpret: bool, out=None) -> _Plan:
-        key = self._spec_key(sched, b, args, interpret, out)
+    def _plan(self, sched: Schedule, b: Binding, args, interpret: bool, out=None, spec: CallSpec | None = None) -> _Plan:
+        if spec is None:
+            tma = tma_addressable(self.algorithm, b, args, out) if sched.access == "tma" else frozenset()
+            spec = call_spec(self.algorithm, b, args, interpret, out, tma)
+        key = (sched, spec)
         plan = self._plans.get(key)
         if plan is not None:
             return plan
         alg = self.algorithm
         sched.validate(alg)
-        prog = lower(alg, sched, b.axis_sizes, interpret, {o.name: str(d).replace("torch.", "") for o, d in zip(alg.outputs, b.out_dtypes)},
-                     f64=kernel_f64(b.dtypes.values(), b.out_dtypes))
-        out_dtypes = {o.name: d for o, d in zip(alg.outputs, b.out_dtypes)}
-        spec_note = ("Specialisation (axis: size bucket, largest power-of-two divisor up to 256; masks only "
-                     "where a tile does not divide): " + ", ".join(
-                         f"{a}: <={f[1]}, /{max(t for t, ok in zip((1, 2, 4, 8, 16, 32, 64, 128, 256), f[2]) if ok)}"
-                         for a, f in zip(alg.axis_names, key[1])))
-        if sched.access == "tma":
-            spec_note += ("\nTMA-addressable on this call: " + (", ".join(sorted(key[5])) or "none") +
-                          " (the others' strides or alignment do not suit TMA: pointers; vectors keep pointers too)")
-        source, metas = generate(prog, alg, sched, b.dtypes, out_dtypes, interpret, key[3], spec_note, key[5], dict(key[6]))
+        prog = plan_program(alg, sched, b, spec)
+        source, metas = render(prog)
         try:
             mod = _load_module(source, interpret)
         except Exception as e:  # pragma: no cover - generator bug
@@ -208,23 +197,9 @@ class Kernel:
             ga = [(a, m.ir.axes[a].block) for a in m.ir.grid]
             launches.append(_Launch(fn, m, ga, m.ir.split[1] if m.ir.split else 1,
                                     _persistent_programs(sched.persistent, b.device) if m.ir.persistent else 0))
-        if sched.split_mode == "partials" and not any(f > 1 for f in sched.split.values()) and not self.quiet:
-            import warnings
-            sums = [a for a in alg.reduction_axes
-                    if all(st.node.op == "sum" for st in alg.stages.values() if not st.is_output and a in st.node.over)]
-            how = (f"it applies to split-K, e.g. split={{{sums[0]!r}: 4}}" if sums else
-                   f"{alg.name} has no sum to split")
-            warnings.warn(f"{alg.name}: split_mode='partials' has no effect: this call splits no reduction axis (the "
-                          f"complete schedule's split is {dict(sched.split)}); {how}. Give a split, or drop split_mode",
-                          ScheduleWarning, stacklevel=3)
-        if any(m.ws_dropped for m in metas) and not self.quiet:
-            import warnings
-            warnings.warn(f"{alg.name}: warp_specialize=True has no effect on loops whose loads are not all TMA "
-                          f"(needs access='tma' and TMA-addressable tensors: last stride 1, 16-byte aligned rows and "
-                          f"base); those loops run without it", ScheduleWarning, stacklevel=3)
         if not self.quiet:
             import warnings
-            for note in _unused_knobs(alg, sched, metas):
+            for note in knob_warnings(alg, sched, prog.kernels):
                 warnings.warn(f"{alg.name}: {note}", ScheduleWarning, stacklevel=3)
         plan = _Plan(sched, prog, source, launches, interpret)
         self._plans[key] = plan
@@ -239,9 +214,9 @@ class Kernel:
     def source_for(self, *args) -> str:
         """Generated Triton source for a call with these arguments (compiles nothing on the GPU)."""
         b = self.algorithm.bind(args)
-        sched = self._auto_access(self.complete(b), b, args)
-        dev = b.device
-        return self._plan(sched, b, args, backend_for(dev) == "interpreter").source
+        interpret = backend_for(b.device) == "interpreter"
+        sched, spec = self._schedule_and_spec(b, args, interpret)
+        return self._plan(sched, b, args, interpret, spec=spec).source
 
     def schedule_for(self, *args) -> Schedule:
         """The complete schedule a call with these arguments runs."""
@@ -279,8 +254,8 @@ class Kernel:
             b.device = torch.device("cpu")
         if alg.gathers and (interpret or os.environ.get("DTRITON_CHECK_INDICES") == "1"):
             _check_gather_indices(alg, b, args)
-        sched = self._auto_access(self.complete(b), b, args, out)
-        plan = self._plan(sched, b, args, interpret, out)
+        sched, spec = self._schedule_and_spec(b, args, interpret, out)
+        plan = self._plan(sched, b, args, interpret, out, spec)
         self._last = plan
         compiled: list = []
         outs = self._run(plan, b, args, out, compiled)
@@ -401,17 +376,29 @@ def _check_out_memory(name: str, out: torch.Tensor, inputs: dict[str, torch.Tens
     return found
 
 
-def _unused_knobs(alg: Algorithm, sched: Schedule, metas: Sequence[KernelSource]) -> list[str]:
-    """Schedule knobs the generated kernels could not use (each becomes a ``ScheduleWarning``):
-    warp specialisation without a contraction loop, a dot precision without fp32 dots, eviction
-    hints on inputs that no pointer or block-pointer load reads (TMA tile loads take none)."""
+def knob_warnings(alg: Algorithm, sched: Schedule, kernels: Sequence[KernelPlan]) -> list[str]:
+    """Schedule knobs the planned kernels do not use (each becomes a ``ScheduleWarning``): a
+    partials split mode without a split, warp specialisation dropped on loops whose loads are not
+    all TMA or without a contraction loop, a dot precision without fp32 dots, eviction hints on
+    inputs that no pointer or block-pointer load reads (TMA tile loads take none)."""
     notes = []
-    if sched.warp_specialize and not any(m.ws_loop for m in metas):
+    if sched.split_mode == "partials" and not any(f > 1 for f in sched.split.values()):
+        sums = [a for a in alg.reduction_axes
+                if all(st.node.op == "sum" for st in alg.stages.values() if not st.is_output and a in st.node.over)]
+        how = (f"it applies to split-K, e.g. split={{{sums[0]!r}: 4}}" if sums else
+               f"{alg.name} has no sum to split")
+        notes.append(f"split_mode='partials' has no effect: this call splits no reduction axis (the "
+                     f"complete schedule's split is {dict(sched.split)}); {how}. Give a split, or drop split_mode")
+    if any(k.ws_dropped for k in kernels):
+        notes.append("warp_specialize=True has no effect on loops whose loads are not all TMA "
+                     "(needs access='tma' and TMA-addressable tensors: last stride 1, 16-byte aligned rows and "
+                     "base); those loops run without it")
+    if sched.warp_specialize and not any(k.ws_loop for k in kernels):
         notes.append("warp_specialize=True has no effect: no kernel has a contraction (tl.dot) loop to specialise")
-    if sched.precision != "ieee" and not any(m.fp32_dot for m in metas):
+    if sched.precision != "ieee" and not any(k.fp32_dot for k in kernels):
         notes.append(f"precision={sched.precision!r} has no effect: no kernel has a tl.dot with fp32 operands "
                      f"(it sets how fp32 dots use tensor cores; 16-bit dots use them anyway)")
-    used = set().union(*(m.evicted for m in metas)) if metas else set()
+    used = set().union(*(k.evicted for k in kernels)) if kernels else set()
     for t, ev in sched.eviction.items():
         if ev != "evict_normal" and t not in used:
             notes.append(f"eviction={{{t!r}: {ev!r}}} has no effect: no load of {t} takes the hint (TMA tile loads "
@@ -508,73 +495,6 @@ def _quiet_interpreter() -> None:
     _QUIET.append(True)
 
 
-def _tma_ok(alg: Algorithm, b: Binding, args, out) -> frozenset:
-    """Tensors of this call a TMA descriptor can address: at most 5 dims, last stride 1, every
-    other stride a positive multiple of 16 bytes (no stride-0 expanded dims), base address
-    16-byte aligned (CUDA's ``cuTensorMapEncodeTiled`` rules), not empty, not bool (Triton counts
-    bool elements as 1 bit). Outputs are allocated contiguous unless ``out=`` is given."""
-    def ok(t: torch.Tensor) -> bool:
-        es = t.element_size()
-        return (1 <= t.dim() <= 5 and t.dtype != torch.bool and t.numel() > 0 and t.stride(-1) == 1
-                and t.data_ptr() % 16 == 0 and all((st * es) % 16 == 0 for st in t.stride()[:-1])
-                and all(st > 0 for st, n in zip(t.stride(), t.shape) if n > 1))
-    names = set()
-    for p, a in zip(alg.params, args):
-        if isinstance(p, InputTensor) and isinstance(a, torch.Tensor) and ok(a):
-            names.add(p.name)
-    for k, (o, odt) in enumerate(zip(alg.outputs, b.out_dtypes)):
-        given = None if out is None else (out[k] if isinstance(out, (tuple, list)) else out)
-        if given is not None:
-            good = ok(given)
-        else:
-            shape = [b.axis_sizes[a] for a in o.layout]
-            es = torch.empty((), dtype=odt).element_size()
-            row = 1
-            good = 1 <= len(shape) <= 5 and all(n > 0 for n in shape) and odt != torch.bool
-            for n in reversed(shape[1:]):
-                row *= n
-                good = good and (row * es) % 16 == 0
-        if good:
-            names.add(o.name)
-    return frozenset(names)
-
-
-def _pow2_divisor(n: int, cap: int = 8) -> int:
-    """Largest power of two up to ``cap`` that divides ``n`` (1 for 0 and odd numbers)."""
-    d = 1
-    while n and d < cap and n % (2 * d) == 0:
-        d *= 2
-    return d
-
-
-def _divisibility_hints(alg: Algorithm, b: Binding, args, out) -> tuple:
-    """``(argument, divisor)`` for the kernel's integer arguments (axis sizes ``size_<axis>``,
-    strides ``<tensor>_s<dim>`` of inputs and outputs) that are multiples of 2, 4 or 8, but not of
-    16, on this call.
-
-    Triton specialises an integer argument only on "multiple of 16" (and "equals 1"), so a row
-    stride or size of 1000 looks unaligned: masked loads of such rows cannot use 16-byte vectors.
-    Codegen re-states each hinted argument as ``x // d * d`` (the same value), from which Triton's
-    alignment analysis derives the divisibility. The H200 probe of session 4: a 1000^3 fp16 matmul
-    with pointer loads took 21.5 us, with TMA (which needs no such analysis) 9.6 us."""
-    hints = []
-    for a in alg.axis_names:
-        d = _pow2_divisor(b.axis_sizes[a]) if b.axis_sizes[a] % 16 else 1
-        if d > 1:
-            hints.append((f"size_{a}", d))
-    tens = [(p.name, a) for p, a in zip(alg.params, args) if isinstance(p, InputTensor) and isinstance(a, torch.Tensor)]
-    for k, (o, odt) in enumerate(zip(alg.outputs, b.out_dtypes)):
-        given = None if out is None else (out[k] if isinstance(out, (tuple, list)) else out)
-        strides = given.stride() if given is not None else torch.empty([b.axis_sizes[a] for a in o.layout], device="meta").stride()
-        tens.append((o.name, strides))
-    for name, t in tens:
-        for d_, st in enumerate(t.stride() if isinstance(t, torch.Tensor) else t):
-            d = _pow2_divisor(st) if st % 16 else 1
-            if d > 1:
-                hints.append((f"{name}_s{d_}", d))
-    return tuple(hints)
-
-
 _TensorDescriptor = None
 
 
@@ -585,7 +505,7 @@ def _descriptor(t: torch.Tensor, box: tuple[int, ...]):
     each launch; the interpreter emulates it.
 
     Built without ``TensorDescriptor.__post_init__``: its checks (16-byte aligned base and rows,
-    last stride 1, power-of-two box) are the ones :func:`_tma_ok` and codegen's box rules already
+    last stride 1, power-of-two box) are the ones :func:`~dtriton.plan.tma_addressable` and the plan's box rules already
     made for this specialisation, and they cost 4 us of the 5.4 us per descriptor (CPU, measured)
     on every call."""
     global _TensorDescriptor
@@ -719,12 +639,6 @@ class _FastLauncher:
                     call[idx] = float(args[k]) if self.scal_types[k] is float else int(args[k])
             ck.run(nprog, 1, 1, stream, ck.function, ck.packed_metadata, None, None, None, *call)
         return new[0] if self.n_out == 1 else tuple(new[: self.n_out])
-
-
-def _max_offset(t: torch.Tensor) -> int:
-    if t.numel() == 0:
-        return 0
-    return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) + t.storage_offset()
 
 
 def compile(alg: Algorithm, schedule: Schedule | str | None = None) -> Kernel:  # noqa: A001
