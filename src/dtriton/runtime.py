@@ -13,19 +13,16 @@ the CPU and results moved back), ``DTRITON_BACKEND=gpu`` refuses to fall back.
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import os
-import sys
 import tempfile
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
-from .codegen import KernelSource, render
+from .backends.triton import TritonBackend
+from .backends.base import KernelMeta
 from .errors import CompileError, ScheduleWarning, ShapeError
 from .language import Algorithm, Axis, Binding, InputTensor, Load, Reduce, ScalarParam, topo_order
 from .plan import CallSpec, KernelPlan, Program, call_spec, plan_program, tma_addressable
@@ -34,8 +31,8 @@ from .schedule import Schedule
 
 __all__ = ["compile", "Kernel", "cache_dir", "backend_for"]
 
-_lock = threading.Lock()
-_module_cache: dict[tuple[str, bool], Any] = {}
+_BACKEND = TritonBackend()
+_fast_ok = _BACKEND.fast_path_ok   # no launch hooks: the fast path may run (looked up once)
 
 
 def cache_dir() -> Path:
@@ -64,36 +61,10 @@ def backend_for(device: torch.device) -> str:
     return "interpreter"
 
 
-def _load_module(source: str, interpret: bool):
-    key = (hashlib.sha256(source.encode()).hexdigest()[:20], interpret)
-    with _lock:
-        mod = _module_cache.get(key)
-        if mod is not None:
-            return mod
-        path = cache_dir() / "kernels" / f"dt_{key[0]}.py"
-        if not path.exists() or path.read_text() != source:
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(source)
-            os.replace(tmp, path)
-        name = f"dtriton_gen_{key[0]}_{'i' if interpret else 'g'}"
-        spec = importlib.util.spec_from_file_location(name, path)
-        mod = importlib.util.module_from_spec(spec)
-        if interpret:
-            from triton.runtime.interpreter import InterpretedFunction
-            mod._jit = InterpretedFunction  # type: ignore[attr-defined]
-        else:
-            import triton
-            mod._jit = triton.jit  # type: ignore[attr-defined]
-        sys.modules[name] = mod
-        spec.loader.exec_module(mod)
-        _module_cache[key] = mod
-        return mod
-
-
 @dataclass
 class _Launch:
     fn: Any
-    meta: KernelSource
+    meta: KernelMeta
     grid_axes: list[tuple[str, int]]
     split: int
     persistent: int = 0   # >0: at most this many programs, each looping over tiles
@@ -186,9 +157,9 @@ class Kernel:
         alg = self.algorithm
         sched.validate(alg)
         prog = plan_program(alg, sched, b, spec)
-        source, metas = render(prog)
+        source, metas = _BACKEND.render(prog)
         try:
-            mod = _load_module(source, interpret)
+            mod = _BACKEND.load(source, interpret, cache_dir() / "kernels")
         except Exception as e:  # pragma: no cover - generator bug
             raise CompileError(f"generated source for {alg.name} failed to load: {e}") from e
         launches = []
@@ -238,7 +209,7 @@ class Kernel:
             return apply(self, args, out=out)
         if out is None and self._fast:
             fast = self._fast.get(_call_key(args))
-            if fast is not None and _HOOKS_OFF():
+            if fast is not None and _fast_ok():
                 return fast(args)
         alg = self.algorithm
         b = alg.bind(args)
@@ -259,8 +230,8 @@ class Kernel:
         self._last = plan
         compiled: list = []
         outs = self._run(plan, b, args, out, compiled)
-        if out is None and not interpret and len(compiled) == len(plan.launches) and _HOOKS_OFF():
-            self._fast[_call_key(args)] = _FastLauncher(self, plan, b, compiled, args)
+        if out is None and not interpret and len(compiled) == len(plan.launches) and _fast_ok():
+            self._fast[_call_key(args)] = _BACKEND.fast_launcher(alg, plan, b, compiled, args)
         if interpret and orig_dev.type != "cpu":
             outs = [o.to(orig_dev) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
@@ -318,11 +289,9 @@ class Kernel:
                 call.extend(tensors[t].stride())
             call.extend(sizes[s[5:]] for s in m.sizes)
             call.extend(scalars[s] for s in m.scalars)
-            call.extend(_descriptor(tensors[t], box) for _, t, box in m.descs)
+            call.extend(_BACKEND.descriptor(tensors[t], box) for _, t, box in m.descs)
             try:
-                if plan.interpret:
-                    _quiet_interpreter()
-                ck = L.fn[(nprog,)](*call, **m.consts, num_warps=m.ir.num_warps, num_stages=m.ir.num_stages)
+                ck = _BACKEND.launch(L.fn, nprog, call, m, plan.interpret)
                 if compiled is not None:
                     compiled.append(ck)
             except Exception as e:
@@ -331,9 +300,6 @@ class Kernel:
                                    f"limit of the schedule or a dtriton bug. Schedule: {plan.schedule.to_json()}\n"
                                    f"Triton said:\n{detail}") from e
         return outs
-
-
-_QUIET: list[bool] = []
 
 
 def _span(t: torch.Tensor) -> tuple[int, int]:
@@ -480,43 +446,6 @@ def _inplace_problem(alg: Algorithm, sched: Schedule, x_name: str) -> str | None
     return None
 
 
-def _quiet_interpreter() -> None:
-    """Hide, once per process, the numpy warnings Triton 3.6's interpreter raises from its own
-    module on every launch: "Conversion of an array with ndim > 0 to a scalar", and invalid-value
-    or divide warnings from lanes that masks discard (0/0 in a padded row). Neither says anything
-    about the user's kernel. The filters name the interpreter module only, and are installed once
-    (``warnings.catch_warnings`` per launch would race between threads)."""
-    if _QUIET:
-        return
-    import warnings
-    warnings.filterwarnings("ignore", message="Conversion of an array with ndim > 0", category=DeprecationWarning,
-                            module=r"triton\.runtime\.interpreter")
-    warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
-    _QUIET.append(True)
-
-
-_TensorDescriptor = None
-
-
-def _descriptor(t: torch.Tensor, box: tuple[int, ...]):
-    """Host-side TMA descriptor of ``t`` (shape and strides in elements, ``box`` the tile read or
-    written per load/store; out-of-range elements read as zero and are clipped on store), passed
-    to the kernel as an argument. Triton's launcher encodes it (``cuTensorMapEncodeTiled``) at
-    each launch; the interpreter emulates it.
-
-    Built without ``TensorDescriptor.__post_init__``: its checks (16-byte aligned base and rows,
-    last stride 1, power-of-two box) are the ones :func:`~dtriton.plan.tma_addressable` and the plan's box rules already
-    made for this specialisation, and they cost 4 us of the 5.4 us per descriptor (CPU, measured)
-    on every call."""
-    global _TensorDescriptor
-    if _TensorDescriptor is None:
-        from triton.tools.tensor_descriptor import TensorDescriptor
-        _TensorDescriptor = TensorDescriptor
-    d = _TensorDescriptor.__new__(_TensorDescriptor)
-    d.__dict__.update(base=t, shape=list(t.shape), strides=list(t.stride()), block_shape=list(box), padding="zero")
-    return d
-
-
 def _check_gather_indices(alg: Algorithm, b: Binding, args) -> None:
     """Raise :class:`ShapeError` when a gather index (``labels`` in ``X[i, labels[i]]``) is out of
     range. Always on the interpreter (an out-of-range read would crash it); on the GPU only with
@@ -547,98 +476,6 @@ def _call_key(args) -> tuple:
         else:
             key.append((a == 1, a % 16 == 0))
     return tuple(key)
-
-
-_knobs = None
-
-
-def _HOOKS_OFF() -> bool:
-    """True when no Triton launch hook (profilers such as proton) is installed."""
-    global _knobs
-    if _knobs is None:
-        from triton import knobs as _k
-        _knobs = _k.runtime
-    e, x = _knobs.launch_enter_hook, _knobs.launch_exit_hook
-    return (e is None or not getattr(e, "calls", True)) and (x is None or not getattr(x, "calls", True))
-
-
-class _FastLauncher:
-    """Re-launch a call signature seen before without re-binding or re-specialising.
-
-    Shapes, strides and dtypes are part of the call key, so every integer argument of every
-    kernel is a constant here; only tensor pointers change. Outputs and buffers are allocated
-    from cached shapes and the compiled Triton kernels are launched directly
-    (``CompiledKernel.run``), which keeps host overhead at or below a bare Triton launch."""
-
-    def __init__(self, kernel: "Kernel", plan: _Plan, b: Binding, compiled: list, args):
-        alg = kernel.algorithm
-        sizes = b.axis_sizes
-        self.device = b.device
-        from triton.runtime import driver
-        self.get_stream = driver.active.get_current_stream
-        self.dev_index = b.device.index if b.device.index is not None else torch.cuda.current_device()
-        zero = set(plan.program.output_direct)
-        # slots: ("arg", position) input tensor; ("new", k) freshly allocated output/buffer k
-        self.allocs = []   # (shape, dtype, zero)
-        slot_of: dict[str, tuple] = {}
-        strides: dict[str, tuple] = {}
-        for pos, p in enumerate(alg.params):
-            if isinstance(p, InputTensor):
-                slot_of[p.name] = ("arg", pos)
-                strides[p.name] = tuple(args[pos].stride())
-        for o, dt in zip(alg.outputs, b.out_dtypes):
-            shape = [sizes[a] for a in o.layout]
-            slot_of[o.name] = ("new", len(self.allocs))
-            self.allocs.append((shape, dt, o.name in zero))
-            strides[o.name] = tuple(torch.empty(shape, device="meta").stride())
-        self.n_out = len(alg.outputs)
-        for name, bs in plan.program.buffers.items():
-            shape = ([bs.partials] if bs.partials else []) + [sizes[a] for a in bs.axes]
-            slot_of[name] = ("new", len(self.allocs))
-            self.allocs.append((shape, torch.float64 if bs.dtype == "float64" else torch.float32, bs.zero))
-            strides[name] = tuple(torch.empty(shape, device="meta").stride())
-        scal = {f"s_{p.name}": pos for pos, p in enumerate(alg.params) if not isinstance(p, InputTensor)}
-        self.scal_types = {pos: p.pytype for pos, p in enumerate(alg.params) if not isinstance(p, InputTensor)}
-        self.launches = []
-        for L, ck in zip(plan.launches, compiled):
-            m = L.meta
-            nprog = L.programs(sizes)
-            call, fills = [], []
-            for t in m.tensors:
-                fills.append((len(call), slot_of[t]))
-                call.append(None)
-            for t in m.tensors:
-                call.extend(strides[t][: m.tensor_ndim[t]])
-            call.extend(sizes[x[5:]] for x in m.sizes)
-            for x in m.scalars:
-                fills.append((len(call), ("scalar", scal[x])))
-                call.append(None)
-            for _, t, box in m.descs:   # rebuilt per call: the tensor's address changes
-                fills.append((len(call), ("desc", (slot_of[t], box))))
-                call.append(None)
-            call.extend(m.consts[c] for c in sorted(m.consts))
-            self.launches.append((ck, nprog, call, fills))
-
-    def __call__(self, args):
-        dev = self.device
-        new = [(torch.zeros if z else torch.empty)(shape, dtype=dt, device=dev) for shape, dt, z in self.allocs]
-        stream = self.get_stream(self.dev_index)
-        for ck, nprog, call, fills in self.launches:
-            if nprog == 0:
-                continue
-            call = list(call)
-            for idx, (kind, k) in fills:
-                if kind == "arg":
-                    call[idx] = args[k]
-                elif kind == "new":
-                    call[idx] = new[k]
-                elif kind == "desc":
-                    (src, pos), box = k
-                    call[idx] = _descriptor(args[pos] if src == "arg" else new[pos], box)
-                else:
-                    call[idx] = float(args[k]) if self.scal_types[k] is float else int(args[k])
-            ck.run(nprog, 1, 1, stream, ck.function, ck.packed_metadata, None, None, None, *call)
-        return new[0] if self.n_out == 1 else tuple(new[: self.n_out])
 
 
 def compile(alg: Algorithm, schedule: Schedule | str | None = None) -> Kernel:  # noqa: A001
