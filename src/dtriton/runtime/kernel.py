@@ -1,4 +1,5 @@
-"""Runtime: compile cache, backend choice (GPU or Triton interpreter) and launch.
+"""Runtime: the Kernel (bind -> complete the schedule -> CallSpec -> plan -> backend render/load ->
+launch), its caches, and the backend choice (GPU or Triton interpreter).
 
 ``dt.compile(alg, schedule)`` returns a :class:`Kernel`. Calling it binds and checks the
 arguments, completes the schedule for the call's shapes (the heuristic fills what the schedule
@@ -15,21 +16,24 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import torch
 
-from .backends.triton import TritonBackend
-from .backends.base import KernelMeta
-from .errors import CompileError, ScheduleWarning, ShapeError
-from .language import Algorithm, Axis, Binding, InputTensor, Load, Reduce, ScalarParam, topo_order
-from .plan import CallSpec, KernelPlan, Program, call_spec, plan_program, tma_addressable
-from .plan.callspec import I32_MAX as _I32_MAX, max_offset as _max_offset
-from .schedule import Schedule
+from ..backends.base import KernelMeta
+from ..backends.triton import TritonBackend
+from ..errors import CompileError, ScheduleWarning, ShapeError
+from ..heuristics import complete_schedule
+from ..language import Algorithm, Binding, InputTensor
+from ..plan import CallSpec, KernelPlan, Program, call_spec, plan_program, tma_addressable
+from ..plan.callspec import I32_MAX
+from ..schedule import Schedule
+from .args import call_key, check_gather_indices, check_given_out, merge_named, normalise_out
 
-__all__ = ["compile", "Kernel", "cache_dir", "backend_for"]
+__all__ = ["compile", "Kernel", "backend_for", "cache_dir", "knob_warnings"]
 
 _BACKEND = TritonBackend()
 _fast_ok = _BACKEND.fast_path_ok   # no launch hooks: the fast path may run (looked up once)
@@ -122,7 +126,6 @@ class Kernel:
     # ------------------------------------------------------------------------------------------
     def complete(self, binding: Binding) -> Schedule:
         """The full schedule used for a call with this binding (heuristic fills the gaps)."""
-        from .heuristics import complete_schedule
         return complete_schedule(self.algorithm, self.schedule, binding)
 
     def _auto_access(self, sched: Schedule, b: Binding, args, out=None, tma_ok: frozenset | None = None) -> Schedule:
@@ -169,7 +172,6 @@ class Kernel:
             launches.append(_Launch(fn, m, ga, m.ir.split[1] if m.ir.split else 1,
                                     _persistent_programs(sched.persistent, b.device) if m.ir.persistent else 0))
         if not self.quiet:
-            import warnings
             for note in knob_warnings(alg, sched, prog.kernels):
                 warnings.warn(f"{alg.name}: {note}", ScheduleWarning, stacklevel=3)
         plan = _Plan(sched, prog, source, launches, interpret)
@@ -201,14 +203,14 @@ class Kernel:
         through autograd (:mod:`dtriton.autograd`), whose backward runs the derived backward
         kernels. Raises :class:`ShapeError` for missing, repeated or unknown arguments."""
         if named:
-            args = _merge_named(self.algorithm, args, named)
+            args = merge_named(self.algorithm, args, named)
         if out is not None:
-            out = _normalise_out(self.algorithm, out)
+            out = normalise_out(self.algorithm, out)
         if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-            from .autograd import apply
+            from ..autograd import apply
             return apply(self, args, out=out)
         if out is None and self._fast:
-            fast = self._fast.get(_call_key(args))
+            fast = self._fast.get(call_key(args))
             if fast is not None and _fast_ok():
                 return fast(args)
         alg = self.algorithm
@@ -224,14 +226,14 @@ class Kernel:
             args = tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in args)
             b.device = torch.device("cpu")
         if alg.gathers and (interpret or os.environ.get("DTRITON_CHECK_INDICES") == "1"):
-            _check_gather_indices(alg, b, args)
+            check_gather_indices(alg, b, args)
         sched, spec = self._schedule_and_spec(b, args, interpret, out)
         plan = self._plan(sched, b, args, interpret, out, spec)
         self._last = plan
         compiled: list = []
         outs = self._run(plan, b, args, out, compiled)
         if out is None and not interpret and len(compiled) == len(plan.launches) and _fast_ok():
-            self._fast[_call_key(args)] = _BACKEND.fast_launcher(alg, plan, b, compiled, args)
+            self._fast[call_key(args)] = _BACKEND.fast_launcher(alg, plan, b, compiled, args)
         if interpret and orig_dev.type != "cpu":
             outs = [o.to(orig_dev) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
@@ -252,17 +254,7 @@ class Kernel:
             shape = [sizes[a] for a in o.layout]
             given = None if out is None else (out[k] if isinstance(out, (tuple, list)) else out)
             if given is not None:
-                if tuple(given.shape) != tuple(shape) or given.dtype != odt:
-                    raise ShapeError(f"out= for {o.name} must have shape {tuple(shape)} and dtype {odt}, "
-                                     f"got {tuple(given.shape)} {given.dtype}")
-                if given.device != dev:
-                    raise ShapeError(f"out= for {o.name} is on {given.device} but the call runs on {dev}; "
-                                     f"pass an out= tensor on {dev}")
-                for same in _check_out_memory(o.name, given, tensors):
-                    why = _inplace_problem(alg, plan.schedule, same)
-                    if why:
-                        raise ShapeError(f"out= for {o.name} is input {same!r} itself (an in-place call), which this "
-                                         f"algorithm and schedule cannot do: {why}; pass a separate out= tensor")
+                check_given_out(alg, plan.schedule, o.name, given, shape, odt, dev, tensors)
                 t = given
             else:
                 t = torch.empty(shape, dtype=odt, device=dev)
@@ -282,7 +274,7 @@ class Kernel:
             nprog = L.programs(sizes)
             if nprog == 0:
                 continue
-            if nprog > _I32_MAX:
+            if nprog > I32_MAX:
                 raise ShapeError(f"kernel {m.name} needs {nprog} programs, more than a grid allows; use larger tiles")
             call = [tensors[t] for t in m.tensors]
             for t in m.tensors:
@@ -300,46 +292,6 @@ class Kernel:
                                    f"limit of the schedule or a dtriton bug. Schedule: {plan.schedule.to_json()}\n"
                                    f"Triton said:\n{detail}") from e
         return outs
-
-
-def _span(t: torch.Tensor) -> tuple[int, int]:
-    """Byte range [lo, hi) of the memory ``t`` can touch (non-negative strides)."""
-    lo = t.data_ptr()
-    return lo, lo + (_max_offset(t) - t.storage_offset() + 1) * t.element_size()
-
-
-def _overlap(x: torch.Tensor, y: torch.Tensor) -> bool:
-    """The byte ranges of two non-empty tensors on one device intersect."""
-    if not x.numel() or not y.numel() or x.device != y.device:
-        return False
-    (xlo, xhi), (ylo, yhi) = _span(x), _span(y)
-    return xlo < yhi and ylo < xhi
-
-
-def _check_out_memory(name: str, out: torch.Tensor, inputs: dict[str, torch.Tensor]) -> list[str]:
-    """Refuse an ``out=`` tensor whose elements share memory (a stride-0 expanded dim), or that
-    overlaps an input without being exactly that input: programs would read values other
-    programs already overwrote (torch refuses these too). Returns the names of the inputs
-    ``out`` is exactly (an in-place call, ``out=X``, possibly for several parameters at once;
-    :func:`_inplace_problem` decides for each whether the algorithm allows it)."""
-    found: list[str] = []
-    if out.numel() == 0:
-        return found
-    if any(st == 0 for st, n in zip(out.stride(), out.shape) if n > 1):
-        raise ShapeError(f"out= for {name} has a stride-0 (expanded) dim (strides {tuple(out.stride())}): several "
-                         "elements would be written to one memory location; pass a tensor with distinct elements")
-    for pname, x in inputs.items():
-        if not isinstance(x, torch.Tensor) or x.numel() == 0 or x.device != out.device:
-            continue
-        same = (x.data_ptr() == out.data_ptr() and x.shape == out.shape and x.stride() == out.stride()
-                and x.dtype == out.dtype)
-        if same:
-            found.append(pname)
-        elif _overlap(x, out):
-            raise ShapeError(f"out= for {name} overlaps input {pname!r} without being that same tensor: programs "
-                             f"would read values already overwritten; write into a separate tensor (or pass "
-                             f"out={pname} itself for an in-place call)")
-    return found
 
 
 def knob_warnings(alg: Algorithm, sched: Schedule, kernels: Sequence[KernelPlan]) -> list[str]:
@@ -372,112 +324,6 @@ def knob_warnings(alg: Algorithm, sched: Schedule, kernels: Sequence[KernelPlan]
     return notes
 
 
-def _merge_named(alg: Algorithm, args: tuple, named: dict) -> tuple:
-    """Positional arguments followed by named ones, in the algorithm's parameter order."""
-    names = [p.name for p in alg.params]
-    unknown = [n for n in named if n not in names]
-    if unknown:
-        raise ShapeError(f"{alg.name} has no parameter {unknown[0]!r}; its parameters are {names}")
-    twice = [n for n in names[:len(args)] if n in named]
-    if twice:
-        raise ShapeError(f"{alg.name}: {twice[0]!r} is given both by position and by name")
-    merged = list(args)
-    for n in names[len(args):]:
-        if n not in named:
-            raise ShapeError(f"{alg.name}: missing argument {n!r} (parameters: {names})")
-        merged.append(named[n])
-    return tuple(merged)
-
-
-def _normalise_out(alg: Algorithm, out) -> tuple[torch.Tensor, ...]:
-    """``out=`` as one tensor per output: a tensor (single-output algorithms) or a tuple/list with
-    one tensor per output, in the order the algorithm returns them. Raises :class:`ShapeError`
-    for a wrong count, a non-tensor, or two outputs that share memory (each would overwrite the
-    other's values)."""
-    names = [o.name for o in alg.outputs]
-    outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
-    if len(outs) != len(names):
-        raise ShapeError(f"out= must give {len(names)} tensor(s), one per output ({', '.join(names)}), "
-                         f"got {len(outs)}" + ("; pass a tuple" if len(names) > 1 else ""))
-    for n, t in zip(names, outs):
-        if not isinstance(t, torch.Tensor):
-            raise ShapeError(f"out= for {n} must be a torch.Tensor, got {type(t).__name__}")
-        if t.requires_grad and torch.is_grad_enabled():
-            raise ShapeError(f"out= for {n} requires grad: writing into it would overwrite a tensor autograd "
-                             f"tracks (torch refuses this too); pass a tensor that does not require grad, or "
-                             f"call under torch.no_grad()")
-    for a in range(len(outs)):
-        for c in range(a + 1, len(outs)):
-            if _overlap(outs[a], outs[c]):
-                raise ShapeError(f"out= for {names[a]} and out= for {names[c]} share memory; pass a separate "
-                                 f"tensor for each output")
-    return outs
-
-
-def _inplace_problem(alg: Algorithm, sched: Schedule, x_name: str) -> str | None:
-    """Why writing the output over input ``x_name`` (``out=X``) could read values already
-    overwritten, or None when it cannot: a single output that reads ``X`` only at its own
-    element (``X[i, j]`` for ``out[i, j]``), inside reductions over axes that no program of the
-    output's grid is tiled along (a row softmax reads its whole row before writing it), and no
-    split-K (its atomics zero the output first). A matmul ``out=A`` or a transpose ``out=X``
-    would read rows or columns other programs already wrote."""
-    if len(alg.outputs) != 1:
-        return "it has several outputs (a later output's kernel may still read the input)"
-    if any(f > 1 for f in sched.split.values()):
-        return "the schedule splits a reduction (split-K zeroes or accumulates into the output while it is read)"
-    o = alg.outputs[0]
-    layout = tuple(o.layout)
-    grid = set(sched.grid or ())
-    over: dict[int, set] = {}
-    for n in reversed(topo_order([o.expr])):   # parents first: pass reduction axes down to the loads
-        inner = over.get(n._id, set()) | (set(n.over) if isinstance(n, Reduce) else set())
-        for c in n.children():
-            over[c._id] = over.get(c._id, set()) | inner
-        if isinstance(n, Load) and n.tensor.name == x_name:
-            idx = tuple(e.name if isinstance(e, Axis) else None for e in n.index)
-            if idx != layout:
-                shown = ", ".join(e if e else "..." for e in idx)
-                return (f"it reads {x_name}[{shown}], not only the element it writes "
-                        f"({o.name}[{', '.join(layout)}])")
-            tiled = over.get(n._id, set()) & grid
-            if tiled:
-                return (f"it reduces {x_name} over axis {sorted(tiled)[0]!r}, which is on the grid (other programs "
-                        f"write parts of what this one reads)")
-    return None
-
-
-def _check_gather_indices(alg: Algorithm, b: Binding, args) -> None:
-    """Raise :class:`ShapeError` when a gather index (``labels`` in ``X[i, labels[i]]``) is out of
-    range. Always on the interpreter (an out-of-range read would crash it); on the GPU only with
-    ``DTRITON_CHECK_INDICES=1``, since the check synchronises with the device."""
-    argmap = {p.name: a for p, a in zip(alg.params, args)}
-    for idx_name, tname, d, sym in alg.gathers:
-        t = argmap[idx_name]
-        if t.numel() == 0:
-            continue
-        lo, hi = int(t.min()), int(t.max())
-        n = b.sizes[sym]
-        if lo < 0 or hi >= n:
-            raise ShapeError(f"gather index {idx_name} has values in [{lo}, {hi}] but indexes dim {d} of {tname} "
-                             f"({sym} = {n}); every index must be in [0, {n - 1}]")
-
-
-def _call_key(args) -> tuple:
-    """What decides a launch: shapes, strides, dtypes, devices, 16-byte alignment (Triton's own
-    pointer specialisation) and, for ints, the values Triton specialises on."""
-    key = []
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            if a.requires_grad and torch.is_grad_enabled():
-                return (None,)  # autograd path: never the fast path
-            key.append((a.shape, a.stride(), a.dtype, a.device, a.data_ptr() % 16 == 0))
-        elif isinstance(a, bool) or not isinstance(a, int):
-            key.append(type(a))
-        else:
-            key.append((a == 1, a % 16 == 0))
-    return tuple(key)
-
-
 def compile(alg: Algorithm, schedule: Schedule | str | None = None) -> Kernel:  # noqa: A001
     """Compile an algorithm under a schedule.
 
@@ -495,6 +341,6 @@ def compile(alg: Algorithm, schedule: Schedule | str | None = None) -> Kernel:  
     if isinstance(schedule, str):
         if schedule != "tuned":
             raise TypeError(f"schedule must be a dt.Schedule, None or 'tuned', got {schedule!r}")
-        from .tuning import TunedKernel
+        from ..tuning import TunedKernel
         return TunedKernel(alg)
     return Kernel(alg, schedule)
