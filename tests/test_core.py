@@ -399,6 +399,19 @@ def test_same_specialisation_compiles_once(gen):
     assert n_plans(kernel) == 2 and kernel._last is first
 
 
+def test_call_spec_is_computed_once_per_call_signature(gen):
+    """A call signature's facts (CallSpec) are computed once and reused by later calls with the same
+    signature; other strides or an ``out=`` tensor are other signatures."""
+    kernel = dt.compile(matmul, dt.Schedule(tile={"i": 16, "j": 16, "k": 16}))
+    A, B = randn(19, 17, gen=gen), randn(17, 23, gen=gen)
+    kernel(A, B)
+    kernel(A.clone(), B.clone())
+    assert len(kernel._specs) == 1 and n_plans(kernel) == 1
+    kernel(A, B.t().contiguous().t())
+    kernel(A, B, out=torch.empty(19, 23))
+    assert len(kernel._specs) == 3
+
+
 def test_heuristic_schedule_cache_by_shape_class(gen):
     kernel = dt.compile(colsum)
     check(colsum, [randn(20, 9, gen=gen)], kernel=kernel)

@@ -11,7 +11,7 @@ from ..plan.callspec import max_offset
 from ..schedule import Schedule
 
 __all__ = ["call_key", "check_gather_indices", "check_given_out", "check_out_memory", "inplace_problem", "merge_named",
-           "normalise_out", "overlap"]
+           "normalise_out", "overlap", "spec_key"]
 
 
 def span(t: torch.Tensor) -> tuple[int, int]:
@@ -176,3 +176,16 @@ def call_key(args) -> tuple:
         else:
             key.append((a == 1, a % 16 == 0))
     return tuple(key)
+
+
+def spec_key(args, out, interpret: bool) -> tuple | None:
+    """The key a call's :class:`~dtriton.plan.callspec.CallSpec` is cached under: the call keys of
+    the arguments and of ``out=`` (shapes, strides, dtypes, devices, alignment), the tensors'
+    storage offsets (which decide 64-bit offsets) and the backend; None for an autograd call."""
+    ck = call_key(args)
+    if ck == (None,):
+        return None
+    offs = tuple(a.storage_offset() for a in args if isinstance(a, torch.Tensor))
+    if out is None:
+        return ck, offs, None, interpret
+    return ck, offs, call_key(out), tuple(t.storage_offset() for t in out), interpret

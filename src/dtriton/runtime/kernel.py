@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import tempfile
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -31,7 +31,7 @@ from ..language import Algorithm, Binding, InputTensor
 from ..plan import CallSpec, KernelPlan, Program, call_spec, plan_program, tma_addressable
 from ..plan.callspec import I32_MAX
 from ..schedule import Schedule
-from .args import call_key, check_gather_indices, check_given_out, merge_named, normalise_out
+from .args import call_key, check_gather_indices, check_given_out, merge_named, normalise_out, spec_key
 
 __all__ = ["compile", "Kernel", "backend_for", "cache_dir", "knob_warnings"]
 
@@ -119,6 +119,7 @@ class Kernel:
         self.algorithm = alg
         self.schedule = schedule
         self._plans: dict[tuple, _Plan] = {}
+        self._specs: dict[tuple, list] = {}   # call signature -> [CallSpec without TMA facts, TMA facts or None]
         self.quiet = False   # True: no ScheduleWarning for knobs a call cannot use (explore's candidates)
         self._fast: dict[tuple, tuple[_Plan, Any]] = {}
         self._last: _Plan | None = None
@@ -143,11 +144,24 @@ class Kernel:
         return sched if all(t in ok for t in tiles) else sched.replace(access="pointer")
 
     def _schedule_and_spec(self, b: Binding, args, interpret: bool, out=None) -> tuple[Schedule, CallSpec]:
-        """The complete schedule of a call and its :class:`CallSpec` (TMA facts computed once)."""
+        """The complete schedule of a call and its :class:`CallSpec`. The CallSpec (and the TMA
+        facts, computed once where the schedule asks for TMA) is cached per call signature: the
+        tensors' call keys and storage offsets (64-bit offsets depend on them), ``out=``'s, and
+        the backend."""
+        key = spec_key(args, out, interpret)
+        hit = self._specs.get(key) if key is not None else None
+        if hit is None:
+            hit = [call_spec(self.algorithm, b, args, interpret, out), None]   # the spec without TMA facts, TMA facts
+            if key is not None:
+                self._specs[key] = hit
         sched = self.complete(b)
-        tma = tma_addressable(self.algorithm, b, args, out) if sched.access == "tma" else frozenset()
+        tma = frozenset()
+        if sched.access == "tma":
+            if hit[1] is None:
+                hit[1] = tma_addressable(self.algorithm, b, args, out)
+            tma = hit[1]
         sched = self._auto_access(sched, b, args, out, tma)
-        return sched, call_spec(self.algorithm, b, args, interpret, out, tma if sched.access == "tma" else frozenset())
+        return sched, (replace(hit[0], tma_ok=tma) if sched.access == "tma" else hit[0])
 
     def _plan(self, sched: Schedule, b: Binding, args, interpret: bool, out=None, spec: CallSpec | None = None) -> _Plan:
         if spec is None:
