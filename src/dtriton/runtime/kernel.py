@@ -19,7 +19,7 @@ import tempfile
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -28,12 +28,12 @@ from ..backends.triton import TritonBackend
 from ..errors import CompileError, ScheduleWarning, ShapeError
 from ..heuristics import complete_schedule
 from ..language import Algorithm, Binding, InputTensor
-from ..plan import CallSpec, KernelPlan, Program, call_spec, plan_program, tma_addressable
+from ..plan import CallSpec, Program, call_spec, plan_program, tma_addressable, unused_knobs
 from ..plan.callspec import I32_MAX
 from ..schedule import Schedule
 from .args import call_key, check_gather_indices, check_given_out, merge_named, normalise_out, spec_key
 
-__all__ = ["compile", "Kernel", "backend_for", "cache_dir", "knob_warnings"]
+__all__ = ["compile", "Kernel", "backend_for", "cache_dir"]
 
 _BACKEND = TritonBackend()
 _fast_ok = _BACKEND.fast_path_ok   # no launch hooks: the fast path may run (looked up once)
@@ -186,7 +186,7 @@ class Kernel:
             launches.append(_Launch(fn, m, ga, m.ir.split[1] if m.ir.split else 1,
                                     _persistent_programs(sched.persistent, b.device) if m.ir.persistent else 0))
         if not self.quiet:
-            for note in knob_warnings(alg, sched, prog.kernels):
+            for note in unused_knobs(alg, sched, prog):
                 warnings.warn(f"{alg.name}: {note}", ScheduleWarning, stacklevel=3)
         plan = _Plan(sched, prog, source, launches, interpret)
         self._plans[key] = plan
@@ -306,36 +306,6 @@ class Kernel:
                                    f"limit of the schedule or a dtriton bug. Schedule: {plan.schedule.to_json()}\n"
                                    f"Triton said:\n{detail}") from e
         return outs
-
-
-def knob_warnings(alg: Algorithm, sched: Schedule, kernels: Sequence[KernelPlan]) -> list[str]:
-    """Schedule knobs the planned kernels do not use (each becomes a ``ScheduleWarning``): a
-    partials split mode without a split, warp specialisation dropped on loops whose loads are not
-    all TMA or without a contraction loop, a dot precision without fp32 dots, eviction hints on
-    inputs that no pointer or block-pointer load reads (TMA tile loads take none)."""
-    notes = []
-    if sched.split_mode == "partials" and not any(f > 1 for f in sched.split.values()):
-        sums = [a for a in alg.reduction_axes
-                if all(st.node.op == "sum" for st in alg.stages.values() if not st.is_output and a in st.node.over)]
-        how = (f"it applies to split-K, e.g. split={{{sums[0]!r}: 4}}" if sums else
-               f"{alg.name} has no sum to split")
-        notes.append(f"split_mode='partials' has no effect: this call splits no reduction axis (the "
-                     f"complete schedule's split is {dict(sched.split)}); {how}. Give a split, or drop split_mode")
-    if any(k.ws_dropped for k in kernels):
-        notes.append("warp_specialize=True has no effect on loops whose loads are not all TMA "
-                     "(needs access='tma' and TMA-addressable tensors: last stride 1, 16-byte aligned rows and "
-                     "base); those loops run without it")
-    if sched.warp_specialize and not any(k.ws_loop for k in kernels):
-        notes.append("warp_specialize=True has no effect: no kernel has a contraction (tl.dot) loop to specialise")
-    if sched.precision != "ieee" and not any(k.fp32_dot for k in kernels):
-        notes.append(f"precision={sched.precision!r} has no effect: no kernel has a tl.dot with fp32 operands "
-                     f"(it sets how fp32 dots use tensor cores; 16-bit dots use them anyway)")
-    used = set().union(*(k.evicted for k in kernels)) if kernels else set()
-    for t, ev in sched.eviction.items():
-        if ev != "evict_normal" and t not in used:
-            notes.append(f"eviction={{{t!r}: {ev!r}}} has no effect: no load of {t} takes the hint (TMA tile loads "
-                         f"take none; use access='pointer' to keep it)")
-    return notes
 
 
 def compile(alg: Algorithm, schedule: Schedule | str | None = None) -> Kernel:  # noqa: A001
