@@ -21,9 +21,8 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from ..errors import ScheduleError, UnknownFieldError
-from ..heuristics import contractions
-from ..language import Algorithm, Binding
-from ..lowering import next_pow2
+from ..schedule import contractions, next_pow2
+from ..ir import Algorithm, Binding
 from ..runtime import Kernel, backend_for
 from ..schedule import (ACCESS, EVICTIONS, PLACES, SPLIT_MODES, STRATEGIES, Schedule, StageSchedule,
                         reject_unknown_keywords, unknown_fields_message)
