@@ -17,8 +17,8 @@ interpreter on a machine without one).
 from .errors import (AlgorithmError, CompileError, DTritonError, ScheduleError, ScheduleWarning, ShapeError,
                      UnknownFieldError)
 from .ir import Algorithm, Axis
-from .dsl import (Tensor, abs, algorithm, axes, cast, exp, log, max, maximum, mean, min, minimum, rsqrt, sigmoid,
-                  sqrt, sum, tanh, where)
+from . import dsl
+from .dsl import *  # noqa: F401,F403 - every builder in dsl.__all__ (a new builder needs no edit here)
 from .schedule import FrozenMap, Schedule, StageSchedule
 from .runtime import Kernel
 from .grad import GradientAlgorithms, grad
@@ -31,8 +31,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AlgorithmError", "CompileError", "DTritonError", "ScheduleError", "ScheduleWarning", "ShapeError",
     "UnknownFieldError",
-    "Algorithm", "Axis", "Tensor", "abs", "algorithm", "axes", "cast", "exp", "log", "max", "maximum",
-    "mean", "min", "minimum", "rsqrt", "sigmoid", "sqrt", "sum", "tanh", "where",
+    *dsl.__all__,
     "FrozenMap", "Schedule", "StageSchedule", "Kernel", "compile",
     "grad", "GradientAlgorithms", "differentiable", "compile_autograd", "as_torch_op",
     "explore", "Space", "ExploreResult",

@@ -83,7 +83,11 @@ def reduce(x, over, combiner: "str | Combiner", name: str | None = None) -> Expr
     """Reduction of ``x`` over ``over`` (an axis or tuple of axes) with a combiner (a
     :class:`~dtriton.ir.Combiner` or a registered name such as ``"sum"``). A reduction stage."""
     c = combiner if isinstance(combiner, Combiner) else get_combiner(combiner)
-    return Reduce(c, as_expr(x), _over(over), name)
+    axes_ = _over(over)
+    if c.results == 2 and len(axes_) != 1:
+        raise AlgorithmError(f"dt.{c.name} reduces over exactly one axis (its result is an index along it), "
+                             f"got over={axes_}")
+    return Reduce(c, as_expr(x), axes_, name)
 
 
 def sum(x, over, name: str | None = None) -> Expr:  # noqa: A001 - the DSL's sum

@@ -66,7 +66,7 @@ class Renamer:
                     over[k] = nb
             x = self(n.x, inner)
             hint = n.name if n.name is not None else g.hint.get(n._id)
-            r = g.reduce(n.op, x, over, n.mean, hint=hint)
+            r = g.reduce(n.combiner, x, over, hint=hint)
         elif isinstance(n, (Load, Unary, Binary, Where, Cast)):
             r = g.remake(n, [self(c, mapping) for c in n.children()])
         else:
@@ -90,6 +90,8 @@ def active_nodes(order: Sequence[Expr], wrt: set[str]) -> set[int]:
             continue
         elif isinstance(n, Unary) and n.op == "not":
             continue
+        elif isinstance(n, Reduce) and n.combiner.grad == "index":
+            continue  # an index (argmax) has no gradient; a gather by it still differentiates
         elif isinstance(n, Where):
             if n.a._id in active or n.b._id in active:
                 active.add(n._id)
@@ -105,7 +107,7 @@ def shift_invariant_extrema(order: list[Expr], active: set[int], roots: Sequence
     """Ids of the active max/min stages that no root changes under shifting (zero adjoint)."""
     blocked: set[int] = set()
     for n in order:
-        if isinstance(n, Reduce) and n.op in ("max", "min") and n._id in active:
+        if isinstance(n, Reduce) and n.combiner.grad == "extremum" and n._id in active:
             cls = shift_class(n, order)
             if all(e._id not in cls or (cls[e._id] is not None and cls[e._id][1] == 0) for e in roots):
                 blocked.add(n._id)
@@ -147,7 +149,7 @@ class Deriver:
             elif isinstance(n, ScalarParam):
                 r = g.scalar(n)
             elif isinstance(n, Reduce):
-                r = g.reduce(n.op, cl[n.x._id], n.over, n.mean, name=n.name)
+                r = g.reduce(n.combiner, cl[n.x._id], n.over, name=n.name)
             elif isinstance(n, (Load, Unary, Binary, Where, Cast)):
                 r = g.remake(n, [cl[c._id] for c in n.children()])
             else:  # pragma: no cover - new node kinds
@@ -253,12 +255,21 @@ class Deriver:
         elif isinstance(n, Cast):
             to(n.x, bar)
         elif isinstance(n, Reduce):
-            if n.op == "sum":
-                to(n.x, g.div_count(bar, n.over, n.axes) if n.mean else bar)
-            else:  # max/min: split evenly among the elements equal to the extremum (torch.amax)
-                tie = g.cmp("eq", n.x, n)
-                cnt = g.reduce("sum", g.where(tie, g.const(1.0), None), n.over, hint=f"ties_{n.name}")
-                to(n.x, g.where(tie, g.div(bar, cnt), None))
+            self.reduce_adjoint(n, bar, to)
+
+    def reduce_adjoint(self, n: Reduce, bar: Expr, to) -> None:
+        """Pass reduction ``n``'s adjoint ``bar`` to its operand by its combiner's gradient rule;
+        an :class:`AlgorithmError` names the stage of a kind without a known rule."""
+        g, rule = self.g, n.combiner.grad
+        if rule == "sum":
+            to(n.x, g.div_count(bar, n.over, n.axes) if n.combiner.finalize == "count" else bar)
+        elif rule == "extremum":  # max/min: split evenly among the elements equal to the extremum (torch.amax)
+            tie = g.cmp("eq", n.x, n)
+            cnt = g.reduce("sum", g.where(tie, g.const(1.0), None), n.over, hint=f"ties_{n.name}")
+            to(n.x, g.where(tie, g.div(bar, cnt), None))
+        elif rule != "index":
+            raise AlgorithmError(f"dt.grad cannot differentiate stage {n.name!r}: a {n.combiner.name} reduction "
+                                 f"(gradient rule {rule!r}) has no known gradient")
 
     def unary_adjoint(self, n: Unary, bar: Expr):
         """The contribution of ``n = op(x)``'s adjoint ``bar`` to ``x``'s (``None``: none)."""

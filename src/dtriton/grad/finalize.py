@@ -63,7 +63,7 @@ def copy_nodes(order: Sequence[Expr], params: dict[str, Any], replace: dict[int,
             r = Cast(new[n.x._id], n.dtype)
         elif isinstance(n, Reduce):
             nm = n.name if reduce_name is None else reduce_name(n)
-            r = Reduce(n.op, new[n.x._id], n.over, nm, n.mean)
+            r = Reduce(n.combiner, new[n.x._id], n.over, nm)
         else:  # pragma: no cover
             raise AssertionError(n)
         new[n._id] = r

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Sequence
 
-from ..ir import Axis, Binary, Cast, Const, Expr, InputTensor, Load, Reduce, ScalarParam, Unary, Where
+from ..ir import (Axis, Binary, Cast, Combiner, Const, Expr, InputTensor, Load, Reduce, ScalarParam, Unary, Where,
+                  get_combiner)
 
 __all__ = ["Graph", "is_neg"]
 
@@ -91,18 +92,22 @@ class Graph:
         """``cast(x, dtype)``."""
         return self._get(("K", str(dtype), x._id), lambda: Cast(x, dtype))
 
-    def reduce(self, op: str, x: Expr, over: Iterable[str], mean: bool = False, name: str | None = None,
-               hint: str | None = None) -> Expr:
-        """``op over `over` of x``; an unnamed reduction records ``hint`` (default ``d_<op>``) as the
-        name its stage will get."""
+    def reduce(self, op: "str | Combiner", x: Expr, over: Iterable[str], mean: bool = False,
+               name: str | None = None, hint: str | None = None) -> Expr:
+        """``op over `over` of x`` (``op``: a combiner or its name; ``mean=True`` with ``"sum"``: the
+        mean); an unnamed reduction records ``hint`` (default ``d_<base kind>``) as the name its
+        stage will get."""
         over = tuple(over)
-        key = ("R", op, over, bool(mean), x._id, name)
+        c = op if isinstance(op, Combiner) else get_combiner(op)
+        if mean:
+            c = get_combiner("mean") if c.name == "sum" else c
+        key = ("R", c.name, over, x._id, name)
         n = self.table.get(key)
         if n is None:
-            n = Reduce(op, x, over, name, mean)
+            n = Reduce(c, x, over, name)
             self.table[key] = n
             if name is None:
-                self.hint[n._id] = hint or f"d_{op}"
+                self.hint[n._id] = hint or f"d_{c.base}"
         return n
 
     def remake(self, n: Expr, kids: Sequence[Expr]) -> Expr:
@@ -321,7 +326,7 @@ class Graph:
         for sg, t in self.terms(bar):
             s, num, den = self.factors(t)
             for k, f in enumerate(num):
-                if isinstance(f, Reduce) and f.op == "sum" and not f.mean and \
+                if isinstance(f, Reduce) and f.combiner.name == "sum" and \
                         sorted(self.size[a] for a in f.over) == syms:
                     hint = self.hint.get(f._id, f.name or "d_sum")
                     num[k] = self.reduce("sum", f.x, f.over, mean=True, hint=hint)

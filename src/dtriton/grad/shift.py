@@ -99,9 +99,9 @@ def _reduce(n: Reduce, c: Shift, max_axes: set[str]) -> Shift:
     if c is not None and c[1] == 0:
         return _SAME
     if c is not None and not (set(n.over) & max_axes):
-        if n.op == "sum":
+        if n.combiner.grad == "sum":
             return c if c[0] == "m" else None
-        return c
+        return c if n.combiner.grad == "extremum" else None
     return None
 
 

@@ -32,7 +32,10 @@ class Combiner:
         identity: the neutral element for a torch dtype (a Python number or bool), e.g. ``-inf``
             for a float max, the dtype's minimum for an integer max, ``0`` for a sum.
         combine: the Triton combine of two partial values ``a`` and ``b`` as text, the body of
-            the ``@_jit`` helper :attr:`helper` the backend prints (e.g. ``"a + b"``).
+            the ``@_jit`` helper :attr:`helper` the backend prints (e.g. ``"a + b"``). For an
+            arg-reduction (``results == 2``): the condition, over values ``a``, ``b`` and their
+            indices ``ia``, ``ib``, under which ``(b, ib)`` wins over ``(a, ia)``; the helper returns
+            the winning pair.
         reference: the torch reduction ``(tensor, dims) -> tensor`` the evaluator uses; it
             handles empty extents (the result is the identity there).
         splittable: partial results of several programs may be combined by the same combine
@@ -41,8 +44,12 @@ class Combiner:
             maximum whose changes rescale the group's sums of ``exp(x - max)``), ``"rescaled"``
             (a linear accumulation that can be rescaled by a factor), or None (no part).
         grad: the name of the gradient rule the gradient module dispatches on (``"sum"``:
-            the adjoint broadcasts back; ``"extremum"``: it flows to the arg-extremal elements).
-        results: the number of values the reduction produces (1; 2 for an arg-reduction).
+            the adjoint broadcasts back; ``"extremum"``: it flows to the arg-extremal elements;
+            ``"index"``: the value is an index, no gradient flows through it); any other name
+            makes ``dt.grad`` raise for a stage of this kind.
+        results: the number of values the reduction produces (1; 2 for an arg-reduction, which
+            reduces (value, index along its one reduced axis) pairs; the node's value is the
+            index, and the reference returns indices).
         finalize: None, or ``"count"``: divide the combined value by the reduced extent.
         base: the kind whose accumulation this one performs before ``finalize`` (``"sum"`` for
             ``mean``); equal to ``name`` when left empty.

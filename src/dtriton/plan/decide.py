@@ -68,7 +68,7 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
     notes = []
     if sched.split_mode == "partials" and not any(f > 1 for f in sched.split.values()):
         sums = [a for a in alg.reduction_axes
-                if all(st.node.op == "sum" for st in alg.stages.values() if not st.is_output and a in st.node.over)]
+                if all(st.node.combiner.splittable for st in alg.stages.values() if not st.is_output and a in st.node.over)]
         how = (f"it applies to split-K, e.g. split={{{sums[0]!r}: 4}}" if sums else
                f"{alg.name} has no sum to split")
         notes.append(f"split_mode='partials' has no effect: this call splits no reduction axis (the "

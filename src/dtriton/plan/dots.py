@@ -24,7 +24,7 @@ __all__ = ["dot_dtype", "dot_only_axes", "dot_split", "plan_dots"]
 def dot_split(r: Reduce, k: KernelPlan, compute_dtype: str):
     """Match ``sum over r of (left(m, r) * right(r, n)) * rest`` for tl.dot. Returns
     (left factors, right factors, hoisted factors, m, n) or None."""
-    if r.op != "sum" or len(r.over) != 1 or compute_dtype == "float64":
+    if r.combiner.base != "sum" or r.combiner.results != 1 or len(r.over) != 1 or compute_dtype == "float64":
         return None
     ra = r.over[0]
     rp = k.axes[ra]

@@ -60,6 +60,11 @@ class BufferSpec:
     partials: int = 0         # >0: a leading dim of this many split partials
     scale_count: tuple[str, ...] = ()   # divide by the product of these axis sizes when read (mean)
 
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """The buffer's torch dtype (``torch.int64`` for the indices of an arg-reduction)."""
+        return getattr(torch, self.dtype)
+
 
 @dataclass
 class StoreSpec:

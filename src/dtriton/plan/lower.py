@@ -105,9 +105,9 @@ def _placement(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce]) -> s
         place = sched.stage(r.name).place
         split_axes = [a for a in r.over if sched.split.get(a, 1) > 1]
         if split_axes:
-            if r.op != "sum":
+            if not r.combiner.splittable:
                 raise ScheduleError(
-                    f"stage {r.name!r} is a {r.op} over {split_axes}; only sum/mean stages can be split "
+                    f"stage {r.name!r} is a {r.combiner.name} over {split_axes}; only sum/mean stages can be split "
                     "across programs. Remove the split or materialise a sum instead")
             if place == "fuse":
                 raise ScheduleError(
@@ -173,8 +173,8 @@ class _Kernels:
             partials = split[0][1] if split and sched.split_mode == "partials" else 0
             # the kernel computing r applies the mean's division itself (partial sums are divided
             # too, so atomics and partials add up to the mean), so readers never divide again
-            b = BufferSpec(f"buf_{r.name}", r.axes, "float64" if f64 else sched.acc_dtype, zero=bool(split) and not partials,
-                           partials=partials)
+            dtype = "int64" if r.combiner.results == 2 else "float64" if f64 else sched.acc_dtype
+            b = BufferSpec(f"buf_{r.name}", r.axes, dtype, zero=bool(split) and not partials, partials=partials)
             self.buffers[b.name] = b
             self.bufmap[rid] = b
 
@@ -242,7 +242,7 @@ class _Kernels:
         o = grp[0]
         r = o.expr
         if not (len(grp) == 1 and isinstance(r, Reduce) and r._id in self.bufmap and self.bufmap[r._id].zero
-                and not r.mean and out_dtypes is not None and out_dtypes.get(o.name) == "float32"
+                and r.combiner.finalize is None and out_dtypes is not None and out_dtypes.get(o.name) == "float32"
                 and tuple(o.layout) == tuple(r.axes) and r._id not in self.done
                 and not any(r._id in self.deps_of([x.expr]) for x in self.alg.outputs if x is not o)
                 and not any(r._id in self.deps_of([q], q) for q in (self.reduces[i] for i in self.mat) if q is not r)):

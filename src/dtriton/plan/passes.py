@@ -30,11 +30,12 @@ def top_bound(k: KernelPlan) -> set[str]:
 
 def online_ok(s: Reduce, grp: list[Reduce], pending: list[Reduce], k: KernelPlan) -> bool:
     """Sum ``s`` can join a one-pass online group: every max stage of ``grp`` it uses appears
-    once, as a factor ``exp(a - max)`` of its body."""
-    if s.op != "sum":
+    once, as a factor ``exp(a - max)`` of its body (``s``'s combiner is ``"rescaled"`` online, the
+    maxes' ``"running_max"``)."""
+    if s.combiner.online != "rescaled":
         return False
     deps = fused_deps(s, k.materialized)
-    maxes = [m for m in grp if m.op == "max" and has(deps, m)]
+    maxes = [m for m in grp if m.combiner.online == "running_max" and has(deps, m)]
     if not maxes or any(not has(grp, d) and has(pending, d) for d in deps):
         return False
     fs = factors(s.x)
@@ -106,7 +107,7 @@ def _pass(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], bound: se
     online = bool(loop_axes) and all(k.axes[a].role == "online" for a in loop_axes) and len(rs) > 1
     asked = ws and bool(loop_axes) and any(r._id in k.dots for r in rs)
     on = asked and not _reads_in_loop(k, rs, loop_axes, bound)
-    maxes = tuple(r._id for r in rs if online and r.op == "max"
+    maxes = tuple(r._id for r in rs if online and r.combiner.online == "running_max"
                   and any(has(fused_deps(s, k.materialized), r) for s in rs if s is not r))
     return PassPlan(tuple(r._id for r in rs), tuple(loop_axes), online, on, asked, maxes)
 

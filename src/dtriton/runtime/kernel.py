@@ -285,8 +285,7 @@ class Kernel:
                 return outs
         for name, bs in plan.program.buffers.items():
             shape = ([bs.partials] if bs.partials else []) + [sizes[a] for a in bs.axes]
-            dt = torch.float64 if bs.dtype == "float64" else torch.float32
-            tensors[name] = (torch.zeros if bs.zero else torch.empty)(shape, dtype=dt, device=dev)
+            tensors[name] = (torch.zeros if bs.zero else torch.empty)(shape, dtype=bs.torch_dtype, device=dev)
         for L in plan.launches:
             m = L.meta
             nprog = L.programs(sizes)

@@ -145,7 +145,7 @@ class FastLauncher:
         for name, bs in plan.program.buffers.items():
             shape = ([bs.partials] if bs.partials else []) + [sizes[a] for a in bs.axes]
             slot_of[name] = ("new", len(self.allocs))
-            self.allocs.append((shape, torch.float64 if bs.dtype == "float64" else torch.float32, bs.zero))
+            self.allocs.append((shape, bs.torch_dtype, bs.zero))
             strides[name] = tuple(torch.empty(shape, device="meta").stride())
         scal = {f"s_{p.name}": pos for pos, p in enumerate(alg.params) if not isinstance(p, InputTensor)}
         self.scal_types = {pos: p.pytype for pos, p in enumerate(alg.params) if not isinstance(p, InputTensor)}

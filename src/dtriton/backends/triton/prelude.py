@@ -7,11 +7,16 @@ interpreter needs.
 
 from __future__ import annotations
 
+import math
+import re
+
 import torch
 
+from ...ir import COMBINERS, Combiner, Reduce, walk
 from ...plan.kernel import Program
 
-__all__ = ["HEADER", "OPSYM", "TL_DTYPES", "header"]
+__all__ = ["HEADER", "INDEX_SENTINEL", "OPSYM", "TL_DTYPES", "combine_helper", "combine_text", "header",
+           "identity_text"]
 
 TL_DTYPES = {torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float32: "tl.float32",
              torch.float64: "tl.float64", torch.int8: "tl.int8", torch.int16: "tl.int16",
@@ -58,7 +63,49 @@ def _min_combine(a, b):
 
 
 
+#: the combine helpers :data:`HEADER` prints for every module (in its order)
+_STANDARD = ("max", "sum", "min")
+
+#: the index of masked lanes in an arg-reduction: out of range, so real elements win ties
+INDEX_SENTINEL = "2147483647"
+
+
+def identity_text(c: Combiner, dtype: torch.dtype = torch.float32) -> str:
+    """The identity of ``c`` for ``dtype`` as Triton text (``0.0``, ``-float('inf')``, ...)."""
+    v = c.identity(dtype)
+    if isinstance(v, float) and math.isinf(v):
+        return "float('inf')" if v > 0 else "-float('inf')"
+    return repr(float(v)) if dtype.is_floating_point else repr(v)
+
+
+def combine_text(c: Combiner, a: str, b: str) -> str:
+    """The combine of a one-result kind ``c`` applied to the Triton expressions ``a`` and ``b``."""
+    return re.sub(r"\b[ab]\b", lambda m: a if m.group(0) == "a" else b, c.combine)
+
+
+def combine_helper(c: Combiner) -> str:
+    """The ``@_jit`` combine helper of ``c``: ``(a, b) -> a op b`` for one result; for an
+    arg-reduction ``(a, ia, b, ib) -> (value, index)``, taking ``(b, ib)`` where the record's
+    condition (``b`` wins over ``a``) holds."""
+    if c.results == 1:
+        return f"@_jit\ndef {c.helper}(a, b):\n    return {c.combine}\n"
+    return (f"@_jit\ndef {c.helper}(a, ia, b, ib):\n    take = {c.combine}\n"
+            f"    return tl.where(take, b, a), tl.where(take, ib, ia)\n")
+
+
+def _kinds(prog: Program) -> list[Combiner]:
+    """The combiners of the reductions the kernels of ``prog`` compute, in registry order."""
+    used: set[str] = set()
+    for k in prog.kernels:
+        for n in walk([st.expr for st in k.stores]):
+            if isinstance(n, Reduce):
+                used.add(n.combiner.base)
+    return [c for c in COMBINERS.values() if c.name == c.base and c.name in used]
+
+
 def header(prog: Program) -> str:
     """The module header of ``prog``: its docstring (algorithm, schedule, specialisation note),
-    imports and combine helpers."""
-    return HEADER.format(alg=prog.name, sched=prog.schedule_json, spec=prog.note)
+    imports and combine helpers (sum, max and min always; any other kind where a kernel uses it)."""
+    extra = [combine_helper(c) for c in _kinds(prog) if c.name not in _STANDARD]
+    text = HEADER.format(alg=prog.name, sched=prog.schedule_json, spec=prog.note)
+    return text + "".join(f"\n{h}\n" for h in extra)

@@ -8,6 +8,7 @@ from typing import Any
 from ...ir import Load, Reduce, fmt
 from ...plan.graph import fused_deps
 from ...plan.kernel import DotPlan, PassPlan
+from .prelude import INDEX_SENTINEL, combine_text, identity_text
 from .scope import Scope, pointer_loads
 
 __all__ = ["ReducePrinter"]
@@ -51,6 +52,10 @@ class ReducePrinter:
                 info["result"] = part
                 continue
             acc = info["acc"]
+            if r.combiner.results == 2:
+                inner.emit(f"{acc}, {info['acc_index']} = {r.combiner.helper}({acc}, {info['acc_index']}, {part[0]}, "
+                           f"{part[1]})")
+                continue
             rescale = [mstate[m._id][1] for m in self.fused_deps(r) if m._id in mstate]
             if info["dot"]:
                 for al in rescale:
@@ -60,9 +65,7 @@ class ReducePrinter:
                 pre = acc
                 for al in rescale:
                     pre = f"{pre} * {al}"
-                comb = {"sum": f"{pre} + {{p}}", "max": f"tl.maximum({acc}, {{p}}, propagate_nan=tl.PropagateNan.ALL)",
-                        "min": f"tl.minimum({acc}, {{p}}, propagate_nan=tl.PropagateNan.ALL)"}[r.op]
-                inner.emit(f"{acc} = " + comb.format(p=part))
+                inner.emit(f"{acc} = {combine_text(r.combiner, pre, part)}")
         for r in rs:
             if r._id in mstate:
                 inner.emit(f"{accs[r._id]['acc']} = {mstate[r._id][0]}")
@@ -86,9 +89,13 @@ class ReducePrinter:
                     scope.emit(f"{acc} = tl.full(({self.block(m)}, {self.block(n)}), 0.0, dtype={self.cdt})")
                     info["layout"] = (m, n)
                 else:
-                    ident = {"sum": "0.0", "max": "-float('inf')", "min": "float('inf')"}[r.op]
+                    ident = identity_text(r.combiner)
                     pres = self.present(r, scope)
                     scope.emit(f"{acc} = tl.full({self.shape(scope.layout, pres)}, {ident}, dtype={self.cdt})")
+                    if r.combiner.results == 2:
+                        info["acc_index"] = self.fresh(f"acc_{r.name}_index")
+                        scope.emit(f"{info['acc_index']} = tl.full({self.shape(scope.layout, pres)}, {INDEX_SENTINEL}, "
+                                   "dtype=tl.int32)")
                     info["layout"] = scope.layout
                 info["acc"] = acc
             accs[r._id] = info
@@ -134,12 +141,12 @@ class ReducePrinter:
             if r._id not in pp.online_maxes:
                 continue
             body = self.val(r.x, inner, lin)
-            body = self.masked(body, r, inner, lin, "-float('inf')")
-            t = self.reduce_code(body, "max", r.over, lin, inner)
+            body = self.masked(body, r, inner, lin, identity_text(r.combiner))
+            t = self.reduce_code(body, r.combiner.helper, r.over, lin, inner)
             t2 = self.squeeze(t, lin, scope.layout, inner, self.present(r, scope))
             acc = accs[r._id]["acc"]
             mn = self.fresh(f"{r.name}_new")
-            inner.emit(f"{mn} = tl.maximum({acc}, {t2}, propagate_nan=tl.PropagateNan.ALL)")
+            inner.emit(f"{mn} = {combine_text(r.combiner, acc, t2)}")
             alpha = self.fresh("alpha")
             inner.emit(f"{alpha} = tl.where({acc} == {mn}, 1.0, tl.exp({acc} - {mn}))  # rescale earlier partial sums")
             safe = self.fresh(f"{r.name}_safe")
@@ -154,16 +161,16 @@ class ReducePrinter:
         for r in rs:
             info = accs[r._id]
             if not loop_axes:
-                v = info["result"]
+                v = info["result"][1] if r.combiner.results == 2 else info["result"]
                 vl = (info["dot"].m, info["dot"].n) if info["dot"] else scope.layout
             else:
-                v, vl = info["acc"], info["layout"]
+                v, vl = info["acc_index" if r.combiner.results == 2 else "acc"], info["layout"]
             if info["dot"]:
                 v = self.relayout(v, vl, scope.layout, self.present(r, scope), scope)
                 for f in info["dot"].hoist:
                     v = f"{v} * {self.val(f, scope, scope.layout)}"
                 vl = scope.layout
-            if r.mean:
+            if r.combiner.finalize == "count":
                 cnt = " * ".join(self.size(a) for a in r.over)
                 v = f"{v} / ({cnt})"
             out = self.fresh(r.name)
@@ -187,22 +194,19 @@ class ReducePrinter:
             return body
         return f"tl.where({m}, {body}, {ident})"
 
-    def reduce_code(self, body: str, op: str, over, layout, scope: Scope) -> str:
-        """Reduce ``body`` over the block dims of ``over`` with the combine of ``op`` (keeping dims)."""
+    def reduce_code(self, body: str, helper: str, over, layout, scope: Scope) -> str:
+        """Reduce ``body`` over the block dims of ``over`` with the combine helper ``helper`` (keeping dims)."""
         v = body
         for a in over:
             if a not in layout:
                 continue  # a scalar or absent axis: nothing to reduce over in the block
             ax = layout.index(a)
-            if op == "sum":
-                v = f"tl.reduce({v}, {ax}, _sum_combine, keep_dims=True)"
-            else:
-                v = f"tl.reduce({v}, {ax}, _{op}_combine, keep_dims=True)"
+            v = f"tl.reduce({v}, {ax}, {helper}, keep_dims=True)"
         return v
 
     def reduce_body(self, r: Reduce, info, inner: Scope, lin, scope: Scope) -> str:
         """One step of reduction ``r`` in the pass's innermost scope: a dot or a masked reduce."""
-        ident = {"sum": "0.0", "max": "-float('inf')", "min": "float('inf')"}[r.op]
+        ident = identity_text(r.combiner)
         if info["dot"]:
             d: DotPlan = info["dot"]
             ra = r.over[0]
@@ -218,12 +222,37 @@ class ReducePrinter:
         if self.is_int(r.x):
             body = f"({body}).to({self.cdt})"
         body = self.masked(body, r, inner, lin, ident)
-        red = self.reduce_code(body, r.op, r.over, lin, inner)
+        if r.combiner.results == 2:
+            return self.arg_reduce_body(r, body, inner, lin, scope)
+        red = self.reduce_code(body, r.combiner.helper, r.over, lin, inner)
         if lin != scope.layout:
             red = self.squeeze(red, lin, scope.layout, inner, self.present(r, scope))
         v = self.fresh(f"part_{r.name}")
         inner.emit(f"{v} = {red}")
         return v
+
+    def arg_reduce_body(self, r: Reduce, body: str, inner: Scope, lin, scope: Scope) -> tuple[str, str]:
+        """One step of arg-reduction ``r`` over its one axis: ``(value, index)`` pairs (masked
+        lanes: the identity and an index past every real one) reduced with the pair-combine
+        helper; returns the (value, index) variables in ``scope``'s layout."""
+        a = r.over[0]
+        b, _ = inner.find_bind(a)
+        idx = b.offs if b.scalar else self.expand1d(b.offs, a, lin)
+        m = self.mask_for(r.over, inner, lin)
+        idx = f"tl.where({m}, {idx}, {INDEX_SENTINEL})" if m is not None else idx
+        v, vi = self.fresh(f"part_{r.name}"), self.fresh(f"part_{r.name}_index")
+        if a not in lin or b.scalar:
+            inner.emit(f"{v}, {vi} = {body}, ({idx}).to(tl.int32)")
+        else:
+            full = self.shape(lin, self.present(r.x, inner) | {a})
+            inner.emit(f"{v}, {vi} = tl.reduce((tl.broadcast_to({body}, {full}), "
+                       f"tl.broadcast_to(({idx}).to(tl.int32), {full})), {lin.index(a)}, {r.combiner.helper}, "
+                       "keep_dims=True)")
+        if lin != scope.layout:
+            pres = self.present(r, scope)
+            inner.emit(f"{v}, {vi} = {self.squeeze(v, lin, scope.layout, inner, pres)}, "
+                       f"{self.squeeze(vi, lin, scope.layout, inner, pres)}")
+        return v, vi
 
     def operand(self, factors, scope: Scope, layout, ra: str, d: DotPlan, raw: bool) -> str:
         """A dot operand in ``layout``, cast to the plan's operand dtype; ``raw``: the plan feeds

@@ -342,6 +342,8 @@ class ValuePrinter:
         """Whether ``n`` has an integer value (axis values, integer loads, their sums and products)."""
         if isinstance(n, Axis):
             return True
+        if isinstance(n, Reduce):
+            return n.combiner.results == 2   # an arg-reduction's value is an index
         if isinstance(n, Load):
             return not self.dtypes[n.tensor.name].is_floating_point
         if self.is_bool(n):
