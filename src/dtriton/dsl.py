@@ -29,7 +29,7 @@ from .ir import (Algorithm, Axis, Binary, Cast, Combiner, Expr, Reduce, TensorAn
 
 __all__ = [
     "Axis", "axes", "Tensor", "Expr", "algorithm", "Algorithm",
-    "sum", "max", "min", "mean", "where", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid",
+    "sum", "max", "min", "mean", "prod", "where", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid",
     "abs", "maximum", "minimum", "cast", "reduce",
 ]
 
@@ -108,6 +108,12 @@ def min(x, over, name: str | None = None) -> Expr:  # noqa: A001
 def mean(x, over, name: str | None = None) -> Expr:
     """Mean over ``over``: the sum divided by the true extent (padding never counts)."""
     return reduce(x, over, "mean", name)
+
+
+def prod(x, over, name: str | None = None) -> Expr:
+    """Product over ``over`` (as ``torch.prod``; 1 over an empty extent). Not splittable across
+    programs, and ``dt.grad`` does not differentiate it. A reduction stage."""
+    return reduce(x, over, "prod", name)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-__all__ = ["Combiner", "COMBINERS", "get", "register", "SUM", "MEAN", "MAX", "MIN"]
+__all__ = ["Combiner", "COMBINERS", "get", "register", "SUM", "MEAN", "MAX", "MIN", "PROD"]
 
 
 @dataclass(frozen=True)
@@ -122,6 +122,21 @@ MAX = Combiner("max", _max_identity, f"tl.maximum(a, b, {_NAN_ALL})", _max_refer
 MIN = Combiner("min", _min_identity, f"tl.minimum(a, b, {_NAN_ALL})", _min_reference, splittable=False,
                online=None, grad="extremum")
 
+def _prod_identity(dtype: torch.dtype):
+    if dtype == torch.bool:
+        return True
+    return 1.0 if dtype.is_floating_point else 1
+
+
+def _prod_reference(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    """``torch.prod`` over each of ``dims`` (1 where an extent is empty)."""
+    for d in sorted(dims, reverse=True):
+        x = torch.prod(x, dim=d)
+    return x
+
+
+PROD = Combiner("prod", _prod_identity, "a * b", _prod_reference, splittable=False, online=None, grad="prod")
+
 #: every known reduction kind, by name
 COMBINERS: dict[str, Combiner] = {}
 
@@ -142,6 +157,6 @@ def get(name: str) -> Combiner:
         raise KeyError(f"unknown reduction kind {name!r}; known: {sorted(COMBINERS)}") from None
 
 
-for _c in (SUM, MEAN, MAX, MIN):
+for _c in (SUM, MEAN, MAX, MIN, PROD):
     register(_c)
 del _c
