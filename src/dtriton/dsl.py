@@ -29,7 +29,7 @@ from .ir import (Algorithm, Axis, Binary, Cast, Combiner, Expr, Reduce, TensorAn
 
 __all__ = [
     "Axis", "axes", "Tensor", "Expr", "algorithm", "Algorithm",
-    "sum", "max", "min", "mean", "prod", "where", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid",
+    "sum", "max", "min", "mean", "prod", "argmax", "where", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid",
     "abs", "maximum", "minimum", "cast", "reduce",
 ]
 
@@ -114,6 +114,13 @@ def prod(x, over, name: str | None = None) -> Expr:
     """Product over ``over`` (as ``torch.prod``; 1 over an empty extent). Not splittable across
     programs, and ``dt.grad`` does not differentiate it. A reduction stage."""
     return reduce(x, over, "prod", name)
+
+
+def argmax(x, over, name: str | None = None) -> Expr:
+    """The index along the one axis ``over`` of the largest value (as ``torch.argmax``: ties go to
+    the first index, NaN counts as the largest). An output of it is ``torch.int64``; used in an
+    expression it is an integer (e.g. a gather index, ``X[i, dt.argmax(S[i, j], over=j)]``)."""
+    return reduce(x, over, "argmax", name)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-__all__ = ["Combiner", "COMBINERS", "get", "register", "SUM", "MEAN", "MAX", "MIN", "PROD"]
+__all__ = ["Combiner", "COMBINERS", "get", "register", "SUM", "MEAN", "MAX", "MIN", "PROD", "ARGMAX"]
 
 
 @dataclass(frozen=True)
@@ -137,6 +137,23 @@ def _prod_reference(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
 
 PROD = Combiner("prod", _prod_identity, "a * b", _prod_reference, splittable=False, online=None, grad="prod")
 
+def _argmax_reference(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    """``torch.argmax`` along the one reduced dim: the first index of the largest value, NaN
+    counting as the largest."""
+    (d,) = dims
+    return torch.argmax(x, dim=d)
+
+
+def _ties_first(wins: str) -> str:
+    """The condition under which ``(b, ib)`` replaces ``(a, ia)``: ``b`` wins strictly, ``b`` is
+    NaN where ``a`` is not (NaN wins, as in torch), or the two tie (NaN ties NaN) and ``b`` comes
+    first."""
+    return f"({wins}) | ((b != b) & (a == a)) | (((b == a) | ((b != b) & (a != a))) & (ib < ia))"
+
+
+ARGMAX = Combiner("argmax", _max_identity, _ties_first("b > a"), _argmax_reference, splittable=False, online=None,
+                  grad="index", results=2)
+
 #: every known reduction kind, by name
 COMBINERS: dict[str, Combiner] = {}
 
@@ -157,6 +174,6 @@ def get(name: str) -> Combiner:
         raise KeyError(f"unknown reduction kind {name!r}; known: {sorted(COMBINERS)}") from None
 
 
-for _c in (SUM, MEAN, MAX, MIN, PROD):
+for _c in (SUM, MEAN, MAX, MIN, PROD, ARGMAX):
     register(_c)
 del _c
