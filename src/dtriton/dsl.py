@@ -29,7 +29,7 @@ from .ir import (Algorithm, Axis, Binary, Cast, Combiner, Expr, Reduce, TensorAn
 
 __all__ = [
     "Axis", "axes", "Tensor", "Expr", "algorithm", "Algorithm",
-    "sum", "max", "min", "mean", "prod", "argmax", "where", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid",
+    "sum", "max", "min", "mean", "prod", "argmax", "argmin", "where", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid",
     "abs", "maximum", "minimum", "cast", "reduce",
 ]
 
@@ -121,6 +121,12 @@ def argmax(x, over, name: str | None = None) -> Expr:
     the first index, NaN counts as the largest). An output of it is ``torch.int64``; used in an
     expression it is an integer (e.g. a gather index, ``X[i, dt.argmax(S[i, j], over=j)]``)."""
     return reduce(x, over, "argmax", name)
+
+
+def argmin(x, over, name: str | None = None) -> Expr:
+    """The index along the one axis ``over`` of the smallest value (as ``torch.argmin``: ties go
+    to the first index, NaN counts as the smallest). An output of it is ``torch.int64``."""
+    return reduce(x, over, "argmin", name)
 
 
 # ----------------------------------------------------------------------------------------------

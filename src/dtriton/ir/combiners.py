@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-__all__ = ["Combiner", "COMBINERS", "get", "register", "SUM", "MEAN", "MAX", "MIN", "PROD", "ARGMAX"]
+__all__ = ["Combiner", "COMBINERS", "get", "register", "SUM", "MEAN", "MAX", "MIN", "PROD", "ARGMAX", "ARGMIN"]
 
 
 @dataclass(frozen=True)
@@ -154,6 +154,16 @@ def _ties_first(wins: str) -> str:
 ARGMAX = Combiner("argmax", _max_identity, _ties_first("b > a"), _argmax_reference, splittable=False, online=None,
                   grad="index", results=2)
 
+def _argmin_reference(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    """``torch.argmin`` along the one reduced dim: the first index of the smallest value; NaN
+    counts as the smallest (torch.argmin returns the first NaN's index too)."""
+    (d,) = dims
+    return torch.argmin(x, dim=d)
+
+
+ARGMIN = Combiner("argmin", _min_identity, _ties_first("b < a"), _argmin_reference, splittable=False, online=None,
+                  grad="index", results=2)
+
 #: every known reduction kind, by name
 COMBINERS: dict[str, Combiner] = {}
 
@@ -174,6 +184,6 @@ def get(name: str) -> Combiner:
         raise KeyError(f"unknown reduction kind {name!r}; known: {sorted(COMBINERS)}") from None
 
 
-for _c in (SUM, MEAN, MAX, MIN, PROD, ARGMAX):
+for _c in (SUM, MEAN, MAX, MIN, PROD, ARGMAX, ARGMIN):
     register(_c)
 del _c
