@@ -45,12 +45,14 @@ def is_index(n: Expr) -> bool:
 
 def kernel_f64(dtypes: Iterable[torch.dtype], out_dtypes: Iterable[torch.dtype]) -> bool:
     """Whether generated kernels compute (and keep intermediate buffers) in float64: a float64
-    input, or integer-only values (their outputs are float64 by :func:`result_dtype`). An
-    algorithm that also has 16/32-bit floating inputs keeps their float32 compute."""
+    input, or integer-only values (their outputs are float64 by :func:`result_dtype`, or int64
+    indices of an arg-reduction, compared exactly in float64). An algorithm that also has
+    16/32-bit floating inputs keeps their float32 compute."""
     dtypes = list(dtypes)
     if any(d == torch.float64 for d in dtypes):
         return True
-    return not any(d.is_floating_point for d in dtypes) and torch.float64 in list(out_dtypes)
+    outs = list(out_dtypes)
+    return not any(d.is_floating_point for d in dtypes) and (torch.float64 in outs or torch.int64 in outs)
 
 
 def compute_dtype(dt: torch.dtype) -> torch.dtype:
