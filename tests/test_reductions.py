@@ -1,0 +1,251 @@
+"""dt.prod, dt.argmax and dt.argmin on the interpreter, against torch in float64.
+
+Each kind over fp32/fp16/bf16 and integer inputs, sizes that are not multiples of the tile (primes,
+size 1), whole and loop strategies, fused and materialised placement, transposed and expanded
+inputs, NaN and +-inf, ties (the first index wins, as torch), argmax feeding a gather, argmax as an
+int64 output, and the schedule/algorithm errors. Outputs are poisoned first (``out=``) so a lane the
+kernel forgets to write fails the comparison.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+import dtriton as dt
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.int32]
+WHOLE = dt.Schedule(tile={"i": 4}, grid=("i",), strategy={"j": "whole"})
+LOOP = dt.Schedule(tile={"i": 4, "j": 16}, grid=("i",), strategy={"j": "loop"})
+
+
+@dt.algorithm
+def row_prod(X: dt.Tensor["M", "N"]):
+    i, j = dt.axes("i j")
+    return dt.prod(X[i, j], over=j)[i]
+
+
+@dt.algorithm
+def row_argmax(X: dt.Tensor["M", "N"]):
+    i, j = dt.axes("i j")
+    return dt.argmax(X[i, j], over=j)[i]
+
+
+@dt.algorithm
+def row_argmin(X: dt.Tensor["M", "N"]):
+    i, j = dt.axes("i j")
+    return dt.argmin(X[i, j], over=j)[i]
+
+
+KINDS = {"prod": (row_prod, lambda x: x.double().prod(1)),
+         "argmax": (row_argmax, lambda x: x.double().argmax(1)),
+         "argmin": (row_argmin, lambda x: x.double().argmin(1))}
+
+
+def poisoned(alg, *args):
+    """Output tensors of the right dtype filled with garbage."""
+    ref = alg.reference(*args)
+    ref = ref if isinstance(ref, (list, tuple)) else [ref]
+    outs = []
+    for r in ref:
+        o = torch.empty_like(r)
+        o.fill_(-12345 if not r.dtype.is_floating_point else float("nan"))
+        outs.append(o)
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def run(alg, sched, *args):
+    k = dt.compile(alg, sched)
+    out = poisoned(alg, *args)
+    res = k(*args, out=out)
+    return res
+
+
+def data(kind: str, shape, dtype, gen):
+    """Values the kind can reduce exactly: near 1 for a product, small integers (with ties) for
+    the arg-reductions."""
+    if kind == "prod":
+        if dtype == torch.int32:
+            return torch.randint(1, 3, shape, generator=gen).to(dtype) * (1 - 2 * torch.randint(0, 2, shape, generator=gen)).to(dtype)
+        return (1 + 0.05 * torch.randn(shape, generator=gen)).to(dtype)
+    return torch.randint(-4, 5, shape, generator=gen).to(dtype)
+
+
+def check(kind, y, x):
+    expect = KINDS[kind][1](x)
+    if kind == "prod":
+        tol = {torch.float16: 2e-2, torch.bfloat16: 5e-2}.get(x.dtype, 1e-5)
+        torch.testing.assert_close(y.double(), expect.to(y.dtype).double(), rtol=tol, atol=tol)
+    else:
+        assert y.dtype == torch.int64
+        assert torch.equal(y, expect), (y, expect)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("sched", [WHOLE, LOOP, None], ids=["whole", "loop", "heuristic"])
+def test_kinds_dtypes_strategies(kind, dtype, sched):
+    gen = torch.Generator().manual_seed(0)
+    x = data(kind, (37, 53), dtype, gen)
+    check(kind, run(KINDS[kind][0], sched, x), x)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("shape", [(1, 1), (1, 7), (5, 1), (3, 64), (13, 31)])
+def test_sizes(kind, shape):
+    gen = torch.Generator().manual_seed(1)
+    x = data(kind, shape, torch.float32, gen)
+    for sched in (WHOLE, LOOP):
+        check(kind, run(KINDS[kind][0], sched, x), x)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_transposed_and_expanded_inputs(kind):
+    gen = torch.Generator().manual_seed(2)
+    xt = data(kind, (29, 11), torch.float32, gen).t()          # strides (1, 29)
+    xe = data(kind, (1, 19), torch.float32, gen).expand(6, 19)  # stride 0 on the rows
+    for x in (xt, xe):
+        for sched in (WHOLE, LOOP):
+            check(kind, run(KINDS[kind][0], sched, x), x)
+
+
+@pytest.mark.parametrize("kind", ["argmax", "argmin"])
+@pytest.mark.parametrize("sched", [WHOLE, LOOP], ids=["whole", "loop"])
+def test_nan_inf_and_ties(kind, sched):
+    nan, inf = float("nan"), float("inf")
+    rows = [[1, 3, 3, 0, 0, 3, 0, 1, 2, 2, 2, 2, 1, 3, 0, 0, 0, 3, 1, 1, 0],  # ties: the first wins
+            [1, nan, 3, nan, -inf, inf, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],  # NaN wins (first NaN)
+            [-inf] * 21,                                  # all -inf
+            [inf] * 21,                                   # all +inf
+            [0] * 20 + [inf],                             # +inf in the last (masked-tile) lane
+            [0] * 20 + [-inf],
+            [nan] * 21]
+    x = torch.tensor(rows, dtype=torch.float32)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        check(kind, run(KINDS[kind][0], sched, x.to(dtype)), x.to(dtype))
+
+
+def test_prod_nan_inf_zero():
+    nan, inf = float("nan"), float("inf")
+    x = torch.tensor([[1.0, 2.0, inf], [0.0, inf, 1.0], [nan, 1.0, 1.0], [-inf, -1.0, 2.0], [0.0, 5.0, -3.0]])
+    for sched in (WHOLE, LOOP):
+        y = run(row_prod, sched, x)
+        torch.testing.assert_close(y.double(), x.double().prod(1), equal_nan=True)
+
+
+@dt.algorithm
+def argmax_and_value(X: dt.Tensor["M", "N"], S: dt.Tensor["M", "N"]):
+    i, j = dt.axes("i j")
+    k = dt.argmax(S[i, j], over=j)
+    return X[i, k][i], k[i], (k * 2.0 + dt.prod(X[i, j], over=j))[i]
+
+
+def _argmax_and_value_ref(x, s):
+    k = s.double().argmax(1)
+    return x.double()[torch.arange(x.shape[0]), k], k, k * 2.0 + x.double().prod(1)
+
+
+@pytest.mark.parametrize("place", ["fuse", "materialize"])
+@pytest.mark.parametrize("strategy", ["whole", "loop"])
+def test_gather_by_argmax_and_placement(place, strategy):
+    gen = torch.Generator().manual_seed(3)
+    x = 1 + 0.05 * torch.randn(19, 41, generator=gen)
+    s = torch.randint(-3, 4, (19, 41), generator=gen).float()
+    tiles = {"i": 4, "j": 16} if strategy == "loop" else {"i": 4}
+    sched = dt.Schedule(tile=tiles, grid=("i",), strategy={"j": strategy}, stages={"argmax0": {"place": place}})
+    g, k, v = run(argmax_and_value, sched, x, s)
+    eg, ek, ev = _argmax_and_value_ref(x, s)
+    assert k.dtype == torch.int64 and torch.equal(k, ek)
+    torch.testing.assert_close(g.double(), eg, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(v.double(), ev, rtol=1e-5, atol=1e-5)
+    if place == "materialize":
+        assert "buf_argmax0" in dt.compile(argmax_and_value, sched).source_for(x, s)
+
+
+def test_reference_evaluator():
+    gen = torch.Generator().manual_seed(4)
+    x = torch.randint(-3, 4, (7, 9), generator=gen).float()
+    s = torch.randint(-3, 4, (7, 9), generator=gen).float()
+    g, k, v = argmax_and_value.reference(x, s)
+    eg, ek, ev = _argmax_and_value_ref(x, s)
+    assert k.dtype == torch.int64 and torch.equal(k, ek)
+    torch.testing.assert_close(g.double(), eg)
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_split_is_a_schedule_error(kind):
+    alg = KINDS[kind][0]
+    x = torch.randn(8, 64)
+    sched = dt.Schedule(tile={"i": 4, "j": 16}, grid=("i",), split={"j": 2}, stages={f"{kind}0": {"place": "materialize"}})
+    with pytest.raises(dt.ScheduleError, match=rf"stage '{kind}0' is a {kind} over \['j'\]; only sum/mean stages can be split"):
+        dt.compile(alg, sched)(x)
+
+
+@pytest.mark.parametrize("builder", [dt.argmax, dt.argmin])
+def test_arg_reduction_over_two_axes_is_an_algorithm_error(builder):
+    with pytest.raises(dt.AlgorithmError, match=r"reduces over exactly one axis"):
+        @dt.algorithm
+        def bad(X: dt.Tensor["M", "N", "K"]):
+            i, j, k = dt.axes("i j k")
+            return builder(X[i, j, k], over=(j, k))[i]
+
+
+def test_grad_of_prod_names_the_stage():
+    with pytest.raises(dt.AlgorithmError, match=r"stage 'prod0'.*prod"):
+        dt.grad(row_prod, ["X"])
+
+
+@dt.algorithm
+def pick_max_row(X: dt.Tensor["M", "N"], S: dt.Tensor["M", "N"]):
+    i, j = dt.axes("i j")
+    return (X[i, dt.argmax(S[i, j], over=j)] * 3.0)[i]
+
+
+def test_grad_through_a_gather_by_argmax():
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(6, 10, generator=gen, dtype=torch.float64)
+    s = torch.randn(6, 10, generator=gen, dtype=torch.float64)
+    bwd = dt.grad(pick_max_row, ["X", "S"])
+    assert "X" in bwd.wrt
+    xr = x.clone().requires_grad_()
+    (xr[torch.arange(6), s.argmax(1)] * 3.0).sum().backward()
+    xg = x.clone().requires_grad_()
+    dt.compile_autograd(pick_max_row)(xg, s).sum().backward()
+    torch.testing.assert_close(xg.grad, xr.grad)
+
+
+@settings(max_examples=12, deadline=None)
+@given(kind=st.sampled_from(list(KINDS)), m=st.integers(1, 9), n=st.integers(1, 70),
+       tile=st.sampled_from([1, 2, 4]), block=st.sampled_from([16, 32, 64]),
+       strategy=st.sampled_from(["whole", "loop"]), seed=st.integers(0, 99))
+def test_hypothesis_shapes_and_schedules(kind, m, n, tile, block, strategy, seed):
+    gen = torch.Generator().manual_seed(seed)
+    x = data(kind, (m, n), torch.float32, gen)
+    tiles = {"i": tile} if strategy == "whole" else {"i": tile, "j": block}
+    sched = dt.Schedule(tile=tiles, grid=("i",), strategy={"j": strategy})
+    check(kind, run(KINDS[kind][0], sched, x), x)
+
+
+def test_int64_values_beyond_float32_are_compared_exactly():
+    x = torch.tensor([[2**40 + 1, 2**40 + 3, 2**40 + 2, 2**40 + 3]], dtype=torch.int64)
+    for kind in ("argmax", "argmin"):
+        check(kind, run(KINDS[kind][0], WHOLE, x), x)
+
+
+@dt.algorithm
+def softmax_stats(X: dt.Tensor["M", "N"]):
+    i, j = dt.axes("i j")
+    m = dt.max(X[i, j], over=j)
+    s = dt.sum(dt.exp(X[i, j] - m), over=j)
+    return s[i], dt.argmax(X[i, j], over=j)[i], dt.argmin(X[i, j], over=j)[i]
+
+
+def test_arg_reductions_beside_an_online_group():
+    gen = torch.Generator().manual_seed(6)
+    x = torch.randint(-3, 4, (9, 45), generator=gen).float()
+    sched = dt.Schedule(tile={"i": 2, "j": 16}, grid=("i",), strategy={"j": "online"})
+    s, am, an = run(softmax_stats, sched, x)
+    src = dt.compile(softmax_stats, sched).source_for(x)
+    assert "online" in src
+    torch.testing.assert_close(s.double(), torch.exp(x.double() - x.double().amax(1, keepdim=True)).sum(1), rtol=1e-5, atol=1e-6)
+    assert torch.equal(am, x.argmax(1)) and torch.equal(an, x.argmin(1))
