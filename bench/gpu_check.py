@@ -27,6 +27,58 @@ from dtriton.library import (attention, causal_attention, column_sum, cross_entr
 TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 
 
+@dt.algorithm
+def row_prod(X: dt.Tensor["M", "N"]):
+    i, j = dt.axes("i j")
+    return dt.prod(X[i, j], over=j)[i]
+
+
+@dt.algorithm
+def row_argmax_argmin(X: dt.Tensor["M", "N"]):
+    i, j = dt.axes("i j")
+    return dt.argmax(X[i, j], over=j)[i], dt.argmin(X[i, j], over=j)[i]
+
+
+@dt.algorithm
+def gather_by_argmax(X: dt.Tensor["M", "N"], S: dt.Tensor["M", "N"]):
+    i, j = dt.axes("i j")
+    k = dt.argmax(S[i, j], over=j)
+    return (X[i, k] + dt.prod(X[i, j], over=j))[i], k[i]
+
+
+def reduction_cases(case, rnd, S, dev, dtype, g):
+    """dt.prod, dt.argmax and dt.argmin: awkward shapes, whole/loop strategies, ties (small integer
+    values), NaN and +-inf in some rows, a transposed input, argmax feeding a gather, materialised
+    placement. Indices must match exactly."""
+    nan, inf = float("nan"), float("inf")
+    for (M, N) in [(S(333), S(1000)), (S(7), S(20011)), (1, S(1)), (S(129), 1)]:
+        near1 = (1 + 0.01 * torch.randn(M, N, generator=g)).to(dev, dtype)
+        case(f"prod {M}x{N}", row_prod, (near1,), dtype=dtype)
+        ties = torch.randint(-3, 4, (M, N), generator=g).float()
+        if N > 5:
+            ties[0, 3], ties[0, N - 2] = nan, nan           # NaN wins both (the first NaN)
+            ties[M // 2, :] = -inf
+            ties[M - 1, N - 1] = inf
+        case(f"argmax/argmin {M}x{N} (ties, NaN, inf)", row_argmax_argmin, (ties.to(dev, dtype),), dtype=dtype)
+    X = torch.randint(-3, 4, (S(1000), S(333)), generator=g).to(dev, dtype)
+    case("argmax/argmin transposed input", row_argmax_argmin, (X.t(),), dtype=dtype)
+    X = rnd(S(300), S(2000), dtype=dtype)
+    for strat, tile in (("whole", None), ("loop", 256)):
+        sch = dt.Schedule(grid=("i",), tile={"i": 2, **({"j": tile} if tile else {})}, strategy={"j": strat})
+        case(f"argmax/argmin 300x2000 strategy={strat}", row_argmax_argmin, (X,), sch, dtype=dtype)
+        case(f"prod 300x2000 strategy={strat}", row_prod, ((1 + 0.01 * X.float()).to(dtype),), sch, dtype=dtype)
+    Xg = (1 + 0.01 * torch.randn(S(257), S(999), generator=g)).to(dev, dtype)
+    Sg = torch.randint(-5, 6, (S(257), S(999)), generator=g).to(dev, dtype)
+    case("gather by argmax (fused)", gather_by_argmax, (Xg, Sg), dtype=dtype)
+    case("gather by argmax (materialised)", gather_by_argmax, (Xg, Sg),
+         dt.Schedule(stages={"argmax0": {"place": "materialize"}}), dtype=dtype)
+
+
+def interr(o, r) -> float:
+    """The fraction of integer outputs (indices) that differ from the reference."""
+    return (o.cpu() != r.cpu()).double().mean().item() if o.numel() else 0.0
+
+
 def relerr(o, r) -> float:
     o, r = o.double().cpu(), r.double().cpu()
     if not torch.isfinite(o).all():
@@ -55,12 +107,14 @@ def main(argv=None):
         try:
             k = dt.compile(alg, sched)
             out = k(*args)
-            outs = tuple(torch.full_like(o, float("nan")) for o in (out if isinstance(out, tuple) else (out,)))
+            outs = tuple(torch.full_like(o, float("nan") if o.is_floating_point() else -1)
+                         for o in (out if isinstance(out, tuple) else (out,)))
             k(*args, out=outs if len(outs) > 1 else outs[0])   # poisoned outputs, written in place
             ref = alg.reference(*ref_args)
             refs = ref if isinstance(ref, tuple) else (ref,)
-            err = max(relerr(o, r) for o, r in zip(outs, refs))
-            status = "ok" if err <= TOL[dtype] else "WRONG"
+            err = max(relerr(o, r) if o.is_floating_point() else interr(o, r) for o, r in zip(outs, refs))
+            exact = all(interr(o, r) == 0 for o, r in zip(outs, refs) if not o.is_floating_point())
+            status = "ok" if err <= TOL[dtype] and exact else "WRONG"
             note = ""
         except Exception as e:  # noqa: BLE001
             err, status, note = float("nan"), "FAILED", f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
@@ -107,6 +161,7 @@ def main(argv=None):
                     torch.rand(Kk, generator=g).to(dev) * 10, torch.rand(C, generator=g).to(dev))
             case(f"spatial_diffusion V={V} K={Kk} C={C}", spatial_diffusion, args, dtype=dt_)
             case(f"spatial_diffusion tf32x3", spatial_diffusion, args, dt.Schedule(precision="tf32x3"), dtype=dt_)
+        reduction_cases(case, rnd, S, dev, dt_, g)
         if dt_ != torch.float32:
             Bz, H, Sq, D = (2, 3, S(300), 64) if not a.dry_run else (1, 2, 37, 16)
             Q, Kt, Vt = (rnd(Bz, H, Sq, D, dtype=dt_) for _ in range(3))
