@@ -249,3 +249,20 @@ def test_arg_reductions_beside_an_online_group():
     assert "online" in src
     torch.testing.assert_close(s.double(), torch.exp(x.double() - x.double().amax(1, keepdim=True)).sum(1), rtol=1e-5, atol=1e-6)
     assert torch.equal(am, x.argmax(1)) and torch.equal(an, x.argmin(1))
+
+
+@dt.algorithm
+def argmax_and_max(X: dt.Tensor["M", "N"]):
+    i, j = dt.axes("i j")
+    return dt.argmax(X[i, j], over=j)[i], dt.max(X[i, j], over=j)[i]
+
+
+def test_output_specs_and_autograd_with_an_index_output():
+    from dtriton.integrations.autograd import output_specs
+    x = torch.randn(5, 7, requires_grad=True)
+    assert [d for _, d in output_specs(argmax_and_max, (x,))] == [torch.int64, torch.float32]
+    assert [d for _, d in output_specs(argmax_and_max, (x.detach().to(torch.int32),))] == [torch.int64, torch.float64]
+    a, m = dt.compile_autograd(argmax_and_max)(x)
+    assert a.dtype == torch.int64 and not a.requires_grad and torch.equal(a, x.detach().argmax(1))
+    m.sum().backward()
+    torch.testing.assert_close(x.grad, torch.nn.functional.one_hot(x.detach().argmax(1), 7).float())

@@ -29,7 +29,7 @@ import torch
 
 from ..errors import ShapeError
 from ..grad import GradientAlgorithms, augmented_forward, grad
-from ..ir import Algorithm, InputTensor, Reduce, float_inputs, result_dtype
+from ..ir import Algorithm, InputTensor, Reduce, output_dtype
 from ..runtime import Kernel
 from ..runtime.args import merge_named
 from ..schedule import Schedule
@@ -119,12 +119,11 @@ def _sizes(alg: Algorithm, args) -> dict[str, Any]:
 def output_specs(alg: Algorithm, args) -> list[tuple[list[Any], torch.dtype]]:
     """Shape and dtype of each output of ``alg`` for a call with ``args`` (works on fake tensors
     and symbolic sizes: nothing is converted to int). The dtype follows the runtime's rule
-    (:func:`~dtriton.language.result_dtype` over the tensors feeding the output arithmetically):
-    torch promotion of the floating inputs, float64 for integer-only values, float32 without any."""
+    (:func:`~dtriton.ir.output_dtype`): int64 for an arg-reduction, else torch promotion of the
+    floating inputs feeding it arithmetically, float64 for integer-only values, float32 without any."""
     sizes = _sizes(alg, args)
     dtypes = {p.name: a.dtype for p, a in zip(alg.params, args) if isinstance(p, InputTensor)}
-    return [([sizes[alg.axis_size[a]] for a in o.layout], result_dtype(dtypes[t] for t in float_inputs(o.expr)))
-            for o in alg.outputs]
+    return [([sizes[alg.axis_size[a]] for a in o.layout], output_dtype(o.expr, dtypes)) for o in alg.outputs]
 
 
 class DifferentiableKernel:

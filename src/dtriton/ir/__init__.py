@@ -11,7 +11,8 @@ from .combiners import COMBINERS, Combiner, get as get_combiner, register as reg
 from .expr import (BINARY_OPS, COMPARE_OPS, UNARY_OPS, Axis, Binary, Cast, Const, Expr, InputTensor, Load, Output,
                    Reduce, ScalarParam, Unary, Where, as_expr, fmt)
 from .walk import contains, expr_axes, float_inputs, mul_factors, reduces_in, topo_order, walk
-from .reference import FLOAT_DTYPES, INDEX_DTYPES, Binding, compute_dtype, evaluate, kernel_f64, result_dtype
+from .reference import (FLOAT_DTYPES, INDEX_DTYPES, Binding, compute_dtype, evaluate, is_index, kernel_f64,
+                        output_dtype, result_dtype)
 from .algorithm import Algorithm, Stage, TensorAnnotation, cse
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "BINARY_OPS", "COMPARE_OPS", "UNARY_OPS", "Axis", "Binary", "Cast", "Const", "Expr", "InputTensor", "Load",
     "Output", "Reduce", "ScalarParam", "Unary", "Where", "as_expr", "fmt",
     "contains", "expr_axes", "float_inputs", "mul_factors", "reduces_in", "topo_order", "walk",
-    "FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "compute_dtype", "evaluate", "kernel_f64", "result_dtype",
+    "FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "compute_dtype", "evaluate", "is_index", "kernel_f64",
+    "output_dtype", "result_dtype",
     "Algorithm", "Stage", "TensorAnnotation", "cse",
 ]

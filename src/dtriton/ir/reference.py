@@ -18,7 +18,7 @@ from ..errors import ShapeError
 from .expr import Axis, Binary, Cast, COMPARE_OPS, Const, Expr, Load, Reduce, ScalarParam, Unary, Where
 from .walk import float_inputs, mul_factors
 
-__all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "is_index", "result_dtype", "kernel_f64", "compute_dtype", "evaluate"]
+__all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "is_index", "output_dtype", "result_dtype", "kernel_f64", "compute_dtype", "evaluate"]
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INDEX_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
@@ -41,6 +41,15 @@ def is_index(n: Expr) -> bool:
     """Whether ``n`` is an arg-reduction (a combiner with two results): its value is an index along
     the reduced axis, an output of it is ``torch.int64`` (as ``torch.argmax``)."""
     return isinstance(n, Reduce) and n.combiner.results == 2
+
+
+def output_dtype(root: Expr, dtypes: dict[str, torch.dtype]) -> torch.dtype:
+    """The dtype of an output computing ``root`` (``dtypes``: input tensor -> dtype):
+    ``torch.int64`` for an arg-reduction, else :func:`result_dtype` over the tensors feeding it
+    arithmetically."""
+    if is_index(root):
+        return torch.int64
+    return result_dtype(dtypes[t] for t in float_inputs(root))
 
 
 def kernel_f64(dtypes: Iterable[torch.dtype], out_dtypes: Iterable[torch.dtype]) -> bool:
@@ -124,8 +133,7 @@ class Binding:
                 raise ShapeError(f"argument {idx_name!r} indexes dim {d} of {tname} (a gather) and must be an integer "
                                  f"tensor, got {dtypes[idx_name]}; convert it with .long()")
         axis_sizes = {ax: sizes[sym] for ax, sym in alg.axis_size.items()}
-        out_dtypes = [torch.int64 if is_index(o.expr) else result_dtype(dtypes[t] for t in float_inputs(o.expr))
-                      for o in alg.outputs]
+        out_dtypes = [output_dtype(o.expr, dtypes) for o in alg.outputs]
         return Binding(sizes, axis_sizes, dtypes, out_dtypes, device or torch.device("cpu"))
 
 
