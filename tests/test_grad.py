@@ -146,7 +146,7 @@ def run_backward(a: dt.Algorithm, args, sched=None):
     of test_compiler_bug_nested_reduction_in_materialised_stage, which callers assert is gone)."""
     k = dt.compile(a, sched)
     b = a.bind(args)
-    prog = lower(a, k.complete(b), b.axis_sizes, True)
+    prog = lower(a, k.complete(b), b.axis_sizes)
     if not prog.read_problems():
         r = k(*args)
         return (r if isinstance(r, tuple) else (r,)), False

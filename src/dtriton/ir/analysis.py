@@ -39,7 +39,8 @@ def contractions(alg: Algorithm) -> dict[str, tuple[str, str, str]]:
     """Reduction stages that look like a matrix product: stage name -> (m axis, n axis, r axis).
 
     A contraction is a sum (or mean) over one axis ``r`` of a product whose factors that use ``r``
-    split into a side with ``m`` (and not ``n``) and a side with ``n`` (and not ``m``)."""
+    split into a side with ``m`` (and not ``n``) and a side with ``n`` (and not ``m``); ``(m, n)``
+    is the first such pair in the order of the stage's free axes."""
     out = {}
     for s in reduction_stages(alg):
         r = s.node
@@ -49,8 +50,8 @@ def contractions(alg: Algorithm) -> dict[str, tuple[str, str, str]]:
         sides = [set(f.axes) - {ra} for f in mul_factors(r.x) if ra in f.axes]
         sides = [sd for sd in sides if sd]
         free = set(r.axes)
-        for m in free:
-            for n in free:
+        for m in r.axes:
+            for n in r.axes:
                 if m == n:
                     continue
                 if all(sd <= (free - {n}) or sd <= (free - {m}) for sd in sides) and \

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..errors import ScheduleError
-from ..ir import Algorithm, Expr, Output, Reduce, can_split, reduces_in, stage_grid, walk
+from ..ir import Algorithm, Expr, Output, Reduce, can_split, reduces_in, reduction_stages, stage_grid, walk
 from ..schedule import Schedule
 from .kernel import AxisPlan, BufferSpec, KernelPlan, Program, StoreSpec, next_pow2
 
@@ -42,20 +42,20 @@ def _kernel_axes(root_exprs: Sequence[Expr], stop: set[int], top: Reduce | None 
     return list(dict.fromkeys(ax))
 
 
-def lower(alg: Algorithm, sched: Schedule, sizes: dict[str, int], interpret: bool = False,
+def lower(alg: Algorithm, sched: Schedule, sizes: dict[str, int],
           out_dtypes: dict[str, str] | None = None, f64: bool = False) -> Program:
     """Partition ``alg`` under the complete schedule ``sched`` into kernels.
 
     ``sizes`` maps axis names to extents (used for specialisation only). ``out_dtypes`` (output
     -> dtype name) allows split-K straight into an fp32 output; ``f64``: buffers in float64.
     Raises :class:`ScheduleError` when a forced fusion is impossible."""
-    reduces = {s.node._id: s.node for s in alg.stages.values() if not s.is_output}
+    reduces = {s.node._id: s.node for s in reduction_stages(alg)}
     mat = _placement(alg, sched, reduces)
     lw = _Kernels(alg, sched, sizes, reduces, mat, f64)
     for grp in _root_groups(alg, sched):
         if not lw.direct_split(grp, out_dtypes):
             lw.output_kernel(grp)
-    labels = {s.node._id: s.name for s in alg.stages.values() if not s.is_output}
+    labels = {s.node._id: s.name for s in reduction_stages(alg)}
     return Program(lw.kernels, lw.buffers, lw.output_direct, name=alg.name, schedule_json=sched.to_json(),
                    stage_labels=labels)
 

@@ -181,14 +181,17 @@ def main_grid(d: Draft) -> None:
     output axes the user asked to cover in-program (strategy whole/loop/online for an axis no
     stage reduces: on a grid, the strategy would be ignored)."""
     main = d.alg.outputs[0]
-    main_ss = d.user.stage(main.name)
-    in_program = {a for a in main.layout if a not in d.reduced
-                  and main_ss.strategy.get(a, d.strategy.get(a, "auto")) != "auto"}
     if d.grid is None:
-        d.grid = tuple(a for a in main.layout if (a not in d.row_axes or _is_contraction_free(a, d.cons))
-                       and a not in in_program)
-        if not d.grid and main.layout:
-            d.grid = tuple(a for a in main.layout[:1] if a not in in_program)
+        d.grid = _output_grid(d, main, d.user.stage(main.name), d.strategy)
+
+
+def _output_grid(d: Draft, o, ss: StageSchedule, strategy) -> tuple[str, ...]:
+    """The grid of output ``o`` (stage overrides ``ss``, schedule strategies ``strategy``): its axes
+    except row axes (unless a contraction's output axis) and those covered in-program (a strategy
+    other than "auto" for an axis no stage reduces); else its first axis, unless covered so."""
+    own = {a for a in o.layout if a not in d.reduced and ss.strategy.get(a, strategy.get(a, "auto")) != "auto"}
+    return tuple(a for a in o.layout if (a not in d.row_axes or _is_contraction_free(a, d.cons)) and a not in own) \
+        or tuple(a for a in o.layout[:1] if a not in own)
 
 
 def contraction_tiles(d: Draft) -> None:
@@ -319,10 +322,7 @@ def output_stages(d: Draft) -> None:
 
 
 def _output_stage(d: Draft, o, ss: StageSchedule) -> None:
-    own = {a for a in o.layout if a not in d.reduced
-           and ss.strategy.get(a, d.user.strategy.get(a, "auto")) != "auto"}
-    og = tuple(a for a in o.layout if (a not in d.row_axes or _is_contraction_free(a, d.cons)) and a not in own) \
-        or tuple(a for a in o.layout[:1] if a not in own)
+    og = _output_grid(d, o, ss, d.user.strategy)
     st_tile, st_strat = dict(ss.tile), dict(ss.strategy)
     for a in expr_axes(o.expr):
         if a not in og and a not in d.dot_axes and a not in st_strat and _column_reduction(a, og, d.contig, d.sizes):
