@@ -127,7 +127,7 @@ def inplace_problem(alg: Algorithm, sched: Schedule, x_name: str) -> str | None:
         return "the schedule splits a reduction (split-K zeroes or accumulates into the output while it is read)"
     o = alg.outputs[0]
     layout = tuple(o.layout)
-    grid = set(sched.stage_grid(alg, o.name) or ())
+    grid = set(sched.grid or ())
     over: dict[int, set] = {}
     for n in reversed(topo_order([o.expr])):   # parents first: pass reduction axes down to the loads
         inner = over.get(n._id, set()) | (set(n.over) if isinstance(n, Reduce) else set())
