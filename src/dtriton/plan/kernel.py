@@ -179,10 +179,6 @@ class KernelPlan:
         return list(self.passes) + list(self.single.values())
 
 
-#: The name the lowering used before the plan was complete (kept for older imports).
-KernelIR = KernelPlan
-
-
 @dataclass
 class Program:
     """The kernels of one (algorithm, schedule, specialisation), in launch order."""

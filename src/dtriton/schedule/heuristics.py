@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..ir import (Algorithm, Axis, Binding, Load, contains, contractions, expr_axes, online_candidate, reduces_in,
-                  splittable, topo_order)
+                  reduction_stages, splittable, topo_order)
 from .schedule import Schedule, StageSchedule
 
 __all__ = ["complete_schedule", "sm_count", "next_pow2", "Draft", "RULES", "DECIDED"]
@@ -405,7 +405,7 @@ def _flash_pattern(alg: Algorithm, sizes):
     if len(alg.outputs) != 1:
         return None
     main = alg.outputs[0]
-    reds = [st.node for st in alg.stages.values() if not st.is_output]
+    reds = [st.node for st in reduction_stages(alg)]
     for s in reds:
         if s.op != "sum" or any(sizes[a] > 256 for a in s.over):
             continue

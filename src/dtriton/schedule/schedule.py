@@ -21,7 +21,7 @@ import json
 from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import ScheduleError, UnknownFieldError
-from ..ir import grid_candidates, splittable, stage_grid
+from ..ir import grid_candidates, reduction_stages, splittable, stage_grid
 from .knobs import PLACES, FrozenMap, Knob, flat_knobs, knob, knobs, launch_knobs, names, reserve_names
 
 __all__ = ["Schedule", "StageSchedule", "unknown_fields_message", "reject_unknown_keywords"]
@@ -392,7 +392,7 @@ class Schedule(_KnobValues):
         """Grid axes are output axes (the grid maps output axes to programs; nothing else reads
         it); split axes are reduction axes."""
         red = set(alg.reduction_axes)
-        reducers = {a: [st for st in alg.stages.values() if not st.is_output and a in st.node.over] for a in red}
+        reducers = {a: reduction_stages(alg, a) for a in red}
         out_axes = {a for o in alg.outputs for a in o.layout}
         outs = ", ".join(f"{o.name}[{', '.join(o.layout)}]" for o in alg.outputs)
         for a in self.grid or ():
