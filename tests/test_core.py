@@ -580,7 +580,7 @@ def _gpu_source(alg, sched, *args):
     b = alg.bind(args)
     full = dt.compile(alg, sched).complete(b)
     outs = {o.name: d for o, d in zip(alg.outputs, b.out_dtypes)}
-    prog = lower(alg, full, b.axis_sizes, False, {k: str(v).replace("torch.", "") for k, v in outs.items()}, f64=False)
+    prog = lower(alg, full, b.axis_sizes, {k: str(v).replace("torch.", "") for k, v in outs.items()}, f64=False)
     return render(decide(prog, full, b.dtypes, outs, False, False))[0]
 
 

@@ -34,9 +34,9 @@ import pytest
 import torch
 
 import dtriton as dt
-from dtriton.integrations.autograd import _program_ok, _Runner
+from dtriton.integrations.autograd import _Runner
 from dtriton.grad import augmented_forward, describe, staged
-from dtriton.schedule import contractions
+from dtriton.ir import contractions
 from dtriton.plan import lower
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserWarning")
@@ -146,8 +146,8 @@ def run_backward(a: dt.Algorithm, args, sched=None):
     of test_compiler_bug_nested_reduction_in_materialised_stage, which callers assert is gone)."""
     k = dt.compile(a, sched)
     b = a.bind(args)
-    prog = lower(a, k.complete(b), b.axis_sizes, True)
-    if _program_ok(prog):
+    prog = lower(a, k.complete(b), b.axis_sizes)
+    if not prog.read_problems():
         r = k(*args)
         return (r if isinstance(r, tuple) else (r,)), False
     return _Runner(a, sched)(*args), True

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import AlgorithmError
-from ..ir import Algorithm, Expr, InputTensor, Output, Reduce, fmt, topo_order
+from ..ir import Algorithm, Expr, InputTensor, Output, Reduce, fmt, reduction_stages, topo_order
 from .derive import Deriver
 from .finalize import Finalizer, copy_nodes, group_gradients, make_params, param_spec
 from .naming import unique_param_name
@@ -97,7 +97,7 @@ class GradientAlgorithms:
 def describe(alg: Algorithm, labels: dict[str, str] | None = None) -> str:
     """Readable listing of an algorithm, one line per stage (``name[axes] = expression``, nested
     stages printed by name). ``labels`` adds a note to output stages (e.g. ``{"out0": "dX"}``)."""
-    names = {s.node._id: s.name for s in alg.stages.values() if not s.is_output}
+    names = {s.node._id: s.name for s in reduction_stages(alg)}
     lines = [repr(alg)]
     for s in alg.stages.values():
         if s.is_output:
@@ -130,7 +130,7 @@ def _wrt_names(alg: Algorithm, wrt: str | Sequence[str] | None) -> list[str]:
 def _saved_stages(alg: Algorithm, d: Deriver, grads: dict[str, tuple[Expr, tuple[str, ...]]],
                   save: Sequence[str] | str | None) -> list[str]:
     """The forward stages the backward takes as inputs (``save=`` of :func:`grad`)."""
-    fwd_stage_names = [s.name for s in alg.stages.values() if not s.is_output]
+    fwd_stage_names = [s.name for s in reduction_stages(alg)]
     if save is None:
         return []
     if save == "all":
@@ -213,7 +213,7 @@ def augmented_forward(alg: Algorithm, save: Sequence[str] | str) -> tuple[Algori
     """The forward algorithm with the reduction stages ``save`` as extra outputs (after the
     original ones, each laid out along the stage's free axes), for ``dt.grad(alg, save=...)``.
     ``"all"`` saves every reduction stage. Returns ``(algorithm, saved stage names)``."""
-    names = [s.name for s in alg.stages.values() if not s.is_output]
+    names = [s.name for s in reduction_stages(alg)]
     save_l = names if save == "all" else ([save] if isinstance(save, str) else list(save))
     bad = [s for s in save_l if s not in names]
     if bad:

@@ -12,7 +12,7 @@ from itertools import chain, count
 from typing import Any, Callable, Sequence
 
 from ..errors import AlgorithmError
-from ..ir import (Algorithm, Axis, Binary, Cast, Const, Expr, InputTensor, Load, Output, Reduce, ScalarParam, Unary, Where, topo_order)
+from ..ir import Algorithm, Axis, Binary, Const, Expr, InputTensor, Load, Output, Reduce, ScalarParam, Where, topo_order
 from .derive import Deriver
 from .naming import first_free
 
@@ -45,27 +45,16 @@ def copy_nodes(order: Sequence[Expr], params: dict[str, Any], replace: dict[int,
         if n._id in replace:
             pname, axes = replace[n._id]
             r: Expr = Load(params[pname], tuple(Axis(a) for a in axes))
-        elif isinstance(n, Const):
-            r = Const(n.value)
-        elif isinstance(n, Axis):
-            r = Axis(n.name)
         elif isinstance(n, ScalarParam):
             r = params[n.name]
-        elif isinstance(n, Load):
-            r = Load(params[n.tensor.name], tuple(new[e._id] for e in n.index))
-        elif isinstance(n, Unary):
-            r = Unary(n.op, new[n.x._id])
-        elif isinstance(n, Binary):
-            r = Binary(n.op, new[n.a._id], new[n.b._id])
-        elif isinstance(n, Where):
-            r = Where(new[n.cond._id], new[n.a._id], new[n.b._id])
-        elif isinstance(n, Cast):
-            r = Cast(new[n.x._id], n.dtype)
-        elif isinstance(n, Reduce):
-            nm = n.name if reduce_name is None else reduce_name(n)
-            r = Reduce(n.combiner, new[n.x._id], n.over, nm)
-        else:  # pragma: no cover
-            raise AssertionError(n)
+        else:
+            kids = [new[c._id] for c in n.children()]
+            if isinstance(n, Load):
+                r = Load(params[n.tensor.name], tuple(kids))
+            elif isinstance(n, Reduce):
+                r = Reduce(n.combiner, kids[0], n.over, n.name if reduce_name is None else reduce_name(n))
+            else:
+                r = n.rebuild(kids)
         new[n._id] = r
     return new
 

@@ -29,7 +29,7 @@ import torch
 
 from ..errors import ShapeError
 from ..grad import GradientAlgorithms, augmented_forward, grad
-from ..ir import Algorithm, InputTensor, Reduce, output_dtype
+from ..ir import Algorithm, InputTensor, output_dtype
 from ..runtime import Kernel
 from ..runtime.args import merge_named
 from ..schedule import Schedule
@@ -42,39 +42,6 @@ _lock = threading.Lock()
 # ----------------------------------------------------------------------------------------------
 # running one algorithm
 # ----------------------------------------------------------------------------------------------
-def _program_ok(prog) -> bool:
-    """True when every reduction a kernel of ``prog`` reads is computed in that kernel (fused) or
-    written to a buffer by an earlier kernel."""
-    produced: set[str] = set()
-    for k in prog.kernels:
-        fused = set(k.fused)
-        for st in k.stores:
-            top = st.target in prog.buffers and isinstance(st.expr, Reduce)
-            if top and st.expr.name not in fused:
-                return False
-            stack = [st.expr.x] if top else [st.expr]
-            seen: set[int] = set()
-            while stack:
-                n = stack.pop()
-                if n._id in seen:
-                    continue
-                seen.add(n._id)
-                if isinstance(n, Reduce):
-                    b = k.materialized.get(n._id)
-                    if b is not None:
-                        if b.name not in produced:
-                            return False
-                        continue
-                    if n.name not in fused:
-                        return False
-                stack.extend(n.children())
-        for st in k.stores:
-            if st.target in prog.buffers:
-                produced.add(st.target)
-    return True
-
-
-
 class _Runner:
     """Runs one algorithm: a compiled kernel per precision class (float64 inputs or not)."""
 

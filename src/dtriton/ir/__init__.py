@@ -3,7 +3,8 @@ eager reference evaluator.
 
 Layering inside the package (each module imports only those before it): ``combiners`` (reduction
 kinds as data) <- ``expr`` (nodes, ``fmt``) <- ``walk`` (the graph walks) <- ``reference``
-(``Binding``, dtype rules, the evaluator) <- ``algorithm`` (tracing, CSE, stage names).
+(``Binding``, dtype rules, the evaluator) <- ``algorithm`` (tracing, CSE, stage names) <- ``analysis``
+(contractions, online candidates, split legality, stage grids).
 The user-facing builders (``dt.sum``, ``dt.exp``, ...) live in :mod:`dtriton.dsl`.
 """
 
@@ -14,6 +15,8 @@ from .walk import contains, expr_axes, float_inputs, mul_factors, reduces_in, to
 from .reference import (FLOAT_DTYPES, INDEX_DTYPES, Binding, compute_dtype, evaluate, is_index, kernel_f64,
                         output_dtype, result_dtype)
 from .algorithm import Algorithm, Stage, TensorAnnotation, cse
+from .analysis import (can_split, contractions, grid_candidates, online_candidate, reduction_stages, split_blockers,
+                       splittable, stage_grid, sum_of_products)
 
 __all__ = [
     "COMBINERS", "Combiner", "get_combiner", "register_combiner",
@@ -23,4 +26,6 @@ __all__ = [
     "FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "compute_dtype", "evaluate", "is_index", "kernel_f64",
     "output_dtype", "result_dtype",
     "Algorithm", "Stage", "TensorAnnotation", "cse",
+    "can_split", "contractions", "grid_candidates", "online_candidate", "reduction_stages", "split_blockers", "splittable",
+    "stage_grid", "sum_of_products",
 ]

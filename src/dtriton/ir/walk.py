@@ -38,10 +38,13 @@ def topo_order(roots: Sequence[Expr]) -> list[Expr]:
     return order
 
 
-def walk(roots: Sequence[Expr], stop: Callable[[Expr], bool] | None = None) -> Iterator[Expr]:
+def walk(roots: Sequence[Expr], stop: Callable[[Expr], bool] | None = None,
+         children: Callable[[Expr], Sequence[Expr]] | None = None) -> Iterator[Expr]:
     """Every node reachable from ``roots``, once each: a stack seeded with ``roots`` (the last root
     is taken first), a node before its children, the last child first. A node for which
-    ``stop(node)`` is true is yielded but its children are not entered from it."""
+    ``stop(node)`` is true is yielded but its children are not entered from it. ``children(node)``,
+    when given, replaces ``node.children()`` as the nodes entered from it (e.g. a product's
+    factors instead of its binary tree)."""
     seen: set[int] = set()
     stack = list(roots)
     while stack:
@@ -52,7 +55,7 @@ def walk(roots: Sequence[Expr], stop: Callable[[Expr], bool] | None = None) -> I
         yield n
         if stop is not None and stop(n):
             continue
-        stack.extend(n.children())
+        stack.extend(n.children() if children is None else children(n))
 
 
 def reduces_in(roots: Sequence[Expr], stop_ids: set[int] | frozenset[int]) -> list[Reduce]:

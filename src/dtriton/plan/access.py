@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from ..ir import Axis, Load
+from ..ir import Axis, Load, walk
 from .kernel import KernelPlan, TileAccess
 
 __all__ = ["plan_access", "plan_eviction", "tile_access"]
@@ -46,18 +46,8 @@ def tile_access(k: KernelPlan, style: str, tma_ok: frozenset, name: str, axes: S
 
 def _loads(k: KernelPlan) -> list[Load]:
     """Every load of the kernel (stopping at materialised reductions), in a fixed order."""
-    out, seen, stack = [], set(), [st.expr for st in k.stores]
-    while stack:
-        n = stack.pop()
-        if n._id in seen:
-            continue
-        seen.add(n._id)
-        if n._id in k.materialized:
-            continue
-        if isinstance(n, Load):
-            out.append(n)
-        stack.extend(n.children())
-    return out
+    return [n for n in walk([st.expr for st in k.stores], stop=lambda n: n._id in k.materialized)
+            if isinstance(n, Load)]
 
 
 def plan_access(k: KernelPlan, style: str | None, tma_ok: frozenset) -> dict[tuple, TileAccess]:

@@ -53,7 +53,7 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
     """Lower ``alg`` under the complete schedule ``sched`` for a call with binding ``b`` and facts
     ``spec``: a :class:`Program` whose kernels carry every decision."""
     out_dtypes = {o.name: d for o, d in zip(alg.outputs, b.out_dtypes)}
-    prog = lower(alg, sched, b.axis_sizes, spec.interpret, {k: str(v).replace("torch.", "") for k, v in out_dtypes.items()},
+    prog = lower(alg, sched, b.axis_sizes, {k: str(v).replace("torch.", "") for k, v in out_dtypes.items()},
                  f64=kernel_f64(b.dtypes.values(), b.out_dtypes))
     return decide(prog, sched, b.dtypes, out_dtypes, spec.interpret, spec.i64, spec.tma_ok, dict(spec.hints),
                   spec.note(alg, sched.access == "tma"))

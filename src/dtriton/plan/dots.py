@@ -14,8 +14,8 @@ from typing import Mapping
 
 import torch
 
-from ..ir import Expr, Load, Reduce
-from .graph import contains, factors, fused_reduces
+from ..ir import Expr, Load, Reduce, mul_factors, walk
+from .graph import contains, fused_reduces
 from .kernel import DotPlan, KernelPlan
 
 __all__ = ["dot_dtype", "dot_only_axes", "dot_split", "plan_dots"]
@@ -33,7 +33,7 @@ def dot_split(r: Reduce, k: KernelPlan, compute_dtype: str):
         return None
     if any(k.axes[a].block < 16 for a in free):
         return None
-    fs = factors(r.x)
+    fs = mul_factors(r.x)
     hoist = [f for f in fs if ra not in f.axes]
     rest = [f for f in fs if ra in f.axes]
     for m, n in (free, free[::-1]):
@@ -58,16 +58,11 @@ def dot_dtype(fs: list[Expr], dtypes: Mapping[str, torch.dtype]) -> str | None:
     """Storage dtype of a dot operand: the promoted dtype of the tensors it reads ("float16",
     "bfloat16"), None when it is not a 16-bit type."""
     dts = set()
-    for f in fs:
-        stack = [f]
-        while stack:
-            x = stack.pop()
-            if isinstance(x, Load):
-                dts.add(dtypes[x.tensor.name])
-            elif isinstance(x, Reduce):
-                dts.add(torch.float32)
-            else:
-                stack.extend(x.children())
+    for x in walk(fs, stop=lambda x: isinstance(x, (Load, Reduce))):
+        if isinstance(x, Load):
+            dts.add(dtypes[x.tensor.name])
+        elif isinstance(x, Reduce):
+            dts.add(torch.float32)
     if dts and dts <= {torch.float16}:
         return "float16"
     if dts and dts <= {torch.bfloat16}:
@@ -125,26 +120,11 @@ def dot_only_axes(k: KernelPlan) -> frozenset:
 
 def _only_inside(a: str, over: list[Reduce], k: KernelPlan) -> bool:
     """No node of the kernel's stores outside the reductions ``over`` uses axis ``a``."""
-    inside = set()
-    for r in over:
-        stack = [r.x]
-        while stack:
-            n = stack.pop()
-            if n._id in inside:
-                continue
-            inside.add(n._id)
-            stack.extend(n.children())
-    for st in k.stores:
-        stack, seen = [st.expr], set()
-        while stack:
-            n = stack.pop()
-            if n._id in seen or n._id in inside:
-                continue
-            seen.add(n._id)
-            is_over = isinstance(n, Reduce) and any(n is r for r in over)
-            if a in n.axes and not is_over:
-                return False
-            if is_over:
-                continue
-            stack.extend(n.children())
+    inside = {n._id for n in walk([r.x for r in over])}
+
+    def is_over(n: Expr) -> bool:
+        return isinstance(n, Reduce) and any(n is r for r in over)
+    for n in walk([st.expr for st in k.stores], stop=lambda n: n._id in inside or is_over(n)):
+        if n._id not in inside and a in n.axes and not is_over(n):
+            return False
     return True

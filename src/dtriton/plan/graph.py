@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from ..ir import Axis, Binary, Expr, Load, Reduce
+from ..ir import Axis, Expr, Load, Reduce, walk
+from ..ir import contains as ir_contains
 
-__all__ = ["contains", "factors", "fused_deps", "fused_reduces", "has", "need_axes"]
+__all__ = ["contains", "fused_deps", "fused_reduces", "has", "need_axes"]
 
 
 def has(seq: Iterable[Expr], x: Expr) -> bool:
@@ -18,58 +19,22 @@ def has(seq: Iterable[Expr], x: Expr) -> bool:
     return any(e is x for e in seq)
 
 
-def factors(n: Expr) -> list[Expr]:
-    """The factors of a product (``a * b * c`` -> ``[a, b, c]``); ``[n]`` for anything else."""
-    if isinstance(n, Binary) and n.op == "mul":
-        return factors(n.a) + factors(n.b)
-    return [n]
-
-
 def fused_deps(r: Reduce, materialized: Mapping[int, object]) -> list[Reduce]:
     """The fused reductions ``r``'s body uses directly (not those nested inside them)."""
-    out, seen, stack = [], set(), list(r.x.children()) + [r.x]
-    while stack:
-        n = stack.pop()
-        if n._id in seen:
-            continue
-        seen.add(n._id)
-        if isinstance(n, Reduce):
-            if n._id not in materialized:
-                out.append(n)
-            continue
-        stack.extend(n.children())
-    return out
+    return [n for n in walk(list(r.x.children()) + [r.x], stop=lambda n: isinstance(n, Reduce))
+            if isinstance(n, Reduce) and n._id not in materialized]
 
 
 def fused_reduces(roots: Iterable[Expr], materialized: Mapping[int, object]) -> list[Reduce]:
     """Every fused reduction reachable from ``roots`` (outermost last, as the printer walks them)."""
-    seen, stack = set(), list(roots)
-    post = []
-    while stack:
-        n = stack.pop()
-        if n._id in seen:
-            continue
-        seen.add(n._id)
-        if isinstance(n, Reduce) and n._id in materialized:
-            continue
-        if isinstance(n, Reduce):
-            post.append(n)
-        stack.extend(n.children())
+    post = [n for n in walk(list(roots), stop=lambda n: isinstance(n, Reduce) and n._id in materialized)
+            if isinstance(n, Reduce) and n._id not in materialized]
     return post[::-1]
 
 
 def contains(n: Expr, target: Expr, materialized: Mapping[int, object]) -> bool:
     """Whether ``target`` occurs in ``n`` (not looking inside other materialised reductions)."""
-    seen, stack = set(), [n]
-    while stack:
-        x = stack.pop()
-        if x is target:
-            return True
-        if x._id in seen or (isinstance(x, Reduce) and x is not target and x._id in materialized):
-            continue
-        seen.add(x._id)
-        stack.extend(x.children())
-    return False
+    return ir_contains(n, target, stop=lambda x: isinstance(x, Reduce) and x is not target and x._id in materialized)
 
 
 def need_axes(n: Expr, materialized: Mapping[int, object], ignore: frozenset = frozenset(),

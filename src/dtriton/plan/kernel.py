@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..ir import Expr, Reduce
+from ..ir import Expr, Reduce, walk
 from ..schedule import next_pow2
 
 __all__ = ["AxisPlan", "BufferSpec", "DotPlan", "KernelPlan", "PassPlan", "Program", "StoreSpec", "TileAccess",
@@ -184,10 +184,6 @@ class KernelPlan:
         return list(self.passes) + list(self.single.values())
 
 
-#: The name the lowering used before the plan was complete (kept for older imports).
-KernelIR = KernelPlan
-
-
 @dataclass
 class Program:
     """The kernels of one (algorithm, schedule, specialisation), in launch order."""
@@ -204,11 +200,20 @@ class Program:
         is computed in that kernel (fused) or written to a buffer by an earlier kernel; a grid
         names only axes of its kernel; split axes are axes of the kernel; blocks of tiled axes are
         powers of two; dots reduce a fused sum."""
+        return self._problems(axes=True)
+
+    def read_problems(self) -> list[str]:
+        """The reductions a kernel reads that neither it (fused) nor an earlier kernel (a buffer)
+        computes: the first part of :meth:`verify`."""
+        return self._problems(axes=False)
+
+    def _problems(self, axes: bool) -> list[str]:
         problems: list[str] = []
         produced: set[str] = set()
         for k in self.kernels:
             problems.extend(_reads_problems(k, self.buffers, produced))
-            problems.extend(_axes_problems(k))
+            if axes:
+                problems.extend(_axes_problems(k))
             for st in k.stores:
                 if st.target in self.buffers:
                     produced.add(st.target)
@@ -228,22 +233,15 @@ def _reads_problems(k: KernelPlan, buffers: dict[str, BufferSpec], produced: set
         if top and st.expr.name not in fused:
             out.append(f"kernel {k.name} stores stage {st.expr.name} without computing it")
             continue
-        stack = [st.expr.x] if top else [st.expr]
-        seen: set[int] = set()
-        while stack:
-            n = stack.pop()
-            if n._id in seen:
+        for n in walk([st.expr.x if top else st.expr], stop=lambda n: n._id in k.materialized):
+            if not isinstance(n, Reduce):
                 continue
-            seen.add(n._id)
-            if isinstance(n, Reduce):
-                b = k.materialized.get(n._id)
-                if b is not None:
-                    if b.name not in produced:
-                        out.append(f"kernel {k.name} reads buffer {b.name} before a kernel writes it")
-                    continue
-                if n.name not in fused:
-                    out.append(f"kernel {k.name} reads stage {n.name}, which it does not compute")
-            stack.extend(n.children())
+            b = k.materialized.get(n._id)
+            if b is not None:
+                if b.name not in produced:
+                    out.append(f"kernel {k.name} reads buffer {b.name} before a kernel writes it")
+            elif n.name not in fused:
+                out.append(f"kernel {k.name} reads stage {n.name}, which it does not compute")
     return out
 
 

@@ -23,61 +23,39 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..errors import ScheduleError
-from ..ir import Algorithm, Expr, Output, Reduce
+from ..ir import Algorithm, Expr, Output, Reduce, can_split, reduces_in, reduction_stages, stage_grid, walk
 from ..schedule import Schedule
 from .kernel import AxisPlan, BufferSpec, KernelPlan, Program, StoreSpec, next_pow2
 
 __all__ = ["lower"]
 
 
-def _reduce_nodes(root: Expr, stop: set[int]) -> list[Reduce]:
-    """Reduce nodes reachable from root without crossing materialised ones (stop)."""
-    out, seen, stack = [], set(), [root]
-    while stack:
-        n = stack.pop()
-        if n._id in seen:
-            continue
-        seen.add(n._id)
-        if isinstance(n, Reduce):
-            out.append(n)
-            if n._id in stop and n is not root:
-                continue  # materialised elsewhere; the root itself is computed here
-        stack.extend(n.children())
-    return out
-
-
 def _kernel_axes(root_exprs: Sequence[Expr], stop: set[int], top: Reduce | None = None) -> list[str]:
     """Every axis a kernel touches: free axes and the reduction axes of fused reductions."""
+    def materialised(n: Expr) -> bool:
+        return n._id in stop and n is not top
     ax: list[str] = []
-    seen, stack = set(), list(root_exprs)
-    while stack:
-        n = stack.pop()
-        if n._id in seen:
-            continue
-        seen.add(n._id)
+    for n in walk(root_exprs, stop=materialised):
         ax.extend(n.axes)
-        if isinstance(n, Reduce):
-            if n._id in stop and n is not top:
-                continue
+        if isinstance(n, Reduce) and not materialised(n):
             ax.extend(n.over)
-        stack.extend(n.children())
     return list(dict.fromkeys(ax))
 
 
-def lower(alg: Algorithm, sched: Schedule, sizes: dict[str, int], interpret: bool = False,
+def lower(alg: Algorithm, sched: Schedule, sizes: dict[str, int],
           out_dtypes: dict[str, str] | None = None, f64: bool = False) -> Program:
     """Partition ``alg`` under the complete schedule ``sched`` into kernels.
 
     ``sizes`` maps axis names to extents (used for specialisation only). ``out_dtypes`` (output
     -> dtype name) allows split-K straight into an fp32 output; ``f64``: buffers in float64.
     Raises :class:`ScheduleError` when a forced fusion is impossible."""
-    reduces = {s.node._id: s.node for s in alg.stages.values() if not s.is_output}
+    reduces = {s.node._id: s.node for s in reduction_stages(alg)}
     mat = _placement(alg, sched, reduces)
     lw = _Kernels(alg, sched, sizes, reduces, mat, f64)
     for grp in _root_groups(alg, sched):
         if not lw.direct_split(grp, out_dtypes):
             lw.output_kernel(grp)
-    labels = {s.node._id: s.name for s in alg.stages.values() if not s.is_output}
+    labels = {s.node._id: s.name for s in reduction_stages(alg)}
     return Program(lw.kernels, lw.buffers, lw.output_direct, name=alg.name, schedule_json=sched.to_json(),
                    stage_labels=labels)
 
@@ -105,7 +83,7 @@ def _placement(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce]) -> s
         place = sched.stage(r.name).place
         split_axes = [a for a in r.over if sched.split.get(a, 1) > 1]
         if split_axes:
-            if not r.combiner.splittable:
+            if not can_split(r):
                 raise ScheduleError(
                     f"stage {r.name!r} is a {r.combiner.name} over {split_axes}; only sum/mean stages can be split "
                     "across programs. Remove the split or materialise a sum instead")
@@ -124,17 +102,17 @@ def _place_round(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce], ma
     """One round of :func:`_placement`: materialise the auto reductions that cannot be fused where
     they are used; True when something changed."""
     changed = False
-    kernels_roots = []  # (root exprs, free axes, stage schedule name)
+    kernels_roots = []  # (root exprs, stage schedule name)
     for grp in _root_groups(alg, sched):
-        kernels_roots.append(([o.expr for o in grp], grp[0].layout, grp[0].name))
+        kernels_roots.append(([o.expr for o in grp], grp[0].name))
     for rid in mat:
         r = reduces[rid]
-        kernels_roots.append(([r], r.axes, r.name))
-    for exprs, free, sname in kernels_roots:
-        grid = _grid_for(alg, sched, sname, free)
+        kernels_roots.append(([r], r.name))
+    for exprs, sname in kernels_roots:
+        grid = _grid_for(alg, sched, sname)
         top_axes = set(grid) | {a for a in _kernel_axes(exprs, mat, exprs[0] if isinstance(exprs[0], Reduce) else None)
                                 if _strategy(sched, sname, a) == "whole"}
-        for r in _reduce_nodes_roots(exprs, mat):
+        for r in reduces_in(exprs, mat):
             if r._id in mat:
                 continue
             place = sched.stage(r.name).place
@@ -178,11 +156,11 @@ class _Kernels:
             self.buffers[b.name] = b
             self.bufmap[rid] = b
 
-    def make_kernel(self, name, exprs, stores, free, sname, top: Reduce | None) -> KernelPlan:
+    def make_kernel(self, name, exprs, stores, sname, top: Reduce | None) -> KernelPlan:
         """The kernel computing ``exprs`` (the stage ``sname``'s schedule; ``top``: the
         materialised reduction it writes, if any)."""
         alg, sched, mat = self.alg, self.sched, self.mat
-        grid = _grid_for(alg, sched, sname, free)
+        grid = _grid_for(alg, sched, sname)
         ss = sched.stage(sname)
         split = None
         if top is not None:
@@ -193,7 +171,7 @@ class _Kernels:
         axes: dict[str, AxisPlan] = {}
         for a in _kernel_axes(exprs, mat, top):
             axes[a] = self._axis(a, grid, ss, sname, split)
-        fused = [r.name for r in _reduce_nodes_roots(exprs, mat) if r._id not in mat or r is top]
+        fused = [r.name for r in reduces_in(exprs, mat) if r._id not in mat or r is top]
         return KernelPlan(name, stores, grid, axes, split,
                           {k: v for k, v in self.bufmap.items() if top is None or k != top._id},
                           ss.num_warps or sched.num_warps, ss.num_stages or sched.num_stages, [sname], fused,
@@ -221,7 +199,7 @@ class _Kernels:
 
     def deps_of(self, exprs, top=None) -> list[int]:
         """Materialised reductions ``exprs`` read (other than ``top``)."""
-        return [r._id for r in _reduce_nodes_roots(exprs, self.mat) if r._id in self.mat and r is not top]
+        return [r._id for r in reduces_in(exprs, self.mat) if r._id in self.mat and r is not top]
 
     def reduce_kernel(self, rid: int) -> None:
         """Emit the kernel of materialised reduction ``rid`` (after those it reads)."""
@@ -232,7 +210,7 @@ class _Kernels:
             self.reduce_kernel(d)
         b = self.bufmap[rid]
         st = StoreSpec(b.name, r, r.axes, atomic=b.zero, partial_axis=b.partials > 0)
-        self.kernels.append(self.make_kernel(f"{self.alg.name}_{r.name}", [r], [st], r.axes, r.name, r))
+        self.kernels.append(self.make_kernel(f"{self.alg.name}_{r.name}", [r], [st], r.name, r))
         self.done.add(rid)
 
     def direct_split(self, grp: list[Output], out_dtypes: dict[str, str] | None) -> bool:
@@ -252,7 +230,7 @@ class _Kernels:
         b = self.bufmap.pop(r._id)
         del self.buffers[b.name]
         st = StoreSpec(o.name, r, r.axes, atomic=True)
-        self.kernels.append(self.make_kernel(f"{self.alg.name}_{o.name}", [r], [st], r.axes, r.name, r))
+        self.kernels.append(self.make_kernel(f"{self.alg.name}_{o.name}", [r], [st], r.name, r))
         self.output_direct[o.name] = "zero"
         self.done.add(r._id)
         return True
@@ -263,18 +241,8 @@ class _Kernels:
         for d in self.deps_of(exprs):
             self.reduce_kernel(d)
         stores = [StoreSpec(o.name, o.expr, o.layout) for o in grp]
-        self.kernels.append(self.make_kernel(f"{self.alg.name}_{grp[0].name}", exprs, stores, grp[0].layout,
+        self.kernels.append(self.make_kernel(f"{self.alg.name}_{grp[0].name}", exprs, stores,
                                              grp[0].name, None))
-
-
-def _reduce_nodes_roots(exprs, stop):
-    out, seen = [], set()
-    for e in exprs:
-        for r in _reduce_nodes(e, stop):
-            if r._id not in seen:
-                seen.add(r._id)
-                out.append(r)
-    return out
 
 
 def _strategy(sched: Schedule, sname: str, axis: str) -> str:
@@ -282,26 +250,11 @@ def _strategy(sched: Schedule, sname: str, axis: str) -> str:
     return "loop" if s == "auto" else s
 
 
-def _grid_for(alg: Algorithm, sched: Schedule, sname: str, free: Sequence[str]) -> list[str]:
-    """Grid axes of the kernel whose free axes are ``free``: the stage's grid, else the global grid
-    restricted to ``free``, plus free axes that are neither whole nor looped."""
+def _grid_for(alg: Algorithm, sched: Schedule, sname: str) -> list[str]:
+    """Grid axes of the kernel of stage ``sname`` (:func:`dtriton.ir.stage_grid`); under a schedule
+    whose grid is not chosen yet, the stage's free axes that are neither whole nor looped."""
     ss = sched.stage(sname)
-    if ss.grid is not None:
-        bad = [a for a in ss.grid if a not in free]
-        if bad:
-            raise ScheduleError(f"stages[{sname!r}].grid names {bad}, which are not free axes of stage {sname!r} "
-                                f"(its free axes: {list(free)})")
-        return list(ss.grid)
-    is_output = alg.stages[sname].is_output
-    if not is_output:
-        return list(free)  # a materialised reduction: all its free axes on the grid, in its order
-    g = [a for a in (sched.grid or ()) if a in free]
-    for a in free:
-        if a in g:
-            continue
-        if ss.strategy.get(a) in ("whole", "loop", "online"):
-            continue  # the stage asks for this axis to be covered in-program
-        if is_output and sched.grid is not None:
-            continue  # an output axis left off the grid: looped or whole (validated)
-        g.append(a)
-    return g
+    g = stage_grid(alg, sname, sched.grid, ss.grid, strict=True)
+    if g is None:
+        return [a for a in alg.stages[sname].free_axes if ss.strategy.get(a) not in ("whole", "loop", "online")]
+    return list(g)

@@ -16,8 +16,8 @@ plain (loads through block pointers are not TMA either).
 
 from __future__ import annotations
 
-from ..ir import Axis, Load, Reduce, Unary, Binary
-from .graph import contains, factors, fused_deps, fused_reduces, has, need_axes
+from ..ir import Axis, Load, Reduce, Unary, Binary, mul_factors
+from .graph import contains, fused_deps, fused_reduces, has, need_axes
 from .kernel import KernelPlan, PassPlan
 
 __all__ = ["online_ok", "plan_passes", "top_bound"]
@@ -38,7 +38,7 @@ def online_ok(s: Reduce, grp: list[Reduce], pending: list[Reduce], k: KernelPlan
     maxes = [m for m in grp if m.combiner.online == "running_max" and has(deps, m)]
     if not maxes or any(not has(grp, d) and has(pending, d) for d in deps):
         return False
-    fs = factors(s.x)
+    fs = mul_factors(s.x)
     for m in maxes:
         hits = [f for f in fs if contains(f, m, k.materialized)]
         if len(hits) != 1:

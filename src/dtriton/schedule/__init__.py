@@ -2,7 +2,7 @@
 (:mod:`.schedule`) and the heuristic that completes one from a call's shapes
 (:mod:`.heuristics`). Imports only :mod:`dtriton.errors` and the IR."""
 
-from .heuristics import DECIDED, RULES, complete_schedule, contractions, next_pow2, sm_count
+from .heuristics import DECIDED, RULES, complete_schedule, next_pow2, sm_count
 from .knobs import (ACC_DTYPES, ACCESS, EVICTIONS, PLACES, PRECISIONS, SPLIT_MODES, STRATEGIES, Domain, FrozenMap,
                     Knob, flat_knobs, knob, knobs, launch_knobs, markdown_table, one_of, register, stage_knobs,
                     unregister)
@@ -10,5 +10,5 @@ from .schedule import Schedule, StageSchedule, reject_unknown_keywords, unknown_
 
 __all__ = ["Schedule", "StageSchedule", "FrozenMap", "Knob", "Domain", "one_of", "register", "unregister", "knob",
            "knobs", "flat_knobs", "stage_knobs", "launch_knobs", "markdown_table", "complete_schedule",
-           "contractions", "sm_count", "next_pow2", "DECIDED", "RULES", "STRATEGIES", "PLACES", "SPLIT_MODES",
+           "sm_count", "next_pow2", "DECIDED", "RULES", "STRATEGIES", "PLACES", "SPLIT_MODES",
            "ACCESS", "EVICTIONS", "PRECISIONS", "ACC_DTYPES", "reject_unknown_keywords", "unknown_fields_message"]

@@ -33,10 +33,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..ir import Algorithm, Axis, Binding, Load, contains, expr_axes, mul_factors, reduces_in, topo_order
+from ..ir import (Algorithm, Axis, Binding, Load, contains, contractions, expr_axes, online_candidate, reduces_in,
+                  reduction_stages, splittable, topo_order)
 from .schedule import Schedule, StageSchedule
 
-__all__ = ["complete_schedule", "contractions", "sm_count", "next_pow2", "Draft", "RULES", "DECIDED"]
+__all__ = ["complete_schedule", "sm_count", "next_pow2", "Draft", "RULES", "DECIDED"]
 
 #: The knobs the heuristic fills in; all others are the user's (or their defaults).
 DECIDED = ("tile", "grid", "group", "split", "strategy", "num_warps", "num_stages", "stages", "access")
@@ -45,35 +46,6 @@ DECIDED = ("tile", "grid", "group", "split", "strategy", "num_warps", "num_stage
 def next_pow2(n: int) -> int:
     """Smallest power of two >= n (1 for n <= 1)."""
     return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
-
-
-def contractions(alg: Algorithm) -> dict[str, tuple[str, str, str]]:
-    """Reduce stages that look like a matrix product: name -> (m axis, n axis, r axis)."""
-    out = {}
-    for s in alg.stages.values():
-        r = s.node
-        if s.is_output or r.op != "sum" or len(r.over) != 1:
-            continue
-        ra = r.over[0]
-        fs = [f for f in mul_factors(r.x) if ra in f.axes]
-        sides: list[set[str]] = []
-        for f in fs:
-            ax = set(f.axes) - {ra}
-            if ax:
-                sides.append(ax)
-        free = set(r.axes)
-        for m in free:
-            for n in free:
-                if m == n:
-                    continue
-                if all(sd <= (free - {n}) or sd <= (free - {m}) for sd in sides) and \
-                        any(m in sd for sd in sides) and any(n in sd for sd in sides) and \
-                        not any(m in sd and n in sd for sd in sides):
-                    out[r.name] = (m, n, ra)
-                    break
-            if r.name in out:
-                break
-    return out
 
 
 def _contiguous_axes(alg: Algorithm) -> set[str]:
@@ -121,14 +93,6 @@ def _split_for(split: dict, r: str, programs: int, size: int, tile: int, sms: in
     most = size // (tile * 8)
     if programs < sms // 2 and most >= 2:
         split[r] = max(2, min(64, want, 1 << (most.bit_length() - 1)))
-
-
-def _splittable(alg: Algorithm, r: str, strategy: dict) -> bool:
-    """Whether split-K over ``r`` is legal: not an online axis, and every stage reducing ``r`` is a
-    sum or mean (partial maxima could be merged, but the lowering splits sums only)."""
-    if strategy.get(r) == "online":
-        return False
-    return all(st.node.op == "sum" for st in alg.stages.values() if not st.is_output and r in st.node.over)
 
 
 @dataclass
@@ -182,8 +146,10 @@ class Draft:
         return max(1, min(t, next_pow2(self.sizes[a])))
 
     def split_ok(self, a: str) -> bool:
-        """The heuristic may split ``a``: GPU, no user split, not split yet, legal."""
-        return self.gpu and not self.user.split and a not in self.split and _splittable(self.alg, a, self.strategy)
+        """The heuristic may split ``a``: GPU, no user split, not split yet, not an online axis, and
+        legal (:func:`~dtriton.ir.splittable`)."""
+        return (self.gpu and not self.user.split and a not in self.split and self.strategy.get(a) != "online"
+                and splittable(self.alg, a))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -215,14 +181,17 @@ def main_grid(d: Draft) -> None:
     output axes the user asked to cover in-program (strategy whole/loop/online for an axis no
     stage reduces: on a grid, the strategy would be ignored)."""
     main = d.alg.outputs[0]
-    main_ss = d.user.stage(main.name)
-    in_program = {a for a in main.layout if a not in d.reduced
-                  and main_ss.strategy.get(a, d.strategy.get(a, "auto")) != "auto"}
     if d.grid is None:
-        d.grid = tuple(a for a in main.layout if (a not in d.row_axes or _is_contraction_free(a, d.cons))
-                       and a not in in_program)
-        if not d.grid and main.layout:
-            d.grid = tuple(a for a in main.layout[:1] if a not in in_program)
+        d.grid = _output_grid(d, main, d.user.stage(main.name), d.strategy)
+
+
+def _output_grid(d: Draft, o, ss: StageSchedule, strategy) -> tuple[str, ...]:
+    """The grid of output ``o`` (stage overrides ``ss``, schedule strategies ``strategy``): its axes
+    except row axes (unless a contraction's output axis) and those covered in-program (a strategy
+    other than "auto" for an axis no stage reduces); else its first axis, unless covered so."""
+    own = {a for a in o.layout if a not in d.reduced and ss.strategy.get(a, strategy.get(a, "auto")) != "auto"}
+    return tuple(a for a in o.layout if (a not in d.row_axes or _is_contraction_free(a, d.cons)) and a not in own) \
+        or tuple(a for a in o.layout[:1] if a not in own)
 
 
 def contraction_tiles(d: Draft) -> None:
@@ -292,11 +261,11 @@ def off_grid_axes(d: Draft) -> None:
             elif a in d.user.tile:
                 # the user's tile of an off-grid axis: step over it in that tile ("whole" would
                 # ignore the tile)
-                strategy[a] = "online" if _online_candidate(d.alg, a) else "loop"
+                strategy[a] = "online" if online_candidate(d.alg, a) else "loop"
             elif next_pow2(d.sizes[a]) <= limit:
                 strategy[a] = "whole"
             else:
-                strategy[a] = "online" if _online_candidate(d.alg, a) else "loop"
+                strategy[a] = "online" if online_candidate(d.alg, a) else "loop"
         if strategy[a] == "whole":
             d.widest = max(d.widest, next_pow2(d.sizes[a]))
         elif a not in tile:
@@ -353,10 +322,7 @@ def output_stages(d: Draft) -> None:
 
 
 def _output_stage(d: Draft, o, ss: StageSchedule) -> None:
-    own = {a for a in o.layout if a not in d.reduced
-           and ss.strategy.get(a, d.user.strategy.get(a, "auto")) != "auto"}
-    og = tuple(a for a in o.layout if (a not in d.row_axes or _is_contraction_free(a, d.cons)) and a not in own) \
-        or tuple(a for a in o.layout[:1] if a not in own)
+    og = _output_grid(d, o, ss, d.user.strategy)
     st_tile, st_strat = dict(ss.tile), dict(ss.strategy)
     for a in expr_axes(o.expr):
         if a not in og and a not in d.dot_axes and a not in st_strat and _column_reduction(a, og, d.contig, d.sizes):
@@ -439,7 +405,7 @@ def _flash_pattern(alg: Algorithm, sizes):
     if len(alg.outputs) != 1:
         return None
     main = alg.outputs[0]
-    reds = [st.node for st in alg.stages.values() if not st.is_output]
+    reds = [st.node for st in reduction_stages(alg)]
     for s in reds:
         if s.op != "sum" or any(sizes[a] > 256 for a in s.over):
             continue
@@ -456,9 +422,3 @@ def _flash_pattern(alg: Algorithm, sizes):
 
 def _is_contraction_free(a, cons) -> bool:
     return any(a in (m, n) for m, n, _ in cons.values())
-
-
-def _online_candidate(alg: Algorithm, a: str) -> bool:
-    """True when axis ``a`` is reduced by a max whose result is used by a sum over ``a``."""
-    maxes = [s.node for s in alg.stages.values() if not s.is_output and s.node.op == "max" and a in s.node.over]
-    return bool(maxes)

@@ -9,7 +9,7 @@ mapped to program ids (the grid, outermost first, the last varying fastest); gro
 The fields, their defaults and value checks come from the knob table (:mod:`.knobs`): a knob
 registered there is a keyword, an attribute, part of equality, hashing, JSON and ``repr``. The
 checks against an algorithm (:meth:`Schedule.validate`) are written here. This module depends
-only on :mod:`dtriton.errors` and :mod:`.knobs` (algorithms are read, not imported).
+only on :mod:`dtriton.errors`, :mod:`.knobs` and the IR's analysis (stage grids, split legality).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import json
 from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import ScheduleError, UnknownFieldError
+from ..ir import grid_candidates, reduction_stages, splittable, stage_grid
 from .knobs import PLACES, FrozenMap, Knob, flat_knobs, knob, knobs, launch_knobs, names, reserve_names
 
 __all__ = ["Schedule", "StageSchedule", "unknown_fields_message", "reject_unknown_keywords"]
@@ -391,14 +392,14 @@ class Schedule(_KnobValues):
         """Grid axes are output axes (the grid maps output axes to programs; nothing else reads
         it); split axes are reduction axes."""
         red = set(alg.reduction_axes)
-        reducers = {a: [st for st in alg.stages.values() if not st.is_output and a in st.node.over] for a in red}
+        reducers = {a: reduction_stages(alg, a) for a in red}
         out_axes = {a for o in alg.outputs for a in o.layout}
         outs = ", ".join(f"{o.name}[{', '.join(o.layout)}]" for o in alg.outputs)
         for a in self.grid or ():
             if a not in out_axes:
                 by = reducers.get(a, [])
                 why = f"{a!r} is reduced by stage {by[0].name!r}" if by else f"{a!r} is not an output axis"
-                if by and all(st.node.op == "sum" for st in by):
+                if by and splittable(alg, a):
                     why += f"; to divide that sum across programs use split={{{a!r}: 4}} (split-K)"
                 raise ScheduleError(
                     f"grid names axis {a!r}, which no output of {alg.name} has (outputs: {outs}), so no kernel "
@@ -419,7 +420,7 @@ class Schedule(_KnobValues):
             if self.grid is not None and g > 1:
                 self._check_group("group", a, g, self.grid, "the grid", "grid")
         for s, ss in self.stages.items():
-            sg = self._stage_grid(alg, s)
+            sg = self.stage_grid(alg, s)
             for a, g in ss.group.items():
                 if sg is not None and g > 1:
                     self._check_group(f"stages[{s!r}].group", a, g, sg, f"the grid of the kernel of stage {s!r}",
@@ -431,7 +432,7 @@ class Schedule(_KnobValues):
         excluded = {a for s, ss in self.stages.items() if ss.grid is not None
                     for a in alg.stages[s].free_axes if a not in ss.grid}
         for what, strat, sg, owner in [("strategy", self.strategy, self.grid, "the grid")] + [
-                (f"stages[{s!r}].strategy", ss.strategy, self._stage_grid(alg, s), f"the grid of the kernel of stage {s!r}")
+                (f"stages[{s!r}].strategy", ss.strategy, self.stage_grid(alg, s), f"the grid of the kernel of stage {s!r}")
                 for s, ss in self.stages.items()]:
             for a, v in strat.items():
                 if v == "online" and a not in red:
@@ -498,19 +499,12 @@ class Schedule(_KnobValues):
                 f"{grid}, which is {grid[-2]!r}, so a group on {a!r} would be ignored; use "
                 f"{what}={{{grid[-2]!r}: {g}}}, or {grid_field}={order}")
 
-    def _stage_grid(self, alg, name: str) -> tuple[str, ...] | None:
-        """The grid of stage ``name``'s own kernel (as lowering computes it), or None while it is
-        not known (an output stage without a grid of its own under a schedule whose grid the
-        heuristic has yet to choose). A reduction stage's kernel maps all its free axes."""
-        ss = self.stages.get(name)
-        if ss is not None and ss.grid is not None:
-            return tuple(ss.grid)
-        st = alg.stages[name]
-        if not st.is_output:
-            return tuple(st.node.axes)
-        if self.grid is None:
-            return None
-        return tuple(a for a in self.grid if a in st.node.layout)
+    def stage_grid(self, alg, name: str) -> tuple[str, ...] | None:
+        """The grid of stage ``name``'s own kernel (:func:`dtriton.ir.stage_grid`, as lowering
+        computes it), or None while it is not known (an output stage without a grid of its own
+        under a schedule whose grid the heuristic has yet to choose). A reduction stage's kernel
+        maps all its free axes."""
+        return stage_grid(alg, name, self.grid, self.stage(name).grid)
 
     def unused_tiles(self, alg) -> list[tuple[str | None, str, int]]:
         """Tiles that no kernel can use, as ``(stage or None for the global tile, axis, tile)``: the
@@ -522,16 +516,7 @@ class Schedule(_KnobValues):
         Axes that some kernel may map to program ids count as used: the grid (while the grid is
         left to the heuristic: the output axes that a stage reduces), every stage's own grid, and
         the free axes of every reduction stage (its kernel's grid when it is materialised)."""
-        red = set(alg.reduction_axes)
-        if self.grid is not None:
-            maybe = set(self.grid)
-        else:
-            maybe = {a for o in alg.outputs for a in o.layout if a in red}
-        for s, ss in self.stages.items():
-            maybe |= set(ss.grid or ())
-        for st in alg.stages.values():
-            if not st.is_output:
-                maybe |= set(st.node.axes)
+        maybe = grid_candidates(alg, self.grid, [ss.grid for ss in self.stages.values()])
         out: list[tuple[str | None, str, int]] = []
         for a, t in self.tile.items():
             if self.strategy.get(a) != "whole" or a in maybe or self.split.get(a, 1) > 1:
@@ -543,7 +528,7 @@ class Schedule(_KnobValues):
         for s, ss in self.stages.items():
             if s not in alg.stages:
                 continue
-            sg = self._stage_grid(alg, s)
+            sg = self.stage_grid(alg, s)
             for a, t in ss.tile.items():
                 if (ss.strategy.get(a, self.strategy.get(a)) == "whole" and sg is not None and a not in sg
                         and self.split.get(a, 1) == 1):

@@ -14,8 +14,8 @@ from typing import Sequence
 
 import torch
 
-from ..schedule import Schedule, contractions, next_pow2
-from ..ir import Algorithm, Binding, expr_axes
+from ..schedule import Schedule, next_pow2
+from ..ir import Algorithm, Binding, contractions, expr_axes, stage_grid
 from ..runtime import backend_for
 
 __all__ = ["Limits", "check_resources", "default_tolerance", "check_outputs", "stage_warps"]
@@ -116,11 +116,7 @@ def check_resources(alg: Algorithm, sched: Schedule, b: Binding, limits: Limits)
             return (f"stage {name!r}: a {bm}x{bn} dot accumulator over {warps} warps is {per_thread} fp32 registers "
                     f"per thread > {limits.max_acc_per_thread} (spills; compiles slowly)")
     for st in alg.stages.values():
-        if st.is_output:
-            ss = sched.stage(st.name)
-            g = list(ss.grid) if ss.grid is not None else [a for a in grid if a in st.free_axes]
-        else:
-            g = list(st.free_axes)
+        g = list(stage_grid(alg, st.name, grid, sched.stage(st.name).grid))
         elems = 1
         for a in g:
             elems *= int(sched.tile.get(a) or 1)

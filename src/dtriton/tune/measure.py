@@ -19,7 +19,7 @@ import torch
 
 from ..backends import default_backend
 from ..errors import ShapeError
-from ..ir import Algorithm, Binary, Reduce
+from ..ir import Algorithm, sum_of_products, walk
 from .check import check_outputs
 
 __all__ = ["Bench", "warm_gpu_time", "run_parallel", "drain_workers", "reference_peak", "first_line"]
@@ -48,37 +48,22 @@ def first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {s.splitlines()[0][:300] if s else ''}"
 
 
-def _mul_chain(n) -> list:
-    """The factors of a product ``a * b * ...`` (a node that is no product: itself)."""
-    if isinstance(n, Binary) and n.op == "mul":
-        return _mul_chain(n.a) + _mul_chain(n.b)
-    return [n]
-
-
 def reference_peak(alg: Algorithm, sizes: Mapping[str, int]) -> int:
     """Elements of the largest tensor :meth:`Algorithm.reference` builds: every node it evaluates
     holds its free axes; a sum of a product is one ``einsum`` (its factors, then pairwise
     contractions left to right keeping the axes still needed), never the broadcast product."""
     def size(axes) -> int:
         return math.prod(sizes[a] for a in axes)
-    peak, seen = 1, set()
-    stack = [o.expr for o in alg.outputs]
-    while stack:
-        n = stack.pop()
-        if n._id in seen:
-            continue
-        seen.add(n._id)
+    peak = 1
+    for n in walk([o.expr for o in alg.outputs], children=lambda n: sum_of_products(n) or n.children()):
         peak = max(peak, size(set(n.axes)))
-        if isinstance(n, Reduce) and n.op == "sum" and isinstance(n.x, Binary) and n.x.op == "mul":
-            fs = _mul_chain(n.x)
+        fs = sum_of_products(n)
+        if fs:
             cur = set(fs[0].axes)
             for k, f in enumerate(fs[1:], 1):
                 later = set(n.axes).union(*(set(g.axes) for g in fs[k + 1:]))
                 cur = (cur | set(f.axes)) & later
                 peak = max(peak, size(cur))
-            stack.extend(fs)
-        else:
-            stack.extend(n.children())
     return peak
 
 

@@ -17,8 +17,8 @@ import random
 import warnings
 from typing import Any, Mapping
 
-from ..schedule import Schedule, contractions
-from ..ir import Algorithm, Binding
+from ..schedule import Schedule
+from ..ir import Algorithm, Binding, contractions
 from .db import TuningWarning
 from .space import FLAT
 

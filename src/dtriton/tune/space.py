@@ -21,10 +21,10 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from ..errors import ScheduleError, UnknownFieldError
-from ..schedule import contractions, next_pow2
-from ..ir import Algorithm, Binding
+from ..ir import (Algorithm, Binding, contractions, grid_candidates, online_candidate, reduction_stages,
+                  split_blockers)
 from ..runtime import Kernel, backend_for
-from ..schedule import (ACCESS, EVICTIONS, PLACES, SPLIT_MODES, STRATEGIES, Schedule, StageSchedule,
+from ..schedule import (ACCESS, EVICTIONS, PLACES, SPLIT_MODES, STRATEGIES, Schedule, StageSchedule, next_pow2,
                         reject_unknown_keywords, unknown_fields_message)
 from .check import Limits
 
@@ -55,22 +55,6 @@ def _grid_value(g) -> tuple[str, ...]:
     if isinstance(g, str):
         return tuple(p for p in g.replace(",", " ").split() if p)
     return tuple(str(a) for a in g)
-
-
-def _online_candidate(alg: Algorithm, a: str) -> bool:
-    """True when axis ``a`` is reduced by a max stage (the online strategy can merge its passes)."""
-    return any(not s.is_output and s.node.op == "max" and a in s.node.over for s in alg.stages.values())
-
-
-def _ongrid_axes(alg: Algorithm, sched: Schedule) -> set[str]:
-    """Axes that some kernel may map to program ids: the grid, stage grids, free axes of reductions."""
-    s = set(sched.grid or ())
-    for ss in sched.stages.values():
-        s |= set(ss.grid or ())
-    for st in alg.stages.values():
-        if not st.is_output:
-            s |= set(st.free_axes)
-    return s
 
 
 # -- value checks of Space fields: each raises ScheduleError naming the field and the value --
@@ -317,12 +301,11 @@ class Space:
                         f"Space(split={{{sub!r}: {list(vals)}}}): axis {sub!r} is not a reduction axis of {alg.name} "
                         f"(reduction axes: {sorted(red)}); only a summed axis can be split across programs. Name a "
                         f"reduction axis, or drop {sub!r} from split")
-                bad = [st.name for st in alg.stages.values()
-                       if not st.is_output and sub in st.node.over and st.node.op != "sum"]
+                bad = split_blockers(alg, sub)
                 if bad:
                     raise ScheduleError(
                         f"Space(split={{{sub!r}: {list(vals)}}}): axis {sub!r} is reduced by the "
-                        f"{alg.stages[bad[0]].node.op} stage {bad[0]!r}; only sum/mean stages can be split across "
+                        f"{bad[0].node.combiner.name} stage {bad[0].name!r}; only sum/mean stages can be split across "
                         f"programs. Drop {sub!r} from split")
             if f == "place" and alg.stages[sub].is_output and any(v != "auto" for v in vals):
                 reds = [n for n, st in alg.stages.items() if not st.is_output]
@@ -449,7 +432,7 @@ def _derive_tiles(alg: Algorithm, sizes: Mapping[str, int], base: Schedule, cons
     padded axis), always with the heuristic's tile."""
     dot_mn = {a for (m, n, _) in cons.values() for a in (m, n)}
     dot_r = {r for (_, _, r) in cons.values()}
-    ongrid = _ongrid_axes(alg, base)
+    ongrid = grid_candidates(alg, base.grid, [ss.grid for ss in base.stages.values()])
     tile: dict[str, list[int]] = {}
     for a in alg.axis_names:
         p = next_pow2(sizes[a])
@@ -482,7 +465,7 @@ def _derive_strategies(alg: Algorithm, sizes: Mapping[str, int], base: Schedule,
         if next_pow2(sizes[a]) <= limits.whole_max:
             vals.append("whole")
         vals.append("loop")
-        if _online_candidate(alg, a):
+        if online_candidate(alg, a):
             vals.append("online")
         if len(vals) > 1:
             strategy[a] = vals
@@ -495,8 +478,8 @@ def _derive_splits(alg: Algorithm, sizes: Mapping[str, int], base: Schedule, lim
     grid = tuple(base.grid or ())
     split: dict[str, list[int]] = {}
     for r in sorted(set(alg.reduction_axes)):
-        reds = [s.node for s in alg.stages.values() if not s.is_output and r in s.node.over]
-        if not reds or any(n.op != "sum" for n in reds):
+        reds = [s.node for s in reduction_stages(alg, r)]
+        if not reds or split_blockers(alg, r):
             continue
         ntiles = None
         for n in reds:
