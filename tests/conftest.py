@@ -344,7 +344,7 @@ def _next_pow2(n: int) -> int:
 def _only_sum_reduced(alg: dt.Algorithm) -> list[str]:
     """Reduction axes that only sum (mean) stages reduce: the axes a split may legally name."""
     red = [a for a in alg.reduction_axes]
-    bad = {a for s in alg.stages.values() if not s.is_output and s.node.op != "sum" for a in s.node.over}
+    bad = {a for s in alg.stages.values() if not s.is_output and s.node.combiner.base != "sum" for a in s.node.over}
     return [a for a in red if a not in bad]
 
 

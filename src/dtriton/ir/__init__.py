@@ -15,8 +15,8 @@ from .walk import contains, expr_axes, float_inputs, mul_factors, reduces_in, to
 from .reference import (FLOAT_DTYPES, INDEX_DTYPES, Binding, compute_dtype, evaluate, is_index, kernel_f64,
                         output_dtype, result_dtype)
 from .algorithm import Algorithm, Stage, TensorAnnotation, cse
-from .analysis import (can_split, contractions, grid_candidates, online_candidate, reduction_stages, split_blockers,
-                       splittable, stage_grid, sum_of_products)
+from .analysis import (can_split, contractions, grid_candidates, is_sum, online_candidate, reduction_stages,
+                       split_blockers, splittable, stage_grid, sum_of_products)
 
 __all__ = [
     "COMBINERS", "Combiner", "get_combiner", "register_combiner",
@@ -26,6 +26,6 @@ __all__ = [
     "FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "compute_dtype", "evaluate", "is_index", "kernel_f64",
     "output_dtype", "result_dtype",
     "Algorithm", "Stage", "TensorAnnotation", "cse",
-    "can_split", "contractions", "grid_candidates", "online_candidate", "reduction_stages", "split_blockers", "splittable",
+    "can_split", "is_sum", "contractions", "grid_candidates", "online_candidate", "reduction_stages", "split_blockers", "splittable",
     "stage_grid", "sum_of_products",
 ]

@@ -22,7 +22,7 @@ from .expr import Binary, Expr, Reduce
 from .walk import mul_factors
 
 __all__ = ["can_split", "contractions", "sum_of_products", "online_candidate", "split_blockers", "splittable", "stage_grid",
-           "grid_candidates", "reduction_stages"]
+           "grid_candidates", "reduction_stages", "is_sum"]
 
 
 def reduction_stages(alg: Algorithm, axis: str | None = None) -> list[Stage]:
@@ -30,7 +30,7 @@ def reduction_stages(alg: Algorithm, axis: str | None = None) -> list[Stage]:
     return [s for s in alg.stages.values() if not s.is_output and (axis is None or axis in s.node.over)]
 
 
-def _is_sum(r: Reduce) -> bool:
+def is_sum(r: Reduce) -> bool:
     """``r`` accumulates a sum (``dt.sum`` or ``dt.mean``)."""
     return r.combiner.base == "sum"
 
@@ -44,7 +44,7 @@ def contractions(alg: Algorithm) -> dict[str, tuple[str, str, str]]:
     out = {}
     for s in reduction_stages(alg):
         r = s.node
-        if not _is_sum(r) or len(r.over) != 1:
+        if not is_sum(r) or len(r.over) != 1:
             continue
         ra = r.over[0]
         sides = [set(f.axes) - {ra} for f in mul_factors(r.x) if ra in f.axes]
@@ -67,7 +67,7 @@ def contractions(alg: Algorithm) -> dict[str, tuple[str, str, str]]:
 def sum_of_products(n: Expr) -> list[Expr] | None:
     """The factors (left to right) when ``n`` is a sum (or mean) of a product, which the evaluator
     computes as one ``einsum``; None otherwise."""
-    if isinstance(n, Reduce) and _is_sum(n) and isinstance(n.x, Binary) and n.x.op == "mul":
+    if isinstance(n, Reduce) and is_sum(n) and isinstance(n.x, Binary) and n.x.op == "mul":
         return mul_factors(n.x)
     return None
 

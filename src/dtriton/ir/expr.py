@@ -333,7 +333,7 @@ class Reduce(Expr):
 
     ``Reduce(op, x, over, name, mean=False)``: ``op`` is a combiner or its name; ``mean=True``
     with ``"sum"`` gives the mean combiner (the sum followed by a division by the reduced extent).
-    ``op`` and ``mean`` stay readable as properties for modules that have not moved to combiners."""
+    What kind of reduction it is, is read from ``combiner`` (never from a name)."""
     __slots__ = ("combiner", "x", "over", "name")
 
     def __init__(self, op: "str | Combiner", x: Expr, over: tuple[str, ...], name: str | None,
@@ -350,16 +350,6 @@ class Reduce(Expr):
                     f"(operand axes: {list(x.axes)})")
         super().__init__([a for a in x.axes if a not in over])
         self.combiner, self.x, self.over, self.name = c, x, tuple(over), name
-
-    @property
-    def op(self) -> str:
-        """The base kind: ``"sum"``, ``"max"`` or ``"min"`` (``"sum"`` for a mean)."""
-        return self.combiner.base
-
-    @property
-    def mean(self) -> bool:
-        """Whether the result is divided by the reduced extent (``dt.mean``)."""
-        return self.combiner.finalize == "count"
 
     def children(self):
         return (self.x,)

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..ir import (Algorithm, Axis, Binding, Load, contains, contractions, expr_axes, online_candidate, reduces_in,
-                  reduction_stages, splittable, topo_order)
+from ..ir import (Algorithm, Axis, Binding, Load, contains, contractions, expr_axes, is_sum, online_candidate,
+                  reduces_in, reduction_stages, splittable, topo_order)
 from .schedule import Schedule, StageSchedule
 
 __all__ = ["complete_schedule", "sm_count", "next_pow2", "Draft", "RULES", "DECIDED"]
@@ -407,13 +407,13 @@ def _flash_pattern(alg: Algorithm, sizes):
     main = alg.outputs[0]
     reds = [st.node for st in reduction_stages(alg)]
     for s in reds:
-        if s.op != "sum" or any(sizes[a] > 256 for a in s.over):
+        if not is_sum(s) or any(sizes[a] > 256 for a in s.over):
             continue
         for j in s.axes:
             if j in main.layout:
                 continue
-            maxes = [m for m in reds if m.op == "max" and j in m.over and contains(m.x, s)]
-            sums = [r for r in reds if r.op == "sum" and j in r.over and r is not s and contains(r.x, s)]
+            maxes = [m for m in reds if m.combiner.online == "running_max" and j in m.over and contains(m.x, s)]
+            sums = [r for r in reds if is_sum(r) and j in r.over and r is not s and contains(r.x, s)]
             if maxes and sums:
                 whole = tuple(a for a in main.layout if a not in s.axes and sizes[a] <= 256)
                 return s, j, whole
