@@ -76,7 +76,17 @@ def cse(roots: Sequence[Expr]) -> dict[int, Expr]:
 
 #: node attributes that enter the fingerprint, per kind (the text stays as it has always been)
 _FINGERPRINT_ATTRS = {"Const": ("value",), "Axis": ("name",), "ScalarParam": ("name",), "Unary": ("op",),
-                      "Binary": ("op",), "Cast": ("dtype",), "Reduce": ("op", "name", "over", "mean")}
+                      "Binary": ("op",), "Cast": ("dtype",), "Reduce": ("name", "over")}
+
+
+def _node_fields(n: Expr) -> list[str]:
+    """The attributes of ``n`` its fingerprint hashes. A reduction is hashed by its combiner's base
+    kind and whether it finishes with a division by the count, in the order fingerprints always
+    used (``op=``, ``name=``, ``over=``, ``mean=``), so tuning records stay keyed as before."""
+    d = [f"{attr}={getattr(n, attr)}" for attr in _FINGERPRINT_ATTRS.get(n.kind, ())]
+    if isinstance(n, Reduce):
+        d = [f"op={n.combiner.base}", *d, f"mean={n.combiner.finalize == 'count'}"]
+    return d
 
 
 def _axis_sizes(nodes: Sequence[Expr]) -> dict[str, str]:
@@ -242,8 +252,7 @@ class Algorithm:
             parts.append(repr(p) if isinstance(p, InputTensor) else f"{p.name}:{p.pytype.__name__}")
         for n in self.nodes:
             d = [n.kind, ",".join(n.axes)]
-            for attr in _FINGERPRINT_ATTRS.get(n.kind, ()):
-                d.append(f"{attr}={getattr(n, attr)}")
+            d.extend(_node_fields(n))
             if isinstance(n, Load):
                 d.append(n.tensor.name)
             d.append(",".join(str(ids[c._id]) for c in n.children()))
