@@ -399,6 +399,19 @@ def test_same_specialisation_compiles_once(gen):
     assert n_plans(kernel) == 2 and kernel._last is first
 
 
+def test_call_spec_is_computed_once_per_call_signature(gen):
+    """A call signature's facts (CallSpec) are computed once and reused by later calls with the same
+    signature; other strides or an ``out=`` tensor are other signatures."""
+    kernel = dt.compile(matmul, dt.Schedule(tile={"i": 16, "j": 16, "k": 16}))
+    A, B = randn(19, 17, gen=gen), randn(17, 23, gen=gen)
+    kernel(A, B)
+    kernel(A.clone(), B.clone())
+    assert len(kernel._specs) == 1 and n_plans(kernel) == 1
+    kernel(A, B.t().contiguous().t())
+    kernel(A, B, out=torch.empty(19, 23))
+    assert len(kernel._specs) == 3
+
+
 def test_heuristic_schedule_cache_by_shape_class(gen):
     kernel = dt.compile(colsum)
     check(colsum, [randn(20, 9, gen=gen)], kernel=kernel)
@@ -562,13 +575,47 @@ def test_literal_integer_index():
 
 def _gpu_source(alg, sched, *args):
     """The Triton source dtriton would compile for a GPU (generated here, nothing compiled)."""
-    from dtriton.codegen import generate
-    from dtriton.lowering import lower
+    from dtriton.backends.triton import render
+    from dtriton.plan import decide, lower
     b = alg.bind(args)
     full = dt.compile(alg, sched).complete(b)
     outs = {o.name: d for o, d in zip(alg.outputs, b.out_dtypes)}
     prog = lower(alg, full, b.axis_sizes, False, {k: str(v).replace("torch.", "") for k, v in outs.items()}, f64=False)
-    return generate(prog, alg, full, b.dtypes, outs, False, False, "")[0]
+    return render(decide(prog, full, b.dtypes, outs, False, False))[0]
+
+
+def test_plan_decides_and_verifies():
+    """Lowering returns a complete plan: the dots with their operand dtype and precision, the passes,
+    the access per tile and the compute dtype are decided before printing; ``Program.verify``
+    accepts every lowered program and names a kernel that reads a buffer no earlier kernel wrote.
+    A call signature's facts are one CallSpec: equal for calls that may share kernels, different
+    when a divisibility hint differs."""
+    from dtriton.backends.triton import render
+    from dtriton.plan import Program, call_spec, plan_program
+    A, B = torch.randn(64, 48), torch.randn(48, 40)
+    b = matmul.bind((A, B))
+    sched = dt.Schedule(tile={"i": 32, "j": 32, "k": 16}, grid=("i", "j"), precision="tf32")
+    full = dt.compile(matmul, sched).complete(b)
+    spec = call_spec(matmul, b, (A, B), interpret=False)
+    prog = plan_program(matmul, full, b, spec)
+    assert prog.verify() == [] and len(prog.kernels) == 1
+    k = prog.kernels[0]
+    (dot,) = k.dots.values()
+    assert k.compute_dtype == "float32" and dot.fp32 and dot.precision == "tf32" and (dot.m, dot.n) == ("i", "j")
+    assert [p.loop_axes for p in k.passes] == [("k",)] and not k.access and k.fp32_dot and not k.ws_loop
+    assert 'input_precision="tf32"' in render(prog)[0]
+    assert call_spec(matmul, b, (A, B), interpret=False) == spec
+    A2 = torch.randn(64, 50)[:, :48]          # row stride 50: a multiple of 2 only
+    assert call_spec(matmul, matmul.bind((A2, B)), (A2, B), interpret=False) != spec
+    Ah, Bh = A.half(), B.half()
+    bh = matmul.bind((Ah, Bh))
+    split = dt.compile(matmul, dt.Schedule(tile={"i": 32, "j": 32, "k": 16}, split={"k": 2})).complete(bh)
+    prog = plan_program(matmul, split, bh, call_spec(matmul, bh, (Ah, Bh), interpret=True))
+    assert len(prog.kernels) == 2 and prog.verify() == []
+    (d0,) = prog.kernels[0].dots.values()     # the split-K partial products; the second kernel copies
+    assert prog.kernels[1].dots == {} and d0.operand_dtype == "float16" and d0.operand_cast == "float32"
+    broken = Program(prog.kernels[1:], prog.buffers)
+    assert any("before a kernel writes it" in p for p in broken.verify())
 
 
 @pytest.mark.parametrize("precision", ["ieee", "tf32", "tf32x3"])
@@ -756,3 +803,28 @@ def test_in_place_checks_every_parameter_given_the_output_and_reserved_output_na
         def bad(out: dt.Tensor["M", "N"], Y: dt.Tensor["M", "N"]):
             i, j = dt.axes("i j")
             return (out[i, j] + Y[i, j])[i, j]
+
+
+def test_only_the_triton_backend_imports_triton_and_no_backend_reads_the_schedule():
+    """The layering of the plan/backend seam: in the compiler (plan, backends, runtime) ``triton``
+    is imported only under ``backends/triton/``; no backend module imports the Schedule (a printer
+    prints the plan); the plan imports neither a backend nor the runtime. (Timing code in the
+    tuning modules imports ``triton.testing``; the tune/ split moves it behind the backend.)"""
+    import ast
+    from pathlib import Path
+    root = Path(dt.__file__).parent
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root).as_posix()
+        mods = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                mods |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                mods.add("." * node.level + (node.module or ""))
+        if rel.split("/")[0] in ("plan", "backends", "runtime", "codegen.py", "lowering.py") and \
+                not rel.startswith("backends/triton/"):
+            assert not any(m == "triton" or m.startswith("triton.") for m in mods), rel
+        if rel.startswith("backends/"):
+            assert not any(m.endswith("schedule") or m.endswith("heuristics") for m in mods), rel
+        if rel.startswith("plan/"):
+            assert not any("backends" in m or "runtime" in m for m in mods), rel

@@ -1,0 +1,65 @@
+"""The backend seam: what the runtime needs from a code generator and its launcher.
+
+A backend prints a complete :class:`~dtriton.plan.kernel.Program` (it decides nothing), loads the
+printed module, and launches its kernels: a slow path that binds arguments by name on every call,
+and a fast path for a call signature seen before. Triton is the one implementation
+(:mod:`dtriton.backends.triton`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, Sequence
+
+from ..plan.kernel import KernelPlan, Program
+
+__all__ = ["Backend", "KernelMeta", "Limits"]
+
+
+@dataclass
+class KernelMeta:
+    """A printed kernel: its name and the argument order the runtime must follow (pointers, then
+    the strides of each tensor, sizes, scalars, host descriptors, compile-time constants)."""
+    name: str
+    tensors: list[str]
+    tensor_ndim: dict[str, int]
+    sizes: list[str]
+    scalars: list[str]
+    consts: dict[str, int]
+    ir: KernelPlan
+    descs: tuple = ()          # (argument, tensor, box): host-side TMA descriptors the runtime builds per call
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of a backend's kernels."""
+    max_block_numel: int        # elements of the largest block a kernel may form
+    smem_bytes: int             # shared memory one program may use (bytes)
+
+
+class Backend(Protocol):
+    """What the runtime calls. ``interpret``: the kernels run on the backend's CPU interpreter."""
+
+    name: str
+    limits: Limits
+
+    def render(self, program: Program) -> tuple[str, list[KernelMeta]]:
+        """The module source of every kernel of ``program`` and each kernel's argument order."""
+
+    def load(self, source: str, interpret: bool, directory: Path) -> Any:
+        """Load a rendered module (written under ``directory``); kernels are its attributes."""
+
+    def launch(self, fn: Any, programs: int, args: Sequence[Any], meta: KernelMeta, interpret: bool) -> Any:
+        """Launch ``programs`` programs of kernel ``fn`` (the slow path); returns the compiled
+        kernel handle a fast launcher re-launches."""
+
+    def descriptor(self, tensor: Any, box: tuple[int, ...]) -> Any:
+        """A host-side TMA descriptor of ``tensor`` in boxes of ``box`` elements."""
+
+    def fast_path_ok(self) -> bool:
+        """Whether the fast launch path may be used now (no launch hooks installed)."""
+
+    def fast_launcher(self, alg: Any, plan: Any, b: Any, compiled: list, args: Sequence[Any]) -> Any:
+        """A callable ``f(args) -> outputs`` re-launching ``plan``'s kernels (``compiled``: the
+        handles :meth:`launch` returned) for calls with the signature of ``args``."""

@@ -1,0 +1,53 @@
+"""The Triton backend: prints a :class:`~dtriton.plan.kernel.Program` as one Triton module, loads it
+(on the GPU or Triton's interpreter) and launches its kernels. The only code that imports
+``triton``.
+
+Modules: ``prelude`` (the module header and combine helpers), ``scope`` (nested scopes and axis
+bindings), ``values`` (expressions, layouts, hoisting), ``memory`` (loads, addresses, access
+styles), ``reduce`` (passes and dots), ``kernel`` (program ids, grid, signature, stores),
+``launch`` (module loading, descriptors, the slow and fast launch paths), ``limits``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from ...plan.kernel import Program
+from ..base import KernelMeta, Limits
+from .kernel import KernelPrinter, KernelSource, render
+from .launch import FastLauncher, descriptor, hooks_off, launch, load_module
+from .limits import MAX_BLOCK_NUMEL, SMEM_BYTES_DEFAULT
+
+__all__ = ["KernelPrinter", "KernelSource", "TritonBackend", "render"]
+
+
+class TritonBackend:
+    """The :class:`~dtriton.backends.base.Backend` printing and running Triton kernels."""
+
+    name = "triton"
+    limits = Limits(MAX_BLOCK_NUMEL, SMEM_BYTES_DEFAULT)
+
+    def render(self, program: Program) -> tuple[str, list[KernelMeta]]:
+        """The module source of every kernel of ``program`` and each kernel's argument order."""
+        return render(program)
+
+    def load(self, source: str, interpret: bool, directory: Path) -> Any:
+        """Load a rendered module (written under ``directory``); kernels are its attributes."""
+        return load_module(source, interpret, directory)
+
+    def launch(self, fn: Any, programs: int, args: Sequence[Any], meta: KernelMeta, interpret: bool) -> Any:
+        """Launch ``programs`` programs of kernel ``fn``; returns the compiled kernel."""
+        return launch(fn, programs, args, meta.consts, meta.ir.num_warps, meta.ir.num_stages, interpret)
+
+    def descriptor(self, tensor: Any, box: tuple[int, ...]) -> Any:
+        """A host-side TMA descriptor of ``tensor`` in boxes of ``box`` elements."""
+        return descriptor(tensor, box)
+
+    #: No Triton launch hook is installed (profilers need the slow path). The plain function, so the
+    #: fast path's check costs one call, as before the backend seam.
+    fast_path_ok = staticmethod(hooks_off)
+
+    def fast_launcher(self, alg: Any, plan: Any, b: Any, compiled: list, args: Sequence[Any]) -> Any:
+        """A :class:`~dtriton.backends.triton.launch.FastLauncher` for ``plan``'s kernels."""
+        return FastLauncher(alg, plan, b, compiled, args)

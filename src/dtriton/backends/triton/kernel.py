@@ -1,0 +1,264 @@
+"""Printing one kernel: program ids and the grid, the program scope, stores, the signature and the
+docstring; :func:`render` prints a whole program as one module."""
+
+from __future__ import annotations
+
+import torch
+
+from ...language import Const, Reduce, ScalarParam
+from ...plan.graph import fused_reduces, has
+from ...plan.kernel import KernelPlan, Program, StoreSpec
+from ..base import KernelMeta
+from .memory import MemoryPrinter
+from .prelude import fmt, header
+from .reduce import ReducePrinter
+from .scope import Bind, Scope
+from .values import ValuePrinter
+
+__all__ = ["KernelPrinter", "KernelSource", "render"]
+
+
+class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter):
+    """Prints the source of one :class:`~dtriton.plan.kernel.KernelPlan` (it decides nothing)."""
+
+    def __init__(self, prog: Program, k: KernelPlan):
+        self.prog, self.k = prog, k
+        self.dtypes, self.out_dtypes = k.dtypes, k.out_dtypes
+        self.hints = k.hints             # integer argument -> a power of two (2, 4, 8) it is a multiple of
+        self.descs: dict[tuple, str] = {}  # (tensor, block shape) -> descriptor argument
+        self.host_descs: list[tuple[str, str, tuple[int, ...]]] = []  # (argument, tensor, box) built by the runtime
+        self.desc_axes: dict[str, list[str]] = {}
+        self.i64 = k.i64
+        self.counter = 0
+        self.names = prog.stage_labels
+        self.cdt = f"tl.{k.compute_dtype}"
+        self.reduce_by_id = {r._id: r for r in fused_reduces([st.expr for st in k.stores], k.materialized)}
+        self.tensors: list[str] = []     # pointer args in order
+        self.tensor_ndim: dict[str, int] = {}
+        self.sizes: list[str] = []
+        self.scalars: list[str] = []
+        self.consts: dict[str, int] = {}
+        self.need_depth_memo: dict[tuple[int, int], int] = {}
+
+    def generate(self) -> str:
+        """The source of this kernel: decorator, signature, docstring and body."""
+        k = self.k
+        root = Scope(None)
+        top, nums, layout = self.program_ids(root)
+        self.bind_program_axes(top, layout)
+        # top-level reductions: computed once per program, before the outputs
+        tops = []
+        for st in k.stores:
+            for r in fused_reduces([st.expr], k.materialized):
+                if not has(tops, r) and self.need_depth(r, top) <= top.depth and all(top.find_bind(a) for a in r.axes):
+                    tops.append(r)
+        if {r._id for r in tops} != {i for p in k.passes for i in p.reductions}:
+            raise AssertionError(f"kernel {k.name}: the plan's program-scope passes differ from the printer's scopes")
+        for p in k.passes:
+            self.emit_pass([self.reduce_by_id[i] for i in p.reductions], list(p.loop_axes), top, p)
+        # stores, grouped by their loop axes
+        by_loops: dict[tuple, list[StoreSpec]] = {}
+        for st in k.stores:
+            key = tuple(a for a in st.layout if top.find_bind(a) is None)
+            by_loops.setdefault(key, []).append(st)
+        for key, sts in by_loops.items():
+            sc = top
+            opened = []
+            for a in key:
+                child = sc.open(f"for {a}0 in range(0, {self.size(a)}, {self.block(a)}):", (a,))
+                opened.append((sc, child))
+                sc = child
+                self.bind_axis(sc, a, f"{a}0", f"  # output tile of axis {a}")
+            for st in sts:
+                self.store(st, sc)
+            for parent, child in reversed(opened):
+                parent.close(child)
+        lines = self.signature()
+        body: list[str] = []
+        hinted = [(x, self.hints[x]) for x in self.sizes + [f"{t}_s{d}" for t in self.tensors for d in range(self.tensor_ndim[t])]
+                  if self.hints.get(x, 1) > 1]
+        if hinted:
+            body.append("    # multiples of 2-8 on this specialisation (Triton only tracks 16): restated so its alignment")
+            body.append("    # analysis can vectorise masked loads and stores")
+            for x, d in hinted:
+                body.append(f"    {x} = {x} // {d} * {d}")
+        root.render(1, body)
+        lines.extend(body)
+        return "\n".join(lines) + "\n"
+
+    def program_ids(self, root: Scope) -> tuple[Scope, dict[str, str], list[str]]:
+        """Print the program-id arithmetic (grid, split-K slice, grouped order, persistent loop).
+        Returns the program scope, the tile-count variables of the grid axes and the layout of the
+        grid axes bound so far."""
+        k = self.k
+        grid = k.grid
+        nums = {}
+        for a in grid:
+            nm = f"num_pid_{a}"
+            root.emit(f"{nm} = ({self.size(a)} + {self.block(a)} - 1) // {self.block(a)}")
+            nums[a] = nm
+        if k.persistent:
+            # persistent kernel: a fixed number of programs, each looping over output tiles
+            total = " * ".join([nums[a] for a in grid] + ([str(k.split[1])] if k.split else [])) or "1"
+            root.emit(f"num_tiles = {total}")
+            top = root.open("for pid in range(tl.program_id(0), num_tiles, tl.num_programs(0)):  # persistent tile loop", ())
+        else:
+            root.emit("pid = tl.program_id(0)")
+            top = root
+        rem = "pid"
+        if k.split:
+            sa, sf = k.split
+            inner = " * ".join(nums[a] for a in grid) or "1"
+            top.emit(f"pid_split = {rem} // ({inner})  # split-K: which slice of axis {sa} this program sums")
+            top.emit(f"rem = {rem} % ({inner})")
+            rem = "rem"
+        grouped = len(grid) >= 2 and self.plan(grid[-2]).group > 1
+        lead = grid[:-2] if grouped else grid[:-1]
+        for idx, a in enumerate(lead):
+            inner = " * ".join(nums[b] for b in grid[idx + 1:])
+            top.emit(f"pid_{a} = {rem} // ({inner})")
+            top.emit(f"rem_{a} = {rem} % ({inner})")
+            rem = f"rem_{a}"
+        if grouped:
+            a, b = grid[-2], grid[-1]
+            g = self.plan(a).group
+            top.emit(f"# grouped launch order: {g} tiles of {a} share each sweep over {b} (L2 reuse)")
+            top.emit(f"GROUP = {g}")
+            top.emit(f"group_id = {rem} // (GROUP * {nums[b]})")
+            top.emit(f"first_{a} = group_id * GROUP")
+            top.emit(f"group_rows = tl.minimum({nums[a]} - first_{a}, GROUP)")
+            top.emit(f"pid_{a} = first_{a} + ({rem} % (GROUP * {nums[b]})) % group_rows")
+            top.emit(f"pid_{b} = ({rem} % (GROUP * {nums[b]})) // group_rows")
+        elif grid:
+            top.emit(f"pid_{grid[-1]} = {rem}")
+        layout: list[str] = []
+        for a in grid:
+            p = self.plan(a)
+            if p.block == 1:
+                st = f"pid_{a}"
+                if self.i64:
+                    st = f"pid_{a}.to(tl.int64)"
+                top.bound[a] = Bind(a, st, None, self.block(a), True, st)
+            else:
+                self.bind_axis(top, a, f"pid_{a} * {self.block(a)}", f"  # program's tile of axis {a}")
+                layout.append(a)
+        return top, nums, layout
+
+    def bind_program_axes(self, top: Scope, layout: list[str]) -> None:
+        """Bind the split slice and the whole axes in the program scope and set its layout (dot-only
+        axes get offsets but no dim)."""
+        k = self.k
+        if k.split:
+            sa, sf = k.split
+            chunk = f"(({self.size(sa)} + {sf} - 1) // {sf} + {self.block(sa)} - 1) // {self.block(sa)} * {self.block(sa)}"
+            top.emit(f"{sa}_lo = pid_split * ({chunk})")
+            top.emit(f"{sa}_hi = tl.minimum({sa}_lo + ({chunk}), {self.size(sa)})")
+        for a, p in k.axes.items():
+            if p.role == "whole" and a not in k.grid:
+                self.bind_axis(top, a, "0", f"  # axis {a} whole: one block covers it")
+                if a not in k.dot_only:
+                    layout.append(a)
+        top.layout = tuple(layout)
+
+    def signature(self) -> list[str]:
+        """The decorator, ``def`` line and docstring (call after the body is printed: the arguments
+        are those the body used)."""
+        k = self.k
+        args = []
+        for t in self.tensors:
+            args.append(f"{t}_ptr")
+        for t in self.tensors:
+            args.extend(f"{t}_s{d}" for d in range(self.tensor_ndim[t]))
+        args.extend(self.sizes)
+        args.extend(self.scalars)
+        args.extend(d for d, _, _ in self.host_descs)
+        args.extend(f"{c}: tl.constexpr" for c in sorted(self.consts))
+        lines = ["@_jit", f"def {k.name}({', '.join(args)}):"]
+        doc = [f'    """Kernel {k.name}: stores {", ".join(s.target for s in k.stores)}.']
+        doc.append(f"    grid: {', '.join(f'{a} (tile {self.plan(a).block})' for a in k.grid) or 'one program'}"
+                   + (f"; split of {k.split[0]} into {k.split[1]}" if k.split else "")
+                   + ("; persistent (each program loops over tiles)" if k.persistent else ""))
+        for a, p in k.axes.items():
+            if p.role != "grid":
+                doc.append(f"    axis {a}: {p.role}, block {p.block}" + ("" if p.divisible else " (masked)"))
+        for d, t, box in self.host_descs:
+            axes = self.desc_axes[d]
+            doc.append(f"    {d}: TMA descriptor of {t}[{', '.join(axes)}] in boxes of [{', '.join(map(str, box))}] (built on the host)")
+        doc.append('    """')
+        lines.extend(doc)
+        return lines
+
+    def store(self, st: StoreSpec, scope: Scope):
+        """Print one store (atomic, TMA, block pointer or pointer, as planned) in ``scope``."""
+        layout = scope.layout
+        expr = st.expr
+        name = self.tensor_arg(st.target, len(st.layout) + (1 if st.partial_axis else 0))
+        scope.emit(f"# {'output' if not st.target.startswith('buf_') else 'stage'} {st.target}[{', '.join(st.layout)}] = "
+                   f"{fmt(expr, 0, {k: v for k, v in self.names.items() if k != expr._id})}")
+        if isinstance(expr, Reduce) and expr._id not in self.k.materialized:
+            for s in scope.chain():
+                if expr._id in s.reduced:
+                    break
+            else:
+                self.compute_single(expr, self.ancestor(scope, self.need_depth(expr, scope)))
+        v = self.val(expr, scope, layout)
+        terms = []
+        if st.partial_axis:
+            terms.append("pid_split")
+        for a in st.layout:
+            b, _ = scope.find_bind(a)
+            terms.append(b.offs if b.scalar else self.expand1d(b.offs, a, layout))
+        mask = self.mask_for(st.layout, scope, layout)
+        pres = self.present_of_axes(st.layout, scope)
+        if self.present(expr, scope) != pres and pres:
+            v = f"tl.broadcast_to({v}, {self.shape(layout, pres)})"
+        ptr = self.addr(name, terms)
+        if not pres and layout:
+            # nothing of the output is a block here, but the value is a (1, ..., 1) block: store
+            # through a pointer block of the same shape
+            ptr = f"{ptr} + tl.full({self.shape(layout, set())}, 0, tl.int32)"
+            v = f"tl.reshape({v}, {self.shape(layout, set())})" if self.present(expr, scope) == set() and \
+                not isinstance(expr, (Const, ScalarParam)) else f"tl.full({self.shape(layout, set())}, 0.0, {self.cdt}) + {v}"
+        if st.atomic:
+            scope.emit(f"tl.atomic_add({ptr}, {v}" + (f", mask={mask}" if mask else "") + ", sem=\"relaxed\")")
+        else:
+            odt = self.out_dtypes.get(st.target)
+            if self.k.round_bf16 and odt == torch.bfloat16:
+                v = f"_round_bf16(({v}).to(tl.float32))"
+            acc = None
+            if odt is not None and not st.partial_axis and pres:
+                acc = self.tile_access(name, list(st.layout), scope)
+            if acc is not None:
+                # the value in the output's dim order (size-1 dims for tile-1 grid axes)
+                kind, h, extra = acc
+                tv = self.fresh("tile")
+                tiled = tuple(a for a in st.layout if a in pres)
+                tcode = f"({self.relayout(v, tuple(layout), tiled, pres, scope)}).to({name}_ptr.dtype.element_ty)"
+                if len(tiled) < len(st.layout):  # size-1 dims for tile-1 grid axes
+                    tcode = f"tl.reshape({tcode}, {self.shape(tuple(st.layout), pres)})"
+                scope.emit(f"{tv} = {tcode}")
+                if kind == "tma":
+                    scope.emit(f"{h}.store([{', '.join(extra)}], {tv})  # TMA store (clipped at the edges)")
+                else:
+                    scope.emit(f"tl.store({h}, {tv}" + (f", boundary_check={extra}" if extra else "") + ")")
+                return
+            scope.emit(f"tl.store({ptr}, ({v}).to({name}_ptr.dtype.element_ty)" + (f", mask={mask}" if mask else "") + ")")
+
+
+
+#: A printed kernel's argument order (the backend-neutral record, under its former name).
+KernelSource = KernelMeta
+
+
+def render(prog: Program) -> tuple[str, list[KernelSource]]:
+    """Print one module's source holding every kernel of the complete program ``prog``."""
+    parts = [header(prog)]
+    metas = []
+    for k in prog.kernels:
+        g = KernelPrinter(prog, k)
+        src = g.generate()
+        parts.append("\n" + src)
+        metas.append(KernelSource(k.name, g.tensors, g.tensor_ndim, g.sizes, g.scalars, g.consts, k,
+                                  descs=tuple(g.host_descs)))
+    return "\n".join(parts), metas
+

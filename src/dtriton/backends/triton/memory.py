@@ -1,0 +1,156 @@
+"""Printing memory accesses: addresses, masks, loads (pointer, block pointer, TMA) and buffer reads,
+as the plan's access decisions say."""
+
+from __future__ import annotations
+
+import torch
+
+from ...language import Axis, Const, Load, Reduce
+from .prelude import TL_DTYPES, fmt
+from .scope import Scope
+
+__all__ = ["MemoryPrinter"]
+
+
+class MemoryPrinter:
+    """Mixin of :class:`~dtriton.backends.triton.kernel.KernelPrinter`: loads and addresses."""
+
+    def eviction(self, name: str) -> str | None:
+        """The plan's L2 eviction hint for loads of input ``name`` (None: Triton's default policy)."""
+        return self.k.eviction.get(name)
+
+
+    def addr(self, name: str, index_terms: list[str]) -> str:
+        """The address block of ``name`` at the given per-dim index terms (None: dim not indexed)."""
+        terms = []
+        for d, t in enumerate(index_terms):
+            if t is None:
+                continue
+            st = f"{name}_s{d}"
+            t = f"({t}).to(tl.int64)" if self.i64 else t
+            terms.append(f"{t} * {st}")
+        return f"{name}_ptr + " + (" + ".join(terms) if terms else "0")
+
+    def mask_for(self, axes, scope: Scope, layout) -> str | None:
+        """The mask of a value using ``axes`` (None when every one divides its block)."""
+        ms = []
+        for a in dict.fromkeys(axes):
+            b = scope.find_bind(a)
+            if b and b[0].mask is not None:
+                ms.append(self.expand1d(b[0].mask, a, layout))
+        return " & ".join(ms) if ms else None
+
+    def tile_access(self, name: str, axes, scope: Scope):
+        """The plan's access for a tile of tensor ``name`` indexed by ``axes``: ``("tma",
+        descriptor, offsets)`` or ``("block_ptr", block pointer, boundary dims)``; None where plain
+        pointers are used."""
+        acc = self.k.access.get((name, tuple(axes)))
+        if acc is None:
+            return None
+        binds = [scope.find_bind(a)[0] for a in axes]
+        blocks = ["1" if b.scalar else b.block for b in binds]
+        offs = [b.start for b in binds]
+        shape = [self.size(a) for a in axes]   # size arguments in the order descriptors and block pointers use them
+        if acc.kind == "pointer":
+            return None
+        if acc.kind == "tma":
+            key = (name, tuple(blocks))
+            if key not in self.descs:
+                # a host-side descriptor (triton.tools.tensor_descriptor.TensorDescriptor): the runtime
+                # encodes it once per call and passes it as a kernel argument, so programs start
+                # loading at once (an in-kernel tl.make_tensor_descriptor writes 128 bytes to global
+                # scratch and fences in every program: 8.6 against 6.2 us on a 1024^3 fp16 matmul)
+                d = f"desc_{name}" + (f"_{len(self.descs)}" if any(k[0] == name for k in self.descs) else "")
+                self.descs[key] = d
+                self.host_descs.append((d, name, tuple(acc.box)))
+                self.desc_axes[d] = list(axes)
+            return "tma", self.descs[key], offs
+        strides = [f"{name}_s{d}" for d in range(len(axes))]
+        check = tuple(d for d, b in enumerate(binds) if not b.scalar and b.mask is not None)
+        order = tuple(range(len(axes) - 1, -1, -1))
+        bp = (f"tl.make_block_ptr({name}_ptr, shape=({', '.join(shape)},), strides=({', '.join(strides)},), "
+              f"offsets=({', '.join(offs)},), block_shape=({', '.join(blocks)},), order={order})")
+        return "block_ptr", bp, check
+
+    def load(self, n: Load, scope: Scope, layout, raw: bool = False) -> tuple[str, str]:
+        """``tl.load`` of ``n`` in ``layout`` (masked where an axis does not divide its block),
+        converted to the compute dtype unless ``raw`` (a dot operand in its storage dtype). With
+        ``access`` "block_ptr" or "tma" the tile is read in the tensor's dim order through a block
+        pointer or TMA descriptor (out-of-range rows read as zero) and then permuted to ``layout``."""
+        name = self.tensor_arg(n.tensor.name, len(n.index))
+        dt = self.dtypes[n.tensor.name]
+        if all(isinstance(e, Axis) for e in n.index):
+            axes = [e.name for e in n.index]
+            acc = self.tile_access(name, axes, scope)
+            if acc is not None:
+                kind, h, extra = acc
+                if kind == "tma":
+                    code = f"{h}.load([{', '.join(extra)}])"
+                else:
+                    ev = self.eviction(n.tensor.name)
+                    code = f"tl.load({h}" + (f", boundary_check={extra}, padding_option=\"zero\"" if extra else "") + \
+                        (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
+                blk = self.fresh("tile")
+                scope.emit(f"{blk} = {code}  # {fmt(n)}: {kind} tile")
+                tiled = tuple(a for a in axes if not scope.find_bind(a)[0].scalar)
+                if len(tiled) < len(axes):  # drop the size-1 dims of tile-1 grid axes first
+                    blk2 = self.fresh("tile")
+                    scope.emit(f"{blk2} = tl.reshape({blk}, {self.shape(tiled, set(tiled))})")
+                    blk = blk2
+                code = self.relayout(blk, tiled, tuple(layout), set(tiled), scope)
+                return self._widen(code, dt, raw), f"{fmt(n)} ({kind})"
+        terms, mask_axes = [], []
+        for e in n.index:
+            if isinstance(e, Axis):
+                b, _ = scope.find_bind(e.name)
+                terms.append(b.offs if b.scalar else self.expand1d(b.offs, e.name, layout))
+                mask_axes.append(e.name)
+            elif isinstance(e, Const):
+                terms.append(str(int(e.value)))   # a literal index, X[i, 0]
+            else:
+                v = self.val(e, scope, layout)
+                terms.append(f"({v}).to(tl.int32)" if not self.i64 else f"({v}).to(tl.int64)")
+                mask_axes.extend(e.axes)
+        mask = self.mask_for(mask_axes, scope, layout)
+        ev = self.eviction(n.tensor.name)
+        code = f"tl.load({self.addr(name, terms)}" + (f", mask={mask}, other=0" if mask else "") + \
+            (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
+        return self._widen(code, dt, raw), fmt(n)
+
+    def _widen(self, code: str, dt: torch.dtype, raw: bool) -> str:
+        """A loaded value in the compute dtype: floats in ``self.cdt`` (unless ``raw``), integers
+        (values or gather indices) in int64, so products of small integer types (uint8 pixel
+        values) do not wrap before they are summed."""
+        if dt.is_floating_point:
+            return f"{code}.to({self.cdt})" if TL_DTYPES[dt] != self.cdt and not raw else code
+        if dt != torch.bool and dt != torch.int64:
+            return f"{code}.to(tl.int64)"
+        return code
+
+    def load_buffer(self, r: Reduce, scope: Scope, layout) -> tuple[str, str]:
+        """Read materialised reduction ``r`` from its buffer (summing split partials)."""
+        b = self.k.materialized[r._id]
+        name = self.tensor_arg(b.name, len(b.axes) + (1 if b.partials else 0))
+        terms = []
+        for a in b.axes:
+            bb, _ = scope.find_bind(a)
+            terms.append(bb.offs if bb.scalar else self.expand1d(bb.offs, a, layout))
+        mask = self.mask_for(b.axes, scope, layout)
+        if b.partials:
+            acc = self.fresh("parts")
+            scope.emit(f"{acc} = tl.full({self.shape(layout, self.present(r, scope))}, 0.0, dtype={self.cdt})")
+            p = self.fresh("p")
+            it = Scope(scope, f"for {p} in tl.static_range({b.partials}):", scope.layout)
+            code = f"tl.load({self.addr(name, [p] + terms)}" + (f", mask={mask}, other=0" if mask else "") + ")"
+            it.emit(f"{acc} += {code}")
+            scope.emit(it)  # type: ignore[arg-type]
+            code = acc
+        else:
+            code = f"tl.load({self.addr(name, [None] * 0 + terms)}" + (f", mask={mask}, other=0" if mask else "") + ")"
+            if b.dtype == "float32" and self.cdt != "tl.float32":
+                code += f".to({self.cdt})"
+        if b.scale_count:
+            code = f"{code} / ({' * '.join(self.size(a) for a in b.scale_count)})"
+        return code, f"stage {r.name} (materialised)"
+
+    # -- reductions ----------------------------------------------------------------------------

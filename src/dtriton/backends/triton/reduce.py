@@ -1,0 +1,265 @@
+"""Printing reductions: passes (loops, online rescaling, warp specialisation as planned), masked
+``tl.reduce`` bodies and ``tl.dot`` contractions with their operands."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...language import Load, Reduce
+from ...plan.graph import fused_deps
+from ...plan.kernel import DotPlan, PassPlan
+from .prelude import fmt
+from .scope import Scope, pointer_loads
+
+__all__ = ["ReducePrinter"]
+
+
+class ReducePrinter:
+    """Mixin of :class:`~dtriton.backends.triton.kernel.KernelPrinter`: passes and dots."""
+
+    def compute_single(self, r: Reduce, scope: Scope):
+        """Compute fused reduction ``r`` on its own in ``scope`` (its home: where it is first needed),
+        looping over its reduction axes that ``scope`` does not bind."""
+        key = tuple(a for a in r.over if scope.find_bind(a) is None)
+        self.emit_pass([r], list(key), scope, self.k.single[r._id])
+
+    def fused_deps(self, r: Reduce) -> list[Reduce]:
+        """The fused reductions ``r``'s body uses directly."""
+        return fused_deps(r, self.k.materialized)
+
+    def scalar_axis(self, a: str) -> bool:
+        """A grid axis with tile 1: a scalar index, never a block dim."""
+        return self.k.scalar_axis(a)
+
+    def emit_pass(self, rs: list[Reduce], loop_axes: list[str], scope: Scope, pp: PassPlan):
+        """One pass: open loops over ``loop_axes`` (if any) and reduce every stage of ``rs``, online
+        and warp-specialised as the plan's pass ``pp`` says."""
+        names = ", ".join(r.name for r in rs)
+        strategy = "online (one pass, rescaled)" if pp.online else ("loop" if loop_axes else "whole (in registers)")
+        scope.emit(f"# stages {names}: {strategy} over {', '.join(rs[0].over)}")
+        for r in rs:
+            scope.emit(f"#   {r.name} = {fmt(r, 0, self.names)}")
+        accs = self.accumulators(rs, loop_axes, scope)
+        inner, loops = self.open_loops(rs, loop_axes, scope, pp, accs)
+        lin = inner.layout
+        mstate = self.online_maxes(rs, inner, scope, pp, accs) if pp.online else {}
+        for r in rs:
+            if r._id in mstate:
+                continue
+            info = accs[r._id]
+            part = self.reduce_body(r, info, inner, lin, scope)
+            if not loop_axes:
+                info["result"] = part
+                continue
+            acc = info["acc"]
+            rescale = [mstate[m._id][1] for m in self.fused_deps(r) if m._id in mstate]
+            if info["dot"]:
+                for al in rescale:
+                    inner.emit(f"{acc} = {acc} * {self.relayout(al, scope.layout, info['layout'], self.present_of_axes(self.fused_deps(r)[0].axes, scope), inner)}")
+                inner.emit(f"{acc} = {part}")
+            else:
+                pre = acc
+                for al in rescale:
+                    pre = f"{pre} * {al}"
+                comb = {"sum": f"{pre} + {{p}}", "max": f"tl.maximum({acc}, {{p}}, propagate_nan=tl.PropagateNan.ALL)",
+                        "min": f"tl.minimum({acc}, {{p}}, propagate_nan=tl.PropagateNan.ALL)"}[r.op]
+                inner.emit(f"{acc} = " + comb.format(p=part))
+        for r in rs:
+            if r._id in mstate:
+                inner.emit(f"{accs[r._id]['acc']} = {mstate[r._id][0]}")
+        for parent, child in reversed(loops):
+            parent.close(child)
+            if pp.warp_specialize and pointer_loads(child):
+                raise AssertionError(f"kernel {self.k.name}: the plan warp-specialises a loop with loads that are "
+                                     "not TMA (plan and printer disagree)")
+        self.finish_pass(rs, loop_axes, scope, accs)
+
+    def accumulators(self, rs: list[Reduce], loop_axes: list[str], scope: Scope) -> dict[int, dict]:
+        """Per reduction of a pass: its dot (or None) and, for a loop, its initialised accumulator
+        and the accumulator's layout."""
+        accs: dict[int, dict] = {}
+        for r in rs:
+            info: dict[str, Any] = {"dot": self.k.dots.get(r._id)}
+            if loop_axes:
+                acc = self.fresh(f"acc_{r.name}")
+                if info["dot"]:
+                    m, n = info["dot"].m, info["dot"].n
+                    scope.emit(f"{acc} = tl.full(({self.block(m)}, {self.block(n)}), 0.0, dtype={self.cdt})")
+                    info["layout"] = (m, n)
+                else:
+                    ident = {"sum": "0.0", "max": "-float('inf')", "min": "float('inf')"}[r.op]
+                    pres = self.present(r, scope)
+                    scope.emit(f"{acc} = tl.full({self.shape(scope.layout, pres)}, {ident}, dtype={self.cdt})")
+                    info["layout"] = scope.layout
+                info["acc"] = acc
+            accs[r._id] = info
+        return accs
+
+    def open_loops(self, rs: list[Reduce], loop_axes: list[str], scope: Scope, pp: PassPlan, accs) -> tuple[Scope, list]:
+        """Open the pass's loops; returns the innermost scope and the (parent, loop) pairs."""
+        # the loop's layout keeps only the program axes its values use: contractions carry their
+        # own 2-D layouts, so e.g. attention's head axis stays out of the score tiles
+        keep: set[str] = set()
+        for r in rs:
+            if not accs[r._id]["dot"]:
+                keep |= set(r.x.axes)
+            for inner_r in self.fused_deps(r):   # reductions computed inside this loop keep their axes
+                keep |= set(inner_r.axes) | set(inner_r.x.axes)
+        keep = tuple(a for a in scope.layout if a in keep)
+        inner = scope
+        loops = []
+        for a in loop_axes:
+            v = f"{a}0"
+            lo, hi = (f"{a}_lo", f"{a}_hi") if self.k.split and self.k.split[0] == a else ("0", self.size(a))
+            if pp.warp_specialize:
+                # producer warps issue the loads, consumer warps the MMAs (automatic warp specialisation)
+                head = f"for {v} in tl.range({lo}, {hi}, {self.block(a)}, warp_specialize=True):"
+            elif pp.ws_requested:
+                # Triton's Hopper warp specialisation handles TMA-fed loops only (the plan turned it off)
+                head = (f"for {v} in range({lo}, {hi}, {self.block(a)}):  # warp_specialize off: loads in this "
+                        "loop that are not TMA")
+            else:
+                head = f"for {v} in range({lo}, {hi}, {self.block(a)}):"
+            child = inner.open(head, (a,), keep if inner is scope else None)
+            loops.append((inner, child))
+            inner = child
+            self.bind_axis(inner, a, v, f"  # tile of axis {a}")
+        return inner, loops
+
+    def online_maxes(self, rs: list[Reduce], inner: Scope, scope: Scope, pp: PassPlan, accs) -> dict[int, tuple[str, str]]:
+        """In an online pass, update each rescaling max first: its new value and the factor that
+        rescales the partial sums using it (``max id -> (new max, alpha)``)."""
+        lin = inner.layout
+        mstate: dict[int, tuple[str, str]] = {}
+        for r in rs:
+            if r._id not in pp.online_maxes:
+                continue
+            body = self.val(r.x, inner, lin)
+            body = self.masked(body, r, inner, lin, "-float('inf')")
+            t = self.reduce_code(body, "max", r.over, lin, inner)
+            t2 = self.squeeze(t, lin, scope.layout, inner, self.present(r, scope))
+            acc = accs[r._id]["acc"]
+            mn = self.fresh(f"{r.name}_new")
+            inner.emit(f"{mn} = tl.maximum({acc}, {t2}, propagate_nan=tl.PropagateNan.ALL)")
+            alpha = self.fresh("alpha")
+            inner.emit(f"{alpha} = tl.where({acc} == {mn}, 1.0, tl.exp({acc} - {mn}))  # rescale earlier partial sums")
+            safe = self.fresh(f"{r.name}_safe")
+            inner.emit(f"{safe} = tl.where({mn} == -float('inf'), 0.0, {mn})")
+            inner.overrides[r._id] = (safe, scope.layout)
+            mstate[r._id] = (mn, alpha)
+        return mstate
+
+    def finish_pass(self, rs: list[Reduce], loop_axes: list[str], scope: Scope, accs) -> None:
+        """After the loops: each reduction's value in ``scope`` (dots relaid out and multiplied by
+        their hoisted factors, means divided), recorded as computed there."""
+        for r in rs:
+            info = accs[r._id]
+            if not loop_axes:
+                v = info["result"]
+                vl = (info["dot"].m, info["dot"].n) if info["dot"] else scope.layout
+            else:
+                v, vl = info["acc"], info["layout"]
+            if info["dot"]:
+                v = self.relayout(v, vl, scope.layout, self.present(r, scope), scope)
+                for f in info["dot"].hoist:
+                    v = f"{v} * {self.val(f, scope, scope.layout)}"
+                vl = scope.layout
+            if r.mean:
+                cnt = " * ".join(self.size(a) for a in r.over)
+                v = f"{v} / ({cnt})"
+            out = self.fresh(r.name)
+            scope.emit(f"{out} = {v}  # stage {r.name}")
+            scope.reduced[r._id] = (out, vl)
+
+    def present_of_axes(self, axes, scope) -> set[str]:
+        """The axes of ``axes`` that are block dims (bound, not scalar) in ``scope``."""
+        return {a for a in axes if scope.find_bind(a) is not None and not scope.find_bind(a)[0].scalar}
+
+    def squeeze(self, t: str, lin, layout, scope, present) -> str:
+        """Drop the trailing loop dims (all size 1 after the reduction) of ``t``."""
+        if lin == layout:
+            return t
+        return f"tl.reshape({t}, {self.shape(layout, present)})"
+
+    def masked(self, body: str, r: Reduce, scope: Scope, layout, ident: str) -> str:
+        """``body`` with lanes outside ``r``'s reduction axes replaced by the identity ``ident``."""
+        m = self.mask_for(r.over, scope, layout)
+        if m is None:
+            return body
+        return f"tl.where({m}, {body}, {ident})"
+
+    def reduce_code(self, body: str, op: str, over, layout, scope: Scope) -> str:
+        """Reduce ``body`` over the block dims of ``over`` with the combine of ``op`` (keeping dims)."""
+        v = body
+        for a in over:
+            if a not in layout:
+                continue  # a scalar or absent axis: nothing to reduce over in the block
+            ax = layout.index(a)
+            if op == "sum":
+                v = f"tl.reduce({v}, {ax}, _sum_combine, keep_dims=True)"
+            else:
+                v = f"tl.reduce({v}, {ax}, _{op}_combine, keep_dims=True)"
+        return v
+
+    def reduce_body(self, r: Reduce, info, inner: Scope, lin, scope: Scope) -> str:
+        """One step of reduction ``r`` in the pass's innermost scope: a dot or a masked reduce."""
+        ident = {"sum": "0.0", "max": "-float('inf')", "min": "float('inf')"}[r.op]
+        if info["dot"]:
+            d: DotPlan = info["dot"]
+            ra = r.over[0]
+            a = self.operand(d.left, inner, (d.m, ra), ra, d, d.raw_left)
+            b = self.operand(d.right, inner, (ra, d.n), ra, d, d.raw_right)
+            prec = f", input_precision=\"{d.precision}\"" if d.precision else ""
+            if "acc" in info:
+                return f"tl.dot({a}, {b}, {info['acc']}{prec})"
+            v = self.fresh("dot")
+            inner.emit(f"{v} = tl.dot({a}, {b}{prec})")
+            return v
+        body = self.val(r.x, inner, lin)
+        if self.is_int(r.x):
+            body = f"({body}).to({self.cdt})"
+        body = self.masked(body, r, inner, lin, ident)
+        red = self.reduce_code(body, r.op, r.over, lin, inner)
+        if lin != scope.layout:
+            red = self.squeeze(red, lin, scope.layout, inner, self.present(r, scope))
+        v = self.fresh(f"part_{r.name}")
+        inner.emit(f"{v} = {red}")
+        return v
+
+    def operand(self, factors, scope: Scope, layout, ra: str, d: DotPlan, raw: bool) -> str:
+        """A dot operand in ``layout``, cast to the plan's operand dtype; ``raw``: the plan feeds
+        this side's one load to the dot in its storage dtype."""
+        direct = len(factors) == 1 and isinstance(factors[0], Load)
+        if raw:
+            # a plain 16-bit load feeds the dot in its storage dtype (no fp32 round trip); a
+            # loop-invariant one (Q in attention) is loaded once, before the loop, still 16-bit
+            home = self.ancestor(scope, self.need_depth(factors[0], scope))
+            if all(home.find_bind(a) is not None for a in layout):
+                key = (factors[0]._id, tuple(layout), "raw")
+                if key not in home.memo:
+                    code, cm = self.load(factors[0], home, layout, raw=True)
+                    v = self.fresh("opnd")
+                    home.emit(f"{v} = {code}  # dot operand [{', '.join(layout)}]: {cm}")
+                    home.memo[key] = v
+                return home.memo[key]
+        vals = []
+        for f in factors:
+            fp = self.present(f, scope)
+            pres = [a for a in scope.layout if a in fp]
+            if not isinstance(f, Load) and pres and len(pres) == len(fp) and [a for a in layout if a in pres] == pres:
+                # computed in the program's layout (shared with other uses), then reshaped
+                v = self.relayout(self.val(f, scope, scope.layout), scope.layout, layout, set(pres), scope)
+            else:
+                v = self.val(f, scope, layout)
+            vals.append(self.as_float(f, v))
+        code = " * ".join(vals)
+        m = self.mask_for([ra], scope, layout)
+        if m is not None and not direct:
+            code = f"tl.where({m}, {code}, 0.0)"
+        if d.operand_cast is not None:
+            code = f"({code}).to(tl.{d.operand_cast})"
+        v = self.fresh("opnd")
+        scope.emit(f"{v} = {code}  # dot operand [{', '.join(layout)}]")
+        return v
+
+    # -- kernel --------------------------------------------------------------------------------

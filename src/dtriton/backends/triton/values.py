@@ -1,0 +1,356 @@
+"""Printing values: axes, bindings, layouts, hoisting and elementwise expressions.
+
+Loads and elementwise work are emitted in the shallowest scope whose axes they use (loop-invariant
+hoisting) and memoised per scope. Masks appear only for axes whose size is not a multiple of their
+block.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ...errors import ScheduleError
+from ...language import Axis, Binary, Cast, Const, Expr, Load, Reduce, ScalarParam, Unary, Where, COMPARE_OPS
+from ...plan.kernel import AxisPlan
+from .limits import MAX_BLOCK_NUMEL
+from .prelude import OPSYM, TL_DTYPES, fmt
+from .scope import Bind, Scope
+
+__all__ = ["ValuePrinter"]
+
+
+class ValuePrinter:
+    """Mixin of :class:`~dtriton.backends.triton.kernel.KernelPrinter`: values and their scopes."""
+
+    def fresh(self, base: str) -> str:
+        """A new variable name."""
+        self.counter += 1
+        return f"{base}_{self.counter}"
+
+    def plan(self, a: str) -> AxisPlan:
+        """The plan of axis ``a`` in this kernel."""
+        return self.k.axes[a]
+
+    def size(self, a: str) -> str:
+        """The size argument of axis ``a`` (declared on first use)."""
+        nm = f"size_{a}"
+        if nm not in self.sizes:
+            self.sizes.append(nm)
+        return nm
+
+    def block(self, a: str) -> str:
+        """The block constant of axis ``a`` (declared on first use)."""
+        nm = f"BLOCK_{a.upper()}"
+        self.consts[nm] = self.plan(a).block
+        return nm
+
+    def tensor_arg(self, name: str, ndim: int) -> str:
+        """Declare tensor ``name`` as an argument (pointer and ``ndim`` strides) on first use."""
+        if name not in self.tensor_ndim:
+            self.tensors.append(name)
+            self.tensor_ndim[name] = ndim
+        return name
+
+    def bind_axis(self, scope: Scope, a: str, start: str | None, comment: str = ""):
+        """Bind axis ``a`` in ``scope``: offsets from ``start`` and a mask unless it divides its block."""
+        p = self.plan(a)
+        blk = self.block(a)
+        if p.role == "grid" and p.block == 1:
+            scope.bound[a] = Bind(a, start, None, blk, True, start)
+            return
+        offs = f"offs_{a}"
+        if self.i64:
+            scope.emit(f"{offs} = ({start}).to(tl.int64) + tl.arange(0, {blk}){comment}")
+        else:
+            scope.emit(f"{offs} = {start} + tl.arange(0, {blk}){comment}")
+        mask = None
+        if not p.divisible:
+            mask = f"mask_{a}"
+            scope.emit(f"{mask} = {offs} < {self.size(a)}")
+        scope.bound[a] = Bind(a, offs, mask, blk, False, start)
+
+    def block_axes(self, scope: Scope, axes) -> list[str]:
+        """The axes of ``axes`` that are block dims in ``scope`` (raises when one is not bound)."""
+        out = []
+        for a in axes:
+            b = scope.find_bind(a)
+            if b is None:
+                raise ScheduleError(f"kernel {self.k.name}: axis {a!r} is used where it is not bound "
+                                    "(a fused stage needs an axis the consumer does not cover); materialise that stage")
+            if not b[0].scalar:
+                out.append(a)
+        return out
+
+    def shape(self, layout, present) -> str:
+        """A shape tuple in ``layout``: the block of each ``present`` axis, 1 elsewhere."""
+        dims = [f"{self.block(a)}" if a in present else "1" for a in layout]
+        return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
+
+    def expand1d(self, var: str, a: str, layout) -> str:
+        """A 1-d block of axis ``a`` expanded to ``layout``."""
+        if len(layout) == 1:
+            return var
+        idx = ", ".join(":" if b == a else "None" for b in layout)
+        return f"{var}[{idx}]"
+
+    def relayout(self, var: str, frm: tuple[str, ...], to: tuple[str, ...], present, scope: Scope) -> str:
+        """Re-express block ``var`` (layout ``frm``) in layout ``to``; ``present`` are its non-1 dims."""
+        if frm == to:
+            return var
+        pres = [a for a in frm if a in present]
+        missing = [a for a in pres if a not in to]
+        if missing:
+            raise AssertionError(f"relayout drops live axes {missing}")
+        if not to:
+            return f"tl.reshape({var}, ())" if frm else var
+        if not frm:
+            return var
+        pto = [a for a in to if a in pres]
+        if pres == pto:
+            # pure insertion/removal of size-1 dims
+            if all(a in to for a in frm) and [a for a in to if a in frm] == list(frm):
+                idx = ", ".join(":" if a in frm else "None" for a in to)
+                return f"{var}[{idx}]"
+            return f"tl.reshape({var}, {self.shape(to, present)})"
+        # reorder: permute frm so present axes follow `to`'s order, then reshape
+        order = [frm.index(a) for a in pto] + [k for k, a in enumerate(frm) if a not in pto]
+        v = self.fresh("perm")
+        scope.emit(f"{v} = tl.permute({var}, {tuple(order)})")
+        frm2 = tuple(frm[k] for k in order)
+        return self.relayout(v, frm2, to, present, scope)
+
+    def check_block(self, n: Expr, scope: Scope):
+        """Refuse a value whose block would exceed Triton's 2**20 elements (the real blocks the kernel
+        builds: a contraction lowered to ``tl.dot`` never forms its [free x reduced] product).
+
+        Raises:
+            ScheduleError: naming the kernel, the axes and their blocks, and the fix.
+        """
+        pres = sorted(self.present(n, scope))
+        numel = 1
+        for a in pres:
+            numel *= self.plan(a).block
+        if numel > MAX_BLOCK_NUMEL:
+            big = {a: self.plan(a).block for a in pres}
+            raise ScheduleError(
+                f"the kernel for stage {', '.join(repr(x) for x in self.k.stage_names)} ({self.k.name}): the value "
+                f"{fmt(n)[:60]} would be a block of {numel} elements ({big}); "
+                f"Triton allows at most {MAX_BLOCK_NUMEL}. Use smaller tiles, or strategy 'loop'/'online' instead of "
+                "'whole' for a long axis")
+
+    def present(self, n: Expr, scope: Scope) -> set[str]:
+        """The axes of ``n`` that are block dims in ``scope``."""
+        out = set()
+        for a in n.axes:
+            b = scope.find_bind(a)
+            if b is not None and not b[0].scalar:
+                out.add(a)
+        return out
+
+    # -- dependency depth (for hoisting) -------------------------------------------------------
+    def need_depth(self, n: Expr, scope: Scope, ignore: frozenset = frozenset()) -> int:
+        """The depth of the innermost scope whose bindings ``n`` needs (where it is computed)."""
+        key = (n._id, id(scope), ignore)
+        if key in self.need_depth_memo:
+            return self.need_depth_memo[key]
+        d = 0
+        for s in scope.chain():
+            if n._id in s.overrides:
+                d = s.depth
+                break
+        else:
+            if isinstance(n, Axis):
+                if n.name not in ignore:
+                    b = scope.find_bind(n.name)
+                    d = b[1].depth if b else scope.depth
+            elif isinstance(n, Reduce) and n._id in self.k.materialized:
+                for a in n.axes:
+                    if a in ignore:
+                        continue  # reduced by an enclosing stage: not a dependency on its loop
+                    b = scope.find_bind(a)
+                    d = max(d, b[1].depth if b else scope.depth)
+            elif isinstance(n, Reduce):
+                found = None
+                for s in scope.chain():
+                    if n._id in s.reduced:
+                        found = s
+                        break
+                if found is not None:
+                    d = found.depth
+                else:
+                    d = self.need_depth(n.x, scope, ignore | frozenset(n.over))
+                    for a in n.axes:
+                        b = scope.find_bind(a)
+                        d = max(d, b[1].depth if b else scope.depth)
+            else:
+                for c in n.children():
+                    d = max(d, self.need_depth(c, scope, ignore))
+                if isinstance(n, Load):
+                    for e in n.index:
+                        if isinstance(e, Axis) and e.name not in ignore:
+                            b = scope.find_bind(e.name)
+                            d = max(d, b[1].depth if b else scope.depth)
+        self.need_depth_memo[key] = d
+        return d
+
+    def ancestor(self, scope: Scope, depth: int) -> Scope:
+        """The ancestor of ``scope`` (or itself) at ``depth``."""
+        s = scope
+        while s.depth > depth:
+            s = s.parent
+        return s
+
+    # -- values --------------------------------------------------------------------------------
+    def val(self, n: Expr, scope: Scope, layout: tuple[str, ...]) -> str:
+        """A Triton expression for ``n`` evaluated in ``scope``, shaped by ``layout``."""
+        for s in scope.chain():
+            if n._id in s.overrides:
+                v, vl = s.overrides[n._id]
+                return self.relayout(v, vl, layout, self.present(n, scope), scope)
+        if isinstance(n, Const):
+            v = n.value
+            if math.isinf(v):
+                return "float('inf')" if v > 0 else "-float('inf')"
+            if math.isnan(v):
+                return "float('nan')"
+            return repr(v)
+        if isinstance(n, ScalarParam):
+            nm = f"s_{n.name}"
+            if nm not in self.scalars:
+                self.scalars.append(nm)
+            return nm
+        if isinstance(n, Reduce) and n._id not in self.k.materialized:
+            for s in scope.chain():
+                if n._id in s.reduced:
+                    v, vl = s.reduced[n._id]
+                    return self.relayout(v, vl, layout, self.present(n, scope), scope)
+            home = self.ancestor(scope, self.need_depth(n, scope))
+            self.compute_single(n, home)
+            return self.val(n, scope, layout)
+        d = self.need_depth(n, scope)
+        if d < scope.depth:
+            home = self.ancestor(scope, d)
+            hl = tuple(a for a in layout if home.find_bind(a) is not None)
+            v = self.val(n, home, hl)
+            if not self.present(n, scope) and self.is_rank0(n):
+                return v  # a 0-d value (e.g. a load at scalar program indices) broadcasts as it is
+            return self.relayout(v, hl, layout, self.present(n, scope), scope)
+        key = (n._id, layout)
+        if key in scope.memo:
+            return scope.memo[key]
+        code, comment = self._emit(n, scope, layout)
+        if isinstance(n, Axis) and not self.present(n, scope):
+            return code
+        self.check_block(n, scope)
+        var = self.fresh({Load: "ld", Reduce: "buf"}.get(type(n), "t"))
+        scope.emit(f"{var} = {code}" + (f"  # {comment}" if comment else ""))
+        scope.memo[key] = var
+        return var
+
+    def _emit(self, n: Expr, scope: Scope, layout) -> tuple[str, str]:
+        if isinstance(n, Axis):
+            b, _ = scope.find_bind(n.name)
+            if b.scalar:
+                return b.offs, ""
+            return self.expand1d(b.offs, n.name, layout), f"value of axis {n.name}"
+        if isinstance(n, Load):
+            return self.load(n, scope, layout)
+        if isinstance(n, Reduce):  # materialised: read its buffer
+            return self.load_buffer(n, scope, layout)
+        if isinstance(n, Unary):
+            x = self.val(n.x, scope, layout)
+            if n.op == "neg":
+                return f"-{x}", ""
+            if n.op == "not":
+                return f"{x} == 0", ""
+            x = self.as_float(n.x, x)
+            if n.op == "tanh":
+                # tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2|x|); below |x| = 0.1, where 1 - e
+                # cancels, the Taylor series to x^11 (its next term is below 4e-15 relative there)
+                ax = self.fresh("ax")
+                scope.emit(f"{ax} = tl.abs({x})")
+                e = self.fresh("e")
+                scope.emit(f"{e} = tl.exp(-2.0 * {ax})")
+                x2 = self.fresh("x2")
+                scope.emit(f"{x2} = {ax} * {ax}")
+                t = self.fresh("th")
+                scope.emit(f"{t} = tl.where({ax} < 0.1, {ax} * (1.0 + {x2} * (-1.0 / 3.0 + {x2} * (2.0 / 15.0 + {x2} * "
+                           f"(-17.0 / 315.0 + {x2} * (62.0 / 2835.0 - {x2} * 1382.0 / 155925.0))))), (1.0 - {e}) / (1.0 + {e}))")
+                return f"tl.where({x} < 0, -{t}, {t})", "tanh"
+            if n.op == "sigmoid":
+                return f"1.0 / (1.0 + tl.exp(-{x}))", "sigmoid"
+            if n.op == "rsqrt":
+                return (f"1.0 / tl.sqrt_rn({x})" if self.cdt == "tl.float32" else f"1.0 / tl.sqrt({x})"), "rsqrt"
+            fn = {"exp": "tl.exp", "log": "tl.log", "sqrt": "tl.sqrt_rn" if self.cdt == "tl.float32" else "tl.sqrt",
+                  "abs": "tl.abs"}[n.op]
+            return f"{fn}({x})", ""
+        if isinstance(n, Binary):
+            a = self.val(n.a, scope, layout)
+            b = self.val(n.b, scope, layout)
+            if n.op in ("maximum", "minimum"):
+                return f"tl.{n.op}({self.as_float(n.a, a)}, {self.as_float(n.b, b)}, propagate_nan=tl.PropagateNan.ALL)", ""
+            if n.op in ("and", "or"):
+                return f"({a} != 0) {OPSYM[n.op]} ({b} != 0)", ""
+            if n.op == "div":
+                return f"{self.as_float(n.a, a)} / {self.as_float(n.b, b)}", ""
+            return f"{a} {OPSYM[n.op]} {b}", ""
+        if isinstance(n, Where):
+            c = self.val(n.cond, scope, layout)
+            a = self.val(n.a, scope, layout)
+            b = self.val(n.b, scope, layout)
+            if not self.is_bool(n.cond):
+                c = f"{c} != 0"
+            return f"tl.where({c}, {self.as_float(n.a, a)}, {self.as_float(n.b, b)})", ""
+        if isinstance(n, Cast):
+            x = self.val(n.x, scope, layout)
+            tdt = TL_DTYPES[n.dtype]
+            if n.dtype.is_floating_point:
+                if self.is_bool(n.x):
+                    x = f"{x}.to(tl.float32)"
+                if self.k.round_bf16 and n.dtype == torch.bfloat16:
+                    return f"_round_bf16(({x}).to(tl.float32)).to({self.cdt})", "cast to torch.bfloat16 (rounded to nearest)"
+                return f"{x}.to({tdt}).to({self.cdt})", f"cast to {n.dtype}"
+            return f"{x}.to({tdt})", f"cast to {n.dtype}"
+        raise AssertionError(n)
+
+    def is_rank0(self, n: Expr) -> bool:
+        """True when ``n`` is emitted as a 0-d value: built only from constants, scalars, tile-1
+        grid axes and loads at such indices (fused reductions always yield blocks)."""
+        if isinstance(n, (Const, ScalarParam)):
+            return True
+        if isinstance(n, Axis):
+            return self.scalar_axis(n.name)
+        if isinstance(n, Reduce):
+            return n._id in self.k.materialized and all(self.scalar_axis(a) for a in n.axes)
+        if isinstance(n, Load):
+            return all(self.scalar_axis(a) for a in n.axes) and all(self.is_rank0(c) for c in n.index)
+        return all(self.is_rank0(c) for c in n.children())
+
+    def is_bool(self, n: Expr) -> bool:
+        """Whether ``n`` is a comparison or logical value."""
+        return (isinstance(n, Binary) and n.op in COMPARE_OPS) or (isinstance(n, Unary) and n.op == "not")
+
+    def as_float(self, n: Expr, code: str) -> str:
+        """Integer-valued nodes (axis values, int loads, comparisons) become compute floats."""
+        if self.is_int(n):
+            return f"({code}).to({self.cdt})"
+        return code
+
+    def is_int(self, n: Expr) -> bool:
+        """Whether ``n`` has an integer value (axis values, integer loads, their sums and products)."""
+        if isinstance(n, Axis):
+            return True
+        if isinstance(n, Load):
+            return not self.dtypes[n.tensor.name].is_floating_point
+        if self.is_bool(n):
+            return True
+        if isinstance(n, Cast):
+            return not n.dtype.is_floating_point
+        if isinstance(n, Binary) and n.op in ("add", "sub", "mul"):
+            return self.is_int(n.a) and self.is_int(n.b) and not any(isinstance(c, Const) and not c.value.is_integer() for c in (n.a, n.b))
+        if isinstance(n, Unary) and n.op in ("neg", "abs"):
+            return self.is_int(n.x)
+        return False
+

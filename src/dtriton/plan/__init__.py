@@ -1,0 +1,14 @@
+"""The plan layer: lowering to a :class:`Program` of complete :class:`KernelPlan` s.
+
+``lower`` places stages and partitions them into kernels; ``decide`` fills each kernel's
+decisions (dots, passes, access, eviction, compute dtype, offsets, hints); ``plan_program`` does
+both for one call signature (:class:`CallSpec`). A backend prints a plan and decides nothing.
+"""
+
+from .callspec import CallSpec, call_spec, tma_addressable
+from .decide import decide, plan_program, unused_knobs
+from .kernel import AxisPlan, BufferSpec, DotPlan, KernelIR, KernelPlan, PassPlan, Program, StoreSpec, TileAccess, next_pow2
+from .lower import lower
+
+__all__ = ["AxisPlan", "BufferSpec", "CallSpec", "DotPlan", "KernelIR", "KernelPlan", "PassPlan", "Program",
+           "StoreSpec", "TileAccess", "call_spec", "decide", "lower", "next_pow2", "plan_program", "tma_addressable", "unused_knobs"]

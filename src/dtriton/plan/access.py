@@ -1,0 +1,99 @@
+"""How each tensor tile of a kernel is read or written, and the eviction hint of each input.
+
+The schedule's ``access`` knob asks for "pointer" (plain ``tl.load``/``tl.store``), "block_ptr"
+(``tl.make_block_ptr``) or "tma" (a host-built TMA descriptor). A tile may use block pointers or
+TMA only when it is indexed by distinct plain axes, one per dim, with at least one tiled dim, and
+offsets fit 32 bits. TMA eligibility is decided here only, from the call's facts
+(:attr:`CallSpec.tma_ok <dtriton.plan.callspec.CallSpec.tma_ok>`: strides and alignment suit TMA)
+and the box rules: the last dim tiled, at most 5 dims, boxes of at most 256 elements per dim and at
+least 16 bytes along the last dim, and 2-d tiles at least (vectors keep pointers: TMA gains
+nothing on them, and 1-d descriptors are the suspect in a fault met while exploring the fp32
+diffusion layer on the H200).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+from ..language import Axis, Load
+from .kernel import KernelPlan, TileAccess
+
+__all__ = ["plan_access", "plan_eviction", "tile_access"]
+
+
+def tile_access(k: KernelPlan, style: str, tma_ok: frozenset, name: str, axes: Sequence[str],
+                elsize: int) -> TileAccess | None:
+    """The access of a tile of tensor ``name`` indexed by ``axes`` under the schedule's ``style``;
+    None where plain pointers are used (style "pointer", a repeated axis, no tiled dim, 64-bit
+    offsets), ``TileAccess("pointer")`` for a tile considered for TMA that TMA cannot address on
+    this call (pointers too; the printer declares its size arguments as for a descriptor)."""
+    if style == "pointer" or k.i64 or len(set(axes)) != len(axes) or not axes:
+        return None
+    if any(a not in k.axes for a in axes):
+        return None
+    scalar = [k.scalar_axis(a) for a in axes]
+    if all(scalar):
+        return None
+    if style != "tma":
+        return TileAccess("block_ptr")
+    box = tuple(1 if s else k.axes[a].block for a, s in zip(axes, scalar))
+    if name not in tma_ok or scalar[-1] or len(axes) > 5 or max(box) > 256 or box[-1] * elsize < 16:
+        return TileAccess("pointer")
+    if sum(not s for s in scalar) < 2:
+        return TileAccess("pointer")
+    return TileAccess("tma", box)
+
+
+def _loads(k: KernelPlan) -> list[Load]:
+    """Every load of the kernel (stopping at materialised reductions), in a fixed order."""
+    out, seen, stack = [], set(), [st.expr for st in k.stores]
+    while stack:
+        n = stack.pop()
+        if n._id in seen:
+            continue
+        seen.add(n._id)
+        if n._id in k.materialized:
+            continue
+        if isinstance(n, Load):
+            out.append(n)
+        stack.extend(n.children())
+    return out
+
+
+def plan_access(k: KernelPlan, style: str | None, tma_ok: frozenset) -> dict[tuple, TileAccess]:
+    """``(tensor, axes) -> TileAccess`` for every tile of kernel ``k`` that does not use plain
+    pointers: loads indexed by plain axes, and stores of outputs (buffers and split partials are
+    always written through pointers)."""
+    style = style or "pointer"
+    out: dict[tuple, TileAccess] = {}
+    for n in _loads(k):
+        if all(isinstance(e, Axis) for e in n.index):
+            axes = tuple(e.name for e in n.index)
+            acc = tile_access(k, style, tma_ok, n.tensor.name, axes, k.dtypes[n.tensor.name].itemsize)
+            if acc is not None:
+                out[(n.tensor.name, axes)] = acc
+    for st in k.stores:
+        odt = k.out_dtypes.get(st.target)
+        if odt is None or st.partial_axis or st.atomic:
+            continue
+        acc = tile_access(k, style, tma_ok, st.target, tuple(st.layout), odt.itemsize)
+        if acc is not None:
+            out[(st.target, tuple(st.layout))] = acc
+    return out
+
+
+def plan_eviction(k: KernelPlan, eviction: Mapping[str, str]) -> tuple[dict[str, str], frozenset]:
+    """The L2 eviction hint of each input's loads (None is Triton's default policy, which is what
+    "evict_normal" asks for: Triton itself accepts only evict_first and evict_last), and the inputs
+    some load of which carries it (TMA tile loads take none)."""
+    hints = {t: ev for t, ev in eviction.items() if ev != "evict_normal" and ev}
+    used = set()
+    for n in _loads(k):
+        t = n.tensor.name
+        if t not in hints:
+            continue
+        acc = k.access.get((t, tuple(e.name for e in n.index))) if all(isinstance(e, Axis) for e in n.index) else None
+        if acc is None or acc.kind != "tma":
+            used.add(t)
+    return hints, frozenset(used)
+

@@ -1,0 +1,145 @@
+"""CallSpec: the facts of one call signature that a compiled kernel is specialised on.
+
+Computed once per call signature (the runtime caches plans by ``(schedule, CallSpec)``): which
+power of two each axis size is a multiple of and its size bucket, the dtypes, whether offsets
+need 64 bits, the backend (interpreter or not), which tensors a TMA descriptor can address, and
+the divisibility hints of the integer arguments. Two calls with equal CallSpecs run the same
+kernels; a call whose hints or TMA facts differ gets its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from ..language import Algorithm, Binding, InputTensor
+from .kernel import next_pow2
+
+__all__ = ["CallSpec", "I32_MAX", "call_spec", "max_offset", "tma_addressable"]
+
+I32_MAX = 2**31 - 1
+_DIVISORS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+@dataclass(frozen=True)
+class CallSpec:
+    """Facts of one call signature.
+
+    facts: per axis ``(name, size bucket, (size % d == 0 for d in 1, 2, ..., 256))``.
+    dtypes: ``(tensor parameter, dtype)`` sorted by name. i64: offsets need 64 bits.
+    interpret: the kernels run on Triton's interpreter. tma_ok: tensors (inputs and outputs) a TMA
+    descriptor can address on this call (empty unless the schedule's access is "tma").
+    hints: ``(integer argument, power of two it is a multiple of)``; see :func:`divisibility_hints`."""
+    facts: tuple
+    dtypes: tuple
+    i64: bool
+    interpret: bool
+    tma_ok: frozenset
+    hints: tuple
+
+    def note(self, alg: Algorithm, tma: bool) -> str:
+        """The specialisation note of the generated module's header comment."""
+        text = ("Specialisation (axis: size bucket, largest power-of-two divisor up to 256; masks only "
+                "where a tile does not divide): " + ", ".join(
+                    f"{a}: <={f[1]}, /{max(t for t, ok in zip(_DIVISORS, f[2]) if ok)}"
+                    for a, f in zip(alg.axis_names, self.facts)))
+        if tma:
+            text += ("\nTMA-addressable on this call: " + (", ".join(sorted(self.tma_ok)) or "none") +
+                     " (the others' strides or alignment do not suit TMA: pointers; vectors keep pointers too)")
+        return text
+
+
+def call_spec(alg: Algorithm, b: Binding, args: Sequence[Any], interpret: bool, out=None,
+              tma_ok: frozenset = frozenset()) -> CallSpec:
+    """The :class:`CallSpec` of a call with binding ``b`` (``tma_ok`` from :func:`tma_addressable`
+    when the schedule's access is "tma", else empty)."""
+    facts = []
+    for a in alg.axis_names:
+        n = b.axis_sizes[a]
+        facts.append((a, next_pow2(n) if n <= 1 << 20 else n, tuple(n % t == 0 for t in _DIVISORS)))
+    i64 = any(isinstance(x, torch.Tensor) and max_offset(x) > I32_MAX for x in args)
+    if not i64:
+        i64 = any(n > I32_MAX // 2 for n in b.axis_sizes.values())
+    return CallSpec(tuple(facts), tuple(sorted(b.dtypes.items())), i64, interpret, tma_ok,
+                    divisibility_hints(alg, b, args, out))
+
+
+def max_offset(t: torch.Tensor) -> int:
+    """The largest element offset ``t`` can address (0 for an empty tensor)."""
+    if t.numel() == 0:
+        return 0
+    return sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) + t.storage_offset()
+
+
+def _given_out(out, k: int):
+    """The ``out=`` tensor given for output ``k`` (None when it is allocated by the runtime)."""
+    return None if out is None else (out[k] if isinstance(out, (tuple, list)) else out)
+
+
+def tma_addressable(alg: Algorithm, b: Binding, args: Sequence[Any], out=None) -> frozenset:
+    """Tensors of this call a TMA descriptor can address: at most 5 dims, last stride 1, every
+    other stride a positive multiple of 16 bytes (no stride-0 expanded dims), base address
+    16-byte aligned (CUDA's ``cuTensorMapEncodeTiled`` rules), not empty, not bool (Triton counts
+    bool elements as 1 bit). Outputs are allocated contiguous unless ``out=`` is given."""
+    def ok(t: torch.Tensor) -> bool:
+        es = t.element_size()
+        return (1 <= t.dim() <= 5 and t.dtype != torch.bool and t.numel() > 0 and t.stride(-1) == 1
+                and t.data_ptr() % 16 == 0 and all((st * es) % 16 == 0 for st in t.stride()[:-1])
+                and all(st > 0 for st, n in zip(t.stride(), t.shape) if n > 1))
+    names = set()
+    for p, a in zip(alg.params, args):
+        if isinstance(p, InputTensor) and isinstance(a, torch.Tensor) and ok(a):
+            names.add(p.name)
+    for k, (o, odt) in enumerate(zip(alg.outputs, b.out_dtypes)):
+        given = _given_out(out, k)
+        if given is not None:
+            good = ok(given)
+        else:
+            shape = [b.axis_sizes[a] for a in o.layout]
+            es = torch.empty((), dtype=odt).element_size()
+            row = 1
+            good = 1 <= len(shape) <= 5 and all(n > 0 for n in shape) and odt != torch.bool
+            for n in reversed(shape[1:]):
+                row *= n
+                good = good and (row * es) % 16 == 0
+        if good:
+            names.add(o.name)
+    return frozenset(names)
+
+
+def pow2_divisor(n: int, cap: int = 8) -> int:
+    """Largest power of two up to ``cap`` that divides ``n`` (1 for 0 and odd numbers)."""
+    d = 1
+    while n and d < cap and n % (2 * d) == 0:
+        d *= 2
+    return d
+
+
+def divisibility_hints(alg: Algorithm, b: Binding, args: Sequence[Any], out=None) -> tuple:
+    """``(argument, divisor)`` for the kernel's integer arguments (axis sizes ``size_<axis>``,
+    strides ``<tensor>_s<dim>`` of inputs and outputs) that are multiples of 2, 4 or 8, but not of
+    16, on this call.
+
+    Triton specialises an integer argument only on "multiple of 16" (and "equals 1"), so a row
+    stride or size of 1000 looks unaligned: masked loads of such rows cannot use 16-byte vectors.
+    Codegen re-states each hinted argument as ``x // d * d`` (the same value), from which Triton's
+    alignment analysis derives the divisibility. The H200 probe of session 4: a 1000^3 fp16 matmul
+    with pointer loads took 21.5 us, with TMA (which needs no such analysis) 9.6 us."""
+    hints = []
+    for a in alg.axis_names:
+        d = pow2_divisor(b.axis_sizes[a]) if b.axis_sizes[a] % 16 else 1
+        if d > 1:
+            hints.append((f"size_{a}", d))
+    tens = [(p.name, a) for p, a in zip(alg.params, args) if isinstance(p, InputTensor) and isinstance(a, torch.Tensor)]
+    for k, o in enumerate(alg.outputs):
+        given = _given_out(out, k)
+        strides = given.stride() if given is not None else torch.empty([b.axis_sizes[a] for a in o.layout], device="meta").stride()
+        tens.append((o.name, strides))
+    for name, t in tens:
+        for d_, st in enumerate(t.stride() if isinstance(t, torch.Tensor) else t):
+            d = pow2_divisor(st) if st % 16 else 1
+            if d > 1:
+                hints.append((f"{name}_s{d_}", d))
+    return tuple(hints)

@@ -1,0 +1,90 @@
+"""Complete a lowered :class:`Program`: every decision a backend needs, per kernel.
+
+The named steps, in order (each reads what the ones before decided): call facts (compute dtype,
+64-bit offsets, divisibility hints, interpreter-only choices), dots, dot-only axes, access per
+tensor tile, eviction hints, passes (grouping, online merging, warp specialisation). Then
+:func:`unused_knobs` reads the decisions back: the knobs that had no effect.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+
+from ..language import Algorithm, Binding, kernel_f64
+from ..schedule import Schedule
+from .access import plan_access, plan_eviction
+from .callspec import CallSpec
+from .dots import dot_only_axes, plan_dots
+from .kernel import KernelPlan, Program
+from .lower import lower
+from .passes import plan_passes
+
+__all__ = ["decide", "plan_program", "unused_knobs"]
+
+
+def decide(prog: Program, sched: Schedule, dtypes: Mapping[str, torch.dtype],
+           out_dtypes: Mapping[str, torch.dtype], interpret: bool, i64: bool,
+           tma_ok: frozenset = frozenset(), hints: Mapping[str, int] | None = None, note: str = "") -> Program:
+    """Fill every kernel's decisions in place (and return ``prog``). ``dtypes``: the input
+    tensors' dtypes; ``out_dtypes``: each output's; ``tma_ok``: tensors a TMA descriptor may
+    address on this call; ``hints``: integer argument -> a power of two it is a multiple of."""
+    any64 = kernel_f64(dtypes.values(), out_dtypes.values()) or sched.acc_dtype == "float64"
+    for k in prog.kernels:
+        _decide_kernel(k, sched, dtypes, out_dtypes, "float64" if any64 else "float32", interpret, i64, tma_ok,
+                       dict(hints or {}))
+    prog.note = note
+    return prog
+
+
+def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str, interpret: bool, i64: bool,
+                   tma_ok: frozenset, hints: dict) -> None:
+    k.compute_dtype, k.i64, k.round_bf16, k.hints = cdt, i64, interpret, hints
+    k.dtypes, k.out_dtypes = dict(dtypes), dict(out_dtypes)
+    k.dots = plan_dots(k, sched.precision)
+    k.dot_only = dot_only_axes(k)
+    k.access = plan_access(k, sched.access, tma_ok)
+    k.eviction, k.evicted = plan_eviction(k, sched.eviction)
+    k.passes, k.single = plan_passes(k, bool(sched.warp_specialize))
+
+
+def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) -> Program:
+    """Lower ``alg`` under the complete schedule ``sched`` for a call with binding ``b`` and facts
+    ``spec``: a :class:`Program` whose kernels carry every decision."""
+    out_dtypes = {o.name: d for o, d in zip(alg.outputs, b.out_dtypes)}
+    prog = lower(alg, sched, b.axis_sizes, spec.interpret, {k: str(v).replace("torch.", "") for k, v in out_dtypes.items()},
+                 f64=kernel_f64(b.dtypes.values(), b.out_dtypes))
+    return decide(prog, sched, b.dtypes, out_dtypes, spec.interpret, spec.i64, spec.tma_ok, dict(spec.hints),
+                  spec.note(alg, sched.access == "tma"))
+
+
+def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
+    """Knobs of the complete schedule ``sched`` that the planned program ``prog`` does not use (each becomes a ``ScheduleWarning``): a
+    partials split mode without a split, warp specialisation dropped on loops whose loads are not
+    all TMA or without a contraction loop, a dot precision without fp32 dots, eviction hints on
+    inputs that no pointer or block-pointer load reads (TMA tile loads take none)."""
+    kernels = prog.kernels
+    notes = []
+    if sched.split_mode == "partials" and not any(f > 1 for f in sched.split.values()):
+        sums = [a for a in alg.reduction_axes
+                if all(st.node.op == "sum" for st in alg.stages.values() if not st.is_output and a in st.node.over)]
+        how = (f"it applies to split-K, e.g. split={{{sums[0]!r}: 4}}" if sums else
+               f"{alg.name} has no sum to split")
+        notes.append(f"split_mode='partials' has no effect: this call splits no reduction axis (the "
+                     f"complete schedule's split is {dict(sched.split)}); {how}. Give a split, or drop split_mode")
+    if any(k.ws_dropped for k in kernels):
+        notes.append("warp_specialize=True has no effect on loops whose loads are not all TMA "
+                     "(needs access='tma' and TMA-addressable tensors: last stride 1, 16-byte aligned rows and "
+                     "base); those loops run without it")
+    if sched.warp_specialize and not any(k.ws_loop for k in kernels):
+        notes.append("warp_specialize=True has no effect: no kernel has a contraction (tl.dot) loop to specialise")
+    if sched.precision != "ieee" and not any(k.fp32_dot for k in kernels):
+        notes.append(f"precision={sched.precision!r} has no effect: no kernel has a tl.dot with fp32 operands "
+                     f"(it sets how fp32 dots use tensor cores; 16-bit dots use them anyway)")
+    used = set().union(*(k.evicted for k in kernels)) if kernels else set()
+    for t, ev in sched.eviction.items():
+        if ev != "evict_normal" and t not in used:
+            notes.append(f"eviction={{{t!r}: {ev!r}}} has no effect: no load of {t} takes the hint (TMA tile loads "
+                         f"take none; use access='pointer' to keep it)")
+    return notes

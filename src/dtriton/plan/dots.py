@@ -1,0 +1,150 @@
+"""Which fused reductions of a kernel become ``tl.dot``, and how their operands are stored.
+
+A contraction is a sum over one axis ``r`` of a product whose factors split into an ``(m, r)``
+side and an ``(r, n)`` side (factors free of ``r`` are hoisted out of the sum). It becomes a dot
+with an fp32 accumulator when ``m``, ``n`` and ``r`` all have blocks of at least 16 and the kernel
+computes in fp32. Operands are cast to the 16-bit storage dtype when either side reads only 16-bit
+tensors (as FlashAttention casts P before P·V); otherwise the dot is an fp32 dot, where the
+schedule's ``precision`` applies (on the GPU).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+
+from ..language import Expr, Load, Reduce
+from .graph import contains, factors, fused_reduces
+from .kernel import DotPlan, KernelPlan
+
+__all__ = ["dot_dtype", "dot_only_axes", "dot_split", "plan_dots"]
+
+
+def dot_split(r: Reduce, k: KernelPlan, compute_dtype: str):
+    """Match ``sum over r of (left(m, r) * right(r, n)) * rest`` for tl.dot. Returns
+    (left factors, right factors, hoisted factors, m, n) or None."""
+    if r.op != "sum" or len(r.over) != 1 or compute_dtype == "float64":
+        return None
+    ra = r.over[0]
+    rp = k.axes[ra]
+    free = [a for a in r.axes if not k.scalar_axis(a)]
+    if len(free) != 2 or rp.block < 16:
+        return None
+    if any(k.axes[a].block < 16 for a in free):
+        return None
+    fs = factors(r.x)
+    hoist = [f for f in fs if ra not in f.axes]
+    rest = [f for f in fs if ra in f.axes]
+    for m, n in (free, free[::-1]):
+        left, right, ok = [], [], True
+        for f in rest:
+            blk = {a for a in set(f.axes) - {ra} if not k.scalar_axis(a)}
+            if blk <= {m}:
+                left.append(f)
+            elif blk <= {n}:
+                right.append(f)
+            else:
+                ok = False
+                break
+        if ok and any(m in f.axes for f in left) and any(n in f.axes for f in right):
+            if any(contains(f, r, k.materialized) for f in hoist):
+                return None
+            return left, right, hoist, m, n
+    return None
+
+
+def dot_dtype(fs: list[Expr], dtypes: Mapping[str, torch.dtype]) -> str | None:
+    """Storage dtype of a dot operand: the promoted dtype of the tensors it reads ("float16",
+    "bfloat16"), None when it is not a 16-bit type."""
+    dts = set()
+    for f in fs:
+        stack = [f]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, Load):
+                dts.add(dtypes[x.tensor.name])
+            elif isinstance(x, Reduce):
+                dts.add(torch.float32)
+            else:
+                stack.extend(x.children())
+    if dts and dts <= {torch.float16}:
+        return "float16"
+    if dts and dts <= {torch.bfloat16}:
+        return "bfloat16"
+    return None
+
+
+def _raw(fs: list[Expr], dd: str | None, dtypes: Mapping[str, torch.dtype], interpret: bool) -> bool:
+    """A side that is one plain load already in the operand dtype feeds the dot as loaded."""
+    return (len(fs) == 1 and isinstance(fs[0], Load) and dd is not None and not interpret
+            and str(dtypes[fs[0].tensor.name]).replace("torch.", "") == dd)
+
+
+def plan_dot(r: Reduce, k: KernelPlan, precision: str) -> DotPlan | None:
+    """The :class:`DotPlan` of fused reduction ``r`` of kernel ``k`` (None: not a dot)."""
+    split = dot_split(r, k, k.compute_dtype)
+    if split is None:
+        return None
+    left, right, hoist, m, n = split
+    da, db = dot_dtype(left, k.dtypes), dot_dtype(right, k.dtypes)
+    common = da or db if (da is None) != (db is None) else (da if da == db else None)
+    interpret = k.round_bf16
+    return DotPlan(tuple(left), tuple(right), tuple(hoist), m, n, common,
+                   "float32" if interpret else common,
+                   _raw(left, common, k.dtypes, interpret), _raw(right, common, k.dtypes, interpret),
+                   precision if common is None and not interpret else None)
+
+
+def plan_dots(k: KernelPlan, precision: str) -> dict[int, DotPlan]:
+    """The dots of every fused reduction of kernel ``k``."""
+    out = {}
+    for r in fused_reduces([st.expr for st in k.stores], k.materialized):
+        d = plan_dot(r, k, precision)
+        if d is not None:
+            out[r._id] = d
+    return out
+
+
+def dot_only_axes(k: KernelPlan) -> frozenset:
+    """Whole axes that appear only inside tl.dot operands (reduced by contractions and kept in
+    no output): they need offsets but no dim in the program's layout, which keeps every other
+    value of the kernel lower-rank."""
+    out = set()
+    store_axes = {a for st in k.stores for a in st.layout}
+    reds = fused_reduces([st.expr for st in k.stores], k.materialized)
+    for a, p in k.axes.items():
+        if p.role != "whole" or a in store_axes:
+            continue
+        over = [r for r in reds if a in r.over]
+        users = [r for r in reds if a in r.x.axes and a not in r.over]
+        if over and not users and all(r._id in k.dots for r in over) and _only_inside(a, over, k):
+            out.add(a)
+    return frozenset(out)
+
+
+def _only_inside(a: str, over: list[Reduce], k: KernelPlan) -> bool:
+    """No node of the kernel's stores outside the reductions ``over`` uses axis ``a``."""
+    inside = set()
+    for r in over:
+        stack = [r.x]
+        while stack:
+            n = stack.pop()
+            if n._id in inside:
+                continue
+            inside.add(n._id)
+            stack.extend(n.children())
+    for st in k.stores:
+        stack, seen = [st.expr], set()
+        while stack:
+            n = stack.pop()
+            if n._id in seen or n._id in inside:
+                continue
+            seen.add(n._id)
+            is_over = isinstance(n, Reduce) and any(n is r for r in over)
+            if a in n.axes and not is_over:
+                return False
+            if is_over:
+                continue
+            stack.extend(n.children())
+    return True

@@ -1,0 +1,262 @@
+"""The plan records: what one kernel computes and how, decided before any source is printed.
+
+A :class:`Program` is the kernels of one (algorithm, complete schedule, call signature) in launch
+order, plus the intermediate buffers they exchange. Each :class:`KernelPlan` carries every decision
+a backend needs: the axes and their tiles (:class:`AxisPlan`), the stores, which fused reductions
+become dots (:class:`DotPlan`), how reductions are grouped into passes (:class:`PassPlan`), the
+access style and eviction hint per tensor tile (:class:`TileAccess`), the compute dtype, 64-bit
+offsets, divisibility hints and the interpreter-only choices. A backend prints these; it decides
+nothing and never reads the :class:`~dtriton.schedule.Schedule`.
+
+:meth:`Program.verify` checks a program in the spirit of an IR verifier.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..language import Expr, Reduce
+
+__all__ = ["AxisPlan", "BufferSpec", "DotPlan", "KernelPlan", "PassPlan", "Program", "StoreSpec", "TileAccess",
+           "next_pow2"]
+
+
+def next_pow2(n: int) -> int:
+    """Smallest power of two >= n (1 for n <= 1)."""
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def is_pow2(n: int) -> bool:
+    """Whether ``n`` is a positive power of two."""
+    return n >= 1 and n & (n - 1) == 0
+
+
+@dataclass(frozen=True)
+class AxisPlan:
+    """How one axis is covered inside one kernel.
+
+    role: "grid" (program id; ``block`` elements per program, a scalar when block == 1),
+    "whole" (one block covers it: block = next_pow2(size)), "loop" (tiles in a loop) or
+    "online" (a loop whose reductions run in one pass with rescaling).
+    ``divisible``: size % block == 0, so no mask is needed.
+    """
+    name: str
+    role: str
+    block: int
+    divisible: bool
+    group: int = 1
+
+    @property
+    def scalar(self) -> bool:
+        """A grid axis with tile 1: a scalar index, never a block dim."""
+        return self.role == "grid" and self.block == 1
+
+
+@dataclass
+class BufferSpec:
+    """An intermediate tensor written by one kernel and read by later ones (fp32 by default)."""
+    name: str
+    axes: tuple[str, ...]
+    dtype: str = "float32"
+    zero: bool = False
+    partials: int = 0         # >0: a leading dim of this many split partials
+    scale_count: tuple[str, ...] = ()   # divide by the product of these axis sizes when read (mean)
+
+
+@dataclass
+class StoreSpec:
+    """One store of a kernel: ``target[layout] = expr`` (atomic add for split reductions)."""
+    target: str               # output name ("out", "out0", ...) or buffer name
+    expr: Expr
+    layout: tuple[str, ...]
+    atomic: bool = False
+    partial_axis: bool = False  # store into the split-partials dim of a buffer
+
+
+@dataclass(frozen=True)
+class DotPlan:
+    """A fused sum lowered to ``tl.dot``: ``sum over r of (left(m, r) * right(r, n)) * hoist``.
+
+    ``operand_dtype``: the 16-bit storage dtype both operands are cast to ("float16" or
+    "bfloat16"), None for an fp32 dot. ``operand_cast``: the dtype operands are actually cast to
+    (``operand_dtype``, or "float32" on the interpreter, whose 16-bit dots are wrong).
+    ``raw_left``/``raw_right``: that side is one plain load in the storage dtype, fed to the dot
+    without a round trip through the compute dtype. ``precision``: ``input_precision`` of an fp32
+    dot on the GPU (None: not printed)."""
+    left: tuple[Expr, ...]
+    right: tuple[Expr, ...]
+    hoist: tuple[Expr, ...]
+    m: str
+    n: str
+    operand_dtype: str | None
+    operand_cast: str | None
+    raw_left: bool
+    raw_right: bool
+    precision: str | None
+
+    @property
+    def fp32(self) -> bool:
+        """Whether the dot has fp32 operands (where the schedule's ``precision`` applies)."""
+        return self.operand_dtype is None
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    """Reductions computed together by one pass (one loop over ``loop_axes``, or in registers).
+
+    ``online``: a max and the sums using it as ``exp(x - max)`` in one rescaled pass
+    (``online_maxes``: the maxes other reductions of the pass use).
+    ``warp_specialize``: the loop is emitted with Triton's automatic warp specialisation;
+    ``ws_requested``: the schedule asked for it on this contraction loop (it is dropped when a
+    load in the loop is not TMA)."""
+    reductions: tuple[int, ...]
+    loop_axes: tuple[str, ...]
+    online: bool = False
+    warp_specialize: bool = False
+    ws_requested: bool = False
+    online_maxes: tuple[int, ...] = ()     # online: the maxes whose updates rescale the pass's sums
+
+
+@dataclass(frozen=True)
+class TileAccess:
+    """How a tile of one tensor is read or written: "block_ptr", "tma" (with the TMA ``box``,
+    elements per dim), or "pointer" for a tile the schedule asked TMA for but TMA cannot address
+    on this call; tiles without an entry use plain pointers."""
+    kind: str
+    box: tuple[int, ...] = ()
+
+
+@dataclass
+class KernelPlan:
+    """One kernel: what it stores, its grid, how each axis is covered, and every decision on how
+    its values are computed (filled by :func:`dtriton.plan.decide.decide`)."""
+    name: str
+    stores: list[StoreSpec]
+    grid: list[str]                                   # grid axes, outermost first
+    axes: dict[str, AxisPlan]
+    split: tuple[str, int] | None = None              # (reduction axis, factor)
+    materialized: dict[int, BufferSpec] = field(default_factory=dict)  # Reduce node id -> buffer
+    num_warps: int = 4
+    num_stages: int = 2
+    stage_names: list[str] = field(default_factory=list)
+    fused: list[str] = field(default_factory=list)    # reduction stages computed inside
+    persistent: bool = False                          # a fixed grid of programs looping over tiles
+    # -- decisions (filled by plan.decide) --
+    compute_dtype: str = "float32"                    # "float32" or "float64"
+    i64: bool = False                                 # 64-bit offsets
+    round_bf16: bool = False                          # explicit bf16 rounding (the interpreter truncates)
+    hints: dict[str, int] = field(default_factory=dict)   # integer argument -> power of two it is a multiple of
+    dtypes: dict[str, torch.dtype] = field(default_factory=dict)      # input tensor -> storage dtype
+    out_dtypes: dict[str, torch.dtype] = field(default_factory=dict)  # output -> dtype
+    dots: dict[int, DotPlan] = field(default_factory=dict)            # fused Reduce id -> its dot
+    dot_only: frozenset = frozenset()                 # whole axes used only inside dot operands
+    passes: list[PassPlan] = field(default_factory=list)              # the passes of the program scope
+    single: dict[int, PassPlan] = field(default_factory=dict)         # a fused reduction computed on its own
+    access: dict[tuple, TileAccess] = field(default_factory=dict)     # (tensor, axes) -> non-pointer access
+    eviction: dict[str, str] = field(default_factory=dict)            # input -> L2 eviction hint
+    evicted: frozenset = frozenset()                  # inputs some non-TMA load of which carries its hint
+
+    def scalar_axis(self, a: str) -> bool:
+        """A grid axis with tile 1: a scalar index, never a block dim."""
+        p = self.axes.get(a)
+        return p is not None and p.scalar
+
+    @property
+    def ws_loop(self) -> bool:
+        """Some contraction loop asked for warp specialisation."""
+        return any(p.ws_requested for p in self.all_passes())
+
+    @property
+    def ws_dropped(self) -> bool:
+        """A warp-specialisation request was dropped (a loop has loads that are not TMA)."""
+        return any(p.ws_requested and not p.warp_specialize for p in self.all_passes())
+
+    @property
+    def fp32_dot(self) -> bool:
+        """Some tl.dot has fp32 operands (the schedule's ``precision`` applies)."""
+        return any(d.fp32 for d in self.dots.values())
+
+    def all_passes(self) -> list[PassPlan]:
+        """The program-scope passes and the passes of reductions computed on their own."""
+        return list(self.passes) + list(self.single.values())
+
+
+#: The name the lowering used before the plan was complete (kept for older imports).
+KernelIR = KernelPlan
+
+
+@dataclass
+class Program:
+    """The kernels of one (algorithm, schedule, specialisation), in launch order."""
+    kernels: list[KernelPlan]
+    buffers: dict[str, BufferSpec]
+    output_direct: dict[str, str] = field(default_factory=dict)  # output name -> "zero": split-K atomics into it
+    name: str = ""                                    # the algorithm's name
+    schedule_json: str = ""                           # the complete schedule, for the header comment
+    note: str = ""                                    # the specialisation note of the header comment
+    stage_labels: dict[int, str] = field(default_factory=dict)   # Reduce id -> stage name (printing)
+
+    def verify(self) -> list[str]:
+        """Problems of this program (empty when it is well formed): every reduction a kernel reads
+        is computed in that kernel (fused) or written to a buffer by an earlier kernel; a grid
+        names only axes of its kernel; split axes are axes of the kernel; blocks of tiled axes are
+        powers of two; dots reduce a fused sum."""
+        problems: list[str] = []
+        produced: set[str] = set()
+        for k in self.kernels:
+            problems.extend(_reads_problems(k, self.buffers, produced))
+            problems.extend(_axes_problems(k))
+            for st in k.stores:
+                if st.target in self.buffers:
+                    produced.add(st.target)
+        return problems
+
+    def ok(self) -> bool:
+        """True when :meth:`verify` finds nothing."""
+        return not self.verify()
+
+
+def _reads_problems(k: KernelPlan, buffers: dict[str, BufferSpec], produced: set[str]) -> list[str]:
+    """Reductions kernel ``k`` reads that neither it nor an earlier kernel computes."""
+    out: list[str] = []
+    fused = set(k.fused)
+    for st in k.stores:
+        top = st.target in buffers and isinstance(st.expr, Reduce)
+        if top and st.expr.name not in fused:
+            out.append(f"kernel {k.name} stores stage {st.expr.name} without computing it")
+            continue
+        stack = [st.expr.x] if top else [st.expr]
+        seen: set[int] = set()
+        while stack:
+            n = stack.pop()
+            if n._id in seen:
+                continue
+            seen.add(n._id)
+            if isinstance(n, Reduce):
+                b = k.materialized.get(n._id)
+                if b is not None:
+                    if b.name not in produced:
+                        out.append(f"kernel {k.name} reads buffer {b.name} before a kernel writes it")
+                    continue
+                if n.name not in fused:
+                    out.append(f"kernel {k.name} reads stage {n.name}, which it does not compute")
+            stack.extend(n.children())
+    return out
+
+
+def _axes_problems(k: KernelPlan) -> list[str]:
+    """Grid, split and block problems of one kernel."""
+    out = [f"kernel {k.name}: grid axis {a!r} is not an axis of the kernel" for a in k.grid if a not in k.axes]
+    if k.split is not None and k.split[0] not in k.axes:
+        out.append(f"kernel {k.name}: split axis {k.split[0]!r} is not an axis of the kernel")
+    for a, p in k.axes.items():
+        if not is_pow2(p.block):
+            out.append(f"kernel {k.name}: axis {a!r} ({p.role}) has block {p.block}, not a power of two")
+        if p.role == "grid" and a not in k.grid:
+            out.append(f"kernel {k.name}: axis {a!r} has role grid but is not on the grid")
+    for rid in k.dots:
+        if rid in k.materialized:
+            out.append(f"kernel {k.name}: a dot reduces a materialised stage")
+    return out

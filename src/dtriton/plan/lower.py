@@ -1,0 +1,307 @@
+"""Lowering: (algorithm, complete schedule, call sizes) -> a Program of kernels (placement and partition).
+
+This layer decides *where* each stage is computed and partitions the algorithm into kernels:
+
+- every output is a root; outputs with the same axes and the same kernel schedule share a kernel;
+- a reduction stage is *fused* into its consumer's kernel (computed once per program when its free
+  axes are all in the program's tile, or recomputed inside the consumer's loops), or
+  *materialised*: a kernel of its own writes it to an fp32 buffer that consumers read;
+- a reduction that is split across programs (split-K) is always materialised; its kernel adds
+  its partial sums with fp32 atomics into a zeroed buffer, or writes per-split partials that the
+  consumer sums (``split_mode="partials"``, deterministic);
+- "auto" placement materialises a reduction when fusing it would recompute it once per program
+  of the consumer's grid (it reduces over a grid axis, or needs an axis the consumer loops over).
+
+How each kernel computes its values (dots, passes, access) is decided by :mod:`dtriton.plan.decide`;
+nothing here emits source. Shapes are used only for specialisation facts (which axes divide their
+tile, the block of "whole" axes), never baked into kernels, so a new shape with the same facts
+reuses the compiled kernel.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..errors import ScheduleError
+from ..language import Algorithm, Expr, Output, Reduce
+from ..schedule import Schedule
+from .kernel import AxisPlan, BufferSpec, KernelPlan, Program, StoreSpec, next_pow2
+
+__all__ = ["lower"]
+
+
+def _reduce_nodes(root: Expr, stop: set[int]) -> list[Reduce]:
+    """Reduce nodes reachable from root without crossing materialised ones (stop)."""
+    out, seen, stack = [], set(), [root]
+    while stack:
+        n = stack.pop()
+        if n._id in seen:
+            continue
+        seen.add(n._id)
+        if isinstance(n, Reduce):
+            out.append(n)
+            if n._id in stop and n is not root:
+                continue  # materialised elsewhere; the root itself is computed here
+        stack.extend(n.children())
+    return out
+
+
+def _kernel_axes(root_exprs: Sequence[Expr], stop: set[int], top: Reduce | None = None) -> list[str]:
+    """Every axis a kernel touches: free axes and the reduction axes of fused reductions."""
+    ax: list[str] = []
+    seen, stack = set(), list(root_exprs)
+    while stack:
+        n = stack.pop()
+        if n._id in seen:
+            continue
+        seen.add(n._id)
+        ax.extend(n.axes)
+        if isinstance(n, Reduce):
+            if n._id in stop and n is not top:
+                continue
+            ax.extend(n.over)
+        stack.extend(n.children())
+    return list(dict.fromkeys(ax))
+
+
+def lower(alg: Algorithm, sched: Schedule, sizes: dict[str, int], interpret: bool = False,
+          out_dtypes: dict[str, str] | None = None, f64: bool = False) -> Program:
+    """Partition ``alg`` under the complete schedule ``sched`` into kernels.
+
+    ``sizes`` maps axis names to extents (used for specialisation only). ``out_dtypes`` (output
+    -> dtype name) allows split-K straight into an fp32 output; ``f64``: buffers in float64.
+    Raises :class:`ScheduleError` when a forced fusion is impossible."""
+    reduces = {s.node._id: s.node for s in alg.stages.values() if not s.is_output}
+    mat = _placement(alg, sched, reduces)
+    lw = _Kernels(alg, sched, sizes, reduces, mat, f64)
+    for grp in _root_groups(alg, sched):
+        if not lw.direct_split(grp, out_dtypes):
+            lw.output_kernel(grp)
+    labels = {s.node._id: s.name for s in alg.stages.values() if not s.is_output}
+    return Program(lw.kernels, lw.buffers, lw.output_direct, name=alg.name, schedule_json=sched.to_json(),
+                   stage_labels=labels)
+
+
+def _root_groups(alg: Algorithm, sched: Schedule) -> list[list[Output]]:
+    """Outputs that share a kernel: the same axes and the same kernel schedule."""
+    groups: list[list] = []
+    for o in alg.outputs:
+        key = (frozenset(o.layout), sched.stage(o.name))
+        for g in groups:
+            if g[0] == key and g[1][0].expr is not None and isinstance(g[1][0], Output):
+                g[1].append(o)
+                break
+        else:
+            groups.append([key, [o]])
+    return [g[1] for g in groups]
+
+
+def _placement(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce]) -> set[int]:
+    """The ids of the reductions that are materialised (written to a buffer by a kernel of their
+    own): split ones, those the schedule materialises, and "auto" ones that cannot live in their
+    consumer's kernel (iterated until nothing changes)."""
+    mat: set[int] = set()
+    for rid, r in reduces.items():
+        place = sched.stage(r.name).place
+        split_axes = [a for a in r.over if sched.split.get(a, 1) > 1]
+        if split_axes:
+            if r.op != "sum":
+                raise ScheduleError(
+                    f"stage {r.name!r} is a {r.op} over {split_axes}; only sum/mean stages can be split "
+                    "across programs. Remove the split or materialise a sum instead")
+            if place == "fuse":
+                raise ScheduleError(
+                    f"stage {r.name!r} is split over {split_axes} and must be materialised; it cannot be fused")
+            mat.add(rid)
+        elif place == "materialize":
+            mat.add(rid)
+    while _place_round(alg, sched, reduces, mat):
+        pass
+    return mat
+
+
+def _place_round(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce], mat: set[int]) -> bool:
+    """One round of :func:`_placement`: materialise the auto reductions that cannot be fused where
+    they are used; True when something changed."""
+    changed = False
+    kernels_roots = []  # (root exprs, free axes, stage schedule name)
+    for grp in _root_groups(alg, sched):
+        kernels_roots.append(([o.expr for o in grp], grp[0].layout, grp[0].name))
+    for rid in mat:
+        r = reduces[rid]
+        kernels_roots.append(([r], r.axes, r.name))
+    for exprs, free, sname in kernels_roots:
+        grid = _grid_for(alg, sched, sname, free)
+        top_axes = set(grid) | {a for a in _kernel_axes(exprs, mat, exprs[0] if isinstance(exprs[0], Reduce) else None)
+                                if _strategy(sched, sname, a) == "whole"}
+        for r in _reduce_nodes_roots(exprs, mat):
+            if r._id in mat:
+                continue
+            place = sched.stage(r.name).place
+            bad_grid = [a for a in r.over if a in grid]
+            if bad_grid:
+                if place == "fuse":
+                    raise ScheduleError(
+                        f"stage {r.name!r} reduces over {bad_grid}, which the grid of the kernel for "
+                        f"{sname!r} splits across programs; it cannot be fused there. Materialise it "
+                        f"(stages={{{r.name!r}: {{'place': 'materialize'}}}}) or take {bad_grid} off the grid")
+                mat.add(r._id)
+                changed = True
+                continue
+            if place == "auto" and not set(r.axes) <= top_axes:
+                mat.add(r._id)
+                changed = True
+    return changed
+
+
+class _Kernels:
+    """Builds the kernels of one program in dependency order (a materialised reduction's kernel
+    before every kernel that reads its buffer)."""
+
+    def __init__(self, alg: Algorithm, sched: Schedule, sizes: dict[str, int], reduces: dict[int, Reduce],
+                 mat: set[int], f64: bool):
+        self.alg, self.sched, self.sizes, self.reduces, self.mat = alg, sched, sizes, reduces, mat
+        self.kernels: list[KernelPlan] = []
+        self.done: set[int] = set()
+        self.buffers: dict[str, BufferSpec] = {}
+        self.bufmap: dict[int, BufferSpec] = {}
+        self.output_direct: dict[str, str] = {}
+        order = [n._id for n in alg.nodes]
+        for rid in sorted(mat, key=order.index):
+            r = reduces[rid]
+            split = [(a, sched.split[a]) for a in r.over if sched.split.get(a, 1) > 1]
+            partials = split[0][1] if split and sched.split_mode == "partials" else 0
+            # the kernel computing r applies the mean's division itself (partial sums are divided
+            # too, so atomics and partials add up to the mean), so readers never divide again
+            b = BufferSpec(f"buf_{r.name}", r.axes, "float64" if f64 else sched.acc_dtype, zero=bool(split) and not partials,
+                           partials=partials)
+            self.buffers[b.name] = b
+            self.bufmap[rid] = b
+
+    def make_kernel(self, name, exprs, stores, free, sname, top: Reduce | None) -> KernelPlan:
+        """The kernel computing ``exprs`` (the stage ``sname``'s schedule; ``top``: the
+        materialised reduction it writes, if any)."""
+        alg, sched, mat = self.alg, self.sched, self.mat
+        grid = _grid_for(alg, sched, sname, free)
+        ss = sched.stage(sname)
+        split = None
+        if top is not None:
+            sp = [(a, sched.split[a]) for a in top.over if sched.split.get(a, 1) > 1]
+            if len(sp) > 1:
+                raise ScheduleError(f"stage {top.name!r}: split more than one axis {sp} is not supported; split one")
+            split = sp[0] if sp else None
+        axes: dict[str, AxisPlan] = {}
+        for a in _kernel_axes(exprs, mat, top):
+            axes[a] = self._axis(a, grid, ss, sname, split)
+        fused = [r.name for r in _reduce_nodes_roots(exprs, mat) if r._id not in mat or r is top]
+        return KernelPlan(name, stores, grid, axes, split,
+                          {k: v for k, v in self.bufmap.items() if top is None or k != top._id},
+                          ss.num_warps or sched.num_warps, ss.num_stages or sched.num_stages, [sname], fused,
+                          persistent=bool(sched.persistent) and bool(grid))
+
+    def _axis(self, a: str, grid: list[str], ss, sname: str, split) -> AxisPlan:
+        """How axis ``a`` is covered in a kernel with this grid and split."""
+        n = self.sizes[a]
+        tile = ss.tile.get(a, self.sched.tile.get(a))
+        if a in grid:
+            role = "grid"
+            block = tile or 1
+        else:
+            role = _strategy(self.sched, sname, a)
+            if split is not None and a == split[0]:
+                role = "loop"  # each program loops over its slice of the split axis
+            if role == "whole":
+                block = next_pow2(n)
+            else:
+                if tile is None:
+                    raise ScheduleError(f"axis {a!r} of the kernel for {sname!r} has no tile; give tile={{{a!r}: ...}}")
+                block = tile
+        group = ss.group.get(a, self.sched.group.get(a, 1)) if role == "grid" else 1
+        return AxisPlan(a, role, block, n % block == 0 and n > 0, group)
+
+    def deps_of(self, exprs, top=None) -> list[int]:
+        """Materialised reductions ``exprs`` read (other than ``top``)."""
+        return [r._id for r in _reduce_nodes_roots(exprs, self.mat) if r._id in self.mat and r is not top]
+
+    def reduce_kernel(self, rid: int) -> None:
+        """Emit the kernel of materialised reduction ``rid`` (after those it reads)."""
+        if rid in self.done:
+            return
+        r = self.reduces[rid]
+        for d in self.deps_of([r], r):
+            self.reduce_kernel(d)
+        b = self.bufmap[rid]
+        st = StoreSpec(b.name, r, r.axes, atomic=b.zero, partial_axis=b.partials > 0)
+        self.kernels.append(self.make_kernel(f"{self.alg.name}_{r.name}", [r], [st], r.axes, r.name, r))
+        self.done.add(rid)
+
+    def direct_split(self, grp: list[Output], out_dtypes: dict[str, str] | None) -> bool:
+        """Direct split-K into an fp32 output: ``out[...] = sum(...)`` with nothing after it,
+        atomics straight into the (zeroed) output instead of a buffer plus a copy kernel. True
+        when ``grp`` was emitted so."""
+        o = grp[0]
+        r = o.expr
+        if not (len(grp) == 1 and isinstance(r, Reduce) and r._id in self.bufmap and self.bufmap[r._id].zero
+                and not r.mean and out_dtypes is not None and out_dtypes.get(o.name) == "float32"
+                and tuple(o.layout) == tuple(r.axes) and r._id not in self.done
+                and not any(r._id in self.deps_of([x.expr]) for x in self.alg.outputs if x is not o)
+                and not any(r._id in self.deps_of([q], q) for q in (self.reduces[i] for i in self.mat) if q is not r)):
+            return False
+        for d in self.deps_of([r], r):
+            self.reduce_kernel(d)
+        b = self.bufmap.pop(r._id)
+        del self.buffers[b.name]
+        st = StoreSpec(o.name, r, r.axes, atomic=True)
+        self.kernels.append(self.make_kernel(f"{self.alg.name}_{o.name}", [r], [st], r.axes, r.name, r))
+        self.output_direct[o.name] = "zero"
+        self.done.add(r._id)
+        return True
+
+    def output_kernel(self, grp: list[Output]) -> None:
+        """Emit the kernel storing the outputs ``grp`` (after the kernels of what they read)."""
+        exprs = [o.expr for o in grp]
+        for d in self.deps_of(exprs):
+            self.reduce_kernel(d)
+        stores = [StoreSpec(o.name, o.expr, o.layout) for o in grp]
+        self.kernels.append(self.make_kernel(f"{self.alg.name}_{grp[0].name}", exprs, stores, grp[0].layout,
+                                             grp[0].name, None))
+
+
+def _reduce_nodes_roots(exprs, stop):
+    out, seen = [], set()
+    for e in exprs:
+        for r in _reduce_nodes(e, stop):
+            if r._id not in seen:
+                seen.add(r._id)
+                out.append(r)
+    return out
+
+
+def _strategy(sched: Schedule, sname: str, axis: str) -> str:
+    s = sched.stage(sname).strategy.get(axis, sched.strategy.get(axis, "auto"))
+    return "loop" if s == "auto" else s
+
+
+def _grid_for(alg: Algorithm, sched: Schedule, sname: str, free: Sequence[str]) -> list[str]:
+    """Grid axes of the kernel whose free axes are ``free``: the stage's grid, else the global grid
+    restricted to ``free``, plus free axes that are neither whole nor looped."""
+    ss = sched.stage(sname)
+    if ss.grid is not None:
+        bad = [a for a in ss.grid if a not in free]
+        if bad:
+            raise ScheduleError(f"stages[{sname!r}].grid names {bad}, which are not free axes of stage {sname!r} "
+                                f"(its free axes: {list(free)})")
+        return list(ss.grid)
+    is_output = alg.stages[sname].is_output
+    if not is_output:
+        return list(free)  # a materialised reduction: all its free axes on the grid, in its order
+    g = [a for a in (sched.grid or ()) if a in free]
+    for a in free:
+        if a in g:
+            continue
+        if ss.strategy.get(a) in ("whole", "loop", "online"):
+            continue  # the stage asks for this axis to be covered in-program
+        if is_output and sched.grid is not None:
+            continue  # an output axis left off the grid: looped or whole (validated)
+        g.append(a)
+    return g

@@ -1,0 +1,127 @@
+"""Which fused reductions of a kernel share a loop (a *pass*), which passes run online, and which
+contraction loops are warp-specialised.
+
+The reductions whose free axes are all bound by the program (grid and whole axes) are computed
+once per program, before the stores, in passes: in dependency order, the ready reductions that loop
+over the same axes share one loop. The *online* strategy merges a max stage with the sums that use
+it as ``exp(x - max)`` into one pass with rescaling (Milakov & Gimelshein 2018; the trick
+FlashAttention builds on). Every other fused reduction is computed on its own where it is first
+needed (a pass of one; which scope that is, is the printer's business).
+
+Warp specialisation (the schedule's ``warp_specialize``) applies to loops of passes with a
+contraction. Triton's Hopper warp specialisation handles TMA-fed loops only (pointer loads in the
+loop crash its WSLowerToken pass on the H200), so a loop in which any read is not a TMA load runs
+plain (loads through block pointers are not TMA either).
+"""
+
+from __future__ import annotations
+
+from ..language import Axis, Load, Reduce, Unary, Binary
+from .graph import contains, factors, fused_deps, fused_reduces, has, need_axes
+from .kernel import KernelPlan, PassPlan
+
+__all__ = ["online_ok", "plan_passes", "top_bound"]
+
+
+def top_bound(k: KernelPlan) -> set[str]:
+    """Axes the program scope binds: the grid axes and the whole axes."""
+    return set(k.grid) | {a for a, p in k.axes.items() if p.role == "whole"}
+
+
+def online_ok(s: Reduce, grp: list[Reduce], pending: list[Reduce], k: KernelPlan) -> bool:
+    """Sum ``s`` can join a one-pass online group: every max stage of ``grp`` it uses appears
+    once, as a factor ``exp(a - max)`` of its body."""
+    if s.op != "sum":
+        return False
+    deps = fused_deps(s, k.materialized)
+    maxes = [m for m in grp if m.op == "max" and has(deps, m)]
+    if not maxes or any(not has(grp, d) and has(pending, d) for d in deps):
+        return False
+    fs = factors(s.x)
+    for m in maxes:
+        hits = [f for f in fs if contains(f, m, k.materialized)]
+        if len(hits) != 1:
+            return False
+        f = hits[0]
+        if not (isinstance(f, Unary) and f.op == "exp" and isinstance(f.x, Binary) and f.x.op == "sub"
+                and f.x.b is m and not contains(f.x.a, m, k.materialized)):
+            return False
+    return True
+
+
+def _top_groups(k: KernelPlan, tops: list[Reduce], bound: set[str]) -> list[tuple[list[Reduce], tuple[str, ...]]]:
+    """The passes of the program scope: (reductions, loop axes), in emission order."""
+    out = []
+    pending = list(tops)
+    while pending:
+        ready = [r for r in pending if not any(has(pending, d) and d is not r for d in fused_deps(r, k.materialized))]
+        if not ready:
+            raise AssertionError("cyclic reductions")
+        groups: dict[tuple, list[Reduce]] = {}
+        for r in ready:
+            groups.setdefault(tuple(a for a in r.over if a not in bound), []).append(r)
+        for key, grp in groups.items():
+            if key and all(k.axes[a].role == "online" for a in key):
+                # pull in pending sums that depend on a max of this group via exp(x - max)
+                extra = [p for p in pending if not has(grp, p) and tuple(a for a in p.over if a not in bound) == key
+                         and all(has(grp, d) or not has(pending, d) for d in fused_deps(p, k.materialized))
+                         and online_ok(p, grp, pending, k)]
+                grp = grp + extra
+                pending = [p for p in pending if not has(extra, p)]
+            out.append((grp, key))
+        pending = [p for p in pending if not has(ready, p)]
+    return out
+
+
+def _reads_in_loop(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], bound: set[str]) -> bool:
+    """Whether a pass over ``loop_axes`` computing ``rs`` reads memory inside its loop other than
+    through TMA: a load or buffer read placed by an axis bound in the loop (or in a loop nested in
+    it, opened by a reduction computed inside)."""
+    memo: dict = {}
+    stack = [(r.x, frozenset(loop_axes)) for r in rs]
+    seen = set()
+    while stack:
+        n, inner = stack.pop()
+        if (n._id, inner) in seen:
+            continue
+        seen.add((n._id, inner))
+        if isinstance(n, Reduce) and n._id in k.materialized:
+            if set(n.axes) & inner:
+                return True
+            continue
+        if isinstance(n, Reduce):
+            if need_axes(n, k.materialized, frozenset(), memo) & inner:
+                stack.append((n.x, inner | {a for a in n.over if a not in bound}))
+            continue
+        if isinstance(n, Load) and need_axes(n, k.materialized, frozenset(), memo) & inner:
+            plain = all(isinstance(e, Axis) for e in n.index)
+            acc = k.access.get((n.tensor.name, tuple(e.name for e in n.index))) if plain else None
+            if acc is None or acc.kind != "tma":
+                return True
+        stack.extend((c, inner) for c in n.children())
+    return False
+
+
+def _pass(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], bound: set[str], ws: bool) -> PassPlan:
+    online = bool(loop_axes) and all(k.axes[a].role == "online" for a in loop_axes) and len(rs) > 1
+    asked = ws and bool(loop_axes) and any(r._id in k.dots for r in rs)
+    on = asked and not _reads_in_loop(k, rs, loop_axes, bound)
+    maxes = tuple(r._id for r in rs if online and r.op == "max"
+                  and any(has(fused_deps(s, k.materialized), r) for s in rs if s is not r))
+    return PassPlan(tuple(r._id for r in rs), tuple(loop_axes), online, on, asked, maxes)
+
+
+def plan_passes(k: KernelPlan, warp_specialize: bool) -> tuple[list[PassPlan], dict[int, PassPlan]]:
+    """The passes of the program scope, and the pass of each fused reduction computed on its own.
+    Needs the kernel's dots and access decided."""
+    bound = top_bound(k)
+    tops: list[Reduce] = []
+    for st in k.stores:
+        for r in fused_reduces([st.expr], k.materialized):
+            if not has(tops, r) and all(a in bound for a in r.axes):
+                tops.append(r)
+    passes = [_pass(k, grp, key, bound, warp_specialize) for grp, key in _top_groups(k, tops, bound)]
+    single = {}
+    for r in fused_reduces([st.expr for st in k.stores], k.materialized):
+        single[r._id] = _pass(k, [r], tuple(a for a in r.over if a not in bound), bound, warp_specialize)
+    return passes, single

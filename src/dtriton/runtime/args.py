@@ -1,0 +1,191 @@
+"""Checking a call's arguments: named arguments, ``out=`` normalisation and memory overlap,
+in-place calls, gather indices, and the key of a call signature (the fast launch path's)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..errors import ShapeError
+from ..language import Algorithm, Axis, Binding, Load, Reduce, topo_order
+from ..plan.callspec import max_offset
+from ..schedule import Schedule
+
+__all__ = ["call_key", "check_gather_indices", "check_given_out", "check_out_memory", "inplace_problem", "merge_named",
+           "normalise_out", "overlap", "spec_key"]
+
+
+def span(t: torch.Tensor) -> tuple[int, int]:
+    """Byte range [lo, hi) of the memory ``t`` can touch (non-negative strides)."""
+    lo = t.data_ptr()
+    return lo, lo + (max_offset(t) - t.storage_offset() + 1) * t.element_size()
+
+
+def overlap(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """The byte ranges of two non-empty tensors on one device intersect."""
+    if not x.numel() or not y.numel() or x.device != y.device:
+        return False
+    (xlo, xhi), (ylo, yhi) = span(x), span(y)
+    return xlo < yhi and ylo < xhi
+
+
+def check_out_memory(name: str, out: torch.Tensor, inputs: dict[str, torch.Tensor]) -> list[str]:
+    """Refuse an ``out=`` tensor whose elements share memory (a stride-0 expanded dim), or that
+    overlaps an input without being exactly that input: programs would read values other
+    programs already overwrote (torch refuses these too). Returns the names of the inputs
+    ``out`` is exactly (an in-place call, ``out=X``, possibly for several parameters at once;
+    :func:`inplace_problem` decides for each whether the algorithm allows it)."""
+    found: list[str] = []
+    if out.numel() == 0:
+        return found
+    if any(st == 0 for st, n in zip(out.stride(), out.shape) if n > 1):
+        raise ShapeError(f"out= for {name} has a stride-0 (expanded) dim (strides {tuple(out.stride())}): several "
+                         "elements would be written to one memory location; pass a tensor with distinct elements")
+    for pname, x in inputs.items():
+        if not isinstance(x, torch.Tensor) or x.numel() == 0 or x.device != out.device:
+            continue
+        same = (x.data_ptr() == out.data_ptr() and x.shape == out.shape and x.stride() == out.stride()
+                and x.dtype == out.dtype)
+        if same:
+            found.append(pname)
+        elif overlap(x, out):
+            raise ShapeError(f"out= for {name} overlaps input {pname!r} without being that same tensor: programs "
+                             f"would read values already overwritten; write into a separate tensor (or pass "
+                             f"out={pname} itself for an in-place call)")
+    return found
+
+
+def check_given_out(alg: Algorithm, sched: Schedule, name: str, given: torch.Tensor, shape: list[int],
+                    dtype: torch.dtype, device: torch.device, inputs: dict[str, torch.Tensor]) -> None:
+    """Refuse an ``out=`` tensor for output ``name`` of the wrong shape, dtype or device, one
+    overlapping an input without being it, or an in-place call (``out=X``) the algorithm and
+    schedule cannot do (:func:`inplace_problem`)."""
+    if tuple(given.shape) != tuple(shape) or given.dtype != dtype:
+        raise ShapeError(f"out= for {name} must have shape {tuple(shape)} and dtype {dtype}, "
+                         f"got {tuple(given.shape)} {given.dtype}")
+    if given.device != device:
+        raise ShapeError(f"out= for {name} is on {given.device} but the call runs on {device}; "
+                         f"pass an out= tensor on {device}")
+    for same in check_out_memory(name, given, inputs):
+        why = inplace_problem(alg, sched, same)
+        if why:
+            raise ShapeError(f"out= for {name} is input {same!r} itself (an in-place call), which this "
+                             f"algorithm and schedule cannot do: {why}; pass a separate out= tensor")
+
+
+def merge_named(alg: Algorithm, args: tuple, named: dict) -> tuple:
+    """Positional arguments followed by named ones, in the algorithm's parameter order."""
+    names = [p.name for p in alg.params]
+    unknown = [n for n in named if n not in names]
+    if unknown:
+        raise ShapeError(f"{alg.name} has no parameter {unknown[0]!r}; its parameters are {names}")
+    twice = [n for n in names[:len(args)] if n in named]
+    if twice:
+        raise ShapeError(f"{alg.name}: {twice[0]!r} is given both by position and by name")
+    merged = list(args)
+    for n in names[len(args):]:
+        if n not in named:
+            raise ShapeError(f"{alg.name}: missing argument {n!r} (parameters: {names})")
+        merged.append(named[n])
+    return tuple(merged)
+
+
+def normalise_out(alg: Algorithm, out) -> tuple[torch.Tensor, ...]:
+    """``out=`` as one tensor per output: a tensor (single-output algorithms) or a tuple/list with
+    one tensor per output, in the order the algorithm returns them. Raises :class:`ShapeError`
+    for a wrong count, a non-tensor, or two outputs that share memory (each would overwrite the
+    other's values)."""
+    names = [o.name for o in alg.outputs]
+    outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    if len(outs) != len(names):
+        raise ShapeError(f"out= must give {len(names)} tensor(s), one per output ({', '.join(names)}), "
+                         f"got {len(outs)}" + ("; pass a tuple" if len(names) > 1 else ""))
+    for n, t in zip(names, outs):
+        if not isinstance(t, torch.Tensor):
+            raise ShapeError(f"out= for {n} must be a torch.Tensor, got {type(t).__name__}")
+        if t.requires_grad and torch.is_grad_enabled():
+            raise ShapeError(f"out= for {n} requires grad: writing into it would overwrite a tensor autograd "
+                             f"tracks (torch refuses this too); pass a tensor that does not require grad, or "
+                             f"call under torch.no_grad()")
+    for a in range(len(outs)):
+        for c in range(a + 1, len(outs)):
+            if overlap(outs[a], outs[c]):
+                raise ShapeError(f"out= for {names[a]} and out= for {names[c]} share memory; pass a separate "
+                                 f"tensor for each output")
+    return outs
+
+
+def inplace_problem(alg: Algorithm, sched: Schedule, x_name: str) -> str | None:
+    """Why writing the output over input ``x_name`` (``out=X``) could read values already
+    overwritten, or None when it cannot: a single output that reads ``X`` only at its own
+    element (``X[i, j]`` for ``out[i, j]``), inside reductions over axes that no program of the
+    output's grid is tiled along (a row softmax reads its whole row before writing it), and no
+    split-K (its atomics zero the output first). A matmul ``out=A`` or a transpose ``out=X``
+    would read rows or columns other programs already wrote."""
+    if len(alg.outputs) != 1:
+        return "it has several outputs (a later output's kernel may still read the input)"
+    if any(f > 1 for f in sched.split.values()):
+        return "the schedule splits a reduction (split-K zeroes or accumulates into the output while it is read)"
+    o = alg.outputs[0]
+    layout = tuple(o.layout)
+    grid = set(sched.grid or ())
+    over: dict[int, set] = {}
+    for n in reversed(topo_order([o.expr])):   # parents first: pass reduction axes down to the loads
+        inner = over.get(n._id, set()) | (set(n.over) if isinstance(n, Reduce) else set())
+        for c in n.children():
+            over[c._id] = over.get(c._id, set()) | inner
+        if isinstance(n, Load) and n.tensor.name == x_name:
+            idx = tuple(e.name if isinstance(e, Axis) else None for e in n.index)
+            if idx != layout:
+                shown = ", ".join(e if e else "..." for e in idx)
+                return (f"it reads {x_name}[{shown}], not only the element it writes "
+                        f"({o.name}[{', '.join(layout)}])")
+            tiled = over.get(n._id, set()) & grid
+            if tiled:
+                return (f"it reduces {x_name} over axis {sorted(tiled)[0]!r}, which is on the grid (other programs "
+                        f"write parts of what this one reads)")
+    return None
+
+
+def check_gather_indices(alg: Algorithm, b: Binding, args) -> None:
+    """Raise :class:`ShapeError` when a gather index (``labels`` in ``X[i, labels[i]]``) is out of
+    range. Always on the interpreter (an out-of-range read would crash it); on the GPU only with
+    ``DTRITON_CHECK_INDICES=1``, since the check synchronises with the device."""
+    argmap = {p.name: a for p, a in zip(alg.params, args)}
+    for idx_name, tname, d, sym in alg.gathers:
+        t = argmap[idx_name]
+        if t.numel() == 0:
+            continue
+        lo, hi = int(t.min()), int(t.max())
+        n = b.sizes[sym]
+        if lo < 0 or hi >= n:
+            raise ShapeError(f"gather index {idx_name} has values in [{lo}, {hi}] but indexes dim {d} of {tname} "
+                             f"({sym} = {n}); every index must be in [0, {n - 1}]")
+
+
+def call_key(args) -> tuple:
+    """What decides a launch: shapes, strides, dtypes, devices, 16-byte alignment (Triton's own
+    pointer specialisation) and, for ints, the values Triton specialises on."""
+    key = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            if a.requires_grad and torch.is_grad_enabled():
+                return (None,)  # autograd path: never the fast path
+            key.append((a.shape, a.stride(), a.dtype, a.device, a.data_ptr() % 16 == 0))
+        elif isinstance(a, bool) or not isinstance(a, int):
+            key.append(type(a))
+        else:
+            key.append((a == 1, a % 16 == 0))
+    return tuple(key)
+
+
+def spec_key(args, out, interpret: bool) -> tuple | None:
+    """The key a call's :class:`~dtriton.plan.callspec.CallSpec` is cached under: the call keys of
+    the arguments and of ``out=`` (shapes, strides, dtypes, devices, alignment), the tensors'
+    storage offsets (which decide 64-bit offsets) and the backend; None for an autograd call."""
+    ck = call_key(args)
+    if ck == (None,):
+        return None
+    offs = tuple(a.storage_offset() for a in args if isinstance(a, torch.Tensor))
+    if out is None:
+        return ck, offs, None, interpret
+    return ck, offs, call_key(out), tuple(t.storage_offset() for t in out), interpret

@@ -1,0 +1,330 @@
+"""Runtime: the Kernel (bind -> complete the schedule -> CallSpec -> plan -> backend render/load ->
+launch), its caches, and the backend choice (GPU or Triton interpreter).
+
+``dt.compile(alg, schedule)`` returns a :class:`Kernel`. Calling it binds and checks the
+arguments, completes the schedule for the call's shapes (the heuristic fills what the schedule
+leaves open), lowers and generates Triton source once per *specialisation* (which axes divide
+their tile, the block of "whole" axes, dtypes, int64 offsets, backend), loads it as a module,
+allocates outputs and intermediate buffers, and launches the kernels in order.
+
+Backend: CUDA tensors run on the GPU; CPU tensors run through Triton's interpreter. The
+environment variable ``DTRITON_BACKEND=interpreter`` forces the interpreter (inputs are moved to
+the CPU and results moved back), ``DTRITON_BACKEND=gpu`` refuses to fall back.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import warnings
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..backends.base import KernelMeta
+from ..backends.triton import TritonBackend
+from ..errors import CompileError, ScheduleWarning, ShapeError
+from ..heuristics import complete_schedule
+from ..language import Algorithm, Binding, InputTensor
+from ..plan import CallSpec, Program, call_spec, plan_program, tma_addressable, unused_knobs
+from ..plan.callspec import I32_MAX
+from ..schedule import Schedule
+from .args import call_key, check_gather_indices, check_given_out, merge_named, normalise_out, spec_key
+
+__all__ = ["compile", "Kernel", "backend_for", "cache_dir"]
+
+_BACKEND = TritonBackend()
+_fast_ok = _BACKEND.fast_path_ok   # no launch hooks: the fast path may run (looked up once)
+
+
+def cache_dir() -> Path:
+    """Where generated sources live: ``$DTRITON_CACHE_DIR`` or ``~/.cache/dtriton``."""
+    d = os.environ.get("DTRITON_CACHE_DIR")
+    p = Path(d) if d else Path.home() / ".cache" / "dtriton"
+    try:
+        (p / "kernels").mkdir(parents=True, exist_ok=True)
+    except OSError:
+        p = Path(tempfile.gettempdir()) / "dtriton"
+        (p / "kernels").mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def backend_for(device: torch.device) -> str:
+    """"gpu" for CUDA tensors, else "interpreter"; ``DTRITON_BACKEND`` overrides."""
+    force = os.environ.get("DTRITON_BACKEND", "").lower()
+    if force not in ("", "interpreter", "interpret", "cpu", "gpu", "auto"):
+        raise ShapeError(f"DTRITON_BACKEND={force!r} is not understood; use 'interpreter', 'gpu', or leave it unset")
+    if force in ("interpreter", "interpret", "cpu"):
+        return "interpreter"
+    if device.type == "cuda":
+        return "gpu"
+    if force == "gpu":
+        raise ShapeError("DTRITON_BACKEND=gpu but the inputs are on the CPU; move them to CUDA or unset it")
+    return "interpreter"
+
+
+@dataclass
+class _Launch:
+    fn: Any
+    meta: KernelMeta
+    grid_axes: list[tuple[str, int]]
+    split: int
+    persistent: int = 0   # >0: at most this many programs, each looping over tiles
+
+    def programs(self, sizes: dict[str, int]) -> int:
+        """Programs to launch: output tiles of the grid axes times the split (0: nothing to do),
+        at most ``persistent`` for a persistent kernel."""
+        n = self.split
+        for a, blk in self.grid_axes:
+            n *= -(-sizes[a] // blk)
+        return min(n, self.persistent) if self.persistent and n else n
+
+
+def _persistent_programs(per_sm: int, device: torch.device) -> int:
+    """Programs of a persistent launch: ``per_sm`` per multiprocessor (4 in all on the interpreter)."""
+    if device.type != "cuda":
+        return 4
+    return per_sm * torch.cuda.get_device_properties(device).multi_processor_count
+
+
+@dataclass
+class _Plan:
+    """Everything needed to run one specialisation: program, module, launches."""
+    schedule: Schedule
+    program: Program
+    source: str
+    launches: list[_Launch]
+    interpret: bool
+
+
+class Kernel:
+    """A compiled algorithm + schedule. Call it like the algorithm: ``C = kernel(A, B)``.
+
+    Attributes:
+        algorithm: the :class:`~dtriton.language.Algorithm`.
+        schedule: the schedule as given (``None`` fields are completed per call shape).
+        source: generated Triton source of the most recent specialisation (compiles one for the
+            algorithm's example shapes if nothing ran yet; see :meth:`source_for`).
+    """
+
+    def __init__(self, alg: Algorithm, schedule: Schedule | None):
+        if not isinstance(alg, Algorithm):
+            raise TypeError(f"dt.compile expects an @dt.algorithm, got {type(alg).__name__}")
+        if schedule is not None and not isinstance(schedule, Schedule):
+            raise TypeError(f"schedule must be a dt.Schedule, got {type(schedule).__name__}")
+        if schedule is not None:
+            schedule.validate(alg)
+        self.algorithm = alg
+        self.schedule = schedule
+        self._plans: dict[tuple, _Plan] = {}
+        self._specs: dict[tuple, list] = {}   # call signature -> [CallSpec without TMA facts, TMA facts or None]
+        self.quiet = False   # True: no ScheduleWarning for knobs a call cannot use (explore's candidates)
+        self._fast: dict[tuple, tuple[_Plan, Any]] = {}
+        self._last: _Plan | None = None
+
+    # ------------------------------------------------------------------------------------------
+    def complete(self, binding: Binding) -> Schedule:
+        """The full schedule used for a call with this binding (heuristic fills the gaps)."""
+        return complete_schedule(self.algorithm, self.schedule, binding)
+
+    def _auto_access(self, sched: Schedule, b: Binding, args, out=None, tma_ok: frozenset | None = None) -> Schedule:
+        """The heuristic's TMA pick (``access`` left None) only where every input tile TMA would
+        read is TMA-addressable on this call: mixing TMA and pointer operands in one dot loop was
+        slower than pointers alone on the H200 (2048^3 fp16 with a transposed B: 39.1 against
+        29.6 us). A user's explicit ``access="tma"`` is kept (the tensors TMA cannot address
+        fall back one by one). ``tma_ok``: :func:`~dtriton.plan.tma_addressable` of this call,
+        when already known."""
+        if sched.access != "tma" or (self.schedule is not None and self.schedule.access is not None):
+            return sched
+        ok = tma_addressable(self.algorithm, b, args, out) if tma_ok is None else tma_ok
+        tiles = [p.name for p, a in zip(self.algorithm.params, args)
+                 if isinstance(p, InputTensor) and isinstance(a, torch.Tensor) and sum(n > 1 for n in a.shape) >= 2]
+        return sched if all(t in ok for t in tiles) else sched.replace(access="pointer")
+
+    def _schedule_and_spec(self, b: Binding, args, interpret: bool, out=None) -> tuple[Schedule, CallSpec]:
+        """The complete schedule of a call and its :class:`CallSpec`. The CallSpec (and the TMA
+        facts, computed once where the schedule asks for TMA) is cached per call signature: the
+        tensors' call keys and storage offsets (64-bit offsets depend on them), ``out=``'s, and
+        the backend."""
+        key = spec_key(args, out, interpret)
+        hit = self._specs.get(key) if key is not None else None
+        if hit is None:
+            hit = [call_spec(self.algorithm, b, args, interpret, out), None]   # the spec without TMA facts, TMA facts
+            if key is not None:
+                self._specs[key] = hit
+        sched = self.complete(b)
+        tma = frozenset()
+        if sched.access == "tma":
+            if hit[1] is None:
+                hit[1] = tma_addressable(self.algorithm, b, args, out)
+            tma = hit[1]
+        sched = self._auto_access(sched, b, args, out, tma)
+        return sched, (replace(hit[0], tma_ok=tma) if sched.access == "tma" else hit[0])
+
+    def _plan(self, sched: Schedule, b: Binding, args, interpret: bool, out=None, spec: CallSpec | None = None) -> _Plan:
+        if spec is None:
+            tma = tma_addressable(self.algorithm, b, args, out) if sched.access == "tma" else frozenset()
+            spec = call_spec(self.algorithm, b, args, interpret, out, tma)
+        key = (sched, spec)
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        alg = self.algorithm
+        sched.validate(alg)
+        prog = plan_program(alg, sched, b, spec)
+        source, metas = _BACKEND.render(prog)
+        try:
+            mod = _BACKEND.load(source, interpret, cache_dir() / "kernels")
+        except Exception as e:  # pragma: no cover - generator bug
+            raise CompileError(f"generated source for {alg.name} failed to load: {e}") from e
+        launches = []
+        for m in metas:
+            fn = getattr(mod, m.name)
+            ga = [(a, m.ir.axes[a].block) for a in m.ir.grid]
+            launches.append(_Launch(fn, m, ga, m.ir.split[1] if m.ir.split else 1,
+                                    _persistent_programs(sched.persistent, b.device) if m.ir.persistent else 0))
+        if not self.quiet:
+            for note in unused_knobs(alg, sched, prog):
+                warnings.warn(f"{alg.name}: {note}", ScheduleWarning, stacklevel=3)
+        plan = _Plan(sched, prog, source, launches, interpret)
+        self._plans[key] = plan
+        return plan
+
+    @property
+    def source(self) -> str:
+        if self._last is None:
+            raise AttributeError("kernel.source is available after the first call, or use kernel.source_for(*args)")
+        return self._last.source
+
+    def source_for(self, *args) -> str:
+        """Generated Triton source for a call with these arguments (compiles nothing on the GPU)."""
+        b = self.algorithm.bind(args)
+        interpret = backend_for(b.device) == "interpreter"
+        sched, spec = self._schedule_and_spec(b, args, interpret)
+        return self._plan(sched, b, args, interpret, spec=spec).source
+
+    def schedule_for(self, *args) -> Schedule:
+        """The complete schedule a call with these arguments runs."""
+        b = self.algorithm.bind(args)
+        return self._auto_access(self.complete(b), b, args)
+
+    # ------------------------------------------------------------------------------------------
+    def __call__(self, *args, out=None, **named):
+        """Run the kernel(s) on the algorithm's arguments, positionally or by parameter name
+        (``kernel(A, B)`` or ``kernel(A=A, B=B)``). Inputs that require grad route the call
+        through autograd (:mod:`dtriton.autograd`), whose backward runs the derived backward
+        kernels. Raises :class:`ShapeError` for missing, repeated or unknown arguments."""
+        if named:
+            args = merge_named(self.algorithm, args, named)
+        if out is not None:
+            out = normalise_out(self.algorithm, out)
+        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            from ..autograd import apply
+            return apply(self, args, out=out)
+        if out is None and self._fast:
+            fast = self._fast.get(call_key(args))
+            if fast is not None and _fast_ok():
+                return fast(args)
+        alg = self.algorithm
+        b = alg.bind(args)
+        if b.device.type not in ("cuda", "cpu"):
+            raise ShapeError(f"{alg.name}: the inputs are on {b.device}; dtriton runs kernels on CUDA tensors, or on "
+                             f"CPU tensors through Triton's interpreter (for shape-only tracing use "
+                             f"dt.as_torch_op, whose fake implementation handles meta tensors)")
+        backend = backend_for(b.device)
+        interpret = backend == "interpreter"
+        orig_dev = b.device
+        if interpret and b.device.type != "cpu":
+            args = tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in args)
+            b.device = torch.device("cpu")
+        if alg.gathers and (interpret or os.environ.get("DTRITON_CHECK_INDICES") == "1"):
+            check_gather_indices(alg, b, args)
+        sched, spec = self._schedule_and_spec(b, args, interpret, out)
+        plan = self._plan(sched, b, args, interpret, out, spec)
+        self._last = plan
+        compiled: list = []
+        outs = self._run(plan, b, args, out, compiled)
+        if out is None and not interpret and len(compiled) == len(plan.launches) and _fast_ok():
+            self._fast[call_key(args)] = _BACKEND.fast_launcher(alg, plan, b, compiled, args)
+        if interpret and orig_dev.type != "cpu":
+            outs = [o.to(orig_dev) for o in outs]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _run(self, plan: _Plan, b: Binding, args, out=None, compiled: list | None = None) -> list[torch.Tensor]:
+        alg = self.algorithm
+        dev = b.device
+        sizes = b.axis_sizes
+        tensors: dict[str, torch.Tensor] = {}
+        scalars: dict[str, float] = {}
+        for p, a in zip(alg.params, args):
+            if isinstance(p, InputTensor):
+                tensors[p.name] = a
+            else:
+                scalars[f"s_{p.name}"] = float(a) if p.pytype is float else int(a)
+        outs = []
+        for k, (o, odt) in enumerate(zip(alg.outputs, b.out_dtypes)):
+            shape = [sizes[a] for a in o.layout]
+            given = None if out is None else (out[k] if isinstance(out, (tuple, list)) else out)
+            if given is not None:
+                check_given_out(alg, plan.schedule, o.name, given, shape, odt, dev, tensors)
+                t = given
+            else:
+                t = torch.empty(shape, dtype=odt, device=dev)
+            if o.name in plan.program.output_direct:
+                t.zero_()  # split-K atomics accumulate into it
+            tensors[o.name] = t
+            outs.append(t)
+        if any(t.numel() == 0 for t in outs):
+            if all(t.numel() == 0 for t in outs):
+                return outs
+        for name, bs in plan.program.buffers.items():
+            shape = ([bs.partials] if bs.partials else []) + [sizes[a] for a in bs.axes]
+            dt = torch.float64 if bs.dtype == "float64" else torch.float32
+            tensors[name] = (torch.zeros if bs.zero else torch.empty)(shape, dtype=dt, device=dev)
+        for L in plan.launches:
+            m = L.meta
+            nprog = L.programs(sizes)
+            if nprog == 0:
+                continue
+            if nprog > I32_MAX:
+                raise ShapeError(f"kernel {m.name} needs {nprog} programs, more than a grid allows; use larger tiles")
+            call = [tensors[t] for t in m.tensors]
+            for t in m.tensors:
+                call.extend(tensors[t].stride())
+            call.extend(sizes[s[5:]] for s in m.sizes)
+            call.extend(scalars[s] for s in m.scalars)
+            call.extend(_BACKEND.descriptor(tensors[t], box) for _, t, box in m.descs)
+            try:
+                ck = _BACKEND.launch(L.fn, nprog, call, m, plan.interpret)
+                if compiled is not None:
+                    compiled.append(ck)
+            except Exception as e:
+                detail = "\n".join(str(e).strip().splitlines()[-12:])
+                raise CompileError(f"kernel {m.name} failed to compile or launch ({type(e).__name__}); this is a resource "
+                                   f"limit of the schedule or a dtriton bug. Schedule: {plan.schedule.to_json()}\n"
+                                   f"Triton said:\n{detail}") from e
+        return outs
+
+
+def compile(alg: Algorithm, schedule: Schedule | str | None = None) -> Kernel:  # noqa: A001
+    """Compile an algorithm under a schedule.
+
+    Args:
+        alg: an ``@dt.algorithm``.
+        schedule: a :class:`Schedule` (fields left unset are filled per call shape by the
+            heuristic), ``None`` for the heuristic alone, or ``"tuned"`` for the best schedule in
+            the tuning database for each call's shapes (falling back to the heuristic).
+
+    Returns a :class:`Kernel`; nothing is compiled until the first call (compilation is cached per
+    specialisation, so new shapes with the same divisibility facts reuse the compiled kernel).
+
+    Raises :class:`ScheduleError` when the schedule does not fit the algorithm.
+    """
+    if isinstance(schedule, str):
+        if schedule != "tuned":
+            raise TypeError(f"schedule must be a dt.Schedule, None or 'tuned', got {schedule!r}")
+        from ..tuning import TunedKernel
+        return TunedKernel(alg)
+    return Kernel(alg, schedule)
