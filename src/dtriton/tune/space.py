@@ -7,8 +7,10 @@ have few tiles, the strategy (whole/loop/online) of every axis that some kernel 
 the placement (auto/fuse/materialize) of every reduction stage, tiles of a split stage that runs in
 a kernel of its own (``stage_tile``), ``num_warps`` and ``num_stages`` (GPU only: the interpreter
 ignores both), persistent tile loops and, for 16-bit contractions on Hopper-class GPUs, TMA tile
-loads (``access``). Every field that a :class:`Space` leaves ``None`` keeps the heuristic's value,
-so ``dt.Space(tile=...)`` narrows the search; :meth:`Space.widen` adds values to a derived space.
+loads (``access``): the :data:`RULES` of the built-in flat knobs; every other flat knob of the
+registry gets its registry search values (:func:`registry_values`). Every field that a
+:class:`Space` leaves ``None`` keeps the heuristic's value, so ``dt.Space(tile=...)`` narrows the
+search; :meth:`Space.widen` adds values to a derived space.
 """
 
 from __future__ import annotations
