@@ -23,6 +23,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dtriton as dt  # noqa: E402
 from dump_sources import cases  # noqa: E402
+from dtriton.ir import ScalarParam  # noqa: E402
 
 S = dt.Schedule
 VARIANTS = {
@@ -40,7 +41,7 @@ def main(argv=None):
     torch.manual_seed(0)
     index = {}
     for name, alg, args in cases("cpu", True):
-        first = [p.name for p in alg.params if not isinstance(p, dt.language.ScalarParam)][0]
+        first = [p.name for p in alg.params if not isinstance(p, ScalarParam)][0]
         for vname, scheds in VARIANTS.items():
             if scheds is None:
                 scheds = [S(eviction={first: "evict_first"}), S(access="tma", eviction={first: "evict_last"})]

@@ -36,8 +36,8 @@ import torch
 import dtriton as dt
 from dtriton.integrations.autograd import _program_ok, _Runner
 from dtriton.grad import augmented_forward, describe, staged
-from dtriton.heuristics import contractions
-from dtriton.lowering import lower
+from dtriton.schedule import contractions
+from dtriton.plan import lower
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserWarning")
 

@@ -293,7 +293,7 @@ def test_stored_record_without_access_runs_pointer_loads_as_measured(tmp_path):
     as None it let the heuristic pick TMA for a large 16-bit matmul on Hopper, a kernel that was
     never timed; the stored schedule runs with pointer loads, as it was measured."""
     import dataclasses
-    from dtriton.heuristics import complete_schedule
+    from dtriton.schedule import complete_schedule
     db = TuningDB(tmp_path / "t.sqlite")
     A = torch.zeros((), dtype=torch.float16).expand(4096, 2048).contiguous()
     B = torch.zeros((), dtype=torch.float16).expand(2048, 4096).contiguous()

@@ -7,7 +7,7 @@ to offer these entry points (the runtime knows nothing of tuned kernels or autog
 from __future__ import annotations
 
 from .integrations.autograd import DifferentiableKernel
-from .language import Algorithm
+from .ir import Algorithm
 from .runtime import Kernel
 from .schedule import Schedule
 from .tune.tuned import TunedKernel

@@ -25,11 +25,10 @@ import click
 import torch
 
 from .errors import DTritonError
-from .language import Algorithm, InputTensor, Load, topo_order
+from .ir import Algorithm, InputTensor, Load, topo_order
 from .runtime import Kernel
 from .schedule import Schedule
-from .tune import Space, TunedKernel
-from .tune import explore as run_explore
+from .tune import Space, TunedKernel, explore as run_explore
 
 __all__ = ["main", "load_algorithm", "parse_shape", "make_inputs"]
 

@@ -6,8 +6,8 @@ Stage names (for schedules) are printed by ``repr(alg)``.
 
 from __future__ import annotations
 
-from . import language as dt
-from .language import Tensor
+from . import dsl as dt
+from .dsl import Tensor
 
 __all__ = ["matmul", "linear_relu", "softmax", "log_softmax", "layer_norm", "rms_norm", "cross_entropy",
            "column_sum", "spatial_diffusion", "attention", "causal_attention", "add_one"]

@@ -63,3 +63,11 @@ class Backend(Protocol):
     def fast_launcher(self, alg: Any, plan: Any, b: Any, compiled: list, args: Sequence[Any]) -> Any:
         """A callable ``f(args) -> outputs`` re-launching ``plan``'s kernels (``compiled``: the
         handles :meth:`launch` returned) for calls with the signature of ``args``."""
+
+    def version(self) -> str:
+        """The code generator's version (part of tuning records: a new compiler may change the
+        best schedule); "none" when it cannot be imported."""
+
+    def bench(self, fn: Any, warmup_ms: float, rep_ms: float) -> tuple[float, float, float]:
+        """(median, 20th, 80th percentile) in milliseconds of ``fn()`` on the GPU, timed by the
+        backend's own benchmarking loop."""

@@ -9,8 +9,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import AlgorithmError
-from ..language import _fmt_expr  # lead: ir.fmt
-from ..language import Algorithm, Expr, InputTensor, Output, Reduce, topo_order
+from ..ir import Algorithm, Expr, InputTensor, Output, Reduce, fmt, topo_order
 from .derive import Deriver
 from .finalize import Finalizer, copy_nodes, group_gradients, make_params, param_spec
 from .naming import unique_param_name
@@ -104,11 +103,11 @@ def describe(alg: Algorithm, labels: dict[str, str] | None = None) -> str:
         if s.is_output:
             o = s.node
             e = o.expr
-            body = names[e._id] if e._id in names else _fmt_expr(e, 0, names)
+            body = names[e._id] if e._id in names else fmt(e, 0, names)
             note = f"  # {labels[s.name]}" if labels and s.name in labels else ""
             lines.append(f"    {s.name}[{', '.join(o.layout)}] = {body}{note}")
         else:
-            lines.append(f"    {s.name}[{', '.join(s.node.axes)}] = {_fmt_expr(s.node, 0, names)}")
+            lines.append(f"    {s.name}[{', '.join(s.node.axes)}] = {fmt(s.node, 0, names)}")
     return "\n".join(lines)
 
 

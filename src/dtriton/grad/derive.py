@@ -15,8 +15,7 @@ from itertools import chain, count
 from typing import Any, Sequence
 
 from ..errors import AlgorithmError
-from ..language import (Algorithm, Axis, Binary, Cast, Const, Expr, InputTensor, Load, Reduce, ScalarParam, Unary,
-                        Where, topo_order)
+from ..ir import (Algorithm, Axis, Binary, Cast, Const, Expr, InputTensor, Load, Reduce, ScalarParam, Unary, Where, topo_order)
 from .graph import Graph
 from .naming import first_free, grad_param_names
 from .shift import shift_class

@@ -12,8 +12,7 @@ from itertools import chain, count
 from typing import Any, Callable, Sequence
 
 from ..errors import AlgorithmError
-from ..language import (Algorithm, Axis, Binary, Cast, Const, Expr, InputTensor, Load, Output, Reduce, ScalarParam,
-                        Unary, Where, topo_order)
+from ..ir import (Algorithm, Axis, Binary, Cast, Const, Expr, InputTensor, Load, Output, Reduce, ScalarParam, Unary, Where, topo_order)
 from .derive import Deriver
 from .naming import first_free
 

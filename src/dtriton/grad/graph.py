@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable, Sequence
 
-from ..language import Axis, Binary, Cast, Const, Expr, InputTensor, Load, Reduce, ScalarParam, Unary, Where
+from ..ir import Axis, Binary, Cast, Const, Expr, InputTensor, Load, Reduce, ScalarParam, Unary, Where
 
 __all__ = ["Graph", "is_neg"]
 

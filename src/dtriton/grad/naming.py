@@ -5,7 +5,7 @@ from __future__ import annotations
 from itertools import count
 from typing import Iterable
 
-from ..language import Algorithm
+from ..ir import Algorithm
 
 __all__ = ["first_free", "unique_param_name", "grad_param_names"]
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
-from ..language import Binary, Cast, Const, Expr, Load, Reduce, Unary, Where
+from ..ir import Binary, Cast, Const, Expr, Load, Reduce, Unary, Where
 
 __all__ = ["shift_class"]
 

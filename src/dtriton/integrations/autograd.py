@@ -29,10 +29,9 @@ import torch
 
 from ..errors import ShapeError
 from ..grad import GradientAlgorithms, augmented_forward, grad
-from ..language import _float_inputs as float_inputs  # lead: rename (ir helper: dtriton.ir.walk.float_inputs)
-from ..language import Algorithm, InputTensor, Reduce, result_dtype
+from ..ir import Algorithm, InputTensor, Reduce, float_inputs, result_dtype
 from ..runtime import Kernel
-from ..runtime import _merge_named as merge_named  # lead: rename
+from ..runtime.args import merge_named
 from ..schedule import Schedule
 
 __all__ = ["DifferentiableKernel", "differentiable", "apply", "output_specs"]

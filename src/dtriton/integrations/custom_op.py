@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from ..grad import grad_param_names
-from ..language import Algorithm, InputTensor
+from ..ir import Algorithm, InputTensor
 from .autograd import DifferentiableKernel, output_specs
 
 __all__ = ["as_torch_op"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from ..language import Axis, Load
+from ..ir import Axis, Load
 from .kernel import KernelPlan, TileAccess
 
 __all__ = ["plan_access", "plan_eviction", "tile_access"]

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..language import Algorithm, Binding, InputTensor
+from ..ir import Algorithm, Binding, InputTensor
 from .kernel import next_pow2
 
 __all__ = ["CallSpec", "I32_MAX", "call_spec", "max_offset", "tma_addressable"]

@@ -12,7 +12,7 @@ from typing import Mapping
 
 import torch
 
-from ..language import Algorithm, Binding, kernel_f64
+from ..ir import Algorithm, Binding, kernel_f64
 from ..schedule import Schedule
 from .access import plan_access, plan_eviction
 from .callspec import CallSpec

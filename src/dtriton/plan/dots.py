@@ -14,7 +14,7 @@ from typing import Mapping
 
 import torch
 
-from ..language import Expr, Load, Reduce
+from ..ir import Expr, Load, Reduce
 from .graph import contains, factors, fused_reduces
 from .kernel import DotPlan, KernelPlan
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
-from ..language import Axis, Binary, Expr, Load, Reduce
+from ..ir import Axis, Binary, Expr, Load, Reduce
 
 __all__ = ["contains", "factors", "fused_deps", "fused_reduces", "has", "need_axes"]
 

@@ -17,15 +17,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..language import Expr, Reduce
+from ..ir import Expr, Reduce
+from ..schedule import next_pow2
 
 __all__ = ["AxisPlan", "BufferSpec", "DotPlan", "KernelPlan", "PassPlan", "Program", "StoreSpec", "TileAccess",
            "next_pow2"]
-
-
-def next_pow2(n: int) -> int:
-    """Smallest power of two >= n (1 for n <= 1)."""
-    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
 
 
 def is_pow2(n: int) -> bool:

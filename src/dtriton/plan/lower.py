@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..errors import ScheduleError
-from ..language import Algorithm, Expr, Output, Reduce
+from ..ir import Algorithm, Expr, Output, Reduce
 from ..schedule import Schedule
 from .kernel import AxisPlan, BufferSpec, KernelPlan, Program, StoreSpec, next_pow2
 

@@ -16,7 +16,7 @@ plain (loads through block pointers are not TMA either).
 
 from __future__ import annotations
 
-from ..language import Axis, Load, Reduce, Unary, Binary
+from ..ir import Axis, Load, Reduce, Unary, Binary
 from .graph import contains, factors, fused_deps, fused_reduces, has, need_axes
 from .kernel import KernelPlan, PassPlan
 

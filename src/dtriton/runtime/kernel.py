@@ -24,18 +24,17 @@ from typing import Any
 import torch
 
 from ..backends.base import KernelMeta
-from ..backends.triton import TritonBackend
+from ..backends import default_backend
 from ..errors import CompileError, ScheduleWarning, ShapeError
-from ..heuristics import complete_schedule
-from ..language import Algorithm, Binding, InputTensor
+from ..schedule import Schedule, complete_schedule
+from ..ir import Algorithm, Binding, InputTensor
 from ..plan import CallSpec, Program, call_spec, plan_program, tma_addressable, unused_knobs
 from ..plan.callspec import I32_MAX
-from ..schedule import Schedule
 from .args import call_key, check_gather_indices, check_given_out, merge_named, normalise_out, spec_key
 
-__all__ = ["compile", "Kernel", "backend_for", "cache_dir"]
+__all__ = ["Kernel", "backend_for", "cache_dir"]
 
-_BACKEND = TritonBackend()
+_BACKEND = default_backend()
 _fast_ok = _BACKEND.fast_path_ok   # no launch hooks: the fast path may run (looked up once)
 
 
@@ -108,6 +107,11 @@ class Kernel:
         source: generated Triton source of the most recent specialisation (compiles one for the
             algorithm's example shapes if nothing ran yet; see :meth:`source_for`).
     """
+
+    #: ``grad_call(kernel, args, out=None)`` runs a call whose inputs require grad through torch
+    #: autograd; installed by :mod:`dtriton.integrations.autograd` when imported (``import dtriton``
+    #: does). ``None``: no integration, such calls run as plain calls.
+    grad_call = None
 
     def __init__(self, alg: Algorithm, schedule: Schedule | None):
         if not isinstance(alg, Algorithm):
@@ -214,15 +218,15 @@ class Kernel:
     def __call__(self, *args, out=None, **named):
         """Run the kernel(s) on the algorithm's arguments, positionally or by parameter name
         (``kernel(A, B)`` or ``kernel(A=A, B=B)``). Inputs that require grad route the call
-        through autograd (:mod:`dtriton.autograd`), whose backward runs the derived backward
+        through autograd (``Kernel.grad_call``, installed by :mod:`dtriton.integrations.autograd`), whose backward runs the derived backward
         kernels. Raises :class:`ShapeError` for missing, repeated or unknown arguments."""
         if named:
             args = merge_named(self.algorithm, args, named)
         if out is not None:
             out = normalise_out(self.algorithm, out)
-        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-            from ..autograd import apply
-            return apply(self, args, out=out)
+        if self.grad_call is not None and torch.is_grad_enabled() and any(
+                isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            return self.grad_call(args, out=out)
         if out is None and self._fast:
             fast = self._fast.get(call_key(args))
             if fast is not None and _fast_ok():
@@ -306,25 +310,3 @@ class Kernel:
                                    f"limit of the schedule or a dtriton bug. Schedule: {plan.schedule.to_json()}\n"
                                    f"Triton said:\n{detail}") from e
         return outs
-
-
-def compile(alg: Algorithm, schedule: Schedule | str | None = None) -> Kernel:  # noqa: A001
-    """Compile an algorithm under a schedule.
-
-    Args:
-        alg: an ``@dt.algorithm``.
-        schedule: a :class:`Schedule` (fields left unset are filled per call shape by the
-            heuristic), ``None`` for the heuristic alone, or ``"tuned"`` for the best schedule in
-            the tuning database for each call's shapes (falling back to the heuristic).
-
-    Returns a :class:`Kernel`; nothing is compiled until the first call (compilation is cached per
-    specialisation, so new shapes with the same divisibility facts reuse the compiled kernel).
-
-    Raises :class:`ScheduleError` when the schedule does not fit the algorithm.
-    """
-    if isinstance(schedule, str):
-        if schedule != "tuned":
-            raise TypeError(f"schedule must be a dt.Schedule, None or 'tuned', got {schedule!r}")
-        from ..tuning import TunedKernel
-        return TunedKernel(alg)
-    return Kernel(alg, schedule)

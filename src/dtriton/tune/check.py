@@ -14,11 +14,9 @@ from typing import Sequence
 
 import torch
 
-from ..heuristics import contractions
-from ..language import Algorithm, Binding, expr_axes
-from ..lowering import next_pow2
+from ..schedule import Schedule, contractions, next_pow2
+from ..ir import Algorithm, Binding, expr_axes
 from ..runtime import backend_for
-from ..schedule import Schedule
 
 __all__ = ["Limits", "check_resources", "default_tolerance", "check_outputs", "stage_warps"]
 

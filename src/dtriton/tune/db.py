@@ -36,11 +36,11 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
+from ..backends import default_backend
 from ..errors import DTritonError, ScheduleError
-from ..language import Algorithm, Binding
-from ..lowering import next_pow2
+from ..ir import Algorithm, Binding
+from ..schedule import Schedule, next_pow2
 from ..runtime import backend_for, cache_dir
-from ..schedule import Schedule
 
 __all__ = ["TuningDB", "TuningKey", "TuningRecord", "TuningWarning", "TuningDatabaseError",
            "default_db_path", "shape_bucket", "dtype_key", "device_name", "triton_version", "SCHEMA_VERSION"]
@@ -108,12 +108,9 @@ def device_name(device: torch.device) -> str:
 
 
 def triton_version() -> str:
-    """The installed Triton's version string ("none" when Triton cannot be imported)."""
-    try:
-        import triton
-        return str(triton.__version__)
-    except Exception:  # pragma: no cover
-        return "none"
+    """The installed Triton's version string ("none" when Triton cannot be imported), from the
+    backend kernels are generated with."""
+    return default_backend().version()
 
 
 @dataclass(frozen=True)

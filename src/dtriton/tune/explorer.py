@@ -23,7 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from ..errors import DTritonError, ScheduleError
-from ..language import Algorithm
+from ..ir import Algorithm
 from ..runtime import Kernel, backend_for
 from ..schedule import Schedule
 from .check import Limits, check_resources, default_tolerance

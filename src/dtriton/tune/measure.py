@@ -17,8 +17,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
+from ..backends import default_backend
 from ..errors import ShapeError
-from ..language import Algorithm, Binary, Reduce
+from ..ir import Algorithm, Binary, Reduce
 from .check import check_outputs
 
 __all__ = ["Bench", "warm_gpu_time", "run_parallel", "drain_workers", "reference_peak", "first_line"]
@@ -206,7 +207,6 @@ class Bench:
             kern(*work)
             us = (time.perf_counter() - t) * 1e6
             return us, us, us
-        import triton.testing
         with torch.cuda.device(self.device):
             if not self.warmed:  # bring the clocks up before the first measurement (the baseline)
                 t = time.perf_counter()
@@ -218,8 +218,7 @@ class Bench:
             if self.timing == "warm":
                 med, p20, p80 = warm_gpu_time(lambda: kern(*work), self.warmup_ms, rep_ms or self.rep_ms)
             else:
-                med, p20, p80 = triton.testing.do_bench(lambda: kern(*work), warmup=self.warmup_ms,
-                                                        rep=rep_ms or self.rep_ms, quantiles=[0.5, 0.2, 0.8])
+                med, p20, p80 = default_backend().bench(lambda: kern(*work), self.warmup_ms, rep_ms or self.rep_ms)
         self.restore()
         return med * 1e3, p20 * 1e3, p80 * 1e3
 

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..language import Algorithm
+from ..ir import Algorithm
 from ..runtime import Kernel
 from ..schedule import Schedule
 from .space import Space

@@ -17,9 +17,8 @@ import random
 import warnings
 from typing import Any, Mapping
 
-from ..heuristics import contractions
-from ..language import Algorithm, Binding
-from ..schedule import Schedule, flat_knobs
+from ..ir import Algorithm, Binding
+from ..schedule import Schedule, contractions, flat_knobs
 from .db import TuningWarning
 from .space import flat_names
 

@@ -23,11 +23,10 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from ..errors import ScheduleError, UnknownFieldError
-from ..heuristics import contractions
-from ..language import Algorithm, Binding
-from ..lowering import next_pow2
+from ..ir import Algorithm, Binding
 from ..runtime import Kernel, backend_for
-from ..schedule import EVICTIONS, PLACES, STRATEGIES, Knob, Schedule, StageSchedule, flat_knobs, unknown_fields_message
+from ..schedule import (EVICTIONS, PLACES, STRATEGIES, Knob, Schedule, StageSchedule, contractions, flat_knobs,
+                        next_pow2, unknown_fields_message)
 from .check import Limits
 
 __all__ = ["Space", "derive_fields", "derive_flat", "registry_values", "Derivation", "flat_names", "RULES"]

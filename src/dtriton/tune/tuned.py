@@ -10,9 +10,9 @@ import warnings
 import torch
 
 from ..errors import CompileError, ScheduleError
-from ..language import Algorithm
+from ..ir import Algorithm
 from ..runtime import Kernel
-from ..runtime import _call_key as call_key, _merge_named as merge_named  # lead: rename
+from ..runtime.args import call_key, merge_named
 from ..schedule import Schedule
 from .check import Limits, check_outputs, check_resources, default_tolerance
 from .db import TuningDB, TuningKey, TuningRecord, TuningWarning

@@ -51,3 +51,17 @@ class TritonBackend:
     def fast_launcher(self, alg: Any, plan: Any, b: Any, compiled: list, args: Sequence[Any]) -> Any:
         """A :class:`~dtriton.backends.triton.launch.FastLauncher` for ``plan``'s kernels."""
         return FastLauncher(alg, plan, b, compiled, args)
+
+    def version(self) -> str:
+        """The installed Triton's version ("none" when it cannot be imported)."""
+        try:
+            import triton
+            return str(triton.__version__)
+        except Exception:  # pragma: no cover
+            return "none"
+
+    def bench(self, fn: Any, warmup_ms: float, rep_ms: float) -> tuple[float, float, float]:
+        """(median, p20, p80) in ms of ``fn()``: ``triton.testing.do_bench``."""
+        import triton.testing
+        med, p20, p80 = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.5, 0.2, 0.8])
+        return med, p20, p80

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import torch
 
-from ...language import Const, Reduce, ScalarParam
+from ...ir import Const, Reduce, ScalarParam, fmt
 from ...plan.graph import fused_reduces, has
 from ...plan.kernel import KernelPlan, Program, StoreSpec
 from ..base import KernelMeta
 from .memory import MemoryPrinter
-from .prelude import fmt, header
+from .prelude import header
 from .reduce import ReducePrinter
 from .scope import Bind, Scope
 from .values import ValuePrinter

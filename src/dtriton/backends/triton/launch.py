@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ...language import InputTensor
+from ...ir import InputTensor
 
 __all__ = ["FastLauncher", "descriptor", "hooks_off", "launch", "load_module", "quiet_interpreter"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from ...language import Axis, Const, Load, Reduce
-from .prelude import TL_DTYPES, fmt
+from ...ir import Axis, Const, Load, Reduce, fmt
+from .prelude import TL_DTYPES
 from .scope import Scope
 
 __all__ = ["MemoryPrinter"]

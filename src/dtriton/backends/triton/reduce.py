@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...language import Load, Reduce
+from ...ir import Load, Reduce, fmt
 from ...plan.graph import fused_deps
 from ...plan.kernel import DotPlan, PassPlan
-from .prelude import fmt
 from .scope import Scope, pointer_loads
 
 __all__ = ["ReducePrinter"]

@@ -12,10 +12,10 @@ import math
 import torch
 
 from ...errors import ScheduleError
-from ...language import Axis, Binary, Cast, Const, Expr, Load, Reduce, ScalarParam, Unary, Where, COMPARE_OPS
+from ...ir import Axis, Binary, COMPARE_OPS, Cast, Const, Expr, Load, Reduce, ScalarParam, Unary, Where, fmt
 from ...plan.kernel import AxisPlan
 from .limits import MAX_BLOCK_NUMEL
-from .prelude import OPSYM, TL_DTYPES, fmt
+from .prelude import OPSYM, TL_DTYPES
 from .scope import Bind, Scope
 
 __all__ = ["ValuePrinter"]
