@@ -167,7 +167,7 @@ def test_backward_algorithms_match_torch_fp32(name):
     alg, tfn, _, _ = CASES[name]
     args = make_args(name, torch.float32, seed=1)
     gen = torch.Generator().manual_seed(2)
-    wrt = [p.name for p in alg.params if isinstance(p, dt.language.InputTensor) and args[alg.params.index(p)].is_floating_point()]
+    wrt = [p.name for p in alg.params if isinstance(p, dt.ir.InputTensor) and args[alg.params.index(p)].is_floating_point()]
     gouts = upstream(alg, args, gen)
     bwd = dt.grad(alg, wrt)
     assert set(bwd.wrt) == set(wrt)
@@ -556,9 +556,9 @@ def test_staged_chain_equals_the_algorithm():
     assert len(chain) > 2
     for c, _ in chain:  # no reduction contains another one
         for n in c.nodes:
-            if isinstance(n, dt.language.Reduce):
-                inner = dt.language.topo_order([n.x])
-                assert not any(isinstance(m, dt.language.Reduce) for m in inner), c.name
+            if isinstance(n, dt.ir.Reduce):
+                inner = dt.ir.topo_order([n.x])
+                assert not any(isinstance(m, dt.ir.Reduce) for m in inner), c.name
     vals = [*args, G]
     for c, names in chain:
         r = c.reference(*vals)

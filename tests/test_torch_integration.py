@@ -313,7 +313,7 @@ def _library_args(alg, dtype, seed=0):
     args = []
     indices = {idx for idx, _, _, _ in alg.gathers}
     for p in alg.params:
-        if not isinstance(p, dt.language.InputTensor):
+        if not isinstance(p, dt.ir.InputTensor):
             args.append(0.25 if p.pytype is float else 2)
             continue
         shape = [size.setdefault(d, 3 + len(size)) for d in p.dims]

@@ -46,7 +46,4 @@ graph, grouping), :mod:`.api` (the functions below).
 from .api import GradientAlgorithms, augmented_forward, describe, grad, staged
 from .naming import grad_param_names
 
-#: the former private name, still imported by :mod:`dtriton.autograd` (lead: rewire to grad_param_names)
-_grad_param_names = grad_param_names
-
 __all__ = ["grad", "GradientAlgorithms", "describe", "augmented_forward", "staged", "grad_param_names"]

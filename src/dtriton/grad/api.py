@@ -25,7 +25,7 @@ class GradientAlgorithms:
     """The backward algorithms of a forward algorithm (what :func:`grad` returns).
 
     Attributes:
-        forward: the forward :class:`~dtriton.language.Algorithm`.
+        forward: the forward :class:`~dtriton.ir.Algorithm`.
         wrt: names of the inputs whose gradients are computed (forward parameter order).
         algorithms: the backward algorithms. Each takes the *same* arguments, in this order: the
             forward arguments, one upstream gradient per forward output (``grad_out`` /
@@ -242,8 +242,8 @@ def staged(alg: Algorithm) -> list[tuple[Algorithm, tuple[str, ...]]]:
     ``alg``'s outputs from them. Every algorithm of the chain takes ``alg``'s arguments followed by
     the results of all earlier levels, in order (parameters ``stage_<name>``). Returns
     ``[(algorithm, names of the stages it outputs), ...]``; the last entry's names are ``()`` and
-    its outputs are ``alg``'s. Used to run an algorithm whose nested reductions the lowering does
-    not place correctly (see :mod:`dtriton.autograd`); each stage then costs a kernel and a write."""
+    its outputs are ``alg``'s. Runs an algorithm as a chain of one-level algorithms (each stage then
+    costs a kernel and a write), e.g. to check a fused lowering against it."""
     depth: dict[int, int] = {}
     for n in alg.nodes:
         d = max((depth[c._id] for c in n.children()), default=0)

@@ -119,7 +119,7 @@ def _sizes(alg: Algorithm, args) -> dict[str, Any]:
 def output_specs(alg: Algorithm, args) -> list[tuple[list[Any], torch.dtype]]:
     """Shape and dtype of each output of ``alg`` for a call with ``args`` (works on fake tensors
     and symbolic sizes: nothing is converted to int). The dtype follows the runtime's rule
-    (:func:`~dtriton.language.result_dtype` over the tensors feeding the output arithmetically):
+    (:func:`~dtriton.ir.result_dtype` over the tensors feeding the output arithmetically):
     torch promotion of the floating inputs, float64 for integer-only values, float32 without any."""
     sizes = _sizes(alg, args)
     dtypes = {p.name: a.dtype for p, a in zip(alg.params, args) if isinstance(p, InputTensor)}

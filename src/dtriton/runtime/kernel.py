@@ -102,7 +102,7 @@ class Kernel:
     """A compiled algorithm + schedule. Call it like the algorithm: ``C = kernel(A, B)``.
 
     Attributes:
-        algorithm: the :class:`~dtriton.language.Algorithm`.
+        algorithm: the :class:`~dtriton.ir.Algorithm`.
         schedule: the schedule as given (``None`` fields are completed per call shape).
         source: generated Triton source of the most recent specialisation (compiles one for the
             algorithm's example shapes if nothing ran yet; see :meth:`source_for`).
