@@ -1,9 +1,11 @@
 """The knob registry: a knob registered in one place is a Schedule keyword and attribute, checked,
-compared, hashed, serialised, suggested for misspellings, passed through by the heuristic and
-listed in the README's table (which must equal the generated one)."""
+compared, hashed, serialised, suggested for misspellings, passed through by the heuristic, listed
+in the README's table (which must equal the generated one), a Space field, searched by derived
+spaces and exploration, and deduplicated by what it changes (the source, or the launch)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import pickle
 from pathlib import Path
 
@@ -11,9 +13,13 @@ import pytest
 import torch
 
 import dtriton as dt
-from dtriton.library import layer_norm, matmul, softmax
+from dtriton.library import add_one, layer_norm, matmul, softmax
 from dtriton.schedule import Knob, complete_schedule, knobs, markdown_table, register, unregister
 from dtriton.schedule.knobs import flat_knobs, launch_knobs, readme_table, stage_knobs, with_table
+from dtriton.tune import ExploreResult, Limits, Space
+from dtriton.tune.explorer import src_hash
+from dtriton.tune.samplers import base_point, neighbour_order, neighbours
+from dtriton.tune.space import derive_fields
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 MM = (torch.randn(8, 16), torch.randn(16, 4))
@@ -214,3 +220,96 @@ def test_schedule_is_immutable_and_compares_like_the_old_dataclass():
     full = dt.compile(softmax).schedule_for(torch.randn(4, 8))
     assert dt.Schedule.from_json(full.to_json()) == full and eval(repr(full), {"Schedule": dt.Schedule,
                                                                              "StageSchedule": dt.StageSchedule}) == full
+
+
+# ----------------------------------------------------------------------------------------------
+# exploration reads the registry: a registered knob is searched and deduplicated
+# ----------------------------------------------------------------------------------------------
+def test_space_takes_a_registered_knob(test_knob):
+    sp = Space(tile={"i": [16]}, test_only_knob=[0, 1])
+    assert sp.test_only_knob == (0, 1) and Space().test_only_knob is None
+    assert sp.dimensions() == [("tile.i", (16,)), ("test_only_knob", (0, 1))] and sp.size == 2
+    assert Space.field_names()[-3:] == ("test_only_knob", "stage_tile", "eviction")
+    # to_dict, JSON, equality and repr include it
+    assert sp.to_dict() == {"tile": {"i": [16]}, "test_only_knob": [0, 1]}
+    assert Space(**json.loads(json.dumps(sp.to_dict()))) == sp != Space(tile={"i": [16]}, test_only_knob=[0])
+    assert repr(sp) == "Space(tile={'i': [16]}, test_only_knob=[0, 1])  # 2 points"
+    assert sp.widen(test_only_knob=[2]).test_only_knob == (0, 1, 2) and sp.narrow(test_only_knob=None).size == 1
+    # values are checked against the knob's domain, with the Schedule's wording
+    with pytest.raises(dt.ScheduleError, match=r"^Space test_only_knob value 3 must be 0, 1 or 2$"):
+        Space(test_only_knob=[0, 3])
+    with pytest.raises(dt.ScheduleError, match=r"^Space test_only_knob value None is not a value"):
+        Space(test_only_knob=[None])
+    with pytest.raises(dt.UnknownFieldError, match=r"^Space has no field 'test_only_knb' \(did you mean "
+                                                   r"'test_only_knob'\?\)"):
+        Space(test_only_knb=[1])
+    with pytest.raises(dt.UnknownFieldError, match=r"did you mean 'test_only_knob'"):
+        sp.narrow(test_only_knobs=[1])
+
+
+def test_unregistered_knob_is_not_a_space_field():
+    with pytest.raises(dt.UnknownFieldError, match="Space has no field 'test_only_knob'"):
+        Space(test_only_knob=[0, 1])
+    assert "test_only_knob" not in Space.field_names()
+
+
+def test_derived_space_offers_a_registered_knob(test_knob, stage_knob):
+    d = dict(Space.derive(matmul, MM).dimensions())             # the interpreter
+    assert d["test_only_knob"] == (0, 1) and "test_stage_knob" not in d   # it ignores launch options
+    g = dict(Space.derive(matmul, MM, target="gpu").dimensions())
+    assert g["test_only_knob"] == (0, 1) and g["test_stage_knob"] == (1, 2)
+    # the built-in knobs keep their own rules (not their registry search values)
+    assert "num_warps" not in d and "persistent" not in d and g["num_warps"] == (2, 4, 8)
+    # a point sets it; the heuristic's point and its neighbours know it
+    base = dt.compile(matmul).schedule_for(*MM)
+    dims = Space.derive(matmul, MM).dimensions()
+    assert Space.derive(matmul, MM).schedule_for({"test_only_knob": 1}, base, matmul).test_only_knob == 1
+    start = base_point(dims, base)
+    assert start["test_only_knob"] == 0 and "test_only_knob" in neighbour_order()
+    assert [p["test_only_knob"] for p in neighbours(dims, start, limit=100)].count(1) == 1
+
+
+def test_registered_knob_search_values_gain_the_heuristic_value(test_knob):
+    b = matmul.bind(MM)
+    base = complete_schedule(matmul, dt.Schedule(test_only_knob=2), b)
+    fields = derive_fields(matmul, b, base, False, Limits(whole_max=4096))
+    assert fields["test_only_knob"] == [0, 1, 2]
+    assert derive_fields(matmul, b, base.replace(test_only_knob=0), False, Limits())["test_only_knob"] == [0, 1]
+
+
+def _rows_by_knob(res, name):
+    return {(r["params"].get("tile.i"), r["params"].get(name)): r for r in res.table if r["origin"] == "space"}
+
+
+def test_exploration_visits_a_registered_knob_and_dedups_it(test_knob):
+    """test_only_knob is no launch option and lowering does not read it: candidates that differ only
+    in it generate the same kernels, so the second is a duplicate (what src_hash decides with
+    Schedule.launch_key(), not Schedule.flat_values())."""
+    X = torch.randn(64)
+    space = Space.derive(add_one, (X,)).narrow(tile={"i": [16, 32]})
+    assert space.test_only_knob == (0, 1)
+    res = dt.explore(add_one, (X,), space=space, strategy="exhaustive", progress=False, store=False)
+    rows = _rows_by_knob(res, "test_only_knob")
+    assert set(rows) == {(16, 0), (16, 1), (32, 0), (32, 1)}      # both values visited
+    for t in (16, 32):
+        first, second = rows[(t, 0)], rows[(t, 1)]
+        assert first["status"] == "ok" and first["schedule"].test_only_knob == 0
+        assert second["status"] == "duplicate" and second["schedule"].test_only_knob == 1
+        assert second["reason"] == f"generates the same kernels as #{first['id']}"
+    base = res.table[0]["schedule"]
+    assert src_hash("x = 1", base) == src_hash("x = 1", base.replace(test_only_knob=1))
+    assert ExploreResult.from_json(res.to_json()).space == space
+
+
+def test_exploration_keeps_a_registered_launch_option_distinct(stage_knob):
+    """A launch option is not in the source: the launch key keeps its candidates apart."""
+    args = (torch.randn(40, 32), torch.randn(32, 24))         # the heuristic's tile i is 64
+    res = dt.explore(matmul, args, space=Space(tile={"i": [16, 32]}, test_stage_knob=[1, 2]), strategy="exhaustive",
+                     progress=False, store=False)
+    rows = _rows_by_knob(res, "test_stage_knob")
+    assert set(rows) == {(16, 1), (16, 2), (32, 1), (32, 2)}
+    assert all(r["status"] == "ok" for r in rows.values())
+    assert {r["schedule"].test_stage_knob for r in rows.values()} == {1, 2}
+    base = res.table[0]["schedule"]
+    assert src_hash("x = 1", base) != src_hash("x = 1", base.replace(test_stage_knob=2))
+    assert src_hash("x = 1", base) != src_hash("x = 1", base.replace(stages={"sum0": {"test_stage_knob": 2}}))

@@ -6,7 +6,9 @@ the grid's axis tuple, the per-stage overrides), scope (whether a
 text a wrong value gets), default, the values exploration tries, whether it is a launch option,
 and a one-line description. ``Schedule`` and ``StageSchedule`` take their fields, defaults, value
 checks, JSON form and ``repr`` from this table; the heuristic passes every knob it does not decide
-through unchanged; the README's knob table is :func:`markdown_table`.
+through unchanged; exploration (:mod:`dtriton.tune`) takes every flat knob as a ``Space`` field,
+derives its ``search`` values and keeps candidates apart by their source and launch options; the
+README's knob table is :func:`markdown_table`.
 
 Adding a flat knob: append a :class:`Knob` to :data:`BUILTIN` (or :func:`register` one at run
 time, as tests do), then read ``schedule.<name>`` where it takes effect. Map knobs (``tile``,

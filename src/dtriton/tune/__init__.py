@@ -15,9 +15,12 @@ axes of sum stages whose outputs have few tiles, the strategy (whole/loop/online
 that some kernel covers in-program, the placement (auto/fuse/materialize) of every reduction
 stage, tiles of a split stage that runs in a kernel of its own (``stage_tile``), ``num_warps``
 and ``num_stages`` (GPU only: the interpreter ignores both), persistent tile loops and, for 16-bit
-contractions on Hopper-class GPUs, TMA tile loads (``access``). Every field
-that a :class:`Space` leaves ``None`` keeps the heuristic's value, so ``dt.Space(tile=...)``
-narrows the search; :meth:`Space.widen` adds values to a derived space.
+contractions on Hopper-class GPUs, TMA tile loads (``access``). Every flat knob of the registry
+(:mod:`dtriton.schedule.knobs`) is a :class:`Space` field; one without a derivation rule
+(:data:`~dtriton.tune.space.RULES`) is searched over its registry ``search`` values (launch
+options on the GPU only). Every field that a :class:`Space` leaves ``None`` keeps the
+heuristic's value, so ``dt.Space(tile=...)`` narrows the search; :meth:`Space.widen` adds values
+to a derived space.
 
 **Pruning before compiling.** Each candidate is checked with ``Schedule.validate``, the resource
 rules of :func:`check_resources` (shared memory of dot tiles ``(BM*BK + BK*BN) * bytes *
@@ -26,7 +29,8 @@ at most 256 fp32 accumulator registers per thread for a dot; "whole" blocks no l
 32768), then lowered and turned into Triton source (no GPU work). Timing is ``triton.testing.do_bench``
 (L2 flushed before each call) or, with ``timing="warm"``, :func:`warm_gpu_time` (L2 warm, GPU time
 only, what a CUDA-graph replay of repeated calls shows). Candidates that generate the
-same kernels with the same launch options as an earlier one are marked "duplicate".
+same kernels with the same launch options (``Schedule.launch_key()``) as an earlier one are
+marked "duplicate".
 
 **Safety.** The caller's tensors are never handed to a candidate: candidates run on copies that
 are restored from a pristine copy before every run, outputs are poisoned with NaN first (passed

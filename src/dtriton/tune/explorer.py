@@ -40,17 +40,18 @@ MIN_IMPROVEMENT = 0.005
 
 
 def src_hash(src: str, sched: Schedule) -> str:
-    """Identity of what a candidate runs: its source (minus the schedule comment) and the launch
-    options, which are not part of the source (num_warps, num_stages, per stage too)."""
+    """Identity of what a candidate runs: its source (minus comments and the schedule line) and
+    its launch options (:meth:`Schedule.launch_key`: every knob with ``launch=True``, the stages'
+    overrides too), which are not part of the source. A knob that is not a launch option acts only
+    through the plan, so it shows in the source when it changes anything: candidates that differ
+    only in such a knob and print the same source run the same kernels, and are duplicates. (Hashing
+    :meth:`Schedule.flat_values` instead would keep them apart and time the same kernels twice.)"""
     lines = []
     for ln in src.splitlines():   # comments do not change what runs (e.g. "warp_specialize off: ...")
         code = re.sub(r"\s*#.*$", "", ln)
         if code.strip() and not ln.startswith("Schedule:"):
             lines.append(code)
-    launch = [sched.num_warps, sched.num_stages] + sorted(
-        (k, v.num_warps, v.num_stages) for k, v in sched.stages.items())
-    return hashlib.sha256(("\n".join(lines) + repr(launch)).encode()).hexdigest()
-
+    return hashlib.sha256(("\n".join(lines) + repr(sched.launch_key())).encode()).hexdigest()
 
 
 def _params_json(point: Mapping) -> dict:

@@ -17,13 +17,13 @@ import random
 import warnings
 from typing import Any, Mapping
 
-from ..schedule import Schedule
 from ..ir import Algorithm, Binding, contractions
+from ..schedule import Schedule, flat_knobs
 from .db import TuningWarning
-from .space import FLAT
+from .space import flat_names
 
-__all__ = ["Exhaustive", "Random", "TPE", "make_sampler", "base_point", "dot_seeds", "neighbours", "DOT_SEEDS",
-           "PENALTY"]
+__all__ = ["Exhaustive", "Random", "TPE", "make_sampler", "base_point", "dot_seeds", "neighbours", "neighbour_order",
+           "NEIGHBOUR_ORDER", "DOT_SEEDS", "PENALTY"]
 
 PENALTY = 1e12  # what a sampler is told for a candidate that cannot be chosen (µs)
 
@@ -170,7 +170,7 @@ def base_point(dims, base: Schedule) -> dict:
     for name, vals in dims:
         f, _, sub = name.partition(".")
         if not sub:
-            v = getattr(base, f) if f in FLAT else \
+            v = getattr(base, f) if f in flat_names() else \
                 {"grid": tuple(base.grid or ()), "group": max(base.group.values(), default=1)}.get(f)
         else:
             st = base.strategy.get(sub, "auto")
@@ -186,9 +186,18 @@ def base_point(dims, base: Schedule) -> dict:
     return point
 
 
-#: The order in which :func:`neighbours` steps along dimensions (by field).
+#: The order in which :func:`neighbours` steps along dimensions (by field): access style and tiles
+#: first. Flat knobs with registry search values that are not named here follow, in registry order
+#: (:func:`neighbour_order`); a flat knob without search values (``precision``, ``split_mode``,
+#: ``warp_specialize``, ``acc_dtype``: results or faults change, not only speed) is not stepped.
 NEIGHBOUR_ORDER = ("access", "tile", "stage_tile", "num_stages", "num_warps", "persistent", "eviction", "group",
                    "strategy", "split", "place", "grid")
+
+
+def neighbour_order() -> tuple[str, ...]:
+    """The fields :func:`neighbours` steps along, in order: :data:`NEIGHBOUR_ORDER`, then every
+    other flat knob that has search values in the registry."""
+    return NEIGHBOUR_ORDER + tuple(k.name for k in flat_knobs() if k.search and k.name not in NEIGHBOUR_ORDER)
 
 #: Tile configurations of a 16-bit tensor-core contraction on the GPU tried right after the
 #: heuristic: (m tile, n tile, k tile, num_warps, num_stages). The fastest hand-listed schedules of
@@ -238,7 +247,7 @@ def neighbours(dims, start: Mapping, limit: int = 20) -> list[dict]:
     search before the sampler takes over. At most ``limit`` points."""
     full = {n: (start.get(n) if start.get(n) is not None else vals[0]) for n, vals in dims}
     out = []
-    for f in NEIGHBOUR_ORDER:
+    for f in neighbour_order():
         for name, vals in dims:
             if name.partition(".")[0] != f or start.get(name) is None:
                 continue

@@ -7,8 +7,10 @@ have few tiles, the strategy (whole/loop/online) of every axis that some kernel 
 the placement (auto/fuse/materialize) of every reduction stage, tiles of a split stage that runs in
 a kernel of its own (``stage_tile``), ``num_warps`` and ``num_stages`` (GPU only: the interpreter
 ignores both), persistent tile loops and, for 16-bit contractions on Hopper-class GPUs, TMA tile
-loads (``access``). Every field that a :class:`Space` leaves ``None`` keeps the heuristic's value,
-so ``dt.Space(tile=...)`` narrows the search; :meth:`Space.widen` adds values to a derived space.
+loads (``access``): the :data:`RULES` of the built-in flat knobs; every other flat knob of the
+registry gets its registry search values (:func:`registry_values`). Every field that a
+:class:`Space` leaves ``None`` keeps the heuristic's value, so ``dt.Space(tile=...)`` narrows the
+search; :meth:`Space.widen` adds values to a derived space.
 """
 
 from __future__ import annotations
@@ -24,14 +26,22 @@ from ..errors import ScheduleError, UnknownFieldError
 from ..ir import (Algorithm, Binding, contractions, grid_candidates, online_candidate, reduction_stages,
                   split_blockers)
 from ..runtime import Kernel, backend_for
-from ..schedule import (ACCESS, EVICTIONS, PLACES, SPLIT_MODES, STRATEGIES, Schedule, StageSchedule, next_pow2,
-                        reject_unknown_keywords, unknown_fields_message)
+from ..schedule import (EVICTIONS, PLACES, STRATEGIES, Knob, Schedule, StageSchedule, flat_knobs, next_pow2,
+                        unknown_fields_message)
 from .check import Limits
 
-__all__ = ["Space", "derive_fields", "FLAT"]
+__all__ = ["Space", "derive_fields", "derive_flat", "registry_values", "Derivation", "flat_names", "RULES"]
 
-#: single-valued space fields (the rest are per axis or per stage)
-FLAT = ("num_warps", "num_stages", "precision", "split_mode", "persistent", "access", "warp_specialize")
+#: Space fields before the flat knobs (per axis, per stage, or the grid's own values) ...
+HEAD_FIELDS = ("tile", "grid", "group", "split", "strategy", "place")
+#: ... and after them; the flat knobs (:func:`flat_names`) come from the registry.
+TAIL_FIELDS = ("stage_tile", "eviction")
+
+
+def flat_names() -> tuple[str, ...]:
+    """The single-valued knobs a :class:`Space` can search: every registered flat knob
+    (:func:`dtriton.schedule.flat_knobs`), in registry order."""
+    return tuple(k.name for k in flat_knobs())
 
 
 def _pow2s(lo: int, hi: int) -> list[int]:
@@ -75,20 +85,16 @@ def _oneof(choices):
     return check
 
 
-def _warps(what, x):
-    _pow2(what, x)
-    if x > 32:
-        raise ScheduleError(f"Space {what} value {x} must be at most 32")
-
-
-def _nstages(what, x):
-    if not (isinstance(x, int) and 1 <= x <= 8):
-        raise ScheduleError(f"Space {what} value {x!r} must be an integer from 1 to 8")
-
-
-def _boolean(what, x):
-    if not isinstance(x, bool):
-        raise ScheduleError(f"Space {what} value {x!r} must be True or False")
+def _knob_value(k: Knob):
+    """The check of a flat knob's Space values: its registry domain (the error text is the one a
+    Schedule gives, after ``Space <knob> value <v>``); None is not a value (a field left None keeps
+    the heuristic's value)."""
+    def check(what, x):
+        problem = "is not a value (leave the field out to keep the heuristic's value)" if x is None else \
+            k.problem(x)
+        if problem is not None:
+            raise ScheduleError(f"Space {what} value {x!r} {problem}")
+    return check
 
 
 def _per_key(v, what, check) -> dict[str, tuple] | None:
@@ -155,23 +161,26 @@ class Space:
         precision: e.g. ``["ieee", "tf32x3"]`` (tf32 and tf32x3 are never derived: they change
             results, tf32 by ~1e-3, tf32x3 by a few fp32 ulps).
         split_mode: e.g. ``["atomic", "partials"]``.
+        Every other flat knob of the registry (:func:`flat_names`: ``persistent``, ``access``,
+        ``warp_specialize``, ``acc_dtype`` and any :func:`~dtriton.schedule.register`-ed knob)
+        is a keyword too: a list of its values.
 
     A single value is accepted where a list is expected. Raises :class:`~dtriton.ScheduleError`
-    for a value a schedule cannot take (a tile that is not a power of two, an unknown strategy),
-    and :class:`~dtriton.UnknownFieldError` (also a ``TypeError``) for a keyword that is not a
-    field (``tiles=``). :meth:`validate` checks the names against an algorithm.
+    for a value a schedule cannot take (a tile that is not a power of two, an unknown strategy; a
+    flat knob's values are checked against its registry domain, and None is never a value), and
+    :class:`~dtriton.UnknownFieldError` (also a ``TypeError``) for a keyword that is not a field
+    (``tiles=``). :meth:`validate` checks the names against an algorithm.
 
     The space's points are the product of every field's values (:meth:`dimensions`,
     :attr:`size`); :meth:`schedule_for` turns a point into a complete :class:`~dtriton.Schedule`
     on top of the heuristic's schedule.
     """
 
-    FIELDS = ("tile", "grid", "group", "split", "strategy", "place", "num_warps", "num_stages", "precision",
-              "split_mode", "persistent", "access", "warp_specialize", "stage_tile", "eviction")
-
-    def __init__(self, tile=None, grid=None, group=None, split=None, strategy=None, place=None,
-                 num_warps=None, num_stages=None, precision=None, split_mode=None, persistent=None,
-                 access=None, warp_specialize=None, stage_tile=None, eviction=None):
+    def __init__(self, tile=None, grid=None, group=None, split=None, strategy=None, place=None, *,
+                 stage_tile=None, eviction=None, **flat):
+        bad = [k for k in flat if k not in flat_names()]
+        if bad:
+            raise UnknownFieldError(unknown_fields_message("Space", bad, self.field_names()))
         self.tile = _per_key(tile, "tile", _pow2)
         self.grid = _grids(grid)
         self.group = _flat(group, "group", _posint)
@@ -183,21 +192,27 @@ class Space:
         for k in self.stage_tile or {}:
             if k.count(".") != 1 or not all(k.split(".")):
                 raise ScheduleError(f"Space(stage_tile) key {k!r} must be 'stage.axis', e.g. 'sum0.k'")
-        self.num_warps = _flat(num_warps, "num_warps", _warps)
-        self.num_stages = _flat(num_stages, "num_stages", _nstages)
-        self.precision = _flat(precision, "precision", _oneof(("ieee", "tf32", "tf32x3")))
-        self.split_mode = _flat(split_mode, "split_mode", _oneof(SPLIT_MODES))
-        self.persistent = _flat(persistent, "persistent", _oneof(tuple(range(0, 33))))
-        self.access = _flat(access, "access", _oneof(ACCESS))
-        self.warp_specialize = _flat(warp_specialize, "warp_specialize", _boolean)
+        for k in flat_knobs():
+            setattr(self, k.name, _flat(flat.get(k.name), k.name, _knob_value(k)))
+
+    @staticmethod
+    def field_names() -> tuple[str, ...]:
+        """The fields, in constructor and :meth:`to_dict` order: tile, grid, group, split,
+        strategy, place, the registry's flat knobs (:func:`flat_names`), stage_tile, eviction."""
+        return HEAD_FIELDS + flat_names() + TAIL_FIELDS
+
+    def __getattr__(self, name: str):
+        # only reached for a name not set at construction: a knob registered since is not searched
+        if not name.startswith("_") and name in flat_names():
+            return None
+        raise AttributeError(f"'Space' object has no attribute {name!r}")
 
     # -- views ----------------------------------------------------------------------------------
     def dimensions(self) -> list[tuple[str, tuple]]:
         """The space as ``[(name, values)]``; names are ``"grid"``, ``"group"``, ``"tile.<axis>"``,
         ``"split.<axis>"``, ``"strategy.<axis>"``, ``"place.<stage>"``,
-        ``"stage_tile.<stage>.<axis>"``, ``"eviction.<tensor>"``, ``"num_warps"``,
-        ``"num_stages"``, ``"precision"``, ``"split_mode"``, ``"persistent"``, ``"access"``,
-        ``"warp_specialize"``."""
+        ``"stage_tile.<stage>.<axis>"``, ``"eviction.<tensor>"``, then the flat knobs' names
+        (``"num_warps"``, ``"num_stages"``, ``"precision"``, ..., in registry order)."""
         dims: list[tuple[str, tuple]] = []
         if self.grid is not None:
             dims.append(("grid", self.grid))
@@ -207,7 +222,7 @@ class Space:
             m = getattr(self, f)
             for k in sorted(m or {}):
                 dims.append((f"{f}.{k}", m[k]))
-        for f in FLAT:
+        for f in flat_names():
             v = getattr(self, f)
             if v is not None:
                 dims.append((f, v))
@@ -221,7 +236,7 @@ class Space:
     def to_dict(self) -> dict:
         """JSON-ready dict of the fields that are set (grids as lists)."""
         d = {}
-        for f in self.FIELDS:
+        for f in self.field_names():
             v = getattr(self, f)
             if v is None:
                 continue
@@ -242,10 +257,10 @@ class Space:
     # -- editing ----------------------------------------------------------------------------------
     def narrow(self, **fields) -> "Space":
         """A copy with the given fields replaced (``None`` drops a field: heuristic value)."""
-        d = {f: getattr(self, f) for f in self.FIELDS}
-        bad = [k for k in fields if k not in self.FIELDS]
+        d = {f: getattr(self, f) for f in self.field_names()}
+        bad = [k for k in fields if k not in d]
         if bad:
-            raise UnknownFieldError(unknown_fields_message("Space", bad, self.FIELDS))
+            raise UnknownFieldError(unknown_fields_message("Space", bad, self.field_names()))
         d.update(fields)
         return Space(**d)
 
@@ -254,7 +269,7 @@ class Space:
         for the constructor (``space.widen(tile={"i": [512]}, num_warps=[16])``)."""
         add = Space(**fields) if fields else Space()
         d = {}
-        for f in self.FIELDS:
+        for f in self.field_names():
             vals = [getattr(self, f), getattr(other, f) if other is not None else None, getattr(add, f)]
             vals = [v for v in vals if v is not None]
             if not vals:
@@ -375,7 +390,7 @@ class Space:
             elif f == "group":
                 gval = int(v)
                 regroup = True
-            elif f in FLAT:
+            elif f in flat_names():
                 kw[f] = v
             else:
                 raise ScheduleError(f"unknown space dimension {name!r}")
@@ -416,13 +431,14 @@ class Space:
         return cls(**derive_fields(alg, bb, base, target == "gpu", limits))
 
 
-Space.__init__ = reject_unknown_keywords(Space.__init__, "Space", Space.FIELDS)
-
-
 def _with_base(vals: list, bv) -> list:
-    """``vals`` with the heuristic's value ``bv`` added (sorted) when it is missing."""
+    """``vals`` with the heuristic's value ``bv`` added (sorted; appended when the values do not
+    sort) when it is missing."""
     if bv is not None and bv not in vals:
-        vals = sorted(set(vals) | {bv})
+        try:
+            vals = sorted(set(vals) | {bv})
+        except TypeError:
+            vals = list(vals) + [bv]
     return vals
 
 
@@ -529,31 +545,95 @@ def _derive_evictions(alg: Algorithm, b: Binding) -> dict[str, list[str]]:
     return eviction
 
 
-def _derive_access(b: Binding, base: Schedule) -> tuple[list | None, list | None]:
-    """``(access, warp_specialize)`` values of a GPU contraction on a TMA device: TMA for operands
-    that feed tensor cores (16-bit, or fp32 at tf32 / tf32x3 precision; "ieee" fp32 dots run on
-    FMA units, where the H200 probe saw no gain from TMA), else ``(None, None)``.
+@dataclasses.dataclass(frozen=True)
+class Derivation:
+    """What a flat knob's derivation rule sees: the algorithm, its binding ``b``, the heuristic's
+    complete schedule ``base``, the target (``gpu``), the resource ``limits`` and the algorithm's
+    contractions (``cons``, :func:`~dtriton.schedule.contractions`)."""
+    alg: Algorithm
+    b: Binding
+    base: Schedule
+    gpu: bool
+    limits: Limits
+    cons: Mapping
 
-    Warp specialisation stays out of derived spaces unless the heuristic set it (a user Space may
-    add it): on the H200 it gained nothing on the matmul probe, and a candidate of the diffusion
-    layer with it faulted ("misaligned address"), which ends the CUDA context and so the whole
-    exploration. Session 3's "misaligned address" fault exploring the fp32 diffusion layer came
-    with in-kernel descriptors; with host-side descriptors its TMA schedules ran clean (session 4
-    probe). explore() and Space.derive derive around the heuristic's schedule, whose precision is
-    "ieee": their fp32 spaces get TMA only from a user's widen(access=...)."""
-    floats = [d for d in b.dtypes.values() if d.is_floating_point]
-    tensor_cores = bool(floats) and (all(d.itemsize == 2 for d in floats)
-                                     or (all(d.itemsize <= 4 for d in floats) and base.precision in ("tf32", "tf32x3")))
-    if not tensor_cores:
-        return None, None
-    return _with_base(["pointer", "tma"], base.access), ([False, True] if base.warp_specialize else None)
+
+def registry_values(k: Knob, d: Derivation) -> list | None:
+    """The values a flat knob without a rule gets: its registry search values with the
+    heuristic's value added; launch options only on the GPU (the interpreter ignores them).
+    None (not searched) for a knob without search values, or with fewer than two."""
+    if not k.search or (k.launch and not d.gpu):
+        return None
+    vals = _with_base(list(k.search), getattr(d.base, k.name))
+    return vals if len(vals) > 1 else None
+
+
+def _rule_num_warps(k: Knob, d: Derivation) -> list | None:
+    """GPU only: 2, 4, 8 warps (16 when an in-program axis pads to 2048 or more)."""
+    if not d.gpu:
+        return None
+    grid = tuple(d.base.grid or ())
+    widest = max([next_pow2(d.b.axis_sizes[a]) for a in d.alg.axis_names if a not in grid] or [1])
+    return _with_base([2, 4, 8] + ([16] if widest >= 2048 else []), d.base.num_warps)
+
+
+def _rule_num_stages(k: Knob, d: Derivation) -> list | None:
+    """GPU only: 2..5 pipeline stages for contractions, else 1..4."""
+    return _with_base([2, 3, 4, 5] if d.cons else [1, 2, 3, 4], d.base.num_stages) if d.gpu else None
+
+
+def _rule_persistent(k: Knob, d: Derivation) -> list | None:
+    """Persistent tile loops (1 or 2 programs per SM) for GPU contractions, where tiles are many."""
+    return _with_base([0, 1, 2], d.base.persistent) if d.gpu and d.cons else None
+
+
+def _tensor_core_tma(d: Derivation) -> bool:
+    """A GPU contraction on a TMA device (Hopper, sm90+) whose operands feed tensor cores (16-bit,
+    or fp32 at tf32 / tf32x3 precision; "ieee" fp32 dots run on FMA units, where the H200 probe
+    saw no gain from TMA)."""
+    if not (d.gpu and d.cons and d.limits.tma):
+        return False
+    floats = [t for t in d.b.dtypes.values() if t.is_floating_point]
+    return bool(floats) and (all(t.itemsize == 2 for t in floats)
+                             or (all(t.itemsize <= 4 for t in floats) and d.base.precision in ("tf32", "tf32x3")))
+
+
+def _rule_access(k: Knob, d: Derivation) -> list | None:
+    """TMA tile loads (pointer or tma) of a tensor-core contraction on a TMA device
+    (:func:`_tensor_core_tma`). explore() and Space.derive derive around the heuristic's
+    schedule, whose precision is "ieee": their fp32 spaces get TMA only from a user's
+    widen(access=...)."""
+    return _with_base(["pointer", "tma"], d.base.access) if _tensor_core_tma(d) else None
+
+
+def _rule_warp_specialize(k: Knob, d: Derivation) -> list | None:
+    """Warp specialisation stays out of derived spaces unless the heuristic set it (a user Space
+    may add it): on the H200 it gained nothing on the matmul probe, and a candidate of the
+    diffusion layer with it faulted ("misaligned address"), which ends the CUDA context and so the
+    whole exploration. Session 3's "misaligned address" fault exploring the fp32 diffusion layer
+    came with in-kernel descriptors; with host-side descriptors its TMA schedules ran clean
+    (session 4 probe)."""
+    return [False, True] if d.base.warp_specialize and _tensor_core_tma(d) else None
+
+
+#: The derivation rules of built-in flat knobs: knob name -> ``rule(knob, Derivation)`` giving the
+#: values to search (None: not searched). Every other flat knob (``precision``, ``split_mode``,
+#: ``acc_dtype`` and registered ones) gets :func:`registry_values`.
+RULES = {"num_warps": _rule_num_warps, "num_stages": _rule_num_stages, "persistent": _rule_persistent,
+         "access": _rule_access, "warp_specialize": _rule_warp_specialize}
+
+
+def derive_flat(d: Derivation) -> dict[str, list | None]:
+    """The values of every registered flat knob (:data:`RULES`, else :func:`registry_values`)."""
+    return {k.name: RULES.get(k.name, registry_values)(k, d) for k in flat_knobs()}
 
 
 def derive_fields(alg: Algorithm, b: Binding, base: Schedule, gpu: bool, limits: Limits) -> dict:
     """The fields of the default :class:`Space` (keyword arguments of its constructor) for ``alg``
     bound to ``b`` around the heuristic's complete schedule ``base``: on the GPU (``gpu``) also
     launch options, persistent loops, L2 hints and TMA access; ``limits`` bound "whole" blocks,
-    decide when output tiles are few (split-K) and whether the device has TMA."""
+    decide when output tiles are few (split-K) and whether the device has TMA. Every flat knob of
+    the registry has a field (:func:`derive_flat`)."""
     sizes = b.axis_sizes
     cons = contractions(alg)
     grid = tuple(base.grid or ())
@@ -569,16 +649,6 @@ def derive_fields(alg: Algorithm, b: Binding, base: Schedule, gpu: bool, limits:
     place = {s.name: list(PLACES) for s in alg.stages.values() if not s.is_output}
     stage_tile = _derive_stage_tiles(alg, base, tile)
     eviction = _derive_evictions(alg, b) if gpu and not cons else {}
-    num_warps = num_stages = None
-    if gpu:
-        widest = max([next_pow2(sizes[a]) for a in alg.axis_names if a not in grid] or [1])
-        num_warps = _with_base([2, 4, 8] + ([16] if widest >= 2048 else []), base.num_warps)
-        num_stages = _with_base([2, 3, 4, 5] if cons else [1, 2, 3, 4], base.num_stages)
-    # persistent tile loops (1 or 2 programs per SM) for contractions, where tiles are many
-    persistent = _with_base([0, 1, 2], base.persistent) if gpu and cons else None
-    access = wspec = None
-    if gpu and cons and limits.tma:   # Hopper (sm90+) contractions: TMA tile loads
-        access, wspec = _derive_access(b, base)
+    flat = derive_flat(Derivation(alg, b, base, gpu, limits, cons))
     return dict(tile=tile or None, grid=grids, group=group, split=split or None, strategy=strategy or None,
-                place=place or None, num_warps=num_warps, num_stages=num_stages, persistent=persistent,
-                access=access, warp_specialize=wspec, stage_tile=stage_tile or None, eviction=eviction or None)
+                place=place or None, **flat, stage_tile=stage_tile or None, eviction=eviction or None)
