@@ -496,16 +496,16 @@ def test_walks():
     s = dt.sum(a * b * 2.0, over=k)
     m = dt.max(s + A[i, lab[i]], over=j)
     order = topo_order([m])
-    pos = {n._id: p for p, n in enumerate(order)}
-    assert all(pos[c._id] < pos[n._id] for n in order for c in n.children())
-    assert order[-1] is m and len({n._id for n in order}) == len(order)
+    pos = {n.uid: p for p, n in enumerate(order)}
+    assert all(pos[c.uid] < pos[n.uid] for n in order for c in n.children())
+    assert order[-1] is m and len({n.uid for n in order}) == len(order)
     # walk: a parent before its children, each node once; stop visits but does not enter
     w = list(walk([m]))
-    assert w[0] is m and {n._id for n in w} == set(pos)
+    assert w[0] is m and {n.uid for n in w} == set(pos)
     w2 = list(walk([m], stop=lambda n: n is s))
     assert any(n is s for n in w2) and not any(n is a for n in w2)
-    assert [r.name for r in reduces_in([m], set())] == [None, None] and reduces_in([m], {s._id}) == [m, s]
-    assert reduces_in([s, m], {s._id}) == [s, m]  # a materialised root is entered
+    assert [r.name for r in reduces_in([m], set())] == [None, None] and reduces_in([m], {s.uid}) == [m, s]
+    assert reduces_in([s, m], {s.uid}) == [s, m]  # a materialised root is entered
     assert mul_factors(s.x)[:2] == [a, b] and len(mul_factors(s.x)) == 3 and mul_factors(a) == [a]
     assert contains(m, b) and not contains(m, b, stop=lambda n: n is s) and not contains(s, m)
     assert expr_axes(m) == ["i", "k", "j"]  # first seen, children first
@@ -520,9 +520,9 @@ def test_cse_rebuilds_parents_of_merged_nodes_and_keeps_the_rest():
     left, right = dt.exp(X[i, j]), dt.exp(X[i, j])
     root = left + right
     remap = cse([root])
-    new = remap[root._id]
+    new = remap[root.uid]
     assert new is not root and new.a is new.b and new.a is left   # the second exp merged into the first
-    assert left._id not in remap and root.a is left                # untouched nodes keep identity
+    assert left.uid not in remap and root.a is left                # untouched nodes keep identity
     assert fmt(new) == "(exp(X[i, j]) + exp(X[i, j]))"
     assert cse([left]) == {}
 

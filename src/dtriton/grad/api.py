@@ -97,13 +97,13 @@ class GradientAlgorithms:
 def describe(alg: Algorithm, labels: dict[str, str] | None = None) -> str:
     """Readable listing of an algorithm, one line per stage (``name[axes] = expression``, nested
     stages printed by name). ``labels`` adds a note to output stages (e.g. ``{"out0": "dX"}``)."""
-    names = {s.node._id: s.name for s in reduction_stages(alg)}
+    names = {s.node.uid: s.name for s in reduction_stages(alg)}
     lines = [repr(alg)]
     for s in alg.stages.values():
         if s.is_output:
             o = s.node
             e = o.expr
-            body = names[e._id] if e._id in names else fmt(e, 0, names)
+            body = names[e.uid] if e.uid in names else fmt(e, 0, names)
             note = f"  # {labels[s.name]}" if labels and s.name in labels else ""
             lines.append(f"    {s.name}[{', '.join(o.layout)}] = {body}{note}")
         else:
@@ -137,7 +137,7 @@ def _saved_stages(alg: Algorithm, d: Deriver, grads: dict[str, tuple[Expr, tuple
         used = set()
         for e, _ in grads.values():
             for x in topo_order([e]):
-                if isinstance(x, Reduce) and x._id in d.g.fwd and x.name:
+                if isinstance(x, Reduce) and x.uid in d.g.fwd and x.name:
                     used.add(x.name)
         return [s for s in fwd_stage_names if s in used]
     save_l = [save] if isinstance(save, str) else list(save)
@@ -187,9 +187,9 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
     saved_map: dict[int, tuple[str, tuple[str, ...]]] = {}
     saved_params = []
     for s in save_l:
-        node = d.clone[alg.stages[s].node._id]
+        node = d.clone[alg.stages[s].node.uid]
         pn = unique_param_name(f"saved_{s}", taken)
-        saved_map[node._id] = (pn, tuple(node.axes))
+        saved_map[node.uid] = (pn, tuple(node.axes))
         saved_params.append(("tensor", pn, tuple(alg.axis_size[a] for a in node.axes)))
     spec = param_spec(alg)
     spec += [("tensor", gn, tuple(alg.axis_size[a] for a in o.layout)) for gn, o in zip(d.gnames, alg.outputs)]
@@ -206,7 +206,7 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
         for k, n in enumerate(grp):
             locate[n] = (len(algs) - 1, k)
     return GradientAlgorithms(alg, tuple(wrt_l), tuple(algs), locate, zero, tuple(d.gnames), tuple(save_l),
-                              {"blocked_extrema": [x.name for x in d.order if x._id in d.blocked]})
+                              {"blocked_extrema": [x.name for x in d.order if x.uid in d.blocked]})
 
 
 def augmented_forward(alg: Algorithm, save: Sequence[str] | str) -> tuple[Algorithm, tuple[str, ...]]:
@@ -222,7 +222,7 @@ def augmented_forward(alg: Algorithm, save: Sequence[str] | str) -> tuple[Algori
     outs = d.clone_forward()
     extra = []
     for s in save_l:
-        node = d.clone[alg.stages[s].node._id]
+        node = d.clone[alg.stages[s].node.uid]
         extra.append((node, tuple(node.axes)))
     fin = Finalizer(d, param_spec(alg), {})
     a = fin.build(f"{alg.name}_fwd_saving", list(outs) + extra,
@@ -246,25 +246,25 @@ def staged(alg: Algorithm) -> list[tuple[Algorithm, tuple[str, ...]]]:
     costs a kernel and a write), e.g. to check a fused lowering against it."""
     depth: dict[int, int] = {}
     for n in alg.nodes:
-        d = max((depth[c._id] for c in n.children()), default=0)
-        depth[n._id] = d + 1 if isinstance(n, Reduce) else d
+        d = max((depth[c.uid] for c in n.children()), default=0)
+        depth[n.uid] = d + 1 if isinstance(n, Reduce) else d
     reds = [n for n in alg.nodes if isinstance(n, Reduce)]
     taken = {p.name for p in alg.params}
-    pname = {r._id: unique_param_name(f"stage_{r.name}", taken) for r in reds}
+    pname = {r.uid: unique_param_name(f"stage_{r.name}", taken) for r in reds}
     chain: list[tuple[Algorithm, tuple[str, ...]]] = []
     done: list[Reduce] = []
 
     def level(name: str, roots: Sequence[Expr], layouts: Sequence[tuple[str, ...]], doc: str) -> Algorithm:
         """An algorithm computing ``roots`` from ``alg``'s arguments and the stages ``done``."""
-        spec = param_spec(alg) + [("tensor", pname[r._id], tuple(alg.axis_size[a] for a in r.axes)) for r in done]
+        spec = param_spec(alg) + [("tensor", pname[r.uid], tuple(alg.axis_size[a] for a in r.axes)) for r in done]
         params = make_params(spec)
-        repl = {r._id: (pname[r._id], tuple(r.axes)) for r in done}
+        repl = {r.uid: (pname[r.uid], tuple(r.axes)) for r in done}
         new = copy_nodes(topo_order(list(roots)), {p.name: p for p in params}, repl)
-        outs = [Output(new[e._id], tuple(lay)) for e, lay in zip(roots, layouts)]
+        outs = [Output(new[e.uid], tuple(lay)) for e, lay in zip(roots, layouts)]
         return Algorithm.build(name, params, outs, doc=doc)
 
-    for lv in sorted({depth[r._id] for r in reds}):
-        todo = [r for r in reds if depth[r._id] == lv]
+    for lv in sorted({depth[r.uid] for r in reds}):
+        todo = [r for r in reds if depth[r.uid] == lv]
         chain.append((level(f"{alg.name}_level{lv}", todo, [r.axes for r in todo],
                             f"Stages {[r.name for r in todo]} of {alg.name}"),
                       tuple(r.name for r in todo)))

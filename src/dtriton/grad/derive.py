@@ -48,7 +48,7 @@ class Renamer:
         mapping = {a: b for a, b in mapping.items() if a != b and a in n.axes}
         if not mapping:
             return n
-        key = (n._id, tuple(sorted(mapping.items())))
+        key = (n.uid, tuple(sorted(mapping.items())))
         hit = self.memo.get(key)
         if hit is not None:
             return hit
@@ -65,7 +65,7 @@ class Renamer:
                     inner[a] = nb
                     over[k] = nb
             x = self(n.x, inner)
-            hint = n.name if n.name is not None else g.hint.get(n._id)
+            hint = n.name if n.name is not None else g.hint.get(n.uid)
             r = g.reduce(n.combiner, x, over, hint=hint)
         elif isinstance(n, (Load, Unary, Binary, Where, Cast)):
             r = g.remake(n, [self(c, mapping) for c in n.children()])
@@ -85,7 +85,7 @@ def active_nodes(order: Sequence[Expr], wrt: set[str]) -> set[int]:
     for n in order:
         if isinstance(n, Load):
             if n.tensor.name in wrt:
-                active.add(n._id)
+                active.add(n.uid)
         elif isinstance(n, Binary) and n.op not in ARITH_OPS:
             continue
         elif isinstance(n, Unary) and n.op == "not":
@@ -93,13 +93,13 @@ def active_nodes(order: Sequence[Expr], wrt: set[str]) -> set[int]:
         elif isinstance(n, Reduce) and n.combiner.grad == "index":
             continue  # an index (argmax) has no gradient; a gather by it still differentiates
         elif isinstance(n, Where):
-            if n.a._id in active or n.b._id in active:
-                active.add(n._id)
+            if n.a.uid in active or n.b.uid in active:
+                active.add(n.uid)
         elif isinstance(n, Cast):
-            if n.dtype.is_floating_point and n.x._id in active:
-                active.add(n._id)
-        elif any(c._id in active for c in n.children()):
-            active.add(n._id)
+            if n.dtype.is_floating_point and n.x.uid in active:
+                active.add(n.uid)
+        elif any(c.uid in active for c in n.children()):
+            active.add(n.uid)
     return active
 
 
@@ -107,10 +107,10 @@ def shift_invariant_extrema(order: list[Expr], active: set[int], roots: Sequence
     """Ids of the active max/min stages that no root changes under shifting (zero adjoint)."""
     blocked: set[int] = set()
     for n in order:
-        if isinstance(n, Reduce) and n.combiner.grad == "extremum" and n._id in active:
+        if isinstance(n, Reduce) and n.combiner.grad == "extremum" and n.uid in active:
             cls = shift_class(n, order)
-            if all(e._id not in cls or (cls[e._id] is not None and cls[e._id][1] == 0) for e in roots):
-                blocked.add(n._id)
+            if all(e.uid not in cls or (cls[e.uid] is not None and cls[e.uid][1] == 0) for e in roots):
+                blocked.add(n.uid)
     return blocked
 
 
@@ -149,14 +149,14 @@ class Deriver:
             elif isinstance(n, ScalarParam):
                 r = g.scalar(n)
             elif isinstance(n, Reduce):
-                r = g.reduce(n.combiner, cl[n.x._id], n.over, name=n.name)
+                r = g.reduce(n.combiner, cl[n.x.uid], n.over, name=n.name)
             elif isinstance(n, (Load, Unary, Binary, Where, Cast)):
-                r = g.remake(n, [cl[c._id] for c in n.children()])
+                r = g.remake(n, [cl[c.uid] for c in n.children()])
             else:  # pragma: no cover - new node kinds
                 raise AlgorithmError(f"dt.grad does not know how to differentiate {type(n).__name__} nodes")
-            g.fwd.add(r._id)
-            cl[n._id] = r
-        return [(cl[o.expr._id], o.layout) for o in self.alg.outputs]
+            g.fwd.add(r.uid)
+            cl[n.uid] = r
+        return [(cl[o.expr.uid], o.layout) for o in self.alg.outputs]
 
     # -- adjoint propagation ---------------------------------------------------------------------
     def run(self, wrt: Sequence[str]) -> dict[str, tuple[Expr, tuple[str, ...]]]:
@@ -172,11 +172,11 @@ class Deriver:
         for (e, layout), gn in zip(outs, self.gnames):
             gt = g.tensor(gn, tuple(self.alg.axis_size[a] for a in layout))
             upstream = g.load(gt, [g.axis(a) for a in layout])
-            if e._id in active:
-                contribs[e._id].append(upstream)
+            if e.uid in active:
+                contribs[e.uid].append(upstream)
         self.load_adj = []
         for n in reversed(order):
-            cs = contribs.pop(n._id, None)
+            cs = contribs.pop(n.uid, None)
             if not cs:
                 continue
             bar = self.collect(n, cs)
@@ -185,7 +185,7 @@ class Deriver:
             if isinstance(n, Load):
                 self.load_adj.append((n, bar))
                 continue
-            if n._id in self.blocked:
+            if n.uid in self.blocked:
                 continue
             self.push(n, bar, contribs)
         return self.tensor_grads(wrt)
@@ -220,8 +220,8 @@ class Deriver:
         g = self.g
 
         def to(child, v):
-            if v is not None and child._id in self.active:
-                contribs[child._id].append(v)
+            if v is not None and child.uid in self.active:
+                contribs[child.uid].append(v)
 
         if isinstance(n, Unary):
             to(n.x, self.unary_adjoint(n, bar))

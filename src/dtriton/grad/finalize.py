@@ -42,20 +42,20 @@ def copy_nodes(order: Sequence[Expr], params: dict[str, Any], replace: dict[int,
     named ``reduce_name(old node)`` (default: its own name), called in ``order``."""
     new: dict[int, Expr] = {}
     for n in order:
-        if n._id in replace:
-            pname, axes = replace[n._id]
+        if n.uid in replace:
+            pname, axes = replace[n.uid]
             r: Expr = Load(params[pname], tuple(Axis(a) for a in axes))
         elif isinstance(n, ScalarParam):
             r = params[n.name]
         else:
-            kids = [new[c._id] for c in n.children()]
+            kids = [new[c.uid] for c in n.children()]
             if isinstance(n, Load):
                 r = Load(params[n.tensor.name], tuple(kids))
             elif isinstance(n, Reduce):
                 r = Reduce(n.combiner, kids[0], n.over, n.name if reduce_name is None else reduce_name(n))
             else:
                 r = n.rebuild(kids)
-        new[n._id] = r
+        new[n.uid] = r
     return new
 
 
@@ -71,7 +71,7 @@ def group_gradients(grads: dict[str, tuple[Expr, tuple[str, ...]]], order: Seque
         return [names] if names else []
     if mode != "auto":
         raise ValueError(f"group must be 'auto', 'all' or 'none', got {mode!r}")
-    reds = {n: {x._id for x in topo_order([grads[n][0]]) if isinstance(x, Reduce)} for n in names}
+    reds = {n: {x.uid for x in topo_order([grads[n][0]]) if isinstance(x, Reduce)} for n in names}
     parent = {n: n for n in names}
 
     def find(x):
@@ -112,23 +112,23 @@ class Finalizer:
         order = topo_order([e for e, _ in outs])
         # forward reductions that stay keep their names; the rest get their hints
         for n in order:
-            if isinstance(n, Reduce) and n.name and n._id not in self.saved_map:
+            if isinstance(n, Reduce) and n.name and n.uid not in self.saved_map:
                 used_names.add(n.name)
 
         def uniq(n: Reduce) -> str:
             if n.name:
                 return n.name
-            base = g.hint.get(n._id, "d_sum")
+            base = g.hint.get(n.uid, "d_sum")
             return first_free(chain([base], (f"{base}_{k}" for k in count(2))), used_names)
 
         new = copy_nodes(order, by_name, self.saved_map, uniq)
         axes_sized: set[str] = set()
         for n in order:
-            if n._id in self.saved_map:
-                axes_sized.update(self.saved_map[n._id][1])
+            if n.uid in self.saved_map:
+                axes_sized.update(self.saved_map[n.uid][1])
             elif isinstance(n, Load):
                 axes_sized.update(e.name for e in n.index if isinstance(e, Axis))
-        outputs = [self._output(new[e._id], layout, carrier, axes_sized, by_name)
+        outputs = [self._output(new[e.uid], layout, carrier, axes_sized, by_name)
                    for (e, layout), carrier in zip(outs, carriers)]
         return Algorithm.build(name, params, outputs, doc=doc)
 

@@ -74,23 +74,23 @@ class Graph:
     def load(self, t: InputTensor, index: Sequence[Expr]) -> Expr:
         """``t[index]``."""
         index = tuple(index)
-        return self._get(("L", t.name, tuple(e._id for e in index)), lambda: Load(t, index))
+        return self._get(("L", t.name, tuple(e.uid for e in index)), lambda: Load(t, index))
 
     def raw_unary(self, op: str, x: Expr) -> Expr:
         """``op(x)``, not simplified."""
-        return self._get(("U", op, x._id), lambda: Unary(op, x))
+        return self._get(("U", op, x.uid), lambda: Unary(op, x))
 
     def raw_binary(self, op: str, a: Expr, b: Expr) -> Expr:
         """``op(a, b)``, not simplified."""
-        return self._get(("B", op, a._id, b._id), lambda: Binary(op, a, b))
+        return self._get(("B", op, a.uid, b.uid), lambda: Binary(op, a, b))
 
     def raw_where(self, c: Expr, a: Expr, b: Expr) -> Expr:
         """``where(c, a, b)``, not simplified."""
-        return self._get(("W", c._id, a._id, b._id), lambda: Where(c, a, b))
+        return self._get(("W", c.uid, a.uid, b.uid), lambda: Where(c, a, b))
 
     def cast(self, x: Expr, dtype) -> Expr:
         """``cast(x, dtype)``."""
-        return self._get(("K", str(dtype), x._id), lambda: Cast(x, dtype))
+        return self._get(("K", str(dtype), x.uid), lambda: Cast(x, dtype))
 
     def reduce(self, op: "str | Combiner", x: Expr, over: Iterable[str], mean: bool = False,
                name: str | None = None, hint: str | None = None) -> Expr:
@@ -101,13 +101,13 @@ class Graph:
         c = op if isinstance(op, Combiner) else get_combiner(op)
         if mean:
             c = get_combiner("mean") if c.name == "sum" else c
-        key = ("R", c.name, over, x._id, name)
+        key = ("R", c.name, over, x.uid, name)
         n = self.table.get(key)
         if n is None:
             n = Reduce(c, x, over, name)
             self.table[key] = n
             if name is None:
-                self.hint[n._id] = hint or f"d_{c.base}"
+                self.hint[n.uid] = hint or f"d_{c.base}"
         return n
 
     def remake(self, n: Expr, kids: Sequence[Expr]) -> Expr:
@@ -328,7 +328,7 @@ class Graph:
             for k, f in enumerate(num):
                 if isinstance(f, Reduce) and f.combiner.name == "sum" and \
                         sorted(self.size[a] for a in f.over) == syms:
-                    hint = self.hint.get(f._id, f.name or "d_sum")
+                    hint = self.hint.get(f.uid, f.name or "d_sum")
                     num[k] = self.reduce("sum", f.x, f.over, mean=True, hint=hint)
                     break
             else:

@@ -112,13 +112,13 @@ def shift_class(m: Reduce, order: list[Expr]) -> dict[int, Any]:
     max_axes = set(m.axes)
 
     def get(n):
-        return cls.get(n._id, _SAME)
+        return cls.get(n.uid, _SAME)
 
     for n in order:
         if n is m:
-            cls[n._id] = ("a", 1)
+            cls[n.uid] = ("a", 1)
             continue
-        if not any(c._id in cls for c in n.children()):
+        if not any(c.uid in cls for c in n.children()):
             continue
         r: Shift = None
         if isinstance(n, Load):
@@ -134,5 +134,5 @@ def shift_class(m: Reduce, order: list[Expr]) -> dict[int, Any]:
             r = c if n.dtype.is_floating_point else (_SAME if c is not None and c[1] == 0 else None)
         elif isinstance(n, Reduce):
             r = _reduce(n, get(n.x), max_axes)
-        cls[n._id] = r
+        cls[n.uid] = r
     return cls

@@ -62,15 +62,15 @@ def cse(roots: Sequence[Expr]) -> dict[int, Expr]:
     remap: dict[int, Expr] = {}
     for n in topo_order(roots):
         kids = n.children()
-        new_kids = tuple(remap.get(c._id, c) for c in kids)
+        new_kids = tuple(remap.get(c.uid, c) for c in kids)
         m = n if all(a is b for a, b in zip(new_kids, kids)) else n.rebuild(new_kids)
-        key = (n.kind, m.signature(), tuple(c._id for c in new_kids))
+        key = (n.kind, m.signature(), tuple(c.uid for c in new_kids))
         if key in canon:
-            remap[n._id] = canon[key]
+            remap[n.uid] = canon[key]
         else:
             canon[key] = m
             if m is not n:
-                remap[n._id] = m
+                remap[n.uid] = m
     return remap
 
 
@@ -212,7 +212,7 @@ class Algorithm:
     def _analyse(self):
         remap = cse([o.expr for o in self.outputs])
         for o in self.outputs:
-            o.expr = remap.get(o.expr._id, o.expr)
+            o.expr = remap.get(o.expr.uid, o.expr)
         outs = {o.name for o in self.outputs}
         for p in self.params:
             if p.name in outs:
@@ -246,7 +246,7 @@ class Algorithm:
 
     def _fingerprint(self) -> str:
         """A stable hash of the expression graph (not of Python identities)."""
-        ids = {n._id: k for k, n in enumerate(self.nodes)}
+        ids = {n.uid: k for k, n in enumerate(self.nodes)}
         parts = [self.name]
         for p in self.params:
             parts.append(repr(p) if isinstance(p, InputTensor) else f"{p.name}:{p.pytype.__name__}")
@@ -255,10 +255,10 @@ class Algorithm:
             d.extend(_node_fields(n))
             if isinstance(n, Load):
                 d.append(n.tensor.name)
-            d.append(",".join(str(ids[c._id]) for c in n.children()))
+            d.append(",".join(str(ids[c.uid]) for c in n.children()))
             parts.append("|".join(d))
         for o in self.outputs:
-            parts.append(f"{o.name}:{ids[o.expr._id]}:{','.join(o.layout)}")
+            parts.append(f"{o.name}:{ids[o.expr.uid]}:{','.join(o.layout)}")
         return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
     # ------------------------------------------------------------------------------------------

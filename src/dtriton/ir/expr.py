@@ -29,18 +29,20 @@ COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne", "and", "or")
 
 class Expr:
     """A node of the expression graph. Free axes are exposed as ``expr.axes`` (a tuple of names,
-    in first-appearance order). Operators build new nodes; comparisons return boolean nodes."""
+    in first-appearance order). Operators build new nodes; comparisons return boolean nodes.
+    ``expr.uid`` is a process-unique integer naming the node: passes key their tables by it
+    (``==`` on expressions builds a comparison node, so nodes are compared by identity)."""
 
-    __slots__ = ("axes", "_id", "__weakref__")
+    __slots__ = ("axes", "uid", "__weakref__")
     _counter = itertools.count()
 
     def __init__(self, axes: Iterable[str]):
         self.axes = tuple(dict.fromkeys(axes))
-        self._id = next(Expr._counter)
+        self.uid = next(Expr._counter)
 
     # identity-based hashing so nodes can be dict keys; == builds a comparison node
     def __hash__(self):
-        return self._id
+        return self.uid
 
     def children(self) -> tuple["Expr", ...]:
         """The operand nodes, in a fixed order (the order ``rebuild`` takes them in)."""
@@ -440,8 +442,8 @@ def _fmt_const(v: float) -> str:
 def fmt(n: Expr, depth: int = 0, names: dict | None = None) -> str:
     """Readable infix text for an expression (stages print by name when ``names`` maps node ids
     to stage names; the text is cut with ``…`` below depth 6)."""
-    if names and n._id in names and depth > 0:
-        return names[n._id]
+    if names and n.uid in names and depth > 0:
+        return names[n.uid]
     if depth > 6:
         return "…"
     d = depth + 1

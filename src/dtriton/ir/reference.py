@@ -178,9 +178,9 @@ class _Evaluator:
         self.memo: dict[int, _Val] = {}
 
     def __call__(self, n: Expr) -> _Val:
-        if n._id not in self.memo:
-            self.memo[n._id] = getattr(self, "ev_" + n.kind)(n)
-        return self.memo[n._id]
+        if n.uid not in self.memo:
+            self.memo[n.uid] = getattr(self, "ev_" + n.kind)(n)
+        return self.memo[n.uid]
 
     def as_float(self, t: torch.Tensor) -> torch.Tensor:
         return t if t.dtype.is_floating_point else t.to(self.cdt)

@@ -28,12 +28,12 @@ def topo_order(roots: Sequence[Expr]) -> list[Expr]:
         if done:
             order.append(n)
             continue
-        if n._id in seen:
+        if n.uid in seen:
             continue
-        seen.add(n._id)
+        seen.add(n.uid)
         stack.append((n, True))
         for c in reversed(n.children()):
-            if c._id not in seen:
+            if c.uid not in seen:
                 stack.append((c, False))
     return order
 
@@ -49,9 +49,9 @@ def walk(roots: Sequence[Expr], stop: Callable[[Expr], bool] | None = None,
     stack = list(roots)
     while stack:
         n = stack.pop()
-        if n._id in seen:
+        if n.uid in seen:
             continue
-        seen.add(n._id)
+        seen.add(n.uid)
         yield n
         if stop is not None and stop(n):
             continue
@@ -65,9 +65,9 @@ def reduces_in(roots: Sequence[Expr], stop_ids: set[int] | frozenset[int]) -> li
     out: list[Reduce] = []
     found: set[int] = set()
     for root in roots:
-        for n in walk([root], stop=lambda n, root=root: n._id in stop_ids and n is not root):
-            if isinstance(n, Reduce) and n._id not in found:
-                found.add(n._id)
+        for n in walk([root], stop=lambda n, root=root: n.uid in stop_ids and n is not root):
+            if isinstance(n, Reduce) and n.uid not in found:
+                found.add(n.uid)
                 out.append(n)
     return out
 

@@ -46,7 +46,7 @@ def tile_access(k: KernelPlan, style: str, tma_ok: frozenset, name: str, axes: S
 
 def _loads(k: KernelPlan) -> list[Load]:
     """Every load of the kernel (stopping at materialised reductions), in a fixed order."""
-    return [n for n in walk([st.expr for st in k.stores], stop=lambda n: n._id in k.materialized)
+    return [n for n in walk([st.expr for st in k.stores], stop=lambda n: n.uid in k.materialized)
             if isinstance(n, Load)]
 
 

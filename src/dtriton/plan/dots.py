@@ -97,7 +97,7 @@ def plan_dots(k: KernelPlan, precision: str) -> dict[int, DotPlan]:
     for r in fused_reduces([st.expr for st in k.stores], k.materialized):
         d = plan_dot(r, k, precision)
         if d is not None:
-            out[r._id] = d
+            out[r.uid] = d
     return out
 
 
@@ -113,18 +113,18 @@ def dot_only_axes(k: KernelPlan) -> frozenset:
             continue
         over = [r for r in reds if a in r.over]
         users = [r for r in reds if a in r.x.axes and a not in r.over]
-        if over and not users and all(r._id in k.dots for r in over) and _only_inside(a, over, k):
+        if over and not users and all(r.uid in k.dots for r in over) and _only_inside(a, over, k):
             out.add(a)
     return frozenset(out)
 
 
 def _only_inside(a: str, over: list[Reduce], k: KernelPlan) -> bool:
     """No node of the kernel's stores outside the reductions ``over`` uses axis ``a``."""
-    inside = {n._id for n in walk([r.x for r in over])}
+    inside = {n.uid for n in walk([r.x for r in over])}
 
     def is_over(n: Expr) -> bool:
         return isinstance(n, Reduce) and any(n is r for r in over)
-    for n in walk([st.expr for st in k.stores], stop=lambda n: n._id in inside or is_over(n)):
-        if n._id not in inside and a in n.axes and not is_over(n):
+    for n in walk([st.expr for st in k.stores], stop=lambda n: n.uid in inside or is_over(n)):
+        if n.uid not in inside and a in n.axes and not is_over(n):
             return False
     return True

@@ -22,19 +22,19 @@ def has(seq: Iterable[Expr], x: Expr) -> bool:
 def fused_deps(r: Reduce, materialized: Mapping[int, object]) -> list[Reduce]:
     """The fused reductions ``r``'s body uses directly (not those nested inside them)."""
     return [n for n in walk(list(r.x.children()) + [r.x], stop=lambda n: isinstance(n, Reduce))
-            if isinstance(n, Reduce) and n._id not in materialized]
+            if isinstance(n, Reduce) and n.uid not in materialized]
 
 
 def fused_reduces(roots: Iterable[Expr], materialized: Mapping[int, object]) -> list[Reduce]:
     """Every fused reduction reachable from ``roots`` (outermost last, as the printer walks them)."""
-    post = [n for n in walk(list(roots), stop=lambda n: isinstance(n, Reduce) and n._id in materialized)
-            if isinstance(n, Reduce) and n._id not in materialized]
+    post = [n for n in walk(list(roots), stop=lambda n: isinstance(n, Reduce) and n.uid in materialized)
+            if isinstance(n, Reduce) and n.uid not in materialized]
     return post[::-1]
 
 
 def contains(n: Expr, target: Expr, materialized: Mapping[int, object]) -> bool:
     """Whether ``target`` occurs in ``n`` (not looking inside other materialised reductions)."""
-    return ir_contains(n, target, stop=lambda x: isinstance(x, Reduce) and x is not target and x._id in materialized)
+    return ir_contains(n, target, stop=lambda x: isinstance(x, Reduce) and x is not target and x.uid in materialized)
 
 
 def need_axes(n: Expr, materialized: Mapping[int, object], ignore: frozenset = frozenset(),
@@ -43,12 +43,12 @@ def need_axes(n: Expr, materialized: Mapping[int, object], ignore: frozenset = f
     (a fused reduction also needs its own free axes). A value is computed in the innermost scope
     that binds one of them."""
     memo = {} if memo is None else memo
-    key = (n._id, ignore)
+    key = (n.uid, ignore)
     if key in memo:
         return memo[key]
     if isinstance(n, Axis):
         out = frozenset() if n.name in ignore else frozenset((n.name,))
-    elif isinstance(n, Reduce) and n._id in materialized:
+    elif isinstance(n, Reduce) and n.uid in materialized:
         out = frozenset(a for a in n.axes if a not in ignore)
     elif isinstance(n, Reduce):
         out = need_axes(n.x, materialized, ignore | frozenset(n.over), memo) | frozenset(n.axes)

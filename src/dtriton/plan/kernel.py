@@ -233,10 +233,10 @@ def _reads_problems(k: KernelPlan, buffers: dict[str, BufferSpec], produced: set
         if top and st.expr.name not in fused:
             out.append(f"kernel {k.name} stores stage {st.expr.name} without computing it")
             continue
-        for n in walk([st.expr.x if top else st.expr], stop=lambda n: n._id in k.materialized):
+        for n in walk([st.expr.x if top else st.expr], stop=lambda n: n.uid in k.materialized):
             if not isinstance(n, Reduce):
                 continue
-            b = k.materialized.get(n._id)
+            b = k.materialized.get(n.uid)
             if b is not None:
                 if b.name not in produced:
                     out.append(f"kernel {k.name} reads buffer {b.name} before a kernel writes it")

@@ -33,7 +33,7 @@ __all__ = ["lower"]
 def _kernel_axes(root_exprs: Sequence[Expr], stop: set[int], top: Reduce | None = None) -> list[str]:
     """Every axis a kernel touches: free axes and the reduction axes of fused reductions."""
     def materialised(n: Expr) -> bool:
-        return n._id in stop and n is not top
+        return n.uid in stop and n is not top
     ax: list[str] = []
     for n in walk(root_exprs, stop=materialised):
         ax.extend(n.axes)
@@ -49,13 +49,13 @@ def lower(alg: Algorithm, sched: Schedule, sizes: dict[str, int],
     ``sizes`` maps axis names to extents (used for specialisation only). ``out_dtypes`` (output
     -> dtype name) allows split-K straight into an fp32 output; ``f64``: buffers in float64.
     Raises :class:`ScheduleError` when a forced fusion is impossible."""
-    reduces = {s.node._id: s.node for s in reduction_stages(alg)}
+    reduces = {s.node.uid: s.node for s in reduction_stages(alg)}
     mat = _placement(alg, sched, reduces)
     lw = _Kernels(alg, sched, sizes, reduces, mat, f64)
     for grp in _root_groups(alg, sched):
         if not lw.direct_split(grp, out_dtypes):
             lw.output_kernel(grp)
-    labels = {s.node._id: s.name for s in reduction_stages(alg)}
+    labels = {s.node.uid: s.name for s in reduction_stages(alg)}
     return Program(lw.kernels, lw.buffers, lw.output_direct, name=alg.name, schedule_json=sched.to_json(),
                    stage_labels=labels)
 
@@ -113,7 +113,7 @@ def _place_round(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce], ma
         top_axes = set(grid) | {a for a in _kernel_axes(exprs, mat, exprs[0] if isinstance(exprs[0], Reduce) else None)
                                 if _strategy(sched, sname, a) == "whole"}
         for r in reduces_in(exprs, mat):
-            if r._id in mat:
+            if r.uid in mat:
                 continue
             place = sched.stage(r.name).place
             bad_grid = [a for a in r.over if a in grid]
@@ -123,11 +123,11 @@ def _place_round(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce], ma
                         f"stage {r.name!r} reduces over {bad_grid}, which the grid of the kernel for "
                         f"{sname!r} splits across programs; it cannot be fused there. Materialise it "
                         f"(stages={{{r.name!r}: {{'place': 'materialize'}}}}) or take {bad_grid} off the grid")
-                mat.add(r._id)
+                mat.add(r.uid)
                 changed = True
                 continue
             if place == "auto" and not set(r.axes) <= top_axes:
-                mat.add(r._id)
+                mat.add(r.uid)
                 changed = True
     return changed
 
@@ -144,7 +144,7 @@ class _Kernels:
         self.buffers: dict[str, BufferSpec] = {}
         self.bufmap: dict[int, BufferSpec] = {}
         self.output_direct: dict[str, str] = {}
-        order = [n._id for n in alg.nodes]
+        order = [n.uid for n in alg.nodes]
         for rid in sorted(mat, key=order.index):
             r = reduces[rid]
             split = [(a, sched.split[a]) for a in r.over if sched.split.get(a, 1) > 1]
@@ -171,9 +171,9 @@ class _Kernels:
         axes: dict[str, AxisPlan] = {}
         for a in _kernel_axes(exprs, mat, top):
             axes[a] = self._axis(a, grid, ss, sname, split)
-        fused = [r.name for r in reduces_in(exprs, mat) if r._id not in mat or r is top]
+        fused = [r.name for r in reduces_in(exprs, mat) if r.uid not in mat or r is top]
         return KernelPlan(name, stores, grid, axes, split,
-                          {k: v for k, v in self.bufmap.items() if top is None or k != top._id},
+                          {k: v for k, v in self.bufmap.items() if top is None or k != top.uid},
                           ss.num_warps or sched.num_warps, ss.num_stages or sched.num_stages, [sname], fused,
                           persistent=bool(sched.persistent) and bool(grid))
 
@@ -199,7 +199,7 @@ class _Kernels:
 
     def deps_of(self, exprs, top=None) -> list[int]:
         """Materialised reductions ``exprs`` read (other than ``top``)."""
-        return [r._id for r in reduces_in(exprs, self.mat) if r._id in self.mat and r is not top]
+        return [r.uid for r in reduces_in(exprs, self.mat) if r.uid in self.mat and r is not top]
 
     def reduce_kernel(self, rid: int) -> None:
         """Emit the kernel of materialised reduction ``rid`` (after those it reads)."""
@@ -219,20 +219,20 @@ class _Kernels:
         when ``grp`` was emitted so."""
         o = grp[0]
         r = o.expr
-        if not (len(grp) == 1 and isinstance(r, Reduce) and r._id in self.bufmap and self.bufmap[r._id].zero
+        if not (len(grp) == 1 and isinstance(r, Reduce) and r.uid in self.bufmap and self.bufmap[r.uid].zero
                 and r.combiner.finalize is None and out_dtypes is not None and out_dtypes.get(o.name) == "float32"
-                and tuple(o.layout) == tuple(r.axes) and r._id not in self.done
-                and not any(r._id in self.deps_of([x.expr]) for x in self.alg.outputs if x is not o)
-                and not any(r._id in self.deps_of([q], q) for q in (self.reduces[i] for i in self.mat) if q is not r)):
+                and tuple(o.layout) == tuple(r.axes) and r.uid not in self.done
+                and not any(r.uid in self.deps_of([x.expr]) for x in self.alg.outputs if x is not o)
+                and not any(r.uid in self.deps_of([q], q) for q in (self.reduces[i] for i in self.mat) if q is not r)):
             return False
         for d in self.deps_of([r], r):
             self.reduce_kernel(d)
-        b = self.bufmap.pop(r._id)
+        b = self.bufmap.pop(r.uid)
         del self.buffers[b.name]
         st = StoreSpec(o.name, r, r.axes, atomic=True)
         self.kernels.append(self.make_kernel(f"{self.alg.name}_{o.name}", [r], [st], r.name, r))
         self.output_direct[o.name] = "zero"
-        self.done.add(r._id)
+        self.done.add(r.uid)
         return True
 
     def output_kernel(self, grp: list[Output]) -> None:

@@ -83,10 +83,10 @@ def _reads_in_loop(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], 
     seen = set()
     while stack:
         n, inner = stack.pop()
-        if (n._id, inner) in seen:
+        if (n.uid, inner) in seen:
             continue
-        seen.add((n._id, inner))
-        if isinstance(n, Reduce) and n._id in k.materialized:
+        seen.add((n.uid, inner))
+        if isinstance(n, Reduce) and n.uid in k.materialized:
             if set(n.axes) & inner:
                 return True
             continue
@@ -105,11 +105,11 @@ def _reads_in_loop(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], 
 
 def _pass(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], bound: set[str], ws: bool) -> PassPlan:
     online = bool(loop_axes) and all(k.axes[a].role == "online" for a in loop_axes) and len(rs) > 1
-    asked = ws and bool(loop_axes) and any(r._id in k.dots for r in rs)
+    asked = ws and bool(loop_axes) and any(r.uid in k.dots for r in rs)
     on = asked and not _reads_in_loop(k, rs, loop_axes, bound)
-    maxes = tuple(r._id for r in rs if online and r.combiner.online == "running_max"
+    maxes = tuple(r.uid for r in rs if online and r.combiner.online == "running_max"
                   and any(has(fused_deps(s, k.materialized), r) for s in rs if s is not r))
-    return PassPlan(tuple(r._id for r in rs), tuple(loop_axes), online, on, asked, maxes)
+    return PassPlan(tuple(r.uid for r in rs), tuple(loop_axes), online, on, asked, maxes)
 
 
 def plan_passes(k: KernelPlan, warp_specialize: bool) -> tuple[list[PassPlan], dict[int, PassPlan]]:
@@ -124,5 +124,5 @@ def plan_passes(k: KernelPlan, warp_specialize: bool) -> tuple[list[PassPlan], d
     passes = [_pass(k, grp, key, bound, warp_specialize) for grp, key in _top_groups(k, tops, bound)]
     single = {}
     for r in fused_reduces([st.expr for st in k.stores], k.materialized):
-        single[r._id] = _pass(k, [r], tuple(a for a in r.over if a not in bound), bound, warp_specialize)
+        single[r.uid] = _pass(k, [r], tuple(a for a in r.over if a not in bound), bound, warp_specialize)
     return passes, single

@@ -130,16 +130,16 @@ def inplace_problem(alg: Algorithm, sched: Schedule, x_name: str) -> str | None:
     grid = set(sched.grid or ())
     over: dict[int, set] = {}
     for n in reversed(topo_order([o.expr])):   # parents first: pass reduction axes down to the loads
-        inner = over.get(n._id, set()) | (set(n.over) if isinstance(n, Reduce) else set())
+        inner = over.get(n.uid, set()) | (set(n.over) if isinstance(n, Reduce) else set())
         for c in n.children():
-            over[c._id] = over.get(c._id, set()) | inner
+            over[c.uid] = over.get(c.uid, set()) | inner
         if isinstance(n, Load) and n.tensor.name == x_name:
             idx = tuple(e.name if isinstance(e, Axis) else None for e in n.index)
             if idx != layout:
                 shown = ", ".join(e if e else "..." for e in idx)
                 return (f"it reads {x_name}[{shown}], not only the element it writes "
                         f"({o.name}[{', '.join(layout)}])")
-            tiled = over.get(n._id, set()) & grid
+            tiled = over.get(n.uid, set()) & grid
             if tiled:
                 return (f"it reduces {x_name} over axis {sorted(tiled)[0]!r}, which is on the grid (other programs "
                         f"write parts of what this one reads)")

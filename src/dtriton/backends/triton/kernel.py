@@ -32,7 +32,7 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter):
         self.counter = 0
         self.names = prog.stage_labels
         self.cdt = f"tl.{k.compute_dtype}"
-        self.reduce_by_id = {r._id: r for r in fused_reduces([st.expr for st in k.stores], k.materialized)}
+        self.reduce_by_id = {r.uid: r for r in fused_reduces([st.expr for st in k.stores], k.materialized)}
         self.tensors: list[str] = []     # pointer args in order
         self.tensor_ndim: dict[str, int] = {}
         self.sizes: list[str] = []
@@ -52,7 +52,7 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter):
             for r in fused_reduces([st.expr], k.materialized):
                 if not has(tops, r) and self.need_depth(r, top) <= top.depth and all(top.find_bind(a) for a in r.axes):
                     tops.append(r)
-        if {r._id for r in tops} != {i for p in k.passes for i in p.reductions}:
+        if {r.uid for r in tops} != {i for p in k.passes for i in p.reductions}:
             raise AssertionError(f"kernel {k.name}: the plan's program-scope passes differ from the printer's scopes")
         for p in k.passes:
             self.emit_pass([self.reduce_by_id[i] for i in p.reductions], list(p.loop_axes), top, p)
@@ -194,10 +194,10 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter):
         expr = st.expr
         name = self.tensor_arg(st.target, len(st.layout) + (1 if st.partial_axis else 0))
         scope.emit(f"# {'output' if not st.target.startswith('buf_') else 'stage'} {st.target}[{', '.join(st.layout)}] = "
-                   f"{fmt(expr, 0, {k: v for k, v in self.names.items() if k != expr._id})}")
-        if isinstance(expr, Reduce) and expr._id not in self.k.materialized:
+                   f"{fmt(expr, 0, {k: v for k, v in self.names.items() if k != expr.uid})}")
+        if isinstance(expr, Reduce) and expr.uid not in self.k.materialized:
             for s in scope.chain():
-                if expr._id in s.reduced:
+                if expr.uid in s.reduced:
                     break
             else:
                 self.compute_single(expr, self.ancestor(scope, self.need_depth(expr, scope)))

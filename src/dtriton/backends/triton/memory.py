@@ -129,7 +129,7 @@ class MemoryPrinter:
 
     def load_buffer(self, r: Reduce, scope: Scope, layout) -> tuple[str, str]:
         """Read materialised reduction ``r`` from its buffer (summing split partials)."""
-        b = self.k.materialized[r._id]
+        b = self.k.materialized[r.uid]
         name = self.tensor_arg(b.name, len(b.axes) + (1 if b.partials else 0))
         terms = []
         for a in b.axes:

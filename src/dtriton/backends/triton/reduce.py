@@ -21,7 +21,7 @@ class ReducePrinter:
         """Compute fused reduction ``r`` on its own in ``scope`` (its home: where it is first needed),
         looping over its reduction axes that ``scope`` does not bind."""
         key = tuple(a for a in r.over if scope.find_bind(a) is None)
-        self.emit_pass([r], list(key), scope, self.k.single[r._id])
+        self.emit_pass([r], list(key), scope, self.k.single[r.uid])
 
     def fused_deps(self, r: Reduce) -> list[Reduce]:
         """The fused reductions ``r``'s body uses directly."""
@@ -44,9 +44,9 @@ class ReducePrinter:
         lin = inner.layout
         mstate = self.online_maxes(rs, inner, scope, pp, accs) if pp.online else {}
         for r in rs:
-            if r._id in mstate:
+            if r.uid in mstate:
                 continue
-            info = accs[r._id]
+            info = accs[r.uid]
             part = self.reduce_body(r, info, inner, lin, scope)
             if not loop_axes:
                 info["result"] = part
@@ -56,7 +56,7 @@ class ReducePrinter:
                 inner.emit(f"{acc}, {info['acc_index']} = {r.combiner.helper}({acc}, {info['acc_index']}, {part[0]}, "
                            f"{part[1]})")
                 continue
-            rescale = [mstate[m._id][1] for m in self.fused_deps(r) if m._id in mstate]
+            rescale = [mstate[m.uid][1] for m in self.fused_deps(r) if m.uid in mstate]
             if info["dot"]:
                 for al in rescale:
                     inner.emit(f"{acc} = {acc} * {self.relayout(al, scope.layout, info['layout'], self.present_of_axes(self.fused_deps(r)[0].axes, scope), inner)}")
@@ -67,8 +67,8 @@ class ReducePrinter:
                     pre = f"{pre} * {al}"
                 inner.emit(f"{acc} = {combine_text(r.combiner, pre, part)}")
         for r in rs:
-            if r._id in mstate:
-                inner.emit(f"{accs[r._id]['acc']} = {mstate[r._id][0]}")
+            if r.uid in mstate:
+                inner.emit(f"{accs[r.uid]['acc']} = {mstate[r.uid][0]}")
         for parent, child in reversed(loops):
             parent.close(child)
             if pp.warp_specialize and pointer_loads(child):
@@ -81,7 +81,7 @@ class ReducePrinter:
         and the accumulator's layout."""
         accs: dict[int, dict] = {}
         for r in rs:
-            info: dict[str, Any] = {"dot": self.k.dots.get(r._id)}
+            info: dict[str, Any] = {"dot": self.k.dots.get(r.uid)}
             if loop_axes:
                 acc = self.fresh(f"acc_{r.name}")
                 if info["dot"]:
@@ -98,7 +98,7 @@ class ReducePrinter:
                                    "dtype=tl.int32)")
                     info["layout"] = scope.layout
                 info["acc"] = acc
-            accs[r._id] = info
+            accs[r.uid] = info
         return accs
 
     def open_loops(self, rs: list[Reduce], loop_axes: list[str], scope: Scope, pp: PassPlan, accs) -> tuple[Scope, list]:
@@ -107,7 +107,7 @@ class ReducePrinter:
         # own 2-D layouts, so e.g. attention's head axis stays out of the score tiles
         keep: set[str] = set()
         for r in rs:
-            if not accs[r._id]["dot"]:
+            if not accs[r.uid]["dot"]:
                 keep |= set(r.x.axes)
             for inner_r in self.fused_deps(r):   # reductions computed inside this loop keep their axes
                 keep |= set(inner_r.axes) | set(inner_r.x.axes)
@@ -138,28 +138,28 @@ class ReducePrinter:
         lin = inner.layout
         mstate: dict[int, tuple[str, str]] = {}
         for r in rs:
-            if r._id not in pp.online_maxes:
+            if r.uid not in pp.online_maxes:
                 continue
             body = self.val(r.x, inner, lin)
             body = self.masked(body, r, inner, lin, identity_text(r.combiner))
             t = self.reduce_code(body, r.combiner.helper, r.over, lin, inner)
             t2 = self.squeeze(t, lin, scope.layout, inner, self.present(r, scope))
-            acc = accs[r._id]["acc"]
+            acc = accs[r.uid]["acc"]
             mn = self.fresh(f"{r.name}_new")
             inner.emit(f"{mn} = {combine_text(r.combiner, acc, t2)}")
             alpha = self.fresh("alpha")
             inner.emit(f"{alpha} = tl.where({acc} == {mn}, 1.0, tl.exp({acc} - {mn}))  # rescale earlier partial sums")
             safe = self.fresh(f"{r.name}_safe")
             inner.emit(f"{safe} = tl.where({mn} == -float('inf'), 0.0, {mn})")
-            inner.overrides[r._id] = (safe, scope.layout)
-            mstate[r._id] = (mn, alpha)
+            inner.overrides[r.uid] = (safe, scope.layout)
+            mstate[r.uid] = (mn, alpha)
         return mstate
 
     def finish_pass(self, rs: list[Reduce], loop_axes: list[str], scope: Scope, accs) -> None:
         """After the loops: each reduction's value in ``scope`` (dots relaid out and multiplied by
         their hoisted factors, means divided), recorded as computed there."""
         for r in rs:
-            info = accs[r._id]
+            info = accs[r.uid]
             if not loop_axes:
                 v = info["result"][1] if r.combiner.results == 2 else info["result"]
                 vl = (info["dot"].m, info["dot"].n) if info["dot"] else scope.layout
@@ -175,7 +175,7 @@ class ReducePrinter:
                 v = f"{v} / ({cnt})"
             out = self.fresh(r.name)
             scope.emit(f"{out} = {v}  # stage {r.name}")
-            scope.reduced[r._id] = (out, vl)
+            scope.reduced[r.uid] = (out, vl)
 
     def present_of_axes(self, axes, scope) -> set[str]:
         """The axes of ``axes`` that are block dims (bound, not scalar) in ``scope``."""
@@ -263,7 +263,7 @@ class ReducePrinter:
             # loop-invariant one (Q in attention) is loaded once, before the loop, still 16-bit
             home = self.ancestor(scope, self.need_depth(factors[0], scope))
             if all(home.find_bind(a) is not None for a in layout):
-                key = (factors[0]._id, tuple(layout), "raw")
+                key = (factors[0].uid, tuple(layout), "raw")
                 if key not in home.memo:
                     code, cm = self.load(factors[0], home, layout, raw=True)
                     v = self.fresh("opnd")

@@ -152,12 +152,12 @@ class ValuePrinter:
     # -- dependency depth (for hoisting) -------------------------------------------------------
     def need_depth(self, n: Expr, scope: Scope, ignore: frozenset = frozenset()) -> int:
         """The depth of the innermost scope whose bindings ``n`` needs (where it is computed)."""
-        key = (n._id, id(scope), ignore)
+        key = (n.uid, id(scope), ignore)
         if key in self.need_depth_memo:
             return self.need_depth_memo[key]
         d = 0
         for s in scope.chain():
-            if n._id in s.overrides:
+            if n.uid in s.overrides:
                 d = s.depth
                 break
         else:
@@ -165,7 +165,7 @@ class ValuePrinter:
                 if n.name not in ignore:
                     b = scope.find_bind(n.name)
                     d = b[1].depth if b else scope.depth
-            elif isinstance(n, Reduce) and n._id in self.k.materialized:
+            elif isinstance(n, Reduce) and n.uid in self.k.materialized:
                 for a in n.axes:
                     if a in ignore:
                         continue  # reduced by an enclosing stage: not a dependency on its loop
@@ -174,7 +174,7 @@ class ValuePrinter:
             elif isinstance(n, Reduce):
                 found = None
                 for s in scope.chain():
-                    if n._id in s.reduced:
+                    if n.uid in s.reduced:
                         found = s
                         break
                 if found is not None:
@@ -206,8 +206,8 @@ class ValuePrinter:
     def val(self, n: Expr, scope: Scope, layout: tuple[str, ...]) -> str:
         """A Triton expression for ``n`` evaluated in ``scope``, shaped by ``layout``."""
         for s in scope.chain():
-            if n._id in s.overrides:
-                v, vl = s.overrides[n._id]
+            if n.uid in s.overrides:
+                v, vl = s.overrides[n.uid]
                 return self.relayout(v, vl, layout, self.present(n, scope), scope)
         if isinstance(n, Const):
             v = n.value
@@ -221,10 +221,10 @@ class ValuePrinter:
             if nm not in self.scalars:
                 self.scalars.append(nm)
             return nm
-        if isinstance(n, Reduce) and n._id not in self.k.materialized:
+        if isinstance(n, Reduce) and n.uid not in self.k.materialized:
             for s in scope.chain():
-                if n._id in s.reduced:
-                    v, vl = s.reduced[n._id]
+                if n.uid in s.reduced:
+                    v, vl = s.reduced[n.uid]
                     return self.relayout(v, vl, layout, self.present(n, scope), scope)
             home = self.ancestor(scope, self.need_depth(n, scope))
             self.compute_single(n, home)
@@ -237,7 +237,7 @@ class ValuePrinter:
             if not self.present(n, scope) and self.is_rank0(n):
                 return v  # a 0-d value (e.g. a load at scalar program indices) broadcasts as it is
             return self.relayout(v, hl, layout, self.present(n, scope), scope)
-        key = (n._id, layout)
+        key = (n.uid, layout)
         if key in scope.memo:
             return scope.memo[key]
         code, comment = self._emit(n, scope, layout)
@@ -323,7 +323,7 @@ class ValuePrinter:
         if isinstance(n, Axis):
             return self.scalar_axis(n.name)
         if isinstance(n, Reduce):
-            return n._id in self.k.materialized and all(self.scalar_axis(a) for a in n.axes)
+            return n.uid in self.k.materialized and all(self.scalar_axis(a) for a in n.axes)
         if isinstance(n, Load):
             return all(self.scalar_axis(a) for a in n.axes) and all(self.is_rank0(c) for c in n.index)
         return all(self.is_rank0(c) for c in n.children())
