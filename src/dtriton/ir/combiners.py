@@ -137,6 +137,7 @@ def _prod_reference(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
 
 PROD = Combiner("prod", _prod_identity, "a * b", _prod_reference, splittable=False, online=None, grad="prod")
 
+
 def _argmax_reference(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
     """``torch.argmax`` along the one reduced dim: the first index of the largest value, NaN
     counting as the largest."""
@@ -154,6 +155,7 @@ def _ties_first(wins: str) -> str:
 ARGMAX = Combiner("argmax", _max_identity, _ties_first("b > a"), _argmax_reference, splittable=False, online=None,
                   grad="index", results=2)
 
+
 def _argmin_reference(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
     """``torch.argmin`` along the one reduced dim: the first index of the smallest value; NaN
     counts as the smallest (torch.argmin returns the first NaN's index too)."""
@@ -163,6 +165,7 @@ def _argmin_reference(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
 
 ARGMIN = Combiner("argmin", _min_identity, _ties_first("b < a"), _argmin_reference, splittable=False, online=None,
                   grad="index", results=2)
+
 
 #: every known reduction kind, by name
 COMBINERS: dict[str, Combiner] = {}
