@@ -190,9 +190,42 @@ def test_arg_reduction_over_two_axes_is_an_algorithm_error(builder):
             return builder(X[i, j, k], over=(j, k))[i]
 
 
-def test_grad_of_prod_names_the_stage():
-    with pytest.raises(dt.AlgorithmError, match=r"stage 'prod0'.*prod"):
-        dt.grad(row_prod, ["X"])
+@pytest.mark.parametrize("zeros", [0, 1, 2])
+def test_grad_of_prod_matches_torch_with_zeros(zeros):
+    """The derived gradient of a row product equals torch's in float64, also on rows with one
+    zero (the product of the others at the zero) and with two (zero); a column of 1 element too."""
+    g = torch.Generator().manual_seed(11 + zeros)
+    for m, n in ((5, 7), (3, 1), (4, 13)):
+        x = (torch.rand(m, n, generator=g, dtype=torch.float64) + 0.5) * torch.where(
+            torch.rand(m, n, generator=g) < 0.5, -1.0, 1.0).double()
+        for r in range(m):
+            x[r, torch.randperm(n, generator=g)[: min(zeros, n)]] = 0.0
+        gy = torch.randn(m, generator=g, dtype=torch.float64)
+        xt = x.clone().requires_grad_(True)
+        (xt.prod(1) * gy).sum().backward()
+        ga = dt.grad(row_prod, ["X"])
+        got = ga.reference(x, gy)[0]
+        torch.testing.assert_close(got, xt.grad)
+        xk = x.clone().requires_grad_(True)
+        k = dt.compile(row_prod)
+        (k(xk) * gy).sum().backward()
+        torch.testing.assert_close(xk.grad, xt.grad)
+
+
+def test_grad_of_a_kind_without_a_rule_names_the_stage():
+    import dataclasses
+
+    from dtriton.dsl import reduce
+    from dtriton.ir import get_combiner
+    nograd = dataclasses.replace(get_combiner("prod"), name="prod_nograd", grad="no_rule_known")
+
+    @dt.algorithm
+    def odd(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        return reduce(X[i, j], j, nograd, name="odd0")[i]
+
+    with pytest.raises(dt.AlgorithmError, match=r"stage 'odd0'.*prod_nograd"):
+        dt.grad(odd, ["X"])
 
 
 @dt.algorithm

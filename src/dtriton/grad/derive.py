@@ -267,9 +267,22 @@ class Deriver:
             tie = g.cmp("eq", n.x, n)
             cnt = g.reduce("sum", g.where(tie, g.const(1.0), None), n.over, hint=f"ties_{n.name}")
             to(n.x, g.where(tie, g.div(bar, cnt), None))
+        elif rule == "prod":
+            to(n.x, g.mul(bar, self.prod_partial(n)))
         elif rule != "index":
             raise AlgorithmError(f"dt.grad cannot differentiate stage {n.name!r}: a {n.combiner.name} reduction "
                                  f"(gradient rule {rule!r}) has no known gradient")
+
+    def prod_partial(self, n: Reduce) -> Expr:
+        """d prod / d x_k, the product of the other elements, as torch computes it: ``prod / x_k``
+        where the slice has no zero; where it has exactly one, the product of the non-zero elements
+        at that zero and 0 elsewhere; 0 where it has more."""
+        g, zero = self.g, self.g.const(0.0)
+        at_zero = g.cmp("eq", n.x, zero)
+        zeros = g.reduce("sum", g.where(at_zero, g.const(1.0), None), n.over, hint=f"zeros_{n.name}")
+        others = g.reduce("prod", g.where(at_zero, g.const(1.0), n.x), n.over, hint=f"nonzero_{n.name}")
+        lone_zero = g.cmp("and", at_zero, g.cmp("eq", zeros, g.const(1.0)))
+        return g.where(g.cmp("eq", zeros, zero), g.div(n, n.x), g.where(lone_zero, others, None))
 
     def unary_adjoint(self, n: Unary, bar: Expr):
         """The contribution of ``n = op(x)``'s adjoint ``bar`` to ``x``'s (``None``: none)."""
