@@ -45,7 +45,8 @@ class Combiner:
             (a linear accumulation that can be rescaled by a factor), or None (no part).
         grad: the name of the gradient rule the gradient module dispatches on (``"sum"``:
             the adjoint broadcasts back; ``"extremum"``: it flows to the arg-extremal elements;
-            ``"index"``: the value is an index, no gradient flows through it); any other name
+            ``"prod"``: the product of the other elements, torch's rule at zeros; ``"index"``: the
+            value is an index, no gradient flows through it); any other name
             makes ``dt.grad`` raise for a stage of this kind.
         results: the number of values the reduction produces (1; 2 for an arg-reduction, which
             reduces (value, index along its one reduced axis) pairs; the node's value is the
