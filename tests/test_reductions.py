@@ -299,3 +299,35 @@ def test_output_specs_and_autograd_with_an_index_output():
     assert a.dtype == torch.int64 and not a.requires_grad and torch.equal(a, x.detach().argmax(1))
     m.sum().backward()
     torch.testing.assert_close(x.grad, torch.nn.functional.one_hot(x.detach().argmax(1), 7).float())
+
+
+@dt.algorithm
+def argmax_arith(X: dt.Tensor["M", "N"]):
+    i, j = dt.axes("i j")
+    return (dt.argmax(X[i, j], over=j) * 2.5 + 1)[i]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_index_arithmetic_does_not_take_the_compared_dtype(dtype):
+    """An arg-reduction's index in arithmetic is an integer value: the output is not rounded to
+    the 16-bit dtype of the values it compares (index 257 is not a bf16 number)."""
+    x = torch.zeros(3, 331, dtype=dtype)
+    x[0, 330], x[1, 257], x[2, 0] = 1, 1, 1
+    out = torch.full((3,), float("nan"))
+    got = dt.compile(argmax_arith)(x, out=out)
+    want = x.argmax(1) * 2.5 + 1
+    assert argmax_arith.reference(x).dtype == want.dtype == torch.float32
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_explore_checks_an_index_output():
+    """Exploration poisons integer outputs with -1 (NaN cannot be an int64) and checks them."""
+    import warnings
+    x = torch.randn(8, 40)
+    x[3, 5] = x[3, 9] = 10.0   # a tie: the first index wins
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = dt.explore(KINDS["argmax"][0], (x,), budget=20, max_trials=4, progress=False, store=False)
+    ok = [r for r in res.table if r["status"] == "ok"]
+    assert ok and res.best is not None
+    torch.testing.assert_close(dt.compile(KINDS["argmax"][0], res.best)(x), x.argmax(1))

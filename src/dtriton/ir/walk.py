@@ -96,7 +96,9 @@ def expr_axes(root: Expr) -> list[str]:
 
 
 def float_inputs(root: Expr) -> list[str]:
-    """Tensors whose values flow into ``root`` arithmetically (gather indices and cast operands do
-    not), one entry per load, in walk order."""
-    return [n.tensor.name for n in walk([root], stop=lambda n: isinstance(n, (Load, Cast)))
-            if isinstance(n, Load)]
+    """Tensors whose values flow into ``root`` arithmetically, one entry per load, in walk order.
+    Gather indices, cast operands and the operands of arg-reductions (whose value is an integer
+    index, whatever the dtype of what they compare) do not."""
+    def stop(n: Expr) -> bool:
+        return isinstance(n, (Load, Cast)) or (isinstance(n, Reduce) and n.combiner.results == 2)
+    return [n.tensor.name for n in walk([root], stop=stop) if isinstance(n, Load)]

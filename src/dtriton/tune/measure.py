@@ -119,13 +119,14 @@ class Bench:
 
     def outs_for(self, work, poison=True) -> list[torch.Tensor]:
         """``out=`` tensors for a run on ``work``: the aliased input for an in-place output, else
-        a fresh tensor (filled with NaN when ``poison``)."""
+        a fresh tensor (filled with NaN, or -1 for integer outputs, when ``poison``)."""
         outs = []
         for k, (shape, dt) in enumerate(zip(self.shapes, self.b.out_dtypes)):
             if k in self.alias:
                 outs.append(work[self.alias[k]])
             elif poison:
-                outs.append(torch.full(shape, float("nan"), dtype=dt, device=self.device))
+                # NaN where a float can hold it; -1 for integer outputs (arg-reductions: never an index)
+                outs.append(torch.full(shape, float("nan") if dt.is_floating_point else -1, dtype=dt, device=self.device))
             else:
                 outs.append(torch.empty(shape, dtype=dt, device=self.device))
         return outs
