@@ -331,3 +331,30 @@ def test_explore_checks_an_index_output():
     ok = [r for r in res.table if r["status"] == "ok"]
     assert ok and res.best is not None
     torch.testing.assert_close(dt.compile(KINDS["argmax"][0], res.best)(x), x.argmax(1))
+
+
+@dt.algorithm
+def gather_by_argmax(S: dt.Tensor["M", "N"], V: dt.Tensor["M", "P"]):
+    i, j = dt.axes("i j")
+    return V[i, dt.argmax(S[i, j], over=j)][i]
+
+
+@dt.algorithm
+def half_index(X: dt.Tensor["M", "N"]):
+    i, j = dt.axes("i j")
+    return X[i, dt.argmax(X[i, j], over=j) * 0.5][i]
+
+
+def test_computed_index_errors_name_the_stage_and_index():
+    """Found by a fresh user: an arg-reduction over an empty axis, an argmax over 50 columns
+    indexing a 10-column tensor, and a non-integer index were silent; each is a ShapeError now,
+    for the kernel and the reference alike."""
+    for fn in (dt.compile(row_argmax), row_argmax.reference):
+        with pytest.raises(dt.ShapeError, match=r"stage 'argmax0'.*axis 'j' of size 0"):
+            fn(torch.randn(4, 0))
+    with pytest.raises(dt.ShapeError, match=r"index 1 of V.*'argmax0' ranges over \[0, 49\].*10 elements"):
+        dt.compile(gather_by_argmax)(torch.randn(3, 50), torch.randn(3, 10))
+    with pytest.raises(dt.ShapeError, match=r"index 1 of X.*not integer-valued"):
+        dt.compile(half_index)(torch.randn(4, 9))
+    s, v = torch.randn(3, 10), torch.randn(3, 10)   # the same span fits
+    torch.testing.assert_close(dt.compile(gather_by_argmax)(s, v), v.gather(1, s.argmax(1, keepdim=True))[:, 0])

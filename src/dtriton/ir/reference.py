@@ -15,7 +15,7 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from ..errors import ShapeError
-from .expr import Axis, Binary, Cast, COMPARE_OPS, Const, Expr, Load, Reduce, ScalarParam, Unary, Where
+from .expr import Axis, Binary, Cast, COMPARE_OPS, Const, Expr, Load, Reduce, ScalarParam, Unary, Where, fmt
 from .walk import float_inputs, mul_factors
 
 __all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "is_index", "output_dtype", "result_dtype", "kernel_f64", "compute_dtype", "evaluate"]
@@ -50,6 +50,55 @@ def output_dtype(root: Expr, dtypes: dict[str, torch.dtype]) -> torch.dtype:
     if is_index(root):
         return torch.int64
     return result_dtype(dtypes[t] for t in float_inputs(root))
+
+
+def integer_valued(n: Expr, dtypes: dict[str, torch.dtype]) -> bool:
+    """Whether ``n`` only takes integer values: axis values, integer literals and tensors, the index
+    of an arg-reduction, and sums, differences, products, extrema, negations and selections of them."""
+    if isinstance(n, Axis):
+        return True
+    if isinstance(n, Const):
+        return n.value.is_integer()
+    if isinstance(n, Load):
+        return not dtypes[n.tensor.name].is_floating_point
+    if isinstance(n, Reduce):
+        return n.combiner.results == 2
+    if isinstance(n, Cast):
+        return not n.dtype.is_floating_point
+    if isinstance(n, Unary):
+        return n.op in ("neg", "abs") and integer_valued(n.x, dtypes)
+    if isinstance(n, Binary):
+        return n.op in ("add", "sub", "mul", "maximum", "minimum") and all(integer_valued(c, dtypes) for c in (n.a, n.b))
+    if isinstance(n, Where):
+        return integer_valued(n.a, dtypes) and integer_valued(n.b, dtypes)
+    return False
+
+
+def check_computed_indices(alg, sizes: dict[str, int], axis_sizes: dict[str, int],
+                           dtypes: dict[str, torch.dtype]) -> None:
+    """Call-time checks of computed indices, each a :class:`ShapeError` naming the stage or index:
+    an arg-reduction over an empty axis (it has no index; torch raises too), an index expression
+    that is not integer-valued (``X[i, dt.argmax(...)[i] * 0.5]``), and an arg-reduction used
+    directly as the index of a dim shorter than the axis it ranges over (it could read outside)."""
+    for n in alg.nodes:
+        if isinstance(n, Reduce) and n.combiner.results == 2 and axis_sizes[n.over[0]] == 0:
+            raise ShapeError(f"stage {n.name!r} ({n.combiner.name}) reduces axis {n.over[0]!r} of size 0: an "
+                             f"arg-reduction of an empty axis has no index (torch raises too); give it at least one element")
+        if not isinstance(n, Load):
+            continue
+        for d, e in enumerate(n.index):
+            if isinstance(e, Axis):
+                continue
+            where = f"index {d} of {n.tensor.name} ({fmt(e)})"
+            if not integer_valued(e, dtypes):
+                raise ShapeError(f"{where} is not integer-valued; an index must be an integer (an integer tensor, "
+                                 f"an axis, an arg-reduction, or sums and products of them), e.g. dt.cast(..., torch.int64)")
+            if isinstance(e, Reduce) and e.combiner.results == 2:
+                span, dim = axis_sizes[e.over[0]], sizes[n.tensor.dims[d]]
+                if span > dim:
+                    raise ShapeError(f"{where}: stage {e.name!r} ranges over [0, {span - 1}] (axis {e.over[0]!r}) but "
+                                     f"dim {d} of {n.tensor.name} has {dim} elements ({n.tensor.dims[d]} = {dim}); "
+                                     f"the index could read outside it")
 
 
 def kernel_f64(dtypes: Iterable[torch.dtype], out_dtypes: Iterable[torch.dtype]) -> bool:
@@ -133,6 +182,7 @@ class Binding:
                 raise ShapeError(f"argument {idx_name!r} indexes dim {d} of {tname} (a gather) and must be an integer "
                                  f"tensor, got {dtypes[idx_name]}; convert it with .long()")
         axis_sizes = {ax: sizes[sym] for ax, sym in alg.axis_size.items()}
+        check_computed_indices(alg, sizes, axis_sizes, dtypes)
         out_dtypes = [output_dtype(o.expr, dtypes) for o in alg.outputs]
         return Binding(sizes, axis_sizes, dtypes, out_dtypes, device or torch.device("cpu"))
 
