@@ -48,7 +48,7 @@ ACCESS = ("pointer", "block_ptr", "tma")
 #: L2 hints of ``tl.load`` (``Schedule.eviction``); "evict_normal" is Triton's default.
 EVICTIONS = ("evict_first", "evict_last", "evict_normal")
 #: Dot precision of fp32 operands (``Schedule.precision``).
-PRECISIONS = ("ieee", "tf32", "tf32x3")
+PRECISIONS = ("ieee", "tf32", "tf32x3", "bf16x3", "bf16x6")
 #: Accumulation dtypes (``Schedule.acc_dtype``).
 ACC_DTYPES = ("float32", "float64")
 

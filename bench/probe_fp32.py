@@ -1,0 +1,118 @@
+"""Probe: fp32 contractions on tensor cores. Times hand-listed schedules of fp32 ``X @ W.T``
+(the nn.Linear layout) and the other operand layouts at each dot precision, beside cuBLAS at
+torch's default fp32 precision and with TF32 allowed; relative errors against float64.
+
+    PYTHONPATH=src python3 bench/probe_fp32.py [--only nt,layouts,matvec] [--out DIR] [--dry-run]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dtriton as dt  # noqa: E402
+import probe_schedules as P  # noqa: E402
+import run as R  # noqa: E402
+
+
+@dt.algorithm
+def linear(X: dt.Tensor["M", "K"], W: dt.Tensor["N", "K"]):
+    """X (M, K) @ W.T, W (N, K): the nn.Linear layout."""
+    i, j, k = dt.axes("i j k")
+    return dt.sum(X[i, k] * W[j, k], over=k)[i, j]
+
+
+def f64_ref(a, b):
+    return (a.double() @ b.double())
+
+
+def torch_fns(a, b):
+    def fp32():
+        return a @ b
+
+    def tf32():
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            return a @ b
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = False
+    return fp32, tf32
+
+
+def scheds(dry, precisions, tiles, stages=(3,), warps=(8,), access=("pointer", "tma")):
+    out = [("heuristic", None)]
+    if dry:
+        tiles = [(16, 16, 16)]
+        access = ("pointer",)
+    for p, (bm, bn, bk), ns, nw, ac in itertools.product(precisions, tiles, stages, warps, access):
+        out.append((f"{p} {bm}x{bn}x{bk} s{ns} w{nw} {ac}",
+                    dt.Schedule(tile={"i": bm, "j": bn, "k": bk}, num_stages=ns, num_warps=nw, access=ac,
+                                precision=p, group={"i": 8})))
+    return out
+
+
+def run_nt(dry):
+    M, N, K = (64, 48, 80) if dry else (1024, 8192, 8192)
+    X = torch.randn(M, K, device=R.DEV)
+    W = torch.randn(N, K, device=R.DEV)
+    ref = [f64_ref(X, W.T).float()]
+    fp32, tf32 = torch_fns(X, W.T)
+    errs = {"cublas_fp32": R.relerr(fp32(), ref[0]), "cublas_tf32": R.relerr(tf32(), ref[0])}
+    print("torch errors", errs, flush=True)
+    cands = scheds(dry, ("tf32x3",), [(128, 128, 32), (128, 256, 32), (128, 64, 32), (64, 128, 32)], stages=(3, 4))
+    cands += scheds(dry, ("bf16x6", "bf16x3"), [(128, 128, 32), (128, 256, 32)])[1:]
+    cands += scheds(dry, ("tf32",), [(128, 128, 32), (128, 256, 32)], stages=(3, 4), access=("tma",))[1:]
+    P.probe(f"fp32 X@W.T {M}x{N}x{K}", linear, (X, W), ref, 1e-2, cands,
+            baselines=[("cublas_fp32", fp32), ("cublas_tf32", tf32)])
+
+
+def run_layouts(dry):
+    n = 48 if dry else 4096
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        for lay in ("NN", "NT", "TN", "TT"):
+            A = torch.randn(n, n, device=R.DEV, dtype=dtype)
+            B = torch.randn(n, n, device=R.DEV, dtype=dtype)
+            a = A if lay[0] == "N" else A.T
+            b = B if lay[1] == "N" else B.T
+            ref = [f64_ref(a, b).to(dtype)]
+            cands = [("heuristic", None)]
+            if dtype == torch.float32:
+                cands += scheds(dry, ("tf32x3",), [(128, 128, 32)], access=("pointer", "tma"))[1:]
+            P.probe(f"{str(dtype)[6:]} {lay} {n}^3", dt.library.matmul, (a, b), ref, 1e-2, cands,
+                    baselines=[("torch", lambda a=a, b=b: a @ b)])
+
+
+def run_matvec(dry):
+    M, K = (40, 300) if dry else (8192, 65536)
+    A = torch.randn(M, K, device=R.DEV)
+    x = torch.randn(K, 1, device=R.DEV)
+    ref = [f64_ref(A, x).float()]
+    copy = torch.empty_like(A)
+    P.probe(f"fp32 matvec {M}x{K}", dt.library.matmul, (A, x), ref, 1e-3, [("heuristic", None)],
+            baselines=[("torch", lambda: A @ x), ("copy", lambda: copy.copy_(A))])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="nt,layouts,matvec")
+    ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--dry-run", action="store_true")
+    a = ap.parse_args()
+    if a.dry_run:
+        R.DEV, R.DRY = "cpu", True
+    for name in a.only.split(","):
+        {"nt": run_nt, "layouts": run_layouts, "matvec": run_matvec}[name](a.dry_run)
+    P.summary()
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "probe_fp32.json"), "w") as f:
+        json.dump(P.RESULTS, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
