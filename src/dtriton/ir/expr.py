@@ -80,6 +80,15 @@ class Expr:
         if isinstance(o, (int, float)) and float(o) == 0.5:
             return Unary("sqrt", self)
         return Unary("exp", Binary("mul", as_expr(o), Unary("log", self)))
+    def __rpow__(self, o):
+        """``c ** x`` for a positive number ``c``: ``exp(x * log(c))`` (1 everywhere for ``c == 1``,
+        NaN included, as torch). A zero, negative or non-numeric base raises :class:`AlgorithmError`."""
+        if isinstance(o, bool) or not isinstance(o, (int, float)) or not float(o) > 0 or math.isinf(o):
+            raise AlgorithmError(f"{o!r} ** expression: the base must be a finite positive number (it is computed "
+                                 "as exp(x * log(base))); for a zero or negative base write dt.where over the cases")
+        if float(o) == 1.0:
+            return Where(Binary("eq", self, self), Const(1.0), Const(1.0))
+        return Unary("exp", Binary("mul", self, Const(math.log(float(o)))))
     def __neg__(self): return Unary("neg", self)
     def __pos__(self): return self
     def __abs__(self): return Unary("abs", self)
@@ -183,7 +192,8 @@ class Const(Expr):
         return Const(self.value)
 
     def signature(self):
-        return (self.value if self.value == self.value else "nan",)
+        # repr keeps -0.0 apart from 0.0 (CSE must not merge them) and makes every NaN one key
+        return (repr(self.value),)
 
 
 class Axis(Expr):
@@ -398,7 +408,7 @@ def _through_expr(name: str):
 
 # arithmetic, comparisons and the guards of Expr (truth value, float(), //) on an indexed stage
 for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
-              "__pow__", "__neg__", "__pos__", "__abs__", "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__",
+              "__pow__", "__rpow__", "__neg__", "__pos__", "__abs__", "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__",
               "__and__", "__or__", "__invert__", "__floordiv__", "__rfloordiv__", "__float__", "__bool__"):
     setattr(Output, _name, _through_expr(_name))
 Output.__hash__ = object.__hash__   # identity, as before (== builds a comparison node)
@@ -436,7 +446,7 @@ _SYM = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "
 
 
 def _fmt_const(v: float) -> str:
-    return repr(int(v)) if v == v and abs(v) != math.inf and v.is_integer() and abs(v) < 1e15 else repr(v)
+    return repr(int(v)) if math.copysign(1.0, v) > 0 and v == v and abs(v) != math.inf and v.is_integer() and abs(v) < 1e15 else repr(v)
 
 
 def fmt(n: Expr, depth: int = 0, names: dict | None = None) -> str:

@@ -163,6 +163,8 @@ def flash_attention(d: Draft) -> None:
     if flash is None:
         return
     score, loop_axis, whole_axes = flash
+    if all(a in whole_axes for a in d.alg.outputs[0].layout):
+        return  # no query axis to put on the grid (single-query attention): the general rules apply
     d.stages[score.name] = StageSchedule(place="fuse")
     d.strategy[loop_axis] = "online"
     for a in whole_axes + score.over:

@@ -215,6 +215,9 @@ class ValuePrinter:
                 return "float('inf')" if v > 0 else "-float('inf')"
             if math.isnan(v):
                 return "float('nan')"
+            if v == 0 and math.copysign(1.0, v) < 0:
+                # Triton makes every zero literal +0.0; a product with a tensor keeps the sign
+                return f"(tl.full((), -1.0, {self.cdt}) * 0.0)"
             return repr(v)
         if isinstance(n, ScalarParam):
             nm = f"s_{n.name}"
@@ -262,13 +265,15 @@ class ValuePrinter:
         if isinstance(n, Unary):
             x = self.val(n.x, scope, layout)
             if n.op == "neg":
-                return f"-{x}", ""
+                # Triton lowers unary minus as 0 - x, which turns -0.0 into +0.0; a product keeps the sign
+                return (f"-{x}", "") if self.is_int(n.x) else (f"{x} * -1.0", "")
             if n.op == "not":
                 return f"{x} == 0", ""
             x = self.as_float(n.x, x)
             if n.op == "tanh":
                 # tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2|x|); below |x| = 0.1, where 1 - e
-                # cancels, the Taylor series to x^11 (its next term is below 4e-15 relative there)
+                # cancels, x times the Taylor series in x^2 to x^11 (its next term is below 4e-15
+                # relative there; the product keeps the sign of a zero)
                 ax = self.fresh("ax")
                 scope.emit(f"{ax} = tl.abs({x})")
                 e = self.fresh("e")
@@ -276,9 +281,10 @@ class ValuePrinter:
                 x2 = self.fresh("x2")
                 scope.emit(f"{x2} = {ax} * {ax}")
                 t = self.fresh("th")
-                scope.emit(f"{t} = tl.where({ax} < 0.1, {ax} * (1.0 + {x2} * (-1.0 / 3.0 + {x2} * (2.0 / 15.0 + {x2} * "
-                           f"(-17.0 / 315.0 + {x2} * (62.0 / 2835.0 - {x2} * 1382.0 / 155925.0))))), (1.0 - {e}) / (1.0 + {e}))")
-                return f"tl.where({x} < 0, -{t}, {t})", "tanh"
+                big = f"(1.0 - {e}) / (1.0 + {e})"
+                scope.emit(f"{t} = {x} * (1.0 + {x2} * (-1.0 / 3.0 + {x2} * (2.0 / 15.0 + {x2} * "
+                           f"(-17.0 / 315.0 + {x2} * (62.0 / 2835.0 - {x2} * 1382.0 / 155925.0)))))")
+                return f"tl.where({ax} < 0.1, {t}, tl.where({x} < 0, -({big}), {big}))", "tanh"
             if n.op == "sigmoid":
                 return f"1.0 / (1.0 + tl.exp(-{x}))", "sigmoid"
             if n.op == "rsqrt":
@@ -334,6 +340,9 @@ class ValuePrinter:
 
     def as_float(self, n: Expr, code: str) -> str:
         """Integer-valued nodes (axis values, int loads, comparisons) become compute floats."""
+        if isinstance(n, ScalarParam) and n.pytype is int:
+            # an int argument may arrive as a constexpr (Triton specialises 1), which has no .to()
+            return f"({code} + tl.full((), 0.0, {self.cdt}))"
         if self.is_int(n):
             return f"({code}).to({self.cdt})"
         return code
@@ -342,6 +351,8 @@ class ValuePrinter:
         """Whether ``n`` has an integer value (axis values, integer loads, their sums and products)."""
         if isinstance(n, Axis):
             return True
+        if isinstance(n, ScalarParam):
+            return n.pytype is int
         if isinstance(n, Reduce):
             return n.combiner.results == 2   # an arg-reduction's value is an index
         if isinstance(n, Load):
