@@ -23,7 +23,7 @@ from .schedule import FrozenMap, Schedule, StageSchedule
 from .runtime import Kernel
 from .grad import GradientAlgorithms, grad
 from .integrations import as_torch_op, differentiable
-from .tune import ExploreResult, Space, explore
+from .tune import BenchmarkResult, ExploreResult, Space, benchmark, explore
 from .api import compile, compile_autograd
 
 __version__ = "0.1.0"
@@ -34,5 +34,5 @@ __all__ = [
     *dsl.__all__,
     "FrozenMap", "Schedule", "StageSchedule", "Kernel", "compile",
     "grad", "GradientAlgorithms", "differentiable", "compile_autograd", "as_torch_op",
-    "explore", "Space", "ExploreResult",
+    "explore", "Space", "ExploreResult", "benchmark", "BenchmarkResult",
 ]

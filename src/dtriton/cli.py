@@ -4,6 +4,7 @@
 
     dtriton explore FILE.py:ALGORITHM --shape M=4096,N=4096,K=4096 --dtype float16 --budget 60
     dtriton show FILE.py:ALGORITHM --shape M=64,N=64,K=64 [--schedule JSON | --tuned]
+    dtriton bench FILE.py:ALGORITHM --shape M=64,N=1000 [--budget 60 | --tuned | --schedule JSON] [--plot FILE]
     dtriton demo [ARGS...]
 
 ``FILE.py:ALGORITHM`` names an ``@dt.algorithm`` in a Python file (``package.module:ALGORITHM``
@@ -28,7 +29,7 @@ from .errors import DTritonError
 from .ir import Algorithm, InputTensor, Load, topo_order
 from .runtime import Kernel
 from .schedule import Schedule
-from .tune import Space, TunedKernel, explore as run_explore
+from .tune import Space, TunedKernel, benchmark as run_benchmark, explore as run_explore
 
 __all__ = ["main", "load_algorithm", "parse_shape", "make_inputs"]
 
@@ -188,7 +189,7 @@ def _with_common(f):
 
 @click.group()
 def main():
-    """dtriton: Decoupled Triton. Explore schedules, show generated Triton, run the demo."""
+    """dtriton: Decoupled Triton. Explore schedules, show generated Triton, benchmark, run the demo."""
 
 
 @main.command()
@@ -248,22 +249,58 @@ def show(spec, shape, dtype, device, scalar, seed, schedule_json, tuned, db):
         click.echo(f"# schedule from: {kern.origin_for(*args)}")
         click.echo(kern.source_for(*args))
         return
-    sched = None
-    if schedule_json:
-        text = schedule_json
-        if not text.lstrip().startswith("{"):
-            p = Path(text)
-            if not p.is_file():
-                raise click.BadParameter(f"--schedule {text!r} is neither JSON nor a file")
-            text = p.read_text()
-        try:
-            sched = Schedule.from_json(text)
-        except ValueError as e:
-            raise click.BadParameter(f"--schedule: {e}") from e
+    sched = _schedule_option(schedule_json)
     try:
         click.echo(Kernel(alg, sched).source_for(*args))
     except ValueError as e:  # ScheduleError / ShapeError
         raise click.ClickException(str(e)) from e
+
+
+def _schedule_option(text: str | None) -> Schedule | None:
+    """A ``--schedule`` value (JSON, or a file holding it) as a Schedule; None when not given."""
+    if not text:
+        return None
+    if not text.lstrip().startswith("{"):
+        p = Path(text)
+        if not p.is_file():
+            raise click.BadParameter(f"--schedule {text!r} is neither JSON nor a file")
+        text = p.read_text()
+    try:
+        return Schedule.from_json(text)
+    except ValueError as e:
+        raise click.BadParameter(f"--schedule: {e}") from e
+
+
+@main.command()
+@_with_common
+@click.option("--budget", type=float, default=None, help="explore this many seconds first and time the winner")
+@click.option("--schedule", "schedule_json", default=None, help="a schedule as JSON, or a file holding one")
+@click.option("--tuned", is_flag=True, help="use the best stored schedule for these shapes")
+@click.option("--db", default=None, help="tuning database for --tuned and --budget")
+@click.option("--no-compile", is_flag=True, help="skip torch.compile (its first call compiles: ~10 s on a CPU)")
+@click.option("--seconds", default=1.0, show_default=True, help="sampling time per implementation")
+@click.option("--plot", "plot_path", default=None, help="save a bar chart here (PNG)")
+@click.option("--json", "json_path", default=None, help="save the result here (JSON)")
+def bench(spec, shape, dtype, device, scalar, seed, budget, schedule_json, tuned, db, no_compile, seconds, plot_path,
+          json_path):
+    """Time ALGORITHM as a dtriton kernel beside eager PyTorch and torch.compile, checked against float64."""
+    if sum(map(bool, (budget, schedule_json, tuned))) > 1:
+        raise click.UsageError("give one of --budget, --schedule and --tuned")
+    alg, args = _inputs_from_options(spec, shape, dtype, device, scalar, seed)
+    sched = "tuned" if tuned else _schedule_option(schedule_json)
+    try:
+        res = run_benchmark(alg, args, schedule=sched, budget=budget, compile=not no_compile, seconds=seconds, db=db)
+    except (DTritonError, ValueError) as e:
+        raise click.ClickException(str(e)) from e
+    from rich.console import Console
+    Console().print(res.table())
+    if plot_path:
+        click.echo(f"plot: {res.plot(plot_path)}")
+    if json_path:
+        Path(json_path).write_text(res.to_json())
+        click.echo(f"result: {json_path}")
+    if any(r.status != "ok" for r in res.rows[:1]):
+        sys.exit(1)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True}, add_help_option=False)

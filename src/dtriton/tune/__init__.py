@@ -72,7 +72,8 @@ SQLite database), :mod:`~dtriton.tune.space` (:class:`Space` and its derivation)
 :mod:`~dtriton.tune.samplers`, :mod:`~dtriton.tune.measure` (working copies, timing, worker
 threads), :mod:`~dtriton.tune.result` (:class:`ExploreResult`), :mod:`~dtriton.tune.explorer` (the
 loop: :class:`Explorer`, :class:`Candidate`, :func:`explore`) and :mod:`~dtriton.tune.tuned`
-(:class:`TunedKernel`).
+(:class:`TunedKernel`); :mod:`~dtriton.tune.benchmark` (``dt.benchmark``: a kernel beside eager PyTorch and
+``torch.compile``) comes last.
 """
 
 from .check import Limits, check_outputs, check_resources, default_tolerance
@@ -83,8 +84,10 @@ from .measure import warm_gpu_time
 from .result import STATUSES, ExploreResult
 from .explorer import Candidate, Explorer, explore
 from .tuned import TunedKernel
+from .benchmark import BenchmarkResult, BenchRow, benchmark
 
-__all__ = ["explore", "Explorer", "Candidate", "Space", "ExploreResult", "STATUSES", "Limits", "check_resources",
+__all__ = ["explore", "benchmark", "BenchmarkResult", "BenchRow", "Explorer", "Candidate", "Space", "ExploreResult",
+           "STATUSES", "Limits", "check_resources",
            "check_outputs", "default_tolerance", "warm_gpu_time", "TuningDB", "TuningKey", "TuningRecord",
            "TunedKernel", "TuningWarning", "TuningDatabaseError", "default_db_path", "shape_bucket", "dtype_key",
            "device_name", "triton_version", "SCHEMA_VERSION"]

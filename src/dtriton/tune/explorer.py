@@ -156,6 +156,9 @@ class Explorer:
         self.factory = opts.candidate_factory or Kernel
         if opts.timing not in ("cold", "warm"):
             raise ValueError(f"timing must be 'cold' or 'warm', got {opts.timing!r}")
+        if opts.timing == "warm" and self.interpret:
+            warnings.warn("timing='warm' has no effect on the Triton interpreter (it times L2-warm GPU kernels); "
+                          "the CPU takes one wall-clock sample per candidate", TuningWarning, stacklevel=3)
         self.bench = Bench(alg, args, opts.out, self.interpret, opts.warmup_ms, opts.rep_ms, opts.timing)
         self.b = self.bench.b
         self.limits = Limits.for_device(self.bench.device)
