@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ...ir import Const, Reduce, ScalarParam, fmt
+from ...ir import Axis, Const, Load, Reduce, ScalarParam, fmt, walk
 from ...plan.graph import fused_reduces, has
 from ...plan.kernel import KernelPlan, Program, StoreSpec
 from ..base import KernelMeta
@@ -219,6 +219,8 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter):
             ptr = f"{ptr} + tl.full({self.shape(layout, set())}, 0, tl.int32)"
             v = f"tl.reshape({v}, {self.shape(layout, set())})" if self.present(expr, scope) == set() and \
                 not isinstance(expr, (Const, ScalarParam)) else f"tl.full({self.shape(layout, set())}, 0.0, {self.cdt}) + {v}"
+        elif not layout and not any(isinstance(n, (Load, Reduce, Axis)) for n in walk([expr])):
+            v = f"tl.cast({v}, {self.cdt})"  # of scalars only, a Python number: it has no .to()
         if st.atomic:
             scope.emit(f"tl.atomic_add({ptr}, {v}" + (f", mask={mask}" if mask else "") + ", sem=\"relaxed\")")
         else:

@@ -317,8 +317,8 @@ class ValuePrinter:
                     x = f"{x}.to(tl.float32)"
                 if self.k.round_bf16 and n.dtype == torch.bfloat16:
                     return f"_round_bf16(({x}).to(tl.float32)).to({self.cdt})", "cast to torch.bfloat16 (rounded to nearest)"
-                return f"{x}.to({tdt}).to({self.cdt})", f"cast to {n.dtype}"
-            return f"{x}.to({tdt})", f"cast to {n.dtype}"
+                return f"tl.cast({x}, {tdt}).to({self.cdt})", f"cast to {n.dtype}"
+            return f"tl.cast({x}, {tdt})", f"cast to {n.dtype}"
         raise AssertionError(n)
 
     def is_rank0(self, n: Expr) -> bool:

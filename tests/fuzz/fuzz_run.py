@@ -1,0 +1,440 @@
+"""Running one fuzz case and classifying what happened; the command line of long runs.
+
+One case (``fuzz_grammar.Case``) runs under two schedules (the heuristic's, a random partial
+schedule from the knobs, or a point of the derived exploration space), each into NaN-poisoned
+``out=`` tensors, and is compared with the independent evaluator (``fuzz_eval``) in float64 and
+with the other schedule's result. Outcomes:
+
+- ``match``: every schedule that ran matched (some may have been refused: see ``runs``);
+- ``wrong``: a value differs from the oracle; ``schedule-dependent``: the two schedules disagree;
+- ``refusal``: dtriton refused every schedule with one of its own errors (class and first line);
+- ``bug``: an exception that is not a dtriton error (or a timeout).
+
+Long runs (outside CI)::
+
+    nice python3 tests/fuzz/fuzz_run.py --start 0 --count 1000 --out /tmp/fuzz/part0.json
+    python3 tests/fuzz/fuzz_run.py --merge /tmp/fuzz/part*.json --out fuzz-summary.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import math
+import signal
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fuzz_eval import Evaluator  # noqa: E402
+from fuzz_grammar import AXES, Case, Draw, Reject, build_algorithm, describe, draw_case, make_args  # noqa: E402
+
+import dtriton as dt  # noqa: E402
+
+#: relative tolerance per output dtype (widened per element by the float32/float64 disagreement)
+RTOL = {torch.float32: 1e-4, torch.float16: 4e-3, torch.bfloat16: 2e-2, torch.float64: 1e-9}
+P2 = (1, 2, 4, 8, 16, 32)
+
+
+# ----------------------------------------------------------------------------------------------
+# schedules
+# ----------------------------------------------------------------------------------------------
+def knob_schedule(d: Draw, alg: dt.Algorithm, axis_sizes: dict[str, int]) -> dt.Schedule:
+    """A random partial schedule from the knobs: tiles, grid, strategy, split and split mode,
+    placement of every reduction stage, persistent, num_warps. It may be illegal (then dtriton
+    must refuse it with a :class:`dt.ScheduleError`)."""
+    axes = list(alg.axis_names)
+    red = list(alg.reduction_axes)
+    out_axes = list(dict.fromkeys(a for o in alg.outputs for a in o.layout))
+    kw: dict[str, Any] = {}
+    tile = {}
+    for a in axes:
+        if d.chance(0.6):
+            lo = max(1, (1 << max(0, math.ceil(math.log2(max(axis_sizes[a], 1))))) // 8)
+            tile[a] = d.choice([t for t in P2 if t >= lo] or [32])
+    if tile:
+        kw["tile"] = tile
+    if out_axes and d.chance(0.3):
+        g = list(out_axes)
+        for n in range(len(g) - 1, 0, -1):
+            m = d.integer(0, n)
+            g[n], g[m] = g[m], g[n]
+        kw["grid"] = tuple(g[:d.integer(0, len(g))])
+    strategy = {}
+    for a in axes:
+        if a not in kw.get("grid", ()) and d.chance(0.3):
+            strategy[a] = d.choice(("whole", "loop", "online") if a in red else ("whole", "loop"))
+    if strategy:
+        kw["strategy"] = strategy
+        if d.chance(0.8):   # mostly legal: a whole axis takes no tile
+            tile = {a: t for a, t in tile.items() if strategy.get(a) != "whole"}
+            kw["tile"] = tile
+    split = {a: d.integer(2, 4) for a in red if d.chance(0.2)}
+    if split:
+        kw["split"] = split
+        kw["split_mode"] = d.choice(("atomic", "partials"))
+    stages = {}
+    for s in alg.stages.values():
+        if not s.is_output and d.chance(0.4):
+            stages[s.name] = {"place": d.choice(("fuse", "materialize", "auto"))}
+    if stages:
+        kw["stages"] = stages
+    if d.chance(0.2):
+        kw["persistent"] = d.integer(1, 2)
+    if d.chance(0.3):
+        kw["num_warps"] = d.choice((1, 2, 4, 8))
+    return dt.Schedule(**kw)
+
+
+def space_schedule(d: Draw, alg: dt.Algorithm, args: list) -> dt.Schedule:
+    """A random point of the exploration space :meth:`dt.Space.derive` gives for this call (each
+    dimension moved off the heuristic's value with probability 1/2), sometimes persistent."""
+    sp = dt.Space.derive(alg, args)
+    base = dt.compile(alg).schedule_for(*args)
+    point = {name: d.choice(list(vals)) for name, vals in sp.dimensions() if vals and d.chance(0.5)}
+    sched = sp.schedule_for(point, base, alg, alg.bind(args).axis_sizes)
+    if d.chance(0.2):
+        sched = sched.replace(persistent=d.integer(1, 2))
+    return sched
+
+
+def draw_schedules(d: Draw, alg: dt.Algorithm, args: list) -> list[tuple[str, dt.Schedule | None]]:
+    """Two schedules to compare: (how, schedule or None for the heuristic's)."""
+    out: list[tuple[str, dt.Schedule | None]] = []
+    for _ in range(2):
+        how = d.choice(("default", "knobs", "knobs", "space", "space"))
+        if how == "default" and any(h == "default" for h, _ in out):
+            how = "knobs"
+        if how == "default":
+            out.append((how, None))
+        elif how == "knobs":
+            out.append((how, knob_schedule(d, alg, alg.bind(args).axis_sizes)))
+        else:
+            try:
+                out.append((how, space_schedule(d, alg, args)))
+            except dt.DTritonError as e:   # no heuristic schedule: the default run reports it
+                out.append(("default", None) if not out or out[0][1] is not None else
+                           ("knobs", knob_schedule(d, alg, alg.bind(args).axis_sizes)))
+                del e
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# comparison
+# ----------------------------------------------------------------------------------------------
+def _same(a: torch.Tensor, b: torch.Tensor, tol: torch.Tensor) -> torch.Tensor:
+    """Elementwise: equal NaN, equal infinities, or finite and within ``tol``."""
+    both_nan = torch.isnan(a) & torch.isnan(b)
+    eq = a == b
+    fin = torch.isfinite(a) & torch.isfinite(b)
+    return both_nan | eq | (fin & ((a - b).abs() <= tol))
+
+
+def tolerance(r64: torch.Tensor, r32: torch.Tensor, odt: torch.dtype) -> torch.Tensor:
+    """Per-element tolerance: relative to the element and to the output's RMS, plus 16x how much
+    float32 and float64 evaluation disagree there (ill-conditioned elements get more room)."""
+    rtol = RTOL[odt]
+    fin = r64[torch.isfinite(r64)]
+    rms = float(fin.square().mean().sqrt()) if fin.numel() else 0.0
+    env = (r64 - r32).abs()
+    env = torch.where(torch.isfinite(env), env, torch.zeros_like(env))
+    return rtol * (r64.abs() + rms + 1e-30) + 16 * env
+
+
+def compare_output(got: torch.Tensor, ev64: Evaluator, ev32: Evaluator, n: int,
+                   r64: torch.Tensor, r32: torch.Tensor) -> str | None:
+    """None when output ``n`` matches the oracle, else a one-line description of the mismatch."""
+    odt = got.dtype
+    if tuple(got.shape) != tuple(r64.shape):
+        return f"output {n}: shape {tuple(got.shape)}, expected {tuple(r64.shape)}"
+    if odt == torch.int64 and ev64.arg_values(n) is not None:
+        return _compare_index(got, ev64.arg_values(n), ev32.arg_values(n), r64, n)
+    g = got.double()
+    a, b = r64.to(odt).double(), r32.to(odt).double()
+    tol = tolerance(r64.double(), r32.double(), odt if odt in RTOL else torch.float64)
+    ok = _same(g, a, tol) | _same(g, b, tol)
+    if bool(ok.all()):
+        return None
+    bad = (~ok).nonzero()
+    first = tuple(bad[0].tolist())
+    return (f"output {n} ({odt}): {len(bad)}/{g.numel()} elements differ; at {first} got {g[first].item()!r}, "
+            f"expected {a[first].item()!r} (float32 evaluation {b[first].item()!r})")
+
+
+def _compare_index(got, v64, v32, r64, n) -> str | None:
+    """An arg-reduction output: the index must be in range and point at a value equal (within the
+    conditioning tolerance) to the one the oracle's index points at."""
+    span = v64.shape[-1]
+    if bool(((got < 0) | (got >= span)).any()):
+        bad = ((got < 0) | (got >= span)).nonzero()[0].tolist()
+        return f"output {n}: index {got[tuple(bad)].item()} outside [0, {span}) at {tuple(bad)}"
+    want = r64.long().unsqueeze(-1)
+    vg = v64.gather(-1, got.unsqueeze(-1)).squeeze(-1)
+    vr = v64.gather(-1, want).squeeze(-1)
+    env = (v64 - v32).abs().nan_to_num(0.0, 0.0, 0.0).amax(-1) if span else torch.zeros_like(vr)
+    ok = (got == r64.long()) | _same(vg, vr, 1e-5 * (vr.abs().nan_to_num(0.0, 0.0, 0.0) + 1) + 16 * env)
+    if bool(ok.all()):
+        return None
+    first = tuple((~ok).nonzero()[0].tolist())
+    return (f"output {n} (index): at {first} got {got[first].item()} (value {vg[first].item()!r}), expected "
+            f"{r64.long()[first].item()} (value {vr[first].item()!r})")
+
+
+# ----------------------------------------------------------------------------------------------
+# one case
+# ----------------------------------------------------------------------------------------------
+def _poison(shape, dtype, value=float("nan")) -> torch.Tensor:
+    return torch.full(shape, value if dtype.is_floating_point else -12345, dtype=dtype)
+
+
+def _run_one(alg: dt.Algorithm, sched, args, fill=float("nan")) -> list[torch.Tensor]:
+    b = alg.bind(args)
+    outs = [_poison([b.axis_sizes[a] for a in o.layout], odt, fill) for o, odt in zip(alg.outputs, b.out_dtypes)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        kernel = dt.compile(alg, sched)
+        got = kernel(*args, out=tuple(outs) if len(outs) > 1 else outs[0])
+    got = list(got) if isinstance(got, tuple) else [got]
+    if len(got) != len(outs) or any(g is not o for g, o in zip(got, outs)):
+        raise AssertionError("kernel(out=...) did not return the tensors it was given")
+    return got
+
+
+def _classify(e: BaseException) -> dict:
+    lines = str(e).strip().splitlines() or [""]
+    first = lines[0][:300]
+    if isinstance(e, dt.CompileError):   # the first line names the kernel; the cause comes last
+        first = f"{first.split(';')[0]}: {lines[-1][:240]}"
+    if isinstance(e, dt.DTritonError):
+        return {"status": "refusal", "cls": type(e).__name__, "msg": first}
+    tb = traceback.extract_tb(e.__traceback__)
+    where = f"{Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else "?"
+    return {"status": "bug", "cls": type(e).__name__, "msg": first, "where": where}
+
+
+def run_case(case: Case, scheds: list[tuple[str, dt.Schedule | None]] | None = None,
+             d: Draw | None = None) -> dict:
+    """Run ``case`` under ``scheds`` (drawn from ``d`` when None) and classify the outcome.
+
+    Returns ``{"outcome", "detail", "runs": [{"how", "schedule", "status", ...}], "case"}``; the
+    case's ``schedules`` field is filled with the schedules' JSON, so the record replays."""
+    rec: dict[str, Any] = {"outcome": None, "detail": "", "runs": []}
+    try:
+        alg = build_algorithm(case)
+        args, exact = make_args(case)
+        alg.bind(args)
+        if scheds is None:
+            scheds = draw_schedules(d, alg, args)
+    except Exception as e:  # noqa: BLE001 - classified
+        c = _classify(e)
+        rec.update(outcome=c["status"], detail=f"{c['cls']}: {c['msg']}", runs=[dict(c, how="build")])
+        rec["case"] = case.to_dict()
+        return rec
+    case.schedules = [{"how": h, "json": s.to_json() if s is not None else None} for h, s in scheds]
+    rec["case"] = case.to_dict()
+    ev64, ev32 = Evaluator(case, exact, torch.float64), Evaluator(case, exact, torch.float32)
+    r64, r32 = ev64.outputs(), ev32.outputs()
+    results = []
+    for how, s in scheds:
+        run: dict[str, Any] = {"how": how, "schedule": repr(s)}
+        try:
+            got = _run_one(alg, s, args)
+            bad = [m for n, g in enumerate(got) if (m := compare_output(g, ev64, ev32, n, r64[n], r32[n]))]
+            if not bad and any(bool(torch.isnan(g).any()) for g in got if g.is_floating_point()):
+                again = _run_one(alg, s, args, fill=7.0)   # a NaN the oracle has too: was it written?
+                bad = [f"output {n}: NaN only under a NaN poison (element never written)"
+                       for n, (g, h) in enumerate(zip(got, again)) if g.is_floating_point()
+                       and not bool(torch.isnan(h)[torch.isnan(g)].all())]
+            run.update(status="wrong" if bad else "match", msg="; ".join(bad))
+            results.append(got if not bad else None)
+        except Exception as e:  # noqa: BLE001 - classified
+            run.update(_classify(e))
+            results.append(None)
+        rec["runs"].append(run)
+    rec["outcome"], rec["detail"] = _outcome(rec["runs"], results, r64, r32)
+    return rec
+
+
+def _outcome(runs, results, r64, r32) -> tuple[str, str]:
+    for status in ("bug", "wrong"):
+        hit = [r for r in runs if r["status"] == status]
+        if hit:
+            r = hit[0]
+            return status, f"[{r['how']}] " + (f"{r.get('cls')}: {r['msg']} at {r.get('where')}"
+                                              if status == "bug" else r["msg"])
+    if all(r["status"] == "refusal" for r in runs):
+        return "refusal", f"{runs[0]['cls']}: {runs[0]['msg']}"
+    if len(results) == 2 and all(x is not None for x in results):
+        for n, (a, b) in enumerate(zip(*results)):
+            if a.dtype == torch.int64:
+                continue   # indices of near-ties may differ; each was checked against the oracle
+            tol = tolerance(r64[n].double(), r32[n].double(), a.dtype if a.dtype in RTOL else torch.float64)
+            ok = _same(a.double(), b.double(), 2 * tol) | ~_same(r64[n].double(), r32[n].to(a.dtype).double(),
+                                                                 tol)
+            if not bool(ok.all()):
+                first = tuple((~ok).nonzero()[0].tolist())
+                return "schedule-dependent", (f"output {n} at {first}: {a[first].item()!r} vs "
+                                              f"{b[first].item()!r}")
+    return "match", ""
+
+
+# ----------------------------------------------------------------------------------------------
+# seeded runs and summaries
+# ----------------------------------------------------------------------------------------------
+class Timeout(Exception):
+    """A case ran longer than the per-case limit."""
+
+
+def _alarm(signum, frame):
+    raise Timeout("case exceeded its time limit")
+
+
+def case_for_seed(seed: int) -> tuple[Case, Draw]:
+    """The case of ``seed`` (redrawn from the same generator while a draw is not legal)."""
+    d = Draw(seed)
+    for _ in range(50):
+        try:
+            return draw_case(d), d
+        except Reject:
+            continue
+    raise RuntimeError(f"seed {seed}: no legal case in 50 draws")
+
+
+def run_seed(seed: int, limit_s: int = 0) -> dict:
+    """Draw and run the case of ``seed``; with ``limit_s``, a case running longer is a ``bug``
+    outcome (class Timeout)."""
+    case, d = case_for_seed(seed)
+    if limit_s:
+        signal.signal(signal.SIGALRM, _alarm)
+        signal.alarm(limit_s)
+    t0 = time.time()
+    try:
+        rec = run_case(case, d=d)
+    except Timeout as e:
+        rec = {"outcome": "bug", "detail": f"Timeout: {e}", "runs": [], "case": case.to_dict()}
+    finally:
+        if limit_s:
+            signal.alarm(0)
+    rec["seed"], rec["seconds"] = seed, round(time.time() - t0, 2)
+    rec["text"] = describe(case)
+    return rec
+
+
+#: refusals that mean "the compiler failed on a legal program": they count as failures
+BAD_REFUSALS = ("CompileError",)
+
+
+def verdict(rec: dict) -> str | None:
+    """None when a record of :func:`run_case` is acceptable (a match, or refusals by dtriton's
+    own checks), else why not: a wrong value, a schedule-dependent result, a non-dtriton
+    exception, or a :data:`BAD_REFUSALS` error on a legal program."""
+    if rec["outcome"] in ("bug", "wrong", "schedule-dependent"):
+        return f"{rec['outcome']}: {rec['detail']}"
+    bad = [r for r in rec["runs"] if r["status"] == "refusal" and r["cls"] in BAD_REFUSALS]
+    if bad:
+        return f"refusal {bad[0]['cls']} on a legal program [{bad[0]['how']}]: {bad[0]['msg']}"
+    return None
+
+
+class Summary:
+    """Counts per case outcome, per run status, per refusal class (with example first lines),
+    and every non-match record in full (for regression files)."""
+
+    def __init__(self):
+        self.cases = collections.Counter()
+        self.runs = collections.Counter()
+        self.refusals = collections.Counter()
+        self.messages: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+        self.failures: list[dict] = []
+        self.seconds = 0.0
+
+    def add(self, rec: dict) -> None:
+        """Count one record of :func:`run_case`/:func:`run_seed`."""
+        self.cases[rec["outcome"]] += 1
+        self.seconds += rec.get("seconds", 0.0)
+        for r in rec["runs"]:
+            self.runs[r["status"]] += 1
+            if r["status"] == "refusal":
+                self.refusals[r["cls"]] += 1
+                self.messages[r["cls"]][_shape_of(r["msg"])] += 1
+        if verdict(rec) is not None:
+            self.failures.append(rec)
+
+    def to_dict(self) -> dict:
+        """The summary as JSON-able data."""
+        return {"cases": sum(self.cases.values()), "outcomes": dict(self.cases), "runs": dict(self.runs),
+                "refusal_classes": dict(self.refusals),
+                "refusal_messages": {k: dict(v.most_common(25)) for k, v in self.messages.items()},
+                "seconds": round(self.seconds, 1), "failures": self.failures}
+
+    @staticmethod
+    def merge(parts: list[dict]) -> dict:
+        """One summary from several :meth:`to_dict` results."""
+        out: dict[str, Any] = {"cases": 0, "outcomes": {}, "runs": {}, "refusal_classes": {},
+                               "refusal_messages": {}, "seconds": 0.0, "failures": []}
+        for p in parts:
+            out["cases"] += p["cases"]
+            out["seconds"] += p["seconds"]
+            out["failures"] += p["failures"]
+            for k in ("outcomes", "runs", "refusal_classes"):
+                for a, n in p[k].items():
+                    out[k][a] = out[k].get(a, 0) + n
+            for cls, msgs in p["refusal_messages"].items():
+                m = out["refusal_messages"].setdefault(cls, {})
+                for a, n in msgs.items():
+                    m[a] = m.get(a, 0) + n
+        return out
+
+
+def _shape_of(msg: str) -> str:
+    """A refusal message with its quoted names and numbers blanked, so equal causes count together."""
+    import re
+    return re.sub(r"\d+", "N", re.sub(r"'[^']*'", "'_'", msg))[:160]
+
+
+def keep(rec: dict, path: Path, what: str) -> None:
+    """Append the case of ``rec`` (with its schedules and data seed) to the regressions file
+    ``path`` as ``{"id", "what", "case"}``."""
+    entries = json.loads(path.read_text()) if path.exists() else []
+    entries.append({"id": f"seed{rec.get('seed', len(entries))}", "what": what, "case": rec["case"]})
+    path.write_text(json.dumps(entries, indent=1) + "\n")
+    print(f"kept {entries[-1]['id']}: {rec.get('text', '')[:200]}")
+
+
+def main(argv=None) -> int:
+    """Run seeds ``--start`` .. ``--start + --count - 1`` and write a summary JSON, or ``--merge``."""
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--start", type=int, default=0)
+    p.add_argument("--count", type=int, default=100)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--limit", type=int, default=120, help="seconds per case before it counts as a Timeout bug")
+    p.add_argument("--merge", nargs="*", type=Path, help="summary files to merge into --out")
+    p.add_argument("--keep", type=int, help="append the case of this seed to --out (a regressions file)")
+    p.add_argument("--what", default="", help="with --keep: what the case found")
+    a = p.parse_args(argv)
+    if a.keep is not None:
+        keep(run_seed(a.keep), a.out, a.what)
+        return 0
+    if a.merge:
+        merged = Summary.merge([json.loads(f.read_text()) for f in a.merge])
+        a.out.write_text(json.dumps(merged, indent=1))
+        print(json.dumps({k: v for k, v in merged.items() if k != "failures"}, indent=1))
+        return 0
+    summ = Summary()
+    for n, seed in enumerate(range(a.start, a.start + a.count)):
+        summ.add(run_seed(seed, a.limit))
+        if n % 20 == 19 or n == a.count - 1:
+            a.out.write_text(json.dumps(summ.to_dict(), indent=1))
+    print(json.dumps({k: v for k, v in summ.to_dict().items() if k != "failures"}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

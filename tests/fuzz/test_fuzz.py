@@ -1,0 +1,88 @@
+"""The differential fuzzer in the test suite (issue 17).
+
+- ``test_fuzz``: hypothesis draws cases from the grammar (``fuzz_grammar``) and two schedules
+  each; a wrong value, a schedule-dependent result, a non-dtriton exception or a CompileError
+  (generated code that does not compile on legal input) fails. The number of cases follows the
+  hypothesis profile (``ci``: 3 x 20, derandomised).
+- ``test_regressions``: every failure the fuzzer ever found, replayed from ``regressions.json``
+  (the case, its data seed and its schedules), must now match.
+- ``test_fuzz_many``: runs only with ``DTRITON_FUZZ_CASES=N`` (e.g. 5000): N seeded cases
+  (from ``DTRITON_FUZZ_START``, default 0), summary JSON written to ``DTRITON_FUZZ_SUMMARY``
+  (default ``fuzz-summary.json``): counts per outcome, per run status and per refusal class.
+  Long runs are better split into chunks with ``python3 tests/fuzz/fuzz_run.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import assume, given, note, settings, strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dtriton as dt  # noqa: E402
+from fuzz_grammar import Case, HypothesisDraw, Reject, describe, draw_case  # noqa: E402
+from fuzz_run import Summary, run_case, run_seed, verdict  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+REGRESSIONS = HERE / "regressions.json"
+
+
+def known_issue(rec: dict) -> str | None:
+    """The open issue a failing record matches, if any (checked only after a failure, so a
+    fixed issue never hides a pass). Each entry names its reproducer in regressions.json."""
+    return None
+
+
+#: cases per test_fuzz run: 3x the profile's examples (ci: 60, about 30-60 s on the interpreter)
+CI_CASES = 3 * settings.default.max_examples
+
+
+@settings(max_examples=CI_CASES)
+@given(st.data())
+def test_fuzz(data):
+    d = HypothesisDraw(data)
+    try:
+        case = draw_case(d)
+    except Reject:
+        assume(False)
+    note(describe(case))
+    rec = run_case(case, d=d)
+    note(json.dumps(rec["case"]))
+    note(json.dumps(rec["runs"], indent=1))
+    why = verdict(rec)
+    if why is not None and known_issue(rec) is not None:
+        assume(False)
+    assert why is None, why
+
+
+def _regressions() -> list[dict]:
+    return json.loads(REGRESSIONS.read_text()) if REGRESSIONS.exists() else []
+
+
+@pytest.mark.parametrize("entry", _regressions(), ids=lambda e: e["id"])
+def test_regressions(entry):
+    case = Case.from_dict(entry["case"])
+    scheds = [(s["how"], dt.Schedule.from_json(s["json"]) if s["json"] else None) for s in case.schedules]
+    rec = run_case(case, scheds)
+    why = verdict(rec)
+    assert why is None, f"{entry['id']} ({entry['what']}): {why}\n{describe(case)}"
+
+
+@pytest.mark.skipif("DTRITON_FUZZ_CASES" not in os.environ, reason="set DTRITON_FUZZ_CASES=N to run N cases")
+def test_fuzz_many():
+    n = int(os.environ["DTRITON_FUZZ_CASES"])
+    start = int(os.environ.get("DTRITON_FUZZ_START", "0"))
+    out = Path(os.environ.get("DTRITON_FUZZ_SUMMARY", "fuzz-summary.json"))
+    summ = Summary()
+    for k, seed in enumerate(range(start, start + n)):
+        summ.add(run_seed(seed, limit_s=120))
+        if k % 50 == 49:
+            out.write_text(json.dumps(summ.to_dict(), indent=1))
+    res = summ.to_dict()
+    out.write_text(json.dumps(res, indent=1))
+    bad = [f"seed {r['seed']}: {verdict(r)}" for r in res["failures"] if verdict(r)]
+    assert not bad, f"{len(bad)} failing cases (summary in {out}):\n" + "\n".join(bad[:20])
