@@ -47,16 +47,20 @@ and ``result.oracle == "heuristic"``.
 stored timings always give the same winner (:meth:`ExploreResult.pick_best` breaks ties by p80,
 then by schedule JSON).
 
-**Speed.** On the GPU, candidates are compiled in batches by worker threads (Triton's compiler
-spends much of its time outside the GIL, in MLIR passes and ``ptxas``), each on private copies
-of the inputs, and each is checked there; timing then runs on the main thread with nothing else
-on the GPU (``triton.testing.do_bench``: median, p20 and p80, after a short warm-up that brings
-the clocks up). Compilation and timing never overlap: a batch is compiled, then timed. A compile
-that outlives ``compile_timeout`` is recorded as "timeout", and one still running when the
-budget ends as "skipped" (its thread is a daemon and is left to finish; Python threads cannot
-be killed). The few best candidates and the heuristic baseline are measured again, interleaved,
-before the winner is picked. On the Triton interpreter everything runs sequentially on the main
-thread and timings are one wall-clock sample of Python: they mean nothing, and the result says so.
+**Speed and isolation.** Candidates are compiled, checked and timed in worker processes
+(:mod:`dtriton.tune.worker`: spawned on a GPU, one per compile slot, each with private copies of
+the inputs; forked on the CPU), so a candidate that faults the GPU, aborts or hangs is recorded
+against itself ("failed" with a ``WorkerDied`` reason, or "timeout") and a fresh worker takes
+over. A batch is compiled and checked in parallel, then timed one candidate at a time with
+nothing else on the GPU (``triton.testing.do_bench``: median, p20 and p80, after a short warm-up
+that brings the clocks up). The budget is hard: work still running when it ends is abandoned
+(the worker is killed) and the candidate is listed as "skipped" with the reason; only the
+heuristic baseline is always measured. The few best candidates and the baseline are measured
+again, interleaved, before the winner is picked (``result.remeasure_s``). With
+``isolate=False``, or on a GPU for an algorithm a spawned process cannot import, candidates run
+in this process instead (threads compiling on the GPU; a compile outliving the budget is then
+left to finish on its daemon thread). On the Triton interpreter timings are one wall-clock sample
+of Python: they mean nothing, and the result says so.
 
 **Strategies.** "exhaustive" (every point, in order), "random" (uniform without repetition,
 seeded) and "tpe" (optuna's TPE sampler; optuna is optional: without it "tpe" falls back to
@@ -69,9 +73,10 @@ of at least 0.5%.
 Modules, in import order (each imports only those before it): :mod:`~dtriton.tune.check`
 (limits, resource rules, tolerances, output checks), :mod:`~dtriton.tune.db` (keys, records, the
 SQLite database), :mod:`~dtriton.tune.space` (:class:`Space` and its derivation),
-:mod:`~dtriton.tune.samplers`, :mod:`~dtriton.tune.measure` (working copies, timing, worker
-threads), :mod:`~dtriton.tune.result` (:class:`ExploreResult`), :mod:`~dtriton.tune.explorer` (the
-loop: :class:`Explorer`, :class:`Candidate`, :func:`explore`) and :mod:`~dtriton.tune.tuned`
+:mod:`~dtriton.tune.samplers`, :mod:`~dtriton.tune.measure` (working copies, timing, compile
+threads), :mod:`~dtriton.tune.worker` (worker processes), :mod:`~dtriton.tune.result`
+(:class:`ExploreResult`), :mod:`~dtriton.tune.candidate` (:class:`Candidate`, the options),
+:mod:`~dtriton.tune.explorer` (the loop: :class:`Explorer`, :func:`explore`) and :mod:`~dtriton.tune.tuned`
 (:class:`TunedKernel`); :mod:`~dtriton.tune.benchmark` (``dt.benchmark``: a kernel beside eager PyTorch and
 ``torch.compile``) comes last.
 """

@@ -4,20 +4,18 @@ Each candidate is a :class:`Candidate` record (one row of :attr:`ExploreResult.t
 by :meth:`Candidate.to_dict`). The steps, in order: check the oracle (the eager reference, or the
 heuristic schedule's output when the reference would not fit in memory), run the heuristic
 baseline and seed the sampler (warm start), search (batches of points: schedule, precheck without
-compiling, compile and check in parallel on the GPU, time sequentially), measure the few best
-again, then build the result and store it in the tuning database. See :mod:`dtriton.tune` for
-the whole design.
+compiling, compile and check in parallel in worker processes, time sequentially), measure the few
+best again, then build the result and store it in the tuning database. Candidates run in the
+worker processes of :mod:`dtriton.tune.worker` (in this process with ``isolate=False``); work
+still running at the end of the budget is abandoned. See :mod:`dtriton.tune` for the whole design.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
-import re
 import time
 import warnings
-from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -32,104 +30,13 @@ from .measure import Bench, drain_workers, first_line, run_parallel
 from .result import ExploreResult
 from .samplers import PENALTY, TPE, base_point, dot_seeds, make_sampler, neighbours
 from .space import Space, derive_fields
+from .candidate import Candidate, Options, params_json, src_hash
+from .worker import WorkerPool, WorkerSpec, WorkerUnavailable, can_isolate
 
 __all__ = ["explore", "Explorer", "Candidate", "Options", "src_hash"]
 
 #: a measured candidate counts as an improvement when it beats the best so far by this fraction
 MIN_IMPROVEMENT = 0.005
-
-
-def src_hash(src: str, sched: Schedule) -> str:
-    """Identity of what a candidate runs: its source (minus comments and the schedule line) and
-    its launch options (:meth:`Schedule.launch_key`: every knob with ``launch=True``, the stages'
-    overrides too), which are not part of the source. A knob that is not a launch option acts only
-    through the plan, so it shows in the source when it changes anything: candidates that differ
-    only in such a knob and print the same source run the same kernels, and are duplicates. (Hashing
-    :meth:`Schedule.flat_values` instead would keep them apart and time the same kernels twice.)"""
-    lines = []
-    for ln in src.splitlines():   # comments do not change what runs (e.g. "warp_specialize off: ...")
-        code = re.sub(r"\s*#.*$", "", ln)
-        if code.strip() and not ln.startswith("Schedule:"):
-            lines.append(code)
-    return hashlib.sha256(("\n".join(lines) + repr(sched.launch_key())).encode()).hexdigest()
-
-
-def _params_json(point: Mapping) -> dict:
-    """A point with grids as lists (JSON-ready)."""
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in point.items()}
-
-
-#: the keys of a table row, in the order of :meth:`Candidate.to_dict`
-ROW_KEYS = ("id", "origin", "params", "schedule", "schedule_json", "status", "reason", "median_us", "p20_us",
-            "p80_us", "rel_err", "compile_s", "elapsed_s", "remeasured", "stored")
-
-
-@dataclass(eq=False)
-class Candidate:
-    """One candidate of an exploration (a row of :attr:`ExploreResult.table`; see its docstring
-    for the fields). ``kernel`` holds the compiled kernel of an "ok" candidate while the search
-    runs (for the final re-measurement); it is not part of the row."""
-    id: int
-    origin: str
-    params: dict
-    schedule: Schedule | None
-    schedule_json: str | None
-    status: str | None = None
-    reason: str = ""
-    median_us: float | None = None
-    p20_us: float | None = None
-    p80_us: float | None = None
-    rel_err: float | None = None
-    compile_s: float | None = None
-    elapsed_s: float | None = None
-    remeasured: bool = False
-    stored: bool = False
-    search_median_us: float | None = None
-    kernel: Any = field(default=None, repr=False)
-
-    def update(self, **values) -> None:
-        """Set fields by name (the keys of a measurement's result dict). Raises ``KeyError`` for
-        a name that is not a row field."""
-        for k, v in values.items():
-            if k not in ROW_KEYS and k != "search_median_us":
-                raise KeyError(f"a candidate has no field {k!r}")
-            setattr(self, k, v)
-
-    def value(self) -> float:
-        """What the sampler is told: the median time of an "ok" candidate, else :data:`PENALTY`."""
-        return self.median_us if self.status == "ok" and self.median_us is not None else PENALTY
-
-    def to_dict(self) -> dict:
-        """The table row: :data:`ROW_KEYS`, then ``search_median_us`` for a re-measured candidate."""
-        d = {k: getattr(self, k) for k in ROW_KEYS}
-        if self.remeasured:
-            d["search_median_us"] = self.search_median_us
-        return d
-
-
-@dataclass(frozen=True)
-class Options:
-    """The settings of one exploration: :func:`explore`'s keyword arguments (same names and
-    meanings; ``candidate_factory`` is its ``_candidate_factory``, ``(alg, schedule) -> kernel``)."""
-    budget: float = 60.0
-    strategy: str = "auto"
-    max_trials: int | None = None
-    patience: int | None = None
-    seed: int = 0
-    deterministic: bool = False
-    top_k: int = 3
-    rtol: float | None = None
-    out: Any = None
-    db: Any = None
-    store: bool | str = True
-    compile_workers: int | None = None
-    compile_timeout: float = 120.0
-    warmup_ms: float = 10.0
-    rep_ms: float = 50.0
-    progress: bool = True
-    warm_start: bool = True
-    timing: str = "cold"
-    candidate_factory: Callable[[Algorithm, Schedule | None], Any] | None = None
 
 
 class Explorer:
@@ -194,6 +101,8 @@ class Explorer:
         self.stop_reason = "budget"
         self.pbar = None
         self.shown = 0.0
+        self.pool: WorkerPool | None = None
+        self.remeasure_s = 0.0
 
     def _compile_workers(self) -> int:
         """Threads compiling at once: as given, else up to 8 on the GPU (fewer when copies of the
@@ -224,7 +133,7 @@ class Explorer:
 
     def new_candidate(self, origin: str, point: Mapping | None, sched: Schedule | None) -> Candidate:
         """A fresh row (its id is the number of rows so far)."""
-        return Candidate(id=len(self.rows), origin=origin, params=_params_json(point or {}), schedule=sched,
+        return Candidate(id=len(self.rows), origin=origin, params=params_json(point or {}), schedule=sched,
                          schedule_json=sched.to_json() if sched is not None else None)
 
     # -- deciding without compiling ------------------------------------------------------------
@@ -348,15 +257,9 @@ class Explorer:
         GPU), then time the correct ones sequentially and tell the sampler."""
         if not items:
             return
-        tasks = [(lambda kern=kern, row=row: self.bench.run_check(kern, self.tolerance(row.schedule),
-                                                                  private=not self.interpret))
-                 for _, row, kern in items]
-        if self.interpret:
-            results = [t() for t in tasks]
-        else:
-            heuristic = any(row.origin == "heuristic" for _, row, _ in items)
-            results = run_parallel(tasks, self.workers, self.opts.compile_timeout,
-                                   None if heuristic else self.t_start + self.opts.budget)
+        results = self._check_isolated(items) if self.pool is not None else None
+        if results is None:
+            results = self._check_in_process(items)
         self.compiled += len(items)
         for (handle, row, kern), res in zip(items, results):
             row.update(**res)
@@ -369,16 +272,95 @@ class Explorer:
                 self.sampler.tell(handle, None if row.status == "skipped" else row.value())
             self.tick()
 
+    def _deadline(self, rows) -> float | None:
+        """The ``time.perf_counter`` value at which work on ``rows`` is abandoned: the end of the
+        budget, or none for the heuristic baseline (always measured)."""
+        if any(r.origin == "heuristic" for r in rows):
+            return None
+        return self.t_start + self.opts.budget
+
+    def _check_in_process(self, items) -> list[dict]:
+        """Compile and check in this process (threads on the GPU, sequential on the interpreter)."""
+        tasks = [(lambda kern=kern, row=row: self.bench.run_check(kern, self.tolerance(row.schedule),
+                                                                  private=not self.interpret))
+                 for _, row, kern in items]
+        if self.interpret:
+            return [t() for t in tasks]
+        return run_parallel(tasks, self.workers, self.opts.compile_timeout, self._deadline([r for _, r, _ in items]))
+
+    def _check_isolated(self, items) -> list[dict] | None:
+        """Compile and check in the worker processes, one candidate per worker (``None`` when
+        workers turn out to be unavailable: the caller runs the items in-process)."""
+        reqs = []
+        for k, (_, row, kern) in enumerate(items):
+            sched = getattr(kern, "schedule", None)
+            reqs.append((k, ("check", row.id, None if sched is None else sched.to_json(), self.tolerance(row.schedule))))
+        try:
+            res = self.pool.run(reqs, self.opts.compile_timeout, self._deadline([r for _, r, _ in items]))
+        except WorkerUnavailable as e:
+            self._no_pool(str(e))
+            return None
+        for r in res:
+            r["compile_s"] = r.pop("seconds", None)
+        return res
+
+    def open_pool(self) -> None:
+        """Start the worker processes candidates run in (:mod:`dtriton.tune.worker`), unless
+        ``isolate=False`` or the algorithm cannot be sent to one (then with a warning on a GPU)."""
+        iso = self.opts.isolate
+        if iso is False:
+            return
+        bench = self.bench
+        if not can_isolate(self.alg, self.factory, bench.device):
+            if iso or bench.device.type == "cuda":
+                self._no_pool(f"{self.alg.name} or its kernel factory cannot be imported by a spawned process "
+                              "(define the algorithm at the top level of a module)")
+            return
+        spec = WorkerSpec(self.alg, bench.pristine, bench.refs, dict(bench.alias), str(bench.device),
+                          self.interpret, self.opts.warmup_ms, self.opts.rep_ms, self.opts.timing, self.factory)
+        self.pool = WorkerPool(spec, self.batch)
+        if bench.device.type == "cuda":
+            try:
+                self.pool.start_all()   # spawned workers import torch and dtriton while the baseline starts
+            except WorkerUnavailable as e:
+                self._no_pool(str(e))
+
+    def _no_pool(self, why: str) -> None:
+        """Run candidates in this process from now on, with a warning."""
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
+        warnings.warn(f"{self.alg.name}: candidates run in this process, without isolation ({why}); a candidate "
+                      "that faults the GPU would end the exploration", TuningWarning, stacklevel=4)
+
+    def _measure(self, row: Candidate, kern, rep_ms: float | None, deadline: float | None):
+        """``(median, p20, p80)`` of a correct candidate, in its worker or here; raises
+        ``RuntimeError`` with the reason when it could not be timed; returns a result dict (a
+        status and reason) when its worker died, timed out or was stopped at the deadline."""
+        if self.pool is None:
+            return self.bench.measure(kern, rep_ms=rep_ms)
+        k = self.pool.holder(row.id)
+        if k is None:
+            raise RuntimeError("its worker process was restarted since it was checked")
+        res = self.pool.run([(k, ("time", row.id, rep_ms))], self.opts.compile_timeout, deadline)[0]
+        if "median_us" in res:
+            return res["median_us"], res["p20_us"], res["p80_us"]
+        return res
+
     def _time(self, row: Candidate, kern) -> None:
         """Time a correct candidate (skipped once the budget is spent, the baseline excepted)."""
         if self.elapsed() >= self.opts.budget and row.origin != "heuristic":
             row.update(status="skipped", reason="the budget ran out before timing")
             return
         try:
-            med, p20, p80 = self.bench.measure(kern)
-            row.update(median_us=med, p20_us=p20, p80_us=p80)
+            got = self._measure(row, kern, None, self._deadline([row]))
         except Exception as e:  # noqa: BLE001
             row.update(status="failed", reason="while timing: " + first_line(e))
+            return
+        if isinstance(got, dict):
+            row.update(status=got["status"], reason=got["reason"])
+        else:
+            row.update(median_us=got[0], p20_us=got[1], p80_us=got[2])
 
     def account(self, row: Candidate) -> None:
         """Best-so-far and the no-improvement counter, after a measured (or stored) candidate."""
@@ -499,6 +481,7 @@ class Explorer:
         as stored), with the baseline so the reported speedup compares like with like. Then drop
         the kernels."""
         opts = self.opts
+        t = time.perf_counter()
         if not self.interpret and not opts.deterministic and opts.top_k > 1:
             ok = sorted((r for r in self.rows if r.status == "ok" and r.kernel is not None),
                         key=lambda r: r.median_us)[:opts.top_k]
@@ -507,8 +490,16 @@ class Explorer:
                 ok.append(r0)
             if len(ok) > 1:
                 self._measure_again(ok)
+        self.remeasure_s = time.perf_counter() - t
         for r in self.rows:
             r.kernel = None
+        if self.pool is not None:
+            self.pool.close()
+
+    def close(self) -> None:
+        """Stop the worker processes (if any are left; :meth:`remeasure` stops them)."""
+        if self.pool is not None:
+            self.pool.close()
 
     def _measure_again(self, ok: list[Candidate]) -> None:
         """Two interleaved rounds of longer measurements; each keeps its best (lowest) round."""
@@ -516,9 +507,11 @@ class Explorer:
         for _ in range(2):
             for r in ok:
                 try:
-                    rounds[r.id].append(self.bench.measure(r.kernel, rep_ms=max(100.0, 2 * self.opts.rep_ms)))
+                    got = self._measure(r, r.kernel, max(100.0, 2 * self.opts.rep_ms), None)
                 except Exception:  # noqa: BLE001 - keep the search timing
-                    pass
+                    continue
+                if not isinstance(got, dict):
+                    rounds[r.id].append(got)
         for r in ok:
             if rounds[r.id]:
                 med, p20, p80 = min(rounds[r.id])
@@ -527,15 +520,19 @@ class Explorer:
     def finish(self) -> ExploreResult:
         """Wait for compile threads left running, build the :class:`ExploreResult` (warning when
         nothing passed) and store it in the tuning database."""
-        left = drain_workers(self.opts.compile_timeout) if not self.interpret else 0
+        # in-process compiles left running past the budget: wait for them within the budget's slack
+        slack = max(0.5, 1.1 * self.opts.budget - self.elapsed() + self.remeasure_s)
+        left = drain_workers(min(self.opts.compile_timeout, slack)) if not self.interpret else 0
         if left:
-            warnings.warn(f"{self.alg.name}: {left} compile thread(s) still running after "
-                          f"{self.opts.compile_timeout:g} s; they may launch GPU work later", TuningWarning, stacklevel=3)
+            warnings.warn(f"{self.alg.name}: {left} compile thread(s) still running at the end of the budget; they "
+                          "may launch GPU work later (candidates run in-process: see dt.explore's isolate)",
+                          TuningWarning, stacklevel=3)
         rows = [r.to_dict() for r in self.rows]
         result = ExploreResult(algorithm=self.alg, table=rows, device=self.device_name,
                                timings_meaningful=not self.interpret, strategy=self.sampler.name,
                                stop_reason=self.stop_reason, elapsed_s=self.elapsed(), space=self.space,
-                               oracle=self.oracle, key=self.key, budget_s=float(self.opts.budget))
+                               oracle=self.oracle, key=self.key, budget_s=float(self.opts.budget),
+                               remeasure_s=self.remeasure_s)
         if result.best is None:
             why = "; ".join(f"{st} {n}" + next((f" (e.g. {r['reason'][:160]})" for r in rows
                                                 if r["status"] == st and r["reason"]), "")
@@ -594,15 +591,17 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
             db: TuningDB | str | os.PathLike | None = None, store: bool | str = True,
             compile_workers: int | None = None, compile_timeout: float = 120.0, warmup_ms: float = 10.0,
             rep_ms: float = 50.0, progress: bool = True, warm_start: bool = True, timing: str = "cold",
-            _candidate_factory: Callable[[Algorithm, Schedule | None], Any] | None = None) -> ExploreResult:
+            isolate: bool | None = None, _candidate_factory: Callable[[Algorithm, Schedule | None], Any] | None = None) -> ExploreResult:
     """Search schedules of ``alg`` for the call ``alg(*args)`` and return the fastest correct one.
 
     Args:
         alg: an ``@dt.algorithm``.
         args: the call's arguments (a tuple; a single tensor is accepted). They are never passed
             to a candidate and are left bitwise unchanged.
-        budget: seconds for the search (compiling, checking, timing). The final re-measurement of
-            the ``top_k`` best adds about ``top_k * 2 * max(100, 2 * rep_ms)`` ms on the GPU.
+        budget: seconds for the search (compiling, checking, timing): a candidate still compiling,
+            checking or timing at the end is abandoned and recorded as "skipped". The heuristic
+            baseline is always measured, and the final re-measurement of the ``top_k`` best adds
+            about ``top_k * 2 * max(100, 2 * rep_ms)`` ms on the GPU (``result.remeasure_s``).
         space: a :class:`Space` (or a dict of its fields); ``None`` derives one
             (:meth:`Space.derive`). Fields a Space leaves ``None`` keep the heuristic's value.
         strategy: "auto", "exhaustive", "random" or "tpe" (optuna; random without it).
@@ -631,7 +630,12 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
             the kernel time of a CUDA-graph replay). Short kernels rank differently under the two:
             a 16x4096x4096 fp16 matmul reads a weight that fits in L2. Timings stored in the
             tuning database are in the mode of the exploration that stored them.
-        progress: show a tqdm progress bar with the best time so far.
+        progress: show a progress bar (candidates done, best so far, time left) on a terminal.
+        isolate: run candidates in worker processes (:mod:`dtriton.tune.worker`), so that one
+            that faults the GPU, aborts or hangs is recorded as failed or timed out and the
+            exploration goes on, and one still compiling at the end of the budget is abandoned.
+            ``None`` (default): on the CPU always (forked workers), on a GPU when the algorithm can
+            be imported by a spawned process (else in-process, with a warning); ``False``: never.
         warm_start: random/tpe first try the heuristic's neighbours (one dimension one step
             away, tiles first), a cheap local search before sampling.
 
@@ -658,12 +662,16 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
     opts = Options(budget=budget, strategy=strategy, max_trials=max_trials, patience=patience, seed=seed,
                    deterministic=deterministic, top_k=top_k, rtol=rtol, out=out, db=db, store=store,
                    compile_workers=compile_workers, compile_timeout=compile_timeout, warmup_ms=warmup_ms,
-                   rep_ms=rep_ms, progress=progress, warm_start=warm_start, timing=timing,
+                   rep_ms=rep_ms, progress=progress, warm_start=warm_start, timing=timing, isolate=isolate,
                    candidate_factory=_candidate_factory)
     ex = Explorer(alg, args, device, sp, opts, t_start)
-    ex.check_oracle()
-    ex.open_progress()
-    ex.run_baseline()
-    ex.search()
-    ex.remeasure()
+    try:
+        ex.check_oracle()
+        ex.open_pool()
+        ex.open_progress()
+        ex.run_baseline()
+        ex.search()
+        ex.remeasure()
+    finally:
+        ex.close()
     return ex.finish()

@@ -3,11 +3,19 @@ reports, a plot, JSON)."""
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
+import re
+from collections import Counter
 from pathlib import Path
 from typing import Mapping, Sequence
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
 from ..ir import Algorithm
 from ..runtime import Kernel
@@ -23,6 +31,45 @@ __all__ = ["ExploreResult", "STATUSES"]
 #: by validation or lowering; pruned: over a resource rule; duplicate: generates the same kernels
 #: as an earlier candidate; skipped: compiled and checked but the budget ran out before timing.
 STATUSES = ("ok", "wrong", "failed", "timeout", "illegal", "pruned", "duplicate", "skipped")
+
+
+def _us(v) -> str:
+    """A time in µs: two decimals, thousands separated (``1,234,567.89``); "-" when missing."""
+    return "-" if v is None or not math.isfinite(v) else f"{v:,.2f}"
+
+
+def _num(v, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def _short(schedule_json: str | None) -> str:
+    """A schedule's JSON without quotes and spaces (``{grid:[i,j],tile:{i:64,j:32}}``)."""
+    if not schedule_json:
+        return "-"
+    try:
+        return json.dumps(json.loads(schedule_json), separators=(",", ":")).replace('"', "")
+    except ValueError:
+        return schedule_json
+
+
+def _reason_kind(reason: str) -> str:
+    """A reason with its numbers and candidate ids replaced by ``N``, so like reasons count together."""
+    return re.sub(r"#?\d+", "N", reason)[:160]
+
+
+def _row(t: Table, *cells) -> None:
+    """Add a row of plain text (no rich markup: ``[i, j]`` is data)."""
+    t.add_row(*(Text(str(c)) for c in cells))
+
+
+def _table(title: str, columns: Sequence[str]) -> Table:
+    """A plain rich table (ASCII-safe box, numbers right-aligned, the last column folded)."""
+    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for k, c in enumerate(columns):
+        last = k == len(columns) - 1
+        t.add_column(c, justify="left" if last or c in ("from", "status", "reason") else "right",
+                     overflow="fold", ratio=2 if last else None, no_wrap=not last and c not in ("reason",))
+    return t
 
 
 class ExploreResult:
@@ -43,10 +90,12 @@ class ExploreResult:
             "exhausted". elapsed_s: seconds spent. space: the :class:`Space` searched.
         oracle: "reference" or, when the eager reference would not fit in memory, "heuristic".
         key: the :class:`~dtriton.tune.db.TuningKey` results were stored under.
+        budget_s: the budget asked for. remeasure_s: seconds of the final re-measurement of the
+            best candidates (after the budget; 0 on the interpreter).
     """
 
     def __init__(self, *, algorithm, table, device, timings_meaningful, strategy, stop_reason, elapsed_s,
-                 space=None, oracle="reference", key=None, budget_s=None):
+                 space=None, oracle="reference", key=None, budget_s=None, remeasure_s=0.0):
         self.algorithm = algorithm
         self.table = table
         self.device = device
@@ -58,6 +107,7 @@ class ExploreResult:
         self.oracle = oracle
         self.key = key
         self.budget_s = budget_s
+        self.remeasure_s = remeasure_s
         row = self.pick_best(table)
         self.best_row = row
         self.best: Schedule | None = None if row is None else (
@@ -101,49 +151,60 @@ class ExploreResult:
         return Kernel(self.algorithm, self.best)
 
     # -- reports ----------------------------------------------------------------------------------
-    def summary(self, top: int = 10) -> str:
-        """A text report: header, warnings, the best candidate and the ``top`` fastest, then the
-        candidates that were wrong or failed (with reasons)."""
+    def summary(self, top: int = 10, width: int = 140) -> str:
+        """A text report, ``width`` characters wide: header, warnings, the best candidate, a table
+        of the ``top`` fastest (and the heuristic), a table of the candidates that ran but were
+        rejected (wrong, failed, timeout) or were abandoned (skipped), each with its reason, and
+        the counts and most common reasons of those decided without running (illegal, pruned,
+        duplicate). Tables are drawn with ``rich``, so columns grow with their values."""
         name = self.algorithm.name if self.algorithm is not None else "?"
-        lines = [f"dtriton explore: {name} on {self.device}, strategy {self.strategy}, "
-                 f"{self.elapsed_s:.1f} s" + (f" of {self.budget_s:g} s" if self.budget_s else "") +
-                 f", stopped: {self.stop_reason}"]
-        lines.append("candidates: " + str(len(self.table)) + " (" +
-                     ", ".join(f"{k} {v}" for k, v in self.counts().items()) + ")")
+        head = [f"dtriton explore: {name} on {self.device}, strategy {self.strategy}, "
+                f"{self.elapsed_s:.1f} s" + (f" of {self.budget_s:g} s" if self.budget_s else "") +
+                f", stopped: {self.stop_reason}",
+                "candidates: " + str(len(self.table)) + " (" + ", ".join(f"{k} {v}" for k, v in self.counts().items()) + ")"]
         if not self.timings_meaningful:
-            lines.append("WARNING: these timings come from the Triton interpreter (Python on the CPU); they say "
-                         "nothing about GPU speed. Only the correctness checks mean something here.")
+            head.append("WARNING: these timings come from the Triton interpreter (Python on the CPU); they say "
+                        "nothing about GPU speed. Only the correctness checks mean something here.")
         if self.oracle != "reference":
-            lines.append("NOTE: the eager reference would not fit in memory; candidates were checked against "
-                         "the heuristic schedule's output.")
+            head.append("NOTE: the eager reference would not fit in memory; candidates were checked against "
+                        "the heuristic schedule's output.")
         b = self.best_row
         if b is None:
-            lines.append("best: none (no candidate passed the correctness check)")
+            head.append("best: none (no candidate passed the correctness check)")
         else:
-            lines.append(f"best: #{b['id']} {b['median_us']:.2f} µs (p20 {b['p20_us']:.2f}, p80 {b['p80_us']:.2f})"
-                         + (f", {self.speedup:.2f}x the heuristic" if self.speedup else ""))
-            lines.append(f"  schedule: {b['schedule_json']}")
+            head.append(f"best: #{b['id']} {_us(b['median_us'])} µs (p20 {_us(b['p20_us'])}, p80 {_us(b['p80_us'])})"
+                        + (f", {self.speedup:.2f}x the heuristic" if self.speedup else ""))
+            head.append(f"  schedule: {b['schedule_json']}")
+        buf = io.StringIO()
+        con = Console(file=buf, width=width, color_system=None, emoji=False, highlight=False)
+        con.print("\n".join(head), markup=False, soft_wrap=True)
         ok = sorted((r for r in self.table if r["status"] == "ok"), key=lambda r: (r["median_us"], r["id"]))
         if ok:
-            lines.append("")
-            lines.append(f"{'#':>4}  {'status':<9}{'median µs':>11}{'p20':>10}{'p80':>10}  schedule")
             shown = ok[:top]
             h = self.heuristic_row
             if h is not None and h["status"] == "ok" and h not in shown:
                 shown.append(h)
+            t = _table("fastest candidates", ["#", "from", "median µs", "p20", "p80", "rel err", "compile s", "schedule"])
             for r in shown:
-                tag = " (heuristic)" if r.get("origin") == "heuristic" else ""
-                lines.append(f"{r['id']:>4}  {r['status']:<9}{r['median_us']:>11.2f}{r['p20_us']:>10.2f}"
-                             f"{r['p80_us']:>10.2f}  {r['schedule_json']}{tag}")
-        bad = [r for r in self.table if r["status"] in ("wrong", "failed", "timeout")]
+                _row(t, r["id"], "(heuristic)" if r.get("origin") == "heuristic" else r.get("origin"),
+                     _us(r["median_us"]), _us(r["p20_us"]), _us(r["p80_us"]), _num(r.get("rel_err"), ".1e"),
+                     _num(r.get("compile_s"), ".2f"), _short(r["schedule_json"]))
+            con.print(t)
+        bad = [r for r in self.table if r["status"] in ("wrong", "failed", "timeout", "skipped")]
         if bad:
-            lines.append("")
-            lines.append("rejected after running:")
+            t = _table("rejected after running, or abandoned (skipped)", ["#", "status", "reason", "schedule"])
             for r in bad[:top]:
-                lines.append(f"{r['id']:>4}  {r['status']:<9} {r['reason']}  {r['schedule_json']}")
+                _row(t, r["id"], r["status"], r.get("reason") or "", _short(r.get("schedule_json")))
+            con.print(t)
             if len(bad) > top:
-                lines.append(f"      ... and {len(bad) - top} more")
-        return "\n".join(lines)
+                con.print(f"... and {len(bad) - top} more", markup=False)
+        pre = [r for r in self.table if r["status"] in ("illegal", "pruned", "duplicate")]
+        if pre:
+            con.print(f"decided without running: {len(pre)}", markup=False)
+            reasons = Counter((r["status"], _reason_kind(r.get("reason") or "")) for r in pre)
+            for (st, why), n in reasons.most_common(top):
+                con.print(f"  {n:>4} {st}: {why}", markup=False, soft_wrap=True)
+        return "\n".join(ln.rstrip() for ln in buf.getvalue().rstrip("\n").splitlines())
 
     def __repr__(self):
         return (f"<ExploreResult {self.algorithm.name if self.algorithm else '?'}: {len(self.table)} candidates, "
@@ -152,7 +213,8 @@ class ExploreResult:
 
     def plot(self, path: str | os.PathLike) -> Path:
         """Save a figure (PNG, or whatever the suffix says) of time per candidate and best-so-far
-        against elapsed seconds; rejected candidates are marked with red crosses along the top.
+        against elapsed seconds; rejected candidates (wrong, failed, timeout) are red crosses along
+        the top, skipped ones orange squares, and the budget a dotted line.
         Uses matplotlib's Agg canvas (no display needed). Returns the path.
 
         Raises ``ImportError`` when matplotlib is missing (``pip install 'dtriton[explore]'``)."""
@@ -187,7 +249,13 @@ class ExploreResult:
         bad = [r for r in self.table if r["status"] in ("wrong", "failed", "timeout") and r.get("elapsed_s") is not None]
         if bad:
             ax.scatter([r["elapsed_s"] for r in bad], [top] * len(bad), marker="x", color="red",
-                       label="wrong / failed", zorder=3)
+                       label="wrong / failed / timeout", zorder=3)
+        skipped = [r for r in self.table if r["status"] == "skipped" and r.get("elapsed_s") is not None]
+        if skipped:
+            ax.scatter([r["elapsed_s"] for r in skipped], [top] * len(skipped), marker="s", facecolors="none",
+                       edgecolors="tab:orange", label="skipped (budget)", zorder=3)
+        if self.budget_s:
+            ax.axvline(self.budget_s, color="black", ls=":", lw=1, label="budget")
         if ok and max(r["median_us"] for r in ok) / max(min(r["median_us"] for r in ok), 1e-9) > 8:
             ax.set_yscale("log")
         ax.set_xlabel("elapsed (s)")
@@ -197,7 +265,7 @@ class ExploreResult:
         if not self.timings_meaningful:
             title += "\n(interpreter: timings are meaningless)"
         ax.set_title(title, fontsize=10)
-        if ok or bad:
+        if ok or bad or skipped:
             ax.legend(fontsize=8, loc="best")
         ax.grid(True, alpha=0.3)
         fig.tight_layout()
@@ -220,7 +288,7 @@ class ExploreResult:
                            "fingerprint": self.algorithm.fingerprint if self.algorithm is not None else None,
                            "device": self.device, "timings_meaningful": self.timings_meaningful,
                            "strategy": self.strategy, "stop_reason": self.stop_reason, "elapsed_s": self.elapsed_s,
-                           "budget_s": self.budget_s, "oracle": self.oracle,
+                           "budget_s": self.budget_s, "remeasure_s": self.remeasure_s, "oracle": self.oracle,
                            "space": self.space.to_dict() if self.space is not None else None,
                            "table": rows}, indent=1)
 
@@ -241,4 +309,4 @@ class ExploreResult:
                              timings_meaningful=d["timings_meaningful"], strategy=d["strategy"],
                              stop_reason=d["stop_reason"], elapsed_s=d["elapsed_s"],
                              space=Space(**d["space"]) if d.get("space") else None, oracle=d.get("oracle", "reference"),
-                             budget_s=d.get("budget_s"))
+                             budget_s=d.get("budget_s"), remeasure_s=d.get("remeasure_s") or 0.0)

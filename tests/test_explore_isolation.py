@@ -1,0 +1,153 @@
+"""dt.explore's hard budget and candidate isolation (issue 17, cases 13 and 14), on the CPU.
+
+Candidates run in forked worker processes here (spawned ones on a GPU). A worker that dies (the
+stand-in for a CUDA fault: ``os.abort()``, through the ``DTRITON_TEST_WORKER_ABORT`` hook) or
+hangs is recorded against its candidate, replaced, and the exploration goes on; a candidate still
+running at the end of the budget is abandoned and listed as skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import torch
+
+import dtriton as dt
+from dtriton.library import matmul
+from dtriton.tune import Space
+from dtriton.tune.worker import WorkerPool, WorkerSpec, algorithm_ref, can_isolate
+
+pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning"),
+              pytest.mark.filterwarnings("ignore::dtriton.tune.TuningWarning")]
+
+TILES = Space(tile={"i": [16, 32, 64]}, strategy={"k": ["loop"]})
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("DTRITON_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("DTRITON_TUNING_DB", raising=False)
+    monkeypatch.delenv("DTRITON_TEST_WORKER_ABORT", raising=False)
+
+
+@pytest.fixture
+def mm_args():
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(40, 32, generator=g), torch.randn(32, 24, generator=g)
+
+
+class _Slow(dt.Kernel):
+    """Candidates with ``tile i == 16`` hang (sleep ``delay`` seconds) before running."""
+    delay = 60.0
+
+    def __call__(self, *args, out=None):
+        if self.schedule is not None and self.schedule.tile.get("i") == 16:
+            time.sleep(self.delay)
+        return super().__call__(*args, out=out)
+
+
+class _Abort(dt.Kernel):
+    """Candidates with ``tile i == 16`` abort the process they run in (a CUDA fault's stand-in)."""
+    def __call__(self, *args, out=None):
+        if self.schedule is not None and self.schedule.tile.get("i") == 16:
+            os.abort()
+        return super().__call__(*args, out=out)
+
+
+def _by_tile(res, i):
+    return [r for r in res.table if r["schedule"] is not None and r["schedule"].tile.get("i") == i
+            and r["origin"] != "heuristic"]
+
+
+def test_aborting_candidate_is_recorded_and_exploration_goes_on(mm_args):
+    res = dt.explore(matmul, mm_args, space=TILES, strategy="exhaustive", budget=120, progress=False, store=False,
+                     _candidate_factory=_Abort)
+    bad = _by_tile(res, 16)
+    assert bad and bad[0]["status"] == "failed", res.table
+    assert "WorkerDied" in bad[0]["reason"] and "SIGABRT" in bad[0]["reason"]
+    later = [r for r in res.table if r["id"] > bad[0]["id"] and r["status"] == "ok"]
+    assert later, "the exploration stopped at the faulting candidate"
+    assert res.best is not None and res.best.tile["i"] != 16
+    assert "WorkerDied" in res.summary()
+
+
+@pytest.mark.parametrize("op", ["check", "time"])
+def test_test_hook_aborts_a_worker_at_a_chosen_candidate(mm_args, monkeypatch, op):
+    monkeypatch.setenv("DTRITON_TEST_WORKER_ABORT", f"{op}:1")
+    res = dt.explore(matmul, mm_args, space=TILES, strategy="exhaustive", budget=120, progress=False, store=False)
+    row = res.table[1]
+    assert row["status"] == "failed" and "WorkerDied" in row["reason"], row
+    assert ("while compiling" if op == "check" else "while timing") in row["reason"]
+    assert sum(r["status"] == "ok" for r in res.table) >= 2 and res.best is not None
+
+
+def test_hanging_candidate_times_out_and_is_abandoned(mm_args, monkeypatch):
+    monkeypatch.setattr(_Slow, "delay", 60.0)
+    t = time.perf_counter()
+    res = dt.explore(matmul, mm_args, space=TILES, strategy="exhaustive", budget=120, compile_timeout=2.0,
+                     progress=False, store=False, _candidate_factory=_Slow)
+    assert time.perf_counter() - t < 45
+    slow = _by_tile(res, 16)
+    assert slow and slow[0]["status"] == "timeout" and "abandoned" in slow[0]["reason"]
+    assert res.best is not None
+
+
+def test_budget_is_hard_and_abandoned_candidate_is_listed(mm_args, monkeypatch):
+    monkeypatch.setattr(_Slow, "delay", 60.0)
+    sp = Space(tile={"i": [16, 32]}, strategy={"k": ["loop"]})
+    t = time.perf_counter()
+    res = dt.explore(matmul, mm_args, space=sp, strategy="exhaustive", budget=4, progress=False, store=False,
+                     _candidate_factory=_Slow)
+    wall = time.perf_counter() - t
+    assert wall < 4 * 1.1 + 1.5, wall
+    assert res.stop_reason == "budget"
+    slow = _by_tile(res, 16)
+    assert slow and slow[0]["status"] == "skipped" and "budget ran out" in slow[0]["reason"]
+    text = res.summary()
+    assert "skipped" in text and "budget ran out" in text
+
+
+def test_isolate_false_runs_in_process(mm_args):
+    res = dt.explore(matmul, mm_args, space=Space(tile={"i": [16, 32]}), budget=60, progress=False, store=False,
+                     isolate=False)
+    assert res.best is not None
+
+
+def _spec(args):
+    b = matmul.bind(args)
+    refs = (args[0] @ args[1],)
+    return WorkerSpec(matmul, args, refs, {}, "cpu", True, 1.0, 1.0, "cold", dt.Kernel), b
+
+
+def test_pool_restarts_a_dead_worker(mm_args, monkeypatch):
+    """The pool on its own: a worker killed mid-request is reported and replaced."""
+    monkeypatch.setenv("DTRITON_TEST_WORKER_ABORT", "check:7")
+    spec, _ = _spec(mm_args)
+    pool = WorkerPool(spec, 2)
+    try:
+        res = pool.run([(0, ("check", 7, None, 1e-4)), (1, ("check", 8, None, 1e-4))], 60, None)
+        assert res[0]["status"] == "failed" and "SIGABRT" in res[0]["reason"]
+        assert res[1]["status"] == "ok" and pool.holder(8) == 1
+        assert pool.restarts == 1
+        res = pool.run([(0, ("check", 9, None, 1e-4))], 60, None)   # a fresh worker in slot 0
+        assert res[0]["status"] == "ok" and pool.holder(9) == 0
+        t = pool.run([(1, ("time", 8, None))], 60, None)[0]
+        assert t["median_us"] > 0
+    finally:
+        pool.close()
+    assert all(s.proc is None for s in pool.slots)
+
+
+def test_algorithm_reference_for_spawned_workers():
+    assert algorithm_ref(matmul) == ("dtriton.library", "matmul")
+
+    @dt.algorithm
+    def local(x: dt.Tensor["N"]):
+        i, = dt.axes("i")
+        return (x[i] + 1.0)[i]
+    assert algorithm_ref(local) is None
+    assert not can_isolate(local, dt.Kernel, torch.device("cuda"))
+    assert can_isolate(local, dt.Kernel, torch.device("cpu"))
+    assert can_isolate(matmul, dt.Kernel, torch.device("cuda"))
