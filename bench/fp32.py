@@ -182,7 +182,6 @@ def run_matvec() -> None:
     dst = torch.empty_like(A)
     measure("matvec", case, "torch copy (ceiling)", lambda: dst.copy_(A), A, 2 * mb, "TB/s",
             note="read + write of A's bytes: the bandwidth ceiling")
-    del dst
     dtriton_row("matvec", case, "dtriton", matvec, (A, x), ref, mb, "TB/s")
     measure("matvec", case, "torch", lambda: A @ x, ref, mb, "TB/s")
 

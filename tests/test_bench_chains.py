@@ -1,0 +1,48 @@
+"""bench/chains.py and bench/fp32.py (issue 14's benchmarks) in their --dry-run mode: CPU interpreter, tiny
+shapes, every row checked against float64. A script broken here would waste a GPU call."""
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _run(args, tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               DTRITON_CACHE_DIR=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, *args, "--out", str(tmp_path / "out")], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0 and "Traceback" not in r.stdout + r.stderr, r.stdout[-2000:] + r.stderr[-3000:]
+    return r.stdout
+
+
+def test_chains_dry_run_checks_against_float64(tmp_path):
+    _run(["bench/chains.py", "--dry-run", "--dtypes", "float32,float16", "--cases", "bias,logsumexp,swiglu_mlp"],
+         tmp_path)
+    rows = json.loads((tmp_path / "out" / "chains_h200.json").read_text())["rows"]
+    assert {(r["chain"], r["dtype"]) for r in rows} == {(c, d) for c in ("bias", "logsumexp", "swiglu_mlp")
+                                                       for d in ("float32", "float16")}
+    for r in rows:
+        tol = 1e-3 if r["dtype"] == "float32" else 2e-2
+        assert not r["note"] and r["err"] < tol and r["err_check"] < tol and r["kernels"], r
+        assert r["dtriton_us"] and r["eager_us"] and r["vs_eager"], r
+    assert "geomean" in (tmp_path / "out" / "chains_h200.md").read_text()
+
+
+def test_chains_plans_and_list_run_nothing(tmp_path):
+    out = _run(["bench/chains.py", "--list"], tmp_path)
+    assert int(out.split()[-2]) >= 30
+    out = _run(["bench/chains.py", "--plans", str(tmp_path / "plans"), "--dtypes", "float16", "--cases", "swiglu,"],
+               tmp_path)
+    assert "kernel(s)" in out and os.listdir(tmp_path / "plans")
+
+
+def test_fp32_dry_run_rows(tmp_path):
+    _run(["bench/fp32.py", "--dry-run", "--only", "precision,matvec"], tmp_path)
+    rows = json.loads((tmp_path / "out" / "fp32_h200.json").read_text())["rows"]
+    assert len(rows) == 10 and not [r for r in rows if r["note"].startswith(("WRONG", "failed"))], rows
+    assert all(r["err"] < 1e-5 for r in rows), rows
+    mv = [r for r in rows if r["group"] == "matvec" and r["impl"] == "dtriton"]
+    assert mv and "pct_copy_bw" in mv[0]
