@@ -1,6 +1,6 @@
 """The knob registry: a knob registered in one place is a Schedule keyword and attribute, checked,
 compared, hashed, serialised, suggested for misspellings, passed through by the heuristic, listed
-in the README's table (which must equal the generated one), a Space field, searched by derived
+in the docs' knob table (docs/knobs.md) (which must equal the generated one), a Space field, searched by derived
 spaces and exploration, and deduplicated by what it changes (the source, or the launch)."""
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from dtriton.tune.explorer import src_hash
 from dtriton.tune.samplers import base_point, neighbour_order, neighbours
 from dtriton.tune.space import derive_fields
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+KNOB_PAGE = Path(__file__).resolve().parents[1] / "docs" / "knobs.md"
 MM = (torch.randn(8, 16), torch.randn(16, 4))
 
 
@@ -46,10 +46,10 @@ def gpu_binding(alg, args):
     return dataclasses.replace(alg.bind(args), device=torch.device("cuda"))
 
 
-def test_readme_knob_table_is_the_generated_one():
-    text = README.read_text(encoding="utf-8")
+def test_docs_knob_table_is_the_generated_one():
+    text = KNOB_PAGE.read_text(encoding="utf-8")
     assert readme_table(text) == markdown_table(), \
-        "README's knob table is stale: run `PYTHONPATH=src python -m dtriton.schedule --write README.md`"
+        "docs/knobs.md's knob table is stale: run `PYTHONPATH=src python -m dtriton.schedule --write docs/knobs.md`"
     assert with_table(text) == text
 
 

@@ -1,4 +1,4 @@
-"""``python -m dtriton.schedule [--write README.md]``: print the knob table, or refresh the README's."""
+"""``python -m dtriton.schedule [--write docs/knobs.md]``: print the knob table, or refresh the docs page's."""
 import sys
 
 from .knobs import main

@@ -211,7 +211,7 @@ class Schedule(_KnobValues):
     """How an algorithm runs. Every field is optional; unset fields are filled by the heuristic.
 
     The fields are the registered knobs (:func:`dtriton.schedule.knobs.knobs`, in this order;
-    the README's knob table lists them); the built-in ones:
+    the docs' knob table, docs/knobs.md, lists them); the built-in ones:
 
     Args:
         tile: block size per axis name, powers of two (``{"i": 64, "j": 64, "k": 32}``).
