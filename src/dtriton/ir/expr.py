@@ -449,12 +449,12 @@ def _fmt_const(v: float) -> str:
     return repr(int(v)) if math.copysign(1.0, v) > 0 and v == v and abs(v) != math.inf and v.is_integer() and abs(v) < 1e15 else repr(v)
 
 
-def fmt(n: Expr, depth: int = 0, names: dict | None = None) -> str:
+def fmt(n: Expr, depth: int = 0, names: dict | None = None, limit: int | None = 6) -> str:
     """Readable infix text for an expression (stages print by name when ``names`` maps node ids
-    to stage names; the text is cut with ``…`` below depth 6)."""
+    to stage names; the text is cut with ``…`` below depth ``limit``, never when it is None)."""
     if names and n.uid in names and depth > 0:
         return names[n.uid]
-    if depth > 6:
+    if limit is not None and depth > limit:
         return "…"
     d = depth + 1
     if isinstance(n, Const):
@@ -462,17 +462,17 @@ def fmt(n: Expr, depth: int = 0, names: dict | None = None) -> str:
     if isinstance(n, (Axis, ScalarParam)):
         return n.name
     if isinstance(n, Load):
-        return f"{n.tensor.name}[{', '.join(fmt(e, d, names) for e in n.index)}]"
+        return f"{n.tensor.name}[{', '.join(fmt(e, d, names, limit) for e in n.index)}]"
     if isinstance(n, Unary):
-        return f"-{fmt(n.x, d, names)}" if n.op == "neg" else f"{n.op}({fmt(n.x, d, names)})"
+        return f"-{fmt(n.x, d, names, limit)}" if n.op == "neg" else f"{n.op}({fmt(n.x, d, names, limit)})"
     if isinstance(n, Binary):
         if n.op in _SYM:
-            return f"({fmt(n.a, d, names)} {_SYM[n.op]} {fmt(n.b, d, names)})"
-        return f"{n.op}({fmt(n.a, d, names)}, {fmt(n.b, d, names)})"
+            return f"({fmt(n.a, d, names, limit)} {_SYM[n.op]} {fmt(n.b, d, names, limit)})"
+        return f"{n.op}({fmt(n.a, d, names, limit)}, {fmt(n.b, d, names, limit)})"
     if isinstance(n, Where):
-        return f"where({fmt(n.cond, d, names)}, {fmt(n.a, d, names)}, {fmt(n.b, d, names)})"
+        return f"where({fmt(n.cond, d, names, limit)}, {fmt(n.a, d, names, limit)}, {fmt(n.b, d, names, limit)})"
     if isinstance(n, Cast):
-        return f"cast({fmt(n.x, d, names)}, {n.dtype})"
+        return f"cast({fmt(n.x, d, names, limit)}, {n.dtype})"
     if isinstance(n, Reduce):
-        return f"{n.combiner.name} over {','.join(n.over)} of {fmt(n.x, d, names)}"
+        return f"{n.combiner.name} over {','.join(n.over)} of {fmt(n.x, d, names, limit)}"
     return type(n).__name__

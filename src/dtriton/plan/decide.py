@@ -1,9 +1,9 @@
 """Complete a lowered :class:`Program`: every decision a backend needs, per kernel.
 
 The named steps, in order (each reads what the ones before decided): call facts (compute dtype,
-64-bit offsets, divisibility hints, interpreter-only choices), dots, dot-only axes, access per
-tensor tile, eviction hints, passes (grouping, online merging, warp specialisation). Then
-:func:`unused_knobs` reads the decisions back: the knobs that had no effect.
+64-bit offsets, divisibility hints, interpreter-only choices: bf16 rounding and block folds), dots,
+dot-only axes, access per tensor tile, eviction hints, passes (grouping, online merging, warp
+specialisation). Then :func:`unused_knobs` reads the decisions back: the knobs that had no effect.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import torch
 from ..ir import Algorithm, Binding, kernel_f64
 from ..schedule import Schedule
 from .access import plan_access, plan_eviction
+from .blockreduce import plan_block_reduce
 from .callspec import CallSpec
 from .dots import dot_only_axes, plan_dots
 from .kernel import KernelPlan, Program
@@ -40,7 +41,9 @@ def decide(prog: Program, sched: Schedule, dtypes: Mapping[str, torch.dtype],
 
 def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str, interpret: bool, i64: bool,
                    tma_ok: frozenset, hints: dict) -> None:
-    k.compute_dtype, k.i64, k.round_bf16, k.hints = cdt, i64, interpret, hints
+    k.compute_dtype, k.i64, k.hints = cdt, i64, hints
+    k.interpret = k.round_bf16 = interpret
+    k.block_reduce = plan_block_reduce(k)
     k.dtypes, k.out_dtypes = dict(dtypes), dict(out_dtypes)
     k.dots = plan_dots(k, sched.precision)
     k.dot_only = dot_only_axes(k)

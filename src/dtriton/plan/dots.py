@@ -3,7 +3,7 @@
 A contraction is a sum over one axis ``r`` of a product whose factors split into an ``(m, r)``
 side and an ``(r, n)`` side (factors free of ``r`` are hoisted out of the sum). It becomes a dot
 with an fp32 accumulator when ``m``, ``n`` and ``r`` all have blocks of at least 16 and the kernel
-computes in fp32. Operands are cast to the 16-bit storage dtype when either side reads only 16-bit
+computes in fp32 (on the interpreter also in fp64, with an fp64 accumulator). Operands are cast to the 16-bit storage dtype when either side reads only 16-bit
 tensors (as FlashAttention casts P before P·V); otherwise the dot is an fp32 dot, where the
 schedule's ``precision`` applies (on the GPU).
 """
@@ -23,8 +23,11 @@ __all__ = ["dot_dtype", "dot_only_axes", "dot_split", "plan_dots"]
 
 def dot_split(r: Reduce, k: KernelPlan, compute_dtype: str):
     """Match ``sum over r of (left(m, r) * right(r, n)) * rest`` for tl.dot. Returns
-    (left factors, right factors, hoisted factors, m, n) or None."""
-    if r.combiner.base != "sum" or r.combiner.results != 1 or len(r.over) != 1 or compute_dtype == "float64":
+    (left factors, right factors, hoisted factors, m, n) or None. A float64 kernel has dots on
+    the interpreter only (one numpy matmul there; the GPU keeps the fp64 multiply-and-sum)."""
+    if r.combiner.base != "sum" or r.combiner.results != 1 or len(r.over) != 1:
+        return None
+    if compute_dtype == "float64" and not k.interpret:
         return None
     ra = r.over[0]
     rp = k.axes[ra]
@@ -84,11 +87,12 @@ def plan_dot(r: Reduce, k: KernelPlan, precision: str) -> DotPlan | None:
     left, right, hoist, m, n = split
     da, db = dot_dtype(left, k.dtypes), dot_dtype(right, k.dtypes)
     common = da or db if (da is None) != (db is None) else (da if da == db else None)
-    interpret = k.round_bf16
+    interpret = k.interpret
     return DotPlan(tuple(left), tuple(right), tuple(hoist), m, n, common,
-                   "float32" if interpret else common,
+                   k.compute_dtype if interpret else common,
                    _raw(left, common, k.dtypes, interpret), _raw(right, common, k.dtypes, interpret),
-                   precision if common is None and not interpret else None)
+                   precision if common is None and not interpret else None,
+                   "float64" if k.compute_dtype == "float64" else "float32")
 
 
 def plan_dots(k: KernelPlan, precision: str) -> dict[int, DotPlan]:

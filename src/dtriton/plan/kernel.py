@@ -20,8 +20,8 @@ import torch
 from ..ir import Expr, Reduce, walk
 from ..schedule import next_pow2
 
-__all__ = ["AxisPlan", "BufferSpec", "DotPlan", "KernelPlan", "PassPlan", "Program", "StoreSpec", "TileAccess",
-           "next_pow2"]
+__all__ = ["AxisPlan", "BlockReduce", "BufferSpec", "DotPlan", "KernelPlan", "PassPlan", "Program", "StoreSpec",
+           "TileAccess", "next_pow2"]
 
 
 def is_pow2(n: int) -> bool:
@@ -82,10 +82,11 @@ class DotPlan:
 
     ``operand_dtype``: the 16-bit storage dtype both operands are cast to ("float16" or
     "bfloat16"), None for an fp32 dot. ``operand_cast``: the dtype operands are actually cast to
-    (``operand_dtype``, or "float32" on the interpreter, whose 16-bit dots are wrong).
+    (``operand_dtype``, or the compute dtype on the interpreter, whose 16-bit dots are wrong).
     ``raw_left``/``raw_right``: that side is one plain load in the storage dtype, fed to the dot
     without a round trip through the compute dtype. ``precision``: ``input_precision`` of an fp32
-    dot on the GPU (None: not printed)."""
+    dot on the GPU (None: not printed). ``acc_dtype``: the accumulator's dtype ("float64" only
+    for a float64 kernel on the interpreter)."""
     left: tuple[Expr, ...]
     right: tuple[Expr, ...]
     hoist: tuple[Expr, ...]
@@ -96,11 +97,27 @@ class DotPlan:
     raw_left: bool
     raw_right: bool
     precision: str | None
+    acc_dtype: str = "float32"
 
     @property
     def fp32(self) -> bool:
         """Whether the dot has fp32 operands (where the schedule's ``precision`` applies)."""
         return self.operand_dtype is None
+
+
+@dataclass(frozen=True)
+class BlockReduce:
+    """How a kind of reduction folds a block along one dim on Triton's interpreter: ``tl.reduce``
+    with one of Triton's standard combine functions (``combine``, as Triton text such as
+    ``"tl.standard._sum_combine"``), which the interpreter runs as one numpy call, where any
+    other combine runs one element at a time in Python.
+
+    An arg-reduction passes (value, lane index) pairs and gets numpy's ``argmax``/``argmin``
+    back: the first lane of the extremum, the first NaN's lane where there is one (torch's rule).
+    ``propagate_nan``: the combine skips NaN (numpy's ``nanmax``), so the printer also sums the
+    NaN lanes and puts NaN back where there is one (``torch.amax`` propagates NaN)."""
+    combine: str
+    propagate_nan: bool = False
 
 
 @dataclass(frozen=True)
@@ -147,7 +164,10 @@ class KernelPlan:
     # -- decisions (filled by plan.decide) --
     compute_dtype: str = "float32"                    # "float32" or "float64"
     i64: bool = False                                 # 64-bit offsets
+    interpret: bool = False                           # the kernel runs on Triton's interpreter
     round_bf16: bool = False                          # explicit bf16 rounding (the interpreter truncates)
+    block_reduce: dict[str, BlockReduce] = field(default_factory=dict)  # combiner base -> standard combine
+                                                      # (else the kind's own combine helper)
     hints: dict[str, int] = field(default_factory=dict)   # integer argument -> power of two it is a multiple of
     dtypes: dict[str, torch.dtype] = field(default_factory=dict)      # input tensor -> storage dtype
     out_dtypes: dict[str, torch.dtype] = field(default_factory=dict)  # output -> dtype

@@ -10,7 +10,7 @@ from ...plan.graph import fused_reduces, has
 from ...plan.kernel import KernelPlan, Program, StoreSpec
 from ..base import KernelMeta
 from .memory import MemoryPrinter
-from .prelude import header
+from .prelude import ROUND_BF16, header
 from .reduce import ReducePrinter
 from .scope import Bind, Scope
 from .values import ValuePrinter
@@ -39,6 +39,7 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter):
         self.scalars: list[str] = []
         self.consts: dict[str, int] = {}
         self.need_depth_memo: dict[tuple[int, int], int] = {}
+        self.helpers: dict[str, str] = {}  # module-level @_jit helpers the kernel calls: name -> definition
 
     def generate(self) -> str:
         """The source of this kernel: decorator, signature, docstring and body."""
@@ -194,7 +195,7 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter):
         expr = st.expr
         name = self.tensor_arg(st.target, len(st.layout) + (1 if st.partial_axis else 0))
         scope.emit(f"# {'output' if not st.target.startswith('buf_') else 'stage'} {st.target}[{', '.join(st.layout)}] = "
-                   f"{fmt(expr, 0, {k: v for k, v in self.names.items() if k != expr.uid})}")
+                   f"{fmt(expr, 0, {k: v for k, v in self.names.items() if k != expr.uid}, limit=None)}")
         if isinstance(expr, Reduce) and expr.uid not in self.k.materialized:
             for s in scope.chain():
                 if expr.uid in s.reduced:
@@ -226,7 +227,7 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter):
         else:
             odt = self.out_dtypes.get(st.target)
             if self.k.round_bf16 and odt == torch.bfloat16:
-                v = f"_round_bf16(({v}).to(tl.float32))"
+                v = f"{self.use_helper('_round_bf16', ROUND_BF16)}(({v}).to(tl.float32))"
             acc = None
             if odt is not None and not st.partial_axis and pres:
                 acc = self.tile_access(name, list(st.layout), scope)
@@ -254,13 +255,15 @@ KernelSource = KernelMeta
 
 def render(prog: Program) -> tuple[str, list[KernelSource]]:
     """Print one module's source holding every kernel of the complete program ``prog``."""
-    parts = [header(prog)]
+    parts = []
     metas = []
+    helpers: dict[str, str] = {}
     for k in prog.kernels:
         g = KernelPrinter(prog, k)
         src = g.generate()
         parts.append("\n" + src)
+        helpers.update(g.helpers)
         metas.append(KernelSource(k.name, g.tensors, g.tensor_ndim, g.sizes, g.scalars, g.consts, k,
                                   descs=tuple(g.host_descs)))
-    return "\n".join(parts), metas
+    return "\n".join([header(prog, helpers)] + parts), metas
 

@@ -91,14 +91,14 @@ class MemoryPrinter:
                     code = f"tl.load({h}" + (f", boundary_check={extra}, padding_option=\"zero\"" if extra else "") + \
                         (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
                 blk = self.fresh("tile")
-                scope.emit(f"{blk} = {code}  # {fmt(n)}: {kind} tile")
+                scope.emit(f"{blk} = {code}  # {fmt(n, limit=None)}: {kind} tile")
                 tiled = tuple(a for a in axes if not scope.find_bind(a)[0].scalar)
                 if len(tiled) < len(axes):  # drop the size-1 dims of tile-1 grid axes first
                     blk2 = self.fresh("tile")
                     scope.emit(f"{blk2} = tl.reshape({blk}, {self.shape(tiled, set(tiled))})")
                     blk = blk2
                 code = self.relayout(blk, tiled, tuple(layout), set(tiled), scope)
-                return self._widen(code, dt, raw), f"{fmt(n)} ({kind})"
+                return self._widen(code, dt, raw), f"{fmt(n, limit=None)} ({kind})"
         terms, mask_axes = [], []
         for e in n.index:
             if isinstance(e, Axis):
@@ -115,7 +115,7 @@ class MemoryPrinter:
         ev = self.eviction(n.tensor.name)
         code = f"tl.load({self.addr(name, terms)}" + (f", mask={mask}, other=0" if mask else "") + \
             (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
-        return self._widen(code, dt, raw), fmt(n)
+        return self._widen(code, dt, raw), fmt(n, limit=None)
 
     def _widen(self, code: str, dt: torch.dtype, raw: bool) -> str:
         """A loaded value in the compute dtype: floats in ``self.cdt`` (unless ``raw``), integers

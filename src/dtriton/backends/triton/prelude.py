@@ -1,22 +1,23 @@
 """The text every generated module starts with, and the Triton spelling of dtypes and operators.
 
 The module header names the algorithm, the complete schedule and the specialisation, imports
-Triton, and defines the combine functions the kernels' reductions use plus the bf16 rounding the
-interpreter needs.
+Triton, and defines the helpers the kernels call: the combine functions of reductions that do not
+use a Triton built-in, and the bf16 rounding the interpreter needs.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from typing import Mapping
 
 import torch
 
-from ...ir import COMBINERS, Combiner, Reduce, walk
+from ...ir import Combiner
 from ...plan.kernel import Program
 
-__all__ = ["HEADER", "INDEX_SENTINEL", "OPSYM", "TL_DTYPES", "combine_helper", "combine_text", "header",
-           "identity_text"]
+__all__ = ["HEADER", "INDEX_SENTINEL", "OPSYM", "ROUND_BF16", "TL_DTYPES", "combine_helper", "combine_text",
+           "header", "identity_text"]
 
 TL_DTYPES = {torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float32: "tl.float32",
              torch.float64: "tl.float64", torch.int8: "tl.int8", torch.int16: "tl.int16",
@@ -33,38 +34,17 @@ Schedule: {sched}
 """
 import triton
 import triton.language as tl
+'''
 
-
-@_jit
-def _max_combine(a, b):
-    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
-
-@_jit
+#: the bf16 rounding helper interpreter kernels call before storing or casting to bf16
+ROUND_BF16 = '''@_jit
 def _round_bf16(x):
     # round-to-nearest-even to bfloat16, computed in fp32: Triton's interpreter truncates on a
     # downcast to bf16, so interpreter kernels round explicitly before storing or casting
     bits = x.to(tl.uint32, bitcast=True)
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
     return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))
-
-
-@_jit
-def _sum_combine(a, b):
-    return a + b
-
-
-@_jit
-def _min_combine(a, b):
-    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
-
 '''
-
-
-
-
-#: the combine helpers :data:`HEADER` prints for every module (in its order)
-_STANDARD = ("max", "sum", "min")
 
 #: the index of masked lanes in an arg-reduction: out of range, so real elements win ties
 INDEX_SENTINEL = "2147483647"
@@ -93,19 +73,9 @@ def combine_helper(c: Combiner) -> str:
             f"    return tl.where(take, b, a), tl.where(take, ib, ia)\n")
 
 
-def _kinds(prog: Program) -> list[Combiner]:
-    """The combiners of the reductions the kernels of ``prog`` compute, in registry order."""
-    used: set[str] = set()
-    for k in prog.kernels:
-        for n in walk([st.expr for st in k.stores]):
-            if isinstance(n, Reduce):
-                used.add(n.combiner.base)
-    return [c for c in COMBINERS.values() if c.name == c.base and c.name in used]
-
-
-def header(prog: Program) -> str:
+def header(prog: Program, helpers: Mapping[str, str]) -> str:
     """The module header of ``prog``: its docstring (algorithm, schedule, specialisation note),
-    imports and combine helpers (sum, max and min always; any other kind where a kernel uses it)."""
-    extra = [combine_helper(c) for c in _kinds(prog) if c.name not in _STANDARD]
+    imports, and the ``@_jit`` helpers its kernels call (``helpers``: name -> definition, printed
+    in name order)."""
     text = HEADER.format(alg=prog.name, sched=prog.schedule_json, spec=prog.note)
-    return text + "".join(f"\n{h}\n" for h in extra)
+    return text + "".join(f"\n\n{helpers[n]}" for n in sorted(helpers))

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...ir import Load, Reduce, fmt
+from ...ir import Combiner, Load, Reduce, fmt
 from ...plan.graph import fused_deps
 from ...plan.kernel import DotPlan, PassPlan
-from .prelude import INDEX_SENTINEL, combine_text, identity_text
+from .prelude import INDEX_SENTINEL, combine_helper, combine_text, identity_text
 from .scope import Scope, pointer_loads
 
 __all__ = ["ReducePrinter"]
@@ -22,6 +22,10 @@ class ReducePrinter:
         looping over its reduction axes that ``scope`` does not bind."""
         key = tuple(a for a in r.over if scope.find_bind(a) is None)
         self.emit_pass([r], list(key), scope, self.k.single[r.uid])
+
+    def helper(self, c: Combiner) -> str:
+        """The name of ``c``'s combine helper, which the module header then defines."""
+        return self.use_helper(c.helper, combine_helper(c))
 
     def fused_deps(self, r: Reduce) -> list[Reduce]:
         """The fused reductions ``r``'s body uses directly."""
@@ -38,7 +42,7 @@ class ReducePrinter:
         strategy = "online (one pass, rescaled)" if pp.online else ("loop" if loop_axes else "whole (in registers)")
         scope.emit(f"# stages {names}: {strategy} over {', '.join(rs[0].over)}")
         for r in rs:
-            scope.emit(f"#   {r.name} = {fmt(r, 0, self.names)}")
+            scope.emit(f"#   {r.name} = {fmt(r, 0, self.names, limit=None)}")
         accs = self.accumulators(rs, loop_axes, scope)
         inner, loops = self.open_loops(rs, loop_axes, scope, pp, accs)
         lin = inner.layout
@@ -53,8 +57,8 @@ class ReducePrinter:
                 continue
             acc = info["acc"]
             if r.combiner.results == 2:
-                inner.emit(f"{acc}, {info['acc_index']} = {r.combiner.helper}({acc}, {info['acc_index']}, {part[0]}, "
-                           f"{part[1]})")
+                inner.emit(f"{acc}, {info['acc_index']} = {self.helper(r.combiner)}({acc}, {info['acc_index']}, "
+                           f"{part[0]}, {part[1]})")
                 continue
             rescale = [mstate[m.uid][1] for m in self.fused_deps(r) if m.uid in mstate]
             if info["dot"]:
@@ -142,7 +146,7 @@ class ReducePrinter:
                 continue
             body = self.val(r.x, inner, lin)
             body = self.masked(body, r, inner, lin, identity_text(r.combiner))
-            t = self.reduce_code(body, r.combiner.helper, r.over, lin, inner)
+            t = self.reduce_code(body, r.combiner, r.over, lin, inner)
             t2 = self.squeeze(t, lin, scope.layout, inner, self.present(r, scope))
             acc = accs[r.uid]["acc"]
             mn = self.fresh(f"{r.name}_new")
@@ -194,14 +198,25 @@ class ReducePrinter:
             return body
         return f"tl.where({m}, {body}, {ident})"
 
-    def reduce_code(self, body: str, helper: str, over, layout, scope: Scope) -> str:
-        """Reduce ``body`` over the block dims of ``over`` with the combine helper ``helper`` (keeping dims)."""
+    def reduce_code(self, body: str, c: Combiner, over, layout, scope: Scope) -> str:
+        """Reduce ``body`` over the block dims of ``over`` (keeping dims) with ``c``'s combine
+        helper, or with the standard combine the plan names (NaN put back where the plan says)."""
+        br = self.k.block_reduce.get(c.base)
         v = body
         for a in over:
             if a not in layout:
                 continue  # a scalar or absent axis: nothing to reduce over in the block
             ax = layout.index(a)
-            v = f"tl.reduce({v}, {ax}, {helper}, keep_dims=True)"
+            if br is None:
+                v = f"tl.reduce({v}, {ax}, {self.helper(c)}, keep_dims=True)"
+                continue
+            if br.propagate_nan:
+                x = self.fresh("fold")
+                scope.emit(f"{x} = {v}  # {c.name}: the fold skips NaN, so NaN lanes are counted and put back")
+                nans = f"tl.reduce(({x} != {x}).to(tl.int32), {ax}, tl.standard._sum_combine, keep_dims=True)"
+                v = f"tl.where({nans} > 0, float('nan'), tl.reduce({x}, {ax}, {br.combine}, keep_dims=True))"
+            else:
+                v = f"tl.reduce({v}, {ax}, {br.combine}, keep_dims=True)"
         return v
 
     def reduce_body(self, r: Reduce, info, inner: Scope, lin, scope: Scope) -> str:
@@ -213,6 +228,8 @@ class ReducePrinter:
             a = self.operand(d.left, inner, (d.m, ra), ra, d, d.raw_left)
             b = self.operand(d.right, inner, (ra, d.n), ra, d, d.raw_right)
             prec = f", input_precision=\"{d.precision}\"" if d.precision else ""
+            if d.acc_dtype != "float32":
+                prec += f", out_dtype=tl.{d.acc_dtype}"
             if "acc" in info:
                 return f"tl.dot({a}, {b}, {info['acc']}{prec})"
             v = self.fresh("dot")
@@ -224,7 +241,7 @@ class ReducePrinter:
         body = self.masked(body, r, inner, lin, ident)
         if r.combiner.results == 2:
             return self.arg_reduce_body(r, body, inner, lin, scope)
-        red = self.reduce_code(body, r.combiner.helper, r.over, lin, inner)
+        red = self.reduce_code(body, r.combiner, r.over, lin, inner)
         if lin != scope.layout:
             red = self.squeeze(red, lin, scope.layout, inner, self.present(r, scope))
         v = self.fresh(f"part_{r.name}")
@@ -234,7 +251,8 @@ class ReducePrinter:
     def arg_reduce_body(self, r: Reduce, body: str, inner: Scope, lin, scope: Scope) -> tuple[str, str]:
         """One step of arg-reduction ``r`` over its one axis: ``(value, index)`` pairs (masked
         lanes: the identity and an index past every real one) reduced with the pair-combine
-        helper; returns the (value, index) variables in ``scope``'s layout."""
+        helper, or with the built-in the plan names (its index offset by the block's start);
+        returns the (value, index) variables in ``scope``'s layout."""
         a = r.over[0]
         b, _ = inner.find_bind(a)
         idx = b.offs if b.scalar else self.expand1d(b.offs, a, lin)
@@ -243,10 +261,18 @@ class ReducePrinter:
         v, vi = self.fresh(f"part_{r.name}"), self.fresh(f"part_{r.name}_index")
         if a not in lin or b.scalar:
             inner.emit(f"{v}, {vi} = {body}, ({idx}).to(tl.int32)")
+        elif (br := self.k.block_reduce.get(r.combiner.base)) is not None:
+            # the fold returns the first lane of the extremum; masked lanes (the identity) follow
+            # every real one, so a real lane wins a tie with them
+            full = self.shape(lin, self.present(r.x, inner) | {a})
+            lane = self.expand1d(f"tl.arange(0, {b.block})", a, lin)
+            inner.emit(f"{v}, {vi} = tl.reduce((tl.broadcast_to({body}, {full}), tl.broadcast_to({lane}, {full})), "
+                       f"{lin.index(a)}, {br.combine}, keep_dims=True)")
+            inner.emit(f"{vi} = ({vi} + {b.start}).to(tl.int32)  # lane -> index along {a}")
         else:
             full = self.shape(lin, self.present(r.x, inner) | {a})
             inner.emit(f"{v}, {vi} = tl.reduce((tl.broadcast_to({body}, {full}), "
-                       f"tl.broadcast_to(({idx}).to(tl.int32), {full})), {lin.index(a)}, {r.combiner.helper}, "
+                       f"tl.broadcast_to(({idx}).to(tl.int32), {full})), {lin.index(a)}, {self.helper(r.combiner)}, "
                        "keep_dims=True)")
         if lin != scope.layout:
             pres = self.present(r, scope)

@@ -15,7 +15,7 @@ from ...errors import ScheduleError
 from ...ir import Axis, Binary, COMPARE_OPS, Cast, Const, Expr, Load, Reduce, ScalarParam, Unary, Where, fmt
 from ...plan.kernel import AxisPlan
 from .limits import MAX_BLOCK_NUMEL
-from .prelude import OPSYM, TL_DTYPES
+from .prelude import OPSYM, ROUND_BF16, TL_DTYPES
 from .scope import Bind, Scope
 
 __all__ = ["ValuePrinter"]
@@ -23,6 +23,12 @@ __all__ = ["ValuePrinter"]
 
 class ValuePrinter:
     """Mixin of :class:`~dtriton.backends.triton.kernel.KernelPrinter`: values and their scopes."""
+
+    def use_helper(self, name: str, text: str) -> str:
+        """Record that the kernel calls the module-level ``@_jit`` function ``name`` defined by
+        ``text`` (the module header prints the helpers its kernels use); returns ``name``."""
+        self.helpers[name] = text
+        return name
 
     def fresh(self, base: str) -> str:
         """A new variable name."""
@@ -316,7 +322,7 @@ class ValuePrinter:
                 if self.is_bool(n.x):
                     x = f"{x}.to(tl.float32)"
                 if self.k.round_bf16 and n.dtype == torch.bfloat16:
-                    return f"_round_bf16(({x}).to(tl.float32)).to({self.cdt})", "cast to torch.bfloat16 (rounded to nearest)"
+                    return f"{self.use_helper('_round_bf16', ROUND_BF16)}(({x}).to(tl.float32)).to({self.cdt})", "cast to torch.bfloat16 (rounded to nearest)"
                 return f"tl.cast({x}, {tdt}).to({self.cdt})", f"cast to {n.dtype}"
             return f"tl.cast({x}, {tdt})", f"cast to {n.dtype}"
         raise AssertionError(n)
