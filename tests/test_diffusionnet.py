@@ -139,8 +139,29 @@ def test_module_clamps_and_validates(ops):
                                torch.ones(4))
 
 
-def test_demo_quick_writes_report(tmp_path):
-    from dtriton.examples.diffusionnet import demo
+def test_demo_quick_writes_report(tmp_path, monkeypatch, capsys):
+    from dtriton.examples.diffusionnet import demo, demo_mesh
+    bars = []
+    real = demo_mesh.progress
+
+    def spy(description, total=None):
+        bars.append([description, total, 0])
+
+        def count(advance):
+            def inner(n=1, info=""):
+                bars[-1][2] += n
+                advance(n, info)
+            return inner
+
+        class Ctx:
+            def __enter__(self):
+                self.cm = real(description, total)
+                return count(self.cm.__enter__())
+
+            def __exit__(self, *exc):
+                return self.cm.__exit__(*exc)
+        return Ctx()
+    monkeypatch.setattr(demo_mesh, "progress", spy)
     out = tmp_path / "demo"
     assert demo.main(["--quick", "--steps", "10", "--out", str(out)]) == 0
     text = (out / "report.md").read_text()
@@ -152,3 +173,33 @@ def test_demo_quick_writes_report(tmp_path):
     assert r["heat"]["rel_err"] < F32
     if importlib.util.find_spec("matplotlib"):
         assert (out / "time_vs_V.png").stat().st_size > 0
+    # every long step has a progress bar; the learning bar advanced once per Adam step
+    names = [b[0] for b in bars]
+    assert any(n.startswith("learning 8 diffusion times back") for n in names), names
+    assert [b[2] for b in bars if b[0].startswith("learning")] == [10]
+    assert any("eigenbasis" in n for n in names) and any(n.startswith("timing") for n in names)
+    assert any(n.startswith("checking") for n in names)
+    # timings have a spread (quartiles) and the tables show it
+    for key, med in r["times_us"].items():
+        q1, q3 = r["spread_us"][key]
+        assert q1 <= med <= q3, key
+    assert "±" in text and "interquartile range" in text and "±" in capsys.readouterr().out
+    # the report explains only columns its table has, and never calls the hand-written backward a schedule
+    table_head = next(ln for ln in text.splitlines() if ln.startswith("| mesh | V | schedule"))
+    assert "best S" not in table_head and "best split" not in text and "*best S*" not in text
+    assert "*dt f+b*" in text and "hand-written backward" in text
+    assert "chosen schedule" not in text
+
+
+def test_demo_renders_results_of_an_older_run(tmp_path):
+    """--render reads a results.json written before timings had a spread."""
+    from dtriton.examples.diffusionnet import demo
+    out = tmp_path / "demo"
+    assert demo.main(["--quick", "--steps", "2", "--out", str(out), "--meshes", "synthetic-sphere-120"]) == 0
+    data = json.loads((out / "results.json").read_text())
+    for r in data["results"]:
+        del r["spread_us"]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(data))
+    assert demo.main(["--render", str(old), "--out", str(tmp_path / "again")]) == 0
+    assert "Learning diffusion times back" in (tmp_path / "again" / "report.md").read_text()
