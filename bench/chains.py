@@ -3,7 +3,9 @@
     PYTHONPATH=src python3 bench/chains.py [--dtypes float32,float16] [--cases relu,softmax] [--budget S]
                                            [--no-compile] [--deadline 540] [--append] [--out bench/results]
     PYTHONPATH=src python3 bench/chains.py --dry-run      # CPU interpreter, tiny shapes: correctness only
-    PYTHONPATH=src python3 bench/chains.py --list         # the chains, their shapes and kernel counts (no run)
+    PYTHONPATH=src python3 bench/chains.py --list         # the chains and their shapes (no run)
+    PYTHONPATH=src python3 bench/chains.py --plans [DIR]  # H200 heuristic schedule + kernels per chain, on a CPU
+    PYTHONPATH=src python3 bench/chains.py --variant hand --append --no-compile   # hand schedules (see below)
 
 A chain is a Linear (``X @ W.T + b``, W in nn.Linear's (out, in) layout) followed by an epilogue: scaling,
 bias, activations, residual adds, clamps, row reductions (softmax, logsumexp, layer / group / RMS norm
@@ -16,6 +18,10 @@ against float64 on a small odd shape, then (2) at the benchmark shape against fl
 kernel time (CUDA-graph replay, ``bench/run.py``'s timer, short warmup) of dtriton, torch eager and
 torch.compile (default mode) is taken. The printed kernels are counted (``kernels``: how many launches the
 chain takes, with the first docstring line of each). Ratios are torch's time / dtriton's; geomeans per dtype.
+
+``--variant hand`` runs the GEMM + row-reduction chains under the schedule eager torch runs, written with
+dtriton's knobs (``hand_schedule``: the GEMM materialised, then one row kernel for every other stage), so the
+gap between the heuristic's plan and a plan the compiler already supports is measured in the same table.
 
 Writes ``<out>/chains_h200.json`` and ``.md`` after every row (``--append``: keep the rows of another
 dtype / chain from an earlier run of the file). ``--deadline``: seconds after which no new row starts
@@ -45,6 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dtriton as dt  # noqa: E402
 import run as timing  # noqa: E402  (bench/run.py: graph_time_us, relerr, tuned_kernel, maybe_compile)
 from fp32 import git_commit  # noqa: E402
+from dtriton.ir.analysis import contractions, reduction_stages  # noqa: E402
 
 T = dt.Tensor
 GELU_C = math.sqrt(2 / math.pi)
@@ -496,18 +503,52 @@ def dtriton_error(k, chain, shape, dtype) -> float:
 TOL = {"float32": 1e-3, "float16": 2e-2, "bfloat16": 5e-2}
 
 
-def run_chain(chain: Chain, dtype_name: str, budget: float, use_compile: bool) -> dict:
+def hand_schedule(chain: Chain, args) -> dt.Schedule | None:
+    """The schedule eager torch runs, written with dtriton's knobs, for chains whose GEMM is followed by row
+    reductions over its output (None for the others): the GEMM stage (``sum0``) materialised with the heuristic's
+    GEMM tiles, and one row kernel (grid ``i``, 2 rows per program, the whole row in one block) that computes
+    every other reduction in registers and writes the output. It measures how far the heuristic's plan (each
+    reduction a kernel of its own, row tiles of the GEMM's size) is from the plan the knobs already allow."""
+    gemms = contractions(chain.alg)
+    others = [s.name for s in reduction_stages(chain.alg) if s.name not in gemms]
+    outs = [s for s in chain.alg.stages.values() if s.is_output]
+    if list(gemms) != ["sum0"] or not others or any(set(s.free_axes) - {"i", "j"} for s in outs) \
+            or any(set(s.node.over) - {"j", "k"} for s in reduction_stages(chain.alg) if s.name in others):
+        return None
+    base = json.loads(dt.compile(chain.alg).schedule_for(*args).to_json())
+    gemm = {"place": "materialize", "grid": ["i", "j"], "group": base.get("group", {"i": 8}),
+            "tile": {a: t for a, t in base["tile"].items() if a in ("i", "j", "k")},
+            **{k: base[k] for k in ("num_warps", "num_stages") if k in base}}
+    n = args[chain.params().index("W")].shape[0]
+    return dt.Schedule.from_json(json.dumps({
+        "grid": ["i"], "tile": {"i": 2, "j": 1 << (n - 1).bit_length()}, "strategy": {"j": "whole"}, "num_warps": 8,
+        "stages": {"sum0": gemm, **{o: {"place": "fuse"} for o in others}}}))
+
+
+def dtriton_kernel(chain: Chain, args, budget: float, variant: str):
+    """(kernel, origin) of a variant: "heuristic" (or explored for ``budget`` seconds) or "hand"."""
+    if variant == "hand":
+        sched = hand_schedule(chain, args)
+        if sched is None:
+            raise ValueError(f"{chain.name} has no hand schedule (only GEMM + row-reduction chains have one)")
+        return dt.compile(chain.alg, sched), "hand: " + sched.to_json()
+    if budget > 0:
+        return timing.tuned_kernel(chain.alg, args, budget)
+    return dt.compile(chain.alg), "heuristic"
+
+
+def run_chain(chain: Chain, dtype_name: str, budget: float, use_compile: bool, variant: str = "heuristic") -> dict:
     """Check and time one chain in one dtype; returns its row (failures recorded in ``note``)."""
     dtype = getattr(torch, dtype_name)
     M, K, N, P, C = shape = shape_of(chain, DRY_SHAPE if timing.DRY else None)
     row = dict(chain=chain.name, dtype=dtype_name, shape=dict(M=M, K=K, N=N, P=P, C=C), flops=chain.flops(M, K, N, P),
                err_check=None, err=None, dtriton_us=None, eager_us=None, compile_us=None, kernels=[], schedule=None,
-               origin=None, note="")
+               origin=None, note="", variant=variant if budget <= 0 or variant == "hand" else f"explored {budget:g}s")
     tkw, args = make_inputs(chain, *shape, dtype, timing.DEV)
     fn = TORCH[chain.name]
     ref = fn(**as_float64(tkw))
     try:
-        k, row["origin"] = timing.tuned_kernel(chain.alg, args, budget) if budget > 0 else (dt.compile(chain.alg), "heuristic")
+        k, row["origin"] = dtriton_kernel(chain, args, budget, variant)
         row["err_check"] = dtriton_error(k, chain, shape_of(chain, DRY_CHECK_SHAPE if timing.DRY else CHECK_SHAPE), dtype)
         out = k(*args)
         row["err"] = timing.relerr(out.reshape(ref.shape), ref)
@@ -534,10 +575,11 @@ def run_chain(chain: Chain, dtype_name: str, budget: float, use_compile: bool) -
     return row
 
 
-def gpu_plan(chain: Chain, dtype: torch.dtype, folder: str | None = None) -> dict:
+def gpu_plan(chain: Chain, dtype: torch.dtype, folder: str | None = None, schedule: dt.Schedule | None = None) -> dict:
     """What the H200 would run for the chain at its benchmark shape, derived on this machine (no GPU needed):
     the heuristic's schedule for a CUDA binding (as on an H200), the plan's kernels and the printed source
-    (written to ``folder/<chain>_<dtype>.py`` when given). Inputs are uninitialised CPU tensors of the real
+    (written to ``folder/<chain>_<dtype>.py`` when given); ``schedule``: a partial schedule the heuristic
+    completes (default: none). Inputs are uninitialised CPU tensors of the real
     sizes. Returns dict(schedule, kernels, lines) or dict(error) when the compiler refuses the chain."""
     from dtriton.backends import default_backend
     from dtriton.plan import call_spec, plan_program, tma_addressable
@@ -545,7 +587,7 @@ def gpu_plan(chain: Chain, dtype: torch.dtype, folder: str | None = None) -> dic
     try:
         b = chain.alg.bind(args)
         b.device = torch.device("cuda")
-        sched = dt.compile(chain.alg).complete(b)
+        sched = dt.compile(chain.alg, schedule).complete(b)
         tma = tma_addressable(chain.alg, b, args) if sched.access == "tma" else frozenset()
         tiles = [p for p, a in zip(chain.params(), args) if a.dim() >= 2]
         if sched.access == "tma" and not all(t in tma for t in tiles):   # the runtime's rule (Kernel._auto_access)
@@ -583,19 +625,27 @@ def geomean(xs: list[float]) -> float | None:
 def summary(rows: list[dict]) -> list[str]:
     """Geomean lines per dtype and overall (rows with both times), and the chains below 0.9x torch.compile."""
     lines = []
+    for var in sorted({r.get("variant", "heuristic") for r in rows}):
+        lines += summary_of(var, [r for r in rows if r.get("variant", "heuristic") == var])
+    bad = [r for r in rows if r["note"]]
+    if bad:
+        lines.append(f"- not timed or failed: {', '.join(r['chain'] + ' ' + r['dtype'] for r in bad)}")
+    return lines
+
+
+def summary_of(variant: str, rows: list[dict]) -> list[str]:
+    """The geomean lines of one variant's rows."""
+    lines = []
     for dt_name in sorted({r["dtype"] for r in rows}) + ["all"]:
         rs = [r for r in rows if dt_name in ("all", r["dtype"]) and r.get("vs_eager")]
         if not rs:
             continue
         ge, gc = geomean([r["vs_eager"] for r in rs]), geomean([r.get("vs_compile") for r in rs])
         low = sorted((r for r in rs if r.get("vs_compile") and r["vs_compile"] < 0.9), key=lambda r: r["vs_compile"])
-        lines.append(f"- {dt_name}: {len(rs)} chains timed; geomean {ge:.3f}x eager"
+        lines.append(f"- {variant}, {dt_name}: {len(rs)} chains timed; geomean {ge:.3f}x eager"
                      + (f", {gc:.3f}x torch.compile" if gc else "")
                      + ("; below 0.9x torch.compile: " + ", ".join(f"{r['chain']} {r['vs_compile']:.2f}" for r in low)
                         if low else ""))
-    bad = [r for r in rows if r["note"]]
-    if bad:
-        lines.append(f"- not timed or failed: {', '.join(r['chain'] + ' ' + r['dtype'] for r in bad)}")
     return lines
 
 
@@ -615,15 +665,15 @@ def write_results(out_dir: str, meta: dict, rows: list[dict]) -> None:
           "at the benchmark shape (check: at M=67 K=96 N=128, same algorithm; eager: torch eager's error). vs: torch's "
           "time / dtriton's. "
           "kernels: launches of the dtriton chain.", ""] + lines + ["",
-          "| chain | dtype | M×K×N (P, C) | dtriton µs | eager µs | compile µs | vs eager | vs compile | TFLOP/s | "
+          "| chain | dtype | variant | M×K×N (P, C) | dtriton µs | eager µs | compile µs | vs eager | vs compile | TFLOP/s | "
           "err | err check | err eager | kernels | note / schedule |",
-          "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+          "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         s = r["shape"]
         extra = ", ".join(f"{k}={s[k]}" for k in ("P", "C") if s[k])
         tf = r["flops"] / r["dtriton_us"] / 1e6 if r["dtriton_us"] else None
         note = " — ".join(x for x in (r["note"], r["schedule"] or "") if x).replace("|", "/")
-        md.append(f"| {r['chain']} | {r['dtype']} | {s['M']}×{s['K']}×{s['N']}{' (' + extra + ')' if extra else ''} | "
+        md.append(f"| {r['chain']} | {r['dtype']} | {r.get('variant', 'heuristic')} | {s['M']}×{s['K']}×{s['N']}{' (' + extra + ')' if extra else ''} | "
                   f"{num(r['dtriton_us'])} | {num(r['eager_us'])} | {num(r['compile_us'])} | "
                   f"{num(r['vs_eager'], '{:.2f}')} | {num(r['vs_compile'], '{:.2f}')} | {num(tf, '{:.0f}')} | "
                   f"{num(r['err'], '{:.1e}')} | {num(r['err_check'], '{:.1e}')} | {num(r.get('err_eager'), '{:.1e}')} | "
@@ -638,8 +688,11 @@ def main(argv=None) -> None:
     ap.add_argument("--dtypes", default="float32,float16", help="comma-separated: float32, float16, bfloat16")
     ap.add_argument("--cases", default="", help="comma-separated substrings of chain names (default: all)")
     ap.add_argument("--budget", type=float, default=0.0, help="exploration seconds per chain (0: default schedule)")
+    ap.add_argument("--variant", choices=("heuristic", "hand"), default="heuristic",
+                    help="hand: the chains with a hand schedule (GEMM + one row kernel, see hand_schedule) only")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
-    ap.add_argument("--deadline", type=float, default=540.0, help="seconds after which no new chain starts")
+    ap.add_argument("--deadline", type=float, default=None,
+                    help="seconds after which no new chain starts (default 540 on the GPU, none in a dry run)")
     ap.add_argument("--append", action="store_true", help="keep rows of other chains/dtypes from <out>/chains_h200.json")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--list", action="store_true", help="print the chains and their shapes, run nothing")
@@ -664,29 +717,35 @@ def main(argv=None) -> None:
     if a.dry_run:
         timing.DEV, timing.DRY = "cpu", True
         a.budget = 0
+    a.deadline = a.deadline if a.deadline is not None else (float("inf") if a.dry_run else 540.0)
     meta = dict(gpu="cpu (dry run: interpreter, tiny shapes)" if timing.DRY else torch.cuda.get_device_name(),
                 torch=torch.__version__, triton=__import__("triton").__version__, commit=git_commit(),
                 date=datetime.datetime.now().isoformat(timespec="seconds"), budget_s=a.budget)
     print(f"# {meta}", flush=True)
     path = os.path.join(a.out, "chains_h200.json")
     old = json.load(open(path))["rows"] if a.append and os.path.exists(path) else []
+    if a.variant == "hand":
+        chains = [c for c in chains if hand_schedule(c, make_inputs(c, *shape_of(c, DRY_SHAPE), torch.float32, "cpu",
+                                                                    empty=True)[1]) is not None]
+    variant = a.variant if a.budget <= 0 or a.variant == "hand" else f"explored {a.budget:g}s"
     todo = [(c, d) for d in dtypes for c in chains]
-    keys = {(c.name, d) for c, d in todo}
-    rows = [r for r in old if (r["chain"], r["dtype"]) not in keys]
+    keys = {(c.name, d, variant) for c, d in todo}
+    rows = [r for r in old if (r["chain"], r["dtype"], r.get("variant", "heuristic")) not in keys]
     t0 = time.time()
     for c, d in todo:
         if time.time() - t0 > a.deadline:
             rows.append(dict(chain=c.name, dtype=d, shape=dict(M=c.M, K=c.K, N=c.N, P=c.P, C=c.C), flops=0,
                              err=None, err_check=None, dtriton_us=None, eager_us=None, compile_us=None, vs_eager=None,
-                             vs_compile=None, kernels=[], schedule=None, note=f"skipped: --deadline {a.deadline:.0f}s"))
+                             vs_compile=None, kernels=[], schedule=None, variant=variant,
+                             note=f"skipped: --deadline {a.deadline:.0f}s"))
             continue
         try:
-            r = run_chain(c, d, a.budget, not a.no_compile)
+            r = run_chain(c, d, a.budget, not a.no_compile, a.variant)
         except Exception:  # noqa: BLE001 - the torch side failed: keep going
             traceback.print_exc()
             continue
         rows.append(r)
-        print(f"  {c.name:24s} {d:8s} dtriton {r['dtriton_us'] or float('nan'):9.1f} us  eager "
+        print(f"  {c.name:24s} {d:8s} {variant[:9]:9s} dtriton {r['dtriton_us'] or float('nan'):9.1f} us  eager "
               f"{r['eager_us'] or float('nan'):9.1f}  compile {r['compile_us'] or float('nan'):9.1f}  err {r['err']}  "
               f"kernels {len(r['kernels'])}  ({time.time() - t0:.0f}s) {r['note']}", flush=True)
         write_results(a.out, meta, rows)

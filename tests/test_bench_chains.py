@@ -46,3 +46,16 @@ def test_fp32_dry_run_rows(tmp_path):
     assert all(r["err"] < 1e-5 for r in rows), rows
     mv = [r for r in rows if r["group"] == "matvec" and r["impl"] == "dtriton"]
     assert mv and "pct_copy_bw" in mv[0]
+
+
+def test_chains_hand_variant_appends_rows(tmp_path):
+    """--variant hand: GEMM + one row kernel (2 launches), correct, kept beside the heuristic's rows."""
+    _run(["bench/chains.py", "--dry-run", "--dtypes", "float32", "--cases", "layer_norm,bias"], tmp_path)
+    _run(["bench/chains.py", "--dry-run", "--dtypes", "float32", "--cases", "layer_norm,bias", "--variant", "hand",
+          "--append"], tmp_path)
+    rows = json.loads((tmp_path / "out" / "chains_h200.json").read_text())["rows"]
+    got = {(r["chain"], r["variant"]): r for r in rows}
+    assert set(got) == {("bias", "heuristic"), ("layer_norm", "heuristic"), ("residual_layer_norm", "heuristic"),
+                        ("layer_norm", "hand"), ("residual_layer_norm", "hand")}, set(got)
+    assert len(got["layer_norm", "hand"]["kernels"]) == 2 < len(got["layer_norm", "heuristic"]["kernels"])
+    assert all(r["err"] < 1e-3 and not r["note"] for r in rows), rows
