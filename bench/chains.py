@@ -2,7 +2,7 @@
 the same torch code, checked against float64 and timed against torch eager and torch.compile.
 
     PYTHONPATH=src python3 bench/chains.py [--dtypes float32,float16] [--cases relu,softmax] [--budget S]
-                                           [--no-compile] [--deadline 540] [--append] [--out bench/results]
+                                           [--no-compile] [--deadline 540] [--append | --resume] [--out DIR]
     PYTHONPATH=src python3 bench/chains.py --dry-run      # CPU interpreter, tiny shapes: correctness only
     PYTHONPATH=src python3 bench/chains.py --list         # the chains and their shapes (no run)
     PYTHONPATH=src python3 bench/chains.py --plans [DIR]  # H200 heuristic schedule + kernels per chain, on a CPU
@@ -276,6 +276,9 @@ def main(argv=None) -> None:
                     help="seconds after which no new chain starts (default 540 on the GPU, none in a dry run)")
     ap.add_argument("--append", action="store_true",
                     help="keep the rows of other chains / dtypes / variants from <out>/chains_h200.json")
+    ap.add_argument("--resume", action="store_true",
+                    help="--append, and run only the rows the results file lacks or lists as skipped (the same "
+                         "command repeated in device calls of 10 minutes finishes the catalogue)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--list", action="store_true", help="print the chains and their shapes, run nothing")
     ap.add_argument("--plans", nargs="?", const="", default=None, metavar="FOLDER",
@@ -306,12 +309,16 @@ def main(argv=None) -> None:
                 date=datetime.datetime.now().isoformat(timespec="seconds"), budget_s=a.budget)
     print(f"# {meta}", flush=True)
     path = os.path.join(a.out, "chains_h200.json")
-    old = json.load(open(path))["rows"] if a.append and os.path.exists(path) else []
+    old = json.load(open(path))["rows"] if (a.append or a.resume) and os.path.exists(path) else []
     if a.variant == "hand":
         chains = [c for c in chains if hand_schedule(c, make_inputs(c, *shape_of(c, DRY_SHAPE), torch.float32, "cpu",
                                                                     empty=True)[1]) is not None]
     variant = a.variant if a.budget <= 0 or a.variant == "hand" else f"explored {a.budget:g}s"
     todo = [(c, d) for d in dtypes for c in chains]
+    if a.resume:   # rows measured (or failed) by an earlier call stay; skipped and missing ones run
+        done = {(r["chain"], r["dtype"], r.get("variant", "heuristic")) for r in old if not r["note"].startswith("skipped")}
+        todo = [(c, d) for c, d in todo if (c.name, d, variant) not in done]
+        print(f"# --resume: {len(todo)} rows left to run", flush=True)
     keys = {(c.name, d, variant) for c, d in todo}
     rows = [r for r in old if (r["chain"], r["dtype"], r.get("variant", "heuristic")) not in keys]
     t0 = time.time()
