@@ -17,7 +17,7 @@ import torch
 import dtriton as dt
 from dtriton.library import matmul
 from dtriton.tune import Space
-from dtriton.tune.worker import WorkerPool, WorkerSpec, algorithm_ref, can_isolate
+from dtriton.tune.worker import WorkerPool, WorkerSpec, WorkerUnavailable, algorithm_ref, can_isolate
 
 pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning"),
               pytest.mark.filterwarnings("ignore::dtriton.tune.TuningWarning")]
@@ -151,3 +151,47 @@ def test_algorithm_reference_for_spawned_workers():
     assert not can_isolate(local, dt.Kernel, torch.device("cuda"))
     assert can_isolate(local, dt.Kernel, torch.device("cpu"))
     assert can_isolate(matmul, dt.Kernel, torch.device("cuda"))
+
+
+def test_spawned_worker_imports_the_algorithm_and_runs_candidates(mm_args):
+    """The GPU's start method, on the CPU: the spec travels by pickle (the algorithm by reference)."""
+    spec, _ = _spec(mm_args)
+    pool = WorkerPool(spec, 1, start_method="spawn")
+    try:
+        res = pool.run([(0, ("check", 3, None, 1e-4))], 300, None)[0]
+        assert res["status"] == "ok", res
+        assert pool.run([(0, ("time", 3, None))], 300, None)[0]["median_us"] > 0
+    finally:
+        pool.close()
+
+
+def test_spawned_worker_refuses_an_algorithm_it_cannot_import(mm_args):
+    @dt.algorithm
+    def local(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"]):
+        i, j, k = dt.axes("i j k")
+        return dt.sum(A[i, k] * B[k, j], over=k)[i, j]
+    spec, _ = _spec(mm_args)
+    spec.alg = local
+    pool = WorkerPool(spec, 1, start_method="spawn")
+    with pytest.raises(WorkerUnavailable, match="cannot be imported"):
+        pool.run([(0, ("check", 0, None, 1e-4))], 60, None)
+    pool.close()
+
+
+@pytest.mark.parametrize("script", [["bench/fault_check.py", "--dry-run"],
+                                    ["bench/explore_budget.py", "--dry-run", "--budget", "3"]])
+def test_gpu_scripts_dry_run(script, tmp_path):
+    """The lead runs these on the H200 (without --dry-run); here they run on the interpreter."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.path.join(root, "src"), DTRITON_CACHE_DIR=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, *script, "--out", str(tmp_path)], cwd=root, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "Traceback" not in r.stdout + r.stderr
+    if "fault" in script[0]:
+        assert "FAULT-CHECK PASS" in r.stdout and "SIGABRT" in r.stdout
+    else:
+        rows = __import__("json").loads((tmp_path / "explore_budget.json").read_text())["rows"]
+        assert [r["case"] for r in rows] == ["matmul", "softmax", "attention"]

@@ -349,9 +349,13 @@ class Explorer:
 
     def _time(self, row: Candidate, kern) -> None:
         """Time a correct candidate (skipped once the budget is spent, the baseline excepted)."""
-        if self.elapsed() >= self.opts.budget and row.origin != "heuristic":
-            row.update(status="skipped", reason="the budget ran out before timing")
-            return
+        if self.elapsed() >= self.opts.budget:
+            if row.origin != "heuristic":
+                row.update(status="skipped", reason="the budget ran out before timing")
+                return
+            if self.interpret and row.compile_s:   # the baseline past the budget: its checked call is the one
+                row.update(median_us=row.compile_s * 1e6, p20_us=row.compile_s * 1e6, p80_us=row.compile_s * 1e6)
+                return                             # (meaningless) interpreter sample, not a second call
         try:
             got = self._measure(row, kern, None, self._deadline([row]))
         except Exception as e:  # noqa: BLE001

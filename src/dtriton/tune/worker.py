@@ -211,12 +211,13 @@ class _Slot:
 class WorkerPool:
     """``n`` worker processes for one exploration (see the module docstring). Workers start on
     first use and again after a death or a kill; :attr:`restarts` counts the restarts.
+    ``start_method``: "fork" or "spawn" (default: spawn for a CUDA device, else fork).
 
     Raises :class:`WorkerUnavailable` (from a request) when a worker cannot be started at all."""
 
-    def __init__(self, spec: WorkerSpec, n: int):
+    def __init__(self, spec: WorkerSpec, n: int, start_method: str | None = None):
         self.spec = spec
-        self.ctx = mp.get_context("spawn" if spec.device.startswith("cuda") else "fork")
+        self.ctx = mp.get_context(start_method or ("spawn" if spec.device.startswith("cuda") else "fork"))
         self.slots = [_Slot() for _ in range(max(1, n))]
         self.restarts = 0
         self.started = 0
