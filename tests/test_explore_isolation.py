@@ -195,3 +195,26 @@ def test_gpu_scripts_dry_run(script, tmp_path):
     else:
         rows = __import__("json").loads((tmp_path / "explore_budget.json").read_text())["rows"]
         assert [r["case"] for r in rows] == ["matmul", "softmax", "attention"]
+
+
+def test_progress_bar_on_a_terminal_only_after_the_delay():
+    import io
+
+    from rich.console import Console
+
+    from dtriton.tune.progress import ExploreProgress
+    buf = io.StringIO()
+    con = Console(file=buf, force_terminal=True, width=120)
+    bar = ExploreProgress("matmul", 20, console=con, delay_s=2.0)
+    bar.update(1.0, 3, float("inf"))
+    assert bar.bar is None and buf.getvalue() == ""   # short explorations print nothing
+    bar.update(5.0, 7, 12.5)
+    bar.close()
+    out = buf.getvalue()
+    assert "explore" in out and "7 candidates" in out and "12.5 µs" in out and "15 s left" in out
+    quiet = ExploreProgress("matmul", 20, console=Console(file=io.StringIO()))   # not a terminal
+    quiet.update(5.0, 1, 1.0)
+    assert not quiet.enabled and quiet.bar is None
+    off = ExploreProgress("matmul", 20, enabled=False, console=con)
+    off.update(5.0, 1, 1.0)
+    assert off.bar is None

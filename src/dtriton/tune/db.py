@@ -16,7 +16,9 @@
 A corrupt file (for example one truncated by a crash) gives a :class:`TuningWarning`; the file is
 moved aside (``tuning.sqlite.corrupt``) and an empty database is built in its place. A locked
 file (another process writing for longer than the busy timeout) gives a warning and the
-operation is skipped (lookups miss, stores are dropped). Neither ever raises.
+operation is skipped (lookups miss, stores are dropped). Neither ever raises. The file is in
+write-ahead-log mode (``tuning.sqlite-wal`` beside it) and every write is one transaction, so
+several processes can explore into one database at once without losing a record.
 
 Export/import use JSON with a versioned schema (``{"format": "dtriton-tuning", "version": 1,
 "records": [...]}``).
@@ -225,6 +227,10 @@ class TuningDB:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         con = sqlite3.connect(str(self.path), timeout=self.timeout_s)
         try:
+            try:   # write-ahead log: readers never block the one writer; writers queue on the busy timeout
+                con.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.OperationalError:   # another process is switching it now: it is WAL next time
+                pass
             # a truncated or overwritten file is caught here rather than half-way through a query;
             # tuning databases are small, so the check costs about a millisecond
             res = con.execute("PRAGMA quick_check").fetchall()
@@ -243,16 +249,26 @@ class TuningDB:
             con.close()
             raise
 
+    def _aside_path(self) -> Path:
+        """Where a corrupt file is moved: ``<name>.corrupt``, else ``<name>.corrupt.1``, ``.2``, ..."""
+        p = Path(str(self.path) + ".corrupt")
+        k = 1
+        while p.exists():
+            p = Path(f"{self.path}.corrupt.{k}")
+            k += 1
+        return p
+
     def _rebuild(self, why: str):
+        aside = self._aside_path()
         warnings.warn(f"tuning database {self.path} is unreadable ({why}); moving it to "
-                      f"{self.path.name}.corrupt and starting an empty one", TuningWarning, stacklevel=4)
+                      f"{aside.name} and starting an empty one", TuningWarning, stacklevel=4)
         for suffix in ("-journal", "-wal", "-shm"):
             try:
                 Path(str(self.path) + suffix).unlink()
             except OSError:
                 pass
         try:
-            os.replace(self.path, str(self.path) + ".corrupt")
+            os.replace(self.path, aside)
         except OSError:
             try:
                 self.path.unlink()
@@ -260,12 +276,16 @@ class TuningDB:
                 pass
 
     def _op(self, fn: Callable[[sqlite3.Connection], Any], default: Any, what: str):
-        """Run ``fn(con)``; recover from locks (warn, return default) and corruption (rebuild, retry once)."""
+        """Run ``fn(con)`` (in one transaction: ``fn`` commits); recover from locks (wait up to the
+        busy timeout, then warn and return ``default``) and corruption (rebuild, retry once)."""
         for attempt in (0, 1):
             try:
                 con = self._connect()
                 try:
                     return fn(con)
+                except BaseException:
+                    con.rollback()
+                    raise
                 finally:
                     con.close()
             except sqlite3.OperationalError as e:
@@ -341,10 +361,12 @@ class TuningDB:
         is there already (``overwrite=True`` replaces it anyway). Returns whether it was written."""
         def f(con):
             k = record.key
+            con.execute("BEGIN IMMEDIATE")   # the comparison and the write are one transaction
             old = con.execute("SELECT median_us FROM records WHERE fingerprint=? AND bucket=? AND dtypes=? AND "
                               "device=? AND triton=?", (k.fingerprint, k.bucket, k.dtypes, k.device, k.triton)).fetchone()
             if old is not None and not overwrite and old[0] is not None and record.median_us is not None \
                     and old[0] <= record.median_us:
+                con.rollback()
                 return False
             con.execute(f"INSERT OR REPLACE INTO records ({self._COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                         (k.fingerprint, k.bucket, k.dtypes, k.device, k.triton, record.algorithm,

@@ -31,6 +31,7 @@ from .result import ExploreResult
 from .samplers import PENALTY, TPE, base_point, dot_seeds, make_sampler, neighbours
 from .space import Space, derive_fields
 from .candidate import Candidate, Options, params_json, src_hash
+from .progress import ExploreProgress
 from .worker import WorkerPool, WorkerSpec, WorkerUnavailable, can_isolate
 
 __all__ = ["explore", "Explorer", "Candidate", "Options", "src_hash"]
@@ -99,8 +100,7 @@ class Explorer:
         self.stale = 0             # points in a row that gave no new candidate to compile
         self.stale_limit = 10 ** 9 if self.sampler.name == "exhaustive" else 500
         self.stop_reason = "budget"
-        self.pbar = None
-        self.shown = 0.0
+        self.pbar = ExploreProgress(alg.name, opts.budget, enabled=False)
         self.pool: WorkerPool | None = None
         self.remeasure_s = 0.0
 
@@ -230,26 +230,12 @@ class Explorer:
                                f"the heuristic schedule fails ({first_line(e)})") from e
 
     def open_progress(self) -> None:
-        """A tqdm progress bar over the budget, when asked for and tqdm is there."""
-        if not self.opts.progress:
-            return
-        try:
-            from tqdm.auto import tqdm
-            self.pbar = tqdm(total=float(self.opts.budget), desc=f"explore {self.alg.name}", unit="s", leave=False,
-                             bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s {postfix}")
-        except Exception:  # pragma: no cover - tqdm missing
-            self.pbar = None
+        """The progress bar (:mod:`dtriton.tune.progress`): when asked for, on a terminal, after 2 s."""
+        self.pbar = ExploreProgress(self.alg.name, self.opts.budget, enabled=self.opts.progress)
 
     def tick(self) -> None:
-        """Advance the progress bar to the elapsed time; show the candidates and the best so far."""
-        if self.pbar is None:
-            return
-        e = min(self.elapsed(), float(self.opts.budget))
-        self.pbar.update(max(0.0, e - self.shown))
-        self.shown = e
-        n = len(self.rows)
-        self.pbar.set_postfix_str(f"{n} cands, best {self.best_val:.1f} µs" if math.isfinite(self.best_val)
-                                  else f"{n} cands")
+        """Show the elapsed time, the candidates so far and the best time on the progress bar."""
+        self.pbar.update(self.elapsed(), len(self.rows), self.best_val)
 
     # -- running candidates ---------------------------------------------------------------------------
     def evaluate(self, items: Sequence[tuple[Any, Candidate, Any]]) -> None:
@@ -296,7 +282,8 @@ class Explorer:
             sched = getattr(kern, "schedule", None)
             reqs.append((k, ("check", row.id, None if sched is None else sched.to_json(), self.tolerance(row.schedule))))
         try:
-            res = self.pool.run(reqs, self.opts.compile_timeout, self._deadline([r for _, r, _ in items]))
+            res = self.pool.run(reqs, self.opts.compile_timeout, self._deadline([r for _, r, _ in items]),
+                                on_wait=self.tick)
         except WorkerUnavailable as e:
             self._no_pool(str(e))
             return None
@@ -342,7 +329,7 @@ class Explorer:
         k = self.pool.holder(row.id)
         if k is None:
             raise RuntimeError("its worker process was restarted since it was checked")
-        res = self.pool.run([(k, ("time", row.id, rep_ms))], self.opts.compile_timeout, deadline)[0]
+        res = self.pool.run([(k, ("time", row.id, rep_ms))], self.opts.compile_timeout, deadline, on_wait=self.tick)[0]
         if "median_us" in res:
             return res["median_us"], res["p20_us"], res["p80_us"]
         return res
@@ -408,13 +395,19 @@ class Explorer:
             if exhausted:
                 self.stop_reason = "exhausted"
                 break
-        if self.pbar is not None:
-            self.tick()
-            self.pbar.close()
+        self.pbar.close()
 
     def _stop_reason(self) -> str | None:
-        """Why the search stops before the next batch ("budget", "max_trials", "converged"), or None."""
-        if self.elapsed() >= self.opts.budget:
+        """Why the search stops before the next batch ("budget", "max_trials", "converged"), or None.
+
+        On a GPU a batch is not started when the budget left is shorter than the median compile
+        time so far: it would be abandoned, and killing its workers would lose the kernels they
+        hold for the final re-measurement."""
+        left = self.opts.budget - self.elapsed()
+        if left <= 0:
+            return "budget"
+        took = sorted(r.compile_s for r in self.rows if r.origin == "space" and r.compile_s)
+        if self.pool is not None and not self.interpret and len(took) >= 3 and left < took[len(took) // 2]:
             return "budget"
         if self.max_trials is not None and self.compiled >= self.max_trials:
             return "max_trials"
@@ -501,7 +494,8 @@ class Explorer:
             self.pool.close()
 
     def close(self) -> None:
-        """Stop the worker processes (if any are left; :meth:`remeasure` stops them)."""
+        """Stop the worker processes (if any are left; :meth:`remeasure` stops them) and the progress bar."""
+        self.pbar.close()
         if self.pool is not None:
             self.pool.close()
 

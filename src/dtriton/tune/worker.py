@@ -255,12 +255,14 @@ class WorkerPool:
         """The worker holding the kernel of candidate ``cid`` (checked correct there), or ``None``."""
         return next((k for k, s in enumerate(self.slots) if cid in s.kept), None)
 
-    def run(self, requests: list[tuple[int, tuple]], timeout: float, deadline: float | None) -> list[dict]:
+    def run(self, requests: list[tuple[int, tuple]], timeout: float, deadline: float | None,
+            on_wait: Callable[[], None] | None = None) -> list[dict]:
         """Send ``requests`` (``[(worker index, message)]``, at most one per worker) and collect one
         result dict each. A request still running after ``timeout`` seconds, or at ``deadline`` (a
         ``time.perf_counter`` value), is abandoned and its worker killed: its result has status
         "timeout", or "skipped" with the reason. A worker that dies gives status "failed" with a
-        ``WorkerDied`` reason. Each result has ``compile_s``-style seconds in ``"seconds"``."""
+        ``WorkerDied`` reason. Each result has the seconds it took in ``"seconds"``. ``on_wait`` is
+        called about every half second while waiting (the progress bar)."""
         t0 = time.perf_counter()
         out: list[dict | None] = [None] * len(requests)
         pending = {}
@@ -275,10 +277,12 @@ class WorkerPool:
             waits = [timeout - (now - t0)] + ([deadline - now] if deadline is not None else [])
             live = {self.slots[k].conn: k for k in pending}
             live.update({self.slots[k].proc.sentinel: k for k in pending})
-            for obj in wait_ready(list(live), timeout=max(0.0, min(waits))):
+            for obj in wait_ready(list(live), timeout=max(0.0, min(waits + [0.5]))):
                 k = live[obj]
                 if k in pending:
                     self._collect(k, requests[pending[k]][1], out, pending, t0)
+            if on_wait is not None:
+                on_wait()
             now = time.perf_counter()
             over_deadline = deadline is not None and now >= deadline
             if over_deadline or now - t0 >= timeout:
