@@ -125,3 +125,19 @@ def test_tests_use_a_private_cache_directory():
     cache = os.environ.get("DTRITON_CACHE_DIR")
     assert cache and not Path(cache).resolve().is_relative_to(Path.home() / ".cache")
     assert Path(cache) in default_db_path().parents
+
+
+def test_table_shows_kernel_times_only_when_measured(tmp_path):
+    """The GPU layout (a kernel-time column, its caption) from a result built by hand: no GPU here."""
+    from dtriton.tune import BenchmarkResult, BenchRow
+    rows = [BenchRow("dtriton", "ok", (10.0, 9.0, 12.0), (4.0, 3.5, 4.5), 1e-7),
+            BenchRow("eager PyTorch (alg.reference)", "ok", (20.0, 19.0, 22.0), (8.0, 7.9, 8.2), 1e-8),
+            BenchRow("torch.compile(alg.reference)", "failed", note="RuntimeError: x")]
+    res = BenchmarkResult("softmax", {"M": 4, "N": 8}, ["float16"], "NVIDIA H200", False, "{}", "heuristic", 1e-2,
+                          rows)
+    text = str(res)
+    assert "kernel µs" in text and "GPU time" in text and "2x" in text and "4.00 [3.50-4.50]" in text and "10.0 [9.00-12.0]" in text
+    assert "failed: RuntimeError: x" in text and "interpreter" not in text
+    assert res.plot(tmp_path / "g.png").stat().st_size > 0
+    res.rows = [BenchRow(r.name, r.status, r.call_us, None, r.rel_err, r.note) for r in rows]
+    assert "kernel µs" not in str(res)

@@ -90,3 +90,17 @@ def test_readme_matches_ci_and_the_quickstart():
     quick = readme.split("```python\n", 1)[1].split("```", 1)[0]
     assert quick == (DOCS / "snippets" / "quickstart.py").read_text(encoding="utf-8")
     assert "mkdocs build --strict" in ci
+
+
+def test_bench_command_of_the_guide_runs():
+    """docs/explore.md's first `dtriton bench` command, on the guide's kernels.py (tiny shapes)."""
+    from click.testing import CliRunner
+
+    from dtriton.cli import main
+    guide = (DOCS / "explore.md").read_text(encoding="utf-8")
+    cmd = next(ln for ln in guide.splitlines() if ln.startswith("dtriton bench kernels.py:row_rms"))
+    argv = cmd.split("#")[0].split()[1:]
+    argv[1] = argv[1].replace("kernels.py", str(DOCS / "snippets" / "kernels.py"))
+    res = CliRunner().invoke(main, argv + ["--seconds", "0.05"], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert "row_rms" in res.output and "eager PyTorch" in res.output

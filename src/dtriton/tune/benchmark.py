@@ -86,19 +86,22 @@ class BenchmarkResult:
         from rich.table import Table
         where = "Triton interpreter on the CPU: times measure Python, not a GPU" if self.interpreter else self.device
         shapes = ", ".join(f"{k}={v}" for k, v in self.shapes.items())
+        gpu = any(r.kernel_us for r in self.rows)
         t = Table(title=f"{self.algorithm} ({shapes}; {', '.join(self.dtypes)})",
-                  caption=escape(f"{where}. call: median [IQR] of synchronised calls; kernel: GPU time, median "
-                          f"[p20-p80]; error: relative norm vs float64 (tolerance {self.tolerance:.0e}). "
-                          f"dtriton schedule ({self.schedule_origin}): {self.schedule}"))
-        for col, just in (("implementation", "left"), ("call µs", "right"), ("kernel µs", "right"),
-                          ("vs eager", "right"), ("error", "right"), ("check", "left")):
+                  caption=escape(f"{where}. call: median [IQR] of synchronised calls; "
+                                 + ("kernel: GPU time, median [p20-p80]; " if gpu else "")
+                                 + f"error: relative norm vs float64 (tolerance {self.tolerance:.0e}). "
+                                 f"dtriton schedule ({self.schedule_origin}): {self.schedule}"))
+        cols = [("implementation", "left"), ("call µs", "right")] + ([("kernel µs", "right")] if gpu else []) + \
+            [("vs eager", "right"), ("error", "right"), ("check", "left")]
+        for col, just in cols:
             t.add_column(col, justify=just)
         eager = next((r.call_us[0] for r in self.rows if r.name.startswith("eager") and r.call_us), None)
         for r in self.rows:
             speed = f"{eager / r.call_us[0]:.3g}x" if eager and r.call_us else "-"
             check = r.status + (f": {r.note}" if r.note else "")
-            cells = (r.name, _fmt_spread(r.call_us), _fmt_spread(r.kernel_us), speed,
-                     "-" if r.rel_err is None else f"{r.rel_err:.1e}", check)
+            cells = (r.name, _fmt_spread(r.call_us)) + ((_fmt_spread(r.kernel_us),) if gpu else ()) + \
+                (speed, "-" if r.rel_err is None else f"{r.rel_err:.1e}", check)
             t.add_row(*(escape(c) for c in cells))
         return t
 
@@ -152,7 +155,7 @@ def _fmt_spread(v: tuple[float, float, float] | None) -> str:
     med, lo, hi = v
 
     def f(x):
-        return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
+        return f"{x:,.0f}" if x >= 100 else (f"{x:.1f}" if x >= 10 else f"{x:.2f}")
     return f"{f(med)} [{f(lo)}-{f(hi)}]"
 
 
