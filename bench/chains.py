@@ -64,28 +64,45 @@ TOL = {"float32": 1e-3, "float16": 2e-2, "bfloat16": 5e-2}
 
 
 def hand_schedule(chain: Chain, args) -> dt.Schedule | None:
-    """The schedule eager torch runs, written with dtriton's knobs, for chains whose GEMM is followed by row
-    reductions over its output (None for the others; group norms: :func:`grouped_hand_schedule`): the GEMM
-    stage (``sum0``) materialised with the heuristic's
-    GEMM tiles, and one row kernel (grid ``i``, 2 rows per program, the whole row in one block) that computes
-    every other reduction in registers and writes the output. It measures how far the heuristic's plan (each
-    reduction a kernel of its own, row tiles of the GEMM's size) is from the plan the knobs already allow."""
+    """A schedule written with dtriton's knobs for a chain whose GEMM is followed by reductions over its output,
+    close to what eager torch runs (None for the other chains). It measures how far the heuristic's plan is from
+    a plan the compiler already supports:
+
+    - row reductions (softmax, norms, logsumexp, ...): the GEMM stage ``sum0`` materialised with the heuristic's
+      GEMM tiles, then one row kernel (grid ``i``, 2 rows per program, the whole row in one block) computing every
+      other reduction in registers (the heuristic: a kernel per reduction, row tiles of the GEMM's size);
+    - column statistics (batch norm): the means over i split 8 ways, 32 columns per program (the heuristic: one
+      program per 128 columns looping over every row);
+    - a second GEMM after a softmax: the row statistics materialised once by row kernels (the heuristic
+      recomputes them in every output tile of the second GEMM);
+    - group norms: :func:`grouped_hand_schedule`."""
     gemms = contractions(chain.alg)
-    others = [s.name for s in reduction_stages(chain.alg) if s.name not in gemms]
+    others = {s.name: set(s.node.over) for s in reduction_stages(chain.alg) if s.name not in gemms}
     outs = [s for s in chain.alg.stages.values() if s.is_output]
     if "W_g" in chain.params() and all(s.free_axes == ("i", "g", "c") for s in outs):
         return grouped_hand_schedule(chain, args)
-    if list(gemms) != ["sum0"] or not others or any(set(s.free_axes) - {"i", "j"} for s in outs) \
-            or any(set(s.node.over) - {"j", "k"} for s in reduction_stages(chain.alg) if s.name in others):
+    if not others or "sum0" not in gemms or any(set(s.free_axes) - {"i", "j", "p"} for s in outs):
         return None
     base = json.loads(dt.compile(chain.alg).schedule_for(*args).to_json())
     gemm = {"place": "materialize", "grid": ["i", "j"], "group": base.get("group", {"i": 8}),
             "tile": {a: t for a, t in base["tile"].items() if a in ("i", "j", "k")},
             **{k: base[k] for k in ("num_warps", "num_stages") if k in base}}
     n = args[chain.params().index("W")].shape[0]
-    return dt.Schedule.from_json(json.dumps({
-        "grid": ["i"], "tile": {"i": 2, "j": 1 << (n - 1).bit_length()}, "strategy": {"j": "whole"}, "num_warps": 8,
-        "stages": {"sum0": gemm, **{o: {"place": "fuse"} for o in others}}}))
+    row = {"grid": ["i"], "tile": {"i": 2}, "strategy": {"j": "whole"}, "num_warps": 8}
+    if all(o == {"i"} for o in others.values()) and list(gemms) == ["sum0"]:
+        return dt.Schedule.from_json(json.dumps({"split": {"i": 8}, "stages": {
+            o: {"tile": {"i": 64, "j": 32}} for o in others}}))
+    if any(o - {"j", "k"} for o in others.values()):
+        return None
+    if list(gemms) == ["sum0"]:
+        return dt.Schedule.from_json(json.dumps({
+            **row, "tile": {"i": 2, "j": 1 << (n - 1).bit_length()},
+            "stages": {"sum0": gemm, **{o: {"place": "fuse"} for o in others}}}))
+    if [g for g in gemms if g != "sum0"] and all(o == {"j"} for o in others.values()):
+        second = {"tile": {a: t for a, t in base["tile"].items()}}
+        return dt.Schedule.from_json(json.dumps({**second, "stages": {
+            "sum0": gemm, **{o: {"place": "materialize", **row} for o in others}}}))
+    return None
 
 
 def grouped_hand_schedule(chain: Chain, args) -> dt.Schedule | None:
