@@ -46,12 +46,13 @@ def cases(dev: str, dry: bool, cpu: bool) -> dict:
             "attention": (attention, (mk(4, 16, 2048, 64), mk(4, 16, 2048, 64), mk(4, 16, 2048, 64), 0.125))}
 
 
-def run_one(name: str, alg, args, budget: float, max_trials: int | None) -> dict:
+def run_one(name: str, alg, args, budget: float, max_trials: int | None, isolate: bool | None = None) -> dict:
     """One exploration; its budget, wall time, re-measurement time and statuses."""
     t = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = dt.explore(alg, args, budget=budget, store=False, progress=False, max_trials=max_trials)
+        res = dt.explore(alg, args, budget=budget, store=False, progress=False, max_trials=max_trials,
+                         isolate=isolate)
     wall = time.perf_counter() - t
     rem = float(getattr(res, "remeasure_s", 0.0) or 0.0)
     return dict(case=name, budget_s=budget, wall_s=round(wall, 2), remeasure_s=round(rem, 2),
@@ -66,6 +67,7 @@ def main(argv=None):
     ap.add_argument("--out", default="")
     ap.add_argument("--max-trials", type=int, default=100000, help="high, so that the budget stops the search")
     ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, tiny shapes")
+    ap.add_argument("--no-isolate", action="store_true", help="candidates in-process (isolate=False: no hard budget)")
     ap.add_argument("--cpu", action="store_true", help="CPU interpreter, moderate shapes (softmax 64x1000)")
     a = ap.parse_args(argv)
     a.dry_run = a.dry_run or a.cpu
@@ -75,7 +77,7 @@ def main(argv=None):
     for name, (alg, args) in cases(dev, a.dry_run and not a.cpu, a.cpu).items():
         if name not in a.only.split(","):
             continue
-        r = run_one(name, alg, args, a.budget, a.max_trials)
+        r = run_one(name, alg, args, a.budget, a.max_trials, False if a.no_isolate else None)
         rows.append(r)
         st = ", ".join(f"{k} {v}" for k, v in r["counts"].items())
         print(f"{name:<10} {r['budget_s']:>9.1f} {r['wall_s']:>8.2f} {r['remeasure_s']:>12.2f} "

@@ -218,3 +218,17 @@ def test_progress_bar_on_a_terminal_only_after_the_delay():
     off = ExploreProgress("matmul", 20, enabled=False, console=con)
     off.update(5.0, 1, 1.0)
     assert off.bar is None
+
+
+@pytest.mark.parametrize("how", ["error", "death"])
+def test_workers_that_cannot_set_up_fall_back_to_in_process(mm_args, monkeypatch, how):
+    from dtriton.tune import worker
+
+    def broken(spec):
+        if how == "death":
+            os._exit(7)
+        raise RuntimeError("no inputs here")
+    monkeypatch.setattr(worker, "_make_bench", broken)
+    with pytest.warns(dt.tune.TuningWarning, match="without isolation"):
+        res = dt.explore(matmul, mm_args, space=Space(tile={"i": [16, 32]}), budget=60, progress=False, store=False)
+    assert res.best is not None and all(r["status"] in ("ok", "duplicate") for r in res.table)

@@ -16,6 +16,9 @@ algorithm is sent by reference (its module and name), so it must be importable: 
 level of a module, or of the ``__main__`` script under an ``if __name__ == "__main__":`` guard. On
 the CPU (the Triton interpreter) workers are forked, which costs milliseconds. :func:`can_isolate`
 says whether an algorithm can be isolated; the explorer runs candidates in-process otherwise.
+
+For tests, ``DTRITON_TEST_WORKER_ABORT=<check|time>:<candidate id>`` makes a worker call
+``os.abort()`` when it is asked to check (or time) that candidate: a worker death on demand.
 """
 
 from __future__ import annotations
@@ -210,7 +213,8 @@ class _Slot:
 
 class WorkerPool:
     """``n`` worker processes for one exploration (see the module docstring). Workers start on
-    first use and again after a death or a kill; :attr:`restarts` counts the restarts.
+    first use and again after a death or a kill; :attr:`restarts` counts the restarts and
+    :attr:`started` the processes started.
     ``start_method``: "fork" or "spawn" (default: spawn for a CUDA device, else fork).
 
     Raises :class:`WorkerUnavailable` (from a request) when a worker cannot be started at all."""
@@ -270,7 +274,12 @@ class WorkerPool:
             s = self.slots[k]
             if s.proc is None:
                 self._start(s)
-            s.conn.send(msg)
+            try:
+                s.conn.send(msg)
+            except OSError:   # it died while idle (e.g. the out-of-memory killer): a fresh one
+                self._kill(s)
+                self._start(s)
+                s.conn.send(msg)
             pending[k] = j
         while pending:
             now = time.perf_counter()
@@ -325,9 +334,9 @@ class WorkerPool:
             s.proc.join(1.0)
             what = "compiling and checking" if msg[0] == "check" else "timing"
             death = _death(s.proc)
-            if not s.ready and self.started > 2 * len(self.slots) + 4:   # workers keep dying before they are ready
+            if not s.ready:   # it died setting up, before any candidate: not the candidate's fault
                 self._kill(s)
-                raise WorkerUnavailable(f"worker processes die before they are ready ({death})")
+                raise WorkerUnavailable(f"a worker process died while setting up ({death})")
             out[j] = {"status": "failed", "seconds": time.perf_counter() - t0,
                       "reason": f"WorkerDied: the worker process running this candidate died while {what} "
                                 f"({death}); a fresh worker took over"}
