@@ -239,16 +239,32 @@ def summary_of(variant: str, rows: list[dict]) -> list[str]:
             continue
         ge, gc = geomean([r["vs_eager"] for r in rs]), geomean([r.get("vs_compile") for r in rs])
         low = sorted((r for r in rs if r.get("vs_compile") and r["vs_compile"] < 0.9), key=lambda r: r["vs_compile"])
+        gh = geomean([r.get("vs_heuristic") for r in rs])
         lines.append(f"- {variant}, {dt_name}: {len(rs)} chains timed; geomean {ge:.3f}x eager"
-                     + (f", {gc:.3f}x torch.compile" if gc else "")
+                     + (f", {gc:.3f}x torch.compile" if gc else "") + (f", {gh:.3f}x the heuristic's" if gh else "")
                      + ("; below 0.9x torch.compile: " + ", ".join(f"{r['chain']} {r['vs_compile']:.2f}" for r in low)
                         if low else ""))
     return lines
 
 
+def relate_variants(rows: list[dict]) -> None:
+    """Rows of another variant than the heuristic's get ``vs_heuristic`` (the heuristic row's dtriton time / this
+    row's) and, when run with --no-compile, the heuristic row's torch.compile time (and ``vs_compile``)."""
+    heur = {(r["chain"], r["dtype"]): r for r in rows if r.get("variant", "heuristic") == "heuristic"}
+    for r in rows:
+        h = heur.get((r["chain"], r["dtype"]))
+        if h is None or h is r or not r.get("dtriton_us"):
+            continue
+        r["vs_heuristic"] = h["dtriton_us"] / r["dtriton_us"] if h.get("dtriton_us") else None
+        if not r.get("compile_us") and h.get("compile_us"):
+            r["compile_us"], r["vs_compile"] = h["compile_us"], h["compile_us"] / r["dtriton_us"]
+            r["compile_from"] = "heuristic row"
+
+
 def write_results(out_dir: str, meta: dict, rows: list[dict]) -> None:
     """``chains_h200.json`` (meta, rows, summary) and ``chains_h200.md`` (summary and one table)."""
     os.makedirs(out_dir, exist_ok=True)
+    relate_variants(rows)
     lines = summary(rows)
     with open(os.path.join(out_dir, "chains_h200.json"), "w") as f:
         json.dump({"meta": meta, "summary": lines, "rows": rows}, f, indent=1, default=str)
