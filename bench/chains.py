@@ -81,7 +81,8 @@ def hand_schedule(chain: Chain, args) -> dt.Schedule | None:
     outs = [s for s in chain.alg.stages.values() if s.is_output]
     if "W_g" in chain.params() and all(s.free_axes == ("i", "g", "c") for s in outs):
         return grouped_hand_schedule(chain, args)
-    if not others or "sum0" not in gemms or any(set(s.free_axes) - {"i", "j", "p"} for s in outs):
+    if not others or "sum0" not in gemms or "W" not in chain.params() \
+            or any(set(s.free_axes) - {"i", "j", "p"} for s in outs):
         return None
     base = json.loads(dt.compile(chain.alg).schedule_for(*args).to_json())
     gemm = {"place": "materialize", "grid": ["i", "j"], "group": base.get("group", {"i": 8}),
@@ -325,6 +326,9 @@ def main(argv=None) -> None:
     for d in dtypes:
         if d not in TOL:
             raise SystemExit(f"--dtypes: unknown dtype {d!r}; use {', '.join(TOL)}")
+    if a.variant == "hand":
+        chains = [c for c in chains if hand_schedule(c, make_inputs(c, *shape_of(c, DRY_SHAPE), torch.float32, "cpu",
+                                                                    empty=True)[1]) is not None]
     if a.plans is not None:
         return print_plans(chains, dtypes, a.plans or None)
     if a.list:
@@ -343,9 +347,6 @@ def main(argv=None) -> None:
     print(f"# {meta}", flush=True)
     path = os.path.join(a.out, "chains_h200.json")
     old = json.load(open(path))["rows"] if (a.append or a.resume) and os.path.exists(path) else []
-    if a.variant == "hand":
-        chains = [c for c in chains if hand_schedule(c, make_inputs(c, *shape_of(c, DRY_SHAPE), torch.float32, "cpu",
-                                                                    empty=True)[1]) is not None]
     variant = a.variant if a.budget <= 0 or a.variant == "hand" else f"explored {a.budget:g}s"
     todo = [(c, d) for d in dtypes for c in chains]
     if a.resume:   # rows measured (or failed) by an earlier call stay; skipped and missing ones run

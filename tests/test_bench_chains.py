@@ -34,6 +34,8 @@ def test_chains_dry_run_checks_against_float64(tmp_path):
 def test_chains_plans_and_list_run_nothing(tmp_path):
     out = _run(["bench/chains.py", "--list"], tmp_path)
     assert int(out.split()[-2]) >= 30
+    out = _run(["bench/chains.py", "--list", "--variant", "hand"], tmp_path)   # every chain's hand schedule is built
+    assert 12 <= int(out.split()[-2]) < 30 and "group_norm " in out and "max_pool " not in out
     out = _run(["bench/chains.py", "--plans", str(tmp_path / "plans"), "--dtypes", "float16", "--cases", "swiglu,"],
                tmp_path)
     assert "kernel(s)" in out and os.listdir(tmp_path / "plans")
