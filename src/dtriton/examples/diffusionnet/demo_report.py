@@ -147,9 +147,13 @@ def plots(results: list[MeshResult], out: Path, use_compile: bool, gpu: bool, de
     for ax, kind, title in ((axes[0], "fwd", "forward"), (axes[1], "fwdbwd", "forward + backward")):
         for labels, key, style, color in series:
             label = labels[kind == "fwdbwd"]
-            pts = [(r.V, r.times_us[f"{key}_{kind}"]) for r in rs if r.times_us.get(f"{key}_{kind}") is not None]
-            if pts:
-                ax.plot(*zip(*pts), style, label=label, color=color)
+            k = f"{key}_{kind}"
+            pts = [(r.V, r.times_us[k], *(r.spread_us or {}).get(k, (r.times_us[k],) * 2)) for r in rs
+                   if r.times_us.get(k) is not None]
+            if pts:   # error bars: the interquartile range
+                vs, med, q1, q3 = (list(c) for c in zip(*pts))
+                ax.errorbar(vs, med, yerr=[[m - a for m, a in zip(med, q1)], [b - m for m, b in zip(med, q3)]],
+                            fmt=style, label=label, color=color, capsize=2)
         sweep = [(r.V, r.sweep_fwd_us) for r in rs if r.sweep_fwd_us]
         if sweep and kind == "fwd":
             ax.plot([v for v, _ in sweep], [sw[1] for _, sw in sweep], "x--", color="C3",
@@ -165,7 +169,7 @@ def plots(results: list[MeshResult], out: Path, use_compile: bool, gpu: bool, de
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("vertices V")
-        ax.set_ylabel("median time (µs)" + ("" if gpu else ", Triton interpreter on CPU"))
+        ax.set_ylabel("median time (µs), bars: IQR" + ("" if gpu else ", Triton interpreter on CPU"))
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
