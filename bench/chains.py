@@ -89,7 +89,7 @@ def hand_schedule(chain: Chain, args) -> dt.Schedule | None:
             "tile": {a: t for a, t in base["tile"].items() if a in ("i", "j", "k")},
             **{k: base[k] for k in ("num_warps", "num_stages") if k in base}}
     n = args[chain.params().index("W")].shape[0]
-    row = {"grid": ["i"], "tile": {"i": 2}, "strategy": {"j": "whole"}, "num_warps": 8}
+    row = {"grid": ["i"], "tile": {"i": 2 if n <= 4096 else 1}, "strategy": {"j": "whole"}, "num_warps": 8}
     if all(o == {"i"} for o in others.values()) and list(gemms) == ["sum0"]:
         return dt.Schedule.from_json(json.dumps({"split": {"i": 8}, "stages": {
             o: {"tile": {"i": 64, "j": 32}} for o in others}}))
@@ -97,7 +97,7 @@ def hand_schedule(chain: Chain, args) -> dt.Schedule | None:
         return None
     if list(gemms) == ["sum0"]:
         return dt.Schedule.from_json(json.dumps({
-            **row, "tile": {"i": 2, "j": 1 << (n - 1).bit_length()},
+            **row, "tile": {**row["tile"], "j": 1 << (n - 1).bit_length()},
             "stages": {"sum0": gemm, **{o: {"place": "fuse"} for o in others}}}))
     if [g for g in gemms if g != "sum0"] and all(o == {"j"} for o in others.values()):
         second = {"tile": {a: t for a, t in base["tile"].items()}}
