@@ -21,7 +21,9 @@ already supports is measured in the same table.
 
 Writes ``<out>/chains_h200.json`` and ``.md`` after every row (``--append``: keep the rows of another
 dtype / chain from an earlier run of the file). ``--deadline``: seconds after which no new row starts
-(the device call limit is 600 s; the remaining rows are listed as skipped).
+(the device call limit is 600 s; the remaining rows are listed as skipped). A row being measured is listed as
+"died" until it finishes, so a CUDA fault that ends the process leaves a row naming the chain, and ``--resume``
+goes on after it.
 """
 
 from __future__ import annotations
@@ -297,6 +299,13 @@ def write_results(out_dir: str, meta: dict, rows: list[dict]) -> None:
         f.write("\n".join(md) + "\n")
 
 
+def empty_row(c: Chain, dtype: str, variant: str, note: str) -> dict:
+    """The row of a chain that was not measured (``note`` says why)."""
+    return dict(chain=c.name, dtype=dtype, shape=dict(M=c.M, K=c.K, N=c.N, P=c.P, C=c.C), flops=0, err=None,
+                err_check=None, dtriton_us=None, eager_us=None, compile_us=None, vs_eager=None, vs_compile=None,
+                kernels=[], schedule=None, variant=variant, note=note)
+
+
 def main(argv=None) -> None:
     """Parse the options and run the selected chains x dtypes, rewriting the results after every row."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -358,15 +367,15 @@ def main(argv=None) -> None:
     t0 = time.time()
     for c, d in todo:
         if time.time() - t0 > a.deadline:
-            rows.append(dict(chain=c.name, dtype=d, shape=dict(M=c.M, K=c.K, N=c.N, P=c.P, C=c.C), flops=0,
-                             err=None, err_check=None, dtriton_us=None, eager_us=None, compile_us=None, vs_eager=None,
-                             vs_compile=None, kernels=[], schedule=None, variant=variant,
-                             note=f"skipped: --deadline {a.deadline:.0f}s"))
+            rows.append(empty_row(c, d, variant, f"skipped: --deadline {a.deadline:.0f}s"))
             continue
+        # a CUDA fault ends the process: the row says so, and --resume goes on after it
+        write_results(a.out, meta, rows + [empty_row(c, d, variant, "died: the process ended during this row")])
         try:
             r = run_chain(c, d, a.budget, not a.no_compile, a.variant)
-        except Exception:  # noqa: BLE001 - the torch side failed: keep going
+        except Exception as e:  # noqa: BLE001 - the torch side failed: keep going
             traceback.print_exc()
+            rows.append(empty_row(c, d, variant, f"torch failed: {type(e).__name__}: {str(e)[:200]}"))
             continue
         rows.append(r)
         print(f"  {c.name:24s} {d:8s} {variant[:9]:9s} dtriton {r['dtriton_us'] or float('nan'):9.1f} us  eager "
