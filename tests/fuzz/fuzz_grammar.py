@@ -45,6 +45,7 @@ SIZES = (1, 1, 2, 3, 4, 5, 7, 8, 9, 13, 16, 17, 31, 33)
 MAX_POINTS = 2048
 FLOAT_DTYPES = ("float32", "float32", "float32", "float32", "float16", "bfloat16", "float64")
 LAYOUTS = ("contiguous", "contiguous", "transposed", "offset", "expanded")
+INF = float("inf")
 CONSTS = (0.0, 1.0, -1.0, 0.5, 2.0, 3.0, -2.5, 1e-3, 100.0)
 REDUCTIONS = ("sum", "sum", "mean", "max", "min", "prod", "argmax", "argmin")
 UNARY = ("neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs")
@@ -215,6 +216,8 @@ class _Gen:
             name = f"s{len(self.params)}"
             self.params[name] = self.d.choice((0.5, -1.25, 2.0, 3.0))
             return ["param", name]
+        if self.d.chance(0.04):
+            return ["const", self.d.choice((INF, -INF))]
         return ["const", self.d.choice(CONSTS)]
 
     # -- expressions -----------------------------------------------------------------------------
@@ -307,16 +310,38 @@ class _Gen:
         return out
 
     def reduction(self, allowed, depth) -> list:
+        """A reduction over fresh axes, or over axes the consumer has too (then broadcast back)."""
         kind = self.d.choice(REDUCTIONS)
-        over = self.fresh(allowed, 1 if kind.startswith("arg") or self.d.chance(0.7) else 2)
+        n = 1 if kind.startswith("arg") or self.d.chance(0.7) else 2
+        if allowed and self.d.chance(0.5):
+            over = [self.d.choice(allowed)]
+            if n == 2:
+                over += [a for a in self.fresh(allowed + tuple(over), 1)]
+        else:
+            over = self.fresh(allowed, n)
         if not over:
             return self.unary(allowed, depth)
-        inner = tuple(allowed) + tuple(over)
+        if allowed and over[0] in allowed and self.d.chance(0.5):
+            return self.normalise(allowed, over[0], kind, depth)
+        inner = tuple(dict.fromkeys(tuple(allowed) + tuple(over)))
         x = self.expr(inner, depth - 1)
         missing = tuple(a for a in over if a not in free_axes(x))
         if missing:
             x = ["bin", self.d.choice(("add", "mul", "sub")), x, self.load(inner, must=missing)]
         return ["red", kind, over, x]
+
+    def normalise(self, allowed, o: str, kind: str, depth) -> list:
+        """``x (op) red(x, over=o)`` with ``x`` shared: softmax-, layer-norm-like patterns."""
+        x = self.expr(allowed, depth - 1)
+        if o not in free_axes(x):
+            x = ["bin", "add", x, self.load(allowed, must=(o,))]
+        r = ["red", kind, [o], x]
+        if kind == "max" and self.d.chance(0.6):   # a stable softmax / log-sum-exp
+            e = ["un", "exp", ["bin", "sub", x, r]]
+            s = ["red", "sum", [o], e]
+            return ["bin", "div", e, s] if self.d.chance(0.5) else ["bin", "add", r, ["un", "log", s]]
+        return ["bin", self.d.choice(("sub", "div", "mul", "add")), x,
+                r if kind != "prod" else ["bin", "add", ["un", "abs", r], ["const", 1.0]]]
 
     def contraction(self, allowed, depth) -> list:
         over = self.fresh(allowed, 1 if self.d.chance(0.8) else 2)
@@ -364,6 +389,8 @@ class _Gen:
             axes = self.fresh((), n)
             node = self.expr(tuple(axes), self.d.integer(1, 4))
             layout = list(free_axes(node))
+            if self.d.chance(0.05):   # an output broadcast along an axis its value does not have
+                layout += self.fresh(tuple(layout), 1)
             for m in range(len(layout) - 1, 0, -1):
                 r = self.d.integer(0, m)
                 layout[m], layout[r] = layout[r], layout[m]

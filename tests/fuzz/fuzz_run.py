@@ -334,12 +334,14 @@ BAD_REFUSALS = ("CompileError",)
 def verdict(rec: dict) -> str | None:
     """None when a record of :func:`run_case` is acceptable (a match, or refusals by dtriton's
     own checks), else why not: a wrong value, a schedule-dependent result, a non-dtriton
-    exception, or a :data:`BAD_REFUSALS` error on a legal program."""
+    exception, a :data:`BAD_REFUSALS` error on a legal program, or the heuristic's own schedule
+    (none given) refused."""
     if rec["outcome"] in ("bug", "wrong", "schedule-dependent"):
         return f"{rec['outcome']}: {rec['detail']}"
-    bad = [r for r in rec["runs"] if r["status"] == "refusal" and r["cls"] in BAD_REFUSALS]
+    bad = [r for r in rec["runs"] if r["status"] == "refusal" and (r["cls"] in BAD_REFUSALS or (
+        r["how"] == "default" and r["cls"] in ("ScheduleError", "CompileError")))]
     if bad:
-        return f"refusal {bad[0]['cls']} on a legal program [{bad[0]['how']}]: {bad[0]['msg']}"
+        return f"refusal {bad[0]['cls']} of a legal program [{bad[0]['how']}]: {bad[0]['msg']}"
     return None
 
 

@@ -214,6 +214,13 @@ class Algorithm:
         for o in self.outputs:
             o.expr = remap.get(o.expr.uid, o.expr)
         outs = {o.name for o in self.outputs}
+        for o in self.outputs:
+            extra = [a for a in o.layout if a not in o.expr.axes]
+            if extra:
+                raise AlgorithmError(
+                    f"output {o.name} [{', '.join(o.layout)}] of {self.name} has axes {extra} its value does not "
+                    f"depend on ({fmt(o.expr)}); outputs are not broadcast: drop them from the layout, or expand "
+                    f"the result in torch after the call")
         for p in self.params:
             if p.name in outs:
                 raise AlgorithmError(f"parameter {p.name!r} of {self.name} has the name of its output {p.name!r} "

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ...ir import Axis, Const, Load, Reduce, ScalarParam, fmt, walk
+from ...ir import Axis, Load, Reduce, fmt, walk
 from ...plan.graph import fused_reduces, has
 from ...plan.kernel import KernelPlan, Program, StoreSpec
 from ..base import KernelMeta
@@ -214,20 +214,22 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter):
         if self.present(expr, scope) != pres and pres:
             v = f"tl.broadcast_to({v}, {self.shape(layout, pres)})"
         ptr = self.addr(name, terms)
+        # of literals and scalar arguments only: a Python number in the interpreter (no .to())
+        scalars_only = not any(isinstance(n, (Load, Reduce, Axis)) for n in walk([expr]))
         if not pres and layout:
             # nothing of the output is a block here, but the value is a (1, ..., 1) block: store
             # through a pointer block of the same shape
             ptr = f"{ptr} + tl.full({self.shape(layout, set())}, 0, tl.int32)"
             v = f"tl.reshape({v}, {self.shape(layout, set())})" if self.present(expr, scope) == set() and \
-                not isinstance(expr, (Const, ScalarParam)) else f"tl.full({self.shape(layout, set())}, 0.0, {self.cdt}) + {v}"
-        elif not layout and not any(isinstance(n, (Load, Reduce, Axis)) for n in walk([expr])):
-            v = f"tl.cast({v}, {self.cdt})"  # of scalars only, a Python number: it has no .to()
+                not scalars_only else f"tl.full({self.shape(layout, set())}, 0.0, {self.cdt}) + {v}"
+        elif not layout and scalars_only:
+            v = f"tl.cast({v}, {self.cdt})"
         if st.atomic:
             scope.emit(f"tl.atomic_add({ptr}, {v}" + (f", mask={mask}" if mask else "") + ", sem=\"relaxed\")")
         else:
             odt = self.out_dtypes.get(st.target)
             if self.k.round_bf16 and odt == torch.bfloat16:
-                v = f"{self.use_helper('_round_bf16', ROUND_BF16)}(({v}).to(tl.float32))"
+                v = f"{self.use_helper('_round_bf16', ROUND_BF16)}(tl.cast({v}, tl.float32))"
             acc = None
             if odt is not None and not st.partial_axis and pres:
                 acc = self.tile_access(name, list(st.layout), scope)

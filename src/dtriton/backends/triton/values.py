@@ -322,7 +322,7 @@ class ValuePrinter:
                 if self.is_bool(n.x):
                     x = f"{x}.to(tl.float32)"
                 if self.k.round_bf16 and n.dtype == torch.bfloat16:
-                    return f"{self.use_helper('_round_bf16', ROUND_BF16)}(({x}).to(tl.float32)).to({self.cdt})", "cast to torch.bfloat16 (rounded to nearest)"
+                    return f"{self.use_helper('_round_bf16', ROUND_BF16)}(tl.cast({x}, tl.float32)).to({self.cdt})", "cast to torch.bfloat16 (rounded to nearest)"
                 return f"tl.cast({x}, {tdt}).to({self.cdt})", f"cast to {n.dtype}"
             return f"tl.cast({x}, {tdt})", f"cast to {n.dtype}"
         raise AssertionError(n)
