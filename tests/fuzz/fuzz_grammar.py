@@ -214,7 +214,7 @@ class _Gen:
     def scalar(self) -> list:
         if self.d.chance(0.3):
             name = f"s{len(self.params)}"
-            self.params[name] = self.d.choice((0.5, -1.25, 2.0, 3.0))
+            self.params[name] = self.d.choice((0.5, -1.25, 2.0, 3.0, 0.1, -1 / 3))
             return ["param", name]
         if self.d.chance(0.04):
             return ["const", self.d.choice((INF, -INF))]

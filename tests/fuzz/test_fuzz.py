@@ -86,3 +86,31 @@ def test_fuzz_many():
     out.write_text(json.dumps(res, indent=1))
     bad = [f"seed {r['seed']}: {verdict(r)}" for r in res["failures"] if verdict(r)]
     assert not bad, f"{len(bad)} failing cases (summary in {out}):\n" + "\n".join(bad[:20])
+
+
+def _case(tensors: dict, outputs: list, sizes: dict, axis_sym: dict) -> Case:
+    full = {n: {"dims": dims, "dtype": "float64", "kind": kind, "hi": hi, "layout": "contiguous"}
+            for n, (dims, kind, hi) in tensors.items()}
+    return Case(sizes, dict({a: "M" for a in "ijkl"}, **axis_sym), full, {}, outputs)
+
+
+def test_evaluator_against_torch():
+    """The fuzzer's own evaluator agrees with plain torch on softmax, matmul, a gather and argmax."""
+    import torch
+    from fuzz_eval import Evaluator
+    g = torch.Generator().manual_seed(5)
+    X, B = torch.randn(3, 5, generator=g, dtype=torch.float64), torch.randn(5, 4, generator=g, dtype=torch.float64)
+    idx = torch.tensor([4, 0, 2])
+    x = ["load", "X", ["i", "j"]]
+    e = ["un", "exp", ["bin", "sub", x, ["red", "max", ["j"], x]]]
+    outputs = [[["bin", "div", e, ["red", "sum", ["j"], e]], ["i", "j"]],
+               [["red", "sum", ["j"], ["bin", "mul", x, ["load", "B", ["j", "k"]]]], ["k", "i"]],
+               [["gather", "X", ["i", ["load", "G", ["i"]]]], ["i"]],
+               [["red", "argmax", ["j"], x], ["i"]]]
+    case = _case({"X": (["M", "N"], "float", None), "B": (["N", "K"], "float", None), "G": (["M"], "index", "N")},
+                 outputs, {"M": 3, "N": 5, "K": 4}, {"i": "M", "j": "N", "k": "K"})
+    sm, mm, ga, am = Evaluator(case, [X, B, idx]).outputs()
+    torch.testing.assert_close(sm, torch.softmax(X, -1))
+    torch.testing.assert_close(mm, (X @ B).t())
+    torch.testing.assert_close(ga, X[torch.arange(3), idx])
+    assert torch.equal(am.long(), X.argmax(-1))

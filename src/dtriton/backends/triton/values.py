@@ -224,6 +224,9 @@ class ValuePrinter:
             if v == 0 and math.copysign(1.0, v) < 0:
                 # Triton makes every zero literal +0.0; a product with a tensor keeps the sign
                 return f"(tl.full((), -1.0, {self.cdt}) * 0.0)"
+            if self.cdt == "tl.float64" and not float(v).is_integer():
+                # a bare literal is float32 in Triton: dt.log(0.1) of one would be rounded to it
+                return f"tl.full((), {v!r}, tl.float64)"
             return repr(v)
         if isinstance(n, ScalarParam):
             nm = f"s_{n.name}"
