@@ -298,8 +298,8 @@ class _Gen:
     def cast(self, allowed, depth) -> list:
         to = self.d.choice(CASTS)
         x = self.expr(allowed, depth - 1)
-        if to == "int32":   # truncation of bounded values only (casting inf/NaN to int is undefined)
-            x = ["bin", "mul", ["un", "tanh", x], ["const", 4.0]]
+        if to == "int32":   # truncation of bounded values away from integers (casting inf/NaN is undefined)
+            x = ["bin", "mul", ["un", "tanh", x], ["const", 3.5]]
         return ["cast", to, x]
 
     def fresh(self, allowed, n: int) -> list[str]:

@@ -221,7 +221,7 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter):
             # through a pointer block of the same shape
             ptr = f"{ptr} + tl.full({self.shape(layout, set())}, 0, tl.int32)"
             v = f"tl.reshape({v}, {self.shape(layout, set())})" if self.present(expr, scope) == set() and \
-                not scalars_only else f"tl.full({self.shape(layout, set())}, 0.0, {self.cdt}) + {v}"
+                not self.is_rank0(expr) else f"tl.full({self.shape(layout, set())}, 0.0, {self.cdt}) + {v}"
         elif not layout and scalars_only:
             v = f"tl.cast({v}, {self.cdt})"
         if st.atomic:
