@@ -14,6 +14,7 @@ Long runs (outside CI)::
 
     nice python3 tests/fuzz/fuzz_run.py --start 0 --count 1000 --out /tmp/fuzz/part0.json
     python3 tests/fuzz/fuzz_run.py --merge /tmp/fuzz/part*.json --out fuzz-summary.json
+    python3 tests/fuzz/fuzz_run.py --replay fuzz-summary.json --out replayed.json   # failures, re-run
 """
 
 from __future__ import annotations
@@ -69,8 +70,12 @@ def knob_schedule(d: Draw, alg: dt.Algorithm, axis_sizes: dict[str, int]) -> dt.
         kw["grid"] = tuple(g[:d.integer(0, len(g))])
     strategy = {}
     for a in axes:
-        if a not in kw.get("grid", ()) and d.chance(0.3):
-            strategy[a] = d.choice(("whole", "loop", "online") if a in red else ("whole", "loop"))
+        if a in kw.get("grid", ()):
+            continue
+        if a in red and d.chance(0.5):
+            strategy[a] = d.choice(("whole", "loop", "loop", "online"))
+        elif a not in red and d.chance(0.25):
+            strategy[a] = d.choice(("whole", "loop"))
     if strategy:
         kw["strategy"] = strategy
         if d.chance(0.8):   # mostly legal: a whole axis takes no tile
@@ -82,8 +87,8 @@ def knob_schedule(d: Draw, alg: dt.Algorithm, axis_sizes: dict[str, int]) -> dt.
         kw["split_mode"] = d.choice(("atomic", "partials"))
     stages = {}
     for s in alg.stages.values():
-        if not s.is_output and d.chance(0.4):
-            stages[s.name] = {"place": d.choice(("fuse", "materialize", "auto"))}
+        if not s.is_output and d.chance(0.5):
+            stages[s.name] = {"place": d.choice(("fuse", "fuse", "materialize", "auto"))}
     if stages:
         kw["stages"] = stages
     if d.chance(0.2):
@@ -344,9 +349,29 @@ def _fp64_scalar_param(rec: dict) -> bool:
     return True
 
 
+def _fused_in_loop(rec: dict) -> bool:
+    """Issue 17 case 1: a reduction placed with place="fuse" in a kernel that loops over the
+    reduced axis reads the current tile only. The record is that bug when every wrong run asked
+    for a fused stage and runs right once those placements are left to the compiler."""
+    case = Case.from_dict(rec["case"])
+    wrong = [n for n, r in enumerate(rec["runs"]) if r["status"] == "wrong"]
+    if not wrong or len(case.schedules) != len(rec["runs"]):
+        return False
+    for n in wrong:
+        js = case.schedules[n]["json"]
+        s = dt.Schedule.from_json(js) if js else None
+        if s is None or not any(st.place == "fuse" for st in s.stages.values()):
+            return False
+        unfused = s.replace(stages={k: st.replace(place="auto") for k, st in s.stages.items()})
+        again = run_case(Case.from_dict(rec["case"]), [("unfused", unfused)])
+        if again["outcome"] != "match":
+            return False
+    return True
+
+
 #: open bugs the fuzzer finds, by name: a predicate over a failing record (consulted only after a
 #: failure, so a fixed bug never hides a pass). Such records count under "known:<name>".
-KNOWN = {"fp64-scalar-params": _fp64_scalar_param}
+KNOWN = {"fp64-scalar-params": _fp64_scalar_param, "issue17-case1-fused-in-loop": _fused_in_loop}
 
 
 def known_issue(rec: dict) -> str | None:
@@ -433,6 +458,15 @@ def _shape_of(msg: str) -> str:
     return re.sub(r"\d+", "N", msg)[:160]
 
 
+def replay(rec: dict) -> dict:
+    """Run a record's case again under its recorded schedules (with the code as it is now)."""
+    case = Case.from_dict(rec["case"])
+    if not case.schedules:
+        return dict(run_case(case, d=Draw(case.data_seed)), seed=rec.get("seed"), text=describe(case))
+    scheds = [(s["how"], dt.Schedule.from_json(s["json"]) if s["json"] else None) for s in case.schedules]
+    return dict(run_case(case, scheds), seed=rec.get("seed"), text=describe(case))
+
+
 def keep(rec: dict, path: Path, what: str) -> None:
     """Append the case of ``rec`` (with its schedules and data seed) to the regressions file
     ``path`` as ``{"id", "what", "case"}``."""
@@ -450,9 +484,17 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--limit", type=int, default=120, help="seconds per case before it counts as a Timeout bug")
     p.add_argument("--merge", nargs="*", type=Path, help="summary files to merge into --out")
+    p.add_argument("--replay", type=Path, help="re-run the failures of this summary (their cases and schedules)")
     p.add_argument("--keep", type=int, help="append the case of this seed to --out (a regressions file)")
     p.add_argument("--what", default="", help="with --keep: what the case found")
     a = p.parse_args(argv)
+    if a.replay is not None:
+        summ = Summary()
+        for old in json.loads(a.replay.read_text())["failures"]:
+            summ.add(replay(old))
+        a.out.write_text(json.dumps(summ.to_dict(), indent=1))
+        print(json.dumps({k: v for k, v in summ.to_dict().items() if k != "failures"}, indent=1))
+        return 0
     if a.keep is not None:
         keep(run_seed(a.keep), a.out, a.what)
         return 0
