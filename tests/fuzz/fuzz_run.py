@@ -332,23 +332,6 @@ def run_seed(seed: int, limit_s: int = 0) -> dict:
     return rec
 
 
-def _fp64_scalar_param(rec: dict) -> bool:
-    """Float64 kernels get float scalar arguments as float32 (Triton passes a Python float so),
-    and compute functions of them (dt.exp(s)) in float32: errors near 1e-8 relative."""
-    import re
-    if not rec["case"]["params"] or not any(r["status"] == "wrong" for r in rec["runs"]):
-        return False
-    for r in rec["runs"]:
-        m = re.search(r"\(torch\.float64\).* got (\S+), expected (\S+) ", r.get("msg", "")) if r["status"] == "wrong" else None
-        if m is None and r["status"] == "wrong":
-            return False
-        if m is not None:
-            g, w = float(m.group(1)), float(m.group(2))
-            if not abs(g - w) <= 1e-6 * max(abs(w), 1e-3):
-                return False
-    return True
-
-
 def _fused_in_loop(rec: dict) -> bool:
     """Issue 17 case 1: a reduction placed with place="fuse" in a kernel that loops over the
     reduced axis reads the current tile only. The record is that bug when every wrong run asked
@@ -371,7 +354,7 @@ def _fused_in_loop(rec: dict) -> bool:
 
 #: open bugs the fuzzer finds, by name: a predicate over a failing record (consulted only after a
 #: failure, so a fixed bug never hides a pass). Such records count under "known:<name>".
-KNOWN = {"fp64-scalar-params": _fp64_scalar_param, "issue17-case1-fused-in-loop": _fused_in_loop}
+KNOWN = {"issue17-case1-fused-in-loop": _fused_in_loop}
 
 
 def known_issue(rec: dict) -> str | None:

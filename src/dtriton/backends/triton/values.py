@@ -232,6 +232,9 @@ class ValuePrinter:
             nm = f"s_{n.name}"
             if nm not in self.scalars:
                 self.scalars.append(nm)
+            if self.cdt == "tl.float64" and n.pytype is float:
+                # a float argument is a float32 (Python float in the interpreter): math on it in float64
+                return f"tl.full((), {nm}, tl.float64)"
             return nm
         if isinstance(n, Reduce) and n.uid not in self.k.materialized:
             for s in scope.chain():
