@@ -1,10 +1,11 @@
 """Per-call times of a few small kernels on the CPU (Triton's interpreter).
 
-    PYTHONPATH=src python3 bench/cpu_speed.py [--repeat N] [--only NAME,...]
+    PYTHONPATH=src python3 bench/cpu_speed.py [--repeat N] [--only NAME,...] [--explore SECONDS]
 
 Each case is compiled with the heuristic schedule, called once (plan, render, load), then timed
-over ``--repeat`` calls; the median per-call time is printed with the result's largest error
-against the algorithm's float64 reference. The cases are the ones issue 20 names: softmax on
+over ``--repeat`` calls; the median per-call wall time and CPU time of this process (the steadier
+number on a shared machine) are printed with the result's largest error against the algorithm's
+float64 reference. The cases are the ones issue 20 names: softmax on
 64x1000 fp32 (the README's exploration example), layer norm, a 64x64 float64 matmul, GELU and a
 256x256 row sum.
 """
@@ -55,20 +56,34 @@ def cases() -> dict[str, tuple]:
     }
 
 
-def time_case(alg, args, repeat: int) -> tuple[float, float, float]:
-    """(first call s, median per-call s, max abs error vs the float64 reference)."""
+def time_case(alg, args, repeat: int) -> tuple[float, float, float, float]:
+    """(first call s, median per-call wall s, median per-call CPU s of this process, max abs error
+    vs the float64 reference). The CPU time is the steadier number on a shared machine."""
     k = dt.compile(alg)
     t0 = time.perf_counter()
     out = k(*args)
     first = time.perf_counter() - t0
-    ts = []
+    wall, cpu = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = k(*args)
-        ts.append(time.perf_counter() - t0)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     ref = alg.reference(*[a.double() for a in args])
     err = (out.double() - ref.double()).abs().max().item()
-    return first, statistics.median(ts), err
+    return first, statistics.median(wall), statistics.median(cpu), err
+
+
+def explore_count(budget: float) -> None:
+    """Explore softmax on 64x1000 fp32 for ``budget`` seconds with no trial cap and print how
+    many candidates finished, by status (the issue's measure of a usable CPU exploration)."""
+    x = cases()["softmax 64x1000 fp32"][1]
+    res = dt.explore(softmax, x, budget=budget, max_trials=10**6, store=False, progress=False)
+    by: dict[str, int] = {}
+    for row in res.table:
+        by[row["status"]] = by.get(row["status"], 0) + 1
+    print(f"explore softmax 64x1000 for {budget:g}s: {len(res.table)} candidates {by}, stop: {res.stop_reason}, "
+          f"elapsed {res.elapsed_s:.1f}s")
 
 
 def main() -> None:
@@ -76,14 +91,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3, help="timed calls per case (median printed)")
     ap.add_argument("--only", default="", help="comma-separated substrings of case names to run")
+    ap.add_argument("--explore", type=float, default=0.0, metavar="SECONDS",
+                    help="also explore softmax 64x1000 for this budget and count the candidates measured")
     opts = ap.parse_args()
     only = [s for s in opts.only.split(",") if s]
-    print(f"{'case':26s} {'first call':>11s} {'per call':>10s} {'max err':>9s}")
+    print(f"{'case':26s} {'first call':>11s} {'per call':>10s} {'CPU/call':>10s} {'max err':>9s}")
     for name, (alg, args) in cases().items():
         if only and not any(s in name for s in only):
             continue
-        first, per, err = time_case(alg, args, opts.repeat)
-        print(f"{name:26s} {first:10.3f}s {per * 1e3:8.1f}ms {err:9.1e}", flush=True)
+        first, per, cpu, err = time_case(alg, args, opts.repeat)
+        print(f"{name:26s} {first:10.3f}s {per * 1e3:8.1f}ms {cpu * 1e3:8.1f}ms {err:9.1e}", flush=True)
+    if opts.explore > 0:
+        explore_count(opts.explore)
 
 
 if __name__ == "__main__":

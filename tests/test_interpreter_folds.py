@@ -164,3 +164,46 @@ def test_printed_comments_are_not_cut():
         return dt.sum(v, over=j)[i]
     src = dt.compile(deep).source_for(torch.randn(3, 5))
     assert "…" not in src and src.count("exp(") >= 18
+
+
+def _gpu_schedule(alg, args) -> dt.Schedule:
+    """The schedule the heuristic picks for ``args`` on a GPU (the binding is told it is on CUDA)."""
+    from dtriton.schedule import complete_schedule
+    b = alg.bind(args)
+    b.device = torch.device("cuda")
+    return complete_schedule(alg, None, b)
+
+
+def test_interpreter_heuristic_gives_few_large_programs():
+    from dtriton.schedule import complete_schedule
+    x = torch.randn(64, 1000)
+    s = complete_schedule(softmax, None, softmax.bind((x,)))
+    assert s.tile["i"] == 64 and s.strategy["j"] == "whole"      # one program (the GPU: one row each)
+    assert _gpu_schedule(softmax, (x,)).tile["i"] == 1
+    g = torch.randn(300, 300)
+    s = complete_schedule(gelu_like, None, gelu_like.bind((g,)))
+    assert s.tile["i"] * s.tile["j"] == 65536
+
+
+@dt.algorithm
+def gelu_like(X: dt.Tensor["M", "N"]):
+    i, j = dt.axes("i j")
+    return (X[i, j] * dt.sigmoid(1.702 * X[i, j]))[i, j]
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "layer_norm", "rms_norm", "cross_entropy"])
+def test_gpu_row_schedules_still_run_on_the_interpreter(name):
+    """The interpreter's own heuristic no longer takes one row per program, so the GPU's row
+    schedules (scalar row index, whole row) are run here explicitly, at odd sizes."""
+    from dtriton import library
+    alg = getattr(library, name)
+    g = torch.Generator().manual_seed(8)
+    n = 1031   # wide enough for one row per program on the GPU
+    x = torch.randn(5, n, generator=g)
+    args = {"layer_norm": (x, torch.randn(n, generator=g), torch.randn(n, generator=g)),
+            "rms_norm": (x, torch.randn(n, generator=g)),
+            "cross_entropy": (x, torch.randint(0, n, (5,), generator=g))}.get(name, (x,))
+    sched = _gpu_schedule(alg, args)
+    assert sched.tile.get("i") == 1
+    y = dt.compile(alg, sched)(*args)
+    torch.testing.assert_close(y.double(), alg.reference(*args).double(), rtol=1e-5, atol=1e-5)

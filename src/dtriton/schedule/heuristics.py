@@ -19,6 +19,10 @@ Rules (documented so users can predict them):
 - Other axes on the grid get tiles so a program holds about 1024 elements (the innermost axis
   first); axes of size 1 get tile 1. An output axis that the schedule gives a strategy
   (whole/loop/online) and no stage reduces stays off the grid, covered inside each program.
+- On the interpreter (CPU tensors) a program costs its number of operations whatever its block
+  size, so the grid axes, rows included, get tiles that give each program about 65536 elements
+  (counting the blocks of the axes covered inside it), innermost first: a 64x1000 softmax is one
+  program instead of 64.
 - No tile is filled in for an axis that ends up "whole" off every grid (it would be ignored).
 
 User-given fields are never changed. The heuristic decides the knobs in :data:`DECIDED`; every
@@ -38,6 +42,9 @@ from ..ir import (Algorithm, Axis, Binding, Load, contains, contractions, expr_a
 from .schedule import Schedule, StageSchedule
 
 __all__ = ["complete_schedule", "sm_count", "next_pow2", "Draft", "RULES", "DECIDED"]
+
+#: Elements per program the interpreter's grid tiles aim at (its cost is per operation, not per element).
+INTERPRETER_ELEMENTS = 65536
 
 #: The knobs the heuristic fills in; all others are the user's (or their defaults).
 DECIDED = ("tile", "grid", "group", "split", "strategy", "num_warps", "num_stages", "stages", "access")
@@ -277,16 +284,21 @@ def off_grid_axes(d: Draft) -> None:
 
 def grid_tiles(d: Draft) -> None:
     """Tiles of the grid axes: 1 for a contraction's batch axes; else about 1024 elements per
-    program (4096 on the GPU with wide rows), innermost first; 64 (capped) for any axis left."""
+    program (4096 on the GPU with wide rows; :data:`INTERPRETER_ELEMENTS` on the interpreter),
+    innermost first; 64 (capped) for any axis left."""
     tile = d.tile
     if d.dot_axes:
         for a in d.grid:  # batch axes of a contraction: one per program
             tile.setdefault(a, 1)
     budget = max(1, (4096 if d.gpu else 1024) // d.widest) if d.widest > 1 else 1024
+    if not d.gpu:
+        inside = math.prod(next_pow2(d.sizes[a]) if d.strategy.get(a) == "whole" else tile.get(a, 1)
+                           for a in d.alg.axis_names if a not in d.grid)
+        budget = max(1, INTERPRETER_ELEMENTS // inside)
     for a in reversed(d.grid):
         if a in tile:
             continue
-        if d.row_axes or d.widest > 1:
+        if d.gpu and (d.row_axes or d.widest > 1):
             t = 1 if d.widest >= 1024 or a != d.grid[-1] else d.cap(a, budget)
         else:
             t = d.cap(a, budget)
