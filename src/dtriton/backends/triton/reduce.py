@@ -251,8 +251,9 @@ class ReducePrinter:
     def arg_reduce_body(self, r: Reduce, body: str, inner: Scope, lin, scope: Scope) -> tuple[str, str]:
         """One step of arg-reduction ``r`` over its one axis: ``(value, index)`` pairs (masked
         lanes: the identity and an index past every real one) reduced with the pair-combine
-        helper, or with the built-in the plan names (its index offset by the block's start);
-        returns the (value, index) variables in ``scope``'s layout."""
+        helper, or with the standard index fold the plan names over (value, lane) pairs (the lane
+        then offset by the block's start); returns the (value, index) variables in ``scope``'s
+        layout."""
         a = r.over[0]
         b, _ = inner.find_bind(a)
         idx = b.offs if b.scalar else self.expand1d(b.offs, a, lin)
