@@ -7,6 +7,8 @@ the same torch code, checked against float64 and timed against torch eager and t
     PYTHONPATH=src python3 bench/chains.py --list         # the chains and their shapes (no run)
     PYTHONPATH=src python3 bench/chains.py --plans [DIR]  # H200 heuristic schedule + kernels per chain, on a CPU
     PYTHONPATH=src python3 bench/chains.py --variant hand --append --no-compile   # hand schedules (see below)
+    PYTHONPATH=src python3 bench/chains.py --dtypes float32 --precision tf32x3 --resume --no-compile
+                                                        # fp32 chains, default schedule with another dot precision
 
 Per chain and dtype: (1) dtriton's default schedule (or ``--budget`` seconds of exploration) is checked
 against float64 on a small odd shape, then (2) at the benchmark shape against float64 too; only then (3) the
@@ -46,6 +48,7 @@ import run as timing  # noqa: E402  (bench/run.py: graph_time_us, relerr, tuned_
 from chain_catalogue import (CHAINS, CHECK_SHAPE, DRY_CHECK_SHAPE, DRY_SHAPE, TORCH, Chain, as_float64,  # noqa: E402
                              make_inputs, shape_of)
 from dtriton.ir.analysis import contractions, reduction_stages  # noqa: E402
+from dtriton.schedule.knobs import PRECISIONS  # noqa: E402
 from fp32 import git_commit  # noqa: E402
 
 
@@ -124,30 +127,36 @@ def grouped_hand_schedule(chain: Chain, args) -> dt.Schedule | None:
         "stages": {s.name: {"place": "fuse"} for s in reduction_stages(chain.alg)}}))
 
 
-def dtriton_kernel(chain: Chain, args, budget: float, variant: str):
-    """(kernel, origin) of a variant: "heuristic" (or explored for ``budget`` seconds) or "hand"."""
+def dtriton_kernel(chain: Chain, args, budget: float, variant: str, precision: str | None = None):
+    """(kernel, origin) of a variant: "heuristic" (or explored for ``budget`` seconds) or "hand". ``precision``:
+    the fp32 dot precision replacing the schedule's, every other knob as the variant chose it."""
     if variant == "hand":
         sched = hand_schedule(chain, args)
         if sched is None:
             raise ValueError(f"{chain.name} has no hand schedule (only GEMM + row-reduction chains have one)")
+        sched = sched.replace(precision=precision) if precision else sched
         return dt.compile(chain.alg, sched), "hand: " + sched.to_json()
     if budget > 0:
         return timing.tuned_kernel(chain.alg, args, budget)
+    if precision:
+        return dt.compile(chain.alg, dt.compile(chain.alg).schedule_for(*args).replace(precision=precision)), \
+            f"heuristic, precision={precision}"
     return dt.compile(chain.alg), "heuristic"
 
 
-def run_chain(chain: Chain, dtype_name: str, budget: float, use_compile: bool, variant: str = "heuristic") -> dict:
+def run_chain(chain: Chain, dtype_name: str, budget: float, use_compile: bool, variant: str = "heuristic",
+              precision: str | None = None) -> dict:
     """Check and time one chain in one dtype; returns its row (failures recorded in ``note``)."""
     dtype = getattr(torch, dtype_name)
     M, K, N, P, C = shape = shape_of(chain, DRY_SHAPE if timing.DRY else None)
     row = dict(chain=chain.name, dtype=dtype_name, shape=dict(M=M, K=K, N=N, P=P, C=C), flops=chain.flops(M, K, N, P),
                err_check=None, err=None, dtriton_us=None, eager_us=None, compile_us=None, kernels=[], schedule=None,
-               origin=None, note="", variant=variant if budget <= 0 or variant == "hand" else f"explored {budget:g}s")
+               origin=None, note="", variant=variant_name(variant, budget, precision))
     tkw, args = make_inputs(chain, *shape, dtype, timing.DEV)
     fn = TORCH[chain.name]
     ref = fn(**as_float64(tkw))
     try:
-        k, row["origin"] = dtriton_kernel(chain, args, budget, variant)
+        k, row["origin"] = dtriton_kernel(chain, args, budget, variant, precision)
         small = shape_of(chain, DRY_CHECK_SHAPE if timing.DRY else CHECK_SHAPE)
         row["err_check"] = dtriton_error(k, chain, small, dtype)
         out = k(*args)
@@ -299,6 +308,12 @@ def write_results(out_dir: str, meta: dict, rows: list[dict]) -> None:
         f.write("\n".join(md) + "\n")
 
 
+def variant_name(variant: str, budget: float, precision: str | None) -> str:
+    """The row label of a run: "heuristic", "hand", "explored Ss", with " P" for a replaced precision."""
+    name = variant if budget <= 0 or variant == "hand" else f"explored {budget:g}s"
+    return f"{name} {precision}" if precision else name
+
+
 def empty_row(c: Chain, dtype: str, variant: str, note: str) -> dict:
     """The row of a chain that was not measured (``note`` says why)."""
     return dict(chain=c.name, dtype=dtype, shape=dict(M=c.M, K=c.K, N=c.N, P=c.P, C=c.C), flops=0, err=None,
@@ -314,6 +329,8 @@ def main(argv=None) -> None:
     ap.add_argument("--budget", type=float, default=0.0, help="exploration seconds per chain (0: default schedule)")
     ap.add_argument("--variant", choices=("heuristic", "hand"), default="heuristic",
                     help="hand: the chains with a hand schedule (GEMM + one row kernel, see hand_schedule) only")
+    ap.add_argument("--precision", choices=PRECISIONS, default=None,
+                    help="fp32 dot precision replacing the schedule's (variant 'heuristic P' / 'hand P')")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--deadline", type=float, default=None,
                     help="seconds after which no new chain starts (default 540 on the GPU, none in a dry run)")
@@ -356,7 +373,10 @@ def main(argv=None) -> None:
     print(f"# {meta}", flush=True)
     path = os.path.join(a.out, "chains_h200.json")
     old = json.load(open(path))["rows"] if (a.append or a.resume) and os.path.exists(path) else []
-    variant = a.variant if a.budget <= 0 or a.variant == "hand" else f"explored {a.budget:g}s"
+    if a.precision and a.budget > 0:
+        raise SystemExit("--precision replaces the precision of the heuristic's or the hand schedule; "
+                         "it does not combine with --budget")
+    variant = variant_name(a.variant, a.budget, a.precision)
     todo = [(c, d) for d in dtypes for c in chains]
     if a.resume:   # rows measured (or failed) by an earlier call stay; skipped and missing ones run
         done = {(r["chain"], r["dtype"], r.get("variant", "heuristic")) for r in old if not r["note"].startswith("skipped")}
@@ -372,13 +392,13 @@ def main(argv=None) -> None:
         # a CUDA fault ends the process: the row says so, and --resume goes on after it
         write_results(a.out, meta, rows + [empty_row(c, d, variant, "died: the process ended during this row")])
         try:
-            r = run_chain(c, d, a.budget, not a.no_compile, a.variant)
+            r = run_chain(c, d, a.budget, not a.no_compile, a.variant, a.precision)
         except Exception as e:  # noqa: BLE001 - the torch side failed: keep going
             traceback.print_exc()
             rows.append(empty_row(c, d, variant, f"torch failed: {type(e).__name__}: {str(e)[:200]}"))
             continue
         rows.append(r)
-        print(f"  {c.name:24s} {d:8s} {variant[:9]:9s} dtriton {r['dtriton_us'] or float('nan'):9.1f} us  eager "
+        print(f"  {c.name:24s} {d:8s} {variant[:16]:16s} dtriton {r['dtriton_us'] or float('nan'):9.1f} us  eager "
               f"{r['eager_us'] or float('nan'):9.1f}  compile {r['compile_us'] or float('nan'):9.1f}  err {r['err']}  "
               f"kernels {len(r['kernels'])}  ({time.time() - t0:.0f}s) {r['note']}", flush=True)
         write_results(a.out, meta, rows)

@@ -6,8 +6,10 @@
 Groups (every row checked against float64 first; kernel time by CUDA-graph replay, ``bench/run.py``'s timer):
 
 - ``precision``: fp32 ``X (1024x8192) @ W.T`` (W 8192x8192 in nn.Linear layout) with dtriton's default
-  precision and with ``precision="ieee"`` / ``"tf32"`` / ``"tf32x3"``, against torch fp32 (TF32 off, cuBLAS)
-  and torch with TF32 allowed; relative error of each against float64.
+  precision and with every precision of the knob (ieee, tf32, tf32x3, ...), each twice: as
+  ``Schedule(precision=p)`` (a given schedule keeps the default launch options) and as the default schedule with
+  only its precision replaced; against torch fp32 (TF32 off, cuBLAS) and torch with TF32 allowed; relative error
+  of each against float64.
 - ``layouts``: NN, NT, TN and TT products at 4096^3 in fp32, fp16 and bf16 (operands stored contiguous in the
   named layout); each dtriton row against dtriton's NN row and against torch on the same layout.
 - ``matvec``: fp32 ``A (8192x65536) @ x``: bandwidth as a share of a torch device copy of the same bytes,
@@ -33,6 +35,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dtriton as dt  # noqa: E402
 import run as timing  # noqa: E402  (bench/run.py: graph_time_us, relerr, DRY/DEV switches)
+from dtriton.schedule.knobs import PRECISIONS  # noqa: E402  (every fp32 dot precision the knob allows)
 
 ROWS: list[dict] = []
 OUT: list = []   # [out_dir, meta] once main() has them
@@ -149,8 +152,13 @@ def run_precision() -> None:
     case, work = "fp32 X@W.T 1024x8192x8192", 2 * M * N * K / 1e6
     default = dt.Schedule().precision if hasattr(dt.Schedule(), "precision") else "?"
     dtriton_row("precision", case, f"dtriton default ({default})", mm_nt, (X, W), ref, work, "TFLOP/s")
-    for p in ("ieee", "tf32", "tf32x3"):
+    # two rows per precision: Schedule(precision=p) (a given schedule keeps the default launch options and
+    # drops the heuristic's grouped order), and the default schedule with only its precision replaced
+    default_sched = dt.compile(mm_nt).schedule_for(X, W)
+    for p in PRECISIONS:
         dtriton_row("precision", case, f"dtriton {p}", mm_nt, (X, W), ref, work, "TFLOP/s", dt.Schedule(precision=p))
+        dtriton_row("precision", case, f"dtriton {p} (default schedule)", mm_nt, (X, W), ref, work, "TFLOP/s",
+                    default_sched.replace(precision=p))
     dtriton_row("precision", case + " (W pre-transposed)", "dtriton default", mm_nn, (X, W.T.contiguous()), ref,
                 work, "TFLOP/s")
     measure("precision", case, "torch fp32", lambda: X @ W.T, ref, work, "TFLOP/s", note="allow_tf32=False")

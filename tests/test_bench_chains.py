@@ -44,7 +44,8 @@ def test_chains_plans_and_list_run_nothing(tmp_path):
 def test_fp32_dry_run_rows(tmp_path):
     _run(["bench/fp32.py", "--dry-run", "--only", "precision,matvec"], tmp_path)
     rows = json.loads((tmp_path / "out" / "fp32_h200.json").read_text())["rows"]
-    assert len(rows) == 10 and not [r for r in rows if r["note"].startswith(("WRONG", "failed"))], rows
+    from dtriton.schedule.knobs import PRECISIONS
+    assert len(rows) == 2 * len(PRECISIONS) + 4 + 3 and not [r for r in rows if r["note"].startswith(("WRONG", "failed"))], rows
     assert all(r["err"] < 1e-5 for r in rows), rows
     mv = [r for r in rows if r["group"] == "matvec" and r["impl"] == "dtriton"]
     assert mv and "pct_copy_bw" in mv[0]
