@@ -6,7 +6,9 @@
 - :func:`can_split`, :func:`split_blockers`, :func:`splittable`: whether a reduction, or an axis,
   may be split across programs (read from :attr:`Combiner.splittable`);
 - :func:`stage_grid`: the axes the kernel of a stage maps to program ids under a schedule's grid
-  values; :func:`grid_candidates`: every axis some kernel may map to program ids.
+  values; :func:`grid_candidates`: every axis some kernel may map to program ids;
+- :func:`reads_unit_stride`, :func:`tensor_core_sides`: which operands of a contraction read the
+  reduced axis at unit stride on a call (fp32 tensor-core dots want that for their right operand).
 
 This module is part of the IR layer: it takes algorithms and plain values (grids as tuples of axis
 names), never a :class:`~dtriton.Schedule`.
@@ -14,15 +16,15 @@ names), never a :class:`~dtriton.Schedule`.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from ..errors import ScheduleError
 from .algorithm import Algorithm, Stage
-from .expr import Binary, Expr, Reduce
-from .walk import mul_factors
+from .expr import Axis, Binary, Expr, Load, Reduce
+from .walk import mul_factors, walk
 
 __all__ = ["can_split", "contractions", "sum_of_products", "online_candidate", "split_blockers", "splittable", "stage_grid",
-           "grid_candidates", "reduction_stages", "is_sum"]
+           "grid_candidates", "reduction_stages", "is_sum", "reads_unit_stride", "tensor_core_sides"]
 
 
 def reduction_stages(alg: Algorithm, axis: str | None = None) -> list[Stage]:
@@ -133,4 +135,34 @@ def grid_candidates(alg: Algorithm, grid: Sequence[str] | None, own_grids: Itera
         out |= set(g or ())
     for s in reduction_stages(alg):
         out |= set(s.node.axes)
+    return out
+
+
+def reads_unit_stride(fs: Sequence[Expr], axis: str, unit_dims: Mapping[str, int]) -> bool:
+    """Every tensor load of the factors ``fs`` (outside nested reductions) reads ``axis`` at its
+    tensor's unit-stride dim on this call. ``unit_dims``: input tensor name -> index of its dim of
+    stride 1 (a tensor absent from it, e.g. a materialised stage, counts as not known: False)."""
+    loads = [x for x in walk(list(fs), stop=lambda x: isinstance(x, (Load, Reduce))) if isinstance(x, Load)]
+    if not loads:
+        return False
+    for ld in loads:
+        u = unit_dims.get(ld.tensor.name, -1)
+        if u < 0 or u >= len(ld.index) or not (isinstance(ld.index[u], Axis) and ld.index[u].name == axis):
+            return False
+    return True
+
+
+def tensor_core_sides(r: Reduce, unit_dims: Mapping[str, int]) -> list[str]:
+    """For a contraction ``r`` (a sum over one axis of a product): the free axes ``n`` whose side
+    of the product (the factors using ``n`` and the reduced axis) reads the reduced axis at unit
+    stride. An fp32 tensor-core dot (wgmma) takes its right operand (r, n) from shared memory
+    K-major only, so the side put on the right must be one of these; 16-bit dots take either."""
+    if len(r.over) != 1:
+        return []
+    ra = r.over[0]
+    out = []
+    for n in r.axes:
+        side = [f for f in mul_factors(r.x) if ra in f.axes and n in f.axes]
+        if side and reads_unit_stride(side, ra, unit_dims):
+            out.append(n)
     return out

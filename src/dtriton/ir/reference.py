@@ -9,7 +9,7 @@ reference and finishing step.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 import torch
@@ -150,6 +150,8 @@ class Binding:
     dtypes: dict[str, torch.dtype]   # tensor param name -> dtype
     out_dtypes: list[torch.dtype]
     device: torch.device
+    #: input tensor name -> index of its dim of stride 1 (the last one of size > 1), -1 when none
+    unit_dims: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
     def make(alg, args: Sequence[Any]) -> "Binding":
@@ -161,6 +163,7 @@ class Binding:
         sizes: dict[str, int] = {}
         src: dict[str, str] = {}
         dtypes: dict[str, torch.dtype] = {}
+        unit: dict[str, int] = {}
         device = None
         for p, a in zip(alg.params, args):
             if isinstance(p, ScalarParam):
@@ -177,6 +180,7 @@ class Binding:
                 sizes.setdefault(d, int(n))
                 src.setdefault(d, f"{p.name}.shape[{k}]")
             dtypes[p.name] = a.dtype
+            unit[p.name] = unit_dim(a)
         for idx_name, tname, d, _ in alg.gathers:
             if dtypes[idx_name].is_floating_point:
                 raise ShapeError(f"argument {idx_name!r} indexes dim {d} of {tname} (a gather) and must be an integer "
@@ -184,7 +188,13 @@ class Binding:
         axis_sizes = {ax: sizes[sym] for ax, sym in alg.axis_size.items()}
         check_computed_indices(alg, sizes, axis_sizes, dtypes)
         out_dtypes = [output_dtype(o.expr, dtypes) for o in alg.outputs]
-        return Binding(sizes, axis_sizes, dtypes, out_dtypes, device or torch.device("cpu"))
+        return Binding(sizes, axis_sizes, dtypes, out_dtypes, device or torch.device("cpu"), unit)
+
+
+def unit_dim(t: torch.Tensor) -> int:
+    """Index of the dim of ``t`` with stride 1 (the last such dim of size > 1), -1 when none."""
+    dims = [k for k in range(t.dim()) if t.stride(k) == 1 and t.shape[k] > 1]
+    return dims[-1] if dims else -1
 
 
 # ----------------------------------------------------------------------------------------------

@@ -31,13 +31,16 @@ class CallSpec:
     dtypes: ``(tensor parameter, dtype)`` sorted by name. i64: offsets need 64 bits.
     interpret: the kernels run on Triton's interpreter. tma_ok: tensors (inputs and outputs) a TMA
     descriptor can address on this call (empty unless the schedule's access is "tma").
-    hints: ``(integer argument, power of two it is a multiple of)``; see :func:`divisibility_hints`."""
+    hints: ``(integer argument, power of two it is a multiple of)``; see :func:`divisibility_hints`.
+    unit_dims: ``(input tensor, index of its unit-stride dim or -1)`` sorted by name (the operand
+    order and precision of fp32 dots depend on it)."""
     facts: tuple
     dtypes: tuple
     i64: bool
     interpret: bool
     tma_ok: frozenset
     hints: tuple
+    unit_dims: tuple = ()
 
     def note(self, alg: Algorithm, tma: bool) -> str:
         """The specialisation note of the generated module's header comment."""
@@ -63,7 +66,7 @@ def call_spec(alg: Algorithm, b: Binding, args: Sequence[Any], interpret: bool, 
     if not i64:
         i64 = any(n > I32_MAX // 2 for n in b.axis_sizes.values())
     return CallSpec(tuple(facts), tuple(sorted(b.dtypes.items())), i64, interpret, tma_ok,
-                    divisibility_hints(alg, b, args, out))
+                    divisibility_hints(alg, b, args, out), tuple(sorted(b.unit_dims.items())))
 
 
 def max_offset(t: torch.Tensor) -> int:

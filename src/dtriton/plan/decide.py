@@ -27,25 +27,27 @@ __all__ = ["decide", "plan_program", "unused_knobs"]
 
 def decide(prog: Program, sched: Schedule, dtypes: Mapping[str, torch.dtype],
            out_dtypes: Mapping[str, torch.dtype], interpret: bool, i64: bool,
-           tma_ok: frozenset = frozenset(), hints: Mapping[str, int] | None = None, note: str = "") -> Program:
+           tma_ok: frozenset = frozenset(), hints: Mapping[str, int] | None = None, note: str = "",
+           unit_dims: Mapping[str, int] | None = None) -> Program:
     """Fill every kernel's decisions in place (and return ``prog``). ``dtypes``: the input
     tensors' dtypes; ``out_dtypes``: each output's; ``tma_ok``: tensors a TMA descriptor may
-    address on this call; ``hints``: integer argument -> a power of two it is a multiple of."""
+    address on this call; ``hints``: integer argument -> a power of two it is a multiple of;
+    ``unit_dims``: input tensor -> index of its unit-stride dim (-1: none)."""
     any64 = kernel_f64(dtypes.values(), out_dtypes.values()) or sched.acc_dtype == "float64"
     for k in prog.kernels:
         _decide_kernel(k, sched, dtypes, out_dtypes, "float64" if any64 else "float32", interpret, i64, tma_ok,
-                       dict(hints or {}))
+                       dict(hints or {}), dict(unit_dims or {}))
     prog.note = note
     return prog
 
 
 def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str, interpret: bool, i64: bool,
-                   tma_ok: frozenset, hints: dict) -> None:
-    k.compute_dtype, k.i64, k.hints = cdt, i64, hints
+                   tma_ok: frozenset, hints: dict, unit_dims: dict) -> None:
+    k.compute_dtype, k.i64, k.hints, k.unit_dims = cdt, i64, hints, unit_dims
     k.interpret = k.round_bf16 = interpret
     k.block_reduce = plan_block_reduce(k)
     k.dtypes, k.out_dtypes = dict(dtypes), dict(out_dtypes)
-    k.dots = plan_dots(k, sched.precision)
+    k.dots = plan_dots(k, sched.precision, unit_dims)
     k.dot_only = dot_only_axes(k)
     k.access = plan_access(k, sched.access, tma_ok)
     k.eviction, k.evicted = plan_eviction(k, sched.eviction)
@@ -59,7 +61,7 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
     prog = lower(alg, sched, b.axis_sizes, {k: str(v).replace("torch.", "") for k, v in out_dtypes.items()},
                  f64=kernel_f64(b.dtypes.values(), b.out_dtypes))
     return decide(prog, sched, b.dtypes, out_dtypes, spec.interpret, spec.i64, spec.tma_ok, dict(spec.hints),
-                  spec.note(alg, sched.access == "tma"))
+                  spec.note(alg, sched.access == "tma"), dict(spec.unit_dims))
 
 
 def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
@@ -82,7 +84,7 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
                      "base); those loops run without it")
     if sched.warp_specialize and not any(k.ws_loop for k in kernels):
         notes.append("warp_specialize=True has no effect: no kernel has a contraction (tl.dot) loop to specialise")
-    if sched.precision != "ieee" and not any(k.fp32_dot for k in kernels):
+    if sched.precision not in ("auto", "ieee") and not any(k.fp32_dot for k in kernels):
         notes.append(f"precision={sched.precision!r} has no effect: no kernel has a tl.dot with fp32 operands "
                      f"(it sets how fp32 dots use tensor cores; 16-bit dots use them anyway)")
     used = set().union(*(k.evicted for k in kernels)) if kernels else set()

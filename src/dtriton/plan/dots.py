@@ -6,6 +6,13 @@ with an fp32 accumulator when ``m``, ``n`` and ``r`` all have blocks of at least
 computes in fp32 (on the interpreter also in fp64, with an fp64 accumulator). Operands are cast to the 16-bit storage dtype when either side reads only 16-bit
 tensors (as FlashAttention casts P before P·V); otherwise the dot is an fp32 dot, where the
 schedule's ``precision`` applies (on the GPU).
+
+fp32 dots on tensor cores (Hopper's wgmma) take the right operand from shared memory only when
+it is K-major (the reduced axis at unit stride); the matmul probe on the H200 (bench/results/
+probe_fp32.json, 4096^3 at tf32x3) ran 1,675 us with a K-major right operand and 3,879 us
+without. So for such a dot the side that reads the reduced axis at unit stride goes on the right
+(the accumulator is then (n, m) and is laid out back once, after the loop), and the default
+precision "auto" resolves to "tf32x3" where one side does and to "ieee" (FMA) where none does.
 """
 
 from __future__ import annotations
@@ -14,17 +21,18 @@ from typing import Mapping
 
 import torch
 
-from ..ir import Expr, Load, Reduce, mul_factors, walk
+from ..ir import Expr, Load, Reduce, mul_factors, reads_unit_stride, walk
 from .graph import contains, fused_reduces
 from .kernel import DotPlan, KernelPlan
 
 __all__ = ["dot_dtype", "dot_only_axes", "dot_split", "plan_dots"]
 
 
-def dot_split(r: Reduce, k: KernelPlan, compute_dtype: str):
+def dot_split(r: Reduce, k: KernelPlan, compute_dtype: str, swap: bool = False):
     """Match ``sum over r of (left(m, r) * right(r, n)) * rest`` for tl.dot. Returns
     (left factors, right factors, hoisted factors, m, n) or None. A float64 kernel has dots on
-    the interpreter only (one numpy matmul there; the GPU keeps the fp64 multiply-and-sum)."""
+    the interpreter only (one numpy matmul there; the GPU keeps the fp64 multiply-and-sum).
+    ``swap``: try the free axes in the other order first (the other side on the right)."""
     if r.combiner.base != "sum" or r.combiner.results != 1 or len(r.over) != 1:
         return None
     if compute_dtype == "float64" and not k.interpret:
@@ -39,7 +47,7 @@ def dot_split(r: Reduce, k: KernelPlan, compute_dtype: str):
     fs = mul_factors(r.x)
     hoist = [f for f in fs if ra not in f.axes]
     rest = [f for f in fs if ra in f.axes]
-    for m, n in (free, free[::-1]):
+    for m, n in ((free[::-1], free) if swap else (free, free[::-1])):
         left, right, ok = [], [], True
         for f in rest:
             blk = {a for a in set(f.axes) - {ra} if not k.scalar_axis(a)}
@@ -79,15 +87,38 @@ def _raw(fs: list[Expr], dd: str | None, dtypes: Mapping[str, torch.dtype], inte
             and str(dtypes[fs[0].tensor.name]).replace("torch.", "") == dd)
 
 
-def plan_dot(r: Reduce, k: KernelPlan, precision: str) -> DotPlan | None:
-    """The :class:`DotPlan` of fused reduction ``r`` of kernel ``k`` (None: not a dot)."""
+def _common_dtype(left, right, k: KernelPlan) -> str | None:
+    da, db = dot_dtype(left, k.dtypes), dot_dtype(right, k.dtypes)
+    return da or db if (da is None) != (db is None) else (da if da == db else None)
+
+
+def fp32_order(r: Reduce, k: KernelPlan, precision: str, unit_dims: Mapping[str, int]):
+    """The split of an fp32 dot and its precision on the GPU: with a tensor-core precision (or
+    "auto"), the order whose right side reads the reduced axis at unit stride when there is one;
+    "auto" becomes "tf32x3" then, else "ieee". Returns (split, precision) or None (not a dot)."""
+    split = dot_split(r, k, k.compute_dtype)
+    if split is None or precision == "ieee":
+        return (split, precision) if split else None
+    ra = r.over[0]
+    for cand in (split, dot_split(r, k, k.compute_dtype, swap=True)):
+        if cand is not None and reads_unit_stride(cand[1], ra, unit_dims):
+            return cand, ("tf32x3" if precision == "auto" else precision)
+    return split, ("ieee" if precision == "auto" else precision)
+
+
+def plan_dot(r: Reduce, k: KernelPlan, precision: str, unit_dims: Mapping[str, int] | None = None) -> DotPlan | None:
+    """The :class:`DotPlan` of fused reduction ``r`` of kernel ``k`` (None: not a dot).
+    ``precision``: the schedule's (:data:`~dtriton.schedule.PRECISIONS`); ``unit_dims``: input
+    tensor -> its unit-stride dim on this call (decides the order and precision of fp32 dots)."""
     split = dot_split(r, k, k.compute_dtype)
     if split is None:
         return None
-    left, right, hoist, m, n = split
-    da, db = dot_dtype(left, k.dtypes), dot_dtype(right, k.dtypes)
-    common = da or db if (da is None) != (db is None) else (da if da == db else None)
     interpret = k.interpret
+    common = _common_dtype(split[0], split[1], k)
+    if common is None and k.compute_dtype == "float32":
+        # the interpreter takes the same operand order (so its tests cover it), no precision
+        split, precision = fp32_order(r, k, precision, unit_dims or {})
+    left, right, hoist, m, n = split
     return DotPlan(tuple(left), tuple(right), tuple(hoist), m, n, common,
                    k.compute_dtype if interpret else common,
                    _raw(left, common, k.dtypes, interpret), _raw(right, common, k.dtypes, interpret),
@@ -95,11 +126,11 @@ def plan_dot(r: Reduce, k: KernelPlan, precision: str) -> DotPlan | None:
                    "float64" if k.compute_dtype == "float64" else "float32")
 
 
-def plan_dots(k: KernelPlan, precision: str) -> dict[int, DotPlan]:
-    """The dots of every fused reduction of kernel ``k``."""
+def plan_dots(k: KernelPlan, precision: str, unit_dims: Mapping[str, int] | None = None) -> dict[int, DotPlan]:
+    """The dots of every fused reduction of kernel ``k`` (see :func:`plan_dot`)."""
     out = {}
     for r in fused_reduces([st.expr for st in k.stores], k.materialized):
-        d = plan_dot(r, k, precision)
+        d = plan_dot(r, k, precision, unit_dims)
         if d is not None:
             out[r.uid] = d
     return out

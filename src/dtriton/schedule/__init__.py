@@ -3,7 +3,7 @@
 (:mod:`.heuristics`). Imports only :mod:`dtriton.errors` and the IR."""
 
 from .heuristics import DECIDED, RULES, complete_schedule, next_pow2, sm_count
-from .knobs import (ACC_DTYPES, ACCESS, EVICTIONS, PLACES, PRECISIONS, SPLIT_MODES, STRATEGIES, Domain, FrozenMap,
+from .knobs import (ACC_DTYPES, ACCESS, EVICTIONS, PLACES, PRECISIONS, SPLIT_MODES, STRATEGIES, TENSOR_CORE_FP32, Domain, FrozenMap,
                     Knob, flat_knobs, knob, knobs, launch_knobs, markdown_table, one_of, register, stage_knobs,
                     unregister)
 from .schedule import Schedule, StageSchedule, reject_unknown_keywords, unknown_fields_message
@@ -11,4 +11,4 @@ from .schedule import Schedule, StageSchedule, reject_unknown_keywords, unknown_
 __all__ = ["Schedule", "StageSchedule", "FrozenMap", "Knob", "Domain", "one_of", "register", "unregister", "knob",
            "knobs", "flat_knobs", "stage_knobs", "launch_knobs", "markdown_table", "complete_schedule",
            "sm_count", "next_pow2", "DECIDED", "RULES", "STRATEGIES", "PLACES", "SPLIT_MODES",
-           "ACCESS", "EVICTIONS", "PRECISIONS", "ACC_DTYPES", "reject_unknown_keywords", "unknown_fields_message"]
+           "ACCESS", "EVICTIONS", "PRECISIONS", "TENSOR_CORE_FP32", "ACC_DTYPES", "reject_unknown_keywords", "unknown_fields_message"]

@@ -38,7 +38,8 @@ from dataclasses import dataclass, field
 import torch
 
 from ..ir import (Algorithm, Axis, Binding, Load, contains, contractions, expr_axes, is_sum, online_candidate,
-                  reduces_in, reduction_stages, splittable, topo_order)
+                  reduces_in, reduction_stages, splittable, tensor_core_sides, topo_order)
+from .knobs import TENSOR_CORE_FP32
 from .schedule import Schedule, StageSchedule
 
 __all__ = ["complete_schedule", "sm_count", "next_pow2", "Draft", "RULES", "DECIDED"]
@@ -129,6 +130,7 @@ class Draft:
     dot_axes: set = field(default_factory=set)
     col_axes: list = field(default_factory=list)   # column reductions of the main kernel
     widest: int = 1        # widest block an off-grid axis takes in a program
+    tc_fp32: bool = False  # an fp32 contraction got tensor-core tiles
 
     @staticmethod
     def start(alg: Algorithm, sched: Schedule | None, b: Binding) -> "Draft":
@@ -215,7 +217,11 @@ def contraction_tiles(d: Draft) -> None:
 
 def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
     tile, grid, sizes = d.tile, d.grid, d.sizes
-    big = 128 if (d.gpu and d.half) else 64
+    # fp32 tensor-core tiles for one contraction (a GEMM with its prologue/epilogue); algorithms
+    # with several (the diffusion layer) keep the tiles their H200 sweeps chose, which leave the
+    # axis one contraction reduces short enough for another to split it
+    tc = d.gpu and (d.half or (len(d.cons) == 1 and _fp32_tensor_cores(d, name)))
+    big = 128 if tc else 64
     for a in (m, n):
         if a not in tile:
             tile[a] = max(16, d.cap(a, big))
@@ -233,6 +239,8 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
                 d.num_warps = 4
     if r not in tile:
         tile[r] = max(16, d.cap(r, 64 if d.half or not d.gpu else 32))
+    if tc and not d.half:
+        d.tc_fp32 = True
     d.dot_axes.add(r)
     if d.split_ok(r):
         # programs of the grid: the dot's output tiles times the batch axes' tiles
@@ -248,7 +256,20 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
     if d.num_warps is None:
         d.num_warps = 8 if tile[m] * tile[n] >= 128 * 128 else 4
     if d.num_stages is None:
-        d.num_stages = (4 if d.half else 3) if d.gpu else 2
+        # fp32 on tensor cores: 4 stages of 128x128x32 fp32 tiles (H200 probe, X @ W.T
+        # 1024x8192x8192 at tf32x3 with TMA: 1685 us against 1733 with 3 stages)
+        d.num_stages = (4 if d.half or tc else 3) if d.gpu else 2
+
+
+def _fp32_tensor_cores(d: Draft, name: str) -> bool:
+    """The fp32 contraction stage ``name`` runs on tensor cores: the schedule's precision is a
+    tensor-core one, or "auto" and one side of the product reads the reduced axis at unit stride on
+    this call (the plan's rule in :mod:`dtriton.plan.dots`, from :func:`~dtriton.ir.tensor_core_sides`)."""
+    if any(t == torch.float64 for t in d.b.dtypes.values()) or d.user.acc_dtype == "float64":
+        return False
+    if d.user.precision in TENSOR_CORE_FP32:
+        return True
+    return d.user.precision == "auto" and bool(tensor_core_sides(d.alg.stages[name].node, d.b.unit_dims))
 
 
 def off_grid_axes(d: Draft) -> None:
@@ -362,7 +383,8 @@ def _output_stage(d: Draft, o, ss: StageSchedule) -> None:
 
 
 def access_style(d: Draft) -> None:
-    """``access`` left open: "tma" for long 16-bit contractions on a TMA device, else "pointer"."""
+    """``access`` left open: "tma" for long tensor-core contractions (16-bit, or fp32 at a
+    tensor-core precision) on a TMA device, else "pointer"."""
     if d.access is not None:
         return
     b, sizes, alg = d.b, d.sizes, d.alg
@@ -372,7 +394,8 @@ def access_style(d: Draft) -> None:
     # hint would be dropped without a word (vectors keep pointer loads, and their hints)
     tiles = {p.name for p in alg.tensor_params if sum(b.sizes[s] > 1 for s in p.dims) >= 2}
     hinted = any(v != "evict_normal" and t in tiles for t, v in d.user.eviction.items())
-    if (d.gpu and d.cons and _flash_pattern(alg, sizes) is None and floats and all(t.itemsize == 2 for t in floats)
+    if (d.gpu and d.cons and _flash_pattern(alg, sizes) is None and floats
+            and (all(t.itemsize == 2 for t in floats) or d.tc_fp32)
             and math.prod(sizes[a] for a in set(alg.axis_names)) >= 1 << 35 and not hinted
             and _tma_device(b.device)):
         # TMA tile loads (host-side descriptors) for kernels long enough to hide their host

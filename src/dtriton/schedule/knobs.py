@@ -28,6 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 __all__ = ["Knob", "Domain", "FrozenMap", "one_of", "is_pow2", "register", "unregister", "knob", "knobs", "names",
            "flat_knobs", "stage_knobs", "launch_knobs", "reserve_names", "markdown_table", "BUILTIN",
            "KINDS", "SCOPES", "STRATEGIES", "PLACES", "SPLIT_MODES", "ACCESS", "EVICTIONS", "PRECISIONS",
+           "TENSOR_CORE_FP32",
            "ACC_DTYPES"]
 
 #: Reduction / non-grid-axis strategies.
@@ -47,8 +48,15 @@ SPLIT_MODES = ("atomic", "partials")
 ACCESS = ("pointer", "block_ptr", "tma")
 #: L2 hints of ``tl.load`` (``Schedule.eviction``); "evict_normal" is Triton's default.
 EVICTIONS = ("evict_first", "evict_last", "evict_normal")
-#: Dot precision of fp32 operands (``Schedule.precision``).
-PRECISIONS = ("ieee", "tf32", "tf32x3", "bf16x3", "bf16x6")
+#: Dot precision of fp32 operands (``Schedule.precision``). "auto" (the default): "tf32x3" where
+#: the call's operand layouts suit tensor cores (the side on the right reads the reduced axis at
+#: unit stride), else "ieee"; both keep fp32 accuracy. "ieee": FMA units, as torch's default.
+#: "tf32": one tensor-core pass on 10-bit mantissas (~1e-3 relative error). "tf32x3": each operand
+#: split into a tf32 part and its remainder, three tensor-core passes (~2^-22 per product: fp32
+#: accuracy). "bf16x6" (three-way bf16 split, six passes: fp32 accuracy) and "bf16x3" (~1e-5).
+PRECISIONS = ("auto", "ieee", "tf32", "tf32x3", "bf16x3", "bf16x6")
+#: The precisions that put fp32 dots on tensor cores.
+TENSOR_CORE_FP32 = ("tf32", "tf32x3", "bf16x3", "bf16x6")
 #: Accumulation dtypes (``Schedule.acc_dtype``).
 ACC_DTYPES = ("float32", "float64")
 
@@ -251,8 +259,9 @@ BUILTIN: tuple[Knob, ...] = (
     Knob("num_stages", 2, Domain("1 to 8", _pipeline), scope="stage", search=(1, 2, 3, 4, 5), launch=True,
          doc="software-pipeline depth of loops"),
     Knob("acc_dtype", "float32", one_of(ACC_DTYPES), doc="accumulation dtype"),
-    Knob("precision", "ieee", one_of(PRECISIONS),
-         doc="dot precision of fp32 operands (tf32: ~1e-3 relative error; tf32x3: close to fp32)"),
+    Knob("precision", "auto", one_of(PRECISIONS),
+         doc="dot precision of fp32 operands: auto (tf32x3 where the layout suits tensor cores, else ieee; fp32 "
+             "accuracy), ieee, tf32 (~1e-3 relative error), tf32x3 / bf16x6 (fp32 accuracy), bf16x3 (~1e-5)"),
     Knob("split_mode", "atomic", one_of(SPLIT_MODES, f"must be one of {SPLIT_MODES}"),
          doc="how split partial sums combine: fp32 atomics, or per-split buffers (deterministic)"),
     Knob("stages", FrozenMap(), Domain("StageSchedule per stage", _any), kind="per_stage",

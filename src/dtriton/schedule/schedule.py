@@ -226,10 +226,15 @@ class Schedule(_KnobValues):
             reduced axes, and output axes off the grid ("online" only for reduced axes).
         num_warps, num_stages: Triton launch options (warps per program; software-pipeline depth).
         acc_dtype: accumulation dtype, "float32" (default) or "float64".
-        precision: dot precision for fp32 operands: "ieee" (default, as torch), "tf32" (one
-            tensor-core pass on 10-bit mantissas; relative error ~1e-3), or "tf32x3" (the 3xTF32
-            split of each operand into a big and a small tf32 part and three tensor-core passes,
-            NVIDIA CUTLASS; error close to fp32 at a fraction of the FMA path's time).
+        precision: dot precision for fp32 operands. "auto" (default): "tf32x3" on tensor cores
+            where the call's layout suits them (one operand reads the reduced axis at unit stride,
+            as ``X @ W.T`` and ``X @ W`` do), else "ieee"; either way the error stays at fp32's
+            (measured against float64: bench/probe_fp32.py). "ieee": FMA units, as torch's
+            default. "tf32": one tensor-core pass on 10-bit mantissas (relative error ~1e-3, as
+            torch with TF32 allowed). "tf32x3": each operand split into a tf32 part and its
+            remainder, three tensor-core passes (~2^-22 per product; NaN of the correction terms
+            masked, so inf and NaN propagate as in fp32). "bf16x6": a three-way bf16 split, six
+            passes (fp32 accuracy); "bf16x3": three passes (~1e-5).
         split_mode: "atomic" (fp32 atomics into a zeroed buffer) or "partials" (per-split buffer,
             summed by the consumer: deterministic). A call that splits nothing warns
             (:class:`~dtriton.ScheduleWarning`) that "partials" has no effect.

@@ -1,0 +1,88 @@
+"""fp32 contractions on tensor cores: operand order and precision from the call's layout (the
+plan's rule in dtriton.plan.dots), the heuristic's tensor-core tiles, and results of every layout
+against float64 on odd shapes (the interpreter runs the same operand order as the GPU)."""
+
+import pytest
+import torch
+
+import dtriton as dt
+from dtriton.library import matmul
+from dtriton.plan import call_spec, plan_program
+from dtriton.schedule.heuristics import complete_schedule
+
+
+@dt.algorithm
+def linear(X: dt.Tensor["M", "K"], W: dt.Tensor["N", "K"]):
+    i, j, k = dt.axes("i j k")
+    return dt.sum(X[i, k] * W[j, k], over=k)[i, j]
+
+
+def layout(lay: str, m=37, k=50, n=29, dtype=torch.float32):
+    A, B = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
+    a = A if lay[0] == "N" else A.T.contiguous().T
+    b = B if lay[1] == "N" else B.T.contiguous().T
+    return a, b
+
+
+def gpu_dot(alg, args, sched):
+    """The DotPlan of the one contraction, planned for the GPU (no GPU needed to plan)."""
+    b = alg.bind(args)
+    b.device = torch.device("cuda")
+    full = complete_schedule(alg, sched, b)
+    prog = plan_program(alg, full, b, call_spec(alg, b, args, interpret=False))
+    (d,) = [d for k in prog.kernels for d in k.dots.values()]
+    return full, d
+
+
+@pytest.mark.parametrize("lay, right, prec", [("NN", "i", "tf32x3"), ("NT", "j", "tf32x3"),
+                                              ("TT", "j", "tf32x3"), ("TN", "j", "ieee")])
+def test_auto_precision_puts_the_unit_stride_side_on_the_right(lay, right, prec):
+    a, b = layout(lay, 64, 64, 64)
+    _, d = gpu_dot(matmul, (a, b), dt.Schedule(tile={"i": 32, "j": 32, "k": 32}))
+    assert (d.n, d.precision) == (right, prec)
+
+
+@pytest.mark.parametrize("p", ["ieee", "tf32", "tf32x3", "bf16x6"])
+def test_explicit_precision_is_kept(p):
+    a, b = layout("TN", 64, 64, 64)
+    _, d = gpu_dot(matmul, (a, b), dt.Schedule(tile={"i": 32, "j": 32, "k": 32}, precision=p))
+    assert d.precision == p
+    a, b = layout("NN", 64, 64, 64)
+    _, d = gpu_dot(matmul, (a, b), dt.Schedule(tile={"i": 32, "j": 32, "k": 32}, precision=p))
+    assert d.precision == p and d.n == ("j" if p == "ieee" else "i")
+
+
+def test_16bit_dots_keep_their_order_and_take_no_precision():
+    a, b = layout("NN", 64, 64, 64, torch.float16)
+    _, d = gpu_dot(matmul, (a, b), dt.Schedule(tile={"i": 32, "j": 32, "k": 32}))
+    assert (d.n, d.precision) == ("j", None)
+
+
+def test_heuristic_gives_fp32_tensor_core_tiles_for_the_linear_layout():
+    X, W = torch.randn(2048, 64), torch.randn(2048, 64)
+    full, d = gpu_dot(linear, (X, W), None)
+    assert (full.tile["i"], full.tile["j"], full.tile["k"], full.num_stages) == (128, 128, 32, 4)
+    assert d.precision == "tf32x3"
+    # ieee keeps the FMA tiles
+    full, d = gpu_dot(linear, (X, W), dt.Schedule(precision="ieee"))
+    assert (full.tile["i"], full.tile["j"], d.precision) == (64, 64, "ieee")
+
+
+@pytest.mark.parametrize("lay", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize("shape", [(37, 50, 29), (1, 33, 17), (16, 16, 16), (67, 1, 19)])
+def test_every_layout_matches_float64(lay, shape):
+    a, b = layout(lay, *shape)
+    k = dt.compile(matmul, dt.Schedule(tile={"i": 16, "j": 16, "k": 16}))
+    out = torch.full((shape[0], shape[2]), float("nan"))
+    k(a, b, out=out)
+    ref = a.double() @ b.double()
+    assert torch.allclose(out.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_linear_with_offset_and_expanded_inputs():
+    big = torch.randn(40, 60)
+    X = big[3:34, 5:48]                         # offset, non-contiguous rows
+    W = torch.randn(1, 43).expand(23, 43)       # expanded: stride 0 rows
+    k = dt.compile(linear, dt.Schedule(tile={"i": 16, "j": 16, "k": 16}))
+    got = k(X, W)
+    assert torch.allclose(got.double(), X.double() @ W.double().T, rtol=1e-5, atol=1e-5)
