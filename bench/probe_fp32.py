@@ -88,26 +88,77 @@ def run_layouts(dry):
                     baselines=[("torch", lambda a=a, b=b: a @ b)])
 
 
+def run_tf32(dry):
+    """TF32 tile sweep for X @ W.T against cuBLAS with TF32 allowed."""
+    M, N, K = (64, 48, 80) if dry else (1024, 8192, 8192)
+    X = torch.randn(M, K, device=R.DEV)
+    W = torch.randn(N, K, device=R.DEV)
+    ref = [f64_ref(X, W.T).float()]
+    fp32, tf32 = torch_fns(X, W.T)
+    cands = []
+    for (bm, bn, bk), ns, nw, ac, extra in [((128, 128, 64), 3, 8, "tma", {}), ((128, 128, 64), 4, 8, "tma", {}),
+                                            ((128, 128, 32), 5, 8, "tma", {}), ((128, 128, 32), 4, 4, "tma", {}),
+                                            ((128, 256, 32), 2, 8, "tma", {}), ((128, 256, 32), 2, 8, "pointer", {}),
+                                            ((256, 128, 32), 3, 8, "tma", {}), ((128, 128, 32), 4, 8, "tma", {"persistent": 1}),
+                                            ((128, 128, 32), 4, 8, "tma", {"warp_specialize": True}),
+                                            ((64, 256, 32), 3, 8, "tma", {}), ((128, 64, 64), 4, 4, "tma", {})]:
+        if dry:
+            bm, bn, bk, ac = 16, 16, 16, "pointer"
+        cands.append((f"tf32 {bm}x{bn}x{bk} s{ns} w{nw} {ac} {extra}",
+                      dt.Schedule(tile={"i": bm, "j": bn, "k": bk}, num_stages=ns, num_warps=nw, access=ac,
+                                  precision="tf32", group={"i": 8}, **extra)))
+    P.probe(f"tf32 X@W.T {M}x{N}x{K}", linear, (X, W), ref, 1e-2, cands, baselines=[("cublas_tf32", tf32)])
+
+
+def run_half(dry):
+    """16-bit layouts at 4096^3: a few schedules per layout."""
+    n = 48 if dry else 4096
+    for dtype in (torch.float16, torch.bfloat16):
+        for lay in ("NN", "NT", "TN"):
+            A = torch.randn(n, n, device=R.DEV, dtype=dtype)
+            B = torch.randn(n, n, device=R.DEV, dtype=dtype)
+            a = A if lay[0] == "N" else A.T
+            b = B if lay[1] == "N" else B.T
+            ref = [f64_ref(a, b).to(dtype)]
+            cands = [("heuristic", None)]
+            for (bm, bn, bk), ns, nw, ac in [((128, 256, 64), 3, 8, "tma"), ((128, 128, 64), 4, 8, "tma"),
+                                             ((128, 128, 64), 4, 8, "pointer"), ((256, 128, 64), 3, 8, "tma")]:
+                if dry:
+                    bm, bn, bk, ac = 16, 16, 16, "pointer"
+                cands.append((f"{bm}x{bn}x{bk} s{ns} w{nw} {ac}",
+                              dt.Schedule(tile={"i": bm, "j": bn, "k": bk}, num_stages=ns, num_warps=nw, access=ac,
+                                          group={"i": 8})))
+            P.probe(f"{str(dtype)[6:]} {lay} {n}^3 sweep", dt.library.matmul, (a, b), ref, 1e-2, cands,
+                    baselines=[("torch", lambda a=a, b=b: a @ b)])
+
+
 def run_matvec(dry):
     M, K = (40, 300) if dry else (8192, 65536)
     A = torch.randn(M, K, device=R.DEV)
     x = torch.randn(K, 1, device=R.DEV)
     ref = [f64_ref(A, x).float()]
     copy = torch.empty_like(A)
-    P.probe(f"fp32 matvec {M}x{K}", dt.library.matmul, (A, x), ref, 1e-3, [("heuristic", None)],
+    cands = [("heuristic", None)]
+    for bi, bk, nw, ns in [(8, 512, 4, 3), (16, 512, 8, 3), (32, 256, 8, 3), (4, 1024, 4, 3), (16, 1024, 8, 2),
+                           (64, 128, 8, 4), (8, 1024, 8, 3)]:
+        if dry:
+            bi, bk = min(bi, 8), 64
+        cands.append((f"rows i{bi} k{bk} w{nw} s{ns}",
+                      dt.Schedule(tile={"i": bi, "j": 1, "k": bk}, strategy={"k": "loop"}, num_warps=nw, num_stages=ns)))
+    P.probe(f"fp32 matvec {M}x{K}", dt.library.matmul, (A, x), ref, 1e-3, cands,
             baselines=[("torch", lambda: A @ x), ("copy", lambda: copy.copy_(A))])
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", default="nt,layouts,matvec")
+    ap.add_argument("--only", default="nt,layouts,matvec", help="nt, layouts, matvec, tf32, half")
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args()
     if a.dry_run:
         R.DEV, R.DRY = "cpu", True
     for name in a.only.split(","):
-        {"nt": run_nt, "layouts": run_layouts, "matvec": run_matvec}[name](a.dry_run)
+        {"nt": run_nt, "layouts": run_layouts, "matvec": run_matvec, "tf32": run_tf32, "half": run_half}[name](a.dry_run)
     P.summary()
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "probe_fp32.json"), "w") as f:

@@ -20,6 +20,7 @@ import dtriton as dt
 from conftest import (LAYOUTS, TOL, assert_close, check, colsum, dims, launches, linear_relu, matmul, n_plans,
                       poisoned_outputs, randn, relayout, rowmax, run_random, schedules, torch_ref)
 
+from dtriton.library import softmax as softmax_alg
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
 
@@ -386,10 +387,21 @@ def test_same_specialisation_compiles_once(gen):
     # new sizes, same facts (odd sizes, same padded power of two): no new compile
     check(matmul, [randn(21, 23, gen=gen), randn(23, 29, gen=gen)], kernel=kernel)
     assert n_plans(kernel) == 1 and kernel._last is first
-    # same shapes with other strides (transposed, offset) still reuse it
-    check(matmul, [relayout(randn(21, 23, gen=gen), "transposed"), relayout(randn(23, 29, gen=gen), "offset")],
-          kernel=kernel)
+    # same shapes with other strides but the same unit-stride dims (offset) still reuse it
+    check(matmul, [randn(21, 23, gen=gen), relayout(randn(23, 29, gen=gen), "offset")], kernel=kernel)
     assert n_plans(kernel) == 1
+    # a transposed operand of a contraction is a new specialisation (fp32 dots order their operands
+    # by which one reads the reduced axis at unit stride); it is not one without a contraction (softmax)
+    check(matmul, [relayout(randn(21, 23, gen=gen), "transposed"), randn(23, 29, gen=gen)], kernel=kernel)
+    assert n_plans(kernel) == 2
+    ew = dt.compile(softmax_alg)
+    check(softmax_alg, [randn(21, 23, gen=gen)], kernel=ew)
+    check(softmax_alg, [relayout(randn(21, 23, gen=gen), "transposed")], kernel=ew)
+    assert n_plans(ew) == 1
+    kernel._plans.clear()
+    kernel._last = None
+    check(matmul, [randn(19, 17, gen=gen), randn(17, 23, gen=gen)], kernel=kernel)
+    first = kernel._last
     # a new dtype is a new specialisation
     check(matmul, [randn(21, 23, dtype=torch.float16, gen=gen), randn(23, 29, dtype=torch.float16, gen=gen)],
           kernel=kernel)
@@ -464,7 +476,8 @@ def test_schedule_values_roundtrip_and_compare():
     assert s.stage("sum0").place == "materialize" and s.stage("out").place == "auto"
     assert s.replace(num_warps=4) != s and s.replace(num_warps=4).num_warps == 4
     assert dt.Schedule(grid="i").grid == ("i",)
-    assert dt.Schedule().precision == "ieee" and dt.Schedule().acc_dtype == "float32"  # fp32 dots as torch
+    # fp32 dots at fp32 accuracy: tf32x3 on tensor cores where the layout suits them, else FMA
+    assert dt.Schedule().precision == "auto" and dt.Schedule().acc_dtype == "float32"
     assert dt.Schedule().to_dict() == {}
     with pytest.raises(dt.ScheduleError, match="unknown schedule field"):
         dt.Schedule.from_dict({"tiles": {"i": 4}})
@@ -601,7 +614,8 @@ def test_plan_decides_and_verifies():
     assert prog.verify() == [] and len(prog.kernels) == 1
     k = prog.kernels[0]
     (dot,) = k.dots.values()
-    assert k.compute_dtype == "float32" and dot.fp32 and dot.precision == "tf32" and (dot.m, dot.n) == ("i", "j")
+    # row-major B reads j at unit stride, A reads k: A's side goes on the right (K-major for wgmma)
+    assert k.compute_dtype == "float32" and dot.fp32 and dot.precision == "tf32" and (dot.m, dot.n) == ("j", "i")
     assert [p.loop_axes for p in k.passes] == [("k",)] and not k.access and k.fp32_dot and not k.ws_loop
     assert 'input_precision="tf32"' in render(prog)[0]
     assert call_spec(matmul, b, (A, B), interpret=False) == spec
@@ -627,7 +641,7 @@ def test_fp32_dot_precision_reaches_the_generated_dot(precision, gen):
     assert f'input_precision="{precision}"' in src
     A, B = torch.randn(37, 29, generator=gen), torch.randn(29, 21, generator=gen)
     assert_close(dt.compile(matmul, sched)(A, B), A.double() @ B.double(), 1e-5)
-    with pytest.raises(dt.ScheduleError, match="'ieee', 'tf32' or 'tf32x3'"):
+    with pytest.raises(dt.ScheduleError, match="'auto', 'ieee', 'tf32', 'tf32x3', 'bf16x3' or 'bf16x6'"):
         dt.Schedule(precision="fp16").validate(matmul)
 
 

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..ir import Algorithm, Binding, InputTensor
+from ..ir import Algorithm, Binding, InputTensor, contractions
 from .kernel import next_pow2
 
 __all__ = ["CallSpec", "I32_MAX", "call_spec", "max_offset", "tma_addressable"]
@@ -66,7 +66,8 @@ def call_spec(alg: Algorithm, b: Binding, args: Sequence[Any], interpret: bool, 
     if not i64:
         i64 = any(n > I32_MAX // 2 for n in b.axis_sizes.values())
     return CallSpec(tuple(facts), tuple(sorted(b.dtypes.items())), i64, interpret, tma_ok,
-                    divisibility_hints(alg, b, args, out), tuple(sorted(b.unit_dims.items())))
+                    divisibility_hints(alg, b, args, out),
+                    tuple(sorted(b.unit_dims.items())) if contractions(alg) else ())
 
 
 def max_offset(t: torch.Tensor) -> int:
