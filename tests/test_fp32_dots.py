@@ -86,3 +86,18 @@ def test_linear_with_offset_and_expanded_inputs():
     k = dt.compile(linear, dt.Schedule(tile={"i": 16, "j": 16, "k": 16}))
     got = k(X, W)
     assert torch.allclose(got.double(), X.double() @ W.double().T, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("m, k, n", [(37, 3001, 1), (5, 2048, 3), (1, 977, 1), (130, 64, 7)])
+def test_matrix_vector_streams_rows_and_matches_float64(m, k, n):
+    """The GPU heuristic's matrix-vector schedule (a few rows per program, the reduced axis
+    looped, split when programs are few) is not a padded dot; run here on the interpreter."""
+    A, x = torch.randn(m, k), torch.randn(k, n)
+    b = matmul.bind((A, x))
+    b.device = torch.device("cuda")
+    full = complete_schedule(matmul, None, b)
+    assert full.tile["k"] == min(1024, 1 << (k - 1).bit_length()) and full.strategy["k"] == "loop"
+    assert full.tile["i"] * full.tile["j"] <= 8
+    out = torch.full((m, n), float("nan"))
+    dt.compile(matmul, full)(A, x, out=out)
+    assert torch.allclose(out.double(), A.double() @ x.double(), rtol=1e-5, atol=1e-4)

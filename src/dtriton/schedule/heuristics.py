@@ -217,6 +217,8 @@ def contraction_tiles(d: Draft) -> None:
 
 def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
     tile, grid, sizes = d.tile, d.grid, d.sizes
+    if _skinny(d, m, n, r):
+        return
     # fp32 tensor-core tiles for one contraction (a GEMM with its prologue/epilogue); algorithms
     # with several (the diffusion layer) keep the tiles their H200 sweeps chose, which leave the
     # axis one contraction reduces short enough for another to split it
@@ -254,11 +256,40 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
         # grouped launch order swizzles the second-to-last grid axis (codegen)
         d.group[grid[-2]] = 8
     if d.num_warps is None:
-        d.num_warps = 8 if tile[m] * tile[n] >= 128 * 128 else 4
+        # tf32 on 128x128 tiles: 4 warps (H200 probe, X @ W.T 1024x8192x8192: 379 us against 541
+        # with 8, 0.96x cuBLAS with TF32)
+        d.num_warps = 8 if tile[m] * tile[n] >= 128 * 128 and d.user.precision != "tf32" else 4
     if d.num_stages is None:
         # fp32 on tensor cores: 4 stages of 128x128x32 fp32 tiles (H200 probe, X @ W.T
         # 1024x8192x8192 at tf32x3 with TMA: 1685 us against 1733 with 3 stages)
         d.num_stages = (4 if d.half or tc else 3) if d.gpu else 2
+
+
+def _skinny(d: Draft, m: str, n: str, r: str) -> bool:
+    """A matrix-vector-like contraction (an output axis shorter than 16, the least tl.dot block)
+    on the GPU streams its matrix instead: a few rows per program, the reduced axis looped in
+    tiles of 1024 (H200 probe, fp32 8192x65536 @ 65536x1: 8 rows, 8 warps, 3 stages, 509 us, 1.03x
+    torch and 4.2 TB/s; as a padded 128x16 dot 688 us), split across programs when they are few.
+    Returns False (not applied) when the schedule sets any of the three axes' tiles or the
+    algorithm has other contractions."""
+    small = min((m, n), key=lambda a: d.sizes[a])
+    big = n if small == m else m
+    if (not d.gpu or d.sizes[small] >= 16 or len(d.cons) != 1 or set(d.user.tile) & {m, n, r}
+            or d.user.strategy.get(r)):
+        return False
+    d.tile[small] = d.cap(small, 16)
+    d.tile[big] = d.cap(big, max(1, 8 // d.tile[small]))
+    d.tile[r] = d.cap(r, 1024)
+    d.strategy[r] = "loop"
+    d.dot_axes |= {m, n, r}
+    if d.split_ok(r):
+        _split_for(d.split, r, _programs(tuple(a for a in d.grid if a in (m, n)), d.sizes, d.tile), d.sizes[r],
+                   d.tile[r], d.sms)
+    if d.num_warps is None:
+        d.num_warps = 8
+    if d.num_stages is None:
+        d.num_stages = 3
+    return True
 
 
 def _fp32_tensor_cores(d: Draft, name: str) -> bool:
