@@ -65,9 +65,9 @@ def run_nt(dry):
     fp32, tf32 = torch_fns(X, W.T)
     errs = {"cublas_fp32": R.relerr(fp32(), ref[0]), "cublas_tf32": R.relerr(tf32(), ref[0])}
     print("torch errors", errs, flush=True)
-    cands = scheds(dry, ("tf32x3",), [(128, 128, 32), (128, 256, 32), (128, 64, 32), (64, 128, 32)], stages=(3, 4))
-    cands += scheds(dry, ("bf16x6", "bf16x3"), [(128, 128, 32), (128, 256, 32)])[1:]
-    cands += scheds(dry, ("tf32",), [(128, 128, 32), (128, 256, 32)], stages=(3, 4), access=("tma",))[1:]
+    cands = scheds(dry, ("tf32x3",), [(128, 128, 32), (128, 64, 32)], stages=(4,), warps=(4, 8), access=("tma",))
+    cands += scheds(dry, ("tf32x3",), [(128, 256, 32)], stages=(3,), warps=(4, 8), access=("tma",))[1:]
+    cands += scheds(dry, ("bf16x6",), [(128, 128, 32)], stages=(4,), warps=(4,), access=("tma",))[1:]
     P.probe(f"fp32 X@W.T {M}x{N}x{K}", linear, (X, W), ref, 1e-2, cands,
             baselines=[("cublas_fp32", fp32), ("cublas_tf32", tf32)])
 

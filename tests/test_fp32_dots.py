@@ -101,3 +101,19 @@ def test_matrix_vector_streams_rows_and_matches_float64(m, k, n):
     out = torch.full((m, n), float("nan"))
     dt.compile(matmul, full)(A, x, out=out)
     assert torch.allclose(out.double(), A.double() @ x.double(), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("lay", ["NN", "NT", "TN", "TT"])
+def test_transposed_operands_are_read_through_tma_of_the_transposed_view(dtype, lay):
+    """access="tma": an operand whose unit-stride dim is not its last is read through a
+    descriptor of the view with that dim last, and permuted back in registers (odd sizes: the
+    descriptor's zero fill covers the edges)."""
+    a, b = layout(lay, 40, 72, 24, dtype)    # rows of 16-byte multiples (TMA), sizes not tile multiples
+    k = dt.compile(matmul, dt.Schedule(tile={"i": 16, "j": 16, "k": 32}, access="tma"))
+    out = torch.full((40, 24), float("nan"), dtype=dtype)
+    k(a, b, out=out)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    assert torch.allclose(out.double(), a.double() @ b.double(), rtol=tol, atol=tol * 8)
+    src = k.source_for(a, b)
+    assert ("A.permute(1, 0)" in src) == (lay[0] == "T") and ("B.permute(1, 0)" in src) == (lay[1] == "T")

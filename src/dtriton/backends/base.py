@@ -54,8 +54,9 @@ class Backend(Protocol):
         """Launch ``programs`` programs of kernel ``fn`` (the slow path); returns the compiled
         kernel handle a fast launcher re-launches."""
 
-    def descriptor(self, tensor: Any, box: tuple[int, ...]) -> Any:
-        """A host-side TMA descriptor of ``tensor`` in boxes of ``box`` elements."""
+    def descriptor(self, tensor: Any, box: tuple[int, ...], perm: tuple[int, ...] | None = None) -> Any:
+        """A host-side TMA descriptor of ``tensor`` (of ``tensor.permute(perm)`` with ``perm``) in
+        boxes of ``box`` elements."""
 
     def fast_path_ok(self) -> bool:
         """Whether the fast launch path may be used now (no launch hooks installed)."""

@@ -13,12 +13,13 @@ from .expr import (BINARY_OPS, COMPARE_OPS, UNARY_OPS, Axis, Binary, Cast, Const
                    Reduce, ScalarParam, Unary, Where, as_expr, fmt)
 from .walk import contains, expr_axes, float_inputs, mul_factors, reduces_in, topo_order, walk
 from .reference import (FLOAT_DTYPES, INDEX_DTYPES, Binding, compute_dtype, evaluate, is_index, kernel_f64,
-                        output_dtype, result_dtype)
+                        output_dtype, result_dtype, unit_dim)
 from .algorithm import Algorithm, Stage, TensorAnnotation, cse
 from .analysis import (can_split, contractions, grid_candidates, is_sum, online_candidate, reads_unit_stride,
                        reduction_stages, split_blockers, splittable, stage_grid, sum_of_products, tensor_core_sides)
 
 __all__ = [
+    "unit_dim",
     "reads_unit_stride", "tensor_core_sides",
     "COMBINERS", "Combiner", "get_combiner", "register_combiner",
     "BINARY_OPS", "COMPARE_OPS", "UNARY_OPS", "Axis", "Binary", "Cast", "Const", "Expr", "InputTensor", "Load",

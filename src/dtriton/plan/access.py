@@ -6,7 +6,9 @@ TMA only when it is indexed by distinct plain axes, one per dim, with at least o
 offsets fit 32 bits. TMA eligibility is decided here only, from the call's facts
 (:attr:`CallSpec.tma_ok <dtriton.plan.callspec.CallSpec.tma_ok>`: strides and alignment suit TMA)
 and the box rules: the last dim tiled, at most 5 dims, boxes of at most 256 elements per dim and at
-least 16 bytes along the last dim, and 2-d tiles at least (vectors keep pointers: TMA gains
+least 16 bytes along the last dim, and 2-d tiles at least. A tensor whose unit-stride dim is not
+its last (a transposed operand, ``W.T``) is read through a descriptor of the view with that dim
+last (:func:`unit_last`), and the tile is permuted back in registers (vectors keep pointers: TMA gains
 nothing on them, and 1-d descriptors are the suspect in a fault met while exploring the fp32
 diffusion layer on the H200).
 """
@@ -18,7 +20,15 @@ from typing import Mapping, Sequence
 from ..ir import Axis, Load, walk
 from .kernel import KernelPlan, TileAccess
 
-__all__ = ["plan_access", "plan_eviction", "tile_access"]
+__all__ = ["plan_access", "plan_eviction", "tile_access", "unit_last"]
+
+
+def unit_last(ndim: int, unit: int) -> tuple[int, ...] | None:
+    """The dim order that puts dim ``unit`` (a tensor's unit-stride dim) last, keeping the others
+    in order; None when it is already last or there is none (-1)."""
+    if unit < 0 or unit == ndim - 1:
+        return None
+    return tuple(d for d in range(ndim) if d != unit) + (unit,)
 
 
 def tile_access(k: KernelPlan, style: str, tma_ok: frozenset, name: str, axes: Sequence[str],
@@ -36,12 +46,14 @@ def tile_access(k: KernelPlan, style: str, tma_ok: frozenset, name: str, axes: S
         return None
     if style != "tma":
         return TileAccess("block_ptr")
-    box = tuple(1 if s else k.axes[a].block for a, s in zip(axes, scalar))
-    if name not in tma_ok or scalar[-1] or len(axes) > 5 or max(box) > 256 or box[-1] * elsize < 16:
+    perm = unit_last(len(axes), k.unit_dims.get(name, len(axes) - 1))
+    order = perm or tuple(range(len(axes)))
+    box = tuple(1 if scalar[d] else k.axes[axes[d]].block for d in order)
+    if name not in tma_ok or scalar[order[-1]] or len(axes) > 5 or max(box) > 256 or box[-1] * elsize < 16:
         return TileAccess("pointer")
     if sum(not s for s in scalar) < 2:
         return TileAccess("pointer")
-    return TileAccess("tma", box)
+    return TileAccess("tma", box, perm)
 
 
 def _loads(k: KernelPlan) -> list[Load]:

@@ -14,7 +14,8 @@ from typing import Any, Sequence
 
 import torch
 
-from ..ir import Algorithm, Binding, InputTensor, contractions
+from ..ir import Algorithm, Binding, InputTensor, contractions, unit_dim
+from .access import unit_last
 from .kernel import next_pow2
 
 __all__ = ["CallSpec", "I32_MAX", "call_spec", "max_offset", "tma_addressable"]
@@ -67,7 +68,7 @@ def call_spec(alg: Algorithm, b: Binding, args: Sequence[Any], interpret: bool, 
         i64 = any(n > I32_MAX // 2 for n in b.axis_sizes.values())
     return CallSpec(tuple(facts), tuple(sorted(b.dtypes.items())), i64, interpret, tma_ok,
                     divisibility_hints(alg, b, args, out),
-                    tuple(sorted(b.unit_dims.items())) if contractions(alg) else ())
+                    tuple(sorted(b.unit_dims.items())) if contractions(alg) or tma_ok else ())
 
 
 def max_offset(t: torch.Tensor) -> int:
@@ -83,18 +84,21 @@ def _given_out(out, k: int):
 
 
 def tma_addressable(alg: Algorithm, b: Binding, args: Sequence[Any], out=None) -> frozenset:
-    """Tensors of this call a TMA descriptor can address: at most 5 dims, last stride 1, every
+    """Tensors of this call a TMA descriptor can address (on the view with the unit-stride dim
+    last, :func:`~dtriton.plan.access.unit_last`): at most 5 dims, last stride 1, every
     other stride a positive multiple of 16 bytes (no stride-0 expanded dims), base address
     16-byte aligned (CUDA's ``cuTensorMapEncodeTiled`` rules), not empty, not bool (Triton counts
     bool elements as 1 bit). Outputs are allocated contiguous unless ``out=`` is given."""
-    def ok(t: torch.Tensor) -> bool:
+    def ok(t: torch.Tensor, view: bool = False) -> bool:
+        perm = unit_last(t.dim(), unit_dim(t)) if view else None
+        t = t.permute(perm) if perm else t   # a transposed input: the view with its unit-stride dim last
         es = t.element_size()
         return (1 <= t.dim() <= 5 and t.dtype != torch.bool and t.numel() > 0 and t.stride(-1) == 1
                 and t.data_ptr() % 16 == 0 and all((st * es) % 16 == 0 for st in t.stride()[:-1])
                 and all(st > 0 for st, n in zip(t.stride(), t.shape) if n > 1))
     names = set()
     for p, a in zip(alg.params, args):
-        if isinstance(p, InputTensor) and isinstance(a, torch.Tensor) and ok(a):
+        if isinstance(p, InputTensor) and isinstance(a, torch.Tensor) and ok(a, view=True):
             names.add(p.name)
     for k, (o, odt) in enumerate(zip(alg.outputs, b.out_dtypes)):
         given = _given_out(out, k)

@@ -141,9 +141,13 @@ class PassPlan:
 class TileAccess:
     """How a tile of one tensor is read or written: "block_ptr", "tma" (with the TMA ``box``,
     elements per dim), or "pointer" for a tile the schedule asked TMA for but TMA cannot address
-    on this call; tiles without an entry use plain pointers."""
+    on this call; tiles without an entry use plain pointers. ``perm``: for "tma", the order of the
+    tensor's dims the descriptor is built on (its unit-stride dim last: a transposed operand is
+    read through a descriptor of the transposed view, and ``box`` is in that order); None keeps
+    the tensor's own order."""
     kind: str
     box: tuple[int, ...] = ()
+    perm: tuple[int, ...] | None = None
 
 
 @dataclass
@@ -169,6 +173,7 @@ class KernelPlan:
     block_reduce: dict[str, BlockReduce] = field(default_factory=dict)  # combiner base -> standard combine
                                                       # (else the kind's own combine helper)
     hints: dict[str, int] = field(default_factory=dict)   # integer argument -> power of two it is a multiple of
+    unit_dims: dict[str, int] = field(default_factory=dict)  # input tensor -> its unit-stride dim (-1: none)
     dtypes: dict[str, torch.dtype] = field(default_factory=dict)      # input tensor -> storage dtype
     out_dtypes: dict[str, torch.dtype] = field(default_factory=dict)  # output -> dtype
     dots: dict[int, DotPlan] = field(default_factory=dict)            # fused Reduce id -> its dot

@@ -165,7 +165,12 @@ class Kernel:
                 hit[1] = tma_addressable(self.algorithm, b, args, out)
             tma = hit[1]
         sched = self._auto_access(sched, b, args, out, tma)
-        return sched, (replace(hit[0], tma_ok=tma) if sched.access == "tma" else hit[0])
+        if sched.access != "tma":
+            return sched, hit[0]
+        # TMA reads a transposed tensor through the view with its unit-stride dim last: the plan
+        # needs every tensor's unit-stride dim then
+        return sched, replace(hit[0], tma_ok=tma, unit_dims=tuple(sorted(b.unit_dims.items())) if tma else
+                              hit[0].unit_dims)
 
     def _plan(self, sched: Schedule, b: Binding, args, interpret: bool, out=None, spec: CallSpec | None = None) -> _Plan:
         if spec is None:
@@ -298,7 +303,7 @@ class Kernel:
                 call.extend(tensors[t].stride())
             call.extend(sizes[s[5:]] for s in m.sizes)
             call.extend(scalars[s] for s in m.scalars)
-            call.extend(_BACKEND.descriptor(tensors[t], box) for _, t, box in m.descs)
+            call.extend(_BACKEND.descriptor(tensors[t], box, perm) for _, t, box, perm in m.descs)
             try:
                 ck = _BACKEND.launch(L.fn, nprog, call, m, plan.interpret)
                 if compiled is not None:

@@ -40,9 +40,10 @@ class TritonBackend:
         """Launch ``programs`` programs of kernel ``fn``; returns the compiled kernel."""
         return launch(fn, programs, args, meta.consts, meta.ir.num_warps, meta.ir.num_stages, interpret)
 
-    def descriptor(self, tensor: Any, box: tuple[int, ...]) -> Any:
-        """A host-side TMA descriptor of ``tensor`` in boxes of ``box`` elements."""
-        return descriptor(tensor, box)
+    def descriptor(self, tensor: Any, box: tuple[int, ...], perm: tuple[int, ...] | None = None) -> Any:
+        """A host-side TMA descriptor of ``tensor`` (of ``tensor.permute(perm)`` with ``perm``) in
+        boxes of ``box`` elements."""
+        return descriptor(tensor, box, perm)
 
     #: No Triton launch hook is installed (profilers need the slow path). The plain function, so the
     #: fast path's check costs one call, as before the backend seam.

@@ -172,7 +172,7 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter):
             args.extend(f"{t}_s{d}" for d in range(self.tensor_ndim[t]))
         args.extend(self.sizes)
         args.extend(self.scalars)
-        args.extend(d for d, _, _ in self.host_descs)
+        args.extend(d[0] for d in self.host_descs)
         args.extend(f"{c}: tl.constexpr" for c in sorted(self.consts))
         lines = ["@_jit", f"def {k.name}({', '.join(args)}):"]
         doc = [f'    """Kernel {k.name}: stores {", ".join(s.target for s in k.stores)}.']
@@ -182,9 +182,11 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter):
         for a, p in k.axes.items():
             if p.role != "grid":
                 doc.append(f"    axis {a}: {p.role}, block {p.block}" + ("" if p.divisible else " (masked)"))
-        for d, t, box in self.host_descs:
+        for d, t, box, perm in self.host_descs:
             axes = self.desc_axes[d]
-            doc.append(f"    {d}: TMA descriptor of {t}[{', '.join(axes)}] in boxes of [{', '.join(map(str, box))}] (built on the host)")
+            view = f"{t}.permute{perm}" if perm else t
+            doc.append(f"    {d}: TMA descriptor of {view}[{', '.join(axes)}] in boxes of [{', '.join(map(str, box))}] "
+                       "(built on the host)")
         doc.append('    """')
         lines.extend(doc)
         return lines
@@ -242,8 +244,8 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter):
                 if len(tiled) < len(st.layout):  # size-1 dims for tile-1 grid axes
                     tcode = f"tl.reshape({tcode}, {self.shape(tuple(st.layout), pres)})"
                 scope.emit(f"{tv} = {tcode}")
-                if kind == "tma":
-                    scope.emit(f"{h}.store([{', '.join(extra)}], {tv})  # TMA store (clipped at the edges)")
+                if kind == "tma":   # outputs are never read through a transposed view
+                    scope.emit(f"{h}.store([{', '.join(extra[0])}], {tv})  # TMA store (clipped at the edges)")
                 else:
                     scope.emit(f"tl.store({h}, {tv}" + (f", boundary_check={extra}" if extra else "") + ")")
                 return

@@ -71,10 +71,11 @@ def quiet_interpreter() -> None:
 _TensorDescriptor = None
 
 
-def descriptor(t: torch.Tensor, box: tuple[int, ...]):
+def descriptor(t: torch.Tensor, box: tuple[int, ...], perm: tuple[int, ...] | None = None):
     """Host-side TMA descriptor of ``t`` (shape and strides in elements, ``box`` the tile read or
     written per load/store; out-of-range elements read as zero and are clipped on store), passed
-    to the kernel as an argument. Triton's launcher encodes it (``cuTensorMapEncodeTiled``) at
+    to the kernel as an argument; with ``perm``, of the view ``t.permute(perm)`` (a transposed
+    operand read with its unit-stride dim last). Triton's launcher encodes it (``cuTensorMapEncodeTiled``) at
     each launch; the interpreter emulates it.
 
     Built without ``TensorDescriptor.__post_init__``: its checks (16-byte aligned base and rows,
@@ -85,6 +86,8 @@ def descriptor(t: torch.Tensor, box: tuple[int, ...]):
     if _TensorDescriptor is None:
         from triton.tools.tensor_descriptor import TensorDescriptor
         _TensorDescriptor = TensorDescriptor
+    if perm:
+        t = t.permute(perm)
     d = _TensorDescriptor.__new__(_TensorDescriptor)
     d.__dict__.update(base=t, shape=list(t.shape), strides=list(t.stride()), block_shape=list(box), padding="zero")
     return d
@@ -163,8 +166,8 @@ class FastLauncher:
             for x in m.scalars:
                 fills.append((len(call), ("scalar", scal[x])))
                 call.append(None)
-            for _, t, box in m.descs:   # rebuilt per call: the tensor's address changes
-                fills.append((len(call), ("desc", (slot_of[t], box))))
+            for _, t, box, perm in m.descs:   # rebuilt per call: the tensor's address changes
+                fills.append((len(call), ("desc", (slot_of[t], box, perm))))
                 call.append(None)
             call.extend(m.consts[c] for c in sorted(m.consts))
             self.launches.append((ck, nprog, call, fills))
@@ -183,8 +186,8 @@ class FastLauncher:
                 elif kind == "new":
                     call[idx] = new[k]
                 elif kind == "desc":
-                    (src, pos), box = k
-                    call[idx] = descriptor(args[pos] if src == "arg" else new[pos], box)
+                    (src, pos), box, perm = k
+                    call[idx] = descriptor(args[pos] if src == "arg" else new[pos], box, perm)
                 else:
                     call[idx] = float(args[k]) if self.scal_types[k] is float else int(args[k])
             ck.run(nprog, 1, 1, stream, ck.function, ck.packed_metadata, None, None, None, *call)

@@ -54,7 +54,9 @@ class MemoryPrinter:
         if acc.kind == "pointer":
             return None
         if acc.kind == "tma":
-            key = (name, tuple(blocks))
+            if acc.perm:   # the descriptor of the transposed view: offsets and axes in its dim order
+                axes, blocks, offs = ([x[d] for d in acc.perm] for x in (list(axes), blocks, offs))
+            key = (name, tuple(blocks), acc.perm)
             if key not in self.descs:
                 # a host-side descriptor (triton.tools.tensor_descriptor.TensorDescriptor): the runtime
                 # encodes it once per call and passes it as a kernel argument, so programs start
@@ -62,9 +64,9 @@ class MemoryPrinter:
                 # scratch and fences in every program: 8.6 against 6.2 us on a 1024^3 fp16 matmul)
                 d = f"desc_{name}" + (f"_{len(self.descs)}" if any(k[0] == name for k in self.descs) else "")
                 self.descs[key] = d
-                self.host_descs.append((d, name, tuple(acc.box)))
+                self.host_descs.append((d, name, tuple(acc.box), acc.perm))
                 self.desc_axes[d] = list(axes)
-            return "tma", self.descs[key], offs
+            return "tma", self.descs[key], (offs, list(axes))
         strides = [f"{name}_s{d}" for d in range(len(axes))]
         check = tuple(d for d, b in enumerate(binds) if not b.scalar and b.mask is not None)
         order = tuple(range(len(axes) - 1, -1, -1))
@@ -85,6 +87,7 @@ class MemoryPrinter:
             if acc is not None:
                 kind, h, extra = acc
                 if kind == "tma":
+                    extra, axes = extra   # the descriptor's dim order (a transposed view's, permuted)
                     code = f"{h}.load([{', '.join(extra)}])"
                 else:
                     ev = self.eviction(n.tensor.name)
