@@ -83,12 +83,13 @@ def _given_out(out, k: int):
     return None if out is None else (out[k] if isinstance(out, (tuple, list)) else out)
 
 
-def tma_addressable(alg: Algorithm, b: Binding, args: Sequence[Any], out=None) -> frozenset:
+def tma_addressable(alg: Algorithm, b: Binding, args: Sequence[Any], out=None, views: bool = True) -> frozenset:
     """Tensors of this call a TMA descriptor can address (on the view with the unit-stride dim
     last, :func:`~dtriton.plan.access.unit_last`): at most 5 dims, last stride 1, every
     other stride a positive multiple of 16 bytes (no stride-0 expanded dims), base address
     16-byte aligned (CUDA's ``cuTensorMapEncodeTiled`` rules), not empty, not bool (Triton counts
-    bool elements as 1 bit). Outputs are allocated contiguous unless ``out=`` is given."""
+    bool elements as 1 bit). Outputs are allocated contiguous unless ``out=`` is given. ``views``
+    False: inputs in their own dim order only (no transposed view)."""
     def ok(t: torch.Tensor, view: bool = False) -> bool:
         perm = unit_last(t.dim(), unit_dim(t)) if view else None
         t = t.permute(perm) if perm else t   # a transposed input: the view with its unit-stride dim last
@@ -98,7 +99,7 @@ def tma_addressable(alg: Algorithm, b: Binding, args: Sequence[Any], out=None) -
                 and all(st > 0 for st, n in zip(t.stride(), t.shape) if n > 1))
     names = set()
     for p, a in zip(alg.params, args):
-        if isinstance(p, InputTensor) and isinstance(a, torch.Tensor) and ok(a, view=True):
+        if isinstance(p, InputTensor) and isinstance(a, torch.Tensor) and ok(a, view=views):
             names.add(p.name)
     for k, (o, odt) in enumerate(zip(alg.outputs, b.out_dtypes)):
         given = _given_out(out, k)

@@ -133,16 +133,18 @@ class Kernel:
         """The full schedule used for a call with this binding (heuristic fills the gaps)."""
         return complete_schedule(self.algorithm, self.schedule, binding)
 
-    def _auto_access(self, sched: Schedule, b: Binding, args, out=None, tma_ok: frozenset | None = None) -> Schedule:
+    def _auto_access(self, sched: Schedule, b: Binding, args, out=None) -> Schedule:
         """The heuristic's TMA pick (``access`` left None) only where every input tile TMA would
         read is TMA-addressable on this call: mixing TMA and pointer operands in one dot loop was
         slower than pointers alone on the H200 (2048^3 fp16 with a transposed B: 39.1 against
         29.6 us). A user's explicit ``access="tma"`` is kept (the tensors TMA cannot address
-        fall back one by one). ``tma_ok``: :func:`~dtriton.plan.tma_addressable` of this call,
-        when already known."""
+        fall back one by one)."""
         if sched.access != "tma" or (self.schedule is not None and self.schedule.access is not None):
             return sched
-        ok = tma_addressable(self.algorithm, b, args, out) if tma_ok is None else tma_ok
+        # ... and in their own dim order: on the H200 a transposed fp16 operand read through TMA of
+        # its transposed view took 293 us at 4096^3 with 128x128x64 tiles against 225 us through
+        # pointers (bench/results/probe_fp32.json); explicit access="tma" still reads it so
+        ok = tma_addressable(self.algorithm, b, args, out, views=False)
         tiles = [p.name for p, a in zip(self.algorithm.params, args)
                  if isinstance(p, InputTensor) and isinstance(a, torch.Tensor) and sum(n > 1 for n in a.shape) >= 2]
         return sched if all(t in ok for t in tiles) else sched.replace(access="pointer")
@@ -164,7 +166,7 @@ class Kernel:
             if hit[1] is None:
                 hit[1] = tma_addressable(self.algorithm, b, args, out)
             tma = hit[1]
-        sched = self._auto_access(sched, b, args, out, tma)
+        sched = self._auto_access(sched, b, args, out)
         if sched.access != "tma":
             return sched, hit[0]
         # TMA reads a transposed tensor through the view with its unit-stride dim last: the plan

@@ -239,6 +239,7 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
             tile[first] = 64
             if d.num_warps is None:
                 d.num_warps = 4
+    wide = _wide_tile(d, m, n, r)
     if r not in tile:
         tile[r] = max(16, d.cap(r, 64 if d.half or not d.gpu else 32))
     if tc and not d.half:
@@ -259,10 +260,27 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
         # tf32 on 128x128 tiles: 4 warps (H200 probe, X @ W.T 1024x8192x8192: 379 us against 541
         # with 8, 0.96x cuBLAS with TF32)
         d.num_warps = 8 if tile[m] * tile[n] >= 128 * 128 and d.user.precision != "tf32" else 4
+    if d.num_stages is None and wide:
+        d.num_stages = 3
     if d.num_stages is None:
         # fp32 on tensor cores: 4 stages of 128x128x32 fp32 tiles (H200 probe, X @ W.T
         # 1024x8192x8192 at tf32x3 with TMA: 1685 us against 1733 with 3 stages)
         d.num_stages = (4 if d.half or tc else 3) if d.gpu else 2
+
+
+def _wide_tile(d: Draft, m: str, n: str, r: str) -> bool:
+    """Large 16-bit GEMMs (both output axes >= 2048, >= 2^35 multiply-adds: the TMA range) take
+    128x256 output tiles, 256 along the inner grid axis, with 3 stages (H200 probe at 4096^3,
+    bench/results/probe_fp32.json: fp16 NN 188 us, TN 188, bf16 NN 179, TN 179 with TMA, against
+    205-225 us with 128x128x64 and 4 stages). Returns whether it applied."""
+    grid, sizes = d.grid, d.sizes
+    if not (d.gpu and d.half and m in grid and n in grid and not (set(d.user.tile) & {m, n})
+            and d.tile.get(m) == 128 and d.tile.get(n) == 128 and min(sizes[m], sizes[n]) >= 2048
+            and sizes[m] * sizes[n] * sizes[r] >= 1 << 35):
+        return False
+    inner = n if grid.index(n) > grid.index(m) else m
+    d.tile[inner] = d.cap(inner, 256)
+    return True
 
 
 def _skinny(d: Draft, m: str, n: str, r: str) -> bool:
