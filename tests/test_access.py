@@ -61,13 +61,18 @@ def test_odd_layouts_fall_back_or_work(style):
 
 
 def test_tma_descriptors_only_for_addressable_tensors():
-    A, Bt = rnd(40, 48), rnd(24, 48, seed=1).t()
-    src = kernel_source(matmul, dt.Schedule(tile={"i": 16, "j": 16, "k": 16}, access="tma"), (A, Bt))
+    A, Bodd = rnd(40, 48), rnd(48, 25, seed=1)[:, :24]     # B's rows: 100 bytes, not a multiple of 16
+    src = kernel_source(matmul, dt.Schedule(tile={"i": 16, "j": 16, "k": 16}, access="tma"), (A, Bodd))
     assert "TMA-addressable on this call: A, out" in src
     assert "desc_A: TMA descriptor of A[i, k] in boxes of [16, 16] (built on the host)" in src and "desc_B" not in src
     assert re.search(r"def \w+\(.*, desc_A, desc_out, BLOCK_I: tl.constexpr", src)   # kernel arguments
     assert "desc_A.load([" in src and "desc_out.store([" in src
-    assert "tl.load(B_ptr +" in src       # the transposed view keeps a pointer load
+    assert "tl.load(B_ptr +" in src       # B keeps a pointer load
+    # a transposed operand is read through a descriptor of its transposed view, permuted back
+    Bt = rnd(24, 48, seed=1).t()
+    src = kernel_source(matmul, dt.Schedule(tile={"i": 16, "j": 16, "k": 16}, access="tma"), (A, Bt))
+    assert "TMA-addressable on this call: A, B, out" in src
+    assert "desc_B: TMA descriptor of B.permute(1, 0)[j, k] in boxes of [16, 16]" in src and "tl.permute(" in src
     src = kernel_source(matmul, dt.Schedule(tile={"i": 16, "j": 16, "k": 16}, access="block_ptr"), (A, Bt))
     assert src.count("tl.make_block_ptr(") == 3 and "boundary_check" in src
     plain = kernel_source(matmul, dt.Schedule(tile={"i": 16, "j": 16, "k": 16}), (A, Bt))
