@@ -2,8 +2,9 @@
 
 It interprets the fuzzer's own AST (``fuzz_grammar``) eagerly in torch on named-axis values, in a
 chosen compute dtype: float64 gives the oracle, float32 the same program rounded as a float32
-kernel would round it; the difference between the two estimates how ill-conditioned each output
-element is (the comparison in ``fuzz_run`` widens its tolerance by it).
+kernel would round it (with torch's summation order, or ``sequential`` left to right); the
+differences estimate how ill-conditioned each output element is (the comparison in ``fuzz_run``
+widens its tolerance by them).
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ class Evaluator:
 
     Raises ``KeyError``/``ValueError`` only for a malformed case (a bug of the fuzzer itself)."""
 
-    def __init__(self, case: Case, args: Sequence[Any], cdt: torch.dtype = torch.float64):
+    def __init__(self, case: Case, args: Sequence[Any], cdt: torch.dtype = torch.float64, sequential: bool = False):
         self.case = case
         self.cdt = cdt
+        self.sequential = sequential   # sums and products accumulated left to right (another rounding order)
         self.env = dict(zip(param_names(case), args))
         self.size = {a: case.sizes[s] for a, s in case.axis_sym.items()}
         self.memo: dict[int, Named] = {}
@@ -115,15 +117,15 @@ class Evaluator:
         t = self.spread(v, rest + over)
         t = self.num(t.reshape([self.size[a] for a in rest] + [-1]))
         if kind in ("sum", "mean"):
-            r = t.sum(-1)
-            if kind == "mean":
-                r = r / t.shape[-1]
+            r = t.cumsum(-1)[..., -1] if self.sequential and t.shape[-1] else t.sum(-1)
+            if kind == "mean":   # sequential: times the reciprocal, as a kernel may
+                r = r * (1.0 / t.shape[-1]) if self.sequential else r / t.shape[-1]
         elif kind == "max":
             r = t.amax(-1)
         elif kind == "min":
             r = t.amin(-1)
         elif kind == "prod":
-            r = t.prod(-1)
+            r = t.cumprod(-1)[..., -1] if self.sequential and t.shape[-1] else t.prod(-1)
         elif kind in ("argmax", "argmin"):
             r = self.num(torch.argmax(t, -1) if kind == "argmax" else torch.argmin(t, -1))
         else:
