@@ -34,18 +34,24 @@ def test_online_candidates_are_axes_a_running_max_reduces():
     assert not online_candidate(layer_norm, "j") and not online_candidate(matmul, "k")
 
 
+@dt.algorithm
+def _row_argmax(X: dt.Tensor["M", "N"]):
+    i, j = dt.axes("i j")
+    return dt.argmax(X[i, j], over=j)[i]
+
+
 def test_split_legality_reads_the_combiner():
-    assert splittable(matmul, "k") and splittable(layer_norm, "j")
-    assert not splittable(softmax, "j")
-    assert [s.name for s in split_blockers(softmax, "j")] == ["max0"]
-    assert splittable(softmax, "i")   # no stage reduces i
-    assert can_split(matmul.stages["sum0"].node) and not can_split(softmax.stages["max0"].node)
+    assert splittable(matmul, "k") and splittable(layer_norm, "j") and splittable(softmax, "j")
+    assert not splittable(_row_argmax, "j")
+    assert [s.name for s in split_blockers(_row_argmax, "j")] == ["argmax0"]
+    assert splittable(_row_argmax, "i")   # no stage reduces i
+    assert can_split(softmax.stages["max0"].node) and not can_split(_row_argmax.stages["argmax0"].node)
 
 
-def test_split_of_a_max_is_refused_with_the_stage_and_kind():
+def test_split_of_an_arg_reduction_is_refused_with_the_stage_and_kind():
     x = torch.randn(8, 64)
-    with pytest.raises(dt.ScheduleError, match=r"stage 'max0' is a max over \['j'\]"):
-        dt.compile(softmax, dt.Schedule(split={"j": 2}, stages={"max0": {"place": "materialize"}}))(x)
+    with pytest.raises(dt.ScheduleError, match=r"stage 'argmax0' is a argmax over \['j'\]"):
+        dt.compile(_row_argmax, dt.Schedule(split={"j": 2}))(x)
 
 
 def test_stage_grid_of_reductions_outputs_and_overrides():

@@ -109,9 +109,18 @@ def test_split_of_a_non_reduction_axis():
             dt.compile, matmul, dt.Schedule(split={"i": 2}))
 
 
-def test_split_of_a_max_stage():
-    _raises(dt.ScheduleError, r"stage 'max0' is a max over \['j'\]; only sum/mean stages can be split",
-            dt.compile(rowmax, dt.Schedule(split={"j": 2})), torch.randn(4, 8))
+@dt.algorithm
+def rowargmax(X: dt.Tensor["M", "N"]):
+    i, j = dt.axes("i j")
+    return dt.argmax(X[i, j], over=j)[i]
+
+
+def test_split_of_a_max_stage_with_atomics():
+    _raises(dt.ScheduleError, r"stage 'max0' is a max split over \['j'\] with split_mode='atomic'; atomics add "
+                              r"partial sums only. Use split_mode='partials'",
+            dt.compile(rowmax, dt.Schedule(split={"j": 2}, split_mode="atomic")), torch.randn(4, 8))
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(dt.compile(rowmax, dt.Schedule(split={"j": 2}))(x), x.amax(1))
 
 
 def test_split_stage_cannot_be_fused():
@@ -292,10 +301,14 @@ def test_reduction_axis_on_the_grid_is_refused():
                                       r"so no kernel would map it to program ids", dt.compile, matmul,
                     dt.Schedule(grid=grid, tile=t))
         assert "reduced by stage 'sum0'" in str(e) and "split={'k': 4}" in str(e)
-    # a max cannot be split: no split-K hint there
+    # a max splits too (per-split partials): the hint names it
     e = _raises(dt.ScheduleError, r"grid names axis 'j', which no output of rowmax has", dt.compile, rowmax,
                 dt.Schedule(grid=("i", "j"), tile={"i": 2, "j": 4}))
-    assert "reduced by stage 'max0'" in str(e) and "split" not in str(e)
+    assert "reduced by stage 'max0'" in str(e) and "split={'j': 4}" in str(e)
+    # an arg-reduction cannot be split: no split-K hint there
+    e = _raises(dt.ScheduleError, r"grid names axis 'j', which no output of rowargmax has", dt.compile, rowargmax,
+                dt.Schedule(grid=("i", "j"), tile={"i": 2, "j": 4}))
+    assert "reduced by stage 'argmax0'" in str(e) and "split" not in str(e)
     # an axis that is reduced and also kept in an output (softmax's j) may be on the grid
     dt.compile(softmax, dt.Schedule(grid=("i", "j"), tile={"i": 2, "j": 4}))
 
@@ -359,8 +372,10 @@ def test_split_mode_without_a_split_warns_at_the_call():
     with pytest.warns(dt.ScheduleWarning, match=r"matmul: split_mode='partials' has no effect: this call splits no "
                                                  r"reduction axis .*split=\{'k': 4\}"):
         _mm_ok(dt.Schedule(split_mode="partials"))
-    with pytest.warns(dt.ScheduleWarning, match=r"rowmax has no sum to split"):
+    with pytest.warns(dt.ScheduleWarning, match=r"rowmax: .*e\.g\. split=\{'j': 4\}"):
         dt.compile(rowmax, dt.Schedule(split_mode="partials"))(torch.randn(3, 5))
+    with pytest.warns(dt.ScheduleWarning, match=r"rowargmax has no reduction to split"):
+        dt.compile(rowargmax, dt.Schedule(split_mode="partials"))(torch.randn(3, 5))
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("error", dt.ScheduleWarning)
@@ -441,15 +456,16 @@ def test_space_split_of_a_non_reduction_axis_is_refused_before_any_candidate():
 
     for space, pattern in (
             (Space(split={"i": [1, 2]}), r"Space\(split=\{'i': \[1, 2\]\}\): axis 'i' is not a reduction axis of matmul "
-                                         r"\(reduction axes: \['k'\]\); only a summed axis can be split"),
+                                         r"\(reduction axes: \['k'\]\); only a reduced axis can be split"),
             (Space(grid=[("i", "k")]), r"Space grid \('i', 'k'\) names axis 'k', which no output of matmul has"),
             (Space(place={"out": ["auto", "fuse"]}), r"Space\(place=\{'out': \['auto', 'fuse'\]\}\): 'out' is an output stage")):
         _raises(dt.ScheduleError, pattern, space.validate, matmul)
         _raises(dt.ScheduleError, pattern, dt.explore, matmul, MM, space=space, budget=5, progress=False, store=False,
                 _candidate_factory=factory)
     assert built == []   # refused before the heuristic baseline was even built
-    _raises(dt.ScheduleError, r"Space\(split=\{'j': \[2\]\}\): axis 'j' is reduced by the max stage 'max0'; only "
-                              r"sum/mean stages can be split", Space(split={"j": [2]}).validate, rowmax)
+    _raises(dt.ScheduleError, r"Space\(split=\{'j': \[2\]\}\): axis 'j' is reduced by the argmax stage 'argmax0'; "
+                              r"an arg-reduction cannot be split", Space(split={"j": [2]}).validate, rowargmax)
+    Space(split={"j": [2]}).validate(rowmax)   # a max splits (per-split partials)
     Space(split={"k": [1, 2]}, grid=[("j", "i")]).validate(matmul)
     Space(split={"i": [1]}).validate(matmul)   # no split at all: nothing to refuse
 

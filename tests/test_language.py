@@ -442,7 +442,8 @@ def test_combiner_records():
     from dtriton.ir import COMBINERS, Combiner, get_combiner, register_combiner
     assert set(COMBINERS) >= {"sum", "mean", "max", "min"}
     s, m = get_combiner("sum"), get_combiner("mean")
-    assert [c for c in ("sum", "mean", "max", "min") if get_combiner(c).splittable] == ["sum", "mean"]
+    assert [c for c in ("sum", "mean", "max", "min", "prod", "argmax") if get_combiner(c).splittable] == \
+        ["sum", "mean", "max", "min", "prod"]
     assert get_combiner("max").online == "running_max" and s.online == m.online == "rescaled"
     assert get_combiner("min").online is None
     assert (s.grad, m.grad, get_combiner("max").grad, get_combiner("min").grad) == ("sum", "sum", "extremum", "extremum")

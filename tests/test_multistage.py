@@ -63,9 +63,13 @@ def test_online_is_one_pass_and_loop_is_two(gen):
     assert launches(k_on) == launches(k_loop) == 1
 
 
-def test_softmax_split_is_rejected_because_max_cannot_split():
-    with pytest.raises(dt.ScheduleError, match=r"stage 'max0' is a max over \['j'\]; only sum/mean stages can be split"):
-        dt.compile(softmax, dt.Schedule(grid=("i",), tile={"i": 2, "j": 8}, split={"j": 2}))(torch.randn(4, 16))
+def test_softmax_split_combines_max_partials():
+    X = torch.randn(4, 37)
+    k = dt.compile(softmax, dt.Schedule(grid=("i",), tile={"i": 2, "j": 8}, split={"j": 2}))
+    torch.testing.assert_close(k(X), torch.softmax(X, -1))
+    assert "tl.maximum(parts" in k.source          # the max partials are combined by the max
+    with pytest.raises(dt.ScheduleError, match=r"stage 'max0' is a max split over \['j'\] with split_mode='atomic'"):
+        dt.compile(softmax, dt.Schedule(grid=("i",), tile={"i": 2, "j": 8}, split={"j": 2}, split_mode="atomic"))(X)
 
 
 @pytest.mark.parametrize("strategy", STRATS)

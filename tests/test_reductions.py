@@ -173,11 +173,17 @@ def test_reference_evaluator():
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_split_is_a_schedule_error(kind):
-    alg = KINDS[kind][0]
-    x = torch.randn(8, 64)
+def test_split_of_a_product_combines_partials_and_an_arg_reduction_is_a_schedule_error(kind):
+    alg, ref = KINDS[kind]
+    x = torch.rand(8, 61) + 0.5
     sched = dt.Schedule(tile={"i": 4, "j": 16}, grid=("i",), split={"j": 2}, stages={f"{kind}0": {"place": "materialize"}})
-    with pytest.raises(dt.ScheduleError, match=rf"stage '{kind}0' is a {kind} over \['j'\]; only sum/mean stages can be split"):
+    if kind == "prod":
+        k = dt.compile(alg, sched)
+        torch.testing.assert_close(k(x).double(), ref(x), rtol=1e-5, atol=0)
+        with pytest.raises(dt.ScheduleError, match=r"stage 'prod0' is a prod split over \['j'\] with split_mode='atomic'"):
+            dt.compile(alg, sched.replace(split_mode="atomic"))(x)
+        return
+    with pytest.raises(dt.ScheduleError, match=rf"stage '{kind}0' is a {kind} over \['j'\]; an arg-reduction's"):
         dt.compile(alg, sched)(x)
 
 

@@ -111,8 +111,8 @@ def mean(x, over, name: str | None = None) -> Expr:
 
 
 def prod(x, over, name: str | None = None) -> Expr:
-    """Product over ``over`` (as ``torch.prod``; 1 over an empty extent). Not splittable across
-    programs, and ``dt.grad`` does not differentiate it. A reduction stage."""
+    """Product over ``over`` (as ``torch.prod``; 1 over an empty extent). A reduction stage; split
+    across programs, its partial products are combined from per-split buffers."""
     return reduce(x, over, "prod", name)
 
 

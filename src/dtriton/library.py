@@ -10,7 +10,8 @@ from . import dsl as dt
 from .dsl import Tensor
 
 __all__ = ["matmul", "linear_relu", "softmax", "log_softmax", "layer_norm", "rms_norm", "cross_entropy",
-           "column_sum", "spatial_diffusion", "attention", "causal_attention", "add_one"]
+           "column_sum", "spatial_diffusion", "attention", "causal_attention", "add_one", "batch_norm", "instance_norm",
+           "group_norm", "layer_norm_chw", "frobenius_normalize", "avg_pool2d", "max_pool2d"]
 
 
 @dt.algorithm
@@ -113,3 +114,71 @@ def add_one(X: Tensor["N"]):
     """X + 1: the tiny kernel used to measure host overhead."""
     i, = dt.axes("i")
     return (X[i] + 1.0)[i]
+
+
+# ----------------------------------------------------------------------------------------------
+# reductions over several axes (NCHW tensors): statistics then normalise, pooling
+# ----------------------------------------------------------------------------------------------
+@dt.algorithm
+def batch_norm(X: Tensor["N", "C", "H", "W"], w: Tensor["C"], b: Tensor["C"]):
+    """Training batch norm of NCHW ``X``: statistics per channel over (n, h, w), biased variance,
+    eps 1e-5, then ``w``/``b`` (stages mean0, mean1, out)."""
+    n, c, h, q = dt.axes("n c h q")
+    mu = dt.mean(X[n, c, h, q], over=(n, h, q))
+    xc = X[n, c, h, q] - mu
+    var = dt.mean(xc * xc, over=(n, h, q))
+    return (xc * dt.rsqrt(var + 1e-5) * w[c] + b[c])[n, c, h, q]
+
+
+@dt.algorithm
+def instance_norm(X: Tensor["N", "C", "H", "W"]):
+    """Instance norm of NCHW ``X``: statistics per (n, c) over (h, w), eps 1e-5, no affine."""
+    n, c, h, q = dt.axes("n c h q")
+    mu = dt.mean(X[n, c, h, q], over=(h, q))
+    xc = X[n, c, h, q] - mu
+    var = dt.mean(xc * xc, over=(h, q))
+    return (xc * dt.rsqrt(var + 1e-5))[n, c, h, q]
+
+
+@dt.algorithm
+def group_norm(X: Tensor["N", "G", "D", "H", "W"]):
+    """Group norm of an NCHW tensor viewed as (N, groups, C // groups, H, W) (``x.view(n, g, -1,
+    h, w)``): statistics per (n, group) over (channel in group, h, w), eps 1e-5, no affine."""
+    n, g, c, h, q = dt.axes("n g c h q")
+    mu = dt.mean(X[n, g, c, h, q], over=(c, h, q))
+    xc = X[n, g, c, h, q] - mu
+    var = dt.mean(xc * xc, over=(c, h, q))
+    return (xc * dt.rsqrt(var + 1e-5))[n, g, c, h, q]
+
+
+@dt.algorithm
+def layer_norm_chw(X: Tensor["N", "C", "H", "W"]):
+    """Layer norm of NCHW ``X`` over (c, h, w) per sample, eps 1e-5, no affine."""
+    n, c, h, q = dt.axes("n c h q")
+    mu = dt.mean(X[n, c, h, q], over=(c, h, q))
+    xc = X[n, c, h, q] - mu
+    var = dt.mean(xc * xc, over=(c, h, q))
+    return (xc * dt.rsqrt(var + 1e-5))[n, c, h, q]
+
+
+@dt.algorithm
+def frobenius_normalize(X: Tensor["N", "C", "H", "W"]):
+    """``X / ||X||_F``: one sum of squares over the whole tensor (a scalar), then a scale."""
+    n, c, h, q = dt.axes("n c h q")
+    s = dt.sum(X[n, c, h, q] * X[n, c, h, q], over=(n, c, h, q))
+    return (X[n, c, h, q] * dt.rsqrt(s))[n, c, h, q]
+
+
+@dt.algorithm
+def avg_pool2d(X: Tensor["N", "C", "HO", "KH", "WO", "KW"]):
+    """2-D average pooling written over a block view of NCHW ``x``: ``x.view(n, c, h // k, k, w // k,
+    k)`` (k x k windows, stride k); the output is (N, C, H // k, W // k)."""
+    n, c, h, a, q, b = dt.axes("n c h a q b")
+    return dt.mean(X[n, c, h, a, q, b], over=(a, b))[n, c, h, q]
+
+
+@dt.algorithm
+def max_pool2d(X: Tensor["N", "C", "HO", "KH", "WO", "KW"]):
+    """2-D max pooling over the same block view as :func:`avg_pool2d`."""
+    n, c, h, a, q, b = dt.axes("n c h a q b")
+    return dt.max(X[n, c, h, a, q, b], over=(a, b))[n, c, h, q]

@@ -82,7 +82,8 @@ def online_candidate(alg: Algorithm, axis: str) -> bool:
 
 def can_split(r: Reduce) -> bool:
     """Whether partial results of ``r`` from several programs can be combined (split-K): its
-    combiner's :attr:`~dtriton.ir.Combiner.splittable` (a sum or mean: yes; a max or min: no)."""
+    combiner's :attr:`~dtriton.ir.Combiner.splittable` (sum, mean, max, min, prod: yes; an
+    arg-reduction: no)."""
     return r.combiner.splittable
 
 

@@ -39,7 +39,9 @@ class Combiner:
         reference: the torch reduction ``(tensor, dims) -> tensor`` the evaluator uses; it
             handles empty extents (the result is the identity there).
         splittable: partial results of several programs may be combined by the same combine
-            (split-K with atomics or partial buffers).
+            (split-K: per-split partial buffers that the reader combines; a sum may also add its
+            partials with fp32 atomics). True for sum, mean, max, min and prod; an arg-reduction's
+            (value, index) pairs are not split.
         online: the part the kind plays in a one-pass online group: ``"running_max"`` (a running
             maximum whose changes rescale the group's sums of ``exp(x - max)``), ``"rescaled"``
             (a linear accumulation that can be rescaled by a factor), or None (no part).
@@ -118,9 +120,9 @@ _NAN_ALL = "propagate_nan=tl.PropagateNan.ALL"
 
 SUM = Combiner("sum", _sum_identity, "a + b", _sum_reference, splittable=True, online="rescaled", grad="sum")
 MEAN = replace(SUM, name="mean", finalize="count", base="sum")
-MAX = Combiner("max", _max_identity, f"tl.maximum(a, b, {_NAN_ALL})", _max_reference, splittable=False,
+MAX = Combiner("max", _max_identity, f"tl.maximum(a, b, {_NAN_ALL})", _max_reference, splittable=True,
                online="running_max", grad="extremum")
-MIN = Combiner("min", _min_identity, f"tl.minimum(a, b, {_NAN_ALL})", _min_reference, splittable=False,
+MIN = Combiner("min", _min_identity, f"tl.minimum(a, b, {_NAN_ALL})", _min_reference, splittable=True,
                online=None, grad="extremum")
 
 def _prod_identity(dtype: torch.dtype):
@@ -136,7 +138,7 @@ def _prod_reference(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
     return x
 
 
-PROD = Combiner("prod", _prod_identity, "a * b", _prod_reference, splittable=False, online=None, grad="prod")
+PROD = Combiner("prod", _prod_identity, "a * b", _prod_reference, splittable=True, online=None, grad="prod")
 
 
 def _argmax_reference(x: torch.Tensor, dims: list[int]) -> torch.Tensor:

@@ -75,7 +75,7 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
         sums = [a for a in alg.reduction_axes
                 if all(st.node.combiner.splittable for st in alg.stages.values() if not st.is_output and a in st.node.over)]
         how = (f"it applies to split-K, e.g. split={{{sums[0]!r}: 4}}" if sums else
-               f"{alg.name} has no sum to split")
+               f"{alg.name} has no reduction to split")
         notes.append(f"split_mode='partials' has no effect: this call splits no reduction axis (the "
                      f"complete schedule's split is {dict(sched.split)}); {how}. Give a split, or drop split_mode")
     if any(k.ws_dropped for k in kernels):

@@ -8,7 +8,7 @@ This layer decides *where* each stage is computed and partitions the algorithm i
   *materialised*: a kernel of its own writes it to an fp32 buffer that consumers read;
 - a reduction that is split across programs (split-K) is always materialised; its kernel adds
   its partial sums with fp32 atomics into a zeroed buffer, or writes per-split partials that the
-  consumer sums (``split_mode="partials"``, deterministic);
+  consumer combines (``split_mode="partials"``, deterministic; always for max, min and prod);
 - "auto" placement materialises a reduction when fusing it would recompute it once per program
   of the consumer's grid (it reduces over a grid axis, or needs an axis the consumer loops over).
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..errors import ScheduleError
-from ..ir import Algorithm, Expr, Output, Reduce, can_split, reduces_in, reduction_stages, stage_grid, walk
+from ..ir import Algorithm, Expr, Output, Reduce, can_split, is_sum, reduces_in, reduction_stages, stage_grid, walk
 from ..schedule import Schedule
 from .kernel import AxisPlan, BufferSpec, KernelPlan, Program, StoreSpec, next_pow2
 
@@ -85,8 +85,12 @@ def _placement(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce]) -> s
         if split_axes:
             if not can_split(r):
                 raise ScheduleError(
-                    f"stage {r.name!r} is a {r.combiner.name} over {split_axes}; only sum/mean stages can be split "
-                    "across programs. Remove the split or materialise a sum instead")
+                    f"stage {r.name!r} is a {r.combiner.name} over {split_axes}; an arg-reduction's (value, index) "
+                    "pairs cannot be split across programs. Remove the split")
+            if sched.split_mode == "atomic" and not is_sum(r):
+                raise ScheduleError(
+                    f"stage {r.name!r} is a {r.combiner.name} split over {split_axes} with split_mode='atomic'; "
+                    "atomics add partial sums only. Use split_mode='partials' (or leave it None)")
             if place == "fuse":
                 raise ScheduleError(
                     f"stage {r.name!r} is split over {split_axes} and must be materialised; it cannot be fused")
@@ -148,7 +152,8 @@ class _Kernels:
         for rid in sorted(mat, key=order.index):
             r = reduces[rid]
             split = [(a, sched.split[a]) for a in r.over if sched.split.get(a, 1) > 1]
-            partials = split[0][1] if split and sched.split_mode == "partials" else 0
+            # per-split partials (deterministic) when asked, and for kinds atomics cannot add
+            partials = split[0][1] if split and (sched.split_mode == "partials" or not is_sum(r)) else 0
             # the kernel computing r applies the mean's division itself (partial sums are divided
             # too, so atomics and partials add up to the mean), so readers never divide again
             dtype = "int64" if r.combiner.results == 2 else "float64" if f64 else sched.acc_dtype

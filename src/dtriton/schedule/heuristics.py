@@ -48,7 +48,13 @@ __all__ = ["complete_schedule", "sm_count", "next_pow2", "Draft", "RULES", "DECI
 INTERPRETER_ELEMENTS = 65536
 
 #: The knobs the heuristic fills in; all others are the user's (or their defaults).
-DECIDED = ("tile", "grid", "group", "split", "strategy", "num_warps", "num_stages", "stages", "access")
+DECIDED = ("tile", "grid", "group", "split", "strategy", "num_warps", "num_stages", "stages", "access", "split_mode")
+
+#: In-program block (elements) up to which the axes a program covers are all "whole": a
+#: 32768-wide fp32 row is 64 registers per thread over 16 warps (4096 on the interpreter).
+ROW_BLOCK = {True: 32768, False: 4096}
+#: Elements one loop step covers when they do not fit (GPU: True; interpreter: False).
+STEP_BLOCK = {True: 2048, False: 1024}
 
 
 def next_pow2(n: int) -> int:
@@ -126,10 +132,11 @@ class Draft:
     num_warps: int | None
     num_stages: int | None
     access: str | None
+    split_mode: str | None
     stages: dict = field(default_factory=dict)
     dot_axes: set = field(default_factory=set)
     col_axes: list = field(default_factory=list)   # column reductions of the main kernel
-    widest: int = 1        # widest block an off-grid axis takes in a program
+    widest: int = 1        # in-program block of the off-grid axes (their product; the widest with dots)
     tc_fp32: bool = False  # an fp32 contraction got tensor-core tiles
 
     @staticmethod
@@ -144,7 +151,8 @@ class Draft:
             reduced=reduced, row_axes=list(dict.fromkeys(a for o in alg.outputs for a in o.layout if a in reduced)),
             contig=_contiguous_axes(alg), tile=dict(user.tile), strategy=dict(user.strategy), group=dict(user.group),
             split=dict(user.split), grid=user.grid, num_warps=user.num_warps if sched is not None else None,
-            num_stages=user.num_stages if sched is not None else None, access=user.access)
+            num_stages=user.num_stages if sched is not None else None, access=user.access,
+            split_mode=user.split_mode)
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -323,9 +331,10 @@ def _fp32_tensor_cores(d: Draft, name: str) -> bool:
 
 def off_grid_axes(d: Draft) -> None:
     """Strategies and tiles of the axes covered inside each program (neither dot axes nor on the
-    grid): column reductions loop in short tiles, rows are whole up to a limit, else online/loop."""
-    limit = 32768 if d.gpu else 4096
+    grid): column reductions loop in short tiles, an axis with a user tile steps in it, the others
+    are covered by :func:`_cover_rows` (whole while the row fits one program, else loops)."""
     strategy, tile = d.strategy, d.tile
+    rest = []
     for a in d.alg.axis_names:
         if a in d.dot_axes or a in d.grid:
             continue
@@ -335,21 +344,144 @@ def off_grid_axes(d: Draft) -> None:
                 # loop over it in short tiles so each program reads wide, coalesced rows
                 strategy[a] = "loop"
                 tile[a] = d.cap(a, 32 if d.gpu else 16)
-                d.widest = max(d.widest, tile[a])
                 d.col_axes.append(a)
             elif a in d.user.tile:
                 # the user's tile of an off-grid axis: step over it in that tile ("whole" would
                 # ignore the tile)
                 strategy[a] = "online" if online_candidate(d.alg, a) else "loop"
-            elif next_pow2(d.sizes[a]) <= limit:
-                strategy[a] = "whole"
             else:
-                strategy[a] = "online" if online_candidate(d.alg, a) else "loop"
-        if strategy[a] == "whole":
-            d.widest = max(d.widest, next_pow2(d.sizes[a]))
-        elif a not in tile:
-            tile[a] = d.cap(a, 2048 if d.gpu else 1024)
-            d.widest = max(d.widest, tile[a])
+                rest.append(a)
+                continue
+        elif strategy[a] != "whole" and a not in tile:
+            tile[a] = d.cap(a, STEP_BLOCK[d.gpu])
+        _take(d, next_pow2(d.sizes[a]) if strategy[a] == "whole" else tile[a])
+    _cover_rows(d, rest)
+
+
+def _take(d: Draft, block: int) -> None:
+    """Count an off-grid axis's block in ``d.widest``: the product of the blocks (the largest one
+    in a contraction's kernel, whose dots never form the product of their axes)."""
+    d.widest = max(d.widest, block) if d.cons else d.widest * block
+
+
+def _cover_rows(d: Draft, axes: list[str]) -> None:
+    """Cover the open off-grid ``axes`` of the main kernel, innermost first (the axis indexing an
+    input's last dim first, so loads stay contiguous): all "whole" while the product of their
+    padded sizes (times the blocks already taken) is at most :data:`ROW_BLOCK`; otherwise "whole"
+    for those that fit in :data:`STEP_BLOCK`, then a loop ("online" where a max reduces the axis)
+    over the next in the rest of that block and loops of tile 1 over the others. A contraction's
+    kernel keeps one rule per axis (whole up to ROW_BLOCK)."""
+    depth = _depths(d.alg)
+    order = sorted(axes, key=lambda a: depth.get(a, len(d.alg.axis_names)))
+    inner = d.widest
+    if d.cons:
+        fits = {a: next_pow2(d.sizes[a]) <= ROW_BLOCK[d.gpu] for a in order}
+    else:
+        whole_all = inner * math.prod(next_pow2(d.sizes[a]) for a in order) <= ROW_BLOCK[d.gpu]
+        fits, budget = {}, ROW_BLOCK[d.gpu] if whole_all else STEP_BLOCK[d.gpu]
+        for a in order:
+            fits[a] = inner * next_pow2(d.sizes[a]) <= budget
+            inner *= next_pow2(d.sizes[a]) if fits[a] else d.cap(a, max(1, budget // inner))
+    for a in order:
+        if fits[a]:
+            d.strategy[a] = "whole"
+            _take(d, next_pow2(d.sizes[a]))
+        else:
+            d.strategy[a] = "online" if online_candidate(d.alg, a) else "loop"
+            d.tile.setdefault(a, d.cap(a, max(1, STEP_BLOCK[d.gpu] // (1 if d.cons else d.widest))))
+            _take(d, d.tile[a])
+
+
+def _depths(alg: Algorithm) -> dict[str, int]:
+    """How far from the last dim each axis indexes an input (0: the last, contiguous dim), the
+    smallest over the algorithm's loads."""
+    out: dict[str, int] = {}
+    for n in topo_order([o.expr for o in alg.outputs]):
+        if isinstance(n, Load):
+            for k, e in enumerate(reversed(n.index)):
+                if isinstance(e, Axis):
+                    out[e.name] = min(out.get(e.name, k), k)
+    return out
+
+
+def split_rows(d: Draft) -> None:
+    """Reductions too large for one program, on too few programs to fill the GPU (fewer than its
+    SMs), are split across programs (no contraction, no user grid or split): partial results per
+    split (``split_mode="partials"``, deterministic, unless the user chose a mode) that their
+    readers combine. A stage whose reduced axes are kept in the output (statistics then
+    normalise: batch, group, layer norm over several axes) is materialised: the output's grid
+    takes all its axes, and each statistics stage gets a kernel of its own over its free axes
+    that loops over its reduced axes (see :func:`_cover_stage`)."""
+    if d.cons or not d.gpu or d.user.split or d.user.grid is not None:
+        return
+    looped = [a for a in d.alg.reduction_axes if a not in d.grid and a not in d.col_axes
+              and d.strategy.get(a) in ("loop", "online") and a not in d.user.strategy]
+    if not looped or _programs(d.grid, d.sizes, {}) >= d.sms:
+        return
+    main = d.alg.outputs[0]
+    rows = [a for a in looped if a in main.layout]
+    if not rows:
+        # the output is the reduction (a sum to a scalar, a sum over the last axes of few rows)
+        _split_one(d, [a for a in looped if splittable(d.alg, a)], d.tile, _programs(d.grid, d.sizes, {}))
+    else:
+        d.grid = tuple(main.layout)
+        for a in d.grid:   # on the grid now: no strategy, and a grid tile from grid_tiles
+            if a not in d.user.strategy:
+                d.strategy.pop(a, None)
+            if a not in d.user.tile:
+                d.tile.pop(a, None)
+        d.widest = 1
+        for st in reduction_stages(d.alg):
+            if set(st.node.over) & set(rows) and st.name not in d.user.stages:
+                _cover_stage(d, st)
+    if d.split and d.user.split_mode is None:
+        d.split_mode = "partials"
+
+
+def _cover_stage(d: Draft, st) -> None:
+    """The kernel of a materialised statistics stage ``st``: one program per element of its free
+    axes (tile 1), its reduced axes covered innermost first in steps of :data:`STEP_BLOCK`, and
+    one of them split (:func:`_split_one`) when its free axes give too few programs."""
+    r = st.node
+    depth = _depths(d.alg)
+    tile = {a: 1 for a in r.axes}
+    strategy, inner = {}, 1
+    for a in sorted(r.over, key=lambda a: depth.get(a, len(d.alg.axis_names))):
+        p = next_pow2(d.sizes[a])
+        if inner * p <= STEP_BLOCK[d.gpu]:
+            strategy[a] = "whole"
+            inner *= p
+        else:
+            strategy[a] = "loop"
+            tile[a] = d.cap(a, max(1, STEP_BLOCK[d.gpu] // inner))
+            inner *= tile[a]
+    loops = [a for a in r.over if strategy[a] == "loop" and splittable(d.alg, a)]
+    done = [a for a in r.over if a in d.split]
+    if not done:
+        _split_one(d, loops, tile, _programs(r.axes, d.sizes, {}))
+    for a in done:   # split by an earlier stage: the same tile, so each slice is whole tiles
+        tile[a] = min(tile.get(a, 1), max(1, 1 << ((d.sizes[a] // d.split[a]).bit_length() - 1)))
+    d.stages[st.name] = StageSchedule(tile=tile, strategy=strategy, num_warps=4 if inner <= 1024 else 8)
+
+
+def _split_one(d: Draft, axes: list[str], tile: dict, programs: int) -> None:
+    """Split one of the looped ``axes`` (tiles ``tile``, adjusted) so ``programs`` programs become
+    about two waves over the SMs: the axis and tile that reach the most programs (up to two
+    waves), then the largest tile, then the outermost axis."""
+    want = next_pow2(-(-2 * d.sms // max(programs, 1)))
+    best = None
+    for k, a in enumerate(axes):
+        t = tile.get(a, 1)
+        while t >= 1:
+            s = min(want, 1024, 1 << max(0, (d.sizes[a] // t).bit_length() - 1))
+            key = (min(s * programs, 2 * d.sms), t, -k)
+            if s >= 2 and (best is None or key > best[0]):
+                best = (key, a, t, s)
+            t //= 2
+    if best is not None:
+        _, a, t, s = best
+        tile[a] = t
+        d.split[a] = s
 
 
 def grid_tiles(d: Draft) -> None:
@@ -368,7 +500,7 @@ def grid_tiles(d: Draft) -> None:
     for a in reversed(d.grid):
         if a in tile:
             continue
-        if d.gpu and (d.row_axes or d.widest > 1):
+        if d.gpu and d.widest > 1:
             t = 1 if d.widest >= 1024 or a != d.grid[-1] else d.cap(a, budget)
         else:
             t = d.cap(a, budget)
@@ -456,8 +588,8 @@ def access_style(d: Draft) -> None:
 
 
 #: The rules :func:`complete_schedule` applies, in order.
-RULES = (flash_attention, main_grid, contraction_tiles, off_grid_axes, grid_tiles, column_splits, launch_defaults,
-         output_stages, access_style)
+RULES = (flash_attention, main_grid, contraction_tiles, off_grid_axes, split_rows, grid_tiles, column_splits,
+         launch_defaults, output_stages, access_style)
 
 
 def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Schedule:
@@ -467,7 +599,8 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
     for rule in RULES:
         rule(d)
     full = d.user.replace(tile=d.tile, grid=tuple(d.grid), group=d.group, split=d.split, strategy=d.strategy,
-                          num_warps=d.num_warps, num_stages=d.num_stages, stages=d.stages, access=d.access)
+                          num_warps=d.num_warps, num_stages=d.num_stages, stages=d.stages, access=d.access,
+                          split_mode=d.split_mode)
     # tiles filled above for axes that end up "whole" off every grid would be ignored: drop them
     # (a user's own such tile stays, and validation reports it)
     return full.without_unused_tiles(alg, keep=d.user)

@@ -262,8 +262,9 @@ BUILTIN: tuple[Knob, ...] = (
     Knob("precision", "auto", one_of(PRECISIONS),
          doc="dot precision of fp32 operands: auto (tf32x3 where the layout suits tensor cores, else ieee; fp32 "
              "accuracy), ieee, tf32 (~1e-3 relative error), tf32x3 / bf16x6 (fp32 accuracy), bf16x3 (~1e-5)"),
-    Knob("split_mode", "atomic", one_of(SPLIT_MODES, f"must be one of {SPLIT_MODES}"),
-         doc="how split partial sums combine: fp32 atomics, or per-split buffers (deterministic)"),
+    Knob("split_mode", None, one_of((None,) + SPLIT_MODES, f"must be one of {SPLIT_MODES} (or None: the compiler picks)"),
+         doc="how split partial results combine: fp32 atomics, or per-split buffers (deterministic); None: "
+             "per-split buffers for the reductions the heuristic splits and for max/min, else atomics"),
     Knob("stages", FrozenMap(), Domain("StageSchedule per stage", _any), kind="per_stage",
          search=PLACES, doc="per-stage overrides (StageSchedule): place (auto, fuse, materialize; explored) and the "
                               "stage overrides"),

@@ -236,7 +236,9 @@ class Schedule(_KnobValues):
             masked, so inf and NaN propagate as in fp32). "bf16x6": a three-way bf16 split, six
             passes (fp32 accuracy); "bf16x3": three passes (~1e-5).
         split_mode: "atomic" (fp32 atomics into a zeroed buffer) or "partials" (per-split buffer,
-            summed by the consumer: deterministic). A call that splits nothing warns
+            combined by the consumer: deterministic), or None (default): the heuristic picks
+            "partials" for the reductions it splits across programs, and a split max/min always
+            uses partials; other splits use atomics. A call that splits nothing warns
             (:class:`~dtriton.ScheduleWarning`) that "partials" has no effect.
         stages: per-stage overrides, ``{stage_name: StageSchedule}`` (dicts are accepted).
         eviction: L2 cache hint per input tensor, ``{"X": "evict_first"}`` for data read once
@@ -405,7 +407,7 @@ class Schedule(_KnobValues):
                 by = reducers.get(a, [])
                 why = f"{a!r} is reduced by stage {by[0].name!r}" if by else f"{a!r} is not an output axis"
                 if by and splittable(alg, a):
-                    why += f"; to divide that sum across programs use split={{{a!r}: 4}} (split-K)"
+                    why += f"; to divide that reduction across programs use split={{{a!r}: 4}} (split-K)"
                 raise ScheduleError(
                     f"grid names axis {a!r}, which no output of {alg.name} has (outputs: {outs}), so no kernel "
                     f"would map it to program ids and it would be ignored; {why}. Take {a!r} off the grid "
@@ -414,7 +416,7 @@ class Schedule(_KnobValues):
             if a not in red:
                 raise ScheduleError(
                     f"split[{a!r}]: axis {a!r} is not a reduction axis of {alg.name} (reduction axes: "
-                    f"{sorted(red)}); only a summed axis can be split across programs")
+                    f"{sorted(red)}); only a reduced axis can be split across programs")
 
     def _check_groups(self, alg) -> None:
         """Grouped launch order: the second-to-last axis of a kernel's grid (codegen's swizzle)."""

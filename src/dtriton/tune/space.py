@@ -314,13 +314,13 @@ class Space:
                 if sub not in red:
                     raise ScheduleError(
                         f"Space(split={{{sub!r}: {list(vals)}}}): axis {sub!r} is not a reduction axis of {alg.name} "
-                        f"(reduction axes: {sorted(red)}); only a summed axis can be split across programs. Name a "
+                        f"(reduction axes: {sorted(red)}); only a reduced axis can be split across programs. Name a "
                         f"reduction axis, or drop {sub!r} from split")
                 bad = split_blockers(alg, sub)
                 if bad:
                     raise ScheduleError(
                         f"Space(split={{{sub!r}: {list(vals)}}}): axis {sub!r} is reduced by the "
-                        f"{bad[0].node.combiner.name} stage {bad[0].name!r}; only sum/mean stages can be split across "
+                        f"{bad[0].node.combiner.name} stage {bad[0].name!r}; an arg-reduction cannot be split across "
                         f"programs. Drop {sub!r} from split")
             if f == "place" and alg.stages[sub].is_output and any(v != "auto" for v in vals):
                 reds = [n for n, st in alg.stages.items() if not st.is_output]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ...ir import Axis, Const, Load, Reduce, fmt
-from .prelude import TL_DTYPES
+from .prelude import TL_DTYPES, combine_text, identity_text
 from .scope import Scope
 
 __all__ = ["MemoryPrinter"]
@@ -131,7 +131,8 @@ class MemoryPrinter:
         return code
 
     def load_buffer(self, r: Reduce, scope: Scope, layout) -> tuple[str, str]:
-        """Read materialised reduction ``r`` from its buffer (summing split partials)."""
+        """Read materialised reduction ``r`` from its buffer (combining split partials with its
+        combiner: a static loop over up to 16 partials, a loop above)."""
         b = self.k.materialized[r.uid]
         name = self.tensor_arg(b.name, len(b.axes) + (1 if b.partials else 0))
         terms = []
@@ -141,11 +142,14 @@ class MemoryPrinter:
         mask = self.mask_for(b.axes, scope, layout)
         if b.partials:
             acc = self.fresh("parts")
-            scope.emit(f"{acc} = tl.full({self.shape(layout, self.present(r, scope))}, 0.0, dtype={self.cdt})")
+            summed = r.combiner.base == "sum"
+            init = "0.0" if summed else identity_text(r.combiner)
+            scope.emit(f"{acc} = tl.full({self.shape(layout, self.present(r, scope))}, {init}, dtype={self.cdt})")
             p = self.fresh("p")
-            it = Scope(scope, f"for {p} in tl.static_range({b.partials}):", scope.layout)
+            loop = "tl.static_range" if b.partials <= 16 else "range"
+            it = Scope(scope, f"for {p} in {loop}({b.partials}):", scope.layout)
             code = f"tl.load({self.addr(name, [p] + terms)}" + (f", mask={mask}, other=0" if mask else "") + ")"
-            it.emit(f"{acc} += {code}")
+            it.emit(f"{acc} += {code}" if summed else f"{acc} = {combine_text(r.combiner, acc, code)}")
             scope.emit(it)  # type: ignore[arg-type]
             code = acc
         else:
