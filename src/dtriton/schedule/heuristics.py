@@ -198,10 +198,15 @@ def flash_attention(d: Draft) -> None:
 def main_grid(d: Draft) -> None:
     """The main output's grid: its axes except row axes (unless a contraction's output axis) and
     output axes the user asked to cover in-program (strategy whole/loop/online for an axis no
-    stage reduces: on a grid, the strategy would be ignored)."""
+    stage reduces: on a grid, the strategy would be ignored). An output whose every axis is
+    reduced (a whole-tensor statistic, then a scale) runs in one program when it fits
+    :data:`ROW_BLOCK` (one read, one write)."""
     main = d.alg.outputs[0]
     if d.grid is None:
         d.grid = _output_grid(d, main, d.user.stage(main.name), d.strategy)
+        if (not d.cons and main.layout and all(a in d.row_axes for a in main.layout)
+                and math.prod(next_pow2(d.sizes[a]) for a in d.alg.axis_names) <= ROW_BLOCK[d.gpu]):
+            d.grid = ()
 
 
 def _output_grid(d: Draft, o, ss: StageSchedule, strategy) -> tuple[str, ...]:

@@ -1,0 +1,182 @@
+"""Reductions over several axes (issue 16): default schedules that run and match float64 torch.
+
+The GPU heuristic is exercised on the interpreter (the binding is told it is on CUDA) with its
+block budgets shrunk (``ROW_BLOCK``, ``STEP_BLOCK``), so the shapes the interpreter can reach take
+the paths that large GPU shapes take: rows that do not fit one program, statistics split across
+programs with per-split partials.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, note, strategies as st
+
+import dtriton as dt
+from dtriton.library import (avg_pool2d, batch_norm, frobenius_normalize, group_norm, instance_norm, layer_norm_chw,
+                             max_pool2d)
+from dtriton.schedule import complete_schedule, heuristics
+
+F = torch.nn.functional
+
+
+@pytest.fixture
+def small_budgets(monkeypatch):
+    """The GPU heuristic's budgets shrunk 512-fold and 128-fold: tiny shapes take the large paths."""
+    monkeypatch.setitem(heuristics.ROW_BLOCK, True, 64)
+    monkeypatch.setitem(heuristics.STEP_BLOCK, True, 16)
+
+
+def schedule_for(alg, args, gpu: bool) -> dt.Schedule:
+    b = alg.bind(args)
+    if gpu:
+        b.device = torch.device("cuda")
+    return complete_schedule(alg, None, b)
+
+
+def relerr(out, ref) -> float:
+    return ((out.double() - ref).norm() / ref.norm().clamp_min(1e-300)).item()
+
+
+def _bn(x, w, b):
+    return F.batch_norm(x, None, None, w, b, training=True, eps=1e-5)
+
+
+NORMS = {
+    "batch_norm": (batch_norm, (5, 3, 7, 9), lambda x: (x, torch.randn(3), torch.randn(3)), _bn),
+    "instance_norm": (instance_norm, (2, 3, 11, 13), lambda x: (x,), lambda x: F.instance_norm(x, eps=1e-5)),
+    "group_norm": (group_norm, (2, 6, 5, 7), lambda x: (x.view(2, 2, 3, 5, 7),), lambda x: F.group_norm(x, 2, eps=1e-5)),
+    "layer_norm_chw": (layer_norm_chw, (2, 3, 5, 7), lambda x: (x,), lambda x: F.layer_norm(x, x.shape[1:], eps=1e-5)),
+    "frobenius": (frobenius_normalize, (3, 4, 5, 7), lambda x: (x,), lambda x: x / torch.linalg.vector_norm(x)),
+}
+
+
+@pytest.mark.parametrize("name", list(NORMS))
+def test_statistics_then_normalise_split_across_programs(name, small_budgets):
+    alg, shape, make, eager = NORMS[name]
+    x = torch.randn(shape) + 3.0
+    args = make(x)
+    s = schedule_for(alg, args, gpu=True)
+    # the statistics do not fit one program: split, materialised, deterministic partials
+    assert s.split and s.split_mode == "partials", s
+    assert set(s.grid) == set(alg.outputs[0].layout)
+    k = dt.compile(alg, s)
+    ref = eager(*[a.double() for a in (x,) + tuple(args[1:])])
+    assert relerr(k(*args).reshape(ref.shape), ref) < 1e-5
+    assert "pid_split" in k.source
+
+
+@pytest.mark.parametrize("name", list(NORMS))
+def test_statistics_that_fit_one_program_are_one_read(name):
+    alg, shape, make, eager = NORMS[name]
+    x = torch.randn(shape)
+    args = make(x)
+    s = schedule_for(alg, args, gpu=True)
+    assert not s.split and all(v == "whole" for a, v in s.strategy.items() if a in alg.reduction_axes), s
+    k = dt.compile(alg, s)
+    ref = eager(*[a.double() for a in (x,) + tuple(args[1:])])
+    assert relerr(k(*args).reshape(ref.shape), ref) < 1e-5
+    assert k.source.count(f"def {alg.name}_") == 1   # one kernel: one read, one write
+
+
+def test_the_issue_shapes_get_schedules_within_the_block_limit():
+    """The shapes the issue quotes: no default is refused (the block of every value within 2**20)."""
+    cases = [(batch_norm, [(64, 64, 512, 512), (64,), (64,)]), (instance_norm, [(16, 64, 256, 256)]),
+             (group_norm, [(16, 8, 8, 256, 256)]), (layer_norm_chw, [(16, 64, 256, 256)]),
+             (frobenius_normalize, [(16, 64, 256, 256)]), (avg_pool2d, [(16, 64, 256, 2, 256, 2)])]
+    for alg, shapes in cases:
+        args = [torch.empty(s, device="meta") for s in shapes]
+        s = schedule_for(alg, args, gpu=True)
+        sizes = alg.bind(args).axis_sizes
+        for ss in [s] + [s.stage(n) for n in s.stages]:
+            block = 1
+            for a in alg.axis_names:
+                strat = ss.strategy.get(a, s.strategy.get(a))
+                block *= (1 << (sizes[a] - 1).bit_length()) if strat == "whole" else ss.tile.get(a, s.tile.get(a, 1))
+            assert block <= 1 << 20, (alg.name, s)
+
+
+def test_rows_too_long_for_one_program_loop_innermost_whole():
+    x = torch.randn(2, 3, 70, 130)   # rows of 9100 elements: above the interpreter's 4096
+    s = schedule_for(instance_norm, (x,), gpu=False)
+    assert s.strategy == {"h": "loop", "q": "whole"} and s.tile["h"] * 256 <= 1024, s
+    torch.testing.assert_close(dt.compile(instance_norm, s)(x), F.instance_norm(x, eps=1e-5), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("alg,eager", [(avg_pool2d, lambda x: F.avg_pool2d(x, 2)), (max_pool2d, lambda x: F.max_pool2d(x, 2))])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_pooling_over_a_block_view(alg, eager, dtype):
+    x = torch.randn(2, 3, 10, 14).to(dtype)
+    v = x.view(2, 3, 5, 2, 7, 2)
+    for gpu in (False, True):
+        k = dt.compile(alg, schedule_for(alg, (v,), gpu))
+        torch.testing.assert_close(k(v).float(), eager(x.float()), rtol=2e-3, atol=2e-3)
+
+
+def test_whole_tensor_max_and_sum_split_across_programs(small_budgets):
+    @dt.algorithm
+    def total_max(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        return dt.max(X[i, j], over=(i, j))[()]
+
+    x = torch.randn(37, 29)
+    s = schedule_for(total_max, (x,), gpu=True)
+    assert s.split and s.split_mode == "partials", s
+    assert dt.compile(total_max, s)(x).item() == x.max().item()
+
+
+# ----------------------------------------------------------------------------------------------
+# random multi-axis reductions (hypothesis)
+# ----------------------------------------------------------------------------------------------
+def _alg(ndim: int, red: tuple[int, ...], kind: str):
+    """An algorithm over an ``ndim``-d X reducing the dims ``red`` with ``kind`` (sum, mean, max,
+    min), or ("norm") normalising by the mean and variance over them."""
+    names = "abcd"[:ndim]
+
+    def fn(X):
+        ax = dt.axes(" ".join(names))
+        x = X[ax]
+        over = tuple(ax[k] for k in red)
+        if kind == "norm":
+            xc = x - dt.mean(x, over=over)
+            return (xc * dt.rsqrt(dt.mean(xc * xc, over=over) + 1e-5))[ax]
+        return getattr(dt, kind)(x, over=over)[tuple(ax[k] for k in range(ndim) if k not in red)]
+
+    fn.__annotations__ = {"X": dt.Tensor[tuple(f"S{n.upper()}" for n in names)]}
+    fn.__name__ = f"{kind}_{ndim}d_over_{''.join(map(str, red))}"
+    return dt.algorithm(fn)
+
+
+def _torch(x: torch.Tensor, red: tuple[int, ...], kind: str) -> torch.Tensor:
+    if kind == "norm":
+        mu = x.mean(red, keepdim=True)
+        return (x - mu) * torch.rsqrt(((x - mu) ** 2).mean(red, keepdim=True) + 1e-5)
+    return {"sum": lambda: x.sum(red), "mean": lambda: x.mean(red), "max": lambda: x.amax(red),
+            "min": lambda: x.amin(red)}[kind]()
+
+
+@st.composite
+def multiaxis_case(draw):
+    ndim = draw(st.integers(2, 4), label="ndim")
+    shape = tuple(draw(st.lists(st.integers(1, 13), min_size=ndim, max_size=ndim), label="shape"))
+    red = tuple(sorted(draw(st.sets(st.integers(0, ndim - 1), min_size=1, max_size=ndim), label="reduced")))
+    kind = draw(st.sampled_from(["sum", "mean", "max", "min", "norm"]), label="kind")
+    gpu = draw(st.booleans(), label="gpu heuristic")
+    return shape, red, kind, gpu
+
+
+@given(multiaxis_case())
+def test_random_multiaxis_reductions_match_float64(case):
+    shape, red, kind, gpu = case
+    heuristics.ROW_BLOCK[True], heuristics.STEP_BLOCK[True] = 64, 16
+    try:
+        alg = _alg(len(shape), red, kind)
+        x = torch.randn(shape) + 1.0
+        s = schedule_for(alg, (x,), gpu)
+        note(f"{alg.name} {shape} {s.to_json()}")
+        out = dt.compile(alg, s)(x)
+    finally:
+        heuristics.ROW_BLOCK[True], heuristics.STEP_BLOCK[True] = 32768, 2048
+    ref = _torch(x.double(), red, kind)
+    assert out.shape == ref.shape
+    tol = 1e-4 if kind == "norm" else 1e-5
+    torch.testing.assert_close(out.double(), ref, rtol=tol, atol=tol)
