@@ -8,7 +8,11 @@ Outputs are poisoned (``out=`` filled with NaN) and compared with torch in float
 """
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -207,3 +211,12 @@ def test_gpu_row_schedules_still_run_on_the_interpreter(name):
     assert sched.tile.get("i") == 1
     y = dt.compile(alg, sched)(*args)
     torch.testing.assert_close(y.double(), alg.reference(*args).double(), rtol=1e-5, atol=1e-5)
+
+
+def test_cpu_speed_script_runs():
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, str(root / "bench" / "cpu_speed.py"), "--only", "row_sum", "--repeat", "1"],
+                         capture_output=True, text=True, timeout=300, cwd=root,
+                         env={**os.environ, "PYTHONPATH": str(root / "src")})
+    assert out.returncode == 0, out.stderr
+    assert "row_sum 256x256 fp32" in out.stdout
