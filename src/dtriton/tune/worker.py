@@ -343,15 +343,16 @@ class WorkerPool:
             self._kill(s)
             del pending[k]
 
-    def close(self) -> None:
-        """Stop every worker (those that do not stop at once are killed)."""
+    def close(self, grace_s: float = 0.5) -> None:
+        """Stop every worker: ask them all, wait up to ``grace_s`` seconds in all, kill the rest."""
         for s in self.slots:
             if s.proc is not None:
                 try:
                     s.conn.send(("stop", None))
                 except (OSError, ValueError):
                     pass
+        end = time.perf_counter() + grace_s
         for s in self.slots:
             if s.proc is not None:
-                s.proc.join(0.5)
+                s.proc.join(max(0.0, end - time.perf_counter()))
                 self._kill(s, restart=False)
