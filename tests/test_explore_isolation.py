@@ -232,3 +232,27 @@ def test_workers_that_cannot_set_up_fall_back_to_in_process(mm_args, monkeypatch
     with pytest.warns(dt.tune.TuningWarning, match="without isolation"):
         res = dt.explore(matmul, mm_args, space=Space(tile={"i": [16, 32]}), budget=60, progress=False, store=False)
     assert res.best is not None and all(r["status"] in ("ok", "duplicate") for r in res.table)
+
+
+def test_summary_columns_stay_apart_and_plot_shows_every_status(tmp_path):
+    from dtriton.tune import ExploreResult
+    js = '{"grid": ["i", "j"], "tile": {"i": 64, "j": 32}}'
+    rows = [dict(id=0, origin="heuristic", status="ok", median_us=7393767.41, p20_us=7393767.41, p80_us=7493767.41,
+                 rel_err=1e-7, compile_s=2.5, schedule_json=js, reason="", elapsed_s=3.0),
+            dict(id=1, origin="space", status="ok", median_us=12.5, p20_us=12.0, p80_us=13.0, rel_err=1e-7,
+                 compile_s=0.5, schedule_json=js, reason="", elapsed_s=4.0),
+            dict(id=2, origin="space", status="skipped", median_us=None, p20_us=None, p80_us=None, schedule_json=js,
+                 reason="the budget ran out while compiling and checking (abandoned)", elapsed_s=20.0),
+            dict(id=3, origin="space", status="failed", median_us=None, p20_us=None, p80_us=None, schedule_json=js,
+                 reason="WorkerDied: the worker process died (killed by SIGABRT)", elapsed_s=5.0),
+            dict(id=4, origin="space", status="pruned", schedule_json=js, reason="shared memory 300000 > 232448"),
+            dict(id=5, origin="space", status="pruned", schedule_json=js, reason="shared memory 400000 > 232448")]
+    res = ExploreResult(algorithm=None, table=rows, device="interpreter", timings_meaningful=False, strategy="tpe",
+                        stop_reason="budget", elapsed_s=20.1, budget_s=20)
+    text = res.summary()
+    assert "7,393,767.41  " in text and "7393767.417393767" not in text
+    assert "[i,j]" in text   # schedules are data, not rich markup
+    for needle in ("skipped", "budget ran out", "WorkerDied", "SIGABRT", "2 pruned: shared memory N > N"):
+        assert needle in text, needle
+    png = res.plot(tmp_path / "p.png")
+    assert png.read_bytes()[:4] == b"\x89PNG"
