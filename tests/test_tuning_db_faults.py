@@ -82,6 +82,7 @@ def test_second_corruption_does_not_overwrite_the_first(tmp_path):
 def _explore_into(path: str, seed: int, errors) -> None:
     import dtriton as dt
     from dtriton.library import matmul
+    torch.set_num_threads(1)   # a forked child must not use the parent's OpenMP pool (it hangs)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
