@@ -19,11 +19,10 @@ def _run(args, tmp_path):
 
 
 def test_chains_dry_run_checks_against_float64(tmp_path):
-    _run(["bench/chains.py", "--dry-run", "--dtypes", "float32,float16", "--cases", "bias,logsumexp,swiglu_mlp"],
-         tmp_path)
+    chains = ("bias", "logsumexp", "swiglu_mlp", "max_pool_sum_scale")   # epilogue, row stats, 2 GEMMs, views
+    _run(["bench/chains.py", "--dry-run", "--dtypes", "float32,float16", "--cases", ",".join(chains)], tmp_path)
     rows = json.loads((tmp_path / "out" / "chains_h200.json").read_text())["rows"]
-    assert {(r["chain"], r["dtype"]) for r in rows} == {(c, d) for c in ("bias", "logsumexp", "swiglu_mlp")
-                                                       for d in ("float32", "float16")}
+    assert {(r["chain"], r["dtype"]) for r in rows} == {(c, d) for c in chains for d in ("float32", "float16")}
     for r in rows:
         tol = 1e-3 if r["dtype"] == "float32" else 2e-2
         assert not r["note"] and r["err"] < tol and r["err_check"] < tol and r["kernels"], r
