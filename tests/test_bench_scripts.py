@@ -83,3 +83,15 @@ def test_run_py_isolate_runs_each_group_in_its_own_process(tmp_path):
     assert "--isolate" in data["meta"]["isolated"] and "appended_to" not in data["meta"]
     assert {r["group"] for r in data["rows"]} == {"matmul", "attention"}
     assert out.count("== matmul") == 1 and out.count("== attention") == 1
+
+
+def test_reductions_dry_run_checks_the_default_schedules(tmp_path):
+    """bench/reductions.py (issue 16's marks): default schedules checked against float64, every timed
+    row correct, on a few cases (the full dry run takes minutes on the interpreter)."""
+    _run(["bench/reductions.py", "--dry-run", "--only", "norm,pool,dims", "--dtypes", "float32",
+          "--cases", "batchnorm,groupnorm,maxpool,max_mid"], tmp_path)
+    rows = json.loads((tmp_path / "out" / "h200.json").read_text())["rows"]
+    checks = [r for r in rows if r["impl"] == "check"]
+    assert len(checks) == 4 and all(r["note"].endswith(": ok") for r in checks), checks
+    assert {r["impl"] for r in rows} >= {"dtriton", "torch", "check"}
+    assert not [r for r in rows if r["note"].startswith(("WRONG", "failed"))]

@@ -180,3 +180,30 @@ def test_random_multiaxis_reductions_match_float64(case):
     assert out.shape == ref.shape
     tol = 1e-4 if kind == "norm" else 1e-5
     torch.testing.assert_close(out.double(), ref, rtol=tol, atol=tol)
+
+
+def test_default_blocks_are_shrunk_within_the_triton_limit(monkeypatch):
+    """With a row budget above Triton's 2**20 elements, the rules would pick whole rows too large
+    for one block: the limit check turns the outer axis into a loop before the schedule is returned."""
+    monkeypatch.setitem(heuristics.ROW_BLOCK, True, 1 << 24)
+    args = [torch.empty(16, 64, 2048, 1024, device="meta")]
+    s = schedule_for(instance_norm, args, gpu=True)
+    assert s.strategy == {"h": "loop", "q": "whole"} and s.tile["h"] == 1, s
+    x = torch.randn(2, 3, 5, 7)
+    monkeypatch.setattr(heuristics, "MAX_BLOCK", 4)   # q (7, padded 8) no longer fits whole
+    s = schedule_for(instance_norm, (x,), gpu=True)
+    assert s.strategy == {"h": "loop", "q": "loop"}, s
+    torch.testing.assert_close(dt.compile(instance_norm, s)(x), F.instance_norm(x, eps=1e-5), rtol=1e-4, atol=1e-4)
+
+
+def test_a_column_reduction_over_short_rows_steps_in_longer_tiles():
+    @dt.algorithm
+    def sum_mid(X: dt.Tensor["A", "B", "C"]):
+        i, j, k = dt.axes("i j k")
+        return dt.sum(X[i, j, k], over=j)[i, k]
+
+    s = schedule_for(sum_mid, [torch.empty(4096, 4096, 16, device="meta")], gpu=True)
+    assert s.strategy == {"j": "loop"} and s.tile["j"] * s.tile["k"] == 2048 and s.tile["i"] == 1, s
+    x = torch.randn(3, 300, 5)
+    torch.testing.assert_close(dt.compile(sum_mid, schedule_for(sum_mid, (x,), gpu=True))(x), x.sum(1),
+                               rtol=1e-5, atol=1e-5)

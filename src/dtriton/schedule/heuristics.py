@@ -55,6 +55,8 @@ DECIDED = ("tile", "grid", "group", "split", "strategy", "num_warps", "num_stage
 ROW_BLOCK = {True: 32768, False: 4096}
 #: Elements one loop step covers when they do not fit (GPU: True; interpreter: False).
 STEP_BLOCK = {True: 2048, False: 1024}
+#: Triton's largest block (``tl.arange``, ``tl.full``): 2**20 elements, as the backend checks.
+MAX_BLOCK = 1 << 20
 
 
 def next_pow2(n: int) -> int:
@@ -346,9 +348,11 @@ def off_grid_axes(d: Draft) -> None:
         if a not in strategy or strategy[a] == "auto":
             if _column_reduction(a, d.grid, d.contig, d.sizes) and a not in tile:
                 # a column reduction (the reduced axis is strided, a grid axis is contiguous):
-                # loop over it in short tiles so each program reads wide, coalesced rows
+                # loop over it in short tiles so each program reads wide, coalesced rows; longer
+                # steps when the rows are short (16 floats of 4096x4096x16 summed over the middle)
                 strategy[a] = "loop"
-                tile[a] = d.cap(a, 32 if d.gpu else 16)
+                row = math.prod(next_pow2(d.sizes[g]) for g in d.grid if g in d.contig)
+                tile[a] = d.cap(a, max(32, STEP_BLOCK[True] // row) if d.gpu else 16)
                 d.col_axes.append(a)
             elif a in d.user.tile:
                 # the user's tile of an off-grid axis: step over it in that tile ("whole" would
@@ -522,6 +526,35 @@ def column_splits(d: Draft) -> None:
             _split_for(d.split, a, _programs(d.grid, d.sizes, d.tile), d.sizes[a], d.tile[a], d.sms)
 
 
+def within_limits(d: Draft) -> None:
+    """Check the main kernel's block (the product of its axes' blocks: grid tiles, padded "whole"
+    extents, loop tiles) against Triton's :data:`MAX_BLOCK` elements before the schedule is
+    returned, and shrink what the rules chose until it fits: the largest grid tile first, then a
+    "whole" axis (the outermost) becomes a loop of tile 1. A contraction's kernel is left alone
+    (its dots never form the product of their axes); the user's own fields are never changed."""
+    if d.cons:
+        return
+
+    def block(a: str) -> int:
+        if a not in d.grid and d.strategy.get(a) == "whole":
+            return next_pow2(d.sizes[a])
+        return d.tile.get(a, 1)
+
+    depth = _depths(d.alg)
+    while math.prod(block(a) for a in d.alg.axis_names) > MAX_BLOCK:
+        grid = [a for a in d.grid if a not in d.user.tile and d.tile.get(a, 1) > 1]
+        wholes = sorted((a for a in d.alg.axis_names if a not in d.grid and d.strategy.get(a) == "whole"
+                         and a not in d.user.strategy), key=lambda a: -depth.get(a, 0))
+        if grid:
+            a = max(grid, key=lambda x: d.tile[x])
+            d.tile[a] //= 2
+        elif wholes:
+            d.strategy[wholes[0]] = "online" if online_candidate(d.alg, wholes[0]) else "loop"
+            d.tile[wholes[0]] = 1
+        else:
+            return   # the user's tiles and strategies: validation reports them
+
+
 def launch_defaults(d: Draft) -> None:
     """``num_warps`` growing with the widest in-program block; ``num_stages`` 2."""
     if d.num_warps is None:
@@ -594,7 +627,7 @@ def access_style(d: Draft) -> None:
 
 #: The rules :func:`complete_schedule` applies, in order.
 RULES = (flash_attention, main_grid, contraction_tiles, off_grid_axes, split_rows, grid_tiles, column_splits,
-         launch_defaults, output_stages, access_style)
+         within_limits, launch_defaults, output_stages, access_style)
 
 
 def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Schedule:
