@@ -117,3 +117,27 @@ def test_transposed_operands_are_read_through_tma_of_the_transposed_view(dtype, 
     assert torch.allclose(out.double(), a.double() @ b.double(), rtol=tol, atol=tol * 8)
     src = k.source_for(a, b)
     assert ("A.permute(1, 0)" in src) == (lay[0] == "T") and ("B.permute(1, 0)" in src) == (lay[1] == "T")
+
+
+@dt.algorithm
+def grouped_linear_norm(X: dt.Tensor["M", "K"], W: dt.Tensor["G", "C", "K"]):
+    """A Linear whose output features are viewed as (groups, channels), normalised per group."""
+    i, g, c, k = dt.axes("i g c k")
+    y = dt.sum(X[i, k] * W[g, c, k], over=k)
+    mu = dt.mean(y, over=c)
+    return ((y - mu) * dt.rsqrt(dt.mean((y - mu) * (y - mu), over=c) + 1e-5))[i, g, c]
+
+
+@pytest.mark.parametrize("G, C", [(4, 16), (3, 32), (1, 20)])
+def test_contraction_with_three_free_axes_gets_a_2d_dot_by_default(G, C):
+    """The GPU heuristic's schedule for X[i, k] * W[g, c, k] (three free axes) keeps a 2-d dot:
+    the shorter side axis is covered one per program in the stage's kernel; it runs here and
+    matches float64."""
+    X, W = torch.randn(37, 48), torch.randn(G, C, 48) / 7
+    b = grouped_linear_norm.bind((X, W))
+    b.device = torch.device("cuda")
+    full = complete_schedule(grouped_linear_norm, None, b).replace(access="pointer")
+    assert full.stages["sum0"].tile["g" if C >= G else "c"] == 1
+    out = dt.compile(grouped_linear_norm, full)(X, W)
+    ref = grouped_linear_norm.reference(X.double(), W.double())
+    assert torch.allclose(out.double(), ref, rtol=1e-4, atol=1e-4)

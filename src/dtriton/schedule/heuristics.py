@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..ir import (Algorithm, Axis, Binding, Load, contains, contractions, expr_axes, is_sum, online_candidate,
-                  reduces_in, reduction_stages, splittable, tensor_core_sides, topo_order)
+                  mul_factors, reduces_in, reduction_stages, splittable, tensor_core_sides, topo_order)
 from .knobs import TENSOR_CORE_FP32
 from .schedule import Schedule, StageSchedule
 
@@ -232,6 +232,7 @@ def contraction_tiles(d: Draft) -> None:
 
 def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
     tile, grid, sizes = d.tile, d.grid, d.sizes
+    m, n = _dot_axes_of_many(d, name, m, n, r)
     if _skinny(d, m, n, r):
         return
     # fp32 tensor-core tiles for one contraction (a GEMM with its prologue/epilogue); algorithms
@@ -281,6 +282,30 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
         # fp32 on tensor cores: 4 stages of 128x128x32 fp32 tiles (H200 probe, X @ W.T
         # 1024x8192x8192 at tf32x3 with TMA: 1685 us against 1733 with 3 stages)
         d.num_stages = (4 if d.half or tc else 3) if d.gpu else 2
+
+
+def _dot_axes_of_many(d: Draft, name: str, m: str, n: str, r: str) -> tuple[str, str]:
+    """A contraction with more than two free axes (``X[i, k] * W[g, c, k]``: a weight viewed as
+    groups): tl.dot takes the longest axis of each side, and the stage's own kernel (where the
+    stage is materialised) covers the other free axes one index per program (tile 1), so its
+    values stay 2-d tiles (with every axis a block, ``i x g x c x k`` exceeded Triton's block
+    limit in the group-norm chains of bench/chain_catalogue.py)."""
+    st = d.alg.stages.get(name)
+    if st is None or len(st.node.axes) <= 2:
+        return m, n
+    sides: dict[str, set] = {m: set(), n: set()}
+    for f in mul_factors(st.node.x):
+        ax = set(f.axes) - {r}
+        for key in (m, n):
+            if r in f.axes and key in ax:
+                sides[key] |= ax
+    m2, n2 = (max((a for a in st.node.axes if a in sides[key]), key=lambda a: d.sizes[a]) for key in (m, n))
+    if m2 == n2:
+        return m, n
+    ss = d.stages.get(name, StageSchedule())
+    ones = {a: 1 for a in st.node.axes if a not in (m2, n2)}
+    d.stages[name] = ss.replace(tile={**ones, **dict(ss.tile)})
+    return m2, n2
 
 
 def _wide_tile(d: Draft, m: str, n: str, r: str) -> bool:
