@@ -141,3 +141,22 @@ def test_contraction_with_three_free_axes_gets_a_2d_dot_by_default(G, C):
     out = dt.compile(grouped_linear_norm, full)(X, W)
     ref = grouped_linear_norm.reference(X.double(), W.double())
     assert torch.allclose(out.double(), ref, rtol=1e-4, atol=1e-4)
+
+
+@dt.algorithm
+def linear_max_pool(X: dt.Tensor["M", "K"], W: dt.Tensor["G", "C", "K"]):
+    """Max pooling over blocks of C output features of a Linear."""
+    i, g, c, k = dt.axes("i g c k")
+    return dt.max(dt.sum(X[i, k] * W[g, c, k], over=k), over=c)[i, g]
+
+
+@pytest.mark.parametrize("G, C", [(32, 4), (20, 3), (4, 16)])
+def test_pooling_over_groups_of_a_linear_runs_by_default(G, C):
+    X, W = torch.randn(37, 48), torch.randn(G, C, 48) / 7
+    b = linear_max_pool.bind((X, W))
+    b.device = torch.device("cuda")
+    full = complete_schedule(linear_max_pool, None, b).replace(access="pointer")
+    out = torch.full((37, G), float("nan"))
+    dt.compile(linear_max_pool, full)(X, W, out=out)
+    ref = linear_max_pool.reference(X.double(), W.double())
+    assert torch.allclose(out.double(), ref, rtol=1e-4, atol=1e-4)

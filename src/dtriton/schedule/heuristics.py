@@ -288,7 +288,8 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
 def _dot_axes_of_many(d: Draft, name: str, m: str, n: str, r: str) -> tuple[str, str]:
     """A contraction with more than two free axes (``X[i, k] * W[g, c, k]``: a weight viewed as
     groups): tl.dot takes the longest axis of each side, and the stage's own kernel (where the
-    stage is materialised) covers the other free axes one index per program (tile 1), so its
+    stage is materialised) covers the other free axes one index per program (tile 1), and a
+    kernel that fuses it and reduces such an axis loops over it one index at a time, so its
     values stay 2-d tiles (with every axis a block, ``i x g x c x k`` exceeded Triton's block
     limit in the group-norm chains of bench/chain_catalogue.py)."""
     st = d.alg.stages.get(name)
@@ -306,6 +307,11 @@ def _dot_axes_of_many(d: Draft, name: str, m: str, n: str, r: str) -> tuple[str,
     ss = d.stages.get(name, StageSchedule())
     ones = {a: 1 for a in st.node.axes if a not in (m2, n2)}
     d.stages[name] = ss.replace(tile={**ones, **dict(ss.tile)})
+    for a in ones:
+        # an extra axis that a later stage reduces (max over c of the product's columns: pooling)
+        # is looped one index at a time where the product is fused into that stage's kernel
+        if a in d.reduced and a not in d.user.tile and a not in d.user.strategy:
+            d.tile[a], d.strategy[a] = 1, "loop"
     return m2, n2
 
 
