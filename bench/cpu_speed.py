@@ -6,8 +6,8 @@ Each case is compiled with the heuristic schedule, called once (plan, render, lo
 over ``--repeat`` calls; the median per-call wall time and CPU time of this process (the steadier
 number on a shared machine) are printed with the result's largest error against the algorithm's
 float64 reference. The cases are the ones issue 20 names: softmax on
-64x1000 fp32 (the README's exploration example), layer norm, a 64x64 float64 matmul, GELU and a
-256x256 row sum.
+64x1000 fp32 (the README's exploration example), layer norm, a 64x64 float64 matmul, GELU, a
+256x256 row sum, and attention.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ os.environ.setdefault("DTRITON_BACKEND", "interpreter")
 import torch  # noqa: E402
 
 import dtriton as dt  # noqa: E402
-from dtriton.library import layer_norm, matmul, softmax  # noqa: E402
+from dtriton.library import attention, layer_norm, matmul, softmax  # noqa: E402
 
 
 @dt.algorithm
@@ -53,6 +53,7 @@ def cases() -> dict[str, tuple]:
         "matmul 64x64 fp32": (matmul, (rnd(64, 64), rnd(64, 64))),
         "gelu 256x256 fp32": (gelu, (rnd(256, 256),)),
         "row_sum 256x256 fp32": (row_sum, (rnd(256, 256),)),
+        "attention 1x2x200x32 fp32": (attention, (rnd(1, 2, 200, 32), rnd(1, 2, 200, 32), rnd(1, 2, 200, 32), 0.125)),
     }
 
 
@@ -69,7 +70,7 @@ def time_case(alg, args, repeat: int) -> tuple[float, float, float, float]:
         out = k(*args)
         wall.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
-    ref = alg.reference(*[a.double() for a in args])
+    ref = alg.reference(*[a.double() if isinstance(a, torch.Tensor) else a for a in args])
     err = (out.double() - ref.double()).abs().max().item()
     return first, statistics.median(wall), statistics.median(cpu), err
 
@@ -95,12 +96,12 @@ def main() -> None:
                     help="also explore softmax 64x1000 for this budget and count the candidates measured")
     opts = ap.parse_args()
     only = [s for s in opts.only.split(",") if s]
-    print(f"{'case':26s} {'first call':>11s} {'per call':>10s} {'CPU/call':>10s} {'max err':>9s}")
+    print(f"{'case':27s} {'first call':>11s} {'per call':>10s} {'CPU/call':>10s} {'max err':>9s}")
     for name, (alg, args) in cases().items():
         if only and not any(s in name for s in only):
             continue
         first, per, cpu, err = time_case(alg, args, opts.repeat)
-        print(f"{name:26s} {first:10.3f}s {per * 1e3:8.1f}ms {cpu * 1e3:8.1f}ms {err:9.1e}", flush=True)
+        print(f"{name:27s} {first:10.3f}s {per * 1e3:8.1f}ms {cpu * 1e3:8.1f}ms {err:9.1e}", flush=True)
     if opts.explore > 0:
         explore_count(opts.explore)
 
