@@ -8,7 +8,10 @@ with the other schedule's result. Outcomes:
 - ``match``: every schedule that ran matched (some may have been refused: see ``runs``);
 - ``wrong``: a value differs from the oracle; ``schedule-dependent``: the two schedules disagree;
 - ``refusal``: dtriton refused every schedule with one of its own errors (class and first line);
-- ``bug``: an exception that is not a dtriton error (or a timeout).
+- ``bug``: an exception that is not a dtriton error; ``timeout``: over the per-case limit.
+
+Summaries also count ``bad-refusal`` (a CompileError on a legal program, or the heuristic's own
+schedule refused) and ``known:<name>`` (a failure matching an open bug of :data:`KNOWN`).
 
 Long runs (outside CI)::
 
@@ -434,8 +437,14 @@ class Summary:
 
     def add(self, rec: dict) -> None:
         """Count one record of :func:`run_case`/:func:`run_seed`."""
-        known = known_issue(rec) if verdict(rec) is not None else None
-        self.cases[f"known:{known}" if known else rec["outcome"]] += 1
+        bad = verdict(rec) is not None
+        known = known_issue(rec) if bad else None
+        label = rec["outcome"]
+        if known:
+            label = f"known:{known}"
+        elif bad and label in ("match", "refusal"):
+            label = "bad-refusal"   # a CompileError, or the heuristic's own schedule refused
+        self.cases[label] += 1
         self.seconds += rec.get("seconds", 0.0)
         for r in rec["runs"]:
             self.runs[r["status"]] += 1
