@@ -18,6 +18,8 @@ Long runs (outside CI)::
     nice python3 tests/fuzz/fuzz_run.py --start 0 --count 1000 --out /tmp/fuzz/part0.json
     python3 tests/fuzz/fuzz_run.py --merge /tmp/fuzz/part*.json --out fuzz-summary.json
     python3 tests/fuzz/fuzz_run.py --replay fuzz-summary.json --out replayed.json   # failures, re-run
+
+On a GPU, ``DTRITON_FUZZ_DEVICE=cuda`` runs the kernels there (the oracle stays on the CPU).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import argparse
 import collections
 import json
 import math
+import os
 import signal
 import sys
 import time
@@ -198,8 +201,12 @@ def _compare_index(got, v64, v32, r64, n) -> str | None:
 # ----------------------------------------------------------------------------------------------
 # one case
 # ----------------------------------------------------------------------------------------------
+#: where the kernels run: "cpu" (Triton's interpreter) or "cuda" (DTRITON_FUZZ_DEVICE=cuda on a GPU)
+DEVICE = os.environ.get("DTRITON_FUZZ_DEVICE", "cpu")
+
+
 def _poison(shape, dtype, value=float("nan")) -> torch.Tensor:
-    return torch.full(shape, value if dtype.is_floating_point else -12345, dtype=dtype)
+    return torch.full(shape, value if dtype.is_floating_point else -12345, dtype=dtype, device=DEVICE)
 
 
 def _run_one(alg: dt.Algorithm, sched, args, fill=float("nan")) -> list[torch.Tensor]:
@@ -212,7 +219,7 @@ def _run_one(alg: dt.Algorithm, sched, args, fill=float("nan")) -> list[torch.Te
     got = list(got) if isinstance(got, tuple) else [got]
     if len(got) != len(outs) or any(g is not o for g, o in zip(got, outs)):
         raise AssertionError("kernel(out=...) did not return the tensors it was given")
-    return got
+    return [g.cpu() for g in got]
 
 
 def _classify(e: BaseException) -> dict:
@@ -237,6 +244,10 @@ def run_case(case: Case, scheds: list[tuple[str, dt.Schedule | None]] | None = N
     try:
         alg = build_algorithm(case)
         args, exact = make_args(case)
+        if DEVICE != "cpu":   # same strides on the device (expanded inputs keep their stride 0)
+            args = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=DEVICE).copy_(a)
+                    if isinstance(a, torch.Tensor) and 0 not in a.stride() else
+                    a.to(DEVICE) if isinstance(a, torch.Tensor) else a for a in args]
         alg.bind(args)
         if scheds is None:
             scheds = draw_schedules(d, alg, args)
