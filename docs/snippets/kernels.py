@@ -1,10 +1,12 @@
 # kernels.py: algorithms in a file of their own, for the dtriton command line
 import dtriton as dt
 
+
 @dt.algorithm
 def row_rms(X: dt.Tensor["M", "N"]):
     i, j = dt.axes("i j")
     return dt.sqrt(dt.mean(X[i, j] * X[i, j], over=j))[i]
+
 
 @dt.algorithm
 def scaled_gelu(X: dt.Tensor["M", "N"], alpha: float):

@@ -3,6 +3,7 @@ import math
 import torch
 import dtriton as dt
 
+
 @dt.algorithm
 def attention(Q: dt.Tensor["B", "H", "S", "D"], K: dt.Tensor["B", "H", "T", "D"],
               V: dt.Tensor["B", "H", "T", "D"], scale: float):
@@ -11,6 +12,7 @@ def attention(Q: dt.Tensor["B", "H", "S", "D"], K: dt.Tensor["B", "H", "T", "D"]
     s = dt.where(j <= i, s, -float("inf"))                         # a causal mask: axes are values too
     p = dt.exp(s - dt.max(s, over=j))
     return (dt.sum(p * V[b, h, j, e], over=j) / dt.sum(p, over=j))[b, h, i, e]
+
 
 Q, K, V = (torch.randn(1, 2, 24, 16) for _ in range(3))
 scale = 1 / math.sqrt(16)

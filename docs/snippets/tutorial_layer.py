@@ -1,11 +1,13 @@
 import torch
 import dtriton as dt
 
+
 @dt.algorithm
 def rms_norm(X: dt.Tensor["M", "N"], w: dt.Tensor["N"]):
     i, j = dt.axes("i j")
     ms = dt.mean(X[i, j] * X[i, j], over=j)
     return (X[i, j] * dt.rsqrt(ms + 1e-6) * w[j])[i, j]
+
 
 print(dt.grad(rms_norm))            # the derived backward algorithms (each one schedulable by stage name)
 

@@ -1,11 +1,13 @@
 import torch
 import dtriton as dt
 
+
 @dt.algorithm
 def matmul(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"]):
     i, j, k = dt.axes("i j k")               # index axes: i, j, k
     C = dt.sum(A[i, k] * B[k, j], over=k)    # A[i, k] binds i to M and k to K; C's free axes: i, j
     return C[i, j]                           # the output's layout: rows i, columns j
+
 
 A, B = torch.randn(30, 17), torch.randn(17, 20)     # odd sizes: tiles are masked at the edges
 

@@ -1,12 +1,14 @@
 import torch
 import dtriton as dt
 
+
 @dt.algorithm
 def softmax(X: dt.Tensor["M", "N"]):
     i, j = dt.axes("i j")
     m = dt.max(X[i, j], over=j)                  # stage "max0"
     e = dt.exp(X[i, j] - m)
     return (e / dt.sum(e, over=j))[i, j]         # stage "sum0", then the output
+
 
 print(softmax)                                   # lists the stages by name
 X = torch.randn(6, 50)

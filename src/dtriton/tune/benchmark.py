@@ -251,9 +251,9 @@ def benchmark(alg: Algorithm, args: Sequence[Any], *, schedule: Schedule | str |
     ref64 = _as_tuple(alg.reference(*args64))
     sched = kern.schedule_for(*args)
     tol = default_tolerance(b, sched)
-    res = BenchmarkResult(alg.name, dict(b.sizes), sorted({str(a.dtype).replace("torch.", "") for a in args
-                                                            if isinstance(a, torch.Tensor)}),
-                          device_name(dev), backend_for(dev) == "interpreter", sched.to_json(), origin, tol)
+    dtypes = sorted({str(a.dtype).replace("torch.", "") for a in args if isinstance(a, torch.Tensor)})
+    res = BenchmarkResult(alg.name, dict(b.sizes), dtypes, device_name(dev), backend_for(dev) == "interpreter",
+                          sched.to_json(), origin, tol)
     impls: list[tuple[str, Callable[[], Any]]] = [
         ("dtriton" + (" (interpreter)" if res.interpreter else ""), lambda: kern(*args)),
         ("eager PyTorch (alg.reference)", lambda: alg.reference(*args))]

@@ -96,11 +96,47 @@ def _render(src: Path, out: Path) -> int:
     args = argparse.Namespace(**data["args"])
     out.mkdir(parents=True, exist_ok=True)
     plots = write_outputs(results, [tuple(x) for x in data.get("skipped", [])], data["env"], args, out,
-                           bool(data["env"].get("gpu")), float(data.get("seconds", 0.0)))
+                          bool(data["env"].get("gpu")), float(data.get("seconds", 0.0)))
     say(text_table(results_table(results)))
     say(f"Split of V: {crossover(results)[1]}.")
     say(f"Report: {out / 'report.md'}" + (f"; plots: {', '.join(plots)}" if plots else ""))
     return 0
+
+
+def _environment(args, gpu: bool, backend: str, why: str, schedules: str) -> dict:
+    """The report's Setup section: device, sizes, backward, versions."""
+    import triton
+    return {
+        "device": torch.cuda.get_device_name() if gpu else f"CPU ({platform.processor() or platform.machine()}), "
+                                                           "Triton interpreter",
+        "gpu": gpu,
+        "dtype": "float32",
+        "K (eigenpairs)": args.k,
+        "C (channels)": args.channels,
+        "backward": f"{backend} — {why}",
+        "schedules": schedules,
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def _print_summary(results: list[MeshResult], env: dict, gpu: bool, out: Path, plots: list[str]) -> None:
+    """The closing table and lines of the demo's log."""
+    say("")
+    say(text_table(results_table(results)))
+    say(f"(times: median µs ± half the interquartile range in % of the median, "
+        f"{'do_bench on ' + env['device'] if gpu else 'wall clock, Triton interpreter on CPU'}; "
+        f"f+b: forward plus backward, dt = hand-written backward algorithms, dt-auto = dt.grad's)")
+    _, cross_text = crossover(results)
+    say(f"Split of V: {cross_text}.")
+    for r in results:
+        if r.recovery:
+            rc = r.recovery
+            say(f"Learned times on {r.name}: loss {rc['losses'][0]:.2e} -> {rc['losses'][-1]:.2e}, relative error "
+                f"max {rc['max_rel_err']:.1e}, median {rc['median_rel_err']:.1e}")
+    say(f"Report: {out / 'report.md'}"
+        + (f"; plots: {', '.join(plots)}" if plots else "; no plot (matplotlib missing)"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,9 +172,9 @@ def main(argv: list[str] | None = None) -> int:
         say(f"GPU: {torch.cuda.get_device_name()} — every mesh, K={args.k}, C={args.channels}, fp32.")
     else:
         say("No GPU: the dtriton kernels run on Triton's interpreter on the CPU (slow; the dtriton times "
-             "are interpreter times, not GPU performance). "
-             + ("Quick mode: a tiny mesh." if args.quick else f"Meshes of <= {CPU_MAX_VERTICES:,} vertices")
-             + f", K={args.k}, C={args.channels}.")
+            "are interpreter times, not GPU performance). "
+            + ("Quick mode: a tiny mesh." if args.quick else f"Meshes of <= {CPU_MAX_VERTICES:,} vertices")
+            + f", K={args.k}, C={args.channels}.")
     say(f"Backward: {backend} ({why})")
     backends = ["dtriton-manual"] + (["auto"] if backend == "auto" else [])
 
@@ -154,20 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    import triton
-    env = {
-        "device": torch.cuda.get_device_name() if gpu else f"CPU ({platform.processor() or platform.machine()}), "
-                                                           "Triton interpreter",
-        "gpu": gpu,
-        "dtype": "float32",
-        "K (eigenpairs)": args.k,
-        "C (channels)": args.channels,
-        "backward": f"{backend} — {why}",
-        "schedules": L.default_kernels().schedule_source["forward"],
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": platform.python_version(),
-    }
+    env = _environment(args, gpu, backend, why, L.default_kernels().schedule_source["forward"])
     results: list[MeshResult] = []
     skipped: list[tuple[str, str]] = []
     plots: list[str] = []
@@ -188,19 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     plots = write_outputs(results, skipped, env, args, out, gpu, time.perf_counter() - t_start)
 
-    say("")
-    say(text_table(results_table(results)))
-    say(f"(times: median µs ± half the interquartile range in % of the median, "
-        f"{'do_bench on ' + env['device'] if gpu else 'wall clock, Triton interpreter on CPU'}; "
-        f"f+b: forward plus backward, dt = hand-written backward algorithms, dt-auto = dt.grad's)")
-    _, cross_text = crossover(results)
-    say(f"Split of V: {cross_text}.")
-    for r in results:
-        if r.recovery:
-            rc = r.recovery
-            say(f"Learned times on {r.name}: loss {rc['losses'][0]:.2e} -> {rc['losses'][-1]:.2e}, relative error "
-                 f"max {rc['max_rel_err']:.1e}, median {rc['median_rel_err']:.1e}")
-    say(f"Report: {out / 'report.md'}" + (f"; plots: {', '.join(plots)}" if plots else "; no plot (matplotlib missing)"))
+    _print_summary(results, env, gpu, out, plots)
     say(f"Done in {time.perf_counter() - t_start:.0f} s.")
     return 0
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 import time
 from contextlib import contextmanager
+from functools import partial
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -151,8 +152,7 @@ def _timings(res: MeshResult, args, kernels, ops, x, times, g, gpu: bool, backen
     reps = 1 if args.quick else 3
     impls: list[tuple[str, Callable, bool]] = []
     for b in backends:
-        f = lambda *a, _b=b: L.spatial_diffusion_fn(*a, backend=_b, kernels=kernels)  # noqa: E731
-        impls.append((BACKEND_LABEL[b], f, b == backends[0]))
+        impls.append((BACKEND_LABEL[b], partial(L.spatial_diffusion_fn, backend=b, kernels=kernels), b == backends[0]))
     impls.append(("eager", L.torch_spatial_diffusion, True))
     if args.use_compile:
         impls.append(("compile", L.compiled_torch_spatial_diffusion, True))
@@ -189,8 +189,7 @@ def _sweep(res: MeshResult, args, scheds, ops, x, times, g) -> None:
         for S in SPLITS:
             split = {"v": S} if S > 1 else {}
             kern = L.DiffusionKernels({k: sc.replace(split=split) for k, sc in scheds.items()})
-            f = by_split[S] = lambda *a, _k=kern: L.spatial_diffusion_fn(  # noqa: E731
-                *a, backend="dtriton-manual", kernels=_k)
+            f = by_split[S] = partial(L.spatial_diffusion_fn, backend="dtriton-manual", kernels=kern)
             with torch.no_grad():
                 res.sweep_err[S] = float((f(x, basis, mass, evals, times) - ref).abs().max())
             res.sweep_fwd_us[S] = bench_us(_fwd(f, x, basis, mass, evals, times), True, reps)[0]
