@@ -39,6 +39,14 @@ class CompileError(DTritonError, RuntimeError):
     resource limit such as shared memory). The message carries the kernel name and the cause."""
 
 
+class ResourceError(ScheduleError, CompileError):
+    """A kernel of the schedule exceeds a resource limit of the backend: a block over Triton's
+    2**20 elements, or shared memory or registers at compile time. A default schedule (no
+    schedule given) shrinks its tiles and stages and retries, with a :class:`ScheduleWarning`;
+    a given schedule needs smaller tiles or fewer stages. Both a :class:`ScheduleError` and a
+    :class:`CompileError`, so code catching either still does."""
+
+
 class ScheduleWarning(UserWarning):
     """A schedule knob that cannot take effect for this call and was dropped (the kernel is still
     correct), e.g. ``warp_specialize=True`` on a loop whose loads are not all TMA, or

@@ -58,6 +58,10 @@ class Backend(Protocol):
         """A host-side TMA descriptor of ``tensor`` (of ``tensor.permute(perm)`` with ``perm``) in
         boxes of ``box`` elements."""
 
+    def is_resource_error(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised by :meth:`launch`, is a resource limit of the kernel (shared
+        memory, registers): a default schedule then shrinks and retries."""
+
     def fast_path_ok(self) -> bool:
         """Whether the fast launch path may be used now (no launch hooks installed)."""
 

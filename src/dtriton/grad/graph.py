@@ -53,7 +53,7 @@ class Graph:
     def const(self, v: float) -> Expr:
         """The constant ``v`` (NaN constants are one node too)."""
         v = float(v)
-        return self._get(("C", v if v == v else "nan"), lambda: Const(v))
+        return self._get(("C", repr(float(v))), lambda: Const(v))
 
     def axis(self, name: str) -> Axis:
         """The axis ``name``."""

@@ -160,10 +160,10 @@ def as_expr(v) -> Expr:
         return v
     if isinstance(v, Output):
         return v.expr
-    if isinstance(v, bool):
-        return Const(float(v))
-    if isinstance(v, (int, float)):
-        return Const(float(v))
+    if isinstance(v, (bool, int)):
+        return Const(float(v), integer=True)
+    if isinstance(v, float):
+        return Const(v)
     if isinstance(v, InputTensor):
         raise AlgorithmError(
             f"input tensor {v.name!r} is used without indices; write {v.name}[{', '.join('i' * 0)}...] "
@@ -180,20 +180,23 @@ def _no_children(node: Expr, children: Sequence[Expr]) -> None:
 
 
 class Const(Expr):
-    """A numeric literal (float, including ``float('inf')``)."""
-    __slots__ = ("value",)
+    """A numeric literal (float, including ``float('inf')``). ``integer``: written as a Python int
+    (or bool), which matters for result dtypes only (``X_int + 1`` stays an integer, as in torch,
+    ``X_int + 1.0`` is float32)."""
+    __slots__ = ("value", "integer")
 
-    def __init__(self, value: float):
+    def __init__(self, value: float, integer: bool = False):
         super().__init__(())
         self.value = float(value)
+        self.integer = bool(integer)
 
     def rebuild(self, children=()):
         _no_children(self, children)
-        return Const(self.value)
+        return Const(self.value, self.integer)
 
     def signature(self):
         # repr keeps -0.0 apart from 0.0 (CSE must not merge them) and makes every NaN one key
-        return (repr(self.value),)
+        return (repr(self.value), self.integer)
 
 
 class Axis(Expr):

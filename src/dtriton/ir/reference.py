@@ -16,7 +16,7 @@ import torch
 
 from ..errors import ShapeError
 from .expr import Axis, Binary, Cast, COMPARE_OPS, Const, Expr, Load, Reduce, ScalarParam, Unary, Where, fmt
-from .walk import float_inputs, mul_factors
+from .walk import mul_factors, topo_order
 
 __all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "is_index", "output_dtype", "result_dtype", "kernel_f64", "compute_dtype", "evaluate"]
 
@@ -44,12 +44,76 @@ def is_index(n: Expr) -> bool:
 
 
 def output_dtype(root: Expr, dtypes: dict[str, torch.dtype]) -> torch.dtype:
-    """The dtype of an output computing ``root`` (``dtypes``: input tensor -> dtype):
-    ``torch.int64`` for an arg-reduction, else :func:`result_dtype` over the tensors feeding it
-    arithmetically."""
-    if is_index(root):
-        return torch.int64
-    return result_dtype(dtypes[t] for t in float_inputs(root))
+    """The dtype of an output computing ``root`` (``dtypes``: input tensor -> dtype), by torch's
+    promotion rules (``torch.result_type``): tensors, axis values (int64, as ``torch.arange``),
+    casts and reductions are typed operands; literals and scalar parameters are Python scalars,
+    which only raise the category (bool < integer < float) and then give torch's default dtype
+    (float32, or int64). Division and float functions of integers give float32; comparisons
+    bool; ``where`` promotes its two branches only; sums and products of bool or integer values
+    are int64, an arg-reduction int64. An expression of scalars only is float32 (int64 when every
+    scalar is an integer)."""
+    typed: dict[int, tuple[torch.dtype, bool]] = {}
+    for n in topo_order([root]):
+        typed[n.uid] = _node_dtype(n, dtypes, typed)
+    dt, weak = typed[root.uid]
+    if weak:
+        return torch.float32 if dt.is_floating_point else torch.int64
+    return dt
+
+
+def _category(dt: torch.dtype) -> int:
+    return 2 if dt.is_floating_point else 0 if dt == torch.bool else 1
+
+
+def _promote(a: tuple[torch.dtype, bool], b: tuple[torch.dtype, bool]) -> tuple[torch.dtype, bool]:
+    """Torch's promotion of two operands, each (dtype, weak: a Python scalar)."""
+    (da, wa), (db, wb) = a, b
+    if wa == wb:
+        return torch.promote_types(da, db), wa
+    strong, weak = (da, db) if wb else (db, da)
+    if _category(strong) >= _category(weak):
+        return strong, False
+    return (torch.float32 if weak.is_floating_point else torch.int64), False
+
+
+def _as_float(t: tuple[torch.dtype, bool]) -> tuple[torch.dtype, bool]:
+    return t if t[0].is_floating_point else (torch.float32 if not t[1] else torch.float64, t[1])
+
+
+def _node_dtype(n: Expr, dtypes: dict[str, torch.dtype], typed: dict) -> tuple[torch.dtype, bool]:
+    """(dtype, weak) of one node from its children's (see :func:`output_dtype`)."""
+    if isinstance(n, Const):
+        return (torch.int64 if n.integer else torch.float64), True
+    if isinstance(n, ScalarParam):
+        return (torch.int64 if n.pytype is int else torch.float64), True
+    if isinstance(n, Axis):
+        return torch.int64, False
+    if isinstance(n, Load):
+        return dtypes[n.tensor.name], False
+    if isinstance(n, Cast):
+        return n.dtype, False
+    if isinstance(n, Reduce):
+        x, _ = typed[n.x.uid]
+        if n.combiner.results == 2:
+            return torch.int64, False
+        if n.combiner.finalize == "count":
+            return _as_float((x, False))
+        if n.combiner.base in ("sum", "prod") and not x.is_floating_point:
+            return torch.int64, False
+        return x, False
+    if isinstance(n, Unary):
+        x = typed[n.x.uid]
+        if n.op == "not":
+            return torch.bool, False
+        return x if n.op in ("neg", "abs") else _as_float(x)
+    if isinstance(n, Binary):
+        if n.op in COMPARE_OPS:
+            return torch.bool, False
+        t = _promote(typed[n.a.uid], typed[n.b.uid])
+        return _as_float(t) if n.op == "div" else t
+    if isinstance(n, Where):
+        return _promote(typed[n.a.uid], typed[n.b.uid])
+    raise AssertionError(n)
 
 
 def integer_valued(n: Expr, dtypes: dict[str, torch.dtype]) -> bool:
@@ -103,14 +167,16 @@ def check_computed_indices(alg, sizes: dict[str, int], axis_sizes: dict[str, int
 
 def kernel_f64(dtypes: Iterable[torch.dtype], out_dtypes: Iterable[torch.dtype]) -> bool:
     """Whether generated kernels compute (and keep intermediate buffers) in float64: a float64
-    input, or integer-only values (their outputs are float64 by :func:`result_dtype`, or int64
-    indices of an arg-reduction, compared exactly in float64). An algorithm that also has
-    16/32-bit floating inputs keeps their float32 compute."""
+    input, or integer-only inputs with an integer or bool output (sums of int32 values and counts
+    of bools, int64 as in torch, are exact in float64 up to 2**53; an arg-reduction's index is
+    compared exactly). An algorithm that also has 16/32-bit floating inputs keeps their float32
+    compute."""
     dtypes = list(dtypes)
     if any(d == torch.float64 for d in dtypes):
         return True
     outs = list(out_dtypes)
-    return not any(d.is_floating_point for d in dtypes) and (torch.float64 in outs or torch.int64 in outs)
+    return not any(d.is_floating_point for d in dtypes) and any(d == torch.float64 or not d.is_floating_point
+                                                                for d in outs)
 
 
 def compute_dtype(dt: torch.dtype) -> torch.dtype:

@@ -133,7 +133,27 @@ def _place_round(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce], ma
             if place == "auto" and not set(r.axes) <= top_axes:
                 mat.add(r.uid)
                 changed = True
+            elif place == "fuse":
+                _check_fused_in_loop(r, exprs, sname, top_axes)
     return changed
+
+
+def _check_fused_in_loop(r: Reduce, exprs: Sequence[Expr], sname: str, top_axes: set[str]) -> None:
+    """A fused reduction with a free axis the consumer loops over is computed inside that loop;
+    when the consumer also loops over one of its reduced axes around it, each computation would
+    see only the current tile of that axis. Raises :class:`ScheduleError` naming the stage, the
+    axes and the fixes."""
+    outer = {a for e in exprs for a in e.axes}
+    if isinstance(exprs[0], Reduce):
+        outer.update(exprs[0].over)
+    looped = [a for a in r.over if a in outer and a not in top_axes]
+    inner = [a for a in r.axes if a not in top_axes]
+    if looped and inner:
+        raise ScheduleError(
+            f"stage {r.name!r} (place='fuse') reduces over {looped}, which the kernel for {sname!r} loops over in "
+            f"tiles, and depends on {inner}, also looped there: fused inside those loops it would see one tile of "
+            f"{looped} only. Materialise it (stages={{{r.name!r}: {{'place': 'materialize'}}}}, or 'auto'), cover "
+            f"{looped} whole (strategy={{{looped[0]!r}: 'whole'}}), or put {inner} on the grid")
 
 
 class _Kernels:

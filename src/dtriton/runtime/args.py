@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import ShapeError
-from ..ir import Algorithm, Axis, Binding, Load, Reduce, topo_order
+from ..ir import Algorithm, Axis, Binding, Load, Reduce, topo_order, walk
 from ..plan.callspec import max_offset
 from ..schedule import Schedule
 
@@ -55,10 +55,12 @@ def check_out_memory(name: str, out: torch.Tensor, inputs: dict[str, torch.Tenso
 
 
 def check_given_out(alg: Algorithm, sched: Schedule, name: str, given: torch.Tensor, shape: list[int],
-                    dtype: torch.dtype, device: torch.device, inputs: dict[str, torch.Tensor]) -> None:
+                    dtype: torch.dtype, device: torch.device, inputs: dict[str, torch.Tensor],
+                    materialised: frozenset[int] = frozenset()) -> None:
     """Refuse an ``out=`` tensor for output ``name`` of the wrong shape, dtype or device, one
     overlapping an input without being it, or an in-place call (``out=X``) the algorithm and
-    schedule cannot do (:func:`inplace_problem`)."""
+    schedule cannot do (:func:`inplace_problem`; ``materialised``: ids of the reductions earlier
+    kernels write to buffers)."""
     if tuple(given.shape) != tuple(shape) or given.dtype != dtype:
         raise ShapeError(f"out= for {name} must have shape {tuple(shape)} and dtype {dtype}, "
                          f"got {tuple(given.shape)} {given.dtype}")
@@ -66,7 +68,7 @@ def check_given_out(alg: Algorithm, sched: Schedule, name: str, given: torch.Ten
         raise ShapeError(f"out= for {name} is on {given.device} but the call runs on {device}; "
                          f"pass an out= tensor on {device}")
     for same in check_out_memory(name, given, inputs):
-        why = inplace_problem(alg, sched, same)
+        why = inplace_problem(alg, sched, same, materialised)
         if why:
             raise ShapeError(f"out= for {name} is input {same!r} itself (an in-place call), which this "
                              f"algorithm and schedule cannot do: {why}; pass a separate out= tensor")
@@ -114,13 +116,16 @@ def normalise_out(alg: Algorithm, out) -> tuple[torch.Tensor, ...]:
     return outs
 
 
-def inplace_problem(alg: Algorithm, sched: Schedule, x_name: str) -> str | None:
+def inplace_problem(alg: Algorithm, sched: Schedule, x_name: str,
+                    materialised: frozenset[int] = frozenset()) -> str | None:
     """Why writing the output over input ``x_name`` (``out=X``) could read values already
     overwritten, or None when it cannot: a single output that reads ``X`` only at its own
     element (``X[i, j]`` for ``out[i, j]``), inside reductions over axes that no program of the
     output's grid is tiled along (a row softmax reads its whole row before writing it), and no
     split-K (its atomics zero the output first). A matmul ``out=A`` or a transpose ``out=X``
-    would read rows or columns other programs already wrote."""
+    would read rows or columns other programs already wrote. Reads inside a reduction in
+    ``materialised`` (ids of stages an earlier kernel writes to a buffer) all happen before the
+    output's kernel writes, so they never count (``X[i] - mean(X)`` with ``mean0`` materialised)."""
     if len(alg.outputs) != 1:
         return "it has several outputs (a later output's kernel may still read the input)"
     if any(f > 1 for f in sched.split.values()):
@@ -129,7 +134,10 @@ def inplace_problem(alg: Algorithm, sched: Schedule, x_name: str) -> str | None:
     layout = tuple(o.layout)
     grid = set(sched.grid or ())
     over: dict[int, set] = {}
+    here = {n.uid for n in walk([o.expr], stop=lambda n: n.uid in materialised)}
     for n in reversed(topo_order([o.expr])):   # parents first: pass reduction axes down to the loads
+        if n.uid not in here or n.uid in materialised:
+            continue   # only inside materialised stages: read by an earlier kernel
         inner = over.get(n.uid, set()) | (set(n.over) if isinstance(n, Reduce) else set())
         for c in n.children():
             over[c.uid] = over.get(c.uid, set()) | inner

@@ -25,8 +25,8 @@ import torch
 
 from ..backends.base import KernelMeta
 from ..backends import default_backend
-from ..errors import CompileError, ScheduleWarning, ShapeError
-from ..schedule import Schedule, complete_schedule
+from ..errors import CompileError, ResourceError, ScheduleWarning, ShapeError
+from ..schedule import Schedule, complete_schedule, fits_smem, shrink
 from ..ir import Algorithm, Binding, InputTensor
 from ..plan import CallSpec, Program, call_spec, plan_program, tma_addressable, unused_knobs
 from ..plan.callspec import I32_MAX
@@ -126,6 +126,7 @@ class Kernel:
         self._specs: dict[tuple, list] = {}   # call signature -> [CallSpec without TMA facts, TMA facts or None]
         self.quiet = False   # True: no ScheduleWarning for knobs a call cannot use (explore's candidates)
         self._fast: dict[tuple, tuple[_Plan, Any]] = {}
+        self._shrunk: dict[Schedule, Schedule] = {}   # a default schedule -> the smaller one that fits
         self._last: _Plan | None = None
 
     # ------------------------------------------------------------------------------------------
@@ -167,12 +168,32 @@ class Kernel:
                 hit[1] = tma_addressable(self.algorithm, b, args, out)
             tma = hit[1]
         sched = self._auto_access(sched, b, args, out)
+        sched = self._fitted(sched, b, interpret)
         if sched.access != "tma":
             return sched, hit[0]
         # TMA reads a transposed tensor through the view with its unit-stride dim last: the plan
         # needs every tensor's unit-stride dim then
         return sched, replace(hit[0], tma_ok=tma, unit_dims=tuple(sorted(b.unit_dims.items())) if tma else
                               hit[0].unit_dims)
+
+    def _fitted(self, sched: Schedule, b: Binding, interpret: bool) -> Schedule:
+        """A default schedule checked against the backend's resources before it is used: on the
+        GPU, shrunk (:func:`~dtriton.schedule.shrink`) until its largest contraction's pipelined
+        operand tiles fit in shared memory (:func:`~dtriton.schedule.fits_smem`); then the smaller
+        schedule an earlier call of this signature fell back to, if any."""
+        if self.schedule is not None:
+            return sched
+        first = sched
+        if first not in self._shrunk and not interpret:
+            size = max((d.itemsize for d in b.dtypes.values() if d.is_floating_point), default=4)
+            while not fits_smem(self.algorithm, sched, size, _BACKEND.limits.smem_bytes):
+                smaller = shrink(sched, b.axis_sizes)
+                if smaller is None:
+                    break
+                sched = smaller
+            if sched is not first:
+                self._shrunk[first] = sched
+        return self._shrunk.get(first, sched)
 
     def _plan(self, sched: Schedule, b: Binding, args, interpret: bool, out=None, spec: CallSpec | None = None) -> _Plan:
         if spec is None:
@@ -219,7 +240,8 @@ class Kernel:
     def schedule_for(self, *args) -> Schedule:
         """The complete schedule a call with these arguments runs."""
         b = self.algorithm.bind(args)
-        return self._auto_access(self.complete(b), b, args)
+        sched = self._auto_access(self.complete(b), b, args)
+        return self._fitted(sched, b, backend_for(b.device) == "interpreter")
 
     # ------------------------------------------------------------------------------------------
     def __call__(self, *args, out=None, **named):
@@ -253,15 +275,45 @@ class Kernel:
         if alg.gathers and (interpret or os.environ.get("DTRITON_CHECK_INDICES") == "1"):
             check_gather_indices(alg, b, args)
         sched, spec = self._schedule_and_spec(b, args, interpret, out)
-        plan = self._plan(sched, b, args, interpret, out, spec)
-        self._last = plan
-        compiled: list = []
-        outs = self._run(plan, b, args, out, compiled)
+        plan, outs, compiled = self._plan_and_run(sched, b, args, interpret, out, spec)
         if out is None and not interpret and len(compiled) == len(plan.launches) and _fast_ok():
             self._fast[call_key(args)] = _BACKEND.fast_launcher(alg, plan, b, compiled, args)
         if interpret and orig_dev.type != "cpu":
             outs = [o.to(orig_dev) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _plan_and_run(self, sched: Schedule, b: Binding, args, interpret: bool, out, spec: CallSpec):
+        """Plan and run ``sched``; returns (plan, outputs, compiled kernels). For a default
+        schedule (none given) a resource failure (a :class:`ResourceError` while printing, or
+        the backend's resource error when Triton compiles) takes the next smaller schedule
+        (:func:`~dtriton.schedule.shrink`) and retries, with a :class:`ScheduleWarning`; later
+        calls of this signature start from the schedule that ran."""
+        first, why = sched, None
+        while True:
+            try:
+                plan = self._plan(sched, b, args, interpret, out, spec)
+                self._last = plan
+                compiled: list = []
+                outs = self._run(plan, b, args, out, compiled)
+                break
+            except CompileError as e:   # ResourceError is one too
+                smaller = shrink(sched, b.axis_sizes) if self._may_shrink(e) else None
+                if smaller is None:
+                    raise
+                why = why or str(e).splitlines()[0][:200]
+                self._shrunk[first] = sched = smaller
+        if why is not None:
+            warnings.warn(f"{self.algorithm.name}: the default schedule {first.to_json()} exceeds a resource limit "
+                          f"({why}); it runs with the smaller {sched.to_json()}. Pass a schedule to choose the tiles "
+                          "yourself", ScheduleWarning, stacklevel=3)
+        return plan, outs, compiled
+
+    def _may_shrink(self, e: CompileError) -> bool:
+        """Whether failure ``e`` of a call may be retried with a smaller schedule: no schedule was
+        given and it is a resource limit (a block too large, shared memory, registers)."""
+        if self.schedule is not None:
+            return False
+        return isinstance(e, ResourceError) or (e.__cause__ is not None and _BACKEND.is_resource_error(e.__cause__))
 
     def _run(self, plan: _Plan, b: Binding, args, out=None, compiled: list | None = None) -> list[torch.Tensor]:
         alg = self.algorithm
@@ -279,7 +331,8 @@ class Kernel:
             shape = [sizes[a] for a in o.layout]
             given = None if out is None else (out[k] if isinstance(out, (tuple, list)) else out)
             if given is not None:
-                check_given_out(alg, plan.schedule, o.name, given, shape, odt, dev, tensors)
+                check_given_out(alg, plan.schedule, o.name, given, shape, odt, dev, tensors,
+                                frozenset(rid for km in plan.program.kernels for rid in km.materialized))
                 t = given
             else:
                 t = torch.empty(shape, dtype=odt, device=dev)

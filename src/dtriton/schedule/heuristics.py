@@ -212,11 +212,22 @@ def main_grid(d: Draft) -> None:
             d.grid = ()
 
 
+def _user_fused_axes(d: Draft, o) -> set[str]:
+    """Axes reduced by the stages the user placed "fuse" inside output ``o``: a fused reduction
+    sees only its program's tiles, so these axes stay off that output's grid."""
+    out: set[str] = set()
+    for n in reduces_in([o.expr], frozenset()):
+        if d.user.stage(n.name).place == "fuse":
+            out.update(n.over)
+    return out
+
+
 def _output_grid(d: Draft, o, ss: StageSchedule, strategy) -> tuple[str, ...]:
     """The grid of output ``o`` (stage overrides ``ss``, schedule strategies ``strategy``): its axes
     except row axes (unless a contraction's output axis) and those covered in-program (a strategy
     other than "auto" for an axis no stage reduces); else its first axis, unless covered so."""
     own = {a for a in o.layout if a not in d.reduced and ss.strategy.get(a, strategy.get(a, "auto")) != "auto"}
+    own |= _user_fused_axes(d, o)
     return tuple(a for a in o.layout if (a not in d.row_axes or _is_contraction_free(a, d.cons)) and a not in own) \
         or tuple(a for a in o.layout[:1] if a not in own)
 

@@ -45,6 +45,14 @@ class TritonBackend:
         boxes of ``box`` elements."""
         return descriptor(tensor, box, perm)
 
+    def is_resource_error(self, exc: BaseException) -> bool:
+        """Whether ``exc`` (raised by :meth:`launch`) is a resource limit of the kernel: Triton's
+        ``OutOfResources`` (shared memory, registers) or the driver's "too many resources
+        requested for launch"."""
+        from triton.runtime.errors import OutOfResources
+        text = str(exc).lower()
+        return isinstance(exc, OutOfResources) or "out of resource" in text or "too many resources" in text
+
     #: No Triton launch hook is installed (profilers need the slow path). The plain function, so the
     #: fast path's check costs one call, as before the backend seam.
     fast_path_ok = staticmethod(hooks_off)

@@ -40,12 +40,14 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter):
         self.consts: dict[str, int] = {}
         self.need_depth_memo: dict[tuple[int, int], int] = {}
         self.helpers: dict[str, str] = {}  # module-level @_jit helpers the kernel calls: name -> definition
+        self.min_depth = 0   # the depth of the program's tile scope (1 inside a persistent loop)
 
     def generate(self) -> str:
         """The source of this kernel: decorator, signature, docstring and body."""
         k = self.k
         root = Scope(None)
         top, nums, layout = self.program_ids(root)
+        self.min_depth = top.depth
         self.bind_program_axes(top, layout)
         # top-level reductions: computed once per program, before the outputs
         tops = []

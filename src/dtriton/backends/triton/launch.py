@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import torch
 
 from ...ir import InputTensor
+from .npcompat import install as install_numpy_shim
 
 __all__ = ["FastLauncher", "descriptor", "hooks_off", "launch", "load_module", "quiet_interpreter"]
 
@@ -111,6 +112,7 @@ def launch(fn, programs: int, args: Sequence[Any], consts: dict, num_warps: int,
     arguments); returns the compiled kernel."""
     if interpret:
         quiet_interpreter()
+        install_numpy_shim()
     return fn[(programs,)](*args, **consts, num_warps=num_warps, num_stages=num_stages)
 
 

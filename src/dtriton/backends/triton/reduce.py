@@ -60,15 +60,13 @@ class ReducePrinter:
                 inner.emit(f"{acc}, {info['acc_index']} = {self.helper(r.combiner)}({acc}, {info['acc_index']}, "
                            f"{part[0]}, {part[1]})")
                 continue
-            rescale = [mstate[m.uid][1] for m in self.fused_deps(r) if m.uid in mstate]
             if info["dot"]:
-                for al in rescale:
-                    inner.emit(f"{acc} = {acc} * {self.relayout(al, scope.layout, info['layout'], self.present_of_axes(self.fused_deps(r)[0].axes, scope), inner)}")
+                pre = self.rescaled(acc, r, mstate, scope, info["layout"], inner)
+                if pre != acc:
+                    inner.emit(f"{acc} = {pre}")
                 inner.emit(f"{acc} = {part}")
             else:
-                pre = acc
-                for al in rescale:
-                    pre = f"{pre} * {al}"
+                pre = self.rescaled(acc, r, mstate, scope, info["layout"], inner)
                 inner.emit(f"{acc} = {combine_text(r.combiner, pre, part)}")
         for r in rs:
             if r.uid in mstate:
@@ -153,11 +151,27 @@ class ReducePrinter:
             inner.emit(f"{mn} = {combine_text(r.combiner, acc, t2)}")
             alpha = self.fresh("alpha")
             inner.emit(f"{alpha} = tl.where({acc} == {mn}, 1.0, tl.exp({acc} - {mn}))  # rescale earlier partial sums")
-            safe = self.fresh(f"{r.name}_safe")
-            inner.emit(f"{safe} = tl.where({mn} == -float('inf'), 0.0, {mn})")
-            inner.overrides[r.uid] = (safe, scope.layout)
-            mstate[r.uid] = (mn, alpha)
+            # the tiles use the running max itself, as torch would the row's: while it is -inf
+            # (every value so far -inf) their terms are NaN, and they are dropped (not rescaled,
+            # NaN * 0 is NaN) once a finite max arrives; a row that stays -inf ends NaN, as in torch
+            restart = self.fresh(f"{r.name}_restart")
+            inner.emit(f"{restart} = ({acc} == -float('inf')) & ({mn} != -float('inf'))")
+            inner.overrides[r.uid] = (mn, scope.layout)
+            mstate[r.uid] = (mn, alpha, restart)
         return mstate
+
+    def rescaled(self, acc: str, r: Reduce, mstate, scope: Scope, layout, inner: Scope) -> str:
+        """``acc`` (in ``layout``) rescaled by each online max ``r`` uses: earlier partial sums
+        times the max's factor, or 0 where the max has just become finite (see :meth:`online_maxes`)."""
+        for m in self.fused_deps(r):
+            if m.uid not in mstate:
+                continue
+            _, al, restart = mstate[m.uid]
+            pres = self.present_of_axes(m.axes, scope)
+            al = self.relayout(al, scope.layout, layout, pres, inner)
+            restart = self.relayout(restart, scope.layout, layout, pres, inner)
+            acc = f"tl.where({restart}, 0.0, {acc} * {al})"
+        return acc
 
     def finish_pass(self, rs: list[Reduce], loop_axes: list[str], scope: Scope, accs) -> None:
         """After the loops: each reduction's value in ``scope`` (dots relaid out and multiplied by

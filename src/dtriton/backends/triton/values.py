@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from ...errors import ScheduleError
+from ...errors import ResourceError, ScheduleError
 from ...ir import Axis, Binary, COMPARE_OPS, Cast, Const, Expr, Load, Reduce, ScalarParam, Unary, Where, fmt
 from ...plan.kernel import AxisPlan
 from .limits import MAX_BLOCK_NUMEL
@@ -132,7 +132,7 @@ class ValuePrinter:
         builds: a contraction lowered to ``tl.dot`` never forms its [free x reduced] product).
 
         Raises:
-            ScheduleError: naming the kernel, the axes and their blocks, and the fix.
+            ResourceError: naming the kernel, the axes and their blocks, and the fix.
         """
         pres = sorted(self.present(n, scope))
         numel = 1
@@ -140,7 +140,7 @@ class ValuePrinter:
             numel *= self.plan(a).block
         if numel > MAX_BLOCK_NUMEL:
             big = {a: self.plan(a).block for a in pres}
-            raise ScheduleError(
+            raise ResourceError(
                 f"the kernel for stage {', '.join(repr(x) for x in self.k.stage_names)} ({self.k.name}): the value "
                 f"{fmt(n)[:60]} would be a block of {numel} elements ({big}); "
                 f"Triton allows at most {MAX_BLOCK_NUMEL}. Use smaller tiles, or strategy 'loop'/'online' instead of "
@@ -198,6 +198,9 @@ class ValuePrinter:
                         if isinstance(e, Axis) and e.name not in ignore:
                             b = scope.find_bind(e.name)
                             d = max(d, b[1].depth if b else scope.depth)
+        # never above the program's tile scope: a persistent kernel's values are computed per tile
+        # (one computed before the tile loop would be 0-d where the tile's blocks are expected)
+        d = max(d, self.min_depth)
         self.need_depth_memo[key] = d
         return d
 
