@@ -12,7 +12,7 @@ import math
 import torch
 
 from ...errors import ResourceError, ScheduleError
-from ...ir import Axis, Binary, COMPARE_OPS, Cast, Const, Expr, Load, Reduce, ScalarParam, Unary, Where, fmt
+from ...ir import Axis, Binary, COMPARE_OPS, Cast, Const, Expr, Load, Reduce, ScalarParam, Unary, Where, fmt, walk
 from ...plan.kernel import AxisPlan
 from .limits import MAX_BLOCK_NUMEL
 from .prelude import OPSYM, ROUND_BF16, TL_DTYPES
@@ -315,6 +315,9 @@ class ValuePrinter:
             if n.op in ("and", "or"):
                 return f"({a} != 0) {OPSYM[n.op]} ({b} != 0)", ""
             if n.op == "div":
+                if not any(isinstance(m, (Load, Reduce, Axis)) for m in walk([n])):
+                    # of literals and scalar arguments only: Python would raise on x / 0.0, Triton gives inf
+                    a = f"tl.full((), {a}, {self.cdt})"
                 return f"{self.as_float(n.a, a)} / {self.as_float(n.b, b)}", ""
             return f"{a} {OPSYM[n.op]} {b}", ""
         if isinstance(n, Where):
