@@ -9,13 +9,28 @@ Rules (documented so users can predict them):
   ``num_warps`` 8 for 128x128 tiles else 4, ``num_stages`` 3 (4 for fp16/bf16). Skinny outputs
   with a long reduction (fewer output tiles than half the GPU's 132 SMs) are split along it
   (split-K).
-- Row-wise stages (an axis that is both reduced and kept in the output, as in softmax and layer
-  norm) keep that axis off the grid: "whole" (one block covers it, the fused-softmax layout of
-  the Triton tutorial) while its padded size is at most 32768 on the GPU (a 32768-wide fp32 row
-  is 64 registers per thread over 16 warps; 4096 on the interpreter), else "online" when the algebra allows (one pass with rescaling), else "loop".
-  One row per program, ``num_warps`` growing with the row (4 up to 1024, 8 up to 4096, 16 above).
+- Row-wise stages (axes both reduced and kept in the output, as in softmax, layer norm, or batch
+  norm's (n, h, w)) keep those axes off the grid. The axes a program covers are taken innermost
+  first (the axis indexing an input's last dim first): all "whole" (one block covers them, the
+  fused-softmax layout of the Triton tutorial) while the product of their padded sizes is at
+  most :data:`ROW_BLOCK` (32768 on the GPU: a 32768-wide fp32 row is 64 registers per thread over
+  16 warps; 4096 on the interpreter); else "whole" for the innermost that fit
+  :data:`STEP_BLOCK` (2048) elements, a loop ("online" where a max reduces the axis: one pass
+  with rescaling) over the next in the rest of that step, loops of tile 1 over the others.
+  One row per program, ``num_warps`` growing with the block (4 up to 1024, 8 up to 4096, 16 above).
   An axis the schedule gives a tile (and no strategy) is stepped over in that tile instead
   ("online" where a max reduces it, else "loop").
+- Reductions too large for one program on fewer programs than the GPU has SMs (batch norm's
+  64 channels of 16M elements, a Frobenius norm's single sum) are split across programs: the
+  output's grid takes all its axes, each statistics stage gets a kernel of its own over its free
+  axes (one program each, reduced axes in steps of 2048) with one reduced axis split so about
+  two waves of programs run, and the partial results go to per-split buffers
+  (``split_mode="partials"``: deterministic) that the readers combine. A whole-tensor statistic
+  that fits one program runs in one kernel on a single program.
+- Column reductions (the reduced axis strided, a grid axis contiguous) loop in steps of 32 rows
+  (more when the rows are short: 2048 elements a step), split across programs when few.
+- Every default is checked against Triton's 2**20-element block before it is returned
+  (:func:`within_limits`).
 - Other axes on the grid get tiles so a program holds about 1024 elements (the innermost axis
   first); axes of size 1 get tile 1. An output axis that the schedule gives a strategy
   (whole/loop/online) and no stage reduces stays off the grid, covered inside each program.
