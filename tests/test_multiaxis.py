@@ -207,3 +207,12 @@ def test_a_column_reduction_over_short_rows_steps_in_longer_tiles():
     x = torch.randn(3, 300, 5)
     torch.testing.assert_close(dt.compile(sum_mid, schedule_for(sum_mid, (x,), gpu=True))(x), x.sum(1),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_derived_space_of_split_statistics_holds_the_heuristic_split_and_stage_tiles():
+    args = [torch.empty(16, 64, 256, 256, device="meta")]
+    sp = dt.Space.derive(frobenius_normalize, args, target="gpu")
+    base = schedule_for(frobenius_normalize, args, gpu=True)
+    (a, f), = base.split.items()
+    assert f in sp.split[a] and f // 2 in sp.split[a] and 1 in sp.split[a]
+    assert "sum0.q" in sp.stage_tile and set(sp.strategy) == {"n", "c", "h", "q"}

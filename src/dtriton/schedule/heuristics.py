@@ -473,7 +473,7 @@ def _depths(alg: Algorithm) -> dict[str, int]:
 
 def split_rows(d: Draft) -> None:
     """Reductions too large for one program, on too few programs to fill the GPU (fewer than its
-    SMs), are split across programs (no contraction, no user grid or split): partial results per
+    SMs; a quarter of them for online rows), are split across programs (no contraction, no user grid or split): partial results per
     split (``split_mode="partials"``, deterministic, unless the user chose a mode) that their
     readers combine. A stage whose reduced axes are kept in the output (statistics then
     normalise: batch, group, layer norm over several axes) is materialised: the output's grid
@@ -483,7 +483,10 @@ def split_rows(d: Draft) -> None:
         return
     looped = [a for a in d.alg.reduction_axes if a not in d.grid and a not in d.col_axes
               and d.strategy.get(a) in ("loop", "online") and a not in d.user.strategy]
-    if not looped or _programs(d.grid, d.sizes, {}) >= d.sms:
+    # an online row (softmax's max and sums in one pass) reads the row twice in all: kept per
+    # program unless the rows fill less than a quarter of the SMs
+    few = d.sms // 4 if any(d.strategy[a] == "online" for a in looped) else d.sms
+    if not looped or _programs(d.grid, d.sizes, {}) >= few:
         return
     main = d.alg.outputs[0]
     rows = [a for a in looped if a in main.layout]

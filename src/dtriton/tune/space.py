@@ -507,10 +507,12 @@ def _derive_splits(alg: Algorithm, sizes: Mapping[str, int], base: Schedule, lim
             ntiles = t if ntiles is None else min(ntiles, t)
         if ntiles is None or ntiles >= limits.sm_count:
             continue
-        tr = int(base.tile.get(r) or 16)
+        # the tile r is stepped in: its split stages' own (statistics split across programs), else the schedule's
+        tr = min([int(base.stage(s.name).tile[r]) for s in reduction_stages(alg, r) if r in base.stage(s.name).tile]
+                 or [int(base.tile.get(r) or 16)])
         bs = base.split.get(r, 1)   # the heuristic's split and its neighbours (64 for the diffusion's V)
         cand = sorted({1, 2, 4, 8, 16} | ({bs // 2, bs, bs * 2} if bs > 1 else set()))
-        vals = [s for s in cand if s == 1 or s * tr * 2 <= sizes[r]]
+        vals = [s for s in cand if s in (1, bs) or s * tr * 2 <= sizes[r]]
         if len(vals) > 1:
             split[r] = vals
     return split
