@@ -160,3 +160,41 @@ def test_pooling_over_groups_of_a_linear_runs_by_default(G, C):
     dt.compile(linear_max_pool, full)(X, W, out=out)
     ref = linear_max_pool.reference(X.double(), W.double())
     assert torch.allclose(out.double(), ref, rtol=1e-4, atol=1e-4)
+
+
+@dt.algorithm
+def linear_softmax(X: dt.Tensor["M", "K"], W: dt.Tensor["N", "K"], b: dt.Tensor["N"]):
+    i, j, k = dt.axes("i j k")
+    y = dt.sum(X[i, k] * W[j, k], over=k) + b[j]
+    e = dt.exp(y - dt.max(y, over=j))
+    return (e / dt.sum(e, over=j))[i, j]
+
+
+@dt.algorithm
+def linear_layer_norm(X: dt.Tensor["M", "K"], W: dt.Tensor["N", "K"]):
+    i, j, k = dt.axes("i j k")
+    y = dt.sum(X[i, k] * W[j, k], over=k)
+    mu = dt.mean(y, over=j)
+    return ((y - mu) * dt.rsqrt(dt.mean((y - mu) * (y - mu), over=j) + 1e-5))[i, j]
+
+
+@pytest.mark.parametrize("alg", [linear_softmax, linear_layer_norm])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_gemm_then_row_reductions_is_a_gemm_kernel_and_one_row_kernel(alg, dtype):
+    """GPU heuristic: the GEMM materialised by a kernel of its own, then one row kernel with every
+    row statistic fused (run here on the interpreter against float64, odd sizes)."""
+    args = [torch.randn(37, 48, dtype=dtype), (torch.randn(53, 48) / 7).to(dtype)]
+    if alg is linear_softmax:
+        args.append(torch.randn(53, dtype=dtype))
+    b = alg.bind(args)
+    b.device = torch.device("cuda")
+    full = complete_schedule(alg, None, b).replace(access="pointer")
+    assert full.stages["sum0"].place == "materialize" and tuple(full.grid) == ("i",)
+    assert full.strategy["j"] == "whole"
+    k = dt.compile(alg, full)
+    out = torch.full((37, 53), float("nan"), dtype=dtype)
+    k(*args, out=out)
+    assert len(k._last.program.kernels) == 2
+    ref = alg.reference(*[a.double() for a in args])
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    assert torch.allclose(out.double(), ref, rtol=tol, atol=tol)

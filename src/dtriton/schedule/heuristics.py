@@ -394,6 +394,36 @@ def _fp32_tensor_cores(d: Draft, name: str) -> bool:
     return d.user.precision == "auto" and bool(tensor_core_sides(d.alg.stages[name].node, d.b.unit_dims))
 
 
+def gemm_then_rows(d: Draft) -> None:
+    """A GEMM followed by row reductions over its output (softmax, layer or RMS norm, logsumexp of
+    a Linear): the GEMM runs as a kernel of its own (its tiles, grouped order and launch options,
+    its output materialised), then one row kernel computes every row statistic and the output
+    with the whole row in one block (1 row per program, 2 up to 4096 columns), as a hand-written
+    PyTorch model runs them. Without it the output kernel takes the GEMM's 128-row tiles and each
+    statistic a kernel of its own over the materialised buffer (bench/results/
+    chains_cpu_findings.md: 4 kernels for softmax, 32 programs each at M=4096). Applies on the
+    GPU to schedules that give none of the rules' fields, one contraction whose output axis
+    ``n`` is the only axis the other reductions reduce, and rows of at most 32768 elements."""
+    if not d.gpu or d.given or len(d.cons) != 1 or len(d.alg.outputs) != 1:
+        return
+    (name, (m, n, r)), = d.cons.items()
+    others = [s for s in reduction_stages(d.alg) if s.name != name]
+    main = d.alg.outputs[0]
+    if (not others or any(tuple(s.node.over) != (n,) for s in others) or set(main.layout) != {m, n}
+            or next_pow2(d.sizes[n]) > 32768 or d.split.get(r, 1) > 1 or tuple(d.grid or ()) != tuple(main.layout)):
+        return
+    d.stages[name] = StageSchedule(place="materialize", grid=(m, n), group=dict(d.group) or None,
+                                   tile={a: d.tile[a] for a in (m, n, r)}, num_warps=d.num_warps,
+                                   num_stages=d.num_stages)
+    for s in others:
+        d.stages[s.name] = StageSchedule(place="fuse")
+    d.grid, d.group = (m,), {}
+    d.tile[m] = 2 if d.sizes[n] <= 4096 else 1
+    d.strategy[n] = "whole"
+    d.dot_axes.discard(n)
+    d.num_warps, d.num_stages = 8, 2
+
+
 def off_grid_axes(d: Draft) -> None:
     """Strategies and tiles of the axes covered inside each program (neither dot axes nor on the
     grid): column reductions loop in short tiles, an axis with a user tile steps in it, the others
@@ -687,8 +717,8 @@ def access_style(d: Draft) -> None:
 
 
 #: The rules :func:`complete_schedule` applies, in order.
-RULES = (flash_attention, main_grid, contraction_tiles, off_grid_axes, split_rows, grid_tiles, column_splits,
-         within_limits, launch_defaults, output_stages, access_style)
+RULES = (flash_attention, main_grid, contraction_tiles, gemm_then_rows, off_grid_axes, split_rows, grid_tiles,
+         column_splits, within_limits, launch_defaults, output_stages, access_style)
 
 
 def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Schedule:
