@@ -445,3 +445,20 @@ def test_case15_interpreter_loops_under_this_numpy(record_property):
         warnings.simplefilter("error", DeprecationWarning)
         out = dt.compile(softmax, dt.Schedule(strategy={"j": "loop"}, tile={"j": 8}))(X)
     torch.testing.assert_close(out, torch.softmax(X.double(), 1).float())
+
+
+def test_division_of_two_literals_by_zero_is_ieee():
+    """Found by the fuzzer: ``0.0 / 0.0`` between literals was divided by Python (ZeroDivisionError)."""
+    from dtriton.ir import Binary, Const
+
+    def div(a, b):   # a literal over a literal, as the IR holds it (Python would divide 0.0 / 0.0 itself)
+        return Binary("div", Const(a), Const(b))
+
+    @dt.algorithm
+    def lit(X: dt.Tensor["N"]):
+        i, = dt.axes("i")
+        return (X[i] + div(0.0, 0.0))[i], (X[i] + div(1.0, 0.0))[i], (X[i] * div(-1.0, 0.0))[i]
+
+    X = torch.tensor([1.0, -2.0])
+    for got, want in zip(dt.compile(lit)(X), (X + math.nan, X + math.inf, X * -math.inf)):
+        torch.testing.assert_close(got, want, equal_nan=True)
