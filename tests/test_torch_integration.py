@@ -159,6 +159,35 @@ def test_backward_schedules_by_input_name_and_float32_dtypes():
     assert runner.kernel(False).schedule_for(X.detach(), G).tile["i"] == 2
 
 
+@pytest.mark.parametrize("spec, needle", [
+    ({"nonsense": None}, "'nonsense'"),
+    ({"d_A": None}, "'d_A'"),                          # a stage name, not a key
+    ({"Y": None}, "'Y'"),                              # not an input of softmax
+    ({"softmax_grad_Y": None}, "'softmax_grad_Y'"),
+    ([dt.Schedule()], "list"),
+    ("tile", "str"),
+    ({"X": "tile"}, "backward_schedules['X']"),
+    ({"X": [1, 2]}, "list"),
+])
+def test_backward_schedules_rejects_unknown_keys_and_types(spec, needle):
+    with pytest.raises(dt.ScheduleError) as e:
+        dt.compile_autograd(softmax, backward_schedules=spec)
+    assert needle in str(e.value)
+    if isinstance(spec, dict) and spec and list(spec.values())[0] is None:
+        assert "['X']" in str(e.value) and "softmax_grad_X" in str(e.value)   # the valid keys
+
+
+def test_backward_schedules_accepts_algorithm_names_and_dicts():
+    sched = dt.Schedule(tile={"i": 2}, grid=("i",), strategy={"j": "whole"})
+    dk = dt.compile_autograd(softmax, backward_schedules={"softmax_grad_X": sched.to_dict()})
+    X = torch.randn(3, 5, requires_grad=True)
+    dk(X).sum().backward()
+    (runner,) = dk._bwd[frozenset({"X"})][1]
+    assert runner.schedule == sched
+    dk2 = dt.compile_autograd(layer_norm, backward_schedules={"layer_norm_grad_X_w": None, "X": None})
+    assert set(dk2.backward_schedules) == {"layer_norm_grad_X_w", "X"}
+
+
 def test_integer_inputs_get_no_gradient():
     dk = dt.compile_autograd(cross_entropy)
     g = torch.Generator().manual_seed(5)

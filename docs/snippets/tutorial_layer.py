@@ -34,3 +34,12 @@ w64 = layer.weight.detach().double().requires_grad_()
 (x64 * torch.rsqrt(x64.square().mean(-1, keepdim=True) + 1e-6) * w64).square().sum().backward()
 torch.testing.assert_close(x.grad, x64.grad.float())
 torch.testing.assert_close(layer.weight.grad, w64.grad.float())
+
+# backward kernels' schedules: keyed by tensor input name ("X": the kernel computing dX) or by a
+# backward algorithm's name as dt.grad prints it; a value is a dt.Schedule, a schedule dict or None
+kernel = dt.compile_autograd(rms_norm, backward_schedules={"X": dt.Schedule(tile={"i": 4})})
+kernel(x, layer.weight).sum().backward()
+try:
+    dt.compile_autograd(rms_norm, backward_schedules={"ms": dt.Schedule()})   # a forward stage: not a key
+except dt.ScheduleError as e:
+    print(e)

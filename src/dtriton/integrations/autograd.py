@@ -27,14 +27,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ..errors import ShapeError
+from ..errors import ScheduleError, ShapeError
 from ..grad import GradientAlgorithms, augmented_forward, grad
 from ..ir import Algorithm, InputTensor, output_dtype
 from ..runtime import Kernel
 from ..runtime.args import merge_named
 from ..schedule import Schedule
 
-__all__ = ["DifferentiableKernel", "differentiable", "apply", "output_specs"]
+__all__ = ["DifferentiableKernel", "differentiable", "apply", "output_specs", "check_backward_schedules"]
 
 _lock = threading.Lock()
 
@@ -93,6 +93,50 @@ def output_specs(alg: Algorithm, args) -> list[tuple[list[Any], torch.dtype]]:
     return [([sizes[alg.axis_size[a]] for a in o.layout], output_dtype(o.expr, dtypes)) for o in alg.outputs]
 
 
+_FORMATS = ("one dt.Schedule for every backward kernel, a dict {input name or backward algorithm name: "
+            "dt.Schedule | schedule dict | None}, or a callable (backward_algorithm) -> dt.Schedule | None")
+
+
+def _is_backward_name(alg: Algorithm, key: str, inputs: Sequence[str]) -> bool:
+    """Whether ``key`` is a name :func:`dtriton.grad` can give a backward algorithm of ``alg``:
+    ``{alg.name}_grad_`` then tensor input names joined by ``_`` (some grouping of the inputs)."""
+    rest = key.removeprefix(f"{alg.name}_grad_")
+    if rest == key:
+        return False
+    ends = {0}
+    for i in range(len(rest) + 1):
+        if i in ends:
+            ends |= {i + len(n) + 1 for n in inputs if rest.startswith(n, i)}
+    return len(rest) + 1 in ends
+
+
+def check_backward_schedules(alg: Algorithm, spec):
+    """``spec`` (a ``backward_schedules=`` argument) checked against ``alg``, dict values converted
+    to :class:`Schedule`. Raises :class:`~dtriton.errors.ScheduleError` naming the key or type at fault."""
+    if spec is None or isinstance(spec, Schedule) or (callable(spec) and not isinstance(spec, Mapping)):
+        return spec
+    if not isinstance(spec, Mapping):
+        raise ScheduleError(f"backward_schedules of {alg.name}: got a {type(spec).__name__} ({spec!r:.80}); "
+                            f"expected {_FORMATS}")
+    inputs = [p.name for p in alg.params if isinstance(p, InputTensor)]
+    out = {}
+    for key, val in spec.items():
+        if not isinstance(key, str) or not (key in inputs or _is_backward_name(alg, key, inputs)):
+            names = ", ".join(repr(f"{alg.name}_grad_{n}") for n in inputs)
+            raise ScheduleError(
+                f"backward_schedules of {alg.name}: unknown key {key!r}. Valid keys are the tensor input names "
+                f"{inputs} (the schedule of the kernel computing that input's gradient) or the backward "
+                f"algorithm names that dt.grad({alg.name}) prints (such as {names}); forward stage names are "
+                f"not keys: schedule a backward algorithm's stages inside its Schedule(stages=...)")
+        if isinstance(val, Mapping):
+            val = Schedule.from_dict(val)
+        elif val is not None and not isinstance(val, Schedule):
+            raise ScheduleError(f"backward_schedules[{key!r}] of {alg.name}: got a {type(val).__name__} "
+                                f"({val!r:.80}); expected a dt.Schedule, a schedule dict or None")
+        out[key] = val
+    return out
+
+
 class DifferentiableKernel:
     """A compiled dtriton kernel whose calls are differentiable with torch autograd.
 
@@ -104,15 +148,19 @@ class DifferentiableKernel:
     Args:
         kernel: a :class:`~dtriton.Kernel` (anything with ``.algorithm`` that is callable).
         backward_schedules: schedules for the backward kernels: one :class:`Schedule` for all, a
-            mapping from backward algorithm name or input name (``"X"``: the algorithm computing
-            dX) to a schedule, or a callable ``(backward_algorithm) -> Schedule | None``. Missing
-            entries use the heuristic (``dt.compile(grad_alg)``).
+            mapping from tensor input name (``"X"``: the algorithm computing dX) or backward
+            algorithm name (``"softmax_grad_X"``, see ``dt.grad(alg)``) to a :class:`Schedule`,
+            a schedule dict (:meth:`Schedule.from_dict`) or ``None``, or a callable
+            ``(backward_algorithm) -> Schedule | None``. Missing entries use the heuristic
+            (``dt.compile(grad_alg)``).
         save: ``None`` (recompute forward reductions in backward), ``"all"`` or a list of forward
             reduction stage names to keep from the forward pass.
         group: grouping of gradients into algorithms, as :func:`dtriton.grad`.
 
-    Gradients have the dtype and shape of their inputs. Raises what the kernel raises
-    (:class:`~dtriton.errors.ShapeError` for mismatched arguments).
+    Gradients have the dtype and shape of their inputs. Raises
+    :class:`~dtriton.errors.ScheduleError` for a ``backward_schedules`` of another type, a key
+    that names neither a tensor input nor a backward algorithm, or a value that is not a schedule;
+    calls raise what the kernel raises (:class:`~dtriton.errors.ShapeError` for mismatched arguments).
     """
 
     def __init__(self, kernel, *, backward_schedules: Schedule | Mapping[str, Schedule] | Callable | None = None,
@@ -121,7 +169,7 @@ class DifferentiableKernel:
             raise TypeError(f"differentiable() expects a compiled dtriton kernel, got {type(kernel).__name__}")
         self.kernel = kernel
         self.algorithm: Algorithm = kernel.algorithm
-        self.backward_schedules = backward_schedules
+        self.backward_schedules = check_backward_schedules(self.algorithm, backward_schedules)
         self.group = group
         self.save = save
         self._bwd: dict[frozenset, tuple[GradientAlgorithms, list[_Runner]]] = {}
