@@ -198,3 +198,14 @@ def test_gemm_then_row_reductions_is_a_gemm_kernel_and_one_row_kernel(alg, dtype
     ref = alg.reference(*[a.double() for a in args])
     tol = 1e-4 if dtype == torch.float32 else 2e-2
     assert torch.allclose(out.double(), ref, rtol=tol, atol=tol)
+
+
+def test_warp_specialised_loops_keep_the_algorithms_operand_order():
+    """Triton 3.6 did not compile a swapped fp32 dot under warp specialisation (H200 gpu_check):
+    with warp_specialize the order stays, so auto falls back to ieee for a row-major B."""
+    a, b = layout("NN", 64, 64, 64)
+    _, d = gpu_dot(matmul, (a, b), dt.Schedule(tile={"i": 32, "j": 32, "k": 32}, access="tma", warp_specialize=True))
+    assert (d.n, d.precision) == ("j", "ieee")
+    a, b = layout("NT", 64, 64, 64)
+    _, d = gpu_dot(matmul, (a, b), dt.Schedule(tile={"i": 32, "j": 32, "k": 32}, access="tma", warp_specialize=True))
+    assert (d.n, d.precision) == ("j", "tf32x3")
