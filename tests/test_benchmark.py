@@ -22,6 +22,14 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 ROOT = Path(__file__).resolve().parents[1]
 
+MASKED = '''
+
+@dt.algorithm
+def masked_sum(X: dt.Tensor["M", "N"], L: dt.Tensor["M"]):
+    i, j = dt.axes("i j")
+    return dt.sum(dt.where(j < L[i], X[i, j], 0.0), over=j)[i]
+'''
+
 KERNELS = '''
 import dtriton as dt
 
@@ -35,7 +43,7 @@ def rowsum(X: dt.Tensor["M", "N"]):
 def test_benchmark_rows_are_checked_against_float64():
     X = torch.randn(5, 37)
     res = dt.benchmark(softmax, (X,), compile=False, seconds=0.05)
-    assert [r.name for r in res.rows] == ["dtriton (interpreter)", "eager PyTorch (alg.reference)"]
+    assert [r.name for r in res.rows] == ["dtriton (interpreter)", "alg.reference (eager)"]
     assert res.interpreter and res.schedule_origin == "heuristic" and res.shapes == {"M": 5, "N": 37}
     for r in res.rows:
         assert r.status == "ok" and r.rel_err < 1e-6, r
@@ -44,6 +52,8 @@ def test_benchmark_rows_are_checked_against_float64():
         assert r.kernel_us is None                      # no GPU: no kernel time
     text = str(res)
     assert "Triton interpreter on the CPU" in text and "softmax" in text and "[IQR]" in text
+    flat = " ".join(text.split())
+    assert "vs reference" in flat and "eager PyTorch" not in flat and "Python overhead" in flat
     back = json.loads(res.to_json())
     assert back["rows"][0]["status"] == "ok" and dt.Schedule.from_json(back["schedule"]).grid
 
@@ -74,6 +84,24 @@ def test_benchmark_reports_wrong_and_failing_implementations(monkeypatch):
     assert row.status == "failed" and row.note == "RuntimeError: no C++ compiler" and row.call_us is None
 
 
+def test_benchmark_baseline_is_a_checked_row_and_the_speed_reference(monkeypatch):
+    X = torch.randn(3, 11)
+
+    def torch_softmax(X):
+        return torch.softmax(X, -1)
+    monkeypatch.setattr(torch, "compile", lambda f: f)       # no inductor compile here (slow on the CPU)
+    res = dt.benchmark(softmax, (X,), baseline=torch_softmax, seconds=0.02)
+    assert [r.name for r in res.rows] == ["dtriton (interpreter)", "baseline (torch_softmax)",
+                                          "torch.compile(baseline)", "alg.reference (eager)",
+                                          "torch.compile(alg.reference)"]
+    assert all(r.status == "ok" for r in res.rows), res.rows
+    assert res.speed_reference().name == "baseline (torch_softmax)" and "vs baseline" in str(res)
+    res = dt.benchmark(softmax, (X,), baseline=lambda X: torch.softmax(X, 0), compile=False, seconds=0.02)
+    assert res.row("baseline").status == "wrong"                    # checked against float64 too
+    with pytest.raises(TypeError, match="baseline must be a callable"):
+        dt.benchmark(softmax, (X,), baseline="torch.softmax")
+
+
 def test_benchmark_argument_errors():
     X = torch.randn(4, 9)
     with pytest.raises(ValueError, match="not both"):
@@ -97,11 +125,41 @@ def test_bench_command(tmp_path):
     res = CliRunner().invoke(main, ["bench", f"{f}:rowsum", "--shape", "M=3,N=17", "--no-compile", "--seconds",
                                     "0.02", "--json", str(out), "--dtype", "float16"], catch_exceptions=False)
     assert res.exit_code == 0, res.output
-    assert "rowsum" in res.output and "eager PyTorch" in res.output and "interpreter" in res.output
+    assert "rowsum" in res.output and "alg.reference (eager)" in res.output and "interpreter" in res.output
     data = json.loads(out.read_text())
     assert data["dtypes"] == ["float16"] and [r["status"] for r in data["rows"]] == ["ok", "ok"]
     res = CliRunner().invoke(main, ["bench", f"{f}:rowsum", "--shape", "M=3,N=17", "--tuned", "--budget", "2"])
     assert res.exit_code != 0 and "one of --budget, --schedule and --tuned" in res.output
+
+
+BASELINE = '''
+import torch
+
+def torch_rowsum(X):
+    return X.sum(-1)
+'''
+
+
+def test_bench_command_baseline_and_integer_inputs(tmp_path):
+    f = tmp_path / "kernels.py"
+    f.write_text(KERNELS + MASKED)
+    (tmp_path / "base.py").write_text(BASELINE)
+    out = tmp_path / "r.json"
+    res = CliRunner().invoke(main, ["bench", f"{f}:rowsum", "--shape", "M=3,N=5", "--no-compile", "--seconds", "0.02",
+                                    "--baseline", f"{tmp_path / 'base.py'}:torch_rowsum", "--json", str(out)],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["name"], r["status"]) for r in rows] == [
+        ("dtriton (interpreter)", "ok"), ("baseline (torch_rowsum)", "ok"), ("alg.reference (eager)", "ok")]
+    res = CliRunner().invoke(main, ["bench", f"{f}:rowsum", "--shape", "M=3,N=5", "--baseline", f"{f}:nothing"])
+    assert res.exit_code != 0 and "nothing" in res.output
+    res = CliRunner().invoke(main, ["bench", f"{f}:masked_sum", "--shape", "M=4,N=6", "--no-compile", "--seconds",
+                                    "0.02", "--dtype", "float64", "--dtype", "L=int64", "--json", str(out)],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert data["dtypes"] == ["float64", "int64"] and all(r["status"] == "ok" for r in data["rows"])
 
 
 def test_python_dash_m_dtriton():
@@ -131,7 +189,7 @@ def test_table_shows_kernel_times_only_when_measured(tmp_path):
     """The GPU layout (a kernel-time column, its caption) from a result built by hand: no GPU here."""
     from dtriton.tune import BenchmarkResult, BenchRow
     rows = [BenchRow("dtriton", "ok", (10.0, 9.0, 12.0), (4.0, 3.5, 4.5), 1e-7),
-            BenchRow("eager PyTorch (alg.reference)", "ok", (20.0, 19.0, 22.0), (8.0, 7.9, 8.2), 1e-8),
+            BenchRow("alg.reference (eager)", "ok", (20.0, 19.0, 22.0), (8.0, 7.9, 8.2), 1e-8),
             BenchRow("torch.compile(alg.reference)", "failed", note="RuntimeError: x")]
     res = BenchmarkResult("softmax", {"M": 4, "N": 8}, ["float16"], "NVIDIA H200", False, "{}", "heuristic", 1e-2,
                           rows)

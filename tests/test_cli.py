@@ -11,7 +11,7 @@ import torch
 from click.testing import CliRunner
 
 import dtriton as dt
-from dtriton.cli import load_algorithm, main, make_inputs, parse_shape
+from dtriton.cli import load_algorithm, main, make_inputs, parse_dtypes, parse_shape
 from dtriton.tune import ExploreResult
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
@@ -62,6 +62,22 @@ def test_helpers(kfile):
     X, labels, s = make_inputs(pick, {"M": 50, "C": 7}, torch.float32, "cpu", {"s": 2.5})
     assert labels.dtype == torch.int64 and int(labels.min()) >= 0 and int(labels.max()) < 7 and s == 2.5
     torch.testing.assert_close(pick.reference(X, labels, s), X[torch.arange(50), labels] * 2.5)
+
+
+def test_per_input_dtypes(kfile):
+    """--dtype NAME=DTYPE: integer inputs hold valid indices (an index of a dim of size n: 0..n-1)
+    or integers in [0, largest size]; floats follow the global --dtype."""
+    assert parse_dtypes(["float16", "labels=int32", "X=float64"]) == (
+        torch.float16, {"labels": torch.int32, "X": torch.float64})
+    assert parse_dtypes([]) == (torch.float32, {})
+    pick = load_algorithm(f"{kfile}:pick")
+    X, labels, _ = make_inputs(pick, {"M": 60, "C": 3}, torch.float16, "cpu", dtypes={"labels": torch.int32})
+    assert X.dtype == torch.float16 and labels.dtype == torch.int32
+    assert int(labels.min()) == 0 and int(labels.max()) == 2
+    mm = load_algorithm(f"{kfile}:matmul")
+    A, B = make_inputs(mm, {"M": 30, "K": 5, "N": 2}, torch.float32, "cpu", dtypes={"A": torch.int64})
+    assert A.dtype == torch.int64 and B.dtype == torch.float32
+    assert int(A.min()) >= 0 and int(A.max()) <= 30 and len(A.unique()) > 3
 
 
 def test_explore_command(kfile, tmp_path):
@@ -121,6 +137,9 @@ def test_show_schedule_from_file(kfile, tmp_path):
     (["show", "{k}", "--shape", "M=4"], "FILE.py:ALGORITHM"),
     (["show", "missing.py:matmul", "--shape", "M=4"], "no such file"),
     (["show", "{k}:matmul", "--shape", "M=4,K=4,N=4", "--dtype", "int3"], "--dtype"),
+    (["show", "{k}:matmul", "--shape", "M=4,K=4,N=4", "--dtype", "A=int3"], "NAME=DTYPE"),
+    (["show", "{k}:matmul", "--shape", "M=4,K=4,N=4", "--dtype", "Q=int64"], "not tensor inputs of matmul"),
+    (["show", "{k}:matmul", "--shape", "M=4,K=4,N=4", "--dtype", "float16", "--dtype", "float64"], "give one"),
     (["show", "{k}:matmul", "--shape", "M=4,K=4,N=4", "--schedule", "{{\"tile\": {{\"i\": 3}}}}"], "power of two"),
     (["show", "{k}:matmul", "--shape", "M=4,K=4,N=4", "--schedule", "{{}}", "--tuned"], "not both"),
 ])

@@ -61,7 +61,7 @@ def test_snippet_runs(snippet, tmp_path, monkeypatch, capsys):
     if snippet.stem == "explore":
         assert "dtriton explore: softmax" in out and (tmp_path / "explore.png").is_file()
     if snippet.stem == "benchmark":
-        assert "eager PyTorch" in out and (tmp_path / "bench.png").is_file()
+        assert "baseline (torch_softmax)" in out and "alg.reference (eager)" in out and (tmp_path / "bench.png").is_file()
 
 
 def test_quickstart_is_ten_lines():
@@ -103,4 +103,4 @@ def test_bench_command_of_the_guide_runs():
     argv[1] = argv[1].replace("kernels.py", str(DOCS / "snippets" / "kernels.py"))
     res = CliRunner().invoke(main, argv + ["--seconds", "0.05"], catch_exceptions=False)
     assert res.exit_code == 0, res.output
-    assert "row_rms" in res.output and "eager PyTorch" in res.output
+    assert "row_rms" in res.output and "alg.reference (eager)" in res.output

@@ -5,12 +5,14 @@
     dtriton explore FILE.py:ALGORITHM --shape M=4096,N=4096,K=4096 --dtype float16 --budget 60
     dtriton show FILE.py:ALGORITHM --shape M=64,N=64,K=64 [--schedule JSON | --tuned]
     dtriton bench FILE.py:ALGORITHM --shape M=64,N=1000 [--budget 60 | --tuned | --schedule JSON] [--plot FILE]
+                  [--baseline FILE.py:FUNCTION] [--dtype L=int64]
     dtriton demo [ARGS...]
 
 ``FILE.py:ALGORITHM`` names an ``@dt.algorithm`` in a Python file (``package.module:ALGORITHM``
 also works). Inputs are random tensors made from the algorithm's signature (normal floats of
-``--dtype``; integer tensors used as gather indices get valid indices), on CUDA when it is
-available unless ``--device`` says otherwise.
+``--dtype``; ``--dtype NAME=DTYPE`` sets one input's dtype, e.g. ``--dtype L=int64``; integer
+tensors get valid indices when they index a dim, else integers in [0, the largest size]), on
+CUDA when it is available unless ``--device`` says otherwise.
 """
 
 from __future__ import annotations
@@ -31,12 +33,14 @@ from .runtime import Kernel
 from .schedule import Schedule
 from .tune import Space, TunedKernel, benchmark as run_benchmark, explore as run_explore
 
-__all__ = ["main", "load_algorithm", "parse_shape", "make_inputs"]
+__all__ = ["main", "load_algorithm", "load_function", "parse_shape", "parse_dtypes", "make_inputs"]
 
 _DTYPES = {"float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
            "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
            "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
            "float64": torch.float64, "fp64": torch.float64, "double": torch.float64}
+_INT_DTYPES = {"int64": torch.int64, "long": torch.int64, "int32": torch.int32, "int": torch.int32,
+               "int16": torch.int16, "int8": torch.int8, "uint8": torch.uint8}
 
 
 def load_algorithm(spec: str):
@@ -44,8 +48,32 @@ def load_algorithm(spec: str):
 
     Raises ``click.BadParameter`` when the file, module or name is missing or the object is not
     an ``@dt.algorithm``."""
+    mod, where, name = _load_module(spec, "ALGORITHM", "kernels.py:matmul")
+    obj = getattr(mod, name, None)
+    if obj is None:
+        algs = [k for k, v in vars(mod).items() if isinstance(v, Algorithm)]
+        raise click.BadParameter(f"{where} has no {name!r}; algorithms there: {algs or 'none'}")
+    if not isinstance(obj, Algorithm):
+        raise click.BadParameter(f"{where}:{name} is a {type(obj).__name__}, not an @dt.algorithm")
+    return obj
+
+
+def load_function(spec: str):
+    """Load the callable ``"path/to/file.py:NAME"`` (or ``"package.module:NAME"``): ``--baseline``.
+
+    Raises ``click.BadParameter`` when the file, module or name is missing or not callable."""
+    mod, where, name = _load_module(spec, "FUNCTION", "baseline.py:torch_softmax")
+    obj = getattr(mod, name, None)
+    if obj is None or not callable(obj):
+        funcs = [k for k, v in vars(mod).items() if callable(v) and not k.startswith("_")]
+        raise click.BadParameter(f"{where} has no function {name!r}; callables there: {funcs or 'none'}")
+    return obj
+
+
+def _load_module(spec: str, what: str, example: str):
+    """``(module, where, name)`` of ``"WHERE:NAME"``, WHERE a file or an importable module."""
     if ":" not in spec:
-        raise click.BadParameter(f"{spec!r}: expected FILE.py:ALGORITHM, e.g. kernels.py:matmul")
+        raise click.BadParameter(f"{spec!r}: expected FILE.py:{what}, e.g. {example}")
     where, _, name = spec.rpartition(":")
     path = Path(where)
     if where.endswith(".py") or path.exists():
@@ -70,13 +98,7 @@ def load_algorithm(spec: str):
             mod = importlib.import_module(where)
         except ImportError as e:
             raise click.BadParameter(f"cannot import module {where!r}: {e}") from e
-    obj = getattr(mod, name, None)
-    if obj is None:
-        algs = [k for k, v in vars(mod).items() if isinstance(v, Algorithm)]
-        raise click.BadParameter(f"{where} has no {name!r}; algorithms there: {algs or 'none'}")
-    if not isinstance(obj, Algorithm):
-        raise click.BadParameter(f"{where}:{name} is a {type(obj).__name__}, not an @dt.algorithm")
-    return obj
+    return mod, where, name
 
 
 def parse_shape(text: str | None) -> dict[str, int]:
@@ -109,13 +131,40 @@ def _index_tensors(alg) -> dict[str, str]:
     return idx
 
 
+def parse_dtypes(items) -> tuple[torch.dtype, dict[str, torch.dtype]]:
+    """``--dtype`` values -> ``(float dtype, {input name: dtype})``: ``"float16"`` sets the float
+    inputs' dtype (default float32), ``"L=int64"`` one input's (any float or integer dtype).
+    Raises ``click.BadParameter`` for an unknown dtype or two global ones."""
+    glob: list[torch.dtype] = []
+    per: dict[str, torch.dtype] = {}
+    for it in items or ():
+        name, eq, val = it.rpartition("=")
+        if not eq:
+            if it not in _DTYPES:
+                raise click.BadParameter(f"--dtype {it!r}: one of {sorted(set(_DTYPES))} (the float inputs' "
+                                         "dtype), or NAME=DTYPE for one input, e.g. L=int64")
+            glob.append(_DTYPES[it])
+            continue
+        dt_ = _DTYPES.get(val) or _INT_DTYPES.get(val)
+        if not name or dt_ is None:
+            raise click.BadParameter(f"--dtype {it!r}: expected NAME=DTYPE with DTYPE one of "
+                                     f"{sorted(set(_DTYPES) | set(_INT_DTYPES))}, e.g. L=int64")
+        per[name] = dt_
+    if len(set(glob)) > 1:
+        raise click.BadParameter(f"--dtype given {len(glob)} float dtypes; give one (and NAME=DTYPE per input)")
+    return (glob[0] if glob else torch.float32), per
+
+
 def make_inputs(alg, sizes: dict[str, int], dtype: torch.dtype, device: str, scalars: dict[str, float] | None = None,
-                seed: int = 0) -> tuple:
+                seed: int = 0, dtypes: dict[str, torch.dtype] | None = None) -> tuple:
     """Random arguments for ``alg``: ``torch.randn`` of ``dtype`` for float tensors, valid int64
-    indices for gather-index tensors, ``scalars`` (default 1) for scalar parameters.
+    indices for gather-index tensors, ``scalars`` (default 1) for scalar parameters. ``dtypes``
+    overrides one tensor input's dtype: a float one is normal, an integer one holds valid indices
+    (``0..n-1``) when it indexes a dim of size ``n``, else integers in ``[0, largest size]``
+    (lengths for a mask such as ``where(j < L[i], ...)``).
 
     Raises ``click.BadParameter`` when a size symbol of the signature is missing from ``sizes``
-    or ``sizes`` names one the signature does not have."""
+    or ``sizes`` names one the signature does not have, or ``dtypes`` names no tensor input."""
     need = list(dict.fromkeys(d for p in alg.params if isinstance(p, InputTensor) for d in p.dims))
     missing = [d for d in need if d not in sizes]
     if missing:
@@ -123,17 +172,24 @@ def make_inputs(alg, sizes: dict[str, int], dtype: torch.dtype, device: str, sca
     extra = [d for d in sizes if d not in need]
     if extra:
         raise click.BadParameter(f"--shape names {extra}, which {alg.name} does not use; its sizes are {need}")
+    dtypes = dict(dtypes or {})
+    names = [p.name for p in alg.params if isinstance(p, InputTensor)]
+    bad = [n for n in dtypes if n not in names]
+    if bad:
+        raise click.BadParameter(f"--dtype names {bad}, which are not tensor inputs of {alg.name}; its tensor "
+                                 f"inputs are {names}")
     g = torch.Generator().manual_seed(seed)
     idx = _index_tensors(alg)
     args: list[Any] = []
     for p in alg.params:
         if isinstance(p, InputTensor):
             shape = [sizes[d] for d in p.dims]
-            if p.name in idx:
-                hi = max(1, sizes.get(idx[p.name], 1))
-                t = torch.randint(0, hi, shape, generator=g, dtype=torch.int64)
+            want = dtypes.get(p.name, torch.int64 if p.name in idx else dtype)
+            if want.is_floating_point:
+                t = torch.randn(shape, generator=g, dtype=torch.float32).to(want)
             else:
-                t = torch.randn(shape, generator=g, dtype=torch.float32).to(dtype)
+                hi = max(1, sizes[idx[p.name]]) if p.name in idx else max(sizes.values(), default=0) + 1
+                t = torch.randint(0, hi, shape, generator=g, dtype=torch.int64).to(want)
             args.append(t.to(device))
         else:
             v = (scalars or {}).get(p.name, 1.0)
@@ -164,16 +220,17 @@ def _scalars(items) -> dict[str, float]:
 
 def _inputs_from_options(spec, shape, dtype, device, scalar, seed):
     alg = load_algorithm(spec)
-    if dtype not in _DTYPES:
-        raise click.BadParameter(f"--dtype {dtype!r}: one of {sorted(set(_DTYPES))}")
-    args = make_inputs(alg, parse_shape(shape), _DTYPES[dtype], _device(device), _scalars(scalar), seed)
+    glob, per = parse_dtypes(dtype)
+    args = make_inputs(alg, parse_shape(shape), glob, _device(device), _scalars(scalar), seed, per)
     return alg, args
 
 
 _common = [
     click.argument("spec", metavar="FILE.py:ALGORITHM"),
     click.option("--shape", default="", help="sizes of the signature's size symbols, e.g. M=4096,N=4096,K=4096"),
-    click.option("--dtype", default="float32", show_default=True, help="dtype of the random float inputs"),
+    click.option("--dtype", multiple=True, metavar="DTYPE|NAME=DTYPE",
+                 help="dtype of the random float inputs (default float32), or of one input, e.g. L=int64 "
+                      "(repeat the option; integer inputs hold valid indices or values in [0, largest size])"),
     click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
                  help="where the inputs live (cpu runs the Triton interpreter)"),
     click.option("--scalar", multiple=True, metavar="NAME=VALUE", help="value of a scalar parameter (default 1)"),
@@ -281,15 +338,20 @@ def _schedule_option(text: str | None) -> Schedule | None:
 @click.option("--seconds", default=1.0, show_default=True, help="sampling time per implementation")
 @click.option("--plot", "plot_path", default=None, help="save a bar chart here (PNG)")
 @click.option("--json", "json_path", default=None, help="save the result here (JSON)")
+@click.option("--baseline", "baseline_spec", default=None, metavar="FILE.py:FUNCTION",
+              help="your own torch implementation (same arguments, same outputs): its own row, the speed reference")
 def bench(spec, shape, dtype, device, scalar, seed, budget, schedule_json, tuned, db, no_compile, seconds, plot_path,
-          json_path):
-    """Time ALGORITHM as a dtriton kernel beside eager PyTorch and torch.compile, checked against float64."""
+          json_path, baseline_spec):
+    """Time ALGORITHM as a dtriton kernel beside your torch code (--baseline), its reference evaluator
+    (alg.reference) and torch.compile, each checked against float64."""
     if sum(map(bool, (budget, schedule_json, tuned))) > 1:
         raise click.UsageError("give one of --budget, --schedule and --tuned")
     alg, args = _inputs_from_options(spec, shape, dtype, device, scalar, seed)
+    baseline = load_function(baseline_spec) if baseline_spec else None
     sched = "tuned" if tuned else _schedule_option(schedule_json)
     try:
-        res = run_benchmark(alg, args, schedule=sched, budget=budget, compile=not no_compile, seconds=seconds, db=db)
+        res = run_benchmark(alg, args, schedule=sched, budget=budget, compile=not no_compile, seconds=seconds, db=db,
+                            baseline=baseline)
     except (DTritonError, ValueError) as e:
         raise click.ClickException(str(e)) from e
     from rich.console import Console

@@ -4,14 +4,19 @@
 
     res = dt.benchmark(softmax, (X,))                  # heuristic schedule
     res = dt.benchmark(softmax, (X,), budget=60)       # explore for 60 s first, then time the winner
+    res = dt.benchmark(softmax, (X,), baseline=lambda X: torch.softmax(X, -1))   # beside your torch code
     print(res)                                         # a rich table
     res.plot("bench.png")
 
-Three rows: the dtriton kernel (the heuristic's schedule, the stored ``"tuned"`` one, a given
-:class:`~dtriton.schedule.Schedule`, or the winner of a ``dt.explore`` run), the algorithm's own
-eager PyTorch evaluator (``alg.reference``, the computation written in torch), and that evaluator
-under ``torch.compile``. Each is checked against ``alg.reference`` on float64 copies of the inputs
-(relative norm error, with :func:`~dtriton.tune.check.default_tolerance`) and timed:
+Rows: the dtriton kernel (the heuristic's schedule, the stored ``"tuned"`` one, a given
+:class:`~dtriton.schedule.Schedule`, or the winner of a ``dt.explore`` run); the user's own torch
+code when ``baseline=`` gives it, and it under ``torch.compile``; the algorithm's reference
+evaluator run eagerly (``alg.reference``: dtriton's interpreter of the index notation in torch,
+whose Python overhead makes it much slower than hand-written torch for small sizes, so it is no
+measure of "eager PyTorch") and under ``torch.compile``. The "vs" column compares call times with
+the baseline when there is one, else with ``alg.reference``. Each row is checked against
+``alg.reference`` on float64 copies of the inputs (relative norm error, with
+:func:`~dtriton.tune.check.default_tolerance`) and timed:
 
 - **call time**: wall clock of one synchronised call, as a user calls it (host work included):
   the median and the interquartile range of many samples;
@@ -44,6 +49,9 @@ from .measure import warm_gpu_time
 from .tuned import TunedKernel
 
 __all__ = ["benchmark", "BenchmarkResult", "BenchRow", "time_calls"]
+
+BASELINE = "baseline"                   # row name prefixes
+REFERENCE = "alg.reference"
 
 
 @dataclass
@@ -91,19 +99,32 @@ class BenchmarkResult:
                   caption=escape(f"{where}. call: median [IQR] of synchronised calls; "
                                  + ("kernel: GPU time, median [p20-p80]; " if gpu else "")
                                  + f"error: relative norm vs float64 (tolerance {self.tolerance:.0e}). "
+                                 f"{REFERENCE}: dtriton's evaluator of the index notation in torch (Python "
+                                 "overhead: slower than hand-written torch; compare with baseline=). "
                                  f"dtriton schedule ({self.schedule_origin}): {self.schedule}"))
+        ref = self.speed_reference()
         cols = [("implementation", "left"), ("call µs", "right")] + ([("kernel µs", "right")] if gpu else []) + \
-            [("vs eager", "right"), ("error", "right"), ("check", "left")]
+            [("vs baseline" if ref and ref.name.startswith(BASELINE) else "vs reference", "right"),
+             ("error", "right"), ("check", "left")]
         for col, just in cols:
-            t.add_column(col, justify=just)
-        eager = next((r.call_us[0] for r in self.rows if r.name.startswith("eager") and r.call_us), None)
+            t.add_column(col, justify=just, no_wrap=col == "implementation")
+        base = ref.call_us[0] if ref else None
         for r in self.rows:
-            speed = f"{eager / r.call_us[0]:.3g}x" if eager and r.call_us else "-"
+            speed = f"{base / r.call_us[0]:.3g}x" if base and r.call_us else "-"
             check = r.status + (f": {r.note}" if r.note else "")
             cells = (r.name, _fmt_spread(r.call_us)) + ((_fmt_spread(r.kernel_us),) if gpu else ()) + \
                 (speed, "-" if r.rel_err is None else f"{r.rel_err:.1e}", check)
             t.add_row(*(escape(c) for c in cells))
         return t
+
+    def speed_reference(self) -> BenchRow | None:
+        """The row the "vs" column divides by: the baseline (the user's torch code) when timed, else
+        ``alg.reference`` run eagerly; ``None`` when neither was timed."""
+        for prefix in (BASELINE, REFERENCE):
+            r = next((r for r in self.rows if r.name.startswith(prefix) and r.call_us), None)
+            if r is not None:
+                return r
+        return None
 
     def __str__(self) -> str:
         import io
@@ -202,6 +223,16 @@ def _measure(name: str, fn: Callable[[], Any], ref64: Sequence[torch.Tensor], to
     return row
 
 
+def _compiled(fn: Callable) -> Callable:
+    """``torch.compile(fn)``, or a function raising its error (so that it becomes a "failed" row)."""
+    try:
+        return torch.compile(fn)
+    except Exception as e:  # noqa: BLE001 - reported as the row's failure
+        def fail(*_):
+            raise e
+        return fail
+
+
 def _dtriton_kernel(alg: Algorithm, args: tuple, schedule, budget: float | None, db, progress: bool):
     """(kernel, origin) of the dtriton row."""
     if budget:
@@ -222,15 +253,19 @@ def _dtriton_kernel(alg: Algorithm, args: tuple, schedule, budget: float | None,
 
 def benchmark(alg: Algorithm, args: Sequence[Any], *, schedule: Schedule | str | None = None,
               budget: float | None = None, compile: bool = True, seconds: float = 1.0,  # noqa: A002
-              db=None, progress: bool = True) -> BenchmarkResult:
-    """Time ``alg`` as a dtriton kernel beside eager PyTorch and ``torch.compile`` on ``args``.
+              db=None, progress: bool = True, baseline: Callable | None = None) -> BenchmarkResult:
+    """Time ``alg`` as a dtriton kernel beside your torch code, ``alg.reference`` and ``torch.compile``.
 
     Args:
         alg: an ``@dt.algorithm``. args: its arguments (tensors on one device, scalars).
         schedule: the dtriton kernel's schedule: a :class:`Schedule`, ``None`` (the heuristic) or
             ``"tuned"`` (the tuning database's best for these shapes, else the heuristic).
         budget: seconds of ``dt.explore`` before timing; the winner is timed (and stored).
-        compile: also time ``torch.compile(alg.reference)`` (its first call compiles: ~10 s on a CPU).
+        compile: also time ``torch.compile`` of the baseline and of ``alg.reference`` (each first
+            call compiles: ~10 s on a CPU).
+        baseline: your own torch implementation, called as ``baseline(*args)`` and returning what
+            ``alg`` returns (a tensor or a tuple of them): its own row (``"baseline (NAME)"``),
+            checked against float64 like the others, and the row the "vs" column compares with.
         seconds: wall-clock time spent sampling each implementation's call time.
         db: tuning database (path or ``TuningDB``) for ``"tuned"`` and ``budget``.
         progress: show exploration's progress bar.
@@ -239,10 +274,13 @@ def benchmark(alg: Algorithm, args: Sequence[Any], *, schedule: Schedule | str |
         :class:`BenchmarkResult` (``print(res)`` shows the table, ``res.plot(path)`` a chart).
 
     Raises:
-        TypeError: ``schedule`` of another type. ValueError: ``schedule`` with ``budget``, or an
+        TypeError: ``schedule`` of another type, a ``baseline`` that is not callable. ValueError: ``schedule`` with ``budget``, or an
         exploration that found no passing schedule; binding errors of ``alg`` (``dt.ShapeError``).
     """
     args = tuple(args)
+    if baseline is not None and not callable(baseline):
+        raise TypeError(f"benchmark: baseline must be a callable taking {alg.name}'s arguments, "
+                        f"got {type(baseline).__name__}")
     b = alg.bind(args)
     kern, origin = _dtriton_kernel(alg, args, schedule, budget, db, progress)
     dev = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
@@ -255,11 +293,14 @@ def benchmark(alg: Algorithm, args: Sequence[Any], *, schedule: Schedule | str |
     res = BenchmarkResult(alg.name, dict(b.sizes), dtypes, device_name(dev), backend_for(dev) == "interpreter",
                           sched.to_json(), origin, tol)
     impls: list[tuple[str, Callable[[], Any]]] = [
-        ("dtriton" + (" (interpreter)" if res.interpreter else ""), lambda: kern(*args)),
-        ("eager PyTorch (alg.reference)", lambda: alg.reference(*args))]
-    if compile:
-        compiled = torch.compile(alg.reference)
-        impls.append(("torch.compile(alg.reference)", lambda: compiled(*args)))
+        ("dtriton" + (" (interpreter)" if res.interpreter else ""), lambda: kern(*args))]
+    fns = [(f"{BASELINE} ({getattr(baseline, '__name__', 'baseline')})", "torch.compile(baseline)", baseline)] \
+        if baseline is not None else []
+    fns.append((f"{REFERENCE} (eager)", f"torch.compile({REFERENCE})", alg.reference))
+    for name, cname, f in fns:
+        impls.append((name, lambda f=f: f(*args)))
+        if compile:
+            impls.append((cname, lambda c=_compiled(f): c(*args)))
     for name, fn in impls:
         res.rows.append(_measure(name, fn, ref64, tol, cuda, seconds))
     return res
