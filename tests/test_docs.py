@@ -104,3 +104,16 @@ def test_bench_command_of_the_guide_runs():
     res = CliRunner().invoke(main, argv + ["--seconds", "0.05"], catch_exceptions=False)
     assert res.exit_code == 0, res.output
     assert "row_rms" in res.output and "alg.reference (eager)" in res.output
+
+
+def test_user_questions_are_answered():
+    """Questions a first user asked, each answered on its page (and run by a snippet)."""
+    flat = {p.name: " ".join(p.read_text(encoding="utf-8").split()) for p in DOCS.glob("*.md")}
+    assert "`dt.cast(x, torch.float16)` takes a torch dtype" in flat["tutorial.md"]
+    explore = flat["explore.md"]
+    for fact in ("`space=dt.Space(...)`", "`place={\"sum0\": [\"fuse\", \"materialize\"]}`", "`\"auto\"`, the default",
+                 "`max_trials` counts the candidates of the search only", "baseline=fn", "`--dtype NAME=DTYPE`"):
+        assert fact in explore, fact
+    assert "`backward_schedules` is one `dt.Schedule`" in flat["tutorial.md"]
+    snippet = (DOCS / "snippets" / "explore.py").read_text(encoding="utf-8")
+    assert "space=space" in snippet and "dt.cast(" in snippet
