@@ -48,13 +48,13 @@ other knob of the registry (:mod:`.knobs`) passes through from the user's schedu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import torch
 
-from ..ir import (Algorithm, Axis, Binding, Load, contains, contractions, expr_axes, is_sum, online_candidate,
-                  mul_factors, reduces_in, reduction_stages, splittable, tensor_core_sides, topo_order)
-from .knobs import TENSOR_CORE_FP32
+from ..ir import (Algorithm, Axis, Binding, Load, contains, expr_axes, is_sum, online_candidate, reduces_in,
+                  reduction_stages, splittable, topo_order)
+from .dot_rules import contraction_tiles, gemm_then_rows
+from .draft import Draft, next_pow2, programs, sm_count, split_for
 from .schedule import Schedule, StageSchedule
 
 __all__ = ["complete_schedule", "sm_count", "next_pow2", "Draft", "RULES", "DECIDED"]
@@ -74,116 +74,11 @@ STEP_BLOCK = {True: 2048, False: 1024}
 MAX_BLOCK = 1 << 20
 
 
-def next_pow2(n: int) -> int:
-    """Smallest power of two >= n (1 for n <= 1)."""
-    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
-
-
-def _contiguous_axes(alg: Algorithm) -> set[str]:
-    """Axes that index the last dimension of some input (contiguous in a row-major tensor)."""
-    out = set()
-    for n in topo_order([o.expr for o in alg.outputs]):
-        if isinstance(n, Load) and n.index and isinstance(n.index[-1], Axis):
-            out.add(n.index[-1].name)
-    return out
-
-
-def _programs(axes, sizes, tiles) -> int:
-    """Programs a grid over ``axes`` launches with ``tiles`` (an axis without a tile: one each)."""
-    return math.prod(-(-sizes[a] // tiles.get(a, 1)) for a in axes)
-
-
 def _column_reduction(a: str, grid, contig: set[str], sizes) -> bool:
     """``a`` is reduced across rows: it is never a contiguous axis, while a grid axis is."""
     return a not in contig and any(g in contig for g in grid) and sizes[a] > 64
 
 
-_SMS: dict[str, int] = {}
-
-
-def sm_count(device) -> int:
-    """Streaming multiprocessors of the CUDA device ``device`` (132 on an H200; also the answer
-    when no GPU is visible, e.g. a GPU schedule derived on a CPU machine)."""
-    key = str(device)
-    if key not in _SMS:
-        n = 132
-        try:
-            if torch.cuda.is_available() and getattr(device, "type", "cuda") == "cuda":
-                n = int(torch.cuda.get_device_properties(device).multi_processor_count)
-        except Exception:  # noqa: BLE001 - an odd device string: keep the H200's count
-            pass
-        _SMS[key] = n
-    return _SMS[key]
-
-
-def _split_for(split: dict, r: str, programs: int, size: int, tile: int, sms: int = 132):
-    """Split-K rule: with fewer than half a wave of programs (66 on 132 SMs), split ``r`` so about
-    two waves run, each program still looping over at least 8 tiles of ``r`` (the H200 sweep of
-    the diffusion layer: best split 4 at V=1.4k, 8 at 5k, 64 at 28k-85k)."""
-    want = next_pow2(-(-2 * sms // max(programs, 1)))
-    most = size // (tile * 8)
-    if programs < sms // 2 and most >= 2:
-        split[r] = max(2, min(64, want, 1 << (most.bit_length() - 1)))
-
-
-@dataclass
-class Draft:
-    """A schedule being completed: the user's schedule and the call's facts (read-only), and the
-    fields the rules fill in (``tile``, ``grid``, ... start as the user's)."""
-    alg: Algorithm
-    user: Schedule
-    given: bool            # a schedule was given: its launch options stay, no flash/group rule
-    b: Binding
-    gpu: bool
-    sms: int
-    half: bool             # some input is fp16/bf16
-    cons: dict             # contractions(alg)
-    reduced: set           # axes some stage reduces
-    row_axes: list         # reduced axes kept in some output
-    contig: set            # axes that index an input's last dim
-    tile: dict
-    strategy: dict
-    group: dict
-    split: dict
-    grid: tuple | None
-    num_warps: int | None
-    num_stages: int | None
-    access: str | None
-    split_mode: str | None
-    stages: dict = field(default_factory=dict)
-    dot_axes: set = field(default_factory=set)
-    col_axes: list = field(default_factory=list)   # column reductions of the main kernel
-    widest: int = 1        # in-program block of the off-grid axes (their product; the widest with dots)
-    tc_fp32: bool = False  # an fp32 contraction got tensor-core tiles
-
-    @staticmethod
-    def start(alg: Algorithm, sched: Schedule | None, b: Binding) -> "Draft":
-        """The draft before any rule: the user's fields (or none), the call's facts."""
-        user = sched or Schedule()
-        gpu = b.device.type == "cuda"
-        reduced = set(alg.reduction_axes)
-        return Draft(
-            alg=alg, user=user, given=sched is not None, b=b, gpu=gpu, sms=sm_count(b.device) if gpu else 132,
-            half=any(d in (torch.float16, torch.bfloat16) for d in b.dtypes.values()), cons=contractions(alg),
-            reduced=reduced, row_axes=list(dict.fromkeys(a for o in alg.outputs for a in o.layout if a in reduced)),
-            contig=_contiguous_axes(alg), tile=dict(user.tile), strategy=dict(user.strategy), group=dict(user.group),
-            split=dict(user.split), grid=user.grid, num_warps=user.num_warps if sched is not None else None,
-            num_stages=user.num_stages if sched is not None else None, access=user.access,
-            split_mode=user.split_mode)
-
-    @property
-    def sizes(self) -> dict[str, int]:
-        return self.b.axis_sizes
-
-    def cap(self, a: str, t: int) -> int:
-        """``t`` capped at the padded size of axis ``a``."""
-        return max(1, min(t, next_pow2(self.sizes[a])))
-
-    def split_ok(self, a: str) -> bool:
-        """The heuristic may split ``a``: GPU, no user split, not split yet, not an online axis, and
-        legal (:func:`~dtriton.ir.splittable`)."""
-        return (self.gpu and not self.user.split and a not in self.split and self.strategy.get(a) != "online"
-                and splittable(self.alg, a))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -245,186 +140,6 @@ def _output_grid(d: Draft, o, ss: StageSchedule, strategy) -> tuple[str, ...]:
     own |= _user_fused_axes(d, o)
     return tuple(a for a in o.layout if (a not in d.row_axes or _is_contraction_free(a, d.cons)) and a not in own) \
         or tuple(a for a in o.layout[:1] if a not in own)
-
-
-def contraction_tiles(d: Draft) -> None:
-    """Dot tiles, split-K, grouped order and launch options of each contraction, the main
-    output's own first: its free axes are the grid, so their tiles are set for the output (an
-    axis reduced in an earlier stage, v of the diffusion layer, would otherwise take that stage's
-    short reduction tile as its grid tile)."""
-    main = d.alg.outputs[0]
-    for name, (m, n, r) in sorted(d.cons.items(), key=lambda kv: kv[0] != getattr(main.expr, "name", None)):
-        _contraction(d, name, m, n, r)
-
-
-def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
-    tile, grid, sizes = d.tile, d.grid, d.sizes
-    m, n = _dot_axes_of_many(d, name, m, n, r)
-    if _skinny(d, m, n, r):
-        return
-    # fp32 tensor-core tiles for one contraction (a GEMM with its prologue/epilogue); algorithms
-    # with several (the diffusion layer) keep the tiles their H200 sweeps chose, which leave the
-    # axis one contraction reduces short enough for another to split it
-    tc = d.gpu and (d.half or (len(d.cons) == 1 and _fp32_tensor_cores(d, name)))
-    big = 128 if tc else 64
-    for a in (m, n):
-        if a not in tile:
-            tile[a] = max(16, d.cap(a, big))
-        d.dot_axes.add(a)
-    if (d.gpu and big == 128 and m in grid and n in grid and not (set(d.user.tile) & {m, n})
-            and tile[m] == 128 and tile[n] == 128):
-        progs = _programs(grid, sizes, tile)   # batch axes not tiled yet get tile 1 below
-        first = m if grid.index(m) < grid.index(n) else n
-        if progs < d.sms and sizes[first] > 64:
-            # fewer 128x128 output tiles than SMs (1024^3 has 64): 64x128 tiles fill the GPU
-            # without split-K's zeroing and atomics (H200 probe, fp16 1024^3: 64x128x64,
-            # 4 warps, 6.3 us; 128x128 with split 2, 12.9 us)
-            tile[first] = 64
-            if d.num_warps is None:
-                d.num_warps = 4
-    wide = _wide_tile(d, m, n, r)
-    if r not in tile:
-        tile[r] = max(16, d.cap(r, 64 if d.half or not d.gpu else 32))
-    if tc and not d.half:
-        d.tc_fp32 = True
-    d.dot_axes.add(r)
-    if d.split_ok(r):
-        # programs of the grid: the dot's output tiles times the batch axes' tiles
-        free = d.alg.stages[name].free_axes if name in d.alg.stages else (m, n)
-        ntiles = _programs(dict.fromkeys((m, n) + tuple(a for a in grid if a in free)), sizes, tile)
-        # about two waves of programs over the 132 SMs, each still looping over >= 8 tiles of
-        # the reduction (the H200 sweep of the diffusion layer: best split 4 at V=1.4k, 8 at
-        # 5k, 64 at 28k-85k)
-        _split_for(d.split, r, ntiles, sizes[r], tile[r], d.sms)
-    if len(grid) >= 2 and set(grid[-2:]) == {m, n} and not d.group and not d.given:
-        # grouped launch order swizzles the second-to-last grid axis (codegen)
-        d.group[grid[-2]] = 8
-    if d.num_warps is None:
-        # tf32 on 128x128 tiles: 4 warps (H200 probe, X @ W.T 1024x8192x8192: 379 us against 541
-        # with 8, 0.96x cuBLAS with TF32)
-        d.num_warps = 8 if tile[m] * tile[n] >= 128 * 128 and d.user.precision != "tf32" else 4
-    if d.num_stages is None and wide:
-        d.num_stages = 3
-    if d.num_stages is None:
-        # fp32 on tensor cores: 4 stages of 128x128x32 fp32 tiles (H200 probe, X @ W.T
-        # 1024x8192x8192 at tf32x3 with TMA: 1685 us against 1733 with 3 stages)
-        d.num_stages = (4 if d.half or tc else 3) if d.gpu else 2
-
-
-def _dot_axes_of_many(d: Draft, name: str, m: str, n: str, r: str) -> tuple[str, str]:
-    """A contraction with more than two free axes (``X[i, k] * W[g, c, k]``: a weight viewed as
-    groups): tl.dot takes the longest axis of each side, and the stage's own kernel (where the
-    stage is materialised) covers the other free axes one index per program (tile 1), and a
-    kernel that fuses it and reduces such an axis loops over it one index at a time, so its
-    values stay 2-d tiles (with every axis a block, ``i x g x c x k`` exceeded Triton's block
-    limit in the group-norm chains of bench/chain_catalogue.py)."""
-    st = d.alg.stages.get(name)
-    if st is None or len(st.node.axes) <= 2:
-        return m, n
-    sides: dict[str, set] = {m: set(), n: set()}
-    for f in mul_factors(st.node.x):
-        ax = set(f.axes) - {r}
-        for key in (m, n):
-            if r in f.axes and key in ax:
-                sides[key] |= ax
-    m2, n2 = (max((a for a in st.node.axes if a in sides[key]), key=lambda a: d.sizes[a]) for key in (m, n))
-    if m2 == n2:
-        return m, n
-    ss = d.stages.get(name, StageSchedule())
-    ones = {a: 1 for a in st.node.axes if a not in (m2, n2)}
-    d.stages[name] = ss.replace(tile={**ones, **dict(ss.tile)})
-    for a in ones:
-        # an extra axis that a later stage reduces (max over c of the product's columns: pooling)
-        # is looped one index at a time where the product is fused into that stage's kernel
-        if a in d.reduced and a not in d.user.tile and a not in d.user.strategy:
-            d.tile[a], d.strategy[a] = 1, "loop"
-    return m2, n2
-
-
-def _wide_tile(d: Draft, m: str, n: str, r: str) -> bool:
-    """Large 16-bit GEMMs (both output axes >= 2048, >= 2^35 multiply-adds: the TMA range) take
-    128x256 output tiles, 256 along the inner grid axis, with 3 stages (H200 probe at 4096^3,
-    bench/results/probe_fp32.json: fp16 NN 188 us, TN 188, bf16 NN 179, TN 179 with TMA, against
-    205-225 us with 128x128x64 and 4 stages). Returns whether it applied."""
-    grid, sizes = d.grid, d.sizes
-    # one contraction only: two 128x256 accumulators (SwiGLU's two GEMMs sharing X) spilled, 0.15x
-    # torch.compile on the H200 (bench/results/issue14/chains_fp16_h200.md)
-    if not (d.gpu and d.half and len(d.cons) == 1 and m in grid and n in grid and not (set(d.user.tile) & {m, n})
-            and d.tile.get(m) == 128 and d.tile.get(n) == 128 and min(sizes[m], sizes[n]) >= 2048
-            and sizes[m] * sizes[n] * sizes[r] >= 1 << 35):
-        return False
-    inner = n if grid.index(n) > grid.index(m) else m
-    d.tile[inner] = d.cap(inner, 256)
-    return True
-
-
-def _skinny(d: Draft, m: str, n: str, r: str) -> bool:
-    """A matrix-vector-like contraction (an output axis shorter than 16, the least tl.dot block)
-    on the GPU streams its matrix instead: a few rows per program, the reduced axis looped in
-    tiles of 1024 (H200 probe, fp32 8192x65536 @ 65536x1: 8 rows, 8 warps, 3 stages, 509 us, 1.03x
-    torch and 4.2 TB/s; as a padded 128x16 dot 688 us), split across programs when they are few.
-    Returns False (not applied) when the schedule sets any of the three axes' tiles or the
-    algorithm has other contractions."""
-    small = min((m, n), key=lambda a: d.sizes[a])
-    big = n if small == m else m
-    if (not d.gpu or d.sizes[small] >= 16 or len(d.cons) != 1 or set(d.user.tile) & {m, n, r}
-            or d.user.strategy.get(r)):
-        return False
-    d.tile[small] = d.cap(small, 16)
-    d.tile[big] = d.cap(big, max(1, 8 // d.tile[small]))
-    d.tile[r] = d.cap(r, 1024)
-    d.strategy[r] = "loop"
-    d.dot_axes |= {m, n, r}
-    if d.split_ok(r):
-        _split_for(d.split, r, _programs(tuple(a for a in d.grid if a in (m, n)), d.sizes, d.tile), d.sizes[r],
-                   d.tile[r], d.sms)
-    if d.num_warps is None:
-        d.num_warps = 8
-    if d.num_stages is None:
-        d.num_stages = 3
-    return True
-
-
-def _fp32_tensor_cores(d: Draft, name: str) -> bool:
-    """The fp32 contraction stage ``name`` runs on tensor cores: the schedule's precision is a
-    tensor-core one, or "auto" and one side of the product reads the reduced axis at unit stride on
-    this call (the plan's rule in :mod:`dtriton.plan.dots`, from :func:`~dtriton.ir.tensor_core_sides`)."""
-    if any(t == torch.float64 for t in d.b.dtypes.values()) or d.user.acc_dtype == "float64":
-        return False
-    if d.user.precision in TENSOR_CORE_FP32:
-        return True
-    return d.user.precision == "auto" and bool(tensor_core_sides(d.alg.stages[name].node, d.b.unit_dims))
-
-
-def gemm_then_rows(d: Draft) -> None:
-    """A GEMM followed by row reductions over its output (softmax, layer or RMS norm, logsumexp of
-    a Linear): the GEMM runs as a kernel of its own (its tiles, grouped order and launch options,
-    its output materialised), then one row kernel computes every row statistic and the output
-    with the whole row in one block (1 row per program, 2 up to 4096 columns), as a hand-written
-    PyTorch model runs them. Without it the output kernel takes the GEMM's 128-row tiles and each
-    statistic a kernel of its own over the materialised buffer (bench/results/
-    chains_cpu_findings.md: 4 kernels for softmax, 32 programs each at M=4096). Applies on the
-    GPU to schedules that give none of the rules' fields, one contraction whose output axis
-    ``n`` is the only axis the other reductions reduce, and rows of at most 32768 elements."""
-    if not d.gpu or d.given or len(d.cons) != 1 or len(d.alg.outputs) != 1:
-        return
-    (name, (m, n, r)), = d.cons.items()
-    others = [s for s in reduction_stages(d.alg) if s.name != name]
-    main = d.alg.outputs[0]
-    if (not others or any(tuple(s.node.over) != (n,) for s in others) or m not in main.layout
-            or not set(main.layout) <= {m, n}
-            or next_pow2(d.sizes[n]) > 32768 or d.split.get(r, 1) > 1 or tuple(d.grid or ()) != tuple(main.layout)):
-        return
-    d.stages[name] = StageSchedule(place="materialize", grid=(m, n), group=dict(d.group) or {m: 8},
-                                   tile={a: d.tile[a] for a in (m, n, r)}, num_warps=d.num_warps,
-                                   num_stages=d.num_stages)
-    for s in others:
-        d.stages[s.name] = StageSchedule(place="fuse")
-    d.grid, d.group = tuple(a for a in main.layout if a == m), {}
-    d.tile[m] = 2 if d.sizes[n] <= 4096 else 1
-    d.strategy[n] = "whole"
-    d.dot_axes.discard(n)
-    d.num_warps, d.num_stages = 8, 2
 
 
 def off_grid_axes(d: Draft) -> None:
@@ -519,13 +234,13 @@ def split_rows(d: Draft) -> None:
     # an online row (softmax's max and sums in one pass) reads the row twice in all: kept per
     # program unless the rows fill less than a quarter of the SMs
     few = d.sms // 4 if any(d.strategy[a] == "online" for a in looped) else d.sms
-    if not looped or _programs(d.grid, d.sizes, {}) >= few:
+    if not looped or programs(d.grid, d.sizes, {}) >= few:
         return
     main = d.alg.outputs[0]
     rows = [a for a in looped if a in main.layout]
     if not rows:
         # the output is the reduction (a sum to a scalar, a sum over the last axes of few rows)
-        _split_one(d, [a for a in looped if splittable(d.alg, a)], d.tile, _programs(d.grid, d.sizes, {}))
+        _split_one(d, [a for a in looped if splittable(d.alg, a)], d.tile, programs(d.grid, d.sizes, {}))
     else:
         d.grid = tuple(main.layout)
         for a in d.grid:   # on the grid now: no strategy, and a grid tile from grid_tiles
@@ -561,7 +276,7 @@ def _cover_stage(d: Draft, st) -> None:
     loops = [a for a in r.over if strategy[a] == "loop" and splittable(d.alg, a)]
     done = [a for a in r.over if a in d.split]
     if not done:
-        _split_one(d, loops, tile, _programs(r.axes, d.sizes, {}))
+        _split_one(d, loops, tile, programs(r.axes, d.sizes, {}))
     for a in done:   # split by an earlier stage: the same tile, so each slice is whole tiles
         tile[a] = min(tile.get(a, 1), max(1, 1 << ((d.sizes[a] // d.split[a]).bit_length() - 1)))
     d.stages[st.name] = StageSchedule(tile=tile, strategy=strategy, num_warps=4 if inner <= 1024 else 8)
@@ -617,7 +332,7 @@ def column_splits(d: Draft) -> None:
     """Split-K of the main kernel's column reductions when its programs are few."""
     for a in d.col_axes:
         if d.split_ok(a):
-            _split_for(d.split, a, _programs(d.grid, d.sizes, d.tile), d.sizes[a], d.tile[a], d.sms)
+            split_for(d.split, a, programs(d.grid, d.sizes, d.tile), d.sizes[a], d.tile[a], d.sms)
 
 
 def within_limits(d: Draft) -> None:
@@ -681,7 +396,7 @@ def _output_stage(d: Draft, o, ss: StageSchedule) -> None:
                 if g in d.contig:
                     st_tile.setdefault(g, d.cap(g, 128 if d.gpu else 32))
             if d.split_ok(a):
-                _split_for(d.split, a, _programs(og, d.sizes, dict(d.tile, **st_tile)), d.sizes[a], st_tile[a], d.sms)
+                split_for(d.split, a, programs(og, d.sizes, dict(d.tile, **st_tile)), d.sizes[a], st_tile[a], d.sms)
     # replace() keeps every other field of the user's overrides (place, group, num_stages, ...)
     d.stages[o.name] = ss.replace(tile=st_tile, grid=og, strategy=st_strat,
                                   num_warps=ss.num_warps or (4 if st_strat != dict(ss.strategy) and d.gpu else None))

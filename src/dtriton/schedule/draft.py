@@ -1,0 +1,121 @@
+"""The draft a default schedule is completed in (:class:`Draft`: the user's schedule, the call's
+facts and the fields the rules of :mod:`.heuristics` fill in), and the small facts several rules
+ask for: padded sizes, program counts, the SM count, the split-K rule."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from ..ir import Algorithm, Axis, Binding, Load, contractions, splittable, topo_order
+from .schedule import Schedule
+
+__all__ = ["Draft", "contiguous_axes", "next_pow2", "programs", "sm_count", "split_for"]
+
+_SMS: dict[str, int] = {}
+
+
+def next_pow2(n: int) -> int:
+    """Smallest power of two >= n (1 for n <= 1)."""
+    return 1 if n <= 1 else 1 << (int(n) - 1).bit_length()
+
+
+def contiguous_axes(alg: Algorithm) -> set[str]:
+    """Axes that index the last dimension of some input (contiguous in a row-major tensor)."""
+    out = set()
+    for n in topo_order([o.expr for o in alg.outputs]):
+        if isinstance(n, Load) and n.index and isinstance(n.index[-1], Axis):
+            out.add(n.index[-1].name)
+    return out
+
+
+def programs(axes, sizes, tiles) -> int:
+    """Programs a grid over ``axes`` launches with ``tiles`` (an axis without a tile: one each)."""
+    return math.prod(-(-sizes[a] // tiles.get(a, 1)) for a in axes)
+
+
+def sm_count(device) -> int:
+    """Streaming multiprocessors of the CUDA device ``device`` (132 on an H200; also the answer
+    when no GPU is visible, e.g. a GPU schedule derived on a CPU machine)."""
+    key = str(device)
+    if key not in _SMS:
+        n = 132
+        try:
+            if torch.cuda.is_available() and getattr(device, "type", "cuda") == "cuda":
+                n = int(torch.cuda.get_device_properties(device).multi_processor_count)
+        except Exception:  # noqa: BLE001 - an odd device string: keep the H200's count
+            pass
+        _SMS[key] = n
+    return _SMS[key]
+
+
+def split_for(split: dict, r: str, programs: int, size: int, tile: int, sms: int = 132):
+    """Split-K rule: with fewer than half a wave of programs (66 on 132 SMs), split ``r`` so about
+    two waves run, each program still looping over at least 8 tiles of ``r`` (the H200 sweep of
+    the diffusion layer: best split 4 at V=1.4k, 8 at 5k, 64 at 28k-85k)."""
+    want = next_pow2(-(-2 * sms // max(programs, 1)))
+    most = size // (tile * 8)
+    if programs < sms // 2 and most >= 2:
+        split[r] = max(2, min(64, want, 1 << (most.bit_length() - 1)))
+
+
+@dataclass
+class Draft:
+    """A schedule being completed: the user's schedule and the call's facts (read-only), and the
+    fields the rules fill in (``tile``, ``grid``, ... start as the user's)."""
+    alg: Algorithm
+    user: Schedule
+    given: bool            # a schedule was given: its launch options stay, no flash/group rule
+    b: Binding
+    gpu: bool
+    sms: int
+    half: bool             # some input is fp16/bf16
+    cons: dict             # contractions(alg)
+    reduced: set           # axes some stage reduces
+    row_axes: list         # reduced axes kept in some output
+    contig: set            # axes that index an input's last dim
+    tile: dict
+    strategy: dict
+    group: dict
+    split: dict
+    grid: tuple | None
+    num_warps: int | None
+    num_stages: int | None
+    access: str | None
+    split_mode: str | None
+    stages: dict = field(default_factory=dict)
+    dot_axes: set = field(default_factory=set)
+    col_axes: list = field(default_factory=list)   # column reductions of the main kernel
+    widest: int = 1        # in-program block of the off-grid axes (their product; the widest with dots)
+    tc_fp32: bool = False  # an fp32 contraction got tensor-core tiles
+
+    @staticmethod
+    def start(alg: Algorithm, sched: Schedule | None, b: Binding) -> "Draft":
+        """The draft before any rule: the user's fields (or none), the call's facts."""
+        user = sched or Schedule()
+        gpu = b.device.type == "cuda"
+        reduced = set(alg.reduction_axes)
+        return Draft(
+            alg=alg, user=user, given=sched is not None, b=b, gpu=gpu, sms=sm_count(b.device) if gpu else 132,
+            half=any(d in (torch.float16, torch.bfloat16) for d in b.dtypes.values()), cons=contractions(alg),
+            reduced=reduced, row_axes=list(dict.fromkeys(a for o in alg.outputs for a in o.layout if a in reduced)),
+            contig=contiguous_axes(alg), tile=dict(user.tile), strategy=dict(user.strategy), group=dict(user.group),
+            split=dict(user.split), grid=user.grid, num_warps=user.num_warps if sched is not None else None,
+            num_stages=user.num_stages if sched is not None else None, access=user.access,
+            split_mode=user.split_mode)
+
+    @property
+    def sizes(self) -> dict[str, int]:
+        return self.b.axis_sizes
+
+    def cap(self, a: str, t: int) -> int:
+        """``t`` capped at the padded size of axis ``a``."""
+        return max(1, min(t, next_pow2(self.sizes[a])))
+
+    def split_ok(self, a: str) -> bool:
+        """The heuristic may split ``a``: GPU, no user split, not split yet, not an online axis, and
+        legal (:func:`~dtriton.ir.splittable`)."""
+        return (self.gpu and not self.user.split and a not in self.split and self.strategy.get(a) != "online"
+                and splittable(self.alg, a))
