@@ -195,7 +195,8 @@ class Kernel:
                 self._shrunk[first] = sched
         return self._shrunk.get(first, sched)
 
-    def _plan(self, sched: Schedule, b: Binding, args, interpret: bool, out=None, spec: CallSpec | None = None) -> _Plan:
+    def _plan(self, sched: Schedule, b: Binding, args, interpret: bool, out=None, spec: CallSpec | None = None,
+              warn_level: int = 3) -> _Plan:
         if spec is None:
             tma = tma_addressable(self.algorithm, b, args, out) if sched.access == "tma" else frozenset()
             spec = call_spec(self.algorithm, b, args, interpret, out, tma)
@@ -219,7 +220,8 @@ class Kernel:
                                     _persistent_programs(sched.persistent, b.device) if m.ir.persistent else 0))
         if not self.quiet:
             for note in unused_knobs(alg, sched, prog):
-                warnings.warn(f"{alg.name}: {note}", ScheduleWarning, stacklevel=3)
+                # warn_level: the frames up to the user's call (3 from source_for, 4 through _plan_and_run)
+                warnings.warn(f"{alg.name}: {note}", ScheduleWarning, stacklevel=warn_level)
         plan = _Plan(sched, prog, source, launches, interpret)
         self._plans[key] = plan
         return plan
@@ -291,7 +293,7 @@ class Kernel:
         first, why = sched, None
         while True:
             try:
-                plan = self._plan(sched, b, args, interpret, out, spec)
+                plan = self._plan(sched, b, args, interpret, out, spec, warn_level=4)
                 self._last = plan
                 compiled: list = []
                 outs = self._run(plan, b, args, out, compiled)
