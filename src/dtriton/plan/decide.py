@@ -47,7 +47,8 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.interpret = k.round_bf16 = interpret
     k.block_reduce = plan_block_reduce(k)
     k.dtypes, k.out_dtypes = dict(dtypes), dict(out_dtypes)
-    k.dots = plan_dots(k, sched.precision, unit_dims, swap_ok=not sched.warp_specialize)
+    # a warp-specialised loop (it needs TMA loads) keeps the algorithm's operand order
+    k.dots = plan_dots(k, sched.precision, unit_dims, swap_ok=not (sched.warp_specialize and sched.access == "tma"))
     k.dot_only = dot_only_axes(k)
     k.access = plan_access(k, sched.access, tma_ok)
     k.eviction, k.evicted = plan_eviction(k, sched.eviction)
