@@ -48,7 +48,7 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.block_reduce = plan_block_reduce(k)
     k.dtypes, k.out_dtypes = dict(dtypes), dict(out_dtypes)
     # a warp-specialised loop (it needs TMA loads) keeps the algorithm's operand order
-    k.dots = plan_dots(k, sched.precision, unit_dims, swap_ok=not (sched.warp_specialize and sched.access == "tma"))
+    k.dots = plan_dots(k, sched.precision, swap_ok=not (sched.warp_specialize and sched.access == "tma"))
     k.dot_only = dot_only_axes(k)
     k.access = plan_access(k, sched.access, tma_ok)
     k.eviction, k.evicted = plan_eviction(k, sched.eviction)

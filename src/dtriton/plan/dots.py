@@ -92,28 +92,26 @@ def _common_dtype(left, right, k: KernelPlan) -> str | None:
     return da or db if (da is None) != (db is None) else (da if da == db else None)
 
 
-def fp32_order(r: Reduce, k: KernelPlan, precision: str, unit_dims: Mapping[str, int], swap_ok: bool = True):
-    """The split of an fp32 dot and its precision on the GPU: with a tensor-core precision (or
-    "auto"), the order whose right side reads the reduced axis at unit stride when there is one;
-    "auto" becomes "tf32x3" then, else "ieee". ``swap_ok`` False keeps the algorithm's order
-    (a warp-specialised loop: Triton 3.6 failed to compile a swapped dot's (n, m) accumulator
-    there, "tensor descriptor block and tensor types must match", H200 gpu_check). Returns
-    (split, precision) or None (not a dot)."""
-    split = dot_split(r, k, k.compute_dtype)
-    if split is None or precision == "ieee":
-        return (split, precision) if split else None
+def _fp32_order(r: Reduce, k: KernelPlan, split: tuple, precision: str, swap_ok: bool):
+    """The split (``split``: :func:`dot_split`'s, in the algorithm's order) of an fp32 dot and its
+    precision on the GPU: with a tensor-core precision (or "auto"), the order whose right side
+    reads the reduced axis at unit stride on this call (``k.unit_dims``) when there is one; "auto"
+    becomes "tf32x3" then, else "ieee". ``swap_ok`` False keeps the algorithm's order (a
+    warp-specialised loop: Triton 3.6 failed to compile a swapped dot's (n, m) accumulator there,
+    "tensor descriptor block and tensor types must match", H200 gpu_check)."""
+    if precision == "ieee":
+        return split, precision
     ra = r.over[0]
     for cand in (split, dot_split(r, k, k.compute_dtype, swap=True) if swap_ok else None):
-        if cand is not None and reads_unit_stride(cand[1], ra, unit_dims):
+        if cand is not None and reads_unit_stride(cand[1], ra, k.unit_dims):
             return cand, ("tf32x3" if precision == "auto" else precision)
     return split, ("ieee" if precision == "auto" else precision)
 
 
-def plan_dot(r: Reduce, k: KernelPlan, precision: str, unit_dims: Mapping[str, int] | None = None,
-             swap_ok: bool = True) -> DotPlan | None:
+def plan_dot(r: Reduce, k: KernelPlan, precision: str, swap_ok: bool = True) -> DotPlan | None:
     """The :class:`DotPlan` of fused reduction ``r`` of kernel ``k`` (None: not a dot).
-    ``precision``: the schedule's (:data:`~dtriton.schedule.PRECISIONS`); ``unit_dims``: input
-    tensor -> its unit-stride dim on this call (decides the order and precision of fp32 dots)."""
+    ``precision``: the schedule's (:data:`~dtriton.schedule.PRECISIONS`); the order and precision
+    of an fp32 dot follow the call's unit-stride dims (``k.unit_dims``)."""
     split = dot_split(r, k, k.compute_dtype)
     if split is None:
         return None
@@ -121,7 +119,7 @@ def plan_dot(r: Reduce, k: KernelPlan, precision: str, unit_dims: Mapping[str, i
     common = _common_dtype(split[0], split[1], k)
     if common is None and k.compute_dtype == "float32":
         # the interpreter takes the same operand order (so its tests cover it), no precision
-        split, precision = fp32_order(r, k, precision, unit_dims or {}, swap_ok)
+        split, precision = _fp32_order(r, k, split, precision, swap_ok)
     left, right, hoist, m, n = split
     return DotPlan(tuple(left), tuple(right), tuple(hoist), m, n, common,
                    k.compute_dtype if interpret else common,
@@ -130,12 +128,11 @@ def plan_dot(r: Reduce, k: KernelPlan, precision: str, unit_dims: Mapping[str, i
                    "float64" if k.compute_dtype == "float64" else "float32")
 
 
-def plan_dots(k: KernelPlan, precision: str, unit_dims: Mapping[str, int] | None = None,
-              swap_ok: bool = True) -> dict[int, DotPlan]:
+def plan_dots(k: KernelPlan, precision: str, swap_ok: bool = True) -> dict[int, DotPlan]:
     """The dots of every fused reduction of kernel ``k`` (see :func:`plan_dot`)."""
     out = {}
     for r in fused_reduces([st.expr for st in k.stores], k.materialized):
-        d = plan_dot(r, k, precision, unit_dims, swap_ok)
+        d = plan_dot(r, k, precision, swap_ok)
         if d is not None:
             out[r.uid] = d
     return out
