@@ -57,12 +57,17 @@ def scheds(dry, precisions, tiles, stages=(3,), warps=(8,), access=("pointer", "
     return out
 
 
-def run_nt(dry):
+def linear_case(dry):
+    """The issue's X (1024x8192) and W (8192x8192, nn.Linear layout), the float64 reference of
+    X @ W.T and cuBLAS at fp32 and at TF32: (M, N, K, X, W, ref, fp32, tf32)."""
     M, N, K = (64, 48, 80) if dry else (1024, 8192, 8192)
     X = torch.randn(M, K, device=R.DEV)
     W = torch.randn(N, K, device=R.DEV)
-    ref = [f64_ref(X, W.T).float()]
-    fp32, tf32 = torch_fns(X, W.T)
+    return (M, N, K, X, W, [f64_ref(X, W.T).float()]) + torch_fns(X, W.T)
+
+
+def run_nt(dry):
+    M, N, K, X, W, ref, fp32, tf32 = linear_case(dry)
     errs = {"cublas_fp32": R.relerr(fp32(), ref[0]), "cublas_tf32": R.relerr(tf32(), ref[0])}
     print("torch errors", errs, flush=True)
     cands = scheds(dry, ("tf32x3",), [(128, 128, 32), (128, 64, 32)], stages=(4,), warps=(4, 8), access=("tma",))
@@ -90,11 +95,7 @@ def run_layouts(dry):
 
 def run_tf32(dry):
     """TF32 tile sweep for X @ W.T against cuBLAS with TF32 allowed."""
-    M, N, K = (64, 48, 80) if dry else (1024, 8192, 8192)
-    X = torch.randn(M, K, device=R.DEV)
-    W = torch.randn(N, K, device=R.DEV)
-    ref = [f64_ref(X, W.T).float()]
-    fp32, tf32 = torch_fns(X, W.T)
+    M, N, K, X, W, ref, _, tf32 = linear_case(dry)
     cands = []
     for (bm, bn, bk), ns, nw, ac, extra in [((128, 128, 64), 3, 8, "tma", {}), ((128, 128, 64), 4, 8, "tma", {}),
                                             ((128, 128, 32), 5, 8, "tma", {}), ((128, 128, 32), 4, 4, "tma", {}),
