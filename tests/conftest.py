@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -54,6 +55,22 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 # ----------------------------------------------------------------------------------------------
 #: maximum relative-norm error ||out - ref|| / ||ref|| per output dtype
 TOL = {torch.float32: 1e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2, torch.float64: 1e-12}
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_bench(args: Sequence[str], tmp_path: Path) -> str:
+    """Run ``python3 <args> --out <tmp_path>/out`` from the repository root (``src`` first on the
+    path, a private kernel cache) and return its stdout; it must exit 0 without a Traceback
+    (bench groups catch their exceptions so one failure keeps the other rows: none may be hidden)."""
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               DTRITON_CACHE_DIR=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, *args, "--out", str(tmp_path / "out")], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "Traceback" not in r.stdout + r.stderr, r.stdout[-2000:] + r.stderr[-3000:]
+    return r.stdout
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:

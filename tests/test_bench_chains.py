@@ -3,24 +3,13 @@ shapes, every row checked against float64. A script broken here would waste a GP
 
 import json
 import os
-import subprocess
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _run(args, tmp_path):
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               DTRITON_CACHE_DIR=str(tmp_path / "cache"))
-    r = subprocess.run([sys.executable, *args, "--out", str(tmp_path / "out")], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0 and "Traceback" not in r.stdout + r.stderr, r.stdout[-2000:] + r.stderr[-3000:]
-    return r.stdout
+from conftest import run_bench
 
 
 def test_chains_dry_run_checks_against_float64(tmp_path):
     chains = ("bias", "logsumexp", "swiglu_mlp", "max_pool_sum_scale")   # epilogue, row stats, 2 GEMMs, views
-    _run(["bench/chains.py", "--dry-run", "--dtypes", "float32,float16", "--cases", ",".join(chains)], tmp_path)
+    run_bench(["bench/chains.py", "--dry-run", "--dtypes", "float32,float16", "--cases", ",".join(chains)], tmp_path)
     rows = json.loads((tmp_path / "out" / "chains_h200.json").read_text())["rows"]
     assert {(r["chain"], r["dtype"]) for r in rows} == {(c, d) for c in chains for d in ("float32", "float16")}
     for r in rows:
@@ -31,17 +20,18 @@ def test_chains_dry_run_checks_against_float64(tmp_path):
 
 
 def test_chains_plans_and_list_run_nothing(tmp_path):
-    out = _run(["bench/chains.py", "--list"], tmp_path)
+    out = run_bench(["bench/chains.py", "--list"], tmp_path)
     assert int(out.split()[-2]) >= 30
-    out = _run(["bench/chains.py", "--list", "--variant", "hand"], tmp_path)   # every chain's hand schedule is built
+    # every chain's hand schedule is built
+    out = run_bench(["bench/chains.py", "--list", "--variant", "hand"], tmp_path)
     assert 12 <= int(out.split()[-2]) < 30 and "group_norm " in out and "max_pool " not in out
-    out = _run(["bench/chains.py", "--plans", str(tmp_path / "plans"), "--dtypes", "float16", "--cases", "swiglu,"],
-               tmp_path)
+    out = run_bench(["bench/chains.py", "--plans", str(tmp_path / "plans"), "--dtypes", "float16",
+                     "--cases", "swiglu,"], tmp_path)
     assert "kernel(s)" in out and os.listdir(tmp_path / "plans")
 
 
 def test_fp32_dry_run_rows(tmp_path):
-    _run(["bench/fp32.py", "--dry-run", "--only", "precision,matvec"], tmp_path)
+    run_bench(["bench/fp32.py", "--dry-run", "--only", "precision,matvec"], tmp_path)
     rows = json.loads((tmp_path / "out" / "fp32_h200.json").read_text())["rows"]
     from dtriton.schedule.knobs import PRECISIONS
     assert len(rows) == 2 * len(PRECISIONS) + 4 + 3 and not [r for r in rows if r["note"].startswith(("WRONG", "failed"))], rows
@@ -52,8 +42,8 @@ def test_fp32_dry_run_rows(tmp_path):
 
 def test_chains_hand_variant_appends_rows(tmp_path):
     """--variant hand: GEMM + one row kernel (2 launches), correct, kept beside the heuristic's rows."""
-    _run(["bench/chains.py", "--dry-run", "--dtypes", "float32", "--cases", "layer_norm,bias"], tmp_path)
-    _run(["bench/chains.py", "--dry-run", "--dtypes", "float32", "--cases", "layer_norm,bias", "--variant", "hand",
+    run_bench(["bench/chains.py", "--dry-run", "--dtypes", "float32", "--cases", "layer_norm,bias"], tmp_path)
+    run_bench(["bench/chains.py", "--dry-run", "--dtypes", "float32", "--cases", "layer_norm,bias", "--variant", "hand",
           "--append"], tmp_path)
     rows = json.loads((tmp_path / "out" / "chains_h200.json").read_text())["rows"]
     got = {(r["chain"], r["variant"]): r for r in rows}

@@ -3,27 +3,14 @@ script is caught here rather than on the lent GPU, where device time is scarce."
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _run(args, tmp_path):
-    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               DTRITON_CACHE_DIR=str(tmp_path / "cache"))
-    r = subprocess.run([sys.executable, *args, "--out", str(tmp_path / "out")], cwd=ROOT, env=env,
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    # groups catch their exceptions so one failure keeps the other rows: none may be hidden here
-    assert "Traceback" not in r.stdout + r.stderr, r.stdout[-2000:] + r.stderr[-3000:]
-    return r.stdout
+from conftest import run_bench
 
 
 def test_run_py_dry_run_checks_every_row(tmp_path):
-    _run(["bench/run.py", "--dry-run", "--only", "matmul,norm,attention"], tmp_path)
+    run_bench(["bench/run.py", "--dry-run", "--only", "matmul,norm,attention"], tmp_path)
     data = json.loads((tmp_path / "out" / "h200.json").read_text())
     rows = data["rows"]
     assert {r["group"] for r in rows} == {"matmul", "layernorm", "rmsnorm", "attention"}
@@ -35,9 +22,9 @@ def test_run_py_dry_run_checks_every_row(tmp_path):
 
 @pytest.mark.parametrize("script", ["bench/grad_bench.py", "bench/explore_check.py", "bench/tma_default_check.py",
                                     "bench/diag_explore_timing.py"])
-def test_other_bench_scripts_dry_run(script, tmp_path):
+def test_other_bench_scripts_dryrun_bench(script, tmp_path):
     extra = {"bench/explore_check.py": ["--only", "matmul"], "bench/diag_explore_timing.py": ["--budget", "2"]}
-    out = _run([script, "--dry-run"] + extra.get(script, []), tmp_path)
+    out = run_bench([script, "--dry-run"] + extra.get(script, []), tmp_path)
     if "tma_default" in script:
         rows = json.loads((tmp_path / "out" / "tma_default_check.json").read_text())
         assert len(rows) == 4 and all(r["ok"] for r in rows), rows
@@ -53,13 +40,13 @@ def test_other_bench_scripts_dry_run(script, tmp_path):
 
 def test_gpu_check_dry_run_has_no_failures(tmp_path):
     """bench/gpu_check.py (issue 3's on-GPU correctness run) works and passes on the interpreter."""
-    _run(["bench/gpu_check.py", "--dry-run"], tmp_path)
+    run_bench(["bench/gpu_check.py", "--dry-run"], tmp_path)
     rows = json.loads((tmp_path / "out" / "gpu_check.json").read_text())["rows"]
     assert len(rows) > 25 and all(r["status"] == "ok" for r in rows), [r for r in rows if r["status"] != "ok"]
 
 
 def test_probe_schedules_dry_run_checks_every_candidate(tmp_path):
-    _run(["bench/probe_schedules.py", "--dry-run", "--only", "matmul_small,diffusion"], tmp_path)
+    run_bench(["bench/probe_schedules.py", "--dry-run", "--only", "matmul_small,diffusion"], tmp_path)
     rows = json.loads((tmp_path / "out" / "probe.json").read_text())["rows"]
     cands = [r for r in rows if r["schedule"]]
     assert len(cands) > 20 and all(r["status"] == "ok" and r["err"] < 1e-3 for r in cands), \
@@ -67,18 +54,19 @@ def test_probe_schedules_dry_run_checks_every_candidate(tmp_path):
 
 
 def test_run_py_append_replaces_rows_of_the_same_case_only(tmp_path):
-    _run(["bench/run.py", "--dry-run", "--only", "norm"], tmp_path)
+    run_bench(["bench/run.py", "--dry-run", "--only", "norm"], tmp_path)
     first = tmp_path / "first.json"
     os.replace(tmp_path / "out" / "h200.json", first)
     old = json.loads(first.read_text())["rows"]
-    _run(["bench/run.py", "--dry-run", "--only", "matmul", "--cases", "16x40", "--append", str(first)], tmp_path)
+    run_bench(["bench/run.py", "--dry-run", "--only", "matmul", "--cases", "16x40", "--append", str(first)], tmp_path)
     rows = json.loads((tmp_path / "out" / "h200.json").read_text())["rows"]
     assert [r for r in rows if r["group"] in ("layernorm", "rmsnorm")] == old
     assert {r["group"] for r in rows} == {"layernorm", "rmsnorm", "matmul"}
 
 
 def test_run_py_isolate_runs_each_group_in_its_own_process(tmp_path):
-    out = _run(["bench/run.py", "--dry-run", "--isolate", "--only", "matmul,attention", "--cases", "16x40"], tmp_path)
+    out = run_bench(["bench/run.py", "--dry-run", "--isolate", "--only", "matmul,attention", "--cases", "16x40"],
+                    tmp_path)
     data = json.loads((tmp_path / "out" / "h200.json").read_text())
     assert "--isolate" in data["meta"]["isolated"] and "appended_to" not in data["meta"]
     assert {r["group"] for r in data["rows"]} == {"matmul", "attention"}
@@ -88,7 +76,7 @@ def test_run_py_isolate_runs_each_group_in_its_own_process(tmp_path):
 def test_reductions_dry_run_checks_the_default_schedules(tmp_path):
     """bench/reductions.py (issue 16's marks): default schedules checked against float64, every timed
     row correct, on a few cases (the full dry run takes minutes on the interpreter)."""
-    _run(["bench/reductions.py", "--dry-run", "--only", "norm,pool,dims", "--dtypes", "float32",
+    run_bench(["bench/reductions.py", "--dry-run", "--only", "norm,pool,dims", "--dtypes", "float32",
           "--cases", "batchnorm,groupnorm,maxpool,max_mid"], tmp_path)
     rows = json.loads((tmp_path / "out" / "h200.json").read_text())["rows"]
     checks = [r for r in rows if r["impl"] == "check"]
