@@ -1,0 +1,126 @@
+"""Probe: why 16-bit ``A @ B.T`` (NT: B stored (N, K), K contiguous) runs slower than NN at 4096^3.
+
+    PYTHONPATH=src python3 bench/probe_nt.py [--out DIR] [--dry-run]
+
+For fp16 and bf16, NN / NT / TN at 4096^3 (48^3 with --dry-run on the interpreter), times side by side:
+cuBLAS (torch ``a @ b``), a hand-written Triton kernel with host TMA descriptors in the tensors' own
+layout (``tl.dot(a, b.T)`` for K-major B, the way Triton's Hopper tutorials write it; GPU only), and
+dtriton schedules with ``BLOCK_K`` 64 and 128 (a K-major tile row of 64 fp16 elements is one 128-byte
+segment; 128 elements give 256-byte segments). Every candidate is checked against float64 first. With
+``--out`` the generated dtriton source of the NN and NT 128x256x64 kernels is written there.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dtriton as dt  # noqa: E402
+import probe_schedules as P  # noqa: E402
+import run as R  # noqa: E402
+
+
+def hand_kernel():
+    """A plain grouped TMA matmul in Triton (host descriptors, fp32 accumulator, one tile per program)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def mm(a_desc, b_desc, c_desc, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+           A_T: tl.constexpr, B_T: tl.constexpr):
+        pid = tl.program_id(0)
+        npm = tl.cdiv(M, BM)
+        npn = tl.cdiv(N, BN)
+        width = 8 * npn
+        gid = pid // width
+        first = gid * 8
+        rows = tl.minimum(npm - first, 8)
+        pm = first + (pid % width) % rows
+        pn = (pid % width) // rows
+        acc = tl.zeros((BM, BN), tl.float32)
+        for k in range(0, K, BK):
+            if A_T:
+                a = a_desc.load([k, pm * BM]).T
+            else:
+                a = a_desc.load([pm * BM, k])
+            if B_T:
+                b = b_desc.load([pn * BN, k]).T
+            else:
+                b = b_desc.load([k, pn * BN])
+            acc = tl.dot(a, b, acc)
+        c_desc.store([pm * BM, pn * BN], acc.to(c_desc.dtype))
+    return mm
+
+
+def hand_fn(a, b, bm, bn, bk, stages, warps=8):
+    """``a @ b`` by :func:`hand_kernel`; ``a``/``b`` may be transposed views (read in storage order)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    mm = hand_kernel()
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty(M, N, device=a.device, dtype=a.dtype)
+    a_t, b_t = a.stride(0) == 1, b.stride(0) == 1
+    ad = TensorDescriptor.from_tensor(a.T if a_t else a, [bk, bm] if a_t else [bm, bk])
+    bd = TensorDescriptor.from_tensor(b.T if b_t else b, [bn, bk] if b_t else [bk, bn])
+    cd = TensorDescriptor.from_tensor(c, [bm, bn])
+    grid = (triton_cdiv(M, bm) * triton_cdiv(N, bn),)
+
+    def run():
+        mm[grid](ad, bd, cd, M, N, K, BM=bm, BN=bn, BK=bk, A_T=a_t, B_T=b_t, num_warps=warps, num_stages=stages)
+        return c
+    return run
+
+
+def triton_cdiv(a, b):
+    return (a + b - 1) // b
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="")
+    ap.add_argument("--dry-run", action="store_true")
+    a = ap.parse_args()
+    if a.dry_run:
+        R.DEV, R.DRY = "cpu", True
+    n = 48 if a.dry_run else 4096
+    configs = [((128, 256, 64), 3, "tma"), ((128, 256, 128), 2, "tma"), ((128, 128, 128), 3, "tma"),
+               ((256, 128, 64), 3, "tma"), ((128, 128, 64), 4, "pointer")]
+    for dtype in (torch.float16, torch.bfloat16):
+        for lay in ("NN", "NT", "TN"):
+            A = torch.randn(n, n, device=R.DEV, dtype=dtype)
+            B = torch.randn(n, n, device=R.DEV, dtype=dtype)
+            x = A if lay[0] == "N" else A.T
+            y = B if lay[1] == "N" else B.T
+            ref = [(x.double() @ y.double()).to(dtype)]
+            base = [("torch", lambda x=x, y=y: x @ y)]
+            cands = [("dtriton heuristic", None)]
+            for (bm, bn, bk), ns, ac in configs:
+                if a.dry_run:
+                    bm, bn, bk, ac = 16, 16, 16, "pointer"
+                cands.append((f"dtriton {bm}x{bn}x{bk} s{ns} {ac}",
+                              dt.Schedule(tile={"i": bm, "j": bn, "k": bk}, num_stages=ns, num_warps=8, access=ac,
+                                          group={"i": 8})))
+                if not a.dry_run and ac == "tma":
+                    base.append((f"hand triton {bm}x{bn}x{bk} s{ns}", hand_fn(x, y, bm, bn, bk, ns)))
+            if not a.dry_run:
+                for name, fn in base[1:]:   # the hand kernel is checked too
+                    err = R.relerr(fn(), ref[0])
+                    print(f"  check {name}: rel err {err:.1e}" + ("" if err < 1e-2 else "  WRONG"), flush=True)
+            P.probe(f"{str(dtype)[6:]} {lay} {n}^3", dt.library.matmul, (x, y), ref, 1e-2, cands, baselines=base)
+            if a.out and dtype == torch.float16 and lay in ("NN", "NT"):
+                os.makedirs(a.out, exist_ok=True)
+                s = cands[1][1]
+                with open(os.path.join(a.out, f"dtriton_{lay}.py"), "w") as f:
+                    f.write(dt.compile(dt.library.matmul, s).source_for(x, y))
+    P.summary()
+    if a.out:
+        with open(os.path.join(a.out, "probe_nt.json"), "w") as f:
+            json.dump(P.RESULTS, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
