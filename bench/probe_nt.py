@@ -83,12 +83,18 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="")
     ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--only", default="", help="indices of the dtriton configs to run, comma-separated")
+    ap.add_argument("--hand", action="store_true", help="also time the hand-written Triton kernel")
     a = ap.parse_args()
     if a.dry_run:
         R.DEV, R.DRY = "cpu", True
     n = 48 if a.dry_run else 4096
-    configs = [((128, 256, 64), 3, "tma"), ((128, 256, 128), 2, "tma"), ((128, 128, 128), 3, "tma"),
-               ((256, 128, 64), 3, "tma"), ((128, 128, 64), 4, "pointer")]
+    configs = [((128, 256, 64), 3, "tma", {}), ((128, 256, 64), 4, "tma", {}), ((128, 128, 128), 3, "tma", {}),
+               ((128, 128, 128), 3, "pointer", {}), ((128, 128, 128), 3, "tma", {"warp_specialize": True}),
+               ((128, 256, 64), 3, "tma", {"warp_specialize": True}), ((128, 128, 64), 5, "tma", {}),
+               ((256, 128, 64), 3, "tma", {})]
+    if a.only:
+        configs = [c for k, c in enumerate(configs) if str(k) in a.only.split(",")]
     for dtype in (torch.float16, torch.bfloat16):
         for lay in ("NN", "NT", "TN"):
             A = torch.randn(n, n, device=R.DEV, dtype=dtype)
@@ -98,14 +104,17 @@ def main():
             ref = [(x.double() @ y.double()).to(dtype)]
             base = [("torch", lambda x=x, y=y: x @ y)]
             cands = [("dtriton heuristic", None)]
-            for (bm, bn, bk), ns, ac in configs:
+            for (bm, bn, bk), ns, ac, extra in configs:
                 if a.dry_run:
                     bm, bn, bk, ac = 16, 16, 16, "pointer"
-                cands.append((f"dtriton {bm}x{bn}x{bk} s{ns} {ac}",
+                ws = " ws" if extra.get("warp_specialize") else ""
+                cands.append((f"dtriton {bm}x{bn}x{bk} s{ns} {ac}{ws}",
                               dt.Schedule(tile={"i": bm, "j": bn, "k": bk}, num_stages=ns, num_warps=8, access=ac,
-                                          group={"i": 8})))
-                if not a.dry_run and ac == "tma":
+                                          group={"i": 8}, **extra)))
+                if not a.dry_run and ac == "tma" and not ws and a.hand:
                     base.append((f"hand triton {bm}x{bn}x{bk} s{ns}", hand_fn(x, y, bm, bn, bk, ns)))
+            print(f"{lay} {str(dtype)[6:]} heuristic schedule:", dt.compile(dt.library.matmul).schedule_for(x, y).to_json(),
+                  flush=True)
             if not a.dry_run:
                 for name, fn in base[1:]:   # the hand kernel is checked too
                     err = R.relerr(fn(), ref[0])
@@ -113,7 +122,7 @@ def main():
             P.probe(f"{str(dtype)[6:]} {lay} {n}^3", dt.library.matmul, (x, y), ref, 1e-2, cands, baselines=base)
             if a.out and dtype == torch.float16 and lay in ("NN", "NT"):
                 os.makedirs(a.out, exist_ok=True)
-                s = cands[1][1]
+                s = cands[-1][1]
                 with open(os.path.join(a.out, f"dtriton_{lay}.py"), "w") as f:
                     f.write(dt.compile(dt.library.matmul, s).source_for(x, y))
     P.summary()
