@@ -216,3 +216,19 @@ def test_derived_space_of_split_statistics_holds_the_heuristic_split_and_stage_t
     (a, f), = base.split.items()
     assert f in sp.split[a] and f // 2 in sp.split[a] and 1 in sp.split[a]
     assert "sum0.q" in sp.stage_tile and set(sp.strategy) == {"n", "c", "h", "q"}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_loop_reductions_fold_once_after_the_loop(dtype):
+    """Sums and maxes over a loop accumulate element-wise in the step's block and fold it once after
+    the loop: no ``tl.reduce`` (a cross-warp reduction on the GPU) inside a reduction loop."""
+    x = torch.randn(2, 3, 20, 9, dtype=dtype) + 2.0
+    k = dt.compile(instance_norm, dt.Schedule(grid=["n", "c"], tile={"h": 4}, strategy={"h": "loop", "q": "whole"}))
+    src = k.source_for(x)
+    loops = src.split("for h0 in range(")[1:]
+    assert len(loops) == 3, src
+    for body in loops[:2]:
+        step = body.split("\n    # ")[0].split("\n    mean")[0]
+        assert "tl.reduce(" not in step, step
+    ref = F.instance_norm(x.double(), eps=1e-5)
+    assert relerr(k(x), ref) < (2e-3 if dtype == torch.float16 else 1e-6)

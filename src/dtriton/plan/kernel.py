@@ -128,13 +128,16 @@ class PassPlan:
     (``online_maxes``: the maxes other reductions of the pass use).
     ``warp_specialize``: the loop is emitted with Triton's automatic warp specialisation;
     ``ws_requested``: the schedule asked for it on this contraction loop (it is dropped when a
-    load in the loop is not TMA)."""
+    load in the loop is not TMA).
+    ``block_acc``: the reductions of a loop that accumulate element-wise in a block of the loop's
+    shape and fold it once after the loop (no cross-warp reduction inside the loop)."""
     reductions: tuple[int, ...]
     loop_axes: tuple[str, ...]
     online: bool = False
     warp_specialize: bool = False
     ws_requested: bool = False
     online_maxes: tuple[int, ...] = ()     # online: the maxes whose updates rescale the pass's sums
+    block_acc: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

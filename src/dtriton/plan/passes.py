@@ -20,7 +20,7 @@ from ..ir import Axis, Load, Reduce, Unary, Binary, mul_factors
 from .graph import contains, fused_deps, fused_reduces, has, need_axes
 from .kernel import KernelPlan, PassPlan
 
-__all__ = ["online_ok", "plan_passes", "top_bound"]
+__all__ = ["block_accumulated", "online_ok", "plan_passes", "top_bound"]
 
 
 def top_bound(k: KernelPlan) -> set[str]:
@@ -109,7 +109,19 @@ def _pass(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], bound: se
     on = asked and not _reads_in_loop(k, rs, loop_axes, bound)
     maxes = tuple(r.uid for r in rs if online and r.combiner.online == "running_max"
                   and any(has(fused_deps(s, k.materialized), r) for s in rs if s is not r))
-    return PassPlan(tuple(r.uid for r in rs), tuple(loop_axes), online, on, asked, maxes)
+    return PassPlan(tuple(r.uid for r in rs), tuple(loop_axes), online, on, asked, maxes,
+                    block_accumulated(k, rs, loop_axes, online))
+
+
+def block_accumulated(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], online: bool) -> tuple[int, ...]:
+    """The reductions of a loop pass that accumulate element-wise in a block of the loop's shape
+    and fold that block once after the loop: every one-result reduction that is not a contraction,
+    outside online passes. Folding each step's block inside the loop instead costs a cross-warp
+    reduction per step (for sm_90, the fp16 instance norm's 2048-element steps compiled to
+    shared-memory stores and two barriers per step; it ran at 0.33 TB/s on the H200)."""
+    if not loop_axes or online:
+        return ()
+    return tuple(r.uid for r in rs if r.uid not in k.dots and r.combiner.results == 1)
 
 
 def plan_passes(k: KernelPlan, warp_specialize: bool) -> tuple[list[PassPlan], dict[int, PassPlan]]:

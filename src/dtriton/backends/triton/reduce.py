@@ -43,14 +43,21 @@ class ReducePrinter:
         scope.emit(f"# stages {names}: {strategy} over {', '.join(rs[0].over)}")
         for r in rs:
             scope.emit(f"#   {r.name} = {fmt(r, 0, self.names, limit=None)}")
-        accs = self.accumulators(rs, loop_axes, scope)
+        accs = self.accumulators(rs, loop_axes, scope, pp)
         inner, loops = self.open_loops(rs, loop_axes, scope, pp, accs)
         lin = inner.layout
+        for r in rs:
+            if r.uid in pp.block_acc:
+                self.block_accumulator(r, accs[r.uid], inner, scope)
         mstate = self.online_maxes(rs, inner, scope, pp, accs) if pp.online else {}
         for r in rs:
             if r.uid in mstate:
                 continue
             info = accs[r.uid]
+            if r.uid in pp.block_acc:
+                body = self.masked(self.float_body(r, inner, lin), r, inner, lin, identity_text(r.combiner))
+                inner.emit(f"{info['acc']} = {combine_text(r.combiner, info['acc'], body)}")
+                continue
             part = self.reduce_body(r, info, inner, lin, scope)
             if not loop_axes:
                 info["result"] = part
@@ -78,13 +85,23 @@ class ReducePrinter:
                                      "not TMA (plan and printer disagree)")
         self.finish_pass(rs, loop_axes, scope, accs)
 
-    def accumulators(self, rs: list[Reduce], loop_axes: list[str], scope: Scope) -> dict[int, dict]:
+    def block_accumulator(self, r: Reduce, info: dict, inner: Scope, scope: Scope) -> None:
+        """Declare (before the pass's loops, in ``scope``) the accumulator of ``r`` in the shape of
+        the loop's block (``inner``): the identity on every lane of ``r``'s body and reduced axes."""
+        pres = self.present(r.x, inner) | self.present_of_axes(r.over, inner)
+        info["acc"] = acc = self.fresh(f"acc_{r.name}")
+        info["layout"], info["block"] = inner.layout, True
+        scope.emit(f"{acc} = tl.full({self.shape(inner.layout, pres)}, {identity_text(r.combiner)}, "
+                   f"dtype={self.cdt})  # folded after the loop")
+
+    def accumulators(self, rs: list[Reduce], loop_axes: list[str], scope: Scope, pp: PassPlan) -> dict[int, dict]:
         """Per reduction of a pass: its dot (or None) and, for a loop, its initialised accumulator
-        and the accumulator's layout."""
+        and the accumulator's layout (block accumulators are declared once the loops are open,
+        :meth:`block_accumulator`)."""
         accs: dict[int, dict] = {}
         for r in rs:
             info: dict[str, Any] = {"dot": self.k.dots.get(r.uid)}
-            if loop_axes:
+            if loop_axes and r.uid not in pp.block_acc:
                 acc = self.fresh(f"acc_{r.name}")
                 if info["dot"]:
                     m, n = info["dot"].m, info["dot"].n
@@ -181,6 +198,10 @@ class ReducePrinter:
             if not loop_axes:
                 v = info["result"][1] if r.combiner.results == 2 else info["result"]
                 vl = (info["dot"].m, info["dot"].n) if info["dot"] else scope.layout
+            elif info.get("block"):
+                # the block accumulator folds over the reduced dims, then drops the loop's dims
+                v = self.reduce_code(info["acc"], r.combiner, r.over, info["layout"], scope)
+                v, vl = self.squeeze(v, info["layout"], scope.layout, scope, self.present(r, scope)), scope.layout
             else:
                 v, vl = info["acc_index" if r.combiner.results == 2 else "acc"], info["layout"]
             if info["dot"]:
@@ -249,10 +270,7 @@ class ReducePrinter:
             v = self.fresh("dot")
             inner.emit(f"{v} = tl.dot({a}, {b}{prec})")
             return v
-        body = self.val(r.x, inner, lin)
-        if self.is_int(r.x):
-            body = f"({body}).to({self.cdt})"
-        body = self.masked(body, r, inner, lin, ident)
+        body = self.masked(self.float_body(r, inner, lin), r, inner, lin, ident)
         if r.combiner.results == 2:
             return self.arg_reduce_body(r, body, inner, lin, scope)
         red = self.reduce_code(body, r.combiner, r.over, lin, inner)
@@ -261,6 +279,11 @@ class ReducePrinter:
         v = self.fresh(f"part_{r.name}")
         inner.emit(f"{v} = {red}")
         return v
+
+    def float_body(self, r: Reduce, inner: Scope, lin) -> str:
+        """The value ``r`` reduces, in layout ``lin``, integers converted to the compute dtype."""
+        body = self.val(r.x, inner, lin)
+        return f"({body}).to({self.cdt})" if self.is_int(r.x) else body
 
     def arg_reduce_body(self, r: Reduce, body: str, inner: Scope, lin, scope: Scope) -> tuple[str, str]:
         """One step of arg-reduction ``r`` over its one axis: ``(value, index)`` pairs (masked
