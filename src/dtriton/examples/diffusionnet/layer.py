@@ -59,6 +59,7 @@ __all__ = [
     "available_backend",
     "compiled_torch_spatial_diffusion",
     "default_kernels",
+    "projection_stage",
     "spatial_diffusion",
     "spatial_diffusion_backward",
     "spatial_diffusion_backward_times",
@@ -314,7 +315,7 @@ _auto_lock = threading.Lock()
 _auto_state: tuple[bool, str] | None = None
 
 
-def _projection_stage() -> str:
+def projection_stage() -> str:
     """Name of the forward's reduction over v (``basis^T (x mass)``), kept for the backward."""
     return next(s.name for s in spatial_diffusion.stages.values()
                 if not s.is_output and s.node.over == ("v",))
@@ -326,7 +327,7 @@ def _auto_entry(kernel) -> Callable:
     reuses ``basis^T (x mass)`` from the forward instead of recomputing it. The one place to adapt
     if that API changes. Raises ImportError / AttributeError / TypeError when it is not usable."""
     from dtriton.integrations import differentiable
-    return differentiable(kernel, save=[_projection_stage()])
+    return differentiable(kernel, save=[projection_stage()])
 
 
 def _check_auto() -> None:

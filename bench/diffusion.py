@@ -1,0 +1,231 @@
+"""Issue 15: the DiffusionNet spatial-diffusion layer (fp32, K = C = 128) against eager PyTorch and
+torch.compile, forward and forward + backward, at V = 2000, 6000, 20000, 100000.
+
+    PYTHONPATH=src python3 bench/diffusion.py [--V 2000 6000 20000 100000] [--budget 15]
+        [--no-compile] [--no-backward] [--probe] [--plans] [--out bench/results/issue15] [--dry-run]
+
+Forward rows: ``dtriton default`` (the heuristic's schedule), ``dtriton explored`` (``dt.explore``
+for ``--budget`` seconds over the derived space widened with precision auto/tf32x3), ``eager``
+(:func:`torch_spatial_diffusion`, as the authors' code) and ``torch.compile``; ``--probe`` adds a
+few fixed schedules (rows named by their knobs) that show which knob moves the time. Forward +
+backward rows (gradients for x and times, a weighted-sum loss): ``dtriton derived`` (the layer's
+"auto" backend: backward derived by ``dt.grad``, projection saved by the forward), ``dtriton
+manual`` (the hand-written backward algorithms), eager and torch.compile.
+
+Every row is checked against float64 eager PyTorch first (relative norm error of ``out``, and of
+both gradients for fwd+bwd). Times: ``kernel`` = CUDA-graph replay of 20 forward calls / 20 (launch
+gaps hidden; fwd+bwd: :func:`dtriton.tune.measure.warm_gpu_time`, GPU time of a step with the
+launches queued behind a spin), ``call`` = plain Python calls synchronised at the end (host
+overhead included). ``kernels`` counts the CUDA kernels a call launches (torch.profiler; for
+fwd+bwd: those of the backward). The floor column is bytes / 4.8 TB/s (x, basis twice, out).
+
+``--plans`` prints the GPU plans of every V (kernels, grid, split, partials or atomics, dot
+precision) without a GPU. ``--dry-run`` runs everything on the CPU interpreter at tiny shapes.
+Writes ``<out>/diffusion.json`` and ``<out>/diffusion.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import run as suite  # noqa: E402  (graph_time_us, call_time_us, tuned_kernel: one timing method for all benches)
+
+import dtriton as dt  # noqa: E402
+from dtriton.examples.diffusionnet.layer import (DiffusionKernels, spatial_diffusion_fn,  # noqa: E402
+                                                 torch_spatial_diffusion)
+from dtriton.examples.diffusionnet.plans import format_plans, layer_plans  # noqa: E402
+from dtriton.library import spatial_diffusion  # noqa: E402
+from dtriton.tune.measure import warm_gpu_time  # noqa: E402
+
+HBM_TBPS = 4.8
+ROWS: list[dict] = []
+
+def probes(V: int) -> dict[str, dt.Schedule]:
+    """--probe: fixed schedules whose rows show which knob moves the forward time at this V
+    (row names say what differs from the heuristic): tf32x3 dots; the first contraction (sum0,
+    reduced over v) as whole 128x128 output tiles split over about a wave of programs, each
+    reading its slice of x and basis once; the same with 128x128 tiles for the output GEMM
+    (out0); and 64x64 tiles for sum0 with twice the split (more programs on small meshes)."""
+    split = max(2, min(128, 1 << max(1, (V // 256).bit_length())))
+    sum0 = {"sum0": {"tile": {"k": 128, "c": 128, "v": 32}, "num_warps": 8, "num_stages": 3}}
+    big = dict(precision="tf32x3", split={"v": split}, stages=sum0, num_stages=3)
+    out_tiles = dict(tile={"v": 128, "c": 128, "k": 32}, num_warps=8, grid=("v", "c"))
+    return {"tf32x3": dt.Schedule(precision="tf32x3", num_stages=3),
+            f"tf32x3 sum0 128x128 split {split}": dt.Schedule(**big),
+            f"tf32x3 sum0+out0 128x128 split {split}": dt.Schedule(**big, **out_tiles),
+            f"tf32x3 sum0 64x64 split {split * 2}": dt.Schedule(
+                precision="tf32x3", split={"v": split * 2}, num_stages=3,
+                stages={"sum0": {"tile": {"k": 64, "c": 64, "v": 32}, "num_warps": 4, "num_stages": 3}})}
+
+
+def inputs(V: int, K: int, C: int, dev: str, seed: int = 0) -> tuple:
+    """x (V, C), basis (V, K) (columns of norm ~1), mass (V,), evals (K,), times (C,): fp32."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(V, C, generator=g)
+    basis = torch.randn(V, K, generator=g) / V ** 0.5
+    mass = torch.rand(V, generator=g) + 0.5
+    evals = torch.rand(K, generator=g) * 10
+    times = torch.rand(C, generator=g) * 0.5 + 0.01
+    return tuple(t.to(dev) for t in (x, basis, mass, evals, times))
+
+
+def rel(a: torch.Tensor, r: torch.Tensor) -> float:
+    return suite.relerr(a.detach().cpu(), r.detach().cpu())
+
+
+def count_kernels(fn, before=None) -> int | None:
+    """CUDA kernels launched by ``fn()`` (after ``before()``, whose kernels are not counted);
+    None on the CPU."""
+    if suite.DRY:
+        return None
+    from torch.profiler import ProfilerActivity, profile   # noqa: PLC0415
+    state = before() if before else None
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn(state) if before else fn()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type.name == "CUDA" and "Memcpy" not in e.name)
+
+
+def add(V, kind, impl, kernel_us, call_us, err, kernels=None, note=""):
+    floor = 4 * (V * 128 * 3 + V * 128) / (HBM_TBPS * 1e6) if kind == "forward" else None
+    ROWS.append(dict(V=V, kind=kind, impl=impl, kernel_us=round(kernel_us, 2) if kernel_us else kernel_us,
+                     call_us=round(call_us, 2) if call_us else call_us, rel_err=err, kernels=kernels,
+                     floor_us=round(floor, 1) if floor else None, note=note))
+    r = ROWS[-1]
+    print(f"  {kind:8s} V={V:<6d} {impl:28s} kernel {r['kernel_us']} us  call {r['call_us']} us  err {err:.1e}  "
+          f"kernels {kernels}  {note}", flush=True)
+
+
+def forward_rows(V, args, budget, use_compile, probe):
+    ref = torch_spatial_diffusion(*(a.double() for a in args))
+    impls = [("dtriton default", dt.compile(spatial_diffusion), "heuristic")]
+    if budget > 0:
+        space = dt.Space.derive(spatial_diffusion, args).widen(precision=["auto", "tf32x3"])
+        k, note = suite.tuned_kernel(spatial_diffusion, args, budget, space)
+        impls.append(("dtriton explored", k, note))
+    if probe:
+        impls += [(f"dtriton {name}", dt.compile(spatial_diffusion, sched), "probe")
+                  for name, sched in probes(V).items()]
+    for name, k, note in impls:
+        try:
+            out, spectral = k(*args)
+            sched = k.schedule_for(*args).to_json()
+            add(V, "forward", name, suite.graph_time_us(lambda: k(*args)), suite.call_time_us(lambda: k(*args)),
+                rel(out, ref), count_kernels(lambda: k(*args)), f"{note}: {sched}")
+        except Exception as e:  # noqa: BLE001 - one failing row must not hide the others
+            traceback.print_exc()
+            add(V, "forward", name, None, None, float("nan"), note=f"failed: {type(e).__name__}: {str(e)[:200]}")
+    torch_impls = [("eager", torch_spatial_diffusion)]
+    if use_compile:
+        torch_impls.append(("torch.compile", torch.compile(torch_spatial_diffusion)))
+    for name, f in torch_impls:
+        out = f(*args)
+        add(V, "forward", name, suite.graph_time_us(lambda: f(*args)), suite.call_time_us(lambda: f(*args)),
+            rel(out, ref), count_kernels(lambda: f(*args)))
+
+
+def _step(f, args, w):
+    """One training step's work: forward, loss sum(out * w), backward into x and times."""
+    x, basis, mass, evals, times = args
+    x, times = x.detach().requires_grad_(), times.detach().requires_grad_()
+    (f(x, basis, mass, evals, times) * w).sum().backward()
+    return x.grad, times.grad
+
+
+def backward_rows(V, args, use_compile):
+    w = torch.randn(args[0].shape, generator=torch.Generator().manual_seed(1)).to(args[0].device)
+    gref = _step(torch_spatial_diffusion, tuple(a.double() for a in args), w.double())
+    kernels = DiffusionKernels(None)     # heuristic schedules, no tuning database
+    impls = [("dtriton derived", lambda *a: spatial_diffusion_fn(*a, backend="auto", kernels=kernels)),
+             ("dtriton manual", lambda *a: spatial_diffusion_fn(*a, backend="dtriton-manual", kernels=kernels)),
+             ("eager", torch_spatial_diffusion)]
+    if use_compile:
+        impls.append(("torch.compile", torch.compile(torch_spatial_diffusion)))
+    for name, f in impls:
+        try:
+            g = _step(f, args, w)
+            err = max(rel(a, r) for a, r in zip(g, gref))
+            step = lambda: _step(f, args, w)  # noqa: E731
+            kern = None if suite.DRY else warm_gpu_time(step)[0] * 1e3
+
+            def fwd_only():
+                x, basis, mass, evals, times = args
+                x, times = x.detach().requires_grad_(), times.detach().requires_grad_()
+                return (f(x, basis, mass, evals, times) * w).sum(), x, times
+            nb = count_kernels(lambda st: st[0].backward(), before=fwd_only)
+            add(V, "fwd+bwd", name, kern, suite.call_time_us(step, n=20), err, nb)
+        except Exception as e:  # noqa: BLE001
+            traceback.print_exc()
+            add(V, "fwd+bwd", name, None, None, float("nan"), note=f"failed: {type(e).__name__}: {str(e)[:200]}")
+
+
+def table(meta) -> str:
+    lines = ["# Spatial diffusion fp32 K=C=128 (issue 15)", "", f"{meta}", "",
+             "kernel = CUDA-graph replay (fwd) / warm GPU time (fwd+bwd); call = plain synchronised calls; "
+             "speed-up = best torch (eager or torch.compile) kernel time / this kernel time; kernels: launched "
+             "per forward, per backward for fwd+bwd; floor: bytes (x, basis twice, out) / 4.8 TB/s", "",
+             "| V | pass | impl | kernel µs | call µs | speed-up (kernel) | speed-up (call) | kernels | rel err | floor µs | schedule / note |",
+             "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in ROWS:
+        torch_rows = [q for q in ROWS if q["V"] == r["V"] and q["kind"] == r["kind"] and q["impl"] in ("eager", "torch.compile")
+                      and q["kernel_us"]]
+        best_k = min((q["kernel_us"] for q in torch_rows), default=None)
+        best_c = min((q["call_us"] for q in torch_rows if q["call_us"]), default=None)
+        sk = f"{best_k / r['kernel_us']:.2f}×" if best_k and r["kernel_us"] else ""
+        sc = f"{best_c / r['call_us']:.2f}×" if best_c and r["call_us"] else ""
+        lines.append(f"| {r['V']} | {r['kind']} | {r['impl']} | {r['kernel_us']} | {r['call_us']} | {sk} | {sc} | "
+                     f"{r['kernels'] if r['kernels'] is not None else ''} | {r['rel_err']:.1e} | {r['floor_us'] or ''} | "
+                     f"{r['note']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--V", type=int, nargs="+", default=[2000, 6000, 20000, 100000])
+    ap.add_argument("--budget", type=float, default=15.0, help="dt.explore seconds per V (0: no explored row)")
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--no-backward", action="store_true")
+    ap.add_argument("--probe", action="store_true", help="add the fixed schedules of probes()")
+    ap.add_argument("--plans", action="store_true", help="print the GPU plans of each V and exit (no GPU needed)")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "issue15"))
+    ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, tiny shapes (checks the script)")
+    a = ap.parse_args(argv)
+    K = C = 128
+    if a.plans:
+        for V in a.V:
+            print(f"== V={V} K={K} C={C}\n{format_plans(layer_plans(V, K, C))}")
+        return
+    dev = "cuda"
+    Vs = a.V
+    if a.dry_run:
+        suite.DRY, dev, K, C, Vs = True, "cpu", 16, 8, [37, 61]
+        a.budget = min(a.budget, 2.0)
+    use_compile = not (a.no_compile or a.dry_run)
+    for V in Vs:
+        args = inputs(V, K, C, dev)
+        print(f"== V={V} K={K} C={C}", flush=True)
+        forward_rows(V, args, a.budget, use_compile, a.probe)
+        if not a.no_backward:
+            backward_rows(V, args, use_compile)
+    meta = dict(device=torch.cuda.get_device_name() if not a.dry_run else "cpu (dry run)", torch=torch.__version__,
+                triton=__import__("triton").__version__, date=time.strftime("%Y-%m-%dT%H:%M:%S"), K=K, C=C)
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "diffusion.json"), "w") as f:
+        json.dump(dict(meta=meta, rows=ROWS), f, indent=1)
+    text = table(meta)
+    with open(os.path.join(a.out, "diffusion.md"), "w") as f:
+        f.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
