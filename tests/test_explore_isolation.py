@@ -113,6 +113,44 @@ def test_isolate_false_runs_in_process(mm_args):
     res = dt.explore(matmul, mm_args, space=Space(tile={"i": [16, 32]}), budget=60, progress=False, store=False,
                      isolate=False)
     assert res.best is not None
+    assert not res.isolated and "isolate=False" in res.isolation
+    assert "WARNING: candidates ran in this process (isolate=False)" in res.summary()
+
+
+def test_result_records_isolation_and_keeps_it_in_json(mm_args):
+    res = dt.explore(matmul, mm_args, space=Space(tile={"i": [16]}), budget=60, progress=False, store=False)
+    assert res.isolated and res.isolation == "1 worker process(es), started by fork"
+    assert "isolation: candidates ran in 1 worker process(es), started by fork" in res.summary()
+    back = dt.tune.ExploreResult.from_json(res.to_json())
+    assert back.isolated and back.isolation == res.isolation
+
+
+def test_spawned_workers_need_no_shared_memory(mm_args, monkeypatch):
+    """The H200's failure (issue 17, case 14): torch's tensor passing to a spawned process needs a
+    writable /dev/shm; without one every worker failed to start and the faulting candidate ran in
+    the user's process. The spec's tensors now travel in a file: this exploration spawns its
+    workers (the GPU's way) with torch's shared-memory sharing broken, and stays isolated."""
+    def no_shm(*a, **k):
+        raise RuntimeError("unable to open shared memory object </torch_0_0> in read-write mode")
+    monkeypatch.setattr(torch.UntypedStorage, "_share_fd_cpu_", no_shm)
+    monkeypatch.setattr(torch.UntypedStorage, "_share_filename_cpu_", no_shm)
+    monkeypatch.setenv("DTRITON_WORKER_START", "spawn")
+    res = dt.explore(matmul, mm_args, space=Space(tile={"i": [16, 32]}, strategy={"k": ["loop"]}),
+                     strategy="exhaustive", budget=120, progress=False, store=False, _candidate_factory=_Abort)
+    assert res.isolated and "spawn" in res.isolation, res.isolation
+    bad = _by_tile(res, 16)
+    assert bad and bad[0]["status"] == "failed" and "SIGABRT" in bad[0]["reason"], res.table
+    assert res.best is not None and res.best.tile["i"] != 16
+
+
+def test_worker_start_method_from_the_environment(monkeypatch):
+    from dtriton.tune.worker import start_method_for
+    assert start_method_for("cpu") == "fork" and start_method_for("cuda") == "spawn"
+    monkeypatch.setenv("DTRITON_WORKER_START", "spawn")
+    assert start_method_for(torch.device("cpu")) == "spawn"
+    monkeypatch.setenv("DTRITON_WORKER_START", "forkserver")
+    with pytest.raises(ValueError, match="DTRITON_WORKER_START"):
+        start_method_for("cpu")
 
 
 def _spec(args):
@@ -190,8 +228,9 @@ def test_gpu_scripts_dry_run(script, tmp_path):
                        text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "Traceback" not in r.stdout + r.stderr
-    if "fault" in script[0]:
+    if "fault" in script[0]:   # its dry run spawns the workers, as on a GPU
         assert "FAULT-CHECK PASS" in r.stdout and "SIGABRT" in r.stdout
+        assert "isolation: candidates ran in 1 worker process(es), started by spawn" in r.stdout
     else:
         rows = __import__("json").loads((tmp_path / "explore_budget.json").read_text())["rows"]
         assert [r["case"] for r in rows] == ["matmul", "softmax", "attention"]
@@ -232,6 +271,8 @@ def test_workers_that_cannot_set_up_fall_back_to_in_process(mm_args, monkeypatch
     with pytest.warns(dt.tune.TuningWarning, match="without isolation"):
         res = dt.explore(matmul, mm_args, space=Space(tile={"i": [16, 32]}), budget=60, progress=False, store=False)
     assert res.best is not None and all(r["status"] in ("ok", "duplicate") for r in res.table)
+    assert not res.isolated and ("could not set up" in res.isolation or "died while setting up" in res.isolation)
+    assert "WARNING: candidates ran in this process, without isolation" in res.summary()
 
 
 def test_summary_columns_stay_apart_and_plot_shows_every_status(tmp_path):

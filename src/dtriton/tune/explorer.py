@@ -32,7 +32,7 @@ from .samplers import PENALTY, TPE, base_point, dot_seeds, make_sampler, neighbo
 from .space import Space, derive_fields
 from .candidate import Candidate, Options, params_json, src_hash
 from .progress import ExploreProgress
-from .worker import WorkerPool, WorkerSpec, WorkerUnavailable, can_isolate
+from .worker import WorkerPool, WorkerSpec, WorkerUnavailable, can_isolate, start_method_for
 
 __all__ = ["explore", "Explorer", "Candidate", "Options", "src_hash"]
 
@@ -105,6 +105,8 @@ class Explorer:
         self.stop_reason = "budget"
         self.pbar = ExploreProgress(alg.name, opts.budget, enabled=False)
         self.pool: WorkerPool | None = None
+        self.isolated = False                # every candidate ran in a worker process (open_pool, _no_pool)
+        self.isolation = "in this process"   # where candidates ran, in words (the result's isolation)
         self.remeasure_s = 0.0
 
     def _compile_workers(self) -> int:
@@ -299,27 +301,38 @@ class Explorer:
         ``isolate=False`` or the algorithm cannot be sent to one (then with a warning on a GPU)."""
         iso = self.opts.isolate
         if iso is False:
+            self.isolation = "in this process (isolate=False)"
             return
         bench = self.bench
         if not can_isolate(self.alg, self.factory, bench.device):
-            if iso or bench.device.type == "cuda":
-                self._no_pool(f"{self.alg.name} or its kernel factory cannot be imported by a spawned process "
-                              "(define the algorithm at the top level of a module)")
+            why = (f"{self.alg.name} or its kernel factory cannot be imported by a spawned process "
+                   "(define both at the top level of a module)")
+            if iso or start_method_for(bench.device) == "spawn":
+                self._no_pool(why)
+            else:
+                self.isolation = f"in this process ({why})"
             return
         spec = WorkerSpec(self.alg, bench.pristine, bench.refs, dict(bench.alias), str(bench.device),
                           self.interpret, self.opts.warmup_ms, self.opts.rep_ms, self.opts.timing, self.factory)
         self.pool = WorkerPool(spec, self.batch)
-        if bench.device.type == "cuda":
+        self.isolated = True
+        self.isolation = f"{len(self.pool)} worker process(es), started by {self.pool.start_method}"
+        if self.pool.start_method == "spawn":
             try:
                 self.pool.start_all()   # spawned workers import torch and dtriton while the baseline starts
             except WorkerUnavailable as e:
                 self._no_pool(str(e))
 
     def _no_pool(self, why: str) -> None:
-        """Run candidates in this process from now on, with a warning."""
+        """Run candidates in this process from now on, with a warning; the result's
+        ``isolation`` says so, with ``why``."""
         if self.pool is not None:
             self.pool.close()
             self.pool = None
+        ran = sum(1 for r in self.rows if r.compile_s is not None)
+        self.isolated = False
+        self.isolation = (f"in this process, without isolation: {why}"
+                          + (f" (after {ran} candidate(s) ran in workers)" if ran else ""))
         warnings.warn(f"{self.alg.name}: candidates run in this process, without isolation ({why}); a candidate "
                       "that faults the GPU would end the exploration", TuningWarning, stacklevel=4)
 
@@ -533,7 +546,8 @@ class Explorer:
                                timings_meaningful=not self.interpret, strategy=self.sampler.name,
                                stop_reason=self.stop_reason, elapsed_s=self.elapsed(), space=self.space,
                                oracle=self.oracle, key=self.key, budget_s=float(self.opts.budget),
-                               remeasure_s=self.remeasure_s)
+                               remeasure_s=self.remeasure_s, isolated=self.isolated,
+                               isolation=self.isolation)
         if result.best is None:
             why = "; ".join(f"{st} {n}" + next((f" (e.g. {r['reason'][:160]})" for r in rows
                                                 if r["status"] == st and r["reason"]), "")

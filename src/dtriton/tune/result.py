@@ -92,10 +92,15 @@ class ExploreResult:
         key: the :class:`~dtriton.tune.db.TuningKey` results were stored under.
         budget_s: the budget asked for. remeasure_s: seconds of the final re-measurement of the
             best candidates (after the budget; 0 on the interpreter).
+        isolated: every candidate ran in a worker process (:mod:`dtriton.tune.worker`), so a
+            candidate that faults or hangs could not take the exploration down.
+        isolation: where the candidates ran, in words; when not isolated, why not (``isolate=False``,
+            an algorithm a spawned process cannot import, workers that could not start).
     """
 
     def __init__(self, *, algorithm, table, device, timings_meaningful, strategy, stop_reason, elapsed_s,
-                 space=None, oracle="reference", key=None, budget_s=None, remeasure_s=0.0):
+                 space=None, oracle="reference", key=None, budget_s=None, remeasure_s=0.0, isolated=False,
+                 isolation=""):
         self.algorithm = algorithm
         self.table = table
         self.device = device
@@ -108,6 +113,8 @@ class ExploreResult:
         self.key = key
         self.budget_s = budget_s
         self.remeasure_s = remeasure_s
+        self.isolated = isolated
+        self.isolation = isolation
         row = self.pick_best(table)
         self.best_row = row
         self.best: Schedule | None = None if row is None else (
@@ -165,6 +172,9 @@ class ExploreResult:
         if not self.timings_meaningful:
             head.append("WARNING: these timings come from the Triton interpreter (Python on the CPU); they say "
                         "nothing about GPU speed. Only the correctness checks mean something here.")
+        if self.isolation:
+            head.append(("isolation: candidates ran in " if self.isolated else "WARNING: candidates ran ")
+                        + self.isolation)
         if self.oracle != "reference":
             head.append("NOTE: the eager reference would not fit in memory; candidates were checked against "
                         "the heuristic schedule's output.")
@@ -289,6 +299,7 @@ class ExploreResult:
                            "device": self.device, "timings_meaningful": self.timings_meaningful,
                            "strategy": self.strategy, "stop_reason": self.stop_reason, "elapsed_s": self.elapsed_s,
                            "budget_s": self.budget_s, "remeasure_s": self.remeasure_s, "oracle": self.oracle,
+                           "isolated": self.isolated, "isolation": self.isolation,
                            "space": self.space.to_dict() if self.space is not None else None,
                            "table": rows}, indent=1)
 
@@ -309,4 +320,5 @@ class ExploreResult:
                              timings_meaningful=d["timings_meaningful"], strategy=d["strategy"],
                              stop_reason=d["stop_reason"], elapsed_s=d["elapsed_s"],
                              space=Space(**d["space"]) if d.get("space") else None, oracle=d.get("oracle", "reference"),
-                             budget_s=d.get("budget_s"), remeasure_s=d.get("remeasure_s") or 0.0)
+                             budget_s=d.get("budget_s"), remeasure_s=d.get("remeasure_s") or 0.0,
+                             isolated=bool(d.get("isolated")), isolation=d.get("isolation") or "")

@@ -13,9 +13,14 @@ runs candidates in child processes, each holding its own working copies of the i
 
 On a CUDA device workers are started with ``spawn`` (CUDA cannot be used in a forked child); the
 algorithm is sent by reference (its module and name), so it must be importable: defined at the top
-level of a module, or of the ``__main__`` script under an ``if __name__ == "__main__":`` guard. On
-the CPU (the Triton interpreter) workers are forked, which costs milliseconds. :func:`can_isolate`
-says whether an algorithm can be isolated; the explorer runs candidates in-process otherwise.
+level of a module, or of the ``__main__`` script under an ``if __name__ == "__main__":`` guard. The
+inputs and reference outputs travel in a temporary file (``torch.save``), written once per pool: not
+through torch's shared-memory tensor passing, which needs a writable ``/dev/shm`` (a machine without
+one made every spawned worker fail to start, and the exploration ran in-process). On the CPU (the
+Triton interpreter) workers are forked, which costs milliseconds; ``DTRITON_WORKER_START=spawn``
+spawns them there too (how tests check the GPU's path). :func:`can_isolate` says whether an
+algorithm can be isolated; the explorer runs candidates in-process otherwise, and says so in its
+result (``ExploreResult.isolation``).
 
 For tests, ``DTRITON_TEST_WORKER_ABORT=<check|time>:<candidate id>`` makes a worker call
 ``os.abort()`` when it is asked to check (or time) that candidate: a worker death on demand.
@@ -29,6 +34,7 @@ import multiprocessing as mp
 import os
 import signal
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait as wait_ready
@@ -40,7 +46,7 @@ from ..ir import Algorithm
 from ..schedule import Schedule
 from .measure import Bench, first_line
 
-__all__ = ["WorkerSpec", "WorkerPool", "WorkerUnavailable", "can_isolate", "algorithm_ref"]
+__all__ = ["WorkerSpec", "WorkerPool", "WorkerUnavailable", "can_isolate", "algorithm_ref", "start_method_for"]
 
 
 class WorkerUnavailable(RuntimeError):
@@ -70,10 +76,24 @@ def _importable(obj) -> bool:
     return m is not None and "<locals>" not in name and getattr(m, name.split(".")[0], None) is not None
 
 
+def start_method_for(device: torch.device | str) -> str:
+    """How worker processes start on ``device``: "spawn" on a GPU (CUDA cannot run in a forked
+    child), "fork" elsewhere; the environment variable ``DTRITON_WORKER_START`` ("fork" or "spawn")
+    overrides the CPU's choice. Raises ``ValueError`` for another value of the variable."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return "spawn"
+    env = os.environ.get("DTRITON_WORKER_START", "").strip().lower()
+    if env not in ("", "fork", "spawn"):
+        raise ValueError(f"DTRITON_WORKER_START must be 'fork' or 'spawn', got {env!r}")
+    return env or "fork"
+
+
 def can_isolate(alg: Algorithm, factory: Callable, device: torch.device) -> bool:
     """Whether candidates of ``alg`` built by ``factory`` can run in worker processes on ``device``:
-    always on the CPU (forked workers), and on a GPU when both can be imported by a spawned process."""
-    if device.type != "cuda":
+    forked workers always can (the CPU), spawned ones (a GPU) when both can be imported by a
+    fresh process."""
+    if start_method_for(device) == "fork":
         return hasattr(os, "fork")
     return algorithm_ref(alg) is not None and _importable(factory)
 
@@ -98,22 +118,44 @@ class WorkerSpec:
     timing: str
     factory: Callable[[Algorithm, Schedule | None], Any]
     spawned: bool = False
+    tensor_file: str | None = field(default=None, repr=False)
 
-    def __getstate__(self):  # spawned workers: tensors to the host, the algorithm by reference
-        d = dict(self.__dict__)
+    def save_tensors(self) -> str:
+        """The path of a temporary file holding host copies of ``args`` and ``refs`` (written on
+        the first call); :meth:`remove_tensors` deletes it."""
+        if self.tensor_file is None:
+            fd, path = tempfile.mkstemp(prefix="dtriton-worker-", suffix=".pt")
+            with os.fdopen(fd, "wb") as f:
+                torch.save({"args": tuple(a.detach().cpu() if isinstance(a, torch.Tensor) else a for a in self.args),
+                            "refs": None if self.refs is None else tuple(r.detach().cpu() for r in self.refs)}, f)
+            self.tensor_file = path
+        return self.tensor_file
+
+    def remove_tensors(self) -> None:
+        """Delete the file of :meth:`save_tensors` (if any)."""
+        if self.tensor_file is not None:
+            try:
+                os.unlink(self.tensor_file)
+            except OSError:
+                pass
+            self.tensor_file = None
+
+    def __getstate__(self):  # spawned workers: tensors in a file, the algorithm by reference
         ref = algorithm_ref(self.alg)
         if ref is None:
-            raise WorkerUnavailable(f"{self.alg.name} cannot be imported by a worker process")
-        d["alg"] = ref
-        d["args"] = tuple(a.detach().cpu() if isinstance(a, torch.Tensor) else a for a in self.args)
-        d["refs"] = None if self.refs is None else tuple(r.detach().cpu() for r in self.refs)
-        d["spawned"] = True
+            raise WorkerUnavailable(f"{self.alg.name} cannot be imported by a worker process (define it at the "
+                                    "top level of a module)")
+        d = dict(self.__dict__)
+        d.update(alg=ref, args=None, refs=None, spawned=True, tensor_file=self.save_tensors())
         return d
 
     def __setstate__(self, d):
         self.__dict__.update(d)
         if isinstance(self.alg, tuple):
             self.alg = _load_algorithm(self.alg)
+        if self.tensor_file is not None and self.args is None:
+            saved = torch.load(self.tensor_file, weights_only=True)
+            self.args, self.refs = tuple(saved["args"]), saved["refs"]
 
 
 def _make_bench(spec: WorkerSpec) -> Bench:
@@ -215,13 +257,14 @@ class WorkerPool:
     """``n`` worker processes for one exploration (see the module docstring). Workers start on
     first use and again after a death or a kill; :attr:`restarts` counts the restarts and
     :attr:`started` the processes started.
-    ``start_method``: "fork" or "spawn" (default: spawn for a CUDA device, else fork).
+    ``start_method``: "fork" or "spawn" (default: :func:`start_method_for` the spec's device).
 
     Raises :class:`WorkerUnavailable` (from a request) when a worker cannot be started at all."""
 
     def __init__(self, spec: WorkerSpec, n: int, start_method: str | None = None):
         self.spec = spec
-        self.ctx = mp.get_context(start_method or ("spawn" if spec.device.startswith("cuda") else "fork"))
+        self.start_method = start_method or start_method_for(spec.device)
+        self.ctx = mp.get_context(self.start_method)
         self.slots = [_Slot() for _ in range(max(1, n))]
         self.restarts = 0
         self.started = 0
@@ -356,3 +399,4 @@ class WorkerPool:
             if s.proc is not None:
                 s.proc.join(max(0.0, end - time.perf_counter()))
                 self._kill(s, restart=False)
+        self.spec.remove_tensors()
