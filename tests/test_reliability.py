@@ -426,6 +426,21 @@ def test_case10_a_given_schedule_is_not_changed(monkeypatch):
         dt.compile(matmul, dt.Schedule(tile={"i": 32, "j": 32, "k": 32}))(torch.randn(37, 29), torch.randn(29, 23))
 
 
+def test_case10_gpu_check_script_dry_run(tmp_path):
+    """bench/default_compile_check.py (the lead runs it on the H200): one flushed line per case
+    with its times, a final table, JSON; on the interpreter here with tiny shapes."""
+    import json
+
+    from conftest import run_bench
+    out = run_bench(["bench/default_compile_check.py", "--dry-run", "--only", "GQA"], tmp_path)
+    assert "... GQA dK (gather): gqa_grad_K" in out and "FAILURES: 0" in out
+    assert "attention_grad" not in out   # --only
+    assert "GPU default at full size: renders" in out
+    rows = json.loads((tmp_path / "out" / "default_compile_check.json").read_text())["rows"]
+    assert [r["algorithm"] for r in rows] == ["gqa_grad_K"] and rows[0]["status"] == "ok"
+    assert rows[0]["rel_err"] < 1e-4 and rows[0]["first_s"] > 0
+
+
 # ----------------------------------------------------------------------------------------------
 # case 15: Triton 3.6's interpreter under numpy >= 2.4
 # ----------------------------------------------------------------------------------------------
