@@ -202,3 +202,21 @@ def test_user_given_flat_knobs_are_never_changed():
                 for b in (alg.bind(args), dataclasses.replace(alg.bind(args), device=torch.device("cuda"))):
                     got = complete_schedule(alg, dt.Schedule(**{k.name: v}), b)
                     assert getattr(got, k.name) == v, (k.name, v, alg.name, b.device)
+
+
+def test_wide_16_bit_gemm_with_both_operands_k_major_takes_4_stages_and_tma_views():
+    """X @ W.T at 4096^3 in fp16 (both operands read k at unit stride): the wide 128x256 tile with
+    4 stages, and the heuristic's TMA pick reads W through its transposed view (H200: 211.7 us
+    against 243.3 through pointers with 3 stages); NN keeps 3 stages; a 128x128 tile keeps the
+    own-order rule (a transposed operand falls back to pointers)."""
+    def big(*shape):
+        return torch.zeros((), dtype=torch.float16).expand(*shape).contiguous()
+    X, W, B = big(4096, 4096), big(4096, 4096), big(4096, 4096)
+    nt, nn = gpu_schedule(matmul, (X, W.t())), gpu_schedule(matmul, (X, B))
+    assert (nt.tile["i"], nt.tile["j"], nt.tile["k"], nt.num_stages) == (128, 256, 64, 4), nt
+    assert nn.num_stages == 3 and nn.tile["j"] == 256, nn
+    auto = dt.compile(matmul)
+    b = matmul.bind((X, W.t()))
+    assert auto._auto_access(nt, b, (X, W.t())).access == "tma"
+    narrow = nt.replace(tile={"i": 128, "j": 128, "k": 64})
+    assert auto._auto_access(narrow, b, (X, W.t())).access == "pointer"

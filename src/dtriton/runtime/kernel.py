@@ -134,18 +134,23 @@ class Kernel:
         """The full schedule used for a call with this binding (heuristic fills the gaps)."""
         return complete_schedule(self.algorithm, self.schedule, binding)
 
-    def _auto_access(self, sched: Schedule, b: Binding, args, out=None, own: frozenset | None = None) -> Schedule:
+    def _auto_access(self, sched: Schedule, b: Binding, args, out=None, own: frozenset | None = None,
+                     viewed: frozenset | None = None) -> Schedule:
         """The heuristic's TMA pick (``access`` left None) only where every input tile TMA would
         read is TMA-addressable on this call: mixing TMA and pointer operands in one dot loop was
         slower than pointers alone on the H200 (2048^3 fp16 with a transposed B: 39.1 against
         29.6 us). A user's explicit ``access="tma"`` is kept (the tensors TMA cannot address
         fall back one by one). ``own``: the tensors TMA can address in their own dim order on
-        this call, when already known."""
+        this call, and ``viewed`` those it can address through a transposed view, when already known."""
         if sched.access != "tma" or (self.schedule is not None and self.schedule.access is not None):
             return sched
         # ... and in their own dim order: on the H200 a transposed fp16 operand read through TMA of
         # its transposed view took 293 us at 4096^3 with 128x128x64 tiles against 225 us through
-        # pointers (bench/results/probe_fp32.json); explicit access="tma" still reads it so
+        # pointers (bench/results/probe_fp32.json); explicit access="tma" still reads it so. With
+        # 16-bit 128x256 tiles (the heuristic's wide GEMM tile) the view wins: NT fp16 4096^3 221.6 us
+        # through TMA against 243.3 through pointers (bench/results/issue14/probe_nt_call2.json)
+        if max(sched.tile.values(), default=0) >= 256:
+            own = tma_addressable(self.algorithm, b, args, out) if viewed is None else viewed
         ok = tma_addressable(self.algorithm, b, args, out, views=False) if own is None else own
         tiles = [p.name for p, a in zip(self.algorithm.params, args)
                  if isinstance(p, InputTensor) and isinstance(a, torch.Tensor) and sum(n > 1 for n in a.shape) >= 2]
@@ -171,7 +176,7 @@ class Kernel:
                 hit[1] = tma_addressable(self.algorithm, b, args, out)
                 hit[2] = tma_addressable(self.algorithm, b, args, out, views=False)
             tma = hit[1]
-        sched = self._auto_access(sched, b, args, out, hit[2])
+        sched = self._auto_access(sched, b, args, out, hit[2], hit[1])
         sched = self._fitted(sched, b, interpret)
         if sched.access != "tma":
             return sched, hit[0]

@@ -72,7 +72,10 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
         # with 8, 0.96x cuBLAS with TF32)
         d.num_warps = 8 if tile[m] * tile[n] >= 128 * 128 and d.user.precision != "tf32" else 4
     if d.num_stages is None and wide:
-        d.num_stages = 3
+        # both operands K-major (X @ W.T, the nn.Linear layout): 4 stages (H200, 4096^3 with TMA:
+        # fp16 211.7 us against 221.6 with 3, bf16 208.4 against 222.3; bench/results/issue14/
+        # probe_nt_call2.json); other layouts keep 3
+        d.num_stages = 4 if len(tensor_core_sides(d.alg.stages[name].node, d.b.unit_dims)) == 2 else 3
     if d.num_stages is None:
         # fp32 on tensor cores: 4 stages of 128x128x32 fp32 tiles (H200 probe, X @ W.T
         # 1024x8192x8192 at tf32x3 with TMA: 1685 us against 1733 with 3 stages)
