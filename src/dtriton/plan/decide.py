@@ -16,6 +16,7 @@ from ..ir import Algorithm, Binding, kernel_f64
 from ..schedule import Schedule
 from .access import plan_access, plan_eviction
 from .blockreduce import plan_block_reduce
+from .buffers import plan_buffers
 from .callspec import CallSpec
 from .dots import dot_only_axes, plan_dots
 from .kernel import KernelPlan, Program
@@ -57,10 +58,12 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
 
 def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) -> Program:
     """Lower ``alg`` under the complete schedule ``sched`` for a call with binding ``b`` and facts
-    ``spec``: a :class:`Program` whose kernels carry every decision."""
+    ``spec``: a :class:`Program` whose kernels carry every decision (buffer dtypes first:
+    :func:`dtriton.plan.buffers.plan_buffers`)."""
     out_dtypes = {o.name: d for o, d in zip(alg.outputs, b.out_dtypes)}
     prog = lower(alg, sched, b.axis_sizes, {k: str(v).replace("torch.", "") for k, v in out_dtypes.items()},
                  f64=kernel_f64(b.dtypes.values(), b.out_dtypes))
+    plan_buffers(prog, alg, b.dtypes, out_dtypes)
     return decide(prog, sched, b.dtypes, out_dtypes, spec.interpret, spec.i64, spec.tma_ok, dict(spec.hints),
                   spec.note(alg, sched.access == "tma"), dict(spec.unit_dims))
 

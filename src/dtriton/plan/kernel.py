@@ -52,10 +52,12 @@ class AxisPlan:
 
 @dataclass
 class BufferSpec:
-    """An intermediate tensor written by one kernel and read by later ones (fp32 by default)."""
+    """An intermediate tensor written by one kernel and read by later ones (fp32 by default;
+    ``reason``: why :func:`dtriton.plan.buffers.plan_buffers` chose another dtype)."""
     name: str
     axes: tuple[str, ...]
     dtype: str = "float32"
+    reason: str = ""
     zero: bool = False
     partials: int = 0         # >0: a leading dim of this many split partials
     scale_count: tuple[str, ...] = ()   # divide by the product of these axis sizes when read (mean)
@@ -74,6 +76,7 @@ class StoreSpec:
     layout: tuple[str, ...]
     atomic: bool = False
     partial_axis: bool = False  # store into the split-partials dim of a buffer
+    dtype: str | None = None  # a buffer stored in a 16-bit dtype (plan.buffers), else None
 
 
 @dataclass(frozen=True)

@@ -184,6 +184,10 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter):
         for a, p in k.axes.items():
             if p.role != "grid":
                 doc.append(f"    axis {a}: {p.role}, block {p.block}" + ("" if p.divisible else " (masked)"))
+        for st in k.stores:
+            b = self.prog.buffers.get(st.target)
+            if b is not None and b.reason:
+                doc.append(f"    {b.name} in {b.dtype}: {b.reason}")
         for d, t, box, perm in self.host_descs:
             axes = self.desc_axes[d]
             view = f"{t}.permute{perm}" if perm else t
@@ -231,7 +235,7 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter):
         if st.atomic:
             scope.emit(f"tl.atomic_add({ptr}, {v}" + (f", mask={mask}" if mask else "") + ", sem=\"relaxed\")")
         else:
-            odt = self.out_dtypes.get(st.target)
+            odt = self.out_dtypes.get(st.target) or (getattr(torch, st.dtype) if st.dtype else None)
             if self.k.round_bf16 and odt == torch.bfloat16:
                 v = f"{self.use_helper('_round_bf16', ROUND_BF16)}(tl.cast({v}, tl.float32))"
             acc = None

@@ -154,7 +154,7 @@ class MemoryPrinter:
             code = acc
         else:
             code = f"tl.load({self.addr(name, [None] * 0 + terms)}" + (f", mask={mask}, other=0" if mask else "") + ")"
-            if b.dtype == "float32" and self.cdt != "tl.float32":
+            if b.dtype in ("float32", "float16", "bfloat16") and f"tl.{b.dtype}" != self.cdt:
                 code += f".to({self.cdt})"
         if b.scale_count:
             code = f"{code} / ({' * '.join(self.size(a) for a in b.scale_count)})"

@@ -1,0 +1,132 @@
+"""Fused GEMM chains (issue 14): the plan decisions that make 16-bit chains cheap, each checked on the plan
+(CPU, no GPU) and for correctness on the interpreter against float64 (odd sizes, NaN-poisoned outputs).
+
+- buffer dtypes (``plan/buffers.py``): a materialised GEMM of a 16-bit chain is stored in the chain's dtype,
+  statistics, split reductions and fp32/mixed calls keep fp32 buffers.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+import dtriton as dt
+from dtriton.plan import call_spec, plan_program
+
+from conftest import TOL, check, randn, rel_err
+
+T = dt.Tensor
+
+
+@dt.algorithm
+def linear_softmax(X: T["M", "K"], W: T["N", "K"], b: T["N"]):
+    i, j, k = dt.axes("i j k")
+    y = dt.sum(X[i, k] * W[j, k], over=k) + b[j]
+    e = dt.exp(y - dt.max(y, over=j))
+    return (e / dt.sum(e, over=j))[i, j]
+
+
+@dt.algorithm
+def linear_layer_norm(X: T["M", "K"], W: T["N", "K"]):
+    i, j, k = dt.axes("i j k")
+    y = dt.sum(X[i, k] * W[j, k], over=k)
+    yc = y - dt.mean(y, over=j)
+    return (yc * dt.rsqrt(dt.mean(yc * yc, over=j) + 1e-5))[i, j]
+
+
+@dt.algorithm
+def relu_mlp(X: T["M", "K"], W: T["N", "K"], W2: T["P", "N"]):
+    i, j, k, p = dt.axes("i j k p")
+    h = dt.maximum(dt.sum(X[i, k] * W[j, k], over=k), 0.0)
+    return dt.sum(h * W2[p, j], over=j)[i, p]
+
+
+#: the GEMM materialised (its own kernel), then one row kernel with the statistics
+GEMM_THEN_ROWS = dt.Schedule(grid=("i",), tile={"i": 2, "j": 64}, strategy={"j": "whole"},
+                             stages={"sum0": dt.StageSchedule(place="materialize", grid=("i", "j"),
+                                                              tile={"i": 16, "j": 16, "k": 16})})
+#: the statistics materialised too (row kernels of their own)
+STATS_APART = dt.Schedule(grid=("i",), tile={"i": 2, "j": 64}, strategy={"j": "whole"},
+                          stages={"sum0": dt.StageSchedule(place="materialize", grid=("i", "j"),
+                                                           tile={"i": 16, "j": 16, "k": 16}),
+                                  "mean0": dt.StageSchedule(place="materialize"),
+                                  "mean1": dt.StageSchedule(place="materialize")})
+
+
+def _args(M, K, N, dtype, gen, P=0):
+    X = randn(M, K, dtype=dtype, gen=gen)
+    W = randn(N, K, dtype=dtype, gen=gen, scale=K ** -0.5)
+    if P:
+        return X, W, randn(P, N, dtype=dtype, gen=gen, scale=N ** -0.5)
+    return X, W, randn(N, dtype=dtype, gen=gen, scale=0.1)
+
+
+def _program(alg, sched, args):
+    """The plan of a call (CPU binding: the interpreter's decisions)."""
+    b = alg.bind(args)
+    full = dt.compile(alg, sched).complete(b)
+    return plan_program(alg, full, b, call_spec(alg, b, args, True, None, frozenset()))
+
+
+def _buffer_dtypes(alg, sched, args) -> dict[str, str]:
+    return {n: bs.dtype for n, bs in _program(alg, sched, args).buffers.items()}
+
+
+# ----------------------------------------------------------------------------------------------
+# buffer dtypes
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gemm_buffer_of_16bit_chain_is_16bit(dtype, gen):
+    args = _args(37, 48, 64, dtype, gen)
+    prog = _program(linear_softmax, GEMM_THEN_ROWS, args)
+    b = prog.buffers["buf_sum0"]
+    assert b.dtype == str(dtype)[6:] and "contraction" in b.reason
+    src = dt.compile(linear_softmax, GEMM_THEN_ROWS).source_for(*args)
+    assert f"buf_sum0 in {str(dtype)[6:]}: a contraction" in src
+    # the reader widens the 16-bit buffer to the compute dtype before the statistics
+    assert re.search(r"buf_1 = tl.load\(buf_sum0_ptr [^\n]*\)\.to\(tl.float32\)", src)
+
+
+def test_statistics_split_and_fp32_calls_keep_fp32_buffers(gen):
+    args16 = _args(37, 48, 64, torch.float16, gen)
+    got = _buffer_dtypes(linear_layer_norm, STATS_APART, args16[:2])
+    assert got == {"buf_sum0": "float16", "buf_mean0": "float32", "buf_mean1": "float32"}, got
+    # fp32 call, and a mixed call (fp16 X, fp32 W: the outputs are fp32): no narrowing
+    args32 = _args(37, 48, 64, torch.float32, gen)
+    assert _buffer_dtypes(linear_softmax, GEMM_THEN_ROWS, args32) == {"buf_sum0": "float32"}
+    mixed = (args16[0], args32[1], args32[2])
+    assert _buffer_dtypes(linear_softmax, GEMM_THEN_ROWS, mixed) == {"buf_sum0": "float32"}
+    # a split GEMM adds fp32 partials (atomics or per-split buffers): fp32
+    split = GEMM_THEN_ROWS.replace(split={"k": 3})
+    assert _buffer_dtypes(linear_softmax, split, args16) == {"buf_sum0": "float32"}
+    split = split.replace(split_mode="partials")
+    assert _buffer_dtypes(linear_softmax, split, args16) == {"buf_sum0": "float32"}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("M,K,N", [(1, 16, 64), (37, 48, 61), (19, 97, 64)])
+def test_narrowed_gemm_buffer_is_accurate(dtype, M, K, N, gen):
+    """Against float64 at the 16-bit tolerance, and no worse than 3x torch's own 16-bit chain (which rounds
+    the Linear's output too)."""
+    args = _args(M, K, N, dtype, gen)
+    sched = GEMM_THEN_ROWS.replace(tile={"i": 2, "j": 64 if N <= 64 else 128})
+    _, (got,) = check(linear_softmax, args, sched)
+    X, W, b = (a.double() for a in args)
+    ref = torch.softmax(X @ W.T + b, -1)
+    eager = torch.softmax((args[0] @ args[1].T + args[2]).float(), -1).to(dtype) if dtype == torch.float16 else \
+        torch.softmax(torch.nn.functional.linear(args[0].float(), args[1].float()).to(dtype).float()
+                      + args[2].float(), -1).to(dtype)
+    assert rel_err(got, ref) <= max(3 * rel_err(eager, ref), TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_narrowed_buffer_feeds_a_second_gemm(dtype, gen):
+    """relu(X @ W.T) @ W2.T with the first GEMM materialised: the 16-bit buffer is the second dot's operand."""
+    args = _args(33, 32, 48, dtype, gen, P=40)
+    sched = dt.Schedule(grid=("i", "p"), tile={"i": 16, "p": 16, "j": 16},
+                        stages={"sum0": dt.StageSchedule(place="materialize", grid=("i", "j"),
+                                                         tile={"i": 16, "j": 16, "k": 16})})
+    assert _buffer_dtypes(relu_mlp, sched, args) == {"buf_sum0": str(dtype)[6:]}
+    check(relu_mlp, args, sched, tol=2 * TOL[dtype])
