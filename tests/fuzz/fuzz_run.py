@@ -19,7 +19,14 @@ Long runs (outside CI)::
     python3 tests/fuzz/fuzz_run.py --merge /tmp/fuzz/part*.json --out fuzz-summary.json
     python3 tests/fuzz/fuzz_run.py --replay fuzz-summary.json --out replayed.json   # failures, re-run
 
-On a GPU, ``DTRITON_FUZZ_DEVICE=cuda`` runs the kernels there (the oracle stays on the CPU).
+On a GPU, ``--device cuda`` (or ``DTRITON_FUZZ_DEVICE=cuda``) runs the kernels there (the oracle
+stays on the CPU; inputs keep their strides, offsets and stride-0 axes on the device).
+``--time-limit S`` stops starting cases after S seconds and cuts the case running at S (not
+counted), so a run ends cleanly within about S seconds plus the summary; the JSON (``--out``,
+rewritten every 20 cases) then says ``"stopped": "time-limit"`` and the ``next_seed`` to resume
+from. A case after which the CUDA context is unusable (a fault on the GPU) is a ``bug``, and the
+run stops there (``"stopped": "cuda-context-lost"``): later cases could not run. The run ends
+with a table of the counts per outcome, per run status and per refusal class.
 """
 
 from __future__ import annotations
@@ -205,6 +212,27 @@ def _compare_index(got, v64, v32, r64, n) -> str | None:
 DEVICE = os.environ.get("DTRITON_FUZZ_DEVICE", "cpu")
 
 
+def on_device(a: torch.Tensor, device: str) -> torch.Tensor:
+    """``a`` on ``device`` with the same sizes, strides and storage offset (its whole storage is
+    copied, so transposed, offset and expanded, stride-0, layouts stay what they are; ``.to``
+    would make an expanded tensor contiguous)."""
+    n = a.untyped_storage().nbytes() // a.element_size()
+    flat = torch.empty(0, dtype=a.dtype).set_(a.untyped_storage(), 0, (n,), (1,))
+    return flat.to(device, copy=True).as_strided(a.shape, a.stride(), a.storage_offset())
+
+
+def cuda_lost() -> str | None:
+    """On a GPU run: why the CUDA context is unusable (after a fault), or None."""
+    if not DEVICE.startswith("cuda"):
+        return None
+    try:
+        torch.cuda.synchronize()
+        torch.zeros(1, device=DEVICE).add_(1).item()
+        return None
+    except Exception as e:  # noqa: BLE001 - a sticky CUDA error
+        return f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200]}"
+
+
 def _poison(shape, dtype, value=float("nan")) -> torch.Tensor:
     return torch.full(shape, value if dtype.is_floating_point else -12345, dtype=dtype, device=DEVICE)
 
@@ -244,10 +272,8 @@ def run_case(case: Case, scheds: list[tuple[str, dt.Schedule | None]] | None = N
     try:
         alg = build_algorithm(case)
         args, exact = make_args(case)
-        if DEVICE != "cpu":   # same strides on the device (expanded inputs keep their stride 0)
-            args = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=DEVICE).copy_(a)
-                    if isinstance(a, torch.Tensor) and 0 not in a.stride() else
-                    a.to(DEVICE) if isinstance(a, torch.Tensor) else a for a in args]
+        if DEVICE != "cpu":   # same layouts on the device (expanded inputs keep their stride 0)
+            args = [on_device(a, DEVICE) if isinstance(a, torch.Tensor) else a for a in args]
         alg.bind(args)
         if scheds is None:
             scheds = draw_schedules(d, alg, args)
@@ -330,21 +356,32 @@ def case_for_seed(seed: int) -> tuple[Case, Draw]:
     raise RuntimeError(f"seed {seed}: no legal case in 50 draws")
 
 
-def run_seed(seed: int, limit_s: int = 0) -> dict:
+def run_seed(seed: int, limit_s: int = 0, deadline: float | None = None) -> dict:
     """Draw and run the case of ``seed``; with ``limit_s``, a case running longer has the outcome
-    ``timeout`` (the interpreter is slow on a loaded machine: not counted as a failure)."""
+    ``timeout`` (the interpreter is slow on a loaded machine: not counted as a failure). A case
+    still running at ``deadline`` (a ``time.time()`` value: the run's time limit) is stopped
+    there and has the outcome ``cut`` (not counted). On a GPU, a case after which the CUDA
+    context is unusable is a ``bug`` with ``rec["cuda_lost"]`` set."""
     case, d = case_for_seed(seed)
-    if limit_s:
+    alarm, cut = limit_s, False
+    if deadline is not None and (not limit_s or deadline - time.time() < limit_s):
+        alarm, cut = max(1, math.ceil(deadline - time.time())), True
+    if alarm:
         signal.signal(signal.SIGALRM, _alarm)
-        signal.alarm(limit_s)
+        signal.alarm(alarm)
     t0 = time.time()
     try:
         rec = run_case(case, d=d)
     except Timeout as e:
-        rec = {"outcome": "timeout", "detail": f"Timeout: {e} ({limit_s} s)", "runs": [], "case": case.to_dict()}
+        rec = {"outcome": "cut" if cut else "timeout", "detail": f"Timeout: {e} ({alarm} s)", "runs": [],
+               "case": case.to_dict()}
     finally:
-        if limit_s:
+        if alarm:
             signal.alarm(0)
+    lost = cuda_lost()
+    if lost:
+        rec.update(outcome="bug", cuda_lost=True, detail=f"the CUDA context is unusable after this case ({lost}); "
+                   + rec.get("detail", ""))
     rec["seed"], rec["seconds"] = seed, round(time.time() - t0, 2)
     rec["text"] = describe(case)
     return rec
@@ -517,24 +554,80 @@ def keep(rec: dict, path: Path, what: str) -> None:
     print(f"kept {entries[-1]['id']}: {rec.get('text', '')[:200]}")
 
 
+def run_seeds(start: int, count: int, out: Path, limit: int, time_limit: float = 0.0) -> dict:
+    """Run seeds ``start`` .. ``start + count - 1`` (fewer with ``time_limit`` seconds, or after a
+    lost CUDA context), rewriting the summary at ``out`` every 20 cases and at the end. Returns the
+    summary with ``device``, ``start``, ``next_seed``, ``stopped`` ("count", "time-limit" or
+    "cuda-context-lost") and ``wall_s``."""
+    summ, t0 = Summary(), time.time()
+    deadline = t0 + time_limit if time_limit else None
+    stopped, nxt = "count", start + count
+
+    def write() -> dict:
+        d = dict(summ.to_dict(), device=DEVICE, start=start, next_seed=nxt, stopped=stopped,
+                 wall_s=round(time.time() - t0, 1))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(d, indent=1))
+        return d
+    for n, seed in enumerate(range(start, start + count)):
+        if deadline is not None and time.time() >= deadline:
+            stopped, nxt = "time-limit", seed
+            break
+        rec = run_seed(seed, limit, deadline)
+        if rec["outcome"] == "cut":
+            stopped, nxt = "time-limit", seed
+            break
+        summ.add(rec)
+        if rec.get("cuda_lost"):
+            stopped, nxt = "cuda-context-lost", seed + 1
+            break
+        if n % 20 == 19:
+            write()
+    return write()
+
+
+def count_table(d: dict, top: int = 10) -> str:
+    """A summary (:meth:`Summary.to_dict`) as text: counts per outcome, per run status, per
+    refusal class, and the first ``top`` failures."""
+    lines = []
+    for title, key in (("outcome", "outcomes"), ("run status", "runs"), ("refusal class", "refusal_classes")):
+        items = sorted(d.get(key, {}).items(), key=lambda kv: (-kv[1], kv[0]))
+        lines += [f"{title:32s} {'count':>7s}", "-" * 40] + [f"{k:32s} {v:7d}" for k, v in items]
+        lines += [f"{'total':32s} {sum(v for _, v in items):7d}", ""]
+    fails = d.get("failures", [])
+    if fails:
+        lines.append(f"failures ({len(fails)}; the first {min(top, len(fails))}):")
+        lines += [f"  seed {r.get('seed')}: {(verdict(r) or r['outcome'])[:150]}" for r in fails[:top]]
+    extra = [f"{k} {d[k]}" for k in ("device", "stopped", "next_seed", "wall_s") if k in d]
+    lines.append(f"{d.get('cases', 0)} cases ({d.get('seconds', 0)} s running them)" + ("; " if extra else "")
+                 + ", ".join(extra))
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     """Run seeds ``--start`` .. ``--start + --count - 1`` and write a summary JSON, or ``--merge``."""
+    global DEVICE
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--start", type=int, default=0)
-    p.add_argument("--count", type=int, default=100)
+    p.add_argument("--count", type=int, default=None, help="cases to run (default 100; no limit with --time-limit)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--limit", type=int, default=120, help="seconds per case before it counts as a Timeout bug")
+    p.add_argument("--time-limit", type=float, default=0.0, help="stop the run cleanly after this many seconds")
+    p.add_argument("--device", default=DEVICE, help="where kernels run: cpu (interpreter) or cuda")
     p.add_argument("--merge", nargs="*", type=Path, help="summary files to merge into --out")
     p.add_argument("--replay", type=Path, help="re-run the failures of this summary (their cases and schedules)")
     p.add_argument("--keep", type=int, help="append the case of this seed to --out (a regressions file)")
     p.add_argument("--what", default="", help="with --keep: what the case found")
     a = p.parse_args(argv)
+    DEVICE = a.device
+    if DEVICE.startswith("cuda") and not torch.cuda.is_available():
+        p.error(f"--device {DEVICE}: torch sees no CUDA device here")
     if a.replay is not None:
         summ = Summary()
         for old in json.loads(a.replay.read_text())["failures"]:
             summ.add(replay(old))
         a.out.write_text(json.dumps(summ.to_dict(), indent=1))
-        print(json.dumps({k: v for k, v in summ.to_dict().items() if k != "failures"}, indent=1))
+        print(count_table(summ.to_dict()))
         return 0
     if a.keep is not None:
         keep(run_seed(a.keep), a.out, a.what)
@@ -542,14 +635,12 @@ def main(argv=None) -> int:
     if a.merge:
         merged = Summary.merge([json.loads(f.read_text()) for f in a.merge])
         a.out.write_text(json.dumps(merged, indent=1))
-        print(json.dumps({k: v for k, v in merged.items() if k != "failures"}, indent=1))
+        print(count_table(merged))
         return 0
-    summ = Summary()
-    for n, seed in enumerate(range(a.start, a.start + a.count)):
-        summ.add(run_seed(seed, a.limit))
-        if n % 20 == 19 or n == a.count - 1:
-            a.out.write_text(json.dumps(summ.to_dict(), indent=1))
-    print(json.dumps({k: v for k, v in summ.to_dict().items() if k != "failures"}, indent=1))
+    count = a.count if a.count is not None else (10 ** 9 if a.time_limit else 100)
+    d = run_seeds(a.start, count, a.out, a.limit, a.time_limit)
+    print(count_table(d))
+    print(f"summary JSON: {a.out}", flush=True)
     return 0
 
 

@@ -7,6 +7,8 @@
 - ``test_regressions``: every failure the fuzzer ever found, replayed from ``regressions.json``
   (the case, its data seed and its schedules), must now match; an entry naming an open bug
   (``"known"``, see ``fuzz_run.KNOWN``) is an expected failure while it still fails that way.
+- the long runs' options (``fuzz_run.py``): a time limit that stops cleanly, the count table, the
+  device copy of inputs that keeps their layouts (how ``--device cuda`` runs).
 - ``test_fuzz_many``: runs only with ``DTRITON_FUZZ_CASES=N`` (e.g. 5000): N seeded cases
   (from ``DTRITON_FUZZ_START``, default 0), summary JSON written to ``DTRITON_FUZZ_SUMMARY``
   (default ``fuzz-summary.json``): counts per outcome, per run status and per refusal class.
@@ -111,3 +113,31 @@ def test_evaluator_against_torch():
     torch.testing.assert_close(mm, (X @ B).t())
     torch.testing.assert_close(ga, X[torch.arange(3), idx])
     assert torch.equal(am.long(), X.argmax(-1))
+
+
+def test_time_limit_stops_cleanly_with_a_summary(tmp_path, capsys):
+    """``fuzz_run.py --time-limit``: the run ends within about the limit, the JSON says where to
+    resume, and the count table is printed."""
+    import time
+
+    import fuzz_run
+    out = tmp_path / "part.json"
+    t = time.time()
+    assert fuzz_run.main(["--start", "3", "--time-limit", "3", "--out", str(out)]) == 0
+    assert time.time() - t < 3 + 15   # one interpreter case may be cut at the limit; never run past it
+    d = json.loads(out.read_text())
+    assert d["stopped"] == "time-limit" and d["next_seed"] == 3 + d["cases"] and d["device"] == "cpu"
+    text = capsys.readouterr().out
+    assert "outcome" in text and "run status" in text and "stopped time-limit" in text
+    assert fuzz_run.count_table(d).splitlines()[2].split()[0] in d["outcomes"]
+
+
+def test_device_copy_keeps_strides_offsets_and_expanded_axes():
+    import torch
+
+    from fuzz_run import on_device
+    base = torch.arange(24.0).reshape(4, 6)
+    for a in (base.t(), base[1:, 2:], torch.arange(3.0).expand(5, 3), base[:, 1]):
+        b = on_device(a, "cpu")
+        assert b.stride() == a.stride() and b.storage_offset() == a.storage_offset() and torch.equal(a, b)
+        assert b.untyped_storage().data_ptr() != a.untyped_storage().data_ptr()   # a copy
