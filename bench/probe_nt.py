@@ -85,6 +85,8 @@ def main():
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--only", default="", help="indices of the dtriton configs to run, comma-separated")
     ap.add_argument("--hand", action="store_true", help="also time the hand-written Triton kernel")
+    ap.add_argument("--layouts", default="NN,NT,TN", help="comma-separated from NN, NT, TN, TT")
+    ap.add_argument("--dtypes", default="float16,bfloat16")
     a = ap.parse_args()
     if a.dry_run:
         R.DEV, R.DRY = "cpu", True
@@ -92,11 +94,13 @@ def main():
     configs = [((128, 256, 64), 3, "tma", {}), ((128, 256, 64), 4, "tma", {}), ((128, 128, 128), 3, "tma", {}),
                ((128, 128, 128), 3, "pointer", {}), ((128, 128, 128), 3, "tma", {"warp_specialize": True}),
                ((128, 256, 64), 3, "tma", {"warp_specialize": True}), ((128, 128, 64), 5, "tma", {}),
-               ((256, 128, 64), 3, "tma", {})]
+               ((256, 128, 64), 3, "tma", {}), ((128, 256, 64), 4, "tma", {"group": {"i": 16}}),
+               ((128, 256, 64), 4, "tma", {"grid": ["j", "i"], "group": {"j": 8}}), ((128, 256, 64), 4, "tma", {"persistent": 1}),
+               ((128, 256, 64), 4, "tma", {"group": {"i": 4}})]
     if a.only:
         configs = [c for k, c in enumerate(configs) if str(k) in a.only.split(",")]
-    for dtype in (torch.float16, torch.bfloat16):
-        for lay in ("NN", "NT", "TN"):
+    for dtype in [getattr(torch, d) for d in a.dtypes.split(",")]:
+        for lay in a.layouts.split(","):
             A = torch.randn(n, n, device=R.DEV, dtype=dtype)
             B = torch.randn(n, n, device=R.DEV, dtype=dtype)
             x = A if lay[0] == "N" else A.T
@@ -107,10 +111,10 @@ def main():
             for (bm, bn, bk), ns, ac, extra in configs:
                 if a.dry_run:
                     bm, bn, bk, ac = 16, 16, 16, "pointer"
-                ws = " ws" if extra.get("warp_specialize") else ""
+                ws = "".join(f" {k}={v}" for k, v in extra.items())
                 cands.append((f"dtriton {bm}x{bn}x{bk} s{ns} {ac}{ws}",
                               dt.Schedule(tile={"i": bm, "j": bn, "k": bk}, num_stages=ns, num_warps=8, access=ac,
-                                          group={"i": 8}, **extra)))
+                                          **{"group": {"i": 8}, **extra})))
                 if not a.dry_run and ac == "tma" and not ws and a.hand:
                     base.append((f"hand triton {bm}x{bn}x{bk} s{ns}", hand_fn(x, y, bm, bn, bk, ns)))
             print(f"{lay} {str(dtype)[6:]} heuristic schedule:", dt.compile(dt.library.matmul).schedule_for(x, y).to_json(),
