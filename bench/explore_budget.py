@@ -57,7 +57,8 @@ def run_one(name: str, alg, args, budget: float, max_trials: int | None, isolate
     rem = float(getattr(res, "remeasure_s", 0.0) or 0.0)
     return dict(case=name, budget_s=budget, wall_s=round(wall, 2), remeasure_s=round(rem, 2),
                 ratio=round((wall - rem) / budget, 3) if budget else None, stop=res.stop_reason,
-                counts=res.counts(), best_us=res.best_row["median_us"] if res.best_row else None)
+                counts=res.counts(), best_us=res.best_row["median_us"] if res.best_row else None,
+                isolated=res.isolated, isolation=res.isolation)
 
 
 def main(argv=None):
@@ -81,7 +82,7 @@ def main(argv=None):
         rows.append(r)
         st = ", ".join(f"{k} {v}" for k, v in r["counts"].items())
         print(f"{name:<10} {r['budget_s']:>9.1f} {r['wall_s']:>8.2f} {r['remeasure_s']:>12.2f} "
-              f"{r['ratio']:>6.2f}  {r['stop']:<10} {st}", flush=True)
+              f"{r['ratio']:>6.2f}  {r['stop']:<10} {st}\n           candidates ran in {r['isolation']}", flush=True)
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         with open(os.path.join(a.out, "explore_budget.json"), "w") as f:
