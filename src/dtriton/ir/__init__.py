@@ -3,7 +3,7 @@ eager reference evaluator.
 
 Layering inside the package (each module imports only those before it): ``combiners`` (reduction
 kinds as data) <- ``expr`` (nodes, ``fmt``) <- ``walk`` (the graph walks) <- ``reference``
-(``Binding``, dtype rules, the evaluator) <- ``algorithm`` (tracing, CSE, stage names) <- ``analysis``
+(``Binding``, dtype rules, the evaluator), ``bounds`` (the ranges of an axis a mask leaves) <- ``algorithm`` (tracing, CSE, stage names) <- ``analysis``
 (contractions, online candidates, split legality, stage grids).
 The user-facing builders (``dt.sum``, ``dt.exp``, ...) live in :mod:`dtriton.dsl`.
 """
@@ -12,6 +12,7 @@ from .combiners import COMBINERS, Combiner, get as get_combiner, register as reg
 from .expr import (BINARY_OPS, COMPARE_OPS, UNARY_OPS, Axis, Binary, Cast, Const, Expr, InputTensor, Load, Output,
                    Reduce, ScalarParam, Unary, Where, as_expr, fmt)
 from .walk import contains, expr_axes, float_inputs, mul_factors, reduces_in, topo_order, walk
+from .bounds import AxisBounds, axis_bounds, guard, integer_valued, reduction_guard
 from .reference import (FLOAT_DTYPES, INDEX_DTYPES, Binding, compute_dtype, evaluate, is_index, kernel_f64,
                         output_dtype, result_dtype, unit_dim)
 from .algorithm import Algorithm, Stage, TensorAnnotation, cse
@@ -24,6 +25,7 @@ __all__ = [
     "COMBINERS", "Combiner", "get_combiner", "register_combiner",
     "BINARY_OPS", "COMPARE_OPS", "UNARY_OPS", "Axis", "Binary", "Cast", "Const", "Expr", "InputTensor", "Load",
     "Output", "Reduce", "ScalarParam", "Unary", "Where", "as_expr", "fmt",
+    "AxisBounds", "axis_bounds", "guard", "integer_valued", "reduction_guard",
     "contains", "expr_axes", "float_inputs", "mul_factors", "reduces_in", "topo_order", "walk",
     "FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "compute_dtype", "evaluate", "is_index", "kernel_f64",
     "output_dtype", "result_dtype",

@@ -3,7 +3,8 @@
 The named steps, in order (each reads what the ones before decided): call facts (compute dtype,
 64-bit offsets, divisibility hints, interpreter-only choices: bf16 rounding and block folds), dots,
 dot-only axes, access per tensor tile, eviction hints, passes (grouping, online merging, warp
-specialisation). Then :func:`unused_knobs` reads the decisions back: the knobs that had no effect.
+specialisation), loop bounds from masks, the launch order. Then :func:`unused_knobs` reads the
+decisions back: the knobs that had no effect.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ..ir import Algorithm, Binding, kernel_f64
 from ..schedule import Schedule
 from .access import plan_access, plan_eviction
 from .blockreduce import plan_block_reduce
+from .bounds import plan_bounds
 from .buffers import plan_buffers
 from .callspec import CallSpec
 from .dots import dot_only_axes, plan_dots
@@ -54,6 +56,8 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.access = plan_access(k, sched.access, tma_ok)
     k.eviction, k.evicted = plan_eviction(k, sched.eviction)
     k.passes, k.single = plan_passes(k, bool(sched.warp_specialize))
+    k.bounds = plan_bounds(k, sched.mask_bounds)
+    k.reverse_order = sched.tile_order == "reverse"
 
 
 def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) -> Program:

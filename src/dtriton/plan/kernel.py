@@ -20,8 +20,8 @@ import torch
 from ..ir import Expr, Reduce, walk
 from ..schedule import next_pow2
 
-__all__ = ["AxisPlan", "BlockReduce", "BufferSpec", "DotPlan", "KernelPlan", "PassPlan", "Program", "StoreSpec",
-           "TileAccess", "next_pow2"]
+__all__ = ["AxisPlan", "BlockReduce", "BufferSpec", "DotPlan", "KernelPlan", "LoopBounds", "PassPlan", "Program",
+           "StoreSpec", "TileAccess", "next_pow2"]
 
 
 def is_pow2(n: int) -> bool:
@@ -144,6 +144,23 @@ class PassPlan:
 
 
 @dataclass(frozen=True)
+class LoopBounds:
+    """The range of a pass's loop axis that a mask condition leaves (:mod:`dtriton.plan.bounds`).
+
+    Lanes outside ``axis >= t`` for each ``t`` of ``lower`` and ``axis < t`` for each ``t`` of
+    ``upper`` hold the identity of every reduction of the pass (integer-valued expressions over
+    the program's axes). Each program evaluates them over its tile (the least and the largest
+    value over its valid lanes) and loops only over the tiles holding some lane in range.
+    ``unmasked``: the tiles whose every lane is in range run in a loop of their own without the
+    conditions ``guards`` (condition node ids, true there) and without the axis's size mask."""
+    axis: str
+    lower: tuple[Expr, ...]
+    upper: tuple[Expr, ...]
+    guards: tuple[int, ...] = ()
+    unmasked: bool = False
+
+
+@dataclass(frozen=True)
 class TileAccess:
     """How a tile of one tensor is read or written: "block_ptr", "tma" (with the TMA ``box``,
     elements per dim), or "pointer" for a tile the schedule asked TMA for but TMA cannot address
@@ -189,6 +206,8 @@ class KernelPlan:
     access: dict[tuple, TileAccess] = field(default_factory=dict)     # (tensor, axes) -> non-pointer access
     eviction: dict[str, str] = field(default_factory=dict)            # input -> L2 eviction hint
     evicted: frozenset = frozenset()                  # inputs some non-TMA load of which carries its hint
+    bounds: dict[tuple[int, ...], LoopBounds] = field(default_factory=dict)  # a pass's reductions -> its loop range
+    reverse_order: bool = False                       # programs take their tiles in reverse launch order
 
     def scalar_axis(self, a: str) -> bool:
         """A grid axis with tile 1: a scalar index, never a block dim."""

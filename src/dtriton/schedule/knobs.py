@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 __all__ = ["Knob", "Domain", "FrozenMap", "one_of", "is_pow2", "register", "unregister", "knob", "knobs", "names",
            "flat_knobs", "stage_knobs", "launch_knobs", "reserve_names", "markdown_table", "BUILTIN",
            "KINDS", "SCOPES", "STRATEGIES", "PLACES", "SPLIT_MODES", "ACCESS", "EVICTIONS", "PRECISIONS",
-           "TENSOR_CORE_FP32",
+           "TENSOR_CORE_FP32", "TILE_ORDERS",
            "ACC_DTYPES"]
 
 #: Reduction / non-grid-axis strategies.
@@ -57,6 +57,9 @@ EVICTIONS = ("evict_first", "evict_last", "evict_normal")
 PRECISIONS = ("auto", "ieee", "tf32", "tf32x3", "bf16x3", "bf16x6")
 #: The precisions that put fp32 dots on tensor cores.
 TENSOR_CORE_FP32 = ("tf32", "tf32x3", "bf16x3", "bf16x6")
+#: Launch order of a kernel's tiles (``Schedule.tile_order``): forward (program id order) or
+#: reverse (the last tile first; causal load balancing puts the heaviest tiles first).
+TILE_ORDERS = ("forward", "reverse")
 #: Accumulation dtypes (``Schedule.acc_dtype``).
 ACC_DTYPES = ("float32", "float64")
 
@@ -276,6 +279,12 @@ BUILTIN: tuple[Knob, ...] = (
          search=("pointer", "tma"), doc="memory access of tile loads and stores (None: the heuristic picks)"),
     Knob("warp_specialize", False, Domain("True, False", _boolean, (False, True)),
          doc="producer/consumer warp groups in contraction loops (Hopper, with TMA loads)"),
+    Knob("mask_bounds", True, Domain("True, False", _boolean, (True, False)),
+         doc="loops skip the tiles a mask condition leaves empty (where(j <= i, s, -inf): causal attention, "
+             "triangular and banded products) and run the fully visible ones without the mask"),
+    Knob("tile_order", "forward", one_of(TILE_ORDERS),
+         doc="launch order of a kernel's tiles: reverse starts with the last (with the query axis outermost "
+             "on the grid, causal attention's longest rows first)"),
 )
 
 _REGISTRY: dict[str, Knob] = {k.name: k for k in BUILTIN}

@@ -262,6 +262,13 @@ class Schedule(_KnobValues):
         warp_specialize: split each contraction loop into producer (loads) and consumer (MMA)
             warp groups (``tl.range(..., warp_specialize=True)``; Triton's automatic warp
             specialisation, Hopper and newer, best with ``access="tma"``).
+        mask_bounds: True (default): a loop whose reductions are the identity outside a mask
+            condition on its axis (``where(j <= i, s, -inf)``, ``where(k <= i, A, 0) * B``, ``j <
+            lengths[b]``) visits, per program, only the tiles where the condition can hold, and
+            runs the tiles where it holds on every lane without it. False: every tile, masked.
+        tile_order: "forward" (default) or "reverse": programs take their tiles in reverse launch
+            order (with the query axis outermost on the grid, causal attention's longest rows
+            start first, which shortens the tail of the launch).
 
     Raises :class:`ScheduleError` for a value outside its knob's domain (a tile that is not a
     power of two, a bad strategy name, non-positive warps/stages, ...; also for the per-stage

@@ -9,6 +9,7 @@ from ...ir import Axis, Load, Reduce, fmt, walk
 from ...plan.graph import fused_reduces, has
 from ...plan.kernel import KernelPlan, Program, StoreSpec
 from ..base import KernelMeta
+from .bounds import BoundsPrinter
 from .memory import MemoryPrinter
 from .prelude import ROUND_BF16, header
 from .reduce import ReducePrinter
@@ -18,7 +19,7 @@ from .values import ValuePrinter
 __all__ = ["KernelPrinter", "KernelSource", "render"]
 
 
-class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter):
+class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, BoundsPrinter):
     """Prints the source of one :class:`~dtriton.plan.kernel.KernelPlan` (it decides nothing)."""
 
     def __init__(self, prog: Program, k: KernelPlan):
@@ -109,6 +110,10 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter):
             root.emit("pid = tl.program_id(0)")
             top = root
         rem = "pid"
+        if k.reverse_order:
+            total = " * ".join([nums[a] for a in grid] + ([str(k.split[1])] if k.split else [])) or "1"
+            top.emit(f"tile = {total} - 1 - pid  # tiles in reverse launch order (the last first)")
+            rem = "tile"
         if k.split:
             sa, sf = k.split
             inner = " * ".join(nums[a] for a in grid) or "1"

@@ -44,10 +44,28 @@ class ReducePrinter:
         for r in rs:
             scope.emit(f"#   {r.name} = {fmt(r, 0, self.names, limit=None)}")
         accs = self.accumulators(rs, loop_axes, scope, pp)
-        inner, loops = self.open_loops(rs, loop_axes, scope, pp, accs)
+        lb = self.k.bounds.get(pp.reductions) if loop_axes else None
+        segments = self.bound_segments(lb, scope) if lb is not None else [(None, False)]
+        for rng, unmasked in segments:
+            inner, loops = self.open_loops(rs, loop_axes, scope, pp, accs, rng, unmasked)
+            if unmasked:
+                inner.assumed.update(lb.guards)
+            self.pass_body(rs, loop_axes, inner, scope, pp, accs)
+            for parent, child in reversed(loops):
+                parent.close(child)
+                if pp.warp_specialize and pointer_loads(child):
+                    raise AssertionError(f"kernel {self.k.name}: the plan warp-specialises a loop with loads that are "
+                                         "not TMA (plan and printer disagree)")
+        self.finish_pass(rs, loop_axes, scope, accs)
+
+    def pass_body(self, rs: list[Reduce], loop_axes: list[str], inner: Scope, scope: Scope, pp: PassPlan, accs) -> None:
+        """One step of every reduction of a pass in its innermost scope ``inner`` (online maxes
+        first, then the rescaled sums), or the whole reduction when the pass has no loop. Block
+        accumulators are declared by the first of the pass's loops (the plan's bounds may print
+        several in a row)."""
         lin = inner.layout
         for r in rs:
-            if r.uid in pp.block_acc:
+            if r.uid in pp.block_acc and "acc" not in accs[r.uid]:
                 self.block_accumulator(r, accs[r.uid], inner, scope)
         mstate = self.online_maxes(rs, inner, scope, pp, accs) if pp.online else {}
         for r in rs:
@@ -78,12 +96,6 @@ class ReducePrinter:
         for r in rs:
             if r.uid in mstate:
                 inner.emit(f"{accs[r.uid]['acc']} = {mstate[r.uid][0]}")
-        for parent, child in reversed(loops):
-            parent.close(child)
-            if pp.warp_specialize and pointer_loads(child):
-                raise AssertionError(f"kernel {self.k.name}: the plan warp-specialises a loop with loads that are "
-                                     "not TMA (plan and printer disagree)")
-        self.finish_pass(rs, loop_axes, scope, accs)
 
     def block_accumulator(self, r: Reduce, info: dict, inner: Scope, scope: Scope) -> None:
         """Declare (before the pass's loops, in ``scope``) the accumulator of ``r`` in the shape of
@@ -120,8 +132,11 @@ class ReducePrinter:
             accs[r.uid] = info
         return accs
 
-    def open_loops(self, rs: list[Reduce], loop_axes: list[str], scope: Scope, pp: PassPlan, accs) -> tuple[Scope, list]:
-        """Open the pass's loops; returns the innermost scope and the (parent, loop) pairs."""
+    def open_loops(self, rs: list[Reduce], loop_axes: list[str], scope: Scope, pp: PassPlan, accs,
+                   rng: tuple[str, str] | None = None, unmasked: bool = False) -> tuple[Scope, list]:
+        """Open the pass's loops; returns the innermost scope and the (parent, loop) pairs.
+        ``rng``: the (start, end) of the one loop (its tiles from the plan's bounds); ``unmasked``:
+        its tiles lie inside the axis, so the axis is bound without its size mask."""
         # the loop's layout keeps only the program axes its values use: contractions carry their
         # own 2-D layouts, so e.g. attention's head axis stays out of the score tiles
         keep: set[str] = set()
@@ -136,6 +151,8 @@ class ReducePrinter:
         for a in loop_axes:
             v = f"{a}0"
             lo, hi = (f"{a}_lo", f"{a}_hi") if self.k.split and self.k.split[0] == a else ("0", self.size(a))
+            if rng is not None:
+                lo, hi = rng
             if pp.warp_specialize:
                 # producer warps issue the loads, consumer warps the MMAs (automatic warp specialisation)
                 head = f"for {v} in tl.range({lo}, {hi}, {self.block(a)}, warp_specialize=True):"
@@ -148,7 +165,8 @@ class ReducePrinter:
             child = inner.open(head, (a,), keep if inner is scope else None)
             loops.append((inner, child))
             inner = child
-            self.bind_axis(inner, a, v, f"  # tile of axis {a}")
+            self.bind_axis(inner, a, v, f"  # tile of axis {a}" + ("" if not unmasked else ", every lane visible"),
+                           masked=not unmasked)
         return inner, loops
 
     def online_maxes(self, rs: list[Reduce], inner: Scope, scope: Scope, pp: PassPlan, accs) -> dict[int, tuple[str, str]]:

@@ -52,6 +52,7 @@ class Scope:
         self.memo: dict[tuple, str] = {}
         self.reduced: dict[int, tuple[str, tuple[str, ...]]] = {}
         self.overrides: dict[int, tuple[str, tuple[str, ...]]] = {}
+        self.assumed: set[int] = set()   # condition node ids that hold on every lane here (and inside)
 
     def emit(self, line: str):
         """Append a line (or a nested scope) at the insertion point."""

@@ -59,8 +59,9 @@ class ValuePrinter:
             self.tensor_ndim[name] = ndim
         return name
 
-    def bind_axis(self, scope: Scope, a: str, start: str | None, comment: str = ""):
-        """Bind axis ``a`` in ``scope``: offsets from ``start`` and a mask unless it divides its block."""
+    def bind_axis(self, scope: Scope, a: str, start: str | None, comment: str = "", masked: bool = True):
+        """Bind axis ``a`` in ``scope``: offsets from ``start`` and a mask unless it divides its block
+        (or ``masked`` is False: the tile is known to lie inside the axis)."""
         p = self.plan(a)
         blk = self.block(a)
         if p.role == "grid" and p.block == 1:
@@ -72,7 +73,7 @@ class ValuePrinter:
         else:
             scope.emit(f"{offs} = {start} + tl.arange(0, {blk}){comment}")
         mask = None
-        if not p.divisible:
+        if not p.divisible and masked:
             mask = f"mask_{a}"
             scope.emit(f"{mask} = {offs} < {self.size(a)}")
         scope.bound[a] = Bind(a, offs, mask, blk, False, start)
@@ -321,6 +322,8 @@ class ValuePrinter:
                 return f"{self.as_float(n.a, a)} / {self.as_float(n.b, b)}", ""
             return f"{a} {OPSYM[n.op]} {b}", ""
         if isinstance(n, Where):
+            if any(n.cond.uid in s.assumed for s in scope.chain()):
+                return self.val(n.a, scope, layout), "its condition holds on every lane of this tile"
             c = self.val(n.cond, scope, layout)
             a = self.val(n.a, scope, layout)
             b = self.val(n.b, scope, layout)

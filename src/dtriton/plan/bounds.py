@@ -1,0 +1,62 @@
+"""Loop bounds from masks: per kernel, which passes loop over only part of their axis.
+
+A pass over one axis ``j`` whose every reduction has the identity outside one condition (the
+causal mask of attention, ``where(j <= i, s, -inf)``; a lower-triangular or banded matrix
+``where(k <= i, A, 0)``; a length per row ``j < lengths[b]``) needs, in each program, only the
+tiles of ``j`` holding a lane where the condition can hold. The facts come from
+:mod:`dtriton.ir.bounds`; this module decides, per pass, whether the kernel uses them:
+
+- every reduction of the pass is guarded by the same condition (``reduction_guard``);
+- the bounds solved from it use only axes the program binds before the loop (grid and whole
+  axes), no reductions, and have integer values;
+- the pass loops over exactly that axis.
+
+Where the condition is exactly the solved conjunction, the tiles whose every lane is in range
+also run in a loop of their own without the condition and without the axis's size mask
+(``LoopBounds.unmasked``). The schedule's ``mask_bounds=False`` turns the whole decision off.
+"""
+
+from __future__ import annotations
+
+from ..ir import Expr, Reduce, axis_bounds, integer_valued, reduction_guard, walk
+from .graph import fused_reduces
+from .kernel import KernelPlan, LoopBounds, PassPlan
+from .passes import top_bound
+
+__all__ = ["plan_bounds"]
+
+
+def plan_bounds(k: KernelPlan, enabled: bool = True) -> dict[tuple[int, ...], LoopBounds]:
+    """The loop bounds of ``k``'s passes (keyed by the pass's reduction ids), for the passes
+    whose reductions a mask condition guards (see the module docstring). Needs the kernel's
+    passes decided; empty when ``enabled`` is False."""
+    if not enabled:
+        return {}
+    by_id = {r.uid: r for r in fused_reduces([st.expr for st in k.stores], k.materialized)}
+    out: dict[tuple[int, ...], LoopBounds] = {}
+    in_top = {i for p in k.passes for i in p.reductions}
+    for p in list(k.passes) + [p for i, p in k.single.items() if i not in in_top]:
+        lb = _pass_bounds(k, p, by_id)
+        if lb is not None:
+            out[p.reductions] = lb
+    return out
+
+
+def _pass_bounds(k: KernelPlan, p: PassPlan, by_id: dict[int, Reduce]) -> LoopBounds | None:
+    if len(p.loop_axes) != 1 or not all(i in by_id for i in p.reductions):
+        return None
+    axis = p.loop_axes[0]
+    conds = [reduction_guard(by_id[i]) for i in p.reductions]
+    if any(c is None for c in conds) or any(c is not conds[0] for c in conds):
+        return None
+    cond = conds[0]
+    bound = top_bound(k) - {axis}
+
+    def usable(t: Expr) -> bool:
+        return (set(t.axes) <= bound and not any(isinstance(n, Reduce) for n in walk([t]))
+                and integer_valued(t, lambda name: name in k.dtypes and not k.dtypes[name].is_floating_point))
+
+    ab = axis_bounds(cond, axis, usable)
+    if ab.empty:
+        return None
+    return LoopBounds(axis, ab.lower, ab.upper, (cond.uid,) if ab.exact else (), ab.exact)
