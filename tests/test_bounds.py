@@ -213,3 +213,17 @@ def test_reverse_tile_order_same_result():
                         tile_order="reverse")
     k, _ = check(causal_attention, (Q, K, V, 0.25), sched)
     assert "reverse launch order" in k.source_for(Q, K, V, 0.25)
+
+
+@dt.algorithm
+def tril_rowmax(A: dt.Tensor["M", "K"]):
+    """Row maxima of the lower triangle: ``max over k of where(k <= i, A, -inf)``."""
+    i, k = dt.axes("i k")
+    return dt.max(dt.where(k <= i, A[i, k], -float("inf")), over=k)[i]
+
+
+@pytest.mark.parametrize("tk", [8, 16])
+def test_masked_row_max(tk):
+    A = randn(21, 37)
+    check(tril_rowmax, (A,), dt.Schedule(tile={"i": 8, "k": tk}),
+          torch_ref=lambda a: torch.where(torch.ones(21, 37, dtype=torch.bool).tril(), a, -math.inf).amax(1))
