@@ -27,9 +27,6 @@ def test_derived_backward_plan_is_no_bigger_than_the_manual_one(plans):
 
 def test_forward_splits_the_long_reduction(plans):
     V, p = plans
-    if V == 2000:
-        pytest.xfail("V=2000: 8 output tiles split 2 (16 programs); the split rule asks >= 8 reduction tiles "
-                     "per program (issue 15: to be decided from bench/diffusion.py --probe on the H200)")
     first = p["forward"][1][0]
     assert first["split"] is not None and first["split"][0] == "v", first
     grid_programs = 1
@@ -52,3 +49,49 @@ def test_bench_diffusion_dry_run(tmp_path):
 def test_bench_diffusion_plans_mode(tmp_path):
     out = run_bench(["bench/diffusion.py", "--plans", "--V", "6000"], tmp_path)
     assert "forward: 3 kernel(s)" in out and "derived backward" in out
+
+
+def test_long_reduction_rule_tiles_split_and_precision():
+    """The projection (sum over v into K x C) gets its own 128x128 tiles (8 warps) on a large mesh,
+    64x64 on a small one, a split filling about a wave, and tf32x3 (its operands read v as rows)."""
+    big = layer_plans(100_000)["forward"][0]
+    assert big.precision == "tf32x3" and big.split["v"] == 128
+    ss = big.stages["sum0"]
+    assert dict(ss.tile) == {"k": 128, "c": 128, "v": 32} and ss.num_warps == 8 and ss.num_stages == 3
+    small = layer_plans(2000)["forward"][0]
+    assert dict(small.stages["sum0"].tile) == {"k": 64, "c": 64, "v": 32} and small.split["v"] == 16
+    for name in ("manual backward", "derived backward"):   # basis^T G: the same pattern, the same rule
+        sched, kernels = layer_plans(20_000)[name]
+        assert sched.precision == "tf32x3" and kernels[0]["split"] == ("v", 128), (name, kernels[0])
+
+
+def test_long_reduction_rule_leaves_user_choices():
+    import dtriton as dt
+    from dtriton.examples.diffusionnet.plans import empty_args, gpu_program
+    from dtriton.library import spatial_diffusion
+    args = empty_args(spatial_diffusion, {"V": 100_000, "K": 128, "C": 128})
+    s, _ = gpu_program(spatial_diffusion, args, dt.Schedule(precision="ieee"))
+    assert s.precision == "ieee"
+    s, _ = gpu_program(spatial_diffusion, args, dt.Schedule(split={"v": 4}))
+    assert s.split["v"] == 4 and "sum0" not in s.stages and s.precision == "auto"
+
+
+@pytest.mark.parametrize("V,K,C", [(1100, 16, 16), (1031, 32, 16)])
+def test_long_reduction_schedule_runs_correctly(V, K, C):
+    """The GPU schedule of the rule, run on the interpreter: against float64, outputs poisoned."""
+    import torch
+    import dtriton as dt
+    from dtriton.examples.diffusionnet.layer import torch_spatial_diffusion
+    from dtriton.examples.diffusionnet.plans import gpu_program
+    from dtriton.library import spatial_diffusion
+    g = torch.Generator().manual_seed(V)
+    args = (torch.randn(V, C, generator=g), torch.randn(V, K, generator=g) / V ** 0.5, torch.rand(V, generator=g) + 0.5,
+            torch.rand(K, generator=g) * 10, torch.rand(C, generator=g))
+    sched, _ = gpu_program(spatial_diffusion, args)
+    assert "sum0" in sched.stages and sched.split["v"] > 1 and sched.precision == "tf32x3", sched
+    out = (torch.full((V, C), float("nan")), torch.full((K, C), float("nan")))
+    got = dt.compile(spatial_diffusion, sched)(*args, out=out)
+    ref = torch_spatial_diffusion(*(a.double() for a in args))
+    err = ((got[0].double() - ref).norm() / ref.norm()).item()
+    assert err < 1e-5, (sched, err)
+    assert torch.isfinite(got[1]).all()

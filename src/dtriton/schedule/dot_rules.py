@@ -28,7 +28,7 @@ def contraction_tiles(d: Draft) -> None:
 def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
     tile, grid, sizes = d.tile, d.grid, d.sizes
     m, n = _dot_axes_of_many(d, name, m, n, r)
-    if _skinny(d, m, n, r):
+    if _skinny(d, m, n, r) or _long_reduction(d, name, m, n, r):
         return
     # fp32 tensor-core tiles for one contraction (a GEMM with its prologue/epilogue); algorithms
     # with several (the diffusion layer) keep the tiles their H200 sweeps chose, which leave the
@@ -153,6 +153,52 @@ def _skinny(d: Draft, m: str, n: str, r: str) -> bool:
         d.num_warps = 8
     if d.num_stages is None:
         d.num_stages = 3
+    return True
+
+
+#: A materialised contraction reducing an axis at least this long into an output of fewer tiles
+#: than half the SMs is a long reduction (:func:`_long_reduction`).
+LONG_REDUCTION = 1024
+
+
+def _long_reduction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
+    """A materialised fp32 contraction that reduces a long axis into a small output (the diffusion
+    layer's projection ``basis^T (x mass)``, 128 x 128 summed over V = 2000 to 10^5 vertices, and
+    its backward's ``basis^T G``): its own output tiles (a stage override, the consumers keep
+    theirs), 128 x 128 with 8 warps where the reduction is long enough to give half a wave of
+    programs each looping over >= 4 tiles of 32, else 64 x 64; the reduction split so the tiles
+    times the split make about a wave (at most 1.5), each program looping over >= 2 tiles; 3 stages. Both operands of such a product
+    usually read the reduced axis as their rows (A^T B of two row-major tensors), which precision
+    "auto" would run as FMA dots ("ieee"); an "auto" precision becomes "tf32x3" (fp32 accuracy on
+    tensor cores; Triton transposes the right operand through registers, as it splits it for
+    tf32x3 anyway). On sm_90 (Triton 3.6, compiled on the CPU) the former 32 x 64 ieee tiles used
+    255 registers with a spill and no tensor cores, 128 x 128 tf32x3 ones run wgmma without spills
+    (bench/diffusion.py --probe measures both). Applies on the GPU, fp32, to a contraction that is
+    not the main output, whose split, tiles, reduced axis' strategy and stage the user left open."""
+    st = d.alg.stages.get(name)
+    main = getattr(d.alg.outputs[0].expr, "name", None)
+    if (not d.gpu or d.half or st is None or st.is_output or name == main or not d.split_ok(r)
+            or d.user.strategy.get(r) or set(d.user.tile) & {m, n, r} or name in d.user.stages
+            or any(t == torch.float64 for t in d.b.dtypes.values()) or d.user.acc_dtype == "float64"):
+        return False
+    sizes = d.sizes
+    if sizes[r] < max(LONG_REDUCTION, 8 * max(sizes[m], sizes[n])) or programs((m, n), sizes, {m: 64, n: 64}) * 2 >= d.sms:
+        return False
+    rt = 32
+    most = sizes[r] // (2 * rt)           # splits leaving each program >= 2 tiles of r
+    big = 128 if most >= d.sms else 64    # 128 x 128 tiles: >= 4 tiles of r each over half a wave
+    tm, tn = d.cap(m, big), d.cap(n, big)
+    want = max(1, (3 * d.sms // 2) // programs((m, n), sizes, {m: tm, n: tn}))
+    split = 1 << (min(want, most).bit_length() - 1)
+    if split < 2:
+        return False
+    ss = d.stages.get(name, StageSchedule())
+    d.stages[name] = ss.replace(tile={**dict(ss.tile), m: tm, n: tn, r: rt}, num_stages=3,
+                                num_warps=8 if tm * tn >= 128 * 128 else 4)
+    d.split[r] = split
+    d.dot_axes |= {m, n, r}
+    if d.precision == "auto" and not _fp32_tensor_cores(d, name):
+        d.precision = "tf32x3"
     return True
 
 

@@ -85,6 +85,7 @@ class Draft:
     num_stages: int | None
     access: str | None
     split_mode: str | None
+    precision: str         # the dot precision of fp32 operands (the user's; a rule may pick one for "auto")
     stages: dict = field(default_factory=dict)
     dot_axes: set = field(default_factory=set)
     col_axes: list = field(default_factory=list)   # column reductions of the main kernel
@@ -104,7 +105,7 @@ class Draft:
             contig=contiguous_axes(alg), tile=dict(user.tile), strategy=dict(user.strategy), group=dict(user.group),
             split=dict(user.split), grid=user.grid, num_warps=user.num_warps if sched is not None else None,
             num_stages=user.num_stages if sched is not None else None, access=user.access,
-            split_mode=user.split_mode)
+            split_mode=user.split_mode, precision=user.precision)
 
     @property
     def sizes(self) -> dict[str, int]:

@@ -8,7 +8,11 @@ Rules (documented so users can predict them):
   (when the two output axes are the last two grid axes: the swizzled pair),
   ``num_warps`` 8 for 128x128 tiles else 4, ``num_stages`` 3 (4 for fp16/bf16). Skinny outputs
   with a long reduction (fewer output tiles than half the GPU's 132 SMs) are split along it
-  (split-K).
+  (split-K). An fp32 contraction that is materialised for a later stage and reduces a long axis
+  (>= 1024, >= 8x its output axes) into a few tiles (the diffusion layer's ``basis^T (x mass)``)
+  gets tiles of its own, 128x128 (8 warps) or 64x64, split over about a wave of programs, and an
+  "auto" precision becomes "tf32x3" (tensor cores where both operands read the reduced axis as
+  rows, which "auto" would run as FMA dots).
 - Row-wise stages (axes both reduced and kept in the output, as in softmax, layer norm, or batch
   norm's (n, h, w)) keep those axes off the grid. The axes a program covers are taken innermost
   first (the axis indexing an input's last dim first): all "whole" (one block covers them, the
@@ -63,7 +67,8 @@ __all__ = ["complete_schedule", "sm_count", "next_pow2", "Draft", "RULES", "DECI
 INTERPRETER_ELEMENTS = 65536
 
 #: The knobs the heuristic fills in; all others are the user's (or their defaults).
-DECIDED = ("tile", "grid", "group", "split", "strategy", "num_warps", "num_stages", "stages", "access", "split_mode")
+DECIDED = ("tile", "grid", "group", "split", "strategy", "num_warps", "num_stages", "stages", "access", "split_mode",
+           "precision")
 
 #: In-program block (elements) up to which the axes a program covers are all "whole": a
 #: 32768-wide fp32 row is 64 registers per thread over 16 warps (4096 on the interpreter).
@@ -447,7 +452,7 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
         rule(d)
     full = d.user.replace(tile=d.tile, grid=tuple(d.grid), group=d.group, split=d.split, strategy=d.strategy,
                           num_warps=d.num_warps, num_stages=d.num_stages, stages=d.stages, access=d.access,
-                          split_mode=d.split_mode)
+                          split_mode=d.split_mode, precision=d.precision)
     # tiles filled above for axes that end up "whole" off every grid would be ignored: drop them
     # (a user's own such tile stays, and validation reports it)
     return full.without_unused_tiles(alg, keep=d.user)
