@@ -59,7 +59,8 @@ heuristic baseline is always measured. The few best candidates and the baseline 
 again, interleaved, before the winner is picked (``result.remeasure_s``). With
 ``isolate=False``, or on a GPU for an algorithm a spawned process cannot import, candidates run
 in this process instead (threads compiling on the GPU; a compile outliving the budget is then
-left to finish on its daemon thread). On the Triton interpreter timings are one wall-clock sample
+left to finish on its daemon thread); ``result.isolated`` is then False and ``result.isolation``
+says why (also a line of :meth:`ExploreResult.summary`). On the Triton interpreter timings are one wall-clock sample
 of Python: they mean nothing, and the result says so.
 
 **Strategies.** "exhaustive" (every point, in order), "random" (uniform without repetition,
