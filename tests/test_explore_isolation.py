@@ -159,11 +159,13 @@ def _spec(args):
     return WorkerSpec(matmul, args, refs, {}, "cpu", True, 1.0, 1.0, "cold", dt.Kernel), b
 
 
-def test_pool_restarts_a_dead_worker(mm_args, monkeypatch):
-    """The pool on its own: a worker killed mid-request is reported and replaced."""
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_pool_restarts_a_dead_worker(mm_args, monkeypatch, method):
+    """The pool on its own: a worker killed mid-request is reported and replaced (spawned: the
+    replacement reads the inputs from the same file, removed when the pool closes)."""
     monkeypatch.setenv("DTRITON_TEST_WORKER_ABORT", "check:7")
     spec, _ = _spec(mm_args)
-    pool = WorkerPool(spec, 2)
+    pool = WorkerPool(spec, 2, start_method=method)
     try:
         res = pool.run([(0, ("check", 7, None, 1e-4)), (1, ("check", 8, None, 1e-4))], 60, None)
         assert res[0]["status"] == "failed" and "SIGABRT" in res[0]["reason"]
@@ -173,9 +175,12 @@ def test_pool_restarts_a_dead_worker(mm_args, monkeypatch):
         assert res[0]["status"] == "ok" and pool.holder(9) == 0
         t = pool.run([(1, ("time", 8, None))], 60, None)[0]
         assert t["median_us"] > 0
+        if method == "spawn":
+            assert spec.tensor_file is not None and os.path.exists(spec.tensor_file)
     finally:
         pool.close()
     assert all(s.proc is None for s in pool.slots)
+    assert spec.tensor_file is None
 
 
 def test_algorithm_reference_for_spawned_workers():
