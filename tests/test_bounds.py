@@ -18,7 +18,7 @@ from dtriton.library import causal_attention
 from dtriton.plan import call_spec, plan_program
 from dtriton.schedule import complete_schedule
 
-from conftest import check, randn
+from conftest import check, randn, run_bench
 
 
 @dt.algorithm
@@ -227,3 +227,9 @@ def test_masked_row_max(tk):
     A = randn(21, 37)
     check(tril_rowmax, (A,), dt.Schedule(tile={"i": 8, "k": tk}),
           torch_ref=lambda a: torch.where(torch.ones(21, 37, dtype=torch.bool).tril(), a, -math.inf).amax(1))
+
+
+def test_attention_bounds_bench_dry_run(tmp_path):
+    out = run_bench(["bench/attention_bounds.py", "--dry-run"], tmp_path)
+    assert "WRONG" not in out and "failed" not in out
+    assert "heavy first" in out and "default, no bounds" in out and "decode" in out
