@@ -41,29 +41,28 @@ import run as suite  # noqa: E402  (graph_time_us, call_time_us, tuned_kernel: o
 import dtriton as dt  # noqa: E402
 from dtriton.examples.diffusionnet.layer import (DiffusionKernels, spatial_diffusion_fn,  # noqa: E402
                                                  torch_spatial_diffusion)
-from dtriton.examples.diffusionnet.plans import format_plans, layer_plans  # noqa: E402
+from dtriton.examples.diffusionnet.plans import format_plans, gpu_program, layer_plans  # noqa: E402
 from dtriton.library import spatial_diffusion  # noqa: E402
 from dtriton.tune.measure import warm_gpu_time  # noqa: E402
 
 HBM_TBPS = 4.8
 ROWS: list[dict] = []
 
-def probes(V: int) -> dict[str, dt.Schedule]:
-    """--probe: fixed schedules whose rows show which knob moves the forward time at this V
-    (row names say what differs from the heuristic): tf32x3 dots; the first contraction (sum0,
-    reduced over v) as whole 128x128 output tiles split over about a wave of programs, each
-    reading its slice of x and basis once; the same with 128x128 tiles for the output GEMM
-    (out0); and 64x64 tiles for sum0 with twice the split (more programs on small meshes)."""
-    split = max(2, min(128, 1 << max(1, (V // 256).bit_length())))
-    sum0 = {"sum0": {"tile": {"k": 128, "c": 128, "v": 32}, "num_warps": 8, "num_stages": 3}}
-    big = dict(precision="tf32x3", split={"v": split}, stages=sum0, num_stages=3)
-    out_tiles = dict(tile={"v": 128, "c": 128, "k": 32}, num_warps=8, grid=("v", "c"))
-    return {"tf32x3": dt.Schedule(precision="tf32x3", num_stages=3),
-            f"tf32x3 sum0 128x128 split {split}": dt.Schedule(**big),
-            f"tf32x3 sum0+out0 128x128 split {split}": dt.Schedule(**big, **out_tiles),
-            f"tf32x3 sum0 64x64 split {split * 2}": dt.Schedule(
-                precision="tf32x3", split={"v": split * 2}, num_stages=3,
-                stages={"sum0": {"tile": {"k": 64, "c": 64, "v": 32}, "num_warps": 4, "num_stages": 3}})}
+def probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
+    """--probe: the heuristic's schedule ``base`` with one change each, so the rows show which
+    knob moves the forward time at this V: the first contraction (sum0, reduced over v) split
+    half or twice as much, in 32 x 64 tiles (below wgmma's 64 rows: mma.sync), and the output GEMM
+    (out0) in 128 x 64 or 64 x 128 tiles with 8 warps. Empty when ``base`` has no sum0 stage."""
+    ss = base.stages.get("sum0")
+    split = base.split.get("v", 1)
+    if ss is None or split < 2:
+        return {}
+    out = {f"sum0 split {split // 2}": base.replace(split={"v": split // 2}),
+           f"sum0 split {split * 2}": base.replace(split={"v": split * 2}),
+           "sum0 32x64": base.replace(stages={**dict(base.stages), "sum0": ss.replace(tile={**dict(ss.tile), "k": 32})})}
+    for v, c in ((128, 64), (64, 128)):
+        out[f"out0 {v}x{c} 8 warps"] = base.replace(tile={**dict(base.tile), "v": v, "c": c}, num_warps=8)
+    return out
 
 
 def inputs(V: int, K: int, C: int, dev: str, seed: int = 0) -> tuple:
@@ -81,18 +80,32 @@ def rel(a: torch.Tensor, r: torch.Tensor) -> float:
     return suite.relerr(a.detach().cpu(), r.detach().cpu())
 
 
-def count_kernels(fn, before=None) -> int | None:
-    """CUDA kernels launched by ``fn()`` (after ``before()``, whose kernels are not counted);
-    None on the CPU."""
+def profile_kernels(fn, before=None, reps: int = 1) -> tuple[int | None, str]:
+    """CUDA kernels launched by one ``fn()`` (after ``before()``, whose kernels are not counted;
+    then ``fn(before())``), and their GPU times: "name µs, ..." per kernel (mean over ``reps``
+    calls, names without the algorithm's prefix). (None, "") on the CPU."""
     if suite.DRY:
-        return None
+        return None, ""
     from torch.profiler import ProfilerActivity, profile   # noqa: PLC0415
-    state = before() if before else None
+    states = [before() if before else None for _ in range(reps)]
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn(state) if before else fn()
+        for st in states:
+            fn(st) if before else fn()
         torch.cuda.synchronize()
-    return sum(1 for e in prof.events() if e.device_type.name == "CUDA" and "Memcpy" not in e.name)
+    times: dict[str, float] = {}
+    count = 0
+    for e in prof.events():
+        if e.device_type.name == "CUDA" and "Memcpy" not in e.name:
+            count += 1
+            short = e.name.replace("spatial_diffusion_", "")[:40]
+            times[short] = times.get(short, 0.0) + e.time_range.elapsed_us() / reps
+    return count // reps, ", ".join(f"{k} {v:.1f}" for k, v in sorted(times.items(), key=lambda kv: -kv[1]))
+
+
+def count_kernels(fn, before=None) -> int | None:
+    """CUDA kernels launched by one ``fn()`` (see :func:`profile_kernels`); None on the CPU."""
+    return profile_kernels(fn, before)[0]
 
 
 def add(V, kind, impl, kernel_us, call_us, err, kernels=None, note=""):
@@ -113,14 +126,17 @@ def forward_rows(V, args, budget, use_compile, probe):
         k, note = suite.tuned_kernel(spatial_diffusion, args, budget, space)
         impls.append(("dtriton explored", k, note))
     if probe:
+        # the GPU's schedule (computed for CUDA in a dry run, so the probes run on the interpreter too)
+        base = gpu_program(spatial_diffusion, args)[0] if suite.DRY else impls[0][1].schedule_for(*args)
         impls += [(f"dtriton {name}", dt.compile(spatial_diffusion, sched), "probe")
-                  for name, sched in probes(V).items()]
+                  for name, sched in probes(base).items()]
     for name, k, note in impls:
         try:
             out, spectral = k(*args)
             sched = k.schedule_for(*args).to_json()
+            nk, per = profile_kernels(lambda: k(*args), reps=10)
             add(V, "forward", name, suite.graph_time_us(lambda: k(*args)), suite.call_time_us(lambda: k(*args)),
-                rel(out, ref), count_kernels(lambda: k(*args)), f"{note}: {sched}")
+                rel(out, ref), nk, f"{note}: {sched}" + (f" — per kernel µs: {per}" if per else ""))
         except Exception as e:  # noqa: BLE001 - one failing row must not hide the others
             traceback.print_exc()
             add(V, "forward", name, None, None, float("nan"), note=f"failed: {type(e).__name__}: {str(e)[:200]}")
@@ -161,8 +177,9 @@ def backward_rows(V, args, use_compile):
                 x, basis, mass, evals, times = args
                 x, times = x.detach().requires_grad_(), times.detach().requires_grad_()
                 return (f(x, basis, mass, evals, times) * w).sum(), x, times
-            nb = count_kernels(lambda st: st[0].backward(), before=fwd_only)
-            add(V, "fwd+bwd", name, kern, suite.call_time_us(step, n=20), err, nb)
+            nb, per = profile_kernels(lambda st: st[0].backward(), before=fwd_only, reps=5)
+            add(V, "fwd+bwd", name, kern, suite.call_time_us(step, n=20), err, nb,
+                f"backward per kernel µs: {per}" if per else "")
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()
             add(V, "fwd+bwd", name, None, None, float("nan"), note=f"failed: {type(e).__name__}: {str(e)[:200]}")
@@ -207,7 +224,7 @@ def main(argv=None):
     dev = "cuda"
     Vs = a.V
     if a.dry_run:
-        suite.DRY, dev, K, C, Vs = True, "cpu", 16, 8, [37, 61]
+        suite.DRY, dev, K, C, Vs = True, "cpu", 16, 8, [37, 1100]
         a.budget = min(a.budget, 2.0)
     use_compile = not (a.no_compile or a.dry_run)
     for V in Vs:

@@ -42,6 +42,7 @@ def test_bench_diffusion_dry_run(tmp_path):
     assert {r["kind"] for r in rows} == {"forward", "fwd+bwd"}
     assert {"dtriton default", "dtriton explored", "eager"} <= {r["impl"] for r in rows if r["kind"] == "forward"}
     assert {"dtriton derived", "dtriton manual", "eager"} <= {r["impl"] for r in rows if r["kind"] == "fwd+bwd"}
+    assert any(r["impl"].startswith("dtriton sum0 split") for r in rows)    # probes of the GPU schedule
     assert all(r["rel_err"] < 1e-5 for r in rows), rows
     assert not [r for r in rows if r["note"].startswith("failed")]
 
@@ -52,17 +53,18 @@ def test_bench_diffusion_plans_mode(tmp_path):
 
 
 def test_long_reduction_rule_tiles_split_and_precision():
-    """The projection (sum over v into K x C) gets its own 128x128 tiles (8 warps) on a large mesh,
-    64x64 on a small one, a split filling about a wave, and tf32x3 (its operands read v as rows)."""
+    """The projection (sum over v into K x C) gets its own 64x64 tiles, a split giving about two
+    waves of programs (fewer on a small mesh: >= 2 tiles of v each), and tf32x3 (its operands
+    read v as rows)."""
     big = layer_plans(100_000)["forward"][0]
-    assert big.precision == "tf32x3" and big.split["v"] == 128
+    assert big.precision == "tf32x3" and big.split["v"] == 64
     ss = big.stages["sum0"]
-    assert dict(ss.tile) == {"k": 128, "c": 128, "v": 32} and ss.num_warps == 8 and ss.num_stages == 3
+    assert dict(ss.tile) == {"k": 64, "c": 64, "v": 32} and ss.num_warps == 4 and ss.num_stages == 3
     small = layer_plans(2000)["forward"][0]
     assert dict(small.stages["sum0"].tile) == {"k": 64, "c": 64, "v": 32} and small.split["v"] == 16
     for name in ("manual backward", "derived backward"):   # basis^T G: the same pattern, the same rule
         sched, kernels = layer_plans(20_000)[name]
-        assert sched.precision == "tf32x3" and kernels[0]["split"] == ("v", 128), (name, kernels[0])
+        assert sched.precision == "tf32x3" and kernels[0]["split"] == ("v", 64), (name, kernels[0])
 
 
 def test_long_reduction_rule_leaves_user_choices():

@@ -164,17 +164,18 @@ LONG_REDUCTION = 1024
 def _long_reduction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
     """A materialised fp32 contraction that reduces a long axis into a small output (the diffusion
     layer's projection ``basis^T (x mass)``, 128 x 128 summed over V = 2000 to 10^5 vertices, and
-    its backward's ``basis^T G``): its own output tiles (a stage override, the consumers keep
-    theirs), 128 x 128 with 8 warps where the reduction is long enough to give half a wave of
-    programs each looping over >= 4 tiles of 32, else 64 x 64; the reduction split so the tiles
-    times the split make about a wave (at most 1.5), each program looping over >= 2 tiles; 3 stages. Both operands of such a product
+    its backward's ``basis^T G``): 64 x 64 output tiles of its own (a stage override; the
+    consumers keep theirs), 4 warps, 3 stages, reduced in tiles of 32, split so about two waves of
+    programs run (each looping over >= 2 tiles of the reduction). Both operands of such a product
     usually read the reduced axis as their rows (A^T B of two row-major tensors), which precision
-    "auto" would run as FMA dots ("ieee"); an "auto" precision becomes "tf32x3" (fp32 accuracy on
-    tensor cores; Triton transposes the right operand through registers, as it splits it for
-    tf32x3 anyway). On sm_90 (Triton 3.6, compiled on the CPU) the former 32 x 64 ieee tiles used
-    255 registers with a spill and no tensor cores, 128 x 128 tf32x3 ones run wgmma without spills
-    (bench/diffusion.py --probe measures both). Applies on the GPU, fp32, to a contraction that is
-    not the main output, whose split, tiles, reduced axis' strategy and stage the user left open."""
+    "auto" runs as FMA dots ("ieee"); an "auto" precision becomes "tf32x3" (fp32 accuracy on tensor
+    cores; Triton moves the right operand through registers, as it does to split it for tf32x3).
+    H200 probes of the layer's forward (bench/results/issue15/diffusion_h200_call4.md, K = C =
+    128): with 64 x 64 tiles split 16 at V=2000 18.2 us, split 64 at V=6000 23.8 us, against 32.0
+    and 31.1 us for the former 32 x 64 FMA tiles split 2 and 8; 128 x 128 tiles over a wave were
+    slower at every V (47.9, 41.9, 46.9, 180 us); split 256 (1024 programs) slower than 256
+    programs at V >= 20000. Applies on the GPU, fp32, to a contraction that is not the main
+    output, whose split, tiles, reduced axis' strategy and stage the user left open."""
     st = d.alg.stages.get(name)
     main = getattr(d.alg.outputs[0].expr, "name", None)
     if (not d.gpu or d.half or st is None or st.is_output or name == main or not d.split_ok(r)
@@ -185,16 +186,14 @@ def _long_reduction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
     if sizes[r] < max(LONG_REDUCTION, 8 * max(sizes[m], sizes[n])) or programs((m, n), sizes, {m: 64, n: 64}) * 2 >= d.sms:
         return False
     rt = 32
+    tm, tn = d.cap(m, 64), d.cap(n, 64)
     most = sizes[r] // (2 * rt)           # splits leaving each program >= 2 tiles of r
-    big = 128 if most >= d.sms else 64    # 128 x 128 tiles: >= 4 tiles of r each over half a wave
-    tm, tn = d.cap(m, big), d.cap(n, big)
-    want = max(1, (3 * d.sms // 2) // programs((m, n), sizes, {m: tm, n: tn}))
+    want = max(1, 2 * d.sms // programs((m, n), sizes, {m: tm, n: tn}))
     split = 1 << (min(want, most).bit_length() - 1)
     if split < 2:
         return False
     ss = d.stages.get(name, StageSchedule())
-    d.stages[name] = ss.replace(tile={**dict(ss.tile), m: tm, n: tn, r: rt}, num_stages=3,
-                                num_warps=8 if tm * tn >= 128 * 128 else 4)
+    d.stages[name] = ss.replace(tile={**dict(ss.tile), m: tm, n: tn, r: rt}, num_stages=3, num_warps=4)
     d.split[r] = split
     d.dot_axes |= {m, n, r}
     if d.precision == "auto" and not _fp32_tensor_cores(d, name):

@@ -10,7 +10,7 @@ Rules (documented so users can predict them):
   with a long reduction (fewer output tiles than half the GPU's 132 SMs) are split along it
   (split-K). An fp32 contraction that is materialised for a later stage and reduces a long axis
   (>= 1024, >= 8x its output axes) into a few tiles (the diffusion layer's ``basis^T (x mass)``)
-  gets tiles of its own, 128x128 (8 warps) or 64x64, split over about a wave of programs, and an
+  gets 64x64 tiles of its own, split so about two waves of programs run, and an
   "auto" precision becomes "tf32x3" (tensor cores where both operands read the reduced axis as
   rows, which "auto" would run as FMA dots).
 - Row-wise stages (axes both reduced and kept in the output, as in softmax, layer norm, or batch
