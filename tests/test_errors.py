@@ -251,8 +251,8 @@ def test_torch_and_math_functions_on_expressions_point_to_dt_functions():
             return math.exp(X[i, j])
 
 
-def test_shifted_index_is_named_as_unsupported():
-    with pytest.raises(dt.AlgorithmError, match=r"axis 'j' appears only inside an index expression .*not supported"):
+def test_axis_used_only_in_a_shifted_index_needs_a_size():
+    with pytest.raises(dt.AlgorithmError, match=r"axis 'j' appears only inside an index expression .*dt.axes\('j:N'\)"):
         @dt.algorithm
         def f(X: dt.Tensor["M", "N"]):
             i, j = dt.axes("i j")

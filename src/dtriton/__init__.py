@@ -14,8 +14,8 @@ interpreter on a machine without one).
     kernel = dt.compile(matmul, dt.Schedule(tile={"i": 64, "j": 64, "k": 32}, grid=("i", "j")))
 """
 
-from .errors import (AlgorithmError, CompileError, DTritonError, ResourceError, ScheduleError, ScheduleWarning,
-                     ShapeError, UnknownFieldError)
+from .errors import (AlgorithmError, CompileError, DTritonError, IndexRangeError, ResourceError, ScheduleError,
+                     ScheduleWarning, ShapeError, UnknownFieldError)
 from .ir import Algorithm, Axis
 from . import dsl
 from .dsl import *  # noqa: F401,F403 - every builder in dsl.__all__ (a new builder needs no edit here)
@@ -29,7 +29,7 @@ from .api import compile, compile_autograd
 __version__ = "0.1.0"
 
 __all__ = [
-    "AlgorithmError", "CompileError", "DTritonError", "ResourceError", "ScheduleError", "ScheduleWarning",
+    "AlgorithmError", "CompileError", "DTritonError", "IndexRangeError", "ResourceError", "ScheduleError", "ScheduleWarning",
     "ShapeError", "UnknownFieldError",
     *dsl.__all__,
     "FrozenMap", "Schedule", "StageSchedule", "Kernel", "compile",

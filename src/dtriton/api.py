@@ -15,7 +15,8 @@ from .tune.tuned import TunedKernel
 __all__ = ["compile", "compile_autograd"]
 
 
-def compile(alg: Algorithm, schedule: Schedule | str | None = None) -> Kernel | TunedKernel:  # noqa: A001
+def compile(alg: Algorithm, schedule: Schedule | str | None = None, *,  # noqa: A001
+            check_indices: bool | None = None) -> Kernel | TunedKernel:
     """Compile an algorithm under a schedule.
 
     Args:
@@ -23,6 +24,11 @@ def compile(alg: Algorithm, schedule: Schedule | str | None = None) -> Kernel | 
         schedule: a :class:`Schedule` (fields left unset are filled per call shape by the
             heuristic), ``None`` for the heuristic alone, or ``"tuned"`` for the best schedule in
             the tuning database for each call's shapes (falling back to the heuristic).
+        check_indices: check, before each launch, that every computed or gathered index the
+            sizes alone do not prove inside its dim is inside it on the call's data (an
+            :class:`~dtriton.IndexRangeError` otherwise). The interpreter always checks; on the
+            GPU it costs a host synchronisation and the fast launch path, so it is off unless
+            this is True or ``DTRITON_CHECK_INDICES=1``. The kernel itself is the same.
 
     Returns a :class:`~dtriton.Kernel` (a :class:`~dtriton.tune.tuned.TunedKernel` for
     ``"tuned"``); nothing is compiled until the first call (compilation is cached per
@@ -34,8 +40,11 @@ def compile(alg: Algorithm, schedule: Schedule | str | None = None) -> Kernel | 
     if isinstance(schedule, str):
         if schedule != "tuned":
             raise TypeError(f"schedule must be a dt.Schedule, None or 'tuned', got {schedule!r}")
+        if check_indices is not None:
+            raise TypeError("check_indices applies to dt.compile(alg, schedule); a tuned kernel reads "
+                            "DTRITON_CHECK_INDICES=1 instead")
         return TunedKernel(alg)
-    return Kernel(alg, schedule)
+    return Kernel(alg, schedule, check_indices)
 
 
 def compile_autograd(alg: Algorithm, schedule: Schedule | str | None = None, **kw) -> DifferentiableKernel:

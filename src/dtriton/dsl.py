@@ -24,23 +24,40 @@ from typing import Callable
 import torch
 
 from .errors import AlgorithmError
-from .ir import (Algorithm, Axis, Binary, Cast, Combiner, Expr, Reduce, TensorAnnotation, Unary, Where, as_expr,
-                 get_combiner)
+from .ir import (Algorithm, Axis, Binary, Cast, Combiner, Expr, InputTensor, Reduce, TensorAnnotation, Unary, Where,
+                 as_expr, get_combiner)
 
 __all__ = [
     "Axis", "axes", "Tensor", "Expr", "algorithm", "Algorithm",
     "sum", "max", "min", "mean", "prod", "argmax", "argmin", "where", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid",
-    "abs", "maximum", "minimum", "cast", "reduce",
+    "abs", "maximum", "minimum", "cast", "reduce", "pad",
 ]
 
 
 def axes(names: str) -> tuple[Axis, ...]:
     """``i, j, k = dt.axes("i j k")``: make named axes. Names are separated by spaces or commas;
-    the result is always a tuple, so ``i, = dt.axes("i")`` works."""
+    the result is always a tuple, so ``i, = dt.axes("i")`` works. An axis takes the size of the
+    dims it indexes; ``"d:N"`` gives it the size symbol ``N`` explicitly, for an axis used only
+    inside index expressions (``X[i, d + half]``). Raises :class:`AlgorithmError` for a name that
+    is not an identifier."""
     parts = [p for p in names.replace(",", " ").split() if p]
     if not parts:
         raise AlgorithmError("dt.axes() needs at least one name, e.g. dt.axes('i j k')")
-    return tuple(Axis(p) for p in parts)
+    out = []
+    for p in parts:
+        name, _, size = p.partition(":")
+        out.append(Axis(name, size or None))
+    return tuple(out)
+
+
+def pad(x, value: float):
+    """``dt.pad(X, value)[i, j + 1]``: tensor ``X`` read with ``value`` wherever an index falls
+    outside its dims (the same as ``X.pad(value)``). Raises :class:`AlgorithmError` when ``X`` is
+    not a tensor argument or ``value`` not a Python number."""
+    if not isinstance(x, InputTensor):
+        raise AlgorithmError(f"dt.pad pads a tensor argument of the algorithm, got {type(x).__name__}; pad the "
+                             f"tensor before indexing it: dt.pad(X, 0.0)[i, j + 1]")
+    return x.pad(value)
 
 
 class _TensorFactory:

@@ -21,6 +21,15 @@ class ShapeError(DTritonError, ValueError):
     inconsistent symbolic sizes, unsupported dtypes, or tensors on different devices."""
 
 
+class IndexRangeError(ShapeError, IndexError):
+    """An index reads outside a dimension of a tensor: ``X[i, j + 1]`` on the last column, a gather
+    index out of range. The message names the tensor, the dim, the index expression and the values
+    it takes, and how to fix it (pad the tensor, guard the read with ``dt.where``, or change the
+    sizes). Raised before anything runs when the sizes prove it, else when the call is checked
+    (always on the interpreter and in the reference; on the GPU with ``check_indices=True``). An
+    :class:`IndexError` too, as torch's own indexing error is."""
+
+
 class ScheduleError(DTritonError, ValueError):
     """The schedule is illegal for the algorithm: unknown axis or stage, tile that is not a power
     of two, split of a non-reduction axis, an output axis neither on the grid nor tiled, or an

@@ -2,18 +2,20 @@
 eager reference evaluator.
 
 Layering inside the package (each module imports only those before it): ``combiners`` (reduction
-kinds as data) <- ``expr`` (nodes, ``fmt``) <- ``walk`` (the graph walks) <- ``reference``
-(``Binding``, dtype rules, the evaluator), ``bounds`` (the ranges of an axis a mask leaves) <- ``algorithm`` (tracing, CSE, stage names) <- ``analysis``
+kinds as data) <- ``expr`` (nodes, ``fmt``) <- ``walk`` (the graph walks) <- ``intervals`` (integer ranges of
+index expressions, which reads may fall outside a dim) <- ``reference`` (``Binding``, dtype rules, the evaluator),
+``bounds`` (the ranges of an axis a mask leaves) <- ``algorithm`` (tracing, CSE, stage names) <- ``analysis``
 (contractions, online candidates, split legality, stage grids).
 The user-facing builders (``dt.sum``, ``dt.exp``, ...) live in :mod:`dtriton.dsl`.
 """
 
 from .combiners import COMBINERS, Combiner, get as get_combiner, register as register_combiner
-from .expr import (BINARY_OPS, COMPARE_OPS, UNARY_OPS, Axis, Binary, Cast, Const, Expr, InputTensor, Load, Output,
-                   Reduce, ScalarParam, Unary, Where, as_expr, fmt)
+from .expr import (BINARY_OPS, COMPARE_OPS, INT_OPS, UNARY_OPS, Axis, Binary, Cast, Const, Expr, InputTensor, Load,
+                   Output, PaddedTensor, Reduce, ScalarParam, Unary, Where, as_expr, fmt)
 from .walk import contains, expr_axes, float_inputs, mul_factors, reduces_in, topo_order, walk
 from .bounds import AxisBounds, axis_bounds, guard, integer_valued, reduction_guard
-from .reference import (FLOAT_DTYPES, INDEX_DTYPES, Binding, compute_dtype, evaluate, is_index, kernel_f64,
+from .intervals import Interval, Read, analyse_reads, int_magnitude, interval, kernel_reads, never_negative
+from .reference import (FLOAT_DTYPES, INDEX_DTYPES, Binding, check_reads, compute_dtype, evaluate, is_index, kernel_f64,
                         output_dtype, result_dtype, unit_dim)
 from .algorithm import Algorithm, Stage, TensorAnnotation, cse
 from .analysis import (can_split, contractions, grid_candidates, is_sum, online_candidate, reads_unit_stride,
@@ -27,6 +29,8 @@ __all__ = [
     "Output", "Reduce", "ScalarParam", "Unary", "Where", "as_expr", "fmt",
     "AxisBounds", "axis_bounds", "guard", "integer_valued", "reduction_guard",
     "contains", "expr_axes", "float_inputs", "mul_factors", "reduces_in", "topo_order", "walk",
+    "Interval", "Read", "analyse_reads", "int_magnitude", "interval", "kernel_reads", "never_negative", "check_reads",
+    "INT_OPS", "PaddedTensor",
     "FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "compute_dtype", "evaluate", "is_index", "kernel_f64",
     "output_dtype", "result_dtype",
     "Algorithm", "Stage", "TensorAnnotation", "cse",

@@ -95,6 +95,13 @@ def _axis_sizes(nodes: Sequence[Expr]) -> dict[str, str]:
     axis_size: dict[str, str] = {}
     origin: dict[str, str] = {}
     for n in nodes:
+        if isinstance(n, Axis) and n.size is not None:
+            if axis_size.get(n.name, n.size) != n.size:
+                raise AlgorithmError(f"axis {n.name!r} is declared with sizes {axis_size[n.name]!r} and {n.size!r}; "
+                                     "give it one size")
+            axis_size[n.name] = n.size
+            origin[n.name] = f"its declaration {n.name}:{n.size}"
+    for n in nodes:
         if isinstance(n, Load):
             for d, e in zip(n.tensor.dims, n.index):
                 if isinstance(e, Axis):
@@ -115,8 +122,8 @@ def _check_sized(axis_names: Sequence[str], axis_size: dict[str, str], nodes: Se
             if inside:
                 raise AlgorithmError(
                     f"axis {a!r} appears only inside an index expression ({fmt(inside[0])}), so its size is "
-                    "unknown; shifted or computed indices such as X[i, j + 1] are not supported, index a dim "
-                    "with the bare axis (gathers through an integer tensor, X[i, labels[i]], are)")
+                    f"unknown; give it a size name, dt.axes('{a}:N') (N a dim of an input), or index a dim "
+                    f"with the bare axis somewhere")
             raise AlgorithmError(
                 f"axis {a!r} never indexes an input dim, so its size is unknown; use it to index a tensor")
 
@@ -237,6 +244,11 @@ class Algorithm:
             all_axes.extend(o.layout)
         self.axis_names = tuple(dict.fromkeys(all_axes))
         _check_sized(self.axis_names, axis_size, nodes)
+        dims = {d for p in self.params if isinstance(p, InputTensor) for d in p.dims}
+        for a, sym in axis_size.items():
+            if sym not in dims:
+                raise AlgorithmError(f"axis {a!r} is declared with size {sym!r}, which no tensor argument of {self.name} "
+                                     f"has (their dims: {sorted(dims)}); use one of those names")
         self.axis_size = axis_size
         self.stages = _name_stages(nodes, self.outputs)
         self.reduction_axes = tuple(dict.fromkeys(a for n in nodes if isinstance(n, Reduce) for a in n.over))
@@ -262,6 +274,10 @@ class Algorithm:
             d.extend(_node_fields(n))
             if isinstance(n, Load):
                 d.append(n.tensor.name)
+                if n.pad is not None:
+                    d.append(f"pad={n.pad!r}")
+            if isinstance(n, Axis) and n.size is not None:
+                d.append(f"size={n.size}")
             d.append(",".join(str(ids[c.uid]) for c in n.children()))
             parts.append("|".join(d))
         for o in self.outputs:

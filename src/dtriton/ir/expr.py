@@ -19,11 +19,14 @@ from ..errors import AlgorithmError
 from .combiners import Combiner, get as get_combiner
 
 __all__ = ["Expr", "Const", "Axis", "ScalarParam", "Load", "Unary", "Binary", "Where", "Cast", "Reduce",
-           "Output", "InputTensor", "as_expr", "fmt", "UNARY_OPS", "BINARY_OPS", "COMPARE_OPS"]
+           "Output", "InputTensor", "PaddedTensor", "as_expr", "fmt", "UNARY_OPS", "BINARY_OPS", "COMPARE_OPS", "INT_OPS"]
 
 UNARY_OPS = ("neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "not")
-BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum",
+BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "mod", "maximum", "minimum",
               "lt", "le", "gt", "ge", "eq", "ne", "and", "or")
+#: integer operations with Python's (and torch's) rounding: ``a // b`` rounds toward -inf, ``a % b``
+#: takes the sign of ``b``; defined on integer values only (axes, integer literals and arguments)
+INT_OPS = ("floordiv", "mod")
 COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne", "and", "or")
 
 
@@ -102,11 +105,10 @@ class Expr:
     def __or__(self, o): return Binary("or", self, as_expr(o))
     def __invert__(self): return Unary("not", self)
 
-    def __floordiv__(self, o):
-        raise AlgorithmError("integer division (//) is not supported on expressions; use / and dt.cast, "
-                             "or compute the index outside the algorithm")
-
-    __rfloordiv__ = __floordiv__
+    def __floordiv__(self, o): return Binary("floordiv", self, as_expr(o))
+    def __rfloordiv__(self, o): return Binary("floordiv", as_expr(o), self)
+    def __mod__(self, o): return Binary("mod", self, as_expr(o))
+    def __rmod__(self, o): return Binary("mod", as_expr(o), self)
 
     def __float__(self):
         raise AlgorithmError("a dtriton expression is not a Python number: use dt.exp, dt.log, dt.sqrt, dt.tanh, "
@@ -201,18 +203,24 @@ class Const(Expr):
 
 class Axis(Expr):
     """A named index axis. Used to index tensors (``A[i, k]``), as the ``over=`` of reductions,
-    to fix output layouts, and as a number (its index value, e.g. ``dt.where(j <= i, s, -inf)``)."""
-    __slots__ = ("name",)
+    to fix output layouts, and as a number (its index value, an integer, e.g. ``dt.where(j <= i, s,
+    -inf)`` or ``X[i, j + 1]``). ``size``: the size symbol it ranges over when given explicitly
+    (``dt.axes("i d:N")``), for an axis used only inside index expressions; else it takes the size
+    of the dims it indexes."""
+    __slots__ = ("name", "size")
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, size: str | None = None):
         if not name.isidentifier():
             raise AlgorithmError(f"axis name {name!r} is not a Python identifier")
+        if size is not None and not size.isidentifier():
+            raise AlgorithmError(f"axis {name!r}: its size {size!r} is not a size name such as 'N'")
         super().__init__((name,))
         self.name = name
+        self.size = size
 
     def rebuild(self, children=()):
         _no_children(self, children)
-        return Axis(self.name)
+        return Axis(self.name, self.size)
 
     def signature(self):
         return (self.name,)
@@ -240,16 +248,21 @@ class ScalarParam(Expr):
 
 class Load(Expr):
     """Element access ``T[idx0, idx1, ...]`` of an input tensor (or of a materialised stage).
-    Each index is an :class:`Axis` or an integer-valued expression (a gather, e.g. ``X[i, labels[i]]``)."""
-    __slots__ = ("tensor", "index")
+    Each index is an :class:`Axis` or an integer-valued expression: arithmetic of axes and integer
+    scalars (``X[i, j + 1]``, ``X[h * s + r - p]``, ``X[h // G]``) or a gather (``X[i, labels[i]]``).
 
-    def __init__(self, tensor: "InputTensor", index: tuple[Expr, ...]):
+    ``pad``: None, or the value read where an index falls outside its dim (``X.pad(0.0)[i, j + 1]``);
+    without it, reading outside is an error (:class:`~dtriton.errors.IndexRangeError`)."""
+    __slots__ = ("tensor", "index", "pad")
+
+    def __init__(self, tensor: "InputTensor", index: tuple[Expr, ...], pad: float | None = None):
         ax: list[str] = []
         for e in index:
             ax.extend(e.axes)
         super().__init__(ax)
         self.tensor = tensor
         self.index = index
+        self.pad = pad
 
     def children(self):
         return self.index
@@ -257,10 +270,10 @@ class Load(Expr):
     def rebuild(self, children):
         if len(children) != len(self.index):
             raise ValueError(f"a load of {self.tensor.name} takes {len(self.index)} indices, got {len(children)}")
-        return Load(self.tensor, tuple(children))
+        return Load(self.tensor, tuple(children), self.pad)
 
     def signature(self):
-        return (id(self.tensor),)
+        return (id(self.tensor),) if self.pad is None else (id(self.tensor), repr(self.pad))
 
     def is_plain(self) -> bool:
         """True when every index is a bare axis, each distinct (no gather, no diagonal)."""
@@ -412,7 +425,8 @@ def _through_expr(name: str):
 # arithmetic, comparisons and the guards of Expr (truth value, float(), //) on an indexed stage
 for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
               "__pow__", "__rpow__", "__neg__", "__pos__", "__abs__", "__lt__", "__le__", "__gt__", "__ge__", "__eq__", "__ne__",
-              "__and__", "__or__", "__invert__", "__floordiv__", "__rfloordiv__", "__float__", "__bool__"):
+              "__and__", "__or__", "__invert__", "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__float__",
+              "__bool__"):
     setattr(Output, _name, _through_expr(_name))
 Output.__hash__ = object.__hash__   # identity, as before (== builds a comparison node)
 Output.__torch_function__ = Expr.__dict__["__torch_function__"]
@@ -426,6 +440,10 @@ class InputTensor:
         self.name, self.dims, self.position = name, dims, position
 
     def __getitem__(self, idx) -> Load:
+        return self.load(idx, None)
+
+    def load(self, idx, pad: float | None) -> Load:
+        """The :class:`Load` ``self[idx]`` (``pad``: the value read outside the dims, or None)."""
         idx = idx if isinstance(idx, tuple) else (idx,)
         if len(idx) != len(self.dims):
             raise AlgorithmError(
@@ -434,17 +452,43 @@ class InputTensor:
         for d, e in zip(self.dims, idx):
             if isinstance(e, InputTensor):
                 raise AlgorithmError(f"index {e.name} of {self.name} needs its own indices, e.g. {e.name}[i]")
+            if isinstance(e, float) or (isinstance(e, Const) and not e.integer):
+                raise AlgorithmError(f"index {e!r} of dim {d!r} of {self.name} is a float; indices are integers "
+                                     f"(axes, integer literals and arguments, and their + - * // %)")
             index.append(as_expr(e) if not isinstance(e, Axis) else e)
-        return Load(self, tuple(index))
+        return Load(self, tuple(index), pad)
+
+    def pad(self, value: float) -> "PaddedTensor":
+        """``X.pad(value)[i, j + 1]``: a view of this tensor that reads ``value`` wherever an index
+        falls outside its dim (a zero-padded convolution, a shifted difference). ``value`` is a
+        Python number (``0.0``, ``float('-inf')`` for max pooling)."""
+        return PaddedTensor(self, value)
 
     def __repr__(self):
         return f"{self.name}[{', '.join(self.dims)}]"
 
 
+class PaddedTensor:
+    """A tensor read with a padding value outside its dims (``X.pad(0.0)``); index it like the
+    tensor. Raises :class:`AlgorithmError` for a padding value that is not a Python number."""
+
+    def __init__(self, tensor: InputTensor, value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise AlgorithmError(f"{tensor.name}.pad(value): the padding value must be a Python number such as "
+                                 f"0.0 or float('-inf'), got {value!r}")
+        self.tensor, self.value = tensor, float(value)
+
+    def __getitem__(self, idx) -> Load:
+        return self.tensor.load(idx, self.value)
+
+    def __repr__(self):
+        return f"{self.tensor.name}.pad({self.value!r})"
+
+
 # ----------------------------------------------------------------------------------------------
 # readable text
 # ----------------------------------------------------------------------------------------------
-_SYM = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+_SYM = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
         "eq": "==", "ne": "!=", "and": "&", "or": "|"}
 
 
@@ -465,7 +509,8 @@ def fmt(n: Expr, depth: int = 0, names: dict | None = None, limit: int | None = 
     if isinstance(n, (Axis, ScalarParam)):
         return n.name
     if isinstance(n, Load):
-        return f"{n.tensor.name}[{', '.join(fmt(e, d, names, limit) for e in n.index)}]"
+        pad = "" if n.pad is None else f".pad({_fmt_const(n.pad)})"
+        return f"{n.tensor.name}{pad}[{', '.join(fmt(e, d, names, limit) for e in n.index)}]"
     if isinstance(n, Unary):
         return f"-{fmt(n.x, d, names, limit)}" if n.op == "neg" else f"{n.op}({fmt(n.x, d, names, limit)})"
     if isinstance(n, Binary):

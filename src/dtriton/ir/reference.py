@@ -14,11 +14,12 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from ..errors import ShapeError
-from .expr import Axis, Binary, Cast, COMPARE_OPS, Const, Expr, Load, Reduce, ScalarParam, Unary, Where, fmt
+from ..errors import IndexRangeError, ShapeError
+from .expr import Axis, Binary, Cast, COMPARE_OPS, Const, Expr, INT_OPS, Load, Reduce, ScalarParam, Unary, Where, fmt
+from .intervals import Read, analyse_reads
 from .walk import mul_factors, topo_order
 
-__all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "is_index", "output_dtype", "result_dtype", "kernel_f64", "compute_dtype", "evaluate"]
+__all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "check_reads", "is_index", "output_dtype", "result_dtype", "kernel_f64", "compute_dtype", "evaluate"]
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INDEX_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
@@ -123,6 +124,8 @@ def integer_valued(n: Expr, dtypes: dict[str, torch.dtype]) -> bool:
         return True
     if isinstance(n, Const):
         return n.value.is_integer()
+    if isinstance(n, ScalarParam):
+        return n.pytype is int
     if isinstance(n, Load):
         return not dtypes[n.tensor.name].is_floating_point
     if isinstance(n, Reduce):
@@ -132,7 +135,8 @@ def integer_valued(n: Expr, dtypes: dict[str, torch.dtype]) -> bool:
     if isinstance(n, Unary):
         return n.op in ("neg", "abs") and integer_valued(n.x, dtypes)
     if isinstance(n, Binary):
-        return n.op in ("add", "sub", "mul", "maximum", "minimum") and all(integer_valued(c, dtypes) for c in (n.a, n.b))
+        return n.op in ("add", "sub", "mul", "maximum", "minimum", *INT_OPS) and \
+            all(integer_valued(c, dtypes) for c in (n.a, n.b))
     if isinstance(n, Where):
         return integer_valued(n.a, dtypes) and integer_valued(n.b, dtypes)
     return False
@@ -145,6 +149,11 @@ def check_computed_indices(alg, sizes: dict[str, int], axis_sizes: dict[str, int
     that is not integer-valued (``X[i, dt.argmax(...)[i] * 0.5]``), and an arg-reduction used
     directly as the index of a dim shorter than the axis it ranges over (it could read outside)."""
     for n in alg.nodes:
+        if isinstance(n, Binary) and n.op in INT_OPS and not all(integer_valued(c, dtypes) for c in (n.a, n.b)):
+            sym = "//" if n.op == "floordiv" else "%"
+            raise ShapeError(f"{fmt(n)}: {sym} is integer arithmetic (indices such as h // G, i % W); both operands "
+                             f"must be integers (axes, integer literals, int arguments, integer tensors); convert "
+                             f"with dt.cast(..., torch.int64), or use / for a float division")
         if isinstance(n, Reduce) and n.combiner.results == 2 and axis_sizes[n.over[0]] == 0:
             raise ShapeError(f"stage {n.name!r} ({n.combiner.name}) reduces axis {n.over[0]!r} of size 0: an "
                              f"arg-reduction of an empty axis has no index (torch raises too); give it at least one element")
@@ -218,6 +227,8 @@ class Binding:
     device: torch.device
     #: input tensor name -> index of its dim of stride 1 (the last one of size > 1), -1 when none
     unit_dims: dict[str, int] = field(default_factory=dict)
+    #: the computed indices of the call (see :func:`~dtriton.ir.intervals.analyse_reads`)
+    reads: list = field(default_factory=list)
 
     @staticmethod
     def make(alg, args: Sequence[Any]) -> "Binding":
@@ -254,7 +265,53 @@ class Binding:
         axis_sizes = {ax: sizes[sym] for ax, sym in alg.axis_size.items()}
         check_computed_indices(alg, sizes, axis_sizes, dtypes)
         out_dtypes = [output_dtype(o.expr, dtypes) for o in alg.outputs]
-        return Binding(sizes, axis_sizes, dtypes, out_dtypes, device or torch.device("cpu"), unit)
+        reads: list[Read] = []
+        if any(isinstance(n, Load) and not all(isinstance(e, Axis) for e in n.index) for n in alg.nodes):
+            ints = {p.name: int(a) for p, a in zip(alg.params, args) if isinstance(p, ScalarParam) and p.pytype is int}
+            reads = analyse_reads([o.expr for o in alg.outputs], axis_sizes, sizes, ints)
+            for r in reads:
+                if r.verdict == "outside" and r.load.pad is None:
+                    raise IndexRangeError(outside_message(r, f"takes the values {r.span.lo}..{r.span.hi}"))
+        return Binding(sizes, axis_sizes, dtypes, out_dtypes, device or torch.device("cpu"), unit, reads)
+
+
+def outside_message(r: Read, how: str) -> str:
+    """The message of an :class:`IndexRangeError` for read ``r`` whose index ``how`` (e.g. "takes
+    the values -1..6") reaches outside its dim: the tensor, the dim, the index and the fixes."""
+    t, d = r.load.tensor, r.dim
+    return (f"{fmt(r.load, limit=None)} reads outside dim {d} of {t.name} ({t.dims[d]} = {r.size}, indices "
+            f"0..{r.size - 1}): the index {fmt(r.expr, limit=None)} {how}. Pad the tensor to read a value there "
+            f"({t.name}.pad(0.0)[...] or dt.pad({t.name}, 0.0)[...]), guard the read so it happens only where the "
+            f"index is inside (dt.where(cond, {t.name}[...], other)), or change the sizes")
+
+
+def check_reads(alg, b: "Binding", args: Sequence[Any], ev: "_Evaluator | None" = None) -> None:
+    """Check, on the call's data, the computed indices the sizes alone do not prove inside their dims
+    (a gather, an arg-reduction, a guard on data): each index is evaluated where its branch
+    conditions hold. The reference evaluator always runs this; kernels on the interpreter too, and
+    on the GPU with ``check_indices=True`` (it synchronises with the device).
+
+    Raises:
+        IndexRangeError: naming the tensor, the dim, the index, the first value outside and where.
+    """
+    todo = [r for r in b.reads if r.verdict == "unknown" and r.load.pad is None]
+    if not todo:
+        return
+    ev = ev or _Evaluator(alg, b, args)
+    for r in todo:
+        for ctx in r.guards:
+            vals = [ev(r.expr)] + [ev(c) for c, _ in ctx]
+            ax = tuple(dict.fromkeys(a for v in vals for a in v.axes))
+            idx = _align(vals[0], ax).long()
+            bad = (idx < 0) | (idx >= r.size)
+            for (_, pos), v in zip(ctx, vals[1:]):
+                c = _align(v, ax).bool()
+                bad = bad & (c if pos else ~c)
+            if bool(bad.any()):
+                at = [int(x) for x in torch.nonzero(bad)[0]] if bad.dim() else []
+                where = ", ".join(f"{a} = {x}" for a, x in zip(ax, at) if bad.shape[ax.index(a)] > 1)
+                value = int(idx.expand_as(bad)[tuple(at)]) if at else int(idx)
+                raise IndexRangeError(outside_message(r, f"is {value}" + (f" at {where}" if where else "")))
 
 
 def unit_dim(t: torch.Tensor) -> int:
@@ -285,6 +342,7 @@ def _align(v: _Val, axes: tuple[str, ...]) -> torch.Tensor:
 _UNARY = {"neg": torch.neg, "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
           "tanh": torch.tanh, "sigmoid": torch.sigmoid, "abs": torch.abs}
 _BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+           "floordiv": lambda a, b: torch.div(a, b, rounding_mode="floor"), "mod": torch.remainder,
            "maximum": torch.maximum, "minimum": torch.minimum, "lt": torch.lt, "le": torch.le,
            "gt": torch.gt, "ge": torch.ge, "eq": torch.eq, "ne": torch.ne}
 
@@ -312,13 +370,17 @@ class _Evaluator:
         return t if t.dtype.is_floating_point else t.to(self.cdt)
 
     def ev_Const(self, n: Const) -> _Val:
+        if n.integer and n.value.is_integer():
+            return _Val(torch.tensor(int(n.value), dtype=torch.int64, device=self.dev), ())
         return _Val(torch.tensor(n.value, dtype=self.cdt, device=self.dev), ())
 
     def ev_ScalarParam(self, n: ScalarParam) -> _Val:
+        if n.pytype is int:
+            return _Val(torch.tensor(int(self.argmap[n.name]), dtype=torch.int64, device=self.dev), ())
         return _Val(torch.tensor(float(self.argmap[n.name]), dtype=self.cdt, device=self.dev), ())
 
     def ev_Axis(self, n: Axis) -> _Val:
-        return _Val(torch.arange(self.b.axis_sizes[n.name], device=self.dev, dtype=self.cdt), (n.name,))
+        return _Val(torch.arange(self.b.axis_sizes[n.name], device=self.dev, dtype=torch.int64), (n.name,))
 
     def ev_Load(self, n: Load) -> _Val:
         t = self.argmap[n.tensor.name]
@@ -326,18 +388,30 @@ class _Evaluator:
             t = t.to(self.cdt)
         if n.is_plain():
             return _Val(t, tuple(e.name for e in n.index))
-        idx_vals = [self(e) if not isinstance(e, Axis)
-                    else _Val(torch.arange(self.b.axis_sizes[e.name], device=self.dev), (e.name,))
-                    for e in n.index]
+        idx_vals = [self(e) for e in n.index]
         ax = tuple(dict.fromkeys(a for v in idx_vals for a in v.axes))
-        idx = [_align(v, ax).long() for v in idx_vals]
-        idx = torch.broadcast_tensors(*idx) if idx else idx
-        return _Val(t[tuple(idx)], ax)
+        idx = list(torch.broadcast_tensors(*[_align(v, ax).long() for v in idx_vals]))
+        valid = torch.ones(idx[0].shape if idx else (), dtype=torch.bool, device=self.dev)
+        for d, e in enumerate(n.index):
+            if not isinstance(e, Axis):
+                valid = valid & (idx[d] >= 0) & (idx[d] < t.shape[d])
+                idx[d] = idx[d].clamp(0, max(t.shape[d] - 1, 0))
+        if t.numel() == 0:   # nothing to read: every element is padding (or unread: checked before)
+            v = torch.zeros(valid.shape, dtype=t.dtype, device=self.dev)
+        else:
+            v = t[tuple(idx)]
+        if n.pad is not None:
+            keep = v.dtype.is_floating_point or float(n.pad).is_integer()
+            pad = torch.tensor(n.pad, dtype=v.dtype if keep else self.cdt, device=self.dev)
+            v = torch.where(valid, v.to(pad.dtype), pad)
+        return _Val(v, ax)
 
     def ev_Unary(self, n: Unary) -> _Val:
         v = self(n.x)
         if n.op == "not":
             return _Val(~v.t.bool(), v.axes)
+        if n.op in ("neg", "abs") and not v.t.dtype.is_floating_point:
+            return _Val(_UNARY[n.op](v.t.long()), v.axes)
         return _Val(_UNARY[n.op](self.as_float(v.t)), v.axes)
 
     def ev_Binary(self, n: Binary) -> _Val:
@@ -347,16 +421,22 @@ class _Evaluator:
         if n.op in ("and", "or"):
             f2 = torch.logical_and if n.op == "and" else torch.logical_or
             return _Val(f2(x.bool(), y.bool()), ax)
-        if n.op not in COMPARE_OPS:
+        ints = not x.dtype.is_floating_point and not y.dtype.is_floating_point
+        if n.op in COMPARE_OPS:
+            if not ints and x.dtype != y.dtype:
+                x, y = self.as_float(x), self.as_float(y)
+        elif ints and n.op != "div":   # integer arithmetic stays exact (axis values, indices)
+            x, y = x.long(), y.long()
+        else:
             x, y = self.as_float(x), self.as_float(y)
-        elif x.dtype != y.dtype:
-            x, y = x.to(self.cdt), y.to(self.cdt)
         return _Val(_BINARY[n.op](x, y), ax)
 
     def ev_Where(self, n: Where) -> _Val:
         vc, va, vb = self(n.cond), self(n.a), self(n.b)
         ax = tuple(dict.fromkeys(vc.axes + va.axes + vb.axes))
-        x, y = self.as_float(_align(va, ax)), self.as_float(_align(vb, ax))
+        x, y = _align(va, ax), _align(vb, ax)
+        if x.dtype.is_floating_point or y.dtype.is_floating_point:
+            x, y = self.as_float(x), self.as_float(y)
         return _Val(torch.where(_align(vc, ax).bool(), x, y), ax)
 
     def ev_Cast(self, n: Cast) -> _Val:
@@ -397,6 +477,7 @@ def evaluate(alg, b: Binding, args: Sequence[Any]) -> list[torch.Tensor]:
     computed in float64 on the CPU (and wherever a float64 is involved), else float32, each output
     rounded to its dtype at the end."""
     ev = _Evaluator(alg, b, args)
+    check_reads(alg, b, args, ev)
     outs = []
     for o, odt in zip(alg.outputs, b.out_dtypes):
         v = ev(o.expr)

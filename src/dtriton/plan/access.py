@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from ..ir import Axis, Load, walk
+from ..ir import INT_OPS, Axis, Binary, Load, never_negative, walk
 from .kernel import KernelPlan, TileAccess
 
-__all__ = ["plan_access", "plan_eviction", "tile_access", "unit_last"]
+__all__ = ["plan_access", "plan_eviction", "plan_floor_ops", "plan_read_masks", "tile_access", "unit_last"]
 
 
 def unit_last(ndim: int, unit: int) -> tuple[int, ...] | None:
@@ -99,3 +99,25 @@ def plan_eviction(k: KernelPlan, eviction: Mapping[str, str]) -> tuple[dict[str,
             used.add(t)
     return hints, frozenset(used)
 
+
+
+def plan_read_masks(k: KernelPlan, masked: frozenset) -> dict[int, tuple[int, ...]]:
+    """Load id -> the dims of kernel ``k``'s loads whose computed index is masked to its dim
+    (``masked``: the ``(load id, dim)`` pairs of the call spec that are not provably inside): an
+    element outside reads the load's padding value (0 without one, where a branch condition or
+    the index check guarantees it is never used)."""
+    out: dict[int, tuple[int, ...]] = {}
+    for n in _loads(k):
+        dims = tuple(d for d in range(len(n.index)) if (n.uid, d) in masked)
+        if dims:
+            out[n.uid] = dims
+    return out
+
+
+def plan_floor_ops(k: KernelPlan) -> frozenset:
+    """The integer ``//`` and ``%`` of kernel ``k`` whose operands may be negative: Triton rounds
+    integer division toward zero, Python and torch toward minus infinity, so these are printed
+    with the correction (those of never-negative operands, ``h // G``, are printed as they are)."""
+    roots = [st.expr for st in k.stores]
+    return frozenset(n.uid for n in walk(roots, stop=lambda n: n.uid in k.materialized)
+                     if isinstance(n, Binary) and n.op in INT_OPS and not (never_negative(n.a) and never_negative(n.b)))

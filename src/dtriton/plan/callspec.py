@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..ir import Algorithm, Binding, InputTensor, contractions, unit_dim
+from ..ir import Algorithm, Binding, InputTensor, contractions, int_magnitude, kernel_reads, unit_dim
 from .access import unit_last
 from .kernel import next_pow2
 
@@ -34,7 +34,9 @@ class CallSpec:
     descriptor can address on this call (empty unless the schedule's access is "tma").
     hints: ``(integer argument, power of two it is a multiple of)``; see :func:`divisibility_hints`.
     unit_dims: ``(input tensor, index of its unit-stride dim or -1)`` sorted by name (the operand
-    order and precision of fp32 dots depend on it)."""
+    order and precision of fp32 dots depend on it).
+    masked_reads: ``(position of the load in alg.nodes, dim)`` of the computed indices the kernels
+    mask to their dim (not provably inside it on this call; see :func:`~dtriton.ir.kernel_reads`)."""
     facts: tuple
     dtypes: tuple
     i64: bool
@@ -42,6 +44,7 @@ class CallSpec:
     tma_ok: frozenset
     hints: tuple
     unit_dims: tuple = ()
+    masked_reads: tuple = ()
 
     def note(self, alg: Algorithm, tma: bool) -> str:
         """The specialisation note of the generated module's header comment."""
@@ -66,9 +69,13 @@ def call_spec(alg: Algorithm, b: Binding, args: Sequence[Any], interpret: bool, 
     i64 = any(isinstance(x, torch.Tensor) and max_offset(x) > I32_MAX for x in args)
     if not i64:
         i64 = any(n > I32_MAX // 2 for n in b.axis_sizes.values())
+    masked = ()
+    if b.reads:   # computed indices: their arithmetic needs 64 bits where a value passes 2**31
+        masked = kernel_reads(alg, b.axis_sizes, b.sizes)
+        i64 = i64 or int_magnitude(alg.nodes, b.axis_sizes) > I32_MAX
     return CallSpec(tuple(facts), tuple(sorted(b.dtypes.items())), i64, interpret, tma_ok,
                     divisibility_hints(alg, b, args, out),
-                    tuple(sorted(b.unit_dims.items())) if contractions(alg) or tma_ok else ())
+                    tuple(sorted(b.unit_dims.items())) if contractions(alg) or tma_ok else (), masked)
 
 
 def max_offset(t: torch.Tensor) -> int:

@@ -15,7 +15,7 @@ import torch
 
 from ..ir import Algorithm, Binding, kernel_f64
 from ..schedule import Schedule
-from .access import plan_access, plan_eviction
+from .access import plan_access, plan_eviction, plan_floor_ops, plan_read_masks
 from .blockreduce import plan_block_reduce
 from .bounds import plan_bounds
 from .buffers import plan_buffers
@@ -31,21 +31,22 @@ __all__ = ["decide", "plan_program", "unused_knobs"]
 def decide(prog: Program, sched: Schedule, dtypes: Mapping[str, torch.dtype],
            out_dtypes: Mapping[str, torch.dtype], interpret: bool, i64: bool,
            tma_ok: frozenset = frozenset(), hints: Mapping[str, int] | None = None, note: str = "",
-           unit_dims: Mapping[str, int] | None = None) -> Program:
+           unit_dims: Mapping[str, int] | None = None, masked_reads: frozenset = frozenset()) -> Program:
     """Fill every kernel's decisions in place (and return ``prog``). ``dtypes``: the input
     tensors' dtypes; ``out_dtypes``: each output's; ``tma_ok``: tensors a TMA descriptor may
     address on this call; ``hints``: integer argument -> a power of two it is a multiple of;
-    ``unit_dims``: input tensor -> index of its unit-stride dim (-1: none)."""
+    ``unit_dims``: input tensor -> index of its unit-stride dim (-1: none); ``masked_reads``: the
+    ``(load id, dim)`` computed indices to mask to their dim."""
     any64 = kernel_f64(dtypes.values(), out_dtypes.values()) or sched.acc_dtype == "float64"
     for k in prog.kernels:
         _decide_kernel(k, sched, dtypes, out_dtypes, "float64" if any64 else "float32", interpret, i64, tma_ok,
-                       dict(hints or {}), dict(unit_dims or {}))
+                       dict(hints or {}), dict(unit_dims or {}), masked_reads)
     prog.note = note
     return prog
 
 
 def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str, interpret: bool, i64: bool,
-                   tma_ok: frozenset, hints: dict, unit_dims: dict) -> None:
+                   tma_ok: frozenset, hints: dict, unit_dims: dict, masked_reads: frozenset) -> None:
     k.compute_dtype, k.i64, k.hints, k.unit_dims = cdt, i64, hints, unit_dims
     k.interpret = k.round_bf16 = interpret
     k.block_reduce = plan_block_reduce(k)
@@ -58,6 +59,7 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.passes, k.single = plan_passes(k, bool(sched.warp_specialize))
     k.bounds = plan_bounds(k, sched.mask_bounds)
     k.reverse_order = sched.tile_order == "reverse"
+    k.read_masks, k.floor_ops = plan_read_masks(k, masked_reads), plan_floor_ops(k)
 
 
 def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) -> Program:
@@ -68,8 +70,9 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
     prog = lower(alg, sched, b.axis_sizes, {k: str(v).replace("torch.", "") for k, v in out_dtypes.items()},
                  f64=kernel_f64(b.dtypes.values(), b.out_dtypes))
     plan_buffers(prog, alg, b.dtypes, out_dtypes)
+    masked = frozenset((alg.nodes[pos].uid, d) for pos, d in spec.masked_reads)
     return decide(prog, sched, b.dtypes, out_dtypes, spec.interpret, spec.i64, spec.tma_ok, dict(spec.hints),
-                  spec.note(alg, sched.access == "tma"), dict(spec.unit_dims))
+                  spec.note(alg, sched.access == "tma"), dict(spec.unit_dims), masked)
 
 
 def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:

@@ -208,6 +208,10 @@ class KernelPlan:
     evicted: frozenset = frozenset()                  # inputs some non-TMA load of which carries its hint
     bounds: dict[tuple[int, ...], LoopBounds] = field(default_factory=dict)  # a pass's reductions -> its loop range
     reverse_order: bool = False                       # programs take their tiles in reverse launch order
+    read_masks: dict[int, tuple[int, ...]] = field(default_factory=dict)  # Load id -> dims whose computed index
+                                                      # is masked to the dim (reading the load's pad, or 0)
+    floor_ops: frozenset = frozenset()                # // and % nodes whose operands may be negative (Triton
+                                                      # rounds toward zero: printed with Python's floor rounding)
 
     def scalar_axis(self, a: str) -> bool:
         """A grid axis with tile 1: a scalar index, never a block dim."""

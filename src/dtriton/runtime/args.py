@@ -159,7 +159,11 @@ def check_gather_indices(alg: Algorithm, b: Binding, args) -> None:
     range. Always on the interpreter (an out-of-range read would crash it); on the GPU only with
     ``DTRITON_CHECK_INDICES=1``, since the check synchronises with the device."""
     argmap = {p.name: a for p, a in zip(alg.params, args)}
+    # a gather read only under a dt.where branch is checked where the branch is taken (check_reads)
+    guarded = {(r.load.tensor.name, r.dim) for r in b.reads if any(r.guards)}
     for idx_name, tname, d, sym in alg.gathers:
+        if (tname, d) in guarded:
+            continue
         t = argmap[idx_name]
         if t.numel() == 0:
             continue

@@ -27,7 +27,7 @@ from ..backends.base import KernelMeta
 from ..backends import default_backend
 from ..errors import CompileError, ResourceError, ScheduleWarning, ShapeError
 from ..schedule import Schedule, complete_schedule, fits_smem, shrink
-from ..ir import Algorithm, Binding, InputTensor
+from ..ir import Algorithm, Binding, InputTensor, check_reads
 from ..plan import CallSpec, Program, call_spec, plan_program, tma_addressable, unused_knobs
 from ..plan.callspec import I32_MAX
 from .args import call_key, check_gather_indices, check_given_out, merge_named, normalise_out, spec_key
@@ -113,7 +113,7 @@ class Kernel:
     #: does). ``None``: no integration, such calls run as plain calls.
     grad_call = None
 
-    def __init__(self, alg: Algorithm, schedule: Schedule | None):
+    def __init__(self, alg: Algorithm, schedule: Schedule | None, check_indices: bool | None = None):
         if not isinstance(alg, Algorithm):
             raise TypeError(f"dt.compile expects an @dt.algorithm, got {type(alg).__name__}")
         if schedule is not None and not isinstance(schedule, Schedule):
@@ -122,6 +122,9 @@ class Kernel:
             schedule.validate(alg)
         self.algorithm = alg
         self.schedule = schedule
+        # check computed and gathered indices on the call's data before launching (the interpreter
+        # always does); None: DTRITON_CHECK_INDICES=1 turns it on
+        self.check_indices = os.environ.get("DTRITON_CHECK_INDICES") == "1" if check_indices is None else bool(check_indices)
         self._plans: dict[tuple, _Plan] = {}
         self._specs: dict[tuple, list] = {}   # call signature -> [CallSpec without TMA facts, TMA facts or None]
         self.quiet = False   # True: no ScheduleWarning for knobs a call cannot use (explore's candidates)
@@ -267,7 +270,7 @@ class Kernel:
         if self.grad_call is not None and torch.is_grad_enabled() and any(
                 isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             return self.grad_call(args, out=out)
-        if out is None and self._fast:
+        if out is None and self._fast and not self.check_indices:
             fast = self._fast.get(call_key(args))
             if fast is not None and _fast_ok():
                 return fast(args)
@@ -283,8 +286,10 @@ class Kernel:
         if interpret and b.device.type != "cpu":
             args = tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in args)
             b.device = torch.device("cpu")
-        if alg.gathers and (interpret or os.environ.get("DTRITON_CHECK_INDICES") == "1"):
-            check_gather_indices(alg, b, args)
+        if interpret or self.check_indices:
+            if alg.gathers:
+                check_gather_indices(alg, b, args)
+            check_reads(alg, b, args)
         sched, spec = self._schedule_and_spec(b, args, interpret, out)
         plan, outs, compiled = self._plan_and_run(sched, b, args, interpret, out, spec)
         if out is None and not interpret and len(compiled) == len(plan.launches) and _fast_ok():
@@ -367,7 +372,7 @@ class Kernel:
             call = [tensors[t] for t in m.tensors]
             for t in m.tensors:
                 call.extend(tensors[t].stride())
-            call.extend(sizes[s[5:]] for s in m.sizes)
+            call.extend(b.sizes[s[4:]] if s.startswith("dim_") else sizes[s[5:]] for s in m.sizes)  # dim_<symbol>: a tensor dim
             call.extend(scalars[s] for s in m.scalars)
             call.extend(_BACKEND.descriptor(tensors[t], box, perm) for _, t, box, perm in m.descs)
             try:

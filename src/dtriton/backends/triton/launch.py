@@ -164,7 +164,7 @@ class FastLauncher:
                 call.append(None)
             for t in m.tensors:
                 call.extend(strides[t][: m.tensor_ndim[t]])
-            call.extend(sizes[x[5:]] for x in m.sizes)
+            call.extend(b.sizes[x[4:]] if x.startswith("dim_") else sizes[x[5:]] for x in m.sizes)
             for x in m.scalars:
                 fills.append((len(call), ("scalar", scal[x])))
                 call.append(None)

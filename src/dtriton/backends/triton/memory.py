@@ -102,23 +102,44 @@ class MemoryPrinter:
                     blk = blk2
                 code = self.relayout(blk, tiled, tuple(layout), set(tiled), scope)
                 return self._widen(code, dt, raw), f"{fmt(n, limit=None)} ({kind})"
-        terms, mask_axes = [], []
-        for e in n.index:
+        terms, mask_axes, inside = [], [], []
+        bounded = self.k.read_masks.get(n.uid, ())
+        for d, e in enumerate(n.index):
             if isinstance(e, Axis):
                 b, _ = scope.find_bind(e.name)
                 terms.append(b.offs if b.scalar else self.expand1d(b.offs, e.name, layout))
                 mask_axes.append(e.name)
-            elif isinstance(e, Const):
+            elif isinstance(e, Const) and d not in bounded:
                 terms.append(str(int(e.value)))   # a literal index, X[i, 0]
             else:
                 v = self.val(e, scope, layout)
                 terms.append(f"({v}).to(tl.int32)" if not self.i64 else f"({v}).to(tl.int64)")
                 mask_axes.extend(e.axes)
-        mask = self.mask_for(mask_axes, scope, layout)
+                if d in bounded:   # the plan masks this index to its dim (padding, or a guarded read)
+                    dim = self.dim_size(n.tensor.dims[d])
+                    inside.append(f"({terms[-1]} >= 0) & ({terms[-1]} < {dim})")
+        mask = " & ".join(filter(None, [self.mask_for(mask_axes, scope, layout)] + inside)) or None
         ev = self.eviction(n.tensor.name)
-        code = f"tl.load({self.addr(name, terms)}" + (f", mask={mask}, other=0" if mask else "") + \
+        other = 0 if n.pad is None or not bounded else self.literal(n.pad)
+        code = f"tl.load({self.addr(name, terms)}" + (f", mask={mask}, other={other}" if mask else "") + \
             (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
-        return self._widen(code, dt, raw), fmt(n, limit=None)
+        return self._widen(code, dt, raw), fmt(n, limit=None) + (" (masked to its dims)" if bounded else "")
+
+    def dim_size(self, sym: str) -> str:
+        """The argument holding the size ``sym`` of a tensor dim (declared on first use)."""
+        nm = f"dim_{sym}"
+        if nm not in self.sizes:
+            self.sizes.append(nm)
+        return nm
+
+    @staticmethod
+    def literal(v: float) -> str:
+        """A Python number as Triton source (``float('-inf')`` for infinities)."""
+        if v != v:
+            return "float('nan')"
+        if v in (float("inf"), float("-inf")):
+            return "float('inf')" if v > 0 else "-float('inf')"
+        return repr(v)
 
     def _widen(self, code: str, dt: torch.dtype, raw: bool) -> str:
         """A loaded value in the compute dtype: floats in ``self.cdt`` (unless ``raw``), integers

@@ -231,6 +231,8 @@ class ValuePrinter:
             if self.cdt == "tl.float64" and not float(v).is_integer():
                 # a bare literal is float32 in Triton: dt.log(0.1) of one would be rounded to it
                 return f"tl.full((), {v!r}, tl.float64)"
+            if n.integer and v.is_integer():
+                return repr(int(v))   # integer arithmetic stays integer (X[i, j + 1]); floats promote it
             return repr(v)
         if isinstance(n, ScalarParam):
             nm = f"s_{n.name}"
@@ -311,10 +313,14 @@ class ValuePrinter:
         if isinstance(n, Binary):
             a = self.val(n.a, scope, layout)
             b = self.val(n.b, scope, layout)
+            if n.op in ("maximum", "minimum") and self.is_int(n.a) and self.is_int(n.b):
+                return f"tl.{n.op}({a}, {b})", ""   # of integers (an index clamped into range)
             if n.op in ("maximum", "minimum"):
                 return f"tl.{n.op}({self.as_float(n.a, a)}, {self.as_float(n.b, b)}, propagate_nan=tl.PropagateNan.ALL)", ""
             if n.op in ("and", "or"):
                 return f"({a} != 0) {OPSYM[n.op]} ({b} != 0)", ""
+            if n.op in ("floordiv", "mod") and n.uid in self.k.floor_ops:
+                return self.floor_op(n.op, a, b, scope), "with Python's rounding toward -inf"
             if n.op == "div":
                 if not any(isinstance(m, (Load, Reduce, Axis)) for m in walk([n])):
                     # of literals and scalar arguments only: Python would raise on x / 0.0, Triton gives inf
@@ -342,6 +348,15 @@ class ValuePrinter:
             return f"tl.cast({x}, {tdt})", f"cast to {n.dtype}"
         raise AssertionError(n)
 
+    def floor_op(self, op: str, a: str, b: str, scope: Scope) -> str:
+        """``a // b`` or ``a % b`` of integers rounded as Python and torch do (toward -inf; the
+        remainder takes the divisor's sign), from Triton's, which rounds toward zero."""
+        q, r = self.fresh("q"), self.fresh("r")
+        scope.emit(f"{q} = {a} // {b}")
+        scope.emit(f"{r} = {a} - {q} * {b}")
+        fix = f"({r} != 0) & (({r} < 0) != ({b} < 0))"
+        return f"tl.where({fix}, {q} - 1, {q})" if op == "floordiv" else f"tl.where({fix}, {r} + {b}, {r})"
+
     def is_rank0(self, n: Expr) -> bool:
         """True when ``n`` is emitted as a 0-d value: built only from constants, scalars, tile-1
         grid axes and loads at such indices (fused reductions always yield blocks)."""
@@ -364,6 +379,8 @@ class ValuePrinter:
         if isinstance(n, ScalarParam) and n.pytype is int:
             # an int argument may arrive as a constexpr (Triton specialises 1), which has no .to()
             return f"({code} + tl.full((), 0.0, {self.cdt}))"
+        if isinstance(n, Const):
+            return repr(n.value) if n.integer and n.value.is_integer() else code
         if self.is_int(n):
             return f"({code}).to({self.cdt})"
         return code
@@ -382,8 +399,10 @@ class ValuePrinter:
             return True
         if isinstance(n, Cast):
             return not n.dtype.is_floating_point
-        if isinstance(n, Binary) and n.op in ("add", "sub", "mul"):
-            return self.is_int(n.a) and self.is_int(n.b) and not any(isinstance(c, Const) and not c.value.is_integer() for c in (n.a, n.b))
+        if isinstance(n, Const):
+            return n.integer and n.value.is_integer()
+        if isinstance(n, Binary) and n.op in ("add", "sub", "mul", "floordiv", "mod", "maximum", "minimum"):
+            return self.is_int(n.a) and self.is_int(n.b)
         if isinstance(n, Unary) and n.op in ("neg", "abs"):
             return self.is_int(n.x)
         return False

@@ -1,0 +1,297 @@
+"""Index arithmetic (issue 19): integer indices of axes and scalars, reads outside a dim as errors,
+explicit padding, guarded loads, ``//`` and ``%`` with Python's rounding.
+
+Kernels run on Triton's interpreter and are compared with float64 torch; every error case is also
+checked in the reference evaluator, which must raise the same :class:`dt.IndexRangeError`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, strategies as st
+
+import dtriton as dt
+from dtriton.ir import Interval, int_magnitude, interval
+from dtriton.ir.intervals import guard_ranges
+from dtriton.plan import call_spec
+
+from conftest import as64, assert_close, check, randn
+
+
+# ----------------------------------------------------------------------------------------------
+# algorithms
+# ----------------------------------------------------------------------------------------------
+@dt.algorithm
+def forward_diff(X: dt.Tensor["M", "N"]):
+    i, j = dt.axes("i j")
+    return (X[i, j + 1] - X[i, j])[i, j]
+
+
+@dt.algorithm
+def forward_diff_padded(X: dt.Tensor["M", "N"]):
+    i, j = dt.axes("i j")
+    return (X.pad(0.0)[i, j + 1] - X[i, j])[i, j]
+
+
+@dt.algorithm
+def rotate_half(X: dt.Tensor["M", "N"], half: int):
+    i, d = dt.axes("i d:N")
+    return dt.where(d < half, -X[i, d + half], X[i, d - half])[i, d]
+
+
+@dt.algorithm
+def conv1d(X: dt.Tensor["B", "C", "H"], W: dt.Tensor["O", "C", "R"], s: int, d: int, p: int):
+    """A padded, strided, dilated 1-d convolution whose output has the input's length H."""
+    n, o, c, h, r = dt.axes("n o c h:H r")
+    return dt.sum(dt.pad(X, 0.0)[n, c, h * s + r * d - p] * W[o, c, r], over=(c, r))[n, o, h]
+
+
+@dt.algorithm
+def maxpool1d(X: dt.Tensor["B", "H"], K: dt.Tensor["R"]):
+    """Max pooling of window R = 3 (K, zeros, sizes the window), stride 1, padded with -inf."""
+    n, h, r = dt.axes("n h:H r")
+    return dt.max(X.pad(float("-inf"))[n, h + r - 1] + K[r], over=r)[n, h]
+
+
+@dt.algorithm
+def grouped(X: dt.Tensor["M", "N"], Y: dt.Tensor["G", "N"], g: int):
+    i, j = dt.axes("i j")
+    return (X[i, j] * Y[i // g, j])[i, j]
+
+
+@dt.algorithm
+def floor_ops(X: dt.Tensor["M", "N"], a: int, b: int):
+    i, j = dt.axes("i j")
+    return (X[i, j] + (i - a) // b + (j - a) % b)[i, j]
+
+
+@dt.algorithm
+def guarded_gather(X: dt.Tensor["M", "N"], L: dt.Tensor["M"]):
+    i, j = dt.axes("i j")
+    return dt.where(L[i] >= 0, X[i, L[i]], 0.0)[i]
+
+
+@dt.algorithm
+def axis_compare(X: dt.Tensor["M", "N"]):
+    i, j = dt.axes("i j")
+    return dt.where(j <= i - 1, X[i, j], 0.0)[i, j]
+
+
+def conv1d_torch(X, W, s, d, p):
+    """out[n, o, h] = sum_{c, r} Xpad[n, c, h*s + r*d - p] W[o, c, r] for h < H, zero outside X."""
+    B, C, H = X.shape
+    R = W.shape[2]
+    big = H * s + R * d + 1
+    Xp = F.pad(X, (p, big))
+    idx = torch.arange(H)[:, None] * s + torch.arange(R)[None, :] * d   # (h, r) into Xp
+    cols = Xp[:, :, idx]                                                # (n, c, h, r)
+    return torch.einsum("nchr,ocr->noh", cols, W)
+
+
+# ----------------------------------------------------------------------------------------------
+# intervals
+# ----------------------------------------------------------------------------------------------
+def test_intervals_of_affine_floor_and_mod_indices():
+    h, r, i = dt.axes("h r i")
+    rg = {"h": Interval(0, 9, True, frozenset("h")), "r": Interval(0, 2, True, frozenset("r")),
+          "i": Interval(0, 9, True, frozenset("i"))}
+    assert interval(h * 2 + r * 3 - 1, rg) == Interval(-1, 23, True, frozenset("hr"))
+    assert interval(h // 4, rg).lo == 0 and interval(h // 4, rg).hi == 2
+    assert interval((h - 5) // 4, rg).lo == -2          # floor, not truncation
+    m = interval(h % 4, rg)
+    assert (m.lo, m.hi, m.exact) == (0, 3, True)
+    assert not interval(h - h, rg).exact                # an axis used twice: the ends are not attained
+    assert interval(h + 0.5, rg) is None                # not an integer
+    g = guard_ranges(((h < 4, True),), rg)
+    assert (g["h"].lo, g["h"].hi, g["h"].exact) == (0, 3, True)
+    g = guard_ranges(((h < 4, False),), rg)
+    assert (g["h"].lo, g["h"].hi) == (4, 9)
+    g = guard_ranges(((h <= i, True),), rg)             # two axes: narrowed, no longer exact
+    assert not g["h"].exact
+
+
+def test_read_verdicts_inside_guarded_outside_unknown():
+    X = torch.randn(5, 6)
+    b = forward_diff_padded.bind([X])
+    (r,) = b.reads
+    assert r.verdict == "outside" and (r.span.lo, r.span.hi) == (1, 6)
+    b = rotate_half.bind([X, 3])
+    assert {x.verdict for x in b.reads} == {"guarded"}
+    b = guarded_gather.bind([X, torch.tensor([0, 1, 2, 3, 4])])
+    assert {x.verdict for x in b.reads} == {"unknown"}
+    b = grouped.bind([X, torch.randn(2, 6), 4])
+    assert [x.verdict for x in b.reads] == ["inside"]
+
+
+# ----------------------------------------------------------------------------------------------
+# reading outside is an error, named
+# ----------------------------------------------------------------------------------------------
+def test_shifted_read_past_the_last_column_is_an_error_before_anything_runs():
+    X = torch.randn(4, 7)
+    msg = r"X\[i, \(j \+ 1\)\] reads outside dim 1 of X \(N = 7.*takes the values 1\.\.7.*pad"
+    with pytest.raises(dt.IndexRangeError, match=msg):
+        forward_diff.reference(X)
+    with pytest.raises(dt.IndexRangeError, match=msg):
+        dt.compile(forward_diff)(X)
+    with pytest.raises(IndexError):   # still an IndexError, as torch's own
+        forward_diff.reference(X)
+
+
+def test_guard_that_does_not_cover_the_read_is_an_error_naming_the_values():
+    X = torch.randn(3, 6)
+    with pytest.raises(dt.IndexRangeError, match=r"\(d \+ half\).*4\.\.7"):
+        rotate_half.reference(X, 4)
+    with pytest.raises(dt.IndexRangeError, match=r"dim 0 of Y \(G = 2.*\(i // g\)"):
+        grouped.reference(torch.randn(9, 6), torch.randn(2, 6), 4)
+
+
+def test_data_dependent_index_outside_is_an_error_on_the_interpreter_and_in_the_reference():
+    X = torch.randn(5, 6)
+    L = torch.tensor([0, -1, 2, 6, 1])    # -1 is guarded off, 6 is read
+    for f in (guarded_gather.reference, dt.compile(guarded_gather)):
+        with pytest.raises(dt.IndexRangeError, match=r"X\[i, L\[i\]\].*is 6 at i = 3"):
+            f(X, L)
+
+
+def test_check_indices_option_is_accepted_and_validated():
+    k = dt.compile(forward_diff_padded, check_indices=True)
+    assert k.check_indices
+    with pytest.raises(TypeError, match="DTRITON_CHECK_INDICES"):
+        dt.compile(forward_diff_padded, "tuned", check_indices=True)
+
+
+def test_float_index_and_float_floor_division_are_refused():
+    with pytest.raises(dt.AlgorithmError, match="is a float; indices are integers"):
+        @dt.algorithm
+        def f(X: dt.Tensor["M"]):
+            i, = dt.axes("i")
+            return (X[i] + X[1.0])[i]
+
+    @dt.algorithm
+    def half(X: dt.Tensor["M"]):
+        i, = dt.axes("i")
+        return (X[i] + X[i * 0.5])[i]
+    with pytest.raises(dt.ShapeError, match="not integer-valued"):
+        half.reference(torch.randn(4))
+
+    @dt.algorithm
+    def g(X: dt.Tensor["M"]):
+        i, = dt.axes("i")
+        return (X[i] // 2)[i]
+    with pytest.raises(dt.ShapeError, match="// is integer arithmetic"):
+        g.reference(torch.randn(4))
+
+
+# ----------------------------------------------------------------------------------------------
+# kernels against float64 torch
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("m,n", [(1, 1), (5, 7), (3, 17)])
+def test_padded_shift_matches_torch(m, n):
+    X = randn(m, n)
+    check(forward_diff_padded, [X], torch_ref=lambda X: F.pad(X, (0, 1))[:, 1:] - X)
+
+
+@pytest.mark.parametrize("n,half", [(6, 3), (10, 5), (7, 3)])
+def test_guarded_loads_rotate_half(n, half):
+    X = randn(5, n)
+    if n == 2 * half:
+        check(rotate_half, [X, half], torch_ref=lambda X, h: torch.cat([-X[:, h:], X[:, :h]], 1))
+    else:   # odd N: d - half reaches N - 1 - 3 = 3 and d + half < 2 * half = 6 < 7: inside, guarded
+        ref = torch.where(torch.arange(n) < half, -X.double()[:, (torch.arange(n) + half).clamp(max=n - 1)],
+                          X.double()[:, (torch.arange(n) - half).clamp(min=0)])
+        check(rotate_half, [X, half], torch_ref=lambda X, h: ref)
+
+
+def test_guarded_gather_reads_only_where_the_guard_holds():
+    X = randn(5, 6)
+    L = torch.tensor([0, -1, 2, 5, -3])
+    ref = torch.where(L >= 0, X.double()[torch.arange(5), L.clamp(min=0)], torch.zeros(5, dtype=torch.float64))
+    check(guarded_gather, [X, L], torch_ref=lambda X, L: ref)
+
+
+@pytest.mark.parametrize("g", [1, 3, 4])
+def test_grouped_rows_floor_division(g):
+    X, Y = randn(9, 5), randn(-(-9 // g), 5)
+    check(grouped, [X, Y, g], torch_ref=lambda X, Y, g: X * Y[torch.arange(9) // g])
+
+
+@pytest.mark.parametrize("a,b", [(3, 2), (5, 4), (0, 3), (2, -3)])
+def test_floor_division_and_modulo_round_as_python(a, b):
+    X = randn(7, 6)
+    ii, jj = torch.arange(7)[:, None], torch.arange(6)[None, :]
+    check(floor_ops, [X, a, b], torch_ref=lambda X, a, b: X + torch.div(ii - a, b, rounding_mode="floor")
+          + torch.remainder(jj - a, b))
+
+
+def test_axis_comparison_with_an_offset():
+    X = randn(6, 6)
+    check(axis_compare, [X], torch_ref=lambda X: torch.tril(X, -1))
+
+
+def test_max_pool_padded_with_minus_infinity():
+    X, K = randn(3, 8), torch.zeros(3)
+    ref = F.max_pool1d(X.double()[:, None], 3, stride=1, padding=1)[:, 0]
+    check(maxpool1d, [X, K], torch_ref=lambda X, K: ref)
+
+
+@given(st.integers(1, 2), st.integers(1, 3), st.integers(1, 9), st.integers(1, 3), st.integers(1, 3),
+       st.integers(1, 3), st.integers(0, 3), st.integers(0, 2**31 - 1))
+def test_conv1d_affine_indices_against_torch(b, c, h, r, s, d, p, seed):
+    """Hypothesis draws sizes, strides, dilations and paddings of ``X.pad(0)[n, c, h*s + r*d - p]``."""
+    gen = torch.Generator().manual_seed(seed)
+    X, W = randn(b, c, h, gen=gen), randn(2, c, r, gen=gen)
+    check(conv1d, [X, W, s, d, p], torch_ref=conv1d_torch)
+
+
+# ----------------------------------------------------------------------------------------------
+# integer typing of the generated code
+# ----------------------------------------------------------------------------------------------
+def test_index_arithmetic_is_integer_in_the_kernel():
+    X = randn(4, 6)
+    k = dt.compile(forward_diff_padded)
+    src = k.source_for(X)
+    assert "+ 1\n" in src or "+ 1)" in src or " + 1" in src
+    assert "+ 1.0" not in src and ".to(tl.float32) + 1" not in src
+    assert "dim_N" in src and "other=0.0" in src            # the padded read is masked to its dim
+    src = dt.compile(axis_compare).source_for(X)
+    assert "- 1.0" not in src and "float32) <=" not in src     # j <= i - 1 compares integers
+
+
+def test_index_wider_than_32_bits_takes_64_bit_arithmetic():
+    """The plan's index dtype follows the values the index takes (here up to 5 * 2**29), without
+    allocating a tensor that large (an expanded view of one element)."""
+    @dt.algorithm
+    def stride5(Y: dt.Tensor["M"], X: dt.Tensor["N"]):
+        i, = dt.axes("i")
+        return (Y[i] + X.pad(0.0)[i * 5])[i]
+    Y, X = torch.zeros(1).expand(2**29), torch.zeros(10)
+    b = stride5.bind([Y, X])
+    assert int_magnitude(stride5.nodes, b.axis_sizes) == 5 * (2**29 - 1)
+    assert call_spec(stride5, b, [Y, X], interpret=True).i64
+    Y = torch.zeros(1).expand(2**20)
+    assert not call_spec(stride5, stride5.bind([Y, X]), [Y, X], interpret=True).i64
+
+
+def test_reference_keeps_axis_values_exact_past_2_24():
+    """Axis values are int64 in the reference: i + 1 at i = 2**24 + 1 is exact (float32 is not)."""
+    @dt.algorithm
+    def plus_one(X: dt.Tensor["M"]):
+        i, = dt.axes("i")
+        return (X[i] * 0 + i + 1)[i]
+    X = torch.zeros(1, dtype=torch.float64).expand(2**24 + 3)
+    out = plus_one.reference(X)
+    assert out[-1].item() == 2**24 + 3 and out[-2].item() == 2**24 + 2
+
+
+def test_padded_and_plain_loads_are_not_merged():
+    @dt.algorithm
+    def both(X: dt.Tensor["M"]):
+        i, = dt.axes("i")
+        return (X[i] + X.pad(1.0)[i])[i]
+    loads = [n for n in both.nodes if n.kind == "Load"]
+    assert len(loads) == 2 and {l.pad for l in loads} == {None, 1.0}
+    assert math.isclose(float(both.reference(torch.ones(3))[0]), 2.0)
