@@ -651,6 +651,7 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
             exploration goes on, and one still compiling at the end of the budget is abandoned.
             ``None`` (default): on the CPU always (forked workers), on a GPU when the algorithm can
             be imported by a spawned process (else in-process, with a warning); ``False``: never.
+            ``result.isolated`` and ``result.isolation`` say where candidates ran.
         warm_start: random/tpe first try the heuristic's neighbours (one dimension one step
             away, tiles first), a cheap local search before sampling.
 
@@ -667,11 +668,6 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
         DTritonError: correctness cannot be checked (the reference does not fit in memory and the
             heuristic schedule fails).
     """
-    t_start = time.perf_counter()
-    if not isinstance(alg, Algorithm):
-        raise TypeError(f"dt.explore expects an @dt.algorithm, got {type(alg).__name__}")
-    if isinstance(args, torch.Tensor) or not isinstance(args, (tuple, list)):
-        args = (args,)
     t_start = time.perf_counter()
     args, sp, device = _check_call(alg, args, space, budget, strategy)
     opts = Options(budget=budget, strategy=strategy, max_trials=max_trials, patience=patience, seed=seed,
