@@ -51,15 +51,18 @@ ROWS: list[dict] = []
 def probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
     """--probe: the heuristic's schedule ``base`` with one change each, so the rows show which
     knob moves the forward time at this V: the first contraction (sum0, reduced over v) split
-    half or twice as much, in 32 x 64 tiles (below wgmma's 64 rows: mma.sync), and the output GEMM
-    (out0) in 128 x 64 or 64 x 128 tiles with 8 warps. Empty when ``base`` has no sum0 stage."""
+    half or twice as much, in 32 x 64 tiles (below wgmma's 64 rows: mma.sync), in steps of 64
+    vertices; the output GEMM (out0) in steps of 64 eigenvectors, in 128 x 64 or 64 x 128 tiles
+    with 8 warps. Empty when ``base`` has no sum0 stage."""
     ss = base.stages.get("sum0")
     split = base.split.get("v", 1)
     if ss is None or split < 2:
         return {}
     out = {f"sum0 split {split // 2}": base.replace(split={"v": split // 2}),
            f"sum0 split {split * 2}": base.replace(split={"v": split * 2}),
-           "sum0 32x64": base.replace(stages={**dict(base.stages), "sum0": ss.replace(tile={**dict(ss.tile), "k": 32})})}
+           "sum0 32x64": base.replace(stages={**dict(base.stages), "sum0": ss.replace(tile={**dict(ss.tile), "k": 32})}),
+           "sum0 v64": base.replace(stages={**dict(base.stages), "sum0": ss.replace(tile={**dict(ss.tile), "v": 64})}),
+           "out0 k64": base.replace(tile={**dict(base.tile), "k": 64})}
     for v, c in ((128, 64), (64, 128)):
         out[f"out0 {v}x{c} 8 warps"] = base.replace(tile={**dict(base.tile), "v": v, "c": c}, num_warps=8)
     return out
