@@ -477,3 +477,27 @@ def test_division_of_two_literals_by_zero_is_ieee():
     X = torch.tensor([1.0, -2.0])
     for got, want in zip(dt.compile(lit)(X), (X + math.nan, X + math.inf, X * -math.inf)):
         torch.testing.assert_close(got, want, equal_nan=True)
+
+
+@dt.algorithm
+def masked_attention(Q: dt.Tensor["S", "D"], K: dt.Tensor["T", "D"], V: dt.Tensor["T", "E"], L: dt.Tensor["S"]):
+    """Attention whose row i sees keys j < L[i] (L[i] = 0: a fully masked row)."""
+    i, j, d, e = dt.axes("i j d e")
+    s = dt.where(j < L[i], dt.sum(Q[i, d] * K[j, d], over=d), -math.inf)
+    p = dt.exp(s - dt.max(s, over=j))
+    return (dt.sum(p * V[j, e], over=j) / dt.sum(p, over=j))[i, e]
+
+
+def test_case2_online_attention_rows_masked_in_their_first_tiles_or_entirely_follow_torch():
+    """The online pass shifts the tiles by 0 while a row's max is still -inf and makes rows whose
+    max ends -inf NaN after the loop: rows masked entirely are NaN (torch), rows whose first key
+    tiles are masked match torch (no NaN carried from the masked tiles)."""
+    S, T, D, E = 5, 53, 16, 16
+    Q, K, V = torch.randn(S, D), torch.randn(T, D), torch.randn(T, E)
+    L = torch.tensor([0.0, 1.0, 20.0, 53.0, 37.0])
+    s = (Q.double() @ K.double().T).masked_fill(torch.arange(T)[None, :] >= L[:, None], -math.inf)
+    want = (torch.softmax(s, 1) @ V.double()).float()
+    assert torch.isnan(want[0]).all() and not torch.isnan(want[1:]).any()
+    sched = dt.Schedule(strategy={"j": "online"}, tile={"j": 16, "i": 16}, mask_bounds=False)
+    got = dt.compile(masked_attention, sched)(Q, K, V, L, out=poisoned_outputs(masked_attention, [Q, K, V, L])[0])
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-4, atol=1e-5)

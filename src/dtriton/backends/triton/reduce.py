@@ -56,6 +56,8 @@ class ReducePrinter:
                 if pp.warp_specialize and pointer_loads(child):
                     raise AssertionError(f"kernel {self.k.name}: the plan warp-specialises a loop with loads that are "
                                          "not TMA (plan and printer disagree)")
+        if pp.online and loop_axes:
+            self.nan_where_max_is_minus_inf(rs, set(pp.online_maxes), scope, accs)
         self.finish_pass(rs, loop_axes, scope, accs)
 
     def pass_body(self, rs: list[Reduce], loop_axes: list[str], inner: Scope, scope: Scope, pp: PassPlan, accs) -> None:
@@ -184,29 +186,41 @@ class ReducePrinter:
             acc = accs[r.uid]["acc"]
             mn = self.fresh(f"{r.name}_new")
             inner.emit(f"{mn} = {combine_text(r.combiner, acc, t2)}")
+            # the tiles are shifted by the running max, or by 0 while it is -inf (every value so far
+            # -inf): their terms are then exp(-inf) = 0 rather than NaN, so no per-step select is
+            # needed; a row whose max ends -inf is made NaN after the loop, as torch's is
+            shift = self.fresh(f"{r.name}_shift")
+            inner.emit(f"{shift} = tl.where({mn} == -float('inf'), 0.0, {mn})")
             alpha = self.fresh("alpha")
-            inner.emit(f"{alpha} = tl.where({acc} == {mn}, 1.0, tl.exp({acc} - {mn}))  # rescale earlier partial sums")
-            # the tiles use the running max itself, as torch would the row's: while it is -inf
-            # (every value so far -inf) their terms are NaN, and they are dropped (not rescaled,
-            # NaN * 0 is NaN) once a finite max arrives; a row that stays -inf ends NaN, as in torch
-            restart = self.fresh(f"{r.name}_restart")
-            inner.emit(f"{restart} = ({acc} == -float('inf')) & ({mn} != -float('inf'))")
-            inner.overrides[r.uid] = (mn, scope.layout)
-            mstate[r.uid] = (mn, alpha, restart)
+            inner.emit(f"{alpha} = tl.exp({acc} - {shift})  # rescale earlier partial sums (0 while the max was -inf)")
+            inner.overrides[r.uid] = (shift, scope.layout)
+            mstate[r.uid] = (mn, alpha)
         return mstate
 
     def rescaled(self, acc: str, r: Reduce, mstate, scope: Scope, layout, inner: Scope) -> str:
         """``acc`` (in ``layout``) rescaled by each online max ``r`` uses: earlier partial sums
-        times the max's factor, or 0 where the max has just become finite (see :meth:`online_maxes`)."""
+        times the max's factor (see :meth:`online_maxes`)."""
         for m in self.fused_deps(r):
             if m.uid not in mstate:
                 continue
-            _, al, restart = mstate[m.uid]
-            pres = self.present_of_axes(m.axes, scope)
-            al = self.relayout(al, scope.layout, layout, pres, inner)
-            restart = self.relayout(restart, scope.layout, layout, pres, inner)
-            acc = f"tl.where({restart}, 0.0, {acc} * {al})"
+            al = self.relayout(mstate[m.uid][1], scope.layout, layout, self.present_of_axes(m.axes, scope), inner)
+            acc = f"{acc} * {al}"
         return acc
+
+    def nan_where_max_is_minus_inf(self, rs: list[Reduce], maxes: set[int], scope: Scope, accs) -> None:
+        """After an online pass: each sum shifted by an online max is NaN on the rows where that
+        max ended -inf (every term exp(-inf - -inf) is NaN there, as in torch; the loop shifted
+        them by 0 instead, see :meth:`online_maxes`)."""
+        for r in rs:
+            if r.uid in maxes or "acc" not in accs[r.uid]:
+                continue
+            info = accs[r.uid]
+            for m in self.fused_deps(r):
+                if m.uid not in maxes:
+                    continue
+                mx = self.relayout(accs[m.uid]["acc"], scope.layout, info["layout"],
+                                   self.present_of_axes(m.axes, scope), scope)
+                scope.emit(f"{info['acc']} = tl.where({mx} == -float('inf'), float('nan'), {info['acc']})")
 
     def finish_pass(self, rs: list[Reduce], loop_axes: list[str], scope: Scope, accs) -> None:
         """After the loops: each reduction's value in ``scope`` (dots relaid out and multiplied by
