@@ -189,6 +189,10 @@ def test_demo_quick_writes_report(tmp_path, monkeypatch, capsys):
     assert "best S" not in table_head and "best split" not in text and "*best S*" not in text
     assert "*dt f+b*" in text and "hand-written backward" in text
     assert "chosen schedule" not in text
+    # speed-ups over eager PyTorch, forward and forward plus backward, explained
+    assert "fwd vs eager" in table_head and "f+b vs eager" in table_head and "*f+b vs eager*" in text
+    row = next(ln for ln in text.splitlines() if ln.startswith("| synthetic-sphere-300"))
+    assert row.count("×") >= 2
 
 
 def test_demo_renders_results_of_an_older_run(tmp_path):

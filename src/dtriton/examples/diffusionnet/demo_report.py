@@ -11,7 +11,7 @@ from dtriton.schedule import Schedule
 
 from .demo_mesh import SPLITS, MeshResult
 
-__all__ = ["results_table", "markdown_table", "text_table", "crossover", "write_outputs", "fmt_us"]
+__all__ = ["results_table", "speedups", "markdown_table", "text_table", "crossover", "write_outputs", "fmt_us"]
 
 #: table columns: (header, key in MeshResult.times_us)
 COLUMNS = (("dt fwd", "dtriton_fwd"), ("dt f+b", "dtriton_fwdbwd"), ("dt-auto f+b", "dtriton-auto_fwdbwd"),
@@ -30,7 +30,21 @@ COLUMN_WORDS = {
     "eager fwd": "the eager PyTorch layer", "eager f+b": "its forward plus autograd backward",
     "compile fwd": "the eager layer under `torch.compile`", "compile f+b": "its forward plus backward",
     "max err": "max |dtriton − eager PyTorch| over the output",
+    "fwd vs eager": "eager fwd / dt fwd (above 1: dtriton is faster)",
+    "f+b vs eager": "eager f+b / the dtriton f+b of the backward the layer runs (dt-auto f+b where measured, else dt f+b)",
 }
+
+
+def speedups(r: MeshResult) -> tuple[str, str]:
+    """The forward and forward-plus-backward speed-ups of dtriton over eager PyTorch on mesh ``r``
+    ("1.52×"; "n/a" where a time is missing): eager time / dtriton time, the f+b one for the
+    backward the layer runs ("dt-auto f+b" where measured, else the hand-written one)."""
+    t = r.times_us
+    fb = t.get("dtriton-auto_fwdbwd") or t.get("dtriton_fwdbwd")
+    out = []
+    for eager, mine in ((t.get("eager_fwd"), t.get("dtriton_fwd")), (t.get("eager_fwdbwd"), fb)):
+        out.append(f"{eager / mine:.2f}×" if eager and mine else "n/a")
+    return out[0], out[1]
 
 
 def fmt_us(v: float | None) -> str:
@@ -55,14 +69,14 @@ def results_table(results: list[MeshResult]) -> list[list[str]]:
     cols = [(h, k) for h, k in COLUMNS if any(k in r.times_us for r in results)]
     sweep = any(r.best_split for r in results)
     head = ["mesh", "V", "schedule (forward)"] + [h for h, _ in cols[:3]] + (["best S"] if sweep else []) + \
-        [h for h, _ in cols[3:]] + ["max err"]
+        [h for h, _ in cols[3:]] + ["fwd vs eager", "f+b vs eager", "max err"]
     rows = []
     for r in results:
         vals = [_spread(r, k) for _, k in cols]
         row = [r.name, f"{r.V:,}", sched_summary(Schedule.from_json(r.schedules["forward"]))] + vals[:3]
         if sweep:
             row.append(str(r.best_split) if r.best_split else "-")
-        rows.append(row + vals[3:] + [f"{r.heat['max_abs_err']:.1e}"])
+        rows.append(row + vals[3:] + list(speedups(r)) + [f"{r.heat['max_abs_err']:.1e}"])
     return [head] + rows
 
 
