@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 
-__all__ = ["Combiner", "COMBINERS", "get", "register", "SUM", "MEAN", "MAX", "MIN", "PROD", "ARGMAX", "ARGMIN"]
+__all__ = ["Combiner", "COMBINERS", "get", "register", "SUM", "MEAN", "MAX", "MIN", "PROD", "ARGMAX", "ARGMIN", "VAR"]
 
 
 @dataclass(frozen=True)
@@ -53,9 +53,16 @@ class Combiner:
         results: the number of values the reduction produces (1; 2 for an arg-reduction, which
             reduces (value, index along its one reduced axis) pairs; the node's value is the
             index, and the reference returns indices).
-        finalize: None, or ``"count"``: divide the combined value by the reduced extent.
+        finalize: None, or ``"count"``: divide the combined value by the reduced extent;
+            ``"variance"``: the value is the state's M2 divided by its count.
         base: the kind whose accumulation this one performs before ``finalize`` (``"sum"`` for
             ``mean``); equal to ``name`` when left empty.
+        state: the names of the values each lane carries while folding, when more than one
+            (the variance's ``("n", "k", "m", "q")``: count, shift, mean minus the shift, M2).
+            Then ``combine`` is the body of the helper merging two states (arguments the names
+            suffixed ``_a`` and ``_b``; returns the merged state) and ``step`` the body of the
+            helper adding one value ``x`` to a state where ``v`` is 1.0 (0.0: a masked lane):
+            ``(*state, x, v) -> state``.
     """
     name: str
     identity: Callable[[torch.dtype], float | int | bool]
@@ -67,6 +74,8 @@ class Combiner:
     results: int = 1
     finalize: str | None = None
     base: str = field(default="")
+    state: tuple[str, ...] = ()
+    step: str = ""
 
     def __post_init__(self):
         if not self.base:
@@ -76,6 +85,11 @@ class Combiner:
     def helper(self) -> str:
         """Name of the ``@_jit`` combine helper the backend prints for this kind (``_sum_combine``)."""
         return f"_{self.base}_combine"
+
+    @property
+    def step_helper(self) -> str:
+        """Name of the ``@_jit`` helper adding one value to a state (kinds with a ``state``)."""
+        return f"_{self.base}_step"
 
     def __repr__(self):
         return f"Combiner({self.name})"
@@ -170,6 +184,36 @@ ARGMIN = Combiner("argmin", _min_identity, _ties_first("b < a"), _argmin_referen
                   grad="index", results=2)
 
 
+def _var_reference(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
+    """The biased variance (``torch.var(..., correction=0)``) over ``dims``; NaN where an extent is empty."""
+    return torch.var(x, dim=dims, correction=0)
+
+
+#: Chan, Golub & LeVeque (1979): two states merged. A lane's values are kept relative to a shift
+#: ``k`` (its first value), so the arithmetic is on deviations of the data's own scale: Welford's
+#: update on raw values ~1e4 with a spread of 1 loses ~1e-3 of the variance in fp32, the shifted
+#: one does not. ``w`` is the second state's share of the count (no 0/0: counts are whole
+#: numbers); an empty first state takes the second's shift.
+_CHAN = ("n = n_a + n_b\n"
+         "    w = n_b / tl.maximum(n, 1.0)\n"
+         "    d = (k_b - k_a) + (m_b - m_a)\n"
+         "    keep = n_a > 0\n"
+         "    return n, tl.where(keep, k_a, k_b), tl.where(keep, m_a + d * w, m_b), q_a + q_b + d * d * n_a * w")
+#: Welford (1962) on ``x - k``: one value added to a state where ``v`` is set (the first sets ``k``)
+_WELFORD = ("k1 = tl.where((n == 0) & (v > 0), x, k)\n"
+            "    y = x - k1\n"
+            "    n1 = n + v\n"
+            "    d = y - m\n"
+            "    m1 = tl.where(v > 0, m + d / tl.maximum(n1, 1.0), m)\n"
+            "    return n1, k1, m1, tl.where(v > 0, q + d * (y - m1), q)")
+
+#: the biased variance in one pass (Welford's update per lane, Chan's merge across lanes); no
+#: ``dt`` builder: the plan's single-pass rewrite (:mod:`dtriton.ir.rewrite`) puts it in place of
+#: ``mean((x - mean(x))**2)``. Not split across programs (its partials would need the whole state).
+VAR = Combiner("var", _sum_identity, _CHAN, _var_reference, splittable=False, online=None, grad="variance",
+               finalize="variance", state=("n", "k", "m", "q"), step=_WELFORD)
+
+
 #: every known reduction kind, by name
 COMBINERS: dict[str, Combiner] = {}
 
@@ -190,6 +234,6 @@ def get(name: str) -> Combiner:
         raise KeyError(f"unknown reduction kind {name!r}; known: {sorted(COMBINERS)}") from None
 
 
-for _c in (SUM, MEAN, MAX, MIN, PROD, ARGMAX, ARGMIN):
+for _c in (SUM, MEAN, MAX, MIN, PROD, ARGMAX, ARGMIN, VAR):
     register(_c)
 del _c

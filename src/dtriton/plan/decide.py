@@ -13,7 +13,7 @@ from typing import Mapping
 
 import torch
 
-from ..ir import Algorithm, Binding, kernel_f64
+from ..ir import Algorithm, Binding, Reduce, kernel_f64, single_pass_variance
 from ..schedule import Schedule
 from .access import plan_access, plan_eviction, plan_floor_ops, plan_read_masks
 from .blockreduce import plan_block_reduce
@@ -25,7 +25,7 @@ from .kernel import KernelPlan, Program
 from .lower import lower
 from .passes import plan_passes
 
-__all__ = ["decide", "plan_program", "unused_knobs"]
+__all__ = ["decide", "one_pass_statistics", "plan_program", "unused_knobs"]
 
 
 def decide(prog: Program, sched: Schedule, dtypes: Mapping[str, torch.dtype],
@@ -65,14 +65,28 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
 def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) -> Program:
     """Lower ``alg`` under the complete schedule ``sched`` for a call with binding ``b`` and facts
     ``spec``: a :class:`Program` whose kernels carry every decision (buffer dtypes first:
-    :func:`dtriton.plan.buffers.plan_buffers`)."""
+    :func:`dtriton.plan.buffers.plan_buffers`). Two-pass variances the schedule loops over become
+    one pass before lowering (:func:`one_pass_statistics`)."""
     out_dtypes = {o.name: d for o, d in zip(alg.outputs, b.out_dtypes)}
+    # the call's masked reads name nodes by position in the algorithm as traced (the rewrite
+    # keeps those nodes)
+    masked = frozenset((alg.nodes[pos].uid, d) for pos, d in spec.masked_reads)
+    alg = single_pass_variance(alg, lambda r: one_pass_statistics(sched, r))
     prog = lower(alg, sched, b.axis_sizes, {k: str(v).replace("torch.", "") for k, v in out_dtypes.items()},
                  f64=kernel_f64(b.dtypes.values(), b.out_dtypes))
     plan_buffers(prog, alg, b.dtypes, out_dtypes)
-    masked = frozenset((alg.nodes[pos].uid, d) for pos, d in spec.masked_reads)
     return decide(prog, sched, b.dtypes, out_dtypes, spec.interpret, spec.i64, spec.tma_ok, dict(spec.hints),
                   spec.note(alg, sched.access == "tma"), dict(spec.unit_dims), masked)
+
+
+def one_pass_statistics(sched: Schedule, r: Reduce) -> bool:
+    """Whether the two-pass variance stage ``r`` becomes one pass with its mean
+    (:func:`~dtriton.ir.single_pass_variance`): when ``sched`` loops over one of its reduced axes
+    (a "whole" row is read once anyway), none of them "online", and none split across programs
+    (the one-pass variance's partials are not written)."""
+    strategy = dict(sched.strategy, **sched.stage(r.name).strategy)
+    return (any(strategy.get(a) == "loop" for a in r.over) and all(strategy.get(a) != "online" for a in r.over)
+            and all(sched.split.get(a, 1) <= 1 for a in r.over))
 
 
 def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:

@@ -16,7 +16,7 @@ import torch
 from ...ir import Combiner
 from ...plan.kernel import Program
 
-__all__ = ["HEADER", "INDEX_SENTINEL", "OPSYM", "ROUND_BF16", "TL_DTYPES", "combine_helper", "combine_text",
+__all__ = ["HEADER", "INDEX_SENTINEL", "OPSYM", "ROUND_BF16", "TL_DTYPES", "combine_helper", "combine_text", "step_helper",
            "header", "identity_text"]
 
 TL_DTYPES = {torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float32: "tl.float32",
@@ -66,11 +66,21 @@ def combine_text(c: Combiner, a: str, b: str) -> str:
 def combine_helper(c: Combiner) -> str:
     """The ``@_jit`` combine helper of ``c``: ``(a, b) -> a op b`` for one result; for an
     arg-reduction ``(a, ia, b, ib) -> (value, index)``, taking ``(b, ib)`` where the record's
-    condition (``b`` wins over ``a``) holds."""
+    condition (``b`` wins over ``a``) holds; for a kind with a ``state`` (the variance's) the merge
+    of two states."""
+    if c.state:
+        args = ", ".join([f"{v}_a" for v in c.state] + [f"{v}_b" for v in c.state])
+        return f"@_jit\ndef {c.helper}({args}):\n    {c.combine}\n"
     if c.results == 1:
         return f"@_jit\ndef {c.helper}(a, b):\n    return {c.combine}\n"
     return (f"@_jit\ndef {c.helper}(a, ia, b, ib):\n    take = {c.combine}\n"
             f"    return tl.where(take, b, a), tl.where(take, ib, ia)\n")
+
+
+def step_helper(c: Combiner) -> str:
+    """The ``@_jit`` helper adding one value to a lane's state of ``c``: ``(*state, x, v) ->
+    state``, ``v`` 0.0 on masked lanes."""
+    return f"@_jit\ndef {c.step_helper}({', '.join(c.state)}, x, v):\n    {c.step}\n"
 
 
 def header(prog: Program, helpers: Mapping[str, str]) -> str:

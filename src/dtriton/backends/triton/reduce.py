@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...ir import Combiner, Load, Reduce, fmt
+from ...ir import Combiner, Load, Reduce, fmt, get_combiner
 from ...plan.graph import fused_deps
 from ...plan.kernel import DotPlan, PassPlan
-from .prelude import INDEX_SENTINEL, combine_helper, combine_text, identity_text
+from .prelude import INDEX_SENTINEL, combine_helper, combine_text, identity_text, step_helper
 from .scope import Scope, pointer_loads
 
 __all__ = ["ReducePrinter"]
+
+SUM = get_combiner("sum")
 
 
 class ReducePrinter:
@@ -75,8 +77,7 @@ class ReducePrinter:
                 continue
             info = accs[r.uid]
             if r.uid in pp.block_acc:
-                body = self.masked(self.float_body(r, inner, lin), r, inner, lin, identity_text(r.combiner))
-                inner.emit(f"{info['acc']} = {combine_text(r.combiner, info['acc'], body)}")
+                self.block_step(r, info, inner, lin)
                 continue
             part = self.reduce_body(r, info, inner, lin, scope)
             if not loop_axes:
@@ -103,10 +104,44 @@ class ReducePrinter:
         """Declare (before the pass's loops, in ``scope``) the accumulator of ``r`` in the shape of
         the loop's block (``inner``): the identity on every lane of ``r``'s body and reduced axes."""
         pres = self.present(r.x, inner) | self.present_of_axes(r.over, inner)
-        info["acc"] = acc = self.fresh(f"acc_{r.name}")
         info["layout"], info["block"] = inner.layout, True
-        scope.emit(f"{acc} = tl.full({self.shape(inner.layout, pres)}, {identity_text(r.combiner)}, "
-                   f"dtype={self.cdt})  # folded after the loop")
+        shape = self.shape(inner.layout, pres)
+        if r.combiner.state:
+            info["acc"] = tuple(self.fresh(f"{v}_{r.name}") for v in r.combiner.state)
+            scope.emit(f"{', '.join(info['acc'])} = " + ", ".join(f"tl.full({shape}, 0.0, dtype={self.cdt})" for _ in
+                                                                   r.combiner.state) + "  # state, merged after the loop")
+            return
+        info["acc"] = acc = self.fresh(f"acc_{r.name}")
+        scope.emit(f"{acc} = tl.full({shape}, {identity_text(r.combiner)}, dtype={self.cdt})  # folded after the loop")
+
+    def block_step(self, r: Reduce, info: dict, inner: Scope, lin) -> None:
+        """Fold this step's values of ``r`` into its block accumulator, element-wise (masked lanes
+        add the identity; a Welford state is left unchanged there)."""
+        c = r.combiner
+        if c.state:
+            m = self.mask_for(r.over, inner, lin)
+            valid = f"({m}).to({self.cdt})" if m is not None else "1.0"
+            step = self.use_helper(c.step_helper, step_helper(c))
+            acc = ", ".join(info["acc"])
+            inner.emit(f"{acc} = {step}({acc}, {self.float_body(r, inner, lin)}, {valid})")
+            return
+        body = self.masked(self.float_body(r, inner, lin), r, inner, lin, identity_text(c))
+        inner.emit(f"{info['acc']} = {combine_text(c, info['acc'], body)}")
+
+    def fold_state(self, r: Reduce, info: dict, scope: Scope) -> str:
+        """After the loop: merge the lanes of ``r``'s state (the variance's: Chan's formula) over
+        its reduced dims; returns M2 over the count in ``scope``'s layout."""
+        c, lay, names = r.combiner, info["layout"], info["acc"]
+        for a in r.over:
+            if a in lay:
+                new = tuple(self.fresh(v) for v in c.state)
+                scope.emit(f"{', '.join(new)} = tl.reduce(({', '.join(names)}), {lay.index(a)}, "
+                           f"{self.helper(c)}, keep_dims=True)")
+                names = new
+        if c.finalize != "variance":
+            raise AssertionError(f"kind {c.name}: a state folds to a variance only")
+        var = f"{names[c.state.index('q')]} / {names[c.state.index('n')]}"
+        return self.squeeze(var, lay, scope.layout, scope, self.present(r, scope))
 
     def accumulators(self, rs: list[Reduce], loop_axes: list[str], scope: Scope, pp: PassPlan) -> dict[int, dict]:
         """Per reduction of a pass: its dot (or None) and, for a loop, its initialised accumulator
@@ -230,6 +265,8 @@ class ReducePrinter:
             if not loop_axes:
                 v = info["result"][1] if r.combiner.results == 2 else info["result"]
                 vl = (info["dot"].m, info["dot"].n) if info["dot"] else scope.layout
+            elif info.get("block") and r.combiner.state:
+                v, vl = self.fold_state(r, info, scope), scope.layout
             elif info.get("block"):
                 # the block accumulator folds over the reduced dims, then drops the loop's dims
                 v = self.reduce_code(info["acc"], r.combiner, r.over, info["layout"], scope)
@@ -302,6 +339,8 @@ class ReducePrinter:
             v = self.fresh("dot")
             inner.emit(f"{v} = tl.dot({a}, {b}{prec})")
             return v
+        if r.combiner.state:
+            return self.variance_in_block(r, inner, lin, scope)
         body = self.masked(self.float_body(r, inner, lin), r, inner, lin, ident)
         if r.combiner.results == 2:
             return self.arg_reduce_body(r, body, inner, lin, scope)
@@ -310,6 +349,24 @@ class ReducePrinter:
             red = self.squeeze(red, lin, scope.layout, inner, self.present(r, scope))
         v = self.fresh(f"part_{r.name}")
         inner.emit(f"{v} = {red}")
+        return v
+
+    def variance_in_block(self, r: Reduce, inner: Scope, lin, scope: Scope) -> str:
+        """The variance ``r`` of values that one block holds: mean, then the mean squared
+        deviation from it, both in registers (the values are read once)."""
+        x, m = self.float_body(r, inner, lin), self.mask_for(r.over, inner, lin)
+        cnt = " * ".join(self.size(a) for a in r.over)
+        xv = self.fresh(f"x_{r.name}")
+        inner.emit(f"{xv} = {x}")
+        mean = self.fresh(f"mean_{r.name}")
+        inner.emit(f"{mean} = {self.reduce_code(self.masked(xv, r, inner, lin, '0.0'), SUM, r.over, lin, inner)} / ({cnt})")
+        dev = self.fresh(f"dev_{r.name}")
+        inner.emit(f"{dev} = " + (f"tl.where({m}, {xv} - {mean}, 0.0)" if m is not None else f"{xv} - {mean}"))
+        red = self.reduce_code(f"{dev} * {dev}", SUM, r.over, lin, inner)
+        if lin != scope.layout:
+            red = self.squeeze(red, lin, scope.layout, inner, self.present(r, scope))
+        v = self.fresh(f"part_{r.name}")
+        inner.emit(f"{v} = {red} / ({cnt})")
         return v
 
     def float_body(self, r: Reduce, inner: Scope, lin) -> str:

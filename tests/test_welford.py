@@ -1,0 +1,141 @@
+"""The single-pass variance (issue 16): ``mean((X - mean(X))**2)`` over looped axes becomes one
+Welford stage that reads X together with the mean, as accurate as two passes.
+
+Checked against float64 torch on fresh data with a large offset (where ``E[x^2] - E[x]^2`` in fp32
+would lose every digit), odd sizes (masked steps), fp16/bf16/fp32, outputs poisoned with NaN
+before the call, NaN and inf rows (torch.var's NaN), and split statistics (left two-pass).
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import dtriton as dt
+from dtriton.ir import Reduce, single_pass_variance, variance_of
+from dtriton.library import batch_norm, instance_norm, layer_norm
+from dtriton.plan.decide import one_pass_statistics
+
+F = torch.nn.functional
+Tensor = dt.Tensor
+LOOP = dt.Schedule(grid=["n", "c"], tile={"h": 4}, strategy={"h": "loop", "q": "whole"})
+
+
+@dt.algorithm
+def variance(X: Tensor["N", "C", "H", "W"]):
+    """The biased variance over (h, w) per (n, c), written as two passes."""
+    n, c, h, q = dt.axes("n c h q")
+    xc = X[n, c, h, q] - dt.mean(X[n, c, h, q], over=(h, q))
+    return dt.mean(xc * xc, over=(h, q))[n, c]
+
+
+@dt.algorithm
+def variance_flipped(X: Tensor["N", "C", "H", "W"]):
+    """The same variance with the deviation written mean - x."""
+    n, c, h, q = dt.axes("n c h q")
+    xc = dt.mean(X[n, c, h, q], over=(h, q)) - X[n, c, h, q]
+    return dt.mean(xc * xc, over=(h, q))[n, c]
+
+
+@dt.algorithm
+def not_a_variance(X: Tensor["N", "C", "H", "W"]):
+    """A mean over (h, w) of deviations from a mean over h only: not the variance pattern."""
+    n, c, h, q = dt.axes("n c h q")
+    xc = X[n, c, h, q] - dt.mean(X[n, c, h, q], over=(h,))
+    return dt.mean(xc * xc, over=(h, q))[n, c]
+
+
+def relerr(out, ref) -> float:
+    return ((out.double() - ref).norm() / ref.norm().clamp_min(1e-300)).item()
+
+
+def stage(alg, name) -> Reduce:
+    return alg.stages[name].node
+
+
+def test_the_pattern_is_recognised_in_either_sign_and_only_over_the_same_axes():
+    assert variance_of(stage(variance, "mean1")) is not None
+    assert variance_of(stage(variance_flipped, "mean1")) is not None
+    assert variance_of(stage(not_a_variance, "mean1")) is None
+    assert variance_of(stage(variance, "mean0")) is None
+    new = single_pass_variance(instance_norm, lambda r: True)
+    assert new.stages["mean1"].node.combiner.name == "var" and new.stages["mean0"].node.combiner.name == "mean"
+    assert single_pass_variance(instance_norm, lambda r: False) is instance_norm
+
+
+def test_only_looped_unsplit_statistics_become_one_pass():
+    r = stage(instance_norm, "mean1")
+    assert one_pass_statistics(LOOP, r)
+    assert not one_pass_statistics(dt.Schedule(strategy={"h": "whole", "q": "whole"}), r)
+    assert not one_pass_statistics(LOOP.replace(split={"h": 2}), r)
+    src = dt.compile(layer_norm).source_for(torch.randn(4, 32), torch.randn(32), torch.randn(32))
+    assert "_var_step" not in src   # a whole row is read once anyway: left as it is
+
+
+@pytest.mark.parametrize("alg", [variance, variance_flipped])
+@pytest.mark.parametrize("shape", [(2, 3, 13, 7), (1, 2, 1, 1), (1, 1, 17, 1), (2, 1, 5, 33)])
+def test_variance_with_a_large_offset_matches_float64(alg, shape):
+    x = torch.randn(shape, dtype=torch.float64) * 0.5 + 1e4
+    x32 = x.float()
+    k = dt.compile(alg, LOOP)
+    assert "_var_step" in k.source_for(x32)
+    out = torch.full(shape[:2], float("nan"))
+    k(x32, out=out)
+    ref = x32.double().var(dim=(2, 3), correction=0)
+    # E[x^2] - E[x]^2 in fp32 would be off by ~(1e4)^2 * 6e-8 / 0.25, i.e. completely wrong
+    assert torch.allclose(out.double(), ref, rtol=2e-5, atol=1e-9), (out, ref)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.float16, 2e-3), (torch.bfloat16, 1.5e-2)])
+def test_instance_norm_in_one_statistics_pass_matches_torch(dtype, tol):
+    x = (torch.randn(2, 3, 11, 9, dtype=torch.float64) * 2 + 50).to(dtype)
+    k = dt.compile(instance_norm, LOOP)
+    assert "_var_step" in k.source_for(x)
+    out = torch.full_like(x, float("nan"))
+    k(x, out=out)
+    assert relerr(out, F.instance_norm(x.double(), eps=1e-5)) < tol
+
+
+def test_nan_and_inf_rows_give_nan_like_torch_var():
+    x = torch.randn(2, 3, 6, 5)
+    x[0, 1, 2, 3] = float("nan")
+    x[1, 2, 0, 0] = float("inf")
+    x[1, 0, 4, 4] = -float("inf")
+    out = dt.compile(variance, LOOP)(x)
+    ref = x.double().var(dim=(2, 3), correction=0)
+    assert torch.equal(out.isnan(), ref.isnan()) and ref.isnan().sum() == 3
+    fin = ~ref.isnan()
+    assert torch.allclose(out.double()[fin], ref[fin], rtol=1e-5)
+
+
+def test_split_statistics_stay_two_pass_and_correct():
+    x = torch.randn(3, 2, 16, 5) + 100.0
+    w, b = torch.randn(2), torch.randn(2)
+    s = dt.Schedule(grid=["n", "c", "h", "q"], split={"h": 2}, split_mode="partials",
+                    stages={st: dt.StageSchedule(tile={"c": 1, "h": 4}, strategy={"n": "loop", "h": "loop", "q": "whole"})
+                            for st in ("mean0", "mean1")})
+    k = dt.compile(batch_norm, s)
+    assert "_var_step" not in k.source_for(x, w, b)
+    ref = F.batch_norm(x.double(), None, None, w.double(), b.double(), training=True, eps=1e-5)
+    assert relerr(k(x, w, b), ref) < 2e-5   # x - mean in fp32 near 100: ulp 8e-6
+
+
+def test_the_reference_of_the_variance_combiner_is_torch_var():
+    from dtriton.ir import get_combiner
+    c = get_combiner("var")
+    x = torch.randn(3, 4, 5)
+    assert torch.allclose(c.reference(x, [1, 2]), x.var(dim=(1, 2), correction=0))
+    assert c.state == ("n", "k", "m", "q") and not c.splittable and math.isnan(c.reference(torch.empty(2, 0), [1])[0].item())
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 7, 5), (1, 1, 1, 3)])
+def test_a_variance_stage_over_whole_axes_reads_its_block_once(shape):
+    """The variance combiner where one block holds the row (the rewrite is applied by hand here):
+    the mean and the squared deviations from it, in registers."""
+    alg = single_pass_variance(variance, lambda r: True)
+    x = torch.randn(shape) * 0.5 + 1e3
+    k = dt.compile(alg, dt.Schedule(grid=["n", "c"], strategy={"h": "whole", "q": "whole"}))
+    src = k.source_for(x)
+    assert "_var_step" not in src and "dev_mean1" in src
+    assert torch.allclose(k(x).double(), x.double().var(dim=(2, 3), correction=0), rtol=1e-4, atol=1e-9)
