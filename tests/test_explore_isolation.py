@@ -280,6 +280,31 @@ def test_workers_that_cannot_set_up_fall_back_to_in_process(mm_args, monkeypatch
     assert "WARNING: candidates ran in this process, without isolation" in res.summary()
 
 
+def test_a_worker_failing_setup_after_others_were_ready_skips_its_request(mm_args, monkeypatch, tmp_path):
+    """Once a worker has been ready, another one failing its setup (e.g. out of GPU memory for its
+    copies) does not end isolation: its request is skipped with the reason, the slot restarts."""
+    from dtriton.tune import worker
+    flag = tmp_path / "fail-setup"
+    real = worker._make_bench
+
+    def flaky(spec):
+        if flag.exists():
+            raise RuntimeError("CUDA out of memory (a stand-in)")
+        return real(spec)
+    monkeypatch.setattr(worker, "_make_bench", flaky)
+    spec, _ = _spec(mm_args)
+    pool = WorkerPool(spec, 2)
+    try:
+        assert pool.run([(0, ("check", 1, None, 1e-4))], 60, None)[0]["status"] == "ok"
+        flag.touch()
+        res = pool.run([(1, ("check", 2, None, 1e-4))], 60, None)[0]
+        assert res["status"] == "skipped" and "out of memory" in res["reason"], res
+        flag.unlink()
+        assert pool.run([(1, ("check", 3, None, 1e-4))], 60, None)[0]["status"] == "ok"
+    finally:
+        pool.close()
+
+
 def test_summary_columns_stay_apart_and_plot_shows_every_status(tmp_path):
     from dtriton.tune import ExploreResult
     js = '{"grid": ["i", "j"], "tile": {"i": 64, "j": 32}}'

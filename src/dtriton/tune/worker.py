@@ -149,8 +149,9 @@ class WorkerSpec:
         d.update(alg=ref, args=None, refs=None, spawned=True, tensor_file=self.save_tensors())
         return d
 
-    def __setstate__(self, d):
-        self.__dict__.update(d)
+    def resolve(self) -> None:
+        """In a spawned worker: import the algorithm and read the tensors back (in the worker's
+        setup, so that a failure is reported to the pool with its reason)."""
         if isinstance(self.alg, tuple):
             self.alg = _load_algorithm(self.alg)
         if self.tensor_file is not None and self.args is None:
@@ -159,6 +160,7 @@ class WorkerSpec:
 
 
 def _make_bench(spec: WorkerSpec) -> Bench:
+    spec.resolve()
     dev = torch.device(spec.device)
     args = tuple(a.to(dev) if isinstance(a, torch.Tensor) else a for a in spec.args)
     bench = Bench(spec.alg, args, None, spec.interpret, spec.warmup_ms, spec.rep_ms, spec.timing)
@@ -259,7 +261,10 @@ class WorkerPool:
     :attr:`started` the processes started.
     ``start_method``: "fork" or "spawn" (default: :func:`start_method_for` the spec's device).
 
-    Raises :class:`WorkerUnavailable` (from a request) when a worker cannot be started at all."""
+    Raises :class:`WorkerUnavailable` (from a request) when a worker cannot be started at all, or
+    fails to set up before any worker ever did; once one worker has been ready, a worker failing
+    its setup (e.g. out of GPU memory for its copies) leaves its request "skipped" with the reason,
+    and the slot starts afresh on the next request."""
 
     def __init__(self, spec: WorkerSpec, n: int, start_method: str | None = None):
         self.spec = spec
@@ -268,6 +273,7 @@ class WorkerPool:
         self.slots = [_Slot() for _ in range(max(1, n))]
         self.restarts = 0
         self.started = 0
+        self.ever_ready = False
 
     def __len__(self):
         return len(self.slots)
@@ -359,11 +365,11 @@ class WorkerPool:
             except (EOFError, OSError):
                 break
             if kind == "ready":
-                s.ready = True
+                s.ready = self.ever_ready = True
                 continue
             if kind == "error":
-                self._kill(s)
-                raise WorkerUnavailable(f"a worker process could not set up the exploration: {payload}")
+                self._setup_failed(k, out, pending, t0, f"could not set up the exploration: {payload}")
+                return
             payload["seconds"] = time.perf_counter() - t0
             if msg[0] == "check" and payload.get("status") == "ok":
                 s.kept.add(cid)
@@ -378,13 +384,22 @@ class WorkerPool:
             what = "compiling and checking" if msg[0] == "check" else "timing"
             death = _death(s.proc)
             if not s.ready:   # it died setting up, before any candidate: not the candidate's fault
-                self._kill(s)
-                raise WorkerUnavailable(f"a worker process died while setting up ({death})")
+                self._setup_failed(k, out, pending, t0, f"died while setting up ({death})")
+                return
             out[j] = {"status": "failed", "seconds": time.perf_counter() - t0,
                       "reason": f"WorkerDied: the worker process running this candidate died while {what} "
                                 f"({death}); a fresh worker took over"}
             self._kill(s)
             del pending[k]
+
+    def _setup_failed(self, k: int, out: list, pending: dict, t0: float, why: str) -> None:
+        """Worker ``k`` failed before it was ready: its request is skipped (not the candidate's
+        fault) when some worker has been ready before, else :class:`WorkerUnavailable` is raised."""
+        self._kill(self.slots[k])
+        if not self.ever_ready:
+            raise WorkerUnavailable(f"a worker process {why}")
+        out[pending.pop(k)] = {"status": "skipped", "seconds": time.perf_counter() - t0,
+                               "reason": f"its worker process {why}; a fresh one starts for the next candidate"}
 
     def close(self, grace_s: float = 0.5) -> None:
         """Stop every worker: ask them all, wait up to ``grace_s`` seconds in all, kill the rest."""
