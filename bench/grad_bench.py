@@ -1,11 +1,15 @@
-"""Issue 6 timings (H200): forward + backward through dtriton's derived gradients, side by side with
-eager PyTorch and torch.compile, in one run.
+"""Issue 6 and 15 timings (H200): forward + backward through dtriton's derived gradients, side by
+side with eager PyTorch and torch.compile, in one run.
 
-    PYTHONPATH=src python3 bench/grad_bench.py [--out bench/results]
+    PYTHONPATH=src python3 bench/grad_bench.py [--out bench/results] [--only NAME ...] [--dry-run]
 
-Cases: spatial diffusion (V=20000, K=128, C=128, fp32; gradients for x and times) and layer norm
-(fp16, 4096x8192; gradients for X, w, b). Time = median ms of do_bench over forward, a sum-of-
-outputs loss and backward. Every implementation's gradients are checked against eager fp64 first.
+The loss weights each output by a fixed random tensor. Cases: spatial diffusion (V=20000, K=128, C=128, fp32; gradients for x and times), layer norm and
+RMSNorm (fp16, 4096x8192; gradients for X and the weights), softmax and log-softmax (fp16,
+4096x4096) and cross-entropy (fp32 4096x32768, integer labels). Time = median ms of do_bench over
+forward, a sum-of-outputs loss and backward. Every implementation's gradients are checked against
+eager fp64 first. The dtriton rows also give the kernels the forward and the backward launched
+("kernels fwd/bwd"), and the ratio of eager's time to dtriton's. ``--dry-run``: tiny shapes on
+the CPU interpreter (checks the script).
 """
 import argparse
 import json
@@ -18,7 +22,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dtriton as dt  # noqa: E402
-from algorithms import layer_norm, spatial_diffusion  # noqa: E402
+from algorithms import cross_entropy, layer_norm, log_softmax, rms_norm, softmax, spatial_diffusion  # noqa: E402
 
 
 def diffusion_eager(x, basis, mass, evals, times):
@@ -28,6 +32,23 @@ def diffusion_eager(x, basis, mass, evals, times):
 
 def ln_eager(X, w, b):
     return torch.nn.functional.layer_norm(X, (X.shape[-1],), w, b, 1e-5)
+
+
+def rms_eager(X, w):
+    Xf = X.float()
+    return (Xf * torch.rsqrt((Xf * Xf).mean(-1, keepdim=True) + 1e-6)).to(X.dtype) * w
+
+
+def softmax_eager(X):
+    return torch.softmax(X, -1)
+
+
+def log_softmax_eager(X):
+    return torch.log_softmax(X, -1)
+
+
+def ce_eager(X, labels):
+    return torch.nn.functional.cross_entropy(X, labels, reduction="none")
 
 
 DEV = "cuda"
@@ -44,39 +65,72 @@ def _bench(f):
 
 def run_case(name, fns, make_inputs, grad_idx, rows):
     base = make_inputs()
-    ref_in = [t.detach().double().requires_grad_(k in grad_idx) for k, t in enumerate(base)]
+    ref_in = [t.detach().double().requires_grad_(k in grad_idx) if t.is_floating_point() else t
+              for k, t in enumerate(base)]
     fns["eager fp64"] = fns["eager"]
     out = fns["eager fp64"](*ref_in)
     outs = out if isinstance(out, tuple) else (out,)
-    sum(o.sum() * (n + 1) for n, o in enumerate(outs)).backward()
+    # a random weighting of the outputs (a plain sum of softmax rows has a zero gradient)
+    weights = [torch.randn(o.shape, device=DEV, generator=torch.Generator(DEV).manual_seed(n)) for n, o in enumerate(outs)]
+    sum((o * w.double()).sum() for o, w in zip(outs, weights)).backward()
     ref_g = [ref_in[k].grad for k in grad_idx]
     del fns["eager fp64"]
     for impl, f in fns.items():
-        ins = [t.detach().clone().requires_grad_(k in grad_idx) for k, t in enumerate(base)]
+        ins = [t.detach().clone().requires_grad_(k in grad_idx) if t.is_floating_point() else t
+               for k, t in enumerate(base)]
 
         def step():
             for k in grad_idx:
                 ins[k].grad = None
             o = f(*ins)
             oo = o if isinstance(o, tuple) else (o,)
-            sum(x.float().sum() * (n + 1) for n, x in enumerate(oo)).backward()
+            sum((x.float() * w).sum() for x, w in zip(oo, weights)).backward()
         try:
             step()
             errs = [((ins[k].grad.double() - g).norm() / g.norm()).item() for k, g in zip(grad_idx, ref_g)]
+            counts = f.launch_counts() if hasattr(f, "launch_counts") else None
             fwd = lambda: f(*[t.detach() for t in ins])  # noqa: E731
             t_f = _bench(fwd)
             t_fb = _bench(step)
-            rows.append(dict(case=name, impl=impl, fwd_ms=round(t_f, 4), fwd_bwd_ms=round(t_fb, 4), max_grad_rel_err=max(errs)))
+            rows.append(dict(case=name, impl=impl, fwd_ms=round(t_f, 4), fwd_bwd_ms=round(t_fb, 4), max_grad_rel_err=max(errs),
+                             kernels=f"{counts['forward']}/{counts['backward']}" if counts else ""))
         except Exception as e:  # noqa: BLE001
             rows.append(dict(case=name, impl=impl, fwd_ms=None, fwd_bwd_ms=None, max_grad_rel_err=None,
                              note=f"failed: {type(e).__name__}: {str(e)[:200]}"))
         print(rows[-1], flush=True)
 
 
+def _cases(dry: bool):
+    """name -> (case label, algorithm, eager function, input maker, indices of the inputs with gradients)."""
+    V, K, C = (20000, 128, 128) if not dry else (64, 16, 8)
+    M, N = (4096, 8192) if not dry else (8, 40)
+    S = 4096 if not dry else 24
+    CM, CN = (4096, 32768) if not dry else (6, 50)
+    h = torch.float16
+
+    def rnd(*shape, dtype=torch.float32):
+        return torch.randn(*shape, device=DEV, dtype=dtype)
+    return {
+        "diffusion": (f"diffusion fp32 V={V} K={K} C={C} (grads x, times)", spatial_diffusion, diffusion_eager,
+                      lambda: (rnd(V, C), rnd(V, K) / V ** 0.5, torch.rand(V, device=DEV) + 0.5,
+                               torch.rand(K, device=DEV) * 10, torch.rand(C, device=DEV)), [0, 4]),
+        "layer_norm": (f"layer_norm fp16 {M}x{N} (grads X, w, b)", layer_norm, ln_eager,
+                       lambda: (rnd(M, N, dtype=h), rnd(N, dtype=h), rnd(N, dtype=h)), [0, 1, 2]),
+        "rms_norm": (f"rms_norm fp16 {M}x{N} (grads X, w)", rms_norm, rms_eager,
+                     lambda: (rnd(M, N, dtype=h), rnd(N, dtype=h)), [0, 1]),
+        "softmax": (f"softmax fp16 {S}x{S}", softmax, softmax_eager, lambda: (rnd(S, S, dtype=h),), [0]),
+        "log_softmax": (f"log_softmax fp16 {S}x{S}", log_softmax, log_softmax_eager, lambda: (rnd(S, S, dtype=h),), [0]),
+        "cross_entropy": (f"cross_entropy fp32 {CM}x{CN} (integer labels)", cross_entropy, ce_eager,
+                          lambda: (rnd(CM, CN), torch.randint(0, CN, (CM,), device=DEV)), [0]),
+    }
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU interpreter (checks the script)")
+    ap.add_argument("--only", nargs="*", help="case names to run (default: all): diffusion layer_norm rms_norm "
+                                              "softmax log_softmax cross_entropy")
     a = ap.parse_args(argv)
     global DEV
     dry = a.dry_run
@@ -84,32 +138,27 @@ def main(argv=None):
         DEV = "cpu"
     torch.manual_seed(0)
     rows = []
-    V, K, C = (20000, 128, 128) if not dry else (64, 16, 8)
-
-    def mk_diff():
-        return (torch.randn(V, C, device=DEV), torch.randn(V, K, device=DEV) / V ** 0.5,
-                torch.rand(V, device=DEV) + 0.5, torch.rand(K, device=DEV) * 10, torch.rand(C, device=DEV))
-    kd = dt.compile(spatial_diffusion)
-    run_case(f"diffusion fp32 V={V} K={K} C={C} (grads x, times)",
-             {"dtriton": kd, "eager": diffusion_eager, **({} if dry else {"torch.compile": torch.compile(diffusion_eager)})},
-             mk_diff, [0, 4], rows)
-
-    def mk_ln():
-        M, N = (4096, 8192) if not dry else (8, 40)
-        return (torch.randn(M, N, device=DEV, dtype=torch.float16), torch.randn(N, device=DEV, dtype=torch.float16),
-                torch.randn(N, device=DEV, dtype=torch.float16))
-    kl = dt.compile(layer_norm)
-    run_case("layer_norm fp16 4096x8192 (grads X, w, b)",
-             {"dtriton": kl, "eager": ln_eager, **({} if dry else {"torch.compile": torch.compile(ln_eager)})},
-             mk_ln, [0, 1, 2], rows)
+    cases = _cases(dry)
+    for name in a.only or list(cases):
+        label, alg, eager, make, grad_idx = cases[name]
+        fns = {"dtriton": dt.compile_autograd(alg), "eager": eager}
+        if not dry:
+            fns["torch.compile"] = torch.compile(eager)
+        run_case(label, fns, make, grad_idx, rows)
     os.makedirs(a.out, exist_ok=True)
     meta = dict(gpu=torch.cuda.get_device_name() if not dry else "cpu (dry run)", torch=torch.__version__, triton=__import__("triton").__version__,
                 date=time.strftime("%Y-%m-%dT%H:%M:%S"))
     with open(os.path.join(a.out, "grad.json"), "w") as f:
         json.dump(dict(meta=meta, rows=rows), f, indent=1)
-    lines = [f"# Forward + backward (H200)", "", f"{meta}", "", "| case | impl | fwd ms | fwd+bwd ms | max grad rel err |", "|---|---|---:|---:|---:|"]
+    eager_fb = {r["case"]: r["fwd_bwd_ms"] for r in rows if r["impl"] == "eager"}
+    lines = ["# Forward + backward (H200)", "", f"{meta}", "",
+             "| case | impl | kernels fwd/bwd | fwd ms | fwd+bwd ms | eager / this (fwd+bwd) | max grad rel err |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['case']} | {r['impl']} | {r['fwd_ms']} | {r['fwd_bwd_ms']} | {r['max_grad_rel_err']} |")
+        e, t = eager_fb.get(r["case"]), r["fwd_bwd_ms"]
+        ratio = f"{e / t:.2f}x" if e and t else ""
+        lines.append(f"| {r['case']} | {r['impl']} | {r.get('kernels', '')} | {r['fwd_ms']} | {t} | {ratio} | "
+                     f"{r['max_grad_rel_err']} |")
     with open(os.path.join(a.out, "grad.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

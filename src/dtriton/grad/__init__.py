@@ -43,7 +43,8 @@ stages), :mod:`.naming` (fresh names), :mod:`.derive` (the adjoint rules), :mod:
 graph, grouping), :mod:`.api` (the functions below).
 """
 
-from .api import GradientAlgorithms, augmented_forward, describe, grad, staged
+from .api import GradientAlgorithms, augmented_forward, describe, grad, saved_statistics, staged
 from .naming import grad_param_names
 
-__all__ = ["grad", "GradientAlgorithms", "describe", "augmented_forward", "staged", "grad_param_names"]
+__all__ = ["grad", "GradientAlgorithms", "describe", "augmented_forward", "saved_statistics", "staged",
+           "grad_param_names"]

@@ -9,12 +9,12 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import AlgorithmError
-from ..ir import Algorithm, Expr, InputTensor, Output, Reduce, fmt, reduction_stages, topo_order
+from ..ir import Algorithm, Axis, Expr, InputTensor, Load, Output, Reduce, fmt, reduction_stages, topo_order
 from .derive import Deriver
 from .finalize import Finalizer, copy_nodes, group_gradients, make_params, param_spec
 from .naming import unique_param_name
 
-__all__ = ["grad", "GradientAlgorithms", "describe", "augmented_forward", "staged"]
+__all__ = ["grad", "GradientAlgorithms", "describe", "augmented_forward", "saved_statistics", "staged"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -161,7 +161,9 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
             stage's free axes in order) instead of recomputing them; ``"all"`` for every forward
             reduction the backward uses. Compute them with :func:`augmented_forward`.
         group: ``"auto"`` puts gradients that share a reduction stage into one algorithm (so the
-            shared stage runs once), ``"none"`` gives one algorithm per input, ``"all"`` one in total.
+            shared stage runs once), and gradients that are each one reduction over the same axes
+            with the same layout (layer norm's dw and db, computed by one kernel in one pass);
+            ``"none"`` gives one algorithm per input, ``"all"`` one in total.
 
     Returns a :class:`GradientAlgorithms`. Its algorithms take ``(*forward_args, *upstream_grads,
     *saved)``; upstream gradient ``k`` has the shape of forward output ``k``. Computation dtype is
@@ -207,6 +209,23 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
             locate[n] = (len(algs) - 1, k)
     return GradientAlgorithms(alg, tuple(wrt_l), tuple(algs), locate, zero, tuple(d.gnames), tuple(save_l),
                               {"blocked_extrema": [x.name for x in d.order if x.uid in d.blocked]})
+
+
+def saved_statistics(alg: Algorithm) -> tuple[str, ...]:
+    """The forward reduction stages the backward of every input reads that are *statistics*: their
+    free axes a strict subset of the axes of one input tensor they summarise (layer norm's mean and
+    variance per row of X, softmax's row max and sum, attention's per-query max and sum). Saving
+    them writes fewer elements than any input holds; a stage as large as an output (the
+    pre-activation of a linear layer) is left to be recomputed. Stage names in algorithm order."""
+    used = grad(alg, save="all").saved
+    out = []
+    for s in used:
+        node = alg.stages[s].node
+        loads = [n for n in topo_order([node]) if isinstance(n, Load)]
+        spans = [{e.name for e in n.index if isinstance(e, Axis)} for n in loads]
+        if any(set(node.axes) < sp for sp in spans):
+            out.append(s)
+    return tuple(out)
 
 
 def augmented_forward(alg: Algorithm, save: Sequence[str] | str) -> tuple[Algorithm, tuple[str, ...]]:

@@ -62,8 +62,10 @@ def copy_nodes(order: Sequence[Expr], params: dict[str, Any], replace: dict[int,
 def group_gradients(grads: dict[str, tuple[Expr, tuple[str, ...]]], order: Sequence[str],
                     mode: str) -> list[list[str]]:
     """Which gradients (names in ``order``, those in ``grads``) share a backward algorithm:
-    ``"none"``/``"separate"`` one each, ``"all"`` one in total, ``"auto"`` those that share a
-    reduction node (transitively) together."""
+    ``"none"``/``"separate"`` one each, ``"all"`` one in total, ``"auto"`` together (transitively)
+    those that share a reduction node, and those that are each one reduction over the same axes
+    with the same layout (layer norm's dw and db: two column sums of the same rows, which one
+    multi-output kernel computes in one pass)."""
     names = [n for n in order if n in grads]
     if mode in ("none", "separate"):
         return [[n] for n in names]
@@ -72,6 +74,10 @@ def group_gradients(grads: dict[str, tuple[Expr, tuple[str, ...]]], order: Seque
     if mode != "auto":
         raise ValueError(f"group must be 'auto', 'all' or 'none', got {mode!r}")
     reds = {n: {x.uid for x in topo_order([grads[n][0]]) if isinstance(x, Reduce)} for n in names}
+    for n in names:
+        e, lay = grads[n]
+        if isinstance(e, Reduce):   # a shared key joins same-shaped column reductions
+            reds[n].add(("sum_of", tuple(lay), frozenset(e.over)))
     parent = {n: n for n in names}
 
     def find(x):

@@ -11,9 +11,11 @@
   tensors and symbolic sizes work): what ``as_torch_op``'s fake implementation returns.
 
 Only inputs that require grad get gradients: the backward algorithms are derived for exactly that
-set (and cached per set). Saved state is the inputs (the forward reductions the backward needs are
-recomputed) unless ``save=`` names forward stages to keep, in which case the forward runs the
-algorithm with those stages as extra outputs (:func:`dtriton.grad.augmented_forward`).
+set (and cached per set). By default (``save="auto"``) the forward saves the forward reductions
+the backward reads (layer norm's mean and variance, softmax's row max and sum) as extra outputs of
+the same algorithm (:func:`dtriton.grad.augmented_forward`; with the schedule's ``fuse_outputs``
+they are stored by the forward's own kernel), so the backward reads them instead of recomputing
+them; ``save=None`` recomputes them in the backward, and a list of stage names saves those.
 
 Workaround (see the report of issue 6): backward kernels compiled without a schedule get
 ``acc_dtype="float64"`` when an input is float64 (materialised buffers default to fp32).
@@ -28,8 +30,9 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from ..errors import ScheduleError, ShapeError
-from ..grad import GradientAlgorithms, augmented_forward, grad
+from ..grad import GradientAlgorithms, augmented_forward, grad, saved_statistics
 from ..ir import Algorithm, InputTensor, output_dtype
+from ..plan.lower import lower
 from ..runtime import Kernel
 from ..runtime.args import merge_named
 from ..schedule import Schedule
@@ -49,6 +52,7 @@ class _Runner:
         self.alg = alg
         self.schedule = schedule
         self._kernels: dict[bool, Any] = {}
+        self.last = None   # the kernel of the most recent call
         if kernel is not None:
             self._kernels[False] = kernel
             self._kernels[True] = kernel
@@ -66,7 +70,8 @@ class _Runner:
 
     def __call__(self, *args) -> tuple[torch.Tensor, ...]:
         fp64 = any(isinstance(a, torch.Tensor) and a.dtype == torch.float64 for a in args)
-        r = self.kernel(fp64)(*args)
+        self.last = self.kernel(fp64)
+        r = self.last(*args)
         return r if isinstance(r, tuple) else (r,)
 
 
@@ -153,8 +158,12 @@ class DifferentiableKernel:
             a schedule dict (:meth:`Schedule.from_dict`) or ``None``, or a callable
             ``(backward_algorithm) -> Schedule | None``. Missing entries use the heuristic
             (``dt.compile(grad_alg)``).
-        save: ``None`` (recompute forward reductions in backward), ``"all"`` or a list of forward
-            reduction stage names to keep from the forward pass.
+        save: ``"auto"`` (default): keep the statistics among the forward reductions the backward
+            reads (:func:`~dtriton.grad.saved_statistics`: smaller than the input they summarise)
+            from the forward pass (none when the backward reads none, or when the kernel's schedule does not
+            apply to the forward with the extra outputs: then they are recomputed and the schedule
+            kept); ``None``: recompute them in the backward; ``"all"`` or a list of forward
+            reduction stage names: keep those.
         group: grouping of gradients into algorithms, as :func:`dtriton.grad`.
 
     Gradients have the dtype and shape of their inputs. Raises
@@ -164,7 +173,7 @@ class DifferentiableKernel:
     """
 
     def __init__(self, kernel, *, backward_schedules: Schedule | Mapping[str, Schedule] | Callable | None = None,
-                 save: Sequence[str] | str | None = None, group: str = "auto"):
+                 save: Sequence[str] | str | None = "auto", group: str = "auto"):
         if not hasattr(kernel, "algorithm"):
             raise TypeError(f"differentiable() expects a compiled dtriton kernel, got {type(kernel).__name__}")
         self.kernel = kernel
@@ -174,16 +183,9 @@ class DifferentiableKernel:
         self.save = save
         self._bwd: dict[frozenset, tuple[GradientAlgorithms, list[_Runner]]] = {}
         self._fwd_runner = _Runner(self.algorithm, getattr(kernel, "schedule", None), kernel)
-        self._aug: tuple[_Runner, tuple[str, ...]] | None = None
-        if save is not None:
-            aug, names = augmented_forward(self.algorithm, save)
-            sched = getattr(kernel, "schedule", None)
-            try:
-                if sched is not None:
-                    sched.validate(aug)
-            except Exception:
-                sched = None
-            self._aug = (_Runner(aug, sched), names)
+        self._aug = _saving_forward(self.algorithm, getattr(kernel, "schedule", None), save)
+        self._save_ok: dict[tuple, bool] = {}   # "auto": call signature -> whether saving costs no kernel
+        self._last_runs: dict[str, list[_Runner]] = {"forward": [], "backward": []}
 
     def __repr__(self):
         return f"<dt.differentiable {self.algorithm.name} save={self.save!r} group={self.group!r}>"
@@ -204,14 +206,14 @@ class DifferentiableKernel:
 
     def gradients(self, wrt: Sequence[str] | None = None) -> GradientAlgorithms:
         """The backward algorithms used for gradients wrt ``wrt`` (default: all inputs)."""
-        return self._backward(wrt)[0]
+        return self._backward(wrt, self._aug is not None)[0]
 
-    def _backward(self, wrt: Sequence[str] | None):
-        key = frozenset(wrt) if wrt is not None else None
+    def _backward(self, wrt: Sequence[str] | None, saving: bool):
+        key = (frozenset(wrt) if wrt is not None else None, saving)
         with _lock:
             hit = self._bwd.get(key)
             if hit is None:
-                saved = self._aug[1] if self._aug else None
+                saved = self._aug[1] if saving else None
                 ga = grad(self.algorithm, wrt, save=saved, group=self.group)
                 runners = []
                 for k, a in enumerate(ga.algorithms):
@@ -221,10 +223,35 @@ class DifferentiableKernel:
         return hit
 
     # -- execution -------------------------------------------------------------------------------
+    def launch_counts(self) -> dict[str, int]:
+        """Kernels launched by the most recent forward and backward: ``{"forward": n, "backward": m}``
+        (0 for a pass that has not run)."""
+        return {k: sum(getattr(r.last, "launch_count", 0) for r in rs) for k, rs in self._last_runs.items()}
+
+    def _saves(self, args) -> bool:
+        """Whether this call's forward saves the statistics: always for an explicit ``save=``;
+        under ``"auto"``, when the saving forward runs in no more kernels than the plain one on
+        this call signature (a forward whose schedule cannot store them beside its outputs, such
+        as flash attention's, recomputes them in the backward instead)."""
+        if self.save != "auto":
+            return True
+        key = tuple((tuple(a.shape), a.dtype, a.device.type) if isinstance(a, torch.Tensor) else type(a) for a in args)
+        hit = self._save_ok.get(key)
+        if hit is None:
+            fp64 = any(isinstance(a, torch.Tensor) and a.dtype == torch.float64 for a in args)
+            counts = []
+            for runner in (self._fwd_runner, self._aug[0]):
+                k = runner.kernel(fp64)
+                counts.append(len(lower(runner.alg, k.schedule_for(*args), runner.alg.bind(args).axis_sizes).kernels))
+            hit = self._save_ok[key] = counts[1] <= counts[0]
+        return hit
+
     def run_forward(self, args) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
         """Run the forward pass: ``(outputs, saved stage values)``."""
-        if self._aug is None:
+        if self._aug is None or not self._saves(args):
+            self._last_runs["forward"] = [self._fwd_runner]
             return self._fwd_runner(*args), ()
+        self._last_runs["forward"] = [self._aug[0]]
         res = self._aug[0](*args)
         n = len(self.algorithm.outputs)
         return res[:n], res[n:]
@@ -235,7 +262,8 @@ class DifferentiableKernel:
         alg = self.algorithm
         if not wrt:
             return {}
-        ga, runners = self._backward(wrt)
+        ga, runners = self._backward(wrt, bool(saved))
+        self._last_runs["backward"] = runners
         outs = None
         fixed = []
         for k, g in enumerate(grads):
@@ -318,6 +346,29 @@ class _DTFunction(torch.autograd.Function):
         return (None, *[res.get(p.name) for p in alg.params])
 
 
+def _saving_forward(alg: Algorithm, sched: Schedule | None, save) -> tuple[_Runner, tuple[str, ...]] | None:
+    """The forward that also outputs the stages ``save`` names (``"auto"``: the statistics the
+    backward of every input reads, :func:`~dtriton.grad.saved_statistics`), and their names; None to recompute them in the backward. Under ``"auto"``
+    a kernel schedule that does not apply to the saving forward keeps the plain forward."""
+    if save is None:
+        return None
+    if save == "auto":
+        names = saved_statistics(alg)
+        if not names:
+            return None
+        aug, names = augmented_forward(alg, names)
+    else:
+        aug, names = augmented_forward(alg, save)
+    if sched is not None:
+        try:
+            sched.validate(aug)
+        except ScheduleError:
+            if save == "auto":
+                return None
+            sched = None
+    return _Runner(aug, sched), names
+
+
 def differentiable(kernel, **kw) -> DifferentiableKernel:
     """Make a compiled kernel differentiable (see :class:`DifferentiableKernel` for options).
 
@@ -330,7 +381,7 @@ _hooked: "weakref.WeakKeyDictionary[Any, DifferentiableKernel]" = weakref.WeakKe
 
 def apply(kernel, args: Sequence[Any], out=None):
     """The hook installed as ``Kernel.grad_call``: run ``kernel(*args)`` through autograd (default options:
-    recompute, heuristic backward schedules). Called only when an input requires grad and grad
+    the forward saves the statistics the backward reads, heuristic backward schedules). Called only when an input requires grad and grad
     mode is on. ``out=`` is not supported for differentiable calls (torch forbids writing
     results that need grad into given tensors) and raises :class:`ShapeError`."""
     if out is not None:

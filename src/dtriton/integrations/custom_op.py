@@ -41,7 +41,8 @@ def as_torch_op(kernel, qualname: str, *, backward_schedules=None, group: str = 
         if hit[0] is kernel:
             return hit[1]
         raise ValueError(f"a torch op named {qualname!r} is already registered for another kernel; pick a new name")
-    dk = DifferentiableKernel(kernel, backward_schedules=backward_schedules, group=group)
+    # the op's schema carries the arguments only: the backward recomputes the forward's statistics
+    dk = DifferentiableKernel(kernel, backward_schedules=backward_schedules, group=group, save=None)
     schema, bschema = _schemas(dk.algorithm)
     op = _forward_op(qualname, schema, dk)
     bop = _backward_op(qualname + "_backward", bschema, dk)

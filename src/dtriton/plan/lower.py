@@ -3,6 +3,9 @@
 This layer decides *where* each stage is computed and partitions the algorithm into kernels:
 
 - every output is a root; outputs with the same axes and the same kernel schedule share a kernel;
+  with the schedule's ``fuse_outputs`` (default on), materialised reductions of the same shape and
+  schedule share a kernel too, and an output joins another output's kernel when each of its
+  programs computes it once (:mod:`dtriton.plan.partition`);
 - a reduction stage is *fused* into its consumer's kernel (computed once per program when its free
   axes are all in the program's tile, or recomputed inside the consumer's loops), or
   *materialised*: a kernel of its own writes it to an fp32 buffer that consumers read;
@@ -26,14 +29,18 @@ from ..errors import ScheduleError
 from ..ir import Algorithm, Expr, Output, Reduce, can_split, is_sum, reduces_in, reduction_stages, stage_grid, walk
 from ..schedule import Schedule
 from .kernel import AxisPlan, BufferSpec, KernelPlan, Program, StoreSpec, next_pow2
+from .partition import merge_output_groups, reduction_groups
 
 __all__ = ["lower"]
 
 
-def _kernel_axes(root_exprs: Sequence[Expr], stop: set[int], top: Reduce | None = None) -> list[str]:
-    """Every axis a kernel touches: free axes and the reduction axes of fused reductions."""
+def _kernel_axes(root_exprs: Sequence[Expr], stop: set[int], tops: Sequence[Reduce] = ()) -> list[str]:
+    """Every axis a kernel touches: free axes and the reduction axes of fused reductions (``tops``:
+    the materialised reductions the kernel computes itself)."""
+    own = {t.uid for t in tops}
+
     def materialised(n: Expr) -> bool:
-        return n.uid in stop and n is not top
+        return n.uid in stop and n.uid not in own
     ax: list[str] = []
     for n in walk(root_exprs, stop=materialised):
         ax.extend(n.axes)
@@ -52,7 +59,12 @@ def lower(alg: Algorithm, sched: Schedule, sizes: dict[str, int],
     reduces = {s.node.uid: s.node for s in reduction_stages(alg)}
     mat = _placement(alg, sched, reduces)
     lw = _Kernels(alg, sched, sizes, reduces, mat, f64)
-    for grp in _root_groups(alg, sched):
+    groups = _root_groups(alg, sched)
+    if sched.fuse_outputs:
+        groups = merge_output_groups(
+            groups, lambda s: _grid_for(alg, sched, s), lambda s, ex: _top_axes(alg, sched, s, ex, mat),
+            lambda ex: _kernel_axes(ex, mat), mat)
+    for grp in groups:
         if not lw.direct_split(grp, out_dtypes):
             lw.output_kernel(grp)
     labels = {s.node.uid: s.name for s in reduction_stages(alg)}
@@ -114,8 +126,7 @@ def _place_round(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce], ma
         kernels_roots.append(([r], r.name))
     for exprs, sname in kernels_roots:
         grid = _grid_for(alg, sched, sname)
-        top_axes = set(grid) | {a for a in _kernel_axes(exprs, mat, exprs[0] if isinstance(exprs[0], Reduce) else None)
-                                if _strategy(sched, sname, a) == "whole"}
+        top_axes = _top_axes(alg, sched, sname, exprs, mat)
         for r in reduces_in(exprs, mat):
             if r.uid in mat:
                 continue
@@ -136,6 +147,14 @@ def _place_round(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce], ma
             elif place == "fuse":
                 _check_fused_in_loop(r, exprs, sname, top_axes)
     return changed
+
+
+def _top_axes(alg: Algorithm, sched: Schedule, sname: str, exprs: Sequence[Expr], mat: set[int]) -> set[str]:
+    """The axes the program of the kernel for ``sname`` computing ``exprs`` binds: its grid axes and
+    its "whole" axes (a materialised reduction at the head of ``exprs`` is computed there)."""
+    tops = [exprs[0]] if isinstance(exprs[0], Reduce) else []
+    return set(_grid_for(alg, sched, sname)) | {a for a in _kernel_axes(exprs, mat, tops)
+                                                if _strategy(sched, sname, a) == "whole"}
 
 
 def _check_fused_in_loop(r: Reduce, exprs: Sequence[Expr], sname: str, top_axes: set[str]) -> None:
@@ -180,26 +199,42 @@ class _Kernels:
             b = BufferSpec(f"buf_{r.name}", r.axes, dtype, zero=bool(split) and not partials, partials=partials)
             self.buffers[b.name] = b
             self.bufmap[rid] = b
+        ordered = [reduces[rid] for rid in sorted(mat, key=order.index)]
+        if sched.fuse_outputs:
+            direct = {r.uid: self.deps_of([r], r) for r in ordered}
+            self.groups = reduction_groups(ordered, self._group_key, direct)
+        else:
+            self.groups = {r.uid: [r.uid] for r in ordered}
 
-    def make_kernel(self, name, exprs, stores, sname, top: Reduce | None) -> KernelPlan:
-        """The kernel computing ``exprs`` (the stage ``sname``'s schedule; ``top``: the
-        materialised reduction it writes, if any)."""
+    def _group_key(self, r: Reduce) -> tuple:
+        """What the materialised reductions one kernel computes share: kept and reduced axes, the
+        kernel's grid and stage schedule, the buffer's dtype and kind (atomic, partials)."""
+        b = self.bufmap[r.uid]
+        return (frozenset(r.axes), frozenset(r.over), tuple(_grid_for(self.alg, self.sched, r.name)),
+                self.sched.stage(r.name), b.dtype, b.zero, b.partials)
+
+    def make_kernel(self, name, exprs, stores, sname, tops: Sequence[Reduce] = ()) -> KernelPlan:
+        """The kernel computing ``exprs`` (the stage ``sname``'s schedule; ``tops``: the
+        materialised reductions it writes, which share their reduced axes and split)."""
         alg, sched, mat = self.alg, self.sched, self.mat
         grid = _grid_for(alg, sched, sname)
         ss = sched.stage(sname)
         split = None
-        if top is not None:
+        if tops:
+            top = tops[0]
             sp = [(a, sched.split[a]) for a in top.over if sched.split.get(a, 1) > 1]
             if len(sp) > 1:
                 raise ScheduleError(f"stage {top.name!r}: split more than one axis {sp} is not supported; split one")
             split = sp[0] if sp else None
+        own = {t.uid for t in tops}
         axes: dict[str, AxisPlan] = {}
-        for a in _kernel_axes(exprs, mat, top):
+        for a in _kernel_axes(exprs, mat, tops):
             axes[a] = self._axis(a, grid, ss, sname, split)
-        fused = [r.name for r in reduces_in(exprs, mat) if r.uid not in mat or r is top]
+        fused = [r.name for r in reduces_in(exprs, mat) if r.uid not in mat or r.uid in own]
         return KernelPlan(name, stores, grid, axes, split,
-                          {k: v for k, v in self.bufmap.items() if top is None or k != top.uid},
-                          ss.num_warps or sched.num_warps, ss.num_stages or sched.num_stages, [sname], fused,
+                          {k: v for k, v in self.bufmap.items() if k not in own},
+                          ss.num_warps or sched.num_warps, ss.num_stages or sched.num_stages,
+                          [sname] + [t.name for t in tops[1:]], fused,
                           persistent=bool(sched.persistent) and bool(grid))
 
     def _axis(self, a: str, grid: list[str], ss, sname: str, split) -> AxisPlan:
@@ -227,16 +262,21 @@ class _Kernels:
         return [r.uid for r in reduces_in(exprs, self.mat) if r.uid in self.mat and r is not top]
 
     def reduce_kernel(self, rid: int) -> None:
-        """Emit the kernel of materialised reduction ``rid`` (after those it reads)."""
+        """Emit the kernel of materialised reduction ``rid`` and the others of its group (after
+        those they read)."""
         if rid in self.done:
             return
-        r = self.reduces[rid]
-        for d in self.deps_of([r], r):
-            self.reduce_kernel(d)
-        b = self.bufmap[rid]
-        st = StoreSpec(b.name, r, r.axes, atomic=b.zero, partial_axis=b.partials > 0)
-        self.kernels.append(self.make_kernel(f"{self.alg.name}_{r.name}", [r], [st], r.name, r))
-        self.done.add(rid)
+        members = [self.reduces[m] for m in self.groups[rid]]
+        self.done.update(self.groups[rid])
+        for r in members:
+            for d in self.deps_of([r], r):
+                self.reduce_kernel(d)
+        stores = []
+        for r in members:
+            b = self.bufmap[r.uid]
+            stores.append(StoreSpec(b.name, r, r.axes, atomic=b.zero, partial_axis=b.partials > 0))
+        name = "_".join([self.alg.name] + [r.name for r in members])
+        self.kernels.append(self.make_kernel(name, members, stores, members[0].name, members))
 
     def direct_split(self, grp: list[Output], out_dtypes: dict[str, str] | None) -> bool:
         """Direct split-K into an fp32 output: ``out[...] = sum(...)`` with nothing after it,
@@ -245,6 +285,7 @@ class _Kernels:
         o = grp[0]
         r = o.expr
         if not (len(grp) == 1 and isinstance(r, Reduce) and r.uid in self.bufmap and self.bufmap[r.uid].zero
+                and len(self.groups[r.uid]) == 1
                 and r.combiner.finalize is None and out_dtypes is not None and out_dtypes.get(o.name) == "float32"
                 and tuple(o.layout) == tuple(r.axes) and r.uid not in self.done
                 and not any(r.uid in self.deps_of([x.expr]) for x in self.alg.outputs if x is not o)
@@ -255,7 +296,7 @@ class _Kernels:
         b = self.bufmap.pop(r.uid)
         del self.buffers[b.name]
         st = StoreSpec(o.name, r, r.axes, atomic=True)
-        self.kernels.append(self.make_kernel(f"{self.alg.name}_{o.name}", [r], [st], r.name, r))
+        self.kernels.append(self.make_kernel(f"{self.alg.name}_{o.name}", [r], [st], r.name, [r]))
         self.output_direct[o.name] = "zero"
         self.done.add(r.uid)
         return True
@@ -266,8 +307,7 @@ class _Kernels:
         for d in self.deps_of(exprs):
             self.reduce_kernel(d)
         stores = [StoreSpec(o.name, o.expr, o.layout) for o in grp]
-        self.kernels.append(self.make_kernel(f"{self.alg.name}_{grp[0].name}", exprs, stores,
-                                             grp[0].name, None))
+        self.kernels.append(self.make_kernel(f"{self.alg.name}_{grp[0].name}", exprs, stores, grp[0].name))
 
 
 def _strategy(sched: Schedule, sname: str, axis: str) -> str:

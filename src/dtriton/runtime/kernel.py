@@ -244,6 +244,11 @@ class Kernel:
             raise AttributeError("kernel.source is available after the first call, or use kernel.source_for(*args)")
         return self._last.source
 
+    @property
+    def launch_count(self) -> int:
+        """Kernels the most recent call launched (0 before the first call)."""
+        return len(self._last.launches) if self._last is not None else 0
+
     def source_for(self, *args) -> str:
         """Generated Triton source for a call with these arguments (compiles nothing on the GPU)."""
         b = self.algorithm.bind(args)

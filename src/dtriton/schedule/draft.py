@@ -23,12 +23,14 @@ def next_pow2(n: int) -> int:
 
 
 def contiguous_axes(alg: Algorithm) -> set[str]:
-    """Axes that index the last dimension of some input (contiguous in a row-major tensor)."""
-    out = set()
+    """Axes that index the last dimension of some input (contiguous in a row-major tensor). A
+    vector's axis counts only when no load has two dims or more: a per-row statistic read as a
+    vector (layer norm's saved mean) does not make the rows contiguous."""
+    wide, vec = set(), set()
     for n in topo_order([o.expr for o in alg.outputs]):
         if isinstance(n, Load) and n.index and isinstance(n.index[-1], Axis):
-            out.add(n.index[-1].name)
-    return out
+            (wide if len(n.index) >= 2 else vec).add(n.index[-1].name)
+    return wide or vec
 
 
 def programs(axes, sizes, tiles) -> int:

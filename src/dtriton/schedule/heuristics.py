@@ -470,10 +470,11 @@ def _tma_device(device) -> bool:
 
 
 def _flash_pattern(alg: Algorithm, sizes):
-    """Detect attention-like algorithms: a single-output algorithm whose sum stage ``s`` (over
-    small axes, each <= 256) has a free axis ``j`` that later stages reduce with a max and with
-    sums of ``exp(. - max)``. Returns (s, j, axes to keep whole) or None."""
-    if len(alg.outputs) != 1:
+    """Detect attention-like algorithms: an algorithm whose sum stage ``s`` (over small axes,
+    each <= 256) has a free axis ``j`` that later stages reduce with a max and with sums of
+    ``exp(. - max)``; a first output, and further ones only over fewer of its axes (the row
+    statistics a forward saves for its backward). Returns (s, j, axes to keep whole) or None."""
+    if any(not set(o.layout) < set(alg.outputs[0].layout) for o in alg.outputs[1:]):
         return None
     main = alg.outputs[0]
     reds = [st.node for st in reduction_stages(alg)]

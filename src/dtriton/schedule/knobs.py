@@ -285,6 +285,9 @@ BUILTIN: tuple[Knob, ...] = (
     Knob("tile_order", "forward", one_of(TILE_ORDERS),
          doc="launch order of a kernel's tiles: reverse starts with the last (with the query axis outermost "
              "on the grid, causal attention's longest rows first)"),
+    Knob("fuse_outputs", True, Domain("True, False", _boolean, (False, True)),
+         doc="multi-output kernels: materialised reductions over the same axes with the same schedule share a "
+             "kernel, and outputs over fewer axes join a kernel whose programs compute them (False: one each)"),
 )
 
 _REGISTRY: dict[str, Knob] = {k.name: k for k in BUILTIN}

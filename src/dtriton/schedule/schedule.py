@@ -269,6 +269,12 @@ class Schedule(_KnobValues):
         tile_order: "forward" (default) or "reverse": programs take their tiles in reverse launch
             order (with the query axis outermost on the grid, causal attention's longest rows
             start first, which shortens the tail of the launch).
+        fuse_outputs: True (default): multi-output kernels. Materialised reductions over the same
+            axes with the same kept axes, kernel schedule and kind of buffer are computed by one kernel
+            (layer norm's dw and db: one pass over the rows, two accumulators, two stores); an output
+            over a subset of another output's axes joins that output's kernel when each of its
+            programs computes it once (a layer norm returning mean and rstd beside y). False: one
+            kernel per materialised reduction and per output layout.
 
     Raises :class:`ScheduleError` for a value outside its knob's domain (a tile that is not a
     power of two, a bad strategy name, non-positive warps/stages, ...; also for the per-stage

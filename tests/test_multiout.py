@@ -1,0 +1,173 @@
+"""Multi-output kernels (issue 15): grouped materialised reductions, outputs joining a kernel that
+computes them, saved statistics in autograd, and the kernel counts of the layer-norm backward.
+
+Every numeric test runs on the interpreter against float64 (``check`` poisons the outputs); the
+kernel-count tests plan for the GPU (the heuristic's H200 schedule) without running anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import dtriton as dt
+from conftest import check, launches, randn
+from dtriton.grad import augmented_forward, saved_statistics
+from dtriton.library import cross_entropy, layer_norm, rms_norm, softmax
+from dtriton.plan.lower import lower
+from dtriton.plan.partition import reduction_groups
+from dtriton.schedule.heuristics import complete_schedule
+
+
+@dt.algorithm
+def col_stats(X: dt.Tensor["M", "N"], Y: dt.Tensor["M", "N"]):
+    """Two column sums over the same rows (layer norm's dw and db) and an elementwise output."""
+    i, j = dt.axes("i j")
+    return dt.sum(X[i, j] * Y[i, j], over=i)[j], dt.sum(Y[i, j], over=i)[j]
+
+
+@dt.algorithm
+def norm_with_stats(X: dt.Tensor["M", "N"]):
+    """A normalised row beside its mean and mean square (a forward that saves its statistics)."""
+    i, j = dt.axes("i j")
+    mean = dt.mean(X[i, j], over=j)
+    ms = dt.mean(X[i, j] * X[i, j], over=j)
+    return ((X[i, j] - mean) * dt.rsqrt(ms - mean * mean + 1e-5))[i, j], mean[i], ms[i]
+
+
+def gpu_plan(alg, args, sched=None):
+    """The program the GPU heuristic plans for ``args`` (planned here, nothing runs)."""
+    b = dataclasses.replace(alg.bind(args), device=torch.device("cuda"))
+    s = complete_schedule(alg, sched, b)
+    prog = lower(alg, s, b.axis_sizes, {o.name: str(d).replace("torch.", "") for o, d in zip(alg.outputs, b.out_dtypes)})
+    assert prog.verify() == []
+    return prog
+
+
+COLS = dt.Schedule(grid=("j",), tile={"i": 4, "j": 8}, strategy={"i": "loop"})
+
+
+@pytest.mark.parametrize("M, N", [(1, 1), (7, 13), (37, 5)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_column_sums_share_one_kernel(M, N, dtype, gen):
+    X, Y = randn(M, N, dtype=dtype, gen=gen), randn(M, N, dtype=dtype, gen=gen)
+    k, _ = check(col_stats, [X, Y], COLS)
+    assert launches(k) == 1
+
+
+@pytest.mark.parametrize("M, N", [(1, 3), (29, 11), (64, 17)])
+def test_split_column_sums_one_partial_kernel_and_a_finishing_one(M, N, gen):
+    sched = COLS.replace(split={"i": 4}, split_mode="partials")
+    for dtype in (torch.float32, torch.float16):
+        X, Y = randn(M, N, dtype=dtype, gen=gen), randn(M, N, dtype=dtype, gen=gen)
+        k, _ = check(col_stats, [X, Y], sched)
+        names = [m.ir.name for m in (la.meta for la in k._last.launches)]
+        # both partial sums in one kernel (two accumulators, two stores), one finishing kernel
+        assert len(names) == 2 and sum("sum0" in n and "sum1" in n for n in names) == 1, names
+        split_k = [la.meta.ir for la in k._last.launches if la.meta.ir.split][0]
+        assert [s.target for s in split_k.stores] == ["buf_sum0", "buf_sum1"]
+        assert all(s.partial_axis for s in split_k.stores)
+
+
+def test_fuse_outputs_off_keeps_one_kernel_each(gen):
+    X, Y = randn(9, 5, gen=gen), randn(9, 5, gen=gen)
+    sched = COLS.replace(split={"i": 2}, split_mode="partials", fuse_outputs=False)
+    k, _ = check(col_stats, [X, Y], sched)
+    assert launches(k) == 3
+    k, _ = check(norm_with_stats, [X], dt.Schedule(fuse_outputs=False, tile={"i": 4}, strategy={"j": "whole"}))
+    assert launches(k) >= 2
+
+
+@pytest.mark.parametrize("M, N", [(1, 1), (5, 31), (13, 64)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_row_statistics_stored_by_the_output_kernel(M, N, dtype, gen):
+    X = randn(M, N, dtype=dtype, gen=gen)
+    for sched in (None, dt.Schedule(tile={"i": 2, "j": 8}, strategy={"j": "loop"})):
+        k, _ = check(norm_with_stats, [X], sched)
+        assert launches(k) == 1
+
+
+def test_gpu_plans_forward_saving_statistics_in_one_kernel():
+    X = torch.empty(4096, 8192, dtype=torch.float16)
+    w = torch.empty(8192, dtype=torch.float16)
+    aug, names = augmented_forward(layer_norm, saved_statistics(layer_norm))
+    assert names == ("mean0", "mean1")
+    prog = gpu_plan(aug, [X, w, w])
+    assert len(prog.kernels) == 1 and [s.target for s in prog.kernels[0].stores] == ["out0", "out1", "out2"]
+    for alg in (softmax, cross_entropy):
+        args = [X] if alg is softmax else [X.float(), torch.zeros(4096, dtype=torch.int64)]
+        aug, _ = augmented_forward(alg, saved_statistics(alg))
+        assert len(gpu_plan(aug, args).kernels) == 1, alg.name
+
+
+@pytest.mark.parametrize("alg, n_in", [(layer_norm, 3), (rms_norm, 2)])
+def test_gpu_plans_norm_backward_in_two_kernels_and_a_finishing_one(alg, n_in):
+    X = torch.empty(4096, 8192, dtype=torch.float16)
+    w = torch.empty(8192, dtype=torch.float16)
+    ga = dt.grad(alg, save=saved_statistics(alg))
+    assert len(ga.algorithms) == 1   # dw and db: same-shaped column sums share the algorithm
+    stats = [torch.empty(4096) for _ in ga.saved]
+    prog = gpu_plan(ga.algorithms[0], [X] + [w] * (n_in - 1) + [X] + stats)
+    split = [k for k in prog.kernels if k.split]
+    assert len(prog.kernels) <= 3 and len(split) == 1, [k.name for k in prog.kernels]
+    assert len(split[0].stores) == n_in - 1   # dw (and db) partials in one kernel
+    finishing = [k for k in prog.kernels if not k.split and "out0" not in [s.target for s in k.stores]]
+    assert all(set(k.axes) == {"j"} for k in finishing)   # the finishing kernel reads the partials only
+
+
+@pytest.mark.parametrize("alg, n_in", [(layer_norm, 3), (rms_norm, 2), (softmax, 1)])
+@pytest.mark.parametrize("M, N", [(1, 2), (7, 19)])
+def test_autograd_saves_statistics_and_matches_float64(alg, n_in, M, N, gen):
+    dk = dt.compile_autograd(alg)
+    args = [randn(M, N, gen=gen)] + [randn(N, gen=gen) for _ in range(n_in - 1)]
+    xs = [a.clone().requires_grad_() for a in args]
+    x64 = [a.double().requires_grad_() for a in args]
+    G = randn(M, N, gen=gen)
+    y = dk(*xs)
+    assert dk._save_ok and all(dk._save_ok.values())   # the forward stored its statistics
+    grads = torch.autograd.grad(y, xs, G)
+    ref = {layer_norm: lambda X, w, b: torch.nn.functional.layer_norm(X, (N,), w, b, 1e-5),
+           rms_norm: lambda X, w: X * torch.rsqrt((X * X).mean(-1, keepdim=True) + 1e-6) * w,
+           softmax: lambda X: torch.softmax(X, -1)}[alg]
+    expect = torch.autograd.grad(ref(*x64), x64, G.double())
+    for g, e in zip(grads, expect):
+        torch.testing.assert_close(g.double(), e, rtol=1e-4, atol=1e-4)
+    (bwd,) = [v for k, v in dk._bwd.items() if k[1]]
+    assert bwd[0].saved == saved_statistics(alg)
+
+
+def test_recompute_is_the_schedule_choice_save_none(gen):
+    dk = dt.compile_autograd(layer_norm, save=None)
+    X = randn(4, 6, gen=gen).requires_grad_()
+    w, b = randn(6, gen=gen), randn(6, gen=gen)
+    (gx,) = torch.autograd.grad(dk(X, w, b), [X], torch.ones(4, 6))
+    ga = dk.gradients(["X"])
+    assert ga.saved == () and torch.isfinite(gx).all()
+
+
+def test_reduction_groups_never_form_a_cycle():
+    # a and b would share a kernel, but c reads a and b reads c: grouping a with b is a cycle
+    class R:
+        def __init__(self, uid):
+            self.uid = uid
+    a, b, c = R(1), R(2), R(3)
+    groups = reduction_groups([a, b, c], lambda r: "same" if r.uid != 3 else "other", {3: [1], 2: [3]})
+    assert groups[1] == [1] and groups[2] == [2]
+    groups = reduction_groups([a, b, c], lambda r: "same" if r.uid != 3 else "other", {})
+    assert groups[1] == [1, 2] and groups[3] == [3]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_forward_saves_its_row_statistics_in_the_flash_kernel(causal, gen):
+    from dtriton.library import attention, causal_attention
+    alg = causal_attention if causal else attention
+    aug, names = augmented_forward(alg, saved_statistics(alg))
+    assert len(names) == 2
+    Q = torch.empty(4, 16, 2048, 64, dtype=torch.float16)
+    prog = gpu_plan(aug, [Q, Q, Q, 0.125])
+    assert len(prog.kernels) == 1 and not prog.buffers   # no S x T buffer, one online pass
+    args = [randn(1, 2, 37, 16, gen=gen) for _ in range(3)] + [0.25]
+    k, _ = check(aug, args)
+    assert launches(k) == 1
