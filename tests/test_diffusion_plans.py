@@ -97,3 +97,11 @@ def test_long_reduction_schedule_runs_correctly(V, K, C):
     err = ((got[0].double() - ref).norm() / ref.norm()).item()
     assert err < 1e-5, (sched, err)
     assert torch.isfinite(got[1]).all()
+
+
+def test_long_reduction_rule_needs_dot_sized_outputs():
+    """Fewer than 16 channels: no tl.dot, so no tf32x3 (it would have no effect) and no stage tiles."""
+    from dtriton.examples.diffusionnet.plans import empty_args, gpu_program
+    from dtriton.library import spatial_diffusion
+    s, _ = gpu_program(spatial_diffusion, empty_args(spatial_diffusion, {"V": 50_000, "K": 128, "C": 8}))
+    assert s.precision == "auto" and "sum0" not in s.stages

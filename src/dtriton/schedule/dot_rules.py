@@ -183,7 +183,9 @@ def _long_reduction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
             or any(t == torch.float64 for t in d.b.dtypes.values()) or d.user.acc_dtype == "float64"):
         return False
     sizes = d.sizes
-    if sizes[r] < max(LONG_REDUCTION, 8 * max(sizes[m], sizes[n])) or programs((m, n), sizes, {m: 64, n: 64}) * 2 >= d.sms:
+    # a tl.dot needs blocks of >= 16 (else "tf32x3" would be a precision without a dot)
+    if (min(sizes[m], sizes[n]) < 16 or sizes[r] < max(LONG_REDUCTION, 8 * max(sizes[m], sizes[n]))
+            or programs((m, n), sizes, {m: 64, n: 64}) * 2 >= d.sms):
         return False
     rt = 32
     tm, tn = d.cap(m, 64), d.cap(n, 64)
