@@ -19,7 +19,7 @@ from dtriton.ir import Interval, int_magnitude, interval
 from dtriton.ir.intervals import guard_ranges
 from dtriton.plan import call_spec
 
-from conftest import as64, assert_close, check, randn
+from conftest import check, randn, run_bench
 
 
 # ----------------------------------------------------------------------------------------------
@@ -295,3 +295,23 @@ def test_padded_and_plain_loads_are_not_merged():
     loads = [n for n in both.nodes if n.kind == "Load"]
     assert len(loads) == 2 and {l.pad for l in loads} == {None, 1.0}
     assert math.isclose(float(both.reference(torch.ones(3))[0]), 2.0)
+
+
+def test_gpu_index_check_script_dry_run_passes(tmp_path):
+    """bench/index_check.py (the lead's GPU command) on the interpreter: every case passes."""
+    out = run_bench(["bench/index_check.py", "--dry-run"], tmp_path)
+    assert "11/11 passed" in out and "FAIL" not in out
+
+
+def test_gradient_of_a_padded_shift_keeps_the_padding():
+    """dt.grad of X.pad(0)[i, j + 1] * X[i, j]: the derived backward reads X padded too (unpadded it
+    would be an IndexRangeError), and matches torch autograd in float64."""
+    @dt.algorithm
+    def shifted_product(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        return (X.pad(0.0)[i, j + 1] * X[i, j])[i, j]
+    X = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    dt.compile(shifted_product)(X).sum().backward()
+    Xt = X.detach().clone().requires_grad_()
+    (F.pad(Xt, (0, 1))[:, 1:] * Xt).sum().backward()
+    torch.testing.assert_close(X.grad, Xt.grad)

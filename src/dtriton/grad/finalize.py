@@ -50,7 +50,7 @@ def copy_nodes(order: Sequence[Expr], params: dict[str, Any], replace: dict[int,
         else:
             kids = [new[c.uid] for c in n.children()]
             if isinstance(n, Load):
-                r = Load(params[n.tensor.name], tuple(kids))
+                r = Load(params[n.tensor.name], tuple(kids), n.pad)
             elif isinstance(n, Reduce):
                 r = Reduce(n.combiner, kids[0], n.over, n.name if reduce_name is None else reduce_name(n))
             else:

@@ -71,10 +71,10 @@ class Graph:
             self.tensors[name] = InputTensor(name, tuple(dims), len(self.tensors))
         return self.tensors[name]
 
-    def load(self, t: InputTensor, index: Sequence[Expr]) -> Expr:
-        """``t[index]``."""
+    def load(self, t: InputTensor, index: Sequence[Expr], pad: float | None = None) -> Expr:
+        """``t[index]`` (``t.pad(pad)[index]`` with a padding value)."""
         index = tuple(index)
-        return self._get(("L", t.name, tuple(e.uid for e in index)), lambda: Load(t, index))
+        return self._get(("L", t.name, tuple(e.uid for e in index), pad), lambda: Load(t, index, pad))
 
     def raw_unary(self, op: str, x: Expr) -> Expr:
         """``op(x)``, not simplified."""
@@ -115,7 +115,7 @@ class Graph:
         over the children ``kids`` (this graph's nodes), not simplified. A load reads this graph's
         tensor of the same name."""
         if isinstance(n, Load):
-            return self.load(self.tensors[n.tensor.name], kids)
+            return self.load(self.tensors[n.tensor.name], kids, n.pad)
         if isinstance(n, Unary):
             return self.raw_unary(n.op, kids[0])
         if isinstance(n, Binary):

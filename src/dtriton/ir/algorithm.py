@@ -125,7 +125,8 @@ def _check_sized(axis_names: Sequence[str], axis_size: dict[str, str], nodes: Se
                     f"unknown; give it a size name, dt.axes('{a}:N') (N a dim of an input), or index a dim "
                     f"with the bare axis somewhere")
             raise AlgorithmError(
-                f"axis {a!r} never indexes an input dim, so its size is unknown; use it to index a tensor")
+                f"axis {a!r} never indexes an input dim, so its size is unknown; use it to index a tensor, or "
+                f"give it a size name, dt.axes('{a}:N') (N a dim of an input)")
 
 
 def _name_stages(nodes: Sequence[Expr], outputs: Sequence[Output]) -> dict[str, Stage]:

@@ -354,7 +354,10 @@ class ValuePrinter:
         q, r = self.fresh("q"), self.fresh("r")
         scope.emit(f"{q} = {a} // {b}")
         scope.emit(f"{r} = {a} - {q} * {b}")
-        fix = f"({r} != 0) & (({r} < 0) != ({b} < 0))"
+        if b.lstrip("-").isdigit():   # a literal divisor: its sign is known here
+            fix = f"({r} < 0)" if int(b) > 0 else f"({r} > 0)"
+        else:
+            fix = f"({r} != 0) & (({r} < 0) != ({b} < 0))"
         return f"tl.where({fix}, {q} - 1, {q})" if op == "floordiv" else f"tl.where({fix}, {r} + {b}, {r})"
 
     def is_rank0(self, n: Expr) -> bool:
