@@ -171,3 +171,20 @@ def test_attention_forward_saves_its_row_statistics_in_the_flash_kernel(causal, 
     args = [randn(1, 2, 37, 16, gen=gen) for _ in range(3)] + [0.25]
     k, _ = check(aug, args)
     assert launches(k) == 1
+
+
+@pytest.mark.parametrize("M, N", [(1, 1), (23, 9), (64, 33)])
+def test_split_column_sums_into_fp32_outputs_with_atomics_in_one_kernel(M, N, gen):
+    X, Y = randn(M, N, gen=gen), randn(M, N, gen=gen)
+    k, _ = check(col_stats, [X, Y], COLS.replace(split={"i": 4}))
+    assert launches(k) == 1
+    (kp,) = k._last.program.kernels
+    assert [(s.target, s.atomic) for s in kp.stores] == [("out0", True), ("out1", True)]
+
+
+def test_gpu_plans_fp32_layer_norm_backward_in_two_kernels():
+    X = torch.empty(4096, 8192)
+    ga = dt.grad(layer_norm, save=saved_statistics(layer_norm))
+    prog = gpu_plan(ga.algorithms[0], [X, X[0], X[0], X, X[:, 0], X[:, 0]])
+    assert len(prog.kernels) == 2 and not prog.buffers
+    assert prog.output_direct == {"out1": "zero", "out2": "zero"}

@@ -279,27 +279,36 @@ class _Kernels:
         self.kernels.append(self.make_kernel(name, members, stores, members[0].name, members))
 
     def direct_split(self, grp: list[Output], out_dtypes: dict[str, str] | None) -> bool:
-        """Direct split-K into an fp32 output: ``out[...] = sum(...)`` with nothing after it,
-        atomics straight into the (zeroed) output instead of a buffer plus a copy kernel. True
+        """Direct split-K into fp32 outputs: ``out[...] = sum(...)`` with nothing after it, atomics
+        straight into the (zeroed) output instead of a buffer plus a copy kernel; the outputs of
+        ``grp`` whose sums form one reduction group (layer norm's dw and db) share the kernel. True
         when ``grp`` was emitted so."""
-        o = grp[0]
+        rs = [o.expr for o in grp]
+        if not (isinstance(rs[0], Reduce) and rs[0].uid in self.bufmap
+                and sorted(self.groups[rs[0].uid]) == sorted(r.uid for r in rs)
+                and all(self._direct_ok(o, out_dtypes) for o in grp)):
+            return False
+        for r in rs:
+            for d in self.deps_of([r], r):
+                self.reduce_kernel(d)
+        stores = []
+        for o, r in zip(grp, rs):
+            b = self.bufmap.pop(r.uid)
+            del self.buffers[b.name]
+            stores.append(StoreSpec(o.name, r, r.axes, atomic=True))
+            self.output_direct[o.name] = "zero"
+            self.done.add(r.uid)
+        self.kernels.append(self.make_kernel(f"{self.alg.name}_{grp[0].name}", rs, stores, rs[0].name, rs))
+        return True
+
+    def _direct_ok(self, o: Output, out_dtypes: dict[str, str] | None) -> bool:
+        """Output ``o`` is a bare split sum into an fp32 output that no other stage reads."""
         r = o.expr
-        if not (len(grp) == 1 and isinstance(r, Reduce) and r.uid in self.bufmap and self.bufmap[r.uid].zero
-                and len(self.groups[r.uid]) == 1
+        return (isinstance(r, Reduce) and r.uid in self.bufmap and self.bufmap[r.uid].zero
                 and r.combiner.finalize is None and out_dtypes is not None and out_dtypes.get(o.name) == "float32"
                 and tuple(o.layout) == tuple(r.axes) and r.uid not in self.done
                 and not any(r.uid in self.deps_of([x.expr]) for x in self.alg.outputs if x is not o)
-                and not any(r.uid in self.deps_of([q], q) for q in (self.reduces[i] for i in self.mat) if q is not r)):
-            return False
-        for d in self.deps_of([r], r):
-            self.reduce_kernel(d)
-        b = self.bufmap.pop(r.uid)
-        del self.buffers[b.name]
-        st = StoreSpec(o.name, r, r.axes, atomic=True)
-        self.kernels.append(self.make_kernel(f"{self.alg.name}_{o.name}", [r], [st], r.name, [r]))
-        self.output_direct[o.name] = "zero"
-        self.done.add(r.uid)
-        return True
+                and not any(r.uid in self.deps_of([q], q) for q in (self.reduces[i] for i in self.mat) if q is not r))
 
     def output_kernel(self, grp: list[Output]) -> None:
         """Emit the kernel storing the outputs ``grp`` (after the kernels of what they read)."""
