@@ -227,7 +227,7 @@ def main(argv=None):
     dev = "cuda"
     Vs = a.V
     if a.dry_run:
-        suite.DRY, dev, K, C, Vs = True, "cpu", 16, 8, [37, 1100]
+        suite.DRY, dev, K, C, Vs = True, "cpu", 16, 16, [37, 1100]
         a.budget = min(a.budget, 2.0)
     use_compile = not (a.no_compile or a.dry_run)
     for V in Vs:
