@@ -5,8 +5,10 @@ and the precision of its dot; and bench/diffusion.py in its dry-run mode."""
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
+import triton
 
 from conftest import run_bench
 from dtriton.examples.diffusionnet.plans import layer_plans
@@ -105,3 +107,13 @@ def test_long_reduction_rule_needs_dot_sized_outputs():
     from dtriton.library import spatial_diffusion
     s, _ = gpu_program(spatial_diffusion, empty_args(spatial_diffusion, {"V": 50_000, "K": 128, "C": 8}))
     assert s.precision == "auto" and "sum0" not in s.stages
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
+                                                    "cuobjdump")), reason="needs Triton's CUDA backend tools")
+def test_sm90_compile_of_the_projection_uses_tensor_cores_without_spills(tmp_path):
+    """The heuristic's projection kernel, compiled for sm_90 on the CPU: wgmma, no spill stack."""
+    run_bench(["bench/diffusion_sm90.py", "--V", "2000"], tmp_path)
+    text = (tmp_path / "out" / "diffusion_sm90.txt").read_text()
+    sum0 = next(ln for ln in text.splitlines() if "spatial_diffusion_sum0:" in ln)
+    assert " stack 0 " in sum0 and " wgmma 0 " not in sum0, text
