@@ -61,6 +61,7 @@ class BufferSpec:
     zero: bool = False
     partials: int = 0         # >0: a leading dim of this many split partials
     scale_count: tuple[str, ...] = ()   # divide by the product of these axis sizes when read (mean)
+    rescale: str = ""         # partials of an online sum: the max buffer whose partials rescale them when merged
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -11,7 +11,10 @@ This layer decides *where* each stage is computed and partitions the algorithm i
   *materialised*: a kernel of its own writes it to an fp32 buffer that consumers read;
 - a reduction that is split across programs (split-K) is always materialised; its kernel adds
   its partial sums with fp32 atomics into a zeroed buffer, or writes per-split partials that the
-  consumer combines (``split_mode="partials"``, deterministic; always for max, min and prod);
+  consumer combines (``split_mode="partials"``, deterministic; always for max, min and prod); an
+  online group (a max and the sums using it as ``exp(x - max)``) split over its online axis is ONE
+  kernel storing every member's per-split partials, merged rescaled by the reader
+  (:mod:`dtriton.plan.online_split`);
 - "auto" placement materialises a reduction when fusing it would recompute it once per program
   of the consumer's grid (it reduces over a grid axis, or needs an axis the consumer loops over).
 
@@ -29,6 +32,7 @@ from ..errors import ScheduleError
 from ..ir import Algorithm, Expr, Output, Reduce, can_split, is_sum, reduces_in, reduction_stages, stage_grid, walk
 from ..schedule import Schedule
 from .kernel import AxisPlan, BufferSpec, KernelPlan, Program, StoreSpec, next_pow2
+from .online_split import online_split_groups
 from .partition import merge_output_groups, reduction_groups
 
 __all__ = ["lower"]
@@ -188,23 +192,28 @@ class _Kernels:
         self.bufmap: dict[int, BufferSpec] = {}
         self.output_direct: dict[str, str] = {}
         order = [n.uid for n in alg.nodes]
+        # online groups split across programs: one kernel each, per-split partials merged by the reader
+        online = online_split_groups(sched, reduces, mat)
         for rid in sorted(mat, key=order.index):
             r = reduces[rid]
             split = [(a, sched.split[a]) for a in r.over if sched.split.get(a, 1) > 1]
             # per-split partials (deterministic) when asked, and for kinds atomics cannot add
-            partials = split[0][1] if split and (sched.split_mode == "partials" or not is_sum(r)) else 0
+            partials = split[0][1] if split and (sched.split_mode == "partials" or not is_sum(r) or rid in online) else 0
             # the kernel computing r applies the mean's division itself (partial sums are divided
             # too, so atomics and partials add up to the mean), so readers never divide again
             dtype = "int64" if r.combiner.results == 2 else "float64" if f64 else sched.acc_dtype
-            b = BufferSpec(f"buf_{r.name}", r.axes, dtype, zero=bool(split) and not partials, partials=partials)
+            rescale = f"buf_{reduces[online[rid][0]].name}" if rid in online and online[rid][0] != rid else ""
+            b = BufferSpec(f"buf_{r.name}", r.axes, dtype, zero=bool(split) and not partials, partials=partials,
+                           rescale=rescale)
             self.buffers[b.name] = b
             self.bufmap[rid] = b
-        ordered = [reduces[rid] for rid in sorted(mat, key=order.index)]
+        ordered = [reduces[rid] for rid in sorted(mat, key=order.index) if rid not in online]
         if sched.fuse_outputs:
             direct = {r.uid: self.deps_of([r], r) for r in ordered}
             self.groups = reduction_groups(ordered, self._group_key, direct)
         else:
             self.groups = {r.uid: [r.uid] for r in ordered}
+        self.groups.update({rid: list(g) for rid, g in online.items()})
 
     def _group_key(self, r: Reduce) -> tuple:
         """What the materialised reductions one kernel computes share: kept and reduced axes, the
@@ -246,7 +255,7 @@ class _Kernels:
             block = tile or 1
         else:
             role = _strategy(self.sched, sname, a)
-            if split is not None and a == split[0]:
+            if split is not None and a == split[0] and role != "online":
                 role = "loop"  # each program loops over its slice of the split axis
             if role == "whole":
                 block = next_pow2(n)

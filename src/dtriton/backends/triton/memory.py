@@ -161,7 +161,9 @@ class MemoryPrinter:
             bb, _ = scope.find_bind(a)
             terms.append(bb.offs if bb.scalar else self.expand1d(bb.offs, a, layout))
         mask = self.mask_for(b.axes, scope, layout)
-        if b.partials:
+        if b.partials and b.rescale:
+            code = self.merge_online_partials(r, b, name, terms, mask, scope, layout)
+        elif b.partials:
             acc = self.fresh("parts")
             summed = r.combiner.base == "sum"
             init = "0.0" if summed else identity_text(r.combiner)
@@ -180,5 +182,36 @@ class MemoryPrinter:
         if b.scale_count:
             code = f"{code} / ({' * '.join(self.size(a) for a in b.scale_count)})"
         return code, f"stage {r.name} (materialised)"
+
+    def merge_online_partials(self, r: Reduce, b, name: str, terms: list[str], mask, scope: Scope, layout) -> str:
+        """Merge the per-split partial sums of an online sum ``r`` (buffer ``b``) in split order,
+        each rescaled by ``exp(m_p - m)`` with ``m_p`` its split's max (the buffer ``b.rescale``)
+        and ``m`` the max over splits; a split whose max is -inf (no visible lane) adds 0."""
+        mb = self.prog.buffers[b.rescale]
+        mname = self.tensor_arg(mb.name, len(mb.axes) + 1)
+        mterms = [t for a, t in zip(b.axes, terms) if a in mb.axes]
+        mmask = self.mask_for(mb.axes, scope, layout)
+        mshape = self.shape(layout, self.present_of_axes(mb.axes, scope))
+        loop = "tl.static_range" if b.partials <= 16 else "range"
+        acc, p, w = self.fresh("parts"), self.fresh("p"), self.fresh("w")
+        mload = f"tl.load({self.addr(mname, [p] + mterms)}" + (f", mask={mmask}, other=0" if mmask else "") + ")"
+        key = ("split max", mb.name, tuple(layout))
+        if key not in scope.memo:   # the max over splits, once per scope for every sum it rescales
+            m = scope.memo[key] = self.fresh("split_max")
+            scope.emit(f"{m} = tl.full({mshape}, -float('inf'), dtype={self.cdt})  # the maximum over the "
+                       f"{b.partials} splits of {mb.name}")
+            it = Scope(scope, f"for {p} in {loop}({b.partials}):", scope.layout)
+            it.emit(f"{m} = tl.maximum({m}, {mload})")
+            scope.emit(it)  # type: ignore[arg-type]
+        m = scope.memo[key]
+        scope.emit(f"# stage {r.name}: its {b.partials} split partials, each rescaled by exp(its split's max - {m})")
+        scope.emit(f"{acc} = tl.full({self.shape(layout, self.present(r, scope))}, 0.0, dtype={self.cdt})")
+        it2 = Scope(scope, f"for {p} in {loop}({b.partials}):", scope.layout)
+        it2.emit(f"{w} = {mload}")
+        it2.emit(f"{w} = tl.where({w} == -float('inf'), 0.0, tl.exp({w} - {m}))")
+        load = f"tl.load({self.addr(name, [p] + terms)}" + (f", mask={mask}, other=0" if mask else "") + ")"
+        it2.emit(f"{acc} += {w} * {load}")
+        scope.emit(it2)  # type: ignore[arg-type]
+        return acc
 
     # -- reductions ----------------------------------------------------------------------------

@@ -1,0 +1,55 @@
+"""Online groups split across programs (split-KV, flash-decoding): which materialised reductions
+one kernel computes together, and how their partial results merge.
+
+A running max ``m`` over an axis the schedule splits (``split={"j": 8}``) and runs online
+(``strategy={"j": "online"}``), with the sums that use it as a factor ``exp(x - m)`` (the
+softmax denominator and attention's ``P V``), is computed by ONE kernel: each program runs the
+online pass over its slice of the axis and stores the slice's partial ``(m_p, s_p)`` into
+per-split buffers. A reader merges the partials deterministically, in split order: ``m =
+max_p m_p`` and ``s = sum_p s_p * exp(m_p - m)`` (a slice whose max is still -inf contributes 0),
+which is what one pass over the whole axis would have computed (Milakov & Gimelshein 2018; the
+flash-decoding split).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from ..ir import Binary, Reduce, Unary, contains, mul_factors
+from ..schedule import Schedule
+
+__all__ = ["online_split_groups", "uses_exp_of"]
+
+
+def uses_exp_of(s: Reduce, m: Reduce) -> bool:
+    """The body of sum ``s`` uses max ``m`` exactly once, as a factor ``exp(a - m)`` with ``a``
+    free of ``m`` (so each split's partial sum rescales by ``exp(m_p - m)``)."""
+    hits = [f for f in mul_factors(s.x) if contains(f, m)]
+    if len(hits) != 1:
+        return False
+    f = hits[0]
+    return (isinstance(f, Unary) and f.op == "exp" and isinstance(f.x, Binary) and f.x.op == "sub"
+            and f.x.b is m and not contains(f.x.a, m))
+
+
+def online_split_groups(sched: Schedule, reduces: Mapping[int, Reduce], mat: set[int]) -> dict[int, tuple[int, ...]]:
+    """For each materialised reduction that belongs to an online group split across programs: the
+    group's reduction ids, the max first (then the sums in ``reduces``' order). Reductions
+    outside such groups are absent."""
+    out: dict[int, tuple[int, ...]] = {}
+    for mid, m in reduces.items():
+        if mid not in mat or m.combiner.online != "running_max":
+            continue
+        split = [a for a in m.over if sched.split.get(a, 1) > 1]
+        if len(split) != 1:
+            continue
+        a = split[0]
+        if sched.stage(m.name).strategy.get(a, sched.strategy.get(a)) != "online":
+            continue
+        sums = [sid for sid, s in reduces.items() if sid in mat and sid not in out and s.combiner.online == "rescaled"
+                and s.over == m.over and uses_exp_of(s, m)]
+        if sums:
+            group = (mid, *sums)
+            for x in group:
+                out[x] = group
+    return out
