@@ -208,9 +208,9 @@ class MemoryPrinter:
         scope.emit(f"{acc} = tl.full({self.shape(layout, self.present(r, scope))}, 0.0, dtype={self.cdt})")
         it2 = Scope(scope, f"for {p} in {loop}({b.partials}):", scope.layout)
         it2.emit(f"{w} = {mload}")
-        it2.emit(f"{w} = tl.where({w} == -float('inf'), 0.0, tl.exp({w} - {m}))")
         load = f"tl.load({self.addr(name, [p] + terms)}" + (f", mask={mask}, other=0" if mask else "") + ")"
-        it2.emit(f"{acc} += {w} * {load}")
+        # a split with no visible lane (its max -inf, its partial NaN or 0) adds nothing
+        it2.emit(f"{acc} += tl.where({w} == -float('inf'), 0.0, tl.exp({w} - {m}) * {load})")
         scope.emit(it2)  # type: ignore[arg-type]
         return acc
 
