@@ -26,3 +26,11 @@ torch.testing.assert_close(dt.compile(attention, flash)(Q, K, V, scale), expecte
 # the same algorithm, the scores materialised in memory first (two kernels)
 unfused = dt.compile(attention, dt.Schedule(stages={"sum0": {"place": "materialize"}}))
 torch.testing.assert_close(unfused(Q, K, V, scale), expected)
+
+# the causal mask bounds the loop over j: each program visits only the key tiles at or below its diagonal
+assert "loop bounds of j from the mask" in dt.compile(attention, flash).source_for(Q, K, V, scale)
+
+# split-KV (flash-decoding, long prefill): 3 slices of the keys in parallel programs, partials merged in order
+split = dt.Schedule(grid=("b", "h", "i"), tile={"b": 1, "h": 1, "i": 16, "j": 8}, split={"j": 3},
+                    strategy={"j": "online", "d": "whole", "e": "whole"}, stages={"sum0": {"place": "fuse"}})
+torch.testing.assert_close(dt.compile(attention, split)(Q, K, V, scale), expected)
