@@ -348,8 +348,9 @@ class _DTFunction(torch.autograd.Function):
 
 def _saving_forward(alg: Algorithm, sched: Schedule | None, save) -> tuple[_Runner, tuple[str, ...]] | None:
     """The forward that also outputs the stages ``save`` names (``"auto"``: the statistics the
-    backward of every input reads, :func:`~dtriton.grad.saved_statistics`), and their names; None to recompute them in the backward. Under ``"auto"``
-    a kernel schedule that does not apply to the saving forward keeps the plain forward."""
+    backward of every input reads, :func:`~dtriton.grad.saved_statistics`), and their names; None
+    to recompute them in the backward. Under ``"auto"`` a kernel schedule that does not apply to
+    the saving forward (or a tuned kernel's schedule name) keeps the plain forward."""
     if save is None:
         return None
     if save == "auto":
@@ -359,6 +360,10 @@ def _saving_forward(alg: Algorithm, sched: Schedule | None, save) -> tuple[_Runn
         aug, names = augmented_forward(alg, names)
     else:
         aug, names = augmented_forward(alg, save)
+    if sched is not None and not isinstance(sched, Schedule):   # a tuned kernel's schedule name
+        if save == "auto":
+            return None
+        sched = None
     if sched is not None:
         try:
             sched.validate(aug)
