@@ -97,3 +97,34 @@ def test_rows_with_no_visible_key_are_nan_as_in_torch():
     assert torch.isnan(out[0]).all() and torch.isfinite(out[1]).all()
     ref = length_attention.reference(Q.double(), K.double(), V.double(), L)
     assert torch.isnan(ref[0]).all() and math.isclose(0, (out[1] - ref[1]).abs().max().item(), abs_tol=1e-5)
+
+
+def _gpu_plan(alg, args):
+    import dataclasses
+    b = dataclasses.replace(alg.bind(args), device=torch.device("cuda"))
+    full = complete_schedule(alg, None, b)
+    return full, plan_program(alg, full, b, call_spec(alg, b, args, interpret=False))
+
+
+def test_gpu_heuristic_splits_the_keys_of_few_decoding_programs():
+    """B1 H4 decoding at T=8192: 4 programs on 132 SMs, so the keys are split (each slice still 8+
+    tiles); B16 H32 has 512 programs and keeps one pass."""
+    few = tuple(torch.empty(s, dtype=torch.float16, device="meta") for s in [(1, 4, 1, 128), (1, 4, 8192, 128),
+                                                                              (1, 4, 8192, 128)])
+    full, prog = _gpu_plan(attention, few + (0.088,))
+    assert full.split.get("j", 1) >= 8 and full.strategy["j"] == "online"
+    assert [k.name for k in prog.kernels] == ["attention_max0_sum1_sum2", "attention_out"]
+    many = tuple(torch.empty(s, dtype=torch.float16, device="meta") for s in [(16, 32, 1, 128), (16, 32, 8192, 128),
+                                                                               (16, 32, 8192, 128)])
+    full, prog = _gpu_plan(attention, many + (0.088,))
+    assert not full.split and len(prog.kernels) == 1
+
+
+def test_heuristic_split_schedule_runs_on_the_interpreter():
+    """The GPU's split-KV schedule, run here: same result as SDPA."""
+    Q, K, V = randn(1, 2, 1, 16), randn(1, 2, 1100, 16), randn(1, 2, 1100, 16)
+    b = attention.bind((Q, K, V, 0.25))
+    import dataclasses
+    full = complete_schedule(attention, None, dataclasses.replace(b, device=torch.device("cuda")))
+    assert full.split.get("j", 1) > 1
+    check(attention, (Q, K, V, 0.25), full.replace(access="pointer"), torch_ref=_sdpa(0.25))

@@ -95,7 +95,9 @@ def _column_reduction(a: str, grid, contig: set[str], sizes) -> bool:
 def flash_attention(d: Draft) -> None:
     """Attention-like algorithms without a schedule: the score stage fused into an online loop
     (FlashAttention's schedule, Dao et al. 2022): no S x T intermediate; small output axes (the
-    head dim) whole; one query tile per program."""
+    head dim) whole; one query tile per program. With fewer than half a wave of programs on a GPU
+    (decoding: one query row per head), the key axis is split across programs (split-KV,
+    :func:`~.draft.split_for`): each runs the online pass over its slice, the reader merges them."""
     flash = _flash_pattern(d.alg, d.sizes) if not d.given else None
     if flash is None:
         return
@@ -114,6 +116,8 @@ def flash_attention(d: Draft) -> None:
     d.tile.setdefault(loop_axis, max(16, d.cap(loop_axis, 64 if d.gpu else 128)))
     d.num_warps = d.num_warps or (8 if d.gpu and d.tile[d.grid[-1]] >= 128 else 4)
     d.num_stages = d.num_stages or 2
+    if d.gpu and not d.user.split:   # few query tiles (decoding): split-KV, the online pass over slices of the keys
+        split_for(d.split, loop_axis, programs(d.grid, d.sizes, d.tile), d.sizes[loop_axis], d.tile[loop_axis], d.sms)
 
 
 def main_grid(d: Draft) -> None:
