@@ -19,7 +19,7 @@ from dtriton.ir import Interval, int_magnitude, interval
 from dtriton.ir.intervals import guard_ranges
 from dtriton.plan import call_spec
 
-from conftest import check, randn, run_bench
+from conftest import check, dims, randn, run_bench, run_random, schedules
 
 
 # ----------------------------------------------------------------------------------------------
@@ -315,3 +315,34 @@ def test_gradient_of_a_padded_shift_keeps_the_padding():
     Xt = X.detach().clone().requires_grad_()
     (F.pad(Xt, (0, 1))[:, 1:] * Xt).sum().backward()
     torch.testing.assert_close(X.grad, Xt.grad)
+
+
+@dt.algorithm
+def shifted_matmul(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"], a: int):
+    """A contraction whose operand is read through a padded shift: a dot operand with masked loads."""
+    i, j, k = dt.axes("i j k")
+    return dt.sum(A.pad(0.0)[i, k + a] * B[k, j], over=k)[i, j]
+
+
+@given(data=st.data(), M=dims(1, 24), K=dims(1, 24), N=dims(1, 24), a=st.integers(-3, 3),
+       dtype=st.sampled_from([torch.float32, torch.float16]), seed=st.integers(0, 2**16))
+def test_padded_operand_under_random_schedules(data, M, K, N, a, dtype, seed):
+    """Masked reads in every scope a schedule can put them (loops, split-K, whole blocks, dots)."""
+    g = torch.Generator().manual_seed(seed)
+    A, B = randn(M, K, dtype=dtype, gen=g), randn(K, N, dtype=dtype, gen=g)
+    sched = data.draw(schedules(shifted_matmul, {"i": M, "k": K, "j": N}), label="schedule")
+
+    def ref(A, B, a):
+        k = torch.arange(K) + a
+        ok = (k >= 0) & (k < K)
+        return (A[:, k.clamp(0, K - 1)] * ok) @ B
+    run_random(shifted_matmul, [A, B, a], sched, torch_ref=ref)
+
+
+@given(data=st.data(), M=dims(1, 20), N=dims(1, 20), seed=st.integers(0, 2**16))
+def test_guarded_reads_under_random_schedules(data, M, N, seed):
+    """rotate-half with its guard, under random tiles, grids and strategies."""
+    N = 2 * max(1, N // 2)
+    X = randn(M, N, gen=torch.Generator().manual_seed(seed))
+    sched = data.draw(schedules(rotate_half, {"i": M, "d": N}), label="schedule")
+    run_random(rotate_half, [X, N // 2], sched, torch_ref=lambda X, h: torch.cat([-X[:, h:], X[:, :h]], 1))
