@@ -5,7 +5,8 @@
 
 Each case compiles an algorithm with computed indices under the default schedule, runs it and
 compares it with plain torch in float64: a padded shift (fp32 and fp16), rotate-half through
-guarded reads, a padded strided and dilated conv1d, grouped rows (``i // g``), ``//`` and ``%`` of
+guarded reads, a padded strided and dilated conv1d (output length an int argument),
+a 3x3 stride-2 max pool 2-d, grouped rows (``i // g``), ``//`` and ``%`` of
 negative values, ``X[i + 1]`` past 2**24 elements (exact only in integer arithmetic), and a gather
 guarded by a condition on its labels. Error cases: the unpadded shift ``X[i, j + 1]`` must raise
 ``dt.IndexRangeError`` before launching, and a gather label out of range must raise it with
@@ -46,9 +47,15 @@ def rotate_half(X: dt.Tensor["M", "D"], half: int):
 
 
 @dt.algorithm
-def conv1d(X: dt.Tensor["B", "C", "H"], W: dt.Tensor["O", "C", "R"], s: int, d: int, p: int):
-    n, o, c, h, r = dt.axes("n o c h:H r")
+def conv1d(X: dt.Tensor["B", "C", "H"], W: dt.Tensor["O", "C", "R"], s: int, d: int, p: int, Ho: int):
+    n, o, c, h, r = dt.axes("n o c h:Ho r")
     return dt.sum(X.pad(0.0)[n, c, h * s + r * d - p] * W[o, c, r], over=(c, r))[n, o, h]
+
+
+@dt.algorithm
+def maxpool2d(X: dt.Tensor["B", "H", "W"], K: int, s: int, p: int, Ho: int, Wo: int):
+    n, h, w, r, q = dt.axes("n h:Ho w:Wo r:K q:K")
+    return dt.max(X.pad(float("-inf"))[n, h * s + r - p, w * s + q - p], over=(r, q))[n, h, w]
 
 
 @dt.algorithm
@@ -75,15 +82,6 @@ def guarded_gather(X: dt.Tensor["M", "N"], L: dt.Tensor["M"]):
     return dt.where(L[i] >= 0, X[i, L[i]], 0.0)[i]
 
 
-def conv1d_torch(X, W, s, d, p):
-    """out[n, o, h] = sum_{c, r} X[n, c, h*s + r*d - p] W[o, c, r] (0 outside X), h < H."""
-    B, C, H = X.shape
-    R = W.shape[2]
-    Xp = F.pad(X, (p, H * s + R * d + 1))
-    idx = torch.arange(H, device=X.device)[:, None] * s + torch.arange(R, device=X.device)[None, :] * d
-    return torch.einsum("nchr,ocr->noh", Xp[:, :, idx], W)
-
-
 def cases(dev: str, small: bool):
     """(name, algorithm, args, float64 torch oracle of the args)."""
     M, N = (5, 9) if small else (1000, 4097)
@@ -101,7 +99,13 @@ def cases(dev: str, small: bool):
     yield "rotate_half fp16", rotate_half, [rnd(M, D, dtype=torch.float16), D // 2], \
         lambda X, h: torch.cat([-X[:, h:], X[:, :h]], 1)
     for s, d, p in ((1, 1, 1), (2, 2, 3)):
-        yield f"conv1d s{s} d{d} p{p}", conv1d, [rnd(B, C, H), rnd(16 if not small else 2, C, 3), s, d, p], conv1d_torch
+        ho = (H + 2 * p - d * 2 - 1) // s + 1
+        yield f"conv1d s{s} d{d} p{p}", conv1d, [rnd(B, C, H), rnd(16 if not small else 2, C, 3), s, d, p, ho], \
+            lambda X, W, s, d, p, ho: F.conv1d(X, W, stride=s, padding=p, dilation=d)
+    P = 9 if small else 224
+    yield "maxpool2d 3x3 s2 p1 fp16", maxpool2d, [rnd(4, P, P, dtype=torch.float16), 3, 2, 1, (P - 1) // 2 + 1,
+                                                  (P - 1) // 2 + 1], \
+        lambda X, k, s, p, ho, wo: F.max_pool2d(X[:, None], k, stride=s, padding=p)[:, 0]
     yield "grouped i // 4", grouped, [rnd(M, N), rnd(-(-M // 4), N), 4], lambda X, Y, q: X * Y[ii(M) // q]
     yield "floor ops a=3 b=-4", floor_ops, [rnd(M, N), 3, -4], lambda X, a, b: (
         X + torch.div(ii(M)[:, None] - a, b, rounding_mode="floor") + torch.remainder(ii(N)[None, :] - a, b))

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, strategies as st
+from hypothesis import assume, given, strategies as st
 
 import dtriton as dt
 from dtriton.ir import Interval, int_magnitude, interval
@@ -48,6 +48,20 @@ def conv1d(X: dt.Tensor["B", "C", "H"], W: dt.Tensor["O", "C", "R"], s: int, d: 
     """A padded, strided, dilated 1-d convolution whose output has the input's length H."""
     n, o, c, h, r = dt.axes("n o c h:H r")
     return dt.sum(dt.pad(X, 0.0)[n, c, h * s + r * d - p] * W[o, c, r], over=(c, r))[n, o, h]
+
+
+@dt.algorithm
+def conv1d_sized(X: dt.Tensor["B", "C", "H"], W: dt.Tensor["O", "C", "R"], s: int, d: int, p: int, Ho: int):
+    """torch's conv1d: the output length Ho is an int argument sizing axis h."""
+    n, o, c, h, r = dt.axes("n o c h:Ho r")
+    return dt.sum(X.pad(0.0)[n, c, h * s + r * d - p] * W[o, c, r], over=(c, r))[n, o, h]
+
+
+@dt.algorithm
+def maxpool2d(X: dt.Tensor["B", "H", "W"], KH: int, KW: int, s: int, p: int, Ho: int, Wo: int):
+    """torch's max_pool2d: windows KH x KW, stride s, padding p (reads -inf there)."""
+    n, h, w, r, q = dt.axes("n h:Ho w:Wo r:KH q:KW")
+    return dt.max(X.pad(float("-inf"))[n, h * s + r - p, w * s + q - p], over=(r, q))[n, h, w]
 
 
 @dt.algorithm
@@ -300,7 +314,7 @@ def test_padded_and_plain_loads_are_not_merged():
 def test_gpu_index_check_script_dry_run_passes(tmp_path):
     """bench/index_check.py (the lead's GPU command) on the interpreter: every case passes."""
     out = run_bench(["bench/index_check.py", "--dry-run"], tmp_path)
-    assert "11/11 passed" in out and "FAIL" not in out
+    assert "12/12 passed" in out and "FAIL" not in out
 
 
 def test_gradient_of_a_padded_shift_keeps_the_padding():
@@ -346,3 +360,38 @@ def test_guarded_reads_under_random_schedules(data, M, N, seed):
     X = randn(M, N, gen=torch.Generator().manual_seed(seed))
     sched = data.draw(schedules(rotate_half, {"i": M, "d": N}), label="schedule")
     run_random(rotate_half, [X, N // 2], sched, torch_ref=lambda X, h: torch.cat([-X[:, h:], X[:, :h]], 1))
+
+
+@given(st.integers(1, 2), st.integers(1, 3), st.integers(1, 12), st.integers(1, 3), st.integers(1, 3),
+       st.integers(1, 3), st.integers(0, 2), st.integers(0, 2**31 - 1))
+def test_conv1d_with_output_size_argument_matches_torch(b, c, h, r, s, d, p, seed):
+    """torch.nn.functional.conv1d itself is the oracle: stride, dilation, padding, the output length
+    given as an int argument (a new value of it is a new specialisation, not a stale one)."""
+    ho = (h + 2 * p - d * (r - 1) - 1) // s + 1
+    assume(ho >= 1)
+    gen = torch.Generator().manual_seed(seed)
+    X, W = randn(b, c, h, gen=gen), randn(3, c, r, gen=gen)
+    check(conv1d_sized, [X, W, s, d, p, ho], torch_ref=lambda X, W, s, d, p, ho: F.conv1d(X, W, stride=s, padding=p,
+                                                                                         dilation=d))
+
+
+@pytest.mark.parametrize("k,s,p", [(2, 2, 0), (3, 2, 1), (3, 1, 1)])
+def test_maxpool2d_matches_torch(k, s, p):
+    X = randn(2, 7, 9)
+    ho, wo = (7 + 2 * p - k) // s + 1, (9 + 2 * p - k) // s + 1
+    check(maxpool2d, [X, k, k, s, p, ho, wo],
+          torch_ref=lambda X, *a: F.max_pool2d(X[:, None], k, stride=s, padding=p)[:, 0])
+
+
+def test_output_size_argument_is_checked_and_keys_the_cache():
+    X, W = randn(1, 2, 9), randn(2, 2, 3)
+    with pytest.raises(dt.ShapeError, match="'Ho' of conv1d_sized sizes an axis and must be >= 0"):
+        conv1d_sized.reference(X, W, 1, 1, 0, -1)
+    k = dt.compile(conv1d_sized)
+    assert k(X, W, 1, 1, 0, 7).shape == (1, 2, 7)
+    assert k(X, W, 2, 1, 0, 4).shape == (1, 2, 4)     # same tensors, another output size
+    with pytest.raises(dt.AlgorithmError, match="nor an int argument names"):
+        @dt.algorithm
+        def bad(X: dt.Tensor["M"]):
+            i, = dt.axes("i:Q")
+            return X.pad(0.0)[i + 1][i]

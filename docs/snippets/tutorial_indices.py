@@ -18,8 +18,8 @@ def rotate_half(X: dt.Tensor["M", "D"], half: int):
 
 
 @dt.algorithm
-def conv1d(X: dt.Tensor["B", "C", "H"], W: dt.Tensor["O", "C", "R"], s: int, p: int):
-    n, o, c, h, r = dt.axes("n o c h:H r")
+def conv1d(X: dt.Tensor["B", "C", "H"], W: dt.Tensor["O", "C", "R"], s: int, p: int, Ho: int):
+    n, o, c, h, r = dt.axes("n o c h:Ho r")              # the output length is the int argument Ho
     return dt.sum(X.pad(0.0)[n, c, h * s + r - p] * W[o, c, r], over=(c, r))[n, o, h]
 
 
@@ -33,7 +33,7 @@ X = torch.randn(6, 8, dtype=torch.float64)
 torch.testing.assert_close(dt.compile(forward_diff)(X), F.pad(X, (0, 1))[:, 1:] - X)
 torch.testing.assert_close(dt.compile(rotate_half)(X, 4), torch.cat([-X[:, 4:], X[:, :4]], 1))
 Xc, W = torch.randn(2, 3, 9, dtype=torch.float64), torch.randn(4, 3, 3, dtype=torch.float64)
-torch.testing.assert_close(dt.compile(conv1d)(Xc, W, 1, 1), F.conv1d(Xc, W, padding=1))
+torch.testing.assert_close(dt.compile(conv1d)(Xc, W, 2, 1, 5), F.conv1d(Xc, W, stride=2, padding=1))
 torch.testing.assert_close(dt.compile(grouped_rows)(X, X[:3], 2), X * X[:3][torch.arange(6) // 2])
 
 # reading outside a dim without padding is an error, raised before anything runs when the sizes prove it

@@ -246,10 +246,17 @@ class Algorithm:
         self.axis_names = tuple(dict.fromkeys(all_axes))
         _check_sized(self.axis_names, axis_size, nodes)
         dims = {d for p in self.params if isinstance(p, InputTensor) for d in p.dims}
+        ints = {p.name: k for k, p in enumerate(self.params) if isinstance(p, ScalarParam) and p.pytype is int}
+        #: size symbols given by an ``int`` argument (``dt.axes("h:Ho")`` with ``Ho: int``) -> its position
+        self.size_args = {}
         for a, sym in axis_size.items():
-            if sym not in dims:
-                raise AlgorithmError(f"axis {a!r} is declared with size {sym!r}, which no tensor argument of {self.name} "
-                                     f"has (their dims: {sorted(dims)}); use one of those names")
+            if sym in ints and sym not in dims:
+                self.size_args[sym] = ints[sym]
+            elif sym not in dims:
+                raise AlgorithmError(f"axis {a!r} is declared with size {sym!r}, which neither a tensor argument of "
+                                     f"{self.name} has (their dims: {sorted(dims)}) nor an int argument names; use one "
+                                     f"of those dims, or add an argument `{sym}: int` (an output size, e.g. of a strided "
+                                     f"convolution)")
         self.axis_size = axis_size
         self.stages = _name_stages(nodes, self.outputs)
         self.reduction_axes = tuple(dict.fromkeys(a for n in nodes if isinstance(n, Reduce) for a in n.over))

@@ -258,6 +258,11 @@ class Binding:
                 src.setdefault(d, f"{p.name}.shape[{k}]")
             dtypes[p.name] = a.dtype
             unit[p.name] = unit_dim(a)
+        for sym, pos in alg.size_args.items():   # an axis sized by an int argument (dt.axes("h:Ho"), Ho: int)
+            n = int(args[pos])
+            if n < 0:
+                raise ShapeError(f"argument {sym!r} of {alg.name} sizes an axis and must be >= 0, got {n}")
+            sizes[sym] = n
         for idx_name, tname, d, _ in alg.gathers:
             if dtypes[idx_name].is_floating_point:
                 raise ShapeError(f"argument {idx_name!r} indexes dim {d} of {tname} (a gather) and must be an integer "

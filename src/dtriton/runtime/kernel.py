@@ -165,6 +165,7 @@ class Kernel:
         tensors' call keys and storage offsets (64-bit offsets depend on them), ``out=``'s, and
         the backend."""
         key = spec_key(args, out, interpret)
+        key = key if key is None else key + self._sized(args)
         hit = self._specs.get(key) if key is not None else None
         if hit is None:
             # the spec without TMA facts; the TMA-addressable tensors (transposed views allowed); the
@@ -276,7 +277,7 @@ class Kernel:
                 isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             return self.grad_call(args, out=out)
         if out is None and self._fast and not self.check_indices:
-            fast = self._fast.get(call_key(args))
+            fast = self._fast.get(call_key(args) + self._sized(args))
             if fast is not None and _fast_ok():
                 return fast(args)
         alg = self.algorithm
@@ -298,10 +299,15 @@ class Kernel:
         sched, spec = self._schedule_and_spec(b, args, interpret, out)
         plan, outs, compiled = self._plan_and_run(sched, b, args, interpret, out, spec)
         if out is None and not interpret and len(compiled) == len(plan.launches) and _fast_ok():
-            self._fast[call_key(args)] = _BACKEND.fast_launcher(alg, plan, b, compiled, args)
+            self._fast[call_key(args) + self._sized(args)] = _BACKEND.fast_launcher(alg, plan, b, compiled, args)
         if interpret and orig_dev.type != "cpu":
             outs = [o.to(orig_dev) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def _sized(self, args) -> tuple:
+        """The values of the int arguments that size axes (``dt.axes("h:Ho")``): part of the keys
+        of call specs and fast launchers, as tensor shapes are."""
+        return tuple(int(args[pos]) for pos in self.algorithm.size_args.values())
 
     def _plan_and_run(self, sched: Schedule, b: Binding, args, interpret: bool, out, spec: CallSpec):
         """Plan and run ``sched``; returns (plan, outputs, compiled kernels). For a default
