@@ -6,7 +6,8 @@
 Cases (fp16): causal B4 H32 S4096 D128 and B4 H32 S1024 D64 (``where(j <= i, s, -inf)``, against SDPA
 ``is_causal=True``, and the same shape without the mask: causal should take about half of it); a sliding
 window W=1024 at B2 H32 S8192 D128 (``(j <= i) & (j > i - W)``, against SDPA with the equivalent boolean
-mask); decoding B16 H32 S=1 T=8192 and T=32768 D128 (against SDPA; split-KV rows: the default schedule with
+mask); decoding B16 H32 S=1 T=8192 and T=32768 D128, and B1 H8 T=32768 (8 programs: the heuristic
+splits the keys; against SDPA; split-KV rows: the default schedule with
 ``split={"j": n}``, one online kernel over slices of the keys plus the merge in the output kernel). Per case
 and implementation: dtriton's default schedule, the default with ``mask_bounds=False`` (every key tile visited and masked: the gain of the
 bounds), the heavy-tiles-first order (query axis outermost on the grid, ``tile_order="reverse"``), and with
@@ -54,7 +55,8 @@ def cases(dry: bool) -> list[dict]:
             dict(name="causal S1024 D64", shape=(4, 32, 1024, 64), kind="causal"),
             dict(name="window W1024 S8192", shape=(2, 32, 8192, 128), kind="window", W=1024),
             dict(name="decode T8192", shape=(16, 32, 1, 128), T=8192, kind="decode"),
-            dict(name="decode T32768", shape=(16, 32, 1, 128), T=32768, kind="decode")]
+            dict(name="decode T32768", shape=(16, 32, 1, 128), T=32768, kind="decode"),
+            dict(name="decode B1 H8 T32768", shape=(1, 8, 1, 128), T=32768, kind="decode")]
 
 
 def setup(c: dict):
@@ -92,6 +94,8 @@ def variants(alg, args, kind: str, budget: float) -> list[tuple[str, dt.Schedule
         heavy = base.replace(grid=("i",) + tuple(a for a in base.grid if a != "i"), tile_order="reverse")
         rows.append(("heavy first", heavy, "query tiles outermost, reversed"))
     else:   # split-KV (flash-decoding): the online pass over slices of the keys, partials merged by the reader
+        if base.split:
+            rows.append(("default, one pass", base.replace(split={}), "the heuristic's split removed"))
         for n in ((2, 4) if timing.DRY else (4, 8, 16)):
             rows.append((f"split-KV {n}", base.replace(split={"j": n}), f"split={{'j': {n}}}: one online kernel + merge"))
     if budget > 0 and not timing.DRY:
