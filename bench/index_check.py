@@ -10,7 +10,9 @@ a 3x3 stride-2 max pool 2-d, grouped rows (``i // g``), ``//`` and ``%`` of
 negative values, ``X[i + 1]`` past 2**24 elements (exact only in integer arithmetic), and a gather
 guarded by a condition on its labels. Error cases: the unpadded shift ``X[i, j + 1]`` must raise
 ``dt.IndexRangeError`` before launching, and a gather label out of range must raise it with
-``check_indices=True``. One line per case (``PASS``/``FAIL``, relative error); ``--out DIR``
+``check_indices=True``. One line per case (``PASS``/``FAIL``, relative error; on the GPU the
+kernel's median time, torch's on the same inputs and dtype, and the bytes of inputs and output per
+second: the max pool's is its bandwidth); ``--out DIR``
 writes ``index_check.json``. Exit status 1 when a case fails.
 """
 
@@ -103,7 +105,7 @@ def cases(dev: str, small: bool):
         yield f"conv1d s{s} d{d} p{p}", conv1d, [rnd(B, C, H), rnd(16 if not small else 2, C, 3), s, d, p, ho], \
             lambda X, W, s, d, p, ho: F.conv1d(X, W, stride=s, padding=p, dilation=d)
     P = 9 if small else 224
-    yield "maxpool2d 3x3 s2 p1 fp16", maxpool2d, [rnd(4, P, P, dtype=torch.float16), 3, 2, 1, (P - 1) // 2 + 1,
+    yield "maxpool2d 3x3 s2 p1 fp16", maxpool2d, [rnd(4 if small else 256, P, P, dtype=torch.float16), 3, 2, 1, (P - 1) // 2 + 1,
                                                   (P - 1) // 2 + 1], \
         lambda X, k, s, p, ho, wo: F.max_pool2d(X[:, None], k, stride=s, padding=p)[:, 0]
     yield "grouped i // 4", grouped, [rnd(M, N), rnd(-(-M // 4), N), 4], lambda X, Y, q: X * Y[ii(M) // q]
@@ -119,14 +121,28 @@ def rel(out, ref) -> float:
     return float((o - r).norm() / max(float(r.norm()), 1e-30))
 
 
+def timed(fn) -> float:
+    """Median microseconds of ``fn()`` on the GPU (triton.testing.do_bench)."""
+    from triton.testing import do_bench
+    return 1e3 * do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
 def run_case(name, alg, args, oracle) -> dict:
+    """Compile under the default schedule, run, compare with the float64 oracle; on the GPU also
+    the kernel's time, torch's on the same inputs, and the bytes moved per microsecond."""
     tol = 3e-3 if any(isinstance(a, torch.Tensor) and a.dtype == torch.float16 for a in args) else 1e-5
     try:
-        out = dt.compile(alg)(*args)
+        k = dt.compile(alg)
+        out = k(*args)
         ref = oracle(*[a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args])
         err = rel(out, ref)
-        ok = err <= tol
-        return {"case": name, "status": "PASS" if ok else "FAIL", "rel_err": err}
+        row = {"case": name, "status": "PASS" if err <= tol else "FAIL", "rel_err": err}
+        if out.is_cuda:
+            row["us"], row["torch_us"] = timed(lambda: k(*args)), timed(lambda: oracle(*args))
+            moved = out.numel() * out.element_size() + sum(a.numel() * a.element_size() for a in args
+                                                          if isinstance(a, torch.Tensor))
+            row["GB_s"] = moved / row["us"] / 1e3
+        return row
     except Exception as e:  # noqa: BLE001 - every failure is reported, the other cases still run
         return {"case": name, "status": "FAIL", "error": f"{type(e).__name__}: {str(e)[:300]}"}
 
@@ -159,6 +175,8 @@ def main() -> int:
     rows = [run_case(*c) for c in cases(dev, args.dry_run)] + error_cases(dev)
     for r in rows:
         detail = f"rel err {r['rel_err']:.2e}" if "rel_err" in r else r.get("error", r.get("message", ""))
+        if "us" in r:
+            detail += f"  {r['us']:.1f} us (torch {r['torch_us']:.1f} us), {r['GB_s']:.0f} GB/s"
         print(f"{r['status']}  {r['case']:<36} {detail}", flush=True)
     bad = [r for r in rows if r["status"] != "PASS"]
     print(f"{len(rows) - len(bad)}/{len(rows)} passed on {dev}")
