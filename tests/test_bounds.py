@@ -233,3 +233,28 @@ def test_attention_bounds_bench_dry_run(tmp_path):
     out = run_bench(["bench/attention_bounds.py", "--dry-run"], tmp_path)
     assert "WRONG" not in out and "failed" not in out
     assert "heavy first" in out and "default, no bounds" in out and "decode" in out
+
+
+@dt.algorithm
+def document_attention(Q: dt.Tensor["B", "H", "S", "D"], K: dt.Tensor["B", "H", "S", "D"],
+                       V: dt.Tensor["B", "H", "S", "D"], first: dt.Tensor["S"], last: dt.Tensor["S"]):
+    """Packed documents: query i sees the keys of its own document, ``first[i] <= j <= last[i]``
+    (per-row bounds read from index tensors, as varlen attention's cumulative lengths give them)."""
+    b, h, i, j, d, e = dt.axes("b h i j d e")
+    s = dt.where((j >= first[i]) & (j <= last[i]), dt.sum(Q[b, h, i, d] * K[b, h, j, d], over=d) * 0.25,
+                 -float("inf"))
+    p = dt.exp(s - dt.max(s, over=j))
+    return (dt.sum(p * V[b, h, j, e], over=j) / dt.sum(p, over=j))[b, h, i, e]
+
+
+def test_block_diagonal_documents_from_index_tensors():
+    lengths = [7, 20, 1, 13]
+    S = sum(lengths)
+    doc = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+    starts = torch.tensor([0] + lengths).cumsum(0)[:-1]
+    first, last = starts[doc], starts[doc] + torch.tensor(lengths)[doc] - 1
+    Q, K, V = (randn(1, 2, S, 16) for _ in range(3))
+    mask = doc[:, None] == doc[None, :]
+    check(document_attention, (Q, K, V, first, last), _flash(8, 8), torch_ref=lambda q, k, v, *_: _sdpa(q, k, v, mask))
+    (lb,) = _bounds(_plan(document_attention, (Q, K, V, first, last), _flash(8, 8)))
+    assert len(lb.lower) == 1 and len(lb.upper) == 1 and lb.unmasked

@@ -42,7 +42,7 @@ def _program(alg, args, sched):
     return plan_program(alg, complete_schedule(alg, sched, b), b, call_spec(alg, b, args, interpret=True))
 
 
-@pytest.mark.parametrize("T, n", [(200, 4), (200, 3), (53, 8), (16, 2)])
+@pytest.mark.parametrize("T, n", [(200, 4), (200, 3), (53, 8), (16, 2), (200, 20)])
 def test_decode_split_matches_unsplit_and_float64(T, n):
     Q, K, V = randn(2, 2, 1, 16), randn(2, 2, T, 16), randn(2, 2, T, 16)
     args = (Q, K, V, 0.25)
