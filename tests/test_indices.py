@@ -395,3 +395,22 @@ def test_output_size_argument_is_checked_and_keys_the_cache():
         def bad(X: dt.Tensor["M"]):
             i, = dt.axes("i:Q")
             return X.pad(0.0)[i + 1][i]
+
+
+@dt.algorithm
+def prefix_shift(X: dt.Tensor["M", "N"], n: int):
+    i, k = dt.axes("i k:N")
+    return dt.sum(dt.where(k < n, X[i, k + 1], 0.0), over=k)[i]
+
+
+def test_guard_inside_a_reduction_with_an_int_argument():
+    """sum over k < n of X[i, k + 1]: inside for n < N (any n, the kernel unchanged), an error from
+    n = N on, in the reference and the kernel alike."""
+    X = randn(4, 6)
+    k = dt.compile(prefix_shift)
+    for n in (0, 3, 5):
+        assert [r.verdict for r in prefix_shift.bind([X, n]).reads] == ["guarded"]
+        check(prefix_shift, [X, n], kernel=k, torch_ref=lambda X, n: X[:, 1:n + 1].sum(1))
+    for f in (prefix_shift.reference, k):
+        with pytest.raises(dt.IndexRangeError, match=r"\(k \+ 1\) takes the values 1\.\.6"):
+            f(X, 6)
