@@ -3,6 +3,8 @@
 
 - buffer dtypes (``plan/buffers.py``): a materialised GEMM of a 16-bit chain is stored in the chain's dtype,
   statistics, split reductions and fp32/mixed calls keep fp32 buffers.
+- partial schedules: the heuristic completes a schedule around the knobs it gives (launch options and
+  grouped order by the rules, not the registry's defaults).
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import pytest
 import torch
 
 import dtriton as dt
+from dtriton.library import matmul
 from dtriton.plan import call_spec, plan_program
+from dtriton.schedule.heuristics import complete_schedule
 
 from conftest import TOL, check, randn, rel_err
 
@@ -130,3 +134,45 @@ def test_narrowed_buffer_feeds_a_second_gemm(dtype, gen):
                                                          tile={"i": 16, "j": 16, "k": 16})})
     assert _buffer_dtypes(relu_mlp, sched, args) == {"buf_sum0": str(dtype)[6:]}
     check(relu_mlp, args, sched, tol=2 * TOL[dtype])
+
+
+# ----------------------------------------------------------------------------------------------
+# partial schedules keep the heuristic's launch rules
+# ----------------------------------------------------------------------------------------------
+def _gpu_complete(alg, sched, args) -> dt.Schedule:
+    """The complete schedule an H200 would run (derived on the CPU from uninitialised tensors)."""
+    b = alg.bind(args)
+    b.device = torch.device("cuda")
+    return complete_schedule(alg, sched, b)
+
+
+def test_precision_alone_keeps_the_rules_tiles_warps_stages_and_order():
+    args = (torch.empty(4096, 4096), torch.empty(4096, 4096))
+    full = _gpu_complete(matmul, None, args)
+    tf32 = _gpu_complete(matmul, dt.Schedule(precision="tf32"), args)
+    # the registry's defaults were 4 warps / 2 stages, no grouped order (H200: tf32 at 0.43x cuBLAS)
+    assert (tf32.tile, tf32.grid, tf32.group, tf32.num_stages) == (full.tile, full.grid, full.group, full.num_stages)
+    assert tf32.num_stages == 4 and tf32.group == {"i": 8} and tf32.num_warps == 4   # tf32's own warp rule
+    # a launch option the user gives is kept; the others still follow the rules
+    w = _gpu_complete(matmul, dt.Schedule(precision="tf32", num_warps=8), args)
+    assert w.num_warps == 8 and w.num_stages == 4
+
+
+def test_given_tiles_get_the_rules_launch_options():
+    args = (torch.empty(4096, 4096, dtype=torch.float16), torch.empty(4096, 4096, dtype=torch.float16))
+    s = _gpu_complete(matmul, dt.Schedule(tile={"i": 64, "j": 64, "k": 32}), args)
+    assert dict(s.tile) == {"i": 64, "j": 64, "k": 32} and s.num_stages == 4 and s.num_warps == 4
+    # a layout given: its grid order stays as written (no grouped order added)
+    assert not s.group
+
+
+def test_launch_options_alone_keep_gemm_then_rows():
+    """softmax(X @ W.T + b) with only num_warps given: still the GEMM kernel plus one row kernel, both at the
+    user's warps."""
+    args = (torch.empty(4096, 4096, dtype=torch.float16), torch.empty(4096, 4096, dtype=torch.float16),
+            torch.empty(4096, dtype=torch.float16))
+    full = _gpu_complete(linear_softmax, None, args)
+    s = _gpu_complete(linear_softmax, dt.Schedule(num_warps=4), args)
+    assert s.stage("sum0").place == "materialize" and s.grid == ("i",) and s.strategy["j"] == "whole"
+    assert s.num_warps == 4 and s.stage("sum0").num_warps == 4
+    assert s.stage("sum0").num_stages == full.stage("sum0").num_stages > 2 and s.num_stages == full.num_stages

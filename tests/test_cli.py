@@ -114,7 +114,8 @@ def test_show_command(kfile):
     res = run("show", f"{kfile}:matmul", "--shape", "M=40,N=24,K=32", "--schedule", sched.to_json(),
               "--dtype", "float16")
     assert res.exit_code == 0, res.output
-    assert sched.replace(access="pointer").to_json() in res.output   # the heuristic's access pick shown
+    # the heuristic's access pick and launch options shown
+    assert sched.replace(access="pointer", num_warps=4, num_stages=2).to_json() in res.output
     res = run("show", f"{kfile}:pick", "--shape", "M=8,C=5", "--scalar", "s=2")
     assert res.exit_code == 0, res.output
     assert "def pick_out" in res.output

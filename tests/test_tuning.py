@@ -214,7 +214,8 @@ def test_tuned_kernel_uses_stored_schedule_else_heuristic(tmp_path, monkeypatch)
     TuningDB().store(record((A, B)))
     k.refresh()
     assert k.origin_for(A, B) == "tuned"
-    assert k.schedule_for(A, B) == TUNED.replace(access="pointer")   # completed: the heuristic's access pick
+    # completed: the heuristic's access pick; the stages the record omits are the ones it ran with (2)
+    assert k.schedule_for(A, B) == TUNED.replace(access="pointer", num_stages=2)
     C = k(A, B)
     torch.testing.assert_close(C, A @ B, rtol=1e-4, atol=1e-4)
     assert '"grid": ["j", "i"]' in k.source
@@ -285,7 +286,8 @@ def test_stored_tile_of_a_whole_axis_from_older_versions_is_dropped_not_refused(
     with warnings.catch_warnings():
         warnings.simplefilter("error", TuningWarning)
         assert k.origin_for(X) == "tuned"
-    assert k.schedule_for(X) == old.replace(tile={"i": 4}, access="pointer")
+    # (the launch options the record leaves open are the heuristic's: 4 warps, 2 stages here)
+    assert k.schedule_for(X) == old.replace(tile={"i": 4}, access="pointer", num_warps=4, num_stages=2)
     torch.testing.assert_close(k(X), torch.softmax(X, -1))
 
 

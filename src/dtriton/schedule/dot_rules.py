@@ -64,7 +64,7 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
         # the reduction (the H200 sweep of the diffusion layer: best split 4 at V=1.4k, 8 at
         # 5k, 64 at 28k-85k)
         split_for(d.split, r, ntiles, sizes[r], tile[r], d.sms)
-    if len(grid) >= 2 and set(grid[-2:]) == {m, n} and not d.group and not d.given:
+    if len(grid) >= 2 and set(grid[-2:]) == {m, n} and not d.group and not d.layout_given:
         # grouped launch order swizzles the second-to-last grid axis (codegen)
         d.group[grid[-2]] = 8
     if d.num_warps is None:
@@ -222,9 +222,10 @@ def gemm_then_rows(d: Draft) -> None:
     PyTorch model runs them. Without it the output kernel takes the GEMM's 128-row tiles and each
     statistic a kernel of its own over the materialised buffer (bench/results/
     chains_cpu_findings.md: 4 kernels for softmax, 32 programs each at M=4096). Applies on the
-    GPU to schedules that give none of the rules' fields, one contraction whose output axis
+    GPU to schedules that set no layout (:attr:`Draft.layout_given`; a user's launch options
+    apply to both kernels), one contraction whose output axis
     ``n`` is the only axis the other reductions reduce, and rows of at most 32768 elements."""
-    if not d.gpu or d.given or len(d.cons) != 1 or len(d.alg.outputs) != 1:
+    if not d.gpu or d.layout_given or len(d.cons) != 1 or len(d.alg.outputs) != 1:
         return
     (name, (m, n, r)), = d.cons.items()
     others = [s for s in reduction_stages(d.alg) if s.name != name]
@@ -242,4 +243,4 @@ def gemm_then_rows(d: Draft) -> None:
     d.tile[m] = 2 if d.sizes[n] <= 4096 else 1
     d.strategy[n] = "whole"
     d.dot_axes.discard(n)
-    d.num_warps, d.num_stages = 8, 2
+    d.num_warps, d.num_stages = d.user.num_warps or 8, d.user.num_stages or 2

@@ -69,7 +69,8 @@ class Draft:
     fields the rules fill in (``tile``, ``grid``, ... start as the user's)."""
     alg: Algorithm
     user: Schedule
-    given: bool            # a schedule was given: its launch options stay, no flash/group rule
+    given: bool            # a schedule was given (see layout_given; launch options it leaves None are
+                           # the rules' like any other open knob)
     b: Binding
     gpu: bool
     sms: int
@@ -105,13 +106,21 @@ class Draft:
             half=any(d in (torch.float16, torch.bfloat16) for d in b.dtypes.values()), cons=contractions(alg),
             reduced=reduced, row_axes=list(dict.fromkeys(a for o in alg.outputs for a in o.layout if a in reduced)),
             contig=contiguous_axes(alg), tile=dict(user.tile), strategy=dict(user.strategy), group=dict(user.group),
-            split=dict(user.split), grid=user.grid, num_warps=user.num_warps if sched is not None else None,
-            num_stages=user.num_stages if sched is not None else None, access=user.access,
-            split_mode=user.split_mode, precision=user.precision)
+            split=dict(user.split), grid=user.grid, num_warps=user.num_warps, num_stages=user.num_stages,
+            access=user.access, split_mode=user.split_mode, precision=user.precision)
 
     @property
     def sizes(self) -> dict[str, int]:
         return self.b.axis_sizes
+
+    @property
+    def layout_given(self) -> bool:
+        """The user's schedule sets how the work is laid out (tiles, grid, group, split, strategy or
+        stage overrides): the rules that re-plan the layout (attention's online loop, grouped
+        order, the GEMM-then-rows placement) leave it alone. A schedule of other knobs only
+        (``precision``, ``num_warps``, ``access``, ...) is completed with every rule."""
+        u = self.user
+        return bool(self.given and (u.tile or u.grid is not None or u.group or u.split or u.strategy or u.stages))
 
     def cap(self, a: str, t: int) -> int:
         """``t`` capped at the padded size of axis ``a``."""

@@ -44,7 +44,13 @@ Rules (documented so users can predict them):
   program instead of 64; attention takes 128x128 query and key tiles.
 - No tile is filled in for an axis that ends up "whole" off every grid (it would be ignored).
 
-User-given fields are never changed. The heuristic decides the knobs in :data:`DECIDED`; every
+User-given fields are never changed, and a partial schedule is completed around them: knobs it leaves
+open (``num_warps`` and ``num_stages`` included) follow the rules for the tiles it ends up with, so
+``Schedule(precision="tf32")`` runs the heuristic's tiles, warps, stages and grouped order. Only a
+schedule that sets the layout (tiles, grid, group, split, strategy or stage overrides) turns off
+the rules that re-plan a layout (attention's online loop, grouped order, GEMM then rows).
+
+The heuristic decides the knobs in :data:`DECIDED`; every
 other knob of the registry (:mod:`.knobs`) passes through from the user's schedule unchanged.
 :func:`complete_schedule` applies the rules of :data:`RULES` in order to a :class:`Draft`.
 """
@@ -98,7 +104,7 @@ def flash_attention(d: Draft) -> None:
     head dim) whole; one query tile per program. With fewer than half a wave of programs on a GPU
     (decoding: one query row per head), the key axis is split across programs (split-KV,
     :func:`~.draft.split_for`): each runs the online pass over its slice, the reader merges them."""
-    flash = _flash_pattern(d.alg, d.sizes) if not d.given else None
+    flash = _flash_pattern(d.alg, d.sizes) if not d.layout_given else None
     if flash is None:
         return
     score, loop_axis, whole_axes = flash

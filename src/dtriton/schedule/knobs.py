@@ -164,11 +164,13 @@ def _positive(v) -> str | None:
 
 
 def _warps(v) -> str | None:
-    return None if is_pow2(v) and v <= 32 else "must be a power of two between 1 and 32"
+    ok = v is None or (isinstance(v, int) and not isinstance(v, bool) and is_pow2(v) and v <= 32)
+    return None if ok else "must be a power of two between 1 and 32"
 
 
 def _pipeline(v) -> str | None:
-    return None if isinstance(v, int) and 1 <= v <= 8 else "must be an integer from 1 to 8"
+    ok = v is None or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 8)
+    return None if ok else "must be an integer from 1 to 8"
 
 
 def _per_sm(v) -> str | None:
@@ -257,10 +259,10 @@ BUILTIN: tuple[Knob, ...] = (
     Knob("strategy", FrozenMap(), one_of(STRATEGIES, f"is not one of {STRATEGIES}"), kind="per_axis",
          scope="stage", search=("whole", "loop", "online"),
          doc="how an axis inside a program is covered: whole, loop or online (rescaled one pass)"),
-    Knob("num_warps", 4, Domain("power of two, 1 to 32", _warps), scope="stage", search=(2, 4, 8, 16),
-         launch=True, doc="warps per program"),
-    Knob("num_stages", 2, Domain("1 to 8", _pipeline), scope="stage", search=(1, 2, 3, 4, 5), launch=True,
-         doc="software-pipeline depth of loops"),
+    Knob("num_warps", None, Domain("power of two, 1 to 32", _warps), scope="stage", search=(2, 4, 8, 16),
+         launch=True, doc="warps per program (None: the heuristic picks, also around a partial schedule)"),
+    Knob("num_stages", None, Domain("1 to 8", _pipeline), scope="stage", search=(1, 2, 3, 4, 5), launch=True,
+         doc="software-pipeline depth of loops (None: the heuristic picks)"),
     Knob("acc_dtype", "float32", one_of(ACC_DTYPES), doc="accumulation dtype"),
     Knob("precision", "auto", one_of(PRECISIONS),
          doc="dot precision of fp32 operands: auto (tf32x3 where the layout suits tensor cores, else ieee; fp32 "
