@@ -5,6 +5,8 @@
   statistics, split reductions and fp32/mixed calls keep fp32 buffers.
 - partial schedules: the heuristic completes a schedule around the knobs it gives (launch options and
   grouped order by the rules, not the registry's defaults).
+- GEMM + row statistics: cross entropy's gathered target joins the row kernel (``gemm_then_rows``); row
+  statistics between two GEMMs get row kernels of their own (``rows_between_gemms``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,23 @@ def linear_layer_norm(X: T["M", "K"], W: T["N", "K"]):
     y = dt.sum(X[i, k] * W[j, k], over=k)
     yc = y - dt.mean(y, over=j)
     return (yc * dt.rsqrt(dt.mean(yc * yc, over=j) + 1e-5))[i, j]
+
+
+@dt.algorithm
+def linear_cross_entropy(X: T["M", "K"], W: T["N", "K"], b: T["N"], labels: T["M"]):
+    i, j, k = dt.axes("i j k")
+    y = dt.sum(X[i, k] * W[j, k], over=k) + b[j]
+    m = dt.max(y, over=j)
+    target = dt.sum(X[i, k] * W[labels[i], k], over=k) + b[labels[i]]
+    return (m + dt.log(dt.sum(dt.exp(y - m), over=j)) - target)[i]
+
+
+@dt.algorithm
+def softmax_linear(X: T["M", "K"], W: T["N", "K"], b: T["N"], W2: T["P", "N"]):
+    i, j, k, p = dt.axes("i j k p")
+    y = dt.sum(X[i, k] * W[j, k], over=k) + b[j]
+    e = dt.exp(y - dt.max(y, over=j))
+    return dt.sum(e / dt.sum(e, over=j) * W2[p, j], over=j)[i, p]
 
 
 @dt.algorithm
@@ -176,3 +195,51 @@ def test_launch_options_alone_keep_gemm_then_rows():
     assert s.stage("sum0").place == "materialize" and s.grid == ("i",) and s.strategy["j"] == "whole"
     assert s.num_warps == 4 and s.stage("sum0").num_warps == 4
     assert s.stage("sum0").num_stages == full.stage("sum0").num_stages > 2 and s.num_stages == full.num_stages
+
+
+# ----------------------------------------------------------------------------------------------
+# GEMM + row statistics
+# ----------------------------------------------------------------------------------------------
+def _launches(alg, sched, args) -> int:
+    return len(_program(alg, sched, args).kernels)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_cross_entropy_target_joins_the_row_kernel(dtype, gen):
+    M, K, N = 4096, 4096, 8192
+    big = (torch.empty(M, K, dtype=dtype), torch.empty(N, K, dtype=dtype), torch.empty(N, dtype=dtype),
+           torch.zeros(M, dtype=torch.int64))
+    s = _gpu_complete(linear_cross_entropy, None, big)
+    # the GEMM materialised on 128-row tiles, every statistic and the target fused in one row kernel
+    assert s.stage("sum0").place == "materialize" and s.stage("sum0").tile["i"] == 128
+    assert s.grid == ("i",) and s.strategy["j"] == "whole" and s.tile["i"] == 1
+    assert all(s.stage(n).place == "fuse" for n in ("max0", "sum1", "sum2")) and s.tile["k"] == 1024
+    # the same plan on the interpreter, odd sizes (tiles shrunk to the shape), against float64
+    X, W, b = _args(37, 48, 67, dtype, gen)
+    labels = torch.randint(0, 67, (37,), generator=gen)
+    small = s.replace(access="pointer", tile={"i": 1, "j": 128, "k": 32},
+                      stages={**s.stages, "sum0": s.stage("sum0").replace(tile={"i": 16, "j": 16, "k": 16})})
+    assert _launches(linear_cross_entropy, small, (X, W, b, labels)) == 2
+    check(linear_cross_entropy, (X, W, b, labels), small)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_row_statistics_between_two_gemms_get_row_kernels(dtype, gen):
+    big = (torch.empty(4096, 4096, dtype=dtype), torch.empty(4096, 4096, dtype=dtype), torch.empty(4096, dtype=dtype),
+           torch.empty(4096, 4096, dtype=dtype))
+    s = _gpu_complete(softmax_linear, None, big)
+    g = s.stage("sum0")
+    assert g.place == "materialize" and g.grid == ("i", "j") and g.tile["j"] >= 64 and g.group == {"i": 8}
+    for st in ("max0", "sum1"):   # one row kernel each, the whole row per program
+        assert s.stage(st).place == "materialize" and s.stage(st).grid == ("i",) and s.stage(st).strategy["j"] == "whole"
+    assert s.grid == ("i", "p")   # the second GEMM keeps its output tiles
+    # no rule without a second GEMM, or with a layout given
+    assert _gpu_complete(softmax_linear, dt.Schedule(tile={"i": 64}), big).stage("max0").place == "auto"
+    X, W, b = _args(37, 48, 61, dtype, gen)
+    W2 = randn(29, 61, dtype=dtype, gen=gen, scale=61 ** -0.5)
+    small = s.replace(access="pointer", tile={"i": 16, "j": 16, "k": 16, "p": 16},
+                      stages={**s.stages, "sum0": g.replace(tile={"i": 16, "j": 16, "k": 16}),
+                              "max0": s.stage("max0").replace(tile={"i": 2}),
+                              "sum1": s.stage("sum1").replace(tile={"i": 2})})
+    assert _launches(softmax_linear, small, (X, W, b, W2)) == 4
+    check(softmax_linear, (X, W, b, W2), small, tol=2 * TOL[dtype] if dtype != torch.float32 else 1e-4)

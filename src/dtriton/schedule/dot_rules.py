@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import torch
 
-from ..ir import mul_factors, reduction_stages, tensor_core_sides
+from ..ir import contains, mul_factors, reduction_stages, tensor_core_sides
 from .draft import Draft, next_pow2, programs, split_for
 from .knobs import TENSOR_CORE_FP32
 from .schedule import StageSchedule
 
-__all__ = ["contraction_tiles", "gemm_then_rows"]
+__all__ = ["contraction_tiles", "gemm_then_rows", "rows_between_gemms"]
 
 
 def contraction_tiles(d: Draft) -> None:
@@ -224,13 +224,21 @@ def gemm_then_rows(d: Draft) -> None:
     chains_cpu_findings.md: 4 kernels for softmax, 32 programs each at M=4096). Applies on the
     GPU to schedules that set no layout (:attr:`Draft.layout_given`; a user's launch options
     apply to both kernels), one contraction whose output axis
-    ``n`` is the only axis the other reductions reduce, and rows of at most 32768 elements."""
+    ``n`` is the only axis the reductions of its output reduce (other reductions, free of the GEMM,
+    may reduce others over rows ``m``), and rows of at most 32768 elements."""
     if not d.gpu or d.layout_given or len(d.cons) != 1 or len(d.alg.outputs) != 1:
         return
     (name, (m, n, r)), = d.cons.items()
     others = [s for s in reduction_stages(d.alg) if s.name != name]
     main = d.alg.outputs[0]
-    if (not others or any(tuple(s.node.over) != (n,) for s in others) or m not in main.layout
+    gemm = d.alg.stages[name].node
+    # row statistics over n of the GEMM's output; reductions that do not read it (cross entropy's
+    # gathered target logit, a sum over k of X[i, k] * W[labels[i], k]) are per row too when
+    # their free axes are m's only, and are computed in the same row kernel
+    rows = [s for s in others if contains(s.node, gemm)]
+    apart = [s for s in others if not contains(s.node, gemm)]
+    if (not rows or any(tuple(s.node.over) != (n,) for s in rows) or any(set(s.node.axes) - {m} for s in apart)
+            or m not in main.layout
             or not set(main.layout) <= {m, n}
             or next_pow2(d.sizes[n]) > 32768 or d.split.get(r, 1) > 1 or tuple(d.grid or ()) != tuple(main.layout)):
         return
@@ -243,4 +251,43 @@ def gemm_then_rows(d: Draft) -> None:
     d.tile[m] = 2 if d.sizes[n] <= 4096 else 1
     d.strategy[n] = "whole"
     d.dot_axes.discard(n)
+    if apart and r not in d.user.tile:
+        d.tile[r] = d.cap(r, 1024)   # the row kernel's own loop over r (a row of X per step, no dot)
     d.num_warps, d.num_stages = d.user.num_warps or 8, d.user.num_stages or 2
+
+
+def rows_between_gemms(d: Draft) -> None:
+    """Row statistics between two GEMMs (``softmax(X @ W.T + b) @ W2.T``: the second GEMM reduces
+    the first's output axis ``n`` and reads statistics over ``n`` of it): the first GEMM runs as a
+    kernel of its own (128-wide tiles over its output, grouped order), each statistic as a row
+    kernel (the whole row in one block, 1-2 rows per program), and the second GEMM keeps its
+    tiles. Without it the statistics are fused into the second GEMM's kernel, which recomputes
+    them over the whole row in every one of its output tiles (0.39x torch.compile on the H200,
+    bench/results/issue14/chains_fp16_h200.md). Applies on the GPU to schedules that set no layout,
+    one output, two contractions and rows of at most 32768 elements."""
+    if not d.gpu or d.layout_given or len(d.cons) != 2 or len(d.alg.outputs) != 1:
+        return
+    main = d.alg.outputs[0]
+    second = getattr(main.expr, "name", None)
+    second = second if second in d.cons else next((c for c in d.cons if contains(main.expr, d.alg.stages[c].node)),
+                                                  None)
+    if second is None:
+        return
+    first = next(c for c in d.cons if c != second)
+    m, n, r = d.cons[first]
+    gemm = d.alg.stages[first].node
+    if n not in d.alg.stages[second].node.over or not contains(d.alg.stages[second].node, gemm):
+        return
+    rows = [s for s in reduction_stages(d.alg) if s.name not in d.cons]
+    if (not rows or any(tuple(s.node.over) != (n,) or set(s.node.axes) - {m} or not contains(s.node, gemm)
+                        for s in rows) or next_pow2(d.sizes[n]) > 32768 or d.split.get(r, 1) > 1):
+        return
+    big = 128 if d.half or d.tc_fp32 else 64
+    tile = {m: max(16, d.cap(m, big)), n: max(16, d.cap(n, big)), r: d.tile[r]}
+    d.stages[first] = StageSchedule(place="materialize", grid=(m, n), group={m: 8}, tile=tile,
+                                    num_warps=d.user.num_warps or (8 if tile[m] * tile[n] >= 128 * 128 else 4),
+                                    num_stages=d.user.num_stages or (4 if d.half or d.tc_fp32 else 3))
+    for s in rows:
+        d.stages[s.name] = StageSchedule(place="materialize", grid=(m,), tile={m: 2 if d.sizes[n] <= 4096 else 1},
+                                         strategy={n: "whole"}, num_warps=d.user.num_warps or 8,
+                                         num_stages=d.user.num_stages or 2)
