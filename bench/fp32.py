@@ -7,7 +7,7 @@ Groups (every row checked against float64 first; kernel time by CUDA-graph repla
 
 - ``precision``: fp32 ``X (1024x8192) @ W.T`` (W 8192x8192 in nn.Linear layout) with dtriton's default
   precision and with every precision of the knob (ieee, tf32, tf32x3, ...), each twice: as
-  ``Schedule(precision=p)`` (a given schedule keeps the default launch options) and as the default schedule with
+  ``Schedule(precision=p)`` (the heuristic completes it for that precision) and as the default schedule with
   only its precision replaced; against torch fp32 (TF32 off, cuBLAS) and torch with TF32 allowed; relative error
   of each against float64.
 - ``layouts``: NN, NT, TN and TT products at 4096^3 in fp32, fp16 and bf16 (operands stored contiguous in the
@@ -152,8 +152,9 @@ def run_precision() -> None:
     case, work = "fp32 X@W.T 1024x8192x8192", 2 * M * N * K / 1e6
     default = dt.Schedule().precision if hasattr(dt.Schedule(), "precision") else "?"
     dtriton_row("precision", case, f"dtriton default ({default})", mm_nt, (X, W), ref, work, "TFLOP/s")
-    # two rows per precision: Schedule(precision=p) (a given schedule keeps the default launch options and
-    # drops the heuristic's grouped order), and the default schedule with only its precision replaced
+    # two rows per precision: Schedule(precision=p) (completed by the heuristic around the precision: its tiles,
+    # launch options and grouped order for that precision), and the default schedule with only its precision
+    # replaced (the default precision's launch options)
     default_sched = dt.compile(mm_nt).schedule_for(X, W)
     for p in PRECISIONS:
         dtriton_row("precision", case, f"dtriton {p}", mm_nt, (X, W), ref, work, "TFLOP/s", dt.Schedule(precision=p))

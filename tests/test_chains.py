@@ -7,6 +7,7 @@
   grouped order by the rules, not the registry's defaults).
 - GEMM + row statistics: cross entropy's gathered target joins the row kernel (``gemm_then_rows``); row
   statistics between two GEMMs get row kernels of their own (``rows_between_gemms``).
+- grouped weights (max pooling, group norm over output columns): the GEMM's own kernel runs in grouped order.
 """
 
 from __future__ import annotations
@@ -57,6 +58,12 @@ def softmax_linear(X: T["M", "K"], W: T["N", "K"], b: T["N"], W2: T["P", "N"]):
     y = dt.sum(X[i, k] * W[j, k], over=k) + b[j]
     e = dt.exp(y - dt.max(y, over=j))
     return dt.sum(e / dt.sum(e, over=j) * W2[p, j], over=j)[i, p]
+
+
+@dt.algorithm
+def linear_max_pool(X: T["M", "K"], W_g: T["G", "C", "K"], b_g: T["G", "C"]):
+    i, g, c, k = dt.axes("i g c k")
+    return dt.max(dt.sum(X[i, k] * W_g[g, c, k], over=k) + b_g[g, c], over=c)[i, g]
 
 
 @dt.algorithm
@@ -243,3 +250,26 @@ def test_row_statistics_between_two_gemms_get_row_kernels(dtype, gen):
                               "sum1": s.stage("sum1").replace(tile={"i": 2})})
     assert _launches(softmax_linear, small, (X, W, b, W2)) == 4
     check(softmax_linear, (X, W, b, W2), small, tol=2 * TOL[dtype] if dtype != torch.float32 else 1e-4)
+
+
+# ----------------------------------------------------------------------------------------------
+# grouped weights
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("C,grid", [(4, ("c", "i", "g")), (16, ("g", "i", "c"))])
+def test_grouped_weight_gemm_runs_in_grouped_order(dtype, C, grid, gen):
+    """max over blocks of C output columns of X @ W.T + b: the GEMM kernel's grid puts the axis of the weight's side
+    with the most programs last, grouped against the rows (it streamed the whole weight per row tile)."""
+    N = 4096 if C == 4 else 8192
+    big = (torch.empty(4096, 4096, dtype=dtype), torch.empty(N // C, C, 4096, dtype=dtype),
+           torch.empty(N // C, C, dtype=dtype))
+    s = _gpu_complete(linear_max_pool, None, big)
+    assert s.stage("sum0").grid == grid and s.stage("sum0").group == {"i": 8}
+    G, C = 5, 4
+    X = randn(37, 48, dtype=dtype, gen=gen)
+    W = randn(G, C, 48, dtype=dtype, gen=gen, scale=48 ** -0.5)
+    b = randn(G, C, dtype=dtype, gen=gen, scale=0.1)
+    small = s.replace(access="pointer", tile={**s.tile, "i": 16, "g": 16, "k": 16},
+                      stages={"sum0": s.stage("sum0").replace(tile={"c": 1, "i": 16, "g": 16, "k": 16})})
+    assert _launches(linear_max_pool, small, (X, W, b)) == 2
+    check(linear_max_pool, (X, W, b), small)

@@ -104,6 +104,16 @@ def _dot_axes_of_many(d: Draft, name: str, m: str, n: str, r: str) -> tuple[str,
     ss = d.stages.get(name, StageSchedule())
     ones = {a: 1 for a in st.node.axes if a not in (m2, n2)}
     d.stages[name] = ss.replace(tile={**ones, **dict(ss.tile)})
+    if d.gpu and not d.layout_given and ss.grid is None:
+        # its own kernel (where materialised): a grouped GEMM of m2 against the axis of n2's side with
+        # the most programs (n2 in 128-wide tiles, or an index axis: group norm's groups), the others
+        # outermost, so a wave of programs shares the weight's rows as a plain GEMM does (with
+        # (m2, n2, extra) every program row of m2 streamed the whole weight: max pooling at 0.33x
+        # torch.compile on the H200, bench/results/issue14/chains_fp16_h200.md)
+        nside = [a for a in st.node.axes if a in sides[n] and a != m2]
+        last = max(nside, key=lambda a: -(-d.sizes[a] // (128 if a == n2 else 1)))
+        outer = tuple(a for a in st.node.axes if a not in (m2, last))
+        d.stages[name] = d.stages[name].replace(grid=outer + (m2, last), group={m2: 8})
     for a in ones:
         # an extra axis that a later stage reduces (max over c of the product's columns: pooling)
         # is looped one index at a time where the product is fused into that stage's kernel
