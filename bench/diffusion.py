@@ -53,7 +53,8 @@ def probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
     knob moves the forward time at this V: the first contraction (sum0, reduced over v) split
     half or twice as much, in 64 x 128 tiles (one m64n128 wgmma per step instead of m64n64: twice
     the work between tf32x3's waits), in steps of 64 vertices; the output GEMM (out0) in steps of
-    64 eigenvectors, in 128 x 64 tiles with 4 warps (m64n128 wgmma) or 64 x 128 with 8 warps.
+    64 eigenvectors, in 32 x 64 tiles (twice the programs: small meshes), in 128 x 64 tiles with 4
+    warps (m64n128 wgmma) or 64 x 128 with 8 warps.
     All compile for sm_90 without spills (bench/diffusion_sm90.py --probe). Empty when ``base``
     has no sum0 stage."""
     ss = base.stages.get("sum0")
@@ -68,6 +69,7 @@ def probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
             "sum0 64x128": sum0(c=128),
             "sum0 v64": sum0(v=64),
             "out0 k64": base.replace(tile={**dict(base.tile), "k": 64}),
+            "out0 32x64": base.replace(tile={**dict(base.tile), "v": 32}),
             "out0 128x64 4 warps": base.replace(tile={**dict(base.tile), "v": 128, "c": 64}, num_warps=4),
             "out0 64x128 8 warps": base.replace(tile={**dict(base.tile), "v": 64, "c": 128}, num_warps=8)}
 
