@@ -501,3 +501,36 @@ def test_case2_online_attention_rows_masked_in_their_first_tiles_or_entirely_fol
     sched = dt.Schedule(strategy={"j": "online"}, tile={"j": 16, "i": 16}, mask_bounds=False)
     got = dt.compile(masked_attention, sched)(Q, K, V, L, out=poisoned_outputs(masked_attention, [Q, K, V, L])[0])
     torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-4, atol=1e-5)
+
+
+def test_base2_exponents_for_16_bit_calls_only_and_still_follow_torch():
+    """fp16/bf16 calls write exp(x - max) as exp2(x*log2(e) - max) (the scale folded, one multiply
+    fewer per term); fp32 calls keep exp. Rows masked entirely stay NaN, others match float64."""
+    S, T, D, E = 5, 53, 16, 16
+    L = torch.tensor([0.0, 1.0, 20.0, 53.0, 37.0])
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        Q, K, V = (torch.randn(n, m).to(dtype) for n, m in ((S, D), (T, D), (T, E)))
+        s = (Q.double() @ K.double().T).masked_fill(torch.arange(T)[None, :] >= L[:, None], -math.inf)
+        want = torch.softmax(s, 1) @ V.double()
+        Ld = L.to(dtype)   # every floating input 16-bit: the call's terms are 16-bit
+        for strategy in ("online", "loop"):
+            sched = dt.Schedule(strategy={"j": strategy}, tile={"j": 16, "i": 16})
+            k = dt.compile(masked_attention, sched)
+            src = k.source_for(Q, K, V, Ld)
+            assert ("tl.exp2(" in src) == (dtype != torch.float32), (dtype, strategy)
+            got = k(Q, K, V, Ld, out=poisoned_outputs(masked_attention, [Q, K, V, Ld])[0])
+            tol = 1e-2 if dtype != torch.float32 else 1e-5
+            torch.testing.assert_close(got.double(), want, equal_nan=True, rtol=tol, atol=tol)
+
+
+def test_base2_exponents_leave_a_max_used_outside_the_shift_alone():
+    """logsumexp uses its max outside exp(x - max) (m + log(sum)): it keeps exp."""
+    from dtriton.ir import base2_exponents
+
+    @dt.algorithm
+    def lse(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        m = dt.max(X[i, j], over=j)
+        return (m + dt.log(dt.sum(dt.exp(X[i, j] - m), over=j)))[i]
+    assert base2_exponents(lse, lambda r: True) is lse
+    assert base2_exponents(softmax, lambda r: True) is not softmax

@@ -10,6 +10,7 @@ capture-avoiding), any other index becomes a one-hot comparison summed over the 
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from itertools import chain, count
 from typing import Any, Sequence
@@ -291,6 +292,8 @@ class Deriver:
             return g.neg(bar)
         if op == "exp":
             return g.mul(bar, n)
+        if op == "exp2":  # d/dx 2^x = ln(2) 2^x
+            return g.mul(g.const(math.log(2.0)), g.mul(bar, n))
         if op == "log":
             return g.div(bar, x)
         if op == "sqrt":

@@ -69,7 +69,7 @@ def guard(x: Expr, value: float) -> Expr | None:
     if isinstance(x, Cast):
         return guard(x.x, value) if x.dtype.is_floating_point else None
     if isinstance(x, Unary):
-        if x.op == "exp" and value == 0.0:
+        if x.op in ("exp", "exp2") and value == 0.0:
             return guard(x.x, -math.inf)
         if x.op == "neg" and math.isinf(value):
             return guard(x.x, -value)

@@ -21,7 +21,7 @@ from .combiners import Combiner, get as get_combiner
 __all__ = ["Expr", "Const", "Axis", "ScalarParam", "Load", "Unary", "Binary", "Where", "Cast", "Reduce",
            "Output", "InputTensor", "PaddedTensor", "as_expr", "fmt", "UNARY_OPS", "BINARY_OPS", "COMPARE_OPS", "INT_OPS"]
 
-UNARY_OPS = ("neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "not")
+UNARY_OPS = ("neg", "exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "not")
 BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "mod", "maximum", "minimum",
               "lt", "le", "gt", "ge", "eq", "ne", "and", "or")
 #: integer operations with Python's (and torch's) rounding: ``a // b`` rounds toward -inf, ``a % b``

@@ -344,7 +344,7 @@ def _align(v: _Val, axes: tuple[str, ...]) -> torch.Tensor:
     return t.reshape(shape)
 
 
-_UNARY = {"neg": torch.neg, "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
+_UNARY = {"neg": torch.neg, "exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
           "tanh": torch.tanh, "sigmoid": torch.sigmoid, "abs": torch.abs}
 _BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
            "floordiv": lambda a, b: torch.div(a, b, rounding_mode="floor"), "mod": torch.remainder,

@@ -7,18 +7,27 @@ lanes) in its place. The variance then no longer waits for the mean: both statis
 together and share one loop over X, so the statistics read X once instead of twice. The stage
 keeps its name, so schedules given for it still apply. Numerically the one-pass variance is as
 good as the two-pass one (Chan, Golub & LeVeque 1983); the naive ``E[x^2] - E[x]^2`` is not used.
+
+:func:`base2_exponents` writes a max-shifted exponential ``exp(X - max(X))`` in base 2,
+``exp2(X' - max(X'))`` with ``X' = X * log2(e)``, the factor folded into a scalar already
+multiplying ``X`` (attention's ``s * scale`` becomes ``s * (scale * log2(e))``): per element one
+multiply-add and the hardware's base-2 exponential, where ``exp`` costs a multiply, a subtraction
+and another multiply before it. Exact in real arithmetic; in floating point ``X'`` rounds to its
+own magnitude rather than to that of ``X - max``, a relative error of about ``|X| * 2**-24``
+in each term, so the plan uses it where the terms are consumed in 16-bit precision.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 from .algorithm import Algorithm
 from .combiners import VAR
-from .expr import Binary, Expr, Output, Reduce
+from .expr import Binary, Const, Expr, Output, Reduce, Unary
 from .walk import topo_order
 
-__all__ = ["single_pass_variance", "variance_of"]
+__all__ = ["base2_exponents", "single_pass_variance", "variance_of"]
 
 
 def variance_of(r: Reduce) -> Expr | None:
@@ -50,6 +59,11 @@ def single_pass_variance(alg: Algorithm, want: Callable[[Reduce], bool]) -> Algo
             x = variance_of(n)
             if x is not None:
                 swap[n.uid] = Reduce(VAR, x, n.over, n.name)
+    return _rebuilt(alg, swap)
+
+
+def _rebuilt(alg: Algorithm, swap: dict[int, Expr]) -> Algorithm:
+    """``alg`` with the nodes of uid in ``swap`` replaced (``alg`` itself when ``swap`` is empty)."""
     if not swap:
         return alg
     new: dict[int, Expr] = {}
@@ -62,3 +76,43 @@ def single_pass_variance(alg: Algorithm, want: Callable[[Reduce], bool]) -> Algo
         new[n.uid] = n if all(a is b for a, b in zip(moved, kids)) else n.rebuild(moved)
     outs = [Output(new[o.expr.uid], o.layout) for o in alg.outputs]
     return Algorithm.build(alg.name, alg.params, outs, alg.__doc__)
+
+
+def _uses(alg: Algorithm) -> dict[int, list[Expr]]:
+    """Node uid -> the nodes that take it as an operand."""
+    out: dict[int, list[Expr]] = {}
+    for n in topo_order([o.expr for o in alg.outputs]):
+        for c in n.children():
+            out.setdefault(c.uid, []).append(n)
+    return out
+
+
+def _times_log2e(x: Expr) -> Expr:
+    """``x * log2(e)``, the constant folded into a scalar (0-d) factor of ``x`` when it has one."""
+    if isinstance(x, Binary) and x.op == "mul":
+        for a, c in ((x.a, x.b), (x.b, x.a)):
+            if not c.axes and a.axes:
+                return Binary("mul", a, Binary("mul", c, Const(math.log2(math.e))))
+    return Binary("mul", x, Const(math.log2(math.e)))
+
+
+def base2_exponents(alg: Algorithm, want: Callable[[Reduce], bool]) -> Algorithm:
+    """``alg`` with each ``exp(X - m)``, ``m = max(X)`` a stage for which ``want(m)`` holds and
+    used nowhere else, written ``exp2(X' - m')`` with ``X' = X * log2(e)`` and ``m' = max(X')``
+    (a stage of the same name over the same axes); ``alg`` itself when there is none."""
+    uses = _uses(alg)
+    swap: dict[int, Expr] = {}
+    for m in alg.nodes:
+        if not (isinstance(m, Reduce) and m.combiner.name == "max" and want(m)):
+            continue
+        subs = uses.get(m.uid, [])
+        if not subs or any(not (isinstance(d, Binary) and d.op == "sub" and d.a is m.x and d.b is m) for d in subs):
+            continue
+        exps = [e for d in subs for e in uses.get(d.uid, [])]
+        if not exps or any(not (isinstance(e, Unary) and e.op == "exp") for e in exps):
+            continue
+        x2 = _times_log2e(m.x)
+        m2 = Reduce(m.combiner, x2, m.over, m.name)
+        for e in exps:
+            swap[e.uid] = Unary("exp2", Binary("sub", x2, m2))
+    return _rebuilt(alg, swap)

@@ -13,7 +13,7 @@ from typing import Mapping
 
 import torch
 
-from ..ir import Algorithm, Binding, Reduce, kernel_f64, single_pass_variance
+from ..ir import Algorithm, Binding, Reduce, base2_exponents, kernel_f64, single_pass_variance
 from ..schedule import Schedule
 from .access import plan_access, plan_eviction, plan_floor_ops, plan_read_masks
 from .blockreduce import plan_block_reduce
@@ -25,7 +25,7 @@ from .kernel import KernelPlan, Program
 from .lower import lower
 from .passes import plan_passes
 
-__all__ = ["decide", "one_pass_statistics", "plan_program", "unused_knobs"]
+__all__ = ["decide", "one_pass_statistics", "plan_program", "sixteen_bit_terms", "unused_knobs"]
 
 
 def decide(prog: Program, sched: Schedule, dtypes: Mapping[str, torch.dtype],
@@ -72,11 +72,22 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
     # keeps those nodes)
     masked = frozenset((alg.nodes[pos].uid, d) for pos, d in spec.masked_reads)
     alg = single_pass_variance(alg, lambda r: one_pass_statistics(sched, r))
+    if sixteen_bit_terms(b):
+        alg = base2_exponents(alg, lambda r: True)
     prog = lower(alg, sched, b.axis_sizes, {k: str(v).replace("torch.", "") for k, v in out_dtypes.items()},
                  f64=kernel_f64(b.dtypes.values(), b.out_dtypes))
     plan_buffers(prog, alg, b.dtypes, out_dtypes)
     return decide(prog, sched, b.dtypes, out_dtypes, spec.interpret, spec.i64, spec.tma_ok, dict(spec.hints),
                   spec.note(alg, sched.access == "tma"), dict(spec.unit_dims), masked)
+
+
+def sixteen_bit_terms(b: Binding) -> bool:
+    """Whether max-shifted exponentials are written in base 2 for this call
+    (:func:`~dtriton.ir.base2_exponents`): when every floating input is fp16 or bf16, so the
+    terms are consumed at 16-bit precision (attention's probabilities feed a 16-bit dot), far
+    above the base-2 form's rounding (about ``|x| * 2**-24`` relative in each term)."""
+    fl = [d for d in b.dtypes.values() if d.is_floating_point]
+    return bool(fl) and all(d in (torch.float16, torch.bfloat16) for d in fl)
 
 
 def one_pass_statistics(sched: Schedule, r: Reduce) -> bool:

@@ -134,7 +134,9 @@ class PassPlan:
     ``ws_requested``: the schedule asked for it on this contraction loop (it is dropped when a
     load in the loop is not TMA).
     ``block_acc``: the reductions of a loop that accumulate element-wise in a block of the loop's
-    shape and fold it once after the loop (no cross-warp reduction inside the loop)."""
+    shape and fold it once after the loop (no cross-warp reduction inside the loop).
+    ``base2_maxes``: the online maxes whose sums use them as ``exp2(x - max)`` (the exponent in
+    base 2: their rescaling factors are ``exp2`` too)."""
     reductions: tuple[int, ...]
     loop_axes: tuple[str, ...]
     online: bool = False
@@ -142,6 +144,7 @@ class PassPlan:
     ws_requested: bool = False
     online_maxes: tuple[int, ...] = ()     # online: the maxes whose updates rescale the pass's sums
     block_acc: tuple[int, ...] = ()
+    base2_maxes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,7 @@ def online_ok(s: Reduce, grp: list[Reduce], pending: list[Reduce], k: KernelPlan
         if len(hits) != 1:
             return False
         f = hits[0]
-        if not (isinstance(f, Unary) and f.op == "exp" and isinstance(f.x, Binary) and f.x.op == "sub"
+        if not (isinstance(f, Unary) and f.op in ("exp", "exp2") and isinstance(f.x, Binary) and f.x.op == "sub"
                 and f.x.b is m and not contains(f.x.a, m, k.materialized)):
             return False
     return True
@@ -109,8 +109,19 @@ def _pass(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], bound: se
     on = asked and not _reads_in_loop(k, rs, loop_axes, bound)
     maxes = tuple(r.uid for r in rs if online and r.combiner.online == "running_max"
                   and any(has(fused_deps(s, k.materialized), r) for s in rs if s is not r))
+    base2 = tuple(m for m in maxes if _shift_op(k, rs, m) == "exp2")
     return PassPlan(tuple(r.uid for r in rs), tuple(loop_axes), online, on, asked, maxes,
-                    block_accumulated(k, rs, loop_axes, online))
+                    block_accumulated(k, rs, loop_axes, online), base2)
+
+
+def _shift_op(k: KernelPlan, rs: list[Reduce], m: int) -> str:
+    """The exponential ("exp" or "exp2") through which the sums of an online pass use max ``m``
+    (:func:`online_ok` admitted each as one factor ``exp(a - max)`` or ``exp2(a - max)``)."""
+    for s in rs:
+        for f in mul_factors(s.x):
+            if isinstance(f, Unary) and isinstance(f.x, Binary) and f.x.op == "sub" and f.x.b.uid == m:
+                return f.op
+    return "exp"
 
 
 def block_accumulated(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], online: bool) -> tuple[int, ...]:

@@ -227,7 +227,8 @@ class ReducePrinter:
             shift = self.fresh(f"{r.name}_shift")
             inner.emit(f"{shift} = tl.where({mn} == -float('inf'), 0.0, {mn})")
             alpha = self.fresh("alpha")
-            inner.emit(f"{alpha} = tl.exp({acc} - {shift})  # rescale earlier partial sums (0 while the max was -inf)")
+            exp = "tl.exp2" if r.uid in pp.base2_maxes else "tl.exp"
+            inner.emit(f"{alpha} = {exp}({acc} - {shift})  # rescale earlier partial sums (0 while the max was -inf)")
             inner.overrides[r.uid] = (shift, scope.layout)
             mstate[r.uid] = (mn, alpha)
         return mstate

@@ -307,7 +307,7 @@ class ValuePrinter:
                 return f"1.0 / (1.0 + tl.exp(-{x}))", "sigmoid"
             if n.op == "rsqrt":
                 return (f"1.0 / tl.sqrt_rn({x})" if self.cdt == "tl.float32" else f"1.0 / tl.sqrt({x})"), "rsqrt"
-            fn = {"exp": "tl.exp", "log": "tl.log", "sqrt": "tl.sqrt_rn" if self.cdt == "tl.float32" else "tl.sqrt",
+            fn = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "sqrt": "tl.sqrt_rn" if self.cdt == "tl.float32" else "tl.sqrt",
                   "abs": "tl.abs"}[n.op]
             return f"{fn}({x})", ""
         if isinstance(n, Binary):
