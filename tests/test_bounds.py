@@ -94,6 +94,7 @@ def test_guard_finds_the_condition_through_exp_sub_and_products():
     assert guard(dt.exp(s - Axis("m")), 0.0) is c
     assert guard(dt.exp(s - Axis("m")) * Axis("v"), 0.0) is c
     assert guard(Axis("v") * c, 0.0) is c
+    assert guard(dt.exp(s - Axis("m")) * Axis("v") / Axis("l"), 0.0) is c      # attention's dV term
     assert guard(s, 0.0) is None                 # -inf outside c, not 0
     assert guard(dt.exp(s * Axis("scale")), 0.0) is None   # a scale of unknown sign
 
@@ -258,3 +259,22 @@ def test_block_diagonal_documents_from_index_tensors():
     check(document_attention, (Q, K, V, first, last), _flash(8, 8), torch_ref=lambda q, k, v, *_: _sdpa(q, k, v, mask))
     (lb,) = _bounds(_plan(document_attention, (Q, K, V, first, last), _flash(8, 8)))
     assert len(lb.lower) == 1 and len(lb.upper) == 1 and lb.unmasked
+
+
+def test_causal_attention_backward_is_bounded_and_correct():
+    """dt.grad of causal attention: dQ loops over j <= i, dK and dV over i >= j (bounds from the
+    same mask), against torch autograd in float64."""
+    g = dt.grad(causal_attention)
+    (alg,) = g.algorithms
+    Q, K, V, dO = (randn(1, 2, 37, 16) for _ in range(4))
+    args = (Q, K, V, 0.25, dO)
+    prog = _plan(alg, args, None)
+    axes = sorted(lb.axis for lb in _bounds(prog))
+    assert axes.count("i") >= 2 and axes.count("j") >= 1
+
+    def torch_grads(q, k, v, scale, do):
+        q, k, v = (t.clone().requires_grad_(True) for t in (q, k, v))
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        return torch.autograd.grad(out, (q, k, v), do)
+
+    check(alg, args, None, torch_ref=torch_grads)

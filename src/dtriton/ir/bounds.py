@@ -57,8 +57,8 @@ def guard(x: Expr, value: float) -> Expr | None:
     none is found. ``value`` is a float (0.0, -inf, inf, ...).
 
     Recognised forms: ``where(c, a, value)`` (and ``where(c, value, a)``: ``not c``); for 0, a
-    product with a guarded factor or a comparison factor (``x * (j <= i)``) and ``exp`` of an
-    operand guarded to -inf; for +-inf, a sum or difference whose first operand is guarded (the
+    product with a guarded factor or a comparison factor (``x * (j <= i)``), a quotient with a
+    guarded numerator and ``exp`` of an operand guarded to -inf; for +-inf, a sum or difference whose first operand is guarded (the
     other taken finite), a product or quotient by a positive literal, a float cast."""
     if isinstance(x, Where):
         if _is_const(x.b, value):
@@ -84,6 +84,8 @@ def guard(x: Expr, value: float) -> Expr | None:
             if g is not None:
                 return g
         return None
+    if x.op == "div" and value == 0.0:   # 0 / b (b taken finite and nonzero, as a softmax's sum)
+        return guard(x.a, 0.0)
     if math.isinf(value):
         if x.op in ("add", "sub"):
             g = guard(x.a, value)
