@@ -223,7 +223,9 @@ def test_layer_norm_split_strategy(mode, dtype, gen):
     s = dt.Schedule(grid=("i",), tile={"i": 2, "j": 4}, split={"j": 2}, split_mode=mode)
     X, w, b = randn(6, 17, dtype=dtype, gen=gen) + 1.0, randn(17, dtype=dtype, gen=gen), randn(17, dtype=dtype, gen=gen)
     kernel, _ = check(layer_norm, [X, w, b], s, torch_ref=t_layer_norm)
-    assert launches(kernel) >= 3  # each split stage runs in a kernel of its own
+    # atomics: each split stage runs in a kernel of its own; partials: the mean and the one-pass
+    # variance share one (issue 16), then the output's
+    assert launches(kernel) >= (3 if mode == "atomic" else 2)
     check(layer_norm, [X, w, b], s, kernel=kernel, torch_ref=t_layer_norm)
 
 

@@ -209,8 +209,9 @@ _WELFORD = ("k1 = tl.where((n == 0) & (v > 0), x, k)\n"
 
 #: the biased variance in one pass (Welford's update per lane, Chan's merge across lanes); no
 #: ``dt`` builder: the plan's single-pass rewrite (:mod:`dtriton.ir.rewrite`) puts it in place of
-#: ``mean((x - mean(x))**2)``. Not split across programs (its partials would need the whole state).
-VAR = Combiner("var", _sum_identity, _CHAN, _var_reference, splittable=False, online=None, grad="variance",
+#: ``mean((x - mean(x))**2)``. Split across programs, each split's whole state is a partial that
+#: the reader merges (Chan), in split order: deterministic.
+VAR = Combiner("var", _sum_identity, _CHAN, _var_reference, splittable=True, online=None, grad="variance",
                finalize="variance", state=("n", "k", "m", "q"), step=_WELFORD)
 
 

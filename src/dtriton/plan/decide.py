@@ -93,11 +93,12 @@ def sixteen_bit_terms(b: Binding) -> bool:
 def one_pass_statistics(sched: Schedule, r: Reduce) -> bool:
     """Whether the two-pass variance stage ``r`` becomes one pass with its mean
     (:func:`~dtriton.ir.single_pass_variance`): when ``sched`` loops over one of its reduced axes
-    (a "whole" row is read once anyway), none of them "online", and none split across programs
-    (the one-pass variance's partials are not written)."""
+    (a "whole" row is read once anyway) or splits one across programs (not with atomics: they add
+    sums only), and none of them is "online"."""
     strategy = dict(sched.strategy, **sched.stage(r.name).strategy)
-    return (any(strategy.get(a) == "loop" for a in r.over) and all(strategy.get(a) != "online" for a in r.over)
-            and all(sched.split.get(a, 1) <= 1 for a in r.over))
+    split = any(sched.split.get(a, 1) > 1 for a in r.over)
+    return ((split or any(strategy.get(a) == "loop" for a in r.over)) and not (split and sched.split_mode == "atomic")
+            and all(strategy.get(a) != "online" for a in r.over))
 
 
 def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:

@@ -62,6 +62,12 @@ class BufferSpec:
     partials: int = 0         # >0: a leading dim of this many split partials
     scale_count: tuple[str, ...] = ()   # divide by the product of these axis sizes when read (mean)
     rescale: str = ""         # partials of an online sum: the max buffer whose partials rescale them when merged
+    state: int = 0            # >0: split partials of a state (the variance's), one slot per value first
+
+    @property
+    def lead(self) -> list[int]:
+        """The sizes of the dims before the buffer's axes: state values, then split partials."""
+        return ([self.state] if self.state else []) + ([self.partials] if self.partials else [])
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -77,6 +83,7 @@ class StoreSpec:
     layout: tuple[str, ...]
     atomic: bool = False
     partial_axis: bool = False  # store into the split-partials dim of a buffer
+    state: int = 0            # >0: store each value of the reduction's state (the buffer's first dim)
     dtype: str | None = None  # a buffer stored in a 16-bit dtype (plan.buffers), else None
 
 

@@ -203,8 +203,10 @@ class _Kernels:
             # too, so atomics and partials add up to the mean), so readers never divide again
             dtype = "int64" if r.combiner.results == 2 else "float64" if f64 else sched.acc_dtype
             rescale = f"buf_{reduces[online[rid][0]].name}" if rid in online and online[rid][0] != rid else ""
+            # split partials of a state (the variance's count, shift, mean, M2) keep every value
+            state = len(r.combiner.state) if partials else 0
             b = BufferSpec(f"buf_{r.name}", r.axes, dtype, zero=bool(split) and not partials, partials=partials,
-                           rescale=rescale)
+                           rescale=rescale, state=state)
             self.buffers[b.name] = b
             self.bufmap[rid] = b
         ordered = [reduces[rid] for rid in sorted(mat, key=order.index) if rid not in online]
@@ -283,7 +285,7 @@ class _Kernels:
         stores = []
         for r in members:
             b = self.bufmap[r.uid]
-            stores.append(StoreSpec(b.name, r, r.axes, atomic=b.zero, partial_axis=b.partials > 0))
+            stores.append(StoreSpec(b.name, r, r.axes, atomic=b.zero, partial_axis=b.partials > 0, state=b.state))
         name = "_".join([self.alg.name] + [r.name for r in members])
         self.kernels.append(self.make_kernel(name, members, stores, members[0].name, members))
 

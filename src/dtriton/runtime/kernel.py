@@ -371,7 +371,7 @@ class Kernel:
             if all(t.numel() == 0 for t in outs):
                 return outs
         for name, bs in plan.program.buffers.items():
-            shape = ([bs.partials] if bs.partials else []) + [sizes[a] for a in bs.axes]
+            shape = bs.lead + [sizes[a] for a in bs.axes]
             tensors[name] = (torch.zeros if bs.zero else torch.empty)(shape, dtype=bs.torch_dtype, device=dev)
         for L in plan.launches:
             m = L.meta

@@ -34,6 +34,7 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, BoundsPrinter):
         self.names = prog.stage_labels
         self.cdt = f"tl.{k.compute_dtype}"
         self.reduce_by_id = {r.uid: r for r in fused_reduces([st.expr for st in k.stores], k.materialized)}
+        self.state_values: dict[int, list[str]] = {}   # a folded state's values (split stores write them)
         self.tensors: list[str] = []     # pointer args in order
         self.tensor_ndim: dict[str, int] = {}
         self.sizes: list[str] = []
@@ -206,7 +207,7 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, BoundsPrinter):
         """Print one store (atomic, TMA, block pointer or pointer, as planned) in ``scope``."""
         layout = scope.layout
         expr = st.expr
-        name = self.tensor_arg(st.target, len(st.layout) + (1 if st.partial_axis else 0))
+        name = self.tensor_arg(st.target, len(st.layout) + (1 if st.partial_axis else 0) + (1 if st.state else 0))
         scope.emit(f"# {'output' if not st.target.startswith('buf_') else 'stage'} {st.target}[{', '.join(st.layout)}] = "
                    f"{fmt(expr, 0, {k: v for k, v in self.names.items() if k != expr.uid}, limit=None)}")
         if isinstance(expr, Reduce) and expr.uid not in self.k.materialized:
@@ -237,6 +238,14 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, BoundsPrinter):
                 not self.is_rank0(expr) else f"tl.full({self.shape(layout, set())}, 0.0, {self.cdt}) + {v}"
         elif not layout and scalars_only:
             v = f"tl.cast({v}, {self.cdt})"
+        if st.state:
+            # each value of this split's state into its slot (the reader merges the splits' states)
+            pad = f" + tl.full({self.shape(layout, set())}, 0, tl.int32)" if not pres and layout else ""
+            for j, sv in enumerate(self.state_values[expr.uid]):
+                sv = f"tl.reshape({sv}, {self.shape(layout, set())})" if pad else sv
+                scope.emit(f"tl.store({self.addr(name, [str(j)] + terms)}{pad}, {sv}" + (f", mask={mask}" if mask else "")
+                           + ")")
+            return
         if st.atomic:
             scope.emit(f"tl.atomic_add({ptr}, {v}" + (f", mask={mask}" if mask else "") + ", sem=\"relaxed\")")
         else:

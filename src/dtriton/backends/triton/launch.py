@@ -148,7 +148,7 @@ class FastLauncher:
             strides[o.name] = tuple(torch.empty(shape, device="meta").stride())
         self.n_out = len(alg.outputs)
         for name, bs in plan.program.buffers.items():
-            shape = ([bs.partials] if bs.partials else []) + [sizes[a] for a in bs.axes]
+            shape = bs.lead + [sizes[a] for a in bs.axes]
             slot_of[name] = ("new", len(self.allocs))
             self.allocs.append((shape, bs.torch_dtype, bs.zero))
             strides[name] = tuple(torch.empty(shape, device="meta").stride())

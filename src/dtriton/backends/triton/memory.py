@@ -155,7 +155,7 @@ class MemoryPrinter:
         """Read materialised reduction ``r`` from its buffer (combining split partials with its
         combiner: a static loop over up to 16 partials, a loop above)."""
         b = self.k.materialized[r.uid]
-        name = self.tensor_arg(b.name, len(b.axes) + (1 if b.partials else 0))
+        name = self.tensor_arg(b.name, len(b.axes) + len(b.lead))
         terms = []
         for a in b.axes:
             bb, _ = scope.find_bind(a)
@@ -163,6 +163,8 @@ class MemoryPrinter:
         mask = self.mask_for(b.axes, scope, layout)
         if b.partials and b.rescale:
             code = self.merge_online_partials(r, b, name, terms, mask, scope, layout)
+        elif b.state:
+            code = self.merge_states(r, b.partials, name, terms, mask, scope, layout)
         elif b.partials:
             acc = self.fresh("parts")
             summed = r.combiner.base == "sum"
@@ -213,5 +215,21 @@ class MemoryPrinter:
         it2.emit(f"{acc} += tl.where({w} == -float('inf'), 0.0, tl.exp({w} - {m}) * {load})")
         scope.emit(it2)  # type: ignore[arg-type]
         return acc
+
+    def merge_states(self, r: Reduce, partials: int, name: str, terms: list[str], mask, scope: Scope, layout) -> str:
+        """The value of split reduction ``r`` whose buffer holds each split's state (value ``j`` of
+        split ``p`` at ``[j, p, ...]``): the states merged in split order with the kind's combine
+        helper (the variance's: Chan's formula), then M2 over the count."""
+        c = r.combiner
+        names = [self.fresh(f"{v}_{r.name}") for v in c.state]
+        shape = self.shape(layout, self.present(r, scope))
+        scope.emit(f"{', '.join(names)} = " + ", ".join(f"tl.full({shape}, 0.0, dtype={self.cdt})" for _ in names))
+        p = self.fresh("p")
+        it = Scope(scope, f"for {p} in {'tl.static_range' if partials <= 16 else 'range'}({partials}):", scope.layout)
+        loads = [f"tl.load({self.addr(name, [str(j), p] + terms)}" + (f", mask={mask}, other=0" if mask else "") + ")"
+                 for j in range(len(names))]
+        it.emit(f"{', '.join(names)} = {self.helper(c)}({', '.join(names)}, {', '.join(loads)})")
+        scope.emit(it)  # type: ignore[arg-type]
+        return f"{names[c.state.index('q')]} / {names[c.state.index('n')]}"
 
     # -- reductions ----------------------------------------------------------------------------

@@ -140,8 +140,11 @@ class ReducePrinter:
                 names = new
         if c.finalize != "variance":
             raise AssertionError(f"kind {c.name}: a state folds to a variance only")
+        pres = self.present(r, scope)
+        # a split's store writes the state itself (its readers merge the splits' states)
+        self.state_values[r.uid] = [self.squeeze(v, lay, scope.layout, scope, pres) for v in names]
         var = f"{names[c.state.index('q')]} / {names[c.state.index('n')]}"
-        return self.squeeze(var, lay, scope.layout, scope, self.present(r, scope))
+        return self.squeeze(var, lay, scope.layout, scope, pres)
 
     def accumulators(self, rs: list[Reduce], loop_axes: list[str], scope: Scope, pp: PassPlan) -> dict[int, dict]:
         """Per reduction of a pass: its dot (or None) and, for a loop, its initialised accumulator
