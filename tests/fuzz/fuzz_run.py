@@ -599,7 +599,7 @@ def count_table(d: dict, top: int = 10) -> str:
         lines.append(f"failures ({len(fails)}; the first {min(top, len(fails))}):")
         lines += [f"  seed {r.get('seed')}: {(verdict(r) or r['outcome'])[:150]}" for r in fails[:top]]
     extra = [f"{k} {d[k]}" for k in ("device", "stopped", "next_seed", "wall_s") if k in d]
-    lines.append(f"{d.get('cases', 0)} cases ({d.get('seconds', 0)} s running them)" + ("; " if extra else "")
+    lines.append(f"{d.get('cases', 0)} cases ({float(d.get('seconds', 0)):.1f} s running them)" + ("; " if extra else "")
                  + ", ".join(extra))
     return "\n".join(lines)
 
