@@ -8,6 +8,8 @@
 - GEMM + row statistics: cross entropy's gathered target joins the row kernel (``gemm_then_rows``); row
   statistics between two GEMMs get row kernels of their own (``rows_between_gemms``).
 - grouped weights (max pooling, group norm over output columns): the GEMM's own kernel runs in grouped order.
+- fp32 TN (``A.T @ B``, both operands MN-major): one operand is copied K-major before the call
+  (``plan/staging.py``), so the tensor-core fp32 path applies.
 """
 
 from __future__ import annotations
@@ -273,3 +275,50 @@ def test_grouped_weight_gemm_runs_in_grouped_order(dtype, C, grid, gen):
                       stages={"sum0": s.stage("sum0").replace(tile={"c": 1, "i": 16, "g": 16, "k": 16})})
     assert _launches(linear_max_pool, small, (X, W, b)) == 2
     check(linear_max_pool, (X, W, b), small)
+
+
+# ----------------------------------------------------------------------------------------------
+# fp32 TN: a K-major copy of one operand
+# ----------------------------------------------------------------------------------------------
+@dt.algorithm
+def matmul_tn(A: T["K", "M"], B: T["K", "N"]):
+    i, j, k = dt.axes("i j k")
+    return dt.sum(A[k, i] * B[k, j], over=k)[i, j]
+
+
+def test_tn_fp32_copies_the_smaller_operand_k_major():
+    from dtriton.ir import tensor_core_sides
+    from dtriton.plan.staging import kmajor_copies, stage_inputs
+    e = torch.empty
+    tn = (e(4096, 4096), e(4096, 2048))
+    b = matmul_tn.bind(tn)
+    assert kmajor_copies(matmul_tn, b, "auto", gpu=True) == {"B": 0}     # B is the smaller one
+    assert kmajor_copies(matmul_tn, b, "tf32", gpu=True) == {"B": 0}
+    # not with FMA asked for, on the interpreter, in 16 bits, for small products, or where a side is K-major
+    assert kmajor_copies(matmul_tn, b, "ieee", gpu=True) == {}
+    assert kmajor_copies(matmul_tn, b, "auto", gpu=False) == {}
+    assert kmajor_copies(matmul_tn, matmul_tn.bind((e(4096, 4096).half(), e(4096, 4096).half())), "auto", True) == {}
+    assert kmajor_copies(matmul_tn, matmul_tn.bind((e(256, 256), e(256, 256))), "auto", True) == {}
+    assert kmajor_copies(matmul, matmul.bind((e(4096, 4096), e(4096, 4096))), "auto", True) == {}
+    staged = stage_inputs(matmul_tn, tn, {"B": 0})
+    assert staged[0] is tn[0] and staged[1].shape == tn[1].shape and staged[1].stride() == (1, 4096)
+    r = matmul_tn.stages["sum0"].node
+    assert not tensor_core_sides(r, b.unit_dims) and tensor_core_sides(r, matmul_tn.bind(staged).unit_dims)
+
+
+def test_staged_call_runs_and_is_correct(monkeypatch, gen):
+    """The runtime copies the operand before it binds the call (forced here on the interpreter)."""
+    import dtriton.plan.staging as staging
+    import dtriton.runtime.kernel as rk
+    real = staging.kmajor_copies
+    seen = []
+
+    def forced(alg, b, precision, gpu):
+        got = real(alg, b, precision, True)
+        seen.append(got)
+        return got
+    monkeypatch.setattr(staging, "MIN_STAGED_WORK", 1)
+    monkeypatch.setattr(rk, "kmajor_copies", forced)
+    A, B = randn(37, 29, gen=gen), randn(37, 61, gen=gen)
+    check(matmul_tn, (A, B), dt.Schedule(tile={"i": 16, "j": 16, "k": 16}))
+    assert seen and seen[-1] == {"A": 0}

@@ -30,6 +30,7 @@ from ..schedule import Schedule, complete_schedule, fits_smem, shrink
 from ..ir import Algorithm, Binding, InputTensor, check_reads
 from ..plan import CallSpec, Program, call_spec, plan_program, tma_addressable, unused_knobs
 from ..plan.callspec import I32_MAX
+from ..plan.staging import kmajor_copies, stage_inputs
 from .args import call_key, check_gather_indices, check_given_out, merge_named, normalise_out, spec_key
 
 __all__ = ["Kernel", "backend_for", "cache_dir"]
@@ -250,18 +251,32 @@ class Kernel:
         """Kernels the most recent call launched (0 before the first call)."""
         return len(self._last.launches) if self._last is not None else 0
 
+    def _staged(self, args, b: Binding, interpret: bool) -> tuple[tuple, Binding, bool]:
+        """The call's arguments after operand staging (:mod:`dtriton.plan.staging`: an fp32 contraction
+        whose operands are both MN-major gets one copied K-major, on the GPU), their binding, and
+        whether a copy was made."""
+        precision = self.schedule.precision if self.schedule is not None else "auto"
+        copies = kmajor_copies(self.algorithm, b, precision, not interpret)
+        if not copies:
+            return tuple(args), b, False
+        args = stage_inputs(self.algorithm, args, copies)
+        return args, self.algorithm.bind(args), True
+
     def source_for(self, *args) -> str:
         """Generated Triton source for a call with these arguments (compiles nothing on the GPU)."""
         b = self.algorithm.bind(args)
         interpret = backend_for(b.device) == "interpreter"
+        args, b, _ = self._staged(args, b, interpret)
         sched, spec = self._schedule_and_spec(b, args, interpret)
         return self._plan(sched, b, args, interpret, spec=spec).source
 
     def schedule_for(self, *args) -> Schedule:
         """The complete schedule a call with these arguments runs."""
         b = self.algorithm.bind(args)
+        interpret = backend_for(b.device) == "interpreter"
+        args, b, _ = self._staged(args, b, interpret)
         sched = self._auto_access(self.complete(b), b, args)
-        return self._fitted(sched, b, backend_for(b.device) == "interpreter")
+        return self._fitted(sched, b, interpret)
 
     # ------------------------------------------------------------------------------------------
     def __call__(self, *args, out=None, **named):
@@ -296,9 +311,11 @@ class Kernel:
             if alg.gathers:
                 check_gather_indices(alg, b, args)
             check_reads(alg, b, args)
+        args, b, staged = self._staged(args, b, interpret)
         sched, spec = self._schedule_and_spec(b, args, interpret, out)
         plan, outs, compiled = self._plan_and_run(sched, b, args, interpret, out, spec)
-        if out is None and not interpret and len(compiled) == len(plan.launches) and _fast_ok():
+        # (a staged call keeps the slow path: the fast launcher would pass the tensors as given)
+        if out is None and not interpret and not staged and len(compiled) == len(plan.launches) and _fast_ok():
             self._fast[call_key(args) + self._sized(args)] = _BACKEND.fast_launcher(alg, plan, b, compiled, args)
         if interpret and orig_dev.type != "cpu":
             outs = [o.to(orig_dev) for o in outs]
