@@ -91,7 +91,7 @@ class Explorer:
         if self.patience is None and self.sampler.name != "exhaustive":
             self.patience = 30
         self.workers = self._compile_workers()
-        self.batch = max(1, self.workers)
+        self.batch = max(1, min(self.workers, space.size))   # no more workers than points to try
         self.stored = self.tdb.trials(self.key, self.b.sizes) if (opts.deterministic and self.tdb is not None) else {}
         self.rows: list[Candidate] = []
         self.by_sched: dict[str, int] = {}   # schedule JSON -> id of the first candidate with it
