@@ -8,13 +8,14 @@ skipped (an inf the skipped tiles hold never reaches the output), and the launch
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
 
 import dtriton as dt
 from dtriton.ir import Axis, Binary, Const, Reduce, ScalarParam, axis_bounds, guard, reduction_guard
-from dtriton.library import causal_attention
+from dtriton.library import causal_attention, softmax
 from dtriton.plan import call_spec, plan_program
 from dtriton.schedule import complete_schedule
 
@@ -278,3 +279,12 @@ def test_causal_attention_backward_is_bounded_and_correct():
         return torch.autograd.grad(out, (q, k, v), do)
 
     check(alg, args, None, torch_ref=torch_grads)
+
+
+def test_mask_bounds_off_warns_where_nothing_is_masked():
+    A = randn(9, 20)
+    with pytest.warns(dt.ScheduleWarning, match="mask_bounds=False has no effect"):
+        dt.compile(softmax, dt.Schedule(mask_bounds=False))(A)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dt.ScheduleWarning)
+        dt.compile(tril_rowsum, dt.Schedule(tile={"i": 8, "k": 8}, mask_bounds=False))(A)

@@ -105,7 +105,8 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
     """Knobs of the complete schedule ``sched`` that the planned program ``prog`` does not use (each becomes a ``ScheduleWarning``): a
     partials split mode without a split, warp specialisation dropped on loops whose loads are not
     all TMA or without a contraction loop, a dot precision without fp32 dots, eviction hints on
-    inputs that no pointer or block-pointer load reads (TMA tile loads take none)."""
+    inputs that no pointer or block-pointer load reads (TMA tile loads take none), ``mask_bounds=False``
+    where no loop has bounds to turn off."""
     kernels = prog.kernels
     notes = []
     if sched.split_mode == "partials" and not any(f > 1 for f in sched.split.values()):
@@ -124,6 +125,9 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
     if sched.precision not in ("auto", "ieee") and not any(k.fp32_dot for k in kernels):
         notes.append(f"precision={sched.precision!r} has no effect: no kernel has a tl.dot with fp32 operands "
                      f"(it sets how fp32 dots use tensor cores; 16-bit dots use them anyway)")
+    if not sched.mask_bounds and not any(plan_bounds(k) for k in kernels):
+        notes.append("mask_bounds=False has no effect: no loop of this call reduces an operand that a condition on "
+                     "the loop's axis masks (e.g. where(j <= i, s, -inf)); drop it")
     used = set().union(*(k.evicted for k in kernels)) if kernels else set()
     for t, ev in sched.eviction.items():
         if ev != "evict_normal" and t not in used:
