@@ -8,6 +8,7 @@
 - GEMM + row statistics: cross entropy's gathered target joins the row kernel (``gemm_then_rows``); row
   statistics between two GEMMs get row kernels of their own (``rows_between_gemms``).
 - grouped weights (max pooling, group norm over output columns): the GEMM's own kernel runs in grouped order.
+- column statistics of a GEMM (batch norm of a Linear): kernels of 32 columns per program (``gemm_then_columns``).
 - fp32 TN (``A.T @ B``, both operands MN-major): one operand is copied K-major before the call
   (``plan/staging.py``), so the tensor-core fp32 path applies.
 """
@@ -66,6 +67,14 @@ def softmax_linear(X: T["M", "K"], W: T["N", "K"], b: T["N"], W2: T["P", "N"]):
 def linear_max_pool(X: T["M", "K"], W_g: T["G", "C", "K"], b_g: T["G", "C"]):
     i, g, c, k = dt.axes("i g c k")
     return dt.max(dt.sum(X[i, k] * W_g[g, c, k], over=k) + b_g[g, c], over=c)[i, g]
+
+
+@dt.algorithm
+def linear_batch_norm(X: T["M", "K"], W: T["N", "K"]):
+    i, j, k = dt.axes("i j k")
+    y = dt.sum(X[i, k] * W[j, k], over=k)
+    yc = y - dt.mean(y, over=i)
+    return (yc * dt.rsqrt(dt.mean(yc * yc, over=i) + 1e-5))[i, j]
 
 
 @dt.algorithm
@@ -322,3 +331,23 @@ def test_staged_call_runs_and_is_correct(monkeypatch, gen):
     A, B = randn(37, 29, gen=gen), randn(37, 61, gen=gen)
     check(matmul_tn, (A, B), dt.Schedule(tile={"i": 16, "j": 16, "k": 16}))
     assert seen and seen[-1] == {"A": 0}
+
+
+# ----------------------------------------------------------------------------------------------
+# column statistics
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_column_statistics_of_a_gemm_get_narrow_column_kernels(dtype, gen):
+    big = (torch.empty(4096, 4096, dtype=dtype), torch.empty(4096, 4096, dtype=dtype))
+    s = _gpu_complete(linear_batch_norm, None, big)
+    for st in ("mean0", "mean1"):   # the GEMM's 256-column tiles before: 16 programs
+        assert s.stage(st).grid == ("j",) and s.stage(st).tile == {"i": 64, "j": 32}
+    assert s.stage("sum0").tile == {} and s.tile["j"] >= 128   # the GEMM keeps its tiles
+    # few columns: the rows are split across programs (per-split partials)
+    narrow = _gpu_complete(linear_batch_norm, None, (torch.empty(4096, 4096, dtype=dtype),
+                                                     torch.empty(512, 4096, dtype=dtype)))
+    assert narrow.split.get("i", 1) > 1
+    X, W = randn(67, 48, dtype=dtype, gen=gen), randn(40, 48, dtype=dtype, gen=gen, scale=48 ** -0.5)
+    small = narrow.replace(access="pointer", tile={"i": 16, "j": 16, "k": 16}, split={"i": 2},
+                           stages={st: narrow.stage(st).replace(tile={"i": 8, "j": 8}) for st in ("mean0", "mean1")})
+    check(linear_batch_norm, (X, W), small)

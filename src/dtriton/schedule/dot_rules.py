@@ -12,7 +12,7 @@ from .draft import Draft, next_pow2, programs, split_for
 from .knobs import TENSOR_CORE_FP32
 from .schedule import StageSchedule
 
-__all__ = ["contraction_tiles", "gemm_then_rows", "rows_between_gemms"]
+__all__ = ["contraction_tiles", "gemm_then_columns", "gemm_then_rows", "rows_between_gemms"]
 
 
 def contraction_tiles(d: Draft) -> None:
@@ -301,3 +301,28 @@ def rows_between_gemms(d: Draft) -> None:
         d.stages[s.name] = StageSchedule(place="materialize", grid=(m,), tile={m: 2 if d.sizes[n] <= 4096 else 1},
                                          strategy={n: "whole"}, num_warps=d.user.num_warps or 8,
                                          num_stages=d.user.num_stages or 2)
+
+
+def gemm_then_columns(d: Draft) -> None:
+    """Column statistics of a GEMM's output (batch norm of a Linear: means over the rows ``m`` per
+    output column ``n``): each statistic's kernel takes 32 columns per program and 64 rows a step
+    (4096 columns: 128 programs), the rows split across programs (per-split partials,
+    deterministic) when the programs are fewer than half a wave (:func:`~.draft.split_for`). Without it the statistics kernels take the GEMM's tiles as their own: 16 programs of 256
+    columns, each looping over every row (batch norm at 0.41x torch.compile on the H200,
+    bench/results/issue14/chains_fp16_h200.md). Applies on the GPU to schedules that set no layout,
+    one contraction, one output over (m, n), statistics that reduce m only and keep n only."""
+    if not d.gpu or d.layout_given or len(d.cons) != 1 or len(d.alg.outputs) != 1:
+        return
+    (name, (m, n, r)), = d.cons.items()
+    main = d.alg.outputs[0]
+    gemm = d.alg.stages[name].node
+    cols = [s for s in reduction_stages(d.alg) if s.name != name]
+    if (not cols or set(main.layout) != {m, n} or d.split.get(r, 1) > 1
+            or any(tuple(s.node.over) != (m,) or tuple(s.node.axes) != (n,) or not contains(s.node, gemm)
+                   for s in cols)):
+        return
+    tile = {m: d.cap(m, 64), n: d.cap(n, 32)}
+    if d.split_ok(m):
+        split_for(d.split, m, programs((n,), d.sizes, tile), d.sizes[m], tile[m], d.sms)
+    for s in cols:
+        d.stages[s.name] = StageSchedule(grid=(n,), tile=tile, num_warps=4)
