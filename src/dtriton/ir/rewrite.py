@@ -101,12 +101,14 @@ def base2_exponents(alg: Algorithm, want: Callable[[Reduce], bool]) -> Algorithm
     used nowhere else, written ``exp2(X' - m')`` with ``X' = X * log2(e)`` and ``m' = max(X')``
     (a stage of the same name over the same axes); ``alg`` itself when there is none."""
     uses = _uses(alg)
+    outputs = {o.expr.uid for o in alg.outputs}   # an output (a saved statistic) is a use of its own
     swap: dict[int, Expr] = {}
     for m in alg.nodes:
-        if not (isinstance(m, Reduce) and m.combiner.name == "max" and want(m)):
+        if not (isinstance(m, Reduce) and m.combiner.name == "max" and want(m)) or m.uid in outputs:
             continue
         subs = uses.get(m.uid, [])
-        if not subs or any(not (isinstance(d, Binary) and d.op == "sub" and d.a is m.x and d.b is m) for d in subs):
+        if not subs or any(not (isinstance(d, Binary) and d.op == "sub" and d.a is m.x and d.b is m)
+                           or d.uid in outputs for d in subs):
             continue
         exps = [e for d in subs for e in uses.get(d.uid, [])]
         if not exps or any(not (isinstance(e, Unary) and e.op == "exp") for e in exps):
