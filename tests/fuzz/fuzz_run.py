@@ -25,8 +25,10 @@ stays on the CPU; inputs keep their strides, offsets and stride-0 axes on the de
 counted), so a run ends cleanly within about S seconds plus the summary; the JSON (``--out``,
 rewritten every 20 cases) then says ``"stopped": "time-limit"`` and the ``next_seed`` to resume
 from. A case after which the CUDA context is unusable (a fault on the GPU) is a ``bug``, and the
-run stops there (``"stopped": "cuda-context-lost"``): later cases could not run. The run ends
-with a table of the counts per outcome, per run status and per refusal class.
+run stops there (``"stopped": "cuda-context-lost"``): later cases could not run. A case that
+never returns (a GPU kernel that does not end: the per-case alarm cannot interrupt it) ends the run
+30 s after its limit with ``"stopped": "hung"`` and exit status 3. The run ends with a table of the
+counts per outcome, per run status and per refusal class.
 """
 
 from __future__ import annotations
@@ -554,11 +556,37 @@ def keep(rec: dict, path: Path, what: str) -> None:
     print(f"kept {entries[-1]['id']}: {rec.get('text', '')[:200]}")
 
 
-def run_seeds(start: int, count: int, out: Path, limit: int, time_limit: float = 0.0) -> dict:
+class Watchdog:
+    """Ends a run whose case outlives its alarm by ``grace_s`` seconds: a GPU kernel that never
+    returns blocks the main thread in a C call, where SIGALRM cannot interrupt it. This thread then
+    calls ``on_hang(seed)`` (which writes the summary and prints the table) and exits with status 3."""
+
+    def __init__(self, grace_s: float, on_hang):
+        import threading
+        self.grace_s, self.on_hang = grace_s, on_hang
+        self.seed: int | None = None
+        self.until = math.inf
+        threading.Thread(target=self._watch, daemon=True, name="fuzz-watchdog").start()
+
+    def case(self, seed: int, limit_s: float) -> None:
+        """A case starts; it should end within ``limit_s`` seconds (0: no limit)."""
+        self.seed, self.until = seed, time.time() + limit_s + self.grace_s if limit_s else math.inf
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(1.0)
+            if time.time() > self.until:
+                self.on_hang(self.seed)
+                sys.stdout.flush()
+                os._exit(3)
+
+
+def run_seeds(start: int, count: int, out: Path, limit: int, time_limit: float = 0.0, hang_grace_s: float = 30.0) -> dict:
     """Run seeds ``start`` .. ``start + count - 1`` (fewer with ``time_limit`` seconds, or after a
     lost CUDA context), rewriting the summary at ``out`` every 20 cases and at the end. Returns the
-    summary with ``device``, ``start``, ``next_seed``, ``stopped`` ("count", "time-limit" or
-    "cuda-context-lost") and ``wall_s``."""
+    summary with ``device``, ``start``, ``next_seed``, ``stopped`` ("count", "time-limit",
+    "cuda-context-lost"; "hung" when a case never returned: see :class:`Watchdog`, the process
+    then exits with status 3) and ``wall_s``."""
     summ, t0 = Summary(), time.time()
     deadline = t0 + time_limit if time_limit else None
     stopped, nxt = "count", start + count
@@ -569,11 +597,24 @@ def run_seeds(start: int, count: int, out: Path, limit: int, time_limit: float =
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(d, indent=1))
         return d
+
+    def hung(seed: int) -> None:
+        nonlocal stopped, nxt
+        stopped, nxt = "hung", seed + 1
+        summ.cases["bug"] += 1
+        summ.failures.append({"seed": seed, "outcome": "bug", "runs": [], "known": None,
+                              "detail": "hung: the case ran past its time limit and never returned (a GPU kernel "
+                                        "that does not end?)"})
+        print(count_table(write()))
+    dog = Watchdog(hang_grace_s, hung)
     for n, seed in enumerate(range(start, start + count)):
         if deadline is not None and time.time() >= deadline:
             stopped, nxt = "time-limit", seed
             break
+        limits = ([limit] if limit else []) + ([deadline - time.time()] if deadline is not None else [])
+        dog.case(seed, min(limits) if limits else 0)
         rec = run_seed(seed, limit, deadline)
+        dog.case(seed, 0)
         if rec["outcome"] == "cut":
             stopped, nxt = "time-limit", seed
             break

@@ -141,3 +141,30 @@ def test_device_copy_keeps_strides_offsets_and_expanded_axes():
         b = on_device(a, "cpu")
         assert b.stride() == a.stride() and b.storage_offset() == a.storage_offset() and torch.equal(a, b)
         assert b.untyped_storage().data_ptr() != a.untyped_storage().data_ptr()   # a copy
+
+
+def test_a_case_that_never_returns_ends_the_run_with_a_summary(tmp_path):
+    """A GPU kernel that never ends blocks the main thread where the per-case alarm cannot reach
+    it (here: SIGALRM blocked around a sleep); the watchdog writes the summary, names the seed and
+    exits with status 3."""
+    import subprocess
+    code = f"""
+import signal, sys, time
+sys.path.insert(0, {str(HERE)!r})
+import fuzz_run
+real = fuzz_run.run_seed
+def patched(seed, limit_s=0, deadline=None):
+    if seed == 2:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGALRM}})
+        time.sleep(120)
+    return real(seed, limit_s, deadline)
+fuzz_run.run_seed = patched
+fuzz_run.run_seeds(0, 5, __import__("pathlib").Path({str(tmp_path / "s.json")!r}), 2, hang_grace_s=1)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=str(HERE.parents[1] / "src")))
+    assert r.returncode == 3, r.stdout[-2000:] + r.stderr[-2000:]
+    d = json.loads((tmp_path / "s.json").read_text())
+    assert d["stopped"] == "hung" and d["next_seed"] == 3 and d["cases"] == 3
+    assert d["failures"][-1]["seed"] == 2 and "hung" in d["failures"][-1]["detail"]
+    assert "seed 2: bug: hung" in r.stdout
