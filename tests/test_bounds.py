@@ -288,3 +288,11 @@ def test_mask_bounds_off_warns_where_nothing_is_masked():
     with warnings.catch_warnings():
         warnings.simplefilter("error", dt.ScheduleWarning)
         dt.compile(tril_rowsum, dt.Schedule(tile={"i": 8, "k": 8}, mask_bounds=False))(A)
+
+
+def test_derived_gpu_space_explores_the_tile_order_of_masked_loops():
+    from dtriton.tune import Space
+    h = tuple(torch.empty(s, dtype=torch.float16, device="meta") for s in [(1, 2, 256, 64)] * 3) + (0.125,)
+    assert tuple(Space.derive(causal_attention, h, target="gpu").tile_order) == ("forward", "reverse")
+    assert Space.derive(dt.library.attention, h, target="gpu").tile_order is None
+    assert Space.derive(causal_attention, h, target="interpreter").tile_order is None

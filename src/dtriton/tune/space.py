@@ -23,8 +23,8 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from ..errors import ScheduleError, UnknownFieldError
-from ..ir import (Algorithm, Binding, contractions, grid_candidates, online_candidate, reduction_stages,
-                  split_blockers)
+from ..ir import (Algorithm, Binding, axis_bounds, contractions, grid_candidates, online_candidate, reduces_in,
+                  reduction_guard, reduction_stages, split_blockers)
 from ..runtime import Kernel, backend_for
 from ..schedule import (EVICTIONS, PLACES, STRATEGIES, Knob, Schedule, StageSchedule, flat_knobs, next_pow2,
                         unknown_fields_message)
@@ -621,8 +621,24 @@ def _rule_warp_specialize(k: Knob, d: Derivation) -> list | None:
 #: The derivation rules of built-in flat knobs: knob name -> ``rule(knob, Derivation)`` giving the
 #: values to search (None: not searched). Every other flat knob (``precision``, ``split_mode``,
 #: ``acc_dtype`` and registered ones) gets :func:`registry_values`.
+def _rule_tile_order(k: Knob, d: Derivation) -> list | None:
+    """GPU: both launch orders where some reduction's loop is bounded by a mask (causal attention:
+    with the query axis outermost on the grid, "reverse" starts the longest rows first)."""
+    return _with_base(["forward", "reverse"], d.base.tile_order) if d.gpu and _mask_bounded(d.alg) else None
+
+
+def _mask_bounded(alg: Algorithm) -> bool:
+    """Some reduction's operand is its identity outside a condition that bounds one of its
+    reduced axes (:func:`~dtriton.ir.reduction_guard`, :func:`~dtriton.ir.axis_bounds`)."""
+    for r in reduces_in([o.expr for o in alg.outputs], frozenset()):
+        cond = reduction_guard(r)
+        if cond is not None and any(not axis_bounds(cond, a).empty for a in r.over):
+            return True
+    return False
+
+
 RULES = {"num_warps": _rule_num_warps, "num_stages": _rule_num_stages, "persistent": _rule_persistent,
-         "access": _rule_access, "warp_specialize": _rule_warp_specialize}
+         "access": _rule_access, "warp_specialize": _rule_warp_specialize, "tile_order": _rule_tile_order}
 
 
 def derive_flat(d: Derivation) -> dict[str, list | None]:
