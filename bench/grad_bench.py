@@ -5,7 +5,8 @@ side with eager PyTorch and torch.compile, in one run.
 
 The loss weights each output by a fixed random tensor. Cases: spatial diffusion (V=20000, K=128, C=128, fp32; gradients for x and times), layer norm and
 RMSNorm (fp16, 4096x8192; gradients for X and the weights), softmax and log-softmax (fp16,
-4096x4096) and cross-entropy (fp32 4096x32768, integer labels). Time = median ms of do_bench over
+4096x4096), cross-entropy (fp32 4096x32768, integer labels) and attention, full and causal (fp16
+B4 H16 S2048 D64 and B4 H32 S4096 D128; the eager row is torch's SDPA). Time = median ms of do_bench over
 forward, a sum-of-outputs loss and backward. Every implementation's gradients are checked against
 eager fp64 first. The dtriton rows also give the kernels the forward and the backward launched
 ("kernels fwd/bwd"), and the ratio of eager's time to dtriton's. ``--dry-run``: tiny shapes on
@@ -22,7 +23,8 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dtriton as dt  # noqa: E402
-from algorithms import cross_entropy, layer_norm, log_softmax, rms_norm, softmax, spatial_diffusion  # noqa: E402
+from algorithms import (attention, causal_attention, cross_entropy, layer_norm, log_softmax, rms_norm,  # noqa: E402
+                        softmax, spatial_diffusion)
 
 
 def diffusion_eager(x, basis, mass, evals, times):
@@ -51,6 +53,14 @@ def ce_eager(X, labels):
     return torch.nn.functional.cross_entropy(X, labels, reduction="none")
 
 
+def sdpa(Q, K, V, scale):
+    return torch.nn.functional.scaled_dot_product_attention(Q, K, V, scale=scale)
+
+
+def sdpa_causal(Q, K, V, scale):
+    return torch.nn.functional.scaled_dot_product_attention(Q, K, V, scale=scale, is_causal=True)
+
+
 DEV = "cuda"
 
 
@@ -63,9 +73,13 @@ def _bench(f):
     return do_bench(f, warmup=10, rep=50)
 
 
+def _floating(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.is_floating_point()
+
+
 def run_case(name, fns, make_inputs, grad_idx, rows):
     base = make_inputs()
-    ref_in = [t.detach().double().requires_grad_(k in grad_idx) if t.is_floating_point() else t
+    ref_in = [t.detach().double().requires_grad_(k in grad_idx) if _floating(t) else t
               for k, t in enumerate(base)]
     fns["eager fp64"] = fns["eager"]
     out = fns["eager fp64"](*ref_in)
@@ -76,7 +90,7 @@ def run_case(name, fns, make_inputs, grad_idx, rows):
     ref_g = [ref_in[k].grad for k in grad_idx]
     del fns["eager fp64"]
     for impl, f in fns.items():
-        ins = [t.detach().clone().requires_grad_(k in grad_idx) if t.is_floating_point() else t
+        ins = [t.detach().clone().requires_grad_(k in grad_idx) if _floating(t) else t
                for k, t in enumerate(base)]
 
         def step():
@@ -89,7 +103,7 @@ def run_case(name, fns, make_inputs, grad_idx, rows):
             step()
             errs = [((ins[k].grad.double() - g).norm() / g.norm()).item() for k, g in zip(grad_idx, ref_g)]
             counts = f.launch_counts() if hasattr(f, "launch_counts") else None
-            fwd = lambda: f(*[t.detach() for t in ins])  # noqa: E731
+            fwd = lambda: f(*[t.detach() if isinstance(t, torch.Tensor) else t for t in ins])  # noqa: E731
             t_f = _bench(fwd)
             t_fb = _bench(step)
             rows.append(dict(case=name, impl=impl, fwd_ms=round(t_f, 4), fwd_bwd_ms=round(t_fb, 4), max_grad_rel_err=max(errs),
@@ -110,7 +124,7 @@ def _cases(dry: bool):
 
     def rnd(*shape, dtype=torch.float32):
         return torch.randn(*shape, device=DEV, dtype=dtype)
-    return {
+    cases = {
         "diffusion": (f"diffusion fp32 V={V} K={K} C={C} (grads x, times)", spatial_diffusion, diffusion_eager,
                       lambda: (rnd(V, C), rnd(V, K) / V ** 0.5, torch.rand(V, device=DEV) + 0.5,
                                torch.rand(K, device=DEV) * 10, torch.rand(C, device=DEV)), [0, 4]),
@@ -123,6 +137,15 @@ def _cases(dry: bool):
         "cross_entropy": (f"cross_entropy fp32 {CM}x{CN} (integer labels)", cross_entropy, ce_eager,
                           lambda: (rnd(CM, CN), torch.randint(0, CN, (CM,), device=DEV)), [0]),
     }
+    # attention: the eager row is SDPA (its default backend on the GPU); shapes of issue 15's marks
+    for B, H, L, D in ((4, 16, 2048, 64), (4, 32, 4096, 128)) if not dry else ((1, 1, 260, 16),):
+        for causal in (False, True):
+            name = f"attention{'_causal' if causal else ''}_d{D}"
+            cases[name] = (f"{'causal ' if causal else ''}attention fp16 B{B} H{H} S{L} D{D} (grads Q, K, V; eager = SDPA)",
+                           causal_attention if causal else attention, sdpa_causal if causal else sdpa,
+                           lambda B=B, H=H, L=L, D=D: (rnd(B, H, L, D, dtype=h), rnd(B, H, L, D, dtype=h),
+                                                       rnd(B, H, L, D, dtype=h), D ** -0.5), [0, 1, 2])
+    return cases
 
 
 def main(argv=None):
@@ -130,7 +153,8 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU interpreter (checks the script)")
     ap.add_argument("--only", nargs="*", help="case names to run (default: all): diffusion layer_norm rms_norm "
-                                              "softmax log_softmax cross_entropy")
+                                              "softmax log_softmax cross_entropy attention_d64 attention_causal_d64 "
+                                              "attention_d128 attention_causal_d128 (attention_d16 in a dry run)")
     a = ap.parse_args(argv)
     global DEV
     dry = a.dry_run

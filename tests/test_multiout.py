@@ -164,7 +164,7 @@ def test_attention_forward_saves_its_row_statistics_in_the_flash_kernel(causal, 
     from dtriton.library import attention, causal_attention
     alg = causal_attention if causal else attention
     aug, names = augmented_forward(alg, saved_statistics(alg))
-    assert len(names) == 2
+    assert names == ("max0", "sum1", "sum2")   # row max and sum, and the unnormalised output
     Q = torch.empty(4, 16, 2048, 64, dtype=torch.float16)
     prog = gpu_plan(aug, [Q, Q, Q, 0.125])
     assert len(prog.kernels) == 1 and not prog.buffers   # no S x T buffer, one online pass
@@ -188,3 +188,42 @@ def test_gpu_plans_fp32_layer_norm_backward_in_two_kernels():
     prog = gpu_plan(ga.algorithms[0], [X, X[0], X[0], X, X[:, 0], X[:, 0]])
     assert len(prog.kernels) == 2 and not prog.buffers
     assert prog.output_direct == {"out1": "zero", "out2": "zero"}
+
+
+def _stats_like(alg, ga, Q):
+    """Empty saved statistics of ``alg`` shaped as the saving forward lays them out."""
+    sizes = {"b": Q.shape[0], "h": Q.shape[1], "i": Q.shape[2], "d": Q.shape[3], "e": Q.shape[3]}
+    return [torch.empty(tuple(sizes[a] for a in alg.stages[s].node.axes)) for s in ga.saved]
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("D", [64, 128])
+def test_gpu_plans_attention_backward_flash_style(causal, D):
+    """FlashAttention-2's backward: dK and dV in one kernel over key tiles, dQ in one over query
+    tiles, the per-query term in a third; no buffer of S x T elements; GPU heuristic, nothing runs."""
+    from dtriton.library import attention, causal_attention
+    alg = causal_attention if causal else attention
+    ga = dt.grad(alg, save=saved_statistics(alg))
+    (a,) = ga.algorithms
+    Q = torch.empty(4, 16, 2048, D, dtype=torch.float16)
+    prog = gpu_plan(a, [Q, Q, Q, 0.125, Q] + _stats_like(alg, ga, Q))
+    assert len(prog.kernels) == 3, [k.name for k in prog.kernels]
+    assert all(len(b.axes) <= 3 for b in prog.buffers.values())   # per-query terms only
+    (kv,) = [k for k in prog.kernels if len(k.stores) == 2]
+    assert [s.target for s in kv.stores] == ["out1", "out2"] and kv.grid == ["b", "h", "j"]
+    assert kv.axes["i"].role == "loop" and kv.axes["d"].role == "whole" and kv.axes["e"].role == "whole"
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_attention_training_step_matches_float64(causal, gen):
+    from dtriton.library import attention, causal_attention
+    alg = causal_attention if causal else attention
+    dk = dt.compile_autograd(alg)
+    q, k, v = [randn(1, 1, 260, 16, gen=gen).requires_grad_() for _ in range(3)]
+    G = randn(1, 1, 260, 16, gen=gen)
+    grads = torch.autograd.grad(dk(q, k, v, 0.25), [q, k, v], G)
+    assert dk.launch_counts() == {"forward": 1, "backward": 3}
+    x64 = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    expect = torch.autograd.grad(alg.reference(*x64, 0.25), x64, G.double())
+    for g, e in zip(grads, expect):
+        torch.testing.assert_close(g.double(), e, rtol=1e-4, atol=1e-5)

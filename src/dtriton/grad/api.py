@@ -9,7 +9,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import AlgorithmError
-from ..ir import Algorithm, Axis, Expr, InputTensor, Load, Output, Reduce, fmt, reduction_stages, topo_order
+from ..ir import Algorithm, Axis, Expr, InputTensor, Load, Output, Reduce, fmt, reduction_stages, topo_order, walk
 from .derive import Deriver
 from .finalize import Finalizer, copy_nodes, group_gradients, make_params, param_spec
 from .naming import unique_param_name
@@ -212,18 +212,25 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
 
 
 def saved_statistics(alg: Algorithm) -> tuple[str, ...]:
-    """The forward reduction stages the backward of every input reads that are *statistics*: their
-    free axes a strict subset of the axes of one input tensor they summarise (layer norm's mean and
-    variance per row of X, softmax's row max and sum, attention's per-query max and sum). Saving
-    them writes fewer elements than any input holds; a stage as large as an output (the
-    pre-activation of a linear layer) is left to be recomputed. Stage names in algorithm order."""
+    """The forward reduction stages the backward of every input reads that are worth saving: the
+    *statistics*, whose free axes are a strict subset of the axes of one input tensor they
+    summarise (layer norm's mean and variance per row of X, softmax's row max and sum,
+    attention's per-query max and sum), and the *pre-outputs*, which an output reads directly
+    (outside any other reduction) and which have that output's axes (attention's unnormalised
+    ``sum over j of p V``, the pre-activation of a linear layer, the diffusion layer's spectral
+    coefficients): saving them writes no more elements than the outputs, where recomputing them
+    repeats a contraction. Stage names in algorithm order."""
     used = grad(alg, save="all").saved
+    direct: dict[int, set[frozenset]] = {}
+    for o in alg.outputs:
+        for n in walk([o.expr], stop=lambda n: isinstance(n, Reduce)):
+            if isinstance(n, Reduce):
+                direct.setdefault(n.uid, set()).add(frozenset(o.layout))
     out = []
     for s in used:
         node = alg.stages[s].node
-        loads = [n for n in topo_order([node]) if isinstance(n, Load)]
-        spans = [{e.name for e in n.index if isinstance(e, Axis)} for n in loads]
-        if any(set(node.axes) < sp for sp in spans):
+        spans = [{e.name for e in n.index if isinstance(e, Axis)} for n in topo_order([node]) if isinstance(n, Load)]
+        if any(set(node.axes) < sp for sp in spans) or frozenset(node.axes) in direct.get(node.uid, ()):
             out.append(s)
     return tuple(out)
 

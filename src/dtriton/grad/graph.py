@@ -275,6 +275,21 @@ class Graph:
             r = self.div(r, d)
         return self.neg(r) if sign < 0 else r
 
+    def divide_early(self, num: Sequence[Expr], den: Sequence[Expr]) -> tuple[list[Expr], list[Expr]]:
+        """Each divisor moved onto the numerator factor with the fewest axes that holds all of its
+        axes: ``(dO[i, e] * p[i, j]) / l[i]`` becomes ``(dO / l) * p``, a product of two operands
+        a contraction can take (the division would otherwise follow the product). Returns the new
+        (numerator, leftover denominator) lists."""
+        num, rest = list(num), []
+        for f in den:
+            fits = [k for k, g in enumerate(num) if set(f.axes) <= set(g.axes)]
+            if not fits:
+                rest.append(f)
+                continue
+            k = min(fits, key=lambda k: len(num[k].axes))
+            num[k] = self.div(num[k], f)
+        return num, rest
+
     def terms(self, x) -> list[tuple[int, Expr]]:
         """``x = sum(sign * term)`` through top-level add/sub/neg."""
         if isinstance(x, Binary) and x.op in ("add", "sub"):
@@ -299,7 +314,7 @@ class Graph:
         inner_d = [f for f in den if ov & set(f.axes)]
         outer_n = [f for f in num if not ov & set(f.axes)]
         outer_d = [f for f in den if not ov & set(f.axes)]
-        inner = self.product(1, inner_n, inner_d)
+        inner = self.product(1, *self.divide_early(inner_n, inner_d))
         r = self.reduce("sum", inner, over, hint=hint)
         return self.product(sign, outer_n + [r], outer_d)
 

@@ -119,9 +119,9 @@ def _placement(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce]) -> s
 
 
 def _place_round(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce], mat: set[int]) -> bool:
-    """One round of :func:`_placement`: materialise the auto reductions that cannot be fused where
-    they are used; True when something changed."""
-    changed = False
+    """One round of :func:`_placement`: materialise the first auto reduction that cannot be fused
+    where it is used (outer reductions come first, so one nested in a reduction that becomes a
+    kernel of its own is then judged in that kernel); True when something changed."""
     kernels_roots = []  # (root exprs, stage schedule name)
     for grp in _root_groups(alg, sched):
         kernels_roots.append(([o.expr for o in grp], grp[0].name))
@@ -143,14 +143,13 @@ def _place_round(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce], ma
                         f"{sname!r} splits across programs; it cannot be fused there. Materialise it "
                         f"(stages={{{r.name!r}: {{'place': 'materialize'}}}}) or take {bad_grid} off the grid")
                 mat.add(r.uid)
-                changed = True
-                continue
+                return True
             if place == "auto" and not set(r.axes) <= top_axes:
                 mat.add(r.uid)
-                changed = True
-            elif place == "fuse":
+                return True
+            if place == "fuse":
                 _check_fused_in_loop(r, exprs, sname, top_axes)
-    return changed
+    return False
 
 
 def _top_axes(alg: Algorithm, sched: Schedule, sname: str, exprs: Sequence[Expr], mat: set[int]) -> set[str]:

@@ -10,13 +10,15 @@ outputs with the same axes and the same stage schedule. With the schedule's ``fu
   and one store each (layer norm's dw and db: two column sums of the same rows; a sum beside a sum
   of squares). A member never depends on another (directly or through other materialised
   reductions), and no two groups depend on each other, so the kernels still run in data-flow order.
-- :func:`merge_output_groups`: an output group whose axes are a strict subset of another group's
-  (or the same axes under another stage schedule, joining the earlier group) joins that group's kernel when the host's program computes it without extra loops: the host's
-  grid axes are all among its axes, its axes are all bound by the host's program (grid or
-  "whole"), and each reduction it fuses is computed once per host program (its kept axes bound
-  there, none of its reduced axes on the host's grid; reductions nested in those run inside their
-  loops, as in the host). A layer norm returning ``y[i, j]``,
-  ``mean[i]`` and ``rstd[i]`` is then one kernel storing the row statistics once per row.
+- :func:`merge_output_groups`: an output group joins the kernel of a group with as many axes or
+  more (the larger first, then the earlier) when the host's program computes it without extra
+  loops: the host's grid axes are all among its axes, its axes are all bound by the host's program
+  (grid or "whole"), and each reduction it reads directly is computed once per host program (its
+  kept axes bound there, none of its reduced axes on the host's grid; reductions nested in those
+  run inside their loops, as in the host). A layer norm returning ``y[i, j]``, ``mean[i]`` and
+  ``rstd[i]`` is then one kernel storing the row statistics once per row; the attention
+  backward's ``dK[b, h, j, d]`` and ``dV[b, h, j, e]`` on a grid over (b, h, j) with the head dims
+  whole are one kernel looping once over the queries with two accumulators (FlashAttention-2's).
 """
 
 from __future__ import annotations
@@ -100,12 +102,10 @@ def merge_output_groups(groups: list[list[Output]], grid_of: Callable[[str], lis
     merged: set[int] = set()
     pos = {id(g): k for k, g in enumerate(groups)}
     # the largest layouts first: a group has settled whether it joins another before it hosts any
-    for g in sorted(groups, key=lambda x: (-len(x[0].layout), pos[id(x)])):
-        lay = set(g[0].layout)
-        for h in groups:
-            hl = set(h[0].layout)
-            bigger = lay < hl or (lay == hl and pos[id(h)] < pos[id(g)])
-            if id(h) not in merged and bigger and _joins(g, h, grid_of, top_of, axes_of, mat):
+    order = sorted(groups, key=lambda x: (-len(x[0].layout), pos[id(x)]))
+    for n, g in enumerate(order):
+        for h in order[:n]:
+            if id(h) not in merged and _joins(g, h, grid_of, top_of, axes_of, mat):
                 joined[id(h)].extend(joined[id(g)])
                 merged.add(id(g))
                 break

@@ -64,6 +64,7 @@ import torch
 from ..ir import (Algorithm, Axis, Binding, Load, contains, expr_axes, is_sum, online_candidate, reduces_in,
                   reduction_stages, splittable, topo_order)
 from .dot_rules import contraction_tiles, gemm_then_columns, gemm_then_rows, rows_between_gemms
+from .grad_rules import flash_backward
 from .draft import Draft, next_pow2, programs, sm_count, split_for
 from .schedule import Schedule, StageSchedule
 
@@ -454,8 +455,8 @@ def access_style(d: Draft) -> None:
 
 
 #: The rules :func:`complete_schedule` applies, in order.
-RULES = (flash_attention, main_grid, contraction_tiles, gemm_then_rows, rows_between_gemms, gemm_then_columns,
-         off_grid_axes, split_rows, grid_tiles,
+RULES = (flash_attention, flash_backward, main_grid, contraction_tiles, gemm_then_rows, rows_between_gemms,
+         gemm_then_columns, off_grid_axes, split_rows, grid_tiles,
          column_splits, within_limits, launch_defaults, output_stages, access_style)
 
 
@@ -487,9 +488,9 @@ def _tma_device(device) -> bool:
 def _flash_pattern(alg: Algorithm, sizes):
     """Detect attention-like algorithms: an algorithm whose sum stage ``s`` (over small axes,
     each <= 256) has a free axis ``j`` that later stages reduce with a max and with sums of
-    ``exp(. - max)``; a first output, and further ones only over fewer of its axes (the row
-    statistics a forward saves for its backward). Returns (s, j, axes to keep whole) or None."""
-    if any(not set(o.layout) < set(alg.outputs[0].layout) for o in alg.outputs[1:]):
+    ``exp(. - max)``; a first output, and further ones only over its axes or fewer (the row
+    statistics and the unnormalised output a forward saves for its backward). Returns (s, j, axes to keep whole) or None."""
+    if any(not set(o.layout) <= set(alg.outputs[0].layout) for o in alg.outputs[1:]):
         return None
     main = alg.outputs[0]
     reds = [st.node for st in reduction_stages(alg)]

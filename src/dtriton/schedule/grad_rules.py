@@ -1,0 +1,82 @@
+"""Heuristic rules for derived backward algorithms.
+
+:func:`flash_backward`: the backward of attention derived by :func:`dtriton.grad` with the forward's
+row statistics saved (``dt.compile_autograd`` saves them by default) computes dQ, dK and dV as sums
+over the key or the query axis of expressions of the score stages (``s[b, h, i, j] = sum over d of
+Q K``, ``dP[b, h, i, j] = sum over e of dO V``). Materialised, those stages are S x T buffers; the
+rule schedules the FlashAttention-2 backward (Dao 2023) instead: every score stage fused (recomputed
+per tile), the head dims whole, one kernel over (b, h, key tiles) looping over the queries with the
+dK and dV accumulators (the plan's multi-output kernels put both outputs there), one kernel over
+(b, h, query tiles) looping over the keys for dQ, and the per-query term ``sum over e of dO * O``
+computed once per query row by a kernel of its own.
+"""
+
+from __future__ import annotations
+
+from ..ir import Algorithm, reduction_stages
+from .draft import Draft
+from .schedule import StageSchedule
+
+__all__ = ["flash_backward", "flash_backward_pattern"]
+
+#: Head dims up to which the key/query tile of the accumulating kernels is 128 (else 64).
+WIDE_HEAD = 64
+
+
+def flash_backward_pattern(alg: Algorithm, sizes) -> tuple[list[str], set[str], tuple[str, str]] | None:
+    """``(score stage names, head axes, (query axis, key axis))`` of an attention backward, or None.
+
+    Score stages: reduction stages over small axes (each <= 256) whose free axes hold two long
+    axes (> 256 elements) that no output has together; every output has exactly one of the two
+    and no max stage reduces either (the statistics come saved from the forward)."""
+    stages = [st.node for st in reduction_stages(alg)]
+    outs = [set(o.layout) for o in alg.outputs]
+    scores, heads, pair = [], set(), None
+    for r in stages:
+        longs = [a for a in r.axes if sizes[a] > 256]
+        if len(longs) != 2 or any(sizes[a] > 256 for a in r.over) or any(set(longs) <= o for o in outs):
+            continue
+        if pair is not None and set(pair) != set(longs):
+            return None
+        pair = pair or tuple(longs)
+        scores.append(r.name)
+        heads.update(r.over)
+    if pair is None or any(len(o & set(pair)) != 1 for o in outs):
+        return None
+    if any(r.combiner.online == "running_max" and set(r.over) & set(pair) for r in stages):
+        return None
+    return scores, heads, pair
+
+
+def flash_backward(d: Draft) -> None:
+    """The FlashAttention-2 backward schedule (module docstring) for an attention backward
+    without a user schedule: per output, its long axis on the grid in tiles of 128 (64 above
+    head dim :data:`WIDE_HEAD`) and the other long axis looped in tiles of 32; batch axes one per
+    program; 8 warps with 128 tiles, else 4; pointer access; no split."""
+    if d.given or d.grid is not None:
+        return
+    pat = flash_backward_pattern(d.alg, d.sizes)
+    if pat is None:
+        return
+    scores, heads, (qa, ka) = pat
+    big = 128 if max(d.sizes[a] for a in heads) <= WIDE_HEAD else 64
+    for name in scores:
+        d.stages[name] = StageSchedule(place="fuse")
+    for a in heads:
+        d.strategy[a] = "whole"
+    for a in d.alg.axis_names:
+        if a not in heads and a not in (qa, ka):
+            d.tile[a] = 1
+    # the kernels of the per-query statistics read like the forward: query tiles on the grid
+    d.tile.update({qa: max(16, d.cap(qa, big)), ka: max(16, d.cap(ka, 64))})
+    d.strategy[ka] = "loop"
+    for o in d.alg.outputs:
+        own = qa if qa in o.layout else ka
+        other = ka if own == qa else qa
+        grid = tuple(a for a in o.layout if a not in heads)
+        d.stages[o.name] = StageSchedule(grid=grid, tile={own: max(16, d.cap(own, big)), other: max(16, d.cap(other, 32))},
+                                         strategy={other: "loop"})
+    d.grid = d.stages[d.alg.outputs[0].name].grid
+    d.num_warps = 8 if big == 128 else 4
+    d.num_stages = 2
+    d.access = d.access or "pointer"
