@@ -414,3 +414,13 @@ def test_guard_inside_a_reduction_with_an_int_argument():
     for f in (prefix_shift.reference, k):
         with pytest.raises(dt.IndexRangeError, match=r"\(k \+ 1\) takes the values 1\.\.6"):
             f(X, 6)
+
+
+def test_literal_index_padded_outside_reads_the_padding():
+    @dt.algorithm
+    def plus_col7(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        return (X[i, j] + X.pad(-2.0)[i, 7])[i, j]
+    k = dt.compile(plus_col7)
+    check(plus_col7, [randn(3, 5)], kernel=k, torch_ref=lambda X: X - 2)
+    check(plus_col7, [randn(3, 9)], kernel=k, torch_ref=lambda X: X + X[:, 7:8])

@@ -109,15 +109,18 @@ class MemoryPrinter:
                 b, _ = scope.find_bind(e.name)
                 terms.append(b.offs if b.scalar else self.expand1d(b.offs, e.name, layout))
                 mask_axes.append(e.name)
-            elif isinstance(e, Const) and d not in bounded:
+            elif isinstance(e, Const):
                 terms.append(str(int(e.value)))   # a literal index, X[i, 0]
             else:
                 v = self.val(e, scope, layout)
                 terms.append(f"({v}).to(tl.int32)" if not self.i64 else f"({v}).to(tl.int64)")
                 mask_axes.extend(e.axes)
-                if d in bounded:   # the plan masks this index to its dim (padding, or a guarded read)
-                    dim = self.dim_size(n.tensor.dims[d])
-                    inside.append(f"({terms[-1]} >= 0) & ({terms[-1]} < {dim})")
+                if d in bounded:   # named once: the address and the mask both use it
+                    ix = self.fresh("ix")
+                    scope.emit(f"{ix} = {terms[-1]}  # index {d} of {n.tensor.name}: {fmt(e, limit=None)}")
+                    terms[-1] = ix
+            if d in bounded:   # the plan masks this index to its dim (padding, or a guarded read)
+                inside.append(f"({terms[-1]} >= 0) & ({terms[-1]} < {self.dim_size(n.tensor.dims[d])})")
         mask = " & ".join(filter(None, [self.mask_for(mask_axes, scope, layout)] + inside)) or None
         ev = self.eviction(n.tensor.name)
         other = 0 if n.pad is None or not bounded else self.literal(n.pad)
