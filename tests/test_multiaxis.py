@@ -7,6 +7,8 @@ programs with per-split partials.
 """
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, note, strategies as st
@@ -122,6 +124,38 @@ def test_whole_tensor_max_and_sum_split_across_programs(small_budgets):
     s = schedule_for(total_max, (x,), gpu=True)
     assert s.split and s.split_mode == "partials", s
     assert dt.compile(total_max, s)(x).item() == x.max().item()
+
+
+def test_a_whole_tensor_statistic_split_keeps_full_steps_and_wide_output_tiles():
+    """Frobenius at the issue's shape: h split 256 ways leaves one row of h per program; the
+    channel axis fills the step back to 2048 elements, and the output's programs (each folds the
+    256 partials) hold 4096 elements."""
+    s = schedule_for(frobenius_normalize, (torch.empty(16, 64, 256, 256, device="meta"),), gpu=True)
+    st = s.stages["sum0"]
+    assert s.split == {"h": 256} and st.tile["h"] == 1 and st.tile["c"] == 8, s
+    assert math.prod(s.tile[a] for a in ("n", "c", "h", "q")) == 4096, s
+
+
+@pytest.mark.parametrize("kind", ["sum", "max"])
+@pytest.mark.parametrize("split", [17, 32])
+def test_many_whole_tensor_partials_fold_as_one_block(kind, split):
+    """More than 16 partials of a statistic without free axes are read as one (masked) block."""
+    @dt.algorithm
+    def scaled(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        red = dt.sum(X[i, j] * X[i, j], over=(i, j)) if kind == "sum" else dt.max(X[i, j], over=(i, j))
+        return (X[i, j] / red)[i, j]
+
+    x = torch.rand(70, 9) + 0.5
+    s = dt.Schedule(grid=["i", "j"], tile={"i": 8, "j": 16}, split={"i": split}, split_mode="partials",
+                    stages={"sum0" if kind == "sum" else "max0": dt.StageSchedule(tile={"i": 2},
+                                                                                  strategy={"i": "loop", "j": "whole"})})
+    k = dt.compile(scaled, s)
+    assert "tl.arange(0, 32)  # the" in k.source_for(x)
+    ref = x.double() / ((x.double() ** 2).sum() if kind == "sum" else x.double().max())
+    assert relerr(k(x), ref) < 1e-6
+    x[3, 4] = float("nan")
+    assert k(x).isnan().all()
 
 
 # ----------------------------------------------------------------------------------------------

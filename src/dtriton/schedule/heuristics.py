@@ -28,7 +28,8 @@ Rules (documented so users can predict them):
   64 channels of 16M elements, a Frobenius norm's single sum) are split across programs: the
   output's grid takes all its axes, each statistics stage gets a kernel of its own over its free
   axes (one program each, reduced axes in steps of 2048) with one reduced axis split so about
-  two waves of programs run, and the partial results go to per-split buffers
+  two waves of programs run (the other looped axes then take larger tiles where the split left
+  steps of fewer than 2048 elements), and the partial results go to per-split buffers
   (``split_mode="partials"``: deterministic) that the readers combine. A whole-tensor statistic
   that fits one program runs in one kernel on a single program.
 - Column reductions (the reduced axis strided, a grid axis contiguous) loop in steps of 32 rows
@@ -36,7 +37,7 @@ Rules (documented so users can predict them):
 - Every default is checked against Triton's 2**20-element block before it is returned
   (:func:`within_limits`).
 - Other axes on the grid get tiles so a program holds about 1024 elements (the innermost axis
-  first); axes of size 1 get tile 1. An output axis that the schedule gives a strategy
+  first; 4096 when the output reads split statistics); axes of size 1 get tile 1. An output axis that the schedule gives a strategy
   (whole/loop/online) and no stage reduces stays off the grid, covered inside each program.
 - On the interpreter (CPU tensors) a program costs its number of operations whatever its block
   size, so the grid axes, rows included, get tiles that give each program about 65536 elements
@@ -299,7 +300,22 @@ def _cover_stage(d: Draft, st) -> None:
         _split_one(d, loops, tile, programs(r.axes, d.sizes, {}))
     for a in done:   # split by an earlier stage: the same tile, so each slice is whole tiles
         tile[a] = min(tile.get(a, 1), max(1, 1 << ((d.sizes[a] // d.split[a]).bit_length() - 1)))
+    _refill_step(d, r, strategy, tile, depth)
     d.stages[st.name] = StageSchedule(tile=tile, strategy=strategy, num_warps=4 if inner <= 1024 else 8)
+
+
+def _refill_step(d: Draft, r, strategy: dict, tile: dict, depth: dict) -> None:
+    """After a split shrank the split axis's tile, grow the tiles of the other looped axes of
+    stage ``r`` (innermost first) until a step covers :data:`STEP_BLOCK` elements again: a
+    Frobenius norm's h split 256 ways leaves steps of one 256-wide row (1 KB, one element per
+    thread) unless the channel axis takes 8 rows a step."""
+    def step() -> int:
+        return math.prod(next_pow2(d.sizes[a]) if strategy[a] == "whole" else tile.get(a, 1) for a in r.over)
+
+    for a in sorted(r.over, key=lambda a: depth.get(a, len(d.alg.axis_names))):
+        if strategy[a] != "loop" or a in d.split or step() >= STEP_BLOCK[d.gpu]:
+            continue
+        tile[a] = d.cap(a, max(1, tile.get(a, 1) * (STEP_BLOCK[d.gpu] // step())))
 
 
 def _split_one(d: Draft, axes: list[str], tile: dict, programs: int) -> None:
@@ -324,13 +340,19 @@ def _split_one(d: Draft, axes: list[str], tile: dict, programs: int) -> None:
 
 def grid_tiles(d: Draft) -> None:
     """Tiles of the grid axes: 1 for a contraction's batch axes; else about 1024 elements per
-    program (4096 on the GPU with wide rows; :data:`INTERPRETER_ELEMENTS` on the interpreter),
-    innermost first; 64 (capped) for any axis left."""
+    program (4096 on the GPU with wide rows or when the output reads split statistics;
+    :data:`INTERPRETER_ELEMENTS` on the interpreter), innermost first; 64 (capped) for any axis
+    left."""
     tile = d.tile
     if d.dot_axes:
         for a in d.grid:  # batch axes of a contraction: one per program
             tile.setdefault(a, 1)
     budget = max(1, (4096 if d.gpu else 1024) // d.widest) if d.widest > 1 else 1024
+    if d.gpu and d.split and d.widest == 1:
+        # every program of an output reading split statistics first folds their partials (a
+        # Frobenius norm's 256, batch norm's 8 means and 8 Welford states): 4096-element tiles
+        # spread that over four times the elements
+        budget = 4096
     if not d.gpu:
         inside = math.prod(next_pow2(d.sizes[a]) if d.strategy.get(a) == "whole" else tile.get(a, 1)
                            for a in d.alg.axis_names if a not in d.grid)

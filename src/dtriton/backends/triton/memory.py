@@ -156,7 +156,8 @@ class MemoryPrinter:
 
     def load_buffer(self, r: Reduce, scope: Scope, layout) -> tuple[str, str]:
         """Read materialised reduction ``r`` from its buffer (combining split partials with its
-        combiner: a static loop over up to 16 partials, a loop above)."""
+        combiner: a static loop over up to 16 partials, a loop above; a statistic of the whole
+        tensor reads its many partials as one block, :meth:`fold_partials`)."""
         b = self.k.materialized[r.uid]
         name = self.tensor_arg(b.name, len(b.axes) + len(b.lead))
         terms = []
@@ -168,6 +169,8 @@ class MemoryPrinter:
             code = self.merge_online_partials(r, b, name, terms, mask, scope, layout)
         elif b.state:
             code = self.merge_states(r, b.partials, name, terms, mask, scope, layout)
+        elif b.partials > 16 and not b.axes:
+            code = self.fold_partials(r, b.partials, name, scope, layout)
         elif b.partials:
             acc = self.fresh("parts")
             summed = r.combiner.base == "sum"
@@ -217,6 +220,20 @@ class MemoryPrinter:
         # a split with no visible lane (its max -inf, its partial NaN or 0) adds nothing
         it2.emit(f"{acc} += tl.where({w} == -float('inf'), 0.0, tl.exp({w} - {m}) * {load})")
         scope.emit(it2)  # type: ignore[arg-type]
+        return acc
+
+    def fold_partials(self, r: Reduce, partials: int, name: str, scope: Scope, layout) -> str:
+        """The value of a split whole-tensor reduction ``r`` (no free axes) from its ``partials``
+        per-split values: one block load (the identity past the last) folded once, instead of a
+        loop of as many dependent scalar loads in every program that reads it."""
+        c, width = r.combiner, 1 << max(0, (partials - 1).bit_length())
+        ident = "0.0" if c.base == "sum" else identity_text(c)
+        p, acc = self.fresh("p"), self.fresh("parts")
+        scope.emit(f"{p} = tl.arange(0, {width})  # the {partials} split partials of {r.name}")
+        load = f"tl.load({self.addr(name, [p])}" + (f", mask={p} < {partials}, other={ident}" if width != partials else "") + ")"
+        fold = f"tl.reduce({load}, 0, {self.helper(c)})"
+        scope.emit(f"{acc} = tl.full({self.shape(layout, set())}, {ident}, dtype={self.cdt})")
+        scope.emit(f"{acc} = {combine_text(c, acc, fold)}")
         return acc
 
     def merge_states(self, r: Reduce, partials: int, name: str, terms: list[str], mask, scope: Scope, layout) -> str:
