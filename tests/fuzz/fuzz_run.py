@@ -343,7 +343,13 @@ class Timeout(Exception):
     """A case ran longer than the per-case limit."""
 
 
+#: set when the per-case alarm fires: the Timeout it raises may reach run_case wrapped in a
+#: dtriton error (a CompileError around an interpreted launch), which must not count as a refusal
+_ALARM = {"fired": False}
+
+
 def _alarm(signum, frame):
+    _ALARM["fired"] = True
     raise Timeout("case exceeded its time limit")
 
 
@@ -372,14 +378,17 @@ def run_seed(seed: int, limit_s: int = 0, deadline: float | None = None) -> dict
         signal.signal(signal.SIGALRM, _alarm)
         signal.alarm(alarm)
     t0 = time.time()
+    _ALARM["fired"] = False
     try:
         rec = run_case(case, d=d)
-    except Timeout as e:
-        rec = {"outcome": "cut" if cut else "timeout", "detail": f"Timeout: {e} ({alarm} s)", "runs": [],
-               "case": case.to_dict()}
+    except Timeout:
+        _ALARM["fired"] = True
     finally:
         if alarm:
             signal.alarm(0)
+    if _ALARM["fired"]:   # however the Timeout surfaced (raised, or caught inside a dtriton error)
+        rec = {"outcome": "cut" if cut else "timeout", "detail": f"Timeout: case exceeded its time limit ({alarm} s)",
+               "runs": [], "case": case.to_dict()}
     lost = cuda_lost()
     if lost:
         rec.update(outcome="bug", cuda_lost=True, detail=f"the CUDA context is unusable after this case ({lost}); "

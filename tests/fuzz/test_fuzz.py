@@ -168,3 +168,21 @@ fuzz_run.run_seeds(0, 5, __import__("pathlib").Path({str(tmp_path / "s.json")!r}
     assert d["stopped"] == "hung" and d["next_seed"] == 3 and d["cases"] == 3
     assert d["failures"][-1]["seed"] == 2 and "hung" in d["failures"][-1]["detail"]
     assert "seed 2: bug: hung" in r.stdout
+
+
+def test_a_timeout_caught_inside_a_dtriton_error_is_still_a_timeout(monkeypatch):
+    """The per-case alarm can fire inside an interpreted launch, whose exception dtriton wraps in a
+    CompileError; the case is a timeout (or cut at the run's time limit), never a refusal."""
+    import time
+
+    import fuzz_run
+
+    def slow_case(case, scheds=None, d=None):
+        try:
+            time.sleep(30)
+        except fuzz_run.Timeout as e:   # what the runtime does: a CompileError naming the launch's error
+            c = fuzz_run._classify(dt.CompileError(f"kernel fuzz_out failed to compile or launch\n{e!r}"))
+            return {"outcome": "refusal", "detail": c["msg"], "runs": [dict(c, how="default")]}
+    monkeypatch.setattr(fuzz_run, "run_case", slow_case)
+    assert fuzz_run.run_seed(0, limit_s=1)["outcome"] == "timeout"
+    assert fuzz_run.run_seed(0, limit_s=60, deadline=time.time() + 1)["outcome"] == "cut"
