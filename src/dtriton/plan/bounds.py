@@ -23,7 +23,7 @@ from .graph import fused_reduces
 from .kernel import KernelPlan, LoopBounds, PassPlan
 from .passes import top_bound
 
-__all__ = ["plan_bounds"]
+__all__ = ["plan_bounds", "plan_reverse_order"]
 
 
 def plan_bounds(k: KernelPlan, enabled: bool = True) -> dict[tuple[int, ...], LoopBounds]:
@@ -40,6 +40,19 @@ def plan_bounds(k: KernelPlan, enabled: bool = True) -> dict[tuple[int, ...], Lo
         if lb is not None:
             out[p.reductions] = lb
     return out
+
+
+def plan_reverse_order(k: KernelPlan, order: str) -> bool:
+    """Whether ``k``'s programs take their tiles in reverse launch order: the schedule's
+    ``tile_order`` ("forward", "reverse"), or for "auto" where a pass's loop has only upper bounds
+    that grow with the tile of the last grid axis (``j <= i`` on the grid (b, h, i): a head's later
+    query tiles loop longer), so the longest programs start first and the launch ends on short
+    ones. Needs ``k.bounds``."""
+    if order != "auto":
+        return order == "reverse"
+    last = k.grid[-1] if k.grid else None
+    return last is not None and not k.scalar_axis(last) and any(
+        not lb.lower and any(last in t.axes for t in lb.upper) for lb in k.bounds.values())
 
 
 def _pass_bounds(k: KernelPlan, p: PassPlan, by_id: dict[int, Reduce]) -> LoopBounds | None:

@@ -17,7 +17,7 @@ from ..ir import Algorithm, Binding, Reduce, base2_exponents, kernel_f64, single
 from ..schedule import Schedule
 from .access import plan_access, plan_eviction, plan_floor_ops, plan_read_masks
 from .blockreduce import plan_block_reduce
-from .bounds import plan_bounds
+from .bounds import plan_bounds, plan_reverse_order
 from .buffers import plan_buffers
 from .callspec import CallSpec
 from .dots import dot_only_axes, plan_dots
@@ -58,7 +58,7 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.eviction, k.evicted = plan_eviction(k, sched.eviction)
     k.passes, k.single = plan_passes(k, bool(sched.warp_specialize))
     k.bounds = plan_bounds(k, sched.mask_bounds)
-    k.reverse_order = sched.tile_order == "reverse"
+    k.reverse_order = plan_reverse_order(k, sched.tile_order)
     k.read_masks, k.floor_ops = plan_read_masks(k, masked_reads), plan_floor_ops(k)
 
 

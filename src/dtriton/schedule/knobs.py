@@ -57,9 +57,10 @@ EVICTIONS = ("evict_first", "evict_last", "evict_normal")
 PRECISIONS = ("auto", "ieee", "tf32", "tf32x3", "bf16x3", "bf16x6")
 #: The precisions that put fp32 dots on tensor cores.
 TENSOR_CORE_FP32 = ("tf32", "tf32x3", "bf16x3", "bf16x6")
-#: Launch order of a kernel's tiles (``Schedule.tile_order``): forward (program id order) or
-#: reverse (the last tile first; causal load balancing puts the heaviest tiles first).
-TILE_ORDERS = ("forward", "reverse")
+#: Launch order of a kernel's tiles (``Schedule.tile_order``): forward (program id order),
+#: reverse (the last tile first; causal load balancing puts the heaviest tiles first), or auto
+#: (the plan reverses kernels whose mask bounds make the last tiles of the grid the longest).
+TILE_ORDERS = ("auto", "forward", "reverse")
 #: Accumulation dtypes (``Schedule.acc_dtype``).
 ACC_DTYPES = ("float32", "float64")
 
@@ -284,9 +285,9 @@ BUILTIN: tuple[Knob, ...] = (
     Knob("mask_bounds", True, Domain("True, False", _boolean, (True, False)),
          doc="loops skip the tiles a mask condition leaves empty (where(j <= i, s, -inf): causal attention, "
              "triangular and banded products) and run the fully visible ones without the mask"),
-    Knob("tile_order", "forward", one_of(TILE_ORDERS),
-         doc="launch order of a kernel's tiles: reverse starts with the last (with the query axis outermost "
-             "on the grid, causal attention's longest rows first)"),
+    Knob("tile_order", "auto", one_of(TILE_ORDERS),
+         doc="launch order of a kernel's tiles: forward, reverse (the last first), or auto: reverse where mask "
+             "bounds make the last tiles the longest (causal attention: each head's longest rows first)"),
     Knob("fuse_outputs", True, Domain("True, False", _boolean, (False, True)),
          doc="multi-output kernels: materialised reductions over the same axes with the same schedule share a "
              "kernel, and outputs over fewer axes join a kernel whose programs compute them (False: one each)"),

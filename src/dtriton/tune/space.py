@@ -624,7 +624,7 @@ def _rule_warp_specialize(k: Knob, d: Derivation) -> list | None:
 def _rule_tile_order(k: Knob, d: Derivation) -> list | None:
     """GPU: both launch orders where some reduction's loop is bounded by a mask (causal attention:
     with the query axis outermost on the grid, "reverse" starts the longest rows first)."""
-    return _with_base(["forward", "reverse"], d.base.tile_order) if d.gpu and _mask_bounded(d.alg) else None
+    return ["forward", "reverse"] if d.gpu and _mask_bounded(d.alg) else None
 
 
 def _mask_bounded(alg: Algorithm) -> bool:
