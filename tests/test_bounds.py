@@ -96,6 +96,8 @@ def test_guard_finds_the_condition_through_exp_sub_and_products():
     assert guard(dt.exp(s - Axis("m")) * Axis("v"), 0.0) is c
     assert guard(Axis("v") * c, 0.0) is c
     assert guard(dt.exp(s - Axis("m")) * Axis("v") / Axis("l"), 0.0) is c      # attention's dV term
+    assert guard(Axis("x") + dt.where(c, 0.0, -math.inf), -math.inf) is c     # an additive mask (bias)
+    assert axis_bounds(guard(dt.where(j > i, -math.inf, Axis("x")), -math.inf), "j").upper   # where(not c, -inf, x)
     assert guard(s, 0.0) is None                 # -inf outside c, not 0
     assert guard(dt.exp(s * Axis("scale")), 0.0) is None   # a scale of unknown sign
 
@@ -305,3 +307,18 @@ def test_auto_tile_order_reverses_causal_kernels_only():
         == [False]
     assert not any(k.reverse_order for k in _plan(window_attention, (Q, K, V, 5), _flash()).kernels)
     assert not any(k.reverse_order for k in _plan(dt.library.attention, (Q, K, V, 0.25), _flash()).kernels)
+
+
+@dt.algorithm
+def prefix_sum_rows(A: dt.Tensor["M", "K"], n: int):
+    """Row sums of the first ``min(n, 29)`` columns: bounds from an int argument and a literal."""
+    i, k = dt.axes("i k")
+    return dt.sum(dt.where((k < n) & (k < 29), A[i, k], 0.0), over=k)[i]
+
+
+@pytest.mark.parametrize("n", [0, 1, 17, 40])
+def test_bounds_from_a_literal_and_an_int_argument(n):
+    A = randn(9, 40)
+    check(prefix_sum_rows, (A, n), dt.Schedule(tile={"i": 4, "k": 8}), torch_ref=lambda a, nn: a[:, :min(n, 29)].sum(1))
+    (lb,) = _bounds(_plan(prefix_sum_rows, (A, n), dt.Schedule(tile={"i": 4, "k": 8})))
+    assert len(lb.upper) == 2 and lb.unmasked
