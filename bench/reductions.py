@@ -2,7 +2,7 @@
 
     PYTHONPATH=src python3 bench/reductions.py [--budget SECONDS] [--only norm,pool,dims]
                                                [--dtypes float32,float16] [--no-compile]
-                                               [--out bench/results/reductions] [--dry-run]
+                                               [--stages 3,4] [--out bench/results/reductions] [--dry-run]
 
 Cases (shapes of the issue's marks):
 
@@ -16,7 +16,8 @@ Cases (shapes of the issue's marks):
 Per case: the default schedule (``dt.compile(alg)``, no schedule) is first checked against float64
 torch on a smaller check shape (row ``check``), then at the benchmark shape these rows are timed:
 ``dtriton`` (default schedule), ``dtriton explored`` (``dt.explore`` with ``--budget`` seconds),
-``torch`` (eager) and ``torch.compile``. Every timed row is checked against fp32 torch first.
+``torch`` (eager) and ``torch.compile`` (and with ``--stages 3,4`` the default schedule with that
+``num_stages``: reduction loops pipelined). Every timed row is checked against fp32 torch first.
 Kernel time is a CUDA-graph replay (``bench/run.py``'s helpers: the same timing and JSON/markdown
 rows). ``% copy``: the rate counting the minimum passes over memory, against the device-to-device
 copy rate measured in the same run (row ``ceiling``): norms 2 reads + 1 write of X (statistics, then
@@ -45,6 +46,7 @@ from dtriton.library import (avg_pool2d, batch_norm, frobenius_normalize, group_
 
 F = torch.nn.functional
 COPY_TBS: list[float] = []   # the copy rate of this run (TB/s), once measured
+STAGES: list[int] = []       # --stages: extra rows, the default schedule with these num_stages
 
 
 @dt.algorithm
@@ -146,6 +148,15 @@ def bench_case(group, case, alg, args, eager, eager_args, bytes_, budget, use_co
     except Exception as e:  # noqa: BLE001
         R.add_row(group, case, "dtriton", float("nan"), float("nan"), "TB/s", bytes_ / 1e6, None, None,
                   f"failed: {type(e).__name__}: {str(e)[:150]}")
+    for n in STAGES:
+        try:
+            # num_stages >= 3 marks the reduction loops for Triton's pipeliner (tl.range)
+            ks = dt.compile(alg, dt.compile(alg).schedule_for(*args).replace(num_stages=n))
+            impls.append((f"dtriton stages={n}", lambda ks=ks: ks(*args), ks.schedule_for(*args).to_json(),
+                          f"default schedule, num_stages={n}"))
+        except Exception as e:  # noqa: BLE001
+            R.add_row(group, case, f"dtriton stages={n}", float("nan"), float("nan"), "TB/s", bytes_ / 1e6, None, None,
+                      f"failed: {type(e).__name__}: {str(e)[:150]}")
     if budget > 0:
         try:
             ke, note = R.tuned_kernel(alg, args, budget)
@@ -249,11 +260,14 @@ def main(argv=None):
     ap.add_argument("--dtypes", default="float32,float16", help="dtypes of the norm and pool cases")
     ap.add_argument("--cases", default="", help="comma-separated substrings: only cases whose name has one")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
+    ap.add_argument("--stages", default="", help="comma-separated num_stages: a row each, the default schedule "
+                    "with that num_stages (3 or more pipelines the reduction loops)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "reductions"))
     ap.add_argument("--dry-run", action="store_true",
                     help="check the script on the CPU interpreter with tiny shapes (no GPU, timings meaningless)")
     a = ap.parse_args(argv)
     R.CASES[:] = [c for c in a.cases.split(",") if c]
+    STAGES[:] = [int(n) for n in a.stages.split(",") if n]
     if a.dry_run:
         R.DEV, R.DRY = "cpu", True
         a.budget = 0

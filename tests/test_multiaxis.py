@@ -269,3 +269,24 @@ def test_loop_reductions_fold_once_after_the_loop(dtype):
         assert body and not any("tl.reduce(" in line for line in body), body
     ref = F.instance_norm(x.double(), eps=1e-5)
     assert relerr(k(x), ref) < (2e-3 if dtype == torch.float16 else 1e-6)
+
+
+def _gpu_source(alg, sched, *args) -> str:
+    """The Triton source dtriton would compile for a GPU (planned here, nothing compiled)."""
+    from dtriton.backends.triton import render
+    from dtriton.plan.callspec import call_spec
+    from dtriton.plan.decide import plan_program
+    b = alg.bind(args)
+    return render(plan_program(alg, sched, b, call_spec(alg, b, args, False)))[0]
+
+
+@pytest.mark.parametrize("stages,marked", [(None, False), (2, False), (3, True), (4, True)])
+def test_reduction_loops_are_pipelined_from_three_stages_on_the_gpu(stages, marked):
+    """num_stages >= 3 marks a reduction loop for Triton's pipeliner (tl.range(..., num_stages));
+    the default (2) and the interpreter keep plain loops."""
+    x = torch.randn(2, 3, 20, 9)
+    s = dt.Schedule(grid=["n", "c"], tile={"h": 4}, strategy={"h": "loop", "q": "whole"}, num_stages=stages)
+    src = _gpu_source(instance_norm, dt.compile(instance_norm, s).complete(instance_norm.bind((x,))), x)
+    assert (f"tl.range(0, size_h, BLOCK_H, num_stages={stages})" in src) == marked, src
+    assert src.count("for h0 in range(") == (1 if marked else 2)   # the output's loop stays plain
+    assert "tl.range(" not in dt.compile(instance_norm, s).source_for(x)

@@ -143,7 +143,10 @@ class PassPlan:
     ``block_acc``: the reductions of a loop that accumulate element-wise in a block of the loop's
     shape and fold it once after the loop (no cross-warp reduction inside the loop).
     ``base2_maxes``: the online maxes whose sums use them as ``exp2(x - max)`` (the exponent in
-    base 2: their rescaling factors are ``exp2`` too)."""
+    base 2: their rescaling factors are ``exp2`` too).
+    ``pipeline``: the loop is emitted as ``tl.range(..., num_stages=pipeline)``, so Triton's
+    pipeliner prefetches its loads that many steps ahead (through shared memory); 0: a plain
+    ``range``."""
     reductions: tuple[int, ...]
     loop_axes: tuple[str, ...]
     online: bool = False
@@ -152,6 +155,7 @@ class PassPlan:
     online_maxes: tuple[int, ...] = ()     # online: the maxes whose updates rescale the pass's sums
     block_acc: tuple[int, ...] = ()
     base2_maxes: tuple[int, ...] = ()
+    pipeline: int = 0
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from ..ir import Axis, Load, Reduce, Unary, Binary, mul_factors
 from .graph import contains, fused_deps, fused_reduces, has, need_axes
 from .kernel import KernelPlan, PassPlan
 
-__all__ = ["block_accumulated", "online_ok", "plan_passes", "top_bound"]
+__all__ = ["block_accumulated", "online_ok", "pipelined", "plan_passes", "top_bound"]
 
 
 def top_bound(k: KernelPlan) -> set[str]:
@@ -111,7 +111,18 @@ def _pass(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], bound: se
                   and any(has(fused_deps(s, k.materialized), r) for s in rs if s is not r))
     base2 = tuple(m for m in maxes if _shift_op(k, rs, m) == "exp2")
     return PassPlan(tuple(r.uid for r in rs), tuple(loop_axes), online, on, asked, maxes,
-                    block_accumulated(k, rs, loop_axes, online), base2)
+                    block_accumulated(k, rs, loop_axes, online), base2, pipelined(k, rs, loop_axes))
+
+
+def pipelined(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...]) -> int:
+    """The stages a reduction loop's loads are prefetched over (``tl.range``'s ``num_stages``):
+    the kernel's ``num_stages`` when it is 3 or more, on the GPU, for a loop without contractions
+    (whose loads the launch option pipelines already); else 0. Triton pipelines plain loads only
+    in a loop marked so (for sm_90 they then go through ``cp.async``); the defaults
+    (``num_stages`` 2) keep plain loops, exploration tries 3 and 4."""
+    if k.interpret or not loop_axes or k.num_stages < 3 or any(r.uid in k.dots for r in rs):
+        return 0
+    return k.num_stages
 
 
 def _shift_op(k: KernelPlan, rs: list[Reduce], m: int) -> str:

@@ -200,6 +200,8 @@ class ReducePrinter:
                 # Triton's Hopper warp specialisation handles TMA-fed loops only (the plan turned it off)
                 head = (f"for {v} in range({lo}, {hi}, {self.block(a)}):  # warp_specialize off: loads in this "
                         "loop that are not TMA")
+            elif pp.pipeline:
+                head = f"for {v} in tl.range({lo}, {hi}, {self.block(a)}, num_stages={pp.pipeline}):"
             else:
                 head = f"for {v} in range({lo}, {hi}, {self.block(a)}):"
             child = inner.open(head, (a,), keep if inner is scope else None)
