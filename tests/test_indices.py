@@ -424,3 +424,24 @@ def test_literal_index_padded_outside_reads_the_padding():
     k = dt.compile(plus_col7)
     check(plus_col7, [randn(3, 5)], kernel=k, torch_ref=lambda X: X - 2)
     check(plus_col7, [randn(3, 9)], kernel=k, torch_ref=lambda X: X + X[:, 7:8])
+
+
+@dt.algorithm
+def clamped_next(X: dt.Tensor["M", "N"], n: int):
+    """X[i, j + 1], the last column repeated: the index is a dt.where of integers."""
+    i, j = dt.axes("i j:N")
+    return X[i, dt.where(j + 1 < n, j + 1, j)][i, j]
+
+
+def test_integer_selection_and_abs_as_indices_stay_integer():
+    X = randn(4, 7)
+    k = dt.compile(clamped_next)
+    check(clamped_next, [X, 7], kernel=k, torch_ref=lambda X, n: X[:, [1, 2, 3, 4, 5, 6, 6]])
+    src = k.source_for(X, 7)
+    assert "tl.where(" in src and ".to(tl.float32), " not in src.split("tl.where(", 1)[1].split("\n")[0]
+
+    @dt.algorithm
+    def mirrored(X: dt.Tensor["M", "N"], c: int):
+        i, j = dt.axes("i j:N")
+        return X[i, dt.abs(j - c)][i, j]
+    check(mirrored, [randn(3, 5), 2], torch_ref=lambda X, c: X[:, [2, 1, 0, 1, 2]])

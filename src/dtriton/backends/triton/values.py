@@ -287,6 +287,8 @@ class ValuePrinter:
                 return (f"-{x}", "") if self.is_int(n.x) else (f"{x} * -1.0", "")
             if n.op == "not":
                 return f"{x} == 0", ""
+            if n.op == "abs" and self.is_int(n.x):
+                return f"tl.abs({x})", ""
             x = self.as_float(n.x, x)
             if n.op == "tanh":
                 # tanh(x) = sign(x) (1 - e) / (1 + e), e = exp(-2|x|); below |x| = 0.1, where 1 - e
@@ -335,6 +337,8 @@ class ValuePrinter:
             b = self.val(n.b, scope, layout)
             if not self.is_bool(n.cond):
                 c = f"{c} != 0"
+            if self.is_int(n):   # a selection of integers stays integer (an index clamped at an edge)
+                return f"tl.where({c}, {a}, {b})", ""
             return f"tl.where({c}, {self.as_float(n.a, a)}, {self.as_float(n.b, b)})", ""
         if isinstance(n, Cast):
             x = self.val(n.x, scope, layout)
@@ -408,5 +412,7 @@ class ValuePrinter:
             return self.is_int(n.a) and self.is_int(n.b)
         if isinstance(n, Unary) and n.op in ("neg", "abs"):
             return self.is_int(n.x)
+        if isinstance(n, Where):
+            return self.is_int(n.a) and self.is_int(n.b)
         return False
 
