@@ -43,3 +43,14 @@ try:
     dt.compile_autograd(rms_norm, backward_schedules={"ms": dt.Schedule()})   # a forward stage: not a key
 except dt.ScheduleError as e:
     print(e)
+
+# the forward saves the statistics the backward reads (save="auto", the default): the mean square
+# of each row, stored by the forward's own kernel, so the backward runs one kernel here instead of
+# recomputing it in a second; save=None recomputes
+kernel = dt.compile_autograd(rms_norm)
+kernel(x, layer.weight).sum().backward()
+assert kernel.gradients().saved == ("mean0",)
+assert kernel.launch_counts() == {"forward": 1, "backward": 1}
+recompute = dt.compile_autograd(rms_norm, save=None)
+recompute(x, layer.weight).sum().backward()
+assert recompute.launch_counts() == {"forward": 1, "backward": 2}
