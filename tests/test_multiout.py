@@ -227,3 +227,11 @@ def test_attention_training_step_matches_float64(causal, gen):
     expect = torch.autograd.grad(alg.reference(*x64, 0.25), x64, G.double())
     for g, e in zip(grads, expect):
         torch.testing.assert_close(g.double(), e, rtol=1e-4, atol=1e-5)
+
+
+def test_verify_flags_a_store_that_misses_a_grid_axis():
+    prog = gpu_plan(norm_with_stats, [torch.empty(64, 4096)])
+    (k,) = prog.kernels
+    assert k.grid == ["i"] and prog.verify() == []
+    k.stores.append(dataclasses.replace(k.stores[1], target="out9", layout=()))
+    assert any("store out9[] lacks grid axes ['i']" in p for p in prog.verify())

@@ -268,7 +268,8 @@ class Program:
         """Problems of this program (empty when it is well formed): every reduction a kernel reads
         is computed in that kernel (fused) or written to a buffer by an earlier kernel; a grid
         names only axes of its kernel; split axes are axes of the kernel; blocks of tiled axes are
-        powers of two; dots reduce a fused sum."""
+        powers of two; dots reduce a fused sum; every store covers the grid axes (else programs
+        along a missing one would all write it)."""
         return self._problems(axes=True)
 
     def read_problems(self) -> list[str]:
@@ -327,4 +328,8 @@ def _axes_problems(k: KernelPlan) -> list[str]:
     for rid in k.dots:
         if rid in k.materialized:
             out.append(f"kernel {k.name}: a dot reduces a materialised stage")
+    for st in k.stores:   # a store without a grid axis would be written by every program along it
+        missing = [a for a in k.grid if a not in st.layout]
+        if missing:
+            out.append(f"kernel {k.name}: store {st.target}[{', '.join(st.layout)}] lacks grid axes {missing}")
     return out
