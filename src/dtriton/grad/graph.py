@@ -277,8 +277,9 @@ class Graph:
 
     def divide_early(self, num: Sequence[Expr], den: Sequence[Expr]) -> tuple[list[Expr], list[Expr]]:
         """Each divisor moved onto the numerator factor with the fewest axes that holds all of its
-        axes: ``(dO[i, e] * p[i, j]) / l[i]`` becomes ``(dO / l) * p``, a product of two operands
-        a contraction can take (the division would otherwise follow the product). Returns the new
+        axes (a computed factor before a load): ``(dO[i, e] * p[i, j]) / l[i]`` becomes
+        ``dO * (p / l)``, a product of two operands a contraction can take (the division would
+        otherwise follow the product), with dO still a plain load. Returns the new
         (numerator, leftover denominator) lists."""
         num, rest = list(num), []
         for f in den:
@@ -286,7 +287,8 @@ class Graph:
             if not fits:
                 rest.append(f)
                 continue
-            k = min(fits, key=lambda k: len(num[k].axes))
+            # on a tie, a computed factor rather than a load: a plain 16-bit load stays a raw operand
+            k = min(fits, key=lambda k: (len(num[k].axes), isinstance(num[k], Load)))
             num[k] = self.div(num[k], f)
         return num, rest
 
