@@ -327,3 +327,39 @@ def test_summary_columns_stay_apart_and_plot_shows_every_status(tmp_path):
         assert needle in text, needle
     png = res.plot(tmp_path / "p.png")
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_script_without_main_guard_is_explained_not_run_again(tmp_path):
+    """A spawned worker imports the ``__main__`` script again to find its algorithm; a script that
+    calls dt.explore at its top level would run a whole exploration in every worker. dt.explore
+    refuses to run inside a worker, and the exploration says why it is not isolated."""
+    import subprocess
+    import sys
+    script = tmp_path / "noguard.py"
+    script.write_text(
+        "import torch, dtriton as dt\n"
+        "@dt.algorithm\n"
+        "def twice(x: dt.Tensor['N']):\n"
+        "    i, = dt.axes('i')\n"
+        "    return (x[i] * 2.0)[i]\n"
+        "res = dt.explore(twice, (torch.randn(37),), space=dt.Space(tile={'i': [16, 32]}), budget=60,\n"
+        "                 progress=False, store=False)\n"
+        "print('RESULT', res.isolated, res.best is not None, '|', res.isolation)\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.path.join(root, "src"), DTRITON_WORKER_START="spawn",
+               DTRITON_CACHE_DIR=str(tmp_path / "cache"))
+    r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT")]
+    assert len(lines) == 1, r.stdout   # the worker did not run a second exploration
+    assert lines[0].startswith("RESULT False True") and 'if __name__ == "__main__":' in lines[0]
+    assert "dt.explore was called in a candidate worker process" in r.stderr
+
+
+def test_explore_refuses_to_run_in_a_candidate_worker(mm_args, monkeypatch):
+    import multiprocessing as mp
+
+    from dtriton.tune.worker import WORKER_NAME
+    monkeypatch.setattr(mp.current_process(), "name", WORKER_NAME)
+    with pytest.raises(dt.DTritonError, match="candidate worker"):
+        dt.explore(matmul, mm_args, budget=1, progress=False, store=False)

@@ -32,7 +32,7 @@ from .samplers import PENALTY, TPE, base_point, dot_seeds, make_sampler, neighbo
 from .space import Space, derive_fields
 from .candidate import Candidate, Options, params_json, src_hash
 from .progress import ExploreProgress
-from .worker import WorkerPool, WorkerSpec, WorkerUnavailable, can_isolate, start_method_for
+from .worker import WorkerPool, WorkerSpec, WorkerUnavailable, can_isolate, in_worker, start_method_for
 
 __all__ = ["explore", "Explorer", "Candidate", "Options", "src_hash"]
 
@@ -666,9 +666,14 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
             UnknownFieldError (a ScheduleError and a TypeError) for a space dict with a key that
             is not a Space field.
         DTritonError: correctness cannot be checked (the reference does not fit in memory and the
-            heuristic schedule fails).
+            heuristic schedule fails), or ``explore`` runs in a candidate worker (a script that
+            calls it outside ``if __name__ == "__main__":``, imported again by a spawned worker).
     """
     t_start = time.perf_counter()
+    if in_worker():
+        raise DTritonError("dt.explore was called in a candidate worker process, which imports the __main__ "
+                           "script again to find the algorithm: keep the script's work under "
+                           "`if __name__ == \"__main__\":`")
     args, sp, device = _check_call(alg, args, space, budget, strategy)
     opts = Options(budget=budget, strategy=strategy, max_trials=max_trials, patience=patience, seed=seed,
                    deterministic=deterministic, top_k=top_k, rtol=rtol, out=out, db=db, store=store,

@@ -46,7 +46,16 @@ from ..ir import Algorithm
 from ..schedule import Schedule
 from .measure import Bench, first_line
 
-__all__ = ["WorkerSpec", "WorkerPool", "WorkerUnavailable", "can_isolate", "algorithm_ref", "start_method_for"]
+__all__ = ["WorkerSpec", "WorkerPool", "WorkerUnavailable", "can_isolate", "algorithm_ref", "start_method_for",
+           "WORKER_NAME", "in_worker"]
+
+#: the process name of candidate workers (set before a spawned worker imports the ``__main__`` script)
+WORKER_NAME = "dtriton-candidate"
+
+
+def in_worker() -> bool:
+    """Whether this process is a candidate worker (e.g. one importing the user's script again)."""
+    return mp.current_process().name == WORKER_NAME
 
 
 class WorkerUnavailable(RuntimeError):
@@ -280,7 +289,7 @@ class WorkerPool:
 
     def _start(self, s: _Slot) -> None:
         parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=serve, args=(child, self.spec), daemon=True, name="dtriton-candidate")
+        proc = self.ctx.Process(target=serve, args=(child, self.spec), daemon=True, name=WORKER_NAME)
         try:
             proc.start()
         except Exception as e:  # noqa: BLE001 - e.g. an unpicklable factory
@@ -396,6 +405,10 @@ class WorkerPool:
         """Worker ``k`` failed before it was ready: its request is skipped (not the candidate's
         fault) when some worker has been ready before, else :class:`WorkerUnavailable` is raised."""
         self._kill(self.slots[k])
+        if self.start_method == "spawn" and "__main__" in (algorithm_ref(self.spec.alg) or ("",))[0] + " " + \
+                getattr(self.spec.factory, "__module__", ""):
+            why += ("; each spawned worker imports the __main__ script again: keep its work (the call of "
+                    "dt.explore) under `if __name__ == \"__main__\":`")
         if not self.ever_ready:
             raise WorkerUnavailable(f"a worker process {why}")
         out[pending.pop(k)] = {"status": "skipped", "seconds": time.perf_counter() - t0,
