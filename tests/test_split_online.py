@@ -128,3 +128,13 @@ def test_heuristic_split_schedule_runs_on_the_interpreter():
     full = complete_schedule(attention, None, dataclasses.replace(b, device=torch.device("cuda")))
     assert full.split.get("j", 1) > 1
     check(attention, (Q, K, V, 0.25), full.replace(access="pointer"), torch_ref=_sdpa(0.25))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_split_of_base2_online_groups_in_16_bit(dtype):
+    """16-bit calls write attention's exponentials in base 2 (exp2 of a max scaled by log2 e): the
+    split partials are then rescaled by exp2 too."""
+    Q, K, V = (randn(1, 2, n, 16, dtype=dtype) for n in (3, 90, 90))
+    prog = _program(attention, (Q, K, V, 0.25), _split(4, tj=16))
+    assert prog.buffers["buf_sum1"].rescale_exp == "exp2" and len(prog.kernels) == 2
+    _, (split,) = check(attention, (Q, K, V, 0.25), _split(4, tj=16), torch_ref=_sdpa(0.25))

@@ -58,8 +58,9 @@ def guard(x: Expr, value: float) -> Expr | None:
 
     Recognised forms: ``where(c, a, value)`` (and ``where(c, value, a)``: ``not c``); for 0, a
     product with a guarded factor or a comparison factor (``x * (j <= i)``), a quotient with a
-    guarded numerator and ``exp`` of an operand guarded to -inf; for +-inf, a sum or difference whose first operand is guarded (the
-    other taken finite), a product or quotient by a positive literal, a float cast."""
+    guarded numerator and ``exp``/``exp2`` of an operand guarded to -inf; for +-inf, a sum or
+    difference whose first operand is guarded (the other taken finite), a product or quotient by
+    a positive literal, a float cast."""
     if isinstance(x, Where):
         if _is_const(x.b, value):
             return x.cond

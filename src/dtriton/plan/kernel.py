@@ -62,6 +62,7 @@ class BufferSpec:
     partials: int = 0         # >0: a leading dim of this many split partials
     scale_count: tuple[str, ...] = ()   # divide by the product of these axis sizes when read (mean)
     rescale: str = ""         # partials of an online sum: the max buffer whose partials rescale them when merged
+    rescale_exp: str = "exp"  # the rescaling's exponential: "exp", or "exp2" for base-2 maxima
     state: int = 0            # >0: split partials of a state (the variance's), one slot per value first
 
     @property

@@ -32,7 +32,7 @@ from ..errors import ScheduleError
 from ..ir import Algorithm, Expr, Output, Reduce, can_split, is_sum, reduces_in, reduction_stages, stage_grid, walk
 from ..schedule import Schedule
 from .kernel import AxisPlan, BufferSpec, KernelPlan, Program, StoreSpec, next_pow2
-from .online_split import online_split_groups
+from .online_split import exp_of, online_split_groups
 from .partition import merge_output_groups, reduction_groups
 
 __all__ = ["lower"]
@@ -201,11 +201,13 @@ class _Kernels:
             # the kernel computing r applies the mean's division itself (partial sums are divided
             # too, so atomics and partials add up to the mean), so readers never divide again
             dtype = "int64" if r.combiner.results == 2 else "float64" if f64 else sched.acc_dtype
-            rescale = f"buf_{reduces[online[rid][0]].name}" if rid in online and online[rid][0] != rid else ""
+            m = reduces[online[rid][0]] if rid in online and online[rid][0] != rid else None
+            rescale = f"buf_{m.name}" if m is not None else ""
             # split partials of a state (the variance's count, shift, mean, M2) keep every value
             state = len(r.combiner.state) if partials else 0
             b = BufferSpec(f"buf_{r.name}", r.axes, dtype, zero=bool(split) and not partials, partials=partials,
-                           rescale=rescale, state=state)
+                           rescale=rescale, rescale_exp=(exp_of(r, m) or "exp") if m is not None else "exp",
+                           state=state)
             self.buffers[b.name] = b
             self.bufmap[rid] = b
         ordered = [reduces[rid] for rid in sorted(mat, key=order.index) if rid not in online]

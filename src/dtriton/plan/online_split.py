@@ -18,24 +18,26 @@ from typing import Mapping
 from ..ir import Binary, Reduce, Unary, contains, mul_factors
 from ..schedule import Schedule
 
-__all__ = ["online_split_groups", "uses_exp_of"]
+__all__ = ["online_split_groups", "exp_of"]
 
 
-def uses_exp_of(s: Reduce, m: Reduce) -> bool:
-    """The body of sum ``s`` uses max ``m`` exactly once, as a factor ``exp(a - m)`` with ``a``
-    free of ``m`` (so each split's partial sum rescales by ``exp(m_p - m)``)."""
+def exp_of(s: Reduce, m: Reduce) -> str | None:
+    """The exponential ("exp", or "exp2" for base-2 maxima) through which the body of sum ``s``
+    uses max ``m``: exactly once, as a factor ``exp(a - m)`` with ``a`` free of ``m`` (so each
+    split's partial sum rescales by ``exp(m_p - m)``); None when it does not."""
     hits = [f for f in mul_factors(s.x) if contains(f, m)]
     if len(hits) != 1:
-        return False
+        return None
     f = hits[0]
-    return (isinstance(f, Unary) and f.op == "exp" and isinstance(f.x, Binary) and f.x.op == "sub"
-            and f.x.b is m and not contains(f.x.a, m))
+    ok = (isinstance(f, Unary) and f.op in ("exp", "exp2") and isinstance(f.x, Binary) and f.x.op == "sub"
+          and f.x.b is m and not contains(f.x.a, m))
+    return f.op if ok else None
 
 
 def online_split_groups(sched: Schedule, reduces: Mapping[int, Reduce], mat: set[int]) -> dict[int, tuple[int, ...]]:
     """For each materialised reduction that belongs to an online group split across programs: the
-    group's reduction ids, the max first (then the sums in ``reduces``' order). Reductions
-    outside such groups are absent."""
+    group's reduction ids, the max first (then the sums in ``reduces``' order; each uses the max
+    through :func:`exp_of`). Reductions outside such groups are absent."""
     out: dict[int, tuple[int, ...]] = {}
     for mid, m in reduces.items():
         if mid not in mat or m.combiner.online != "running_max":
@@ -47,7 +49,7 @@ def online_split_groups(sched: Schedule, reduces: Mapping[int, Reduce], mat: set
         if sched.stage(m.name).strategy.get(a, sched.strategy.get(a)) != "online":
             continue
         sums = [sid for sid, s in reduces.items() if sid in mat and sid not in out and s.combiner.online == "rescaled"
-                and s.over == m.over and uses_exp_of(s, m)]
+                and s.over == m.over and exp_of(s, m) is not None]
         if sums:
             group = (mid, *sums)
             for x in group:

@@ -193,7 +193,7 @@ class MemoryPrinter:
 
     def merge_online_partials(self, r: Reduce, b, name: str, terms: list[str], mask, scope: Scope, layout) -> str:
         """Merge the per-split partial sums of an online sum ``r`` (buffer ``b``) in split order,
-        each rescaled by ``exp(m_p - m)`` with ``m_p`` its split's max (the buffer ``b.rescale``)
+        each rescaled by ``exp(m_p - m)`` (``exp2`` for base-2 maxima) with ``m_p`` its split's max (the buffer ``b.rescale``)
         and ``m`` the max over splits; a split whose max is -inf (no visible lane) adds 0."""
         mb = self.prog.buffers[b.rescale]
         mname = self.tensor_arg(mb.name, len(mb.axes) + 1)
@@ -212,13 +212,14 @@ class MemoryPrinter:
             it.emit(f"{m} = tl.maximum({m}, {mload})")
             scope.emit(it)  # type: ignore[arg-type]
         m = scope.memo[key]
-        scope.emit(f"# stage {r.name}: its {b.partials} split partials, each rescaled by exp(its split's max - {m})")
+        scope.emit(f"# stage {r.name}: its {b.partials} split partials, each rescaled by {b.rescale_exp}(its split's "
+                   f"max - {m})")
         scope.emit(f"{acc} = tl.full({self.shape(layout, self.present(r, scope))}, 0.0, dtype={self.cdt})")
         it2 = Scope(scope, f"for {p} in {loop}({b.partials}):", scope.layout)
         it2.emit(f"{w} = {mload}")
         load = f"tl.load({self.addr(name, [p] + terms)}" + (f", mask={mask}, other=0" if mask else "") + ")"
         # a split with no visible lane (its max -inf, its partial NaN or 0) adds nothing
-        it2.emit(f"{acc} += tl.where({w} == -float('inf'), 0.0, tl.exp({w} - {m}) * {load})")
+        it2.emit(f"{acc} += tl.where({w} == -float('inf'), 0.0, tl.{b.rescale_exp}({w} - {m}) * {load})")
         scope.emit(it2)  # type: ignore[arg-type]
         return acc
 
