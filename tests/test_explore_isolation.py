@@ -363,3 +363,32 @@ def test_explore_refuses_to_run_in_a_candidate_worker(mm_args, monkeypatch):
     monkeypatch.setattr(mp.current_process(), "name", WORKER_NAME)
     with pytest.raises(dt.DTritonError, match="candidate worker"):
         dt.explore(matmul, mm_args, budget=1, progress=False, store=False)
+
+
+def test_spawned_worker_loads_an_algorithm_from_the_file_of_a_private_module(mm_args, tmp_path):
+    """``dtriton explore FILE.py:ALG`` loads FILE under a private module name that a fresh process
+    cannot import: a spawned worker loads the same file under that name."""
+    import importlib.util
+    import sys
+    f = tmp_path / "algs.py"
+    f.write_text("import dtriton as dt\n"
+                 "@dt.algorithm\n"
+                 "def mm(A: dt.Tensor['M', 'K'], B: dt.Tensor['K', 'N']):\n"
+                 "    i, j, k = dt.axes('i j k')\n"
+                 "    return dt.sum(A[i, k] * B[k, j], over=k)[i, j]\n")
+    name = "dtriton_cli_test_private_module"
+    sp = importlib.util.spec_from_file_location(name, f)
+    mod = importlib.util.module_from_spec(sp)
+    sys.modules[name] = mod
+    try:
+        sp.loader.exec_module(mod)
+        spec, _ = _spec(mm_args)
+        spec.alg = mod.mm
+        pool = WorkerPool(spec, 1, start_method="spawn")
+        try:
+            res = pool.run([(0, ("check", 0, None, 1e-4))], 300, None)[0]
+            assert res["status"] == "ok", res
+        finally:
+            pool.close()
+    finally:
+        del sys.modules[name]

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import faulthandler
 import importlib
+import importlib.util
 import multiprocessing as mp
 import os
 import signal
@@ -107,8 +108,23 @@ def can_isolate(alg: Algorithm, factory: Callable, device: torch.device) -> bool
     return algorithm_ref(alg) is not None and _importable(factory)
 
 
-def _load_algorithm(ref: tuple[str, str]) -> Algorithm:
-    return getattr(importlib.import_module(ref[0]), ref[1])
+def _load_algorithm(ref: tuple[str, str], file: str | None = None) -> Algorithm:
+    """The algorithm ``ref`` names, imported in a worker: from a module already loaded (the
+    ``__main__`` script spawn imported again), an importable one, or else the file the module was
+    loaded from (``dtriton explore FILE.py:ALG`` loads files under a private module name)."""
+    mod = sys.modules.get(ref[0])
+    if mod is None:
+        try:
+            mod = importlib.import_module(ref[0])
+        except ImportError:
+            if not file:
+                raise
+            spec = importlib.util.spec_from_file_location(ref[0], file)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[ref[0]] = mod
+            sys.path.insert(0, os.path.dirname(os.path.abspath(file)))
+            spec.loader.exec_module(mod)
+    return getattr(mod, ref[1])
 
 
 @dataclass
@@ -155,14 +171,15 @@ class WorkerSpec:
             raise WorkerUnavailable(f"{self.alg.name} cannot be imported by a worker process (define it at the "
                                     "top level of a module)")
         d = dict(self.__dict__)
-        d.update(alg=ref, args=None, refs=None, spawned=True, tensor_file=self.save_tensors())
+        d.update(alg=ref, args=None, refs=None, spawned=True, tensor_file=self.save_tensors(),
+                 alg_file=getattr(sys.modules[ref[0]], "__file__", None))
         return d
 
     def resolve(self) -> None:
         """In a spawned worker: import the algorithm and read the tensors back (in the worker's
         setup, so that a failure is reported to the pool with its reason)."""
         if isinstance(self.alg, tuple):
-            self.alg = _load_algorithm(self.alg)
+            self.alg = _load_algorithm(self.alg, self.__dict__.get("alg_file"))
         if self.tensor_file is not None and self.args is None:
             saved = torch.load(self.tensor_file, weights_only=True)
             self.args, self.refs = tuple(saved["args"]), saved["refs"]
