@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from .expr import Axis, Binary, Cast, Const, Expr, Load, Reduce, ScalarParam, Unary, Where
+from .walk import topo_order
 
 __all__ = ["Interval", "Read", "analyse_reads", "guard_ranges", "int_magnitude", "interval", "kernel_reads", "never_negative",
            "point"]
@@ -220,15 +221,27 @@ class Read:
         return self.load.index[self.dim]
 
 
+def _computed(roots) -> set[int]:
+    """The nodes below which some load has a computed (non-axis) index."""
+    has: set[int] = set()
+    for n in topo_order(roots):
+        if any(c.uid in has for c in n.children()) or (
+                isinstance(n, Load) and not all(isinstance(e, Axis) for e in n.index)):
+            has.add(n.uid)
+    return has
+
+
 def _contexts(roots) -> dict[int, tuple[Load, list]]:
-    """Every load reached from ``roots`` with the branch conditions above it, per path."""
+    """Every load with a computed index reached from ``roots``, with the branch conditions above
+    it, one tuple per distinct path (subgraphs without such loads are not walked)."""
     out: dict[int, tuple[Load, list]] = {}
     seen: set = set()
+    live = _computed(roots)
     stack = [(r, ()) for r in roots]
     while stack:
         n, ctx = stack.pop()
         key = (n.uid, tuple((c.uid, p) for c, p in ctx))
-        if key in seen:
+        if key in seen or n.uid not in live:
             continue
         seen.add(key)
         if isinstance(n, Load):
