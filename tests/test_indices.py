@@ -445,3 +445,28 @@ def test_integer_selection_and_abs_as_indices_stay_integer():
         i, j = dt.axes("i j:N")
         return X[i, dt.abs(j - c)][i, j]
     check(mirrored, [randn(3, 5), 2], torch_ref=lambda X, c: X[:, [2, 1, 0, 1, 2]])
+
+
+@dt.algorithm
+def affine_read(X: dt.Tensor["L"], Y: dt.Tensor["M", "N"], a: int, b: int, c: int, q: int, m: int):
+    """Y[i, j] plus X (padded with 0.5) at ((a i + b j - c) // q) % m + c: every integer operation."""
+    i, j = dt.axes("i j")
+    return (Y[i, j] + X.pad(0.5)[((i * a + j * b - c) // q) % m + c])[i, j]
+
+
+nonzero = st.integers(-5, 5).filter(bool)
+
+
+@given(st.integers(1, 9), st.integers(1, 7), st.integers(1, 12), st.integers(-4, 4), st.integers(-4, 4),
+       st.integers(-6, 6), nonzero, nonzero)
+def test_random_integer_index_expressions_against_torch(L, M, N, a, b, c, q, m):
+    """Hypothesis draws the coefficients, offset, divisor and modulus (of either sign): the kernel,
+    the reference and torch's int64 floor division and remainder agree, padding included."""
+    X, Y = randn(L), randn(M, N)
+
+    def ref(X, Y, a, b, c, q, m):
+        ii, jj = torch.arange(M)[:, None], torch.arange(N)[None, :]
+        idx = torch.remainder(torch.div(ii * a + jj * b - c, q, rounding_mode="floor"), m) + c
+        ok = (idx >= 0) & (idx < L)
+        return Y + torch.where(ok, X[idx.clamp(0, L - 1)], torch.full((), 0.5, dtype=X.dtype))
+    check(affine_read, [X, Y, a, b, c, q, m], torch_ref=ref)
