@@ -160,3 +160,24 @@ def test_a_variance_stage_over_whole_axes_reads_its_block_once(shape):
     src = k.source_for(x)
     assert "_var_step" not in src and "dev_mean1" in src
     assert torch.allclose(k(x).double(), x.double().var(dim=(2, 3), correction=0), rtol=1e-4, atol=1e-9)
+
+
+@dt.algorithm
+def naive_variance(X: Tensor["N", "C", "H", "W"]):
+    """The textbook one-pass variance, mean(x^2) - mean(x)^2."""
+    n, c, h, q = dt.axes("n c h q")
+    m = dt.mean(X[n, c, h, q], over=(h, q))
+    return (dt.mean(X[n, c, h, q] * X[n, c, h, q], over=(h, q)) - m * m)[n, c]
+
+
+def test_the_textbook_formula_becomes_the_welford_stage():
+    from dtriton.ir import naive_variance_of
+    new = single_pass_variance(naive_variance, lambda r: True)
+    x_, sq = naive_variance_of(naive_variance.outputs[0].expr)
+    assert [s for s in new.stages if isinstance(new.stages[s].node, Reduce) and
+            new.stages[s].node.combiner.name == "var"] == [f"{sq.name}_var"]
+    x = (torch.randn(2, 3, 13, 7, dtype=torch.float64) * 0.5 + 1e4).float()
+    out = dt.compile(naive_variance, LOOP)(x)
+    ref = x.double().var(dim=(2, 3), correction=0)
+    # as written (fp32 E[x^2] - E[x]^2 near 1e8) it is off by whole units; rewritten, as accurate as two passes
+    assert torch.allclose(out.double(), ref, rtol=2e-5, atol=1e-9), (out, ref)

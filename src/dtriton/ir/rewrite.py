@@ -6,7 +6,9 @@ a one-pass variance stage (the ``var`` combiner: Welford's update per lane, Chan
 lanes) in its place. The variance then no longer waits for the mean: both statistics are ready
 together and share one loop over X, so the statistics read X once instead of twice. The stage
 keeps its name, so schedules given for it still apply. Numerically the one-pass variance is as
-good as the two-pass one (Chan, Golub & LeVeque 1983); the naive ``E[x^2] - E[x]^2`` is not used.
+good as the two-pass one (Chan, Golub & LeVeque 1983). The textbook one-pass formula
+``mean(X * X) - mean(X)**2``, where written, becomes the same stage (named after the
+``mean(X * X)`` stage with ``_var``): the same one read, without its cancellation.
 
 :func:`base2_exponents` writes a max-shifted exponential ``exp(X - max(X))`` in base 2,
 ``exp2(X' - max(X'))`` with ``X' = X * log2(e)``, the factor folded into a scalar already
@@ -27,7 +29,7 @@ from .combiners import VAR
 from .expr import Binary, Const, Expr, Output, Reduce, Unary
 from .walk import topo_order
 
-__all__ = ["base2_exponents", "single_pass_variance", "variance_of"]
+__all__ = ["base2_exponents", "naive_variance_of", "single_pass_variance", "variance_of"]
 
 
 def variance_of(r: Reduce) -> Expr | None:
@@ -48,17 +50,51 @@ def variance_of(r: Reduce) -> Expr | None:
     return None
 
 
+def _mean_of(n: Expr, x: Expr | None = None) -> Reduce | None:
+    """``n`` when it is a mean stage (of ``x``, when given), else None."""
+    if isinstance(n, Reduce) and n.combiner.name == "mean" and (x is None or n.x is x):
+        return n
+    return None
+
+
+def naive_variance_of(n: Expr) -> tuple[Expr, Reduce] | None:
+    """``(X, mean(X * X))`` when ``n`` is ``mean(X * X) - mean(X) * mean(X)`` over the same axes
+    (the textbook formula, which loses every digit when the mean is large against the spread),
+    else None."""
+    if not (isinstance(n, Binary) and n.op == "sub"):
+        return None
+    sq, mm = _mean_of(n.a), n.b
+    if sq is None or not (isinstance(sq.x, Binary) and sq.x.op == "mul" and sq.x.a is sq.x.b):
+        return None
+    x = sq.x.a
+    m = _mean_of(mm.a, x) if isinstance(mm, Binary) and mm.op == "mul" and mm.a is mm.b else None
+    if m is None or set(m.over) != set(sq.over) or len(m.over) != len(sq.over):
+        return None
+    return x, sq
+
+
 def single_pass_variance(alg: Algorithm, want: Callable[[Reduce], bool]) -> Algorithm:
     """``alg`` with each two-pass variance stage ``r`` for which ``want(r)`` holds replaced by a
-    one-pass ``var`` stage of the same name over the same axes (``alg`` itself when there is
-    none). The replacement computes the same value (the biased variance); the mean stage stays
-    for the other uses of the mean."""
+    one-pass ``var`` stage of the same name over the same axes, and each ``mean(X * X) -
+    mean(X)**2`` whose ``mean(X * X)`` stage ``want`` accepts by a ``var`` stage named after that
+    stage with ``_var`` (``alg`` itself when there is none). The replacement computes the same
+    value, the biased variance (the second without its cancellation); the mean stages stay for
+    their other uses."""
     swap: dict[int, Expr] = {}
+    names = set(alg.stages)
     for n in alg.nodes:
         if isinstance(n, Reduce) and want(n):
             x = variance_of(n)
             if x is not None:
                 swap[n.uid] = Reduce(VAR, x, n.over, n.name)
+        naive = naive_variance_of(n)
+        if naive is not None and want(naive[1]):
+            x, sq = naive
+            name = f"{sq.name}_var"
+            while name in names:
+                name += "_"
+            names.add(name)
+            swap[n.uid] = Reduce(VAR, x, sq.over, name)
     return _rebuilt(alg, swap)
 
 
