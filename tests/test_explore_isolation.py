@@ -392,3 +392,18 @@ def test_spawned_worker_loads_an_algorithm_from_the_file_of_a_private_module(mm_
             pool.close()
     finally:
         del sys.modules[name]
+
+
+def test_derived_algorithm_travels_by_value_to_spawned_workers(monkeypatch):
+    """A dt.grad algorithm has no function to import; its IR pickles, so a spawned worker (the
+    GPU's) gets it by value and the exploration is isolated."""
+    from dtriton.library import softmax
+    from dtriton.tune.worker import sendable
+    g = dt.grad(softmax)["X"]
+    assert algorithm_ref(g) is None and sendable(g) and can_isolate(g, dt.Kernel, torch.device("cuda"))
+    monkeypatch.setenv("DTRITON_WORKER_START", "spawn")
+    gen = torch.Generator().manual_seed(3)
+    X, dY = torch.randn(5, 13, generator=gen), torch.randn(5, 13, generator=gen)
+    res = dt.explore(g, (X, dY), space=Space(num_warps=[4]), budget=120, progress=False, store=False)
+    assert res.isolated and "spawn" in res.isolation, res.isolation
+    assert res.best is not None

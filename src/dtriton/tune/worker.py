@@ -33,6 +33,7 @@ import importlib
 import importlib.util
 import multiprocessing as mp
 import os
+import pickle
 import signal
 import sys
 import tempfile
@@ -48,7 +49,7 @@ from ..schedule import Schedule
 from .measure import Bench, first_line
 
 __all__ = ["WorkerSpec", "WorkerPool", "WorkerUnavailable", "can_isolate", "algorithm_ref", "start_method_for",
-           "WORKER_NAME", "in_worker"]
+           "WORKER_NAME", "in_worker", "sendable"]
 
 #: the process name of candidate workers (set before a spawned worker imports the ``__main__`` script)
 WORKER_NAME = "dtriton-candidate"
@@ -79,6 +80,19 @@ def algorithm_ref(alg: Algorithm) -> tuple[str, str] | None:
     return mod, alg.name
 
 
+def sendable(alg: Algorithm) -> bool:
+    """Whether a spawned worker can get ``alg``: by reference (:func:`algorithm_ref`), or by value
+    when its IR pickles (an algorithm derived by ``dt.grad`` has no function to import; one
+    traced from a function defined inside another function has a function that cannot be sent)."""
+    if algorithm_ref(alg) is not None:
+        return True
+    try:
+        pickle.dumps(alg)
+        return True
+    except Exception:  # noqa: BLE001 - pickling fails in many ways (local functions, lambdas)
+        return False
+
+
 def _importable(obj) -> bool:
     """Whether a class or function can be pickled by reference (a spawned process imports it)."""
     mod, name = getattr(obj, "__module__", None), getattr(obj, "__qualname__", "")
@@ -101,11 +115,11 @@ def start_method_for(device: torch.device | str) -> str:
 
 def can_isolate(alg: Algorithm, factory: Callable, device: torch.device) -> bool:
     """Whether candidates of ``alg`` built by ``factory`` can run in worker processes on ``device``:
-    forked workers always can (the CPU), spawned ones (a GPU) when both can be imported by a
-    fresh process."""
+    forked workers always can (the CPU), spawned ones (a GPU) when the algorithm can be sent
+    (:func:`sendable`) and the factory imported by a fresh process."""
     if start_method_for(device) == "fork":
         return hasattr(os, "fork")
-    return algorithm_ref(alg) is not None and _importable(factory)
+    return sendable(alg) and _importable(factory)
 
 
 def _load_algorithm(ref: tuple[str, str], file: str | None = None) -> Algorithm:
@@ -165,14 +179,15 @@ class WorkerSpec:
                 pass
             self.tensor_file = None
 
-    def __getstate__(self):  # spawned workers: tensors in a file, the algorithm by reference
+    def __getstate__(self):  # spawned workers: tensors in a file, the algorithm by reference or value
         ref = algorithm_ref(self.alg)
-        if ref is None:
+        if ref is None and not sendable(self.alg):
             raise WorkerUnavailable(f"{self.alg.name} cannot be imported by a worker process (define it at the "
                                     "top level of a module)")
         d = dict(self.__dict__)
-        d.update(alg=ref, args=None, refs=None, spawned=True, tensor_file=self.save_tensors(),
-                 alg_file=getattr(sys.modules[ref[0]], "__file__", None))
+        d.update(alg=ref if ref is not None else self.alg, args=None, refs=None, spawned=True,
+                 tensor_file=self.save_tensors(),
+                 alg_file=getattr(sys.modules[ref[0]], "__file__", None) if ref is not None else None)
         return d
 
     def resolve(self) -> None:
