@@ -12,11 +12,14 @@ runs candidates in child processes, each holding its own working copies of the i
 - either way a fresh worker is started for the next request, and the exploration goes on.
 
 On a CUDA device workers are started with ``spawn`` (CUDA cannot be used in a forked child); the
-algorithm is sent by reference (its module and name), so it must be importable: defined at the top
-level of a module, or of the ``__main__`` script under an ``if __name__ == "__main__":`` guard. The
-inputs and reference outputs travel in a temporary file (``torch.save``), written once per pool: not
-through torch's shared-memory tensor passing, which needs a writable ``/dev/shm`` (a machine without
-one made every spawned worker fail to start, and the exploration ran in-process). On the CPU (the
+algorithm is sent by reference (its module and name; a module loaded from a file under a private
+name is loaded from that file again), else by value when its IR pickles (``dt.grad``'s algorithms):
+so it must be defined at the top level of a module, or of the ``__main__`` script, whose work must
+sit under an ``if __name__ == "__main__":`` guard (each worker imports the script again;
+:func:`dtriton.explore` refuses to run inside a worker). The inputs and reference outputs travel in a
+temporary file (``torch.save``), written once per pool: not through torch's shared-memory tensor
+passing, which needs a writable ``/dev/shm`` (without one every spawned worker fails to start, and
+the exploration would run in-process). On the CPU (the
 Triton interpreter) workers are forked, which costs milliseconds; ``DTRITON_WORKER_START=spawn``
 spawns them there too (how tests check the GPU's path). :func:`can_isolate` says whether an
 algorithm can be isolated; the explorer runs candidates in-process otherwise, and says so in its
