@@ -16,7 +16,8 @@ from .expr import (BINARY_OPS, COMPARE_OPS, INT_OPS, UNARY_OPS, Axis, Binary, Ca
 from .walk import contains, expr_axes, float_inputs, mul_factors, reduces_in, topo_order, walk
 from .bounds import AxisBounds, axis_bounds, guard, integer_valued, reduction_guard
 from .intervals import Interval, Read, analyse_reads, int_magnitude, interval, kernel_reads, never_negative
-from .reference import (FLOAT_DTYPES, INDEX_DTYPES, Binding, check_reads, compute_dtype, evaluate, is_index, kernel_f64,
+from .reference import (FLOAT_DTYPES, INDEX_DTYPES, Binding, check_reads, compute_dtype, evaluate, integer_reductions, is_index,
+                        kernel_f64,
                         output_dtype, result_dtype, unit_dim)
 from .algorithm import Algorithm, Stage, TensorAnnotation, cse
 from .analysis import (can_split, contractions, grid_candidates, is_sum, online_candidate, reads_unit_stride,
@@ -33,7 +34,7 @@ __all__ = [
     "contains", "expr_axes", "float_inputs", "mul_factors", "reduces_in", "topo_order", "walk",
     "Interval", "Read", "analyse_reads", "int_magnitude", "interval", "kernel_reads", "never_negative", "check_reads",
     "INT_OPS", "PaddedTensor",
-    "FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "compute_dtype", "evaluate", "is_index", "kernel_f64",
+    "FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "compute_dtype", "evaluate", "integer_reductions", "is_index", "kernel_f64",
     "output_dtype", "result_dtype",
     "Algorithm", "Stage", "TensorAnnotation", "cse",
     "can_split", "is_sum", "contractions", "grid_candidates", "online_candidate", "reduction_stages", "split_blockers", "splittable",

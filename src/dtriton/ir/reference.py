@@ -19,7 +19,7 @@ from .expr import Axis, Binary, Cast, COMPARE_OPS, Const, Expr, INT_OPS, Load, R
 from .intervals import Read, analyse_reads
 from .walk import mul_factors, topo_order
 
-__all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "check_reads", "is_index", "output_dtype", "result_dtype", "kernel_f64", "compute_dtype", "evaluate"]
+__all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "check_reads", "integer_reductions", "is_index", "output_dtype", "result_dtype", "kernel_f64", "compute_dtype", "evaluate"]
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INDEX_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
@@ -60,6 +60,22 @@ def output_dtype(root: Expr, dtypes: dict[str, torch.dtype]) -> torch.dtype:
     if weak:
         return torch.float32 if dt.is_floating_point else torch.int64
     return dt
+
+
+def integer_reductions(roots: Iterable[Expr], dtypes: dict[str, torch.dtype]) -> frozenset[int]:
+    """The ids of the reductions under ``roots`` that accumulate in ``torch.int64``: sums,
+    products, maxima and minima (not means, variances or arg-reductions) of bool or integer
+    values (``dtypes``: input tensor -> dtype), as torch's ``sum``/``prod`` of integers give
+    int64. Their kernels fold with integer arithmetic, exact for every int64 value (a float64
+    accumulator is exact only to 2**53, a float32 one to 2**24), beside float values or not."""
+    typed: dict[int, tuple[torch.dtype, bool]] = {}
+    out = set()
+    for n in topo_order(list(roots)):
+        typed[n.uid] = _node_dtype(n, dtypes, typed)
+        if (isinstance(n, Reduce) and n.combiner.results == 1 and not n.combiner.state and n.combiner.finalize is None
+                and n.combiner.base in ("sum", "prod", "max", "min") and not typed[n.x.uid][0].is_floating_point):
+            out.add(n.uid)
+    return frozenset(out)
 
 
 def _category(dt: torch.dtype) -> int:
@@ -365,6 +381,8 @@ class _Evaluator:
         self.cdt = torch.float64 if any64 else torch.float32
         self.dev = b.device
         self.memo: dict[int, _Val] = {}
+        #: reductions folded in int64 (exact, as the kernels fold them)
+        self.ints = integer_reductions([o.expr for o in alg.outputs], b.dtypes)
 
     def __call__(self, n: Expr) -> _Val:
         if n.uid not in self.memo:
@@ -457,7 +475,7 @@ class _Evaluator:
             r, rest = self.contraction(n)
         else:
             v = self(n.x)
-            x = self.as_float(v.t)
+            x = v.t.long() if n.uid in self.ints else self.as_float(v.t)
             r = c.reference(x, [v.axes.index(a) for a in n.over])
             rest = tuple(a for a in v.axes if a not in n.over)
         if c.finalize == "count":
@@ -474,6 +492,8 @@ class _Evaluator:
                                    else chr(ord("A") + len(letters) - 26))
         rest = tuple(a for a in n.x.axes if a not in n.over)
         eq = ",".join("".join(letters[a] for a in v.axes) for v in vals) + "->" + "".join(letters[a] for a in rest)
+        if n.uid in self.ints:   # exact in int64 (on the CPU: CUDA has no integer matmul)
+            return torch.einsum(eq, *[v.t.long().cpu() for v in vals]).to(self.dev), rest
         return torch.einsum(eq, *[self.as_float(v.t) for v in vals]), rest
 
 

@@ -24,7 +24,7 @@ import torch
 from ..ir import Algorithm, Load, Reduce, contractions, walk
 from .kernel import Program
 
-__all__ = ["NARROW_DTYPES", "narrow_dtype", "plan_buffers"]
+__all__ = ["NARROW_DTYPES", "narrow_dtype", "plan_buffers", "plan_int_buffers"]
 
 #: the 16-bit dtypes a buffer may be stored in
 NARROW_DTYPES = ("float16", "bfloat16")
@@ -79,3 +79,15 @@ def plan_buffers(prog: Program, alg: Algorithm, dtypes: Mapping[str, torch.dtype
                         "as torch stores a Linear's output)")
             out[b.name] = b.reason
     return out
+
+
+def plan_int_buffers(prog: Program, ints: frozenset[int]) -> None:
+    """Store the buffer (split partials, atomic sums) of every materialised reduction of ``ints``
+    (the ids :func:`~dtriton.ir.integer_reductions` names: integer sums, products and extrema)
+    in int64, in place: their values are exact integers, which fp32 or fp64 would round."""
+    for k in prog.kernels:
+        for st in k.stores:
+            b = prog.buffers.get(st.target)
+            if b is not None and isinstance(st.expr, Reduce) and st.expr.uid in ints:
+                b.dtype = "int64"
+                b.reason = "an integer sum, product or extremum (exact in int64)"

@@ -13,12 +13,12 @@ from typing import Mapping
 
 import torch
 
-from ..ir import Algorithm, Binding, Reduce, base2_exponents, kernel_f64, single_pass_variance
+from ..ir import Algorithm, Binding, Reduce, base2_exponents, integer_reductions, kernel_f64, single_pass_variance
 from ..schedule import Schedule
 from .access import plan_access, plan_eviction, plan_floor_ops, plan_read_masks
 from .blockreduce import plan_block_reduce
 from .bounds import plan_bounds, plan_reverse_order
-from .buffers import plan_buffers
+from .buffers import plan_buffers, plan_int_buffers
 from .callspec import CallSpec
 from .dots import dot_only_axes, plan_dots
 from .kernel import KernelPlan, Program
@@ -48,11 +48,13 @@ def decide(prog: Program, sched: Schedule, dtypes: Mapping[str, torch.dtype],
 def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str, interpret: bool, i64: bool,
                    tma_ok: frozenset, hints: dict, unit_dims: dict, masked_reads: frozenset) -> None:
     k.compute_dtype, k.i64, k.hints, k.unit_dims = cdt, i64, hints, unit_dims
+    k.int_acc = integer_reductions([st.expr for st in k.stores], dtypes)
     k.interpret = k.round_bf16 = interpret
     k.block_reduce = plan_block_reduce(k)
     k.dtypes, k.out_dtypes = dict(dtypes), dict(out_dtypes)
     # a warp-specialised loop (it needs TMA loads) keeps the algorithm's operand order
-    k.dots = plan_dots(k, sched.precision, swap_ok=not (sched.warp_specialize and sched.access == "tma"))
+    k.dots = {u: d for u, d in plan_dots(k, sched.precision, swap_ok=not (sched.warp_specialize and sched.access == "tma")).items()
+              if u not in k.int_acc}   # integer sums of products fold exactly, in int64, not on tensor cores
     k.dot_only = dot_only_axes(k)
     k.access = plan_access(k, sched.access, tma_ok)
     k.eviction, k.evicted = plan_eviction(k, sched.eviction)
@@ -77,6 +79,7 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
     prog = lower(alg, sched, b.axis_sizes, {k: str(v).replace("torch.", "") for k, v in out_dtypes.items()},
                  f64=kernel_f64(b.dtypes.values(), b.out_dtypes))
     plan_buffers(prog, alg, b.dtypes, out_dtypes)
+    plan_int_buffers(prog, integer_reductions([o.expr for o in alg.outputs], b.dtypes))
     return decide(prog, sched, b.dtypes, out_dtypes, spec.interpret, spec.i64, spec.tma_ok, dict(spec.hints),
                   spec.note(alg, sched.access == "tma"), dict(spec.unit_dims), masked)
 

@@ -206,6 +206,8 @@ class KernelPlan:
     persistent: bool = False                          # a fixed grid of programs looping over tiles
     # -- decisions (filled by plan.decide) --
     compute_dtype: str = "float32"                    # "float32" or "float64"
+    int_acc: frozenset = frozenset()                  # Reduce ids folded in int64 (sums, products,
+                                                      # extrema of integers: ir.integer_reductions)
     i64: bool = False                                 # 64-bit offsets
     interpret: bool = False                           # the kernel runs on Triton's interpreter
     round_bf16: bool = False                          # explicit bf16 rounding (the interpreter truncates)

@@ -174,8 +174,8 @@ class MemoryPrinter:
         elif b.partials:
             acc = self.fresh("parts")
             summed = r.combiner.base == "sum"
-            init = "0.0" if summed else identity_text(r.combiner)
-            scope.emit(f"{acc} = tl.full({self.shape(layout, self.present(r, scope))}, {init}, dtype={self.cdt})")
+            init = self.identity(r) if r.uid in self.k.int_acc or not summed else "0.0"
+            scope.emit(f"{acc} = tl.full({self.shape(layout, self.present(r, scope))}, {init}, dtype={self.acc_dtype(r)})")
             p = self.fresh("p")
             loop = "tl.static_range" if b.partials <= 16 else "range"
             it = Scope(scope, f"for {p} in {loop}({b.partials}):", scope.layout)
@@ -228,12 +228,12 @@ class MemoryPrinter:
         per-split values: one block load (the identity past the last) folded once, instead of a
         loop of as many dependent scalar loads in every program that reads it."""
         c, width = r.combiner, 1 << max(0, (partials - 1).bit_length())
-        ident = "0.0" if c.base == "sum" else identity_text(c)
+        ident = "0.0" if c.base == "sum" and r.uid not in self.k.int_acc else self.identity(r)
         p, acc = self.fresh("p"), self.fresh("parts")
         scope.emit(f"{p} = tl.arange(0, {width})  # the {partials} split partials of {r.name}")
         load = f"tl.load({self.addr(name, [p])}" + (f", mask={p} < {partials}, other={ident}" if width != partials else "") + ")"
         fold = f"tl.reduce({load}, 0, {self.helper(c)})"
-        scope.emit(f"{acc} = tl.full({self.shape(layout, set())}, {ident}, dtype={self.cdt})")
+        scope.emit(f"{acc} = tl.full({self.shape(layout, set())}, {ident}, dtype={self.acc_dtype(r)})")
         scope.emit(f"{acc} = {combine_text(c, acc, fold)}")
         return acc
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from ...ir import Combiner, Load, Reduce, fmt, get_combiner
 from ...plan.graph import fused_deps
 from ...plan.kernel import DotPlan, PassPlan
@@ -28,6 +30,15 @@ class ReducePrinter:
     def helper(self, c: Combiner) -> str:
         """The name of ``c``'s combine helper, which the module header then defines."""
         return self.use_helper(c.helper, combine_helper(c))
+
+    def acc_dtype(self, r: Reduce) -> str:
+        """The Triton dtype ``r`` accumulates in: int64 for the integer reductions the plan names
+        (``KernelPlan.int_acc``), else the compute dtype."""
+        return "tl.int64" if r.uid in self.k.int_acc else self.cdt
+
+    def identity(self, r: Reduce) -> str:
+        """The identity of ``r``'s kind in its accumulator's dtype (``0`` or ``0.0``, ...)."""
+        return identity_text(r.combiner, torch.int64 if r.uid in self.k.int_acc else torch.float32)
 
     def fused_deps(self, r: Reduce) -> list[Reduce]:
         """The fused reductions ``r``'s body uses directly."""
@@ -112,7 +123,7 @@ class ReducePrinter:
                                                                    r.combiner.state) + "  # state, merged after the loop")
             return
         info["acc"] = acc = self.fresh(f"acc_{r.name}")
-        scope.emit(f"{acc} = tl.full({shape}, {identity_text(r.combiner)}, dtype={self.cdt})  # folded after the loop")
+        scope.emit(f"{acc} = tl.full({shape}, {self.identity(r)}, dtype={self.acc_dtype(r)})  # folded after the loop")
 
     def block_step(self, r: Reduce, info: dict, inner: Scope, lin) -> None:
         """Fold this step's values of ``r`` into its block accumulator, element-wise (masked lanes
@@ -125,7 +136,7 @@ class ReducePrinter:
             acc = ", ".join(info["acc"])
             inner.emit(f"{acc} = {step}({acc}, {self.float_body(r, inner, lin)}, {valid})")
             return
-        body = self.masked(self.float_body(r, inner, lin), r, inner, lin, identity_text(c))
+        body = self.masked(self.float_body(r, inner, lin), r, inner, lin, self.identity(r))
         inner.emit(f"{info['acc']} = {combine_text(c, info['acc'], body)}")
 
     def fold_state(self, r: Reduce, info: dict, scope: Scope) -> str:
@@ -160,9 +171,9 @@ class ReducePrinter:
                     scope.emit(f"{acc} = tl.full(({self.block(m)}, {self.block(n)}), 0.0, dtype={self.cdt})")
                     info["layout"] = (m, n)
                 else:
-                    ident = identity_text(r.combiner)
+                    ident = self.identity(r)
                     pres = self.present(r, scope)
-                    scope.emit(f"{acc} = tl.full({self.shape(scope.layout, pres)}, {ident}, dtype={self.cdt})")
+                    scope.emit(f"{acc} = tl.full({self.shape(scope.layout, pres)}, {ident}, dtype={self.acc_dtype(r)})")
                     if r.combiner.results == 2:
                         info["acc_index"] = self.fresh(f"acc_{r.name}_index")
                         scope.emit(f"{info['acc_index']} = tl.full({self.shape(scope.layout, pres)}, {INDEX_SENTINEL}, "
@@ -275,7 +286,7 @@ class ReducePrinter:
                 v, vl = self.fold_state(r, info, scope), scope.layout
             elif info.get("block"):
                 # the block accumulator folds over the reduced dims, then drops the loop's dims
-                v = self.reduce_code(info["acc"], r.combiner, r.over, info["layout"], scope)
+                v = self.reduce_code(info["acc"], r.combiner, r.over, info["layout"], scope, r.uid in self.k.int_acc)
                 v, vl = self.squeeze(v, info["layout"], scope.layout, scope, self.present(r, scope)), scope.layout
             else:
                 v, vl = info["acc_index" if r.combiner.results == 2 else "acc"], info["layout"]
@@ -308,9 +319,10 @@ class ReducePrinter:
             return body
         return f"tl.where({m}, {body}, {ident})"
 
-    def reduce_code(self, body: str, c: Combiner, over, layout, scope: Scope) -> str:
+    def reduce_code(self, body: str, c: Combiner, over, layout, scope: Scope, integer: bool = False) -> str:
         """Reduce ``body`` over the block dims of ``over`` (keeping dims) with ``c``'s combine
-        helper, or with the standard combine the plan names (NaN put back where the plan says)."""
+        helper, or with the standard combine the plan names (NaN put back where the plan says,
+        unless the values are ``integer``: they have none)."""
         br = self.k.block_reduce.get(c.base)
         v = body
         for a in over:
@@ -320,7 +332,7 @@ class ReducePrinter:
             if br is None:
                 v = f"tl.reduce({v}, {ax}, {self.helper(c)}, keep_dims=True)"
                 continue
-            if br.propagate_nan:
+            if br.propagate_nan and not integer:
                 x = self.fresh("fold")
                 scope.emit(f"{x} = {v}  # {c.name}: the fold skips NaN, so NaN lanes are counted and put back")
                 nans = f"tl.reduce(({x} != {x}).to(tl.int32), {ax}, tl.standard._sum_combine, keep_dims=True)"
@@ -331,7 +343,7 @@ class ReducePrinter:
 
     def reduce_body(self, r: Reduce, info, inner: Scope, lin, scope: Scope) -> str:
         """One step of reduction ``r`` in the pass's innermost scope: a dot or a masked reduce."""
-        ident = identity_text(r.combiner)
+        ident = self.identity(r)
         if info["dot"]:
             d: DotPlan = info["dot"]
             ra = r.over[0]
@@ -350,7 +362,7 @@ class ReducePrinter:
         body = self.masked(self.float_body(r, inner, lin), r, inner, lin, ident)
         if r.combiner.results == 2:
             return self.arg_reduce_body(r, body, inner, lin, scope)
-        red = self.reduce_code(body, r.combiner, r.over, lin, inner)
+        red = self.reduce_code(body, r.combiner, r.over, lin, inner, r.uid in self.k.int_acc)
         if lin != scope.layout:
             red = self.squeeze(red, lin, scope.layout, inner, self.present(r, scope))
         v = self.fresh(f"part_{r.name}")
@@ -376,8 +388,11 @@ class ReducePrinter:
         return v
 
     def float_body(self, r: Reduce, inner: Scope, lin) -> str:
-        """The value ``r`` reduces, in layout ``lin``, integers converted to the compute dtype."""
+        """The value ``r`` reduces, in layout ``lin``: in int64 for an integer reduction of the
+        plan, else integers converted to the compute dtype."""
         body = self.val(r.x, inner, lin)
+        if r.uid in self.k.int_acc:
+            return f"({body}).to(tl.int64)"
         return f"({body}).to({self.cdt})" if self.is_int(r.x) else body
 
     def arg_reduce_body(self, r: Reduce, body: str, inner: Scope, lin, scope: Scope) -> tuple[str, str]:

@@ -399,7 +399,7 @@ class ValuePrinter:
         if isinstance(n, ScalarParam):
             return n.pytype is int
         if isinstance(n, Reduce):
-            return n.combiner.results == 2   # an arg-reduction's value is an index
+            return n.combiner.results == 2 or n.uid in self.k.int_acc   # an index, or an integer sum
         if isinstance(n, Load):
             return not self.dtypes[n.tensor.name].is_floating_point
         if self.is_bool(n):
