@@ -126,6 +126,8 @@ def test_intervals_of_affine_floor_and_mod_indices():
     assert (g["h"].lo, g["h"].hi) == (4, 9)
     g = guard_ranges(((h <= i, True),), rg)             # two axes: narrowed, no longer exact
     assert not g["h"].exact
+    g = guard_ranges(((h + 1 < 6, True), (2 - 1 + h >= 3, True)), rg)   # an axis plus known integers
+    assert (g["h"].lo, g["h"].hi, g["h"].exact) == (2, 4, True)
 
 
 def test_read_verdicts_inside_guarded_outside_unknown():
@@ -470,3 +472,19 @@ def test_random_integer_index_expressions_against_torch(L, M, N, a, b, c, q, m):
         ok = (idx >= 0) & (idx < L)
         return Y + torch.where(ok, X[idx.clamp(0, L - 1)], torch.full((), 0.5, dtype=X.dtype))
     check(affine_read, [X, Y, a, b, c, q, m], torch_ref=ref)
+
+
+@dt.algorithm
+def next_or_zero(X: dt.Tensor["M", "N"], n: int):
+    i, j = dt.axes("i j:N")
+    return dt.where(j + 1 < n, X[i, j + 1], 0.0)[i, j]
+
+
+def test_edge_guard_of_a_shifted_axis_is_proved_before_running():
+    """where(j + 1 < n, X[i, j + 1], 0): inside its branch for n <= N (no check on the data needed),
+    provably outside for n > N."""
+    X = randn(3, 5)
+    assert [r.verdict for r in next_or_zero.bind([X, 5]).reads] == ["guarded"]
+    check(next_or_zero, [X, 5], torch_ref=lambda X, n: F.pad(X, (0, 1))[:, 1:])
+    with pytest.raises(dt.IndexRangeError, match=r"\(j \+ 1\) takes the values 1\.\.5"):
+        next_or_zero.reference(X, 6)

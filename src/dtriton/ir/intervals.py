@@ -181,13 +181,29 @@ def _refine(cond: Expr, positive: bool, ranges: dict, scalars) -> bool:
     op = cond.op if positive else _NEG[cond.op]
     done = False
     for x, other, o in ((cond.a, cond.b, op), (cond.b, cond.a, _SWAP[op])):
-        if isinstance(x, Axis) and x.name in ranges:
-            bound = interval(other, ranges, scalars)
-            if bound is None or bound.empty:
-                continue
+        bound = interval(other, ranges, scalars)
+        x, shift = _peel(x, ranges, scalars)
+        if isinstance(x, Axis) and x.name in ranges and bound is not None and not bound.empty:
+            bound = Interval(bound.lo - shift, bound.hi - shift, bound.exact, bound.axes)
             _narrow(ranges, x.name, o, bound, bound.lo == bound.hi and not bound.axes)
             done = done or (bound.lo == bound.hi and not bound.axes and o != "ne")
     return done
+
+
+def _peel(x: Expr, ranges, scalars) -> tuple[Expr, int]:
+    """``x`` as ``axis + shift`` where it is an axis plus or minus known integers (``j + 1`` in
+    ``j + 1 < n``): the axis node and the shift; else ``(x, 0)``."""
+    shift = 0
+    while isinstance(x, Binary) and x.op in ("add", "sub"):
+        for e, other, sign in ((x.a, x.b, 1 if x.op == "add" else -1), (x.b, x.a, 1)):
+            iv = interval(other, ranges, scalars) if not other.axes else None
+            if iv is not None and iv.lo == iv.hi and (e is x.a or x.op == "add"):
+                shift += sign * iv.lo
+                x = e
+                break
+        else:
+            return x, shift
+    return x, shift
 
 
 def guard_ranges(guards: tuple, ranges: Mapping[str, Interval], scalars=None) -> dict[str, Interval]:
