@@ -223,15 +223,30 @@ def test_colsum_reduces_over_rows_not_a_free_axis():
     assert colsum.outputs[0].layout == ("j",) and colsum.reduction_axes == ("i",)
 
 
-def test_out_of_range_gather_index_is_a_shape_error_on_the_interpreter():
-    """X[i, labels[i]] with a label == N would read past the row; the interpreter backend checks the
-    index range first and names the index tensor, the gathered dim and the valid range."""
+def test_out_of_range_gather_index_is_an_index_range_error():
+    """X[i, labels[i]] with a label == N (or -1) would read past the row: the reference and the
+    interpreter raise dt.IndexRangeError (an IndexError, as the tutorial says), naming the tensor,
+    the dim, the index expression, the bad value and where it is."""
     from dtriton.library import cross_entropy
     X = torch.randn(5, 10)
-    with pytest.raises(dt.ShapeError, match=r"gather index labels has values in \[0, 10\] .* dim 1 of X \(N = 10\)"):
-        dt.compile(cross_entropy)(X, torch.tensor([0, 1, 2, 3, 10]))
-    with pytest.raises(dt.ShapeError, match=r"\[-1, 3\]"):
-        dt.compile(cross_entropy)(X, torch.tensor([0, 1, 2, 3, -1]))
+    for bad, at in ((10, 4), (-1, 2)):
+        labels = torch.tensor([0, 1, 2, 3, 4])
+        labels[at] = bad
+        want = rf"reads outside dim 1 of X \(N = 10, indices 0..9\): the index labels\[i\] is {bad} at i = {at}"
+        for call in (lambda: cross_entropy.reference(X, labels), lambda: dt.compile(cross_entropy)(X, labels),
+                     lambda: dt.compile(cross_entropy, check_indices=True)(X, labels)):
+            with pytest.raises(dt.IndexRangeError, match=want) as e:
+                call()
+            assert isinstance(e.value, IndexError)
+    # a padded gather reads the pad instead: no error on any path
+    @dt.algorithm
+    def padded(X: dt.Tensor["M", "N"], L: dt.Tensor["M"]):
+        i, = dt.axes("i")
+        return X.pad(-7.0)[i, L[i]][i]
+    labels = torch.tensor([0, 10, -1, 3, 9])
+    want = torch.tensor([X[0, 0], -7.0, -7.0, X[3, 3], X[4, 9]])
+    for got in (padded.reference(X, labels), dt.compile(padded)(X, labels)):
+        torch.testing.assert_close(got, want)
 
 
 # ----------------------------------------------------------------------------------------------

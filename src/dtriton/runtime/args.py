@@ -10,7 +10,7 @@ from ..ir import Algorithm, Axis, Binding, Load, Reduce, topo_order, walk
 from ..plan.callspec import max_offset
 from ..schedule import Schedule
 
-__all__ = ["call_key", "check_gather_indices", "check_given_out", "check_out_memory", "inplace_problem", "merge_named",
+__all__ = ["call_key", "check_given_out", "check_out_memory", "inplace_problem", "merge_named",
            "normalise_out", "overlap", "spec_key"]
 
 
@@ -152,26 +152,6 @@ def inplace_problem(alg: Algorithm, sched: Schedule, x_name: str,
                 return (f"it reduces {x_name} over axis {sorted(tiled)[0]!r}, which is on the grid (other programs "
                         f"write parts of what this one reads)")
     return None
-
-
-def check_gather_indices(alg: Algorithm, b: Binding, args) -> None:
-    """Raise :class:`ShapeError` when a gather index (``labels`` in ``X[i, labels[i]]``) is out of
-    range. Always on the interpreter (an out-of-range read would crash it); on the GPU only with
-    ``DTRITON_CHECK_INDICES=1``, since the check synchronises with the device."""
-    argmap = {p.name: a for p, a in zip(alg.params, args)}
-    # a gather read only under a dt.where branch is checked where the branch is taken (check_reads)
-    guarded = {(r.load.tensor.name, r.dim) for r in b.reads if any(r.guards)}
-    for idx_name, tname, d, sym in alg.gathers:
-        if (tname, d) in guarded:
-            continue
-        t = argmap[idx_name]
-        if t.numel() == 0:
-            continue
-        lo, hi = int(t.min()), int(t.max())
-        n = b.sizes[sym]
-        if lo < 0 or hi >= n:
-            raise ShapeError(f"gather index {idx_name} has values in [{lo}, {hi}] but indexes dim {d} of {tname} "
-                             f"({sym} = {n}); every index must be in [0, {n - 1}]")
 
 
 def call_key(args) -> tuple:

@@ -31,7 +31,7 @@ from ..ir import Algorithm, Binding, InputTensor, check_reads
 from ..plan import CallSpec, Program, call_spec, plan_program, tma_addressable, unused_knobs
 from ..plan.callspec import I32_MAX
 from ..plan.staging import kmajor_copies, stage_inputs
-from .args import call_key, check_gather_indices, check_given_out, merge_named, normalise_out, spec_key
+from .args import call_key, check_given_out, merge_named, normalise_out, spec_key
 
 __all__ = ["Kernel", "backend_for", "cache_dir"]
 
@@ -307,9 +307,7 @@ class Kernel:
         if interpret and b.device.type != "cpu":
             args = tuple(a.cpu() if isinstance(a, torch.Tensor) else a for a in args)
             b.device = torch.device("cpu")
-        if interpret or self.check_indices:
-            if alg.gathers:
-                check_gather_indices(alg, b, args)
+        if interpret or self.check_indices:   # gathers and data-guarded reads: an IndexRangeError
             check_reads(alg, b, args)
         args, b, staged = self._staged(args, b, interpret)
         sched, spec = self._schedule_and_spec(b, args, interpret, out)
