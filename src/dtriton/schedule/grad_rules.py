@@ -52,7 +52,8 @@ def flash_backward(d: Draft) -> None:
     """The FlashAttention-2 backward schedule (module docstring) for an attention backward
     without a user schedule: per output, its long axis on the grid in tiles of 128 (64 above
     head dim :data:`WIDE_HEAD`) and the other long axis looped in tiles of 32; batch axes one per
-    program; 8 warps with 128 tiles, else 4; pointer access; no split."""
+    program; 8 warps (4 spilled 380 bytes in the dK/dV kernel at head dim 128, ptxas for sm_90);
+    pointer access; no split."""
     if d.given or d.grid is not None:
         return
     pat = flash_backward_pattern(d.alg, d.sizes)
@@ -77,6 +78,6 @@ def flash_backward(d: Draft) -> None:
         d.stages[o.name] = StageSchedule(grid=grid, tile={own: max(16, d.cap(own, big)), other: max(16, d.cap(other, 32))},
                                          strategy={other: "loop"})
     d.grid = d.stages[d.alg.outputs[0].name].grid
-    d.num_warps = 8 if big == 128 else 4
+    d.num_warps = 8
     d.num_stages = 2
     d.access = d.access or "pointer"
