@@ -1,7 +1,8 @@
 """Call facts and the eager torch evaluator: the oracle of every test and explored schedule.
 
 :class:`Binding` checks call arguments against an algorithm's signature and records sizes and
-dtypes; :func:`result_dtype`, :func:`kernel_f64` and :func:`compute_dtype` are the dtype rules;
+dtypes; :func:`output_dtype`, :func:`integer_reductions`, :func:`kernel_f64` and
+:func:`compute_dtype` are the dtype rules;
 :func:`evaluate` computes every output in torch, reductions through their combiner's torch
 reference and finishing step.
 """
@@ -19,23 +20,10 @@ from .expr import Axis, Binary, Cast, COMPARE_OPS, Const, Expr, INT_OPS, Load, R
 from .intervals import Read, analyse_reads
 from .walk import mul_factors, topo_order
 
-__all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "check_reads", "integer_reductions", "is_index", "output_dtype", "result_dtype", "kernel_f64", "compute_dtype", "evaluate"]
+__all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "check_reads", "integer_reductions", "is_index", "output_dtype", "kernel_f64", "compute_dtype", "evaluate"]
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INDEX_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
-
-
-def result_dtype(dtypes: Iterable[torch.dtype]) -> torch.dtype:
-    """Torch's promotion over the floating inputs; float64 when the values are integers only (sums
-    and products of int32/int64 values are exact in float64 up to 2**53, in float32 only up to
-    2**24); float32 when there are no tensor values at all."""
-    out, ints = None, False
-    for d in dtypes:
-        if d.is_floating_point:
-            out = d if out is None else torch.promote_types(out, d)
-        elif d != torch.bool:
-            ints = True
-    return out or (torch.float64 if ints else torch.float32)
 
 
 def is_index(n: Expr) -> bool:
@@ -192,10 +180,10 @@ def check_computed_indices(alg, sizes: dict[str, int], axis_sizes: dict[str, int
 
 def kernel_f64(dtypes: Iterable[torch.dtype], out_dtypes: Iterable[torch.dtype]) -> bool:
     """Whether generated kernels compute (and keep intermediate buffers) in float64: a float64
-    input, or integer-only inputs with an integer or bool output (sums of int32 values and counts
-    of bools, int64 as in torch, are exact in float64 up to 2**53; an arg-reduction's index is
-    compared exactly). An algorithm that also has 16/32-bit floating inputs keeps their float32
-    compute."""
+    input, or integer-only inputs with an integer or bool output (float values computed on the way,
+    such as a product with a float literal, are then exact to 2**53). Integer sums, products and
+    extrema fold in int64 whatever this says (:func:`integer_reductions`). An algorithm that also
+    has 16/32-bit floating inputs keeps their float32 compute."""
     dtypes = list(dtypes)
     if any(d == torch.float64 for d in dtypes):
         return True

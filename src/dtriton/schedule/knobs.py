@@ -264,7 +264,9 @@ BUILTIN: tuple[Knob, ...] = (
          launch=True, doc="warps per program (None: the heuristic picks, also around a partial schedule)"),
     Knob("num_stages", None, Domain("1 to 8", _pipeline), scope="stage", search=(1, 2, 3, 4, 5), launch=True,
          doc="software-pipeline depth of loops (None: the heuristic picks)"),
-    Knob("acc_dtype", "float32", one_of(ACC_DTYPES), doc="accumulation dtype"),
+    Knob("acc_dtype", "float32", one_of(ACC_DTYPES),
+         doc="accumulation and compute dtype of float values: float64 computes the kernels in float64 (no "
+             "tensor-core dots on the GPU); integer sums always fold in int64"),
     Knob("precision", "auto", one_of(PRECISIONS),
          doc="dot precision of fp32 operands: auto (tf32x3 where the layout suits tensor cores, else ieee; fp32 "
              "accuracy), ieee, tf32 (~1e-3 relative error), tf32x3 / bf16x6 (fp32 accuracy), bf16x3 (~1e-5)"),
