@@ -16,7 +16,7 @@ from hypothesis import given, settings, strategies as st
 
 import dtriton as dt
 from dtriton.ir import Reduce, single_pass_variance, variance_of
-from dtriton.library import batch_norm, instance_norm, layer_norm
+from dtriton.library import batch_norm, instance_norm, layer_norm, layer_norm_chw
 from dtriton.plan.decide import one_pass_statistics
 
 F = torch.nn.functional
@@ -228,3 +228,21 @@ def test_random_one_pass_variances_match_float64(case):
     ref = x.double().var(dim=red, correction=0)
     # unshifted, Welford's update near 1e4 loses ~1e-3 of the variance in fp32
     assert torch.allclose(k(x).double(), ref, rtol=5e-5, atol=1e-6), (k(x), ref)
+
+
+@pytest.mark.parametrize("split", [20, 32])
+def test_many_split_states_of_one_sample_fold_as_one_block(split):
+    """Layer norm over (c, h, w) with h split 20 or 32 ways: each output program reads one sample's
+    partial means and Welford states as blocks (masked past the last) and folds them once."""
+    x = (torch.randn(2, 3, 40, 5, dtype=torch.float64) * 0.5 + 1e3).float()
+    s = dt.Schedule(grid=["n", "c", "h", "q"], tile={"n": 1, "c": 1, "h": 8, "q": 8}, split={"h": split},
+                    split_mode="partials",
+                    stages={st: dt.StageSchedule(tile={"n": 1, "c": 1, "h": 1},
+                                                 strategy={"c": "loop", "h": "loop", "q": "whole"})
+                            for st in ("mean0", "mean1")})
+    k = dt.compile(layer_norm_chw, s)
+    src = k.source_for(x)
+    assert "tl.arange(0, 32)  # the" in src and "tl.reduce((tl.load(" in src, src
+    out = torch.full_like(x, float("nan"))
+    k(x, out=out)
+    assert relerr(out, F.layer_norm(x.double(), x.shape[1:], eps=1e-5)) < 2e-4

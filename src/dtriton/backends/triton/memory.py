@@ -156,8 +156,8 @@ class MemoryPrinter:
 
     def load_buffer(self, r: Reduce, scope: Scope, layout) -> tuple[str, str]:
         """Read materialised reduction ``r`` from its buffer (combining split partials with its
-        combiner: a static loop over up to 16 partials, a loop above; a statistic of the whole
-        tensor reads its many partials as one block, :meth:`fold_partials`)."""
+        combiner: a static loop over up to 16 partials, a loop above; where this scope reads one
+        value of it, more than 16 partials as one block, :meth:`fold_partials`)."""
         b = self.k.materialized[r.uid]
         name = self.tensor_arg(b.name, len(b.axes) + len(b.lead))
         terms = []
@@ -167,10 +167,10 @@ class MemoryPrinter:
         mask = self.mask_for(b.axes, scope, layout)
         if b.partials and b.rescale:
             code = self.merge_online_partials(r, b, name, terms, mask, scope, layout)
+        elif b.partials > 16 and all(scope.find_bind(a)[0].scalar for a in b.axes):
+            code = self.fold_partials(r, b, name, terms, scope, layout)
         elif b.state:
             code = self.merge_states(r, b.partials, name, terms, mask, scope, layout)
-        elif b.partials > 16 and not b.axes:
-            code = self.fold_partials(r, b.partials, name, scope, layout)
         elif b.partials:
             acc = self.fresh("parts")
             summed = r.combiner.base == "sum"
@@ -223,18 +223,27 @@ class MemoryPrinter:
         scope.emit(it2)  # type: ignore[arg-type]
         return acc
 
-    def fold_partials(self, r: Reduce, partials: int, name: str, scope: Scope, layout) -> str:
-        """The value of a split whole-tensor reduction ``r`` (no free axes) from its ``partials``
-        per-split values: one block load (the identity past the last) folded once, instead of a
-        loop of as many dependent scalar loads in every program that reads it."""
-        c, width = r.combiner, 1 << max(0, (partials - 1).bit_length())
-        ident = "0.0" if c.base == "sum" and r.uid not in self.k.int_acc else self.identity(r)
-        p, acc = self.fresh("p"), self.fresh("parts")
+    def fold_partials(self, r: Reduce, b, name: str, terms: list[str], scope: Scope, layout) -> str:
+        """The value of split reduction ``r`` (buffer ``b``) where this scope reads one value of
+        it (its axes scalar here: a whole-tensor statistic, or one sample's): its many per-split
+        values (each value of a state: the variance's) loaded as one block (the identity past the
+        last) and folded once, instead of a loop of as many dependent scalar loads in every
+        program that reads it."""
+        c, width, partials = r.combiner, 1 << max(0, (b.partials - 1).bit_length()), b.partials
+        ident = "0.0" if (c.base == "sum" and r.uid not in self.k.int_acc) or c.state else self.identity(r)
+        p = self.fresh("p")
         scope.emit(f"{p} = tl.arange(0, {width})  # the {partials} split partials of {r.name}")
-        load = f"tl.load({self.addr(name, [p])}" + (f", mask={p} < {partials}, other={ident}" if width != partials else "") + ")"
-        fold = f"tl.reduce({load}, 0, {self.helper(c)})"
-        scope.emit(f"{acc} = tl.full({self.shape(layout, set())}, {ident}, dtype={self.acc_dtype(r)})")
-        scope.emit(f"{acc} = {combine_text(c, acc, fold)}")
+        lead = [[str(j), p] for j in range(len(c.state))] if c.state else [[p]]
+        loads = [f"tl.load({self.addr(name, ld + terms)}" + (f", mask={p} < {partials}, other={ident}"
+                                                            if width != partials else "") + ")" for ld in lead]
+        shape = self.shape(layout, set())
+        if c.state:
+            names = [self.fresh(f"{v}_{r.name}") for v in c.state]
+            scope.emit(f"{', '.join(names)} = tl.reduce(({', '.join(loads)}), 0, {self.helper(c)})")
+            return f"tl.full({shape}, 0.0, dtype={self.cdt}) + {names[c.state.index('q')]} / {names[c.state.index('n')]}"
+        acc = self.fresh("parts")
+        scope.emit(f"{acc} = tl.full({shape}, {ident}, dtype={self.acc_dtype(r)})")
+        scope.emit(f"{acc} = {combine_text(c, acc, f'tl.reduce({loads[0]}, 0, {self.helper(c)})')}")
         return acc
 
     def merge_states(self, r: Reduce, partials: int, name: str, terms: list[str], mask, scope: Scope, layout) -> str:
