@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ..errors import ScheduleError, ShapeError
+from ..errors import AlgorithmError, ScheduleError, ShapeError
 from ..grad import GradientAlgorithms, augmented_forward, grad, saved_statistics
 from ..ir import Algorithm, InputTensor, output_dtype
 from ..plan.lower import lower
@@ -354,7 +354,10 @@ def _saving_forward(alg: Algorithm, sched: Schedule | None, save) -> tuple[_Runn
     if save is None:
         return None
     if save == "auto":
-        names = saved_statistics(alg)
+        try:
+            names = saved_statistics(alg)
+        except AlgorithmError:   # not differentiable: the forward runs as it is; a backward raises then
+            return None
         if not names:
             return None
         aug, names = augmented_forward(alg, names)
