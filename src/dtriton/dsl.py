@@ -108,27 +108,33 @@ def reduce(x, over, combiner: "str | Combiner", name: str | None = None) -> Expr
 
 
 def sum(x, over, name: str | None = None) -> Expr:  # noqa: A001 - the DSL's sum
-    """Sum of ``x`` over the axes ``over`` (an axis or tuple of axes). A reduction stage."""
+    """Sum of ``x`` over the axes ``over`` (an axis or tuple of axes). A reduction stage; of
+    integers or bools it is int64 (as ``torch.sum``), folded exactly in int64."""
     return reduce(x, over, "sum", name)
 
 
 def max(x, over, name: str | None = None) -> Expr:  # noqa: A001
-    """Maximum over ``over``; NaN propagates as in ``torch.amax``. A reduction stage."""
+    """Maximum over ``over``; NaN propagates as in ``torch.amax``. A reduction stage, of the
+    operand's dtype (integers exact)."""
     return reduce(x, over, "max", name)
 
 
 def min(x, over, name: str | None = None) -> Expr:  # noqa: A001
-    """Minimum over ``over``; NaN propagates as in ``torch.amin``. A reduction stage."""
+    """Minimum over ``over``; NaN propagates as in ``torch.amin``. A reduction stage, of the
+    operand's dtype (integers exact)."""
     return reduce(x, over, "min", name)
 
 
 def mean(x, over, name: str | None = None) -> Expr:
-    """Mean over ``over``: the sum divided by the true extent (padding never counts)."""
+    """Mean over ``over``: the sum divided by the true extent (padding never counts). Of
+    integers it is float32 (``torch.mean`` refuses them), summed in the compute dtype: float64
+    with a float64 input or ``acc_dtype="float64"``, else float32."""
     return reduce(x, over, "mean", name)
 
 
 def prod(x, over, name: str | None = None) -> Expr:
-    """Product over ``over`` (as ``torch.prod``; 1 over an empty extent). A reduction stage; split
+    """Product over ``over`` (as ``torch.prod``; 1 over an empty extent; of integers int64, exact,
+    wrapping on overflow as torch's). A reduction stage; split
     across programs, its partial products are combined from per-split buffers."""
     return reduce(x, over, "prod", name)
 
