@@ -593,12 +593,12 @@ class Watchdog:
 def run_seeds(start: int, count: int, out: Path, limit: int, time_limit: float = 0.0, hang_grace_s: float = 30.0) -> dict:
     """Run seeds ``start`` .. ``start + count - 1`` (fewer with ``time_limit`` seconds, or after a
     lost CUDA context), rewriting the summary at ``out`` every 20 cases and at the end. Returns the
-    summary with ``device``, ``start``, ``next_seed``, ``stopped`` ("count", "time-limit",
-    "cuda-context-lost"; "hung" when a case never returned: see :class:`Watchdog`, the process
+    summary with ``device``, ``start``, ``next_seed``, ``stopped`` ("running" in the files written
+    meanwhile; "count", "time-limit", "cuda-context-lost"; "hung" when a case never returned: see :class:`Watchdog`, the process
     then exits with status 3) and ``wall_s``."""
     summ, t0 = Summary(), time.time()
     deadline = t0 + time_limit if time_limit else None
-    stopped, nxt = "count", start + count
+    stopped, nxt = "running", start   # what the JSON says while the run goes on
 
     def write() -> dict:
         d = dict(summ.to_dict(), device=DEVICE, start=start, next_seed=nxt, stopped=stopped,
@@ -628,11 +628,14 @@ def run_seeds(start: int, count: int, out: Path, limit: int, time_limit: float =
             stopped, nxt = "time-limit", seed
             break
         summ.add(rec)
+        nxt = seed + 1
         if rec.get("cuda_lost"):
-            stopped, nxt = "cuda-context-lost", seed + 1
+            stopped = "cuda-context-lost"
             break
         if n % 20 == 19:
             write()
+    else:
+        stopped = "count"
     return write()
 
 
