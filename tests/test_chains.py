@@ -9,6 +9,8 @@
   statistics between two GEMMs get row kernels of their own (``rows_between_gemms``).
 - grouped weights (max pooling, group norm over output columns): the GEMM's own kernel runs in grouped order.
 - column statistics of a GEMM (batch norm of a Linear): kernels of 32 columns per program (``gemm_then_columns``).
+- epilogues (``plan/epilogues.py``): a materialised GEMM's buffer holds the elementwise expression every reader
+  applies to it (a second GEMM's activation is computed once, not once per output tile).
 - fp32 TN (``A.T @ B``, both operands MN-major): one operand is copied K-major before the call
   (``plan/staging.py``), so the tensor-core fp32 path applies.
 """
@@ -351,3 +353,49 @@ def test_column_statistics_of_a_gemm_get_narrow_column_kernels(dtype, gen):
     small = narrow.replace(access="pointer", tile={"i": 16, "j": 16, "k": 16}, split={"i": 2},
                            stages={st: narrow.stage(st).replace(tile={"i": 8, "j": 8}) for st in ("mean0", "mean1")})
     check(linear_batch_norm, (X, W), small)
+
+
+# ----------------------------------------------------------------------------------------------
+# a materialised GEMM stores its epilogue
+# ----------------------------------------------------------------------------------------------
+@dt.algorithm
+def silu_mlp(X: T["M", "K"], W: T["N", "K"], b: T["N"], W2: T["P", "N"]):
+    i, j, k, p = dt.axes("i j k p")
+    y = dt.sum(X[i, k] * W[j, k], over=k) + b[j]
+    return dt.sum(y * dt.sigmoid(y) * W2[p, j], over=j)[i, p]
+
+
+MLP_SCHED = dt.Schedule(grid=("i", "p"), tile={"i": 16, "p": 16, "j": 16},
+                        stages={"sum0": dt.StageSchedule(place="materialize", grid=("i", "j"),
+                                                         tile={"i": 16, "j": 16, "k": 16})})
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_second_gemm_reads_the_stored_activation(dtype, gen):
+    """silu(X @ W.T + b) @ W2.T: y is used twice inside the activation; the whole activation is stored once
+    (the second GEMM's kernel reads it instead of recomputing sigmoid per output tile)."""
+    X, W, b = _args(37, 48, 61, dtype, gen)
+    W2 = randn(29, 61, dtype=dtype, gen=gen, scale=61 ** -0.5)
+    prog = _program(silu_mlp, MLP_SCHED, (X, W, b, W2))
+    buf = prog.buffers["buf_sum0"]
+    assert "holds" in buf.reason and "sigmoid" in buf.reason and buf.dtype == str(dtype)[6:]
+    src = dt.compile(silu_mlp, MLP_SCHED).source_for(X, W, b, W2)
+    out_kernel = src[src.index("def silu_mlp_out"):]
+    assert "tl.exp" not in out_kernel and "tl.sigmoid" not in out_kernel and "b_ptr" not in out_kernel
+    check(silu_mlp, (X, W, b, W2), MLP_SCHED, tol=2 * TOL[dtype] if dtype != torch.float32 else None)
+
+
+def test_epilogue_stops_at_statistics_and_materialised_readers(gen):
+    args = _args(37, 48, 64, torch.float16, gen)
+    W2 = randn(29, 64, dtype=torch.float16, gen=gen, scale=0.125)
+    # softmax between two GEMMs: only y = sum0 + b moves (exp(y - max) reads a statistic)
+    sched = dt.Schedule(grid=("i", "p"), tile={"i": 16, "p": 16, "j": 16},
+                        stages={"sum0": dt.StageSchedule(place="materialize", grid=("i", "j"),
+                                                         tile={"i": 16, "j": 16, "k": 16})})
+    reason = _program(softmax_linear, sched, (*args, W2)).buffers["buf_sum0"].reason
+    assert "holds" in reason and "exp" not in reason.split("holds")[1].split(", the")[0]
+    check(softmax_linear, (*args, W2), sched, tol=2 * TOL[torch.float16])
+    # a statistic in a kernel of its own reads the GEMM: nothing moves (it would rebuild a stage others read)
+    prog = _program(linear_layer_norm, STATS_APART, args[:2])
+    assert "holds" not in prog.buffers["buf_sum0"].reason
+    check(linear_layer_norm, args[:2], STATS_APART)

@@ -3,7 +3,8 @@
 Buffers are fp32 by default (float64 in a float64 call, int64 for an arg-reduction's indices).
 One kind is narrowed: in a call whose inputs and outputs are all one 16-bit dtype, a
 materialised *contraction* (a sum of products, the GEMM of a chain such as ``softmax(X @ W.T)``)
-whose factors read only tensors of that dtype is stored in it, as torch stores a Linear's output
+whose factors read only tensors of that dtype is stored in it (also when the buffer holds the
+GEMM's epilogue over tensors of that dtype, :mod:`dtriton.plan.epilogues`), as torch stores a Linear's output
 before the next operator reads it. The buffer holds an activation-sized tile (rows x columns),
 so this halves the bytes the chain writes and reads back; its value is rounded once to the
 precision the result is delivered in anyway (relative 2**-11 for fp16, 2**-8 for bf16), and
@@ -40,12 +41,12 @@ def narrow_dtype(dtypes: Mapping[str, torch.dtype], out_dtypes: Mapping[str, tor
     return name if name in NARROW_DTYPES else None
 
 
-def _reads_only(r: Reduce, dtypes: Mapping[str, torch.dtype], dtype: str) -> bool:
-    """Every tensor the summed value of ``r`` multiplies is of ``dtype`` and no reduction is
-    inside it (index expressions such as ``W[labels[i], k]`` are not values: not visited)."""
+def _reads_only(e, dtypes: Mapping[str, torch.dtype], dtype: str) -> bool:
+    """Every tensor the value ``e`` reads is of ``dtype`` and no reduction is inside it (index
+    expressions such as ``W[labels[i], k]`` are not values: not visited)."""
     want = getattr(torch, dtype)
     seen = False
-    for n in walk([r.x], stop=lambda x: isinstance(x, (Load, Reduce))):
+    for n in walk([e], stop=lambda x: isinstance(x, (Load, Reduce))):
         if isinstance(n, Reduce):
             return False
         if isinstance(n, Load):
@@ -53,6 +54,16 @@ def _reads_only(r: Reduce, dtypes: Mapping[str, torch.dtype], dtype: str) -> boo
                 return False
             seen = True
     return seen
+
+
+def _stored_gemm(e, gemms, dtypes: Mapping[str, torch.dtype], dtype: str) -> bool:
+    """``e`` (a buffer's stored value) is a contraction of ``dtype`` tensors, or an elementwise
+    expression of one (its epilogue, :mod:`dtriton.plan.epilogues`) over ``dtype`` tensors."""
+    rs = [n for n in walk([e], stop=lambda x: isinstance(x, Reduce)) if isinstance(n, Reduce)]
+    if len(rs) != 1 or rs[0].name not in gemms or not _reads_only(rs[0].x, dtypes, dtype):
+        return False
+    return e is rs[0] or all(dtypes[n.tensor.name] == getattr(torch, dtype)
+                             for n in walk([e], stop=lambda x: isinstance(x, (Load, Reduce))) if isinstance(n, Load))
 
 
 def plan_buffers(prog: Program, alg: Algorithm, dtypes: Mapping[str, torch.dtype],
@@ -70,13 +81,12 @@ def plan_buffers(prog: Program, alg: Algorithm, dtypes: Mapping[str, torch.dtype
         for st in k.stores:
             b = prog.buffers.get(st.target)
             r = st.expr
-            if b is None or not isinstance(r, Reduce) or b.dtype != "float32":
-                continue
-            if b.zero or b.partials or r.name not in gemms or not _reads_only(r, dtypes, dtype):
+            if b is None or b.dtype != "float32" or b.zero or b.partials or not _stored_gemm(r, gemms, dtypes, dtype):
                 continue
             b.dtype = st.dtype = dtype
-            b.reason = (f"a contraction of {dtype} tensors in a call whose outputs are {dtype} (rounded once, "
-                        "as torch stores a Linear's output)")
+            why = (f"a contraction of {dtype} tensors in a call whose outputs are {dtype} (rounded once, as torch "
+                   "stores a Linear's output)")
+            b.reason = f"{why}; {b.reason}" if b.reason else why
             out[b.name] = b.reason
     return out
 

@@ -19,6 +19,7 @@ from .access import plan_access, plan_eviction, plan_floor_ops, plan_read_masks
 from .blockreduce import plan_block_reduce
 from .bounds import plan_bounds, plan_reverse_order
 from .buffers import plan_buffers, plan_int_buffers
+from .epilogues import move_epilogues
 from .callspec import CallSpec
 from .dots import dot_only_axes, plan_dots
 from .kernel import KernelPlan, Program
@@ -66,8 +67,8 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
 
 def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) -> Program:
     """Lower ``alg`` under the complete schedule ``sched`` for a call with binding ``b`` and facts
-    ``spec``: a :class:`Program` whose kernels carry every decision (buffer dtypes first:
-    :func:`dtriton.plan.buffers.plan_buffers`). Two-pass variances the schedule loops over become
+    ``spec``: a :class:`Program` whose kernels carry every decision (first what buffers hold,
+    :func:`dtriton.plan.epilogues.move_epilogues`, and their dtypes, :mod:`dtriton.plan.buffers`). Two-pass variances the schedule loops over become
     one pass before lowering (:func:`one_pass_statistics`)."""
     out_dtypes = {o.name: d for o, d in zip(alg.outputs, b.out_dtypes)}
     # the call's masked reads name nodes by position in the algorithm as traced (the rewrite
@@ -78,8 +79,9 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
         alg = base2_exponents(alg, lambda r: True)
     prog = lower(alg, sched, b.axis_sizes, {k: str(v).replace("torch.", "") for k, v in out_dtypes.items()},
                  f64=kernel_f64(b.dtypes.values(), b.out_dtypes))
-    plan_buffers(prog, alg, b.dtypes, out_dtypes)
     plan_int_buffers(prog, integer_reductions([o.expr for o in alg.outputs], b.dtypes))
+    move_epilogues(prog, alg)   # (float buffers only: after the integer ones are marked)
+    plan_buffers(prog, alg, b.dtypes, out_dtypes)
     return decide(prog, sched, b.dtypes, out_dtypes, spec.interpret, spec.i64, spec.tma_ok, dict(spec.hints),
                   spec.note(alg, sched.access == "tma"), dict(spec.unit_dims), masked)
 

@@ -1,0 +1,99 @@
+"""A materialised GEMM stores its epilogue: the elementwise expression every reader applies to it.
+
+A GEMM (a contraction) materialised for later kernels is read back through the same elementwise
+expression by each of them: ``relu(X @ W.T + b)`` feeding a second GEMM, ``gelu(X @ W.T + b)`` in a
+transformer MLP, ``X @ W.T + b`` under a softmax. Stored as the bare sum, that expression is
+recomputed wherever the buffer is read, and a second GEMM reads every element once per tile of its
+own output (32 times for 4096 outputs in tiles of 128): the GELU's tanh over the whole buffer 32
+times (gelu_mlp_residual at 0.26x torch.compile on the H200, bench/results/issue14/
+chains_fp16_h200.md). :func:`move_epilogues` stores the expression instead, once, in the GEMM's
+kernel (as torch stores the activation), and the readers read it where they read the sum.
+
+The expression moved is the largest ``E`` such that every path from the readers to the GEMM passes
+through ``E``, built of elementwise nodes over exactly the GEMM's axes whose other operands read no
+reduction (inputs and constants only: a bias ``b[j]``, a scale). Statistics computed after the GEMM
+(a softmax's max) stop it. Only plain buffers (not split, not a mean divided on read) whose readers
+fuse every other reduction they rebuild (no materialised stage is rebuilt) are changed.
+"""
+
+from __future__ import annotations
+
+from ..ir import Algorithm, Expr, Load, Reduce, contractions, fmt, walk
+from .kernel import KernelPlan, Program
+
+__all__ = ["move_epilogues"]
+
+
+def _only_reduce(n: Expr, r: Reduce) -> bool:
+    """The only reduction ``n`` reads is ``r`` (inputs, constants, axes and elementwise nodes besides)."""
+    return not any(isinstance(x, Reduce) and x is not r for x in walk([n], stop=lambda x: x is r))
+
+
+def _reaches(roots: list[Expr], target: Expr, avoid: Expr, stop: set[int]) -> bool:
+    """``target`` is reachable from ``roots`` on a path that does not pass through ``avoid``."""
+    return any(x is target for x in walk(roots, stop=lambda x: x is avoid or (x.uid in stop and x is not target)))
+
+
+def _substitute(n: Expr, old: Expr, new: Expr, memo: dict[int, Expr], stop: set[int]) -> Expr:
+    """``n`` with the node ``old`` replaced by ``new`` (shared subtrees rebuilt once; materialised
+    reductions, ``stop``, are read from their buffers: kept as they are)."""
+    if n is old:
+        return new
+    if n.uid in stop:
+        return n
+    if n.uid in memo:
+        return memo[n.uid]
+    kids = n.children()
+    got = [_substitute(c, old, new, memo, stop) for c in kids]
+    out = n if all(a is b for a, b in zip(got, kids)) else n.rebuild(got)
+    memo[n.uid] = out
+    return out
+
+
+def _epilogue(r: Reduce, readers: list[KernelPlan], stop: set[int]) -> Expr | None:
+    """The largest expression every reader applies to ``r`` (see the module docstring), or None:
+    among the elementwise nodes over exactly r's axes that read no other reduction, those every path
+    from the readers to ``r`` passes through (its dominators); the one highest up."""
+    roots = [st.expr for k in readers for st in k.stores]
+    seen = list(walk(roots, stop=lambda x: x.uid in stop and x is not r))
+    cands = [n for n in seen if n is not r and not isinstance(n, (Reduce, Load)) and set(n.axes) == set(r.axes)
+             and any(x is r for x in walk([n], stop=lambda x: x.uid in stop)) and _only_reduce(n, r)]
+    doms = [c for c in cands if not _reaches(roots, r, c, stop)]
+    if not doms:
+        return None
+    return max(doms, key=lambda c: sum(1 for _ in walk([c])))
+
+
+def move_epilogues(prog: Program, alg: Algorithm) -> dict[str, str]:
+    """Store each materialised contraction's common epilogue in its buffer (in place: the writing
+    store's expression, the readers' expressions, ``BufferSpec.reason``). Returns buffer name ->
+    the expression it now holds (as text)."""
+    gemms = contractions(alg)
+    tops = {st.expr.uid for k in prog.kernels for st in k.stores
+            if st.target in prog.buffers and isinstance(st.expr, Reduce)}
+    done: dict[str, str] = {}
+    for w in prog.kernels:
+        for st in w.stores:
+            b, r = prog.buffers.get(st.target), st.expr
+            if (b is None or not isinstance(r, Reduce) or r.name not in gemms or b.partials or b.zero
+                    or b.scale_count or b.dtype != "float32"):
+                continue
+            readers = [k for k in prog.kernels if r.uid in k.materialized]
+            # a reader that writes another buffer would rebuild a materialised stage (others key it by id)
+            if not readers or any(s.expr.uid in tops for k in readers for s in k.stores):
+                continue
+            stop = {u for k in prog.kernels for u in k.materialized}
+            e = _epilogue(r, readers, stop)
+            if e is None:
+                continue
+            st.expr = e
+            for k in readers:
+                memo: dict[int, Expr] = {}
+                for s in k.stores:
+                    s.expr = _substitute(s.expr, e, r, memo, stop)
+                for old, new in memo.items():
+                    if isinstance(new, Reduce) and old in prog.stage_labels:
+                        prog.stage_labels[new.uid] = prog.stage_labels[old]
+            b.reason = f"holds {fmt(e, limit=None)}, the expression every reader applies to stage {r.name}"
+            done[b.name] = fmt(e, limit=None)
+    return done
