@@ -399,3 +399,16 @@ def test_epilogue_stops_at_statistics_and_materialised_readers(gen):
     prog = _program(linear_layer_norm, STATS_APART, args[:2])
     assert "holds" not in prog.buffers["buf_sum0"].reason
     check(linear_layer_norm, args[:2], STATS_APART)
+
+
+@pytest.mark.parametrize("V,K,C", [(1, 1, 1), (37, 5, 3)])
+def test_epilogue_shared_by_an_output_and_a_direct_split_reader(V, K, C, gen):
+    """The diffusion layer: out1 = exp(-evals t) * (basis^T x mass) is also the factor out0's split-K sum reads
+    (a kernel whose map still names the split sum after it became a direct output): the buffer holds it once,
+    both readers read it (found by the random-schedule test of test_multistage)."""
+    from conftest import spatial_diffusion
+    args = [randn(V, K, gen=gen), randn(V, C, gen=gen), torch.rand(V, generator=gen), torch.rand(K, generator=gen),
+            torch.rand(C, generator=gen)]
+    s = dt.Schedule(tile={"c": 1, "k": 1, "v": 1}, grid=("v", "c"), split={"k": 2}, split_mode="atomic")
+    assert "holds" in _program(spatial_diffusion, s, args).buffers["buf_sum0"].reason
+    check(spatial_diffusion, args, s)

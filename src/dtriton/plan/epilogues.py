@@ -82,7 +82,8 @@ def move_epilogues(prog: Program, alg: Algorithm) -> dict[str, str]:
             # a reader that writes another buffer would rebuild a materialised stage (others key it by id)
             if not readers or any(s.expr.uid in tops for k in readers for s in k.stores):
                 continue
-            stop = {u for k in prog.kernels for u in k.materialized}
+            # (a kernel's map may name a reduction that became a direct split-K output: not a buffer)
+            stop = {u for k in prog.kernels for u, bs in k.materialized.items() if bs.name in prog.buffers}
             e = _epilogue(r, readers, stop)
             if e is None:
                 continue

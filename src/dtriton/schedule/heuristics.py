@@ -13,6 +13,12 @@ Rules (documented so users can predict them):
   gets 64x64 tiles of its own, split so about two waves of programs run, and an
   "auto" precision becomes "tf32x3" (tensor cores where both operands read the reduced axis as
   rows, which "auto" would run as FMA dots).
+- GEMM chains (:mod:`.dot_rules`, on the GPU, for schedules that set no layout): a GEMM followed by
+  row statistics of its output runs as the GEMM plus one row kernel (``gemm_then_rows``; per-row
+  reductions free of the GEMM, cross entropy's gathered target, join it); row statistics between
+  two GEMMs get row kernels of their own (``rows_between_gemms``); column statistics of a GEMM
+  get kernels of 32 columns (``gemm_then_columns``); a GEMM with a weight viewed as groups
+  (pooling, group norm over output columns) runs its own kernel in grouped order.
 - Row-wise stages (axes both reduced and kept in the output, as in softmax, layer norm, or batch
   norm's (n, h, w)) keep those axes off the grid. The axes a program covers are taken innermost
   first (the axis indexing an input's last dim first): all "whole" (one block covers them, the
