@@ -14,10 +14,11 @@ manual`` (the hand-written backward algorithms), eager and torch.compile.
 
 Every row is checked against float64 eager PyTorch first (relative norm error of ``out``, and of
 both gradients for fwd+bwd). Times: ``kernel`` = CUDA-graph replay of 20 forward calls / 20 (launch
-gaps hidden; fwd+bwd: :func:`dtriton.tune.measure.warm_gpu_time`, GPU time of a step with the
-launches queued behind a spin), ``call`` = plain Python calls synchronised at the end (host
-overhead included). ``kernels`` counts the CUDA kernels a call launches (torch.profiler; for
-fwd+bwd: those of the backward). The floor column is bytes / 4.8 TB/s (x, basis twice, out).
+gaps hidden; fwd+bwd: GPU busy time, the sum of the step's kernel times from torch.profiler: a
+step's host time exceeds its GPU time, so a timed replay measures the host), ``call`` = plain
+Python calls synchronised at the end (host overhead included). ``kernels`` counts the CUDA
+kernels a call launches (torch.profiler; for fwd+bwd: those of the backward, the loss's
+``sum(out * w)`` backward included: a fill and a multiply). The floor column is bytes / 4.8 TB/s (x, basis twice, out).
 
 ``--plans`` prints the GPU plans of every V (kernels, grid, split, partials or atomics, dot
 precision) without a GPU. ``--dry-run`` runs everything on the CPU interpreter at tiny shapes.
@@ -43,7 +44,6 @@ from dtriton.examples.diffusionnet.layer import (DiffusionKernels, spatial_diffu
                                                  torch_spatial_diffusion)
 from dtriton.examples.diffusionnet.plans import format_plans, gpu_program, layer_plans  # noqa: E402
 from dtriton.library import spatial_diffusion  # noqa: E402
-from dtriton.tune.measure import warm_gpu_time  # noqa: E402
 
 HBM_TBPS = 4.8
 ROWS: list[dict] = []
@@ -89,12 +89,13 @@ def rel(a: torch.Tensor, r: torch.Tensor) -> float:
     return suite.relerr(a.detach().cpu(), r.detach().cpu())
 
 
-def profile_kernels(fn, before=None, reps: int = 1) -> tuple[int | None, str]:
+def profile_kernels(fn, before=None, reps: int = 1) -> tuple[int | None, str, float | None]:
     """CUDA kernels launched by one ``fn()`` (after ``before()``, whose kernels are not counted;
-    then ``fn(before())``), and their GPU times: "name µs, ..." per kernel (mean over ``reps``
-    calls, names without the algorithm's prefix). (None, "") on the CPU."""
+    then ``fn(before())``), their GPU times: "name µs, ..." per kernel (mean over ``reps`` calls,
+    names without the algorithm's prefix), and the GPU busy time of one call (the sum of its
+    kernels' times: no launch gaps, no host time). (None, "", None) on the CPU."""
     if suite.DRY:
-        return None, ""
+        return None, "", None
     from torch.profiler import ProfilerActivity, profile   # noqa: PLC0415
     states = [before() if before else None for _ in range(reps)]
     torch.cuda.synchronize()
@@ -109,7 +110,8 @@ def profile_kernels(fn, before=None, reps: int = 1) -> tuple[int | None, str]:
             count += 1
             short = e.name.replace("spatial_diffusion_", "")[:40]
             times[short] = times.get(short, 0.0) + e.time_range.elapsed_us() / reps
-    return count // reps, ", ".join(f"{k} {v:.1f}" for k, v in sorted(times.items(), key=lambda kv: -kv[1]))
+    text = ", ".join(f"{k} {v:.1f}" for k, v in sorted(times.items(), key=lambda kv: -kv[1]))
+    return count // reps, text, sum(times.values())
 
 
 def count_kernels(fn, before=None) -> int | None:
@@ -143,7 +145,7 @@ def forward_rows(V, args, budget, use_compile, probe):
         try:
             out, spectral = k(*args)
             sched = k.schedule_for(*args).to_json()
-            nk, per = profile_kernels(lambda: k(*args), reps=10)
+            nk, per, _ = profile_kernels(lambda: k(*args), reps=10)
             add(V, "forward", name, suite.graph_time_us(lambda: k(*args)), suite.call_time_us(lambda: k(*args)),
                 rel(out, ref), nk, f"{note}: {sched}" + (f" — per kernel µs: {per}" if per else ""))
         except Exception as e:  # noqa: BLE001 - one failing row must not hide the others
@@ -180,14 +182,14 @@ def backward_rows(V, args, use_compile):
             g = _step(f, args, w)
             err = max(rel(a, r) for a, r in zip(g, gref))
             step = lambda: _step(f, args, w)  # noqa: E731
-            kern = None if suite.DRY else warm_gpu_time(step)[0] * 1e3
+            busy = profile_kernels(step, reps=5)[2]     # the step's kernels, without host gaps
 
             def fwd_only():
                 x, basis, mass, evals, times = args
                 x, times = x.detach().requires_grad_(), times.detach().requires_grad_()
                 return (f(x, basis, mass, evals, times) * w).sum(), x, times
-            nb, per = profile_kernels(lambda st: st[0].backward(), before=fwd_only, reps=5)
-            add(V, "fwd+bwd", name, kern, suite.call_time_us(step, n=20), err, nb,
+            nb, per, _ = profile_kernels(lambda st: st[0].backward(), before=fwd_only, reps=5)
+            add(V, "fwd+bwd", name, busy, suite.call_time_us(step, n=20), err, nb,
                 f"backward per kernel µs: {per}" if per else "")
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()
@@ -196,9 +198,9 @@ def backward_rows(V, args, use_compile):
 
 def table(meta) -> str:
     lines = ["# Spatial diffusion fp32 K=C=128 (issue 15)", "", f"{meta}", "",
-             "kernel = CUDA-graph replay (fwd) / warm GPU time (fwd+bwd); call = plain synchronised calls; "
+             "kernel = CUDA-graph replay (fwd) / GPU busy time, the sum of the step's kernel times (fwd+bwd); call = plain synchronised calls; "
              "speed-up = best torch (eager or torch.compile) kernel time / this kernel time; kernels: launched "
-             "per forward, per backward for fwd+bwd; floor: bytes (x, basis twice, out) / 4.8 TB/s", "",
+             "per forward, per backward for fwd+bwd (with the loss's fill and multiply); floor: bytes (x, basis twice, out) / 4.8 TB/s", "",
              "| V | pass | impl | kernel µs | call µs | speed-up (kernel) | speed-up (call) | kernels | rel err | floor µs | schedule / note |",
              "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in ROWS:
