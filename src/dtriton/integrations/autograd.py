@@ -182,6 +182,7 @@ class DifferentiableKernel:
         self.group = group
         self.save = save
         self._bwd: dict[frozenset, tuple[GradientAlgorithms, list[_Runner]]] = {}
+        self._zeros: dict[tuple, torch.Tensor] = {}   # (dtype, device) -> a 0-d zero, expanded for absent gradients
         self._fwd_runner = _Runner(self.algorithm, getattr(kernel, "schedule", None), kernel)
         self._aug = _saving_forward(self.algorithm, getattr(kernel, "schedule", None), save)
         self._save_ok: dict[tuple, bool] = {}   # "auto": call signature -> whether saving costs no kernel
@@ -256,6 +257,15 @@ class DifferentiableKernel:
         n = len(self.algorithm.outputs)
         return res[:n], res[n:]
 
+    def _zero(self, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """A cached 0-d zero of ``dtype`` on ``device`` (the gradient of an output that receives none,
+        expanded to its shape: the backward kernels only read it)."""
+        key = (dtype, device)
+        z = self._zeros.get(key)
+        if z is None:
+            z = self._zeros[key] = torch.zeros((), dtype=dtype, device=device)
+        return z
+
     def run_backward(self, args, grads, saved, wrt: Sequence[str]) -> dict[str, torch.Tensor | None]:
         """Gradients wrt the inputs named ``wrt`` for upstream gradients ``grads`` (one per output,
         ``None`` for zero). Returns ``{name: gradient or None}`` (None: structurally zero)."""
@@ -272,7 +282,7 @@ class DifferentiableKernel:
                     outs = output_specs(alg, args)
                 shape, dt = outs[k]
                 dev = next(a.device for a in args if isinstance(a, torch.Tensor))
-                g = torch.zeros(shape, dtype=dt, device=dev)
+                g = self._zero(dt, dev).expand(shape)   # read-only: no fill kernel per step
             fixed.append(g)
         bargs = list(args) + fixed + list(saved)
         res: dict[str, torch.Tensor | None] = {n: None for n in wrt}
