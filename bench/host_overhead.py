@@ -1,39 +1,110 @@
 """Host time of forward+backward steps (issue 15): how much of grad_bench's fwd+bwd time is the host.
 
-    PYTHONPATH=src python3 bench/host_overhead.py [--out DIR] [--dry-run]
+    PYTHONPATH=src python3 bench/host_overhead.py [--out DIR] [--dry-run | --host-only]
 
-For softmax (fp16) and layer norm (fp16), at a tiny shape (the GPU work is negligible: the step's time
-is the host's) and at grad_bench's shape, times one step (forward, the weighted-sum loss, backward)
-three ways for dtriton, eager PyTorch and torch.compile: wall time per step with a synchronisation
-after each (host + GPU, serial), do_bench's time (what grad_bench reports), and the GPU time of the
-step's kernels from torch.profiler. Prints one table (µs per step).
+One step is grad_bench's: forward, the weighted-sum loss, backward. For softmax and layer norm (fp16)
+and cross-entropy (fp32), at a tiny shape (the GPU work is negligible: the step's time is the host's)
+and at grad_bench's shape, it times one step three ways for dtriton, eager PyTorch and torch.compile:
+wall time per step with a synchronisation after each (host + GPU, serial), do_bench's time (what
+grad_bench reports), and the GPU time of the step's kernels from torch.profiler (the largest kernels
+are listed by name). For dtriton it also gives the host time inside dtriton per step: the
+differentiable call (``autograd.Function`` + forward launch) and the backward's ``run_backward``
+(derived kernels' launches), medians over the wall loop.
+
+``--host-only`` (CPU, no GPU needed): runs the GPU code path (plans, fast launchers) on CPU tensors
+with every kernel launch replaced by a no-op, and prints the host µs of dtriton's forward (no grad),
+of its differentiable call and of its backward, and of a whole step (the loss's CPU ops included).
+``--dry-run``: one step of each implementation on the CPU interpreter at tiny shapes.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
+from collections import defaultdict
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dtriton as dt  # noqa: E402
-from algorithms import layer_norm, softmax  # noqa: E402
+from algorithms import cross_entropy, layer_norm, softmax  # noqa: E402
+from dtriton.integrations.autograd import DifferentiableKernel  # noqa: E402
 
 
 def cases(dev, dry):
+    """(label, algorithm, input maker, eager function, indices of the inputs with gradients)."""
     h = torch.float16
     big = (64, 64) if dry else (4096, 4096)
-    yield "softmax fp16 8x64", softmax, lambda: (torch.randn(8, 64, device=dev, dtype=h),), \
-        lambda X: torch.softmax(X, -1), (0,)
-    yield f"softmax fp16 {big[0]}x{big[1]}", softmax, lambda: (torch.randn(*big, device=dev, dtype=h),), \
-        lambda X: torch.softmax(X, -1), (0,)
+    ln_big = (64, 64) if dry else (4096, 8192)
+    ce_big = (64, 64) if dry else (4096, 32768)
     ln = (lambda X, w, b: torch.nn.functional.layer_norm(X, (X.shape[-1],), w, b, 1e-5))
-    yield "layer_norm fp16 8x64", layer_norm, lambda: (torch.randn(8, 64, device=dev, dtype=h),
-                                                       torch.randn(64, device=dev, dtype=h),
-                                                       torch.randn(64, device=dev, dtype=h)), ln, (0, 1, 2)
+    ce = (lambda X, labels: torch.nn.functional.cross_entropy(X, labels, reduction="none"))
+
+    def ln_in(m, n):
+        return lambda: (torch.randn(m, n, device=dev, dtype=h), torch.randn(n, device=dev, dtype=h),
+                        torch.randn(n, device=dev, dtype=h))
+
+    def ce_in(m, n):
+        return lambda: (torch.randn(m, n, device=dev), torch.randint(0, n, (m,), device=dev))
+    for m, n in ((8, 64), big):
+        yield f"softmax fp16 {m}x{n}", softmax, lambda m=m, n=n: (torch.randn(m, n, device=dev, dtype=h),), \
+            (lambda X: torch.softmax(X, -1)), (0,)
+    for m, n in ((8, 64), ln_big):
+        yield f"layer_norm fp16 {m}x{n}", layer_norm, ln_in(m, n), ln, (0, 1, 2)
+    for m, n in ((8, 64), ce_big):
+        yield f"cross_entropy fp32 {m}x{n}", cross_entropy, ce_in(m, n), ce, (0,)
+
+
+class HostTimer:
+    """Times dtriton's differentiable call and its backward (``run_backward``) per call, in µs, by
+    wrapping the two public methods of :class:`DifferentiableKernel` (restored by :meth:`close`)."""
+
+    def __init__(self):
+        self.times = defaultdict(list)
+        self.saved = {}
+        for name, label in (("__call__", "dtriton call (fwd)"), ("run_backward", "dtriton run_backward")):
+            orig = self.saved[name] = getattr(DifferentiableKernel, name)
+            setattr(DifferentiableKernel, name, self._timed(orig, label))
+
+    def _timed(self, orig, label):
+        def timed(*a, **k):
+            t0 = time.perf_counter_ns()
+            r = orig(*a, **k)
+            self.times[label].append((time.perf_counter_ns() - t0) / 1e3)
+            return r
+        return timed
+
+    def medians(self) -> dict[str, float]:
+        return {k: statistics.median(v) for k, v in self.times.items()}
+
+    def close(self):
+        for name, orig in self.saved.items():
+            setattr(DifferentiableKernel, name, orig)
+
+
+def null_launches():
+    """Make CPU calls take the GPU code path (planning, fast launchers) without running anything:
+    the backend choice says "gpu", launches return a compiled-kernel stand-in whose ``run`` does
+    nothing, and Triton's driver reports stream 0."""
+    import dtriton.runtime.kernel as runtime_kernel
+    from triton.runtime import driver
+
+    class Compiled:
+        function = packed_metadata = None
+
+        def run(self, *args):
+            return None
+
+    class Driver:
+        def get_current_stream(self, index):
+            return 0
+    driver.set_active(Driver())
+    runtime_kernel.backend_for = lambda device: "gpu"
+    dt.backends.default_backend().launch = lambda fn, programs, args, meta, interpret: Compiled()
+    torch.cuda.current_device = lambda: 0
 
 
 def step_fn(f, inputs, grad_idx, weights):
@@ -45,23 +116,32 @@ def step_fn(f, inputs, grad_idx, weights):
         o = f(*ins)
         oo = o if isinstance(o, tuple) else (o,)
         sum((x.float() * w).sum() for x, w in zip(oo, weights)).backward()
-    return step
+
+    def forward():
+        with torch.no_grad():
+            f(*ins)
+    return step, forward
 
 
-def wall_us(step, dev, n):
+def per_call_us(fn, dev, n, repeats=1):
+    """Best of ``repeats`` mean µs per call over ``n`` calls (a synchronisation after each on CUDA)."""
     for _ in range(3):
-        step()
-    if dev == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        step()
+        fn()
+    best = float("inf")
+    for _ in range(repeats):
         if dev == "cuda":
             torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / n * 1e6
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+            if dev == "cuda":
+                torch.cuda.synchronize()
+        best = min(best, (time.perf_counter() - t0) / n * 1e6)
+    return best
 
 
 def gpu_us(step):
+    """GPU µs per step from torch.profiler, and the five largest kernels (name, µs per step)."""
     from torch.profiler import ProfilerActivity, profile
     step()
     torch.cuda.synchronize()
@@ -69,36 +149,78 @@ def gpu_us(step):
         for _ in range(5):
             step()
         torch.cuda.synchronize()
-    tot = sum(e.device_time_total for e in prof.key_averages() if e.device_time_total)
-    return tot / 5
+    ev = [(e.key, e.device_time_total / 5) for e in prof.key_averages() if e.device_time_total]
+    ev.sort(key=lambda x: -x[1])
+    return sum(t for _, t in ev), [(k[:40], round(t, 1)) for k, t in ev[:5]]
+
+
+def host_only(rows):
+    """The ``--host-only`` table: dtriton's host µs per call with launches that do nothing."""
+    null_launches()
+    for name, alg, make, eager, gidx in cases("cpu", True):
+        if " 8x64" not in name:
+            continue
+        inputs = make()
+        dk = dt.compile_autograd(alg)
+        outs = eager(*inputs)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        step, forward = step_fn(dk, inputs, gidx, [torch.randn(o.shape) for o in outs])
+        timer = HostTimer()
+        try:
+            t_step = per_call_us(step, "cpu", 200, repeats=5)
+            med = timer.medians()
+        finally:
+            timer.close()
+        row = dict(case=name, impl="dtriton (launches off)", forward_nograd_us=per_call_us(forward, "cpu", 200, 5),
+                   step_us=t_step, **{k + " us": v for k, v in med.items()})
+        rows.append(row)
+        print(f"{name:26s} forward (no grad) {row['forward_nograd_us']:7.1f} us   step {t_step:7.1f} us   "
+              + "   ".join(f"{k} {v:6.1f} us" for k, v in med.items()), flush=True)
+
+
+def measured(dry, rows):
+    """The wall / do_bench / GPU-kernel table (the GPU, or the interpreter with ``dry``)."""
+    dev = "cpu" if dry else "cuda"
+    for name, alg, make, eager, gidx in cases(dev, dry):
+        inputs = make()
+        outs = eager(*inputs)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        weights = [torch.randn(o.shape, device=dev) for o in outs]
+        impls = [("dtriton", dt.compile_autograd(alg)), ("eager", eager)]
+        if not dry:
+            impls.append(("torch.compile", torch.compile(eager)))
+        for impl, f in impls:
+            step, _ = step_fn(f, inputs, gidx, weights)
+            timer = HostTimer() if impl == "dtriton" else None
+            try:
+                row = dict(case=name, impl=impl, wall_us=per_call_us(step, dev, 1 if dry else 50))
+                if timer is not None:
+                    row.update({k + " us": v for k, v in timer.medians().items()})
+            finally:
+                if timer is not None:
+                    timer.close()
+            if not dry:
+                from triton.testing import do_bench
+                row["do_bench_us"] = do_bench(step, warmup=10, rep=50) * 1e3
+                row["gpu_us"], row["kernels"] = gpu_us(step)
+            rows.append(row)
+            host = "".join(f"  {k} {row[k + ' us']:6.1f} us" for k in ("dtriton call (fwd)", "dtriton run_backward")
+                           if k + " us" in row)
+            print(f"{name:28s} {impl:14s} wall/step {row['wall_us']:9.1f} us  do_bench {row.get('do_bench_us', float('nan')):9.1f} us"
+                  f"  GPU kernels {row.get('gpu_us', float('nan')):9.1f} us{host}  {row.get('kernels', '')}", flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="")
-    ap.add_argument("--dry-run", action="store_true")
+    ap.add_argument("--dry-run", action="store_true", help="the CPU interpreter, tiny shapes, one step each")
+    ap.add_argument("--host-only", action="store_true", help="CPU, kernel launches replaced by no-ops: host µs")
     a = ap.parse_args()
-    dev = "cpu" if a.dry_run else "cuda"
     rows = []
-    for name, alg, make, eager, gidx in cases(dev, a.dry_run):
-        inputs = make()
-        dk = dt.compile(alg)
-        outs = eager(*inputs)
-        outs = outs if isinstance(outs, tuple) else (outs,)
-        weights = [torch.randn(o.shape, device=dev) for o in outs]
-        impls = [("dtriton", dk), ("eager", eager)]
-        if not a.dry_run:
-            impls.append(("torch.compile", torch.compile(eager)))
-        for impl, f in impls:
-            step = step_fn(f, inputs, gidx, weights)
-            row = dict(case=name, impl=impl, wall_us=wall_us(step, dev, 1 if a.dry_run else 50))
-            if not a.dry_run:
-                from triton.testing import do_bench
-                row["do_bench_us"] = do_bench(step, warmup=10, rep=50) * 1e3
-                row["gpu_us"] = gpu_us(step)
-            rows.append(row)
-            print(f"{name:26s} {impl:14s} wall/step {row['wall_us']:9.1f} us  do_bench {row.get('do_bench_us', float('nan')):9.1f} us"
-                  f"  GPU kernels {row.get('gpu_us', float('nan')):9.1f} us", flush=True)
+    if a.host_only:
+        host_only(rows)
+    else:
+        measured(a.dry_run, rows)
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         with open(os.path.join(a.out, "host_overhead.json"), "w") as f:
