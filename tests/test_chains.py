@@ -80,6 +80,13 @@ def linear_batch_norm(X: T["M", "K"], W: T["N", "K"]):
 
 
 @dt.algorithm
+def linear_max_pool_sum(X: T["M", "K"], W_g: T["G", "C", "K"], b_g: T["G", "C"]):
+    i, g, c, k = dt.axes("i g c k")
+    pooled = dt.max(dt.sum(X[i, k] * W_g[g, c, k], over=k) + b_g[g, c], over=c)
+    return (dt.sum(pooled, over=g) * 0.5)[i]
+
+
+@dt.algorithm
 def relu_mlp(X: T["M", "K"], W: T["N", "K"], W2: T["P", "N"]):
     i, j, k, p = dt.axes("i j k p")
     h = dt.maximum(dt.sum(X[i, k] * W[j, k], over=k), 0.0)
@@ -412,3 +419,12 @@ def test_epilogue_shared_by_an_output_and_a_direct_split_reader(V, K, C, gen):
     s = dt.Schedule(tile={"c": 1, "k": 1, "v": 1}, grid=("v", "c"), split={"k": 2}, split_mode="atomic")
     assert "holds" in _program(spatial_diffusion, s, args).buffers["buf_sum0"].reason
     check(spatial_diffusion, args, s)
+
+
+def test_pooled_chain_is_not_taken_for_an_attention_backward():
+    """max over 16 pooled columns of a GEMM with two long free axes (i, g) is no attention score: the flash
+    backward rule took it for one (k tiles of 1, FMA loops) before scores had to be sums."""
+    big = (torch.empty(4096, 4096, dtype=torch.float16), torch.empty(512, 16, 4096, dtype=torch.float16),
+           torch.empty(512, 16, dtype=torch.float16))
+    s = _gpu_complete(linear_max_pool_sum, None, big)
+    assert s.tile["k"] == 64 and s.stage("sum0").grid == ("g", "i", "c") and s.stage("max0").place == "auto"

@@ -13,7 +13,7 @@ computed once per query row by a kernel of its own.
 
 from __future__ import annotations
 
-from ..ir import Algorithm, reduction_stages
+from ..ir import Algorithm, is_sum, reduction_stages
 from .draft import Draft
 from .schedule import StageSchedule
 
@@ -33,6 +33,8 @@ def flash_backward_pattern(alg: Algorithm, sizes) -> tuple[list[str], set[str], 
     outs = [set(o.layout) for o in alg.outputs]
     scores, heads, pair = [], set(), None
     for r in stages:
+        if not is_sum(r):   # scores are sums (Q.K, dO.V); a max over pooled columns is not (chains)
+            continue
         longs = [a for a in r.axes if sizes[a] > 256]
         if len(longs) != 2 or any(sizes[a] > 256 for a in r.over) or any(set(longs) <= o for o in outs):
             continue
