@@ -68,11 +68,18 @@ class _Runner:
             k = self._kernels[fp64] = Kernel(self.alg, sched)
         return k
 
-    def __call__(self, *args) -> tuple[torch.Tensor, ...]:
-        fp64 = any(isinstance(a, torch.Tensor) and a.dtype == torch.float64 for a in args)
+    def __call__(self, *args, fp64: bool | None = None) -> tuple[torch.Tensor, ...]:
+        """Run on ``args``; ``fp64``: whether a tensor argument is float64 (found out when None)."""
+        if fp64 is None:
+            fp64 = _has_fp64(args)
         self.last = self.kernel(fp64)
         r = self.last(*args)
         return r if isinstance(r, tuple) else (r,)
+
+
+def _has_fp64(args) -> bool:
+    """Whether a tensor among ``args`` is float64 (such calls accumulate in float64)."""
+    return any(isinstance(a, torch.Tensor) and a.dtype == torch.float64 for a in args)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -181,11 +188,12 @@ class DifferentiableKernel:
         self.backward_schedules = check_backward_schedules(self.algorithm, backward_schedules)
         self.group = group
         self.save = save
-        self._bwd: dict[frozenset, tuple[GradientAlgorithms, list[_Runner]]] = {}
+        self._bwd: dict[tuple, tuple[GradientAlgorithms, list[_Runner], list]] = {}
         self._zeros: dict[tuple, torch.Tensor] = {}   # (dtype, device) -> a 0-d zero, expanded for absent gradients
         self._fwd_runner = _Runner(self.algorithm, getattr(kernel, "schedule", None), kernel)
         self._aug = _saving_forward(self.algorithm, getattr(kernel, "schedule", None), save)
-        self._save_ok: dict[tuple, bool] = {}   # "auto": call signature -> whether saving costs no kernel
+        self._save_ok: dict[tuple, tuple[bool, bool]] = {}   # call signature -> (saves, has float64 inputs)
+        self.is_tensor = tuple(isinstance(p, InputTensor) for p in self.algorithm.params)
         self._last_runs: dict[str, list[_Runner]] = {"forward": [], "backward": []}
 
     def __repr__(self):
@@ -210,7 +218,12 @@ class DifferentiableKernel:
         return self._backward(wrt, self._aug is not None)[0]
 
     def _backward(self, wrt: Sequence[str] | None, saving: bool):
+        """(gradient algorithms, their runners, per runner the (input name, output index) pairs it
+        computes) for gradients wrt ``wrt``, cached per set (looked up without the lock first)."""
         key = (frozenset(wrt) if wrt is not None else None, saving)
+        hit = self._bwd.get(key)
+        if hit is not None:
+            return hit
         with _lock:
             hit = self._bwd.get(key)
             if hit is None:
@@ -220,7 +233,8 @@ class DifferentiableKernel:
                 for k, a in enumerate(ga.algorithms):
                     ins = [n for n, (ai, _) in ga.locate.items() if ai == k]
                     runners.append(_Runner(a, self._schedule_for(a, ins)))
-                hit = self._bwd[key] = (ga, runners)
+                picks = [[(n, oi) for n, (ai, oi) in ga.locate.items() if ai == k] for k in range(len(runners))]
+                hit = self._bwd[key] = (ga, runners, picks)
         return hit
 
     # -- execution -------------------------------------------------------------------------------
@@ -229,31 +243,37 @@ class DifferentiableKernel:
         (0 for a pass that has not run)."""
         return {k: sum(getattr(r.last, "launch_count", 0) for r in rs) for k, rs in self._last_runs.items()}
 
-    def _saves(self, args) -> bool:
-        """Whether this call's forward saves the statistics: always for an explicit ``save=``;
-        under ``"auto"``, when the saving forward runs in no more kernels than the plain one on
-        this call signature (a forward whose schedule cannot store them beside its outputs, such
-        as flash attention's, recomputes them in the backward instead)."""
-        if self.save != "auto":
-            return True
-        key = tuple((tuple(a.shape), a.dtype, a.device.type) if isinstance(a, torch.Tensor) else type(a) for a in args)
+    def _saves(self, args) -> tuple[bool, bool]:
+        """(whether this call's forward saves the statistics, whether a tensor argument is
+        float64), cached per call signature. It saves always for an explicit ``save=``; under
+        ``"auto"``, when the saving forward runs in no more kernels than the plain one on this
+        call signature (a forward whose schedule cannot store them beside its outputs, such as
+        flash attention's, recomputes them in the backward instead)."""
+        key = tuple((a.shape, a.dtype, a.device) if isinstance(a, torch.Tensor) else type(a) for a in args)
         hit = self._save_ok.get(key)
         if hit is None:
-            fp64 = any(isinstance(a, torch.Tensor) and a.dtype == torch.float64 for a in args)
-            counts = []
-            for runner in (self._fwd_runner, self._aug[0]):
-                k = runner.kernel(fp64)
-                counts.append(len(lower(runner.alg, k.schedule_for(*args), runner.alg.bind(args).axis_sizes).kernels))
-            hit = self._save_ok[key] = counts[1] <= counts[0]
+            fp64 = _has_fp64(args)
+            saves = True
+            if self.save == "auto":
+                counts = []
+                for runner in (self._fwd_runner, self._aug[0]):
+                    k = runner.kernel(fp64)
+                    counts.append(len(lower(runner.alg, k.schedule_for(*args), runner.alg.bind(args).axis_sizes).kernels))
+                saves = counts[1] <= counts[0]
+            hit = self._save_ok[key] = (saves, fp64)
         return hit
 
     def run_forward(self, args) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
         """Run the forward pass: ``(outputs, saved stage values)``."""
-        if self._aug is None or not self._saves(args):
+        if self._aug is None:
             self._last_runs["forward"] = [self._fwd_runner]
             return self._fwd_runner(*args), ()
+        saves, fp64 = self._saves(args)
+        if not saves:
+            self._last_runs["forward"] = [self._fwd_runner]
+            return self._fwd_runner(*args, fp64=fp64), ()
         self._last_runs["forward"] = [self._aug[0]]
-        res = self._aug[0](*args)
+        res = self._aug[0](*args, fp64=fp64)
         n = len(self.algorithm.outputs)
         return res[:n], res[n:]
 
@@ -272,7 +292,7 @@ class DifferentiableKernel:
         alg = self.algorithm
         if not wrt:
             return {}
-        ga, runners = self._backward(wrt, bool(saved))
+        ga, runners, picks = self._backward(wrt, bool(saved))
         self._last_runs["backward"] = runners
         outs = None
         fixed = []
@@ -284,16 +304,16 @@ class DifferentiableKernel:
                 dev = next(a.device for a in args if isinstance(a, torch.Tensor))
                 g = self._zero(dt, dev).expand(shape)   # read-only: no fill kernel per step
             fixed.append(g)
-        bargs = list(args) + fixed + list(saved)
-        res: dict[str, torch.Tensor | None] = {n: None for n in wrt}
+        bargs = (*args, *fixed, *saved)
+        res: dict[str, torch.Tensor | None] = dict.fromkeys(wrt)
         argmap = {p.name: a for p, a in zip(alg.params, args)}
-        for k, runner in enumerate(runners):
-            vals = runner(*bargs)
-            for n, (ai, oi) in ga.locate.items():
-                if ai == k:
-                    x = argmap[n]
-                    v = vals[oi]
-                    res[n] = v if v.dtype == x.dtype else v.to(x.dtype)
+        fp64 = _has_fp64(bargs)
+        for runner, pick in zip(runners, picks):
+            vals = runner(*bargs, fp64=fp64)
+            for n, oi in pick:
+                x = argmap[n]
+                v = vals[oi]
+                res[n] = v if v.dtype == x.dtype else v.to(x.dtype)
         return res
 
     def __call__(self, *args, out=None, **named):
@@ -318,8 +338,7 @@ class _DTFunction(torch.autograd.Function):
     def forward(ctx, dk: DifferentiableKernel, *args):
         with torch.no_grad():
             outs, saved = dk.run_forward(args)
-        alg = dk.algorithm
-        is_t = [isinstance(p, InputTensor) for p in alg.params]
+        is_t = dk.is_tensor
         ctx.dk = dk
         ctx.is_t = is_t
         ctx.scalars = [None if t else a for t, a in zip(is_t, args)]
