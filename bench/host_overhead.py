@@ -7,7 +7,8 @@ and cross-entropy (fp32), at a tiny shape (the GPU work is negligible: the step'
 and at grad_bench's shape, it times one step three ways for dtriton, eager PyTorch and torch.compile:
 wall time per step with a synchronisation after each (host + GPU, serial), do_bench's time (what
 grad_bench reports), and the GPU time of the step's kernels from torch.profiler (the largest kernels
-are listed by name). For dtriton it also gives the host time inside dtriton per step: the
+are listed by name). For softmax at grad_bench's shape, two probe rows run the backward with 1 and 4
+rows per program instead of the heuristic's 16 whole rows. For dtriton it also gives the host time inside dtriton per step: the
 differentiable call (``autograd.Function`` + forward launch) and the backward's ``run_backward``
 (derived kernels' launches), medians over the wall loop.
 
@@ -187,11 +188,18 @@ def measured(dry, rows):
         outs = outs if isinstance(outs, tuple) else (outs,)
         weights = [torch.randn(o.shape, device=dev) for o in outs]
         impls = [("dtriton", dt.compile_autograd(alg)), ("eager", eager)]
+        if alg is softmax and " 8x64" not in name:
+            # probes: the default backward keeps a 16-row tile of whole 4096-wide rows (two fp32 values
+            # live per element across the row sum: spills?); fewer rows per program
+            for rows_per in (1, 4):
+                sched = dt.Schedule.from_dict({"grid": ["i"], "tile": {"i": rows_per}, "strategy": {"j": "whole"},
+                                               "num_warps": 8})
+                impls.append((f"dtriton bwd i={rows_per}", dt.compile_autograd(alg, backward_schedules={"X": sched})))
         if not dry:
             impls.append(("torch.compile", torch.compile(eager)))
         for impl, f in impls:
             step, _ = step_fn(f, inputs, gidx, weights)
-            timer = HostTimer() if impl == "dtriton" else None
+            timer = HostTimer() if impl.startswith("dtriton") else None
             try:
                 row = dict(case=name, impl=impl, wall_us=per_call_us(step, dev, 1 if dry else 50))
                 if timer is not None:
