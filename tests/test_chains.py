@@ -428,3 +428,10 @@ def test_pooled_chain_is_not_taken_for_an_attention_backward():
            torch.empty(512, 16, dtype=torch.float16))
     s = _gpu_complete(linear_max_pool_sum, None, big)
     assert s.tile["k"] == 64 and s.stage("sum0").grid == ("g", "i", "c") and s.stage("max0").place == "auto"
+
+
+def test_chains_stages_dry_run(tmp_path):
+    """bench/chains_stages.py (the GEMM stage's pipeline depth A/B for the lead's H200 run) runs and checks."""
+    from conftest import run_bench
+    out = run_bench(["bench/chains_stages.py", "--dry-run", "--cases", "logsumexp"], tmp_path)
+    assert "sum0 num_stages=3" in out and "WRONG" not in out
