@@ -518,9 +518,12 @@ def test_base2_exponents_for_16_bit_calls_only_and_still_follow_torch():
             k = dt.compile(masked_attention, sched)
             src = k.source_for(Q, K, V, Ld)
             assert ("tl.exp2(" in src) == (dtype != torch.float32), (dtype, strategy)
-            got = k(Q, K, V, Ld, out=poisoned_outputs(masked_attention, [Q, K, V, Ld])[0])
-            tol = 1e-2 if dtype != torch.float32 else 1e-5
-            torch.testing.assert_close(got.double(), want, equal_nan=True, rtol=tol, atol=tol)
+            got = k(Q, K, V, Ld, out=poisoned_outputs(masked_attention, [Q, K, V, Ld])[0]).double()
+            # row 0 is masked entirely: NaN as in torch; the others to the dtype's precision (the
+            # relative norm error, as gpu_check measures: bf16 rounds P and the output to 8 bits)
+            assert torch.isnan(got[0]).all() and not torch.isnan(got[1:]).any()
+            err = ((got[1:] - want[1:]).norm() / want[1:].norm()).item()
+            assert err < {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-5}[dtype], (dtype, strategy, err)
 
 
 def test_base2_exponents_leave_a_max_used_outside_the_shift_alone():
