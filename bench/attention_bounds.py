@@ -10,8 +10,8 @@ mask); decoding B16 H32 S=1 T=8192 and T=32768 D128, and B1 H8 T=32768 (8 progra
 splits the keys; against SDPA; split-KV rows: the default schedule with
 ``split={"j": n}``, one online kernel over slices of the keys plus the merge in the output kernel). Per case
 and implementation: dtriton's default schedule, the default with ``mask_bounds=False`` (every key tile visited and masked: the gain of the
-bounds), the forward launch order (the default ``tile_order="auto"`` reverses causal kernels: each head's
-longest rows first),
+bounds), the reverse launch order on the default grid (``tile_order="reverse"``: each head's longest rows
+first),
 the heavy-tiles-first order (query axis outermost on the grid, reversed), and with
 ``--budget`` seconds of ``dt.explore`` (tiles, warps, stages, tile order). Every row is checked against an
 fp32 SDPA reference first; kernel times are CUDA-graph replays (``bench/run.py``'s timer).
@@ -111,8 +111,8 @@ def variants(alg, args, kind: str, budget: float) -> list[tuple[str, dt.Schedule
         return rows + [("default, no bounds", base.replace(mask_bounds=False), "every k tile visited, masked")]
     if kind != "decode":
         rows.append(("default, no bounds", base.replace(mask_bounds=False), "every key tile visited, masked"))
-        rows.append(("forward order", base.replace(tile_order="forward"),
-                     "tiles in program-id order (the default 'auto' reverses causal kernels)"))
+        rows.append(("reverse order", base.replace(tile_order="reverse"),
+                     "default grid, tiles in reverse: each head's longest rows first"))
         heavy = base.replace(grid=("i",) + tuple(a for a in base.grid if a != "i"), tile_order="reverse")
         rows.append(("heavy first", heavy, "query tiles outermost, reversed"))
     else:   # split-KV (flash-decoding): the online pass over slices of the keys, partials merged by the reader

@@ -44,15 +44,13 @@ def plan_bounds(k: KernelPlan, enabled: bool = True) -> dict[tuple[int, ...], Lo
 
 def plan_reverse_order(k: KernelPlan, order: str) -> bool:
     """Whether ``k``'s programs take their tiles in reverse launch order: the schedule's
-    ``tile_order`` ("forward", "reverse"), or for "auto" where a pass's loop has only upper bounds
-    that grow with the tile of the last grid axis (``j <= i`` on the grid (b, h, i): a head's later
-    query tiles loop longer), so the longest programs start first and the launch ends on short
-    ones. Needs ``k.bounds``."""
-    if order != "auto":
-        return order == "reverse"
-    last = k.grid[-1] if k.grid else None
-    return last is not None and not k.scalar_axis(last) and any(
-        not lb.lower and any(last in t.axes for t in lb.upper) for lb in k.bounds.values())
+    ``tile_order`` ("forward", "reverse"); "auto" keeps program-id order. Measured on the H200
+    (bench/results/issue18, fp16 causal attention on the grid (b, h, i)): reversing, so each
+    head's longest rows start first, gained nothing (S4096 D128: 1620 us reversed, 1582 forward;
+    S1024 D64: 82.8 and 83.4); the query axis outermost and reversed (grid (i, b, h)) won at
+    S1024 D64 (71.2 us, K and V of every head fit in L2) and lost at S4096 (1927 us), so that
+    order is left to exploration (derived GPU spaces try both orders and the grid permutations)."""
+    return order == "reverse"
 
 
 def _pass_bounds(k: KernelPlan, p: PassPlan, by_id: dict[int, Reduce]) -> LoopBounds | None:

@@ -59,7 +59,7 @@ PRECISIONS = ("auto", "ieee", "tf32", "tf32x3", "bf16x3", "bf16x6")
 TENSOR_CORE_FP32 = ("tf32", "tf32x3", "bf16x3", "bf16x6")
 #: Launch order of a kernel's tiles (``Schedule.tile_order``): forward (program id order),
 #: reverse (the last tile first; causal load balancing puts the heaviest tiles first), or auto
-#: (the plan reverses kernels whose mask bounds make the last tiles of the grid the longest).
+#: (the plan's choice: program-id order, which measured at least as fast for causal attention).
 TILE_ORDERS = ("auto", "forward", "reverse")
 #: Accumulation dtypes (``Schedule.acc_dtype``).
 ACC_DTYPES = ("float32", "float64")
@@ -288,8 +288,8 @@ BUILTIN: tuple[Knob, ...] = (
          doc="loops skip the tiles a mask condition leaves empty (where(j <= i, s, -inf): causal attention, "
              "triangular and banded products) and run the fully visible ones without the mask"),
     Knob("tile_order", "auto", one_of(TILE_ORDERS),
-         doc="launch order of a kernel's tiles: forward, reverse (the last first), or auto: reverse where mask "
-             "bounds make the last tiles the longest (causal attention: each head's longest rows first)"),
+         doc="launch order of a kernel's tiles: forward, reverse (the last first; with the query axis outermost on "
+             "the grid, causal attention's longest rows first), or auto (the plan's choice: forward)"),
     Knob("fuse_outputs", True, Domain("True, False", _boolean, (False, True)),
          doc="multi-output kernels: materialised reductions over the same axes with the same schedule share a "
              "kernel, and outputs over fewer axes join a kernel whose programs compute them (False: one each)"),

@@ -267,10 +267,9 @@ class Schedule(_KnobValues):
             lengths[b]``) visits, per program, only the tiles where the condition can hold, and
             runs the tiles where it holds on every lane without it. False: every tile, masked.
         tile_order: "auto" (default), "forward" or "reverse": programs take their tiles in program
-            id order or in reverse. "auto" reverses a kernel whose mask bounds give the tiles of its
-            last grid axis more work the later they come (causal attention on the grid (b, h, i):
-            each head's longest rows start first, the launch ends on short ones, and a head's
-            tiles stay together for L2).
+            id order or in reverse ("auto": the plan's choice, program-id order; on the H200,
+            causal attention with the query axis outermost and reversed, grid=("i", "b", "h"),
+            was 15% faster at S1024 D64 and 20% slower at S4096 D128, so exploration tries it).
         fuse_outputs: True (default): multi-output kernels. Materialised reductions over the same
             axes with the same kept axes, kernel schedule and kind of buffer are computed by one kernel
             (layer norm's dw and db: one pass over the rows, two accumulators, two stores); an output
