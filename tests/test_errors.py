@@ -238,6 +238,9 @@ def test_out_of_range_gather_index_is_an_index_range_error():
             with pytest.raises(dt.IndexRangeError, match=want) as e:
                 call()
             assert isinstance(e.value, IndexError)
+    # several bad labels: the first one, how many and their range
+    with pytest.raises(dt.IndexRangeError, match=r"labels\[i\] is 12 at i = 1 \(3 reads outside, values -1..12\)"):
+        dt.compile(cross_entropy)(X, torch.tensor([0, 12, -1, 3, 10]))
     # a padded gather reads the pad instead: no error on any path
     @dt.algorithm
     def padded(X: dt.Tensor["M", "N"], L: dt.Tensor["M"]):

@@ -319,8 +319,11 @@ def check_reads(alg, b: "Binding", args: Sequence[Any], ev: "_Evaluator | None" 
             if bool(bad.any()):
                 at = [int(x) for x in torch.nonzero(bad)[0]] if bad.dim() else []
                 where = ", ".join(f"{a} = {x}" for a, x in zip(ax, at) if bad.shape[ax.index(a)] > 1)
+                vals = idx.expand_as(bad)[bad]
                 value = int(idx.expand_as(bad)[tuple(at)]) if at else int(idx)
-                raise IndexRangeError(outside_message(r, f"is {value}" + (f" at {where}" if where else "")))
+                more = (f" ({vals.numel()} reads outside, values {int(vals.min())}..{int(vals.max())})"
+                        if vals.numel() > 1 else "")
+                raise IndexRangeError(outside_message(r, f"is {value}" + (f" at {where}" if where else "") + more))
 
 
 def unit_dim(t: torch.Tensor) -> int:
