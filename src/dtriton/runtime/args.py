@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import ShapeError
-from ..ir import Algorithm, Axis, Binding, Load, Reduce, topo_order, walk
+from ..ir import Algorithm, Axis, Load, Reduce, topo_order, walk
 from ..plan.callspec import max_offset
 from ..schedule import Schedule
 

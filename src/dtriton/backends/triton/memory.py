@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ...ir import Axis, Const, Load, Reduce, fmt
-from .prelude import TL_DTYPES, combine_text, identity_text
+from .prelude import TL_DTYPES, combine_text
 from .scope import Scope
 
 __all__ = ["MemoryPrinter"]
