@@ -67,16 +67,13 @@ def hand_fn(a, b, bm, bn, bk, stages, warps=8):
     ad = TensorDescriptor.from_tensor(a.T if a_t else a, [bk, bm] if a_t else [bm, bk])
     bd = TensorDescriptor.from_tensor(b.T if b_t else b, [bn, bk] if b_t else [bk, bn])
     cd = TensorDescriptor.from_tensor(c, [bm, bn])
-    grid = (triton_cdiv(M, bm) * triton_cdiv(N, bn),)
+    import triton
+    grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
 
     def run():
         mm[grid](ad, bd, cd, M, N, K, BM=bm, BN=bn, BK=bk, A_T=a_t, B_T=b_t, num_warps=warps, num_stages=stages)
         return c
     return run
-
-
-def triton_cdiv(a, b):
-    return (a + b - 1) // b
 
 
 def main():
