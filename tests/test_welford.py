@@ -91,6 +91,20 @@ def test_variance_with_a_large_offset_matches_float64(alg, shape):
     assert torch.allclose(out.double(), ref, rtol=2e-5, atol=1e-9), (out, ref)
 
 
+@pytest.mark.parametrize("first", [0.0, 40.0])
+def test_lanes_over_shifting_data_and_an_outlying_first_value_match_float64(first):
+    """A lane's running sums are taken about its first value: rows drifting far apart along the
+    looped axis (each lane sees all of them) and a first value 40 spreads out still give the
+    variance to fp32 rounding (the lane's own spread bounds the cancellation)."""
+    x = torch.randn(2, 3, 37, 9, dtype=torch.float64) + 1e3 + 30.0 * torch.arange(37.0, dtype=torch.float64)[:, None]
+    x[:, :, 0, :] += first * x[:, :, 1:, :].std()
+    x32 = x.float()
+    k = dt.compile(variance, LOOP)
+    assert "_var_close" in k.source_for(x32)
+    ref = x32.double().var(dim=(2, 3), correction=0)
+    assert relerr(k(x32), ref) < 1e-6
+
+
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.float16, 2e-3), (torch.bfloat16, 1.5e-2)])
 def test_instance_norm_in_one_statistics_pass_matches_torch(dtype, tol):
     x = (torch.randn(2, 3, 11, 9, dtype=torch.float64) * 2 + 50).to(dtype)

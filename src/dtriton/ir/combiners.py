@@ -63,6 +63,13 @@ class Combiner:
             suffixed ``_a`` and ``_b``; returns the merged state) and ``step`` the body of the
             helper adding one value ``x`` to a state where ``v`` is 1.0 (0.0: a masked lane):
             ``(*state, x, v) -> state``.
+        lane: the names of the values a lane carries through a reduction loop when they differ
+            from ``state`` (the variance's running sums ``("n", "k", "s", "s2")``: count, shift,
+            sum and sum of squares of ``x - k``, two adds and a multiply-add per value instead
+            of Welford's division). ``step`` then updates these, and ``close`` is the body of the
+            helper turning one lane's values into its ``state`` (``(*lane) -> state``), run once
+            per lane after the loop, before the lanes merge.
+        close: see ``lane``.
     """
     name: str
     identity: Callable[[torch.dtype], float | int | bool]
@@ -76,6 +83,8 @@ class Combiner:
     base: str = field(default="")
     state: tuple[str, ...] = ()
     step: str = ""
+    lane: tuple[str, ...] = ()
+    close: str = ""
 
     def __post_init__(self):
         if not self.base:
@@ -90,6 +99,16 @@ class Combiner:
     def step_helper(self) -> str:
         """Name of the ``@_jit`` helper adding one value to a state (kinds with a ``state``)."""
         return f"_{self.base}_step"
+
+    @property
+    def close_helper(self) -> str:
+        """Name of the ``@_jit`` helper turning a lane's loop values into its state (kinds with ``lane``)."""
+        return f"_{self.base}_close"
+
+    @property
+    def loop_state(self) -> tuple[str, ...]:
+        """The names of the values a lane carries through a reduction loop: ``lane`` or ``state``."""
+        return self.lane or self.state
 
     def __repr__(self):
         return f"Combiner({self.name})"
@@ -199,20 +218,29 @@ _CHAN = ("n = n_a + n_b\n"
          "    d = (k_b - k_a) + (m_b - m_a)\n"
          "    keep = n_a > 0\n"
          "    return n, tl.where(keep, k_a, k_b), tl.where(keep, m_a + d * w, m_b), q_a + q_b + d * d * n_a * w")
-#: Welford (1962) on ``x - k``: one value added to a state where ``v`` is set (the first sets ``k``)
-_WELFORD = ("k1 = tl.where((n == 0) & (v > 0), x, k)\n"
-            "    y = x - k1\n"
-            "    n1 = n + v\n"
-            "    d = y - m\n"
-            "    m1 = tl.where(v > 0, m + d / tl.maximum(n1, 1.0), m)\n"
-            "    return n1, k1, m1, tl.where(v > 0, q + d * (y - m1), q)")
+#: One value added to a lane's running sums of ``y = x - k`` (the lane's first value sets ``k``;
+#: ``v`` is 0.0 on a masked lane, which adds nothing): a select, a subtraction, two adds and a
+#: multiply-add per value. Welford's update (a division per value) kept the fp16 statistics of
+#: batch norm compute-bound on the H200 (13 instructions and a reciprocal per value).
+_SHIFTED_SUMS = ("k1 = tl.where((n == 0) & (v > 0), x, k)\n"
+                 "    y = tl.where(v > 0, x - k1, 0.0)\n"
+                 "    return n + v, k1, s + y, s2 + y * y")
+#: A lane's sums as its (count, shift, mean - shift, M2) state: ``s2 - s * s / n`` loses about
+#: ``1 + (mean - k)**2 / var`` ulps of the lane's M2, where mean and var are the lane's own; ``k``
+#: being one of the lane's values, that is at most ``n`` ulps (Samuelson's bound) and about 2 for
+#: ordinary data, whatever the offset of the data or the differences between lanes (which Chan's
+#: merge of the closed states handles). A rounded negative M2 becomes 0 (NaN stays NaN).
+_CLOSE = ("m = s / tl.maximum(n, 1.0)\n"
+          "    q = s2 - s * m\n"
+          "    return n, k, m, tl.where(q < 0.0, 0.0, q)")
 
-#: the biased variance in one pass (Welford's update per lane, Chan's merge across lanes); no
+#: the biased variance in one pass (shifted sums per lane, Chan's merge across lanes); no
 #: ``dt`` builder: the plan's single-pass rewrite (:mod:`dtriton.ir.rewrite`) puts it in place of
 #: ``mean((x - mean(x))**2)``. Split across programs, each split's whole state is a partial that
 #: the reader merges (Chan), in split order: deterministic.
 VAR = Combiner("var", _sum_identity, _CHAN, _var_reference, splittable=True, online=None, grad="variance",
-               finalize="variance", state=("n", "k", "m", "q"), step=_WELFORD)
+               finalize="variance", state=("n", "k", "m", "q"), step=_SHIFTED_SUMS, lane=("n", "k", "s", "s2"),
+               close=_CLOSE)
 
 
 #: every known reduction kind, by name

@@ -16,7 +16,7 @@ import torch
 from ...ir import Combiner
 from ...plan.kernel import Program
 
-__all__ = ["HEADER", "INDEX_SENTINEL", "OPSYM", "ROUND_BF16", "TL_DTYPES", "combine_helper", "combine_text", "step_helper",
+__all__ = ["HEADER", "INDEX_SENTINEL", "OPSYM", "ROUND_BF16", "TL_DTYPES", "close_helper", "combine_helper", "combine_text", "step_helper",
            "header", "identity_text"]
 
 TL_DTYPES = {torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float32: "tl.float32",
@@ -78,9 +78,14 @@ def combine_helper(c: Combiner) -> str:
 
 
 def step_helper(c: Combiner) -> str:
-    """The ``@_jit`` helper adding one value to a lane's state of ``c``: ``(*state, x, v) ->
-    state``, ``v`` 0.0 on masked lanes."""
-    return f"@_jit\ndef {c.step_helper}({', '.join(c.state)}, x, v):\n    {c.step}\n"
+    """The ``@_jit`` helper adding one value to a lane's loop values of ``c`` (its ``lane``, else
+    its ``state``): ``(*values, x, v) -> values``, ``v`` 0.0 on masked lanes."""
+    return f"@_jit\ndef {c.step_helper}({', '.join(c.loop_state)}, x, v):\n    {c.step}\n"
+
+
+def close_helper(c: Combiner) -> str:
+    """The ``@_jit`` helper turning a lane's loop values of ``c`` into its state: ``(*lane) -> state``."""
+    return f"@_jit\ndef {c.close_helper}({', '.join(c.lane)}):\n    {c.close}\n"
 
 
 def header(prog: Program, helpers: Mapping[str, str]) -> str:

@@ -10,7 +10,7 @@ import torch
 from ...ir import Combiner, Load, Reduce, fmt, get_combiner
 from ...plan.graph import fused_deps
 from ...plan.kernel import DotPlan, PassPlan
-from .prelude import INDEX_SENTINEL, combine_helper, combine_text, identity_text, step_helper
+from .prelude import INDEX_SENTINEL, close_helper, combine_helper, combine_text, identity_text, step_helper
 from .scope import Scope, pointer_loads
 
 __all__ = ["ReducePrinter"]
@@ -118,9 +118,9 @@ class ReducePrinter:
         info["layout"], info["block"] = inner.layout, True
         shape = self.shape(inner.layout, pres)
         if r.combiner.state:
-            info["acc"] = tuple(self.fresh(f"{v}_{r.name}") for v in r.combiner.state)
+            info["acc"] = tuple(self.fresh(f"{v}_{r.name}") for v in r.combiner.loop_state)
             scope.emit(f"{', '.join(info['acc'])} = " + ", ".join(f"tl.full({shape}, 0.0, dtype={self.cdt})" for _ in
-                                                                   r.combiner.state) + "  # state, merged after the loop")
+                                                                   r.combiner.loop_state) + "  # state, merged after the loop")
             return
         info["acc"] = acc = self.fresh(f"acc_{r.name}")
         scope.emit(f"{acc} = tl.full({shape}, {self.identity(r)}, dtype={self.acc_dtype(r)})  # folded after the loop")
@@ -140,9 +140,15 @@ class ReducePrinter:
         inner.emit(f"{info['acc']} = {combine_text(c, info['acc'], body)}")
 
     def fold_state(self, r: Reduce, info: dict, scope: Scope) -> str:
-        """After the loop: merge the lanes of ``r``'s state (the variance's: Chan's formula) over
-        its reduced dims; returns M2 over the count in ``scope``'s layout."""
+        """After the loop: close each lane's loop values into its state where the kind carries
+        others through the loop (the variance's running sums), then merge the lanes' states (the
+        variance's: Chan's formula) over its reduced dims; returns M2 over the count in
+        ``scope``'s layout."""
         c, lay, names = r.combiner, info["layout"], info["acc"]
+        if c.lane:
+            new = tuple(self.fresh(v) for v in c.state)
+            scope.emit(f"{', '.join(new)} = {self.use_helper(c.close_helper, close_helper(c))}({', '.join(names)})")
+            names = new
         for a in r.over:
             if a in lay:
                 new = tuple(self.fresh(v) for v in c.state)
