@@ -2,7 +2,8 @@
 
     PYTHONPATH=src python3 bench/reductions.py [--budget SECONDS] [--only norm,pool,dims]
                                                [--dtypes float32,float16] [--no-compile]
-                                               [--stages 3,4] [--out bench/results/reductions] [--dry-run]
+                                               [--stages 3,4] [--variants 'NAME=JSON;...']
+                                               [--out bench/results/reductions] [--dry-run]
 
 Cases (shapes of the issue's marks):
 
@@ -17,7 +18,9 @@ Per case: the default schedule (``dt.compile(alg)``, no schedule) is first check
 torch on a smaller check shape (row ``check``), then at the benchmark shape these rows are timed:
 ``dtriton`` (default schedule), ``dtriton explored`` (``dt.explore`` with ``--budget`` seconds),
 ``torch`` (eager) and ``torch.compile`` (and with ``--stages 3,4`` the default schedule with that
-``num_stages``: reduction loops pipelined). Every timed row is checked against fp32 torch first.
+``num_stages``: reduction loops pipelined; with ``--variants 'h4={"tile": {"h": 4}}'`` a row
+``dtriton h4``, the default schedule with those fields merged in). Every timed row is checked
+against fp32 torch first.
 Kernel time is a CUDA-graph replay (``bench/run.py``'s helpers: the same timing and JSON/markdown
 rows). ``% copy``: the rate counting the minimum passes over memory, against the device-to-device
 copy rate measured in the same run (row ``ceiling``): norms 2 reads + 1 write of X (statistics, then
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 import os
 import sys
 import time
@@ -47,6 +51,7 @@ from dtriton.library import (avg_pool2d, batch_norm, frobenius_normalize, group_
 F = torch.nn.functional
 COPY_TBS: list[float] = []   # the copy rate of this run (TB/s), once measured
 STAGES: list[int] = []       # --stages: extra rows, the default schedule with these num_stages
+VARIANTS: dict[str, dict] = {}  # --variants: extra rows, the default schedule with these fields merged in
 
 
 @dt.algorithm
@@ -157,6 +162,14 @@ def bench_case(group, case, alg, args, eager, eager_args, bytes_, budget, use_co
         except Exception as e:  # noqa: BLE001
             R.add_row(group, case, f"dtriton stages={n}", float("nan"), float("nan"), "TB/s", bytes_ / 1e6, None, None,
                       f"failed: {type(e).__name__}: {str(e)[:150]}")
+    for vname, fields in VARIANTS.items():
+        try:
+            kv = dt.compile(alg, merged(dt.compile(alg).schedule_for(*args), fields))
+            impls.append((f"dtriton {vname}", lambda kv=kv: kv(*args), kv.schedule_for(*args).to_json(),
+                          f"default schedule with {json.dumps(fields, sort_keys=True)}"))
+        except Exception as e:  # noqa: BLE001
+            R.add_row(group, case, f"dtriton {vname}", float("nan"), float("nan"), "TB/s", bytes_ / 1e6, None, None,
+                      f"failed: {type(e).__name__}: {str(e)[:150]}")
     if budget > 0:
         try:
             ke, note = R.tuned_kernel(alg, args, budget)
@@ -181,6 +194,15 @@ def bench_case(group, case, alg, args, eager, eager_args, bytes_, budget, use_co
         except Exception as e:  # noqa: BLE001 - recorded, the other rows go on
             R.add_row(group, case, name, float("nan"), float("nan"), "TB/s", bytes_ / 1e6, None, sched,
                       f"failed: {type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''}")
+
+
+def merged(sched: dt.Schedule, fields: dict) -> dt.Schedule:
+    """``sched`` with ``fields`` (a JSON object of schedule fields) put in: dict-valued fields
+    (``tile``, ``strategy``, ``split``, ...) merged key by key, the others replaced."""
+    cur = json.loads(sched.to_json())
+    for k, v in fields.items():
+        cur[k] = dict(cur.get(k) or {}, **v) if isinstance(v, dict) and k != "stages" else v
+    return dt.Schedule.from_json(json.dumps(cur))
 
 
 def ceiling():
@@ -262,12 +284,16 @@ def main(argv=None):
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
     ap.add_argument("--stages", default="", help="comma-separated num_stages: a row each, the default schedule "
                     "with that num_stages (3 or more pipelines the reduction loops)")
+    ap.add_argument("--variants", default="", help="semicolon-separated NAME=JSON: a row each, the default "
+                    "schedule with the JSON's fields merged in (e.g. 'h4={\"tile\": {\"h\": 4}};w2={\"num_warps\": 2}')")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "reductions"))
     ap.add_argument("--dry-run", action="store_true",
                     help="check the script on the CPU interpreter with tiny shapes (no GPU, timings meaningless)")
     a = ap.parse_args(argv)
     R.CASES[:] = [c for c in a.cases.split(",") if c]
     STAGES[:] = [int(n) for n in a.stages.split(",") if n]
+    VARIANTS.clear()
+    VARIANTS.update({v.split("=", 1)[0].strip(): json.loads(v.split("=", 1)[1]) for v in a.variants.split(";") if v.strip()})
     if a.dry_run:
         R.DEV, R.DRY = "cpu", True
         a.budget = 0
