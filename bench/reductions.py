@@ -51,6 +51,7 @@ from dtriton.library import (avg_pool2d, batch_norm, frobenius_normalize, group_
 F = torch.nn.functional
 COPY_TBS: list[float] = []   # the copy rate of this run (TB/s), once measured
 STAGES: list[int] = []       # --stages: extra rows, the default schedule with these num_stages
+PROFILE: list[bool] = [False]  # --profile: per-kernel device times in the notes of dtriton rows
 VARIANTS: dict[str, dict] = {}  # --variants: extra rows, the default schedule with these fields merged in
 
 
@@ -190,10 +191,26 @@ def bench_case(group, case, alg, args, eager, eager_args, bytes_, budget, use_co
                 continue
             # few replays: a call moves up to 13 GB, and the whole run must fit one device call
             us = R.graph_time_us(fn, reps=5, iters=5)
+            if PROFILE[0] and name.startswith("dtriton") and not R.DRY:
+                note = f"{note}; kernels (us): {kernel_times(fn)}"
             R.add_row(group, case, name, us, R.call_time_us(fn, n=5), "TB/s", bytes_ / 1e6, err, sched, note)
         except Exception as e:  # noqa: BLE001 - recorded, the other rows go on
             R.add_row(group, case, name, float("nan"), float("nan"), "TB/s", bytes_ / 1e6, None, sched,
                       f"failed: {type(e).__name__}: {str(e).splitlines()[0][:150] if str(e) else ''}")
+
+
+def kernel_times(fn, n: int = 5) -> str:
+    """The device time per call of each kernel ``fn`` launches (torch.profiler over ``n`` calls), as
+    ``name time, ...`` longest first: where a statistics-then-normalise call spends its time."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as p:
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+    evs = sorted(p.key_averages(), key=lambda e: -e.device_time_total)
+    return ", ".join(f"{e.key[:40]} {e.device_time_total / n:.1f}" for e in evs[:4] if e.device_time_total > 0)
 
 
 def merged(sched: dt.Schedule, fields: dict) -> dt.Schedule:
@@ -271,8 +288,10 @@ def print_table(rows) -> None:
         pct = 100 * r["rate"] / copy if r["rate"] == r["rate"] else float("nan")
         err = "" if r["err"] is None else f"{r['err']:.1e}"
         note = r["note"] if r["impl"] == "check" or r["note"].startswith(("WRONG", "failed")) else ""
+        if "kernels (us): " in r["note"]:
+            note = r["note"].split("kernels (us): ", 1)[1]
         print(f"{r['group']:6s} {r['case'][:40]:40s} {r['impl'][:17]:17s} {r['kernel_us']:10.1f} {r['rate']:7.3f} "
-              f"{pct:7.1f} {ratio:8.2f} {err:>8s}  {note[:90]}")
+              f"{pct:7.1f} {ratio:8.2f} {err:>8s}  {note[:160]}")
 
 
 def main(argv=None):
@@ -286,12 +305,15 @@ def main(argv=None):
                     "with that num_stages (3 or more pipelines the reduction loops)")
     ap.add_argument("--variants", default="", help="semicolon-separated NAME=JSON: a row each, the default "
                     "schedule with the JSON's fields merged in (e.g. 'h4={\"tile\": {\"h\": 4}};w2={\"num_warps\": 2}')")
+    ap.add_argument("--profile", action="store_true", help="per-kernel device times (torch.profiler) in the notes of "
+                    "the dtriton rows")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "reductions"))
     ap.add_argument("--dry-run", action="store_true",
                     help="check the script on the CPU interpreter with tiny shapes (no GPU, timings meaningless)")
     a = ap.parse_args(argv)
     R.CASES[:] = [c for c in a.cases.split(",") if c]
     STAGES[:] = [int(n) for n in a.stages.split(",") if n]
+    PROFILE[0] = a.profile
     VARIANTS.clear()
     VARIANTS.update({v.split("=", 1)[0].strip(): json.loads(v.split("=", 1)[1]) for v in a.variants.split(";") if v.strip()})
     if a.dry_run:
