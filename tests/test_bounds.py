@@ -17,6 +17,7 @@ import dtriton as dt
 from dtriton.ir import Axis, Binary, Const, Reduce, ScalarParam, axis_bounds, guard, reduction_guard
 from dtriton.library import causal_attention, softmax
 from dtriton.plan import call_spec, plan_program
+from dtriton.backends import default_backend
 from dtriton.schedule import complete_schedule
 
 from conftest import check, randn, run_bench
@@ -320,3 +321,23 @@ def test_bounds_from_a_literal_and_an_int_argument(n):
     check(prefix_sum_rows, (A, n), dt.Schedule(tile={"i": 4, "k": 8}), torch_ref=lambda a, nn: a[:, :min(n, 29)].sum(1))
     (lb,) = _bounds(_plan(prefix_sum_rows, (A, n), dt.Schedule(tile={"i": 4, "k": 8})))
     assert len(lb.upper) == 2 and lb.unmasked
+
+
+def test_gpu_edge_loops_of_a_bounded_contraction_are_not_pipelined():
+    """On the GPU the masked edge loops beside the unmasked loop of a contraction are emitted
+    with ``num_stages=1`` (Triton 3.6 gave wrong rows with both loops pipelined on the H200,
+    bench/probe_tril.py); the unmasked loop keeps the kernel's pipelining; the interpreter's
+    plan is unchanged."""
+    A, B = torch.randn(64, 64), torch.randn(64, 64)
+    sched = _mm(16, 16, num_stages=3)
+    b = tril_matmul.bind((A, B))
+    b.device = torch.device("cuda")
+    full = complete_schedule(tril_matmul, sched, b)
+    gpu = plan_program(tril_matmul, full, b, call_spec(tril_matmul, b, (A, B), interpret=False))
+    (lb,) = _bounds(gpu)
+    assert lb.unmasked and lb.edge_stages == 1
+    src, _ = default_backend().render(gpu)
+    loops = [ln.strip() for ln in src.splitlines() if ln.strip().startswith("for k0")]
+    assert len(loops) == 2 and "num_stages" not in loops[0] and loops[1].endswith("num_stages=1):"), loops
+    (lb_cpu,) = _bounds(_plan(tril_matmul, (A, B), sched))
+    assert lb_cpu.edge_stages == 0

@@ -14,6 +14,13 @@ tiles of ``j`` holding a lane where the condition can hold. The facts come from
 Where the condition is exactly the solved conjunction, the tiles whose every lane is in range
 also run in a loop of their own without the condition and without the axis's size mask
 (``LoopBounds.unmasked``). The schedule's ``mask_bounds=False`` turns the whole decision off.
+
+On the GPU, the masked edge loops of a contraction beside its unmasked loop are not
+software-pipelined (``LoopBounds.edge_stages`` 1): measured on the H200 with Triton 3.6
+(bench/probe_tril.py, fp16 ``tril(A) @ B`` at 4096^3 under the heuristic's schedule: TMA loads,
+128x256x64 tiles, 8 warps, 3 stages), the kernel with both loops pipelined gave wrong rows
+(relative error 3.7e-2), while 2 stages, 4 warps, pointer loads, narrower tiles or no bounds
+were all right. An edge loop runs a few tiles per program, so its pipelining gains little.
 """
 
 from __future__ import annotations
@@ -70,4 +77,5 @@ def _pass_bounds(k: KernelPlan, p: PassPlan, by_id: dict[int, Reduce]) -> LoopBo
     ab = axis_bounds(cond, axis, usable)
     if ab.empty:
         return None
-    return LoopBounds(axis, ab.lower, ab.upper, (cond.uid,) if ab.exact else (), ab.exact)
+    edge = 1 if ab.exact and not k.interpret and any(i in k.dots for i in p.reductions) else 0
+    return LoopBounds(axis, ab.lower, ab.upper, (cond.uid,) if ab.exact else (), ab.exact, edge)

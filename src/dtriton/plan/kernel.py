@@ -168,12 +168,15 @@ class LoopBounds:
     the program's axes). Each program evaluates them over its tile (the least and the largest
     value over its valid lanes) and loops only over the tiles holding some lane in range.
     ``unmasked``: the tiles whose every lane is in range run in a loop of their own without the
-    conditions ``guards`` (condition node ids, true there) and without the axis's size mask."""
+    conditions ``guards`` (condition node ids, true there) and without the axis's size mask.
+    ``edge_stages``: when not 0, the masked loops beside the unmasked one are emitted as
+    ``tl.range(..., num_stages=edge_stages)`` (1: not software-pipelined)."""
     axis: str
     lower: tuple[Expr, ...]
     upper: tuple[Expr, ...]
     guards: tuple[int, ...] = ()
     unmasked: bool = False
+    edge_stages: int = 0
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,8 @@ class ReducePrinter:
         lb = self.k.bounds.get(pp.reductions) if loop_axes else None
         segments = self.bound_segments(lb, scope) if lb is not None else [(None, False)]
         for rng, unmasked in segments:
-            inner, loops = self.open_loops(rs, loop_axes, scope, pp, accs, rng, unmasked)
+            stages = lb.edge_stages if lb is not None and lb.unmasked and not unmasked else 0
+            inner, loops = self.open_loops(rs, loop_axes, scope, pp, accs, rng, unmasked, stages)
             if unmasked:
                 inner.assumed.update(lb.guards)
             self.pass_body(rs, loop_axes, inner, scope, pp, accs)
@@ -190,10 +191,12 @@ class ReducePrinter:
         return accs
 
     def open_loops(self, rs: list[Reduce], loop_axes: list[str], scope: Scope, pp: PassPlan, accs,
-                   rng: tuple[str, str] | None = None, unmasked: bool = False) -> tuple[Scope, list]:
+                   rng: tuple[str, str] | None = None, unmasked: bool = False,
+                   stages: int = 0) -> tuple[Scope, list]:
         """Open the pass's loops; returns the innermost scope and the (parent, loop) pairs.
         ``rng``: the (start, end) of the one loop (its tiles from the plan's bounds); ``unmasked``:
-        its tiles lie inside the axis, so the axis is bound without its size mask."""
+        its tiles lie inside the axis, so the axis is bound without its size mask; ``stages``: the
+        plan's ``num_stages`` for this loop (0: the kernel's)."""
         # the loop's layout keeps only the program axes its values use: contractions carry their
         # own 2-D layouts, so e.g. attention's head axis stays out of the score tiles
         keep: set[str] = set()
@@ -217,8 +220,8 @@ class ReducePrinter:
                 # Triton's Hopper warp specialisation handles TMA-fed loops only (the plan turned it off)
                 head = (f"for {v} in range({lo}, {hi}, {self.block(a)}):  # warp_specialize off: loads in this "
                         "loop that are not TMA")
-            elif pp.pipeline:
-                head = f"for {v} in tl.range({lo}, {hi}, {self.block(a)}, num_stages={pp.pipeline}):"
+            elif stages or pp.pipeline:
+                head = f"for {v} in tl.range({lo}, {hi}, {self.block(a)}, num_stages={stages or pp.pipeline}):"
             else:
                 head = f"for {v} in range({lo}, {hi}, {self.block(a)}):"
             child = inner.open(head, (a,), keep if inner is scope else None)
