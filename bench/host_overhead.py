@@ -9,8 +9,8 @@ wall time per step with a synchronisation after each (host + GPU, serial), do_be
 grad_bench reports), and the GPU time of the step's kernels from torch.profiler (the largest kernels
 are listed by name). For softmax at grad_bench's shape, two probe rows run the backward with 1 and 4
 rows per program instead of the heuristic's 16 whole rows. For dtriton it also gives the host time inside dtriton per step: the
-differentiable call (``autograd.Function`` + forward launch) and the backward's ``run_backward``
-(derived kernels' launches), medians over the wall loop.
+differentiable call (``autograd.Function`` + forward launch) and the backward (the steady state's
+``StepFunction.backward``, or the general ``run_backward`` where it runs), medians over the wall loop.
 
 ``--host-only`` (CPU, no GPU needed): runs the GPU code path (plans, fast launchers) on CPU tensors
 with every kernel launch replaced by a no-op, and prints the host µs of dtriton's forward (no grad),
@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dtriton as dt  # noqa: E402
 from algorithms import cross_entropy, layer_norm, softmax  # noqa: E402
 from dtriton.integrations.autograd import DifferentiableKernel  # noqa: E402
+from dtriton.integrations.steps import StepFunction  # noqa: E402
 
 
 def cases(dev, dry):
@@ -60,15 +61,26 @@ def cases(dev, dry):
 
 
 class HostTimer:
-    """Times dtriton's differentiable call and its backward (``run_backward``) per call, in µs, by
-    wrapping the two public methods of :class:`DifferentiableKernel` (restored by :meth:`close`)."""
+    """Times dtriton's host code per call, in µs: the differentiable call (``DifferentiableKernel.__call__``:
+    ``autograd.Function`` and the forward's launch), the general backward (``run_backward``: the first
+    step of a signature, or every step where no fast launcher exists) and the steady-state backward
+    node (``StepFunction.backward``: saved tensors, the backward step's lookup and launches), by
+    wrapping them (restored by :meth:`close`)."""
+
+    WRAPPED = ((DifferentiableKernel, "__call__", "dtriton call (fwd)"),
+               (DifferentiableKernel, "run_backward", "dtriton run_backward"),
+               (StepFunction, "backward", "dtriton backward (steady)"))
 
     def __init__(self):
         self.times = defaultdict(list)
-        self.saved = {}
-        for name, label in (("__call__", "dtriton call (fwd)"), ("run_backward", "dtriton run_backward")):
-            orig = self.saved[name] = getattr(DifferentiableKernel, name)
-            setattr(DifferentiableKernel, name, self._timed(orig, label))
+        self.saved = []
+        for cls, name, label in self.WRAPPED:
+            orig = cls.__dict__[name]
+            self.saved.append((cls, name, orig))
+            if isinstance(orig, staticmethod):
+                setattr(cls, name, staticmethod(self._timed(orig.__func__, label)))
+            else:
+                setattr(cls, name, self._timed(orig, label))
 
     def _timed(self, orig, label):
         def timed(*a, **k):
@@ -82,8 +94,8 @@ class HostTimer:
         return {k: statistics.median(v) for k, v in self.times.items()}
 
     def close(self):
-        for name, orig in self.saved.items():
-            setattr(DifferentiableKernel, name, orig)
+        for cls, name, orig in self.saved:
+            setattr(cls, name, orig)
 
 
 def null_launches():
@@ -166,6 +178,7 @@ def host_only(rows):
         outs = eager(*inputs)
         outs = outs if isinstance(outs, tuple) else (outs,)
         step, forward = step_fn(dk, inputs, gidx, [torch.randn(o.shape) for o in outs])
+        step()   # the first step plans and compiles (the general path); the steady state is timed
         timer = HostTimer()
         try:
             t_step = per_call_us(step, "cpu", 200, repeats=5)
@@ -212,8 +225,8 @@ def measured(dry, rows):
                 row["do_bench_us"] = do_bench(step, warmup=10, rep=50) * 1e3
                 row["gpu_us"], row["kernels"] = gpu_us(step)
             rows.append(row)
-            host = "".join(f"  {k} {row[k + ' us']:6.1f} us" for k in ("dtriton call (fwd)", "dtriton run_backward")
-                           if k + " us" in row)
+            host = "".join(f"  {label} {row[label + ' us']:6.1f} us" for _, _, label in HostTimer.WRAPPED
+                           if label + " us" in row)
             print(f"{name:28s} {impl:14s} wall/step {row['wall_us']:9.1f} us  do_bench {row.get('do_bench_us', float('nan')):9.1f} us"
                   f"  GPU kernels {row.get('gpu_us', float('nan')):9.1f} us{host}  {row.get('kernels', '')}", flush=True)
 

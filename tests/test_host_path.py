@@ -81,3 +81,190 @@ def test_steady_steps_launch_fast_only(null_gpu, alg, make, gidx):
     assert null_gpu.fast - fast == 3 * (counts["forward"] + counts["backward"])
     for g, k in zip(grads, gidx):
         assert g.dtype == ins[k].dtype and g.shape == ins[k].shape
+
+
+# ----------------------------------------------------------------------------------------------
+# the steady-state step path, run for real: the GPU code path on CPU tensors, every launch (the
+# slow path's and the fast launchers' CompiledKernel.run) executed by Triton's interpreter
+# ----------------------------------------------------------------------------------------------
+class Interpreted:
+    """Runs the GPU code path's launches on the interpreter: the slow path's ``launch`` loads the
+    interpreted twin of the kernel's module and returns a compiled-kernel stand-in whose ``run``
+    (the fast launchers' call) launches that twin with the same arguments."""
+
+    def __init__(self):
+        self.slow = self.fast = 0
+
+    def launch(self, fn, programs, args, meta, interpret):
+        import sys
+        from pathlib import Path
+        from dtriton.backends.triton.launch import launch, load_module
+        path = Path(sys.modules[fn.fn.__module__].__file__)
+        twin = getattr(load_module(path.read_text(), True, path.parent), meta.name)
+        counter = self
+        self.slow += 1
+        launch(twin, programs, args, meta.consts, meta.ir.num_warps, meta.ir.num_stages, True)
+
+        class Compiled:
+            function = packed_metadata = None
+
+            def run(self, nprog, gy, gz, stream, function, packed, h1, h2, h3, *call):
+                counter.fast += 1
+                n = len(call) - len(meta.consts)
+                launch(twin, nprog, call[:n], meta.consts, meta.ir.num_warps, meta.ir.num_stages, True)
+        return Compiled()
+
+
+@pytest.fixture
+def interp_gpu(monkeypatch):
+    """The GPU code path (plans, fast launchers, steps) on CPU tensors, launches interpreted; every
+    output and buffer the fast launchers allocate starts as NaN (poisoned)."""
+    pytest.importorskip("triton")
+    from triton.runtime import driver
+
+    class Driver:
+        def get_current_stream(self, index):
+            return 0
+    runs = Interpreted()
+    monkeypatch.setattr(runtime_kernel, "backend_for", lambda device: "gpu")
+    monkeypatch.setattr(dt.backends.default_backend(), "launch", runs.launch)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(driver, "_active", Driver())
+    empty = torch.empty
+
+    def poisoned(*a, **k):
+        t = empty(*a, **k)
+        return t.fill_(float("nan")) if t.is_floating_point() else t.fill_(-7)
+    monkeypatch.setattr(torch, "empty", poisoned)
+    return runs
+
+
+def _reference_grads(eager, args, gidx, weights):
+    """Gradients of sum(out * weight) through float64 torch autograd."""
+    ref = [a.detach().double().requires_grad_(k in gidx) if a.is_floating_point() else a for k, a in enumerate(args)]
+    out = eager(*ref)
+    (out * weights.double()).sum().backward()
+    return out.detach(), [ref[k].grad for k in gidx]
+
+
+def _ln(X, w, b):
+    return torch.nn.functional.layer_norm(X, (X.shape[-1],), w, b, 1e-5)
+
+
+def _ce(X, labels):
+    return torch.nn.functional.cross_entropy(X, labels, reduction="none")
+
+
+STEP_CASES = [
+    (softmax, lambda X: torch.softmax(X, -1), lambda m, n, dt_: (torch.randn(m, n, dtype=dt_),), (0,)),
+    (layer_norm, _ln, lambda m, n, dt_: (torch.randn(m, n, dtype=dt_), torch.randn(n, dtype=dt_),
+                                         torch.randn(n, dtype=dt_)), (0, 1, 2)),
+    (cross_entropy, _ce, lambda m, n, dt_: (torch.randn(m, n, dtype=dt_), torch.randint(0, n, (m,))), (0,)),
+]
+
+
+def _check_step(dk, eager, args, gidx, tol):
+    ins = [a.detach().clone().requires_grad_(k in gidx) for k, a in enumerate(args)]
+    out = dk(*ins)
+    w = torch.randn(out.shape, dtype=torch.float64)
+    (out.double() * w).sum().backward()
+    ref_out, ref_g = _reference_grads(eager, args, gidx, w)
+    torch.testing.assert_close(out.double(), ref_out, atol=tol, rtol=tol)
+    for k, g in zip(gidx, ref_g):
+        assert ins[k].grad.dtype == ins[k].dtype and ins[k].grad.shape == ins[k].shape
+        torch.testing.assert_close(ins[k].grad.double(), g, atol=tol * 10, rtol=tol * 10)
+
+
+@pytest.mark.parametrize("alg,eager,make,gidx", STEP_CASES, ids=[c[0].name for c in STEP_CASES])
+def test_steady_steps_are_correct_and_skip_the_general_path(interp_gpu, monkeypatch, alg, eager, make, gidx):
+    """Steps after the first run through the cached ForwardStep / BackwardStep (no Kernel call, no
+    run_backward), on fresh data each time, with poisoned outputs, against float64 autograd."""
+    dk = dt.compile_autograd(alg)
+    _check_step(dk, eager, make(5, 37, torch.float32), gidx, 1e-4)   # first: the general path
+    _check_step(dk, eager, make(5, 37, torch.float32), gidx, 1e-4)   # second: forward step, first backward step
+    general = []
+    monkeypatch.setattr(runtime_kernel.Kernel, "__call__", lambda *a, **k: general.append(a))
+    monkeypatch.setattr(type(dk), "run_backward", lambda *a, **k: general.append(a))
+    slow = interp_gpu.slow
+    for _ in range(2):
+        _check_step(dk, eager, make(5, 37, torch.float32), gidx, 1e-4)
+    assert not general and interp_gpu.slow == slow, "a steady-state step took the general path"
+    assert len(dk._steps) == 1
+
+
+@pytest.mark.parametrize("alg,eager,make,gidx", STEP_CASES, ids=[c[0].name for c in STEP_CASES])
+def test_a_new_signature_is_validated_and_gets_its_own_step(interp_gpu, alg, eager, make, gidx):
+    """After a steady state, a changed shape (odd sizes, 1 row), dtype or stride takes the general
+    path (checked, planned) and is right; a wrong one is still refused."""
+    dk = dt.compile_autograd(alg)
+    for _ in range(3):
+        _check_step(dk, eager, make(5, 37, torch.float32), gidx, 1e-4)
+    _check_step(dk, eager, make(1, 13, torch.float32), gidx, 1e-4)          # shape
+    _check_step(dk, eager, make(7, 37, torch.float64), gidx, 1e-9)          # dtype
+    args = make(5, 37, torch.float32)
+    _check_step(dk, eager, (torch.randn(37, 5).t(), *args[1:]), gidx, 1e-4)   # strides: a transposed X
+    assert len(dk._steps) == 4
+    bad = list(make(5, 37, torch.float32))
+    if alg is layer_norm:
+        bad[1] = torch.randn(36)          # w does not match X's last dim
+    elif alg is cross_entropy:
+        bad[1] = torch.randint(0, 37, (4,))   # one label short
+    else:
+        bad[0] = torch.randn(5, 37, 2)    # a 3-dim X
+    bad[0].requires_grad_()
+    with pytest.raises(dt.ShapeError):
+        dk(*bad)
+
+
+@dt.algorithm
+def scaled_softmax_and_max(X: dt.Tensor["M", "N"], scale: float):
+    """Two outputs (a softmax of scale * X and the row max) and a float parameter."""
+    i, j = dt.axes("i j")
+    s = X[i, j] * scale
+    m = dt.max(s, over=j)
+    e = dt.exp(s - m)
+    return (e / dt.sum(e, over=j))[i, j], m[i]
+
+
+def _scaled_softmax_and_max(X, scale):
+    s = X * scale
+    return torch.softmax(s, -1), s.max(-1).values
+
+
+@pytest.mark.parametrize("use_max", [False, True], ids=["max-unused", "max-used"])
+def test_steps_with_a_scalar_argument_and_an_output_without_gradient(interp_gpu, use_max):
+    """A float argument is passed per call (not part of the key) and kept on the context; an
+    output that receives no gradient (None: the step's read-only zero) gives the right dX."""
+    dk = dt.compile_autograd(scaled_softmax_and_max)
+    for step, scale in enumerate((0.5, 0.5, 2.0, -1.5)):
+        X = torch.randn(6, 11)
+        Xg = X.clone().requires_grad_()
+        y, m = dk(Xg, scale)
+        wy, wm = torch.randn(6, 11, dtype=torch.float64), torch.randn(6, dtype=torch.float64)
+        loss = (y.double() * wy).sum() + ((m.double() * wm).sum() if use_max else 0)
+        loss.backward()
+        Xr = X.double().requires_grad_()
+        yr, mr = _scaled_softmax_and_max(Xr, scale)
+        ((yr * wy).sum() + ((mr * wm).sum() if use_max else 0)).backward()
+        torch.testing.assert_close(y.double(), yr.detach(), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(m.double(), mr.detach(), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(Xg.grad.double(), Xr.grad, atol=1e-5, rtol=1e-5)
+    assert len(dk._steps) == 1
+
+
+def test_steps_keep_autograd_checks(interp_gpu):
+    """On the step path, an input modified in place between forward and backward is refused by
+    autograd (its saved version changed), and double backward is refused loudly."""
+    dk = dt.compile_autograd(softmax)
+    X = torch.randn(4, 9, requires_grad=True)
+    for _ in range(2):
+        dk(X).sum().backward()
+    assert len(dk._steps) == 1
+    Y = X.detach().clone().requires_grad_()
+    Z = Y * 1.0
+    out = dk(Z)
+    Z.mul_(2.0)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+    with pytest.raises(NotImplementedError, match="double backward"):
+        torch.autograd.grad((dk(X) * torch.randn(4, 9)).sum(), X, create_graph=True)

@@ -34,8 +34,10 @@ from ..grad import GradientAlgorithms, augmented_forward, grad, saved_statistics
 from ..ir import Algorithm, InputTensor, output_dtype
 from ..plan.lower import lower
 from ..runtime import Kernel
-from ..runtime.args import merge_named
+from ..runtime.args import merge_named, signature_key
+from ..runtime.kernel import fast_path_ok
 from ..schedule import Schedule
+from .steps import BackwardStep, ForwardStep, StepFunction, refuse_double_backward
 
 __all__ = ["DifferentiableKernel", "differentiable", "apply", "output_specs", "check_backward_schedules"]
 
@@ -194,7 +196,11 @@ class DifferentiableKernel:
         self._aug = _saving_forward(self.algorithm, getattr(kernel, "schedule", None), save)
         self._save_ok: dict[tuple, tuple[bool, bool]] = {}   # call signature -> (saves, has float64 inputs)
         self.is_tensor = tuple(isinstance(p, InputTensor) for p in self.algorithm.params)
-        self._last_runs: dict[str, list[_Runner]] = {"forward": [], "backward": []}
+        #: the runners of the most recent forward and backward (:meth:`launch_counts`)
+        self.last_runs: dict[str, list[_Runner]] = {"forward": [], "backward": []}
+        # the steady-state path: call key -> ForwardStep (False: this signature keeps the general path)
+        self._steps: dict[tuple, ForwardStep | bool] = {}
+        self._size_pos = tuple(self.algorithm.size_args.values())   # int arguments that size axes
 
     def __repr__(self):
         return f"<dt.differentiable {self.algorithm.name} save={self.save!r} group={self.group!r}>"
@@ -241,7 +247,7 @@ class DifferentiableKernel:
     def launch_counts(self) -> dict[str, int]:
         """Kernels launched by the most recent forward and backward: ``{"forward": n, "backward": m}``
         (0 for a pass that has not run)."""
-        return {k: sum(getattr(r.last, "launch_count", 0) for r in rs) for k, rs in self._last_runs.items()}
+        return {k: sum(getattr(r.last, "launch_count", 0) for r in rs) for k, rs in self.last_runs.items()}
 
     def _saves(self, args) -> tuple[bool, bool]:
         """(whether this call's forward saves the statistics, whether a tensor argument is
@@ -266,16 +272,27 @@ class DifferentiableKernel:
     def run_forward(self, args) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
         """Run the forward pass: ``(outputs, saved stage values)``."""
         if self._aug is None:
-            self._last_runs["forward"] = [self._fwd_runner]
+            self.last_runs["forward"] = [self._fwd_runner]
             return self._fwd_runner(*args), ()
         saves, fp64 = self._saves(args)
         if not saves:
-            self._last_runs["forward"] = [self._fwd_runner]
+            self.last_runs["forward"] = [self._fwd_runner]
             return self._fwd_runner(*args, fp64=fp64), ()
-        self._last_runs["forward"] = [self._aug[0]]
+        self.last_runs["forward"] = [self._aug[0]]
         res = self._aug[0](*args, fp64=fp64)
         n = len(self.algorithm.outputs)
         return res[:n], res[n:]
+
+    def _make_step(self, args) -> ForwardStep | bool:
+        """The :class:`~dtriton.integrations.steps.ForwardStep` repeating the forward that just ran
+        on ``args``, or False when its kernel left no fast launcher for them (the interpreter,
+        staged operands, ``check_indices``): that signature keeps the general path."""
+        (runner,) = self.last_runs["forward"]
+        launch = runner.last.fast_launcher_for(args) if runner.last is not None else None
+        if launch is None:
+            return False
+        return ForwardStep(self, [runner], launch, len(self.algorithm.outputs), len(runner.alg.outputs),
+                           self.is_tensor)
 
     def _zero(self, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """A cached 0-d zero of ``dtype`` on ``device`` (the gradient of an output that receives none,
@@ -286,6 +303,51 @@ class DifferentiableKernel:
             z = self._zeros[key] = torch.zeros((), dtype=dtype, device=device)
         return z
 
+    def _backward_inputs(self, args, grads, saved) -> tuple[tuple, dict[int, torch.Tensor]]:
+        """(the backward kernels' arguments: ``args``, one gradient per output, ``saved``; the
+        read-only zeros standing for the outputs whose gradient is ``None``, by output index)."""
+        outs = None
+        fixed = []
+        zeros = {}
+        for k, g in enumerate(grads):
+            if g is None:
+                if outs is None:
+                    outs = output_specs(self.algorithm, args)
+                shape, dt = outs[k]
+                dev = next(a.device for a in args if isinstance(a, torch.Tensor))
+                g = zeros[k] = self._zero(dt, dev).expand(shape)   # read-only: no fill kernel per step
+            fixed.append(g)
+        return (*args, *fixed, *saved), zeros
+
+    def wrt_of(self, args, needs: Sequence[bool]) -> list[str]:
+        """The names of the inputs that get gradients: tensors flagged in ``needs`` (one flag per
+        parameter: autograd's ``needs_input_grad``) with a floating dtype."""
+        return [p.name for p, nd, a in zip(self.algorithm.params, needs, args)
+                if nd and isinstance(p, InputTensor) and a.dtype.is_floating_point]
+
+    def backward_step(self, args, grads, saved, needs: Sequence[bool]) -> tuple[tuple, BackwardStep | None]:
+        """Run a backward on the general path (:meth:`run_backward`) and build the
+        :class:`~dtriton.integrations.steps.BackwardStep` that repeats it for the same forward
+        signature, ``needs`` (per parameter) and gradient signature. Returns (``(None, gradient
+        per parameter)``, the step or None when a kernel of it has no fast launcher)."""
+        params = self.algorithm.params
+        wrt = self.wrt_of(args, needs)
+        res = self.run_backward(args, grads, saved, wrt)
+        out = (None, *[res.get(p.name) for p in params])
+        if not wrt or not fast_path_ok():
+            return out, None
+        _, runners, picks = self._backward(wrt, bool(saved))
+        bargs, zeros = self._backward_inputs(args, grads, saved)
+        pos = {p.name: k for k, p in enumerate(params)}
+        launches = []
+        for runner, pick in zip(runners, picks):
+            launch = runner.last.fast_launcher_for(bargs) if runner.last is not None else None
+            if launch is None:
+                return out, None
+            launches.append((launch, len(runner.alg.outputs) == 1,
+                             [(oi, pos[n], args[pos[n]].dtype) for n, oi in pick]))
+        return out, BackwardStep(launches, zeros, len(params), runners)
+
     def run_backward(self, args, grads, saved, wrt: Sequence[str]) -> dict[str, torch.Tensor | None]:
         """Gradients wrt the inputs named ``wrt`` for upstream gradients ``grads`` (one per output,
         ``None`` for zero). Returns ``{name: gradient or None}`` (None: structurally zero)."""
@@ -293,18 +355,8 @@ class DifferentiableKernel:
         if not wrt:
             return {}
         ga, runners, picks = self._backward(wrt, bool(saved))
-        self._last_runs["backward"] = runners
-        outs = None
-        fixed = []
-        for k, g in enumerate(grads):
-            if g is None:
-                if outs is None:
-                    outs = output_specs(alg, args)
-                shape, dt = outs[k]
-                dev = next(a.device for a in args if isinstance(a, torch.Tensor))
-                g = self._zero(dt, dev).expand(shape)   # read-only: no fill kernel per step
-            fixed.append(g)
-        bargs = (*args, *fixed, *saved)
+        self.last_runs["backward"] = runners
+        bargs = self._backward_inputs(args, grads, saved)[0]
         res: dict[str, torch.Tensor | None] = dict.fromkeys(wrt)
         argmap = {p.name: a for p, a in zip(alg.params, args)}
         fp64 = _has_fp64(bargs)
@@ -318,13 +370,24 @@ class DifferentiableKernel:
 
     def __call__(self, *args, out=None, **named):
         """Run the kernel, differentiably when an input requires grad (arguments by name as for
-        :class:`~dtriton.Kernel`)."""
+        :class:`~dtriton.Kernel`). A call signature seen before (same cheap key:
+        :func:`~dtriton.runtime.args.signature_key`) runs its cached
+        :class:`~dtriton.integrations.steps.ForwardStep`; a new one takes the general path, which
+        checks the arguments, and leaves the step."""
         if named:
             args = merge_named(self.kernel.algorithm, args, named)
-        if out is None and torch.is_grad_enabled() and any(
-                isinstance(a, torch.Tensor) and a.requires_grad for a in args):
-            res = _DTFunction.apply(self, *args)
-            return res
+        if out is None and torch.is_grad_enabled():
+            key, needs_grad = signature_key(args)
+            if needs_grad:
+                if self._size_pos:
+                    key += tuple(int(args[p]) for p in self._size_pos)
+                step = self._steps.get(key)
+                if step and fast_path_ok():
+                    return StepFunction.apply(step, *args)
+                res = _DTFunction.apply(self, *args)
+                if step is None and fast_path_ok():
+                    self._steps[key] = self._make_step(args)
+                return res
         if out is not None:
             return self.kernel(*args, out=out)
         r = self.kernel(*args)
@@ -348,12 +411,7 @@ class _DTFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        if torch.is_grad_enabled():
-            # create_graph=True (double backward): the derived backward kernels are not themselves
-            # differentiable yet; refuse loudly rather than return a gradient that is silently constant
-            raise NotImplementedError(
-                f"double backward through the dtriton kernel {ctx.dk.algorithm.name!r} is not supported "
-                "(create_graph=True); differentiate the backward algorithms from dt.grad explicitly instead")
+        refuse_double_backward(ctx.dk.algorithm.name)
         with torch.no_grad():
             return _DTFunction._backward(ctx, *grads)
 
@@ -368,9 +426,7 @@ class _DTFunction(torch.autograd.Function):
         it = iter(tens)
         for t, s in zip(ctx.is_t, ctx.scalars):
             args.append(next(it) if t else s)
-        needs = ctx.needs_input_grad[1:]
-        wrt = [p.name for p, nd, a in zip(alg.params, needs, args)
-               if nd and isinstance(p, InputTensor) and a.dtype.is_floating_point]
+        wrt = dk.wrt_of(args, ctx.needs_input_grad[1:])
         res = dk.run_backward(args, list(grads), saved, wrt)
         return (None, *[res.get(p.name) for p in alg.params])
 
@@ -427,7 +483,7 @@ def apply(kernel, args: Sequence[Any], out=None):
     dk = _hooked.get(kernel)
     if dk is None:
         dk = _hooked[kernel] = DifferentiableKernel(kernel)
-    return _DTFunction.apply(dk, *args)
+    return dk(*args)
 
 
 # the runtime calls Kernel.grad_call for calls whose inputs require grad (see the module docstring)

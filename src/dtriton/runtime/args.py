@@ -11,7 +11,7 @@ from ..plan.callspec import max_offset
 from ..schedule import Schedule
 
 __all__ = ["call_key", "check_given_out", "check_out_memory", "inplace_problem", "merge_named",
-           "normalise_out", "overlap", "spec_key"]
+           "normalise_out", "overlap", "signature_key", "spec_key"]
 
 
 def span(t: torch.Tensor) -> tuple[int, int]:
@@ -154,20 +154,28 @@ def inplace_problem(alg: Algorithm, sched: Schedule, x_name: str,
     return None
 
 
-def call_key(args) -> tuple:
-    """What decides a launch: shapes, strides, dtypes, devices, 16-byte alignment (Triton's own
-    pointer specialisation) and, for ints, the values Triton specialises on."""
+def signature_key(args) -> tuple[tuple, bool]:
+    """(the key of a call signature, whether a tensor argument requires grad). The key holds what
+    decides a launch: shapes, strides, dtypes, devices, 16-byte alignment (Triton's own pointer
+    specialisation) and, for ints, the values Triton specialises on (1, multiples of 16)."""
     key = []
+    grad = False
     for a in args:
         if isinstance(a, torch.Tensor):
-            if a.requires_grad and torch.is_grad_enabled():
-                return (None,)  # autograd path: never the fast path
+            grad = grad or a.requires_grad
             key.append((a.shape, a.stride(), a.dtype, a.device, a.data_ptr() % 16 == 0))
         elif isinstance(a, bool) or not isinstance(a, int):
             key.append(type(a))
         else:
             key.append((a == 1, a % 16 == 0))
-    return tuple(key)
+    return tuple(key), grad
+
+
+def call_key(args) -> tuple:
+    """The key of a plain call's signature (:func:`signature_key`); ``(None,)`` for a call that
+    autograd must record (a tensor requires grad and grad mode is on): never the fast path."""
+    key, grad = signature_key(args)
+    return (None,) if grad and torch.is_grad_enabled() else key
 
 
 def spec_key(args, out, interpret: bool) -> tuple | None:

@@ -31,12 +31,15 @@ from ..ir import Algorithm, Binding, InputTensor, check_reads
 from ..plan import CallSpec, Program, call_spec, plan_program, tma_addressable, unused_knobs
 from ..plan.callspec import I32_MAX
 from ..plan.staging import kmajor_copies, stage_inputs
-from .args import call_key, check_given_out, merge_named, normalise_out, spec_key
+from .args import call_key, check_given_out, merge_named, normalise_out, signature_key, spec_key
 
-__all__ = ["Kernel", "backend_for", "cache_dir"]
+__all__ = ["Kernel", "backend_for", "cache_dir", "fast_path_ok"]
 
 _BACKEND = default_backend()
 _fast_ok = _BACKEND.fast_path_ok   # no launch hooks: the fast path may run (looked up once)
+#: ``fast_path_ok() -> bool``: whether fast launchers may run now (no launch hook, such as a
+#: profiler's, is installed; those need the slow path). Checked on every fast call.
+fast_path_ok = _fast_ok
 
 
 def cache_dir() -> Path:
@@ -318,6 +321,15 @@ class Kernel:
         if interpret and orig_dev.type != "cpu":
             outs = [o.to(orig_dev) for o in outs]
         return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def fast_launcher_for(self, args):
+        """The fast launcher an earlier call of this signature left (``args`` positional, as that
+        call passed them, whether or not they require grad), or None: the signature has not run on
+        the GPU, its arguments were staged, or ``check_indices`` is on (those calls take the slow
+        path). Calling it with ``args`` of that signature returns the outputs as the kernel does."""
+        if self.check_indices or not self._fast:
+            return None
+        return self._fast.get(signature_key(args)[0] + self._sized(args))
 
     def _sized(self, args) -> tuple:
         """The values of the int arguments that size axes (``dt.axes("h:Ho")``): part of the keys

@@ -1,0 +1,164 @@
+"""The steady-state path of differentiable calls: one cached step per call signature (issue 15).
+
+The first differentiable call of a signature takes the general path of
+:class:`~dtriton.integrations.autograd.DifferentiableKernel`: the kernel binds and checks the
+arguments (shapes, dtypes, strides, devices, index ranges), plans, compiles, launches, and leaves
+a fast launcher for the signature. The differentiable kernel then keeps a :class:`ForwardStep`
+holding that launcher, keyed by the call's cheap key (:func:`~dtriton.runtime.args.signature_key`:
+shapes, strides, dtypes, devices and 16-byte alignment of the tensors, the values Triton
+specialises ints on, and the ints that size axes). Later calls with the same key run
+:class:`StepFunction`: one ``torch.autograd.Function`` whose forward launches the kernels through the
+launcher, saves the inputs and the forward's statistics, and returns the outputs; nothing is bound,
+planned or re-checked beyond the key.
+
+Its backward looks up a :class:`BackwardStep` by which inputs need a gradient and the cheap key
+of the incoming gradients (``None`` for an output that receives none). The first backward of a key
+runs the general ``run_backward`` (which plans and compiles the derived backward kernels) and the
+differentiable kernel builds the step from the fast launchers it left; a key without fast
+launchers (the interpreter, staged operands, ``check_indices``, a launch hook such as a
+profiler's) keeps the general path.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..runtime.args import signature_key
+from ..runtime.kernel import fast_path_ok
+
+__all__ = ["BackwardStep", "ForwardStep", "StepFunction", "refuse_double_backward"]
+
+
+def refuse_double_backward(name: str) -> None:
+    """Raise ``NotImplementedError`` when a backward runs with ``create_graph=True`` (grad mode on
+    inside backward): the derived backward kernels are not differentiable themselves, and a silently
+    constant gradient would be wrong."""
+    if torch.is_grad_enabled():
+        raise NotImplementedError(
+            f"double backward through the dtriton kernel {name!r} is not supported "
+            "(create_graph=True); differentiate the backward algorithms from dt.grad explicitly instead")
+
+
+class BackwardStep:
+    """The backward of one forward step for one set of inputs needing gradients and one signature
+    of the incoming gradients: the derived backward kernels' fast launchers, in order.
+
+    Args:
+        launches: per backward algorithm ``(launcher, single, picks)``: ``launcher(bargs)`` runs its
+            kernels on ``(*forward args, *output gradients, *saved statistics)`` and returns its
+            outputs (one tensor when ``single``, else a tuple); ``picks`` lists ``(output index,
+            parameter position, dtype)``: that output is the gradient of that parameter, converted
+            to ``dtype`` (the input's) when it differs.
+        zeros: output index -> the read-only zero (a 0-d zero expanded to the output's shape)
+            standing for the gradient of an output that receives none.
+        n_params: the algorithm's parameters (the length of the returned gradients, plus one).
+        runners: the backward algorithms' runners (recorded for ``launch_counts``).
+    """
+
+    __slots__ = ("launches", "zeros", "n_params", "runners")
+
+    def __init__(self, launches: list[tuple[Callable, bool, list[tuple[int, int, torch.dtype]]]],
+                 zeros: dict[int, torch.Tensor], n_params: int, runners: list):
+        self.launches = launches
+        self.zeros = zeros
+        self.n_params = n_params
+        self.runners = runners
+
+    def __call__(self, args: Sequence[Any], grads: Sequence[torch.Tensor | None],
+                 saved: Sequence[torch.Tensor]) -> tuple:
+        """``(None, gradient per parameter or None)``: what ``StepFunction.backward`` returns."""
+        if self.zeros:
+            grads = [self.zeros.get(k, g) if g is None else g for k, g in enumerate(grads)]
+        bargs = (*args, *grads, *saved)
+        res: list = [None] * (self.n_params + 1)
+        for launch, single, picks in self.launches:
+            vals = launch(bargs)
+            if single:
+                vals = (vals,)
+            for oi, pos, dt in picks:
+                v = vals[oi]
+                res[pos + 1] = v if v.dtype == dt else v.to(dt)
+        return tuple(res)
+
+
+class ForwardStep:
+    """One call signature of a differentiable kernel, seen before: the forward's fast launcher and
+    the backward steps built so far (:class:`BackwardStep` per key).
+
+    Args:
+        owner: the differentiable kernel; its ``backward_step(args, grads, saved, needs)`` runs a
+            backward on the general path and builds the step for it, and its ``last_runs`` dict
+            records the runners of the latest forward and backward (``launch_counts``).
+        runners: the forward's runner (``last_runs["forward"]``).
+        launch: the forward kernels' fast launcher: ``launch(args)`` returns the outputs followed by
+            the saved statistics (one tensor when there is one output in all).
+        n_out: the algorithm's outputs (the outputs returned); the rest are saved.
+        n_all: outputs the launcher returns.
+        is_tensor: per parameter, whether it is a tensor (the others are saved on the context).
+    """
+
+    __slots__ = ("owner", "runners", "launch", "n_out", "n_all", "tensor_pos", "backward_steps", "name")
+
+    def __init__(self, owner, runners: list, launch: Callable, n_out: int, n_all: int, is_tensor: Sequence[bool]):
+        self.owner = owner
+        self.runners = runners
+        self.launch = launch
+        self.n_out = n_out
+        self.n_all = n_all
+        # None: every parameter is a tensor (the forward's args are saved as they are)
+        self.tensor_pos = None if all(is_tensor) else tuple(k for k, t in enumerate(is_tensor) if t)
+        self.backward_steps: dict[tuple, BackwardStep | None] = {}
+        self.name = owner.algorithm.name
+
+    def args_of(self, tensors: Sequence[torch.Tensor], scalars: Sequence[Any] | None) -> tuple:
+        """The forward's arguments from its saved tensors and (when some parameters are not
+        tensors) its arguments as given, whose tensors are replaced by the saved ones."""
+        if self.tensor_pos is None:
+            return tuple(tensors)
+        args = list(scalars)
+        for k, t in zip(self.tensor_pos, tensors):
+            args[k] = t
+        return tuple(args)
+
+
+class StepFunction(torch.autograd.Function):
+    """The differentiable call of a :class:`ForwardStep`: ``StepFunction.apply(step, *args)``.
+    Autograd runs ``forward`` with grad mode off and ``backward`` with it off unless
+    ``create_graph=True`` (refused: :func:`refuse_double_backward`)."""
+
+    @staticmethod
+    def forward(ctx, step: ForwardStep, *args):
+        ctx.set_materialize_grads(False)   # an output without a gradient arrives as None
+        res = step.launch(args)
+        if step.n_all == 1:
+            res = (res,)
+        ctx.step = step
+        step.owner.last_runs["forward"] = step.runners
+        n = step.n_out
+        if step.tensor_pos is None:
+            ctx.scalars = None
+            ctx.save_for_backward(*args, *res[n:])
+        else:
+            ctx.scalars = [None if isinstance(a, torch.Tensor) else a for a in args]
+            ctx.save_for_backward(*[args[k] for k in step.tensor_pos], *res[n:])
+        return res[0] if n == 1 else res[:n]
+
+    @staticmethod
+    def backward(ctx, *grads):
+        step: ForwardStep = ctx.step
+        refuse_double_backward(step.name)
+        st = ctx.saved_tensors
+        nt = len(st) - (step.n_all - step.n_out)
+        args = step.args_of(st[:nt], ctx.scalars)
+        saved = st[nt:]
+        key = (ctx.needs_input_grad, signature_key(grads)[0])
+        bstep = step.backward_steps.get(key)
+        if bstep is not None and fast_path_ok():
+            step.owner.last_runs["backward"] = bstep.runners
+            return bstep(args, grads, saved)
+        res, bstep = step.owner.backward_step(args, grads, saved, ctx.needs_input_grad[1:])
+        if bstep is not None:
+            step.backward_steps[key] = bstep
+        return res
