@@ -22,7 +22,7 @@ from .reference import (FLOAT_DTYPES, INDEX_DTYPES, Binding, check_reads, comput
 from .algorithm import Algorithm, Stage, TensorAnnotation, cse
 from .analysis import (can_split, contractions, grid_candidates, is_sum, online_candidate, reads_unit_stride,
                        reduction_stages, split_blockers, splittable, stage_grid, sum_of_products, tensor_core_sides)
-from .rewrite import base2_exponents, naive_variance_of, single_pass_variance, variance_of
+from .rewrite import base2_exponents, naive_variance_of, reciprocal_divisors, single_pass_variance, variance_of
 
 __all__ = [
     "unit_dim",
@@ -39,5 +39,5 @@ __all__ = [
     "Algorithm", "Stage", "TensorAnnotation", "cse",
     "can_split", "is_sum", "contractions", "grid_candidates", "online_candidate", "reduction_stages", "split_blockers", "splittable",
     "stage_grid", "sum_of_products",
-    "base2_exponents", "naive_variance_of", "single_pass_variance", "variance_of",
+    "base2_exponents", "naive_variance_of", "reciprocal_divisors", "single_pass_variance", "variance_of",
 ]

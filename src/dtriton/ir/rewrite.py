@@ -17,6 +17,12 @@ multiply-add and the hardware's base-2 exponential, where ``exp`` costs a multip
 and another multiply before it. Exact in real arithmetic; in floating point ``X'`` rounds to its
 own magnitude rather than to that of ``X - max``, a relative error of about ``|X| * 2**-24``
 in each term, so the plan uses it where the terms are consumed in 16-bit precision.
+
+:func:`reciprocal_divisors` writes ``X / y``, where ``y`` has fewer axes than ``X`` (a per-row
+statistic dividing a tile), as ``X * (1 / y)``: one division per row and a multiply per element,
+where a division per element costs about ten instructions on the GPU (an attention backward
+divides its score tiles by the saved row sums twice per step). One more rounding (half an ulp of
+the reciprocal): the plan uses it where the results are consumed in 16-bit precision.
 """
 
 from __future__ import annotations
@@ -26,10 +32,10 @@ from typing import Callable
 
 from .algorithm import Algorithm
 from .combiners import VAR
-from .expr import Binary, Const, Expr, Output, Reduce, Unary
-from .walk import topo_order
+from .expr import Binary, Const, Expr, Load, Output, Reduce, Unary
+from .walk import topo_order, walk
 
-__all__ = ["base2_exponents", "naive_variance_of", "single_pass_variance", "variance_of"]
+__all__ = ["base2_exponents", "naive_variance_of", "reciprocal_divisors", "single_pass_variance", "variance_of"]
 
 
 def variance_of(r: Reduce) -> Expr | None:
@@ -154,3 +160,33 @@ def base2_exponents(alg: Algorithm, want: Callable[[Reduce], bool]) -> Algorithm
         for e in exps:
             swap[e.uid] = Unary("exp2", Binary("sub", x2, m2))
     return _rebuilt(alg, swap)
+
+
+def reciprocal_divisors(alg: Algorithm, floating: Callable[[str], bool]) -> Algorithm:
+    """``alg`` with each ``X / y`` whose divisor ``y`` has fewer axes than ``X`` (all of them axes
+    of ``X``) and reads tensors, every one floating (``floating(tensor name)``; integer divisions
+    keep their exact quotients), written ``X * (1 / y)`` with one ``1 / y`` node per divisor (so
+    it is computed once, over ``y``'s axes); ``alg`` itself when there is none."""
+    def wanted(n: Expr) -> bool:
+        if not (isinstance(n, Binary) and n.op == "div") or isinstance(n.b, Const):
+            return False
+        if not set(n.b.axes) < set(n.a.axes):
+            return False
+        loads = [x for x in walk([n.b]) if isinstance(x, Load)]
+        return bool(loads) and all(floating(x.tensor.name) for x in loads)
+    order = topo_order([o.expr for o in alg.outputs])
+    if not any(wanted(n) for n in order):
+        return alg
+    new: dict[int, Expr] = {}
+    recips: dict[int, Expr] = {}
+    for n in order:
+        kids = n.children()
+        moved = [new.get(c.uid, c) for c in kids]
+        m = n if all(a is b for a, b in zip(moved, kids)) else n.rebuild(moved)
+        if wanted(n):
+            y = moved[1]
+            inv = recips.setdefault(y.uid, Binary("div", Const(1.0), y))
+            m = Binary("mul", moved[0], inv)
+        new[n.uid] = m
+    outs = [Output(new[o.expr.uid], o.layout) for o in alg.outputs]
+    return Algorithm.build(alg.name, alg.params, outs, alg.__doc__)

@@ -13,7 +13,8 @@ from typing import Mapping
 
 import torch
 
-from ..ir import Algorithm, Binding, Reduce, base2_exponents, integer_reductions, kernel_f64, single_pass_variance
+from ..ir import (Algorithm, Binding, Reduce, base2_exponents, integer_reductions, kernel_f64, reciprocal_divisors,
+                  single_pass_variance)
 from ..schedule import Schedule
 from .access import plan_access, plan_eviction, plan_floor_ops, plan_read_masks
 from .blockreduce import plan_block_reduce
@@ -69,7 +70,9 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
     """Lower ``alg`` under the complete schedule ``sched`` for a call with binding ``b`` and facts
     ``spec``: a :class:`Program` whose kernels carry every decision (first what buffers hold,
     :func:`dtriton.plan.epilogues.move_epilogues`, and their dtypes, :mod:`dtriton.plan.buffers`). Two-pass variances the schedule loops over become
-    one pass before lowering (:func:`one_pass_statistics`)."""
+    one pass before lowering (:func:`one_pass_statistics`); with 16-bit terms
+    (:func:`sixteen_bit_terms`) exponentials are written in base 2 and per-row divisors become
+    reciprocals (:func:`~dtriton.ir.reciprocal_divisors`)."""
     out_dtypes = {o.name: d for o, d in zip(alg.outputs, b.out_dtypes)}
     # the call's masked reads name nodes by position in the algorithm as traced (the rewrite
     # keeps those nodes)
@@ -77,6 +80,7 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
     alg = single_pass_variance(alg, lambda r: one_pass_statistics(sched, r))
     if sixteen_bit_terms(b):
         alg = base2_exponents(alg, lambda r: True)
+        alg = reciprocal_divisors(alg, lambda t: b.dtypes[t].is_floating_point)
     prog = lower(alg, sched, b.axis_sizes, {k: str(v).replace("torch.", "") for k, v in out_dtypes.items()},
                  f64=kernel_f64(b.dtypes.values(), b.out_dtypes))
     plan_int_buffers(prog, integer_reductions([o.expr for o in alg.outputs], b.dtypes))

@@ -108,10 +108,36 @@ def _fp32_order(r: Reduce, k: KernelPlan, split: tuple, precision: str, swap_ok:
     return split, ("ieee" if precision == "auto" else precision)
 
 
+def layout_rank(k: KernelPlan) -> dict[str, int]:
+    """Axis -> position in the program's block layout: the tiled grid axes in grid order, then the
+    whole axes, then the looped ones (each loop's scope appends its axis), as the printer lays
+    values out."""
+    order = [a for a in k.grid if not k.scalar_axis(a)]
+    order += [a for a, p in k.axes.items() if p.role == "whole" and a not in order]
+    order += [a for a, p in k.axes.items() if a not in order]
+    return {a: i for i, a in enumerate(order)}
+
+
+def _layout_order(r: Reduce, k: KernelPlan, split: tuple) -> tuple:
+    """The split of a 16-bit dot whose free axes ``(m, n)`` follow the program's layout order
+    (:func:`layout_rank`): the result, and an operand computed in the program's layout, need no
+    transpose. In a derived attention backward's dK/dV kernel (key tiles on the grid, queries
+    looped) the scores come out as ``[key, query]`` tiles with the key tile as the MMA's M side
+    (wgmma on Hopper), not as ``[query, key]`` tiles transposed at every step; dV accumulates
+    ``[key, e]`` from the probabilities in the same layout, so they are computed once."""
+    rank = layout_rank(k)
+    m, n = split[3], split[4]
+    if rank.get(m, 0) <= rank.get(n, 0):
+        return split
+    other = dot_split(r, k, k.compute_dtype, swap=True)
+    return other if other is not None and other[3] == n else split
+
+
 def plan_dot(r: Reduce, k: KernelPlan, precision: str, swap_ok: bool = True) -> DotPlan | None:
     """The :class:`DotPlan` of fused reduction ``r`` of kernel ``k`` (None: not a dot).
     ``precision``: the schedule's (:data:`~dtriton.schedule.PRECISIONS`); the order and precision
-    of an fp32 dot follow the call's unit-stride dims (``k.unit_dims``)."""
+    of an fp32 dot follow the call's unit-stride dims (``k.unit_dims``), the order of other dots
+    the program's layout (:func:`layout_rank`; unless ``swap_ok`` is False)."""
     split = dot_split(r, k, k.compute_dtype)
     if split is None:
         return None
@@ -120,6 +146,8 @@ def plan_dot(r: Reduce, k: KernelPlan, precision: str, swap_ok: bool = True) -> 
     if common is None and k.compute_dtype == "float32":
         # the interpreter takes the same operand order (so its tests cover it), no precision
         split, precision = _fp32_order(r, k, split, precision, swap_ok)
+    elif swap_ok:
+        split = _layout_order(r, k, split)
     left, right, hoist, m, n = split
     return DotPlan(tuple(left), tuple(right), tuple(hoist), m, n, common,
                    k.compute_dtype if interpret else common,

@@ -198,13 +198,14 @@ class ReducePrinter:
         its tiles lie inside the axis, so the axis is bound without its size mask; ``stages``: the
         plan's ``num_stages`` for this loop (0: the kernel's)."""
         # the loop's layout keeps only the program axes its values use: contractions carry their
-        # own 2-D layouts, so e.g. attention's head axis stays out of the score tiles
+        # own 2-D layouts, so e.g. attention's head axis stays out of the score tiles (also of an
+        # attention backward's, whose program layout holds the head axes of dK and dV)
         keep: set[str] = set()
         for r in rs:
             if not accs[r.uid]["dot"]:
                 keep |= set(r.x.axes)
             for inner_r in self.fused_deps(r):   # reductions computed inside this loop keep their axes
-                keep |= set(inner_r.axes) | set(inner_r.x.axes)
+                keep |= set(inner_r.axes) | (set() if inner_r.uid in self.k.dots else set(inner_r.x.axes))
         keep = tuple(a for a in scope.layout if a in keep)
         inner = scope
         loops = []

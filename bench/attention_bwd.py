@@ -1,0 +1,249 @@
+"""The derived attention backward (issue 15): its kernels compiled for sm_90 on a machine without a
+GPU, and on the GPU its time beside SDPA's backward for a few backward schedules.
+
+    PYTHONPATH=src python3 bench/attention_bwd.py sm90 [--D 64 128] [--causal] [--dump DIR]
+    PYTHONPATH=src python3 bench/attention_bwd.py time [--only d64 d128 ...] [--out DIR] [--dry-run]
+
+``sm90``: the backward of ``dt.grad(attention, save=saved_statistics(attention))`` planned as a CUDA
+call at the issue's shapes (B4 H16 S2048 D64, B4 H32 S4096 D128; nothing is allocated) under the
+heuristic schedule, every kernel compiled by Triton for sm_90; per kernel: registers, spill stack,
+shared memory, warps and stages, wgmma / mma.sync, ex2 and division instructions, layout
+conversions through shared memory (TTGIR ``convert_layout``).
+
+``time``: per case, the backward kernels alone (the saved statistics made once by the saving
+forward) under the heuristic schedule and the variants of :func:`variants` (tiles of the two
+accumulating kernels, warps, stages), against SDPA's backward (``torch.autograd.grad`` of SDPA's
+output, its default backend), each checked against float64 first; beside them the saving
+forward's and SDPA's forward time, and (fwd + bwd of SDPA) / (fwd + bwd of dtriton) per variant
+(kernel calls, no autograd host path; the backend reported is the first SDPA accepts in torch's
+priority order, which is the one its dispatcher picks when all are enabled). ``--dry-run``: tiny shapes on
+the interpreter (checks the script).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import types
+
+import torch
+
+import dtriton as dt
+from dtriton.grad import augmented_forward, saved_statistics
+from dtriton.ir import InputTensor
+from dtriton.library import attention, causal_attention
+
+CASES = {"d64": (4, 16, 2048, 64, False), "causal_d64": (4, 16, 2048, 64, True),
+         "d128": (4, 32, 4096, 128, False), "causal_d128": (4, 32, 4096, 128, True)}
+DRY = {"d16": (1, 1, 260, 16, False), "causal_d16": (1, 1, 260, 16, True)}
+
+
+def backward_of(causal: bool):
+    """(forward algorithm, saving forward algorithm, the backward algorithm, saved stage names)."""
+    alg = causal_attention if causal else attention
+    aug, names = augmented_forward(alg, saved_statistics(alg))
+    ga = dt.grad(alg, save=names)
+    (bwd,) = ga.algorithms
+    return alg, aug, bwd, names
+
+
+def bwd_args(bwd, B, H, S, D, dtype, device):
+    """Arguments of the backward algorithm (Q, K, V, scale, dO, saved statistics) on ``device``
+    (``meta``: shapes only). The statistics are random stand-ins; :func:`real_args` computes them."""
+    e = dict(dtype=dtype, device=device)
+    sizes = {"B": B, "H": H, "S": S, "T": S, "D": D}
+    make = torch.empty if device == "meta" else torch.randn
+    return [make(*[sizes[d] for d in p.dims], **e) if isinstance(p, InputTensor) else D ** -0.5 for p in bwd.params]
+
+
+# ----------------------------------------------------------------------------------------------
+# sm_90 compile report
+# ----------------------------------------------------------------------------------------------
+def sm90_report(bwd, args, sched=None, dump: str | None = None) -> list[str]:
+    """One line per kernel of ``bwd`` planned for a CUDA call with ``args`` (meta tensors) under
+    ``sched`` (None: the heuristic), compiled by Triton for sm_90."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from dtriton.backends import default_backend
+    from dtriton.plan.callspec import call_spec
+    from dtriton.plan.decide import plan_program
+    b = bwd.bind(args)
+    b.device = torch.device("cuda")
+    sched = sched or dt.compile(bwd).complete(b)
+    prog = plan_program(bwd, sched, b, call_spec(bwd, b, args, False))
+    src, metas = default_backend().render(prog)
+    tmp = dump or tempfile.mkdtemp(prefix="dt_attnbwd_")
+    os.makedirs(tmp, exist_ok=True)
+    mod = types.ModuleType("dt_attnbwd")
+    mod.__file__ = os.path.join(tmp, "kernels.py")
+    with open(mod.__file__, "w") as f:
+        f.write(src)
+    mod._jit = triton.jit
+    exec(compile(src, mod.__file__, "exec"), mod.__dict__)
+    tl_dt = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+    ptrs = {p.name: tl_dt[a.dtype] for p, a in zip(bwd.params, args) if isinstance(a, torch.Tensor)}
+    ptrs.update({o.name: ptrs["Q"] for o in bwd.outputs})
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    lines = [f"schedule: {sched.to_json()}"]
+    for m in metas:
+        fn = getattr(mod, m.name)
+        unit = {f"{t}_s{n - 1}" for t, n in m.tensor_ndim.items() if n}
+        sig, consts = {}, {}
+        for a in fn.arg_names:
+            if a in m.consts or a in unit:
+                sig[a], consts[a] = "constexpr", m.consts.get(a, 1)
+            elif a.endswith("_ptr"):
+                sig[a] = "*" + ptrs.get(a[:-4], "fp32")
+            else:
+                sig[a] = "fp32" if a.startswith("s_") else "i32"
+        attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names)
+                 if sig[a] not in ("constexpr", "fp32")}
+        k = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                           options={"num_warps": m.ir.num_warps, "num_stages": m.ir.num_stages})
+        cubin = os.path.join(tmp, m.name + ".cubin")
+        with open(cubin, "wb") as f:
+            f.write(k.asm["cubin"])
+        res = subprocess.run([cuobjdump, "-res-usage", cubin], capture_output=True, text=True).stdout
+        reg, stack = (re.search(rf"{w}:(\d+)", res) for w in ("REG", "STACK"))
+        ptx, ttgir = k.asm["ptx"], k.asm["ttgir"]
+        for ext in ("ttgir", "ptx"):
+            with open(os.path.join(tmp, f"{m.name}.{ext}"), "w") as f:
+                f.write(k.asm[ext])
+        lines.append(f"  {m.name}: regs {reg and reg.group(1)} stack {stack and stack.group(1)} smem {k.metadata.shared} "
+                     f"warps {m.ir.num_warps} stages {m.ir.num_stages} wgmma {ptx.count('wgmma.mma_async')} "
+                     f"mma.sync {ptx.count('mma.sync')} ex2 {ptx.count('ex2.approx')} div {ptx.count('div.')} "
+                     f"rcp {ptx.count('rcp.')} convert_layout {ttgir.count('ttg.convert_layout')}")
+    lines.append(f"  (sources, TTGIR and PTX in {tmp})")
+    return lines
+
+
+# ----------------------------------------------------------------------------------------------
+# GPU timing
+# ----------------------------------------------------------------------------------------------
+def variants(base: dt.Schedule, D: int) -> dict[str, dt.Schedule]:
+    """Named backward schedules around the heuristic's complete ``base``: the (query, key) tiles
+    of the dQ kernel (out0) and of the dK/dV kernel (out1, out2), warps and stages."""
+    def with_(q_tiles, kv_tiles, warps, stages):
+        st = dict(base.stages)
+        st["out0"] = st["out0"].replace(tile={"i": q_tiles[0], "j": q_tiles[1]})
+        for o in ("out1", "out2"):
+            st[o] = st[o].replace(tile={"i": kv_tiles[0], "j": kv_tiles[1]})
+        return base.replace(stages=st, num_warps=warps, num_stages=stages)
+    out = {"heuristic": base}
+    big = 128 if D <= 64 else 64
+    for q, kv, w, s in (((big, 32), (32, big), 8, 3), ((big, 32), (32, big), 4, 3), ((big, 32), (32, big), 8, 4),
+                        ((64, 64), (64, 64), 4, 3), ((128, 64), (64, 128), 8, 2)):
+        if D > 64 and (q[1] > 32 or kv[0] > 32):
+            continue
+        out[f"q{q[0]}x{q[1]} kv{kv[0]}x{kv[1]} w{w} s{s}"] = with_(q, kv, w, s)
+    return out
+
+
+def _time(f, dev) -> float:
+    if dev == "cpu":
+        t0 = time.perf_counter()
+        f()
+        return (time.perf_counter() - t0) * 1e3
+    from triton.testing import do_bench
+    return do_bench(f, warmup=10, rep=50)
+
+
+def _sdpa_backend(Q, causal) -> str:
+    """The SDPA backend that runs for ``Q`` (the first one enabled that accepts the call)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    for b in (SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH):
+        try:
+            with sdpa_kernel([b]):
+                torch.nn.functional.scaled_dot_product_attention(Q, Q, Q, is_causal=causal)
+            return b.name
+        except RuntimeError:
+            continue
+    return "?"
+
+
+def time_case(name, B, H, S, D, causal, dev, rows):
+    """Rows for one case: SDPA's backward, the heuristic's and each variant's backward (ms),
+    gradients checked against float64 autograd of the reference."""
+    alg, aug, bwd, names = backward_of(causal)
+    h = torch.float16
+    g = torch.Generator(dev).manual_seed(0)
+    Q, K, V, dO = (torch.randn(B, H, S, D, device=dev, dtype=h, generator=g) for _ in range(4))
+    scale = D ** -0.5
+    res = dt.compile(aug)(Q, K, V, scale)
+    out, saved = res[0], res[1:]
+    x64 = [t.detach().double().requires_grad_() for t in (Q, K, V)]
+    want = torch.autograd.grad(alg.reference(*x64, scale) if dev == "cpu" else
+                               torch.nn.functional.scaled_dot_product_attention(*x64, scale=scale, is_causal=causal),
+                               x64, dO.double())
+    qkv = [t.detach().clone().requires_grad_() for t in (Q, K, V)]
+    o = torch.nn.functional.scaled_dot_product_attention(*qkv, scale=scale, is_causal=causal)
+    t_sdpa = _time(lambda: torch.autograd.grad(o, qkv, dO, retain_graph=True), dev)
+    fa = dt.compile(aug)
+    t_fwd = _time(lambda: fa(Q, K, V, scale), dev)
+    t_sdpa_fwd = _time(lambda: torch.nn.functional.scaled_dot_product_attention(Q, K, V, scale=scale, is_causal=causal), dev)
+    rows.append(dict(case=name, impl="SDPA backward", ms=round(t_sdpa, 4), fwd_ms=round(t_sdpa_fwd, 4),
+                     backend=_sdpa_backend(Q, causal) if dev == "cuda" else "math"))
+    rows.append(dict(case=name, impl="dtriton saving forward", fwd_ms=round(t_fwd, 4), kernels=fa.launch_count))
+    print(rows[-2], rows[-1], flush=True)
+    args = (Q, K, V, scale, dO, *saved)
+    base = dt.compile(bwd).complete(bwd.bind(args))
+    for vname, sched in variants(base, D).items():
+        try:
+            k = dt.compile(bwd, None if vname == "heuristic" else sched)
+            got = k(*args)
+            err = max(((x.double() - w).norm() / w.norm()).item() for x, w in zip(got, want))
+            ms = _time(lambda: k(*args), dev)
+            rows.append(dict(case=name, impl=f"dtriton {vname}", ms=round(ms, 4), kernels=k.launch_count,
+                             rel_err=err, sdpa_over_this=round(t_sdpa / ms, 3),
+                             fwd_bwd_vs_sdpa=round((t_sdpa + t_sdpa_fwd) / (ms + t_fwd), 3)))
+        except Exception as e:  # noqa: BLE001 - report and go on
+            rows.append(dict(case=name, impl=f"dtriton {vname}", note=f"failed: {type(e).__name__}: {str(e)[:200]}"))
+        print(rows[-1], flush=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("mode", choices=["sm90", "time"])
+    ap.add_argument("--D", type=int, nargs="+", default=[64, 128], help="sm90: head dims")
+    ap.add_argument("--causal", action="store_true", help="sm90: the causal backward")
+    ap.add_argument("--schedule", default="", help="sm90: JSON fields merged into the heuristic's schedule")
+    ap.add_argument("--dump", default=None, help="sm90: keep sources, TTGIR and PTX here")
+    ap.add_argument("--only", nargs="*", help="time: cases (d64 causal_d64 d128 causal_d128; d16 causal_d16 dry)")
+    ap.add_argument("--out", default=None, help="time: write attention_bwd.json there")
+    ap.add_argument("--dry-run", action="store_true")
+    a = ap.parse_args(argv)
+    if a.mode == "sm90":
+        _, _, bwd, _ = backward_of(a.causal)
+        for D in a.D:
+            B, H, S = (4, 16, 2048) if D <= 64 else (4, 32, 4096)
+            args = bwd_args(bwd, B, H, S, D, torch.float16, "meta")
+            sched = None
+            if a.schedule:
+                b = bwd.bind(args)
+                b.device = torch.device("cuda")
+                base = dt.compile(bwd).complete(b)
+                sched = dt.Schedule.from_json(json.dumps(dict(json.loads(base.to_json()), **json.loads(a.schedule))))
+            print(f"D{D}{' causal' if a.causal else ''}:")
+            print("\n".join(sm90_report(bwd, args, sched, a.dump and os.path.join(a.dump, f"d{D}"))), flush=True)
+        return 0
+    dev = "cpu" if a.dry_run else "cuda"
+    cases = DRY if a.dry_run else CASES
+    rows: list[dict] = []
+    for name in a.only or list(cases):
+        time_case(name, *cases[name], dev, rows)
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, "attention_bwd.json"), "w") as f:
+            json.dump(dict(rows=rows, gpu=torch.cuda.get_device_name() if dev == "cuda" else "cpu (dry run)",
+                           date=time.strftime("%Y-%m-%dT%H:%M:%S")), f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""The derived attention backward's kernels (issue 15): FlashAttention-2 shaped tiles, no
+per-step transposes or per-element divisions, gradients against float64 autograd.
+
+Plans for the GPU are made here (the H200 heuristic; nothing runs); numeric tests run on the
+interpreter in fp16 (the backward's dots take fp16 operands) at odd sizes, causal masks
+straddling tiles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import dtriton as dt
+from conftest import randn
+from dtriton.backends import default_backend
+from dtriton.grad import augmented_forward, saved_statistics
+from dtriton.ir import Binary, Load, reciprocal_divisors, walk
+from dtriton.library import attention, causal_attention, softmax
+from dtriton.plan.callspec import call_spec
+from dtriton.plan.decide import plan_program
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserWarning")
+
+
+def _backward(causal: bool):
+    alg = causal_attention if causal else attention
+    ga = dt.grad(alg, save=saved_statistics(alg))
+    (bwd,) = ga.algorithms
+    return alg, bwd
+
+
+def _gpu_program(bwd, D: int, S: int = 2048):
+    """The backward's program as a CUDA call at B4 H16 S D (fp16, statistics saved in fp16) plans it."""
+    e = dict(dtype=torch.float16, device="meta")
+    sizes = {"B": 4, "H": 16, "S": S, "T": S, "D": D}
+    args = [torch.empty(*[sizes[d] for d in p.dims], **e) if hasattr(p, "dims") else D ** -0.5 for p in bwd.params]
+    b = dataclasses.replace(bwd.bind(args), device=torch.device("cuda"))
+    sched = dt.compile(bwd).complete(b)
+    return plan_program(bwd, sched, b, call_spec(bwd, b, args, False))
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("D", [64, 128])
+def test_backward_dots_follow_the_program_layout(causal, D):
+    """dK/dV kernel (key tiles on the grid): every dot is [key, .] (the scores come out as
+    [key, query] tiles, dV accumulates [key, e]); dQ kernel: every dot is [query, .]. The loops'
+    values are 2-D (no head axis), nothing is transposed per step and no tile is divided."""
+    _, bwd = _backward(causal)
+    prog = _gpu_program(bwd, D)
+    (kv,) = [k for k in prog.kernels if len(k.stores) == 2]
+    (dq,) = [k for k in prog.kernels if k.stores[0].target == "out0"]
+    assert len(kv.dots) == 4 and {d.m for d in kv.dots.values()} == {"j"}
+    assert len(dq.dots) == 3 and {d.m for d in dq.dots.values()} == {"i"}
+    src, _ = default_backend().render(prog)
+    for name in (kv.name, dq.name):
+        body = src.split(f"def {name}(")[1].split("\n@_jit")[0]
+        loop = body.split("    for ")[1].split("\n    d_")[0]
+        assert "tl.permute" not in loop and "None, None" not in loop, loop
+        divisions = [ln for ln in loop.splitlines() if " / " in ln]
+        assert all("1.0 / " in ln or "buf_" in ln for ln in divisions), divisions   # per-row only
+
+
+def test_reciprocal_divisors_rewrites_per_row_divisors_of_floats_only():
+    X = torch.empty(3, 5, dtype=torch.float16)
+    out = reciprocal_divisors(softmax, lambda t: True)
+    divs = [n for n in walk([o.expr for o in out.outputs]) if isinstance(n, Binary) and n.op == "div"]
+    assert divs and all(not n.a.axes or len(n.b.axes) < len(n.a.axes) for n in divs)
+    assert all(isinstance(n.a, dt.ir.Const) for n in divs)   # only the 1 / row sum is left
+    assert reciprocal_divisors(softmax, lambda t: False) is softmax   # an integer divisor keeps its quotient
+    del X
+
+
+@dt.algorithm
+def int_ratio(A: dt.Tensor["M", "N"], n: dt.Tensor["M"]):
+    i, j = dt.axes("i j")
+    return (A[i, j] / n[i])[i, j]
+
+
+def test_integer_division_keeps_exact_quotients_in_16_bit_calls():
+    A = torch.randint(0, 50, (7, 9)) * 3
+    n = torch.full((7,), 3)
+    out = dt.compile(int_ratio)(A.to(torch.float16), n)   # n is an integer tensor: not rewritten
+    torch.testing.assert_close(out.double(), (A / 3).double(), rtol=0, atol=0)
+    loads = [x for x in walk([o.expr for o in int_ratio.outputs]) if isinstance(x, Load)]
+    assert {x.tensor.name for x in loads} == {"A", "n"}
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("S, T", [(263, 263), (300, 257)])
+def test_flash_backward_gradients_match_float64(causal, S, T, gen):
+    """The three kernels (per-query term, dK/dV, dQ) on odd sizes, fp16 as in training: the key
+    and query tiles straddle the causal diagonal and the sequence ends."""
+    if causal and S != T:
+        pytest.skip("causal_attention takes one sequence length")
+    alg, bwd = _backward(causal)
+    aug, names = augmented_forward(alg, saved_statistics(alg))
+    Q = randn(1, 2, S, 16, gen=gen, dtype=torch.float16)
+    K, V = (randn(1, 2, T, 16, gen=gen, dtype=torch.float16) for _ in range(2))
+    dO = randn(1, 2, S, 16, gen=gen, dtype=torch.float16)
+    res = dt.compile(aug)(Q, K, V, 0.25)
+    k = dt.compile(bwd)
+    got = k(Q, K, V, 0.25, dO, *res[1:])
+    assert k.launch_count == 3
+    x64 = [t.double().requires_grad_() for t in (Q, K, V)]
+    want = torch.autograd.grad(alg.reference(*x64, 0.25), x64, dO.double())
+    for g, w in zip(got, want):
+        assert torch.isfinite(g).all()
+        assert ((g.double() - w).norm() / w.norm()).item() < 3e-3
