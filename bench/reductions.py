@@ -11,7 +11,8 @@ Cases (shapes of the issue's marks):
   (8 groups) 16x64x256x256, layer norm over (C, H, W) 16x64x256x256, Frobenius normalisation
   16x64x256x256; fp32 and fp16.
 - ``pool``: average and max pooling 2-D, 2x2 windows of stride 2, on 16x64x512x512 (written over the
-  block view ``x.view(n, c, h // 2, 2, w // 2, 2)``); fp32 and fp16.
+  block view ``x.view(n, c, h // 2, 2, w // 2, 2)``), and max pooling over 3x3 windows of stride 2
+  with padding 1 (overlapping windows, computed indices: ``library.max_pool2d_window``); fp32 and fp16.
 - ``dims``: sum / mean / max over the middle and over the last dim of a 4096x4096x16 fp32 tensor.
 
 Per case: the default schedule (``dt.compile(alg)``, no schedule) is first checked against float64
@@ -46,7 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run as R  # noqa: E402  (timing, checking and result helpers of the suite)
 import dtriton as dt  # noqa: E402
 from dtriton.library import (avg_pool2d, batch_norm, frobenius_normalize, group_norm, instance_norm,  # noqa: E402
-                             layer_norm_chw, max_pool2d)
+                             layer_norm_chw, max_pool2d, max_pool2d_window)
 
 F = torch.nn.functional
 COPY_TBS: list[float] = []   # the copy rate of this run (TB/s), once measured
@@ -111,9 +112,22 @@ NORMS = {
                   lambda x: x / torch.linalg.vector_norm(x.to(torch.promote_types(x.dtype, torch.float32))).to(x.dtype),
                   lambda x: (x,), 3),
 }
+def window_args(x, k: int, s: int, p: int):
+    """dtriton's arguments for a ``k`` x ``k`` pool of stride ``s``, padding ``p`` of NCHW ``x``:
+    ``x`` as (N*C, H, W) images and the window sizes."""
+    n, c, h, w = x.shape
+    return (x.view(n * c, h, w), k, s, p, (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1)
+
+
+#: name -> (algorithm, shape, check shape, dry shape, torch eager (x, *dtriton args after the first) -> out,
+#:          dtriton args from x)
 POOLS = {
-    "avgpool2d": (avg_pool2d, (16, 64, 512, 512), (2, 8, 62, 66), (2, 3, 6, 8), lambda x: F.avg_pool2d(x, 2)),
-    "maxpool2d": (max_pool2d, (16, 64, 512, 512), (2, 8, 62, 66), (2, 3, 6, 8), lambda x: F.max_pool2d(x, 2)),
+    "avgpool2d": (avg_pool2d, (16, 64, 512, 512), (2, 8, 62, 66), (2, 3, 6, 8), lambda x: F.avg_pool2d(x, 2),
+                  lambda x: block_view(x)),
+    "maxpool2d": (max_pool2d, (16, 64, 512, 512), (2, 8, 62, 66), (2, 3, 6, 8), lambda x: F.max_pool2d(x, 2),
+                  lambda x: block_view(x)),
+    "maxpool3x3s2": (max_pool2d_window, (16, 64, 512, 512), (2, 8, 61, 67), (2, 3, 7, 9),
+                     lambda x, *_: F.max_pool2d(x, 3, 2, 1), lambda x: window_args(x, 3, 2, 1)),
 }
 DIMS = {
     "sum_mid": (sum_mid, lambda x: x.sum(1)), "mean_mid": (mean_mid, lambda x: x.mean(1)),
@@ -250,14 +264,14 @@ def run_norms(dtypes, budget, use_compile):
 
 
 def run_pools(dtypes, budget, use_compile):
-    for case, (alg, shape, cshape, dshape, eager) in POOLS.items():
+    for case, (alg, shape, cshape, dshape, eager, make) in POOLS.items():
         for dtype in dtypes:
             name = f"{case} {str(dtype)[6:]}"
             if not R.want(name):
                 continue
-            check_default("pool", name, alg, block_view, eager, dshape if R.DRY else cshape, dtype)
+            check_default("pool", name, alg, make, eager, dshape if R.DRY else cshape, dtype)
             x = torch.randn(dshape if R.DRY else shape, device=R.DEV, dtype=dtype)
-            bench_case("pool", f"{name} {'x'.join(map(str, x.shape))}", alg, block_view(x), eager, (x,),
+            bench_case("pool", f"{name} {'x'.join(map(str, x.shape))}", alg, make(x), eager, (x,),
                        1.25 * x.numel() * x.element_size(), budget, use_compile)
             del x
 

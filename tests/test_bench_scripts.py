@@ -77,7 +77,7 @@ def test_reductions_dry_run_checks_the_default_schedules(tmp_path):
     """bench/reductions.py (issue 16's marks): default schedules checked against float64, every timed
     row correct, on a few cases (the full dry run takes minutes on the interpreter)."""
     run_bench(["bench/reductions.py", "--dry-run", "--only", "norm,pool,dims", "--dtypes", "float32",
-          "--cases", "batchnorm,groupnorm,maxpool,max_mid"], tmp_path)
+          "--cases", "batchnorm,groupnorm,maxpool2d,max_mid"], tmp_path)
     rows = json.loads((tmp_path / "out" / "h200.json").read_text())["rows"]
     checks = [r for r in rows if r["impl"] == "check"]
     assert len(checks) == 4 and all(r["note"].endswith(": ok") for r in checks), checks

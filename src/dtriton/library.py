@@ -11,7 +11,8 @@ from .dsl import Tensor
 
 __all__ = ["matmul", "linear_relu", "softmax", "log_softmax", "layer_norm", "rms_norm", "cross_entropy",
            "column_sum", "spatial_diffusion", "attention", "causal_attention", "add_one", "batch_norm", "instance_norm",
-           "group_norm", "layer_norm_chw", "frobenius_normalize", "avg_pool2d", "max_pool2d"]
+           "group_norm", "layer_norm_chw", "frobenius_normalize", "avg_pool2d", "max_pool2d", "max_pool2d_window",
+           "avg_pool2d_window"]
 
 
 @dt.algorithm
@@ -182,3 +183,20 @@ def max_pool2d(X: Tensor["N", "C", "HO", "KH", "WO", "KW"]):
     """2-D max pooling over the same block view as :func:`avg_pool2d`."""
     n, c, h, a, q, b = dt.axes("n c h a q b")
     return dt.max(X[n, c, h, a, q, b], over=(a, b))[n, c, h, q]
+
+
+@dt.algorithm
+def max_pool2d_window(X: Tensor["N", "H", "W"], K: int, s: int, p: int, Ho: int, Wo: int):
+    """2-D max pooling of (N, H, W) ``X`` (NCHW viewed as N*C images) over ``K`` x ``K`` windows of
+    stride ``s`` with ``p`` rows and columns of -inf padding, as torch's ``max_pool2d(x, K, s, p)``;
+    the output is (N, Ho, Wo) with ``Ho = (H + 2p - K) // s + 1`` (windows may overlap)."""
+    n, h, w, r, q = dt.axes("n h:Ho w:Wo r:K q:K")
+    return dt.max(X.pad(float("-inf"))[n, h * s + r - p, w * s + q - p], over=(r, q))[n, h, w]
+
+
+@dt.algorithm
+def avg_pool2d_window(X: Tensor["N", "H", "W"], K: int, s: int, p: int, Ho: int, Wo: int):
+    """2-D average pooling over the windows of :func:`max_pool2d_window`, zero padding counted (torch's
+    ``avg_pool2d(x, K, s, p)``, ``count_include_pad=True``)."""
+    n, h, w, r, q = dt.axes("n h:Ho w:Wo r:K q:K")
+    return dt.mean(X.pad(0.0)[n, h * s + r - p, w * s + q - p], over=(r, q))[n, h, w]
