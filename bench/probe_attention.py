@@ -1,11 +1,18 @@
-"""Probe: non-causal fp16 attention schedules beside SDPA (issue 18's shapes), to see which knobs
-matter before they go into the heuristic: tile pairs, warps, stages, TMA and warp specialisation.
+"""Probe: fp16 attention schedules beside SDPA (issue 18's shapes), to see which knobs matter before
+they go into the heuristic: tile pairs, warps, stages, TMA, warp specialisation, launch order.
 
-    PYTHONPATH=src python3 bench/probe_attention.py [--shapes 4096x128,1024x64] [--out DIR] [--dry-run]
+    PYTHONPATH=src python3 bench/probe_attention.py [--cases n4096x128,c4096x128,g4096x128]
+                                                    [--only LABEL,...] [--out DIR] [--dry-run]
 
-B4 H32, S=T from ``--shapes`` (S x D). Every candidate is checked against SDPA in fp32 first (rel
-err < 1e-2), then timed by CUDA-graph replay; SDPA's default backend is timed beside it. Prints one
-table per shape (µs, TFLOP/s, x SDPA) and writes ``probe_attention.json`` under ``--out``.
+A case is ``<kind><S>x<D>`` at B4 H32, S=T: kind ``n`` non-causal (``library.attention`` against
+SDPA's default backend), ``c`` causal (``library.causal_attention``, ``where(j <= i, s, -inf)``,
+against SDPA ``is_causal=True``), ``g`` grouped heads (``library.gqa_attention``: 32 query heads
+over 8 K/V heads, against SDPA ``enable_gqa=True``). Each case times dtriton's default schedule
+and the ``VARIANTS`` (fields merged into the default schedule; ``--only`` keeps the labels
+given). Every candidate is checked against fp32 SDPA first (relative error < 1e-2), then timed
+by CUDA-graph replay. Prints per case µs, TFLOP/s (visible work: half the scores for causal) and
+× SDPA, and writes ``probe_attention.json`` under ``--out``. ``--dry-run`` runs the interpreter on
+tiny shapes (checks the script).
 """
 from __future__ import annotations
 
@@ -20,73 +27,111 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dtriton as dt  # noqa: E402
 import run as R  # noqa: E402
-from dtriton.library import attention  # noqa: E402
+from dtriton.library import attention, causal_attention, gqa_attention  # noqa: E402
 
-#: (label, schedule knobs) tried besides the heuristic's default
+
+def _v(tile, warps, stages, **kw):
+    return dict(tile={"i": tile[0], "j": tile[1]}, num_warps=warps, num_stages=stages, **kw)
+
+
+#: (label, kinds it applies to, schedule fields merged into the default schedule)
 VARIANTS = [
-    ("i128 j64 w8 s2", dict(tile={"i": 128, "j": 64}, num_warps=8, num_stages=2)),
-    ("i128 j64 w8 s3", dict(tile={"i": 128, "j": 64}, num_warps=8, num_stages=3)),
-    ("i128 j128 w8 s2", dict(tile={"i": 128, "j": 128}, num_warps=8, num_stages=2)),
-    ("i128 j64 w4 s3", dict(tile={"i": 128, "j": 64}, num_warps=4, num_stages=3)),
-    ("i64 j64 w4 s3", dict(tile={"i": 64, "j": 64}, num_warps=4, num_stages=3)),
-    ("i128 j64 w8 s3 tma", dict(tile={"i": 128, "j": 64}, num_warps=8, num_stages=3, access="tma")),
-    ("i128 j128 w8 s3 tma", dict(tile={"i": 128, "j": 128}, num_warps=8, num_stages=3, access="tma")),
-    ("i128 j64 w8 s3 tma ws", dict(tile={"i": 128, "j": 64}, num_warps=8, num_stages=3, access="tma",
-                                   warp_specialize=True)),
+    ("128x64 w8 s3", "ncg", _v((128, 64), 8, 3)),
+    ("128x128 w8 s2", "ncg", _v((128, 128), 8, 2)),
+    ("128x64 w4 s3", "ncg", _v((128, 64), 4, 3)),
+    ("64x64 w4 s3", "ncg", _v((64, 64), 4, 3)),
+    ("tma 128x64 w8 s3", "ncg", _v((128, 64), 8, 3, access="tma")),
+    ("tma 128x128 w8 s2", "ncg", _v((128, 128), 8, 2, access="tma")),
+    ("tma ws 128x64 w4 s2", "ncg", _v((128, 64), 4, 2, access="tma", warp_specialize=True)),
+    ("tma ws 128x64 w4 s3", "ncg", _v((128, 64), 4, 3, access="tma", warp_specialize=True)),
+    ("tma ws 128x128 w4 s2", "ncg", _v((128, 128), 4, 2, access="tma", warp_specialize=True)),
+    ("reverse", "c", dict(tile_order="reverse")),
+    ("tma 128x64 w8 s3 reverse", "c", _v((128, 64), 8, 3, access="tma", tile_order="reverse")),
+    ("heavy first", "c", dict(grid=["i", "b", "h"], tile_order="reverse")),
 ]
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--shapes", default="4096x128,1024x64")
+def inputs(kind: str, S: int, D: int, B: int, H: int):
+    """(algorithm, dtriton args, SDPA callable on those tensors, fp32 reference, visible FLOPs)."""
+    hk = H // 4 if kind == "g" else H
+    Q = torch.randn(B, H, S, D, device=R.DEV, dtype=torch.float16)
+    K, V = (torch.randn(B, hk, S, D, device=R.DEV, dtype=torch.float16) for _ in range(2))
+    scale = D ** -0.5
+    kw = dict(scale=scale, is_causal=kind == "c", enable_gqa=kind == "g")
+    ref = F.scaled_dot_product_attention(Q.float(), K.float(), V.float(), **kw)
+    alg = {"n": attention, "c": causal_attention, "g": gqa_attention}[kind]
+    args = (Q, K, V, scale) + ((H // hk,) if kind == "g" else ())
+    flops = 4 * B * H * S * S * D * (0.5 if kind == "c" else 1.0)
+    return alg, args, (lambda: F.scaled_dot_product_attention(Q, K, V, **kw)), ref, flops
+
+
+def merged(default: dt.Schedule, fields: dict) -> dt.Schedule:
+    """``default`` with ``fields`` merged in (per-axis maps key by key)."""
+    base = json.loads(default.to_json())
+    for k, v in fields.items():
+        base[k] = dict(base.get(k) or {}, **v) if isinstance(v, dict) else v
+    return dt.Schedule.from_json(json.dumps(base))
+
+
+def run_case(spec: str, only: set, dry: bool) -> list[dict]:
+    kind, (S, D) = spec[0], (int(v) for v in spec[1:].split("x"))
+    B, H = (4, 32) if not dry else (1, 4)
+    if dry:
+        S, D = 40, 16
+    alg, args, sdpa, ref, flops = inputs(kind, S, D, B, H)
+    k = dt.compile(alg)
+    default = k.schedule_for(*args)
+    cands = [("sdpa", None), ("dtriton default", default)]
+    for label, kinds, fields in VARIANTS:
+        if kind in kinds and (not only or label in only):
+            if dry:
+                fields = dict(fields, tile={"i": 16, "j": 16}, access="pointer", warp_specialize=False)
+            cands.append((label, merged(default, fields)))
+    print(f"== {spec}: attention fp16 B{B} H{H} S=T={S} D{D}" + (" (K/V heads H/4)" if kind == "g" else ""), flush=True)
+    rows, sd = [], None
+    for label, sched in cands:
+        row = dict(case=spec, cand=label, schedule=sched.to_json() if sched else None)
+        try:
+            fn = sdpa
+            if sched is not None:
+                kk = dt.compile(alg, sched)
+                row["err"] = R.relerr(kk(*args), ref)
+                if not row["err"] < 1e-2:
+                    raise RuntimeError(f"wrong: rel err {row['err']:.1e}")
+                fn = (lambda kk=kk: kk(*args))
+            else:
+                row["err"] = R.relerr(sdpa(), ref)
+            row["us"] = R.graph_time_us(fn)
+            row["tflops"] = flops / row["us"] / 1e6
+        except Exception as e:  # noqa: BLE001 - a failing candidate is a result
+            row["error"] = " ".join(str(e).split())[:200]
+        sd = row.get("us") if label == "sdpa" else sd
+        rel = f"{sd / row['us']:.2f}x" if sd and row.get("us") else ""
+        print(f"  {label:26s} {row.get('us', float('nan')):9.1f} us {row.get('tflops', float('nan')):7.1f} TFLOP/s "
+              f"{rel:>6s} {row.get('error', '')}", flush=True)
+        rows.append(row)
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", default="n4096x128,n1024x64,c4096x128,c1024x64,g4096x128")
+    ap.add_argument("--only", default="", help="comma-separated variant labels to keep (default: all)")
     ap.add_argument("--out", default="")
     ap.add_argument("--dry-run", action="store_true")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     if a.dry_run:
         R.DEV, R.DRY = "cpu", True
+    only = {s.strip() for s in a.only.split(",") if s.strip()}
     rows = []
-    for shp in a.shapes.split(","):
-        S, D = (int(v) for v in shp.split("x"))
-        B, H = (4, 32) if not a.dry_run else (1, 2)
-        if a.dry_run:
-            S, D = 40, 16
-        Q, K, V = (torch.randn(B, H, S, D, device=R.DEV, dtype=torch.float16) for _ in range(3))
-        scale = D ** -0.5
-        ref = F.scaled_dot_product_attention(Q.float(), K.float(), V.float(), scale=scale)
-        flops = 4 * B * H * S * S * D
-        cands = [("sdpa", None, lambda: F.scaled_dot_product_attention(Q, K, V, scale=scale)),
-                 ("dtriton default", None, None)]
-        for label, kw in VARIANTS:
-            if a.dry_run:
-                kw = dict(kw, tile={"i": 16, "j": 16}, access="pointer", warp_specialize=False)
-            cands.append((label, dt.Schedule(strategy={"j": "online"}, **kw), None))
-        print(f"== attention fp16 B{B} H{H} S=T={S} D{D}", flush=True)
-        for label, sched, fn in cands:
-            row = dict(shape=f"{S}x{D}", cand=label, schedule=sched.to_json() if sched else None)
-            try:
-                if fn is None:
-                    k = dt.compile(attention, sched)
-                    out = k(Q, K, V, scale)
-                    row["err"] = R.relerr(out, ref)
-                    if not row["err"] < 1e-2:
-                        raise RuntimeError(f"wrong: rel err {row['err']:.1e}")
-                    if sched is None:
-                        row["schedule"] = k.schedule_for(Q, K, V, scale).to_json()
-                    fn = (lambda k=k: k(Q, K, V, scale))
-                row["us"] = R.graph_time_us(fn)
-                row["tflops"] = flops / row["us"] / 1e6
-            except Exception as e:  # noqa: BLE001
-                row["error"] = " ".join(str(e).split())[:200]
-            rows.append(row)
-            sd = next((r["us"] for r in rows if r["cand"] == "sdpa" and r["shape"] == row["shape"] and "us" in r), None)
-            rel = f"{sd / row['us']:.2f}x" if sd and row.get("us") else ""
-            print(f"  {label:24s} {row.get('us', float('nan')):9.1f} us {row.get('tflops', float('nan')):7.1f} TFLOP/s "
-                  f"{rel:>6s} {row.get('error', '')}", flush=True)
+    for spec in a.cases.split(","):
+        rows += run_case(spec, only, a.dry_run)
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         with open(os.path.join(a.out, "probe_attention.json"), "w") as f:
             json.dump(rows, f, indent=1)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -111,6 +111,17 @@ def causal_attention(Q: Tensor["B", "H", "S", "D"], K: Tensor["B", "H", "S", "D"
 
 
 @dt.algorithm
+def gqa_attention(Q: Tensor["B", "H", "S", "D"], K: Tensor["B", "G", "T", "D"],
+                  V: Tensor["B", "G", "T", "D"], scale: float, rep: int):
+    """Grouped-query attention: query head ``h`` reads K/V head ``h // rep`` (``H = G * rep``), as
+    torch's ``scaled_dot_product_attention(..., enable_gqa=True)``."""
+    b, h, i, j, d, e = dt.axes("b h i j d e")
+    s = dt.sum(Q[b, h, i, d] * K[b, h // rep, j, d], over=d) * scale
+    p = dt.exp(s - dt.max(s, over=j))
+    return (dt.sum(p * V[b, h // rep, j, e], over=j) / dt.sum(p, over=j))[b, h, i, e]
+
+
+@dt.algorithm
 def add_one(X: Tensor["N"]):
     """X + 1: the tiny kernel used to measure host overhead."""
     i, = dt.axes("i")

@@ -20,7 +20,7 @@ from typing import Mapping, Sequence
 from ..ir import INT_OPS, Axis, Binary, Load, never_negative, walk
 from .kernel import KernelPlan, TileAccess
 
-__all__ = ["plan_access", "plan_eviction", "plan_floor_ops", "plan_read_masks", "tile_access", "unit_last"]
+__all__ = ["plan_access", "plan_descriptor_site", "plan_eviction", "plan_ws_stores", "plan_floor_ops", "plan_read_masks", "tile_access", "unit_last"]
 
 
 def unit_last(ndim: int, unit: int) -> tuple[int, ...] | None:
@@ -82,6 +82,33 @@ def plan_access(k: KernelPlan, style: str | None, tma_ok: frozenset) -> dict[tup
         if acc is not None:
             out[(st.target, tuple(st.layout))] = acc
     return out
+
+
+def plan_descriptor_site(k: KernelPlan, site: str) -> bool:
+    """Whether kernel ``k`` builds its TMA descriptors in the kernel (``tl.make_tensor_descriptor``
+    at the start of each program) rather than on the host, under the schedule's ``descriptors``
+    knob ("auto", "host" or "device"; call after the passes are planned). False when no tile of
+    ``k`` is read or written through TMA. "auto" builds them in the kernel when a loop of ``k``
+    is warp-specialised: Triton 3.6 partitions the consumer warp groups' tiles of such a loop on
+    Hopper only with in-kernel descriptors (with host ones, 4 warps fail in its data partitioning
+    pass and 8 warps are not specialised: ``bench/attention_sm90.py``)."""
+    if not any(acc.kind == "tma" for acc in k.access.values()):
+        return False
+    if site == "auto":
+        return any(p.warp_specialize for p in k.all_passes())
+    return site == "device"
+
+
+def plan_ws_stores(k: KernelPlan) -> dict[tuple, TileAccess]:
+    """Kernel ``k``'s accesses with the TMA stores whose box has unit dims (a tile stored through a
+    descriptor of higher rank, ``tl.reshape`` to the box first) moved to plain pointers when a
+    loop of ``k`` is warp-specialised: Triton 3.6's data partitioning of the consumer warp groups
+    on Hopper stops at that reshape ("unsupported op type"), and the store runs once per program."""
+    if not any(p.warp_specialize for p in k.all_passes()):
+        return k.access
+    stores = {(st.target, tuple(st.layout)) for st in k.stores}
+    return {key: acc for key, acc in k.access.items()
+            if not (key in stores and acc.kind == "tma" and 1 in acc.box)}
 
 
 def plan_eviction(k: KernelPlan, eviction: Mapping[str, str]) -> tuple[dict[str, str], frozenset]:

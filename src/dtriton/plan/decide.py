@@ -3,7 +3,7 @@
 The named steps, in order (each reads what the ones before decided): call facts (compute dtype,
 64-bit offsets, divisibility hints, interpreter-only choices: bf16 rounding and block folds), dots,
 dot-only axes, access per tensor tile, eviction hints, passes (grouping, online merging, warp
-specialisation), loop bounds from masks, the launch order. Then :func:`unused_knobs` reads the
+specialisation), where TMA descriptors are built, loop bounds from masks, the launch order. Then :func:`unused_knobs` reads the
 decisions back: the knobs that had no effect.
 """
 
@@ -16,7 +16,7 @@ import torch
 from ..ir import (Algorithm, Binding, Reduce, base2_exponents, integer_reductions, kernel_f64, reciprocal_divisors,
                   single_pass_variance)
 from ..schedule import Schedule
-from .access import plan_access, plan_eviction, plan_floor_ops, plan_read_masks
+from .access import plan_access, plan_descriptor_site, plan_eviction, plan_ws_stores, plan_floor_ops, plan_read_masks
 from .blockreduce import plan_block_reduce
 from .bounds import plan_bounds, plan_reverse_order
 from .buffers import plan_buffers, plan_int_buffers
@@ -61,6 +61,8 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.access = plan_access(k, sched.access, tma_ok)
     k.eviction, k.evicted = plan_eviction(k, sched.eviction)
     k.passes, k.single = plan_passes(k, bool(sched.warp_specialize))
+    k.access = plan_ws_stores(k)
+    k.device_descs = plan_descriptor_site(k, sched.descriptors)
     k.bounds = plan_bounds(k, sched.mask_bounds)
     k.reverse_order = plan_reverse_order(k, sched.tile_order)
     k.read_masks, k.floor_ops = plan_read_masks(k, masked_reads), plan_floor_ops(k)
@@ -129,6 +131,9 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
         notes.append("warp_specialize=True has no effect on loops whose loads are not all TMA "
                      "(needs access='tma' and TMA-addressable tensors: last stride 1, 16-byte aligned rows and "
                      "base); those loops run without it")
+    if sched.descriptors != "auto" and not any(acc.kind == "tma" for k in kernels for acc in k.access.values()):
+        notes.append(f"descriptors={sched.descriptors!r} has no effect: no tile of this call is read or written "
+                     "through TMA (it needs access='tma' and TMA-addressable tensors)")
     if sched.warp_specialize and not any(k.ws_loop for k in kernels):
         notes.append("warp_specialize=True has no effect: no kernel has a contraction (tl.dot) loop to specialise")
     if sched.precision not in ("auto", "ieee") and not any(k.fp32_dot for k in kernels):

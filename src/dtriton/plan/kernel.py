@@ -225,6 +225,7 @@ class KernelPlan:
     passes: list[PassPlan] = field(default_factory=list)              # the passes of the program scope
     single: dict[int, PassPlan] = field(default_factory=dict)         # a fused reduction computed on its own
     access: dict[tuple, TileAccess] = field(default_factory=dict)     # (tensor, axes) -> non-pointer access
+    device_descs: bool = False                        # TMA descriptors built in the kernel (tl.make_tensor_descriptor)
     eviction: dict[str, str] = field(default_factory=dict)            # input -> L2 eviction hint
     evicted: frozenset = frozenset()                  # inputs some non-TMA load of which carries its hint
     bounds: dict[tuple[int, ...], LoopBounds] = field(default_factory=dict)  # a pass's reductions -> its loop range

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 __all__ = ["Knob", "Domain", "FrozenMap", "one_of", "is_pow2", "register", "unregister", "knob", "knobs", "names",
            "flat_knobs", "stage_knobs", "launch_knobs", "reserve_names", "markdown_table", "BUILTIN",
            "KINDS", "SCOPES", "STRATEGIES", "PLACES", "SPLIT_MODES", "ACCESS", "EVICTIONS", "PRECISIONS",
-           "TENSOR_CORE_FP32", "TILE_ORDERS",
+           "TENSOR_CORE_FP32", "TILE_ORDERS", "DESCRIPTOR_SITES",
            "ACC_DTYPES"]
 
 #: Reduction / non-grid-axis strategies.
@@ -61,6 +61,12 @@ TENSOR_CORE_FP32 = ("tf32", "tf32x3", "bf16x3", "bf16x6")
 #: reverse (the last tile first; causal load balancing puts the heaviest tiles first), or auto
 #: (the plan's choice: program-id order, which measured at least as fast for causal attention).
 TILE_ORDERS = ("auto", "forward", "reverse")
+#: Where the TMA descriptors of ``access="tma"`` tiles are built (``Schedule.descriptors``): host
+#: (encoded once per call, passed as kernel arguments), device (``tl.make_tensor_descriptor`` at
+#: the start of each program: 128 bytes of global scratch and a fence per program), or auto (the
+#: plan's choice: device in kernels with a warp-specialised loop, where Triton 3.6 partitions the
+#: consumer warp groups' tiles on Hopper only with in-kernel descriptors; host elsewhere).
+DESCRIPTOR_SITES = ("auto", "host", "device")
 #: Accumulation dtypes (``Schedule.acc_dtype``).
 ACC_DTYPES = ("float32", "float64")
 
@@ -293,6 +299,10 @@ BUILTIN: tuple[Knob, ...] = (
     Knob("fuse_outputs", True, Domain("True, False", _boolean, (False, True)),
          doc="multi-output kernels: materialised reductions over the same axes with the same schedule share a "
              "kernel, and outputs over fewer axes join a kernel whose programs compute them (False: one each)"),
+    Knob("descriptors", "auto", one_of(DESCRIPTOR_SITES),
+         doc="where TMA descriptors are built: host (kernel arguments), device (tl.make_tensor_descriptor in "
+             "each program), auto (device in kernels with a warp-specialised loop, as Hopper's warp "
+             "specialisation partitions consumer tiles only then; host elsewhere)"),
 )
 
 _REGISTRY: dict[str, Knob] = {k.name: k for k in BUILTIN}

@@ -276,6 +276,13 @@ class Schedule(_KnobValues):
             over a subset of another output's axes joins that output's kernel when each of its
             programs computes it once (a layer norm returning mean and rstd beside y). False: one
             kernel per materialised reduction and per output layout.
+        descriptors: "auto" (default), "host" or "device": where the TMA descriptors of
+            ``access="tma"`` tiles are built. "host": once per call, passed as kernel arguments;
+            "device": ``tl.make_tensor_descriptor`` at the start of each program (a fence and 128
+            bytes of global scratch per program); "auto": device in kernels with a
+            warp-specialised loop (on Hopper, Triton 3.6 splits the consumers' tiles between two
+            warp groups only with in-kernel descriptors, and fails to compile or does not
+            specialise with host ones), host elsewhere.
 
     Raises :class:`ScheduleError` for a value outside its knob's domain (a tile that is not a
     power of two, a bad strategy name, non-positive warps/stages, ...; also for the per-stage

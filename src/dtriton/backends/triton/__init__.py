@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from ...plan.kernel import Program
 from ..base import KernelMeta, Limits
 from .kernel import KernelPrinter, KernelSource, render
-from .launch import FastLauncher, descriptor, hooks_off, launch, load_module
+from .launch import FastLauncher, descriptor, ensure_allocator, hooks_off, launch, load_module
 from .limits import MAX_BLOCK_NUMEL, SMEM_BYTES_DEFAULT
 
 __all__ = ["KernelPrinter", "KernelSource", "TritonBackend", "render"]
@@ -37,7 +37,10 @@ class TritonBackend:
         return load_module(source, interpret, directory)
 
     def launch(self, fn: Any, programs: int, args: Sequence[Any], meta: KernelMeta, interpret: bool) -> Any:
-        """Launch ``programs`` programs of kernel ``fn``; returns the compiled kernel."""
+        """Launch ``programs`` programs of kernel ``fn``; returns the compiled kernel (a kernel building
+        its TMA descriptors in the kernel gets Triton's scratch allocator first)."""
+        if meta.ir.device_descs and not interpret:
+            ensure_allocator()
         return launch(fn, programs, args, meta.consts, meta.ir.num_warps, meta.ir.num_stages, interpret)
 
     def descriptor(self, tensor: Any, box: tuple[int, ...], perm: tuple[int, ...] | None = None) -> Any:

@@ -28,6 +28,7 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, BoundsPrinter):
         self.hints = k.hints             # integer argument -> a power of two (2, 4, 8) it is a multiple of
         self.descs: dict[tuple, str] = {}  # (tensor, block shape) -> descriptor argument
         self.host_descs: list[tuple[str, str, tuple[int, ...]]] = []  # (argument, tensor, box) built by the runtime
+        self.device_descs: list[str] = []  # tl.make_tensor_descriptor lines, printed first in the body
         self.desc_axes: dict[str, list[str]] = {}
         self.i64 = k.i64
         self.counter = 0
@@ -87,6 +88,7 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, BoundsPrinter):
             body.append("    # analysis can vectorise masked loads and stores")
             for x, d in hinted:
                 body.append(f"    {x} = {x} // {d} * {d}")
+        root.items[:0] = self.device_descs
         root.render(1, body)
         lines.extend(body)
         return "\n".join(lines) + "\n"

@@ -21,7 +21,7 @@ import torch
 from ...ir import InputTensor
 from .npcompat import install as install_numpy_shim
 
-__all__ = ["FastLauncher", "descriptor", "hooks_off", "launch", "load_module", "quiet_interpreter"]
+__all__ = ["FastLauncher", "descriptor", "ensure_allocator", "hooks_off", "launch", "load_module", "quiet_interpreter"]
 
 _lock = threading.Lock()
 _module_cache: dict[tuple[str, bool], Any] = {}
@@ -92,6 +92,25 @@ def descriptor(t: torch.Tensor, box: tuple[int, ...], perm: tuple[int, ...] | No
     d = _TensorDescriptor.__new__(_TensorDescriptor)
     d.__dict__.update(base=t, shape=list(t.shape), strides=list(t.stride()), block_shape=list(box), padding="zero")
     return d
+
+
+_ALLOCATOR: list[bool] = []
+
+
+def ensure_allocator() -> None:
+    """Give Triton, once per process, the global-memory allocator that kernels building TMA
+    descriptors in the kernel (``tl.make_tensor_descriptor``) need for their scratch (128 bytes
+    per program, allocated per launch): torch's caching allocator on the launch's device, so
+    CUDA-graph capture keeps working."""
+    if _ALLOCATOR:
+        return
+    import triton
+
+    def alloc(size: int, alignment: int, stream):
+        return torch.empty(size, dtype=torch.int8, device="cuda")
+
+    triton.set_allocator(alloc)
+    _ALLOCATOR.append(True)
 
 
 _knobs = None

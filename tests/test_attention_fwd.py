@@ -1,0 +1,113 @@
+"""Attention forward (issue 18) on Triton's interpreter: warp-specialised TMA loops with descriptors
+built in the kernel (``Schedule.descriptors``), grouped-query attention (``K[b, h // rep, j, d]``),
+and the causal mask with tiles straddling the diagonal under those schedules.
+
+Outputs are NaN-poisoned ``out=`` tensors compared with the float64 reference and plain torch
+(``scaled_dot_product_attention`` in float64); sizes are odd (primes, 1, not multiples of the
+tiles) so masked edges and partial TMA boxes are exercised.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dtriton as dt
+from dtriton.library import attention, causal_attention, gqa_attention
+
+from conftest import TOL, check, randn
+
+#: the fused online kernel of the GPU's default (the interpreter's heuristic materialises the scores)
+FUSED = dict(grid=["b", "h", "i"], strategy={"j": "online", "d": "whole", "e": "whole"},
+             stages={"sum0": {"place": "fuse"}}, tile={"i": 16, "j": 16})
+WS = dict(FUSED, access="tma", warp_specialize=True, num_warps=4)
+
+
+def sdpa(Q, K, V, scale, causal=False):
+    return F.scaled_dot_product_attention(Q, K, V, scale=scale, is_causal=causal)
+
+
+def source(alg, sched, args) -> str:
+    k = dt.compile(alg, sched)
+    k(*args)
+    return k.source
+
+
+def qkv(B, H, S, T, D, hk=None, dtype=torch.float16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (randn(B, H, S, D, dtype=dtype, gen=g), randn(B, hk or H, T, D, dtype=dtype, gen=g),
+            randn(B, hk or H, T, D, dtype=dtype, gen=g))
+
+
+def test_warp_specialised_loop_builds_descriptors_in_the_kernel():
+    Q, K, V = qkv(1, 2, 37, 45, 16)
+    src = source(attention, dt.Schedule(**WS), (Q, K, V, 0.25))
+    assert "tl.range(0, size_j, BLOCK_J, warp_specialize=True)" in src
+    for t in ("Q", "K", "V"):
+        assert f"desc_{t} = tl.make_tensor_descriptor({t}_ptr, shape=[" in src
+    assert "(built on the host)" not in src and ", desc_Q" not in src      # no descriptor arguments
+    # the output tile (a [1, 1, i, e] box) is stored through pointers: Hopper's partitioning of
+    # the consumer warp groups stops at the reshape before a TMA store
+    assert "desc_out" not in src and "tl.store(out_ptr" in src
+    # host descriptors asked for explicitly; without warp specialisation the default stays on the host
+    host = source(attention, dt.Schedule(**WS, descriptors="host"), (Q, K, V, 0.25))
+    assert "make_tensor_descriptor" not in host and "desc_K: TMA descriptor of K[b, h, j, d]" in host
+    plain = source(attention, dt.Schedule(**FUSED, access="tma"), (Q, K, V, 0.25))
+    assert "make_tensor_descriptor" not in plain and "desc_out.store(" in plain
+    dev = source(attention, dt.Schedule(**FUSED, access="tma", descriptors="device"), (Q, K, V, 0.25))
+    assert "desc_out = tl.make_tensor_descriptor(out_ptr" in dev and "desc_out.store(" in dev
+
+
+@pytest.mark.filterwarnings("ignore:.*no kernel has a contraction:dtriton.ScheduleWarning")   # S=1: no dot
+@pytest.mark.parametrize("descriptors", ["auto", "host", "device"])
+@pytest.mark.parametrize("S,T,D", [(37, 45, 16), (1, 17, 16), (16, 16, 32)])
+def test_attention_descriptor_sites_match_float64(descriptors, S, T, D):
+    Q, K, V = qkv(2, 3, S, T, D, seed=S + T)
+    for sched in (dt.Schedule(**WS, descriptors=descriptors),
+                  dt.Schedule(**FUSED, access="tma", descriptors=descriptors)):
+        check(attention, (Q, K, V, 0.3), sched, torch_ref=lambda q, k, v, s: sdpa(q, k, v, s),
+              tol=TOL[torch.float16])
+
+
+@pytest.mark.filterwarnings("ignore:.*no kernel has a contraction:dtriton.ScheduleWarning")   # S=1: no dot
+@pytest.mark.parametrize("S", [33, 48, 1])
+def test_causal_warp_specialised_tiles_straddling_the_diagonal(S):
+    Q, K, V = qkv(1, 2, S, S, 16, seed=S)
+    # tiles of 16 queries by 16 keys: the diagonal crosses tiles at 16, 32 (and a partial last tile)
+    check(causal_attention, (Q, K, V, 0.25), dt.Schedule(**WS),
+          torch_ref=lambda q, k, v, s: sdpa(q, k, v, s, causal=True), tol=TOL[torch.float16])
+    check(causal_attention, (Q, K, V, 0.25), dt.Schedule(**dict(WS, tile={"i": 32, "j": 16})),
+          torch_ref=lambda q, k, v, s: sdpa(q, k, v, s, causal=True), tol=TOL[torch.float16])
+
+
+def gqa_ref(Q, K, V, scale, rep):
+    return sdpa(Q, K.repeat_interleave(rep, 1), V.repeat_interleave(rep, 1), scale)
+
+
+@pytest.mark.parametrize("H,rep,S,T", [(6, 3, 23, 29), (4, 4, 1, 17), (8, 2, 16, 40), (3, 1, 19, 5)])
+def test_grouped_query_attention_matches_float64(H, rep, S, T):
+    Q, K, V = qkv(2, H, S, T, 16, hk=H // rep, seed=H * rep + S)
+    for sched in (None, dt.Schedule(tile={"i": 16, "j": 16}), dt.Schedule(**FUSED, access="tma")):
+        check(gqa_attention, (Q, K, V, 0.25, rep), sched, torch_ref=gqa_ref, tol=TOL[torch.float16])
+    if H > 1:
+        g = torch.Generator().manual_seed(1)
+        F64 = [t.double() for t in (Q, K, V)]
+        assert torch.allclose(gqa_ref(*F64, 0.25, rep), torch.nn.functional.scaled_dot_product_attention(
+            *F64, scale=0.25, enable_gqa=True)), "the oracle agrees with torch's enable_gqa"
+        del g
+
+
+def test_grouped_query_attention_can_fail():
+    """The oracle tells heads apart: K/V head h % G instead of h // rep is caught."""
+    Q, K, V = qkv(1, 4, 9, 11, 16, hk=2, seed=5)
+    wrong = sdpa(Q.double(), K.double()[:, [0, 1, 0, 1]], V.double()[:, [0, 1, 0, 1]], 0.25)
+    with pytest.raises(AssertionError):
+        check(gqa_attention, (Q, K, V, 0.25, 2), None, expected=wrong.half(), tol=TOL[torch.float16])
+
+
+def test_descriptors_knob_is_checked():
+    with pytest.raises(dt.ScheduleError, match="descriptors = 'gpu' must be 'auto', 'host' or 'device'"):
+        dt.Schedule(descriptors="gpu")
+    s = dt.Schedule(access="tma", warp_specialize=True, descriptors="device")
+    assert dt.Schedule.from_json(s.to_json()) == s
