@@ -228,12 +228,13 @@ def kernel_times(fn, n: int = 5) -> str:
 
 
 def merged(sched: dt.Schedule, fields: dict) -> dt.Schedule:
-    """``sched`` with ``fields`` (a JSON object of schedule fields) put in: dict-valued fields
-    (``tile``, ``strategy``, ``split``, ...) merged key by key, the others replaced."""
-    cur = json.loads(sched.to_json())
-    for k, v in fields.items():
-        cur[k] = dict(cur.get(k) or {}, **v) if isinstance(v, dict) and k != "stages" else v
-    return dt.Schedule.from_json(json.dumps(cur))
+    """``sched`` with ``fields`` (a JSON object of schedule fields) put in: objects (``tile``,
+    ``split``, ``stages`` and a stage's fields) merged key by key, other values replaced."""
+    def put(into: dict, new: dict) -> dict:
+        for k, v in new.items():
+            into[k] = put(dict(into.get(k) or {}), v) if isinstance(v, dict) else v
+        return into
+    return dt.Schedule.from_json(json.dumps(put(json.loads(sched.to_json()), fields)))
 
 
 def ceiling():
