@@ -39,8 +39,8 @@ def tile_access(k: KernelPlan, style: str, tma_ok: frozenset, name: str, axes: S
     this call (pointers too; the printer declares its size arguments as for a descriptor)."""
     if style == "pointer" or k.i64 or len(set(axes)) != len(axes) or not axes:
         return None
-    if any(a not in k.axes for a in axes):
-        return None
+    if any(a not in k.axes or k.axes[a].role == "flat" for a in axes):
+        return None   # (a member of a flat axis has computed offsets: pointers)
     scalar = [k.scalar_axis(a) for a in axes]
     if all(scalar):
         return None

@@ -1,7 +1,8 @@
 """Complete a lowered :class:`Program`: every decision a backend needs, per kernel.
 
 The named steps, in order (each reads what the ones before decided): call facts (compute dtype,
-64-bit offsets, divisibility hints, interpreter-only choices: bf16 rounding and block folds), dots,
+64-bit offsets, divisibility hints, interpreter-only choices: bf16 rounding and block folds), the
+flat axes of implicit GEMMs (convolutions), dots,
 dot-only axes, access per tensor tile, eviction hints, passes (grouping, online merging, warp
 specialisation), where TMA descriptors are built, loop bounds from masks, the launch order. Then :func:`unused_knobs` reads the
 decisions back: the knobs that had no effect.
@@ -23,6 +24,7 @@ from .buffers import plan_buffers, plan_int_buffers
 from .epilogues import move_epilogues
 from .callspec import CallSpec
 from .dots import dot_only_axes, plan_dots
+from .implicit_gemm import plan_implicit_gemm
 from .kernel import KernelPlan, Program
 from .lower import lower
 from .passes import plan_passes
@@ -54,6 +56,7 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.interpret = k.round_bf16 = interpret
     k.block_reduce = plan_block_reduce(k)
     k.dtypes, k.out_dtypes = dict(dtypes), dict(out_dtypes)
+    plan_implicit_gemm(k)   # a conv's reduced axes (and output rows) as flat axes, where that makes a dot
     # a warp-specialised loop (it needs TMA loads) keeps the algorithm's operand order
     k.dots = {u: d for u, d in plan_dots(k, sched.precision, swap_ok=not (sched.warp_specialize and sched.access == "tma")).items()
               if u not in k.int_acc}   # integer sums of products fold exactly, in int64, not on tensor cores

@@ -25,32 +25,49 @@ from ..ir import Expr, Load, Reduce, mul_factors, reads_unit_stride, walk
 from .graph import contains, fused_reduces
 from .kernel import DotPlan, KernelPlan
 
-__all__ = ["dot_dtype", "dot_only_axes", "dot_split", "plan_dots"]
+__all__ = ["dot_axis", "dot_dtype", "dot_only_axes", "dot_split", "plan_dots"]
+
+
+def dot_axis(r: Reduce, k: KernelPlan) -> str | None:
+    """The axis a dot of ``r`` loops over: its one reduced axis, or the flat axis whose members are
+    exactly its reduced axes (an implicit GEMM, :mod:`dtriton.plan.implicit_gemm`); None otherwise."""
+    flats = {k.flat_of(a) for a in r.over}
+    if len(flats) != 1:
+        return None
+    f = flats.pop()
+    if f in k.flat:
+        return f if set(k.flat[f]) == set(r.over) else None
+    return f if len(r.over) == 1 else None
 
 
 def dot_split(r: Reduce, k: KernelPlan, compute_dtype: str, swap: bool = False):
     """Match ``sum over r of (left(m, r) * right(r, n)) * rest`` for tl.dot. Returns
     (left factors, right factors, hoisted factors, m, n) or None. A float64 kernel has dots on
     the interpreter only (one numpy matmul there; the GPU keeps the fp64 multiply-and-sum).
-    ``swap``: try the free axes in the other order first (the other side on the right)."""
-    if r.combiner.base != "sum" or r.combiner.results != 1 or len(r.over) != 1:
+    ``swap``: try the free axes in the other order first (the other side on the right). Members
+    of a flat axis (``k.flat``) count as that axis: a conv's (c, r, q) as its flat K, (n, h, w) as
+    its flat M."""
+    if r.combiner.base != "sum" or r.combiner.results != 1:
         return None
     if compute_dtype == "float64" and not k.interpret:
         return None
-    ra = r.over[0]
+    ra = dot_axis(r, k)
+    if ra is None:
+        return None
+    over = set(r.over)
     rp = k.axes[ra]
-    free = [a for a in r.axes if not k.scalar_axis(a)]
+    free = list(dict.fromkeys(k.flat_of(a) for a in r.axes if not k.scalar_axis(a)))
     if len(free) != 2 or rp.block < 16:
         return None
     if any(k.axes[a].block < 16 for a in free):
         return None
     fs = mul_factors(r.x)
-    hoist = [f for f in fs if ra not in f.axes]
-    rest = [f for f in fs if ra in f.axes]
+    hoist = [f for f in fs if not over & set(f.axes)]
+    rest = [f for f in fs if over & set(f.axes)]
     for m, n in ((free[::-1], free) if swap else (free, free[::-1])):
         left, right, ok = [], [], True
         for f in rest:
-            blk = {a for a in set(f.axes) - {ra} if not k.scalar_axis(a)}
+            blk = {k.flat_of(a) for a in set(f.axes) - over if not k.scalar_axis(a)}
             if blk <= {m}:
                 left.append(f)
             elif blk <= {n}:
@@ -58,11 +75,16 @@ def dot_split(r: Reduce, k: KernelPlan, compute_dtype: str, swap: bool = False):
             else:
                 ok = False
                 break
-        if ok and any(m in f.axes for f in left) and any(n in f.axes for f in right):
+        if ok and any(m in _flat_axes(f, k) for f in left) and any(n in _flat_axes(f, k) for f in right):
             if any(contains(f, r, k.materialized) for f in hoist):
                 return None
             return left, right, hoist, m, n
     return None
+
+
+def _flat_axes(f: Expr, k: KernelPlan) -> set[str]:
+    """The axes of ``f``, members of a flat axis counted as that axis."""
+    return {k.flat_of(a) for a in f.axes}
 
 
 def dot_dtype(fs: list[Expr], dtypes: Mapping[str, torch.dtype]) -> str | None:
@@ -101,7 +123,7 @@ def _fp32_order(r: Reduce, k: KernelPlan, split: tuple, precision: str, swap_ok:
     "tensor descriptor block and tensor types must match", H200 gpu_check)."""
     if precision == "ieee":
         return split, precision
-    ra = r.over[0]
+    ra = dot_axis(r, k)
     for cand in (split, dot_split(r, k, k.compute_dtype, swap=True) if swap_ok else None):
         if cand is not None and reads_unit_stride(cand[1], ra, k.unit_dims):
             return cand, ("tf32x3" if precision == "auto" else precision)
@@ -153,7 +175,7 @@ def plan_dot(r: Reduce, k: KernelPlan, precision: str, swap_ok: bool = True) -> 
                    k.compute_dtype if interpret else common,
                    _raw(left, common, k.dtypes, interpret), _raw(right, common, k.dtypes, interpret),
                    precision if common is None and not interpret else None,
-                   "float64" if k.compute_dtype == "float64" else "float32")
+                   "float64" if k.compute_dtype == "float64" else "float32", dot_axis(r, k) or "")
 
 
 def plan_dots(k: KernelPlan, precision: str, swap_ok: bool = True) -> dict[int, DotPlan]:

@@ -35,7 +35,8 @@ class AxisPlan:
 
     role: "grid" (program id; ``block`` elements per program, a scalar when block == 1),
     "whole" (one block covers it: block = next_pow2(size)), "loop" (tiles in a loop) or
-    "online" (a loop whose reductions run in one pass with rescaling).
+    "online" (a loop whose reductions run in one pass with rescaling) or "flat" (a member of a
+    flat axis of :attr:`KernelPlan.flat`: its index is decomposed from the flat axis's).
     ``divisible``: size % block == 0, so no mask is needed.
     """
     name: str
@@ -98,7 +99,8 @@ class DotPlan:
     ``raw_left``/``raw_right``: that side is one plain load in the storage dtype, fed to the dot
     without a round trip through the compute dtype. ``precision``: ``input_precision`` of an fp32
     dot on the GPU (None: not printed). ``acc_dtype``: the accumulator's dtype ("float64" only
-    for a float64 kernel on the interpreter)."""
+    for a float64 kernel on the interpreter). ``k``: the axis the dot loops over (the sum's one
+    reduced axis, or the flat axis of its reduced axes: an implicit GEMM)."""
     left: tuple[Expr, ...]
     right: tuple[Expr, ...]
     hoist: tuple[Expr, ...]
@@ -110,6 +112,7 @@ class DotPlan:
     raw_right: bool
     precision: str | None
     acc_dtype: str = "float32"
+    k: str = ""
 
     @property
     def fp32(self) -> bool:
@@ -234,6 +237,22 @@ class KernelPlan:
                                                       # is masked to the dim (reading the load's pad, or 0)
     floor_ops: frozenset = frozenset()                # // and % nodes whose operands may be negative (Triton
                                                       # rounds toward zero: printed with Python's floor rounding)
+    flat: dict[str, tuple[str, ...]] = field(default_factory=dict)  # flat axis -> its member axes, outermost
+                                                      # first (plan.implicit_gemm: a conv's K and M sides)
+
+    def flat_of(self, a: str) -> str:
+        """The flat axis whose index gives member axis ``a`` its index (``a`` itself when it is no member)."""
+        for f, members in self.flat.items():
+            if a in members:
+                return f
+        return a
+
+    def flat_size(self, a: str, sizes) -> int:
+        """The extent of axis ``a`` given the axis sizes ``sizes`` (a flat axis: the product of its members')."""
+        n = 1
+        for m in self.flat.get(a, (a,)):
+            n *= sizes[m]
+        return n
 
     def scalar_axis(self, a: str) -> bool:
         """A grid axis with tile 1: a scalar index, never a block dim."""
@@ -336,7 +355,7 @@ def _axes_problems(k: KernelPlan) -> list[str]:
         if rid in k.materialized:
             out.append(f"kernel {k.name}: a dot reduces a materialised stage")
     for st in k.stores:   # a store without a grid axis would be written by every program along it
-        missing = [a for a in k.grid if a not in st.layout]
+        missing = [a for a in k.grid if not set(k.flat.get(a, (a,))) <= set(st.layout)]
         if missing:
             out.append(f"kernel {k.name}: store {st.target}[{', '.join(st.layout)}] lacks grid axes {missing}")
     return out

@@ -24,8 +24,14 @@ __all__ = ["block_accumulated", "online_ok", "pipelined", "plan_passes", "top_bo
 
 
 def top_bound(k: KernelPlan) -> set[str]:
-    """Axes the program scope binds: the grid axes and the whole axes."""
-    return set(k.grid) | {a for a, p in k.axes.items() if p.role == "whole"}
+    """Axes the program scope binds: the grid axes (and the members of flat ones) and the whole axes."""
+    return set(k.grid) | {a for g in k.grid for a in k.flat.get(g, ())} | {a for a, p in k.axes.items() if p.role == "whole"}
+
+
+def _loop_axes(k: KernelPlan, r: Reduce, bound: set[str]) -> tuple[str, ...]:
+    """The axes a pass computing ``r`` loops over: its reduced axes the program does not bind
+    (members of a flat axis: that axis, once)."""
+    return tuple(dict.fromkeys(k.flat_of(a) for a in r.over if a not in bound))
 
 
 def online_ok(s: Reduce, grp: list[Reduce], pending: list[Reduce], k: KernelPlan) -> bool:
@@ -60,11 +66,11 @@ def _top_groups(k: KernelPlan, tops: list[Reduce], bound: set[str]) -> list[tupl
             raise AssertionError("cyclic reductions")
         groups: dict[tuple, list[Reduce]] = {}
         for r in ready:
-            groups.setdefault(tuple(a for a in r.over if a not in bound), []).append(r)
+            groups.setdefault(_loop_axes(k, r, bound), []).append(r)
         for key, grp in groups.items():
             if key and all(k.axes[a].role == "online" for a in key):
                 # pull in pending sums that depend on a max of this group via exp(x - max)
-                extra = [p for p in pending if not has(grp, p) and tuple(a for a in p.over if a not in bound) == key
+                extra = [p for p in pending if not has(grp, p) and _loop_axes(k, p, bound) == key
                          and all(has(grp, d) or not has(pending, d) for d in fused_deps(p, k.materialized))
                          and online_ok(p, grp, pending, k)]
                 grp = grp + extra
@@ -79,7 +85,8 @@ def _reads_in_loop(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], 
     through TMA: a load or buffer read placed by an axis bound in the loop (or in a loop nested in
     it, opened by a reduction computed inside)."""
     memo: dict = {}
-    stack = [(r.x, frozenset(loop_axes)) for r in rs]
+    looped = frozenset(loop_axes) | {m for a in loop_axes for m in k.flat.get(a, ())}
+    stack = [(r.x, looped) for r in rs]
     seen = set()
     while stack:
         n, inner = stack.pop()
@@ -158,5 +165,5 @@ def plan_passes(k: KernelPlan, warp_specialize: bool) -> tuple[list[PassPlan], d
     passes = [_pass(k, grp, key, bound, warp_specialize) for grp, key in _top_groups(k, tops, bound)]
     single = {}
     for r in fused_reduces([st.expr for st in k.stores], k.materialized):
-        single[r.uid] = _pass(k, [r], tuple(a for a in r.over if a not in bound), bound, warp_specialize)
+        single[r.uid] = _pass(k, [r], _loop_axes(k, r, bound), bound, warp_specialize)
     return passes, single

@@ -72,7 +72,7 @@ def backend_for(device: torch.device) -> str:
 class _Launch:
     fn: Any
     meta: KernelMeta
-    grid_axes: list[tuple[str, int]]
+    grid_axes: list[tuple[tuple[str, ...], int]]   # (the axes of a grid axis: several for a flat one, tile)
     split: int
     persistent: int = 0   # >0: at most this many programs, each looping over tiles
 
@@ -80,8 +80,11 @@ class _Launch:
         """Programs to launch: output tiles of the grid axes times the split (0: nothing to do),
         at most ``persistent`` for a persistent kernel."""
         n = self.split
-        for a, blk in self.grid_axes:
-            n *= -(-sizes[a] // blk)
+        for axes, blk in self.grid_axes:
+            ext = 1
+            for a in axes:
+                ext *= sizes[a]
+            n *= -(-ext // blk)
         return min(n, self.persistent) if self.persistent and n else n
 
 
@@ -232,7 +235,7 @@ class Kernel:
         launches = []
         for m in metas:
             fn = getattr(mod, m.name)
-            ga = [(a, m.ir.axes[a].block) for a in m.ir.grid]
+            ga = [(m.ir.flat.get(a, (a,)), m.ir.axes[a].block) for a in m.ir.grid]
             launches.append(_Launch(fn, m, ga, m.ir.split[1] if m.ir.split else 1,
                                     _persistent_programs(sched.persistent, b.device) if m.ir.persistent else 0))
         if not self.quiet:

@@ -190,8 +190,11 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, BoundsPrinter):
                    + (f"; split of {k.split[0]} into {k.split[1]}" if k.split else "")
                    + ("; persistent (each program loops over tiles)" if k.persistent else ""))
         for a, p in k.axes.items():
-            if p.role != "grid":
-                doc.append(f"    axis {a}: {p.role}, block {p.block}" + ("" if p.divisible else " (masked)"))
+            if p.role == "flat":
+                doc.append(f"    axis {a}: from flat axis {k.flat_of(a)}")
+            elif p.role != "grid" or a in k.flat:
+                doc.append(f"    axis {a}: {p.role}, block {p.block}" + ("" if p.divisible else " (masked)")
+                           + (f", flat over {', '.join(k.flat[a])}" if a in k.flat else ""))
         for st in k.stores:
             b = self.prog.buffers.get(st.target)
             if b is not None and b.reason:

@@ -32,11 +32,12 @@ class MemoryPrinter:
         return f"{name}_ptr + " + (" + ".join(terms) if terms else "0")
 
     def mask_for(self, axes, scope: Scope, layout) -> str | None:
-        """The mask of a value using ``axes`` (None when every one divides its block)."""
+        """The mask of a value using ``axes`` (None when every one divides its block; members of a
+        flat axis share its mask)."""
         ms = []
         for a in dict.fromkeys(axes):
             b = scope.find_bind(a)
-            if b and b[0].mask is not None:
+            if b and b[0].mask is not None and self.expand1d(b[0].mask, a, layout) not in ms:
                 ms.append(self.expand1d(b[0].mask, a, layout))
         return " & ".join(ms) if ms else None
 

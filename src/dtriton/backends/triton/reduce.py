@@ -313,8 +313,9 @@ class ReducePrinter:
             scope.reduced[r.uid] = (out, vl)
 
     def present_of_axes(self, axes, scope) -> set[str]:
-        """The axes of ``axes`` that are block dims (bound, not scalar) in ``scope``."""
-        return {a for a in axes if scope.find_bind(a) is not None and not scope.find_bind(a)[0].scalar}
+        """The axes of ``axes`` that are block dims (bound, not scalar) in ``scope`` (members of a
+        flat axis: that axis)."""
+        return {self.k.flat_of(a) for a in axes if scope.find_bind(a) is not None and not scope.find_bind(a)[0].scalar}
 
     def squeeze(self, t: str, lin, layout, scope, present) -> str:
         """Drop the trailing loop dims (all size 1 after the reduction) of ``t``."""
@@ -356,7 +357,7 @@ class ReducePrinter:
         ident = self.identity(r)
         if info["dot"]:
             d: DotPlan = info["dot"]
-            ra = r.over[0]
+            ra = d.k or r.over[0]
             a = self.operand(d.left, inner, (d.m, ra), ra, d, d.raw_left)
             b = self.operand(d.right, inner, (ra, d.n), ra, d, d.raw_right)
             prec = f", input_precision=\"{d.precision}\"" if d.precision else ""

@@ -40,7 +40,10 @@ class ValuePrinter:
         return self.k.axes[a]
 
     def size(self, a: str) -> str:
-        """The size argument of axis ``a`` (declared on first use)."""
+        """The size argument of axis ``a`` (declared on first use); of a flat axis, the product of
+        its members' sizes."""
+        if a in self.k.flat:
+            return "(" + " * ".join(self.size(m) for m in self.k.flat[a]) + ")"
         nm = f"size_{a}"
         if nm not in self.sizes:
             self.sizes.append(nm)
@@ -77,6 +80,14 @@ class ValuePrinter:
             mask = f"mask_{a}"
             scope.emit(f"{mask} = {offs} < {self.size(a)}")
         scope.bound[a] = Bind(a, offs, mask, blk, False, start)
+        for i, m in enumerate(self.k.flat.get(a, ())):
+            # a member of flat axis a: its index decomposed from the flat one (outermost first);
+            # it shares a's dim, block and mask
+            inner = " * ".join(self.size(x) for x in self.k.flat[a][i + 1:])
+            v = f"{offs} // ({inner})" if inner else offs
+            v = f"({v}) % {self.size(m)}" if i else v
+            scope.emit(f"offs_{m} = {v}  # index of {m} in flat axis {a}")
+            scope.bound[m] = Bind(m, f"offs_{m}", mask, blk, False, "0")
 
     def block_axes(self, scope: Scope, axes) -> list[str]:
         """The axes of ``axes`` that are block dims in ``scope`` (raises when one is not bound)."""
@@ -96,9 +107,11 @@ class ValuePrinter:
         return "(" + ", ".join(dims) + ("," if len(dims) == 1 else "") + ")"
 
     def expand1d(self, var: str, a: str, layout) -> str:
-        """A 1-d block of axis ``a`` expanded to ``layout``."""
+        """A 1-d block of axis ``a`` expanded to ``layout`` (a member of a flat axis: along the
+        flat axis's dim)."""
         if len(layout) == 1:
             return var
+        a = self.k.flat_of(a)
         idx = ", ".join(":" if b == a else "None" for b in layout)
         return f"{var}[{idx}]"
 
@@ -148,12 +161,12 @@ class ValuePrinter:
                 "'whole' for a long axis")
 
     def present(self, n: Expr, scope: Scope) -> set[str]:
-        """The axes of ``n`` that are block dims in ``scope``."""
+        """The axes of ``n`` that are block dims in ``scope`` (members of a flat axis: that axis)."""
         out = set()
         for a in n.axes:
             b = scope.find_bind(a)
             if b is not None and not b[0].scalar:
-                out.add(a)
+                out.add(self.k.flat_of(a))
         return out
 
     # -- dependency depth (for hoisting) -------------------------------------------------------

@@ -1,0 +1,156 @@
+"""Convolutions as implicit GEMMs: flat axes for a contraction over several axes.
+
+A convolution written in index notation,
+``dt.sum(X.pad(0)[n, h*s + r*d - p, w*s + q*d - p, c] * W[o, r, q, c], over=(c, r, q))[n, h, w, o]``,
+is a contraction whose reduced axes (c, r, q) and whose output rows (n, h, w) are each several
+axes. ``tl.dot`` takes one K and one M, so the plan gives each side a *flat axis*: one index
+``k`` over C*R*Q values and one ``m`` over N*Ho*Wo, tiled as one axis (``k`` in a loop, ``m`` on
+the grid). The members' indices are decomposed from the flat one by ``//`` and ``%`` (the printer
+prints that decomposition and nothing else), so every load and store keeps its index expressions
+and its masks: padding and the flat axis's tail mask the gathered loads of X.
+
+The decision, per kernel (:func:`plan_implicit_gemm`): the kernel's one fused reduction is a sum
+over two or more axes, each looped or whole and none split; its factors fall into two sides (the
+input's and the weight's) once the reduced axes count as one; then
+
+- K: the reduced axes, ordered so that the axis read at the smallest stride is innermost (c for
+  channels-last tensors, ``X[n, h, w, c]`` and ``W[o, r, q, c]``: every K tile reads runs of
+  contiguous channels; q for ``X[n, c, h, w]``). Its block is the product of the looped members'
+  tiles (whole members count 1), at least 16; with no looped member, the product of the whole
+  blocks up to 64.
+- M: where the side with several free axes has them all on the grid (tile 1 counts), those axes
+  in the output's order (n, h, w of ``out[n, h, w, o]``), block the product of their tiles. With
+  flat M a 56x56 image is 3136 rows in 128-row tiles (24.5 tiles, not 56 rows of 64-wide tiles
+  of 56 columns).
+
+The flat axes are kept only where the contraction then is a dot (:func:`dtriton.plan.dots.dot_split`);
+both are masked (their extent is a product of sizes). The members keep their
+:class:`~dtriton.plan.kernel.AxisPlan` with role "flat".
+"""
+
+from __future__ import annotations
+
+from ..ir import Load, Reduce, mul_factors, walk
+from .dots import dot_split
+from .graph import fused_reduces
+from .kernel import AxisPlan, KernelPlan
+
+__all__ = ["flat_name", "plan_implicit_gemm"]
+
+#: the largest flat K block taken from whole members alone
+WHOLE_K_CAP = 64
+
+
+def flat_name(members: tuple[str, ...], taken) -> str:
+    """The name of the flat axis of ``members`` (their names joined, outermost first), not one of
+    ``taken``."""
+    name = "".join(members)
+    while name in taken:
+        name += "_"
+    return name
+
+
+def plan_implicit_gemm(k: KernelPlan) -> None:
+    """Give kernel ``k`` flat K and M axes where its one fused reduction is a contraction over
+    several axes that then lowers to ``tl.dot`` (see the module's docstring). Sets ``k.flat``,
+    the flat axes' plans, the members' role "flat" and the grid; leaves ``k`` unchanged otherwise.
+    Needs ``k.compute_dtype``, ``k.interpret`` and ``k.unit_dims`` decided."""
+    reds = fused_reduces([st.expr for st in k.stores], k.materialized)
+    if len(reds) != 1:
+        return
+    r = reds[0]
+    if (r.combiner.base != "sum" or r.combiner.results != 1 or len(r.over) < 2 or k.persistent
+            or r.uid in k.int_acc):   # (integer sums fold in int64, not on tensor cores)
+        return
+    if (k.split and k.split[0] in r.over) or any(k.axes[a].role not in ("loop", "whole") for a in r.over):
+        return
+    sides = _sides(r, k)
+    if sides is None:
+        return
+    saved = (dict(k.axes), list(k.grid), dict(k.flat))
+    kname = flat_name(_k_order(r, k), k.axes)
+    k.flat[kname] = _k_order(r, k)
+    k.axes[kname] = AxisPlan(kname, "loop", _k_block(r, k), False)
+    m_side = [s for s in sides if len(s) >= 2]
+    if len(m_side) == 1 and all(k.axes[a].role == "grid" for a in m_side[0]):
+        _flatten_rows(k, m_side[0])
+    for a in k.flat[kname]:
+        k.axes[a] = _member(k.axes[a])
+    if dot_split(r, k, k.compute_dtype) is None:
+        k.axes, k.grid, k.flat = saved
+
+
+def _member(p: AxisPlan) -> AxisPlan:
+    return AxisPlan(p.name, "flat", p.block, False)
+
+
+def _sides(r: Reduce, k: KernelPlan) -> list[list[str]] | None:
+    """The free axes of ``r`` on each side of its product (the axes only that side's factors
+    read, tile-1 grid axes included; axes both read are left out), or None when the factors
+    reading a reduced axis do not fall into two sides."""
+    over = set(r.over)
+    rest = [f for f in mul_factors(r.x) if over & set(f.axes)]
+    groups: list[set[str]] = []
+    for f in rest:
+        ax = {a for a in f.axes if a not in over and not k.scalar_axis(a)}
+        hit = [g for g in groups if g & ax]
+        merged = set(ax).union(*hit) if hit else set(ax)
+        groups = [g for g in groups if not (g & ax)] + [merged]
+    groups = [g for g in groups if g]
+    if len(groups) != 2:
+        return None
+    users: dict[str, set[int]] = {}
+    for f in rest:
+        side = next((i for i, g in enumerate(groups) if g & set(f.axes)), None)
+        for a in set(f.axes) - over if side is not None else ():
+            users.setdefault(a, set()).add(side)
+    order = {a: i for i, a in enumerate(next(iter(k.stores)).layout)}
+    out = []
+    for i in range(2):
+        members = [a for a in r.axes if users.get(a) == {i}]
+        out.append(sorted(members, key=lambda a: order.get(a, len(order))))
+    return out
+
+
+def _k_order(r: Reduce, k: KernelPlan) -> tuple[str, ...]:
+    """The reduced axes of ``r``, outermost first: sorted by the innermost tensor dim each is read
+    at (the unit-stride dim first, then dims from the last), in ``r.over``'s order on ties."""
+    loads = [x for x in walk([r.x], stop=lambda x: isinstance(x, Reduce) and x is not r.x) if isinstance(x, Load)]
+
+    def rank(a: str) -> int:
+        best = 1 << 30
+        for ld in loads:
+            unit = k.unit_dims.get(ld.tensor.name, len(ld.index) - 1)
+            for d, e in enumerate(ld.index):
+                if a in e.axes:
+                    best = min(best, 0 if d == unit else len(ld.index) - d)
+        return best
+    return tuple(sorted(r.over, key=lambda a: (-rank(a), r.over.index(a))))
+
+
+def _k_block(r: Reduce, k: KernelPlan) -> int:
+    """The flat K block: the product of the looped members' tiles (whole members count 1), at
+    least 16; with no looped member, the whole blocks' product, 16 to :data:`WHOLE_K_CAP`."""
+    looped = [k.axes[a].block for a in r.over if k.axes[a].role == "loop"]
+    blk = 1
+    for b in looped or [k.axes[a].block for a in r.over]:
+        blk *= b
+    return max(16, blk if looped else min(blk, WHOLE_K_CAP))
+
+
+def _flatten_rows(k: KernelPlan, members: list[str]) -> None:
+    """Replace the grid axes ``members`` (the output rows of a conv) by one flat grid axis at the
+    first one's place; its block is the product of their tiles."""
+    blk, group = 1, 1
+    for a in members:
+        blk *= k.axes[a].block
+        group = max(group, k.axes[a].group)
+    name = flat_name(tuple(members), k.axes)
+    k.flat[name] = tuple(members)
+    k.axes[name] = AxisPlan(name, "grid", blk, False, group)
+    at = min(k.grid.index(a) for a in members)
+    grid = [a for a in k.grid if a not in members]
+    grid.insert(sum(1 for a in k.grid[:at] if a not in members), name)
+    k.grid = grid
+    for a in members:
+        k.axes[a] = _member(k.axes[a])
