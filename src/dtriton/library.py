@@ -12,7 +12,8 @@ from .dsl import Tensor
 __all__ = ["matmul", "linear_relu", "softmax", "log_softmax", "layer_norm", "rms_norm", "cross_entropy",
            "column_sum", "spatial_diffusion", "attention", "causal_attention", "add_one", "batch_norm", "instance_norm",
            "group_norm", "layer_norm_chw", "frobenius_normalize", "avg_pool2d", "max_pool2d", "max_pool2d_window",
-           "avg_pool2d_window"]
+           "avg_pool2d_window",
+           "conv1d", "conv2d", "conv2d_nhwc", "grouped_conv2d_nhwc", "depthwise_conv2d_nhwc", "conv3d", "conv_transpose2d"]
 
 
 @dt.algorithm
@@ -211,3 +212,79 @@ def avg_pool2d_window(X: Tensor["N", "H", "W"], K: int, s: int, p: int, Ho: int,
     ``avg_pool2d(x, K, s, p)``, ``count_include_pad=True``)."""
     n, h, w, r, q = dt.axes("n h:Ho w:Wo r:K q:K")
     return dt.mean(X.pad(0.0)[n, h * s + r - p, w * s + q - p], over=(r, q))[n, h, w]
+
+
+# -- convolutions (index arithmetic; the output sizes are int arguments) ---------------------------
+# A convolution is a sum over the input channels and the window of a padded read at
+# ``out * stride + tap * dilation - padding``. The planner lowers it to an implicit GEMM on tensor
+# cores (plan.implicit_gemm). Groups are a batch axis of views: ``x.view(N, G, C // G, H, W)``,
+# ``w.view(G, O // G, C // G, R, Q)``, and the output (N, G, O // G, Ho, Wo) viewed back as
+# (N, O, Ho, Wo). Size an output with torch's rule: ``(H + 2p - d (R - 1) - 1) // s + 1``.
+
+@dt.algorithm
+def conv1d(X: Tensor["N", "C", "L"], Wt: Tensor["O", "C", "R"], stride: int, padding: int, dilation: int, Lo: int):
+    """torch's ``conv1d`` (no bias): X (N, C, L), Wt (O, C, R) -> (N, O, Lo)."""
+    n, o, c, t, r = dt.axes("n o c t:Lo r")
+    return dt.sum(X.pad(0.0)[n, c, t * stride + r * dilation - padding] * Wt[o, c, r], over=(c, r))[n, o, t]
+
+
+@dt.algorithm
+def conv2d(X: Tensor["N", "C", "H", "W"], Wt: Tensor["O", "C", "R", "Q"], stride: int, padding: int, dilation: int,
+           Ho: int, Wo: int):
+    """torch's ``conv2d`` (no bias) in NCHW: X (N, C, H, W), Wt (O, C, R, Q) -> (N, O, Ho, Wo)."""
+    n, o, c, h, w, r, q = dt.axes("n o c h:Ho w:Wo r q")
+    x = X.pad(0.0)[n, c, h * stride + r * dilation - padding, w * stride + q * dilation - padding]
+    return dt.sum(x * Wt[o, c, r, q], over=(c, r, q))[n, o, h, w]
+
+
+@dt.algorithm
+def conv2d_nhwc(X: Tensor["N", "H", "W", "C"], Wt: Tensor["O", "R", "Q", "C"], stride: int, padding: int,
+                dilation: int, Ho: int, Wo: int):
+    """``conv2d`` channels-last: X (N, H, W, C), Wt (O, R, Q, C) -> (N, Ho, Wo, O). Every tile of the
+    flat reduction reads runs of contiguous channels."""
+    n, o, c, h, w, r, q = dt.axes("n o c h:Ho w:Wo r q")
+    x = X.pad(0.0)[n, h * stride + r * dilation - padding, w * stride + q * dilation - padding, c]
+    return dt.sum(x * Wt[o, r, q, c], over=(c, r, q))[n, h, w, o]
+
+
+@dt.algorithm
+def grouped_conv2d_nhwc(X: Tensor["N", "H", "W", "G", "C"], Wt: Tensor["G", "O", "R", "Q", "C"], stride: int,
+                        padding: int, dilation: int, Ho: int, Wo: int):
+    """Grouped ``conv2d`` channels-last over group views: X (N, H, W, G, C // G), Wt (G, O // G, R, Q,
+    C // G) -> (N, Ho, Wo, G, O // G)."""
+    n, g, o, c, h, w, r, q = dt.axes("n g o c h:Ho w:Wo r q")
+    x = X.pad(0.0)[n, h * stride + r * dilation - padding, w * stride + q * dilation - padding, g, c]
+    return dt.sum(x * Wt[g, o, r, q, c], over=(c, r, q))[n, h, w, g, o]
+
+
+@dt.algorithm
+def depthwise_conv2d_nhwc(X: Tensor["N", "H", "W", "C"], Wt: Tensor["R", "Q", "C"], stride: int, padding: int,
+                          Ho: int, Wo: int):
+    """Depthwise ``conv2d`` (groups = channels) channels-last: X (N, H, W, C), Wt (R, Q, C) -> (N, Ho,
+    Wo, C); torch's weight (C, 1, R, Q) is ``w[:, 0].permute(1, 2, 0)``. Not a GEMM: a sum over the
+    window per channel."""
+    n, c, h, w, r, q = dt.axes("n c h:Ho w:Wo r q")
+    return dt.sum(X.pad(0.0)[n, h * stride + r - padding, w * stride + q - padding, c] * Wt[r, q, c],
+                  over=(r, q))[n, h, w, c]
+
+
+@dt.algorithm
+def conv3d(X: Tensor["N", "C", "D", "H", "W"], Wt: Tensor["O", "C", "T", "R", "Q"], stride: int, padding: int,
+           Do: int, Ho: int, Wo: int):
+    """torch's ``conv3d`` (no bias): X (N, C, D, H, W), Wt (O, C, T, R, Q) -> (N, O, Do, Ho, Wo)."""
+    n, o, c, z, h, w, t, r, q = dt.axes("n o c z:Do h:Ho w:Wo t r q")
+    x = X.pad(0.0)[n, c, z * stride + t - padding, h * stride + r - padding, w * stride + q - padding]
+    return dt.sum(x * Wt[o, c, t, r, q], over=(c, t, r, q))[n, o, z, h, w]
+
+
+@dt.algorithm
+def conv_transpose2d(X: Tensor["N", "C", "H", "W"], Wt: Tensor["C", "O", "R", "Q"], stride: int, padding: int,
+                     dilation: int, Ho: int, Wo: int):
+    """torch's ``conv_transpose2d`` (no bias, groups 1) in gather form: output pixel (h, w) sums the
+    inputs at ``((h + p - r d) / s, (w + p - q d) / s)`` where both divide exactly. X (N, C, H, W),
+    Wt (C, O, R, Q) -> (N, O, Ho, Wo), ``Ho = (H - 1) s - 2p + d (R - 1) + 1`` (plus output_padding)."""
+    n, o, c, h, w, r, q = dt.axes("n o c h:Ho w:Wo r q")
+    y, x = h + padding - r * dilation, w + padding - q * dilation
+    hit = (y % stride == 0) & (x % stride == 0)
+    return dt.sum(dt.where(hit, X.pad(0.0)[n, c, y // stride, x // stride], 0.0) * Wt[c, o, r, q],
+                  over=(c, r, q))[n, o, h, w]

@@ -5,7 +5,8 @@ Layering inside the package (each module imports only those before it): ``combin
 kinds as data) <- ``expr`` (nodes, ``fmt``) <- ``walk`` (the graph walks) <- ``intervals`` (integer ranges of
 index expressions, which reads may fall outside a dim) <- ``reference`` (``Binding``, dtype rules, the evaluator),
 ``bounds`` (the ranges of an axis a mask leaves) <- ``algorithm`` (tracing, CSE, stage names) <- ``analysis``
-(contractions, online candidates, split legality, stage grids) <- ``rewrite`` (named algebraic rewrites the
+(contractions, online candidates, split legality, stage grids) <- ``convolution`` (the sides and
+flat order of contractions over several axes) <- ``rewrite`` (named algebraic rewrites the
 plan applies: the single-pass variance).
 The user-facing builders (``dt.sum``, ``dt.exp``, ...) live in :mod:`dtriton.dsl`.
 """
@@ -22,6 +23,7 @@ from .reference import (FLOAT_DTYPES, INDEX_DTYPES, Binding, check_reads, comput
 from .algorithm import Algorithm, Stage, TensorAnnotation, cse
 from .analysis import (can_split, contractions, grid_candidates, is_sum, online_candidate, reads_unit_stride,
                        reduction_stages, split_blockers, splittable, stage_grid, sum_of_products, tensor_core_sides)
+from .convolution import contraction_sides, convolutions, reduced_order
 from .rewrite import base2_exponents, naive_variance_of, reciprocal_divisors, single_pass_variance, variance_of
 
 __all__ = [
@@ -39,5 +41,6 @@ __all__ = [
     "Algorithm", "Stage", "TensorAnnotation", "cse",
     "can_split", "is_sum", "contractions", "grid_candidates", "online_candidate", "reduction_stages", "split_blockers", "splittable",
     "stage_grid", "sum_of_products",
+    "contraction_sides", "convolutions", "reduced_order",
     "base2_exponents", "naive_variance_of", "reciprocal_divisors", "single_pass_variance", "variance_of",
 ]

@@ -30,7 +30,7 @@ both are masked (their extent is a product of sizes). The members keep their
 
 from __future__ import annotations
 
-from ..ir import Load, Reduce, mul_factors, walk
+from ..ir import Reduce, contraction_sides, reduced_order
 from .dots import dot_split
 from .graph import fused_reduces
 from .kernel import AxisPlan, KernelPlan
@@ -64,12 +64,15 @@ def plan_implicit_gemm(k: KernelPlan) -> None:
         return
     if (k.split and k.split[0] in r.over) or any(k.axes[a].role not in ("loop", "whole") for a in r.over):
         return
-    sides = _sides(r, k)
+    sides = contraction_sides(r, k.scalar_axis)
     if sides is None:
         return
+    order = {a: i for i, a in enumerate(k.stores[0].layout)}
+    sides = [sorted(s, key=lambda a: order.get(a, len(order))) for s in sides]
     saved = (dict(k.axes), list(k.grid), dict(k.flat))
-    kname = flat_name(_k_order(r, k), k.axes)
-    k.flat[kname] = _k_order(r, k)
+    korder = reduced_order(r, k.unit_dims)
+    kname = flat_name(korder, k.axes)
+    k.flat[kname] = korder
     k.axes[kname] = AxisPlan(kname, "loop", _k_block(r, k), False)
     m_side = [s for s in sides if len(s) >= 2]
     if len(m_side) == 1 and all(k.axes[a].role == "grid" for a in m_side[0]):
@@ -82,50 +85,6 @@ def plan_implicit_gemm(k: KernelPlan) -> None:
 
 def _member(p: AxisPlan) -> AxisPlan:
     return AxisPlan(p.name, "flat", p.block, False)
-
-
-def _sides(r: Reduce, k: KernelPlan) -> list[list[str]] | None:
-    """The free axes of ``r`` on each side of its product (the axes only that side's factors
-    read, tile-1 grid axes included; axes both read are left out), or None when the factors
-    reading a reduced axis do not fall into two sides."""
-    over = set(r.over)
-    rest = [f for f in mul_factors(r.x) if over & set(f.axes)]
-    groups: list[set[str]] = []
-    for f in rest:
-        ax = {a for a in f.axes if a not in over and not k.scalar_axis(a)}
-        hit = [g for g in groups if g & ax]
-        merged = set(ax).union(*hit) if hit else set(ax)
-        groups = [g for g in groups if not (g & ax)] + [merged]
-    groups = [g for g in groups if g]
-    if len(groups) != 2:
-        return None
-    users: dict[str, set[int]] = {}
-    for f in rest:
-        side = next((i for i, g in enumerate(groups) if g & set(f.axes)), None)
-        for a in set(f.axes) - over if side is not None else ():
-            users.setdefault(a, set()).add(side)
-    order = {a: i for i, a in enumerate(next(iter(k.stores)).layout)}
-    out = []
-    for i in range(2):
-        members = [a for a in r.axes if users.get(a) == {i}]
-        out.append(sorted(members, key=lambda a: order.get(a, len(order))))
-    return out
-
-
-def _k_order(r: Reduce, k: KernelPlan) -> tuple[str, ...]:
-    """The reduced axes of ``r``, outermost first: sorted by the innermost tensor dim each is read
-    at (the unit-stride dim first, then dims from the last), in ``r.over``'s order on ties."""
-    loads = [x for x in walk([r.x], stop=lambda x: isinstance(x, Reduce) and x is not r.x) if isinstance(x, Load)]
-
-    def rank(a: str) -> int:
-        best = 1 << 30
-        for ld in loads:
-            unit = k.unit_dims.get(ld.tensor.name, len(ld.index) - 1)
-            for d, e in enumerate(ld.index):
-                if a in e.axes:
-                    best = min(best, 0 if d == unit else len(ld.index) - d)
-        return best
-    return tuple(sorted(r.over, key=lambda a: (-rank(a), r.over.index(a))))
 
 
 def _k_block(r: Reduce, k: KernelPlan) -> int:

@@ -1,0 +1,79 @@
+"""Facts about contractions over several axes (convolutions): which free axes lie on which side
+of the product, and in which order their reduced axes are best flattened.
+
+``dt.sum(X.pad(0)[n, h*s + r - p, w*s + q - p, c] * W[o, r, q, c], over=(c, r, q))[n, h, w, o]``
+reads the reduced axes (c, r, q) on both sides; its free axes fall into the input's side
+(n, h, w: the GEMM's M) and the weight's (o: its N). The schedule's conv rules
+(:mod:`dtriton.schedule.dot_rules`) and the plan's flat axes (:mod:`dtriton.plan.implicit_gemm`)
+both read these facts.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from .analysis import is_sum, reduction_stages
+from .algorithm import Algorithm
+from .expr import Load, Reduce
+from .walk import mul_factors, walk
+
+__all__ = ["contraction_sides", "convolutions", "reduced_order"]
+
+
+def contraction_sides(r: Reduce, scalar: Callable[[str], bool] = lambda a: False) -> list[list[str]] | None:
+    """The free axes of sum ``r`` on each side of its product, in ``r.axes`` order: the axes that
+    only one side's factors read (axes for which ``scalar`` holds, tile-1 grid axes, do not join
+    the sides, but count for the side that alone reads them; an axis both sides read, a group or
+    batch axis, is on neither). None when the factors reading a reduced axis do not fall into
+    exactly two sides."""
+    over = set(r.over)
+    rest = [f for f in mul_factors(r.x) if over & set(f.axes)]
+    groups: list[set[str]] = []
+    for f in rest:
+        ax = {a for a in f.axes if a not in over and not scalar(a)}
+        hit = [g for g in groups if g & ax]
+        groups = [g for g in groups if not g & ax] + [set(ax).union(*hit)]
+    groups = [g for g in groups if g]
+    if len(groups) != 2:
+        return None
+    users: dict[str, set[int]] = {}
+    for f in rest:
+        side = next((i for i, g in enumerate(groups) if g & set(f.axes)), None)
+        for a in (set(f.axes) - over) if side is not None else ():
+            users.setdefault(a, set()).add(side)
+    return [[a for a in r.axes if users.get(a) == {i}] for i in range(2)]
+
+
+def reduced_order(r: Reduce, unit_dims: Mapping[str, int]) -> tuple[str, ...]:
+    """The reduced axes of ``r``, outermost first, for one flat index over them: sorted by the
+    innermost tensor dim each is read at (``unit_dims``' unit-stride dim innermost, then dims from
+    the last), in ``r.over`` order on ties. Channels-last ``X[n, h, w, c] * W[o, r, q, c]`` gives
+    (r, q, c): each step of the flat index reads contiguous channels."""
+    loads = [x for x in walk([r.x], stop=lambda x: isinstance(x, Reduce)) if isinstance(x, Load)]
+
+    def rank(a: str) -> int:
+        best = 1 << 30
+        for ld in loads:
+            unit = unit_dims.get(ld.tensor.name, len(ld.index) - 1)
+            for d, e in enumerate(ld.index):
+                if a in e.axes:
+                    best = min(best, 0 if d == unit else len(ld.index) - d)
+        return best
+    return tuple(sorted(r.over, key=lambda a: (-rank(a), r.over.index(a))))
+
+
+def convolutions(alg: Algorithm) -> dict[str, tuple[list[str], list[str]]]:
+    """Sum stages over two or more axes whose product has two sides (see
+    :func:`contraction_sides`; free axes every factor reads, the groups of a grouped conv, are
+    batch axes on neither side): stage name -> (the side with more free axes, the other side)."""
+    out = {}
+    for s in reduction_stages(alg):
+        r = s.node
+        if not is_sum(r) or r.combiner.base != "sum" or len(r.over) < 2:
+            continue
+        reads = [set(f.axes) - set(r.over) for f in mul_factors(r.x) if set(r.over) & set(f.axes)]
+        shared = set.intersection(*reads) if reads else set()
+        sides = contraction_sides(r, shared.__contains__)
+        if sides is not None and all(sides):
+            out[r.name] = tuple(sorted(sides, key=len, reverse=True))
+    return out

@@ -1,0 +1,67 @@
+"""The heuristic's rules for convolutions: tiles of an implicit GEMM (:func:`conv_tiles`).
+
+A convolution is a sum over several axes whose product has an input side (the output rows:
+n, h, w) and a weight side (o) (:func:`dtriton.ir.convolutions`). The plan runs it as one GEMM
+(:mod:`dtriton.plan.implicit_gemm`): M flat over the rows' grid axes, block the product of
+their tiles; K flat over the reduced axes, block the product of their loop tiles. So the rule
+spreads a block of M rows over the row axes (innermost first, each at most its padded size),
+gives o the N tile, and spreads a K block over the reduced axes in the order the plan flattens
+them (the unit-stride axis, c of channels-last tensors, first).
+
+On the GPU, 16-bit: 128 x 128 x 64 tiles, 8 warps, 3 stages (the loads are gathers through
+pointers, pipelined by ``cp.async``), 8 row tiles per sweep of o (grouped order: the weight's
+tiles stay in L2); fp32: 64 x 64 x 32, 4 warps. On the interpreter: 32 x 16 x 32.
+"""
+
+from __future__ import annotations
+
+from ..ir import convolutions, reduced_order
+from .draft import Draft, next_pow2
+
+__all__ = ["conv_tiles"]
+
+
+def _spread(d: Draft, axes, budget: int) -> None:
+    """Tiles of ``axes`` (innermost first) whose product is ``budget`` where the sizes allow:
+    each takes what is left, at most its padded size; the rest take 1."""
+    for a in axes:
+        t = max(1, min(budget, next_pow2(d.sizes[a])))
+        d.tile[a] = t
+        budget = max(1, budget // t)
+
+
+def conv_tiles(d: Draft) -> None:
+    """Tiles, strategies, grid order and launch options of the one convolution of an algorithm
+    whose main output it computes (with any element-wise epilogue: bias, activation), when the
+    user's schedule leaves the layout open and the algorithm has no single-axis contraction."""
+    convs = convolutions(d.alg)
+    main = d.alg.outputs[0]
+    if len(convs) != 1 or d.layout_given or d.cons or d.grid is None:
+        return
+    name, (mside, nside) = next(iter(convs.items()))
+    r = d.alg.stages[name].node
+    if len(nside) != 1 or not set(r.axes) <= set(main.layout) or not set(mside + nside) <= set(d.grid):
+        return
+    order = {a: i for i, a in enumerate(main.layout)}
+    mside = sorted(mside, key=order.__getitem__)
+    batch = [a for a in d.grid if a not in mside and a not in nside]
+    d.grid = tuple(batch + mside + nside)
+    fp16 = d.gpu and d.half
+    bm, bn, bk = (128, 128, 64) if fp16 else ((64, 64, 32) if d.gpu else (32, 16, 32))
+    for a in batch:
+        d.tile[a] = 1
+    _spread(d, reversed(mside), bm)
+    d.tile[nside[0]] = max(16, d.cap(nside[0], bn))
+    total_k = 1
+    for a in r.over:
+        total_k *= d.sizes[a]
+    _spread(d, reversed(reduced_order(r, d.b.unit_dims)), max(16, min(bk, next_pow2(total_k))))
+    for a in r.over:
+        d.strategy[a] = "loop"
+    d.dot_axes |= set(r.over) | set(mside) | set(nside)
+    if d.gpu:
+        d.group[mside[-1]] = 8
+    if d.num_warps is None:
+        d.num_warps = 8 if fp16 else 4
+    if d.num_stages is None:
+        d.num_stages = 3 if d.gpu else 2
