@@ -109,3 +109,38 @@ def test_flash_backward_gradients_match_float64(causal, S, T, gen):
     for g, w in zip(got, want):
         assert torch.isfinite(g).all()
         assert ((g.double() - w).norm() / w.norm()).item() < 3e-3
+
+
+def test_gpu_space_of_the_backward_searches_its_kernels_tiles_warps_and_stages():
+    """Space.derive on the derived backward (GPU target): the two accumulating kernels' tiles (dK
+    and dV tied by '+'), warps, stages; nothing that would materialise a score stage."""
+    from dtriton.tune import Space
+    _, bwd = _backward(False)
+    args = [torch.empty(2, 2, 512, 64, dtype=torch.float16) if hasattr(p, "dims") else 0.125 for p in bwd.params]
+    args = [a[..., 0] if hasattr(p, "dims") and len(p.dims) == 3 else a for p, a in zip(bwd.params, args)]
+    sp = Space.derive(bwd, args, target="gpu")
+    dims = dict(sp.dimensions())
+    assert set(dims) == {"stage_tile.out0.i", "stage_tile.out0.j", "stage_tile.out1+out2.i", "stage_tile.out1+out2.j",
+                         "num_warps", "num_stages"}
+    b = dataclasses.replace(bwd.bind(args), device=torch.device("cuda"))
+    base = dt.compile(bwd).complete(b)
+    s = sp.schedule_for({"stage_tile.out1+out2.j": 64, "stage_tile.out1+out2.i": 16, "num_stages": 3}, base, bwd)
+    assert s.stage("out1").tile == s.stage("out2").tile == {"i": 16, "j": 64} and s.num_stages == 3
+    prog = plan_program(bwd, s, b, call_spec(bwd, b, args, False))
+    assert len(prog.kernels) == 3
+
+
+def test_explore_runs_tied_stage_tiles_of_the_backward(gen):
+    """dt.explore over the backward's tied stage tiles on the interpreter: each candidate is
+    checked against the reference and keeps 3 kernels."""
+    from dtriton.tune import Space
+    alg, bwd = _backward(False)
+    aug, _ = augmented_forward(alg, saved_statistics(alg))
+    Q, K, V, dO = (randn(1, 1, 260, 16, gen=gen, dtype=torch.float16) for _ in range(4))
+    res = dt.compile(aug)(Q, K, V, 0.25)
+    args = (Q, K, V, 0.25, dO, *res[1:])
+    sp = Space(stage_tile={"out1+out2.i": [16, 32]})
+    r = dt.explore(bwd, args, space=sp, strategy="exhaustive", store=False, progress=False, budget=600)
+    ok = [c for c in r.table if c["status"] == "ok"]   # the heuristic (i: 32) and the new point
+    assert r.best is not None and {c["schedule"].stage("out1").tile["i"] for c in ok} == {16, 32}, r.table
+    assert all(c["schedule"].stage("out1").tile == c["schedule"].stage("out2").tile for c in ok)

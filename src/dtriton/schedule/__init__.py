@@ -2,6 +2,7 @@
 (:mod:`.schedule`) and the heuristic that completes one from a call's shapes
 (:mod:`.heuristics`). Imports only :mod:`dtriton.errors` and the IR."""
 
+from .grad_rules import flash_backward_space
 from .heuristics import DECIDED, RULES, complete_schedule, next_pow2, sm_count
 from .knobs import (ACC_DTYPES, ACCESS, EVICTIONS, PLACES, PRECISIONS, SPLIT_MODES, STRATEGIES, TENSOR_CORE_FP32, Domain, FrozenMap,
                     Knob, flat_knobs, knob, knobs, launch_knobs, markdown_table, one_of, register, stage_knobs,
@@ -12,4 +13,5 @@ from .shrink import fits_smem, shrink, smem_estimate
 __all__ = ["shrink", "fits_smem", "smem_estimate", "Schedule", "StageSchedule", "FrozenMap", "Knob", "Domain", "one_of", "register", "unregister", "knob",
            "knobs", "flat_knobs", "stage_knobs", "launch_knobs", "markdown_table", "complete_schedule",
            "sm_count", "next_pow2", "DECIDED", "RULES", "STRATEGIES", "PLACES", "SPLIT_MODES",
-           "ACCESS", "EVICTIONS", "PRECISIONS", "TENSOR_CORE_FP32", "ACC_DTYPES", "reject_unknown_keywords", "unknown_fields_message"]
+           "ACCESS", "EVICTIONS", "PRECISIONS", "TENSOR_CORE_FP32", "ACC_DTYPES", "reject_unknown_keywords", "unknown_fields_message",
+           "flash_backward_space"]

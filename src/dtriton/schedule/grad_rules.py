@@ -14,10 +14,10 @@ computed once per query row by a kernel of its own.
 from __future__ import annotations
 
 from ..ir import Algorithm, is_sum, reduction_stages
-from .draft import Draft
+from .draft import Draft, next_pow2
 from .schedule import StageSchedule
 
-__all__ = ["flash_backward", "flash_backward_pattern"]
+__all__ = ["flash_backward", "flash_backward_pattern", "flash_backward_space"]
 
 #: Head dims up to which the key/query tile of the accumulating kernels is 128 (else 64).
 WIDE_HEAD = 64
@@ -83,3 +83,32 @@ def flash_backward(d: Draft) -> None:
     d.num_warps = 8
     d.num_stages = 2
     d.access = d.access or "pointer"
+
+
+def flash_backward_space(alg: Algorithm, sizes, base) -> dict[str, list[int]] | None:
+    """The tiles an exploration of a FlashAttention-2 backward searches (the ``stage_tile``
+    field of a ``dt.Space``), or None when ``alg`` is not one or ``base`` (the heuristic's
+    complete schedule) did not take :func:`flash_backward`'s form. Per accumulating kernel, the
+    tile of its grid axis (64, 128) and of its looped axis (16, 32, 64); the outputs of one
+    kernel (dK and dV) are joined by ``+`` so they take one tile and keep sharing it."""
+    pat = flash_backward_pattern(alg, sizes)
+    if pat is None:
+        return None
+    _, _, (qa, ka) = pat
+    kernels: dict[str, list[str]] = {}
+    for o in alg.outputs:
+        st = base.stages.get(o.name)
+        if st is None or not st.tile or not st.grid:
+            return None
+        own = qa if qa in o.layout else ka
+        kernels.setdefault(own, []).append(o.name)
+    out: dict[str, list[int]] = {}
+    for own, names in kernels.items():
+        other = ka if own == qa else qa
+        key = "+".join(names)
+        for a, vals in ((own, (64, 128)), (other, (16, 32, 64))):
+            cur = base.stages[names[0]].tile.get(a)
+            cand = sorted({min(v, max(16, next_pow2(sizes[a]))) for v in vals} | ({cur} if cur else set()))
+            if len(cand) > 1:
+                out[f"{key}.{a}"] = cand
+    return out or None

@@ -26,8 +26,8 @@ from ..errors import ScheduleError, UnknownFieldError
 from ..ir import (Algorithm, Binding, axis_bounds, contractions, grid_candidates, online_candidate, reduces_in,
                   reduction_guard, reduction_stages, split_blockers)
 from ..runtime import Kernel, backend_for
-from ..schedule import (EVICTIONS, PLACES, STRATEGIES, Knob, Schedule, StageSchedule, flat_knobs, next_pow2,
-                        unknown_fields_message)
+from ..schedule import (EVICTIONS, PLACES, STRATEGIES, Knob, Schedule, StageSchedule, flash_backward_space, flat_knobs,
+                        next_pow2, unknown_fields_message)
 from .check import Limits
 
 __all__ = ["Space", "derive_fields", "derive_flat", "registry_values", "Derivation", "flat_names", "RULES"]
@@ -154,7 +154,9 @@ class Space:
         place: ``{reduction stage: ["auto", "fuse", "materialize"]}``.
         stage_tile: ``{"stage.axis": [block sizes]}``: tiles of a stage computed by a kernel of its
             own (``StageSchedule.tile``), e.g. ``{"sum0.k": [64, 128]}`` for the V-reduction of
-            the diffusion layer, whose best tiles differ from the output kernel's.
+            the diffusion layer, whose best tiles differ from the output kernel's. Stages joined
+            by ``+`` take one tile together (``{"out1+out2.j": [64, 128]}``: outputs that share a
+            kernel only while their schedules agree, as an attention backward's dK and dV).
         eviction: ``{input tensor: ["evict_normal", "evict_first", "evict_last"]}``: L2 hints of
             the tensor's loads ("evict_normal" is no hint).
         num_warps, num_stages: lists of launch options.
@@ -301,8 +303,10 @@ class Space:
             f, _, sub = name.partition(".")
             if f in ("tile", "strategy", "split") and sub not in axes:
                 raise ScheduleError(f"space names axis {sub!r}, which {alg.name} does not have; its axes are {axes}")
-            if f in ("place", "stage_tile") and sub.split(".")[0] not in alg.stages:
-                raise ScheduleError(f"space names stage {sub.split('.')[0]!r}, which {alg.name} does not have; its "
+            names = sub.split(".")[0].split("+") if f == "stage_tile" else [sub]
+            missing = [n for n in names if n not in alg.stages]
+            if f in ("place", "stage_tile") and missing:
+                raise ScheduleError(f"space names stage {missing[0]!r}, which {alg.name} does not have; its "
                                     f"stages are {list(alg.stages)}")
             if f == "eviction" and sub not in [p.name for p in alg.tensor_params]:
                 raise ScheduleError(f"space names tensor {sub!r} in eviction, which is not an input of {alg.name} "
@@ -381,9 +385,10 @@ class Space:
                     ev[sub] = v
                 kw["eviction"] = ev
             elif f == "stage_tile":
-                st, ax = sub.split(".", 1)
-                cur = stages.get(st, StageSchedule())
-                stages[st] = cur.replace(tile=dict(cur.tile, **{ax: int(v)}))
+                sts, ax = sub.split(".", 1)
+                for st in sts.split("+"):   # stages joined by "+" take the tile together
+                    cur = stages.get(st, StageSchedule())
+                    stages[st] = cur.replace(tile=dict(cur.tile, **{ax: int(v)}))
             elif f == "grid":
                 grid = tuple(v)
                 regroup = True
@@ -653,6 +658,10 @@ def derive_fields(alg: Algorithm, b: Binding, base: Schedule, gpu: bool, limits:
     decide when output tiles are few (split-K) and whether the device has TMA. Every flat knob of
     the registry has a field (:func:`derive_flat`)."""
     sizes = b.axis_sizes
+    fb = flash_backward_space(alg, sizes, base) if gpu else None
+    if fb is not None:   # the FlashAttention-2 backward's own knobs; nothing else applies to it
+        return dict({f: None for f in Space.field_names()}, stage_tile=fb, num_warps=_with_base([4, 8], base.num_warps),
+                    num_stages=_with_base([1, 2, 3, 4], base.num_stages))
     cons = contractions(alg)
     grid = tuple(base.grid or ())
     tile = _derive_tiles(alg, sizes, base, cons)
