@@ -10,7 +10,11 @@ B4 H16 S2048 D64 and B4 H32 S4096 D128; the eager row is torch's SDPA). Time = m
 forward, a sum-of-outputs loss and backward. Every implementation's gradients are checked against
 eager fp64 first. The dtriton rows also give the kernels the forward and the backward launched
 ("kernels fwd/bwd"), and the ratio of eager's time to dtriton's. ``--dry-run``: tiny shapes on
-the CPU interpreter (checks the script).
+the CPU interpreter (checks the script). ``--variant LABEL=JSON`` (repeatable) adds a dtriton row
+in each case whose backward algorithms ``JSON`` names: its backward kernels take ``JSON`` as
+``backward_schedules`` (a dict keyed by input or backward-algorithm name, see ``dt.compile_autograd``), e.g. for layer norm's dw/db kernel at 8 warps:
+``--only layer_norm --variant 'dwdb 8 warps={"layer_norm_grad_X_w_b": {"stages": {"out1": {"num_warps": 8},
+"out2": {"num_warps": 8}}}}'``.
 """
 import argparse
 import json
@@ -155,7 +159,11 @@ def main(argv=None):
     ap.add_argument("--only", nargs="*", help="case names to run (default: all): diffusion layer_norm rms_norm "
                                               "softmax log_softmax cross_entropy attention_d64 attention_causal_d64 "
                                               "attention_d128 attention_causal_d128 (attention_d16 in a dry run)")
+    ap.add_argument("--variant", action="append", default=[], metavar="LABEL=JSON",
+                    help="an extra dtriton row whose backward_schedules are JSON, in "
+                         "the cases whose backward it names (repeatable)")
     a = ap.parse_args(argv)
+    variants = [(v.split("=", 1)[0], json.loads(v.split("=", 1)[1])) for v in a.variant]
     global DEV
     dry = a.dry_run
     if dry:
@@ -166,6 +174,11 @@ def main(argv=None):
     for name in a.only or list(cases):
         label, alg, eager, make, grad_idx = cases[name]
         fns = {"dtriton": dt.compile_autograd(alg), "eager": eager}
+        for vlabel, spec in variants:
+            try:
+                fns[f"dtriton {vlabel}"] = dt.compile_autograd(alg, backward_schedules=spec)
+            except dt.ScheduleError:   # the variant names another algorithm's backward
+                pass
         if not dry:
             fns["torch.compile"] = torch.compile(eager)
         run_case(label, fns, make, grad_idx, rows)

@@ -16,6 +16,8 @@ differentiable call (``autograd.Function`` + forward launch) and the backward (t
 with every kernel launch replaced by a no-op, and prints the host µs of dtriton's forward (no grad),
 of its differentiable call and of its backward, and of a whole step (the loss's CPU ops included).
 ``--dry-run``: one step of each implementation on the CPU interpreter at tiny shapes.
+``--profile``: cProfile over steady-state steps of dtriton and eager at the tiny shapes (on the GPU, or
+with ``--host-only`` on the CPU with no-op launches): µs per step by function, largest own time first.
 """
 from __future__ import annotations
 
@@ -231,14 +233,53 @@ def measured(dry, rows):
                   f"  GPU kernels {row.get('gpu_us', float('nan')):9.1f} us{host}  {row.get('kernels', '')}", flush=True)
 
 
+def profile_steps(dev, rows, n=300):
+    """``--profile``: cProfile over ``n`` steady-state steps of dtriton and eager at the tiny shapes
+    (the host's time per step by function, in µs per step, the 25 largest by own time)."""
+    import cProfile
+    import pstats
+    for name, alg, make, eager, gidx in cases(dev, True):
+        if " 8x64" not in name:
+            continue
+        inputs = make()
+        outs = eager(*inputs)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        weights = [torch.randn(o.shape, device=dev) for o in outs]
+        for impl, f in (("dtriton", dt.compile_autograd(alg)), ("eager", eager)):
+            step, _ = step_fn(f, inputs, gidx, weights)
+            for _ in range(5):
+                step()
+            prof = cProfile.Profile()
+            prof.enable()
+            for _ in range(n):
+                step()
+            prof.disable()
+            st = pstats.Stats(prof)
+            top = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:25]
+            total = sum(v[2] for v in st.stats.values()) / n * 1e6
+            print(f"\n{name} {impl}: {total:.1f} us of profiled host time per step; largest own times (us/step, cumulative):")
+            fns = []
+            for (file, line, fn), (cc, nc, tt, ct, _) in top:
+                where = f"{os.path.basename(file)}:{line}({fn})"
+                fns.append(dict(fn=where, calls_per_step=nc / n, own_us=tt / n * 1e6, cum_us=ct / n * 1e6))
+                print(f"  {tt / n * 1e6:7.2f} {ct / n * 1e6:8.2f}  x{nc / n:<4.0f} {where}")
+            rows.append(dict(case=name, impl=impl, profiled_us_per_step=total, functions=fns))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="")
     ap.add_argument("--dry-run", action="store_true", help="the CPU interpreter, tiny shapes, one step each")
     ap.add_argument("--host-only", action="store_true", help="CPU, kernel launches replaced by no-ops: host µs")
+    ap.add_argument("--profile", action="store_true", help="cProfile of steady-state steps at the tiny shapes "
+                                                           "(the GPU; with --host-only, the CPU with no-op launches)")
     a = ap.parse_args()
     rows = []
-    if a.host_only:
+    if a.profile:
+        if a.host_only:
+            null_launches()
+        profile_steps("cpu" if a.host_only else "cuda", rows)
+    elif a.host_only:
         host_only(rows)
     else:
         measured(a.dry_run, rows)

@@ -171,45 +171,55 @@ class FastLauncher:
             slot_of[name] = ("new", len(self.allocs))
             self.allocs.append((shape, bs.torch_dtype, bs.zero))
             strides[name] = tuple(torch.empty(shape, device="meta").stride())
+        # per allocation: (torch.zeros or torch.empty, shape as a tuple, dtype)
+        self.allocs = [(torch.zeros if z else torch.empty, tuple(shape), dt) for shape, dt, z in self.allocs]
         scal = {f"s_{p.name}": pos for pos, p in enumerate(alg.params) if not isinstance(p, InputTensor)}
         self.scal_types = {pos: p.pytype for pos, p in enumerate(alg.params) if not isinstance(p, InputTensor)}
         self.launches = []
         for L, ck in zip(plan.launches, compiled):
             m = L.meta
             nprog = L.programs(sizes)
-            call, fills = [], []
+            if nprog == 0:
+                continue   # nothing to do on this signature
+            call, from_args, from_new, others = [], [], [], []
             for t in m.tensors:
-                fills.append((len(call), slot_of[t]))
+                kind, k = slot_of[t]
+                (from_args if kind == "arg" else from_new).append((len(call), k))
                 call.append(None)
             for t in m.tensors:
                 call.extend(strides[t][: m.tensor_ndim[t]])
             call.extend(b.sizes[x[4:]] if x.startswith("dim_") else sizes[x[5:]] for x in m.sizes)
             for x in m.scalars:
-                fills.append((len(call), ("scalar", scal[x])))
+                others.append((len(call), ("scalar", scal[x])))
                 call.append(None)
             for _, t, box, perm in m.descs:   # rebuilt per call: the tensor's address changes
-                fills.append((len(call), ("desc", (slot_of[t], box, perm))))
+                others.append((len(call), ("desc", (slot_of[t], box, perm))))
                 call.append(None)
             call.extend(m.consts[c] for c in sorted(m.consts))
-            self.launches.append((ck, nprog, call, fills))
+            self.launches.append((ck, nprog, call, tuple(from_args), tuple(from_new), tuple(others)))
+
+    def _fill(self, call: list, others, args, new) -> None:
+        """Scalars (converted as the slow path does) and TMA descriptors into ``call``."""
+        for idx, (kind, k) in others:
+            if kind == "desc":
+                (src, pos), box, perm = k
+                call[idx] = descriptor(args[pos] if src == "arg" else new[pos], box, perm)
+            else:
+                call[idx] = float(args[k]) if self.scal_types[k] is float else int(args[k])
 
     def __call__(self, args):
+        """Launch every kernel on ``args`` (the call's arguments, positional); returns the outputs
+        (one tensor for a single output, else a tuple)."""
         dev = self.device
-        new = [(torch.zeros if z else torch.empty)(shape, dtype=dt, device=dev) for shape, dt, z in self.allocs]
+        new = [alloc(shape, dtype=dt, device=dev) for alloc, shape, dt in self.allocs]
         stream = self.get_stream(self.dev_index)
-        for ck, nprog, call, fills in self.launches:
-            if nprog == 0:
-                continue
-            call = list(call)
-            for idx, (kind, k) in fills:
-                if kind == "arg":
-                    call[idx] = args[k]
-                elif kind == "new":
-                    call[idx] = new[k]
-                elif kind == "desc":
-                    (src, pos), box, perm = k
-                    call[idx] = descriptor(args[pos] if src == "arg" else new[pos], box, perm)
-                else:
-                    call[idx] = float(args[k]) if self.scal_types[k] is float else int(args[k])
+        for ck, nprog, call, from_args, from_new, others in self.launches:
+            call = call.copy()
+            for idx, k in from_args:
+                call[idx] = args[k]
+            for idx, k in from_new:
+                call[idx] = new[k]
+            if others:
+                self._fill(call, others, args, new)
             ck.run(nprog, 1, 1, stream, ck.function, ck.packed_metadata, None, None, None, *call)
         return new[0] if self.n_out == 1 else tuple(new[: self.n_out])
