@@ -14,7 +14,8 @@ the CPU interpreter (checks the script). ``--variant LABEL=JSON`` (repeatable) a
 in each case whose backward algorithms ``JSON`` names: its backward kernels take ``JSON`` as
 ``backward_schedules`` (a dict keyed by input or backward-algorithm name, see ``dt.compile_autograd``), e.g. for layer norm's dw/db kernel at 8 warps:
 ``--only layer_norm --variant 'dwdb 8 warps={"layer_norm_grad_X_w_b": {"stages": {"out1": {"num_warps": 8},
-"out2": {"num_warps": 8}}}}'``.
+"out2": {"num_warps": 8}}}}'``. ``--cuda-graphs`` adds a row per non-attention case: dtriton's kernel
+captured by ``torch.cuda.make_graphed_callables`` on the step's inputs (see ``DifferentiableKernel``).
 """
 import argparse
 import json
@@ -81,6 +82,19 @@ def _floating(t) -> bool:
     return isinstance(t, torch.Tensor) and t.is_floating_point()
 
 
+class CudaGraphed:
+    """A dtriton differentiable kernel to be captured with ``torch.cuda.make_graphed_callables`` on
+    the step's own input tensors (``run_case`` captures it): the opt-in CUDA-graph path, where the
+    forward and the backward each replay one graph (the outputs and gradients are the graphs' static
+    tensors, overwritten by the next replay)."""
+
+    def __init__(self, dk):
+        self.dk = dk
+
+    def capture(self, ins):
+        return torch.cuda.make_graphed_callables(self.dk, tuple(ins))
+
+
 def run_case(name, fns, make_inputs, grad_idx, rows):
     base = make_inputs()
     ref_in = [t.detach().double().requires_grad_(k in grad_idx) if _floating(t) else t
@@ -96,6 +110,14 @@ def run_case(name, fns, make_inputs, grad_idx, rows):
     for impl, f in fns.items():
         ins = [t.detach().clone().requires_grad_(k in grad_idx) if _floating(t) else t
                for k, t in enumerate(base)]
+        if isinstance(f, CudaGraphed):
+            try:
+                f = f.capture(ins)
+            except Exception as e:  # noqa: BLE001
+                rows.append(dict(case=name, impl=impl, fwd_ms=None, fwd_bwd_ms=None, max_grad_rel_err=None,
+                                 note=f"capture failed: {type(e).__name__}: {str(e)[:200]}"))
+                print(rows[-1], flush=True)
+                continue
 
         def step():
             for k in grad_idx:
@@ -159,6 +181,9 @@ def main(argv=None):
     ap.add_argument("--only", nargs="*", help="case names to run (default: all): diffusion layer_norm rms_norm "
                                               "softmax log_softmax cross_entropy attention_d64 attention_causal_d64 "
                                               "attention_d128 attention_causal_d128 (attention_d16 in a dry run)")
+    ap.add_argument("--cuda-graphs", action="store_true",
+                    help="an extra row per case with tensor-only inputs: dtriton captured by "
+                         "torch.cuda.make_graphed_callables (forward and backward replay one graph each)")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL=JSON",
                     help="an extra dtriton row whose backward_schedules are JSON, in "
                          "the cases whose backward it names (repeatable)")
@@ -179,6 +204,8 @@ def main(argv=None):
                 fns[f"dtriton {vlabel}"] = dt.compile_autograd(alg, backward_schedules=spec)
             except dt.ScheduleError:   # the variant names another algorithm's backward
                 pass
+        if a.cuda_graphs and not dry and not name.startswith("attention"):
+            fns["dtriton cuda graph"] = CudaGraphed(dt.compile_autograd(alg))
         if not dry:
             fns["torch.compile"] = torch.compile(eager)
         run_case(label, fns, make, grad_idx, rows)

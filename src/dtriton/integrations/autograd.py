@@ -175,6 +175,14 @@ class DifferentiableKernel:
             reduction stage names: keep those.
         group: grouping of gradients into algorithms, as :func:`dtriton.grad`.
 
+    Host path: the first differentiable call of a call signature takes the general path (the
+    arguments are checked, the forward and later the backward planned and compiled); later calls
+    with the same cheap key run a cached :class:`~dtriton.integrations.steps.ForwardStep` (see
+    :mod:`dtriton.integrations.steps`). Steady-state calls neither synchronise nor allocate
+    outside torch's allocator, so ``torch.cuda.make_graphed_callables(dk, sample_args)`` (tensor
+    arguments only) is the opt-in way to replay one CUDA graph per forward and one per backward
+    (``bench/grad_bench.py --cuda-graphs``).
+
     Gradients have the dtype and shape of their inputs. Raises
     :class:`~dtriton.errors.ScheduleError` for a ``backward_schedules`` of another type, a key
     that names neither a tensor input nor a backward algorithm, or a value that is not a schedule;
