@@ -182,8 +182,16 @@ def minimum(a, b) -> Expr:
     return Binary("minimum", as_expr(a), as_expr(b))
 
 
-def cast(x, dtype: torch.dtype) -> Expr:
-    """Cast to ``dtype`` (a torch dtype), rounding as torch's ``.to(dtype)`` does."""
+def cast(x, dtype: torch.dtype, saturate: bool = False) -> Expr:
+    """Cast to ``dtype`` (a torch dtype), rounding as torch's ``.to(dtype)`` does. fp8 dtypes
+    (``torch.float8_e4m3fn``, ``torch.float8_e5m2``) are storage types: an fp8 output keeps them,
+    arithmetic on them is float32.
+
+    ``saturate=True`` (for int8, uint8, int16, int32, float16, bfloat16 and the fp8 dtypes): round
+    to nearest, ties to even, and clamp to the dtype's finite range, e.g. ``dt.cast(x / s,
+    torch.int8, saturate=True)`` is ``(x / s).round().clamp(-128, 127)``. NaN stays NaN for a
+    float dtype and becomes 0 for an integer one; infinities clamp to the largest values. Raises
+    :class:`AlgorithmError` for a non-torch dtype or a saturating cast to another dtype."""
     if not isinstance(dtype, torch.dtype):
         raise AlgorithmError(f"dt.cast needs a torch dtype such as torch.float16, got {dtype!r}")
-    return Cast(as_expr(x), dtype)
+    return Cast(as_expr(x), dtype, saturate)

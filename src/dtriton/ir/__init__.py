@@ -12,7 +12,7 @@ The user-facing builders (``dt.sum``, ``dt.exp``, ...) live in :mod:`dtriton.dsl
 """
 
 from .combiners import COMBINERS, Combiner, get as get_combiner, register as register_combiner
-from .expr import (BINARY_OPS, COMPARE_OPS, INT_OPS, UNARY_OPS, Axis, Binary, Cast, Const, Expr, InputTensor, Load,
+from .expr import (BINARY_OPS, COMPARE_OPS, FP8_DTYPES, INT_OPS, SATURATING_DTYPES, UNARY_OPS, Axis, Binary, Cast, Const, Expr, InputTensor, Load,
                    Output, PaddedTensor, Reduce, ScalarParam, Unary, Where, as_expr, fmt)
 from .walk import contains, expr_axes, float_inputs, mul_factors, reduces_in, topo_order, walk
 from .bounds import AxisBounds, axis_bounds, guard, integer_valued, reduction_guard
@@ -35,7 +35,7 @@ __all__ = [
     "AxisBounds", "axis_bounds", "guard", "integer_valued", "reduction_guard",
     "contains", "expr_axes", "float_inputs", "mul_factors", "reduces_in", "topo_order", "walk",
     "Interval", "Read", "analyse_reads", "int_magnitude", "interval", "kernel_reads", "never_negative", "check_reads",
-    "INT_OPS", "PaddedTensor",
+    "INT_OPS", "PaddedTensor", "FP8_DTYPES", "SATURATING_DTYPES",
     "FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "compute_dtype", "evaluate", "integer_reductions", "is_index", "kernel_f64",
     "output_dtype",
     "Algorithm", "Stage", "TensorAnnotation", "cse",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..errors import AlgorithmError
-from .expr import Axis, Expr, InputTensor, Load, Output, Reduce, ScalarParam, fmt
+from .expr import Axis, Cast, Expr, InputTensor, Load, Output, Reduce, ScalarParam, fmt
 from .reference import Binding, evaluate
 from .walk import topo_order
 
@@ -86,6 +86,8 @@ def _node_fields(n: Expr) -> list[str]:
     d = [f"{attr}={getattr(n, attr)}" for attr in _FINGERPRINT_ATTRS.get(n.kind, ())]
     if isinstance(n, Reduce):
         d = [f"op={n.combiner.base}", *d, f"mean={n.combiner.finalize == 'count'}"]
+    if isinstance(n, Cast) and n.saturate:   # only then, so the fingerprints of plain casts stay as they were
+        d.append("saturate=True")
     return d
 
 

@@ -19,7 +19,8 @@ from ..errors import AlgorithmError
 from .combiners import Combiner, get as get_combiner
 
 __all__ = ["Expr", "Const", "Axis", "ScalarParam", "Load", "Unary", "Binary", "Where", "Cast", "Reduce",
-           "Output", "InputTensor", "PaddedTensor", "as_expr", "fmt", "UNARY_OPS", "BINARY_OPS", "COMPARE_OPS", "INT_OPS"]
+           "Output", "InputTensor", "PaddedTensor", "as_expr", "fmt", "UNARY_OPS", "BINARY_OPS", "COMPARE_OPS", "INT_OPS",
+           "FP8_DTYPES", "SATURATING_DTYPES"]
 
 UNARY_OPS = ("neg", "exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "not")
 BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "mod", "maximum", "minimum",
@@ -28,6 +29,10 @@ BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "mod", "maximum", "minimum
 #: takes the sign of ``b``; defined on integer values only (axes, integer literals and arguments)
 INT_OPS = ("floordiv", "mod")
 COMPARE_OPS = ("lt", "le", "gt", "ge", "eq", "ne", "and", "or")
+#: the 8-bit floating storage dtypes: loaded and stored as such, computed with in float32
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+#: the dtypes a saturating cast (``dt.cast(x, dtype, saturate=True)``) targets
+SATURATING_DTYPES = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.float16, torch.bfloat16) + FP8_DTYPES
 
 
 class Expr:
@@ -338,22 +343,28 @@ class Where(Expr):
 
 
 class Cast(Expr):
-    """A cast to a torch dtype, rounding as torch's ``.to(dtype)``."""
-    __slots__ = ("x", "dtype")
+    """A cast to a torch dtype, rounding as torch's ``.to(dtype)``. ``saturate``: round to nearest
+    (ties to even) and clamp to the dtype's finite range first (infinities too); NaN stays NaN for a
+    float dtype and becomes 0 for an integer one (see :data:`SATURATING_DTYPES`)."""
+    __slots__ = ("x", "dtype", "saturate")
 
-    def __init__(self, x: Expr, dtype: torch.dtype):
+    def __init__(self, x: Expr, dtype: torch.dtype, saturate: bool = False):
+        if saturate and dtype not in SATURATING_DTYPES:
+            names = ", ".join(str(d).replace("torch.", "") for d in SATURATING_DTYPES)
+            raise AlgorithmError(f"a saturating cast needs one of the dtypes {names}, got {dtype}; "
+                                 f"use saturate=False for other dtypes")
         super().__init__(x.axes)
-        self.x, self.dtype = x, dtype
+        self.x, self.dtype, self.saturate = x, dtype, bool(saturate)
 
     def children(self):
         return (self.x,)
 
     def rebuild(self, children):
         (x,) = children
-        return Cast(x, self.dtype)
+        return Cast(x, self.dtype, self.saturate)
 
     def signature(self):
-        return (str(self.dtype),)
+        return (str(self.dtype), self.saturate)
 
 
 class Reduce(Expr):
@@ -520,7 +531,8 @@ def fmt(n: Expr, depth: int = 0, names: dict | None = None, limit: int | None = 
     if isinstance(n, Where):
         return f"where({fmt(n.cond, d, names, limit)}, {fmt(n.a, d, names, limit)}, {fmt(n.b, d, names, limit)})"
     if isinstance(n, Cast):
-        return f"cast({fmt(n.x, d, names, limit)}, {n.dtype})"
+        sat = ", saturate=True" if n.saturate else ""
+        return f"cast({fmt(n.x, d, names, limit)}, {n.dtype}{sat})"
     if isinstance(n, Reduce):
         return f"{n.combiner.name} over {','.join(n.over)} of {fmt(n.x, d, names, limit)}"
     return type(n).__name__

@@ -16,11 +16,12 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from ..errors import IndexRangeError, ShapeError
-from .expr import Axis, Binary, Cast, COMPARE_OPS, Const, Expr, INT_OPS, Load, Reduce, ScalarParam, Unary, Where, fmt
+from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT_OPS, Load, Reduce, ScalarParam, Unary,
+                   Where, fmt)
 from .intervals import Read, analyse_reads
 from .walk import mul_factors, topo_order
 
-__all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "check_reads", "integer_reductions", "is_index", "output_dtype", "kernel_f64", "compute_dtype", "evaluate"]
+__all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "saturate", "check_reads", "integer_reductions", "is_index", "output_dtype", "kernel_f64", "compute_dtype", "evaluate"]
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INDEX_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
@@ -40,7 +41,9 @@ def output_dtype(root: Expr, dtypes: dict[str, torch.dtype]) -> torch.dtype:
     (float32, or int64). Division and float functions of integers give float32; comparisons
     bool; ``where`` promotes its two branches only; sums and products of bool or integer values
     are int64, an arg-reduction int64. An expression of scalars only is float32 (int64 when every
-    scalar is an integer)."""
+    scalar is an integer). The fp8 dtypes (:data:`~dtriton.ir.FP8_DTYPES`) are storage types: a
+    load or cast keeps them, any arithmetic, function or reduction of them is float32 (torch has
+    no promotion rules for them)."""
     typed: dict[int, tuple[torch.dtype, bool]] = {}
     for n in topo_order([root]):
         typed[n.uid] = _node_dtype(n, dtypes, typed)
@@ -85,8 +88,15 @@ def _as_float(t: tuple[torch.dtype, bool]) -> tuple[torch.dtype, bool]:
     return t if t[0].is_floating_point else (torch.float32 if not t[1] else torch.float64, t[1])
 
 
+def _arith(t: tuple[torch.dtype, bool]) -> tuple[torch.dtype, bool]:
+    """An operand's type as arithmetic sees it: fp8 values compute in float32."""
+    return (torch.float32, t[1]) if t[0] in FP8_DTYPES else t
+
+
 def _node_dtype(n: Expr, dtypes: dict[str, torch.dtype], typed: dict) -> tuple[torch.dtype, bool]:
     """(dtype, weak) of one node from its children's (see :func:`output_dtype`)."""
+    if not isinstance(n, (Load, Cast)):
+        typed = {c.uid: _arith(typed[c.uid]) for c in n.children()}
     if isinstance(n, Const):
         return (torch.int64 if n.integer else torch.float64), True
     if isinstance(n, ScalarParam):
@@ -216,9 +226,9 @@ def _check_tensor(alg, p, a) -> None:
     if a.dim() != len(p.dims):
         raise ShapeError(f"argument {p.name!r} of {alg.name} must have {len(p.dims)} dims {list(p.dims)}, "
                          f"got {a.dim()} (shape {tuple(a.shape)})")
-    if a.dtype not in FLOAT_DTYPES + INDEX_DTYPES:
+    if a.dtype not in FLOAT_DTYPES + INDEX_DTYPES + FP8_DTYPES:
         raise ShapeError(f"argument {p.name!r} of {alg.name} has unsupported dtype {a.dtype}; use "
-                         "float16, bfloat16, float32, float64 or an integer dtype for indices")
+                         "float16, bfloat16, float32, float64, float8_e4m3fn, float8_e5m2 or an integer dtype")
 
 
 @dataclass
@@ -455,7 +465,7 @@ class _Evaluator:
 
     def ev_Cast(self, n: Cast) -> _Val:
         v = self(n.x)
-        t = v.t.to(n.dtype)
+        t = saturate(v.t, n.dtype) if n.saturate else v.t.to(n.dtype)
         if n.dtype.is_floating_point:
             t = t.to(self.cdt)  # round through the dtype, keep computing in cdt
         return _Val(t, v.axes)
@@ -486,6 +496,21 @@ class _Evaluator:
         if n.uid in self.ints:   # exact in int64 (on the CPU: CUDA has no integer matmul)
             return torch.einsum(eq, *[v.t.long().cpu() for v in vals]).to(self.dev), rest
         return torch.einsum(eq, *[self.as_float(v.t) for v in vals]), rest
+
+
+def saturate(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t`` cast to ``dtype`` with saturation (``dt.cast(x, dtype, saturate=True)``): to a float
+    dtype, clamped to its finite range (infinities to its largest values) and rounded to nearest
+    even, NaN kept; to an integer dtype, rounded to nearest even and clamped to its range, NaN
+    becoming 0."""
+    if dtype.is_floating_point:
+        big = torch.finfo(dtype).max
+        t = t if t.dtype.is_floating_point else t.double()
+        return torch.where(t.isnan(), t, t.clamp(-big, big)).to(dtype)
+    info = torch.iinfo(dtype)
+    if t.dtype.is_floating_point:
+        t = torch.nan_to_num(t.double(), nan=0.0, posinf=info.max, neginf=info.min).round()
+    return t.clamp(info.min, info.max).to(dtype)
 
 
 def evaluate(alg, b: Binding, args: Sequence[Any]) -> list[torch.Tensor]:

@@ -35,14 +35,17 @@ __all__ = ["decide", "one_pass_statistics", "plan_program", "sixteen_bit_terms",
 def decide(prog: Program, sched: Schedule, dtypes: Mapping[str, torch.dtype],
            out_dtypes: Mapping[str, torch.dtype], interpret: bool, i64: bool,
            tma_ok: frozenset = frozenset(), hints: Mapping[str, int] | None = None, note: str = "",
-           unit_dims: Mapping[str, int] | None = None, masked_reads: frozenset = frozenset()) -> Program:
+           unit_dims: Mapping[str, int] | None = None, masked_reads: frozenset = frozenset(),
+           size_buckets: Mapping[str, int] | None = None) -> Program:
     """Fill every kernel's decisions in place (and return ``prog``). ``dtypes``: the input
     tensors' dtypes; ``out_dtypes``: each output's; ``tma_ok``: tensors a TMA descriptor may
     address on this call; ``hints``: integer argument -> a power of two it is a multiple of;
     ``unit_dims``: input tensor -> index of its unit-stride dim (-1: none); ``masked_reads``: the
-    ``(load id, dim)`` computed indices to mask to their dim."""
+    ``(load id, dim)`` computed indices to mask to their dim; ``size_buckets``: axis -> a power of
+    two its size is at most on every call of this signature."""
     any64 = kernel_f64(dtypes.values(), out_dtypes.values()) or sched.acc_dtype == "float64"
     for k in prog.kernels:
+        k.size_buckets = dict(size_buckets or {})
         _decide_kernel(k, sched, dtypes, out_dtypes, "float64" if any64 else "float32", interpret, i64, tma_ok,
                        dict(hints or {}), dict(unit_dims or {}), masked_reads)
     prog.note = note
@@ -58,8 +61,8 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.dtypes, k.out_dtypes = dict(dtypes), dict(out_dtypes)
     plan_implicit_gemm(k)   # a conv's reduced axes (and output rows) as flat axes, where that makes a dot
     # a warp-specialised loop (it needs TMA loads) keeps the algorithm's operand order
-    k.dots = {u: d for u, d in plan_dots(k, sched.precision, swap_ok=not (sched.warp_specialize and sched.access == "tma")).items()
-              if u not in k.int_acc}   # integer sums of products fold exactly, in int64, not on tensor cores
+    # (integer sums of products fold exactly, in int64, not on tensor cores, unless int8 dots)
+    k.dots = plan_dots(k, sched.precision, swap_ok=not (sched.warp_specialize and sched.access == "tma"))
     k.dot_only = dot_only_axes(k)
     k.access = plan_access(k, sched.access, tma_ok)
     k.eviction, k.evicted = plan_eviction(k, sched.eviction)
@@ -92,7 +95,8 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
     move_epilogues(prog, alg)   # (float buffers only: after the integer ones are marked)
     plan_buffers(prog, alg, b.dtypes, out_dtypes)
     return decide(prog, sched, b.dtypes, out_dtypes, spec.interpret, spec.i64, spec.tma_ok, dict(spec.hints),
-                  spec.note(alg, sched.access == "tma"), dict(spec.unit_dims), masked)
+                  spec.note(alg, sched.access == "tma"), dict(spec.unit_dims), masked,
+                  {f[0]: f[1] for f in spec.facts})
 
 
 def sixteen_bit_terms(b: Binding) -> bool:

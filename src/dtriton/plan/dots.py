@@ -13,6 +13,16 @@ probe_fp32.json, 4096^3 at tf32x3) ran 1,675 us with a K-major right operand and
 without. So for such a dot the side that reads the reduced axis at unit stride goes on the right
 (the accumulator is then (n, m) and is laid out back once, after the loop), and the default
 precision "auto" resolves to "tf32x3" where one side does and to "ieee" (FMA) where none does.
+
+Narrow operands (:data:`NARROW_OPERANDS`): a contraction whose two sides are each one plain load
+of the same fp8 dtype becomes a dot of the fp8 operands as loaded with an fp32 accumulator; of
+int8 tensors, a dot with an int32 accumulator (torch's ``_int_mm``), exact while the reduced axis
+is at most :data:`INT8_K_MAX` long (the sum is then widened to int64, its dtype by torch's rules).
+Factors free of the reduced axis (per-tensor or per-row scales) are hoisted out as for any dot.
+Hopper's 8-bit wgmma, as its fp32 one, takes K-major operands from shared memory, so these dots
+take the fp32 dots' operand order; Triton needs a reduced block of at least 32 for them on the
+GPU. On the interpreter, whose fp8 conversions misread NaN and infinities, fp8 operands are
+decoded to fp32 (exact: every fp8 value is an fp32 value) and the dot is an fp32 dot.
 """
 
 from __future__ import annotations
@@ -25,7 +35,15 @@ from ..ir import Expr, Load, Reduce, mul_factors, reads_unit_stride, walk
 from .graph import contains, fused_reduces
 from .kernel import DotPlan, KernelPlan
 
-__all__ = ["dot_axis", "dot_dtype", "dot_only_axes", "dot_split", "plan_dots"]
+__all__ = ["INT8_K_MAX", "NARROW_OPERANDS", "dot_axis", "dot_dtype", "dot_only_axes", "dot_split", "plan_dots"]
+
+#: torch dtype of both operands -> (the dot's operand dtype, its accumulator's dtype)
+NARROW_OPERANDS = {torch.float8_e4m3fn: ("float8e4nv", "float32"), torch.float8_e5m2: ("float8e5", "float32"),
+                   torch.int8: ("int8", "int32")}
+#: the longest reduced axis of an int8 dot, a power of two as the call's size buckets
+#: (``KernelPlan.size_buckets``): a sum of at most this many products of int8 values (each at most
+#: 128 * 128 = 2**14 in magnitude) stays below 2**31, so the int32 accumulator is exact
+INT8_K_MAX = 2 ** 16
 
 
 def dot_axis(r: Reduce, k: KernelPlan) -> str | None:
@@ -43,14 +61,14 @@ def dot_axis(r: Reduce, k: KernelPlan) -> str | None:
 def dot_split(r: Reduce, k: KernelPlan, compute_dtype: str, swap: bool = False):
     """Match ``sum over r of (left(m, r) * right(r, n)) * rest`` for tl.dot. Returns
     (left factors, right factors, hoisted factors, m, n) or None. A float64 kernel has dots on
-    the interpreter only (one numpy matmul there; the GPU keeps the fp64 multiply-and-sum).
-    ``swap``: try the free axes in the other order first (the other side on the right). Members
+    the interpreter only (one numpy matmul there; the GPU keeps the fp64 multiply-and-sum);
+    ``compute_dtype`` "int32" matches an integer dot in any kernel. ``swap``: try the free axes in the other order first (the other side on the right). Members
     of a flat axis (``k.flat``) count as that axis: a conv's (c, r, q) as its flat K, (n, h, w) as
     its flat M."""
     if r.combiner.base != "sum" or r.combiner.results != 1:
         return None
     if compute_dtype == "float64" and not k.interpret:
-        return None
+        return None   # (an integer dot passes "int32")
     ra = dot_axis(r, k)
     if ra is None:
         return None
@@ -114,6 +132,18 @@ def _common_dtype(left, right, k: KernelPlan) -> str | None:
     return da or db if (da is None) != (db is None) else (da if da == db else None)
 
 
+def _k_major(r: Reduce, k: KernelPlan, split: tuple, swap_ok: bool):
+    """The order of ``split`` (:func:`dot_split`'s, in the algorithm's order, or swapped when
+    ``swap_ok``) whose right side reads the reduced axis at unit stride on this call
+    (``k.unit_dims``), None when neither does."""
+    ra = dot_axis(r, k)
+    for cand in (split, dot_split(r, k, k.compute_dtype if r.uid not in k.int_acc else "int32", swap=True)
+                 if swap_ok else None):
+        if cand is not None and reads_unit_stride(cand[1], ra, k.unit_dims):
+            return cand
+    return None
+
+
 def _fp32_order(r: Reduce, k: KernelPlan, split: tuple, precision: str, swap_ok: bool):
     """The split (``split``: :func:`dot_split`'s, in the algorithm's order) of an fp32 dot and its
     precision on the GPU: with a tensor-core precision (or "auto"), the order whose right side
@@ -123,11 +153,39 @@ def _fp32_order(r: Reduce, k: KernelPlan, split: tuple, precision: str, swap_ok:
     "tensor descriptor block and tensor types must match", H200 gpu_check)."""
     if precision == "ieee":
         return split, precision
-    ra = dot_axis(r, k)
-    for cand in (split, dot_split(r, k, k.compute_dtype, swap=True) if swap_ok else None):
-        if cand is not None and reads_unit_stride(cand[1], ra, k.unit_dims):
-            return cand, ("tf32x3" if precision == "auto" else precision)
+    cand = _k_major(r, k, split, swap_ok)
+    if cand is not None:
+        return cand, ("tf32x3" if precision == "auto" else precision)
     return split, ("ieee" if precision == "auto" else precision)
+
+
+def _narrow_side(fs, k: KernelPlan):
+    """The dtype of one side of a dot when it is one plain load of a narrow dtype
+    (:data:`NARROW_OPERANDS`), else None."""
+    if len(fs) == 1 and isinstance(fs[0], Load) and fs[0].is_plain():
+        dt = k.dtypes[fs[0].tensor.name]
+        return dt if dt in NARROW_OPERANDS else None
+    return None
+
+
+def _narrow_dot(r: Reduce, k: KernelPlan, split: tuple, swap_ok: bool) -> DotPlan | None:
+    """The :class:`DotPlan` of a contraction of two narrow operands (see the module's text), None
+    when ``split`` is not one: sides of other or different dtypes, an int8 sum not folded as an
+    integer (or over more than :data:`INT8_K_MAX`), a reduced block below 32 on the GPU."""
+    dt = _narrow_side(split[0], k)
+    if dt is None or _narrow_side(split[1], k) != dt:
+        return None
+    integer = not dt.is_floating_point
+    ra = dot_axis(r, k)
+    if integer != (r.uid in k.int_acc) or (integer and k.size_buckets.get(ra, 2 * INT8_K_MAX) > INT8_K_MAX):
+        return None
+    if not k.interpret and k.axes[ra].block < 32:
+        return None
+    left, right, hoist, m, n = _k_major(r, k, split, swap_ok) or split
+    op, acc = NARROW_OPERANDS[dt]
+    upcast = k.interpret and not integer   # the interpreter's fp8 dots: decoded fp32 operands
+    return DotPlan(tuple(left), tuple(right), tuple(hoist), m, n, op, k.compute_dtype if upcast else op,
+                   not upcast, not upcast, None, acc, ra)
 
 
 def layout_rank(k: KernelPlan) -> dict[str, int]:
@@ -159,10 +217,15 @@ def plan_dot(r: Reduce, k: KernelPlan, precision: str, swap_ok: bool = True) -> 
     """The :class:`DotPlan` of fused reduction ``r`` of kernel ``k`` (None: not a dot).
     ``precision``: the schedule's (:data:`~dtriton.schedule.PRECISIONS`); the order and precision
     of an fp32 dot follow the call's unit-stride dims (``k.unit_dims``), the order of other dots
-    the program's layout (:func:`layout_rank`; unless ``swap_ok`` is False)."""
-    split = dot_split(r, k, k.compute_dtype)
+    the program's layout (:func:`layout_rank`; unless ``swap_ok`` is False). Integer sums fold
+    exactly in int64, not on tensor cores, unless they are int8 dots (:data:`NARROW_OPERANDS`)."""
+    integer = r.uid in k.int_acc
+    split = dot_split(r, k, "int32" if integer else k.compute_dtype)
     if split is None:
         return None
+    narrow = _narrow_dot(r, k, split, swap_ok)
+    if narrow is not None or integer:
+        return narrow
     interpret = k.interpret
     common = _common_dtype(split[0], split[1], k)
     if common is None and k.compute_dtype == "float32":

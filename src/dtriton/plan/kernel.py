@@ -221,6 +221,7 @@ class KernelPlan:
                                                       # (else the kind's own combine helper)
     hints: dict[str, int] = field(default_factory=dict)   # integer argument -> power of two it is a multiple of
     unit_dims: dict[str, int] = field(default_factory=dict)  # input tensor -> its unit-stride dim (-1: none)
+    size_buckets: dict[str, int] = field(default_factory=dict)  # axis -> a power of two its size is at most
     dtypes: dict[str, torch.dtype] = field(default_factory=dict)      # input tensor -> storage dtype
     out_dtypes: dict[str, torch.dtype] = field(default_factory=dict)  # output -> dtype
     dots: dict[int, DotPlan] = field(default_factory=dict)            # fused Reduce id -> its dot

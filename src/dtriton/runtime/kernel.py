@@ -205,7 +205,7 @@ class Kernel:
             return sched
         first = sched
         if first not in self._shrunk and not interpret:
-            size = max((d.itemsize for d in b.dtypes.values() if d.is_floating_point), default=4)
+            size = max((d.itemsize for d in b.dtypes.values() if d.is_floating_point or d == torch.int8), default=4)
             while not fits_smem(self.algorithm, sched, size, _BACKEND.limits.smem_bytes):
                 smaller = shrink(sched, b.axis_sizes)
                 if smaller is None:

@@ -52,7 +52,8 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
                 d.num_warps = 4
     wide = _wide_tile(d, m, n, r)
     if r not in tile:
-        tile[r] = max(16, d.cap(r, 64 if d.half or not d.gpu else 32))
+        # 8-bit operands: 128 along the reduction (the bytes of a 16-bit tile of 64; Triton needs >= 32)
+        tile[r] = max(16, d.cap(r, 128 if d.eight_bit and d.gpu else 64 if d.half or not d.gpu else 32))
     if tc and not d.half:
         d.tc_fp32 = True
     d.dot_axes.add(r)

@@ -9,10 +9,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..ir import Algorithm, Axis, Binding, Load, contractions, splittable, topo_order
+from ..ir import FP8_DTYPES, Algorithm, Axis, Binding, Load, contractions, splittable, topo_order
 from .schedule import Schedule
 
-__all__ = ["Draft", "contiguous_axes", "next_pow2", "programs", "sm_count", "split_for"]
+__all__ = ["Draft", "EIGHT_BIT", "contiguous_axes", "next_pow2", "programs", "sm_count", "split_for"]
+
+#: input dtypes whose contractions are 8-bit tensor-core dots (fp8 x fp8 -> fp32, int8 x int8 -> int32)
+EIGHT_BIT = FP8_DTYPES + (torch.int8,)
 
 _SMS: dict[str, int] = {}
 
@@ -74,7 +77,7 @@ class Draft:
     b: Binding
     gpu: bool
     sms: int
-    half: bool             # some input is fp16/bf16
+    half: bool             # some input is fp16/bf16, or an 8-bit tensor-core type (eight_bit)
     cons: dict             # contractions(alg)
     reduced: set           # axes some stage reduces
     row_axes: list         # reduced axes kept in some output
@@ -92,6 +95,7 @@ class Draft:
     stages: dict = field(default_factory=dict)
     dot_axes: set = field(default_factory=set)
     col_axes: list = field(default_factory=list)   # column reductions of the main kernel
+    eight_bit: bool = False   # some input is fp8 or int8 (dots of them run on tensor cores: plan.dots)
     widest: int = 1        # in-program block of the off-grid axes (their product; the widest with dots)
     tc_fp32: bool = False  # an fp32 contraction got tensor-core tiles
 
@@ -103,7 +107,8 @@ class Draft:
         reduced = set(alg.reduction_axes)
         return Draft(
             alg=alg, user=user, given=sched is not None, b=b, gpu=gpu, sms=sm_count(b.device) if gpu else 132,
-            half=any(d in (torch.float16, torch.bfloat16) for d in b.dtypes.values()), cons=contractions(alg),
+            half=any(d in (torch.float16, torch.bfloat16) + EIGHT_BIT for d in b.dtypes.values()),
+            eight_bit=any(d in EIGHT_BIT for d in b.dtypes.values()), cons=contractions(alg),
             reduced=reduced, row_axes=list(dict.fromkeys(a for o in alg.outputs for a in o.layout if a in reduced)),
             contig=contiguous_axes(alg), tile=dict(user.tile), strategy=dict(user.strategy), group=dict(user.group),
             split=dict(user.split), grid=user.grid, num_warps=user.num_warps, num_stages=user.num_stages,

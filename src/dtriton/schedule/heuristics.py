@@ -73,7 +73,7 @@ from ..ir import (Algorithm, Axis, Binding, Load, contains, expr_axes, is_sum, o
 from .conv_rules import conv_tiles
 from .dot_rules import contraction_tiles, gemm_then_columns, gemm_then_rows, rows_between_gemms
 from .grad_rules import flash_backward
-from .draft import Draft, next_pow2, programs, sm_count, split_for
+from .draft import EIGHT_BIT, Draft, next_pow2, programs, sm_count, split_for
 from .schedule import Schedule, StageSchedule
 
 __all__ = ["complete_schedule", "sm_count", "next_pow2", "Draft", "RULES", "DECIDED"]
@@ -470,9 +470,11 @@ def access_style(d: Draft) -> None:
     # not when the user gave an L2 eviction hint for a tile input: TMA loads take none, so the
     # hint would be dropped without a word (vectors keep pointer loads, and their hints)
     tiles = {p.name for p in alg.tensor_params if sum(b.sizes[s] > 1 for s in p.dims) >= 2}
+    if d.eight_bit:   # 8-bit dots: their operands decide, not their scales (fp32 vectors)
+        floats = [b.dtypes[t] for t in tiles if b.dtypes[t] in EIGHT_BIT] or floats
     hinted = any(v != "evict_normal" and t in tiles for t, v in d.user.eviction.items())
     if (d.gpu and d.cons and _flash_pattern(alg, sizes) is None and floats
-            and (all(t.itemsize == 2 for t in floats) or d.tc_fp32)
+            and (all(t.itemsize <= 2 for t in floats) or d.tc_fp32)
             and math.prod(sizes[a] for a in set(alg.axis_names)) >= 1 << 35 and not hinted
             and _tma_device(b.device)):
         # TMA tile loads (host-side descriptors) for kernels long enough to hide their host

@@ -11,6 +11,7 @@ from ...plan.kernel import KernelPlan, Program, StoreSpec
 from ..base import KernelMeta
 from .bounds import BoundsPrinter
 from .memory import MemoryPrinter
+from .narrow import ENCODE_FP8, FP8_FORMATS, ROUND_FP8
 from .prelude import ROUND_BF16, header
 from .reduce import ReducePrinter
 from .scope import Bind, Scope
@@ -257,6 +258,10 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, BoundsPrinter):
             odt = self.out_dtypes.get(st.target) or (getattr(torch, st.dtype) if st.dtype else None)
             if self.k.round_bf16 and odt == torch.bfloat16:
                 v = f"{self.use_helper('_round_bf16', ROUND_BF16)}(tl.cast({v}, tl.float32))"
+            if odt in FP8_FORMATS:   # encoded bit by bit (see backends.triton.narrow)
+                self.use_helper("_round_fp8", ROUND_FP8)
+                self.use_helper("_encode_fp8", ENCODE_FP8)
+                v = FP8_FORMATS[odt].encode_call(f"tl.cast({v}, tl.float32)", False)
             acc = None
             if odt is not None and not st.partial_axis and pres:
                 acc = self.tile_access(name, list(st.layout), scope)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from ...ir import Axis, Const, Load, Reduce, fmt
+from .narrow import DECODE_FP8, FP8_FORMATS
 from .prelude import TL_DTYPES, combine_text
 from .scope import Scope
 
@@ -137,7 +138,7 @@ class MemoryPrinter:
                 inside.append(f"({terms[-1]} >= 0) & ({terms[-1]} < {self.dim_size(n.tensor.dims[d])})")
         mask = " & ".join(filter(None, [self.mask_for(mask_axes, scope, layout)] + inside)) or None
         ev = self.eviction(n.tensor.name)
-        other = 0 if n.pad is None or not bounded else self.literal(n.pad)
+        other = ("0.0" if dt in FP8_FORMATS else 0) if n.pad is None or not bounded else self.literal(n.pad)
         code = f"tl.load({self.addr(name, terms)}" + (f", mask={mask}, other={other}" if mask else "") + \
             (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
         return self._widen(code, dt, raw), fmt(n, limit=None) + (" (masked to its dims)" if bounded else "")
@@ -159,11 +160,18 @@ class MemoryPrinter:
         return repr(v)
 
     def _widen(self, code: str, dt: torch.dtype, raw: bool) -> str:
-        """A loaded value in the compute dtype: floats in ``self.cdt`` (unless ``raw``), integers
-        (values or gather indices) in int64, so products of small integer types (uint8 pixel
-        values) do not wrap before they are summed."""
+        """A loaded value in the compute dtype: floats in ``self.cdt`` (unless ``raw``: a dot operand
+        in its storage dtype, integers too), fp8 on the interpreter through ``_decode_fp8`` (its
+        conversion misreads NaN and infinities), integers (values or gather indices) in int64, so
+        products of small integer types (uint8 pixel values) do not wrap before they are summed."""
+        if raw:
+            return code
+        if dt in FP8_FORMATS and self.k.interpret:
+            self.use_helper("_decode_fp8", DECODE_FP8)
+            code = FP8_FORMATS[dt].decode_call(code)
+            return code if self.cdt == "tl.float32" else f"{code}.to({self.cdt})"
         if dt.is_floating_point:
-            return f"{code}.to({self.cdt})" if TL_DTYPES[dt] != self.cdt and not raw else code
+            return f"{code}.to({self.cdt})" if TL_DTYPES[dt] != self.cdt else code
         if dt != torch.bool and dt != torch.int64:
             return f"{code}.to(tl.int64)"
         return code

@@ -21,7 +21,8 @@ __all__ = ["HEADER", "INDEX_SENTINEL", "OPSYM", "ROUND_BF16", "TL_DTYPES", "clos
 
 TL_DTYPES = {torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float32: "tl.float32",
              torch.float64: "tl.float64", torch.int8: "tl.int8", torch.int16: "tl.int16",
-             torch.int32: "tl.int32", torch.int64: "tl.int64", torch.uint8: "tl.uint8", torch.bool: "tl.int1"}
+             torch.int32: "tl.int32", torch.int64: "tl.int64", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+             torch.float8_e4m3fn: "tl.float8e4nv", torch.float8_e5m2: "tl.float8e5"}
 
 OPSYM = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod": "%", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
          "eq": "==", "ne": "!=", "and": "&", "or": "|"}

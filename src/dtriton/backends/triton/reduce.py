@@ -175,7 +175,8 @@ class ReducePrinter:
                 acc = self.fresh(f"acc_{r.name}")
                 if info["dot"]:
                     m, n = info["dot"].m, info["dot"].n
-                    scope.emit(f"{acc} = tl.full(({self.block(m)}, {self.block(n)}), 0.0, dtype={self.cdt})")
+                    adt = "tl.int32" if info["dot"].acc_dtype == "int32" else self.cdt
+                    scope.emit(f"{acc} = tl.full(({self.block(m)}, {self.block(n)}), 0, dtype={adt})")
                     info["layout"] = (m, n)
                 else:
                     ident = self.identity(r)
@@ -301,6 +302,8 @@ class ReducePrinter:
             else:
                 v, vl = info["acc_index" if r.combiner.results == 2 else "acc"], info["layout"]
             if info["dot"]:
+                if info["dot"].acc_dtype == "int32":   # an int8 dot's exact int32 sum, int64 as torch's
+                    v = f"({v}).to(tl.int64)"
                 v = self.relayout(v, vl, scope.layout, self.present(r, scope), scope)
                 for f in info["dot"].hoist:
                     v = f"{v} * {self.val(f, scope, scope.layout)}"

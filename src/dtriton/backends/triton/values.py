@@ -15,6 +15,7 @@ from ...errors import ResourceError, ScheduleError
 from ...ir import Axis, Binary, COMPARE_OPS, Cast, Const, Expr, Load, Reduce, ScalarParam, Unary, Where, fmt, walk
 from ...plan.kernel import AxisPlan
 from .limits import MAX_BLOCK_NUMEL
+from .narrow import FP8_FORMATS, ROUND_FP8, SATURATE_INT, saturate_float_bounds, saturate_int_text
 from .prelude import OPSYM, ROUND_BF16, TL_DTYPES
 from .scope import Bind, Scope
 
@@ -354,16 +355,31 @@ class ValuePrinter:
                 return f"tl.where({c}, {a}, {b})", ""
             return f"tl.where({c}, {self.as_float(n.a, a)}, {self.as_float(n.b, b)})", ""
         if isinstance(n, Cast):
-            x = self.val(n.x, scope, layout)
-            tdt = TL_DTYPES[n.dtype]
-            if n.dtype.is_floating_point:
-                if self.is_bool(n.x):
-                    x = f"{x}.to(tl.float32)"
-                if self.k.round_bf16 and n.dtype == torch.bfloat16:
-                    return f"{self.use_helper('_round_bf16', ROUND_BF16)}(tl.cast({x}, tl.float32)).to({self.cdt})", "cast to torch.bfloat16 (rounded to nearest)"
-                return f"tl.cast({x}, {tdt}).to({self.cdt})", f"cast to {n.dtype}"
-            return f"tl.cast({x}, {tdt})", f"cast to {n.dtype}"
+            return self.cast(n, self.val(n.x, scope, layout))
         raise AssertionError(n)
+
+    def cast(self, n: Cast, x: str) -> tuple[str, str]:
+        """``n``'s cast of the printed operand ``x`` and a comment: to a float dtype the value stays
+        in the compute dtype, rounded through the dtype (fp8 by the ``_round_fp8`` helper, bf16 on
+        the interpreter by ``_round_bf16``); a saturating cast clamps first (to an integer dtype:
+        the ``_saturate_int`` helper, which also rounds to nearest even)."""
+        tdt, why = TL_DTYPES[n.dtype], f"cast to {n.dtype}" + (" (saturating)" if n.saturate else "")
+        if not n.dtype.is_floating_point:
+            if n.saturate:
+                if not self.is_int(n.x):
+                    self.use_helper("_saturate_int", SATURATE_INT)
+                return saturate_int_text(x, n.dtype, self.cdt, self.is_int(n.x)), why
+            return f"tl.cast({x}, {tdt})", why
+        if self.is_bool(n.x):
+            x = f"{x}.to(tl.float32)"
+        if n.dtype in FP8_FORMATS:
+            self.use_helper("_round_fp8", ROUND_FP8)
+            return f"{FP8_FORMATS[n.dtype].round_call(f'tl.cast({x}, tl.float32)', n.saturate)}.to({self.cdt})", why
+        if n.saturate:
+            x = saturate_float_bounds(self.as_float(n.x, x), n.dtype)
+        if self.k.round_bf16 and n.dtype == torch.bfloat16:
+            return f"{self.use_helper('_round_bf16', ROUND_BF16)}(tl.cast({x}, tl.float32)).to({self.cdt})", why + " (rounded to nearest)"
+        return f"tl.cast({x}, {tdt}).to({self.cdt})", why
 
     def floor_op(self, op: str, a: str, b: str, scope: Scope) -> str:
         """``a // b`` or ``a % b`` of integers rounded as Python and torch do (toward -inf; the

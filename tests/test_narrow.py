@@ -1,0 +1,248 @@
+"""Narrow types: fp8 (e4m3fn, e5m2) tensors, casts and dots with scales, int8 x int8 -> int32 dots,
+saturating casts and per-token quantisation, against float64 / int64 torch on odd sizes (the
+interpreter), and the plans the GPU gets (planned here, no GPU needed)."""
+
+import math
+
+import pytest
+import torch
+
+import dtriton as dt
+from dtriton.plan import call_spec, plan_program
+from dtriton.schedule.heuristics import complete_schedule
+
+E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
+FP8 = (E4, E5)
+
+
+@dt.algorithm
+def matmul(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"]):
+    i, j, k = dt.axes("i j k")
+    return dt.sum(A[i, k] * B[k, j], over=k)[i, j]
+
+
+@dt.algorithm
+def scaled_mm(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"], sa: dt.Tensor["M"], sb: dt.Tensor["N"]):
+    i, j, k = dt.axes("i j k")
+    return dt.cast(sa[i] * sb[j] * dt.sum(A[i, k] * B[k, j], over=k), torch.bfloat16)[i, j]
+
+
+@dt.algorithm
+def tensor_scaled_mm(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"], s: dt.Tensor["One"], t: float):
+    i, j, k = dt.axes("i j k")
+    return (s[0] * t * dt.sum(A[i, k] * B[k, j], over=k))[i, j]
+
+
+@dt.algorithm
+def int_mm(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"]):
+    i, j, k = dt.axes("i j k")
+    return dt.cast(dt.sum(A[i, k] * B[k, j], over=k), torch.int32)[i, j]
+
+
+def cast_to(dtype, saturate=False):
+    @dt.algorithm
+    def cast(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        return dt.cast(X[i, j], dtype, saturate=saturate)[i, j]
+    return dt.compile(cast)
+
+
+def same_bits(y: torch.Tensor, ref: torch.Tensor) -> bool:
+    """Equal fp8 tensors: the same bits, any NaN matching any NaN."""
+    nan = y.float().isnan()
+    return torch.equal(nan, ref.float().isnan()) and torch.equal(y.view(torch.uint8)[~nan], ref.view(torch.uint8)[~nan])
+
+
+EDGES = [0.0, -0.0, 1.0, -1.5, 2.5, 3.5, 200.0, 448.0, 464.0, 465.0, 480.0, 1e3, -1e3, 6e4, 6.2e4, 1e5,
+         float("inf"), float("-inf"), float("nan"), 2.0 ** -9, 1.5 * 2.0 ** -10, 0.75 * 2.0 ** -9, 2.0 ** -16,
+         0.51 * 2.0 ** -16, 1e-30]   # (NaN at 18)
+
+
+def edge_and_random(n=300, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    rnd = torch.randn(n, generator=g) * torch.exp2(torch.randint(-24, 18, (n,), generator=g).float())
+    return torch.cat([torch.tensor(EDGES), rnd]).reshape(1, -1)
+
+
+# -- fp8 values ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", FP8)
+def test_fp8_cast_rounds_and_saturates_as_torch(dtype):
+    x = edge_and_random()
+    y = cast_to(dtype)(x)
+    assert y.dtype == dtype and same_bits(y, x.to(dtype))
+
+
+@pytest.mark.parametrize("dtype", FP8)
+def test_fp8_saturating_cast_clamps_infinities_and_keeps_nan(dtype):
+    x = edge_and_random(seed=1)
+    y = cast_to(dtype, saturate=True)(x)
+    big = torch.finfo(dtype).max
+    ref = torch.where(x.isnan(), x, x.clamp(-big, big)).to(dtype)
+    assert same_bits(y, ref)
+    assert y.float()[0, EDGES.index(float("inf"))] == big and y.float()[0, 18].isnan()
+
+
+@pytest.mark.parametrize("dtype", FP8)
+def test_every_fp8_value_loads_exactly(dtype):
+    """All 256 bit patterns (NaN, e5m2's infinities, subnormals) read as torch reads them."""
+    @dt.algorithm
+    def twice(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        return (X[i, j] * 2.0)[i, j]
+    x = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype).reshape(1, -1)
+    y, ref = dt.compile(twice)(x), x.float() * 2
+    assert y.dtype == torch.float32
+    assert torch.equal(y.isnan(), ref.isnan()) and torch.equal(y[~y.isnan()], ref[~ref.isnan()])
+
+
+@pytest.mark.parametrize("dtype", FP8)
+def test_fp8_copy_keeps_every_bit_pattern(dtype):
+    @dt.algorithm
+    def copy(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        return X[i, j][i, j]
+    x = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype).reshape(16, 16)
+    y = dt.compile(copy)(x)
+    assert y.dtype == dtype and same_bits(y, x)
+
+
+def test_fp8_arithmetic_is_float32():
+    @dt.algorithm
+    def f(X: dt.Tensor["M", "N"], Y: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        return (X[i, j] * Y[i, j])[i, j], dt.sum(X[i, j], over=j)[i], dt.cast(X[i, j], E5)[i, j]
+    x, y = torch.randn(3, 5).to(E4), torch.randn(3, 5).to(E5)
+    b = f.bind((x, y))
+    assert b.out_dtypes == [torch.float32, torch.float32, E5]
+    p, s, c = dt.compile(f)(x, y)
+    assert torch.allclose(p.double(), x.double() * y.double(), rtol=1e-6)
+    assert torch.allclose(s.double(), x.double().sum(1), rtol=1e-6)
+    assert same_bits(c, x.float().to(E5))
+
+
+def test_saturating_cast_to_other_dtypes_raises():
+    with pytest.raises(dt.AlgorithmError, match="saturating cast"):
+        cast_to(torch.float32, saturate=True)
+
+
+# -- fp8 dots ------------------------------------------------------------------------------------
+def operands(dtype, m, k, n, lay="NT", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(m, k, generator=g).to(dtype)
+    b = torch.randn(n, k, generator=g).to(dtype).T if lay[1] == "T" else torch.randn(k, n, generator=g).to(dtype)
+    if lay[0] == "T":
+        a = a.T.contiguous().T
+    return a, b
+
+
+@pytest.mark.parametrize("dtype", FP8)
+@pytest.mark.parametrize("lay", ["NN", "NT", "TN"])
+@pytest.mark.parametrize("m, k, n", [(37, 70, 29), (1, 33, 17), (64, 128, 48)])
+def test_fp8_matmul_against_float64(dtype, lay, m, k, n):
+    a, b = operands(dtype, m, k, n, lay)
+    y = dt.compile(matmul)(a, b)
+    ref = a.double() @ b.double()
+    assert y.dtype == torch.float32
+    assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-5 * math.sqrt(k))
+
+
+@pytest.mark.parametrize("dtype", FP8)
+def test_fp8_matmul_with_per_row_scales(dtype):
+    a, b = operands(dtype, 45, 67, 31)
+    sa, sb = torch.rand(45) + 0.1, torch.rand(31) * 100
+    y = dt.compile(scaled_mm)(a, b, sa, sb)
+    ref = sa.double()[:, None] * sb.double()[None, :] * (a.double() @ b.double())
+    assert y.dtype == torch.bfloat16
+    assert torch.allclose(y.double(), ref, rtol=2 ** -7, atol=1e-3)
+
+
+def test_fp8_matmul_with_per_tensor_scales():
+    a, b = operands(E4, 19, 40, 23)
+    s = torch.tensor([0.37])
+    y = dt.compile(tensor_scaled_mm)(a, b, s, 3.0)
+    ref = 0.37 * 3.0 * (a.double() @ b.double())
+    assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-4)
+
+
+def test_fp8_matmul_propagates_nan_and_inf():
+    a, b = operands(E5, 20, 32, 18)
+    a[3, 5] = float("nan")
+    a[7, 1] = float("inf")
+    y, ref = dt.compile(matmul)(a, b), a.double() @ b.double()
+    assert torch.equal(y.isnan(), ref.isnan()) and torch.equal(y.isinf(), ref.isinf())
+    ok = ~(ref.isnan() | ref.isinf())
+    assert torch.allclose(y.double()[ok], ref[ok], rtol=1e-5, atol=1e-4)
+
+
+# -- int8 dots -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("m, k, n", [(37, 70, 29), (1, 17, 3), (64, 96, 48)])
+def test_int8_matmul_is_exact(m, k, n):
+    g = torch.Generator().manual_seed(m)
+    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g)
+    b = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g).T
+    y = dt.compile(int_mm)(a, b)
+    assert y.dtype == torch.int32 and torch.equal(y.long(), a.long() @ b.long())
+    y64 = dt.compile(matmul)(a, b)   # without the cast: int64, as torch's sum of integers
+    assert y64.dtype == torch.int64 and torch.equal(y64, a.long() @ b.long())
+
+
+def test_int8_matmul_at_the_extremes():
+    a = torch.full((20, 300), -128, dtype=torch.int8)
+    b = torch.full((300, 24), -128, dtype=torch.int8)
+    assert torch.equal(dt.compile(int_mm)(a, b).long(), a.long() @ b.long())
+
+
+# -- the plans the GPU gets ----------------------------------------------------------------------
+def gpu_dots(alg, args, sched=None):
+    b = alg.bind(args)
+    b.device = torch.device("cuda")
+    full = complete_schedule(alg, sched, b)
+    prog = plan_program(alg, full, b, call_spec(alg, b, args, interpret=False))
+    return full, [d for k in prog.kernels for d in k.dots.values()]
+
+
+@pytest.mark.parametrize("dtype, op", [(E4, "float8e4nv"), (E5, "float8e5")])
+def test_gpu_fp8_dot_takes_fp8_operands_k_major(dtype, op):
+    a, b = operands(dtype, 256, 256, 256, "NN")   # B row-major: A goes on the right (K-major)
+    full, (d,) = gpu_dots(matmul, (a, b))
+    assert (d.operand_dtype, d.operand_cast, d.raw_left, d.raw_right, d.acc_dtype) == (op, op, True, True, "float32")
+    assert d.n == "i" and d.precision is None and full.tile["k"] >= 32
+    a, b = operands(dtype, 256, 256, 256, "NT")
+    _, (d,) = gpu_dots(matmul, (a, b))
+    assert d.n == "j"
+
+
+def test_gpu_fp8_dot_hoists_the_scales():
+    """Scales inside the sum are factors free of the reduced axis: hoisted out of the loop."""
+    @dt.algorithm
+    def inside(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"], sa: dt.Tensor["M"], sb: dt.Tensor["N"]):
+        i, j, k = dt.axes("i j k")
+        return dt.sum(sa[i] * A[i, k] * B[k, j] * sb[j], over=k)[i, j]
+    a, b = operands(E4, 256, 256, 256)
+    sa, sb = torch.rand(256), torch.rand(256)
+    _, (d,) = gpu_dots(inside, (a, b, sa, sb))
+    assert d.operand_dtype == "float8e4nv" and len(d.hoist) == 2
+    a, b = operands(E4, 33, 64, 20)
+    sa, sb = torch.rand(33), torch.rand(20)
+    ref = sa.double()[:, None] * sb.double()[None, :] * (a.double() @ b.double())
+    assert torch.allclose(dt.compile(inside)(a, b, sa, sb).double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def test_gpu_int8_dot_accumulates_in_int32():
+    a = torch.zeros(256, 256, dtype=torch.int8)
+    full, (d,) = gpu_dots(int_mm, (a, a.T))
+    assert (d.operand_dtype, d.raw_left, d.raw_right, d.acc_dtype) == ("int8", True, True, "int32")
+    assert full.tile["k"] == 128
+
+
+def test_gpu_int8_dot_needs_a_reduction_int32_holds():
+    """Past 2**16 products the int32 sum could overflow: the sum folds in int64 instead."""
+    a = torch.zeros(16, 70000, dtype=torch.int8)
+    _, dots = gpu_dots(int_mm, (a, a.T), dt.Schedule(tile={"i": 16, "j": 16, "k": 64}))
+    assert dots == []
+
+
+def test_gpu_8bit_dot_needs_a_reduction_block_of_32():
+    a, b = operands(E4, 64, 64, 64)
+    _, (d,) = gpu_dots(matmul, (a, b), dt.Schedule(tile={"i": 32, "j": 32, "k": 16}))
+    assert d.operand_dtype is None   # an fp32 dot of the decoded values
