@@ -8,6 +8,8 @@ a ``tl.dot`` (before the planner's flat axes, a sum over (c, r, q) was a masked 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,7 +19,7 @@ import dtriton as dt
 from dtriton import library as L
 from dtriton.plan import call_spec, plan_program
 
-from conftest import check, randn
+from conftest import check, randn, run_bench
 
 
 def osize(n: int, k: int, s: int, p: int, d: int = 1) -> int:
@@ -201,3 +203,12 @@ def test_conv_transpose2d_drawn(n, c, h, o, k, s, p, d, seed):
     args = [randn(n, c, h, h + 1, gen=g), randn(c, o, k, k, gen=g), s, p, d, ho, ho + s]
     check(L.conv_transpose2d, args, torch_ref=lambda X, W, s, p, d, ho, wo: F.conv_transpose2d(
         X, W, stride=s, padding=p, dilation=d))
+
+
+def test_bench_conv_dry_run(tmp_path):
+    """bench/conv.py runs on the interpreter, checks every row against float64 and writes its JSON."""
+    out = run_bench(["bench/conv.py", "--dry-run", "--no-compile", "--cases", "conv2d,depthwise"], tmp_path)
+    assert "vs torch" in out
+    rows = json.loads((tmp_path / "out" / "conv.json").read_text())["rows"]
+    assert {r["impl"] for r in rows} >= {"dtriton", "dtriton taps looped", "torch"}
+    assert all(r["err"] is not None and r["err"] < 1e-5 for r in rows)

@@ -1,0 +1,195 @@
+"""Issue 19: convolutions written in index notation against torch (cuDNN) and torch.compile.
+
+    PYTHONPATH=src python3 bench/conv.py [--budget SECONDS] [--no-compile] [--cases conv2d,depthwise,...]
+    PYTHONPATH=src python3 bench/conv.py --dry-run     # here: interpreter, tiny shapes, no timing
+
+Cases (fp16; shapes of the issue's marks):
+
+- ``conv2d``: 3x3, pad 1, channels-last, N32 C256 H56 W56 K256 (the implicit GEMM:
+  ``dtriton.library.conv2d_nhwc``); 59.2 GFLOP, about 85 us at 700 TFLOP/s.
+- ``depthwise``: 3x3, pad 1, C = groups = 256, same image (``depthwise_conv2d_nhwc``: not a
+  GEMM; its floor is the bytes: 51 MB in, 51 MB out).
+- ``conv1d``: kernel 3, stride 2, dilation 2, pad 2, N32 C256 L4096 K256, as torch's NCL layout
+  (``conv1d``) and channels-last (NLC, defined here).
+- ``conv_transpose2d``: 3x3, stride 2, pad 1, output_padding 1, N32 C128 28x28 -> K128 56x56, in
+  the gather form (``conv_transpose2d``, NCHW; and channels-last, defined here). The gather form
+  multiplies the stride's zeros too (4x the FLOPs at stride 2).
+
+Every row is first checked against torch in float64 on the same inputs; a row off by more than
+2e-2 (relative norm) is not timed. Kernel time: CUDA-graph replay (``bench/run.py``'s
+``graph_time_us``); call time: plain calls. ``--budget S`` adds a row with ``dt.explore``'s
+schedule (S seconds per case). Prints a table last; writes ``conv.json`` under ``--out`` or
+``$OUT`` when set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import dtriton as dt  # noqa: E402
+from dtriton import library as L  # noqa: E402
+import run as R  # noqa: E402  (timing, checking and tuning helpers of the suite)
+
+ROWS: list[dict] = []
+
+
+@dt.algorithm
+def conv1d_nlc(X: dt.Tensor["N", "L", "C"], Wt: dt.Tensor["O", "R", "C"], stride: int, padding: int, dilation: int,
+               Lo: int):
+    """conv1d channels-last: X (N, L, C), Wt (O, R, C) -> (N, Lo, O)."""
+    n, o, c, t, r = dt.axes("n o c t:Lo r")
+    return dt.sum(X.pad(0.0)[n, t * stride + r * dilation - padding, c] * Wt[o, r, c], over=(c, r))[n, t, o]
+
+
+@dt.algorithm
+def conv_transpose2d_nhwc(X: dt.Tensor["N", "H", "W", "C"], Wt: dt.Tensor["O", "R", "Q", "C"], stride: int,
+                          padding: int, Ho: int, Wo: int):
+    """conv_transpose2d channels-last in gather form: X (N, H, W, C), Wt (O, R, Q, C) (torch's
+    (C, O, R, Q) weight permuted) -> (N, Ho, Wo, O)."""
+    n, o, c, h, w, r, q = dt.axes("n o c h:Ho w:Wo r q")
+    y, x = h + padding - r, w + padding - q
+    hit = (y % stride == 0) & (x % stride == 0)
+    return dt.sum(dt.where(hit, X.pad(0.0)[n, y // stride, x // stride, c], 0.0) * Wt[o, r, q, c],
+                  over=(c, r, q))[n, h, w, o]
+
+
+def osize(n: int, k: int, s: int, p: int, d: int = 1) -> int:
+    return (n + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def cases(dev: str, dry: bool):
+    """(case, [(impl name, algorithm, args, output -> torch layout)], torch fn, torch args, GFLOP, MB moved)."""
+    dt16 = torch.float16 if not dry else torch.float32
+    g = torch.Generator().manual_seed(0)
+
+    def rnd(*shape):
+        return (torch.randn(*shape, generator=g) * 0.5).to(dt16).to(dev)
+    N, C, H, K = (32, 256, 56, 256) if not dry else (2, 16, 7, 16)
+    x, w = rnd(N, H, H, C), rnd(K, 3, 3, C)
+    xc, wc = x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2)           # NCHW views of channels-last memory
+    to_nchw = lambda o: o.permute(0, 3, 1, 2)  # noqa: E731
+    gf = 2 * N * H * H * K * C * 9 / 1e9
+    mb = (x.numel() + w.numel() + N * H * H * K) * x.element_size() / 1e6
+    yield ("conv2d 3x3 NHWC", [("dtriton", L.conv2d_nhwc, [x, w, 1, 1, 1, H, H], to_nchw)],
+           lambda a, b: F.conv2d(a, b, padding=1), [xc, wc], gf, mb)
+    wd = rnd(3, 3, C)
+    wdt = wd.permute(2, 0, 1)[:, None]                                 # (C, 1, 3, 3)
+    taps = dt.Schedule(tile={"n": 1, "h": 1, "w": 8, "c": min(128, C), "r": 1, "q": 1}, grid=("n", "h", "w", "c"),
+                       strategy={"r": "loop", "q": "loop"}, num_warps=4)
+    yield ("depthwise 3x3 NHWC", [("dtriton", L.depthwise_conv2d_nhwc, [x, wd, 1, 1, H, H], to_nchw),
+                                  ("dtriton taps looped", (L.depthwise_conv2d_nhwc, taps), [x, wd, 1, 1, H, H], to_nchw)],
+           lambda a, b: F.conv2d(a, b, padding=1, groups=C), [xc, wdt], 2 * N * H * H * C * 9 / 1e9,
+           2 * x.numel() * x.element_size() / 1e6)
+    Lx = 4096 if not dry else 23
+    s, p, d = 2, 2, 2
+    lo = osize(Lx, 3, s, p, d)
+    x1, w1 = rnd(N, C, Lx), rnd(K, C, 3)
+    x1l, w1l = x1.transpose(1, 2).contiguous(), w1.permute(0, 2, 1).contiguous()
+    yield (f"conv1d k3 s{s} d{d}", [("dtriton NCL", L.conv1d, [x1, w1, s, p, d, lo], lambda o: o),
+                                    ("dtriton NLC", conv1d_nlc, [x1l, w1l, s, p, d, lo], lambda o: o.transpose(1, 2))],
+           lambda a, b: F.conv1d(a, b, stride=s, padding=p, dilation=d), [x1, w1], 2 * N * lo * K * C * 3 / 1e9,
+           (x1.numel() + w1.numel() + N * K * lo) * x1.element_size() / 1e6)
+    Ct, Ht = (128, 28) if not dry else (8, 5)
+    ho = (Ht - 1) * 2 - 2 + 2 + 1 + 1                                   # output_padding 1
+    xt, wt = rnd(N, Ct, Ht, Ht), rnd(Ct, Ct, 3, 3)
+    xtl, wtl = xt.permute(0, 2, 3, 1).contiguous(), wt.permute(1, 2, 3, 0).contiguous()
+    yield ("conv_transpose2d 3x3 s2", [("dtriton NCHW", L.conv_transpose2d, [xt, wt, 2, 1, 1, ho, ho], lambda o: o),
+                                       ("dtriton NHWC", conv_transpose2d_nhwc, [xtl, wtl, 2, 1, ho, ho], to_nchw)],
+           lambda a, b: F.conv_transpose2d(a, b, stride=2, padding=1, output_padding=1), [xt, wt],
+           2 * N * Ht * Ht * Ct * Ct * 9 / 1e9, (xt.numel() + wt.numel() + N * Ct * ho * ho) * xt.element_size() / 1e6)
+
+
+def row(case, impl, us, call_us, gf, mb, err, sched, note=""):
+    r = dict(case=case, impl=impl, kernel_us=round(us, 2), call_us=round(call_us, 2),
+             tflops=round(gf * 1e3 / us, 1) if us == us and us > 0 else None,
+             tbs=round(mb / us, 3) if us == us and us > 0 else None, err=err, schedule=sched, note=note)
+    ROWS.append(r)
+    print(f"  {case:26s} {impl:22s} kernel {us:9.1f} us  call {call_us:9.1f} us  err {err if err is None else f'{err:.1e}'}"
+          f"  {note}", flush=True)
+
+
+def timed(case, impl, fn, ref, gf, mb, sched, note=""):
+    """Check ``fn()`` against ``ref`` (float64), then time it (not when wrong)."""
+    try:
+        err = R.relerr(fn(), ref)
+        if not err <= 2e-2:
+            row(case, impl, float("nan"), float("nan"), gf, mb, err, sched, "WRONG: not timed")
+            return
+        row(case, impl, R.graph_time_us(fn), R.call_time_us(fn, n=10), gf, mb, err, sched, note)
+    except Exception as e:  # noqa: BLE001 - recorded, the other rows go on
+        row(case, impl, float("nan"), float("nan"), gf, mb, None, sched,
+            f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
+
+
+def run_case(case, impls, tfn, targs, gf, mb, budget, use_compile):
+    ref = tfn(*[a.double() for a in targs])
+    for name, alg, args, back in impls:
+        alg, sched = alg if isinstance(alg, tuple) else (alg, None)
+        try:
+            k = dt.compile(alg, sched)
+            js = k.schedule_for(*args).to_json()
+            dots = "tl.dot" in k.source_for(*args)
+        except Exception as e:  # noqa: BLE001
+            row(case, name, float("nan"), float("nan"), gf, mb, None, None, f"failed: {type(e).__name__}: {str(e)[:200]}")
+            continue
+        timed(case, name, lambda k=k, args=args, back=back: back(k(*args)), ref, gf, mb, js,
+              ("tl.dot" if dots else "no dot") + ("" if sched is None else ", schedule given here"))
+        if budget > 0 and sched is None:
+            ke, note = R.tuned_kernel(alg, args, budget)
+            timed(case, f"{name} explored", lambda ke=ke, args=args, back=back: back(ke(*args)), ref, gf, mb,
+                  ke.schedule_for(*args).to_json(), note)
+    timed(case, "torch", lambda: tfn(*targs), ref, gf, mb, None, "cuDNN" if not R.DRY else "eager")
+    c = R.maybe_compile(tfn, use_compile)
+    if c is not None:
+        timed(case, "torch.compile", lambda: c(*targs), ref, gf, mb, None)
+
+
+def table() -> None:
+    """The table printed last: kernel time, TFLOP/s, TB/s, and the ratio to torch of each row."""
+    print(f"\n{'case':26s} {'impl':22s} {'kernel us':>10s} {'TFLOP/s':>8s} {'TB/s':>6s} {'vs torch':>8s} {'vs compile':>10s}")
+    base = {(r["case"], r["impl"]): r["kernel_us"] for r in ROWS}
+    for r in ROWS:
+        t, c = base.get((r["case"], "torch")), base.get((r["case"], "torch.compile"))
+        us = r["kernel_us"]
+        ratio = lambda b: f"{b / us:.2f}x" if b and us and us == us and b == b else "-"  # noqa: E731
+        print(f"{r['case'][:26]:26s} {r['impl'][:22]:22s} {us:10.1f} {r['tflops'] or float('nan'):8.1f} "
+              f"{r['tbs'] or float('nan'):6.2f} {ratio(t):>8s} {ratio(c):>10s}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, tiny shapes (checks the script)")
+    ap.add_argument("--budget", type=float, default=0.0, help="dt.explore seconds per dtriton row (0: none)")
+    ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
+    ap.add_argument("--cases", default="", help="comma-separated substrings of case names to run")
+    ap.add_argument("--out", default=os.environ.get("OUT", ""), help="write conv.json here")
+    a = ap.parse_args(argv)
+    R.DRY = a.dry_run
+    dev = "cpu" if a.dry_run else "cuda"
+    want = [c for c in a.cases.split(",") if c]
+    for case, impls, tfn, targs, gf, mb in cases(dev, a.dry_run):
+        if want and not any(c in case for c in want):
+            continue
+        print(f"{case}:", flush=True)
+        run_case(case, impls, tfn, targs, gf, mb, a.budget, not a.no_compile)
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        dev_name = torch.cuda.get_device_name() if torch.cuda.is_available() and not a.dry_run else "cpu (interpreter)"
+        with open(os.path.join(a.out, "conv.json"), "w") as f:
+            json.dump(dict(device=dev_name, dry_run=a.dry_run, rows=ROWS), f, indent=1)
+    table()
+    bad = [r for r in ROWS if r["impl"].startswith("dtriton") and (r["err"] is None or not r["err"] <= 2e-2)]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
