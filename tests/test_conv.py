@@ -154,6 +154,21 @@ def test_user_schedules_flat_k_only_and_split():
     check(L.conv1d, args, split, torch_ref=ref)
 
 
+@pytest.mark.parametrize("s,p", [(1, 1), (2, 0)])
+def test_channels_last_steps_read_one_tap_per_tile(s, p):
+    """With the channel tile the whole K block and dividing C, each K tile reads one (r, q) tap
+    and contiguous channels: r and q are one index per tile, and K needs no tail mask."""
+    c, h, w = 32, 6, 7
+    args = [randn(2, h, w, c), randn(5, 3, 3, c), s, p, 1, osize(h, 3, s, p), osize(w, 3, s, p)]
+    sched = dt.Schedule(tile={"n": 1, "h": 2, "w": 8, "o": 16, "c": 16, "r": 1, "q": 1}, grid=("n", "h", "w", "o"),
+                        strategy={"c": "loop", "r": "loop", "q": "loop"})
+    check(L.conv2d_nhwc, args, sched, torch_ref=t_conv2d_nhwc)
+    src = source(L.conv2d_nhwc, args, sched)
+    assert "idx_r = " in src and "idx_q = " in src and "mask_rqc" not in src
+    k = _kernel(L.conv2d_nhwc, args, sched)
+    assert k.flat_scalar_outer == {"rqc"}
+
+
 # ----------------------------------------------------------------------------------------------
 # the plan's decisions
 # ----------------------------------------------------------------------------------------------

@@ -69,18 +69,25 @@ def plan_implicit_gemm(k: KernelPlan) -> None:
         return
     order = {a: i for i, a in enumerate(k.stores[0].layout)}
     sides = [sorted(s, key=lambda a: order.get(a, len(order))) for s in sides]
-    saved = (dict(k.axes), list(k.grid), dict(k.flat))
+    saved = (dict(k.axes), list(k.grid), dict(k.flat), k.flat_scalar_outer)
     korder = reduced_order(r, k.unit_dims)
     kname = flat_name(korder, k.axes)
     k.flat[kname] = korder
-    k.axes[kname] = AxisPlan(kname, "loop", _k_block(r, k), False)
+    blk, inner = _k_block(r, k), k.axes[korder[-1]]
+    # channels-last steps: the innermost member's tile is the whole K block and divides its size,
+    # so each K tile reads one (r, q) tap and contiguous channels; the outer members are one
+    # index per tile (scalars: the gathered rows' indices and masks are 1-d), no tail mask
+    steps = inner.role == "loop" and inner.divisible and inner.block == blk
+    k.axes[kname] = AxisPlan(kname, "loop", blk, steps)
+    if steps:
+        k.flat_scalar_outer = k.flat_scalar_outer | {kname}
     m_side = [s for s in sides if len(s) >= 2]
     if len(m_side) == 1 and all(k.axes[a].role == "grid" for a in m_side[0]):
         _flatten_rows(k, m_side[0])
     for a in k.flat[kname]:
         k.axes[a] = _member(k.axes[a])
     if dot_split(r, k, k.compute_dtype) is None:
-        k.axes, k.grid, k.flat = saved
+        k.axes, k.grid, k.flat, k.flat_scalar_outer = saved
 
 
 def _member(p: AxisPlan) -> AxisPlan:

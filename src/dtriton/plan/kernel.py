@@ -240,6 +240,8 @@ class KernelPlan:
                                                       # rounds toward zero: printed with Python's floor rounding)
     flat: dict[str, tuple[str, ...]] = field(default_factory=dict)  # flat axis -> its member axes, outermost
                                                       # first (plan.implicit_gemm: a conv's K and M sides)
+    flat_scalar_outer: frozenset = frozenset()        # flat axes each tile of which lies in one index of every
+                                                      # member but the innermost (whose size the block divides)
 
     def flat_of(self, a: str) -> str:
         """The flat axis whose index gives member axis ``a`` its index (``a`` itself when it is no member)."""

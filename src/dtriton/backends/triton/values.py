@@ -81,10 +81,24 @@ class ValuePrinter:
             mask = f"mask_{a}"
             scope.emit(f"{mask} = {offs} < {self.size(a)}")
         scope.bound[a] = Bind(a, offs, mask, blk, False, start)
-        for i, m in enumerate(self.k.flat.get(a, ())):
+        members = self.k.flat.get(a, ())
+        for i, m in enumerate(members):
             # a member of flat axis a: its index decomposed from the flat one (outermost first);
             # it shares a's dim, block and mask
-            inner = " * ".join(self.size(x) for x in self.k.flat[a][i + 1:])
+            inner = " * ".join(self.size(x) for x in members[i + 1:])
+            if a in self.k.flat_scalar_outer:
+                # the tile lies in one index of each outer member (scalars) and runs along the innermost
+                v = f"{start} // ({inner})" if inner else f"{start}"
+                v = f"({v}) % {self.size(m)}" if i else v
+                if i < len(members) - 1:
+                    scope.emit(f"idx_{m} = {v}  # index of {m} in flat axis {a}: one per tile")
+                    scope.bound[m] = Bind(m, f"idx_{m}", None, blk, True, f"idx_{m}")
+                else:
+                    # (a multiple of the block: the block divides the member's size and the flat start)
+                    scope.emit(f"offs_{m} = tl.multiple_of({v}, {blk}) + tl.arange(0, {blk})  # tile of {m} in "
+                               f"flat axis {a}")
+                    scope.bound[m] = Bind(m, f"offs_{m}", mask, blk, False, v)
+                continue
             v = f"{offs} // ({inner})" if inner else offs
             v = f"({v}) % {self.size(m)}" if i else v
             scope.emit(f"offs_{m} = {v}  # index of {m} in flat axis {a}")
