@@ -3,6 +3,7 @@ GPU, and on the GPU its time beside SDPA's backward for a few backward schedules
 
     PYTHONPATH=src python3 bench/attention_bwd.py sm90 [--D 64 128] [--causal] [--dump DIR]
     PYTHONPATH=src python3 bench/attention_bwd.py time [--only d64 d128 ...] [--out DIR] [--dry-run]
+    PYTHONPATH=src python3 bench/attention_bwd.py explore [--only ...] [--budget S] [--out DIR] [--dry-run]
 
 ``sm90``: the backward of ``dt.grad(attention, save=saved_statistics(attention))`` planned as a CUDA
 call at the issue's shapes (B4 H16 S2048 D64, B4 H32 S4096 D128; nothing is allocated) under the
@@ -18,6 +19,11 @@ forward's and SDPA's forward time, and (fwd + bwd of SDPA) / (fwd + bwd of dtrit
 (kernel calls, no autograd host path; the backend reported is the first SDPA accepts in torch's
 priority order, which is the one its dispatcher picks when all are enabled). ``--dry-run``: tiny shapes on
 the interpreter (checks the script).
+
+``explore``: ``dt.explore`` of the backward per case within ``--budget`` seconds (the derived GPU
+space: the accumulating kernels' tiles, warps, stages); writes the best schedules to
+``attention_bwd_explored.json`` under ``--out``, keyed by bench/grad_bench.py's case names, which
+``grad_bench.py --backward-schedules FILE`` runs as its "dtriton explored" rows.
 """
 from __future__ import annotations
 
@@ -167,16 +173,34 @@ def _sdpa_backend(Q, causal) -> str:
     return "?"
 
 
+def case_inputs(B, H, S, D, causal, dev):
+    """(forward, saving forward, backward algorithm, (Q, K, V, scale, dO), saved statistics) of a
+    case, the statistics computed by the saving forward."""
+    alg, aug, bwd, _ = backward_of(causal)
+    g = torch.Generator(dev).manual_seed(0)
+    Q, K, V, dO = (torch.randn(B, H, S, D, device=dev, dtype=torch.float16, generator=g) for _ in range(4))
+    res = dt.compile(aug)(Q, K, V, D ** -0.5)
+    return alg, aug, bwd, (Q, K, V, D ** -0.5, dO), res[1:]
+
+
+def explore_case(name, B, H, S, D, causal, dev, budget: float) -> dict:
+    """``dt.explore`` of the backward at a case's shapes (its GPU space: the two accumulating
+    kernels' tiles, warps, stages); the heuristic's and the best time and the best schedule."""
+    _, _, bwd, (Q, K, V, scale, dO), saved = case_inputs(B, H, S, D, causal, dev)
+    r = dt.explore(bwd, (Q, K, V, scale, dO, *saved), budget=budget, store=False, progress=False,
+                   max_trials=None if dev == "cuda" else 2)
+    heur, best = r.heuristic_row, r.best_row
+    row = dict(case=name, heuristic_us=heur and heur["median_us"], best_us=best and best["median_us"],
+               speedup=r.speedup, candidates=len(r.table), ok=sum(c["status"] == "ok" for c in r.table),
+               stop=r.stop_reason, best=r.best.to_json() if r.best is not None else None)
+    print({k: v for k, v in row.items() if k != "best"}, flush=True)
+    return row
+
+
 def time_case(name, B, H, S, D, causal, dev, rows):
     """Rows for one case: SDPA's backward, the heuristic's and each variant's backward (ms),
     gradients checked against float64 autograd of the reference."""
-    alg, aug, bwd, names = backward_of(causal)
-    h = torch.float16
-    g = torch.Generator(dev).manual_seed(0)
-    Q, K, V, dO = (torch.randn(B, H, S, D, device=dev, dtype=h, generator=g) for _ in range(4))
-    scale = D ** -0.5
-    res = dt.compile(aug)(Q, K, V, scale)
-    out, saved = res[0], res[1:]
+    alg, aug, bwd, (Q, K, V, scale, dO), saved = case_inputs(B, H, S, D, causal, dev)
     x64 = [t.detach().double().requires_grad_() for t in (Q, K, V)]
     want = torch.autograd.grad(alg.reference(*x64, scale) if dev == "cpu" else
                                torch.nn.functional.scaled_dot_product_attention(*x64, scale=scale, is_causal=causal),
@@ -209,7 +233,8 @@ def time_case(name, B, H, S, D, causal, dev, rows):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["sm90", "time"])
+    ap.add_argument("mode", choices=["sm90", "time", "explore"])
+    ap.add_argument("--budget", type=float, default=40.0, help="explore: seconds per case")
     ap.add_argument("--D", type=int, nargs="+", default=[64, 128], help="sm90: head dims")
     ap.add_argument("--causal", action="store_true", help="sm90: the causal backward")
     ap.add_argument("--schedule", default="", help="sm90: JSON fields merged into the heuristic's schedule")
@@ -235,6 +260,18 @@ def main(argv=None) -> int:
     dev = "cpu" if a.dry_run else "cuda"
     cases = DRY if a.dry_run else CASES
     rows: list[dict] = []
+    if a.mode == "explore":
+        best = {}
+        for name in a.only or list(cases):
+            row = explore_case(name, *cases[name], dev, a.budget)
+            rows.append(row)
+            if row["best"]:
+                best[f"attention{'_causal' if cases[name][4] else ''}_d{cases[name][3]}"] = json.loads(row["best"])
+        if a.out:
+            os.makedirs(a.out, exist_ok=True)
+            with open(os.path.join(a.out, "attention_bwd_explored.json"), "w") as f:
+                json.dump(dict(rows=rows, schedules=best), f, indent=1)
+        return 0
     for name in a.only or list(cases):
         time_case(name, *cases[name], dev, rows)
     if a.out:

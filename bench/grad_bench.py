@@ -187,6 +187,9 @@ def main(argv=None):
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL=JSON",
                     help="an extra dtriton row whose backward_schedules are JSON, in "
                          "the cases whose backward it names (repeatable)")
+    ap.add_argument("--backward-schedules", default=None,
+                    help="attention rows: a JSON file from bench/attention_bwd.py explore ({'schedules': {case name: "
+                         "backward schedule}}); those cases get a 'dtriton explored' row")
     a = ap.parse_args(argv)
     variants = [(v.split("=", 1)[0], json.loads(v.split("=", 1)[1])) for v in a.variant]
     global DEV
@@ -196,6 +199,10 @@ def main(argv=None):
     torch.manual_seed(0)
     rows = []
     cases = _cases(dry)
+    explored = {}
+    if a.backward_schedules:
+        with open(a.backward_schedules) as f:
+            explored = json.load(f)["schedules"]
     for name in a.only or list(cases):
         label, alg, eager, make, grad_idx = cases[name]
         fns = {"dtriton": dt.compile_autograd(alg), "eager": eager}
@@ -206,6 +213,8 @@ def main(argv=None):
                 pass
         if a.cuda_graphs and not dry and not name.startswith("attention"):
             fns["dtriton cuda graph"] = CudaGraphed(dt.compile_autograd(alg))
+        if name in explored:   # the backward schedule dt.explore found (bench/attention_bwd.py explore)
+            fns["dtriton explored"] = dt.compile_autograd(alg, backward_schedules=dt.Schedule.from_dict(explored[name]))
         if not dry:
             fns["torch.compile"] = torch.compile(eager)
         run_case(label, fns, make, grad_idx, rows)

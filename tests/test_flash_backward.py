@@ -144,3 +144,21 @@ def test_explore_runs_tied_stage_tiles_of_the_backward(gen):
     ok = [c for c in r.table if c["status"] == "ok"]   # the heuristic (i: 32) and the new point
     assert r.best is not None and {c["schedule"].stage("out1").tile["i"] for c in ok} == {16, 32}, r.table
     assert all(c["schedule"].stage("out1").tile == c["schedule"].stage("out2").tile for c in ok)
+
+
+def test_bench_attention_bwd_explore_dry_run_feeds_grad_bench(tmp_path):
+    """bench/attention_bwd.py explore --dry-run writes the best backward schedule under
+    grad_bench's case name; it plans and runs as a backward schedule of compile_autograd."""
+    import json
+    from conftest import run_bench
+    run_bench(["bench/attention_bwd.py", "explore", "--dry-run", "--only", "d16"], tmp_path)
+    data = json.loads((tmp_path / "out" / "attention_bwd_explored.json").read_text())
+    (row,) = data["rows"]
+    assert row["ok"] >= 2 and set(data["schedules"]) == {"attention_d16"}
+    dk = dt.compile_autograd(attention, backward_schedules=dt.Schedule.from_dict(data["schedules"]["attention_d16"]))
+    q, k, v = (randn(1, 1, 260, 16).requires_grad_() for _ in range(3))
+    g = torch.autograd.grad(dk(q, k, v, 0.25), [q, k, v], torch.ones(1, 1, 260, 16))
+    x64 = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    want = torch.autograd.grad(attention.reference(*x64, 0.25), x64, torch.ones(1, 1, 260, 16, dtype=torch.float64))
+    for a, b in zip(g, want):
+        torch.testing.assert_close(a.double(), b, rtol=1e-3, atol=1e-4)
