@@ -268,3 +268,20 @@ def test_steps_keep_autograd_checks(interp_gpu):
         out.sum().backward()
     with pytest.raises(NotImplementedError, match="double backward"):
         torch.autograd.grad((dk(X) * torch.randn(4, 9)).sum(), X, create_graph=True)
+
+
+def test_grad_calls_of_a_plain_compiled_kernel_use_steps(interp_gpu, monkeypatch):
+    """``dt.compile(alg)`` called on tensors that require grad (the hook installed as
+    ``Kernel.grad_call``) reaches the same steady-state steps: no general backward and no slow
+    launch after the first steps, and gradients right against float64."""
+    from dtriton.integrations.autograd import DifferentiableKernel
+    kernel = dt.compile(layer_norm)
+    args = lambda: (torch.randn(3, 29), torch.randn(29), torch.randn(29))  # noqa: E731
+    _check_step(kernel, _ln, args(), (0, 1, 2), 1e-4)
+    _check_step(kernel, _ln, args(), (0, 1, 2), 1e-4)
+    general = []
+    monkeypatch.setattr(DifferentiableKernel, "run_backward", lambda *a, **k: general.append(a))
+    slow = interp_gpu.slow
+    for _ in range(2):
+        _check_step(kernel, _ln, args(), (0, 1, 2), 1e-4)
+    assert not general and interp_gpu.slow == slow and interp_gpu.fast > 0
