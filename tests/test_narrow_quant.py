@@ -1,10 +1,13 @@
 """Saturating casts (round to nearest even, clamp, NaN) and per-token quantisation to int8 and fp8
 as one algorithm, against torch on odd sizes (the interpreter)."""
 
+import json
+
 import pytest
 import torch
 
 import dtriton as dt
+from conftest import run_bench
 
 E4 = torch.float8_e4m3fn
 
@@ -107,3 +110,12 @@ def test_per_token_fp8_quantisation_then_scaled_matmul():
     assert (y.double() - ref).abs().max() < 0.1 * ref.abs().max()
     exact = s.double()[:, None] * sw * (q.double() @ wq.double().T)
     assert torch.allclose(y.double(), exact, rtol=1e-5, atol=1e-4)
+
+
+def test_bench_narrow_dry_run(tmp_path):
+    """bench/narrow.py on the interpreter: every row checked and correct, the table printed last."""
+    out = run_bench(["bench/narrow.py", "--dry-run"], tmp_path)
+    rows = json.loads((tmp_path / "out" / "narrow.json").read_text())["rows"]
+    assert {r["case"] for r in rows} == {"fp8 rowwise", "fp8 tensorwise", "int8", "quant fp8"}
+    assert all(r["ok"] for r in rows), rows
+    assert out.rstrip().splitlines()[-1].startswith("quant fp8: dtriton is")

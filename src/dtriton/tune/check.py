@@ -98,7 +98,7 @@ def check_resources(alg: Algorithm, sched: Schedule, b: Binding, limits: Limits)
             return f"axis {a!r} is 'whole' with a block of {next_pow2(sizes[a])} > {limits.whole_max}"
     cons = contractions(alg)
     dot_r = {r for (_, _, r) in cons.values()}
-    fl = [d.itemsize for d in b.dtypes.values() if d.is_floating_point]
+    fl = [d.itemsize for d in b.dtypes.values() if d.is_floating_point or d == torch.int8]
     nbytes = max(fl) if fl else 4
     for name, (m, n, r) in cons.items():
         bm, bn, bk = blk(m, name), blk(n, name), blk(r, name)
@@ -138,10 +138,11 @@ def check_resources(alg: Algorithm, sched: Schedule, b: Binding, limits: Limits)
 # ----------------------------------------------------------------------------------------------
 def default_tolerance(b: Binding, sched: Schedule | None = None) -> float:
     """Relative norm error allowed for a call bound to ``b`` under ``sched``: 1e-2 when any
-    input or output is fp16/bf16, 3e-3 for fp32 with ``precision="tf32"``, 1e-4 for fp32,
-    1e-5 for fp64 (1e-9 with ``acc_dtype="float64"``)."""
+    input or output is fp16/bf16 or fp8 (Hopper's fp8 dots accumulate at reduced precision),
+    3e-3 for fp32 with ``precision="tf32"``, 1e-4 for fp32, 1e-5 for fp64 (1e-9 with
+    ``acc_dtype="float64"``)."""
     dts = [d for d in b.dtypes.values() if d.is_floating_point] + list(b.out_dtypes)
-    if any(d in (torch.float16, torch.bfloat16) for d in dts):
+    if any(d in (torch.float16, torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2) for d in dts):
         return 1e-2
     if any(d == torch.float32 for d in dts):
         return 3e-3 if sched is not None and sched.precision == "tf32" else 1e-4

@@ -1,0 +1,215 @@
+"""Narrow-type matmuls of issue 19 against torch's own (H200, one device call, about 3 minutes).
+
+    PYTHONPATH=src python3 bench/narrow.py [--budget 40] [--out DIR]
+    PYTHONPATH=src python3 bench/narrow.py --dry-run      # CPU interpreter, tiny shapes: checks the script
+
+Rows (each checked against float64 / exact integers first, then kernel time by CUDA-graph replay,
+``bench/run.py``'s timer):
+
+- ``fp8 rowwise``: e4m3 ``A (M x K) @ B (K x N)`` with per-row scales ``sa[i] * sb[j]``, bf16 output
+  (B column-major, as ``torch._scaled_mm`` requires), M = N = K = 4096: dtriton's algorithm against
+  ``torch._scaled_mm(A, B, sa[M, 1], sb[1, N], out_dtype=bfloat16)``, with and without its
+  ``use_fast_accum`` (Triton's fp8 dots on Hopper accumulate the fast way). Mark: >= 0.9x.
+- ``fp8 tensorwise``: the same product with one scale per tensor and an fp32 output.
+- ``int8``: int8 ``A @ B`` -> int32 against ``torch._int_mm`` (exact equality). Mark: >= 0.9x.
+- ``quant``: per-token quantisation of a bf16 ``X (8192 x 4096)`` to e4m3 with its row scales (absmax / 448,
+  saturating cast) against torch eager; checked bit for bit (a share of elements may differ by one fp8 step:
+  dtriton multiplies by the reciprocal of the row's scale, torch divides); TB/s of the bytes read and written.
+
+dtriton's schedule comes from an exploration of ``--budget`` seconds per row (0: the tuning DB or
+the heuristic). Writes ``<out>/narrow.json`` (``--out``, else ``$OUT``, else bench/results/issue19) and
+prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dtriton as dt  # noqa: E402
+import run as timing  # noqa: E402  (bench/run.py: graph_time_us, relerr, tuned_kernel, DRY/DEV switches)
+
+E4 = torch.float8_e4m3fn
+
+
+@dt.algorithm
+def fp8_rowwise(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"], sa: dt.Tensor["M"], sb: dt.Tensor["N"]):
+    """bf16(sa[i] * sb[j] * sum_k A[i, k] B[k, j]): fp8 operands, per-row scales."""
+    i, j, k = dt.axes("i j k")
+    return dt.cast(sa[i] * sb[j] * dt.sum(A[i, k] * B[k, j], over=k), torch.bfloat16)[i, j]
+
+
+@dt.algorithm
+def fp8_tensorwise(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"], s: dt.Tensor["One"]):
+    """s[0] * sum_k A[i, k] B[k, j] in fp32: fp8 operands, one scale (a one-element tensor)."""
+    i, j, k = dt.axes("i j k")
+    return (s[0] * dt.sum(A[i, k] * B[k, j], over=k))[i, j]
+
+
+@dt.algorithm
+def int8_mm(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"]):
+    """int32(sum_k A[i, k] B[k, j]) of int8 operands (exact: an int32 accumulator)."""
+    i, j, k = dt.axes("i j k")
+    return dt.cast(dt.sum(A[i, k] * B[k, j], over=k), torch.int32)[i, j]
+
+
+ROWS: list[dict] = []
+
+
+def size(n: int) -> int:
+    """A benchmark size: as given on the GPU, 48 in a dry run (two 32-wide K tiles, odd tails elsewhere)."""
+    return n if not timing.DRY else 48
+
+
+def row(case: str, impl: str, us: float, flops: float, err: float | None, ok: bool, note: str = "") -> dict:
+    r = dict(case=case, impl=impl, kernel_us=round(us, 2), tflops=round(flops / us / 1e6, 1) if us else None,
+             err=err, ok=ok, note=note)
+    ROWS.append(r)
+    print(f"  {case:16s} {impl:34s} {us:9.1f} us  err {err if err is None else f'{err:.2e}'}  {'ok' if ok else 'WRONG'}"
+          f"  {note}", flush=True)
+    return r
+
+
+def fp8_operands(m: int, k: int, n: int):
+    g = torch.Generator(device="cpu").manual_seed(0)
+    a = (torch.randn(m, k, generator=g) * 2).to(E4).to(timing.DEV)
+    b = (torch.randn(n, k, generator=g) * 2).to(E4).to(timing.DEV).t()   # column-major (K-major), as _scaled_mm wants
+    return a, b
+
+
+def run_fp8(budget: float) -> None:
+    m = n = k = size(4096)
+    a, b = fp8_operands(m, k, n)
+    sa = (torch.rand(m, device=timing.DEV) + 0.5)
+    sb = (torch.rand(n, device=timing.DEV) + 0.5)
+    prod = a.double() @ b.double()
+    flops = 2.0 * m * n * k
+    ref = sa.double()[:, None] * sb.double()[None, :] * prod
+    kern, note = timing.tuned_kernel(fp8_rowwise, (a, b, sa, sb), budget)
+    y = kern(a, b, sa, sb)
+    err = timing.relerr(y, ref)
+    row("fp8 rowwise", "dtriton", timing.graph_time_us(lambda: kern(a, b, sa, sb)), flops, err, err < 1e-2, note)
+    sa2, sb2 = sa[:, None].contiguous(), sb[None, :].contiguous()
+    for fast in (False, True):
+        def f(fast=fast):
+            return torch._scaled_mm(a, b, sa2, sb2, out_dtype=torch.bfloat16, use_fast_accum=fast)
+        try:
+            err = timing.relerr(f(), ref)
+            row("fp8 rowwise", f"torch._scaled_mm fast_accum={fast}", timing.graph_time_us(f), flops, err, err < 1e-2)
+        except RuntimeError as e:   # a build without row-wise scaling
+            row("fp8 rowwise", f"torch._scaled_mm fast_accum={fast}", float("nan"), flops, None, False, str(e)[:80])
+    s = torch.tensor([0.75], device=timing.DEV)
+    ref = 0.75 * prod
+    kern, note = timing.tuned_kernel(fp8_tensorwise, (a, b, s), budget)
+    err = timing.relerr(kern(a, b, s), ref)
+    row("fp8 tensorwise", "dtriton", timing.graph_time_us(lambda: kern(a, b, s)), flops, err, err < 1e-2, note)
+    one = torch.tensor(1.0, device=timing.DEV)
+    for fast in (False, True):
+        def g(fast=fast):
+            return torch._scaled_mm(a, b, s[0], one, out_dtype=torch.float32, use_fast_accum=fast)
+        err = timing.relerr(g(), ref)
+        row("fp8 tensorwise", f"torch._scaled_mm fast_accum={fast}", timing.graph_time_us(g), flops, err, err < 1e-2)
+
+
+def run_int8(budget: float) -> None:
+    m = n = k = size(4096)
+    g = torch.Generator(device="cpu").manual_seed(1)
+    a = torch.randint(-128, 128, (m, k), generator=g, dtype=torch.int8).to(timing.DEV)
+    b = torch.randint(-128, 128, (k, n), generator=g, dtype=torch.int8).to(timing.DEV)
+    exact = (a.double() @ b.double()).round().long()   # exact: |sum| < 2**53
+    flops = 2.0 * m * n * k
+    kern, note = timing.tuned_kernel(int8_mm, (a, b), budget)
+    y = kern(a, b)
+    ok = y.dtype == torch.int32 and torch.equal(y.long(), exact)
+    row("int8", "dtriton", timing.graph_time_us(lambda: kern(a, b)), flops, 0.0 if ok else 1.0, ok, note)
+    t = torch._int_mm(a, b)
+    ok = torch.equal(t.long(), exact)
+    row("int8", "torch._int_mm", timing.graph_time_us(lambda: torch._int_mm(a, b)), flops, 0.0 if ok else 1.0, ok)
+
+
+@dt.algorithm
+def quantise_fp8(X: dt.Tensor["M", "K"]):
+    """Per-token e4m3 quantisation: the row scale absmax / 448 (in fp32: of bf16 values it would be
+    bf16 by torch's rules) and the saturated quotients."""
+    i, k = dt.axes("i k")
+    scale = dt.maximum(dt.cast(dt.max(dt.abs(X[i, k]), over=k), torch.float32), 1e-12) / 448.0
+    return dt.cast(X[i, k] / scale, E4, saturate=True)[i, k], scale[i]
+
+
+def quantise_eager(x: torch.Tensor):
+    s = x.float().abs().amax(1).clamp(min=1e-12) / 448.0
+    return (x.float() / s[:, None]).clamp(-448, 448).to(E4), s
+
+
+def run_quant(budget: float) -> None:
+    m, k = size(8192), size(4096)
+    x = torch.randn(m, k, device=timing.DEV).to(torch.bfloat16)
+    rq, rs = quantise_eager(x)
+    kern, note = timing.tuned_kernel(quantise_fp8, (x,), budget)
+    q, s = kern(x)
+    steps = (q.view(torch.uint8).int() - rq.view(torch.uint8).int()).abs()
+    differ = float((steps != 0).float().mean())
+    ok = bool(steps.max() <= 1) and differ < 1e-2 and timing.relerr(s, rs) < 1e-6
+    mb = (x.numel() * 2 + q.numel() + m * 4) / 1e6
+    us = timing.graph_time_us(lambda: kern(x))
+    r = row("quant fp8", "dtriton", us, 0.0, differ, ok, f"{note}; {differ:.2e} of elements one fp8 step off")
+    r["tbps"] = round(mb / us, 3)
+    us = timing.graph_time_us(lambda: quantise_eager(x))
+    r = row("quant fp8", "torch eager", us, 0.0, 0.0, True)
+    r["tbps"] = round(mb / us, 3)
+
+
+def ratios() -> list[str]:
+    """dtriton's time against each torch row of its case (torch time / dtriton time: >= 0.9 is the mark)."""
+    out = []
+    for case in dict.fromkeys(r["case"] for r in ROWS):
+        mine = [r for r in ROWS if r["case"] == case and r["impl"] == "dtriton"]
+        for r in ROWS:
+            if r["case"] == case and r["impl"] != "dtriton" and mine and r["kernel_us"] == r["kernel_us"]:
+                x = r["kernel_us"] / mine[0]["kernel_us"]
+                mark = f" ({'PASS' if x >= 0.9 else 'MISS'} of 0.9x)" if case != "quant fp8" else ""
+                out.append(f"{case}: dtriton is {x:.3f}x {r['impl']}{mark}")
+    return out
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--dry-run", action="store_true", help="CPU interpreter, tiny shapes (checks the script)")
+    p.add_argument("--budget", type=float, default=40.0, help="exploration seconds per dtriton row (0: DB/heuristic)")
+    p.add_argument("--out", default=None, help="directory of narrow.json (default $OUT, else bench/results/issue19)")
+    p.add_argument("--only", default="fp8,int8,quant", help="comma-separated groups: fp8, int8, quant")
+    a = p.parse_args(argv)
+    if a.dry_run:
+        timing.DEV, timing.DRY = "cpu", True
+        a.budget = 0.0
+    only = set(a.only.split(","))
+    print(f"== narrow types ({'dry run' if timing.DRY else torch.cuda.get_device_name()}), budget {a.budget:g} s", flush=True)
+    if "fp8" in only:
+        run_fp8(a.budget)
+    if "int8" in only:
+        run_int8(a.budget)
+    if "quant" in only:
+        run_quant(min(a.budget, 10.0))
+    out = a.out or os.environ.get("OUT") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "issue19")
+    os.makedirs(out, exist_ok=True)
+    meta = dict(when=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                device="cpu (dry run)" if timing.DRY else torch.cuda.get_device_name(), budget=a.budget,
+                torch=torch.__version__)
+    with open(os.path.join(out, "narrow.json"), "w") as f:
+        json.dump(dict(meta=meta, rows=ROWS, ratios=ratios()), f, indent=1)
+    print("\n| case | impl | kernel us | TFLOP/s (TB/s) | rel. err | ok | note |\n|---|---|---|---|---|---|---|")
+    for r in ROWS:
+        rate = r.get("tbps", r["tflops"])
+        print(f"| {r['case']} | {r['impl']} | {r['kernel_us']} | {rate} | {r['err']} | {r['ok']} | {r['note']} |")
+    for line in ratios():
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
