@@ -15,8 +15,8 @@ from .combiners import COMBINERS, Combiner, get as get_combiner, register as reg
 from .expr import (BINARY_OPS, COMPARE_OPS, FP8_DTYPES, INT_OPS, SATURATING_DTYPES, UNARY_OPS, Axis, Binary, Cast, Const, Expr, InputTensor, Load,
                    Output, PaddedTensor, Reduce, ScalarParam, Unary, Where, as_expr, fmt)
 from .walk import contains, expr_axes, float_inputs, mul_factors, reduces_in, topo_order, walk
-from .bounds import AxisBounds, axis_bounds, guard, integer_valued, reduction_guard
-from .intervals import Interval, Read, analyse_reads, int_magnitude, interval, kernel_reads, never_negative
+from .bounds import AxisBounds, axis_bounds, guard, reduction_guard
+from .intervals import Interval, Read, analyse_reads, int_magnitude, integer_valued, interval, kernel_reads, never_negative
 from .reference import (FLOAT_DTYPES, INDEX_DTYPES, Binding, check_reads, compute_dtype, evaluate, integer_reductions, is_index,
                         kernel_f64,
                         output_dtype, unit_dim)

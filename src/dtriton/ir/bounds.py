@@ -25,10 +25,10 @@ from typing import Callable
 
 import torch
 
-from .expr import Axis, Binary, Cast, Const, Expr, Load, Reduce, ScalarParam, Unary, Where
+from .expr import Axis, Binary, Cast, Const, Expr, Reduce, Unary, Where
 from .walk import walk
 
-__all__ = ["AxisBounds", "axis_bounds", "guard", "integer_valued", "reduction_guard"]
+__all__ = ["AxisBounds", "axis_bounds", "guard", "reduction_guard"]
 
 _FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}      # a OP b == b FLIP[OP] a
 _NEGATE = {"lt": "ge", "le": "gt", "gt": "le", "ge": "lt", "eq": "ne", "ne": "eq"}    # not (a OP b)
@@ -208,22 +208,3 @@ def axis_bounds(cond: Expr, axis: str, usable: Callable[[Expr], bool] = lambda e
         lower.extend(got[0])
         upper.extend(got[1])
     return AxisBounds(axis, tuple(lower), tuple(upper), exact)
-
-
-def integer_valued(e: Expr, int_tensor: Callable[[str], bool]) -> bool:
-    """Whether ``e`` has an integer value: axis values, integer literals and ``int`` arguments,
-    loads of tensors ``int_tensor(name)`` says are integer, and their sums, differences, products
-    and negations."""
-    if isinstance(e, Axis):
-        return True
-    if isinstance(e, Const):
-        return e.value.is_integer()
-    if isinstance(e, ScalarParam):
-        return e.pytype is int
-    if isinstance(e, Load):
-        return int_tensor(e.tensor.name)
-    if isinstance(e, Unary) and e.op == "neg":
-        return integer_valued(e.x, int_tensor)
-    if isinstance(e, Binary) and e.op in ("add", "sub", "mul"):
-        return integer_valued(e.a, int_tensor) and integer_valued(e.b, int_tensor)
-    return False

@@ -17,13 +17,16 @@ runs, see :func:`dtriton.ir.reference.check_reads`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Callable, Mapping
 
-from .expr import Axis, Binary, Cast, Const, Expr, Load, Reduce, ScalarParam, Unary, Where
+from .expr import INT_OPS, Axis, Binary, Cast, Const, Expr, Load, Reduce, ScalarParam, Unary, Where
 from .walk import topo_order
 
-__all__ = ["Interval", "Read", "analyse_reads", "guard_ranges", "int_magnitude", "interval", "kernel_reads", "never_negative",
-           "point"]
+__all__ = ["Interval", "Read", "analyse_reads", "guard_ranges", "int_magnitude", "integer_valued", "interval", "kernel_reads",
+           "never_negative", "point"]
+
+#: the operations of an affine integer expression (what loop bounds solved from a mask are made of)
+AFFINE_OPS = frozenset({"neg", "add", "sub", "mul"})
 
 #: comparison with its operands swapped (``a < b`` is ``b > a``) and negated (``not a < b`` is ``a >= b``)
 _SWAP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
@@ -341,3 +344,35 @@ def never_negative(e: Expr) -> bool:
     ranges = {a: Interval(0, 2**62, False, frozenset((a,))) for a in e.axes}
     iv = interval(e, ranges, None)
     return iv is not None and iv.lo >= 0
+
+
+def integer_valued(n: Expr, int_tensor: Callable[[str], bool], affine: bool = False) -> bool:
+    """Whether ``n`` only takes integer values: axis values, integer literals, ``int`` arguments and
+    loads of the tensors ``int_tensor(name)`` says are integer, combined by sums, differences,
+    products and negations; unless ``affine``, also the index of an arg-reduction, integer casts,
+    ``abs``, extrema, ``//``, ``%`` and selections of them. ``affine=True`` is the set loop bounds
+    solved from a mask may use (:mod:`dtriton.ir.bounds`)."""
+    def rec(e: Expr) -> bool:
+        if isinstance(e, Axis):
+            return True
+        if isinstance(e, Const):
+            return e.value.is_integer()
+        if isinstance(e, ScalarParam):
+            return e.pytype is int
+        if isinstance(e, Load):
+            return int_tensor(e.tensor.name)
+        if isinstance(e, Unary):
+            return (e.op in AFFINE_OPS or (not affine and e.op == "abs")) and rec(e.x)
+        if isinstance(e, Binary):
+            ok = e.op in AFFINE_OPS or (not affine and e.op in ("maximum", "minimum", *INT_OPS))
+            return ok and rec(e.a) and rec(e.b)
+        if affine:
+            return False
+        if isinstance(e, Reduce):
+            return e.combiner.results == 2
+        if isinstance(e, Cast):
+            return not e.dtype.is_floating_point
+        if isinstance(e, Where):
+            return rec(e.a) and rec(e.b)
+        return False
+    return rec(n)

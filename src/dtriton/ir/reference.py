@@ -18,13 +18,18 @@ import torch
 from ..errors import IndexRangeError, ShapeError
 from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT_OPS, Load, Reduce, ScalarParam, Unary,
                    Where, fmt)
-from .intervals import Read, analyse_reads
+from .intervals import Read, analyse_reads, integer_valued
 from .walk import mul_factors, topo_order
 
 __all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "saturate", "check_reads", "integer_reductions", "is_index", "output_dtype", "kernel_f64", "compute_dtype", "evaluate"]
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INDEX_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
+
+
+def _int_tensor(dtypes: dict[str, torch.dtype]):
+    """The predicate "tensor ``name`` holds integers" of a binding's dtypes."""
+    return lambda name: not dtypes[name].is_floating_point
 
 
 def is_index(n: Expr) -> bool:
@@ -131,31 +136,6 @@ def _node_dtype(n: Expr, dtypes: dict[str, torch.dtype], typed: dict) -> tuple[t
     raise AssertionError(n)
 
 
-def integer_valued(n: Expr, dtypes: dict[str, torch.dtype]) -> bool:
-    """Whether ``n`` only takes integer values: axis values, integer literals and tensors, the index
-    of an arg-reduction, and sums, differences, products, extrema, negations and selections of them."""
-    if isinstance(n, Axis):
-        return True
-    if isinstance(n, Const):
-        return n.value.is_integer()
-    if isinstance(n, ScalarParam):
-        return n.pytype is int
-    if isinstance(n, Load):
-        return not dtypes[n.tensor.name].is_floating_point
-    if isinstance(n, Reduce):
-        return n.combiner.results == 2
-    if isinstance(n, Cast):
-        return not n.dtype.is_floating_point
-    if isinstance(n, Unary):
-        return n.op in ("neg", "abs") and integer_valued(n.x, dtypes)
-    if isinstance(n, Binary):
-        return n.op in ("add", "sub", "mul", "maximum", "minimum", *INT_OPS) and \
-            all(integer_valued(c, dtypes) for c in (n.a, n.b))
-    if isinstance(n, Where):
-        return integer_valued(n.a, dtypes) and integer_valued(n.b, dtypes)
-    return False
-
-
 def check_computed_indices(alg, sizes: dict[str, int], axis_sizes: dict[str, int],
                            dtypes: dict[str, torch.dtype]) -> None:
     """Call-time checks of computed indices, each a :class:`ShapeError` naming the stage or index:
@@ -163,7 +143,7 @@ def check_computed_indices(alg, sizes: dict[str, int], axis_sizes: dict[str, int
     that is not integer-valued (``X[i, dt.argmax(...)[i] * 0.5]``), and an arg-reduction used
     directly as the index of a dim shorter than the axis it ranges over (it could read outside)."""
     for n in alg.nodes:
-        if isinstance(n, Binary) and n.op in INT_OPS and not all(integer_valued(c, dtypes) for c in (n.a, n.b)):
+        if isinstance(n, Binary) and n.op in INT_OPS and not all(integer_valued(c, _int_tensor(dtypes)) for c in (n.a, n.b)):
             sym = "//" if n.op == "floordiv" else "%"
             raise ShapeError(f"{fmt(n)}: {sym} is integer arithmetic (indices such as h // G, i % W); both operands "
                              f"must be integers (axes, integer literals, int arguments, integer tensors); convert "
@@ -177,7 +157,7 @@ def check_computed_indices(alg, sizes: dict[str, int], axis_sizes: dict[str, int
             if isinstance(e, Axis):
                 continue
             where = f"index {d} of {n.tensor.name} ({fmt(e)})"
-            if not integer_valued(e, dtypes):
+            if not integer_valued(e, _int_tensor(dtypes)):
                 raise ShapeError(f"{where} is not integer-valued; an index must be an integer (an integer tensor, "
                                  f"an axis, an arg-reduction, or sums and products of them), e.g. dt.cast(..., torch.int64)")
             if isinstance(e, Reduce) and e.combiner.results == 2:

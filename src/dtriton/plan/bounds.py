@@ -72,7 +72,7 @@ def _pass_bounds(k: KernelPlan, p: PassPlan, by_id: dict[int, Reduce]) -> LoopBo
 
     def usable(t: Expr) -> bool:
         return (set(t.axes) <= bound and not any(isinstance(n, Reduce) for n in walk([t]))
-                and integer_valued(t, lambda name: name in k.dtypes and not k.dtypes[name].is_floating_point))
+                and integer_valued(t, lambda name: name in k.dtypes and not k.dtypes[name].is_floating_point, affine=True))
 
     ab = axis_bounds(cond, axis, usable)
     if ab.empty:

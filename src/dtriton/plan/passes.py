@@ -20,7 +20,7 @@ from ..ir import Axis, Load, Reduce, Unary, Binary, mul_factors
 from .graph import contains, fused_deps, fused_reduces, has, need_axes
 from .kernel import KernelPlan, PassPlan
 
-__all__ = ["block_accumulated", "online_ok", "pipelined", "plan_passes", "top_bound"]
+__all__ = ["block_accumulated", "online_ok", "pipelined", "plan_passes", "shift_factor", "top_bound"]
 
 
 def top_bound(k: KernelPlan) -> set[str]:
@@ -34,6 +34,19 @@ def _loop_axes(k: KernelPlan, r: Reduce, bound: set[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(k.flat_of(a) for a in r.over if a not in bound))
 
 
+def shift_factor(s: Reduce, m: Reduce, k: KernelPlan) -> Unary | None:
+    """The one factor ``exp(a - m)`` or ``exp2(a - m)`` of sum ``s``'s body through which it uses
+    max stage ``m`` (``a`` free of ``m``), or None when ``s`` uses ``m`` otherwise or more than once."""
+    hits = [f for f in mul_factors(s.x) if contains(f, m, k.materialized)]
+    if len(hits) != 1:
+        return None
+    f = hits[0]
+    if (isinstance(f, Unary) and f.op in ("exp", "exp2") and isinstance(f.x, Binary) and f.x.op == "sub"
+            and f.x.b is m and not contains(f.x.a, m, k.materialized)):
+        return f
+    return None
+
+
 def online_ok(s: Reduce, grp: list[Reduce], pending: list[Reduce], k: KernelPlan) -> bool:
     """Sum ``s`` can join a one-pass online group: every max stage of ``grp`` it uses appears
     once, as a factor ``exp(a - max)`` of its body (``s``'s combiner is ``"rescaled"`` online, the
@@ -44,16 +57,7 @@ def online_ok(s: Reduce, grp: list[Reduce], pending: list[Reduce], k: KernelPlan
     maxes = [m for m in grp if m.combiner.online == "running_max" and has(deps, m)]
     if not maxes or any(not has(grp, d) and has(pending, d) for d in deps):
         return False
-    fs = mul_factors(s.x)
-    for m in maxes:
-        hits = [f for f in fs if contains(f, m, k.materialized)]
-        if len(hits) != 1:
-            return False
-        f = hits[0]
-        if not (isinstance(f, Unary) and f.op in ("exp", "exp2") and isinstance(f.x, Binary) and f.x.op == "sub"
-                and f.x.b is m and not contains(f.x.a, m, k.materialized)):
-            return False
-    return True
+    return all(shift_factor(s, m, k) is not None for m in maxes)
 
 
 def _top_groups(k: KernelPlan, tops: list[Reduce], bound: set[str]) -> list[tuple[list[Reduce], tuple[str, ...]]]:
@@ -134,11 +138,12 @@ def pipelined(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...]) -> in
 
 def _shift_op(k: KernelPlan, rs: list[Reduce], m: int) -> str:
     """The exponential ("exp" or "exp2") through which the sums of an online pass use max ``m``
-    (:func:`online_ok` admitted each as one factor ``exp(a - max)`` or ``exp2(a - max)``)."""
+    (each through the one factor :func:`shift_factor` finds, as :func:`online_ok` admitted them)."""
+    mx = next(r for r in rs if r.uid == m)
     for s in rs:
-        for f in mul_factors(s.x):
-            if isinstance(f, Unary) and isinstance(f.x, Binary) and f.x.op == "sub" and f.x.b.uid == m:
-                return f.op
+        f = shift_factor(s, mx, k) if s is not mx and s.combiner.online == "rescaled" else None
+        if f is not None:
+            return f.op
     return "exp"
 
 
