@@ -2,6 +2,7 @@
 as one algorithm, against torch on odd sizes (the interpreter)."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -119,3 +120,11 @@ def test_bench_narrow_dry_run(tmp_path):
     assert {r["case"] for r in rows} == {"fp8 rowwise", "fp8 tensorwise", "int8", "quant fp8"}
     assert all(r["ok"] for r in rows), rows
     assert out.rstrip().splitlines()[-1].startswith("quant fp8: dtriton is")
+
+
+def test_readme_narrow_example_is_the_tested_snippet():
+    """The README's narrow-types block is the start of docs/snippets/narrow.py (run by test_docs)."""
+    root = Path(__file__).resolve().parents[1]
+    block = (root / "README.md").read_text(encoding="utf-8").split("## Narrow types", 1)[1]
+    block = block.split("```python\n", 1)[1].split("```", 1)[0]
+    assert (root / "docs" / "snippets" / "narrow.py").read_text(encoding="utf-8").startswith(block)
