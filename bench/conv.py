@@ -12,8 +12,10 @@ Cases (fp16; shapes of the issue's marks):
 - ``conv1d``: kernel 3, stride 2, dilation 2, pad 2, N32 C256 L4096 K256, as torch's NCL layout
   (``conv1d``) and channels-last (NLC, defined here).
 - ``conv_transpose2d``: 3x3, stride 2, pad 1, output_padding 1, N32 C128 28x28 -> K128 56x56, in
-  the gather form (``conv_transpose2d``, NCHW; and channels-last, defined here). The gather form
-  multiplies the stride's zeros too (4x the FLOPs at stride 2).
+  the gather form (``conv_transpose2d``, NCHW; and channels-last, defined here), which multiplies
+  the stride's zeros too (4x the FLOPs at stride 2), and by output phases
+  (``conv_transpose2d_phases``: one implicit GEMM per phase pair over its own taps, 1.8x the
+  FLOPs for a 3x3 kernel at stride 2, none wasted for 4x4).
 
 Every row is first checked against torch in float64 on the same inputs; a row off by more than
 2e-2 (relative norm) is not timed. Kernel time: CUDA-graph replay (``bench/run.py``'s
@@ -62,6 +64,18 @@ def conv_transpose2d_nhwc(X: dt.Tensor["N", "H", "W", "C"], Wt: dt.Tensor["O", "
                   over=(c, r, q))[n, h, w, o]
 
 
+@dt.algorithm
+def conv_transpose2d_phases_nhwc(X: dt.Tensor["N", "H", "W", "C"], Wt: dt.Tensor["O", "R", "Q", "C"], stride: int,
+                                 padding: int, Hh: int, Wh: int, J: int):
+    """``dtriton.library.conv_transpose2d_phases`` channels-last: X (N, H, W, C), Wt (O, R, Q, C) ->
+    (N, Hh, stride, Wh, stride, O), viewed as (N, Ho, Wo, O)."""
+    n, o, c, a, b, j, i = dt.axes("n o c a:Hh b:Wh j:J i:J")
+    ph, pw = dt.axes("ph:stride pw:stride")
+    x = X.pad(0.0)[n, a + (ph + padding) // stride - j, b + (pw + padding) // stride - i, c]
+    wt = Wt.pad(0.0)[o, (ph + padding) % stride + j * stride, (pw + padding) % stride + i * stride, c]
+    return dt.sum(x * wt, over=(c, j, i))[n, a, ph, b, pw, o]
+
+
 def osize(n: int, k: int, s: int, p: int, d: int = 1) -> int:
     return (n + 2 * p - d * (k - 1) - 1) // s + 1
 
@@ -102,8 +116,13 @@ def cases(dev: str, dry: bool):
     ho = (Ht - 1) * 2 - 2 + 2 + 1 + 1                                   # output_padding 1
     xt, wt = rnd(N, Ct, Ht, Ht), rnd(Ct, Ct, 3, 3)
     xtl, wtl = xt.permute(0, 2, 3, 1).contiguous(), wt.permute(1, 2, 3, 0).contiguous()
+    hh = ho // 2
     yield ("conv_transpose2d 3x3 s2", [("dtriton NCHW", L.conv_transpose2d, [xt, wt, 2, 1, 1, ho, ho], lambda o: o),
-                                       ("dtriton NHWC", conv_transpose2d_nhwc, [xtl, wtl, 2, 1, ho, ho], to_nchw)],
+                                       ("dtriton NHWC", conv_transpose2d_nhwc, [xtl, wtl, 2, 1, ho, ho], to_nchw),
+                                       ("dtriton phases NCHW", L.conv_transpose2d_phases, [xt, wt, 2, 1, hh, hh, 2],
+                                        lambda o: o.reshape(N, Ct, ho, ho)),
+                                       ("dtriton phases NHWC", conv_transpose2d_phases_nhwc, [xtl, wtl, 2, 1, hh, hh, 2],
+                                        lambda o: to_nchw(o.reshape(N, ho, ho, Ct)))],
            lambda a, b: F.conv_transpose2d(a, b, stride=2, padding=1, output_padding=1), [xt, wt],
            2 * N * Ht * Ht * Ct * Ct * 9 / 1e9, (xt.numel() + wt.numel() + N * Ct * ho * ho) * xt.element_size() / 1e6)
 

@@ -119,6 +119,21 @@ def test_conv_transpose2d_gather_form(h, w, s, p, d):
     assert "tl.dot(" in source(L.conv_transpose2d, args)
 
 
+@pytest.mark.parametrize("h,w,s,p,r,op", [(4, 5, 2, 1, 3, 1), (3, 3, 2, 0, 4, 0), (5, 4, 3, 1, 3, 2), (1, 1, 2, 0, 2, 0)])
+def test_conv_transpose2d_by_output_phases(h, w, s, p, r, op):
+    """One implicit GEMM per output phase over its own taps: the output (N, O, Ho/s, s, Wo/s, s)
+    viewed back as (N, O, Ho, Wo) is torch's."""
+    X, W = randn(2, 3, h, w), randn(3, 4, r, r)
+    ref = F.conv_transpose2d(X.double(), W.double(), stride=s, padding=p, output_padding=op)
+    ho, wo = ref.shape[2:]
+    assert ho % s == 0 and wo % s == 0
+    args = [X, W, s, p, ho // s, wo // s, -(-r // s)]
+    _, (out,) = check(L.conv_transpose2d_phases, args)
+    torch.testing.assert_close(out.double().reshape(ref.shape), ref, rtol=1e-5, atol=1e-5)
+    if h > 1:   # (two output rows per phase are too few for a dot: a multiply-and-sum)
+        assert "tl.dot(" in source(L.conv_transpose2d_phases, args)
+
+
 def test_bias_and_relu_epilogue_fused_into_the_gemm():
     args = [randn(2, 5, 6, 4), randn(7, 3, 3, 4), randn(7), 5, 6]
     check(conv2d_bias_relu, args, torch_ref=lambda X, W, b, ho, wo: torch.relu(

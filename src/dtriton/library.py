@@ -13,7 +13,8 @@ __all__ = ["matmul", "linear_relu", "softmax", "log_softmax", "layer_norm", "rms
            "column_sum", "spatial_diffusion", "attention", "causal_attention", "add_one", "batch_norm", "instance_norm",
            "group_norm", "layer_norm_chw", "frobenius_normalize", "avg_pool2d", "max_pool2d", "max_pool2d_window",
            "avg_pool2d_window",
-           "conv1d", "conv2d", "conv2d_nhwc", "grouped_conv2d_nhwc", "depthwise_conv2d_nhwc", "conv3d", "conv_transpose2d"]
+           "conv1d", "conv2d", "conv2d_nhwc", "grouped_conv2d_nhwc", "depthwise_conv2d_nhwc", "conv3d", "conv_transpose2d",
+           "conv_transpose2d_phases"]
 
 
 @dt.algorithm
@@ -288,3 +289,19 @@ def conv_transpose2d(X: Tensor["N", "C", "H", "W"], Wt: Tensor["C", "O", "R", "Q
     hit = (y % stride == 0) & (x % stride == 0)
     return dt.sum(dt.where(hit, X.pad(0.0)[n, c, y // stride, x // stride], 0.0) * Wt[c, o, r, q],
                   over=(c, r, q))[n, o, h, w]
+
+
+@dt.algorithm
+def conv_transpose2d_phases(X: Tensor["N", "C", "H", "W"], Wt: Tensor["C", "O", "R", "Q"], stride: int, padding: int,
+                            Hh: int, Wh: int, J: int):
+    """torch's ``conv_transpose2d`` (no bias, dilation 1) by output phases: the output viewed as
+    (N, O, Hh, stride, Wh, stride) (``Ho = Hh * stride``: pick ``output_padding`` so it divides; view
+    the result back with ``.view(N, O, Ho, Wo)``). Output row ``h = a * stride + ph`` takes the taps
+    ``r = (ph + padding) % stride + j * stride`` only (``J = ceil(R / stride)``; the weight reads 0
+    past R), so no product with the stride's zeros is computed, unlike :func:`conv_transpose2d`'s
+    gather form; each phase pair is one implicit GEMM."""
+    n, o, c, a, b, j, i = dt.axes("n o c a:Hh b:Wh j:J i:J")
+    ph, pw = dt.axes("ph:stride pw:stride")
+    x = X.pad(0.0)[n, c, a + (ph + padding) // stride - j, b + (pw + padding) // stride - i]
+    wt = Wt.pad(0.0)[c, o, (ph + padding) % stride + j * stride, (pw + padding) % stride + i * stride]
+    return dt.sum(x * wt, over=(c, j, i))[n, o, a, ph, b, pw]
