@@ -260,3 +260,37 @@ def test_many_split_states_of_one_sample_fold_as_one_block(split):
     out = torch.full_like(x, float("nan"))
     k(x, out=out)
     assert relerr(out, F.layer_norm(x.double(), x.shape[1:], eps=1e-5)) < 2e-4
+
+
+@dt.algorithm
+def instance_norm_and_mean(X: Tensor["N", "C", "H", "W"]):
+    """Instance norm that also returns its mean (as a forward saving statistics would)."""
+    n, c, h, q = dt.axes("n c h q")
+    mu = dt.mean(X[n, c, h, q], over=(h, q))
+    xc = X[n, c, h, q] - mu
+    return (xc * dt.rsqrt(dt.mean(xc * xc, over=(h, q)) + 1e-5))[n, c, h, q], mu[n, c]
+
+
+def test_the_mean_beside_a_variance_is_read_off_its_state():
+    """In one statistics loop the mean needs no block of its own: count * (shift + mean deviation)
+    of the variance's folded state, divided by the count, is the mean."""
+    x = torch.randn(2, 3, 13, 7, dtype=torch.float64) * 3 + 100
+    src = dt.compile(instance_norm, LOOP).source_for(x.float())
+    assert "acc_mean0" not in src and "# stage mean0" in src, src
+    out = dt.compile(instance_norm, LOOP)(x.float())
+    assert relerr(out, F.instance_norm(x, eps=1e-5)) < 1e-5
+
+
+def test_a_mean_returned_as_an_output_keeps_its_own_sum():
+    """A mean the algorithm returns keeps its block sum: over an infinite value it is inf, as in
+    torch (a state would give NaN)."""
+    x = torch.randn(2, 3, 9, 5)
+    x[1, 2, 0, 0] = float("inf")   # a lane's first value: its shift
+    k = dt.compile(instance_norm_and_mean, LOOP)
+    assert "acc_mean0" in k.source_for(x)
+    out, mu = k(x)
+    torch.testing.assert_close(mu, x.mean(dim=(2, 3)))
+    assert mu[1, 2] == float("inf")
+    ref = F.instance_norm(x.double(), eps=1e-5)
+    fin = ~ref.isnan()
+    assert torch.equal(out.isnan(), ref.isnan()) and relerr(out[fin], ref[fin]) < 1e-5

@@ -150,7 +150,10 @@ class PassPlan:
     base 2: their rescaling factors are ``exp2`` too).
     ``pipeline``: the loop is emitted as ``tl.range(..., num_stages=pipeline)``, so Triton's
     pipeliner prefetches its loads that many steps ahead (through shared memory); 0: a plain
-    ``range``."""
+    ``range``.
+    ``state_means``: ``(mean id, variance id)`` pairs of block-accumulated reductions of the same
+    values over the same axes: the mean is read off the variance's folded state (count times
+    shift plus mean deviation) instead of accumulating a block of its own."""
     reductions: tuple[int, ...]
     loop_axes: tuple[str, ...]
     online: bool = False
@@ -160,6 +163,7 @@ class PassPlan:
     block_acc: tuple[int, ...] = ()
     base2_maxes: tuple[int, ...] = ()
     pipeline: int = 0
+    state_means: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,7 @@ class ReducePrinter:
                                          "not TMA (plan and printer disagree)")
         if pp.online and loop_axes:
             self.nan_where_max_is_minus_inf(rs, set(pp.online_maxes), scope, accs)
-        self.finish_pass(rs, loop_axes, scope, accs)
+        self.finish_pass(rs, loop_axes, scope, accs, dict(pp.state_means))
 
     def pass_body(self, rs: list[Reduce], loop_axes: list[str], inner: Scope, scope: Scope, pp: PassPlan, accs) -> None:
         """One step of every reduction of a pass in its innermost scope ``inner`` (online maxes
@@ -80,12 +80,13 @@ class ReducePrinter:
         accumulators are declared by the first of the pass's loops (the plan's bounds may print
         several in a row)."""
         lin = inner.layout
+        from_state = dict(pp.state_means)
         for r in rs:
-            if r.uid in pp.block_acc and "acc" not in accs[r.uid]:
+            if r.uid in pp.block_acc and "acc" not in accs[r.uid] and r.uid not in from_state:
                 self.block_accumulator(r, accs[r.uid], inner, scope)
         mstate = self.online_maxes(rs, inner, scope, pp, accs) if pp.online else {}
         for r in rs:
-            if r.uid in mstate:
+            if r.uid in mstate or r.uid in from_state:
                 continue
             info = accs[r.uid]
             if r.uid in pp.block_acc:
@@ -285,12 +286,20 @@ class ReducePrinter:
                                    self.present_of_axes(m.axes, scope), scope)
                 scope.emit(f"{info['acc']} = tl.where({mx} == -float('inf'), float('nan'), {info['acc']})")
 
-    def finish_pass(self, rs: list[Reduce], loop_axes: list[str], scope: Scope, accs) -> None:
+    def finish_pass(self, rs: list[Reduce], loop_axes: list[str], scope: Scope, accs,
+                    from_state: dict[int, int] | None = None) -> None:
         """After the loops: each reduction's value in ``scope`` (dots relaid out and multiplied by
-        their hoisted factors, means divided), recorded as computed there."""
-        for r in rs:
+        their hoisted factors, means divided; a mean of ``from_state`` (mean id -> variance id)
+        read off its variance's folded state), recorded as computed there."""
+        from_state = from_state or {}
+        for r in sorted(rs, key=lambda r: r.uid in from_state):   # the states first
             info = accs[r.uid]
-            if not loop_axes:
+            if r.uid in from_state:
+                var = next(x for x in rs if x.uid == from_state[r.uid])
+                st = dict(zip(var.combiner.state, self.state_values[var.uid]))
+                # the sum of the values the state counts: count times (shift + mean deviation)
+                v, vl = f"{st['n']} * ({st['k']} + {st['m']})", scope.layout
+            elif not loop_axes:
                 v = info["result"][1] if r.combiner.results == 2 else info["result"]
                 vl = (info["dot"].m, info["dot"].n) if info["dot"] else scope.layout
             elif info.get("block") and r.combiner.state:
