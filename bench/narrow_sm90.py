@@ -1,0 +1,137 @@
+"""Compile the GPU kernels of bench/narrow.py for sm_90 on a machine without a GPU (no launch).
+
+    PYTHONPATH=src python3 bench/narrow_sm90.py [--schedule JSON] [--out DIR]
+
+Each row of bench/narrow.py (fp8 rowwise and tensorwise, int8 -> int32, fp8 per-token quantisation) and
+the saturating int8 quantisation is planned as a CUDA call at its bench shape (the binding is told it
+is on the GPU; tensors live on the meta device), printed with pointer access (host TMA descriptors
+need a device), and every kernel compiled by Triton for sm_90 with its own ptxas. Per kernel: registers,
+shared memory, warps, and the tensor-core instructions in the PTX (``wgmma`` with its operand types),
+so an 8-bit dot that fell back to fp32 or to FMA shows. ``--schedule`` merges JSON fields into each
+case's heuristic schedule.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dtriton as dt  # noqa: E402
+from dtriton.backends import default_backend  # noqa: E402
+from dtriton.plan.callspec import call_spec  # noqa: E402
+from dtriton.plan.decide import plan_program  # noqa: E402
+from narrow import E4, fp8_rowwise, fp8_tensorwise, int8_mm, quantise_fp8  # noqa: E402
+
+CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+
+#: torch dtype -> Triton's pointer element type name
+PTR = {torch.float8_e4m3fn: "fp8e4nv", torch.float8_e5m2: "fp8e5", torch.int8: "i8", torch.int32: "i32",
+       torch.int64: "i64", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+@dt.algorithm
+def quantise_int8(X: dt.Tensor["M", "K"]):
+    """Per-token int8 quantisation (the saturating integer cast's helper)."""
+    i, k = dt.axes("i k")
+    scale = dt.maximum(dt.cast(dt.max(dt.abs(X[i, k]), over=k), torch.float32), 1e-12) / 127.0
+    return dt.cast(X[i, k] / scale, torch.int8, saturate=True)[i, k], scale[i]
+
+
+def registers(cubin: bytes) -> str:
+    """``regs N, stack N`` of a cubin (cuobjdump's resource usage)."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+    text = subprocess.run([CUOBJDUMP, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    os.unlink(f.name)
+    m = re.search(r"REG:(\d+).*?STACK:(\d+)", text)
+    return f"regs {m.group(1)}, stack {m.group(2)}" if m else "regs ?"
+
+
+def cases():
+    """(name, algorithm, args on the meta device) at bench/narrow.py's shapes."""
+    m = dict(device="meta")
+    a = torch.empty(4096, 4096, dtype=E4, **m)
+    bt = torch.empty(4096, 4096, dtype=E4, **m).t()
+    ai = torch.empty(4096, 4096, dtype=torch.int8, **m)
+    v = torch.empty(4096, **m)
+    x = torch.empty(8192, 4096, dtype=torch.bfloat16, **m)
+    return [("fp8_rowwise", fp8_rowwise, (a, bt, v, v)), ("fp8_tensorwise", fp8_tensorwise, (a, bt, v[:1])),
+            ("int8_mm", int8_mm, (ai, ai)), ("quantise_fp8", quantise_fp8, (x,)), ("quantise_int8", quantise_int8, (x,))]
+
+
+def compile_case(name, alg, args, extra: dict, out: str) -> None:
+    b = alg.bind(args)
+    b.device = torch.device("cuda")
+    sched = dt.compile(alg).complete(b)
+    sched = dt.Schedule.from_json(json.dumps(dict(json.loads(sched.to_json()), access="pointer", **extra)))
+    prog = plan_program(alg, sched, b, call_spec(alg, b, args, False))
+    src, metas = default_backend().render(prog)
+    path = os.path.join(out, f"{name}.py")
+    with open(path, "w") as f:
+        f.write(src)
+    spec = importlib.util.spec_from_file_location(f"narrow_sm90_{name}", path)
+    mod = importlib.util.module_from_spec(spec)
+    mod._jit = triton.jit
+    spec.loader.exec_module(mod)
+    print(f"{name}: {sched.to_json()}", flush=True)
+    dtypes = dict(b.dtypes) | {o.name: d for o, d in zip(alg.outputs, b.out_dtypes)}
+    for k in prog.kernels:
+        dtypes |= {buf.name: buf.torch_dtype for buf in k.materialized.values()}
+    # each tensor's unit-stride dim (a transposed view's is not its last): Triton specialises a stride of 1
+    unit = {f"{t}_s{d}" for t, d in b.unit_dims.items() if d >= 0}
+    for meta in metas:
+        fn = getattr(mod, meta.name)
+        unit |= {f"{t}_s{n - 1}" for t, n in meta.tensor_ndim.items() if n and t not in b.unit_dims}
+        sig, consts = {}, {}
+        for arg in fn.arg_names:
+            if arg in meta.consts or arg in unit:
+                sig[arg], consts[arg] = "constexpr", meta.consts.get(arg, 1)
+            elif arg.endswith("_ptr"):
+                sig[arg] = "*" + PTR[dtypes.get(arg[:-4], torch.float32)]
+            else:
+                sig[arg] = "i32"
+        attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if sig[a] != "constexpr"}
+        try:
+            ck = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                                options={"num_warps": meta.ir.num_warps, "num_stages": meta.ir.num_stages})
+        except Exception as e:  # noqa: BLE001 - report and go on with the next kernel
+            print(f"  {meta.name}: FAILED to compile: {type(e).__name__}: {str(e)[:400]}", flush=True)
+            continue
+        ptx = ck.asm["ptx"]
+        with open(os.path.join(out, f"{meta.name}.ptx"), "w") as f:
+            f.write(ptx)
+        mma = sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.\w+\.(\w+)\.(\w+)\.(\w+)", ptx)))
+        print(f"  {meta.name}: compiled; {registers(ck.asm['cubin'])}, smem {ck.metadata.shared} B, {meta.ir.num_warps} warps, "
+              f"wgmma {mma or 'none'}, mma.sync {ptx.count('mma.sync')}, fma {ptx.count('fma.rn')}", flush=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--schedule", default="", help="JSON fields merged into each case's heuristic schedule")
+    ap.add_argument("--only", default="", help="comma-separated case names")
+    ap.add_argument("--out", default="", help="keep the sources and PTX here (default: a temporary folder)")
+    a = ap.parse_args(argv)
+    out = a.out or tempfile.mkdtemp(prefix="narrow_sm90_")
+    os.makedirs(out, exist_ok=True)
+    extra = json.loads(a.schedule) if a.schedule else {}
+    for name, alg, args in cases():
+        if not a.only or name in a.only.split(","):
+            compile_case(name, alg, args, extra, out)
+    print(f"sources and PTX in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
