@@ -143,8 +143,8 @@ def variants(base: dt.Schedule, D: int) -> dict[str, dt.Schedule]:
         return base.replace(stages=st, num_warps=warps, num_stages=stages)
     out = {"heuristic": base}
     big = 128 if D <= 64 else 64
-    for q, kv, w, s in (((big, 32), (32, big), 8, 3), ((big, 32), (32, big), 4, 3), ((big, 32), (32, big), 8, 4),
-                        ((64, 64), (64, 64), 4, 3), ((128, 64), (64, 128), 8, 2)):
+    for q, kv, w, s in (((big, 32), (32, big), 8, 3), ((big, 32), (32, big), 4, 3), ((big, 32), (32, big), 4, 5),
+                        ((big, 32), (32, big), 8, 4), ((64, 64), (64, 64), 4, 3), ((128, 64), (64, 128), 8, 2)):
         if D > 64 and (q[1] > 32 or kv[0] > 32):
             continue
         out[f"q{q[0]}x{q[1]} kv{kv[0]}x{kv[1]} w{w} s{s}"] = with_(q, kv, w, s)

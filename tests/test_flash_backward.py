@@ -54,11 +54,13 @@ def test_backward_dots_follow_the_program_layout(causal, D):
     (dq,) = [k for k in prog.kernels if k.stores[0].target == "out0"]
     assert len(kv.dots) == 4 and {d.m for d in kv.dots.values()} == {"j"}
     assert len(dq.dots) == 3 and {d.m for d in dq.dots.values()} == {"i"}
+    assert len(kv.trans_loads) == 2 and len(dq.trans_loads) == 1   # dO and Q; K: one load, one tl.trans
     src, _ = default_backend().render(prog)
     for name in (kv.name, dq.name):
         body = src.split(f"def {name}(")[1].split("\n@_jit")[0]
         loop = body.split("    for ")[1].split("\n    d_")[0]
         assert "tl.permute" not in loop and "None, None" not in loop, loop
+        assert loop.count("tl.trans(") == (2 if name == kv.name else 1)
         divisions = [ln for ln in loop.splitlines() if " / " in ln]
         assert all("1.0 / " in ln or "buf_" in ln for ln in divisions), divisions   # per-row only
 

@@ -23,7 +23,7 @@ from .bounds import plan_bounds, plan_reverse_order
 from .buffers import plan_buffers, plan_int_buffers
 from .epilogues import move_epilogues
 from .callspec import CallSpec
-from .dots import dot_only_axes, plan_dots
+from .dots import dot_only_axes, plan_dots, transposed_operands
 from .implicit_gemm import plan_implicit_gemm
 from .kernel import KernelPlan, Program
 from .lower import lower
@@ -64,6 +64,7 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     # (integer sums of products fold exactly, in int64, not on tensor cores, unless int8 dots)
     k.dots = plan_dots(k, sched.precision, swap_ok=not (sched.warp_specialize and sched.access == "tma"))
     k.dot_only = dot_only_axes(k)
+    k.trans_loads = transposed_operands(k)
     k.access = plan_access(k, sched.access, tma_ok)
     k.eviction, k.evicted = plan_eviction(k, sched.eviction)
     k.passes, k.single = plan_passes(k, bool(sched.warp_specialize))

@@ -251,6 +251,25 @@ def plan_dots(k: KernelPlan, precision: str, swap_ok: bool = True) -> dict[int, 
     return out
 
 
+def transposed_operands(k: KernelPlan) -> frozenset:
+    """Loads that dots of kernel ``k`` take as plain 16-bit operands in both orientations (an
+    attention backward's dK/dV kernel reads dO as ``[e, i]`` for dP and as ``[i, e]`` for dV, and Q
+    as ``[d, i]`` and ``[i, d]``): each is loaded once and the other orientation is a ``tl.trans``
+    of the tile (as FlashAttention-2's Triton kernels do), not a second strided load and a
+    second shared-memory copy per pipeline stage. Not on the interpreter (its 16-bit dots take
+    fp32 operands)."""
+    seen: dict[int, set[tuple[str, str]]] = {}
+    for red in fused_reduces([st.expr for st in k.stores], k.materialized):
+        d = k.dots.get(red.uid)
+        if d is None:
+            continue
+        r = red.over[0]
+        for raw, side, lay in ((d.raw_left, d.left, (d.m, r)), (d.raw_right, d.right, (r, d.n))):
+            if raw:
+                seen.setdefault(side[0].uid, set()).add(lay)
+    return frozenset(u for u, lays in seen.items() if any((b, a) in lays for a, b in lays))
+
+
 def dot_only_axes(k: KernelPlan) -> frozenset:
     """Whole axes that appear only inside tl.dot operands (reduced by contractions and kept in
     no output): they need offsets but no dim in the program's layout, which keeps every other

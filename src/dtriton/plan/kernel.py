@@ -230,6 +230,8 @@ class KernelPlan:
     out_dtypes: dict[str, torch.dtype] = field(default_factory=dict)  # output -> dtype
     dots: dict[int, DotPlan] = field(default_factory=dict)            # fused Reduce id -> its dot
     dot_only: frozenset = frozenset()                 # whole axes used only inside dot operands
+    trans_loads: frozenset = frozenset()              # Load ids two dots read raw in both orientations:
+                                                      # loaded once, the other orientation a tl.trans of it
     passes: list[PassPlan] = field(default_factory=list)              # the passes of the program scope
     single: dict[int, PassPlan] = field(default_factory=dict)         # a fused reduction computed on its own
     access: dict[tuple, TileAccess] = field(default_factory=dict)     # (tensor, axes) -> non-pointer access

@@ -461,7 +461,12 @@ class ReducePrinter:
             home = self.ancestor(scope, self.need_depth(factors[0], scope))
             if all(home.find_bind(a) is not None for a in layout):
                 key = (factors[0].uid, tuple(layout), "raw")
-                if key not in home.memo:
+                other = home.memo.get((factors[0].uid, tuple(layout[::-1]), "raw"))
+                if key not in home.memo and other is not None and factors[0].uid in self.k.trans_loads:
+                    v = self.fresh("opnd")   # the plan reads this tile once, in the other orientation
+                    home.emit(f"{v} = tl.trans({other})  # dot operand [{', '.join(layout)}]")
+                    home.memo[key] = v
+                elif key not in home.memo:
                     code, cm = self.load(factors[0], home, layout, raw=True)
                     v = self.fresh("opnd")
                     home.emit(f"{v} = {code}  # dot operand [{', '.join(layout)}]: {cm}")
