@@ -9,6 +9,7 @@ a ``tl.dot`` (before the planner's flat axes, a sum over (c, r, q) was a masked 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -242,3 +243,11 @@ def test_bench_conv_dry_run(tmp_path):
     rows = json.loads((tmp_path / "out" / "conv.json").read_text())["rows"]
     assert {r["impl"] for r in rows} >= {"dtriton", "dtriton taps looped", "torch"}
     assert all(r["err"] is not None and r["err"] < 1e-5 for r in rows)
+
+
+def test_readme_conv_example_is_the_tested_snippet():
+    """The README's convolution block is the start of docs/snippets/conv.py (run by test_docs)."""
+    root = Path(__file__).resolve().parents[1]
+    block = (root / "README.md").read_text(encoding="utf-8").split("## Convolutions", 1)[1]
+    block = block.split("```python\n", 1)[1].split("```", 1)[0]
+    assert (root / "docs" / "snippets" / "conv.py").read_text(encoding="utf-8").startswith(block)
