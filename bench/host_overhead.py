@@ -180,7 +180,8 @@ def host_only(rows):
         outs = eager(*inputs)
         outs = outs if isinstance(outs, tuple) else (outs,)
         step, forward = step_fn(dk, inputs, gidx, [torch.randn(o.shape) for o in outs])
-        step()   # the first step plans and compiles (the general path); the steady state is timed
+        for _ in range(2):   # the general path plans, compiles, then builds the cached steps; the steady state is timed
+            step()
         timer = HostTimer()
         try:
             t_step = per_call_us(step, "cpu", 200, repeats=5)

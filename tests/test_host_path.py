@@ -6,6 +6,8 @@ The GPU code path runs here on CPU tensors with launches made no-ops (as ``bench
 --host-only`` does): the backend choice says "gpu", the backend's slow-path ``launch`` returns a
 compiled-kernel stand-in whose ``run`` counts fast launches, and Triton's driver reports stream 0."""
 
+import json
+
 import pytest
 import torch
 
@@ -285,3 +287,18 @@ def test_grad_calls_of_a_plain_compiled_kernel_use_steps(interp_gpu, monkeypatch
     for _ in range(2):
         _check_step(kernel, _ln, args(), (0, 1, 2), 1e-4)
     assert not general and interp_gpu.slow == slow and interp_gpu.fast > 0
+
+
+@pytest.mark.parametrize("mode", [["--host-only"], ["--host-only", "--profile"]], ids=["host-only", "profile"])
+def test_host_overhead_script_cpu_modes(mode, tmp_path):
+    """bench/host_overhead.py's CPU modes run (launches made no-ops) and time the steady backward
+    (``StepFunction.backward``), not the general ``run_backward``, once warm."""
+    from conftest import run_bench
+    run_bench(["bench/host_overhead.py", *mode], tmp_path)
+    rows = json.loads((tmp_path / "out" / "host_overhead.json").read_text())
+    assert len(rows) == (6 if "--profile" in mode else 3)
+    if "--profile" in mode:
+        dtr = [r for r in rows if r["impl"] == "dtriton"]
+        assert all(any("steps.py" in f["fn"] for f in r["functions"]) for r in dtr), dtr
+    else:
+        assert all(r["dtriton backward (steady) us"] > 0 and "dtriton run_backward us" not in r for r in rows), rows
