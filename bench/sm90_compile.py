@@ -1,10 +1,10 @@
 """Compile the GPU kernels of the issue-16 reductions for sm_90 on a machine without a GPU.
 
-    PYTHONPATH=src python3 bench/sm90_compile.py [--cases in,bn,gn,ln,fro] [--dtypes float16,float32]
+    PYTHONPATH=src python3 bench/sm90_compile.py [--cases in,bn,gn,ln,fro,ap,mp] [--dtypes float16,float32]
                                                  [--schedule JSON] [--out DIR]
 
-Each case (the library's instance/batch/group/layer(C,H,W) norms and Frobenius normalisation at the
-shapes of bench/reductions.py) is planned as a CUDA call would be (the binding is told it is on the
+Each case (the library's instance/batch/group/layer(C,H,W) norms, Frobenius normalisation and the 2x2
+average/max pools at the shapes of bench/reductions.py) is planned as a CUDA call would be (the binding is told it is on the
 GPU; nothing is allocated), printed, and every kernel is compiled by Triton for sm_90 (Triton's own
 ptxas), without launching anything. Per kernel it prints the registers and stack per thread (from
 ``cuobjdump``), shared memory, warps, and counts of PTX instructions that matter for bandwidth:
@@ -34,7 +34,8 @@ from triton.compiler import ASTSource
 
 import dtriton as dt
 from dtriton.backends import default_backend
-from dtriton.library import batch_norm, frobenius_normalize, group_norm, instance_norm, layer_norm_chw
+from dtriton.library import (avg_pool2d, batch_norm, frobenius_normalize, group_norm, instance_norm, layer_norm_chw,
+                             max_pool2d)
 from dtriton.plan.callspec import call_spec
 from dtriton.plan.decide import plan_program
 
@@ -49,9 +50,11 @@ def case(name: str, dtype: torch.dtype):
         return batch_norm, (torch.empty(64, 64, 512, 512, **e), torch.empty(64, **e), torch.empty(64, **e))
     if name == "gn":
         return group_norm, (torch.empty(16, 8, 8, 256, 256, **e),)
+    if name in ("ap", "mp"):   # 2x2 pools of 16x64x512x512 over its block view
+        return avg_pool2d if name == "ap" else max_pool2d, (torch.empty(16, 64, 256, 2, 256, 2, **e),)
     algs = {"in": instance_norm, "ln": layer_norm_chw, "fro": frobenius_normalize}
     if name not in algs:
-        raise SystemExit(f"unknown case {name!r}; use in, bn, gn, ln, fro")
+        raise SystemExit(f"unknown case {name!r}; use in, bn, gn, ln, fro, ap, mp")
     return algs[name], (torch.empty(16, 64, 256, 256, **e),)
 
 
@@ -100,7 +103,8 @@ def compile_case(name: str, dtype: torch.dtype, extra: dict, out: str) -> None:
         with open(os.path.join(out, f"{m.name}_{TL[dtype]}.ptx"), "w") as f:
             f.write(ptx)
         print(f"  {m.name}: {resources(ck.asm['cubin'])}, smem {ck.metadata.shared} B, {m.ir.num_warps} warps, "
-              f"ld.global.v4 {ptx.count('ld.global.v4')}, cp.async {ptx.count('cp.async.')}, "
+              f"ld.global.v4 {ptx.count('ld.global.v4')}, ld.global other {ptx.count('ld.global') - ptx.count('ld.global.v4')}, "
+              f"cp.async {ptx.count('cp.async.')}, "
               f"bar.sync {ptx.count('bar.sync')}, st.shared {ptx.count('st.shared')}")
 
 
