@@ -111,3 +111,31 @@ def test_descriptors_knob_is_checked():
         dt.Schedule(descriptors="gpu")
     s = dt.Schedule(access="tma", warp_specialize=True, descriptors="device")
     assert dt.Schedule.from_json(s.to_json()) == s
+
+
+def test_flash_seeds_start_exploration_at_the_attention_tilings():
+    """A 16-bit GPU attention's derived space searches warp specialisation, and random/TPE
+    exploration first tries the fused-attention tilings (query x key tiles, warps, stages, TMA,
+    warp specialisation) before the heuristic's neighbours; other algorithms get none."""
+    import dataclasses
+
+    from dtriton.library import matmul
+    from dtriton.tune.samplers import base_point, flash_seeds
+    from dtriton.tune.space import Space
+    Q = torch.zeros((), dtype=torch.float16).expand(4, 32, 4096, 128)
+    args = (Q, Q, Q, 0.1)
+    dims = Space.derive(attention, args, target="gpu").dimensions()
+    assert dict(dims)["warp_specialize"] == (False, True)
+    gpu = dataclasses.replace(attention.bind(args), device=torch.device("cuda"))
+    base = dt.compile(attention).complete(gpu)
+    seeds = flash_seeds(dims, base_point(dims, base), base, gpu)
+    got = [(p["tile.i"], p["tile.j"], p["num_warps"], p["num_stages"], p["access"], p["warp_specialize"]) for p in seeds]
+    assert got[:2] == [(128, 64, 4, 3, "tma", True), (128, 128, 4, 2, "tma", True)] and len(got) >= 5
+    assert all(p["strategy.j"] == "online" and p["place.sum0"] == base_point(dims, base)["place.sum0"] for p in seeds)
+    A = torch.zeros((), dtype=torch.float16).expand(1024, 1024)
+    mdims = Space.derive(matmul, (A, A), target="gpu").dimensions()
+    mb = dataclasses.replace(matmul.bind((A, A)), device=torch.device("cuda"))
+    mbase = dt.compile(matmul).complete(mb)
+    assert flash_seeds(mdims, base_point(mdims, mbase), mbase, mb) == []
+    cpu = attention.bind(args)    # the interpreter: no seeds
+    assert flash_seeds(dims, base_point(dims, base), base, cpu) == []

@@ -28,7 +28,7 @@ from .check import Limits, check_resources, default_tolerance
 from .db import TuningDB, TuningKey, TuningRecord, TuningWarning, device_name
 from .measure import Bench, drain_workers, first_line, run_parallel
 from .result import ExploreResult
-from .samplers import PENALTY, TPE, base_point, dot_seeds, make_sampler, neighbours
+from .samplers import PENALTY, TPE, base_point, dot_seeds, flash_seeds, make_sampler, neighbours
 from .space import Space, derive_fields
 from .candidate import Candidate, Options, params_json, src_hash
 from .progress import ExploreProgress
@@ -394,7 +394,8 @@ class Explorer:
         if isinstance(self.sampler, TPE) and row0.status == "ok":
             self.sampler.add_known(start, row0.median_us)
         if self.sampler.name != "exhaustive" and self.opts.warm_start:
-            self.sampler.prepend(dot_seeds(self.alg, self.dims, start, self.b) + neighbours(self.dims, start))
+            seeds = flash_seeds(self.dims, start, self.base, self.b) or dot_seeds(self.alg, self.dims, start, self.b)
+            self.sampler.prepend(seeds + neighbours(self.dims, start))
 
     # -- the search loop ------------------------------------------------------------------------------
     def search(self) -> None:

@@ -241,6 +241,39 @@ def dot_seeds(alg: Algorithm, dims, start: Mapping, b: Binding) -> list[dict]:
     return out
 
 
+#: Schedules of a 16-bit fused attention-like kernel (an online pass over a contraction) on the GPU
+#: tried right after the heuristic: (query tile, key tile, num_warps, num_stages, access,
+#: warp_specialize). Warp-specialised TMA loops at 4 warps (Triton 3.6 adds a producer warp group
+#: and splits the 128 query rows between two consumer groups: 12 warps), the non-specialised TMA
+#: and pointer tilings of Triton's fused-attention tutorial on Hopper (128 x 64-128, 8 warps).
+FLASH_SEEDS = ((128, 64, 4, 3, "tma", True), (128, 128, 4, 2, "tma", True), (128, 64, 8, 3, "tma", False),
+               (128, 128, 8, 2, "tma", False), (128, 64, 8, 3, "pointer", False), (64, 64, 4, 3, "pointer", False))
+
+
+def flash_seeds(dims, start: Mapping, base: Schedule, b: Binding) -> list[dict]:
+    """Points of the space at the :data:`FLASH_SEEDS` configurations when the heuristic's schedule
+    ``base`` runs an online pass (``strategy`` "online": the key axis) in programs tiled over a
+    query axis (the last grid axis), for a 16-bit GPU call (binding ``b``); each value only where
+    the space has it, the other dimensions at the heuristic's values (``start``:
+    :func:`base_point`). Empty otherwise."""
+    floats = [d for d in b.dtypes.values() if d.is_floating_point]
+    online = [a for a, s in base.strategy.items() if s == "online"]
+    if b.device.type != "cuda" or not floats or any(d.itemsize != 2 for d in floats) or not online or not base.grid:
+        return []
+    vals = dict(dims)
+    full = {n: (start.get(n) if start.get(n) is not None else v[0]) for n, v in dims}
+    names = ("tile." + base.grid[-1], "tile." + online[0], "num_warps", "num_stages", "access", "warp_specialize")
+    out = []
+    for cfg in FLASH_SEEDS:
+        p = dict(full)
+        for name, v in zip(names, cfg):
+            if name in vals and v in vals[name]:
+                p[name] = v
+        if p != full and p not in out:
+            out.append(p)
+    return out
+
+
 def neighbours(dims, start: Mapping, limit: int = 20) -> list[dict]:
     """Points one step away from the heuristic's point ``start`` (:func:`base_point`) along one
     dimension (the next smaller or larger value), access style and tiles first: a cheap local

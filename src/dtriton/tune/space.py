@@ -619,8 +619,11 @@ def _rule_warp_specialize(k: Knob, d: Derivation) -> list | None:
     diffusion layer with it faulted ("misaligned address"), which ends the CUDA context and so the
     whole exploration. Session 3's "misaligned address" fault exploring the fp32 diffusion layer
     came with in-kernel descriptors; with host-side descriptors its TMA schedules ran clean
-    (session 4 probe)."""
-    return [False, True] if d.base.warp_specialize and _tensor_core_tma(d) else None
+    (session 4 probe). Fused attention (an online pass over a contraction: the heuristic's
+    strategy has "online") searches it: its warp-specialised TMA loop is the layout of Triton's
+    Hopper fused-attention tutorial (issue 18)."""
+    online = "online" in d.base.strategy.values()
+    return [False, True] if (d.base.warp_specialize or online) and _tensor_core_tma(d) else None
 
 
 #: The derivation rules of built-in flat knobs: knob name -> ``rule(knob, Derivation)`` giving the
