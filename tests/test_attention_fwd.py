@@ -139,3 +139,22 @@ def test_flash_seeds_start_exploration_at_the_attention_tilings():
     assert flash_seeds(mdims, base_point(mdims, mbase), mbase, mb) == []
     cpu = attention.bind(args)    # the interpreter: no seeds
     assert flash_seeds(dims, base_point(dims, base), base, cpu) == []
+
+
+def test_grouped_heads_read_through_tma_at_a_per_program_index():
+    """K[b, h // rep, j, d] with the head axis a tile-1 grid axis: one K/V head per program, read
+    through a TMA box of 1 at that head (so the warp-specialised loop keeps TMA loads); a computed
+    index over a tiled axis keeps pointers."""
+    Q, K, V = qkv(2, 6, 23, 29, 16, hk=2, seed=3)
+    src = source(gqa_attention, dt.Schedule(**WS), (Q, K, V, 0.25, 3))
+    assert "desc_K = tl.make_tensor_descriptor(K_ptr, shape=[size_b, dim_G, size_j, size_d]" in src
+    assert "warp_specialize=True)" in src and "tl.load(K_ptr" not in src and "tl.load(V_ptr" not in src
+    check(gqa_attention, (Q, K, V, 0.25, 3), dt.Schedule(**WS), torch_ref=gqa_ref, tol=TOL[torch.float16])
+    check(gqa_attention, (Q, K, V, 0.25, 3), dt.Schedule(**WS, descriptors="host"), torch_ref=gqa_ref,
+          tol=TOL[torch.float16])
+    host = source(gqa_attention, dt.Schedule(**FUSED, access="tma"), (Q, K, V, 0.25, 3))
+    assert "desc_K: TMA descriptor of K[b, (h // rep), j, d] in boxes of [1, 1, 16, 16] (built on the host)" in host
+    # heads two to a program: h // rep varies inside the tile, so K and V keep pointer loads
+    two = source(gqa_attention, dt.Schedule(**dict(FUSED, tile={"i": 16, "j": 16, "h": 2}), access="tma"),
+                 (Q, K, V, 0.25, 3))
+    assert "desc_K" not in two and "tl.load(K_ptr" in two

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from ..ir import INT_OPS, Axis, Binary, Load, never_negative, walk
+from ..ir import INT_OPS, Axis, Binary, Const, Load, never_negative, walk
 from .kernel import KernelPlan, TileAccess
 
-__all__ = ["plan_access", "plan_descriptor_site", "plan_eviction", "plan_ws_stores", "plan_floor_ops", "plan_read_masks", "tile_access", "unit_last"]
+__all__ = ["plan_access", "plan_descriptor_site", "plan_eviction", "plan_ws_stores", "plan_floor_ops", "plan_read_masks",
+           "tile_access", "tile_key", "unit_last"]
 
 
 def unit_last(ndim: int, unit: int) -> tuple[int, ...] | None:
@@ -31,6 +32,24 @@ def unit_last(ndim: int, unit: int) -> tuple[int, ...] | None:
     return tuple(d for d in range(ndim) if d != unit) + (unit,)
 
 
+def tile_key(k: KernelPlan, n: Load) -> tuple[str, ...] | None:
+    """The dims of load ``n`` as the key of its tile's access (``(tensor, key)`` in
+    ``KernelPlan.access``): each dim's axis name, or ``"#<dim>"`` for a computed index whose value
+    is one integer per program (an expression of tile-1 grid axes and scalars only, such as a
+    grouped head ``h // rep``: a box of 1 at that offset; out of range it reads 0, as the pointer
+    load masked to its dim does, so only loads without a padding value). None when some dim is
+    neither (the tile keeps pointers)."""
+    key = []
+    for d, e in enumerate(n.index):
+        if isinstance(e, Axis):
+            key.append(e.name)
+        elif not isinstance(e, Const) and n.pad is None and all(k.scalar_axis(a) for a in e.axes):
+            key.append(f"#{d}")   # (an index is integer-valued: the language refuses others)
+        else:
+            return None
+    return tuple(key)
+
+
 def tile_access(k: KernelPlan, style: str, tma_ok: frozenset, name: str, axes: Sequence[str],
                 elsize: int) -> TileAccess | None:
     """The access of a tile of tensor ``name`` indexed by ``axes`` under the schedule's ``style``;
@@ -39,9 +58,9 @@ def tile_access(k: KernelPlan, style: str, tma_ok: frozenset, name: str, axes: S
     this call (pointers too; the printer declares its size arguments as for a descriptor)."""
     if style == "pointer" or k.i64 or len(set(axes)) != len(axes) or not axes:
         return None
-    if any(a not in k.axes or k.axes[a].role == "flat" for a in axes):
+    if any(a not in k.axes or k.axes[a].role == "flat" for a in axes if not a.startswith("#")):
         return None   # (a member of a flat axis has computed offsets: pointers)
-    scalar = [k.scalar_axis(a) for a in axes]
+    scalar = [a.startswith("#") or k.scalar_axis(a) for a in axes]   # "#d": a per-program index (tile_key)
     if all(scalar):
         return None
     if style != "tma":
@@ -69,8 +88,8 @@ def plan_access(k: KernelPlan, style: str | None, tma_ok: frozenset) -> dict[tup
     style = style or "pointer"
     out: dict[tuple, TileAccess] = {}
     for n in _loads(k):
-        if all(isinstance(e, Axis) for e in n.index):
-            axes = tuple(e.name for e in n.index)
+        axes = tile_key(k, n)
+        if axes is not None:
             acc = tile_access(k, style, tma_ok, n.tensor.name, axes, k.dtypes[n.tensor.name].itemsize)
             if acc is not None:
                 out[(n.tensor.name, axes)] = acc
@@ -121,7 +140,8 @@ def plan_eviction(k: KernelPlan, eviction: Mapping[str, str]) -> tuple[dict[str,
         t = n.tensor.name
         if t not in hints:
             continue
-        acc = k.access.get((t, tuple(e.name for e in n.index))) if all(isinstance(e, Axis) for e in n.index) else None
+        key = tile_key(k, n)
+        acc = k.access.get((t, key)) if key is not None else None
         if acc is None or acc.kind != "tma":
             used.add(t)
     return hints, frozenset(used)

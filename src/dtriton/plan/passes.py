@@ -16,7 +16,8 @@ plain (loads through block pointers are not TMA either).
 
 from __future__ import annotations
 
-from ..ir import Axis, Load, Reduce, Unary, Binary, mul_factors
+from ..ir import Load, Reduce, Unary, Binary, mul_factors
+from .access import tile_key
 from .graph import contains, fused_deps, fused_reduces, has, need_axes
 from .kernel import KernelPlan, PassPlan
 
@@ -106,8 +107,8 @@ def _reads_in_loop(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], 
                 stack.append((n.x, inner | {a for a in n.over if a not in bound}))
             continue
         if isinstance(n, Load) and need_axes(n, k.materialized, frozenset(), memo) & inner:
-            plain = all(isinstance(e, Axis) for e in n.index)
-            acc = k.access.get((n.tensor.name, tuple(e.name for e in n.index))) if plain else None
+            key = tile_key(k, n)
+            acc = k.access.get((n.tensor.name, key)) if key is not None else None
             if acc is None or acc.kind != "tma":
                 return True
         stack.extend((c, inner) for c in n.children())

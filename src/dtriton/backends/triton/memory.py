@@ -6,9 +6,11 @@ from __future__ import annotations
 import torch
 
 from ...ir import Axis, Const, Load, Reduce, fmt
+from ...plan.access import tile_key
+from ...plan.kernel import TileAccess
 from .narrow import DECODE_FP8, FP8_FORMATS
 from .prelude import TL_DTYPES, combine_text
-from .scope import Scope
+from .scope import Bind, Scope
 
 __all__ = ["MemoryPrinter"]
 
@@ -42,22 +44,26 @@ class MemoryPrinter:
                 ms.append(self.expand1d(b[0].mask, a, layout))
         return " & ".join(ms) if ms else None
 
-    def tile_access(self, name: str, axes, scope: Scope):
+    def tile_access(self, name: str, axes, scope: Scope, computed: dict | None = None):
         """The plan's access for a tile of tensor ``name`` indexed by ``axes``: ``("tma",
         descriptor, offsets)`` or ``("block_ptr", block pointer, boundary dims)``; None where plain
-        pointers are used."""
+        pointers are used. ``computed``: for the plan's per-program index dims (``"#<dim>"`` keys,
+        :func:`~dtriton.plan.access.tile_key`), ``(offset, dim size, label)`` printed values."""
         acc = self.k.access.get((name, tuple(axes)))
-        if acc is None:
+        if acc is None or acc.kind == "pointer":
             return None
-        binds = [scope.find_bind(a)[0] for a in axes]
+        computed = computed or {}
+        binds = [Bind(a, computed[a][0], None, "1", True, computed[a][0]) if a in computed else scope.find_bind(a)[0]
+                 for a in axes]
         blocks = ["1" if b.scalar else b.block for b in binds]
         offs = [b.start for b in binds]
-        shape = [self.size(a) for a in axes]   # size arguments in the order descriptors and block pointers use them
-        if acc.kind == "pointer":
-            return None
+        # size arguments in the order descriptors and block pointers use them
+        shape = [computed[a][1] if a in computed else self.size(a) for a in axes]
+        labels = [computed[a][2] if a in computed else a for a in axes]
         if acc.kind == "tma":
             if acc.perm:   # the descriptor of the transposed view: offsets and axes in its dim order
-                axes, blocks, offs = ([x[d] for d in acc.perm] for x in (list(axes), blocks, offs))
+                axes, blocks, offs, shape, labels = ([x[d] for d in acc.perm] for x in (list(axes), blocks, offs, shape,
+                                                                                         labels))
             key = (name, tuple(blocks), acc.perm)
             if key not in self.descs:
                 # a host-side descriptor (triton.tools.tensor_descriptor.TensorDescriptor): the runtime
@@ -67,10 +73,10 @@ class MemoryPrinter:
                 d = f"desc_{name}" + (f"_{len(self.descs)}" if any(k[0] == name for k in self.descs) else "")
                 self.descs[key] = d
                 if self.k.device_descs:
-                    self.device_descs.append(self.make_descriptor(d, name, axes, acc.box, acc.perm))
+                    self.device_descs.append(self.make_descriptor(d, name, shape, acc.box, acc.perm))
                 else:
                     self.host_descs.append((d, name, tuple(acc.box), acc.perm))
-                self.desc_axes[d] = list(axes)
+                self.desc_axes[d] = labels
             return "tma", self.descs[key], (offs, list(axes))
         strides = [f"{name}_s{d}" for d in range(len(axes))]
         check = tuple(d for d, b in enumerate(binds) if not b.scalar and b.mask is not None)
@@ -79,13 +85,13 @@ class MemoryPrinter:
               f"offsets=({', '.join(offs)},), block_shape=({', '.join(blocks)},), order={order})")
         return "block_ptr", bp, check
 
-    def make_descriptor(self, d: str, name: str, axes, box, perm) -> str:
+    def make_descriptor(self, d: str, name: str, shape, box, perm) -> str:
         """The in-kernel ``tl.make_tensor_descriptor`` line of descriptor ``d`` over tensor ``name``
-        (``axes``: its dims' axes in the descriptor's order, already permuted by ``perm``): sizes
-        and strides from the kernel's arguments, the unit-stride dim last with stride 1."""
-        order = perm or tuple(range(len(axes)))
+        (``shape``: its dims' size arguments in the descriptor's order, already permuted by
+        ``perm``): strides from the kernel's arguments, the unit-stride dim last with stride 1."""
+        order = perm or tuple(range(len(shape)))
         strides = [f"{name}_s{dim}" for dim in order[:-1]] + ["1"]
-        return (f"{d} = tl.make_tensor_descriptor({name}_ptr, shape=[{', '.join(self.size(a) for a in axes)}], "
+        return (f"{d} = tl.make_tensor_descriptor({name}_ptr, shape=[{', '.join(shape)}], "
                 f"strides=[{', '.join(strides)}], block_shape=[{', '.join(map(str, box))}])  # TMA descriptor "
                 "built in the program")
 
@@ -96,9 +102,11 @@ class MemoryPrinter:
         pointer or TMA descriptor (out-of-range rows read as zero) and then permuted to ``layout``."""
         name = self.tensor_arg(n.tensor.name, len(n.index))
         dt = self.dtypes[n.tensor.name]
-        if all(isinstance(e, Axis) for e in n.index):
-            axes = [e.name for e in n.index]
-            acc = self.tile_access(name, axes, scope)
+        key = tile_key(self.k, n)
+        if key is not None and self.k.access.get((name, key), TileAccess("pointer")).kind != "pointer":
+            axes = list(key)
+            computed = {a: self.program_index(n, int(a[1:]), scope, layout) for a in key if a.startswith("#")}
+            acc = self.tile_access(name, axes, scope, computed)
             if acc is not None:
                 kind, h, extra = acc
                 if kind == "tma":
@@ -110,7 +118,7 @@ class MemoryPrinter:
                         (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
                 blk = self.fresh("tile")
                 scope.emit(f"{blk} = {code}  # {fmt(n, limit=None)}: {kind} tile")
-                tiled = tuple(a for a in axes if not scope.find_bind(a)[0].scalar)
+                tiled = tuple(a for a in axes if a not in computed and not scope.find_bind(a)[0].scalar)
                 if len(tiled) < len(axes):  # drop the size-1 dims of tile-1 grid axes first
                     blk2 = self.fresh("tile")
                     scope.emit(f"{blk2} = tl.reshape({blk}, {self.shape(tiled, set(tiled))})")
@@ -142,6 +150,15 @@ class MemoryPrinter:
         code = f"tl.load({self.addr(name, terms)}" + (f", mask={mask}, other={other}" if mask else "") + \
             (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
         return self._widen(code, dt, raw), fmt(n, limit=None) + (" (masked to its dims)" if bounded else "")
+
+    def program_index(self, n: Load, d: int, scope: Scope, layout) -> tuple[str, str, str]:
+        """Index ``d`` of load ``n``, one integer per program (the plan's ``"#<dim>"`` key):
+        ``(int32 value, the dim's size argument, its text)``."""
+        e = n.index[d]
+        ix = self.fresh("ix")
+        scope.emit(f"{ix} = ({self.val(e, scope, layout)}).to(tl.int32)  # index {d} of {n.tensor.name}: "
+                   f"{fmt(e, limit=None)}")
+        return ix, self.dim_size(n.tensor.dims[d]), fmt(e, limit=None)
 
     def dim_size(self, sym: str) -> str:
         """The argument holding the size ``sym`` of a tensor dim (declared on first use)."""
