@@ -12,6 +12,9 @@ Rows (each checked against float64 / exact integers first, then kernel time by C
   ``use_fast_accum`` (Triton's fp8 dots on Hopper accumulate the fast way). Mark: >= 0.9x.
 - ``fp8 tensorwise``: the same product with one scale per tensor and an fp32 output.
 - ``int8``: int8 ``A @ B`` -> int32 against ``torch._int_mm`` (exact equality). Mark: >= 0.9x.
+- ``int4``: fp16 ``X (4096 x 4096)`` times int4 weights packed two per byte (``Wp (4096 x 2048)`` uint8),
+  unpacked with ``//`` and ``%`` in the dot's prologue, a scale per output column, fp32 output; against torch's
+  fp16 ``X @ W.T`` of the unpacked weights (cuBLAS: the weights read as fp16, 4x the bytes). No mark.
 - ``quant``: per-token quantisation of a bf16 ``X (8192 x 4096)`` to e4m3 with its row scales (absmax / 448,
   saturating cast) against torch eager; checked bit for bit (a share of elements may differ by one fp8 step:
   dtriton multiplies by the reciprocal of the row's scale, torch divides); TB/s of the bytes read and written.
@@ -134,6 +137,32 @@ def run_int8(budget: float) -> None:
 
 
 @dt.algorithm
+def int4_linear(X: dt.Tensor["M", "K"], Wp: dt.Tensor["N", "Kh"], s: dt.Tensor["N"]):
+    """s[j] * sum_k X[i, k] w[j, k] with int4 w packed two per byte of Wp (low nibble first)."""
+    i, j, k = dt.axes("i j k")
+    byte = Wp[j, k // 2]
+    nib = dt.where(k % 2 == 0, byte % 16, byte // 16)
+    return (s[j] * dt.sum(X[i, k] * dt.where(nib >= 8, nib - 16, nib), over=k))[i, j]
+
+
+def run_int4(budget: float) -> None:
+    m = n = k = size(4096)
+    g = torch.Generator(device="cpu").manual_seed(2)
+    w = torch.randint(-8, 8, (n, k), generator=g)
+    wp = ((w[:, 0::2] & 15) | ((w[:, 1::2] & 15) << 4)).to(torch.uint8).to(timing.DEV)
+    x = torch.randn(m, k, generator=g).to(torch.float16).to(timing.DEV)
+    s = torch.rand(n, generator=g).to(timing.DEV)
+    w16 = w.to(torch.float16).to(timing.DEV)
+    ref = s.double() * (x.double() @ w16.double().T)
+    flops = 2.0 * m * n * k
+    kern, note = timing.tuned_kernel(int4_linear, (x, wp, s), budget)
+    err = timing.relerr(kern(x, wp, s), ref)
+    row("int4", "dtriton", timing.graph_time_us(lambda: kern(x, wp, s)), flops, err, err < 1e-3, note)
+    err = timing.relerr(x @ w16.T, ref / s.double())
+    row("int4", "torch fp16 X @ W.T (unpacked)", timing.graph_time_us(lambda: x @ w16.T), flops, err, err < 1e-2)
+
+
+@dt.algorithm
 def quantise_fp8(X: dt.Tensor["M", "K"]):
     """Per-token e4m3 quantisation: the row scale absmax / 448 (in fp32: of bf16 values it would be
     bf16 by torch's rules) and the saturated quotients."""
@@ -173,7 +202,7 @@ def ratios() -> list[str]:
         for r in ROWS:
             if r["case"] == case and r["impl"] != "dtriton" and mine and r["kernel_us"] == r["kernel_us"]:
                 x = r["kernel_us"] / mine[0]["kernel_us"]
-                mark = f" ({'PASS' if x >= 0.9 else 'MISS'} of 0.9x)" if case != "quant fp8" else ""
+                mark = f" ({'PASS' if x >= 0.9 else 'MISS'} of 0.9x)" if case not in ("quant fp8", "int4") else ""
                 out.append(f"{case}: dtriton is {x:.3f}x {r['impl']}{mark}")
     return out
 
@@ -183,7 +212,7 @@ def main(argv=None) -> None:
     p.add_argument("--dry-run", action="store_true", help="CPU interpreter, tiny shapes (checks the script)")
     p.add_argument("--budget", type=float, default=40.0, help="exploration seconds per dtriton row (0: DB/heuristic)")
     p.add_argument("--out", default=None, help="directory of narrow.json (default $OUT, else bench/results/issue19)")
-    p.add_argument("--only", default="fp8,int8,quant", help="comma-separated groups: fp8, int8, quant")
+    p.add_argument("--only", default="fp8,int8,int4,quant", help="comma-separated groups: fp8, int8, int4, quant")
     a = p.parse_args(argv)
     if a.dry_run:
         timing.DEV, timing.DRY = "cpu", True
@@ -194,6 +223,8 @@ def main(argv=None) -> None:
         run_fp8(a.budget)
     if "int8" in only:
         run_int8(a.budget)
+    if "int4" in only:
+        run_int4(min(a.budget, 10.0))
     if "quant" in only:
         run_quant(min(a.budget, 10.0))
     out = a.out or os.environ.get("OUT") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "issue19")

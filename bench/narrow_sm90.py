@@ -32,12 +32,12 @@ import dtriton as dt  # noqa: E402
 from dtriton.backends import default_backend  # noqa: E402
 from dtriton.plan.callspec import call_spec  # noqa: E402
 from dtriton.plan.decide import plan_program  # noqa: E402
-from narrow import E4, fp8_rowwise, fp8_tensorwise, int8_mm, quantise_fp8  # noqa: E402
+from narrow import E4, fp8_rowwise, fp8_tensorwise, int4_linear, int8_mm, quantise_fp8  # noqa: E402
 
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
 #: torch dtype -> Triton's pointer element type name
-PTR = {torch.float8_e4m3fn: "fp8e4nv", torch.float8_e5m2: "fp8e5", torch.int8: "i8", torch.int32: "i32",
+PTR = {torch.float8_e4m3fn: "fp8e4nv", torch.float8_e5m2: "fp8e5", torch.int8: "i8", torch.uint8: "u8", torch.int32: "i32",
        torch.int64: "i64", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
@@ -68,7 +68,9 @@ def cases():
     v = torch.empty(4096, **m)
     x = torch.empty(8192, 4096, dtype=torch.bfloat16, **m)
     return [("fp8_rowwise", fp8_rowwise, (a, bt, v, v)), ("fp8_tensorwise", fp8_tensorwise, (a, bt, v[:1])),
-            ("int8_mm", int8_mm, (ai, ai)), ("quantise_fp8", quantise_fp8, (x,)), ("quantise_int8", quantise_int8, (x,))]
+            ("int8_mm", int8_mm, (ai, ai)),
+            ("int4_linear", int4_linear, (torch.empty(4096, 4096, dtype=torch.float16, **m),
+                                          torch.empty(4096, 2048, dtype=torch.uint8, **m), v)), ("quantise_fp8", quantise_fp8, (x,)), ("quantise_int8", quantise_int8, (x,))]
 
 
 def compile_case(name, alg, args, extra: dict, out: str) -> None:

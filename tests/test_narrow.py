@@ -246,3 +246,41 @@ def test_gpu_8bit_dot_needs_a_reduction_block_of_32():
     a, b = operands(E4, 64, 64, 64)
     _, (d,) = gpu_dots(matmul, (a, b), dt.Schedule(tile={"i": 32, "j": 32, "k": 16}))
     assert d.operand_dtype is None   # an fp32 dot of the decoded values
+
+
+# -- int4 packed weights -------------------------------------------------------------------------
+@dt.algorithm
+def int4_linear(X: dt.Tensor["M", "K"], Wp: dt.Tensor["N", "Kh"], s: dt.Tensor["N"]):
+    """Two signed int4 weights per byte of Wp (element 2c in the low nibble, 2c + 1 in the high one),
+    unpacked with integer // and % in the dot's prologue, a scale per output column."""
+    i, j, k = dt.axes("i j k")
+    byte = Wp[j, k // 2]
+    nib = dt.where(k % 2 == 0, byte % 16, byte // 16)
+    w = dt.where(nib >= 8, nib - 16, nib)
+    return (s[j] * dt.sum(X[i, k] * w, over=k))[i, j]
+
+
+def pack_int4(w: torch.Tensor, dtype) -> torch.Tensor:
+    """(N, K) int4 values in -8..7 -> (N, ceil(K / 2)) bytes, low nibble first."""
+    if w.shape[1] % 2:
+        w = torch.cat([w, torch.zeros(w.shape[0], 1, dtype=w.dtype)], 1)
+    b = (w[:, 0::2] & 15) | ((w[:, 1::2] & 15) << 4)
+    return (b - 256 * (b >= 128)).to(dtype) if dtype == torch.int8 else b.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8])
+@pytest.mark.parametrize("m, k, n", [(37, 70, 29), (5, 33, 16)])
+def test_int4_packed_weights(dtype, m, k, n):
+    g = torch.Generator().manual_seed(k)
+    w = torch.randint(-8, 8, (n, k), generator=g)
+    x, s = torch.randn(m, k, generator=g).to(torch.float16), torch.rand(n, generator=g)
+    y = dt.compile(int4_linear)(x, pack_int4(w, dtype), s)
+    ref = s.double() * (x.double() @ w.double().T)
+    assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-4)
+
+
+def test_gpu_int4_weights_feed_a_16bit_dot():
+    """The unpacked weights are small integers, exact in fp16: the dot is fp16 x fp16."""
+    x, wp = torch.zeros(256, 512, dtype=torch.float16), torch.zeros(256, 256, dtype=torch.uint8)
+    _, (d,) = gpu_dots(int4_linear, (x, wp, torch.ones(256)))
+    assert d.operand_dtype == "float16" and d.raw_left and not d.raw_right

@@ -29,3 +29,17 @@ def int8_mm(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"]):   # int32 accumulat
 
 A, B = torch.randint(-128, 128, (48, 80), dtype=torch.int8), torch.randint(-128, 128, (80, 40), dtype=torch.int8)
 assert torch.equal(dt.compile(int8_mm)(A, B), torch._int_mm(A, B))
+
+
+@dt.algorithm
+def int4_linear(X: dt.Tensor["M", "K"], Wp: dt.Tensor["N", "Kh"], s: dt.Tensor["N"]):   # 2 int4 per byte
+    i, j, k = dt.axes("i j k")
+    byte = Wp[j, k // 2]                                     # low nibble: even k, high nibble: odd k
+    nib = dt.where(k % 2 == 0, byte % 16, byte // 16)        # // and % round toward -inf, as torch's
+    return (s[j] * dt.sum(X[i, k] * dt.where(nib >= 8, nib - 16, nib), over=k))[i, j]
+
+
+Wq = torch.randint(-8, 8, (32, 256))
+packed = ((Wq[:, 0::2] & 15) | ((Wq[:, 1::2] & 15) << 4)).to(torch.uint8)
+s = torch.rand(32)
+torch.testing.assert_close(dt.compile(int4_linear)(X.half(), packed, s), s * (X.half().float() @ Wq.float().T))
