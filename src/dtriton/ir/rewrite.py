@@ -2,11 +2,13 @@
 
 :func:`single_pass_variance` recognises the two-pass variance of a statistics-then-normalise
 algorithm, ``mean((X - mean(X))**2)`` over the same axes (``**2`` traces to ``d * d``), and puts
-a one-pass variance stage (the ``var`` combiner: Welford's update per lane, Chan's merge across
+a one-pass variance stage (the ``var`` combiner: shifted running sums per lane, Chan's merge across
 lanes) in its place. The variance then no longer waits for the mean: both statistics are ready
 together and share one loop over X, so the statistics read X once instead of twice. The stage
-keeps its name, so schedules given for it still apply. Numerically the one-pass variance is as
-good as the two-pass one (Chan, Golub & LeVeque 1983). The textbook one-pass formula
+keeps its name, so schedules given for it still apply. Numerically the one-pass variance is close
+to the two-pass one: each lane's sums are taken about one of its own values, so their cancellation
+is bounded by the lane's own spread, and the lanes' states merge exactly (Chan, Golub & LeVeque
+1983); the plan reads the mean beside it off the same state. The textbook one-pass formula
 ``mean(X * X) - mean(X)**2``, where written, becomes the same stage (named after the
 ``mean(X * X)`` stage with ``_var``): the same one read, without its cancellation.
 

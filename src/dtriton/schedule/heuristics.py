@@ -357,7 +357,7 @@ def grid_tiles(d: Draft) -> None:
     budget = max(1, (4096 if d.gpu else 1024) // d.widest) if d.widest > 1 else 1024
     if d.gpu and d.split and d.widest == 1:
         # every program of an output reading split statistics first folds their partials (a
-        # Frobenius norm's 256, batch norm's 8 means and 8 Welford states): 4096-element tiles
+        # Frobenius norm's 256, batch norm's 8 means and 8 variance states): 4096-element tiles
         # spread that over four times the elements
         budget = 4096
     if not d.gpu:

@@ -129,7 +129,7 @@ class ReducePrinter:
 
     def block_step(self, r: Reduce, info: dict, inner: Scope, lin) -> None:
         """Fold this step's values of ``r`` into its block accumulator, element-wise (masked lanes
-        add the identity; a Welford state is left unchanged there)."""
+        add the identity; a variance's running sums are left unchanged there)."""
         c = r.combiner
         if c.state:
             m = self.mask_for(r.over, inner, lin)
