@@ -97,10 +97,12 @@ def cases(dev: str, dry: bool):
            lambda a, b: F.conv2d(a, b, padding=1), [xc, wc], gf, mb)
     wd = rnd(3, 3, C)
     wdt = wd.permute(2, 0, 1)[:, None]                                 # (C, 1, 3, 3)
-    taps = dt.Schedule(tile={"n": 1, "h": 1, "w": 8, "c": min(128, C), "r": 1, "q": 1}, grid=("n", "h", "w", "c"),
-                       strategy={"r": "loop", "q": "loop"}, num_warps=4)
+    # the default loops over the taps (schedule.conv_rules.depthwise_tiles); the generic reduction
+    # rules held the 3x3 window whole (4x4 padded lanes) for one pixel x all channels per program
+    whole = dt.Schedule(tile={"n": 1, "h": 1, "w": 1, "c": C}, grid=("n", "h", "w", "c"),
+                        strategy={"r": "whole", "q": "whole"}, num_warps=4)
     yield ("depthwise 3x3 NHWC", [("dtriton", L.depthwise_conv2d_nhwc, [x, wd, 1, 1, H, H], to_nchw),
-                                  ("dtriton taps looped", (L.depthwise_conv2d_nhwc, taps), [x, wd, 1, 1, H, H], to_nchw)],
+                                  ("dtriton taps whole", (L.depthwise_conv2d_nhwc, whole), [x, wd, 1, 1, H, H], to_nchw)],
            lambda a, b: F.conv2d(a, b, padding=1, groups=C), [xc, wdt], 2 * N * H * H * C * 9 / 1e9,
            2 * x.numel() * x.element_size() / 1e6)
     Lx = 4096 if not dry else 23

@@ -11,14 +11,19 @@ them (the unit-stride axis, c of channels-last tensors, first).
 On the GPU, 16-bit: 128 x 128 x 64 tiles, 8 warps, 3 stages (the loads are gathers through
 pointers, pipelined by ``cp.async``), 8 row tiles per sweep of o (grouped order: the weight's
 tiles stay in L2); fp32: 64 x 64 x 32, 4 warps. On the interpreter: 32 x 16 x 32.
+
+A depthwise convolution (groups = channels: the weight's free axes are all read by the input too)
+is no GEMM: :func:`depthwise_tiles` gives it, on the GPU, programs of 8 output columns x 128
+channels that loop over the window's taps one at a time (every lane useful: a 3x3 window held
+"whole" pads to 4x4 lanes, 7 of 16 masked).
 """
 
 from __future__ import annotations
 
-from ..ir import convolutions, reduced_order
+from ..ir import convolutions, is_sum, mul_factors, reduced_order, reduction_stages
 from .draft import Draft, next_pow2
 
-__all__ = ["conv_tiles"]
+__all__ = ["conv_tiles", "depthwise_tiles"]
 
 
 def _spread(d: Draft, axes, budget: int) -> None:
@@ -65,3 +70,40 @@ def conv_tiles(d: Draft) -> None:
         d.num_warps = 8 if fp16 else 4
     if d.num_stages is None:
         d.num_stages = 3 if d.gpu else 2
+
+
+def _depthwise(d: Draft):
+    """The one depthwise stage of the main output: a sum over two or more axes whose factors
+    reading them all read every free axis the weight reads (the channel); None otherwise."""
+    main = d.alg.outputs[0]
+    found = []
+    for st in reduction_stages(d.alg):
+        r = st.node
+        if not is_sum(r) or r.combiner.base != "sum" or len(r.over) < 2 or not set(r.axes) <= set(main.layout):
+            continue
+        reads = [set(f.axes) - set(r.over) for f in mul_factors(r.x) if set(r.over) & set(f.axes)]
+        if len(reads) >= 2 and min(reads, key=len) and all(min(reads, key=len) <= x for x in reads):
+            found.append(r)
+    return found[0] if len(found) == 1 else None
+
+
+def depthwise_tiles(d: Draft) -> None:
+    """Tiles and strategies of a depthwise convolution computing the main output, on the GPU,
+    when the user's schedule leaves the layout open: the output's innermost axis (the channel of
+    a channels-last output) in tiles of 128, the next one in tiles of 8, the others 1; the window's
+    axes looped one tap at a time; 4 warps."""
+    r = _depthwise(d)
+    if r is None or not d.gpu or d.layout_given or d.cons or convolutions(d.alg) or d.grid is None:
+        return
+    rows = [a for a in d.alg.outputs[0].layout if a in d.grid]
+    if len(rows) < 2:
+        return
+    for a in rows:
+        d.tile.setdefault(a, 1)
+    d.tile[rows[-1]] = d.cap(rows[-1], 128)
+    d.tile[rows[-2]] = d.cap(rows[-2], 8)
+    for a in r.over:
+        d.strategy[a], d.tile[a] = "loop", 1
+    d.dot_axes |= set(r.over)   # (covered here: no other rule re-covers them)
+    if d.num_warps is None:
+        d.num_warps = 4

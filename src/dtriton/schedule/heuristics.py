@@ -70,7 +70,7 @@ import torch
 
 from ..ir import (Algorithm, Axis, Binding, Load, contains, expr_axes, is_sum, online_candidate, reduces_in,
                   reduction_stages, splittable, topo_order)
-from .conv_rules import conv_tiles
+from .conv_rules import conv_tiles, depthwise_tiles
 from .dot_rules import contraction_tiles, gemm_then_columns, gemm_then_rows, rows_between_gemms
 from .grad_rules import flash_backward
 from .draft import EIGHT_BIT, Draft, next_pow2, programs, sm_count, split_for
@@ -486,7 +486,7 @@ def access_style(d: Draft) -> None:
 
 
 #: The rules :func:`complete_schedule` applies, in order.
-RULES = (flash_attention, flash_backward, main_grid, contraction_tiles, conv_tiles, gemm_then_rows, rows_between_gemms,
+RULES = (flash_attention, flash_backward, main_grid, contraction_tiles, conv_tiles, depthwise_tiles, gemm_then_rows, rows_between_gemms,
          gemm_then_columns, off_grid_axes, split_rows, grid_tiles,
          column_splits, within_limits, launch_defaults, output_stages, access_style)
 
