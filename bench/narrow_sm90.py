@@ -8,7 +8,7 @@ is on the GPU; tensors live on the meta device), printed with pointer access (ho
 need a device), and every kernel compiled by Triton for sm_90 with its own ptxas. Per kernel: registers,
 shared memory, warps, and the tensor-core instructions in the PTX (``wgmma`` with its operand types),
 so an 8-bit dot that fell back to fp32 or to FMA shows. ``--schedule`` merges JSON fields into each
-case's heuristic schedule.
+case's heuristic schedule (``'{"access": "tma"}'`` compiles the TMA form the heuristic picks at these sizes).
 """
 
 from __future__ import annotations
@@ -77,8 +77,10 @@ def compile_case(name, alg, args, extra: dict, out: str) -> None:
     b = alg.bind(args)
     b.device = torch.device("cuda")
     sched = dt.compile(alg).complete(b)
-    sched = dt.Schedule.from_json(json.dumps(dict(json.loads(sched.to_json()), access="pointer", **extra)))
-    prog = plan_program(alg, sched, b, call_spec(alg, b, args, False))
+    sched = dt.Schedule.from_json(json.dumps(dict(json.loads(sched.to_json()), **{"access": "pointer", **extra})))
+    # (meta tensors have no data pointer: every input and output counts as TMA-addressable)
+    tma = frozenset(t.name for t in alg.tensor_params) | frozenset(o.name for o in alg.outputs)
+    prog = plan_program(alg, sched, b, call_spec(alg, b, args, False, tma_ok=tma if sched.access == "tma" else frozenset()))
     src, metas = default_backend().render(prog)
     path = os.path.join(out, f"{name}.py")
     with open(path, "w") as f:
@@ -97,9 +99,13 @@ def compile_case(name, alg, args, extra: dict, out: str) -> None:
         fn = getattr(mod, meta.name)
         unit |= {f"{t}_s{n - 1}" for t, n in meta.tensor_ndim.items() if n and t not in b.unit_dims}
         sig, consts = {}, {}
+        descs = {d[0]: (d[1], d[2]) for d in meta.descs}
         for arg in fn.arg_names:
             if arg in meta.consts or arg in unit:
                 sig[arg], consts[arg] = "constexpr", meta.consts.get(arg, 1)
+            elif arg in descs:   # a host TMA descriptor: its element type and box
+                tensor, box = descs[arg]
+                sig[arg] = f"tensordesc<{PTR[dtypes[tensor]]}[{', '.join(str(x) for x in box)}]>"
             elif arg.endswith("_ptr"):
                 sig[arg] = "*" + PTR[dtypes.get(arg[:-4], torch.float32)]
             else:
