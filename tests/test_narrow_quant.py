@@ -128,3 +128,17 @@ def test_readme_narrow_example_is_the_tested_snippet():
     block = (root / "README.md").read_text(encoding="utf-8").split("## Narrow types", 1)[1]
     block = block.split("```python\n", 1)[1].split("```", 1)[0]
     assert (root / "docs" / "snippets" / "narrow.py").read_text(encoding="utf-8").startswith(block)
+
+
+def test_gradient_recomputes_the_saturating_cast():
+    """A derived backward that recomputes a saturating cast keeps it saturating (dW = cast(X))."""
+    @dt.algorithm
+    def f(X: dt.Tensor["M", "N"], W: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        return dt.sum(dt.cast(X[i, j], torch.float16, saturate=True) * W[i, j], over=j)[i]
+    x = torch.tensor([[1e5, -2.0, 3.0], [70000.0, 0.5, -1e6]])
+    w, g = torch.randn(2, 3), torch.randn(2)
+    bwd = dt.grad(f, "W")
+    (dw,) = bwd.reference(x, w, g)
+    expect = g[:, None] * x.clamp(-65504, 65504).half().float()
+    assert torch.isfinite(dw).all() and torch.allclose(dw, expect)

@@ -88,9 +88,9 @@ class Graph:
         """``where(c, a, b)``, not simplified."""
         return self._get(("W", c.uid, a.uid, b.uid), lambda: Where(c, a, b))
 
-    def cast(self, x: Expr, dtype) -> Expr:
-        """``cast(x, dtype)``."""
-        return self._get(("K", str(dtype), x.uid), lambda: Cast(x, dtype))
+    def cast(self, x: Expr, dtype, saturate: bool = False) -> Expr:
+        """``cast(x, dtype)`` (``saturate``: the saturating cast)."""
+        return self._get(("K", str(dtype), saturate, x.uid), lambda: Cast(x, dtype, saturate))
 
     def reduce(self, op: "str | Combiner", x: Expr, over: Iterable[str], mean: bool = False,
                name: str | None = None, hint: str | None = None) -> Expr:
@@ -123,7 +123,7 @@ class Graph:
         if isinstance(n, Where):
             return self.raw_where(kids[0], kids[1], kids[2])
         if isinstance(n, Cast):
-            return self.cast(kids[0], n.dtype)
+            return self.cast(kids[0], n.dtype, n.saturate)
         raise TypeError(f"Graph.remake does not handle {type(n).__name__} nodes")
 
     # -- queries -------------------------------------------------------------------------------
