@@ -70,6 +70,8 @@ class Combiner:
             helper turning one lane's values into its ``state`` (``(*lane) -> state``), run once
             per lane after the loop, before the lanes merge.
         close: see ``lane``.
+        lane_start: the values (Triton literals) a lane's loop values start from, when not all
+            ``0.0`` (the variance's shift starts as NaN: unset).
     """
     name: str
     identity: Callable[[torch.dtype], float | int | bool]
@@ -85,6 +87,7 @@ class Combiner:
     step: str = ""
     lane: tuple[str, ...] = ()
     close: str = ""
+    lane_start: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not self.base:
@@ -218,21 +221,25 @@ _CHAN = ("n = n_a + n_b\n"
          "    d = (k_b - k_a) + (m_b - m_a)\n"
          "    keep = n_a > 0\n"
          "    return n, tl.where(keep, k_a, k_b), tl.where(keep, m_a + d * w, m_b), q_a + q_b + d * d * n_a * w")
-#: One value added to a lane's running sums of ``y = x - k`` (the lane's first value sets ``k``;
-#: ``v`` is 0.0 on a masked lane, which adds nothing): a select, a subtraction, two adds and a
-#: multiply-add per value. Welford's update (a division per value) kept the fp16 statistics of
-#: batch norm compute-bound on the H200 (13 instructions and a reciprocal per value).
-_SHIFTED_SUMS = ("k1 = tl.where((n == 0) & (v > 0), x, k)\n"
+#: One value added to a lane's running sums of ``y = x - k`` (the lane's first value sets ``k``,
+#: which starts as NaN: unset; ``v`` is 0.0 on a masked lane, which adds nothing): a compare, a
+#: select, a subtraction, two adds and a multiply-add per value. Welford's update (a division per
+#: value) kept the fp16 statistics of batch norm compute-bound on the H200 (13 instructions and a
+#: reciprocal per value). The shift is tested on ``k`` itself, not on the count: a count that no
+#: value feeds keeps Triton's default layout, and a test on it converted layouts through shared
+#: memory at every step (sm_90). A NaN first value leaves ``k`` unset but makes ``s`` NaN.
+_SHIFTED_SUMS = ("k1 = tl.where((k != k) & (v > 0), x, k)\n"
                  "    y = tl.where(v > 0, x - k1, 0.0)\n"
                  "    return n + v, k1, s + y, s2 + y * y")
 #: A lane's sums as its (count, shift, mean - shift, M2) state: ``s2 - s * s / n`` loses about
 #: ``1 + (mean - k)**2 / var`` ulps of the lane's M2, where mean and var are the lane's own; ``k``
 #: being one of the lane's values, that is at most ``n`` ulps (Samuelson's bound) and about 2 for
 #: ordinary data, whatever the offset of the data or the differences between lanes (which Chan's
-#: merge of the closed states handles). A rounded negative M2 becomes 0 (NaN stays NaN).
+#: merge of the closed states handles). A rounded negative M2 becomes 0 (NaN stays NaN); a lane
+#: without values gets the shift 0, as Chan's merge expects of an empty state.
 _CLOSE = ("m = s / tl.maximum(n, 1.0)\n"
           "    q = s2 - s * m\n"
-          "    return n, k, m, tl.where(q < 0.0, 0.0, q)")
+          "    return n, tl.where(n > 0, k, 0.0), m, tl.where(q < 0.0, 0.0, q)")
 
 #: the biased variance in one pass (shifted sums per lane, Chan's merge across lanes); no
 #: ``dt`` builder: the plan's single-pass rewrite (:mod:`dtriton.ir.rewrite`) puts it in place of
@@ -240,7 +247,7 @@ _CLOSE = ("m = s / tl.maximum(n, 1.0)\n"
 #: the reader merges (Chan), in split order: deterministic.
 VAR = Combiner("var", _sum_identity, _CHAN, _var_reference, splittable=True, online=None, grad="variance",
                finalize="variance", state=("n", "k", "m", "q"), step=_SHIFTED_SUMS, lane=("n", "k", "s", "s2"),
-               close=_CLOSE)
+               close=_CLOSE, lane_start=("0.0", "float('nan')", "0.0", "0.0"))
 
 
 #: every known reduction kind, by name

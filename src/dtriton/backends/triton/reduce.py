@@ -120,9 +120,11 @@ class ReducePrinter:
         info["layout"], info["block"] = inner.layout, True
         shape = self.shape(inner.layout, pres)
         if r.combiner.state:
-            info["acc"] = tuple(self.fresh(f"{v}_{r.name}") for v in r.combiner.loop_state)
-            scope.emit(f"{', '.join(info['acc'])} = " + ", ".join(f"tl.full({shape}, 0.0, dtype={self.cdt})" for _ in
-                                                                   r.combiner.loop_state) + "  # state, merged after the loop")
+            c = r.combiner
+            info["acc"] = tuple(self.fresh(f"{v}_{r.name}") for v in c.loop_state)
+            starts = c.lane_start or ("0.0",) * len(c.loop_state)
+            scope.emit(f"{', '.join(info['acc'])} = " + ", ".join(f"tl.full({shape}, {v}, dtype={self.cdt})" for v in
+                                                                   starts) + "  # state, merged after the loop")
             return
         info["acc"] = acc = self.fresh(f"acc_{r.name}")
         scope.emit(f"{acc} = tl.full({shape}, {self.identity(r)}, dtype={self.acc_dtype(r)})  # folded after the loop")
