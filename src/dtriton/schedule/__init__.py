@@ -2,6 +2,7 @@
 (:mod:`.schedule`) and the heuristic that completes one from a call's shapes
 (:mod:`.heuristics`). Imports only :mod:`dtriton.errors` and the IR."""
 
+from .conv_rules import conv_space_tiles
 from .grad_rules import flash_backward_space
 from .heuristics import DECIDED, RULES, complete_schedule, next_pow2, sm_count
 from .knobs import (ACC_DTYPES, ACCESS, EVICTIONS, PLACES, PRECISIONS, SPLIT_MODES, STRATEGIES, TENSOR_CORE_FP32, Domain, FrozenMap,
@@ -14,4 +15,4 @@ __all__ = ["shrink", "fits_smem", "smem_estimate", "Schedule", "StageSchedule", 
            "knobs", "flat_knobs", "stage_knobs", "launch_knobs", "markdown_table", "complete_schedule",
            "sm_count", "next_pow2", "DECIDED", "RULES", "STRATEGIES", "PLACES", "SPLIT_MODES",
            "ACCESS", "EVICTIONS", "PRECISIONS", "TENSOR_CORE_FP32", "ACC_DTYPES", "reject_unknown_keywords", "unknown_fields_message",
-           "flash_backward_space"]
+           "flash_backward_space", "conv_space_tiles"]

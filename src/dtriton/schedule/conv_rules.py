@@ -23,7 +23,7 @@ from __future__ import annotations
 from ..ir import convolutions, is_sum, mul_factors, reduced_order, reduction_stages
 from .draft import Draft, next_pow2
 
-__all__ = ["conv_tiles", "depthwise_tiles"]
+__all__ = ["conv_space_tiles", "conv_tiles", "depthwise_tiles"]
 
 
 def _spread(d: Draft, axes, budget: int) -> None:
@@ -107,3 +107,35 @@ def depthwise_tiles(d: Draft) -> None:
     d.dot_axes |= set(r.over)   # (covered here: no other rule re-covers them)
     if d.num_warps is None:
         d.num_warps = 4
+
+
+def conv_space_tiles(alg, sizes, base) -> dict[str, list[int]] | None:
+    """Tile values for exploring the one convolution of ``alg`` (sizes ``sizes``) on the GPU
+    around the heuristic's complete schedule ``base``: the innermost row axis 16..128, the next
+    1..8, other row and batch axes 1 (M blocks of 16 to 1024, products of these), o 64..256, the
+    unit-stride reduced axis 32..128 and the other reduced axes 1 (K one tap per tile); each list
+    holds the heuristic's tile. None when ``alg`` has no single convolution or ``base`` does not
+    loop over its reduced axes (a schedule of the user's)."""
+    convs = convolutions(alg)
+    if len(convs) != 1:
+        return None
+    name, (mside, nside) = next(iter(convs.items()))
+    r = alg.stages[name].node
+    if len(nside) != 1 or any(base.strategy.get(a) != "loop" for a in r.over):
+        return None
+    order = {a: i for i, a in enumerate(alg.outputs[0].layout)}
+    mside = sorted(mside, key=lambda a: order.get(a, len(order)))
+    inner_k = reduced_order(r, {})[-1]
+    vals: dict[str, list[int]] = {a: [1] for a in r.axes if a not in mside and a not in nside}
+    for i, a in enumerate(reversed(mside)):
+        vals[a] = [16, 32, 64, 128] if i == 0 else ([1, 2, 4, 8] if i == 1 else [1])
+    vals[nside[0]] = [64, 128, 256]
+    for a in r.over:
+        vals[a] = [32, 64, 128] if a == inner_k else [1]
+    out = {}
+    for a, vs in vals.items():
+        cap = max(1, next_pow2(sizes[a]))
+        vs = sorted({min(v, cap) for v in vs} | ({base.tile[a]} if a in base.tile else set()))
+        if len(vs) > 1:
+            out[a] = vs
+    return out

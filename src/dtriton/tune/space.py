@@ -26,8 +26,8 @@ from ..errors import ScheduleError, UnknownFieldError
 from ..ir import (Algorithm, Binding, axis_bounds, contractions, grid_candidates, online_candidate, reduces_in,
                   reduction_guard, reduction_stages, split_blockers)
 from ..runtime import Kernel, backend_for
-from ..schedule import (EVICTIONS, PLACES, STRATEGIES, Knob, Schedule, StageSchedule, flash_backward_space, flat_knobs,
-                        next_pow2, unknown_fields_message)
+from ..schedule import (EVICTIONS, PLACES, STRATEGIES, Knob, Schedule, StageSchedule, conv_space_tiles,
+                        flash_backward_space, flat_knobs, next_pow2, unknown_fields_message)
 from .check import Limits
 
 __all__ = ["Space", "derive_fields", "derive_flat", "registry_values", "Derivation", "flat_names", "RULES"]
@@ -669,6 +669,9 @@ def derive_fields(alg: Algorithm, b: Binding, base: Schedule, gpu: bool, limits:
     grid = tuple(base.grid or ())
     tile = _derive_tiles(alg, sizes, base, cons)
     strategy = _derive_strategies(alg, sizes, base, cons, limits)
+    conv = conv_space_tiles(alg, sizes, base) if gpu and not cons else None
+    if conv is not None:   # a convolution's implicit GEMM: its M, N and K tiles only, reductions looped
+        tile, strategy = conv, {a: v for a, v in strategy.items() if base.strategy.get(a) != "loop"}
     group = None
     if len(grid) >= 2:
         group = _with_base([1, 4, 8, 16] if gpu else [1, 8], max(base.group.values(), default=1))
