@@ -61,6 +61,7 @@ def test_backward_dots_follow_the_program_layout(causal, D):
         loop = body.split("    for ")[1].split("\n    d_")[0]
         assert "tl.permute" not in loop and "None, None" not in loop, loop
         assert loop.count("tl.trans(") == (2 if name == kv.name else 1)
+        assert "tl.exp2(" in loop and "tl.exp(" not in loop   # the scale * log2(e) folded, the saved max per row
         divisions = [ln for ln in loop.splitlines() if " / " in ln]
         assert all("1.0 / " in ln or "buf_" in ln for ln in divisions), divisions   # per-row only
 
@@ -164,3 +165,20 @@ def test_bench_attention_bwd_explore_dry_run_feeds_grad_bench(tmp_path):
     want = torch.autograd.grad(attention.reference(*x64, 0.25), x64, torch.ones(1, 1, 260, 16, dtype=torch.float64))
     for a, b in zip(g, want):
         torch.testing.assert_close(a.double(), b, rtol=1e-3, atol=1e-4)
+
+
+@dt.algorithm
+def shifted(X: dt.Tensor["M", "N"], m: dt.Tensor["M"], c: float):
+    i, j = dt.axes("i j")
+    return dt.exp(X[i, j] * c - m[i])[i, j], dt.exp(X[i, j] - m[i])[i, j]
+
+
+def test_base2_shifted_exponents_only_where_the_factor_folds():
+    from dtriton.ir import Unary, base2_shifted_exponents
+    out = base2_shifted_exponents(shifted)
+    ops = [[n.op for n in walk([o.expr]) if isinstance(n, Unary)] for o in out.outputs]
+    assert ops == [["exp2"], ["exp"]]   # X * c takes log2(e) into c; a bare X would need a multiply per element
+    X, m = randn(5, 7, dtype=torch.float16), randn(5, dtype=torch.float16)
+    got = dt.compile(shifted)(X, m, 0.5)
+    for g, w in zip(got, shifted.reference(X.double(), m.double(), 0.5)):
+        torch.testing.assert_close(g.double(), w, rtol=2e-3, atol=1e-3)

@@ -24,7 +24,8 @@ from .algorithm import Algorithm, Stage, TensorAnnotation, cse
 from .analysis import (can_split, contractions, grid_candidates, is_sum, online_candidate, reads_unit_stride,
                        reduction_stages, split_blockers, splittable, stage_grid, sum_of_products, tensor_core_sides)
 from .convolution import contraction_sides, convolutions, reduced_order
-from .rewrite import base2_exponents, naive_variance_of, reciprocal_divisors, single_pass_variance, variance_of
+from .rewrite import (base2_exponents, base2_shifted_exponents, naive_variance_of, reciprocal_divisors,
+                      single_pass_variance, variance_of)
 
 __all__ = [
     "unit_dim",
@@ -42,5 +43,5 @@ __all__ = [
     "can_split", "is_sum", "contractions", "grid_candidates", "online_candidate", "reduction_stages", "split_blockers", "splittable",
     "stage_grid", "sum_of_products",
     "contraction_sides", "convolutions", "reduced_order",
-    "base2_exponents", "naive_variance_of", "reciprocal_divisors", "single_pass_variance", "variance_of",
+    "base2_exponents", "base2_shifted_exponents", "naive_variance_of", "reciprocal_divisors", "single_pass_variance", "variance_of",
 ]

@@ -25,6 +25,12 @@ statistic dividing a tile), as ``X * (1 / y)``: one division per row and a multi
 where a division per element costs about ten instructions on the GPU (an attention backward
 divides its score tiles by the saved row sums twice per step). One more rounding (half an ulp of
 the reciprocal): the plan uses it where the results are consumed in 16-bit precision.
+
+:func:`base2_shifted_exponents` does for ``exp(X - m)`` with ``m`` a per-row value other than a
+max stage (a derived backward's saved row max) what :func:`base2_exponents` does for the
+max-shifted form: ``exp2(X' - m * log2(e))``, ``X'`` as there (the factor folded into a scalar
+of ``X``, also through a ``where`` whose other branch is a constant), ``m * log2(e)`` computed per
+row. Only where the factor folds, so no multiply per element is added.
 """
 
 from __future__ import annotations
@@ -34,10 +40,11 @@ from typing import Callable
 
 from .algorithm import Algorithm
 from .combiners import VAR
-from .expr import Binary, Const, Expr, Load, Output, Reduce, Unary
+from .expr import Binary, Const, Expr, Load, Output, Reduce, Unary, Where
 from .walk import topo_order, walk
 
-__all__ = ["base2_exponents", "naive_variance_of", "reciprocal_divisors", "single_pass_variance", "variance_of"]
+__all__ = ["base2_exponents", "base2_shifted_exponents", "naive_variance_of", "reciprocal_divisors",
+           "single_pass_variance", "variance_of"]
 
 
 def variance_of(r: Reduce) -> Expr | None:
@@ -192,3 +199,34 @@ def reciprocal_divisors(alg: Algorithm, floating: Callable[[str], bool]) -> Algo
         new[n.uid] = m
     outs = [Output(new[o.expr.uid], o.layout) for o in alg.outputs]
     return Algorithm.build(alg.name, alg.params, outs, alg.__doc__)
+
+
+def _folded_log2e(x: Expr) -> Expr | None:
+    """``x * log2(e)`` with the constant folded into a scalar (0-d) factor of ``x`` (through a
+    ``where`` whose other branch is a constant: the causal mask's -inf), or None when it does not
+    fold (the multiply would be per element)."""
+    if isinstance(x, Where) and isinstance(x.b, Const):
+        a = _folded_log2e(x.a)
+        return None if a is None else Where(x.cond, a, Const(x.b.value * math.log2(math.e)))
+    if isinstance(x, Binary) and x.op == "mul":
+        for a, c in ((x.a, x.b), (x.b, x.a)):
+            if not c.axes and a.axes:
+                return Binary("mul", a, Binary("mul", c, Const(math.log2(math.e))))
+    return None
+
+
+def base2_shifted_exponents(alg: Algorithm) -> Algorithm:
+    """``alg`` with each ``exp(X - m)`` whose shift ``m`` is no max stage, has fewer axes than
+    ``X`` and whose ``X`` takes the factor ``log2(e)`` into a scalar (:func:`_folded_log2e`)
+    written ``exp2(X' - m * log2(e))``; ``alg`` itself when there is none."""
+    swap: dict[int, Expr] = {}
+    for e in alg.nodes:
+        if not (isinstance(e, Unary) and e.op == "exp" and isinstance(e.x, Binary) and e.x.op == "sub"):
+            continue
+        x, m = e.x.a, e.x.b
+        if (isinstance(m, Reduce) and m.combiner.name == "max") or not set(m.axes) < set(x.axes):
+            continue
+        x2 = _folded_log2e(x)
+        if x2 is not None:
+            swap[e.uid] = Unary("exp2", Binary("sub", x2, Binary("mul", m, Const(math.log2(math.e)))))
+    return _rebuilt(alg, swap)

@@ -14,8 +14,8 @@ from typing import Mapping
 
 import torch
 
-from ..ir import (Algorithm, Binding, Reduce, base2_exponents, integer_reductions, kernel_f64, reciprocal_divisors,
-                  single_pass_variance)
+from ..ir import (Algorithm, Binding, Reduce, base2_exponents, base2_shifted_exponents, integer_reductions, kernel_f64,
+                  reciprocal_divisors, single_pass_variance)
 from ..schedule import Schedule
 from .access import plan_access, plan_descriptor_site, plan_eviction, plan_ws_stores, plan_floor_ops, plan_read_masks
 from .blockreduce import plan_block_reduce
@@ -88,7 +88,7 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
     masked = frozenset((alg.nodes[pos].uid, d) for pos, d in spec.masked_reads)
     alg = single_pass_variance(alg, lambda r: one_pass_statistics(sched, r))
     if sixteen_bit_terms(b):
-        alg = base2_exponents(alg, lambda r: True)
+        alg = base2_shifted_exponents(base2_exponents(alg, lambda r: True))
         alg = reciprocal_divisors(alg, lambda t: b.dtypes[t].is_floating_point)
     prog = lower(alg, sched, b.axis_sizes, {k: str(v).replace("torch.", "") for k, v in out_dtypes.items()},
                  f64=kernel_f64(b.dtypes.values(), b.out_dtypes))
