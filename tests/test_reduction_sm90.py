@@ -1,0 +1,31 @@
+"""The statistics loops as Triton compiles them for the H200 (sm_90), here without a GPU
+(``bench/sm90_compile.py``: Triton's own ptxas). A loop step that converts a tensor between
+layouts goes through shared memory with barriers; the s3 batch/group/layer-norm statistics did
+that at every step (a loop-carried count, fed by no loaded value, kept Triton's default layout).
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import run_bench
+
+triton = pytest.importorskip("triton")
+
+
+def loop_bodies(ptx: str) -> list[str]:
+    """The innermost loops of a PTX listing: from LLVM's loop-header comment to the branch back."""
+    return re.findall(r"Inner Loop Header.*?\bbra\b", ptx, re.S)
+
+
+@pytest.mark.parametrize("case", ["bn", "ln"])
+def test_fp16_statistics_loops_step_without_shared_memory(case, tmp_path):
+    out = run_bench(["bench/sm90_compile.py", "--cases", case, "--dtypes", "float16"], tmp_path)
+    stats = [p for p in (tmp_path / "out").glob("*mean0_mean1_fp16.ptx")]
+    assert len(stats) == 1, out
+    bodies = loop_bodies(stats[0].read_text())
+    assert bodies and all("ld.global" in b for b in bodies), bodies
+    assert not [b for b in bodies if "st.shared" in b or "bar.sync" in b], bodies
+    regs = int(re.search(r"mean0_mean1: regs (\d+)", out).group(1))
+    assert regs <= 64, out   # four 8-warp programs per SM
