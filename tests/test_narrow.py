@@ -284,3 +284,28 @@ def test_gpu_int4_weights_feed_a_16bit_dot():
     x, wp = torch.zeros(256, 512, dtype=torch.float16), torch.zeros(256, 256, dtype=torch.uint8)
     _, (d,) = gpu_dots(int4_linear, (x, wp, torch.ones(256)))
     assert d.operand_dtype == "float16" and d.raw_left and not d.raw_right
+
+
+def test_mixed_fp8_operands_are_an_fp32_dot():
+    a, _ = operands(E4, 33, 64, 20)
+    _, b = operands(E5, 33, 64, 20, seed=1)
+    y = dt.compile(matmul)(a, b)
+    assert torch.allclose(y.double(), a.double() @ b.double(), rtol=1e-5, atol=1e-4)
+    a, _ = operands(E4, 256, 256, 256)
+    _, b = operands(E5, 256, 256, 256, seed=1)
+    _, (d,) = gpu_dots(matmul, (a, b))
+    assert d.operand_dtype is None
+
+
+def test_saturating_cast_is_its_own_algorithm():
+    """CSE keeps a saturating cast apart from a plain one; the fingerprint (tuning records) differs."""
+    def make(sat):
+        @dt.algorithm
+        def f(X: dt.Tensor["N"]):
+            i, = dt.axes("i")
+            return dt.cast(X[i], torch.int8, saturate=sat)[i], dt.cast(X[i], torch.int8)[i]
+        return f
+    sat, plain = make(True), make(False)
+    assert sat.fingerprint != plain.fingerprint
+    y, z = dt.compile(sat)(torch.tensor([300.0, -2.5]))
+    assert y.tolist() == [127, -2] and z.tolist() == torch.tensor([300.0, -2.5]).to(torch.int8).tolist()
