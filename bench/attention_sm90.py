@@ -48,6 +48,8 @@ VARIANTS = {
     "tma-128x128-w8s3": dict(tile={"i": 128, "j": 128}, num_warps=8, num_stages=3, access="tma"),
     "tma-ws-128x64-w4s3": dict(tile={"i": 128, "j": 64}, num_warps=4, num_stages=3, access="tma",
                                warp_specialize=True),
+    "tma-ws-128x128-w4s2": dict(tile={"i": 128, "j": 128}, num_warps=4, num_stages=2, access="tma",
+                                warp_specialize=True),
     "tma-ws-128x128-w8s3": dict(tile={"i": 128, "j": 128}, num_warps=8, num_stages=3, access="tma",
                                 warp_specialize=True),
     "tma-ws-128x128-w8s2": dict(tile={"i": 128, "j": 128}, num_warps=8, num_stages=2, access="tma",
@@ -82,9 +84,10 @@ def plan(alg, args, extra: dict):
     return plan_program(alg, sched, b, call_spec(alg, b, args, False, None, tma)), sched
 
 
-def signature(fn, meta, dtype_of) -> tuple[dict, dict, dict]:
+def signature(fn, meta, dtype_of, int_scalars=frozenset()) -> tuple[dict, dict, dict]:
     """Triton's (signature, constants, attributes) for kernel ``fn`` of ``meta``: pointers typed by
-    tensor, host descriptors by their box, integers as multiples of 16, last strides 1."""
+    tensor, host descriptors by their box, scalar arguments fp32 unless in ``int_scalars``
+    (``s_<name>``), integers as multiples of 16, last strides 1."""
     sig, consts = {}, {}
     unit = {f"{t}_s{n - 1}" for t, n in meta.tensor_ndim.items() if n}
     descs = {d: (t, box) for d, t, box, _perm in meta.descs}
@@ -97,7 +100,7 @@ def signature(fn, meta, dtype_of) -> tuple[dict, dict, dict]:
         elif a.endswith("_ptr"):
             sig[a] = "*" + dtype_of(a[:-4])
         else:
-            sig[a] = "fp32" if a.startswith("s_") else "i32"
+            sig[a] = "fp32" if a.startswith("s_") and a not in int_scalars else "i32"
     attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names)
              if sig[a] == "i32" or sig[a].startswith("*")}
     return sig, consts, attrs
@@ -120,7 +123,8 @@ def compile_variant(spec: str, vname: str, out: str) -> None:
     spec_.loader.exec_module(mod)
     for m in metas:
         fn = getattr(mod, m.name)
-        sig, consts, attrs = signature(fn, m, lambda t: "fp16" if not t.startswith("buf_") else "fp32")
+        ints = {f"s_{p.name}" for p in alg.params if getattr(p, "pytype", None) is int}
+        sig, consts, attrs = signature(fn, m, lambda t: "fp16" if not t.startswith("buf_") else "fp32", ints)
         try:
             ck = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
                                 options={"num_warps": m.ir.num_warps, "num_stages": m.ir.num_stages})

@@ -9,6 +9,8 @@ tiles) so masked edges and partial TMA boxes are exercised.
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -72,13 +74,21 @@ def test_attention_descriptor_sites_match_float64(descriptors, S, T, D):
 
 @pytest.mark.filterwarnings("ignore:.*no kernel has a contraction:dtriton.ScheduleWarning")   # S=1: no dot
 @pytest.mark.parametrize("S", [33, 48, 1])
-def test_causal_warp_specialised_tiles_straddling_the_diagonal(S):
+def test_causal_tiles_straddling_the_diagonal_under_warp_specialisation(S):
+    """Causal attention asked for warp specialisation: the mask bounds split the key loop into
+    fully visible tiles and boundary tiles, a pair Triton 3.6 cannot specialise on Hopper, so both
+    loops run without it (with a warning) and the result is right."""
     Q, K, V = qkv(1, 2, S, S, 16, seed=S)
     # tiles of 16 queries by 16 keys: the diagonal crosses tiles at 16, 32 (and a partial last tile)
-    check(causal_attention, (Q, K, V, 0.25), dt.Schedule(**WS),
-          torch_ref=lambda q, k, v, s: sdpa(q, k, v, s, causal=True), tol=TOL[torch.float16])
-    check(causal_attention, (Q, K, V, 0.25), dt.Schedule(**dict(WS, tile={"i": 32, "j": 16})),
-          torch_ref=lambda q, k, v, s: sdpa(q, k, v, s, causal=True), tol=TOL[torch.float16])
+    for tile in ({"i": 16, "j": 16}, {"i": 32, "j": 16}):
+        sched = dt.Schedule(**dict(WS, tile=tile))
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            k, _ = check(causal_attention, (Q, K, V, 0.25), sched,
+                         torch_ref=lambda q, k, v, s: sdpa(q, k, v, s, causal=True), tol=TOL[torch.float16])
+        assert "warp_specialize=True)" not in k.source and "tl.make_tensor_descriptor" not in k.source
+        if S > 1:
+            assert any("split into fully visible and boundary tiles" in str(w.message) for w in got)
 
 
 def gqa_ref(Q, K, V, scale, rep):

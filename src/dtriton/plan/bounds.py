@@ -25,6 +25,8 @@ were all right. An edge loop runs a few tiles per program, so its pipelining gai
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..ir import Expr, Reduce, axis_bounds, integer_valued, reduction_guard, walk
 from .graph import fused_reduces
 from .kernel import KernelPlan, LoopBounds, PassPlan
@@ -47,6 +49,20 @@ def plan_bounds(k: KernelPlan, enabled: bool = True) -> dict[tuple[int, ...], Lo
         if lb is not None:
             out[p.reductions] = lb
     return out
+
+
+def ws_off_split_loops(k: KernelPlan) -> tuple[list[PassPlan], dict[int, PassPlan]]:
+    """``k``'s passes with warp specialisation turned off on the passes whose loop the bounds
+    split in two (the fully visible tiles unmasked, then the boundary tiles: causal attention),
+    and on the passes looping over the same axis.
+    Triton 3.6 cannot specialise such a pair on Hopper: compiled for sm_90 (bench/attention_sm90.py),
+    any of the two loops specialised fails in its warp-specialisation pass (a dominance assertion),
+    as its own fused-attention tutorial specialises only the non-causal kernel on Hopper."""
+    split = {lb.axis for lb in k.bounds.values() if lb.unmasked}   # (and the passes nested in those loops)
+
+    def off(p: PassPlan) -> PassPlan:
+        return dataclasses.replace(p, warp_specialize=False) if p.warp_specialize and split & set(p.loop_axes) else p
+    return [off(p) for p in k.passes], {i: off(p) for i, p in k.single.items()}
 
 
 def plan_reverse_order(k: KernelPlan, order: str) -> bool:

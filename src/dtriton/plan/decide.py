@@ -4,8 +4,9 @@ The named steps, in order (each reads what the ones before decided): call facts 
 64-bit offsets, divisibility hints, interpreter-only choices: bf16 rounding and block folds), the
 flat axes of implicit GEMMs (convolutions), dots,
 dot-only axes, access per tensor tile, eviction hints, passes (grouping, online merging, warp
-specialisation), where TMA descriptors are built, loop bounds from masks, the launch order. Then :func:`unused_knobs` reads the
-decisions back: the knobs that had no effect.
+specialisation), loop bounds from masks (the loops they split are not warp-specialised), where TMA
+descriptors are built, the launch order. Then :func:`unused_knobs` reads the decisions back: the
+knobs that had no effect.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from ..ir import (Algorithm, Binding, Reduce, base2_exponents, base2_shifted_exp
 from ..schedule import Schedule
 from .access import plan_access, plan_descriptor_site, plan_eviction, plan_ws_stores, plan_floor_ops, plan_read_masks
 from .blockreduce import plan_block_reduce
-from .bounds import plan_bounds, plan_reverse_order
+from .bounds import plan_bounds, plan_reverse_order, ws_off_split_loops
 from .buffers import plan_buffers, plan_int_buffers
 from .epilogues import move_epilogues
 from .callspec import CallSpec
@@ -68,9 +69,10 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.access = plan_access(k, sched.access, tma_ok)
     k.eviction, k.evicted = plan_eviction(k, sched.eviction)
     k.passes, k.single = plan_passes(k, bool(sched.warp_specialize))
+    k.bounds = plan_bounds(k, sched.mask_bounds)
+    k.passes, k.single = ws_off_split_loops(k)
     k.access = plan_ws_stores(k)
     k.device_descs = plan_descriptor_site(k, sched.descriptors)
-    k.bounds = plan_bounds(k, sched.mask_bounds)
     k.reverse_order = plan_reverse_order(k, sched.tile_order)
     k.read_masks, k.floor_ops = plan_read_masks(k, masked_reads), plan_floor_ops(k)
 
@@ -135,7 +137,13 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
                f"{alg.name} has no reduction to split")
         notes.append(f"split_mode='partials' has no effect: this call splits no reduction axis (the "
                      f"complete schedule's split is {dict(sched.split)}); {how}. Give a split, or drop split_mode")
-    if any(k.ws_dropped for k in kernels):
+    split = [p for k in kernels for p in k.all_passes() if p.ws_requested and not p.warp_specialize
+             and {lb.axis for lb in k.bounds.values() if lb.unmasked} & set(p.loop_axes)]
+    if split:
+        notes.append("warp_specialize=True has no effect on loops that mask bounds split into fully visible and "
+                     "boundary tiles (causal attention): Triton 3.6 cannot warp-specialise that pair of loops on "
+                     "Hopper; they run without it (mask_bounds=False keeps one masked loop over every tile)")
+    if any(p.ws_requested and not p.warp_specialize for k in kernels for p in k.all_passes() if p not in split):
         notes.append("warp_specialize=True has no effect on loops whose loads are not all TMA "
                      "(needs access='tma' and TMA-addressable tensors: last stride 1, 16-byte aligned rows and "
                      "base); those loops run without it")

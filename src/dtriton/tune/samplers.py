@@ -243,7 +243,7 @@ def dot_seeds(alg: Algorithm, dims, start: Mapping, b: Binding) -> list[dict]:
 
 #: Schedules of a 16-bit fused attention-like kernel (an online pass over a contraction) on the GPU
 #: tried right after the heuristic: (query tile, key tile, num_warps, num_stages, access,
-#: warp_specialize). Warp-specialised TMA loops at 4 warps (Triton 3.6 adds a producer warp group
+#: warp_specialize; a causal kernel's loops split by its mask run without it: plan.bounds). Warp-specialised TMA loops at 4 warps (Triton 3.6 adds a producer warp group
 #: and splits the 128 query rows between two consumer groups: 12 warps), the non-specialised TMA
 #: and pointer tilings of Triton's fused-attention tutorial on Hopper (128 x 64-128, 8 warps).
 FLASH_SEEDS = ((128, 64, 4, 3, "tma", True), (128, 128, 4, 2, "tma", True), (128, 64, 8, 3, "tma", False),
