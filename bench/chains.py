@@ -47,7 +47,7 @@ import dtriton as dt  # noqa: E402
 import run as timing  # noqa: E402  (bench/run.py: graph_time_us, relerr, tuned_kernel, maybe_compile)
 from chain_catalogue import (CHAINS, CHECK_SHAPE, DRY_CHECK_SHAPE, DRY_SHAPE, TORCH, Chain, as_float64,  # noqa: E402
                              make_inputs, shape_of)
-from dtriton.ir.analysis import contractions, reduction_stages  # noqa: E402
+from dtriton.ir.analysis import contraction_operands, contractions, reduction_stages  # noqa: E402
 from dtriton.schedule.knobs import PRECISIONS  # noqa: E402
 from fp32 import git_commit  # noqa: E402
 
@@ -199,6 +199,8 @@ def gpu_plan(chain: Chain, dtype: torch.dtype, folder: str | None = None, schedu
         sched = dt.compile(chain.alg, schedule).complete(b)
         tma = tma_addressable(chain.alg, b, args) if sched.access == "tma" else frozenset()
         tiles = [p for p, a in zip(chain.params(), args) if a.dim() >= 2]
+        operands = contraction_operands(chain.alg)
+        tiles = [t for t in tiles if t in operands] if operands else tiles
         if sched.access == "tma" and not all(t in tma for t in tiles):   # the runtime's rule (Kernel._auto_access)
             sched, tma = sched.replace(access="pointer"), frozenset()
         prog = plan_program(chain.alg, sched, b, call_spec(chain.alg, b, args, False, None, tma))

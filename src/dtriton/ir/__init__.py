@@ -21,7 +21,7 @@ from .reference import (FLOAT_DTYPES, INDEX_DTYPES, Binding, check_reads, comput
                         kernel_f64,
                         output_dtype, unit_dim)
 from .algorithm import Algorithm, Stage, TensorAnnotation, cse
-from .analysis import (can_split, contractions, grid_candidates, is_sum, online_candidate, reads_unit_stride,
+from .analysis import (can_split, contraction_operands, contractions, grid_candidates, is_sum, online_candidate, reads_unit_stride,
                        reduction_stages, split_blockers, splittable, stage_grid, sum_of_products, tensor_core_sides)
 from .convolution import contraction_sides, convolutions, reduced_order
 from .rewrite import (base2_exponents, base2_shifted_exponents, naive_variance_of, reciprocal_divisors,
@@ -29,7 +29,7 @@ from .rewrite import (base2_exponents, base2_shifted_exponents, naive_variance_o
 
 __all__ = [
     "unit_dim",
-    "reads_unit_stride", "tensor_core_sides",
+    "reads_unit_stride", "tensor_core_sides", "contraction_operands",
     "COMBINERS", "Combiner", "get_combiner", "register_combiner",
     "BINARY_OPS", "COMPARE_OPS", "UNARY_OPS", "Axis", "Binary", "Cast", "Const", "Expr", "InputTensor", "Load",
     "Output", "Reduce", "ScalarParam", "Unary", "Where", "as_expr", "fmt",

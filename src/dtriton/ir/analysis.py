@@ -8,7 +8,8 @@
 - :func:`stage_grid`: the axes the kernel of a stage maps to program ids under a schedule's grid
   values; :func:`grid_candidates`: every axis some kernel may map to program ids;
 - :func:`reads_unit_stride`, :func:`tensor_core_sides`: which operands of a contraction read the
-  reduced axis at unit stride on a call (fp32 tensor-core dots want that for their right operand).
+  reduced axis at unit stride on a call (fp32 tensor-core dots want that for their right operand);
+  :func:`contraction_operands`: the tensors a contraction reads along its reduced axis.
 
 This module is part of the IR layer: it takes algorithms and plain values (grids as tuples of axis
 names), never a :class:`~dtriton.Schedule`.
@@ -24,7 +25,8 @@ from .expr import Axis, Binary, Expr, Load, Reduce
 from .walk import mul_factors, walk
 
 __all__ = ["can_split", "contractions", "sum_of_products", "online_candidate", "split_blockers", "splittable", "stage_grid",
-           "grid_candidates", "reduction_stages", "is_sum", "reads_unit_stride", "tensor_core_sides"]
+           "grid_candidates", "reduction_stages", "is_sum", "reads_unit_stride", "tensor_core_sides",
+           "contraction_operands"]
 
 
 def reduction_stages(alg: Algorithm, axis: str | None = None) -> list[Stage]:
@@ -166,4 +168,15 @@ def tensor_core_sides(r: Reduce, unit_dims: Mapping[str, int]) -> list[str]:
         side = [f for f in mul_factors(r.x) if ra in f.axes and n in f.axes]
         if side and reads_unit_stride(side, ra, unit_dims):
             out.append(n)
+    return out
+
+
+def contraction_operands(alg: Algorithm) -> set[str]:
+    """The names of the tensors some contraction of ``alg`` (:func:`contractions`) reads along its
+    reduced axis: the operands its dot loop streams (a bias added after the sum is not one)."""
+    out = set()
+    for name, (_, _, ra) in contractions(alg).items():
+        for x in walk([alg.stages[name].node.x], stop=lambda x: isinstance(x, Reduce)):
+            if isinstance(x, Load) and ra in x.axes:
+                out.add(x.tensor.name)
     return out

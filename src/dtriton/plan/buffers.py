@@ -58,9 +58,10 @@ def _reads_only(e, dtypes: Mapping[str, torch.dtype], dtype: str) -> bool:
 
 def _stored_gemm(e, gemms, dtypes: Mapping[str, torch.dtype], dtype: str) -> bool:
     """``e`` (a buffer's stored value) is a contraction of ``dtype`` tensors, or an elementwise
-    expression of one (its epilogue, :mod:`dtriton.plan.epilogues`) over ``dtype`` tensors."""
+    expression of such contractions (their epilogue, :mod:`dtriton.plan.epilogues`: SwiGLU's
+    ``silu(X @ W.T) * (X @ W3.T)``) over ``dtype`` tensors."""
     rs = [n for n in walk([e], stop=lambda x: isinstance(x, Reduce)) if isinstance(n, Reduce)]
-    if len(rs) != 1 or rs[0].name not in gemms or not _reads_only(rs[0].x, dtypes, dtype):
+    if not rs or any(r.name not in gemms or not _reads_only(r.x, dtypes, dtype) for r in rs):
         return False
     return e is rs[0] or all(dtypes[n.tensor.name] == getattr(torch, dtype)
                              for n in walk([e], stop=lambda x: isinstance(x, (Load, Reduce))) if isinstance(n, Load))

@@ -24,9 +24,12 @@ from .kernel import KernelPlan, Program
 __all__ = ["move_epilogues"]
 
 
-def _only_reduce(n: Expr, r: Reduce) -> bool:
-    """The only reduction ``n`` reads is ``r`` (inputs, constants, axes and elementwise nodes besides)."""
-    return not any(isinstance(x, Reduce) and x is not r for x in walk([n], stop=lambda x: x is r))
+def _only_reduce(n: Expr, r: Reduce, siblings: frozenset = frozenset()) -> bool:
+    """The only reductions ``n`` reads are ``r`` and the ``siblings`` (ids; inputs, constants, axes and
+    elementwise nodes besides)."""
+    def ok(x: Expr) -> bool:
+        return x is r or x.uid in siblings
+    return not any(isinstance(x, Reduce) and not ok(x) for x in walk([n], stop=ok))
 
 
 def _reaches(roots: list[Expr], target: Expr, avoid: Expr, stop: set[int]) -> bool:
@@ -50,33 +53,60 @@ def _substitute(n: Expr, old: Expr, new: Expr, memo: dict[int, Expr], stop: set[
     return out
 
 
-def _epilogue(r: Reduce, readers: list[KernelPlan], stop: set[int]) -> Expr | None:
+def _epilogue(r: Reduce, readers: list[KernelPlan], stop: set[int], siblings: frozenset = frozenset()) -> Expr | None:
     """The largest expression every reader applies to ``r`` (see the module docstring), or None:
-    among the elementwise nodes over exactly r's axes that read no other reduction, those every path
-    from the readers to ``r`` passes through (its dominators); the one highest up."""
+    among the elementwise nodes over exactly r's axes that read no other reduction but the
+    ``siblings`` (ids of contractions the same kernel stores), those every path from the readers to
+    ``r`` passes through (its dominators); the one highest up."""
     roots = [st.expr for k in readers for st in k.stores]
     seen = list(walk(roots, stop=lambda x: x.uid in stop and x is not r))
     cands = [n for n in seen if n is not r and not isinstance(n, (Reduce, Load)) and set(n.axes) == set(r.axes)
-             and any(x is r for x in walk([n], stop=lambda x: x.uid in stop)) and _only_reduce(n, r)]
+             and any(x is r for x in walk([n], stop=lambda x: x.uid in stop)) and _only_reduce(n, r, siblings)]
     doms = [c for c in cands if not _reaches(roots, r, c, stop)]
     if not doms:
         return None
     return max(doms, key=lambda c: sum(1 for _ in walk([c])))
 
 
+def _plain_gemm_stores(w: KernelPlan, prog: Program, gemms) -> dict[int, tuple]:
+    """The stores of kernel ``w`` that write a contraction to a plain buffer (not split, not zeroed,
+    not a mean divided on read, fp32 as lowered): reduction id -> (store, buffer)."""
+    out = {}
+    for st in w.stores:
+        b, r = prog.buffers.get(st.target), st.expr
+        if (b is not None and isinstance(r, Reduce) and r.name in gemms and not b.partials and not b.zero
+                and not b.scale_count and b.dtype == "float32"):
+            out[r.uid] = (st, b)
+    return out
+
+
+def _drop_unread(w: KernelPlan, prog: Program, s: Reduce, st, b, stop: set[int]) -> None:
+    """Drop the store and buffer of contraction ``s`` (kernel ``w``) when no kernel reads it any more
+    (its value went into a sibling's stored epilogue)."""
+    roots = [x.expr for k in prog.kernels if k is not w for x in k.stores]
+    if any(x is s for x in walk(roots, stop=lambda x: x.uid in stop and x is not s)):
+        return
+    w.stores.remove(st)
+    del prog.buffers[b.name]
+    for k in prog.kernels:
+        k.materialized.pop(s.uid, None)
+
+
 def move_epilogues(prog: Program, alg: Algorithm) -> dict[str, str]:
     """Store each materialised contraction's common epilogue in its buffer (in place: the writing
-    store's expression, the readers' expressions, ``BufferSpec.reason``). Returns buffer name ->
-    the expression it now holds (as text)."""
+    store's expression, the readers' expressions, ``BufferSpec.reason``). The epilogue may combine
+    contractions the same kernel stores over the same axes (SwiGLU's ``silu(X @ W.T) * (X @ W3.T)``):
+    it is stored once, in the first one's buffer, and a sibling's buffer no kernel reads any more is
+    dropped. Returns buffer name -> the expression it now holds (as text)."""
     gemms = contractions(alg)
     tops = {st.expr.uid for k in prog.kernels for st in k.stores
             if st.target in prog.buffers and isinstance(st.expr, Reduce)}
     done: dict[str, str] = {}
     for w in prog.kernels:
-        for st in w.stores:
-            b, r = prog.buffers.get(st.target), st.expr
-            if (b is None or not isinstance(r, Reduce) or r.name not in gemms or b.partials or b.zero
-                    or b.scale_count or b.dtype != "float32"):
+        plain = _plain_gemm_stores(w, prog, gemms)
+        for st, b in list(plain.values()):
+            r = st.expr
+            if st not in w.stores or not isinstance(r, Reduce):
                 continue
             readers = [k for k in prog.kernels if r.uid in k.materialized]
             # a reader that writes another buffer would rebuild a materialised stage (others key it by id)
@@ -84,7 +114,9 @@ def move_epilogues(prog: Program, alg: Algorithm) -> dict[str, str]:
                 continue
             # (a kernel's map may name a reduction that became a direct split-K output: not a buffer)
             stop = {u for k in prog.kernels for u, bs in k.materialized.items() if bs.name in prog.buffers}
-            e = _epilogue(r, readers, stop)
+            sibs = frozenset(u for u, (sst, _) in plain.items() if u != r.uid and sst in w.stores
+                             and set(sst.expr.axes) == set(r.axes))
+            e = _epilogue(r, readers, stop, sibs)
             if e is None:
                 continue
             st.expr = e
@@ -97,4 +129,7 @@ def move_epilogues(prog: Program, alg: Algorithm) -> dict[str, str]:
                         prog.stage_labels[new.uid] = prog.stage_labels[old]
             b.reason = f"holds {fmt(e, limit=None)}, the expression every reader applies to stage {r.name}"
             done[b.name] = fmt(e, limit=None)
+            for u in sibs:
+                if any(x.uid == u for x in walk([e], stop=lambda x: isinstance(x, Reduce))):
+                    _drop_unread(w, prog, plain[u][0].expr, *plain[u], stop)
     return done

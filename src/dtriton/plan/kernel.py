@@ -34,7 +34,8 @@ class AxisPlan:
     """How one axis is covered inside one kernel.
 
     role: "grid" (program id; ``block`` elements per program, a scalar when block == 1),
-    "whole" (one block covers it: block = next_pow2(size)), "loop" (tiles in a loop) or
+    "whole" (one block covers it: block = next_pow2(size)), "loop" (tiles in a loop; a scalar
+    index per step when block == 1) or
     "online" (a loop whose reductions run in one pass with rescaling) or "flat" (a member of a
     flat axis of :attr:`KernelPlan.flat`: its index is decomposed from the flat axis's).
     ``divisible``: size % block == 0, so no mask is needed.
@@ -47,8 +48,10 @@ class AxisPlan:
 
     @property
     def scalar(self) -> bool:
-        """A grid axis with tile 1: a scalar index, never a block dim."""
-        return self.role == "grid" and self.block == 1
+        """A grid or loop axis with tile 1: a scalar index, never a block dim (a loop over an
+        axis one index at a time keeps its values and a contraction inside it 2-d: max pooling's
+        columns of a group, each a GEMM tile)."""
+        return self.role in ("grid", "loop") and self.block == 1
 
 
 @dataclass
@@ -264,7 +267,7 @@ class KernelPlan:
         return n
 
     def scalar_axis(self, a: str) -> bool:
-        """A grid axis with tile 1: a scalar index, never a block dim."""
+        """A grid or loop axis with tile 1: a scalar index, never a block dim."""
         p = self.axes.get(a)
         return p is not None and p.scalar
 

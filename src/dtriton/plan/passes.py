@@ -135,6 +135,10 @@ def pipelined(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...]) -> in
     (``num_stages`` 2) keep plain loops, exploration tries 3 and 4."""
     if k.interpret or not loop_axes or k.num_stages < 3 or any(r.uid in k.dots for r in rs):
         return 0
+    # nor around a contraction's own loop inside it (max pooling's scalar loop over a group's columns)
+    inside = fused_reduces([r.x for r in rs], k.materialized)
+    if any(d.uid in k.dots and set(d.axes) & set(loop_axes) for d in inside):
+        return 0
     return k.num_stages
 
 

@@ -27,7 +27,7 @@ from ..backends.base import KernelMeta
 from ..backends import default_backend
 from ..errors import CompileError, ResourceError, ScheduleWarning, ShapeError
 from ..schedule import Schedule, complete_schedule, fits_smem, shrink
-from ..ir import Algorithm, Binding, InputTensor, check_reads
+from ..ir import Algorithm, Binding, InputTensor, check_reads, contraction_operands
 from ..plan import CallSpec, Program, call_spec, plan_program, tma_addressable, unused_knobs
 from ..plan.callspec import I32_MAX
 from ..plan.staging import kmajor_copies, stage_inputs
@@ -164,6 +164,10 @@ class Kernel:
         ok = tma_addressable(self.algorithm, b, args, out, views=False) if own is None else own
         tiles = [p.name for p, a in zip(self.algorithm.params, args)
                  if isinstance(p, InputTensor) and isinstance(a, torch.Tensor) and sum(n > 1 for n in a.shape) >= 2]
+        # where there are dot loops, their operands decide (a grouped bias b[g, c] of 8-byte rows, read
+        # once per tile after the loop, is no reason to stream the GEMM's operands through pointers)
+        operands = contraction_operands(self.algorithm)
+        tiles = [t for t in tiles if t in operands] if operands else tiles
         return sched if all(t in ok for t in tiles) else sched.replace(access="pointer")
 
     def _schedule_and_spec(self, b: Binding, args, interpret: bool, out=None) -> tuple[Schedule, CallSpec]:

@@ -12,7 +12,7 @@ from .draft import Draft, next_pow2, programs, split_for
 from .knobs import TENSOR_CORE_FP32
 from .schedule import StageSchedule
 
-__all__ = ["contraction_tiles", "gemm_then_columns", "gemm_then_rows", "rows_between_gemms"]
+__all__ = ["contraction_tiles", "gemm_then_columns", "gemm_then_gemm", "gemm_then_rows", "rows_between_gemms"]
 
 
 def contraction_tiles(d: Draft) -> None:
@@ -120,7 +120,32 @@ def _dot_axes_of_many(d: Draft, name: str, m: str, n: str, r: str) -> tuple[str,
         # is looped one index at a time where the product is fused into that stage's kernel
         if a in d.reduced and a not in d.user.tile and a not in d.user.strategy:
             d.tile[a], d.strategy[a] = 1, "loop"
+            _pool_fused(d, name, a, m2, n2)
     return m2, n2
+
+
+def _pool_fused(d: Draft, name: str, a: str, m2: str, n2: str) -> None:
+    """Pooling over the extra axis ``a`` of contraction ``name`` (``max over c`` of ``X[i, k] *
+    W[g, c, k]``): the one stage reducing ``a`` over the product, and only ``a``, computes the
+    product fused, one index of ``a`` at a time (a scalar loop around a 2-d dot of (m2, n2) tiles,
+    folded into the pooled tile as it goes), in a kernel of its own over (m2, n2) with grouped
+    order when it is not the main output (max pooling then summed over the groups). Without it
+    the product was materialised with ``a`` innermost (a store every C elements, pointer loads) and
+    read back by a pooling kernel: 0.35x and 0.30x torch.compile on the H200 (bench/results/
+    issue14/s3/chains_fp16_h200_rest.md)."""
+    if not d.gpu or d.layout_given:
+        return
+    gemm = d.alg.stages[name].node
+    reds = [s.node for s in d.alg.stages.values() if s.name != name and not s.is_output and contains(s.node, gemm)]
+    pool = [r for r in reds if a in r.over]
+    if len(pool) != 1 or tuple(pool[0].over) != (a,) or any(r is not pool[0] and a in r.axes for r in reds):
+        return
+    pname = pool[0].name
+    d.stages[name] = StageSchedule(place="fuse")
+    if pool[0] is d.alg.outputs[0].expr or pname in d.user.stages:
+        return
+    d.stages[pname] = StageSchedule(place="materialize", grid=(m2, n2), group={m2: 8}, tile={a: 1},
+                                    strategy={a: "loop"})
 
 
 def _wide_tile(d: Draft, m: str, n: str, r: str) -> bool:
@@ -265,6 +290,43 @@ def gemm_then_rows(d: Draft) -> None:
     if apart and r not in d.user.tile:
         d.tile[r] = d.cap(r, 1024)   # the row kernel's own loop over r (a row of X per step, no dot)
     d.num_warps, d.num_stages = d.user.num_warps or 8, d.user.num_stages or 2
+
+
+def _second_gemm(d: Draft) -> str | None:
+    """The contraction the main output is (or applies an epilogue to), None when there is none."""
+    main = d.alg.outputs[0]
+    second = getattr(main.expr, "name", None)
+    return second if second in d.cons else next((c for c in d.cons if contains(main.expr, d.alg.stages[c].node)),
+                                                None)
+
+
+def gemm_then_gemm(d: Draft) -> None:
+    """The first GEMMs of an MLP (``act(X @ W.T) @ W2.T``; SwiGLU's two, which share a kernel): each
+    materialised with output tiles of its own, 128 x 128 (64 x 64 on FMA), grouped order. Without
+    it the first GEMM took the second's tiles, whose tile of the shared axis is the second's
+    reduction tile (64): swiglu_mlp's first kernel ran 128 x 64 tiles (0.67x torch.compile on the
+    H200, bench/results/issue14/s3/chains_fp16_h200_rest.md). Applies on the GPU to schedules
+    that set no layout, one output, and first GEMMs over two free axes, one of which the second
+    reduces; a stage another rule set is left alone."""
+    if not d.gpu or d.layout_given or len(d.cons) < 2 or len(d.alg.outputs) != 1:
+        return
+    second = _second_gemm(d)
+    if second is None:
+        return
+    red = d.alg.stages[second].node.over
+    big = 128 if d.half or d.tc_fp32 else 64
+    for name, (m, n, r) in d.cons.items():
+        st = d.alg.stages[name].node
+        if name == second or name in d.stages or len(st.axes) != 2 or not contains(d.alg.stages[second].node, st):
+            continue
+        if n not in red:
+            m, n = n, m
+        if n not in red:
+            continue
+        d.stages[name] = StageSchedule(
+            place="materialize", grid=(m, n), group={m: 8},
+            tile={m: max(16, d.cap(m, big)), n: max(16, d.cap(n, big)), r: d.tile[r]},
+            num_warps=d.user.num_warps or (8 if big == 128 else 4), num_stages=d.user.num_stages or d.num_stages)
 
 
 def rows_between_gemms(d: Draft) -> None:

@@ -229,7 +229,8 @@ class ReducePrinter:
                 head = f"for {v} in tl.range({lo}, {hi}, {self.block(a)}, num_stages={stages or pp.pipeline}):"
             else:
                 head = f"for {v} in range({lo}, {hi}, {self.block(a)}):"
-            child = inner.open(head, (a,), keep if inner is scope else None)
+            # a loop one index at a time binds a scalar: no dim of its own in the layout
+            child = inner.open(head, () if self.k.axes[a].scalar else (a,), keep if inner is scope else None)
             loops.append((inner, child))
             inner = child
             self.bind_axis(inner, a, v, f"  # tile of axis {a}" + ("" if not unmasked else ", every lane visible"),

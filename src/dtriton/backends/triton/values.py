@@ -68,7 +68,7 @@ class ValuePrinter:
         (or ``masked`` is False: the tile is known to lie inside the axis)."""
         p = self.plan(a)
         blk = self.block(a)
-        if p.role == "grid" and p.block == 1:
+        if p.scalar:
             scope.bound[a] = Bind(a, start, None, blk, True, start)
             return
         offs = f"offs_{a}"
