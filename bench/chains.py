@@ -228,6 +228,33 @@ def print_plans(chains: list[Chain], dtypes: list[str], folder: str | None) -> N
 
 
 # ---------------------------------------------------------------------------------------------
+#: H200 rates of the floor (:func:`floor_us`): cuBLAS fp16 NT at 4096^3, 180.6 us (761 TFLOP/s; NN 177.7 us,
+#: bench/results/issue14/probe_nt_call2.json), and the copy bandwidth, bytes read + written (1 GiB d2d copy in
+#: 797.5 us, 2.69 TB/s, bench/results/issue16/reductions_h200.md)
+CUBLAS_16BIT_FLOPS = 2 * 4096 ** 3 / 180.6e-6
+COPY_BYTES_PER_S = 2.693e12
+
+
+def floor_us(chain: Chain, dtype_name: str, shape: dict) -> float | None:
+    """The least time of a 16-bit chain on the H200 with its GEMMs at cuBLAS speed (:data:`CUBLAS_16BIT_FLOPS`),
+    or the bytes beyond the GEMM operands at copy bandwidth where they take longer (the output written and every
+    other input, bias, residual, norm weights, read once; an epilogue overlaps the GEMM: cuBLAS with a bias ran
+    4096^3 fp16 in 183.5 us, its GEMM alone 180.6). A chain whose GEMM dominates cannot beat torch.compile (cuBLAS + a fused
+    epilogue) by more than compile / floor unless its GEMM beats cuBLAS. None for fp32 (dtriton's default fp32
+    dot, 3xTF32, already runs ahead of cuBLAS's fp32; no cuBLAS-speed floor applies)."""
+    if dtype_name not in ("float16", "bfloat16"):
+        return None
+    dtype = getattr(torch, dtype_name)
+    M, K, N, P, C = (shape[k] for k in ("M", "K", "N", "P", "C"))
+    tkw, _ = make_inputs(chain, M, K, N, P, C, dtype, "meta", empty=True)
+    out = TORCH[chain.name](**tkw)
+    # the torch names of the GEMM operands (a grouped view W_g is torch's W)
+    skip = {p[:-2] if p.endswith("_g") else p for p in contraction_operands(chain.alg)}
+    other = sum(t.numel() * t.element_size() for k, t in tkw.items() if isinstance(t, torch.Tensor) and k not in skip)
+    moved = other + out.numel() * out.element_size()
+    return max(chain.flops(M, K, N, P) / CUBLAS_16BIT_FLOPS, moved / COPY_BYTES_PER_S) * 1e6
+
+
 def geomean(xs: list[float]) -> float | None:
     xs = [x for x in xs if x]
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
@@ -254,8 +281,10 @@ def summary_of(variant: str, rows: list[dict]) -> list[str]:
         ge, gc = geomean([r["vs_eager"] for r in rs]), geomean([r.get("vs_compile") for r in rs])
         low = sorted((r for r in rs if r.get("vs_compile") and r["vs_compile"] < 0.9), key=lambda r: r["vs_compile"])
         gh = geomean([r.get("vs_heuristic") for r in rs])
+        gf = geomean([r.get("compile_vs_floor") for r in rs])
         lines.append(f"- {variant}, {dt_name}: {len(rs)} chains timed; geomean {ge:.3f}x eager"
                      + (f", {gc:.3f}x torch.compile" if gc else "") + (f", {gh:.3f}x the heuristic's" if gh else "")
+                     + (f" (at most {gf:.3f}x torch.compile with GEMMs at cuBLAS speed: compile / floor)" if gf else "")
                      + ("; below 0.9x torch.compile: " + ", ".join(f"{r['chain']} {r['vs_compile']:.2f}" for r in low)
                         if low else ""))
     return lines
@@ -275,10 +304,23 @@ def relate_variants(rows: list[dict]) -> None:
             r["compile_from"] = "heuristic row"
 
 
+def add_floors(rows: list[dict]) -> None:
+    """Each 16-bit row gets ``floor_us`` (:func:`floor_us`) and ``compile_vs_floor`` (torch.compile's time over it)."""
+    by_name = {c.name: c for c in CHAINS}
+    for r in rows:
+        c = by_name.get(r["chain"])
+        if c is None or r.get("floor_us") is not None:
+            continue
+        r["floor_us"] = floor_us(c, r["dtype"], r["shape"])
+        ok = r["floor_us"] and r.get("compile_us")
+        r["compile_vs_floor"] = r["compile_us"] / r["floor_us"] if ok else None
+
+
 def write_results(out_dir: str, meta: dict, rows: list[dict]) -> None:
     """``chains_h200.json`` (meta, rows, summary) and ``chains_h200.md`` (summary and one table)."""
     os.makedirs(out_dir, exist_ok=True)
     relate_variants(rows)
+    add_floors(rows)
     lines = summary(rows)
     with open(os.path.join(out_dir, "chains_h200.json"), "w") as f:
         json.dump({"meta": meta, "summary": lines, "rows": rows}, f, indent=1, default=str)
@@ -291,10 +333,13 @@ def write_results(out_dir: str, meta: dict, rows: list[dict]) -> None:
           "Kernel time by CUDA-graph replay (5 calls per replay, median of 5). err: relative error against float64 "
           "at the benchmark shape (check: at M=67 K=96 N=128, same algorithm; eager: torch eager's error). vs: torch's "
           "time / dtriton's. "
-          "kernels: launches of the dtriton chain.", ""] + lines + ["",
-          "| chain | dtype | variant | M×K×N (P, C) | dtriton µs | eager µs | compile µs | vs eager | vs compile | TFLOP/s | "
-          "err | err check | err eager | kernels | note / schedule |",
-          "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+          "kernels: launches of the dtriton chain. "
+          "floor: the least time with the GEMMs at cuBLAS speed (16-bit: 761 TFLOP/s, cuBLAS fp16 NT 4096^3) or the "
+          "bytes beyond the GEMM operands at copy bandwidth (2.69 TB/s), whichever is longer; compile/floor: the most "
+          "any kernel with a cuBLAS-speed GEMM can gain on torch.compile.", ""] + lines + ["",
+          "| chain | dtype | variant | M×K×N (P, C) | dtriton µs | eager µs | compile µs | vs eager | vs compile | floor µs | "
+          "compile/floor | TFLOP/s | err | err check | err eager | kernels | note / schedule |",
+          "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         s = r["shape"]
         extra = ", ".join(f"{k}={s[k]}" for k in ("P", "C") if s[k])
@@ -303,7 +348,8 @@ def write_results(out_dir: str, meta: dict, rows: list[dict]) -> None:
         md.append(f"| {r['chain']} | {r['dtype']} | {r.get('variant', 'heuristic')} | "
                   f"{s['M']}×{s['K']}×{s['N']}{' (' + extra + ')' if extra else ''} | "
                   f"{num(r['dtriton_us'])} | {num(r['eager_us'])} | {num(r['compile_us'])} | "
-                  f"{num(r['vs_eager'], '{:.2f}')} | {num(r['vs_compile'], '{:.2f}')} | {num(tf, '{:.0f}')} | "
+                  f"{num(r['vs_eager'], '{:.2f}')} | {num(r['vs_compile'], '{:.2f}')} | {num(r.get('floor_us'))} | "
+                  f"{num(r.get('compile_vs_floor'), '{:.2f}')} | {num(tf, '{:.0f}')} | "
                   f"{num(r['err'], '{:.1e}')} | {num(r['err_check'], '{:.1e}')} | {num(r.get('err_eager'), '{:.1e}')} | "
                   f"{len(r['kernels'])} | {note} |")
     with open(os.path.join(out_dir, "chains_h200.md"), "w") as f:
@@ -347,7 +393,12 @@ def main(argv=None) -> None:
                     help="print the H200 heuristic's schedule and kernels per chain, derived on this machine (no run); "
                          "with FOLDER, write each printed module there")
     ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, tiny shapes (timings meaningless)")
+    ap.add_argument("--render", action="store_true",
+                    help="rewrite <out>/chains_h200.md from its .json (adding the floor columns), run nothing")
     a = ap.parse_args(argv)
+    if a.render:
+        old = json.load(open(os.path.join(a.out, "chains_h200.json")))
+        return write_results(a.out, old["meta"], old["rows"])
     cases = [c for c in a.cases.split(",") if c]
     chains = [c for c in CHAINS if not cases or any(s in c.name for s in cases)]
     dtypes = [d for d in a.dtypes.split(",") if d]

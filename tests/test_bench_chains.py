@@ -51,3 +51,27 @@ def test_chains_hand_variant_appends_rows(tmp_path):
                         ("layer_norm", "hand"), ("residual_layer_norm", "hand")}, set(got)
     assert len(got["layer_norm", "hand"]["kernels"]) == 2 < len(got["layer_norm", "heuristic"]["kernels"])
     assert all(r["err"] < 1e-3 and not r["note"] for r in rows), rows
+
+
+def test_floor_column_and_render(tmp_path):
+    """The floor of a 16-bit chain (its GEMMs at cuBLAS speed, or its extra bytes at copy bandwidth) and --render,
+    which rewrites a results table with the floor columns from its JSON."""
+    import sys
+    sys.path.insert(0, "bench")
+    from chains import CHAINS, floor_us
+    c = {x.name: x for x in CHAINS}
+    big = dict(M=4096, K=4096, N=4096, P=0, C=0)
+    assert abs(floor_us(c["bias"], "float16", big) - 180.6) < 0.1     # GEMM-bound: cuBLAS fp16 NT 4096^3
+    assert floor_us(c["bias"], "float32", big) is None
+    # a GEMM too small for its output: the bytes bound it (4096 x 16 x 4096 fp16 writes 32 MiB)
+    assert floor_us(c["bias"], "float16", dict(big, K=16)) > 12.0
+    out = tmp_path / "out"     # (run_bench's --out)
+    out.mkdir()
+    row = dict(chain="bias", dtype="float16", variant="heuristic", shape=big, flops=2 * 4096 ** 3, err=1e-4,
+               err_check=1e-4, err_eager=1e-4, dtriton_us=200.0, eager_us=190.0, compile_us=190.0, vs_eager=0.95,
+               vs_compile=0.95, kernels=["k"], schedule="{}", note="")
+    meta = dict(gpu="test", torch="x", triton="x", commit="x", date="x", budget_s=0)
+    (out / "chains_h200.json").write_text(json.dumps({"meta": meta, "rows": [row], "summary": []}))
+    run_bench(["bench/chains.py", "--render"], tmp_path)
+    md = (out / "chains_h200.md").read_text()
+    assert "compile/floor" in md and "| 180.6 | 1.05 |" in md and "at most 1.052x" in md

@@ -267,9 +267,10 @@ class KernelPlan:
         return n
 
     def scalar_axis(self, a: str) -> bool:
-        """A grid or loop axis with tile 1: a scalar index, never a block dim."""
+        """A grid or loop axis with tile 1: a scalar index, never a block dim (a flat axis keeps its
+        dim: its members' indices are decomposed from its block)."""
         p = self.axes.get(a)
-        return p is not None and p.scalar
+        return p is not None and p.scalar and a not in self.flat
 
     @property
     def ws_loop(self) -> bool:

@@ -73,7 +73,7 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, BoundsPrinter):
             opened = []
             for a in key:
                 child = sc.open(f"for {a}0 in range(0, {self.size(a)}, {self.block(a)}):",
-                                () if self.k.axes[a].scalar else (a,))
+                                () if self.k.scalar_axis(a) else (a,))
                 opened.append((sc, child))
                 sc = child
                 self.bind_axis(sc, a, f"{a}0", f"  # output tile of axis {a}")

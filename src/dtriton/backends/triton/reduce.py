@@ -230,7 +230,7 @@ class ReducePrinter:
             else:
                 head = f"for {v} in range({lo}, {hi}, {self.block(a)}):"
             # a loop one index at a time binds a scalar: no dim of its own in the layout
-            child = inner.open(head, () if self.k.axes[a].scalar else (a,), keep if inner is scope else None)
+            child = inner.open(head, () if self.k.scalar_axis(a) else (a,), keep if inner is scope else None)
             loops.append((inner, child))
             inner = child
             self.bind_axis(inner, a, v, f"  # tile of axis {a}" + ("" if not unmasked else ", every lane visible"),

@@ -68,7 +68,7 @@ class ValuePrinter:
         (or ``masked`` is False: the tile is known to lie inside the axis)."""
         p = self.plan(a)
         blk = self.block(a)
-        if p.scalar:
+        if self.k.scalar_axis(a):
             scope.bound[a] = Bind(a, start, None, blk, True, start)
             return
         offs = f"offs_{a}"
