@@ -9,6 +9,13 @@ per tile), the head dims whole, one kernel over (b, h, key tiles) looping over t
 dK and dV accumulators (the plan's multi-output kernels put both outputs there), one kernel over
 (b, h, query tiles) looping over the keys for dQ, and the per-query term ``sum over e of dO * O``
 computed once per query row by a kernel of its own.
+
+The plan then gives the kernels FlashAttention-2's shape without attention special cases: the
+16-bit dots take the program layout's order of their free axes (scores as [key, query] tiles in
+the dK/dV kernel, :func:`dtriton.plan.dots.layout_rank`), a loop's values keep only the axes they
+use (2-D score tiles), a tile read in both orientations is loaded once (``tl.trans``), per-row
+divisors become reciprocals and the exponentials base 2 (:mod:`dtriton.ir.rewrite`).
+:func:`flash_backward_space` is what ``dt.explore`` searches on such a backward.
 """
 
 from __future__ import annotations
