@@ -85,7 +85,7 @@ def run_case(spec: str, only: set, dry: bool) -> list[dict]:
     for label, kinds, fields in VARIANTS:
         if kind in kinds and (not only or label in only):
             if dry:
-                fields = dict(fields, tile={"i": 16, "j": 16}, access="pointer", warp_specialize=False)
+                fields = dict(fields, tile={"i": 16, "j": 16})   # (TMA and warp specialisation print as on the GPU)
             cands.append((label, merged(default, fields)))
     print(f"== {spec}: attention fp16 B{B} H{H} S=T={S} D{D}" + (" (K/V heads H/4)" if kind == "g" else ""), flush=True)
     rows, sd = [], None
