@@ -97,6 +97,24 @@ def test_the_issue_shapes_get_schedules_within_the_block_limit():
             assert block <= 1 << 20, (alg.name, s)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_the_issue_shapes_read_their_contiguous_rows_whole(dtype):
+    """Every kernel of the norms at the issue's shapes covers the contiguous axis q (256 or 512
+    wide) in one block, on the grid in tiles of at least 128 or "whole" in its loops: a variance's
+    ``mean(xc * xc)`` is no depthwise convolution (whose rule steps one tap at a time)."""
+    cases = [(batch_norm, [(64, 64, 512, 512), (64,), (64,)]), (instance_norm, [(16, 64, 256, 256)]),
+             (group_norm, [(16, 8, 8, 256, 256)]), (layer_norm_chw, [(16, 64, 256, 256)]),
+             (frobenius_normalize, [(16, 64, 256, 256)])]
+    for alg, shapes in cases:
+        s = schedule_for(alg, [torch.empty(sh, device="meta", dtype=dtype) for sh in shapes], gpu=True)
+        for ss in [s] + [s.stage(n) for n in s.stages]:
+            grid = ss.grid if ss.grid is not None else s.grid
+            if "q" in grid:
+                assert ss.tile.get("q", s.tile.get("q", 1)) >= 128, (alg.name, s)
+            else:
+                assert ss.strategy.get("q", s.strategy.get("q")) == "whole", (alg.name, s)
+
+
 def test_rows_too_long_for_one_program_loop_innermost_whole():
     x = torch.randn(2, 3, 70, 130)   # rows of 9100 elements: above the interpreter's 4096
     s = schedule_for(instance_norm, (x,), gpu=False)

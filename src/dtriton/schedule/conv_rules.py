@@ -74,7 +74,8 @@ def conv_tiles(d: Draft) -> None:
 
 def _depthwise(d: Draft):
     """The one depthwise stage of the main output: a sum over two or more axes whose factors
-    reading them all read every free axis the weight reads (the channel); None otherwise."""
+    reading them all read every free axis the weight reads (the channel), the weight fewer than
+    the input (a square, as a variance's ``mean(xc * xc)``, is not a convolution); None otherwise."""
     main = d.alg.outputs[0]
     found = []
     for st in reduction_stages(d.alg):
@@ -82,7 +83,8 @@ def _depthwise(d: Draft):
         if not is_sum(r) or r.combiner.base != "sum" or len(r.over) < 2 or not set(r.axes) <= set(main.layout):
             continue
         reads = [set(f.axes) - set(r.over) for f in mul_factors(r.x) if set(r.over) & set(f.axes)]
-        if len(reads) >= 2 and min(reads, key=len) and all(min(reads, key=len) <= x for x in reads):
+        least = min(reads, key=len) if reads else set()
+        if len(reads) >= 2 and least and all(least <= x for x in reads) and any(least < x for x in reads):
             found.append(r)
     return found[0] if len(found) == 1 else None
 
