@@ -8,6 +8,13 @@ layout (``tl.dot(a, b.T)`` for K-major B, the way Triton's Hopper tutorials writ
 dtriton schedules with ``BLOCK_K`` 64 and 128 (a K-major tile row of 64 fp16 elements is one 128-byte
 segment; 128 elements give 256-byte segments). Every candidate is checked against float64 first. With
 ``--out`` the generated dtriton source of the NN and NT 128x256x64 kernels is written there.
+
+``--set wide`` (issue 14, session 4) probes NT only, with the tile's wide side on the rows: 256x128 tiles
+(8 warps: two consumer warpgroups of 128 rows each) with ``BLOCK_K`` 64/128 and 3-5 stages, warp-specialised
+or not, beside the default 128x256x64; and two hand-written forms: the same 256x128 tiles, and the swapped
+product ``C^T = W @ X^T`` (the weight's rows as the wide A side, the activation as B) written back through a
+transposed TMA store into C. If one closes the NT gap (211.7 us against NN 182 at 4096^3 fp16), it becomes
+the heuristic's NT rule.
 """
 from __future__ import annotations
 
@@ -31,7 +38,7 @@ def hand_kernel():
 
     @triton.jit
     def mm(a_desc, b_desc, c_desc, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-           A_T: tl.constexpr, B_T: tl.constexpr):
+           A_T: tl.constexpr, B_T: tl.constexpr, C_T: tl.constexpr):
         pid = tl.program_id(0)
         npm = tl.cdiv(M, BM)
         npn = tl.cdiv(N, BN)
@@ -52,28 +59,46 @@ def hand_kernel():
             else:
                 b = b_desc.load([k, pn * BN])
             acc = tl.dot(a, b, acc)
-        c_desc.store([pm * BM, pn * BN], acc.to(c_desc.dtype))
+        if C_T:
+            c_desc.store([pn * BN, pm * BM], acc.to(c_desc.dtype).T)
+        else:
+            c_desc.store([pm * BM, pn * BN], acc.to(c_desc.dtype))
     return mm
 
 
-def hand_fn(a, b, bm, bn, bk, stages, warps=8):
-    """``a @ b`` by :func:`hand_kernel`; ``a``/``b`` may be transposed views (read in storage order)."""
+def hand_fn(a, b, bm, bn, bk, stages, warps=8, swapped=False):
+    """``a @ b`` by :func:`hand_kernel`; ``a``/``b`` may be transposed views (read in storage order).
+    ``swapped``: compute ``(b.T @ a.T)`` tiles (b's columns as the kernel's rows) and store each tile
+    transposed into the (M, N) result."""
     from triton.tools.tensor_descriptor import TensorDescriptor
     mm = hand_kernel()
+    c = torch.empty(a.shape[0], b.shape[1], device=a.device, dtype=a.dtype)
+    if swapped:
+        a, b = b.T, a.T
     M, K = a.shape
     N = b.shape[1]
-    c = torch.empty(M, N, device=a.device, dtype=a.dtype)
     a_t, b_t = a.stride(0) == 1, b.stride(0) == 1
     ad = TensorDescriptor.from_tensor(a.T if a_t else a, [bk, bm] if a_t else [bm, bk])
     bd = TensorDescriptor.from_tensor(b.T if b_t else b, [bn, bk] if b_t else [bk, bn])
-    cd = TensorDescriptor.from_tensor(c, [bm, bn])
+    cd = TensorDescriptor.from_tensor(c, [bn, bm] if swapped else [bm, bn])
     import triton
     grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
 
     def run():
-        mm[grid](ad, bd, cd, M, N, K, BM=bm, BN=bn, BK=bk, A_T=a_t, B_T=b_t, num_warps=warps, num_stages=stages)
+        mm[grid](ad, bd, cd, M, N, K, BM=bm, BN=bn, BK=bk, A_T=a_t, B_T=b_t, C_T=swapped, num_warps=warps,
+                 num_stages=stages)
         return c
     return run
+
+
+#: ``--set wide``: (tile i x j x k, stages, access, extra knobs) of the dtriton NT candidates, and the hand
+#: kernels (tile, stages, swapped)
+WIDE = [((128, 256, 64), 4, "tma", {}), ((256, 128, 64), 3, "tma", {}), ((256, 128, 64), 4, "tma", {}),
+        ((256, 128, 64), 5, "tma", {}), ((256, 128, 128), 3, "tma", {}), ((256, 128, 64), 4, "tma",
+                                                                          {"warp_specialize": True}),
+        ((128, 256, 128), 3, "tma", {})]
+WIDE_HAND = [((128, 256, 64), 4, False), ((256, 128, 64), 4, False), ((256, 128, 128), 3, False),
+             ((128, 256, 64), 4, True), ((256, 128, 64), 4, True)]
 
 
 def main():
@@ -84,9 +109,12 @@ def main():
     ap.add_argument("--hand", action="store_true", help="also time the hand-written Triton kernel")
     ap.add_argument("--layouts", default="NN,NT,TN", help="comma-separated from NN, NT, TN, TT")
     ap.add_argument("--dtypes", default="float16,bfloat16")
+    ap.add_argument("--set", default="", choices=("", "wide"), help="wide: the NT probes of WIDE and WIDE_HAND")
     a = ap.parse_args()
     if a.dry_run:
         R.DEV, R.DRY = "cpu", True
+    if a.set == "wide":
+        return wide(a)
     n = 48 if a.dry_run else 4096
     configs = [((128, 256, 64), 3, "tma", {}), ((128, 256, 64), 4, "tma", {}), ((128, 128, 128), 3, "tma", {}),
                ((128, 128, 128), 3, "pointer", {}), ((128, 128, 128), 3, "tma", {"warp_specialize": True}),
@@ -129,6 +157,39 @@ def main():
     P.summary()
     if a.out:
         with open(os.path.join(a.out, "probe_nt.json"), "w") as f:
+            json.dump(P.RESULTS, f, indent=1)
+
+
+def wide(a) -> None:
+    """``--set wide``: fp16 (``--dtypes``) NT at 4096^3 under :data:`WIDE` and :data:`WIDE_HAND`, against cuBLAS
+    NT and NN."""
+    n = 48 if a.dry_run else 4096
+    for dtype in [getattr(torch, d) for d in a.dtypes.split(",")]:
+        A = torch.randn(n, n, device=R.DEV, dtype=dtype)
+        W = torch.randn(n, n, device=R.DEV, dtype=dtype)
+        x, y = A, W.T
+        ref = [(x.double() @ y.double()).to(dtype)]
+        base = [("torch NT", lambda: x @ y), ("torch NN", lambda w=W.T.contiguous(): x @ w)]
+        cands = [("dtriton heuristic", None)]
+        for (bm, bn, bk), ns, ac, extra in WIDE:
+            if a.dry_run:
+                bm, bn, bk, ac = 16, 16, 16, "pointer"
+            ws = "".join(f" {k}={v}" for k, v in extra.items())
+            cands.append((f"dtriton {bm}x{bn}x{bk} s{ns} {ac}{ws}",
+                          dt.Schedule(tile={"i": bm, "j": bn, "k": bk}, num_stages=ns, num_warps=8, access=ac,
+                                      group={"i": 8}, **extra)))
+        if not a.dry_run:
+            for (bm, bn, bk), ns, sw in WIDE_HAND:
+                name = f"hand triton {bm}x{bn}x{bk} s{ns}" + (" swapped C^T=W@X^T" if sw else "")
+                fn = hand_fn(x, y, bm, bn, bk, ns, swapped=sw)
+                err = R.relerr(fn(), ref[0])
+                print(f"  check {name}: rel err {err:.1e}" + ("" if err < 1e-2 else "  WRONG"), flush=True)
+                base.append((name, fn))
+        P.probe(f"{str(dtype)[6:]} NT {n}^3 (wide set)", dt.library.matmul, (x, y), ref, 1e-2, cands, baselines=base)
+    P.summary()
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, "probe_nt_wide.json"), "w") as f:
             json.dump(P.RESULTS, f, indent=1)
 
 

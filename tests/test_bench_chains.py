@@ -75,3 +75,10 @@ def test_floor_column_and_render(tmp_path):
     run_bench(["bench/chains.py", "--render"], tmp_path)
     md = (out / "chains_h200.md").read_text()
     assert "compile/floor" in md and "| 180.6 | 1.05 |" in md and "at most 1.052x" in md
+
+
+def test_probe_nt_wide_set_dry_run(tmp_path):
+    """bench/probe_nt.py --set wide (the NT probes of 256x128 tiles for the lead's H200 run) runs and checks."""
+    out = run_bench(["bench/probe_nt.py", "--set", "wide", "--dry-run", "--dtypes", "float16"], tmp_path)
+    assert "NT 48^3 (wide set)" in out and "wrong" not in out and "failed" not in out
+    assert out.count("dtriton 16x16x16") >= 7
