@@ -7,7 +7,8 @@ they go into the heuristic: tile pairs, warps, stages, TMA, warp specialisation,
 A case is ``<kind><S>x<D>`` at B4 H32, S=T: kind ``n`` non-causal (``library.attention`` against
 SDPA's default backend), ``c`` causal (``library.causal_attention``, ``where(j <= i, s, -inf)``,
 against SDPA ``is_causal=True``), ``g`` grouped heads (``library.gqa_attention``: 32 query heads
-over 8 K/V heads, against SDPA ``enable_gqa=True``). Each case times dtriton's default schedule
+over 8 K/V heads, against SDPA ``enable_gqa=True``), ``d`` decoding (B1 H8, one query row over
+``<S>`` keys: split-KV variants). Each case times dtriton's default schedule
 and the ``VARIANTS`` (fields merged into the default schedule; ``--only`` keeps the labels
 given). Every candidate is checked against fp32 SDPA first (relative error < 1e-2), then timed
 by CUDA-graph replay. Prints per case µs, TFLOP/s (visible work: half the scores for causal) and
@@ -48,20 +49,29 @@ VARIANTS = [
     ("reverse", "c", dict(tile_order="reverse")),
     ("tma 128x64 w8 s3 reverse", "c", _v((128, 64), 8, 3, access="tma", tile_order="reverse")),
     ("heavy first", "c", dict(grid=["i", "b", "h"], tile_order="reverse")),
+    ("split 16", "d", dict(split={"j": 16})),
+    ("split 32", "d", dict(split={"j": 32})),
+    ("split 32 s3", "d", dict(split={"j": 32}, num_stages=3)),
+    ("split 32 s4", "d", dict(split={"j": 32}, num_stages=4)),
+    ("split 16 j128 s3", "d", dict(split={"j": 16}, tile={"j": 128}, num_stages=3)),
+    ("split 32 j128 s3", "d", dict(split={"j": 32}, tile={"j": 128}, num_stages=3)),
+    ("split 64 s4", "d", dict(split={"j": 64}, num_stages=4)),
+    ("split 32 w8 s3", "d", dict(split={"j": 32}, num_warps=8, num_stages=3)),
 ]
 
 
 def inputs(kind: str, S: int, D: int, B: int, H: int):
     """(algorithm, dtriton args, SDPA callable on those tensors, fp32 reference, visible FLOPs)."""
     hk = H // 4 if kind == "g" else H
+    T, S = (S, 1) if kind == "d" else (S, S)   # decoding: one query row per head, S keys
     Q = torch.randn(B, H, S, D, device=R.DEV, dtype=torch.float16)
-    K, V = (torch.randn(B, hk, S, D, device=R.DEV, dtype=torch.float16) for _ in range(2))
+    K, V = (torch.randn(B, hk, T, D, device=R.DEV, dtype=torch.float16) for _ in range(2))
     scale = D ** -0.5
     kw = dict(scale=scale, is_causal=kind == "c", enable_gqa=kind == "g")
     ref = F.scaled_dot_product_attention(Q.float(), K.float(), V.float(), **kw)
-    alg = {"n": attention, "c": causal_attention, "g": gqa_attention}[kind]
+    alg = {"n": attention, "d": attention, "c": causal_attention, "g": gqa_attention}[kind]
     args = (Q, K, V, scale) + ((H // hk,) if kind == "g" else ())
-    flops = 4 * B * H * S * S * D * (0.5 if kind == "c" else 1.0)
+    flops = 4 * B * H * S * T * D * (0.5 if kind == "c" else 1.0)
     return alg, args, (lambda: F.scaled_dot_product_attention(Q, K, V, **kw)), ref, flops
 
 
@@ -75,7 +85,7 @@ def merged(default: dt.Schedule, fields: dict) -> dt.Schedule:
 
 def run_case(spec: str, only: set, dry: bool) -> list[dict]:
     kind, (S, D) = spec[0], (int(v) for v in spec[1:].split("x"))
-    B, H = (4, 32) if not dry else (1, 4)
+    B, H = ((1, 8) if kind == "d" else (4, 32)) if not dry else (1, 4)
     if dry:
         S, D = 40, 16
     alg, args, sdpa, ref, flops = inputs(kind, S, D, B, H)
@@ -87,7 +97,8 @@ def run_case(spec: str, only: set, dry: bool) -> list[dict]:
             if dry:
                 fields = dict(fields, tile={"i": 16, "j": 16})   # (TMA and warp specialisation print as on the GPU)
             cands.append((label, merged(default, fields)))
-    print(f"== {spec}: attention fp16 B{B} H{H} S=T={S} D{D}" + (" (K/V heads H/4)" if kind == "g" else ""), flush=True)
+    print(f"== {spec}: attention fp16 B{B} H{H} " + (f"S=1 T={S}" if kind == "d" else f"S=T={S}") + f" D{D}"
+          + (" (K/V heads H/4)" if kind == "g" else ""), flush=True)
     rows, sd = [], None
     for label, sched in cands:
         row = dict(case=spec, cand=label, schedule=sched.to_json() if sched else None)
