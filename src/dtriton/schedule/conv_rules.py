@@ -20,7 +20,7 @@ channels that loop over the window's taps one at a time (every lane useful: a 3x
 
 from __future__ import annotations
 
-from ..ir import convolutions, is_sum, mul_factors, reduced_order, reduction_stages
+from ..ir import Axis, Load, Reduce, convolutions, is_sum, mul_factors, reduced_order, reduction_stages, walk
 from .draft import Draft, next_pow2
 
 __all__ = ["conv_space_tiles", "conv_tiles", "depthwise_tiles"]
@@ -72,10 +72,22 @@ def conv_tiles(d: Draft) -> None:
         d.num_stages = 3 if d.gpu else 2
 
 
+def _window(r) -> bool:
+    """Some load of ``r``'s body slides a window: one of its indices is computed from a reduced
+    axis and a free one (``h * s + r - p``)."""
+    for n in walk([r.x], stop=lambda x: isinstance(x, Reduce) and x is not r.x):
+        if isinstance(n, Load):
+            for e in n.index:
+                if not isinstance(e, Axis) and set(e.axes) & set(r.over) and set(e.axes) - set(r.over):
+                    return True
+    return False
+
+
 def _depthwise(d: Draft):
-    """The one depthwise stage of the main output: a sum over two or more axes whose factors
-    reading them all read every free axis the weight reads (the channel), the weight fewer than
-    the input (a square, as a variance's ``mean(xc * xc)``, is not a convolution); None otherwise."""
+    """The one depthwise stage of the main output: a sum over two or more axes of a sliding
+    window (:func:`_window`) whose factors reading them all read every free axis the weight reads
+    (the channel), the weight fewer than the input (a square, as a variance's ``mean(xc * xc)``,
+    is not a convolution); None otherwise."""
     main = d.alg.outputs[0]
     found = []
     for st in reduction_stages(d.alg):
@@ -84,7 +96,8 @@ def _depthwise(d: Draft):
             continue
         reads = [set(f.axes) - set(r.over) for f in mul_factors(r.x) if set(r.over) & set(f.axes)]
         least = min(reads, key=len) if reads else set()
-        if len(reads) >= 2 and least and all(least <= x for x in reads) and any(least < x for x in reads):
+        if (len(reads) >= 2 and least and all(least <= x for x in reads) and any(least < x for x in reads)
+                and _window(r)):
             found.append(r)
     return found[0] if len(found) == 1 else None
 
