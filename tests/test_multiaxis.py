@@ -144,14 +144,20 @@ def test_whole_tensor_max_and_sum_split_across_programs(small_budgets):
     assert dt.compile(total_max, s)(x).item() == x.max().item()
 
 
-def test_a_whole_tensor_statistic_split_keeps_full_steps_and_wide_output_tiles():
+@pytest.mark.parametrize("dtype,rows", [(torch.float32, 16), (torch.float16, 32)])
+def test_a_whole_tensor_statistic_split_keeps_full_steps_and_wide_output_tiles(dtype, rows):
     """Frobenius at the issue's shape: h split 256 ways leaves one row of h per program; the
-    channel axis fills the step back to 2048 elements, and the output's programs (each folds the
-    256 partials) hold 4096 elements."""
-    s = schedule_for(frobenius_normalize, (torch.empty(16, 64, 256, 256, device="meta"),), gpu=True)
+    channel axis fills the step back, to 32 KB in flight per SM over the 256 programs (16 KB a
+    step: 4096 fp32 or 8192 fp16 elements), and the output's programs (each folds the 256
+    partials) hold 4096 elements. Batch norm's statistics (a variance's state) keep 2048."""
+    s = schedule_for(frobenius_normalize, (torch.empty(16, 64, 256, 256, device="meta", dtype=dtype),), gpu=True)
     st = s.stages["sum0"]
-    assert s.split == {"h": 256} and st.tile["h"] == 1 and st.tile["c"] == 8, s
+    assert s.split == {"h": 256} and st.tile["h"] == 1 and st.tile["c"] == rows, s
     assert math.prod(s.tile[a] for a in ("n", "c", "h", "q")) == 4096, s
+    e = dict(device="meta", dtype=dtype)
+    b = schedule_for(batch_norm, (torch.empty(64, 64, 512, 512, **e), torch.empty(64, **e), torch.empty(64, **e)),
+                     gpu=True)
+    assert math.prod(b.stages["mean1"].tile[a] for a in ("n", "h")) * 512 == 2048, b
 
 
 @pytest.mark.parametrize("kind", ["sum", "max"])

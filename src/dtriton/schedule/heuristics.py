@@ -70,8 +70,8 @@ import math
 
 import torch
 
-from ..ir import (Algorithm, Axis, Binding, Load, contains, expr_axes, is_sum, online_candidate, reduces_in,
-                  reduction_stages, splittable, topo_order)
+from ..ir import (Algorithm, Axis, Binding, Load, contains, expr_axes, is_sum, naive_variance_of, online_candidate,
+                  reduces_in, reduction_stages, splittable, topo_order, variance_of)
 from .conv_rules import conv_tiles, depthwise_tiles
 from .dot_rules import contraction_tiles, gemm_then_columns, gemm_then_gemm, gemm_then_rows, rows_between_gemms
 from .grad_rules import flash_backward
@@ -95,6 +95,10 @@ STEP_BLOCK = {True: 2048, False: 1024}
 #: Elements a column reduction's step covers when its rows are short (GPU): the H200's sum over the
 #: middle of 4096x4096x16 fp32 took 279 us in 128x16 steps (0.98x torch), 241 us in 256x16 (1.14x).
 COLUMN_STEP = 4096
+#: Bytes the steps of a split statistics kernel without a state (a sum, a max) should load per SM at
+#: once: its programs on the SM times one step each. A Frobenius norm's 256 programs (two an SM)
+#: stepping over 2048 fp16 elements kept 8 KB in flight per SM (H200: the H200 needs ~32 KB).
+INFLIGHT_BYTES = 32 * 1024
 #: Triton's largest block (``tl.arange``, ``tl.full``): 2**20 elements, as the backend checks.
 MAX_BLOCK = 1 << 20
 
@@ -309,22 +313,44 @@ def _cover_stage(d: Draft, st) -> None:
         _split_one(d, loops, tile, programs(r.axes, d.sizes, {}))
     for a in done:   # split by an earlier stage: the same tile, so each slice is whole tiles
         tile[a] = min(tile.get(a, 1), max(1, 1 << ((d.sizes[a] // d.split[a]).bit_length() - 1)))
-    _refill_step(d, r, strategy, tile, depth)
+    _refill_step(d, r, strategy, tile, depth, _stage_step(d, r, programs(r.axes, d.sizes, {}) * d.split.get(
+        next((a for a in r.over if a in d.split), ""), 1)))
     d.stages[st.name] = StageSchedule(tile=tile, strategy=strategy, num_warps=4 if inner <= 1024 else 8)
 
 
-def _refill_step(d: Draft, r, strategy: dict, tile: dict, depth: dict) -> None:
+def _stage_step(d: Draft, r, progs: int) -> int:
+    """Elements a step of statistics stage ``r`` (``progs`` programs) covers: :data:`STEP_BLOCK`;
+    on the GPU, unless ``r`` is computed beside a variance, grown (up to four times, powers of
+    two) until the programs' steps load :data:`INFLIGHT_BYTES` per SM. A variance's state (four
+    values per element) keeps 2048: larger steps would cost programs per SM."""
+    base = STEP_BLOCK[d.gpu]
+    if not d.gpu or _beside_a_variance(d.alg, r):
+        return base
+    want = INFLIGHT_BYTES * d.sms // max(progs, 1) // (2 if d.half else 4)
+    return max(base, min(4 * base, 1 << max(0, want.bit_length() - 1)))
+
+
+def _beside_a_variance(alg: Algorithm, r) -> bool:
+    """Stage ``r`` shares its kernel with a variance over the same axes (which the plan computes in
+    one pass with a state of four values per element): a two-pass variance stage, its mean, or the
+    parts of a textbook ``mean(X*X) - mean(X)**2``."""
+    same = [st.node for st in reduction_stages(alg) if set(st.node.over) == set(r.over)]
+    return (any(variance_of(n) is not None for n in same)
+            or any(naive_variance_of(n) is not None for n in topo_order([o.expr for o in alg.outputs])))
+
+
+def _refill_step(d: Draft, r, strategy: dict, tile: dict, depth: dict, want: int) -> None:
     """After a split shrank the split axis's tile, grow the tiles of the other looped axes of
-    stage ``r`` (innermost first) until a step covers :data:`STEP_BLOCK` elements again: a
+    stage ``r`` (innermost first) until a step covers ``want`` elements (:func:`_stage_step`): a
     Frobenius norm's h split 256 ways leaves steps of one 256-wide row (1 KB, one element per
-    thread) unless the channel axis takes 8 rows a step."""
+    thread) unless the channel axis takes 8 rows a step (32 in fp16)."""
     def step() -> int:
         return math.prod(next_pow2(d.sizes[a]) if strategy[a] == "whole" else tile.get(a, 1) for a in r.over)
 
     for a in sorted(r.over, key=lambda a: depth.get(a, len(d.alg.axis_names))):
-        if strategy[a] != "loop" or a in d.split or step() >= STEP_BLOCK[d.gpu]:
+        if strategy[a] != "loop" or a in d.split or step() >= want:
             continue
-        tile[a] = d.cap(a, max(1, tile.get(a, 1) * (STEP_BLOCK[d.gpu] // step())))
+        tile[a] = d.cap(a, max(1, tile.get(a, 1) * (want // step())))
 
 
 def _split_one(d: Draft, axes: list[str], tile: dict, programs: int) -> None:
