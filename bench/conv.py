@@ -42,6 +42,7 @@ from dtriton import library as L  # noqa: E402
 import run as R  # noqa: E402  (timing, checking and tuning helpers of the suite)
 
 ROWS: list[dict] = []
+OUT: list[str] = []   # the --out folder, once known: conv.json is rewritten after every row (a run cut short keeps its rows)
 
 
 @dt.algorithm
@@ -134,6 +135,8 @@ def row(case, impl, us, call_us, gf, mb, err, sched, note=""):
              tflops=round(gf * 1e3 / us, 1) if us == us and us > 0 else None,
              tbs=round(mb / us, 3) if us == us and us > 0 else None, err=err, schedule=sched, note=note)
     ROWS.append(r)
+    if OUT:
+        write(OUT[0], R.DRY)
     print(f"  {case:26s} {impl:22s} kernel {us:9.1f} us  call {call_us:9.1f} us  err {err if err is None else f'{err:.1e}'}"
           f"  {note}", flush=True)
 
@@ -174,6 +177,14 @@ def run_case(case, impls, tfn, targs, gf, mb, budget, use_compile):
         timed(case, "torch.compile", lambda: c(*targs), ref, gf, mb, None)
 
 
+def write(out: str, dry: bool) -> None:
+    """``out``/conv.json: the device and every row so far."""
+    os.makedirs(out, exist_ok=True)
+    dev_name = torch.cuda.get_device_name() if torch.cuda.is_available() and not dry else "cpu (interpreter)"
+    with open(os.path.join(out, "conv.json"), "w") as f:
+        json.dump(dict(device=dev_name, dry_run=dry, rows=ROWS), f, indent=1)
+
+
 def table() -> None:
     """The table printed last: kernel time, TFLOP/s, TB/s, and the ratio to torch of each row."""
     print(f"\n{'case':26s} {'impl':22s} {'kernel us':>10s} {'TFLOP/s':>8s} {'TB/s':>6s} {'vs torch':>8s} {'vs compile':>10s}")
@@ -197,16 +208,15 @@ def main(argv=None) -> int:
     R.DRY = a.dry_run
     dev = "cpu" if a.dry_run else "cuda"
     want = [c for c in a.cases.split(",") if c]
+    if a.out:
+        OUT.append(a.out)
     for case, impls, tfn, targs, gf, mb in cases(dev, a.dry_run):
         if want and not any(c in case for c in want):
             continue
         print(f"{case}:", flush=True)
         run_case(case, impls, tfn, targs, gf, mb, a.budget, not a.no_compile)
     if a.out:
-        os.makedirs(a.out, exist_ok=True)
-        dev_name = torch.cuda.get_device_name() if torch.cuda.is_available() and not a.dry_run else "cpu (interpreter)"
-        with open(os.path.join(a.out, "conv.json"), "w") as f:
-            json.dump(dict(device=dev_name, dry_run=a.dry_run, rows=ROWS), f, indent=1)
+        write(a.out, a.dry_run)
     table()
     bad = [r for r in ROWS if r["impl"].startswith("dtriton") and (r["err"] is None or not r["err"] <= 2e-2)]
     return 1 if bad else 0
