@@ -11,6 +11,9 @@ Rows (each checked against float64 / exact integers first, then kernel time by C
   ``torch._scaled_mm(A, B, sa[M, 1], sb[1, N], out_dtype=bfloat16)``, with and without its
   ``use_fast_accum`` (Triton's fp8 dots on Hopper accumulate the fast way). Mark: >= 0.9x.
 - ``fp8 tensorwise``: the same product with one scale per tensor and an fp32 output.
+- ``fp8 block``: the same product with DeepSeek-V3's block scales (``sa[i, k // 128]``, ``sb[k // 128, j // 128]``,
+  fp32, bf16 output): each K tile's dot scaled; against ``torch._scaled_mm`` with the same scales where this
+  build takes them (blockwise 1x128 / 128x128), else against the rowwise row. No mark.
 - ``int8``: int8 ``A @ B`` -> int32 against ``torch._int_mm`` (exact equality). Mark: >= 0.9x.
 - ``int4``: fp16 ``X (4096 x 4096)`` times int4 weights packed two per byte (``Wp (4096 x 2048)`` uint8),
   unpacked with ``//`` and ``%`` in the dot's prologue, a scale per output column, fp32 output; against torch's
@@ -53,6 +56,13 @@ def fp8_tensorwise(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"], s: dt.Tensor[
     """s[0] * sum_k A[i, k] B[k, j] in fp32: fp8 operands, one scale (a one-element tensor)."""
     i, j, k = dt.axes("i j k")
     return (s[0] * dt.sum(A[i, k] * B[k, j], over=k))[i, j]
+
+
+@dt.algorithm
+def fp8_blockwise(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"], sa: dt.Tensor["M", "KB"], sb: dt.Tensor["KB", "NB"]):
+    """bf16(sum_k A[i, k] sa[i, k // 128] B[k, j] sb[k // 128, j // 128]): fp8 operands, block scales."""
+    i, j, k = dt.axes("i j k")
+    return dt.cast(dt.sum(A[i, k] * sa[i, k // 128] * B[k, j] * sb[k // 128, j // 128], over=k), torch.bfloat16)[i, j]
 
 
 @dt.algorithm
@@ -118,6 +128,31 @@ def run_fp8(budget: float) -> None:
             return torch._scaled_mm(a, b, s[0], one, out_dtype=torch.float32, use_fast_accum=fast)
         err = timing.relerr(g(), ref)
         row("fp8 tensorwise", f"torch._scaled_mm fast_accum={fast}", timing.graph_time_us(g), flops, err, err < 1e-2)
+
+
+def run_blockwise(budget: float) -> None:
+    m = n = k = size(4096)
+    a, b = fp8_operands(m, k, n)
+    kb, nb = -(-k // 128), -(-n // 128)
+    sa = torch.rand(m, kb, device=timing.DEV) + 0.5
+    sb = torch.rand(kb, nb, device=timing.DEV) + 0.5
+    af = a.double() * sa.double().repeat_interleave(128, 1)[:, :k]
+    bf = b.double() * sb.double().repeat_interleave(128, 0)[:k].repeat_interleave(128, 1)[:, :n]
+    ref = af @ bf
+    flops = 2.0 * m * n * k
+    kern, note = timing.tuned_kernel(fp8_blockwise, (a, b, sa, sb), budget)
+    err = timing.relerr(kern(a, b, sa, sb), ref)
+    row("fp8 block", "dtriton", timing.graph_time_us(lambda: kern(a, b, sa, sb)), flops, err, err < 1e-2, note)
+    # torch's blockwise recipe wants the A scales K-block-major (an (M, K/128) view of a (K/128, M) tensor)
+    sat = sa.t().contiguous().t()
+
+    def f():
+        return torch._scaled_mm(a, b, sat, sb, out_dtype=torch.bfloat16)
+    try:
+        err = timing.relerr(f(), ref)
+        row("fp8 block", "torch._scaled_mm blockwise", timing.graph_time_us(f), flops, err, err < 1e-2)
+    except (RuntimeError, ValueError) as e:   # a build without blockwise scaling
+        row("fp8 block", "torch._scaled_mm blockwise", float("nan"), flops, None, False, str(e)[:80])
 
 
 def run_int8(budget: float) -> None:
@@ -202,7 +237,7 @@ def ratios() -> list[str]:
         for r in ROWS:
             if r["case"] == case and r["impl"] != "dtriton" and mine and r["kernel_us"] == r["kernel_us"]:
                 x = r["kernel_us"] / mine[0]["kernel_us"]
-                mark = f" ({'PASS' if x >= 0.9 else 'MISS'} of 0.9x)" if case not in ("quant fp8", "int4") else ""
+                mark = f" ({'PASS' if x >= 0.9 else 'MISS'} of 0.9x)" if case in ("fp8 rowwise", "fp8 tensorwise", "int8") else ""
                 out.append(f"{case}: dtriton is {x:.3f}x {r['impl']}{mark}")
     return out
 
@@ -221,6 +256,8 @@ def main(argv=None) -> None:
     print(f"== narrow types ({'dry run' if timing.DRY else torch.cuda.get_device_name()}), budget {a.budget:g} s", flush=True)
     if "fp8" in only:
         run_fp8(a.budget)
+    if "fp8" in only:
+        run_blockwise(min(a.budget, 20.0))
     if "int8" in only:
         run_int8(a.budget)
     if "int4" in only:

@@ -32,7 +32,7 @@ import dtriton as dt  # noqa: E402
 from dtriton.backends import default_backend  # noqa: E402
 from dtriton.plan.callspec import call_spec  # noqa: E402
 from dtriton.plan.decide import plan_program  # noqa: E402
-from narrow import E4, fp8_rowwise, fp8_tensorwise, int4_linear, int8_mm, quantise_fp8  # noqa: E402
+from narrow import E4, fp8_blockwise, fp8_rowwise, fp8_tensorwise, int4_linear, int8_mm, quantise_fp8  # noqa: E402
 
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 
@@ -68,6 +68,7 @@ def cases():
     v = torch.empty(4096, **m)
     x = torch.empty(8192, 4096, dtype=torch.bfloat16, **m)
     return [("fp8_rowwise", fp8_rowwise, (a, bt, v, v)), ("fp8_tensorwise", fp8_tensorwise, (a, bt, v[:1])),
+            ("fp8_blockwise", fp8_blockwise, (a, bt, torch.empty(4096, 32, **m), torch.empty(32, 32, **m))),
             ("int8_mm", int8_mm, (ai, ai)),
             ("int4_linear", int4_linear, (torch.empty(4096, 4096, dtype=torch.float16, **m),
                                           torch.empty(4096, 2048, dtype=torch.uint8, **m), v)), ("quantise_fp8", quantise_fp8, (x,)), ("quantise_int8", quantise_int8, (x,))]

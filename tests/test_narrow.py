@@ -309,3 +309,46 @@ def test_saturating_cast_is_its_own_algorithm():
     assert sat.fingerprint != plain.fingerprint
     y, z = dt.compile(sat)(torch.tensor([300.0, -2.5]))
     assert y.tolist() == [127, -2] and z.tolist() == torch.tensor([300.0, -2.5]).to(torch.int8).tolist()
+
+
+# -- block scales --------------------------------------------------------------------------------
+def block_scaled_mm(g: int):
+    """A scale per row and g-block of K for A, per g x g block for B (DeepSeek-V3's fp8 recipe at
+    g = 128); the block size a literal, so the plan knows the tiles that divide it."""
+    @dt.algorithm
+    def block_scaled(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"], sa: dt.Tensor["M", "KB"],
+                     sb: dt.Tensor["KB", "NB"]):
+        i, j, k = dt.axes("i j k")
+        return dt.sum(A[i, k] * sa[i, k // g] * B[k, j] * sb[k // g, j // g], over=k)[i, j]
+    return block_scaled
+
+
+def block_scaled_case(m, k, n, g, seed=0):
+    a, b = operands(E4, m, k, n, seed=seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    sa = torch.rand(m, -(-k // g), generator=gen) + 0.5
+    sb = torch.rand(-(-k // g), -(-n // g), generator=gen) + 0.5
+    af = a.double() * sa.double().repeat_interleave(g, 1)[:, :k]
+    bf = b.double() * sb.double().repeat_interleave(g, 0)[:k].repeat_interleave(g, 1)[:, :n]
+    return (a, b, sa, sb), af @ bf
+
+
+@pytest.mark.parametrize("m, k, n, g, sched", [
+    (40, 192, 72, 64, None),                                                      # a tile per scale block
+    (33, 250, 20, 128, dt.Schedule(tile={"i": 32, "j": 32, "k": 64})),            # two tiles per block, K ragged
+    (33, 256, 40, 64, dt.Schedule(tile={"i": 32, "j": 32, "k": 32}, split={"k": 2})),   # split-K slices
+    (20, 96, 24, 32, dt.Schedule(tile={"i": 32, "j": 32, "k": 64}))])             # tile past the block: no tile scale
+def test_fp8_block_scaled_matmul(m, k, n, g, sched):
+    args, ref = block_scaled_case(m, k, n, g)
+    alg = block_scaled_mm(g)
+    y = dt.compile(alg, sched)(*args)
+    assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-4 * ref.abs().max())
+    d = gpu_dots(alg, args, sched)[1] if sched is not None else []
+    assert all(bool(x.tile_scale) == (g % sched.tile["k"] == 0) for x in d)
+
+
+def test_gpu_block_scales_scale_each_tile_of_an_fp8_dot():
+    args, _ = block_scaled_case(256, 512, 256, 128)
+    full, (d,) = gpu_dots(block_scaled_mm(128), args)
+    assert d.operand_dtype == "float8e4nv" and d.raw_left and d.raw_right and len(d.tile_scale) == 2
+    assert 128 % full.tile["k"] == 0

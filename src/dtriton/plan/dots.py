@@ -18,7 +18,10 @@ Narrow operands (:data:`NARROW_OPERANDS`): a contraction whose two sides are eac
 of the same fp8 dtype becomes a dot of the fp8 operands as loaded with an fp32 accumulator; of
 int8 tensors, a dot with an int32 accumulator (torch's ``_int_mm``), exact while the reduced axis
 is at most :data:`INT8_K_MAX` long (the sum is then widened to int64, its dtype by torch's rules).
-Factors free of the reduced axis (per-tensor or per-row scales) are hoisted out as for any dot.
+Factors free of the reduced axis (per-tensor or per-row scales) are hoisted out as for any dot;
+block scales of fp8 operands (``sa[i, k // 128] * sb[k // 128, j // 128]``, constant over each tile
+of the reduced axis when the tile divides the scale's block) multiply each tile's dot before it is
+added to the accumulator (DotPlan's ``tile_scale``).
 Hopper's 8-bit wgmma, as its fp32 one, takes K-major operands from shared memory, so these dots
 take the fp32 dots' operand order; Triton needs a reduced block of at least 32 for them on the
 GPU. On the interpreter, whose fp8 conversions misread NaN and infinities, fp8 operands are
@@ -31,7 +34,7 @@ from typing import Mapping
 
 import torch
 
-from ..ir import Expr, Load, Reduce, mul_factors, reads_unit_stride, walk
+from ..ir import Axis, Binary, Const, Expr, Load, Reduce, mul_factors, reads_unit_stride, walk
 from .graph import contains, fused_reduces
 from .kernel import DotPlan, KernelPlan
 
@@ -137,8 +140,7 @@ def _k_major(r: Reduce, k: KernelPlan, split: tuple, swap_ok: bool):
     ``swap_ok``) whose right side reads the reduced axis at unit stride on this call
     (``k.unit_dims``), None when neither does."""
     ra = dot_axis(r, k)
-    for cand in (split, dot_split(r, k, k.compute_dtype if r.uid not in k.int_acc else "int32", swap=True)
-                 if swap_ok else None):
+    for cand in (split, dot_split(r, k, k.compute_dtype, swap=True) if swap_ok else None):
         if cand is not None and reads_unit_stride(cand[1], ra, k.unit_dims):
             return cand
     return None
@@ -159,33 +161,57 @@ def _fp32_order(r: Reduce, k: KernelPlan, split: tuple, precision: str, swap_ok:
     return split, ("ieee" if precision == "auto" else precision)
 
 
-def _narrow_side(fs, k: KernelPlan):
-    """The dtype of one side of a dot when it is one plain load of a narrow dtype
-    (:data:`NARROW_OPERANDS`), else None."""
-    if len(fs) == 1 and isinstance(fs[0], Load) and fs[0].is_plain():
-        dt = k.dtypes[fs[0].tensor.name]
-        return dt if dt in NARROW_OPERANDS else None
-    return None
+def _tile_constant(f: Expr, ra: str, block: int) -> bool:
+    """Whether factor ``f`` is constant along ``ra`` over each tile of ``block`` (tiles start at
+    multiples of the block, split-K slices too): ``ra`` appears in it only as ``ra // c`` with ``c``
+    a multiple of the block, as in a block scale ``sa[i, k // 128]``."""
+    if isinstance(f, Binary) and f.op == "floordiv" and isinstance(f.a, Axis) and f.a.name == ra:
+        return isinstance(f.b, Const) and f.b.integer and f.b.value > 0 and f.b.value % block == 0
+    if isinstance(f, Axis):
+        return f.name != ra
+    if isinstance(f, Reduce):
+        return False
+    return all(_tile_constant(c, ra, block) for c in f.children())
+
+
+def _narrow_side(fs, ra: str, k: KernelPlan):
+    """``(dtype, load, scales)`` of one side of a dot whose operand is one plain load of a narrow
+    dtype (:data:`NARROW_OPERANDS`) and whose other factors are block scales (constant over each
+    tile of ``ra``, :func:`_tile_constant`); None otherwise."""
+    loads = [f for f in fs if isinstance(f, Load) and f.is_plain() and ra in f.axes
+             and k.dtypes.get(f.tensor.name) in NARROW_OPERANDS]
+    if len(loads) != 1:
+        return None
+    rest = [f for f in fs if f is not loads[0]]
+    if not all(_tile_constant(f, ra, k.axes[ra].block) for f in rest):
+        return None
+    return k.dtypes[loads[0].tensor.name], loads[0], rest
 
 
 def _narrow_dot(r: Reduce, k: KernelPlan, split: tuple, swap_ok: bool) -> DotPlan | None:
     """The :class:`DotPlan` of a contraction of two narrow operands (see the module's text), None
     when ``split`` is not one: sides of other or different dtypes, an int8 sum not folded as an
-    integer (or over more than :data:`INT8_K_MAX`), a reduced block below 32 on the GPU."""
-    dt = _narrow_side(split[0], k)
-    if dt is None or _narrow_side(split[1], k) != dt:
-        return None
-    integer = not dt.is_floating_point
+    integer (or over more than :data:`INT8_K_MAX`, or with block scales), a reduced block below 32
+    on the GPU. Block scales of the sides become the dot's ``tile_scale``; the operand order is
+    the one whose right side reads the reduced axis at unit stride when there is one (and
+    ``swap_ok``)."""
     ra = dot_axis(r, k)
-    if integer != (r.uid in k.int_acc) or (integer and k.size_buckets.get(ra, 2 * INT8_K_MAX) > INT8_K_MAX):
+    sl, sr = _narrow_side(split[0], ra, k), _narrow_side(split[1], ra, k)
+    if sl is None or sr is None or sl[0] != sr[0]:
+        return None
+    dt, scales = sl[0], tuple(sl[2]) + tuple(sr[2])
+    integer = not dt.is_floating_point
+    if integer != (r.uid in k.int_acc) or (integer and (scales or k.size_buckets.get(ra, 2 * INT8_K_MAX) > INT8_K_MAX)):
         return None
     if not k.interpret and k.axes[ra].block < 32:
         return None
-    left, right, hoist, m, n = _k_major(r, k, split, swap_ok) or split
+    left, right, m, n = (sl[1],), (sr[1],), split[3], split[4]
+    if swap_ok and not reads_unit_stride(right, ra, k.unit_dims) and reads_unit_stride(left, ra, k.unit_dims):
+        left, right, m, n = right, left, n, m
     op, acc = NARROW_OPERANDS[dt]
     upcast = k.interpret and not integer   # the interpreter's fp8 dots: decoded fp32 operands
-    return DotPlan(tuple(left), tuple(right), tuple(hoist), m, n, op, k.compute_dtype if upcast else op,
-                   not upcast, not upcast, None, acc, ra)
+    return DotPlan(left, right, tuple(split[2]), m, n, op, k.compute_dtype if upcast else op,
+                   not upcast, not upcast, None, acc, ra, scales)
 
 
 def layout_rank(k: KernelPlan) -> dict[str, int]:

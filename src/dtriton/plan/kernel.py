@@ -116,6 +116,7 @@ class DotPlan:
     precision: str | None
     acc_dtype: str = "float32"
     k: str = ""
+    tile_scale: tuple[Expr, ...] = ()   # factors constant over each tile of k (block scales): scale each tile's dot
 
     @property
     def fp32(self) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..ir import contains, mul_factors, reduction_stages, tensor_core_sides
+from ..ir import Axis, Binary, contains, mul_factors, reduction_stages, tensor_core_sides, walk
 from .draft import Draft, next_pow2, programs, split_for
 from .knobs import TENSOR_CORE_FP32
 from .schedule import StageSchedule
@@ -50,7 +50,7 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
             tile[first] = 64
             if d.num_warps is None:
                 d.num_warps = 4
-    wide = _wide_tile(d, m, n, r)
+    wide = not _block_scaled(d, name, r) and _wide_tile(d, m, n, r)
     if r not in tile:
         # 8-bit operands: 128 along the reduction (the bytes of a 16-bit tile of 64; Triton needs >= 32)
         tile[r] = max(16, d.cap(r, 128 if d.eight_bit and d.gpu else 64 if d.half or not d.gpu else 32))
@@ -146,6 +146,17 @@ def _pool_fused(d: Draft, name: str, a: str, m2: str, n2: str) -> None:
         return
     d.stages[pname] = StageSchedule(place="materialize", grid=(m2, n2), group={m2: 8}, tile={a: 1},
                                     strategy={a: "loop"})
+
+
+def _block_scaled(d: Draft, name: str, r: str) -> bool:
+    """Whether contraction ``name`` has block scales (a factor reading its reduced axis ``r`` as
+    ``r // c``, e.g. ``sa[i, k // 128]``): each tile's dot is scaled before it is added
+    (:mod:`dtriton.plan.dots`), a second accumulator-sized value, so 128x256 tiles spill (sm_90
+    compile, bench/narrow_sm90.py: 255 registers and 256 bytes of stack at 128x256x128 fp8, 154
+    registers and none at 128x128x128)."""
+    st = d.alg.stages.get(name)
+    return st is not None and any(isinstance(e, Binary) and e.op == "floordiv" and isinstance(e.a, Axis)
+                                  and e.a.name == r for e in walk([st.node.x]))
 
 
 def _wide_tile(d: Draft, m: str, n: str, r: str) -> bool:

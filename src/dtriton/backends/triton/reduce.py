@@ -11,7 +11,7 @@ from ...ir import Combiner, Load, Reduce, fmt, get_combiner
 from ...plan.graph import fused_deps
 from ...plan.kernel import DotPlan, PassPlan
 from .prelude import INDEX_SENTINEL, close_helper, combine_helper, combine_text, identity_text, step_helper
-from .scope import Scope, pointer_loads
+from .scope import Bind, Scope, pointer_loads
 
 __all__ = ["ReducePrinter"]
 
@@ -378,6 +378,11 @@ class ReducePrinter:
             prec = f", input_precision=\"{d.precision}\"" if d.precision else ""
             if d.acc_dtype != "float32":
                 prec += f", out_dtype=tl.{d.acc_dtype}"
+            if d.tile_scale:   # block scales: this tile's dot scaled, then added
+                v = self.fresh("dot")
+                inner.emit(f"{v} = tl.dot({a}, {b}{prec})")
+                scaled = f"{v} * {self.tile_scale(d, ra, inner)}"
+                return f"{info['acc']} + {scaled}" if "acc" in info else scaled
             if "acc" in info:
                 return f"tl.dot({a}, {b}, {info['acc']}{prec})"
             v = self.fresh("dot")
@@ -393,6 +398,22 @@ class ReducePrinter:
             red = self.squeeze(red, lin, scope.layout, inner, self.present(r, scope))
         v = self.fresh(f"part_{r.name}")
         inner.emit(f"{v} = {red}")
+        return v
+
+    def tile_scale(self, d: DotPlan, ra: str, inner: Scope) -> str:
+        """The product of dot ``d``'s block scales at this tile of ``ra`` (they are constant over
+        it: the plan's rule), in the dot's ``(m, n)`` layout: evaluated in a scope that binds
+        ``ra`` to the tile's first index as a scalar, whose lines then join ``inner``."""
+        b, _ = inner.find_bind(ra)
+        at = Scope(inner, None, tuple(a for a in inner.layout if a != ra))
+        at.bound[ra] = Bind(ra, b.start, None, b.block, True, b.start)
+        vals = [self.val(f, at, (d.m, d.n)) for f in d.tile_scale]
+        for line in at.items:
+            inner.emit(line)
+        for key in [key for key in self.need_depth_memo if key[1] == id(at)]:
+            del self.need_depth_memo[key]   # (the scope goes away; its id may be reused)
+        v = self.fresh("scale")
+        inner.emit(f"{v} = {' * '.join(vals)}  # block scales at this tile of {ra}")
         return v
 
     def variance_in_block(self, r: Reduce, inner: Scope, lin, scope: Scope) -> str:
