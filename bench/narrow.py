@@ -1,6 +1,6 @@
 """Narrow-type matmuls of issue 19 against torch's own (H200, one device call, about 3 minutes).
 
-    PYTHONPATH=src python3 bench/narrow.py [--budget 40] [--out DIR]
+    PYTHONPATH=src python3 bench/narrow.py [--budget 30] [--out DIR]
     PYTHONPATH=src python3 bench/narrow.py --dry-run      # CPU interpreter, tiny shapes: checks the script
 
 Rows (each checked against float64 / exact integers first, then kernel time by CUDA-graph replay,
@@ -245,7 +245,7 @@ def ratios() -> list[str]:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dry-run", action="store_true", help="CPU interpreter, tiny shapes (checks the script)")
-    p.add_argument("--budget", type=float, default=40.0, help="exploration seconds per dtriton row (0: DB/heuristic)")
+    p.add_argument("--budget", type=float, default=30.0, help="exploration seconds per dtriton row (0: DB/heuristic)")
     p.add_argument("--out", default=None, help="directory of narrow.json (default $OUT, else bench/results/issue19)")
     p.add_argument("--only", default="fp8,int8,int4,quant", help="comma-separated groups: fp8, int8, int4, quant")
     a = p.parse_args(argv)
