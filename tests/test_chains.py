@@ -354,6 +354,9 @@ def test_column_statistics_of_a_gemm_get_narrow_column_kernels(dtype, gen):
     s = _gpu_complete(linear_batch_norm, None, big)
     for st in ("mean0", "mean1"):   # the GEMM's 256-column tiles before: 16 programs
         assert s.stage(st).grid == ("j",) and s.stage(st).tile == {"i": 64, "j": 32}
+        # rows looped: the variance is one Welford pass beside the mean, one kernel for both statistics
+        assert s.stage(st).strategy == {"i": "loop"}
+    assert _launches(linear_batch_norm, s.replace(access="pointer"), big) == 3
     assert s.stage("sum0").tile == {} and s.tile["j"] >= 128   # the GEMM keeps its tiles
     # few columns: the rows are split across programs (per-split partials)
     narrow = _gpu_complete(linear_batch_norm, None, (torch.empty(4096, 4096, dtype=dtype),

@@ -409,7 +409,9 @@ def gemm_then_columns(d: Draft) -> None:
     """Column statistics of a GEMM's output (batch norm of a Linear: means over the rows ``m`` per
     output column ``n``): each statistic's kernel takes 32 columns per program and 64 rows a step
     (4096 columns: 128 programs), the rows split across programs (per-split partials,
-    deterministic) when the programs are fewer than half a wave (:func:`~.draft.split_for`). Without it the statistics kernels take the GEMM's tiles as their own: 16 programs of 256
+    deterministic) when the programs are fewer than half a wave (:func:`~.draft.split_for`); the rows
+    are looped explicitly, so a variance becomes one Welford pass beside its mean (one statistics
+    kernel reading the GEMM's output once, :func:`~dtriton.plan.decide.one_pass_statistics`). Without it the statistics kernels take the GEMM's tiles as their own: 16 programs of 256
     columns, each looping over every row (batch norm at 0.41x torch.compile on the H200,
     bench/results/issue14/chains_fp16_h200.md). Applies on the GPU to schedules that set no layout,
     one contraction, one output over (m, n), statistics that reduce m only and keep n only."""
@@ -427,4 +429,4 @@ def gemm_then_columns(d: Draft) -> None:
     if d.split_ok(m):
         split_for(d.split, m, programs((n,), d.sizes, tile), d.sizes[m], tile[m], d.sms)
     for s in cols:
-        d.stages[s.name] = StageSchedule(grid=(n,), tile=tile, num_warps=4)
+        d.stages[s.name] = StageSchedule(grid=(n,), tile=tile, strategy={m: "loop"}, num_warps=4)
