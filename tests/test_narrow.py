@@ -10,6 +10,7 @@ import torch
 import dtriton as dt
 from dtriton.plan import call_spec, plan_program
 from dtriton.schedule.heuristics import complete_schedule
+from dtriton.tune.space import Space
 
 E4, E5 = torch.float8_e4m3fn, torch.float8_e5m2
 FP8 = (E4, E5)
@@ -352,3 +353,13 @@ def test_gpu_block_scales_scale_each_tile_of_an_fp8_dot():
     full, (d,) = gpu_dots(block_scaled_mm(128), args)
     assert d.operand_dtype == "float8e4nv" and d.raw_left and d.raw_right and len(d.tile_scale) == 2
     assert 128 % full.tile["k"] == 0
+
+
+def test_explored_8bit_dots_keep_reduction_tiles_of_32():
+    """The GPU space of an fp8 or int8 contraction has no reduction tile below 32 (an fp32 dot there)."""
+    for dtype in (E4, torch.int8):
+        a = torch.zeros((), dtype=dtype).expand(1024, 1024)
+        ks = Space.derive(matmul, (a, a), target="gpu").tile["k"]
+        assert min(ks) == 32 and 128 in ks
+    h = torch.zeros((), dtype=torch.float16).expand(1024, 1024)
+    assert 16 in Space.derive(matmul, (h, h), target="gpu").tile["k"]

@@ -668,6 +668,10 @@ def derive_fields(alg: Algorithm, b: Binding, base: Schedule, gpu: bool, limits:
     cons = contractions(alg)
     grid = tuple(base.grid or ())
     tile = _derive_tiles(alg, sizes, base, cons)
+    if gpu and any(t in (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8) for t in b.dtypes.values()):
+        # 8-bit dots need a reduction tile of at least 32 on the GPU (below it: an fp32 dot, plan.dots)
+        dot_r = {r for (_, _, r) in cons.values()}
+        tile = {a: [t for t in v if a not in dot_r or t >= 32] or v for a, v in tile.items()}
     strategy = _derive_strategies(alg, sizes, base, cons, limits)
     conv = conv_space_tiles(alg, sizes, base) if gpu and not cons else None
     if conv is not None:   # a convolution's implicit GEMM: its M, N and K tiles only, reductions looped
