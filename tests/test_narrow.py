@@ -363,3 +363,23 @@ def test_explored_8bit_dots_keep_reduction_tiles_of_32():
         assert min(ks) == 32 and 128 in ks
     h = torch.zeros((), dtype=torch.float16).expand(1024, 1024)
     assert 16 in Space.derive(matmul, (h, h), target="gpu").tile["k"]
+
+
+@dt.algorithm
+def w8a8(A: dt.Tensor["M", "K"], B: dt.Tensor["N", "K"], sa: dt.Tensor["M"], sb: dt.Tensor["N"]):
+    """int8 activations and weights with per-row scales inside the sum (a float sum)."""
+    i, j, k = dt.axes("i j k")
+    return dt.sum(sa[i] * A[i, k] * B[j, k] * sb[j], over=k)[i, j]
+
+
+def test_int8_dot_with_float_scales_inside_the_sum():
+    g = torch.Generator().manual_seed(5)
+    a = torch.randint(-128, 128, (37, 90), dtype=torch.int8, generator=g)
+    b = torch.randint(-128, 128, (29, 90), dtype=torch.int8, generator=g)
+    sa, sb = torch.rand(37, generator=g), torch.rand(29, generator=g)
+    y = dt.compile(w8a8)(a, b, sa, sb)
+    ref = sa.double()[:, None] * sb.double()[None, :] * (a.double() @ b.double().T)
+    assert y.dtype == torch.float32 and torch.allclose(y.double(), ref, rtol=1e-6, atol=1e-3)
+    a2, b2 = torch.zeros(256, 256, dtype=torch.int8), torch.zeros(256, 256, dtype=torch.int8)
+    _, (d,) = gpu_dots(w8a8, (a2, b2, torch.ones(256), torch.ones(256)))
+    assert (d.operand_dtype, d.acc_dtype, len(d.hoist)) == ("int8", "int32", 2)

@@ -315,8 +315,8 @@ class ReducePrinter:
                 v, vl = info["acc_index" if r.combiner.results == 2 else "acc"], info["layout"]
             if info["dot"]:
                 v = self.relayout(v, vl, scope.layout, self.present(r, scope), scope)
-                if info["dot"].acc_dtype == "int32":   # an int8 dot's exact int32 sum, int64 as torch's
-                    v = f"({v}).to(tl.int64)"
+                if info["dot"].acc_dtype == "int32":   # an int8 dot's exact int32 sum: int64 as torch's, or float
+                    v = f"({v}).to({'tl.int64' if r.uid in self.k.int_acc else self.cdt})"
                 for f in info["dot"].hoist:
                     v = f"{v} * {self.val(f, scope, scope.layout)}"
                 vl = scope.layout
