@@ -141,7 +141,8 @@ def variants(base: dt.Schedule, D: int) -> dict[str, dt.Schedule]:
         for o in ("out1", "out2"):
             st[o] = st[o].replace(tile={"i": kv_tiles[0], "j": kv_tiles[1]})
         return base.replace(stages=st, num_warps=warps, num_stages=stages)
-    out = {"heuristic": base, "heuristic given": base}   # the second: the same schedule passed explicitly (a control)
+    out = {"heuristic": base, "heuristic given": base,   # the second: the same schedule passed explicitly (a control)
+           "heuristic tma": base.replace(access="tma")}
     big = 128 if D <= 64 else 64
     for q, kv, w, s in (((big, 32), (32, big), 8, 3), ((big, 32), (32, big), 4, 3), ((big, 32), (32, big), 4, 5),
                         ((big, 32), (32, big), 8, 4), ((64, 64), (64, 64), 4, 3), ((128, 64), (64, 128), 8, 2),

@@ -124,7 +124,7 @@ def test_gpu_space_of_the_backward_searches_its_kernels_tiles_warps_and_stages()
     sp = Space.derive(bwd, args, target="gpu")
     dims = dict(sp.dimensions())
     assert set(dims) == {"stage_tile.out0.i", "stage_tile.out0.j", "stage_tile.out1+out2.i", "stage_tile.out1+out2.j",
-                         "num_warps", "num_stages"}
+                         "num_warps", "num_stages", "access"}   # access: pointer or TMA (a Hopper device)
     b = dataclasses.replace(bwd.bind(args), device=torch.device("cuda"))
     base = dt.compile(bwd).complete(b)
     s = sp.schedule_for({"stage_tile.out1+out2.j": 64, "stage_tile.out1+out2.i": 16, "num_stages": 3}, base, bwd)

@@ -664,7 +664,8 @@ def derive_fields(alg: Algorithm, b: Binding, base: Schedule, gpu: bool, limits:
     fb = flash_backward_space(alg, sizes, base) if gpu else None
     if fb is not None:   # the FlashAttention-2 backward's own knobs; nothing else applies to it
         return dict({f: None for f in Space.field_names()}, stage_tile=fb, num_warps=_with_base([4, 8], base.num_warps),
-                    num_stages=_with_base([1, 2, 3, 4], base.num_stages))
+                    num_stages=_with_base([1, 2, 3, 4], base.num_stages),
+                    access=_with_base(["pointer", "tma"], base.access) if limits.tma else None)
     cons = contractions(alg)
     grid = tuple(base.grid or ())
     tile = _derive_tiles(alg, sizes, base, cons)
