@@ -59,6 +59,14 @@ def registers(cubin: bytes) -> str:
     return f"regs {m.group(1)}, stack {m.group(2)}" if m else "regs ?"
 
 
+@dt.algorithm
+def quantised_linear(X: dt.Tensor["M", "K"], W: dt.Tensor["N", "K"], sx: dt.Tensor["M"], sw: dt.Tensor["One"]):
+    """bf16 activations quantised to e4m3 in the dot's prologue (a saturating cast), fp8 weights."""
+    i, j, k = dt.axes("i j k")
+    q = dt.cast(X[i, k] / sx[i], E4, saturate=True)
+    return dt.cast(sx[i] * sw[0] * dt.sum(q * W[j, k], over=k), torch.bfloat16)[i, j]
+
+
 def cases():
     """(name, algorithm, args on the meta device) at bench/narrow.py's shapes."""
     m = dict(device="meta")
@@ -69,6 +77,7 @@ def cases():
     x = torch.empty(8192, 4096, dtype=torch.bfloat16, **m)
     return [("fp8_rowwise", fp8_rowwise, (a, bt, v, v)), ("fp8_tensorwise", fp8_tensorwise, (a, bt, v[:1])),
             ("fp8_blockwise", fp8_blockwise, (a, bt, torch.empty(4096, 32, **m), torch.empty(32, 32, **m))),
+            ("quantised_linear", quantised_linear, (x[:4096], a, v, v[:1])),
             ("int8_mm", int8_mm, (ai, ai)),
             ("int4_linear", int4_linear, (torch.empty(4096, 4096, dtype=torch.float16, **m),
                                           torch.empty(4096, 2048, dtype=torch.uint8, **m), v)), ("quantise_fp8", quantise_fp8, (x,)), ("quantise_int8", quantise_int8, (x,))]

@@ -383,3 +383,25 @@ def test_int8_dot_with_float_scales_inside_the_sum():
     a2, b2 = torch.zeros(256, 256, dtype=torch.int8), torch.zeros(256, 256, dtype=torch.int8)
     _, (d,) = gpu_dots(w8a8, (a2, b2, torch.ones(256), torch.ones(256)))
     assert (d.operand_dtype, d.acc_dtype, len(d.hoist)) == ("int8", "int32", 2)
+
+
+@dt.algorithm
+def quantised_linear(X: dt.Tensor["M", "K"], W: dt.Tensor["N", "K"], sx: dt.Tensor["M"], sw: float):
+    """Activations quantised to e4m3 in the dot's prologue (a saturating cast), fp8 weights."""
+    i, j, k = dt.axes("i j k")
+    q = dt.cast(X[i, k] / sx[i], E4, saturate=True)
+    return (sx[i] * sw * dt.sum(q * W[j, k], over=k))[i, j]
+
+
+def test_fp8_operand_quantised_in_the_prologue():
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(37, 70, generator=g) * 10
+    w = torch.randn(29, 70, generator=g).to(E4)
+    sx = x.abs().amax(1) / 448.0
+    y = dt.compile(quantised_linear)(x, w, sx, 0.5)
+    q = (x.double() / sx.double()[:, None]).clamp(-448, 448).to(E4).double()
+    ref = sx.double()[:, None] * 0.5 * (q @ w.double().T)
+    assert torch.allclose(y.double(), ref, rtol=1e-4, atol=1e-3)
+    x2, w2 = torch.zeros(256, 256), torch.zeros(256, 256, dtype=E4)
+    _, (d,) = gpu_dots(quantised_linear, (x2, w2, torch.ones(256), 1.0))
+    assert d.operand_dtype == "float8e4nv" and (d.raw_left, d.raw_right) == (False, True)

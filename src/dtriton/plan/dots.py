@@ -15,7 +15,8 @@ without. So for such a dot the side that reads the reduced axis at unit stride g
 precision "auto" resolves to "tf32x3" where one side does and to "ieee" (FMA) where none does.
 
 Narrow operands (:data:`NARROW_OPERANDS`): a contraction whose two sides are each one plain load
-of the same fp8 dtype becomes a dot of the fp8 operands as loaded with an fp32 accumulator; of
+of the same fp8 dtype (or a saturating cast to it: activations quantised in the prologue) becomes a
+dot of the fp8 operands with an fp32 accumulator; of
 int8 tensors, a dot with an int32 accumulator (torch's ``_int_mm``), exact while the reduced axis
 is at most :data:`INT8_K_MAX` long (the sum is then widened to int64, its dtype by torch's rules).
 Factors free of the reduced axis (per-tensor or per-row scales) are hoisted out as for any dot;
@@ -34,7 +35,7 @@ from typing import Mapping
 
 import torch
 
-from ..ir import Axis, Binary, Const, Expr, Load, Reduce, mul_factors, reads_unit_stride, walk
+from ..ir import Axis, Binary, Cast, Const, Expr, Load, Reduce, mul_factors, reads_unit_stride, walk
 from .graph import contains, fused_reduces
 from .kernel import DotPlan, KernelPlan
 
@@ -178,14 +179,25 @@ def _narrow_side(fs, ra: str, k: KernelPlan):
     """``(dtype, load, scales)`` of one side of a dot whose operand is one plain load of a narrow
     dtype (:data:`NARROW_OPERANDS`) and whose other factors are block scales (constant over each
     tile of ``ra``, :func:`_tile_constant`); None otherwise."""
-    loads = [f for f in fs if isinstance(f, Load) and f.is_plain() and ra in f.axes
-             and k.dtypes.get(f.tensor.name) in NARROW_OPERANDS]
+    loads = [f for f in fs if ra in f.axes and _narrow_dtype(f, k) is not None]
     if len(loads) != 1:
         return None
     rest = [f for f in fs if f is not loads[0]]
     if not all(_tile_constant(f, ra, k.axes[ra].block) for f in rest):
         return None
-    return k.dtypes[loads[0].tensor.name], loads[0], rest
+    return _narrow_dtype(loads[0], k), loads[0], rest
+
+
+def _narrow_dtype(f: Expr, k: KernelPlan):
+    """The narrow dtype of an operand factor: a plain load of an fp8 or int8 tensor, or a cast to
+    fp8 whose values are all finite or NaN (saturating, or e4m3fn, which has no infinity), so the
+    GPU's conversion of the computed value to the fp8 dtype is exact; None otherwise."""
+    if isinstance(f, Load) and f.is_plain():
+        dt = k.dtypes.get(f.tensor.name)
+        return dt if dt in NARROW_OPERANDS else None
+    if isinstance(f, Cast) and f.dtype in NARROW_OPERANDS and f.dtype.is_floating_point:
+        return f.dtype if f.saturate or f.dtype == torch.float8_e4m3fn else None
+    return None
 
 
 def _narrow_dot(r: Reduce, k: KernelPlan, split: tuple, swap_ok: bool) -> DotPlan | None:
@@ -209,8 +221,9 @@ def _narrow_dot(r: Reduce, k: KernelPlan, split: tuple, swap_ok: bool) -> DotPla
         left, right, m, n = right, left, n, m
     op, acc = NARROW_OPERANDS[dt]
     upcast = k.interpret and not integer   # the interpreter's fp8 dots: decoded fp32 operands
+    raw = [not upcast and isinstance(x[0], Load) for x in (left, right)]   # (a cast is computed, then converted)
     return DotPlan(left, right, tuple(split[2]), m, n, op, k.compute_dtype if upcast else op,
-                   not upcast, not upcast, None, acc, ra, scales)
+                   raw[0], raw[1], None, acc, ra, scales)
 
 
 def layout_rank(k: KernelPlan) -> dict[str, int]:
