@@ -168,3 +168,32 @@ def test_grouped_heads_read_through_tma_at_a_per_program_index():
     two = source(gqa_attention, dt.Schedule(**dict(FUSED, tile={"i": 16, "j": 16, "h": 2}), access="tma"),
                  (Q, K, V, 0.25, 3))
     assert "desc_K" not in two and "tl.load(K_ptr" in two
+
+
+def test_gpu_default_pipelines_16_bit_attention_three_deep():
+    """The heuristic's fused attention on the GPU: 128-row query tiles, 64-key tiles, 8 warps and
+    3 pipeline stages for 16-bit inputs (2 for fp32, whose tiles would not fit three deep)."""
+    import dataclasses
+
+    from dtriton.schedule import complete_schedule
+    for dtype, stages in ((torch.float16, 3), (torch.bfloat16, 3), (torch.float32, 2)):
+        Q = torch.zeros((), dtype=dtype).expand(4, 32, 4096, 128)
+        b = dataclasses.replace(attention.bind((Q, Q, Q, 0.1)), device=torch.device("cuda"))
+        s = complete_schedule(attention, None, b)
+        assert (s.tile["i"], s.tile["j"], s.num_warps, s.num_stages) == (128, 64, 8, stages), s
+
+
+def test_online_row_statistics_are_vectors_of_the_rows():
+    """The running max and row sum of attention's online pass are [BLOCK_I] vectors (one value per
+    row a thread holds), broadcast where they meet [BLOCK_I, *] tiles; the softmax's online pass
+    (no dot) keeps the program's layout."""
+    from dtriton.library import softmax
+    Q, K, V = qkv(1, 2, 37, 45, 16)
+    src = source(attention, dt.Schedule(**FUSED), (Q, K, V, 0.25))
+    assert "acc_max0_1 = tl.full((BLOCK_I,), -float('inf')" in src
+    assert "keep_dims=False)" in src and "[:, None]" in src
+    X = torch.randn(9, 300)
+    soft = source(softmax, dt.Schedule(strategy={"j": "online"}, tile={"i": 4, "j": 64}), (X,))
+    assert "keep_dims=False" not in soft
+    check(softmax, (X,), dt.Schedule(strategy={"j": "online"}, tile={"i": 4, "j": 64}),
+          torch_ref=lambda x: torch.softmax(x, -1))

@@ -28,6 +28,7 @@ from .dots import dot_only_axes, plan_dots, transposed_operands
 from .implicit_gemm import plan_implicit_gemm
 from .kernel import KernelPlan, Program
 from .lower import lower
+from .online_split import plan_row_vectors
 from .passes import plan_passes
 
 __all__ = ["decide", "one_pass_statistics", "plan_program", "sixteen_bit_terms", "unused_knobs"]
@@ -73,6 +74,7 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.passes, k.single = ws_off_split_loops(k)
     k.access = plan_ws_stores(k)
     k.device_descs = plan_descriptor_site(k, sched.descriptors)
+    k.row_vectors = plan_row_vectors(k)
     k.reverse_order = plan_reverse_order(k, sched.tile_order)
     k.read_masks, k.floor_ops = plan_read_masks(k, masked_reads), plan_floor_ops(k)
 

@@ -240,6 +240,8 @@ class KernelPlan:
     single: dict[int, PassPlan] = field(default_factory=dict)         # a fused reduction computed on its own
     access: dict[tuple, TileAccess] = field(default_factory=dict)     # (tensor, axes) -> non-pointer access
     device_descs: bool = False                        # TMA descriptors built in the kernel (tl.make_tensor_descriptor)
+    row_vectors: frozenset = frozenset()              # online-pass Reduce ids accumulated as vectors of their kept
+                                                      # axes (no size-1 dims: plan.online_split.plan_row_vectors)
     eviction: dict[str, str] = field(default_factory=dict)            # input -> L2 eviction hint
     evicted: frozenset = frozenset()                  # inputs some non-TMA load of which carries its hint
     bounds: dict[tuple[int, ...], LoopBounds] = field(default_factory=dict)  # a pass's reductions -> its loop range

@@ -17,8 +17,10 @@ from typing import Mapping
 
 from ..ir import Binary, Reduce, Unary, contains, mul_factors
 from ..schedule import Schedule
+from .graph import fused_reduces
+from .kernel import KernelPlan
 
-__all__ = ["online_split_groups", "exp_of"]
+__all__ = ["online_split_groups", "exp_of", "plan_row_vectors"]
 
 
 def exp_of(s: Reduce, m: Reduce) -> str | None:
@@ -55,3 +57,27 @@ def online_split_groups(sched: Schedule, reduces: Mapping[int, Reduce], mat: set
             for x in group:
                 out[x] = group
     return out
+
+
+def plan_row_vectors(k: KernelPlan) -> frozenset:
+    """The reductions of kernel ``k``'s online passes whose accumulators are held as vectors of
+    their kept axes (attention's running max and row sum: ``[BLOCK_I]``) rather than in the
+    program's layout with size-1 dims (``[BLOCK_I, 1]``): their per-step updates (the max, the
+    shift, the rescaling ``exp2`` and the sum) then run once per row a thread holds. A
+    ``[BLOCK_I, 1]`` block derived from a tensor-core tile keeps that tile's layout, one copy per
+    column a thread holds: compiled for sm_90, the 128x64 attention step ran 64 ``ex2`` per thread
+    (32 for the rescaling) against 34 with vectors. Only plain one-result reductions computed
+    without a dot or a block accumulator, in online passes that hold a dot (attention: the
+    softmax's online passes keep the program's layout)."""
+    by_id = {r.uid: r for r in fused_reduces([st.expr for st in k.stores], k.materialized)}
+    out = set()
+    for p in k.all_passes():
+        if not (p.online and p.loop_axes and any(uid in k.dots for uid in p.reductions)):
+            continue   # (passes with a dot: the layouts of tensor-core tiles replicate [BLOCK_I, 1] blocks)
+        for uid in p.reductions:
+            r = by_id.get(uid)
+            if (r is None or uid in k.dots or uid in p.block_acc or uid in k.int_acc or r.combiner.results != 1
+                    or r.combiner.state):
+                continue
+            out.add(uid)
+    return frozenset(out)

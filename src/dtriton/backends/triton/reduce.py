@@ -184,15 +184,36 @@ class ReducePrinter:
                 else:
                     ident = self.identity(r)
                     pres = self.present(r, scope)
-                    scope.emit(f"{acc} = tl.full({self.shape(scope.layout, pres)}, {ident}, dtype={self.acc_dtype(r)})")
+                    lay = self.row_layout(r, scope)
+                    scope.emit(f"{acc} = tl.full({self.shape(lay, pres)}, {ident}, dtype={self.acc_dtype(r)})")
                     if r.combiner.results == 2:
                         info["acc_index"] = self.fresh(f"acc_{r.name}_index")
                         scope.emit(f"{info['acc_index']} = tl.full({self.shape(scope.layout, pres)}, {INDEX_SENTINEL}, "
                                    "dtype=tl.int32)")
-                    info["layout"] = scope.layout
+                    info["layout"] = lay
                 info["acc"] = acc
             accs[r.uid] = info
         return accs
+
+    def row_layout(self, r: Reduce, scope: Scope) -> tuple[str, ...]:
+        """The layout of ``r``'s accumulator: ``scope``'s, or only its axes that are block dims of
+        ``r`` for the plan's row vectors (``KernelPlan.row_vectors``: no size-1 dims)."""
+        if r.uid not in self.k.row_vectors:
+            return scope.layout
+        pres = self.present(r, scope)
+        return tuple(a for a in scope.layout if a in pres)
+
+    def row_reduce(self, body: str, r: Reduce, lin, inner: Scope, scope: Scope) -> tuple[str, tuple[str, ...]]:
+        """``body`` (in ``lin``) reduced over ``r``'s axes, in ``r``'s accumulator layout: dims
+        dropped by the reduction itself for a row vector (so the result takes the reduced tile's
+        row layout, not the tile's), else kept and squeezed to ``scope``'s layout."""
+        lay = self.row_layout(r, scope)
+        if lay == scope.layout:
+            red = self.reduce_code(body, r.combiner, r.over, lin, inner, r.uid in self.k.int_acc)
+            return self.squeeze(red, lin, scope.layout, inner, self.present(r, scope)), lay
+        red = self.reduce_code(body, r.combiner, r.over, lin, inner, r.uid in self.k.int_acc, keep=False)
+        rl = tuple(a for a in lin if a not in r.over)
+        return self.relayout(red, rl, lay, self.present(r, scope), inner), lay
 
     def open_loops(self, rs: list[Reduce], loop_axes: list[str], scope: Scope, pp: PassPlan, accs,
                    rng: tuple[str, str] | None = None, unmasked: bool = False,
@@ -247,8 +268,7 @@ class ReducePrinter:
                 continue
             body = self.val(r.x, inner, lin)
             body = self.masked(body, r, inner, lin, identity_text(r.combiner))
-            t = self.reduce_code(body, r.combiner, r.over, lin, inner)
-            t2 = self.squeeze(t, lin, scope.layout, inner, self.present(r, scope))
+            t2, lay = self.row_reduce(body, r, lin, inner, scope)
             acc = accs[r.uid]["acc"]
             mn = self.fresh(f"{r.name}_new")
             inner.emit(f"{mn} = {combine_text(r.combiner, acc, t2)}")
@@ -260,8 +280,8 @@ class ReducePrinter:
             alpha = self.fresh("alpha")
             exp = "tl.exp2" if r.uid in pp.base2_maxes else "tl.exp"
             inner.emit(f"{alpha} = {exp}({acc} - {shift})  # rescale earlier partial sums (0 while the max was -inf)")
-            inner.overrides[r.uid] = (shift, scope.layout)
-            mstate[r.uid] = (mn, alpha)
+            inner.overrides[r.uid] = (shift, lay)
+            mstate[r.uid] = (mn, alpha, lay)
         return mstate
 
     def rescaled(self, acc: str, r: Reduce, mstate, scope: Scope, layout, inner: Scope) -> str:
@@ -270,7 +290,7 @@ class ReducePrinter:
         for m in self.fused_deps(r):
             if m.uid not in mstate:
                 continue
-            al = self.relayout(mstate[m.uid][1], scope.layout, layout, self.present_of_axes(m.axes, scope), inner)
+            al = self.relayout(mstate[m.uid][1], mstate[m.uid][2], layout, self.present_of_axes(m.axes, scope), inner)
             acc = f"{acc} * {al}"
         return acc
 
@@ -285,7 +305,7 @@ class ReducePrinter:
             for m in self.fused_deps(r):
                 if m.uid not in maxes:
                     continue
-                mx = self.relayout(accs[m.uid]["acc"], scope.layout, info["layout"],
+                mx = self.relayout(accs[m.uid]["acc"], accs[m.uid]["layout"], info["layout"],
                                    self.present_of_axes(m.axes, scope), scope)
                 scope.emit(f"{info['acc']} = tl.where({mx} == -float('inf'), float('nan'), {info['acc']})")
 
@@ -345,26 +365,27 @@ class ReducePrinter:
             return body
         return f"tl.where({m}, {body}, {ident})"
 
-    def reduce_code(self, body: str, c: Combiner, over, layout, scope: Scope, integer: bool = False) -> str:
-        """Reduce ``body`` over the block dims of ``over`` (keeping dims) with ``c``'s combine
-        helper, or with the standard combine the plan names (NaN put back where the plan says,
-        unless the values are ``integer``: they have none)."""
+    def reduce_code(self, body: str, c: Combiner, over, layout, scope: Scope, integer: bool = False,
+                    keep: bool = True) -> str:
+        """Reduce ``body`` over the block dims of ``over`` (keeping dims, or dropping them with
+        ``keep`` False) with ``c``'s combine helper, or with the standard combine the plan names
+        (NaN put back where the plan says, unless the values are ``integer``: they have none)."""
         br = self.k.block_reduce.get(c.base)
         v = body
-        for a in over:
-            if a not in layout:
-                continue  # a scalar or absent axis: nothing to reduce over in the block
+        kd = "True" if keep else "False"
+        # dropped dims: the last first, so the indices of the others hold
+        for a in sorted((a for a in over if a in layout), key=layout.index, reverse=not keep):
             ax = layout.index(a)
             if br is None:
-                v = f"tl.reduce({v}, {ax}, {self.helper(c)}, keep_dims=True)"
+                v = f"tl.reduce({v}, {ax}, {self.helper(c)}, keep_dims={kd})"
                 continue
             if br.propagate_nan and not integer:
                 x = self.fresh("fold")
                 scope.emit(f"{x} = {v}  # {c.name}: the fold skips NaN, so NaN lanes are counted and put back")
-                nans = f"tl.reduce(({x} != {x}).to(tl.int32), {ax}, tl.standard._sum_combine, keep_dims=True)"
-                v = f"tl.where({nans} > 0, float('nan'), tl.reduce({x}, {ax}, {br.combine}, keep_dims=True))"
+                nans = f"tl.reduce(({x} != {x}).to(tl.int32), {ax}, tl.standard._sum_combine, keep_dims={kd})"
+                v = f"tl.where({nans} > 0, float('nan'), tl.reduce({x}, {ax}, {br.combine}, keep_dims={kd}))"
             else:
-                v = f"tl.reduce({v}, {ax}, {br.combine}, keep_dims=True)"
+                v = f"tl.reduce({v}, {ax}, {br.combine}, keep_dims={kd})"
         return v
 
     def reduce_body(self, r: Reduce, info, inner: Scope, lin, scope: Scope) -> str:
@@ -393,9 +414,7 @@ class ReducePrinter:
         body = self.masked(self.float_body(r, inner, lin), r, inner, lin, ident)
         if r.combiner.results == 2:
             return self.arg_reduce_body(r, body, inner, lin, scope)
-        red = self.reduce_code(body, r.combiner, r.over, lin, inner, r.uid in self.k.int_acc)
-        if lin != scope.layout:
-            red = self.squeeze(red, lin, scope.layout, inner, self.present(r, scope))
+        red, _ = self.row_reduce(body, r, lin, inner, scope)
         v = self.fresh(f"part_{r.name}")
         inner.emit(f"{v} = {red}")
         return v
