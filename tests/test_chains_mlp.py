@@ -85,3 +85,47 @@ def test_first_gemms_get_their_own_output_tiles(dtype):
     r = _gpu_complete(relu_mlp, None, big[:2] + big[3:])
     assert r.stage("sum0").tile["j"] == want
     assert _gpu_complete(swiglu_mlp, dt.Schedule(tile={"i": 64}), big).stage("sum0").place == "auto"
+
+
+# ----------------------------------------------------------------------------------------------
+# softmax between two GEMMs: the row kernel stores the softmax over the GEMM's buffer (plan/epilogues.store_operands)
+# ----------------------------------------------------------------------------------------------
+def _softmax_linear_schedule(rows_apart: bool) -> dt.Schedule:
+    row = dt.StageSchedule(place="materialize", grid=("i",), tile={"i": 2}, strategy={"j": "whole"})
+    stages = {"sum0": FIRST, "max0": row, "sum1": row if rows_apart else dt.StageSchedule(place="fuse")}
+    return dt.Schedule(grid=("i", "p"), tile={"i": 16, "p": 16, "j": 16, "k": 16}, stages=stages)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("M,K,N,P", [(37, 48, 61, 29), (2, 16, 16, 17)])
+def test_softmax_is_stored_once_for_the_second_gemm(dtype, M, K, N, P, gen):
+    from test_chains import softmax_linear
+    X, W, b = randn(M, K, dtype=dtype, gen=gen), randn(N, K, dtype=dtype, gen=gen, scale=K ** -0.5), \
+        randn(N, dtype=dtype, gen=gen, scale=0.1)
+    args = (X, W, b, randn(P, N, dtype=dtype, gen=gen, scale=N ** -0.5))
+    s = _softmax_linear_schedule(True)
+    prog = _program(softmax_linear, s, args)
+    names = [k.name for k in prog.kernels]
+    rows = prog.kernels[names.index("softmax_linear_sum1")]
+    assert [st.target for st in rows.stores] == ["buf_sum1", "buf_sum0"]     # the softmax written back in place
+    assert "rewritten in place" in prog.buffers["buf_sum0"].reason
+    out = prog.kernels[-1]
+    assert not any(getattr(x, "op", None) in ("exp", "exp2") for st in out.stores for x in _walk(st.expr))
+    check(softmax_linear, args, s, tol=4 * TOL[dtype] if dtype != torch.float32 else 1e-4)
+
+
+def test_a_sum_fused_in_the_second_gemm_reads_the_stored_exponentials(gen):
+    """The sum fused in the second GEMM's kernel (recomputed per tile): the max's row kernel stores exp(y - max)
+    over the buffer, and the second GEMM's kernel sums and multiplies what it reads."""
+    from test_chains import softmax_linear
+    args = (randn(19, 32, gen=gen), randn(23, 32, gen=gen), randn(23, gen=gen), randn(17, 23, gen=gen))
+    s = _softmax_linear_schedule(False)
+    prog = _program(softmax_linear, s, args)
+    assert [st.target for st in prog.kernels[1].stores] == ["buf_max0", "buf_sum0"]
+    assert not any(getattr(x, "op", None) in ("exp", "exp2") for st in prog.kernels[-1].stores for x in _walk(st.expr))
+    check(softmax_linear, args, s, tol=1e-4)
+
+
+def _walk(e):
+    from dtriton.ir import Reduce, walk
+    return walk([e], stop=lambda x: isinstance(x, Reduce) and x is not e)

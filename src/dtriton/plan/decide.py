@@ -22,7 +22,7 @@ from .access import plan_access, plan_descriptor_site, plan_eviction, plan_ws_st
 from .blockreduce import plan_block_reduce
 from .bounds import plan_bounds, plan_reverse_order, ws_off_split_loops
 from .buffers import plan_buffers, plan_int_buffers
-from .epilogues import move_epilogues
+from .epilogues import move_epilogues, store_operands
 from .callspec import CallSpec
 from .dots import dot_only_axes, plan_dots, transposed_operands
 from .implicit_gemm import plan_implicit_gemm
@@ -98,6 +98,7 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
                  f64=kernel_f64(b.dtypes.values(), b.out_dtypes))
     plan_int_buffers(prog, integer_reductions([o.expr for o in alg.outputs], b.dtypes))
     move_epilogues(prog, alg)   # (float buffers only: after the integer ones are marked)
+    store_operands(prog, alg)
     plan_buffers(prog, alg, b.dtypes, out_dtypes)
     return decide(prog, sched, b.dtypes, out_dtypes, spec.interpret, spec.i64, spec.tma_ok, dict(spec.hints),
                   spec.note(alg, sched.access == "tma"), dict(spec.unit_dims), masked,
