@@ -181,6 +181,8 @@ def main(argv=None):
     ap.add_argument("--only", nargs="*", help="case names to run (default: all): diffusion layer_norm rms_norm "
                                               "softmax log_softmax cross_entropy attention_d64 attention_causal_d64 "
                                               "attention_d128 attention_causal_d128 (attention_d16 in a dry run)")
+    ap.add_argument("--no-compile", action="store_true", help="leave out the torch.compile rows (their compile "
+                                                               "takes most of a short GPU call)")
     ap.add_argument("--cuda-graphs", action="store_true",
                     help="an extra row per case with tensor-only inputs: dtriton captured by "
                          "torch.cuda.make_graphed_callables (forward and backward replay one graph each)")
@@ -215,7 +217,7 @@ def main(argv=None):
             fns["dtriton cuda graph"] = CudaGraphed(dt.compile_autograd(alg))
         if name in explored:   # the backward schedule dt.explore found (bench/attention_bwd.py explore)
             fns["dtriton explored"] = dt.compile_autograd(alg, backward_schedules=dt.Schedule.from_dict(explored[name]))
-        if not dry:
+        if not dry and not a.no_compile:
             fns["torch.compile"] = torch.compile(eager)
         run_case(label, fns, make, grad_idx, rows)
     os.makedirs(a.out, exist_ok=True)
