@@ -142,7 +142,11 @@ def test_flash_seeds_start_exploration_at_the_attention_tilings():
     got = [(p["tile.i"], p["tile.j"], p["num_warps"], p["num_stages"], p["access"], p["warp_specialize"]) for p in seeds]
     assert got[0] == (128, 128, 8, 2, "tma", False) and len(got) >= 5     # (the first seed is the default)
     assert got[-2:] == [(128, 64, 4, 3, "tma", True), (128, 128, 4, 2, "tma", True)]
-    assert all(p["strategy.j"] == "online" and p["place.sum0"] == base_point(dims, base)["place.sum0"] for p in seeds)
+    assert not any(n.startswith(("place.", "strategy.", "tile.b", "tile.h")) for n, _ in dims)   # the layout is kept
+    sp = Space.derive(attention, args, target="gpu")
+    for p in seeds:
+        s = sp.schedule_for(p, base, attention)
+        assert s.strategy["j"] == "online" and s.stage("sum0").place == "fuse" and s.grid == base.grid
     A = torch.zeros((), dtype=torch.float16).expand(1024, 1024)
     mdims = Space.derive(matmul, (A, A), target="gpu").dimensions()
     mb = dataclasses.replace(matmul.bind((A, A)), device=torch.device("cuda"))
@@ -198,3 +202,22 @@ def test_online_row_statistics_are_vectors_of_the_rows():
     assert "keep_dims=False" not in soft
     check(softmax, (X,), dt.Schedule(strategy={"j": "online"}, tile={"i": 4, "j": 64}),
           torch_ref=lambda x: torch.softmax(x, -1))
+
+
+def test_attention_space_keeps_the_fused_layout_and_searches_what_matters():
+    """The GPU space of a fused attention forward: query tiles 64/128, key tiles 32/64/128, 4 or 8
+    warps, 2-4 stages, TMA and warp specialisation; a causal one also the query axis first on the
+    grid and both launch orders; decoding also the split of the keys around the heuristic's."""
+    from dtriton.tune.space import Space
+    Q = torch.zeros((), dtype=torch.float16).expand(4, 32, 4096, 128)
+    dims = dict(Space.derive(attention, (Q, Q, Q, 0.1), target="gpu").dimensions())
+    assert dims == {"tile.i": (64, 128), "tile.j": (32, 64, 128), "num_warps": (4, 8), "num_stages": (2, 3, 4),
+                    "access": ("pointer", "tma"), "warp_specialize": (False, True)}
+    cdims = dict(Space.derive(causal_attention, (Q, Q, Q, 0.1), target="gpu").dimensions())
+    assert cdims["grid"] == (("b", "h", "i"), ("i", "b", "h")) and cdims["tile_order"] == ("forward", "reverse")
+    d = torch.zeros((), dtype=torch.float16)
+    dec = (d.expand(1, 8, 1, 128), d.expand(1, 8, 32768, 128), d.expand(1, 8, 32768, 128), 0.1)
+    ddims = dict(Space.derive(attention, dec, target="gpu").dimensions())
+    assert ddims["split.j"] == (32, 64, 128)
+    # the interpreter's space is the general one
+    assert any(n.startswith("place.") for n, _ in Space.derive(attention, (Q, Q, Q, 0.1), target="interpreter").dimensions())

@@ -2,6 +2,7 @@
 (:mod:`.schedule`) and the heuristic that completes one from a call's shapes
 (:mod:`.heuristics`). Imports only :mod:`dtriton.errors` and the IR."""
 
+from .attention_rules import flash_forward_space
 from .conv_rules import conv_space_tiles
 from .grad_rules import flash_backward_space
 from .heuristics import DECIDED, RULES, complete_schedule, next_pow2, sm_count
@@ -15,4 +16,4 @@ __all__ = ["shrink", "fits_smem", "smem_estimate", "Schedule", "StageSchedule", 
            "knobs", "flat_knobs", "stage_knobs", "launch_knobs", "markdown_table", "complete_schedule",
            "sm_count", "next_pow2", "DECIDED", "RULES", "STRATEGIES", "PLACES", "SPLIT_MODES",
            "ACCESS", "EVICTIONS", "PRECISIONS", "TENSOR_CORE_FP32", "ACC_DTYPES", "reject_unknown_keywords", "unknown_fields_message",
-           "flash_backward_space", "conv_space_tiles"]
+           "flash_backward_space", "flash_forward_space", "conv_space_tiles"]

@@ -27,7 +27,7 @@ from ..ir import (Algorithm, Binding, axis_bounds, contractions, grid_candidates
                   reduction_guard, reduction_stages, split_blockers)
 from ..runtime import Kernel, backend_for
 from ..schedule import (EVICTIONS, PLACES, STRATEGIES, Knob, Schedule, StageSchedule, conv_space_tiles,
-                        flash_backward_space, flat_knobs, next_pow2, unknown_fields_message)
+                        flash_backward_space, flash_forward_space, flat_knobs, next_pow2, unknown_fields_message)
 from .check import Limits
 
 __all__ = ["Space", "derive_fields", "derive_flat", "registry_values", "Derivation", "flat_names", "RULES"]
@@ -667,6 +667,12 @@ def derive_fields(alg: Algorithm, b: Binding, base: Schedule, gpu: bool, limits:
                     num_stages=_with_base([1, 2, 3, 4], base.num_stages),
                     access=_with_base(["pointer", "tma"], base.access) if limits.tma else None)
     cons = contractions(alg)
+    ff = flash_forward_space(alg, sizes, base, _mask_bounded(alg)) if gpu else None
+    if ff is not None:   # a fused attention forward: its layout kept, the knobs that matter searched
+        flat = derive_flat(Derivation(alg, b, base, gpu, limits, cons))
+        flat.update(num_warps=_with_base([4, 8], base.num_warps), num_stages=_with_base([2, 3, 4], base.num_stages),
+                    persistent=None)
+        return dict({f: None for f in Space.field_names()}, **flat, **ff)
     grid = tuple(base.grid or ())
     tile = _derive_tiles(alg, sizes, base, cons)
     if gpu and any(t in (torch.float8_e4m3fn, torch.float8_e5m2, torch.int8) for t in b.dtypes.values()):
