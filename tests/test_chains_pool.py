@@ -71,6 +71,9 @@ def test_heuristic_fuses_the_gemm_into_max_pooling():
     assert s.tile["c"] == 1 and s.strategy["c"] == "loop" and s.tile["i"] == s.tile["g"] == 128
     # a layout given: the rule leaves it alone
     assert _gpu_complete(linear_max_pool, dt.Schedule(tile={"i": 64}), big).stage("sum0").place == "auto"
+    # fp32 (3xTF32): 64 pooled columns a program at 8 warps (128 spilled when compiled for sm_90)
+    f32 = _gpu_complete(linear_max_pool, None, tuple(t.float() for t in big))
+    assert f32.stage("sum0").place == "fuse" and f32.tile["g"] == 64 and f32.num_warps == 8
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
@@ -129,7 +132,9 @@ def test_heuristic_fuses_group_norm_statistics_into_the_gemm(C, rows):
     assert all(s.stage(n).place == "fuse" for n in ("sum0", "mean0", "mean1"))
     assert s.strategy["c"] == "whole" and s.tile["c"] == C and s.tile["i"] == rows and s.tile["g"] == 1
     assert s.grid == ("i", "g") and s.group == {"i": 8}
-    # groups wider than 256 columns: the GEMM stays materialised
+    # fp32 groups of 256 columns (spilled for sm_90 at 64 rows) and groups wider than 256: the GEMM stays apart
+    assert (_gpu_complete(linear_group_norm, None, tuple(t.float() for t in big)).stage("sum0").place == "fuse") == \
+        (C == 128)
     wide = (big[0], torch.empty(8, 512, 4096, dtype=torch.float16), torch.empty(8, 512, dtype=torch.float16))
     assert _gpu_complete(linear_group_norm, None, wide).stage("sum0").place != "fuse"
 

@@ -140,7 +140,8 @@ def _group_stats_fused(d: Draft, name: str, m2: str, n2: str) -> None:
     gemm = d.alg.stages[name].node
     stats = [s.node for s in d.alg.stages.values() if s.name != name and not s.is_output and contains(s.node, gemm)]
     width = next_pow2(d.sizes[n2])
-    if not stats or width > 256 or any(tuple(r.over) != (n2,) or m2 not in r.axes for r in stats):
+    # fp32 (3xTF32) groups of 256 columns spilled even at 64 rows (sm_90 compile on the CPU: 24 bytes of stack)
+    if not stats or width > (256 if d.half else 128) or any(tuple(r.over) != (n2,) or m2 not in r.axes for r in stats):
         return
     d.strategy[n2], d.tile[n2] = "whole", width
     d.tile.setdefault(m2, 64 if width > 128 else 128)
@@ -170,6 +171,12 @@ def _pool_fused(d: Draft, name: str, a: str, m2: str, n2: str) -> None:
         return
     pname = pool[0].name
     d.stages[name] = StageSchedule(place="fuse")
+    if not d.half and n2 not in d.user.tile:
+        # fp32 (3xTF32): the GEMM's and the pooled 128x128 accumulators with the split operands spilled
+        # (sm_90 compile on the CPU: 255 registers and 304 bytes of stack; 214 and none with 64 columns
+        # at 8 warps, 328 bytes of stack at 4)
+        d.tile[n2] = d.cap(n2, 64)
+        d.num_warps = d.num_warps or 8
     if pool[0] is d.alg.outputs[0].expr or pname in d.user.stages:
         return
     d.stages[pname] = StageSchedule(place="materialize", grid=(m2, n2), group={m2: 8}, tile={a: 1},
