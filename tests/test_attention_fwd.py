@@ -124,9 +124,9 @@ def test_descriptors_knob_is_checked():
 
 
 def test_flash_seeds_start_exploration_at_the_attention_tilings():
-    """A 16-bit GPU attention's derived space searches warp specialisation, and random/TPE
-    exploration first tries the fused-attention tilings (query x key tiles, warps, stages, TMA,
-    warp specialisation) before the heuristic's neighbours; other algorithms get none."""
+    """Random/TPE exploration of a 16-bit GPU attention first tries the fused-attention tilings
+    (query x key tiles, warps, stages, TMA) before the heuristic's neighbours; other algorithms
+    get none. Warp specialisation is not searched (its kernel did not finish on the H200)."""
     import dataclasses
 
     from dtriton.library import matmul
@@ -135,13 +135,13 @@ def test_flash_seeds_start_exploration_at_the_attention_tilings():
     Q = torch.zeros((), dtype=torch.float16).expand(4, 32, 4096, 128)
     args = (Q, Q, Q, 0.1)
     dims = Space.derive(attention, args, target="gpu").dimensions()
-    assert dict(dims)["warp_specialize"] == (False, True)
+    assert "warp_specialize" not in dict(dims)
     gpu = dataclasses.replace(attention.bind(args), device=torch.device("cuda"))
     base = dt.compile(attention).complete(gpu)
     seeds = flash_seeds(dims, base_point(dims, base), base, gpu)
-    got = [(p["tile.i"], p["tile.j"], p["num_warps"], p["num_stages"], p["access"], p["warp_specialize"]) for p in seeds]
-    assert got[0] == (128, 128, 8, 2, "tma", False) and len(got) >= 5     # (the first seed is the default)
-    assert got[-2:] == [(128, 64, 4, 3, "tma", True), (128, 128, 4, 2, "tma", True)]
+    got = [(p["tile.i"], p["tile.j"], p["num_warps"], p["num_stages"], p["access"]) for p in seeds]
+    assert got == [(128, 128, 8, 2, "tma"), (64, 64, 4, 3, "pointer"), (128, 64, 8, 3, "tma"),
+                   (128, 128, 8, 2, "pointer")]     # (the first seed is the default: skipped)
     assert not any(n.startswith(("place.", "strategy.", "tile.b", "tile.h")) for n, _ in dims)   # the layout is kept
     sp = Space.derive(attention, args, target="gpu")
     for p in seeds:
@@ -206,13 +206,13 @@ def test_online_row_statistics_are_vectors_of_the_rows():
 
 def test_attention_space_keeps_the_fused_layout_and_searches_what_matters():
     """The GPU space of a fused attention forward: query tiles 64/128, key tiles 32/64/128, 4 or 8
-    warps, 2-4 stages, TMA and warp specialisation; a causal one also the query axis first on the
+    warps, 2-4 stages, TMA; a causal one also the query axis first on the
     grid and both launch orders; decoding also the split of the keys around the heuristic's."""
     from dtriton.tune.space import Space
     Q = torch.zeros((), dtype=torch.float16).expand(4, 32, 4096, 128)
     dims = dict(Space.derive(attention, (Q, Q, Q, 0.1), target="gpu").dimensions())
     assert dims == {"tile.i": (64, 128), "tile.j": (32, 64, 128), "num_warps": (4, 8), "num_stages": (2, 3, 4),
-                    "access": ("pointer", "tma"), "warp_specialize": (False, True)}
+                    "access": ("pointer", "tma")}
     cdims = dict(Space.derive(causal_attention, (Q, Q, Q, 0.1), target="gpu").dimensions())
     assert cdims["grid"] == (("b", "h", "i"), ("i", "b", "h")) and cdims["tile_order"] == ("forward", "reverse")
     d = torch.zeros((), dtype=torch.float16)

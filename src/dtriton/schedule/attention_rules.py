@@ -5,8 +5,8 @@ algorithm out as FlashAttention does: the score stage fused into one online pass
 one query tile per program, the head dim whole. Exploring that layout's other fields (stage
 placements that materialise the S x T scores, tiles of the batch and head axes, strategies) spends
 a 60 s budget on schedules that cannot win; :func:`flash_forward_space` keeps the layout and
-searches the query and key tiles (the other knobs: warps, stages, TMA, warp specialisation,
-launch order, by the space's flat-knob rules), the grid order with the query axis first where a
+searches the query and key tiles (the other knobs: warps, stages, TMA, launch order, by the
+space's flat-knob rules), the grid order with the query axis first where a
 mask bounds the loop (causal: the longest rows of every head first), and the split of the keys
 for decoding.
 """

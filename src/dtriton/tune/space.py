@@ -619,11 +619,10 @@ def _rule_warp_specialize(k: Knob, d: Derivation) -> list | None:
     diffusion layer with it faulted ("misaligned address"), which ends the CUDA context and so the
     whole exploration. Session 3's "misaligned address" fault exploring the fp32 diffusion layer
     came with in-kernel descriptors; with host-side descriptors its TMA schedules ran clean
-    (session 4 probe). Fused attention (an online pass over a contraction: the heuristic's
-    strategy has "online") searches it: its warp-specialised TMA loop is the layout of Triton's
-    Hopper fused-attention tutorial (issue 18)."""
-    online = "online" in d.base.strategy.values()
-    return [False, True] if (d.base.warp_specialize or online) and _tensor_core_tma(d) else None
+    (session 4 probe). Fused attention neither: its warp-specialised kernel (descriptors built in
+    the kernel, 4 warps: Triton 3.6 specialises it on sm_90) printed no result within 90 s on the
+    H200 (session 4, calls 4 and 5), which would end an exploration's budget."""
+    return [False, True] if d.base.warp_specialize and _tensor_core_tma(d) else None
 
 
 #: The derivation rules of built-in flat knobs: knob name -> ``rule(knob, Derivation)`` giving the
