@@ -82,3 +82,10 @@ def test_probe_nt_wide_set_dry_run(tmp_path):
     out = run_bench(["bench/probe_nt.py", "--set", "wide", "--dry-run", "--dtypes", "float16"], tmp_path)
     assert "NT 48^3 (wide set)" in out and "wrong" not in out and "failed" not in out
     assert out.count("dtriton 16x16x16") >= 7
+
+
+def test_chains_sm90_compiles_without_spills(tmp_path):
+    """bench/chains_sm90.py: the fused max-pooling chain's H200 plan, compiled for sm_90 on this machine, spills
+    nothing (its 128-column fp32 tiles did: 304 bytes of stack)."""
+    out = run_bench(["bench/chains_sm90.py", "--cases", "max_pool", "--dtypes", "float32"], tmp_path)
+    assert "max_pool_out: regs" in out and "0 kernel(s) with a stack" in out
