@@ -149,3 +149,13 @@ def test_group_norm_of_a_gemm_in_one_kernel(dtype, M, K, G, C, gen):
     src = _source(linear_group_norm, s, args)
     assert src.count('"""Kernel ') == 1 and "tl.dot(" in src
     check(linear_group_norm, args, s, tol=4 * TOL[dtype] if dtype != torch.float32 else 1e-4)
+
+
+def test_fused_pooling_through_tma_descriptors(gen):
+    """The GPU's form: the weight read through a 3-d TMA descriptor in boxes of one column of each group at the
+    loop's scalar index (Triton's interpreter runs the descriptors)."""
+    args = _pool_args(48, 64, 32, 4, torch.float16, gen)
+    s = FUSED.replace(access="tma")
+    src = _source(linear_max_pool, s, args)
+    assert "desc_W_g.load([pid_g * BLOCK_G, c0, k0])" in src
+    check(linear_max_pool, args, s, tol=2 * TOL[torch.float16])
