@@ -78,7 +78,7 @@ def cases():
     return [("fp8_rowwise", fp8_rowwise, (a, bt, v, v)), ("fp8_tensorwise", fp8_tensorwise, (a, bt, v[:1])),
             ("fp8_blockwise", fp8_blockwise, (a, bt, torch.empty(4096, 32, **m), torch.empty(32, 32, **m))),
             ("quantised_linear", quantised_linear, (x[:4096], a, v, v[:1])),
-            ("int8_mm", int8_mm, (ai, ai)),
+            ("int8_mm", int8_mm, (ai, torch.empty(4096, 4096, dtype=torch.int8, **m).t())),
             ("int4_linear", int4_linear, (torch.empty(4096, 4096, dtype=torch.float16, **m),
                                           torch.empty(4096, 2048, dtype=torch.uint8, **m), v)), ("quantise_fp8", quantise_fp8, (x,)), ("quantise_int8", quantise_int8, (x,))]
 

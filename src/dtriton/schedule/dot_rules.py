@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..ir import Axis, Binary, contains, mul_factors, reduction_stages, tensor_core_sides, walk
+from ..ir import Axis, Binary, Load, contains, mul_factors, reduction_stages, tensor_core_sides, walk
 from .draft import Draft, next_pow2, programs, split_for
 from .knobs import TENSOR_CORE_FP32
 from .schedule import StageSchedule
@@ -50,7 +50,7 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
             tile[first] = 64
             if d.num_warps is None:
                 d.num_warps = 4
-    wide = not _block_scaled(d, name, r) and _wide_tile(d, m, n, r)
+    wide = not _block_scaled(d, name, r) and not _int8_dot(d, name) and _wide_tile(d, m, n, r)
     if r not in tile:
         # 8-bit operands: 128 along the reduction (the bytes of a 16-bit tile of 64; Triton needs >= 32)
         tile[r] = max(16, d.cap(r, 128 if d.eight_bit and d.gpu else 64 if d.half or not d.gpu else 32))
@@ -192,6 +192,16 @@ def _block_scaled(d: Draft, name: str, r: str) -> bool:
     st = d.alg.stages.get(name)
     return st is not None and any(isinstance(e, Binary) and e.op == "floordiv" and isinstance(e.a, Axis)
                                   and e.a.name == r for e in walk([st.node.x]))
+
+
+def _int8_dot(d: Draft, name: str) -> bool:
+    """Whether contraction ``name`` reads int8 tensors (an int8 dot, :mod:`dtriton.plan.dots`): it
+    keeps 128x128 tiles, as 128x256 ones need more shared memory than the H200 has (sm_90 compile of
+    bench/narrow_sm90.py at 4096^3 with TMA: 320 KB at 4 stages, 272 KB at 3, against 227 KB; their
+    int32 epilogue does not reuse the pipeline's buffers), and 128x128x128 at 4 stages takes 192 KB."""
+    st = d.alg.stages.get(name)
+    return st is not None and any(isinstance(e, Load) and d.b.dtypes.get(e.tensor.name) == torch.int8
+                                  for e in walk([st.node.x]))
 
 
 def _wide_tile(d: Draft, m: str, n: str, r: str) -> bool:
