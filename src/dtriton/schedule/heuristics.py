@@ -72,6 +72,7 @@ import torch
 
 from ..ir import (Algorithm, Axis, Binding, Load, contains, expr_axes, is_sum, naive_variance_of, online_candidate,
                   reduces_in, reduction_stages, splittable, topo_order, variance_of)
+from .attention_rules import decode_split
 from .conv_rules import conv_tiles, depthwise_tiles
 from .dot_rules import contraction_tiles, gemm_then_columns, gemm_then_gemm, gemm_then_rows, rows_between_gemms
 from .grad_rules import flash_backward
@@ -118,7 +119,8 @@ def flash_attention(d: Draft) -> None:
     (FlashAttention's schedule, Dao et al. 2022): no S x T intermediate; small output axes (the
     head dim) whole; one query tile per program. With fewer than half a wave of programs on a GPU
     (decoding: one query row per head), the key axis is split across programs (split-KV,
-    :func:`~.draft.split_for`): each runs the online pass over its slice, the reader merges them."""
+    :func:`~.attention_rules.decode_split`: one wave of long slices): each runs the online pass
+    over its slice, the reader merges them."""
     flash = _flash_pattern(d.alg, d.sizes) if not d.layout_given else None
     if flash is None:
         return
@@ -140,7 +142,9 @@ def flash_attention(d: Draft) -> None:
     # warps: 2389 us against 2719 with two, bench/results/s4_call3); fp32 tiles would not fit three deep
     d.num_stages = d.num_stages or (3 if d.gpu and d.half else 2)
     if d.gpu and not d.user.split:   # few query tiles (decoding): split-KV, the online pass over slices of the keys
-        split_for(d.split, loop_axis, programs(d.grid, d.sizes, d.tile), d.sizes[loop_axis], d.tile[loop_axis], d.sms)
+        n = decode_split(programs(d.grid, d.sizes, d.tile), d.sizes[loop_axis], d.tile[loop_axis], d.sms)
+        if n > 1:
+            d.split[loop_axis] = n
 
 
 def main_grid(d: Draft) -> None:
