@@ -6,7 +6,8 @@
 Cases (fp16; shapes of the issue's marks):
 
 - ``conv2d``: 3x3, pad 1, channels-last, N32 C256 H56 W56 K256 (the implicit GEMM:
-  ``dtriton.library.conv2d_nhwc``); 59.2 GFLOP, about 85 us at 700 TFLOP/s.
+  ``dtriton.library.conv2d_nhwc``); 118.4 GFLOP (59.2 G multiply-adds), 169 us at 700 TFLOP/s
+  (H200, 01:05 UTC: cuDNN 159.9 us, 740 TFLOP/s).
 - ``depthwise``: 3x3, pad 1, C = groups = 256, same image (``depthwise_conv2d_nhwc``: not a
   GEMM; its floor is the bytes: 51 MB in, 51 MB out).
 - ``conv1d``: kernel 3, stride 2, dilation 2, pad 2, N32 C256 L4096 K256, as torch's NCL layout
@@ -20,7 +21,7 @@ Cases (fp16; shapes of the issue's marks):
 Every row is first checked against torch in float64 on the same inputs; a row off by more than
 2e-2 (relative norm) is not timed. Kernel time: CUDA-graph replay (``bench/run.py``'s
 ``graph_time_us``); call time: plain calls. ``--budget S`` adds a row with ``dt.explore``'s
-schedule (S seconds per case). Prints a table last; writes ``conv.json`` under ``--out`` or
+schedule (S seconds per case); ``--variants`` a row per schedule variant of :data:`VARIANTS`. Prints a table last; writes ``conv.json`` under ``--out`` or
 ``$OUT`` when set.
 """
 
@@ -154,8 +155,57 @@ def timed(case, impl, fn, ref, gf, mb, sched, note=""):
             f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}")
 
 
-def run_case(case, impls, tfn, targs, gf, mb, budget, use_compile):
+#: ``--variants``: schedule fields merged into the default schedule of the first dtriton row of a case
+#: (tiles merged axis by axis), a row each: which tile shape and pipeline depth the H200 prefers.
+VARIANTS = {
+    "conv2d": {
+        "128x256x64 s3": {"tile": {"o": 256}},
+        "128x256x64 s4": {"tile": {"o": 256}, "num_stages": 4},
+        "128x128x64 s4": {"num_stages": 4},
+        "256x128x64 s3": {"tile": {"h": 4}},
+        "128x128x128 s3": {"tile": {"c": 128}},
+        "128x256x32 s5": {"tile": {"o": 256, "c": 32}, "num_stages": 5},
+        "64x256x64 w4 s4": {"tile": {"h": 1, "o": 256}, "num_warps": 4, "num_stages": 4},
+    },
+    "depthwise": {
+        "s3 (pipelined taps)": {"num_stages": 3},
+        "16x128": {"tile": {"w": 16}},
+        "32x64": {"tile": {"w": 32, "c": 64}},
+        "4x256": {"tile": {"w": 4, "c": 256}},
+        "8x128 w2": {"num_warps": 2},
+        "16x256 w8": {"tile": {"w": 16, "c": 256}, "num_warps": 8},
+    },
+}
+
+
+def merged(sched: dt.Schedule, fields: dict) -> dt.Schedule:
+    """``sched`` with ``fields`` replaced (dict fields merged key by key)."""
+    base = json.loads(sched.to_json())
+    for k, v in fields.items():
+        base[k] = dict(base.get(k) or {}, **v) if isinstance(v, dict) else v
+    return dt.Schedule.from_json(json.dumps(base))
+
+
+def run_variants(case, impl, alg, args, back, ref, gf, mb):
+    """A row per :data:`VARIANTS` entry of ``case``."""
+    variants = next((v for key, v in VARIANTS.items() if case.startswith(key)), {})
+    base = dt.compile(alg).schedule_for(*args)
+    for vname, fields in variants.items():
+        try:
+            kv = dt.compile(alg, merged(base, fields))
+            js = kv.schedule_for(*args).to_json()
+        except Exception as e:  # noqa: BLE001
+            row(case, f"{impl} {vname}", float("nan"), float("nan"), gf, mb, None, None,
+                f"failed: {type(e).__name__}: {str(e)[:200]}")
+            continue
+        timed(case, f"{impl} {vname}", lambda kv=kv: back(kv(*args)), ref, gf, mb, js, json.dumps(fields))
+
+
+def run_case(case, impls, tfn, targs, gf, mb, budget, use_compile, variants=False):
     ref = tfn(*[a.double() for a in targs])
+    if variants:
+        name, alg, args, back = impls[0]
+        run_variants(case, name, alg, args, back, ref, gf, mb)
     for name, alg, args, back in impls:
         alg, sched = alg if isinstance(alg, tuple) else (alg, None)
         try:
@@ -202,6 +252,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, tiny shapes (checks the script)")
     ap.add_argument("--budget", type=float, default=0.0, help="dt.explore seconds per dtriton row (0: none)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
+    ap.add_argument("--variants", action="store_true", help="also time the schedule variants of VARIANTS")
     ap.add_argument("--cases", default="", help="comma-separated substrings of case names to run")
     ap.add_argument("--out", default=os.environ.get("OUT", ""), help="write conv.json here")
     a = ap.parse_args(argv)
@@ -214,7 +265,7 @@ def main(argv=None) -> int:
         if want and not any(c in case for c in want):
             continue
         print(f"{case}:", flush=True)
-        run_case(case, impls, tfn, targs, gf, mb, a.budget, not a.no_compile)
+        run_case(case, impls, tfn, targs, gf, mb, a.budget, not a.no_compile, a.variants)
     if a.out:
         write(a.out, a.dry_run)
     table()
