@@ -50,7 +50,7 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
             tile[first] = 64
             if d.num_warps is None:
                 d.num_warps = 4
-    wide = not _block_scaled(d, name, r) and not _int8_dot(d, name) and _wide_tile(d, m, n, r)
+    wide = not _block_scaled(d, name, r) and not _byte_operands(d, name) and _wide_tile(d, m, n, r)
     if r not in tile:
         # 8-bit operands: 128 along the reduction (the bytes of a 16-bit tile of 64; Triton needs >= 32)
         tile[r] = max(16, d.cap(r, 128 if d.eight_bit and d.gpu else 64 if d.half or not d.gpu else 32))
@@ -194,13 +194,15 @@ def _block_scaled(d: Draft, name: str, r: str) -> bool:
                                   and e.a.name == r for e in walk([st.node.x]))
 
 
-def _int8_dot(d: Draft, name: str) -> bool:
-    """Whether contraction ``name`` reads int8 tensors (an int8 dot, :mod:`dtriton.plan.dots`): it
-    keeps 128x128 tiles, as 128x256 ones need more shared memory than the H200 has (sm_90 compile of
-    bench/narrow_sm90.py at 4096^3 with TMA: 320 KB at 4 stages, 272 KB at 3, against 227 KB; their
-    int32 epilogue does not reuse the pipeline's buffers), and 128x128x128 at 4 stages takes 192 KB."""
+def _byte_operands(d: Draft, name: str) -> bool:
+    """Whether contraction ``name`` reads int8 or uint8 tensors: an int8 dot (:mod:`dtriton.plan.dots`)
+    or weights unpacked from bytes in its prologue (int4). Either keeps 128x128 tiles (sm_90 compile of
+    bench/narrow_sm90.py at 4096^3): an int8 dot's 128x256 tiles need 320 KB of shared memory with TMA at 4
+    stages, 272 KB at 3, against the H200's 227 KB (its int32 epilogue does not reuse the pipeline's
+    buffers; 128x128x128 at 4 stages takes 192 KB), and an int4 unpack at 128x256 spills (255 registers and
+    368 bytes of stack; 212 registers and none at 128x128)."""
     st = d.alg.stages.get(name)
-    return st is not None and any(isinstance(e, Load) and d.b.dtypes.get(e.tensor.name) == torch.int8
+    return st is not None and any(isinstance(e, Load) and d.b.dtypes.get(e.tensor.name) in (torch.int8, torch.uint8)
                                   for e in walk([st.node.x]))
 
 
