@@ -85,6 +85,16 @@ def test_first_gemms_get_their_own_output_tiles(dtype):
     r = _gpu_complete(relu_mlp, None, big[:2] + big[3:])
     assert r.stage("sum0").tile["j"] == want
     assert _gpu_complete(swiglu_mlp, dt.Schedule(tile={"i": 64}), big).stage("sum0").place == "auto"
+    # an output that adds to the second GEMM (X + relu(X @ W.T) @ W2.T): the first GEMM is found inside it
+    res = _gpu_complete(residual_mlp, None, (big[0], big[1], torch.empty(4096, 8192, **e)))
+    assert res.stage("sum0").place == "materialize" and res.stage("sum0").tile["j"] == want
+
+
+@dt.algorithm
+def residual_mlp(X: T["M", "K"], W: T["N", "K"], W2: T["K", "N"]):
+    i, j, k, p = dt.axes("i j k p")
+    h = dt.maximum(dt.sum(X[i, k] * W[j, k], over=k), 0.0)
+    return (X[i, p] + dt.sum(h * W2[p, j], over=j))[i, p]
 
 
 # ----------------------------------------------------------------------------------------------

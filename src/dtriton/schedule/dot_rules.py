@@ -351,11 +351,15 @@ def gemm_then_rows(d: Draft) -> None:
 
 
 def _second_gemm(d: Draft) -> str | None:
-    """The contraction the main output is (or applies an epilogue to), None when there is none."""
+    """The contraction the main output is (or applies an epilogue to: the outermost one it contains,
+    ``X + gelu(X @ W.T) @ W2.T``'s second), None when there is none."""
     main = d.alg.outputs[0]
     second = getattr(main.expr, "name", None)
-    return second if second in d.cons else next((c for c in d.cons if contains(main.expr, d.alg.stages[c].node)),
-                                                None)
+    if second in d.cons:
+        return second
+    inside = [c for c in d.cons if contains(main.expr, d.alg.stages[c].node)]
+    return max(inside, key=lambda c: sum(contains(d.alg.stages[c].node, d.alg.stages[o].node) for o in inside),
+               default=None)
 
 
 def gemm_then_gemm(d: Draft) -> None:
@@ -398,10 +402,7 @@ def rows_between_gemms(d: Draft) -> None:
     one output, two contractions and rows of at most 32768 elements."""
     if not d.gpu or d.layout_given or len(d.cons) != 2 or len(d.alg.outputs) != 1:
         return
-    main = d.alg.outputs[0]
-    second = getattr(main.expr, "name", None)
-    second = second if second in d.cons else next((c for c in d.cons if contains(main.expr, d.alg.stages[c].node)),
-                                                  None)
+    second = _second_gemm(d)
     if second is None:
         return
     first = next(c for c in d.cons if c != second)
