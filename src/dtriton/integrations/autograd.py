@@ -88,12 +88,15 @@ def _has_fp64(args) -> bool:
 # differentiable kernels
 # ----------------------------------------------------------------------------------------------
 def _sizes(alg: Algorithm, args) -> dict[str, Any]:
-    """Size symbol -> size (an int or a symbolic size) from the tensor arguments' shapes."""
+    """Size symbol -> size (an int or a symbolic size) from the tensor arguments' shapes and the
+    int arguments that size axes (``dt.axes("h:Ho")``: a convolution's or pooling's output)."""
     sizes: dict[str, Any] = {}
     for p, a in zip(alg.params, args):
         if isinstance(p, InputTensor):
             for d, n in zip(p.dims, a.shape):
                 sizes.setdefault(d, n)
+    for sym, pos in alg.size_args.items():
+        sizes[sym] = args[pos]
     return sizes
 
 
