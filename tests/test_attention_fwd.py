@@ -213,6 +213,8 @@ def test_attention_space_keeps_the_fused_layout_and_searches_what_matters():
     dims = dict(Space.derive(attention, (Q, Q, Q, 0.1), target="gpu").dimensions())
     assert dims == {"tile.i": (64, 128), "tile.j": (32, 64, 128), "num_warps": (4, 8), "num_stages": (2, 3, 4),
                     "access": ("pointer", "tma")}
+    Q64 = torch.zeros((), dtype=torch.float16).expand(4, 32, 1024, 64)
+    assert dict(Space.derive(attention, (Q64, Q64, Q64, 0.1), target="gpu").dimensions())["tile.i"] == (64, 128, 256)
     cdims = dict(Space.derive(causal_attention, (Q, Q, Q, 0.1), target="gpu").dimensions())
     assert cdims["grid"] == (("b", "h", "i"), ("i", "b", "h")) and cdims["tile_order"] == ("forward", "reverse")
     d = torch.zeros((), dtype=torch.float16)

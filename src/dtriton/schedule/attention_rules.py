@@ -41,7 +41,11 @@ def flash_forward_space(alg: Algorithm, sizes: Mapping[str, int], base: Schedule
         return sorted({min(v, max(16, next_pow2(sizes[a]))) for v in vals} | {base.tile[a]})
 
     grid = tuple(base.grid)
-    out: dict = {"tile": {q: tiles(q, (64, 128)), k: tiles(k, (32, 64, 128))}}
+    # 256 query rows where the head dim is at most 64 (the accumulator then takes 64 registers per
+    # thread at 8 warps): half the K/V tiles streamed per query row
+    whole = [sizes[a] for a, st in base.strategy.items() if st == "whole"]
+    qt = (64, 128, 256) if whole and max(whole) <= 64 else (64, 128)
+    out: dict = {"tile": {q: tiles(q, qt), k: tiles(k, (32, 64, 128))}}
     if masked and len(grid) > 1:
         out["grid"] = [grid, (q,) + tuple(a for a in grid if a != q)]
     s = base.split.get(k, 1)
