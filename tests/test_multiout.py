@@ -235,3 +235,29 @@ def test_verify_flags_a_store_that_misses_a_grid_axis():
     assert k.grid == ["i"] and prog.verify() == []
     k.stores.append(dataclasses.replace(k.stores[1], target="out9", layout=()))
     assert any("store out9[] lacks grid axes ['i']" in p for p in prog.verify())
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax"])
+def test_saved_statistics_of_a_16bit_forward_are_float32(name):
+    """A 16-bit softmax over more than 65504 columns: its saved row sum exceeds fp16's range, so
+    the saving forward stores its statistics in float32 (as torch does) and the gradients stay
+    16-bit and right (stored in fp16, the sum overflowed to inf and every gradient was 0)."""
+    import dtriton.library as lib
+    alg = getattr(lib, name)
+    X = (torch.randn(2, 70001) * 0.01).to(torch.float16)
+    fwd, saved = augmented_forward(alg, "all")
+    outs = dt.compile(fwd)(X)
+    assert saved and all(o.dtype == torch.float32 for o in outs[1:]), [o.dtype for o in outs]
+    assert outs[0].dtype == torch.float16
+    Xg = X.clone().requires_grad_()
+    y = dt.compile(alg)(Xg)
+    g = torch.randn_like(y)
+    y.backward(g)
+    X64 = X.double().requires_grad_()
+    tf = torch.softmax if name == "softmax" else torch.log_softmax
+    tf(X64, -1).backward(g.double())
+    Xt = X.clone().requires_grad_()
+    tf(Xt, -1).backward(g)                       # torch's own fp16 error on these data
+    rel = lambda a: ((a.double() - X64.grad).norm() / X64.grad.norm()).item()  # noqa: E731
+    assert Xg.grad.dtype == torch.float16
+    assert rel(Xg.grad) <= 2 * rel(Xt.grad) + 1e-3, (rel(Xg.grad), rel(Xt.grad))

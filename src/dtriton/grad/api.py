@@ -251,9 +251,11 @@ def augmented_forward(alg: Algorithm, save: Sequence[str] | str) -> tuple[Algori
         node = d.clone[alg.stages[s].node.uid]
         extra.append((node, tuple(node.axes)))
     fin = Finalizer(d, param_spec(alg), {})
+    # the saved statistics are stored in at least float32 (a 16-bit row sum over more than 65504
+    # columns would overflow; torch keeps its saved statistics in float32 too)
     a = fin.build(f"{alg.name}_fwd_saving", list(outs) + extra,
                   f"{alg.name} with stages {save_l} as extra outputs (for dt.grad(save=...)).",
-                  [None] * (len(outs) + len(extra)))
+                  [None] * (len(outs) + len(extra)), [None] * len(outs) + [torch.float32] * len(extra))
     return a, tuple(save_l)
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from itertools import chain, count
 from typing import Any, Callable, Sequence
 
+import torch
+
 from ..errors import AlgorithmError
 from ..ir import Algorithm, Axis, Binary, Const, Expr, InputTensor, Load, Output, Reduce, ScalarParam, Where, topo_order
 from .derive import Deriver
@@ -28,9 +30,10 @@ def param_spec(alg: Algorithm) -> list[ParamEntry]:
             for p in alg.params]
 
 
-def make_params(spec: Sequence[ParamEntry]) -> list[InputTensor | ScalarParam]:
-    """Fresh parameter objects for ``spec`` (a tensor's position is its index in ``spec``)."""
-    return [InputTensor(name, tuple(info), k) if kind == "tensor" else ScalarParam(name, info)
+def make_params(spec: Sequence[ParamEntry], weak: frozenset = frozenset()) -> list[InputTensor | ScalarParam]:
+    """Fresh parameter objects for ``spec`` (a tensor's position is its index in ``spec``); the
+    tensors named in ``weak`` promote as scalars do (saved statistics)."""
+    return [InputTensor(name, tuple(info), k, name in weak) if kind == "tensor" else ScalarParam(name, info)
             for k, (kind, name, info) in enumerate(spec)]
 
 
@@ -107,12 +110,12 @@ class Finalizer:
         self.saved_map = saved_map
 
     def build(self, name: str, outs: list[tuple[Expr, tuple[str, ...]]], doc: str,
-              carriers: Sequence[str | None]) -> Algorithm:
+              carriers: Sequence[str | None], floors: Sequence[torch.dtype | None] = ()) -> Algorithm:
         """The algorithm ``name`` computing ``outs`` (``(graph expression, layout)`` each). An output
         axis that indexes no tensor gets its size from the tensor ``carriers[k]`` (a zero term that
         loads it); ``None``: an error if needed."""
         g = self.d.g
-        params = make_params(self.spec)
+        params = make_params(self.spec, frozenset(pn for pn, _ in self.saved_map.values()))
         by_name = {p.name: p for p in params}
         used_names = {"out"} | {f"out{k}" for k in range(len(outs))}
         order = topo_order([e for e, _ in outs])
@@ -136,6 +139,8 @@ class Finalizer:
                 axes_sized.update(e.name for e in n.index if isinstance(e, Axis))
         outputs = [self._output(new[e.uid], layout, carrier, axes_sized, by_name)
                    for (e, layout), carrier in zip(outs, carriers)]
+        for o, floor in zip(outputs, floors):
+            o.floor = floor
         return Algorithm.build(name, params, outputs, doc=doc)
 
     def _output(self, expr: Expr, layout: tuple[str, ...], carrier: str | None, axes_sized: set[str],

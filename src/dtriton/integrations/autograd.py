@@ -31,7 +31,7 @@ import torch
 
 from ..errors import AlgorithmError, ScheduleError, ShapeError
 from ..grad import GradientAlgorithms, augmented_forward, grad, saved_statistics
-from ..ir import Algorithm, InputTensor, output_dtype
+from ..ir import Algorithm, InputTensor, output_dtypes
 from ..plan.lower import lower
 from ..runtime import Kernel
 from ..runtime.args import merge_named, signature_key
@@ -103,11 +103,12 @@ def _sizes(alg: Algorithm, args) -> dict[str, Any]:
 def output_specs(alg: Algorithm, args) -> list[tuple[list[Any], torch.dtype]]:
     """Shape and dtype of each output of ``alg`` for a call with ``args`` (works on fake tensors
     and symbolic sizes: nothing is converted to int). The dtype follows the runtime's rule
-    (:func:`~dtriton.ir.output_dtype`): int64 for an arg-reduction, else torch promotion of the
-    floating inputs feeding it arithmetically, float64 for integer-only values, float32 without any."""
+    (:func:`~dtriton.ir.output_dtypes`): int64 for an arg-reduction, else torch promotion of the
+    floating inputs feeding it arithmetically, float64 for integer-only values, float32 without any,
+    at least float32 for the statistics a saving forward stores."""
     sizes = _sizes(alg, args)
     dtypes = {p.name: a.dtype for p, a in zip(alg.params, args) if isinstance(p, InputTensor)}
-    return [([sizes[alg.axis_size[a]] for a in o.layout], output_dtype(o.expr, dtypes)) for o in alg.outputs]
+    return [([sizes[alg.axis_size[a]] for a in o.layout], dt_) for o, dt_ in zip(alg.outputs, output_dtypes(alg, dtypes))]
 
 
 _FORMATS = ("one dt.Schedule for every backward kernel, a dict {input name or backward algorithm name: "

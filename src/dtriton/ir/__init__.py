@@ -19,7 +19,7 @@ from .bounds import AxisBounds, axis_bounds, guard, reduction_guard
 from .intervals import Interval, Read, analyse_reads, int_magnitude, integer_valued, interval, kernel_reads, never_negative
 from .reference import (FLOAT_DTYPES, INDEX_DTYPES, Binding, check_reads, compute_dtype, evaluate, integer_reductions, is_index,
                         kernel_f64,
-                        output_dtype, unit_dim)
+                        output_dtype, output_dtypes, unit_dim)
 from .algorithm import Algorithm, Stage, TensorAnnotation, cse
 from .analysis import (can_split, contraction_operands, contractions, grid_candidates, is_sum, online_candidate, reads_unit_stride,
                        reduction_stages, split_blockers, splittable, stage_grid, sum_of_products, tensor_core_sides)
@@ -38,7 +38,7 @@ __all__ = [
     "Interval", "Read", "analyse_reads", "int_magnitude", "interval", "kernel_reads", "never_negative", "check_reads",
     "INT_OPS", "PaddedTensor", "FP8_DTYPES", "SATURATING_DTYPES",
     "FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "compute_dtype", "evaluate", "integer_reductions", "is_index", "kernel_f64",
-    "output_dtype",
+    "output_dtype", "output_dtypes",
     "Algorithm", "Stage", "TensorAnnotation", "cse",
     "can_split", "is_sum", "contractions", "grid_candidates", "online_candidate", "reduction_stages", "split_blockers", "splittable",
     "stage_grid", "sum_of_products",

@@ -406,11 +406,15 @@ class Output:
 
     Used inside an algorithm, it stands for its expression: ``n[i] + 1e-6``, ``-n[i]`` and
     ``dt.sqrt(n[i])`` compute with ``n`` (axes broadcast by name as for any expression), so a
-    stage result indexed by its axes can be used like the stage itself."""
-    __slots__ = ("expr", "layout", "name")
+    stage result indexed by its axes can be used like the stage itself.
 
-    def __init__(self, expr: Expr, layout: tuple[str, ...], name: str | None = None):
-        self.expr, self.layout, self.name = expr, layout, name
+    ``floor``: a float dtype the output is stored in at least (its result dtype promoted with it):
+    the statistics a forward saves for its backward keep float32 for 16-bit inputs, as torch's do."""
+    __slots__ = ("expr", "layout", "name", "floor")
+
+    def __init__(self, expr: Expr, layout: tuple[str, ...], name: str | None = None,
+                 floor: torch.dtype | None = None):
+        self.expr, self.layout, self.name, self.floor = expr, layout, name, floor
 
     def children(self) -> tuple[Expr]:
         """The indexed expression."""
@@ -419,7 +423,7 @@ class Output:
     def rebuild(self, children: Sequence[Expr]) -> "Output":
         """A new output of this layout and name over the expression ``children[0]``."""
         (expr,) = children
-        return Output(expr, self.layout, self.name)
+        return Output(expr, self.layout, self.name, self.floor)
 
     def __repr__(self):
         return f"Output({self.name}[{', '.join(self.layout)}])"
@@ -445,10 +449,13 @@ del _name
 
 
 class InputTensor:
-    """A tensor argument (or an intermediate buffer) while tracing: index it with axes."""
+    """A tensor argument (or an intermediate buffer) while tracing: index it with axes.
 
-    def __init__(self, name: str, dims: tuple[str, ...], position: int | None):
-        self.name, self.dims, self.position = name, dims, position
+    ``weak``: its values take part in result dtypes as a Python scalar does (a float32 statistic
+    saved by a 16-bit forward leaves its backward's gradients 16-bit, as in torch)."""
+
+    def __init__(self, name: str, dims: tuple[str, ...], position: int | None, weak: bool = False):
+        self.name, self.dims, self.position, self.weak = name, dims, position, weak
 
     def __getitem__(self, idx) -> Load:
         return self.load(idx, None)

@@ -21,7 +21,7 @@ from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT
 from .intervals import Read, analyse_reads, integer_valued
 from .walk import mul_factors, topo_order
 
-__all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "saturate", "check_reads", "integer_reductions", "is_index", "output_dtype", "kernel_f64", "compute_dtype", "evaluate"]
+__all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "saturate", "check_reads", "integer_reductions", "is_index", "output_dtype", "output_dtypes", "kernel_f64", "compute_dtype", "evaluate"]
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INDEX_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
@@ -36,6 +36,13 @@ def is_index(n: Expr) -> bool:
     """Whether ``n`` is an arg-reduction (a combiner with two results): its value is an index along
     the reduced axis, an output of it is ``torch.int64`` (as ``torch.argmax``)."""
     return isinstance(n, Reduce) and n.combiner.results == 2
+
+
+def output_dtypes(alg, dtypes: dict[str, torch.dtype]) -> list[torch.dtype]:
+    """The dtype of each output of ``alg`` for inputs of ``dtypes`` (:func:`output_dtype` of its
+    expression, promoted with the output's ``floor`` where it has one)."""
+    return [output_dtype(o.expr, dtypes) if o.floor is None else torch.promote_types(output_dtype(o.expr, dtypes), o.floor)
+            for o in alg.outputs]
 
 
 def output_dtype(root: Expr, dtypes: dict[str, torch.dtype]) -> torch.dtype:
@@ -109,7 +116,7 @@ def _node_dtype(n: Expr, dtypes: dict[str, torch.dtype], typed: dict) -> tuple[t
     if isinstance(n, Axis):
         return torch.int64, False
     if isinstance(n, Load):
-        return dtypes[n.tensor.name], False
+        return dtypes[n.tensor.name], getattr(n.tensor, "weak", False)
     if isinstance(n, Cast):
         return n.dtype, False
     if isinstance(n, Reduce):
@@ -263,7 +270,7 @@ class Binding:
                                  f"tensor, got {dtypes[idx_name]}; convert it with .long()")
         axis_sizes = {ax: sizes[sym] for ax, sym in alg.axis_size.items()}
         check_computed_indices(alg, sizes, axis_sizes, dtypes)
-        out_dtypes = [output_dtype(o.expr, dtypes) for o in alg.outputs]
+        out_dtypes = output_dtypes(alg, dtypes)
         reads: list[Read] = []
         if any(isinstance(n, Load) and not all(isinstance(e, Axis) for e in n.index) for n in alg.nodes):
             ints = {p.name: int(a) for p, a in zip(alg.params, args) if isinstance(p, ScalarParam) and p.pytype is int}

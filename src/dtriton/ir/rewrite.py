@@ -40,7 +40,7 @@ from typing import Callable
 
 from .algorithm import Algorithm
 from .combiners import VAR
-from .expr import Binary, Const, Expr, Load, Output, Reduce, Unary, Where
+from .expr import Binary, Const, Expr, Load, Reduce, Unary, Where
 from .walk import topo_order, walk
 
 __all__ = ["base2_exponents", "base2_shifted_exponents", "naive_variance_of", "reciprocal_divisors",
@@ -125,7 +125,7 @@ def _rebuilt(alg: Algorithm, swap: dict[int, Expr]) -> Algorithm:
         kids = n.children()
         moved = [new.get(c.uid, c) for c in kids]
         new[n.uid] = n if all(a is b for a, b in zip(moved, kids)) else n.rebuild(moved)
-    outs = [Output(new[o.expr.uid], o.layout) for o in alg.outputs]
+    outs = [o.rebuild([new[o.expr.uid]]) for o in alg.outputs]
     return Algorithm.build(alg.name, alg.params, outs, alg.__doc__)
 
 
@@ -197,7 +197,7 @@ def reciprocal_divisors(alg: Algorithm, floating: Callable[[str], bool]) -> Algo
             inv = recips.setdefault(y.uid, Binary("div", Const(1.0), y))
             m = Binary("mul", moved[0], inv)
         new[n.uid] = m
-    outs = [Output(new[o.expr.uid], o.layout) for o in alg.outputs]
+    outs = [o.rebuild([new[o.expr.uid]]) for o in alg.outputs]
     return Algorithm.build(alg.name, alg.params, outs, alg.__doc__)
 
 
