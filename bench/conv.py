@@ -166,6 +166,9 @@ VARIANTS = {
         "128x128x128 s3": {"tile": {"c": 128}},
         "128x256x32 s5": {"tile": {"o": 256, "c": 32}, "num_stages": 5},
         "64x256x64 w4 s4": {"tile": {"h": 1, "o": 256}, "num_warps": 4, "num_stages": 4},
+        "tma W 128x128x64 s3": {"access": "tma"},
+        "tma W 128x256x64 s3": {"access": "tma", "tile": {"o": 256}},
+        "tma W 128x128x64 s4": {"access": "tma", "num_stages": 4},
     },
     "depthwise": {
         "s3 (pipelined taps)": {"num_stages": 3},

@@ -208,6 +208,17 @@ def test_channels_last_steps_read_one_tap_per_tile(s, p):
     assert k.flat_scalar_outer == {"rqc"}
 
 
+def test_weight_tile_through_a_block_pointer():
+    """With one tap per K tile, the weight's tile W[o, r, q, c] is a box (o block, 1, 1, c block):
+    a block pointer here (a TMA descriptor on the GPU); the gathered input keeps pointers."""
+    args = [randn(2, 6, 7, 32), randn(24, 3, 3, 32), 1, 1, 1, 6, 7]
+    sched = dt.Schedule(tile={"n": 1, "h": 2, "w": 8, "o": 16, "c": 16, "r": 1, "q": 1}, grid=("n", "h", "w", "o"),
+                        strategy={"c": "loop", "r": "loop", "q": "loop"}, access="block_ptr")
+    check(L.conv2d_nhwc, args, sched, torch_ref=t_conv2d_nhwc)
+    src = source(L.conv2d_nhwc, args, sched)
+    assert "tl.make_block_ptr(Wt_ptr" in src and "tl.make_block_ptr(X_ptr" not in src
+
+
 # ----------------------------------------------------------------------------------------------
 # the plan's decisions
 # ----------------------------------------------------------------------------------------------

@@ -58,9 +58,12 @@ def tile_access(k: KernelPlan, style: str, tma_ok: frozenset, name: str, axes: S
     this call (pointers too; the printer declares its size arguments as for a descriptor)."""
     if style == "pointer" or k.i64 or len(set(axes)) != len(axes) or not axes:
         return None
-    if any(a not in k.axes or k.axes[a].role == "flat" for a in axes if not a.startswith("#")):
-        return None   # (a member of a flat axis has computed offsets: pointers)
-    scalar = [a.startswith("#") or k.scalar_axis(a) for a in axes]   # "#d": a per-program index (tile_key)
+    if any(a not in k.axes or (k.axes[a].role == "flat" and k.flat_of(a) not in k.flat_scalar_outer)
+           for a in axes if not a.startswith("#")):
+        return None   # (a member of a flat axis has computed offsets: pointers; unless each tile of the flat
+                      # axis is one index of its outer members and a block of its innermost: a conv's weight)
+    outer = {m for f in k.flat_scalar_outer for m in k.flat[f][:-1]}   # one index per tile
+    scalar = [a.startswith("#") or k.scalar_axis(a) or a in outer for a in axes]   # "#d": a per-program index (tile_key)
     if all(scalar):
         return None
     if style != "tma":

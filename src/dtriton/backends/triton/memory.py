@@ -118,7 +118,8 @@ class MemoryPrinter:
                         (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
                 blk = self.fresh("tile")
                 scope.emit(f"{blk} = {code}  # {fmt(n, limit=None)}: {kind} tile")
-                tiled = tuple(a for a in axes if a not in computed and not scope.find_bind(a)[0].scalar)
+                # (a flat axis's innermost member is a tile along the flat axis's dim)
+                tiled = tuple(self.k.flat_of(a) for a in axes if a not in computed and not scope.find_bind(a)[0].scalar)
                 if len(tiled) < len(axes):  # drop the size-1 dims of tile-1 grid axes first
                     blk2 = self.fresh("tile")
                     scope.emit(f"{blk2} = tl.reshape({blk}, {self.shape(tiled, set(tiled))})")
