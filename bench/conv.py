@@ -205,10 +205,13 @@ def run_variants(case, impl, alg, args, back, ref, gf, mb):
 
 
 def run_case(case, impls, tfn, targs, gf, mb, budget, use_compile, variants=False):
+    """torch's rows first (a run cut short keeps them), then each dtriton row (and its explored
+    one), then the variants."""
     ref = tfn(*[a.double() for a in targs])
-    if variants:
-        name, alg, args, back = impls[0]
-        run_variants(case, name, alg, args, back, ref, gf, mb)
+    timed(case, "torch", lambda: tfn(*targs), ref, gf, mb, None, "cuDNN" if not R.DRY else "eager")
+    c = R.maybe_compile(tfn, use_compile)
+    if c is not None:
+        timed(case, "torch.compile", lambda: c(*targs), ref, gf, mb, None)
     for name, alg, args, back in impls:
         alg, sched = alg if isinstance(alg, tuple) else (alg, None)
         try:
@@ -224,10 +227,9 @@ def run_case(case, impls, tfn, targs, gf, mb, budget, use_compile, variants=Fals
             ke, note = R.tuned_kernel(alg, args, budget)
             timed(case, f"{name} explored", lambda ke=ke, args=args, back=back: back(ke(*args)), ref, gf, mb,
                   ke.schedule_for(*args).to_json(), note)
-    timed(case, "torch", lambda: tfn(*targs), ref, gf, mb, None, "cuDNN" if not R.DRY else "eager")
-    c = R.maybe_compile(tfn, use_compile)
-    if c is not None:
-        timed(case, "torch.compile", lambda: c(*targs), ref, gf, mb, None)
+    if variants:
+        name, alg, args, back = impls[0]
+        run_variants(case, name, alg, args, back, ref, gf, mb)
 
 
 def write(out: str, dry: bool) -> None:
