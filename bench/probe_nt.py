@@ -94,10 +94,11 @@ def hand_fn(a, b, bm, bn, bk, stages, warps=8, swapped=False):
 #: ``--set wide``: (tile i x j x k, stages, access, extra knobs) of the dtriton NT candidates, and the hand
 #: kernels (tile, stages, swapped)
 WIDE = [((128, 256, 64), 4, "tma", {}), ((256, 128, 64), 3, "tma", {}), ((256, 128, 64), 4, "tma", {}),
-        ((256, 128, 64), 5, "tma", {}), ((256, 128, 128), 3, "tma", {}), ((256, 128, 64), 4, "tma",
+        ((256, 128, 64), 5, "tma", {}), ((256, 128, 128), 2, "tma", {}), ((256, 128, 64), 4, "tma",
                                                                           {"warp_specialize": True}),
-        ((128, 256, 128), 3, "tma", {})]
-WIDE_HAND = [((128, 256, 64), 4, False), ((256, 128, 64), 4, False), ((256, 128, 128), 3, False),
+        ((128, 256, 128), 2, "tma", {})]
+# (BLOCK_K 128 fits 2 stages only: 256x128x128 at 3 stages asked 294,936 B of shared memory, H200 call of 01:15)
+WIDE_HAND = [((128, 256, 64), 4, False), ((256, 128, 64), 4, False), ((256, 128, 128), 2, False),
              ((128, 256, 64), 4, True), ((256, 128, 64), 4, True)]
 
 
@@ -182,7 +183,11 @@ def wide(a) -> None:
             for (bm, bn, bk), ns, sw in WIDE_HAND:
                 name = f"hand triton {bm}x{bn}x{bk} s{ns}" + (" swapped C^T=W@X^T" if sw else "")
                 fn = hand_fn(x, y, bm, bn, bk, ns, swapped=sw)
-                err = R.relerr(fn(), ref[0])
+                try:
+                    err = R.relerr(fn(), ref[0])
+                except Exception as e:  # noqa: BLE001 - a kernel over a resource limit is a row, not the end
+                    print(f"  check {name}: failed: {type(e).__name__}: {' '.join(str(e).split())[:160]}", flush=True)
+                    continue
                 print(f"  check {name}: rel err {err:.1e}" + ("" if err < 1e-2 else "  WRONG"), flush=True)
                 base.append((name, fn))
         P.probe(f"{str(dtype)[6:]} NT {n}^3 (wide set)", dt.library.matmul, (x, y), ref, 1e-2, cands, baselines=base)

@@ -5,9 +5,7 @@
 - the heuristic fuses the GEMM into the pooling stage on the GPU (``dot_rules._pool_fused``): one kernel for
   max pooling, two when the pooled values are reduced further (a kernel over (i, g) tiles, then the rest);
 - that fused kernel's outer loop is not pipelined (the dot loop inside it is, by the launch option);
-- the runtime's TMA pick looks at the dot operands only (a grouped bias of 8-byte rows keeps TMA on);
-- group norm over the groups' columns (``dot_rules._group_stats_fused``): the group's columns whole in the
-  program's tile, so GEMM, statistics and output are one kernel.
+- the runtime's TMA pick looks at the dot operands only (a grouped bias of 8-byte rows keeps TMA on).
 
 Checked on the plan (CPU, an H200 binding) and on the interpreter against float64 at odd sizes (groups not a
 multiple of the tile, C = 3 and 5, NaN-poisoned outputs).
@@ -113,42 +111,6 @@ def test_pooling_loop_around_a_dot_is_not_pipelined():
 def test_tma_pick_reads_the_dot_operands_only():
     assert contraction_operands(linear_max_pool) == {"X", "W_g"}
     assert contraction_operands(linear_max_pool_sum) == {"X", "W_g"}
-
-
-@dt.algorithm
-def linear_group_norm(X: dt.Tensor["M", "K"], W_g: dt.Tensor["G", "C", "K"], b_g: dt.Tensor["G", "C"]):
-    i, g, c, k = dt.axes("i g c k")
-    y = dt.sum(X[i, k] * W_g[g, c, k], over=k) + b_g[g, c]
-    yc = y - dt.mean(y, over=c)
-    return (yc * dt.rsqrt(dt.mean(yc * yc, over=c) + 1e-5))[i, g, c]
-
-
-@pytest.mark.parametrize("C,rows", [(128, 128), (256, 64)])
-def test_heuristic_fuses_group_norm_statistics_into_the_gemm(C, rows):
-    N = 4096 if C == 128 else 8192
-    big = (torch.empty(4096, 4096, dtype=torch.float16), torch.empty(N // C, C, 4096, dtype=torch.float16),
-           torch.empty(N // C, C, dtype=torch.float16))
-    s = _gpu_complete(linear_group_norm, None, big)
-    assert all(s.stage(n).place == "fuse" for n in ("sum0", "mean0", "mean1"))
-    assert s.strategy["c"] == "whole" and s.tile["c"] == C and s.tile["i"] == rows and s.tile["g"] == 1
-    assert s.grid == ("i", "g") and s.group == {"i": 8}
-    # fp32 groups of 256 columns (spilled for sm_90 at 64 rows) and groups wider than 256: the GEMM stays apart
-    assert (_gpu_complete(linear_group_norm, None, tuple(t.float() for t in big)).stage("sum0").place == "fuse") == \
-        (C == 128)
-    wide = (big[0], torch.empty(8, 512, 4096, dtype=torch.float16), torch.empty(8, 512, dtype=torch.float16))
-    assert _gpu_complete(linear_group_norm, None, wide).stage("sum0").place != "fuse"
-
-
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
-@pytest.mark.parametrize("M,K,G,C", [(37, 48, 5, 12), (1, 16, 3, 16), (33, 40, 2, 30)])
-def test_group_norm_of_a_gemm_in_one_kernel(dtype, M, K, G, C, gen):
-    args = _pool_args(M, K, G, C, dtype, gen)
-    width = max(16, 1 << (C - 1).bit_length())
-    s = dt.Schedule(grid=("i", "g"), tile={"i": 16, "g": 1, "c": width, "k": 16}, strategy={"c": "whole"},
-                    group={"i": 8}, stages={n: dt.StageSchedule(place="fuse") for n in ("sum0", "mean0", "mean1")})
-    src = _source(linear_group_norm, s, args)
-    assert src.count('"""Kernel ') == 1 and "tl.dot(" in src
-    check(linear_group_norm, args, s, tol=4 * TOL[dtype] if dtype != torch.float32 else 1e-4)
 
 
 def test_fused_pooling_through_tma_descriptors(gen):

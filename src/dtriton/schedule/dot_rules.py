@@ -121,36 +121,7 @@ def _dot_axes_of_many(d: Draft, name: str, m: str, n: str, r: str) -> tuple[str,
         if a in d.reduced and a not in d.user.tile and a not in d.user.strategy:
             d.tile[a], d.strategy[a] = 1, "loop"
             _pool_fused(d, name, a, m2, n2)
-    if not any(a in d.reduced for a in ones):
-        _group_stats_fused(d, name, m2, n2)
     return m2, n2
-
-
-def _group_stats_fused(d: Draft, name: str, m2: str, n2: str) -> None:
-    """Statistics over each group's columns of a grouped GEMM (group norm of a Linear: means over c of
-    ``X[i, k] * W[g, c, k]``, one group per program): the group's C <= 256 columns whole in the program's
-    tile, so the GEMM, its statistics and the normalised output are one kernel (GEMM tiles of 128 rows,
-    64 where C > 128: the fp32 tile stays at 64 registers a thread). Without it the GEMM was materialised
-    (a 16-bit buffer written and read back by a kernel looping over c): group_norm at 0.79x torch.compile
-    on the H200 (bench/results/issue14/s3_floors/chains_h200.md)."""
-    # (one contraction, whose columns the output keeps: attention's scores are no group norm)
-    if (not d.gpu or d.layout_given or n2 in d.user.tile or n2 in d.user.strategy or len(d.cons) != 1
-            or n2 not in d.alg.outputs[0].layout):
-        return
-    gemm = d.alg.stages[name].node
-    stats = [s.node for s in d.alg.stages.values() if s.name != name and not s.is_output and contains(s.node, gemm)]
-    width = next_pow2(d.sizes[n2])
-    # fp32 (3xTF32) groups of 256 columns spilled even at 64 rows (sm_90 compile on the CPU: 24 bytes of stack)
-    if not stats or width > (256 if d.half else 128) or any(tuple(r.over) != (n2,) or m2 not in r.axes for r in stats):
-        return
-    d.strategy[n2], d.tile[n2] = "whole", width
-    d.tile.setdefault(m2, 64 if width > 128 else 128)
-    d.stages[name] = StageSchedule(place="fuse")
-    if d.grid and len(d.grid) >= 2 and d.grid[-2] == m2 and not d.group:
-        d.group[m2] = 8   # a wave of programs shares rows of X and groups of W, as a grouped GEMM does
-    for r in stats:
-        if r.name not in d.user.stages:
-            d.stages[r.name] = StageSchedule(place="fuse")
 
 
 def _pool_fused(d: Draft, name: str, a: str, m2: str, n2: str) -> None:
