@@ -5,7 +5,9 @@
 - the heuristic fuses the GEMM into the pooling stage on the GPU (``dot_rules._pool_fused``): one kernel for
   max pooling, two when the pooled values are reduced further (a kernel over (i, g) tiles, then the rest);
 - that fused kernel's outer loop is not pipelined (the dot loop inside it is, by the launch option);
-- the runtime's TMA pick looks at the dot operands only (a grouped bias of 8-byte rows keeps TMA on).
+- the runtime's TMA pick looks at the dot operands only (a grouped bias of 8-byte rows keeps TMA on);
+- group norm over the groups' columns (``dot_rules._group_rows_whole``): the GEMM a kernel of its own, the
+  statistics and the output reading each group's columns once, whole.
 
 Checked on the plan (CPU, an H200 binding) and on the interpreter against float64 at odd sizes (groups not a
 multiple of the tile, C = 3 and 5, NaN-poisoned outputs).
@@ -121,3 +123,38 @@ def test_fused_pooling_through_tma_descriptors(gen):
     src = _source(linear_max_pool, s, args)
     assert "desc_W_g.load([pid_g * BLOCK_G, c0, k0])" in src
     check(linear_max_pool, args, s, tol=2 * TOL[torch.float16])
+
+
+@dt.algorithm
+def linear_group_norm(X: dt.Tensor["M", "K"], W_g: dt.Tensor["G", "C", "K"], b_g: dt.Tensor["G", "C"]):
+    i, g, c, k = dt.axes("i g c k")
+    y = dt.sum(X[i, k] * W_g[g, c, k], over=k) + b_g[g, c]
+    yc = y - dt.mean(y, over=c)
+    return (yc * dt.rsqrt(dt.mean(yc * yc, over=c) + 1e-5))[i, g, c]
+
+
+@pytest.mark.parametrize("C,rows", [(128, 128), (256, 64)])
+def test_group_norm_statistics_read_each_group_once(C, rows):
+    N = 4096 if C == 128 else 8192
+    big = (torch.empty(4096, 4096, dtype=torch.float16), torch.empty(N // C, C, 4096, dtype=torch.float16),
+           torch.empty(N // C, C, dtype=torch.float16))
+    s = _gpu_complete(linear_group_norm, None, big)
+    g = s.stage("sum0")
+    # the GEMM apart at 128 x 128 (fused, its epilogue was slower on the H200: 302.6 us against 260.9)
+    assert g.place == "materialize" and g.tile["i"] == g.tile["c"] == 128 and g.grid == ("c", "i", "g")
+    assert s.strategy["c"] == "whole" and s.tile["c"] == C and s.tile["i"] == rows
+    wide = (big[0], torch.empty(8, 512, 4096, dtype=torch.float16), torch.empty(8, 512, dtype=torch.float16))
+    assert _gpu_complete(linear_group_norm, None, wide).strategy.get("c") != "whole"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("M,K,G,C", [(37, 48, 5, 12), (1, 16, 3, 16), (33, 40, 2, 30)])
+def test_group_norm_with_whole_groups_is_right(dtype, M, K, G, C, gen):
+    args = _pool_args(M, K, G, C, dtype, gen)
+    width = max(16, 1 << (C - 1).bit_length())
+    s = dt.Schedule(grid=("i", "g"), tile={"i": 16, "g": 1, "c": width, "k": 16}, strategy={"c": "whole"},
+                    stages={"sum0": dt.StageSchedule(place="materialize", grid=("c", "i", "g"), group={"i": 8},
+                                                     tile={"i": 16, "c": 16, "g": 1})})
+    src = _source(linear_group_norm, s, args)
+    assert src.count('"""Kernel ') == 2 and "for c0" not in src   # c on the GEMM's grid, whole after it
+    check(linear_group_norm, args, s, tol=4 * TOL[dtype] if dtype != torch.float32 else 1e-4)

@@ -121,7 +121,32 @@ def _dot_axes_of_many(d: Draft, name: str, m: str, n: str, r: str) -> tuple[str,
         if a in d.reduced and a not in d.user.tile and a not in d.user.strategy:
             d.tile[a], d.strategy[a] = 1, "loop"
             _pool_fused(d, name, a, m2, n2)
+    if not any(a in d.reduced for a in ones):
+        _group_rows_whole(d, name, m2, n2)
     return m2, n2
+
+
+def _group_rows_whole(d: Draft, name: str, m2: str, n2: str) -> None:
+    """Statistics over each group's columns of a grouped GEMM (group norm of a Linear: means over c of
+    ``X[i, k] * W[g, c, k]``): the GEMM stays a kernel of its own with 128 x 128 tiles, and the kernel
+    of the statistics and the output reads each group's C <= 256 columns once, whole (128 rows a
+    program, 64 where C > 128), computing both means in registers. Without it that kernel looped over c
+    in tiles of 128 once per statistic and once more for the output, reading the buffer three times.
+    (Fusing the GEMM into that kernel instead, the statistics in its epilogue, was slower on the H200:
+    group_norm 302.6 us against 260.9, bench/results/issue14/s4/README.md.)"""
+    if (not d.gpu or d.layout_given or n2 in d.user.tile or n2 in d.user.strategy or len(d.cons) != 1
+            or n2 not in d.alg.outputs[0].layout):
+        return
+    gemm = d.alg.stages[name].node
+    stats = [s.node for s in d.alg.stages.values() if s.name != name and not s.is_output and contains(s.node, gemm)]
+    width = next_pow2(d.sizes[n2])
+    if not stats or width > 256 or any(tuple(r.over) != (n2,) or m2 not in r.axes for r in stats):
+        return
+    ss = d.stages[name]
+    d.stages[name] = ss.replace(place="materialize",
+                                tile={**dict(ss.tile), m2: d.cap(m2, 128), n2: d.cap(n2, 128)})
+    d.strategy[n2], d.tile[n2] = "whole", width
+    d.tile.setdefault(m2, 64 if width > 128 else 128)
 
 
 def _pool_fused(d: Draft, name: str, a: str, m2: str, n2: str) -> None:
