@@ -199,7 +199,7 @@ def explore_case(name, B, H, S, D, causal, dev, budget: float) -> dict:
     return row
 
 
-def time_case(name, B, H, S, D, causal, dev, rows):
+def time_case(name, B, H, S, D, causal, dev, rows, keep=None):
     """Rows for one case: SDPA's backward, the heuristic's and each variant's backward (ms),
     gradients checked against float64 autograd of the reference."""
     alg, aug, bwd, (Q, K, V, scale, dO), saved = case_inputs(B, H, S, D, causal, dev)
@@ -220,6 +220,8 @@ def time_case(name, B, H, S, D, causal, dev, rows):
     args = (Q, K, V, scale, dO, *saved)
     base = dt.compile(bwd).complete(bwd.bind(args))
     for vname, sched in variants(base, D).items():
+        if keep and vname not in keep:
+            continue
         try:
             k = dt.compile(bwd, None if vname == "heuristic" else sched)
             got = k(*args)
@@ -243,6 +245,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dump", default=None, help="sm90: keep sources, TTGIR and PTX here")
     ap.add_argument("--only", nargs="*", help="time: cases (d64 causal_d64 d128 causal_d128; d16 causal_d16 dry)")
     ap.add_argument("--out", default=None, help="time: write attention_bwd.json there")
+    ap.add_argument("--variants", nargs="*", help="time: only these variants (e.g. heuristic)")
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args(argv)
     if a.mode == "sm90":
@@ -275,7 +278,7 @@ def main(argv=None) -> int:
                 json.dump(dict(rows=rows, schedules=best), f, indent=1)
         return 0
     for name in a.only or list(cases):
-        time_case(name, *cases[name], dev, rows)
+        time_case(name, *cases[name], dev, rows, a.variants)
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         with open(os.path.join(a.out, "attention_bwd.json"), "w") as f:

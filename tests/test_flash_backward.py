@@ -182,3 +182,21 @@ def test_base2_shifted_exponents_only_where_the_factor_folds():
     got = dt.compile(shifted)(X, m, 0.5)
     for g, w in zip(got, shifted.reference(X.double(), m.double(), 0.5)):
         torch.testing.assert_close(g.double(), w, rtol=2e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("D", [64, 128])
+def test_heuristic_defaults_measured_on_the_h200_and_launch_options_kept(causal, D):
+    """4 warps x 3 stages; 128 x 32 tiles (64 x 32 at D128), 64 x 64 under a causal mask at D64
+    (the H200 sweep of session 4). A schedule giving only launch options keeps that layout."""
+    _, bwd = _backward(causal)
+    e = dict(dtype=torch.float16, device="meta")
+    sizes = {"B": 4, "H": 16, "S": 2048, "T": 2048, "D": D}
+    args = [torch.empty(*[sizes[d] for d in p.dims], **e) if hasattr(p, "dims") else 0.125 for p in bwd.params]
+    b = dataclasses.replace(bwd.bind(args), device=torch.device("cuda"))
+    s = dt.compile(bwd).complete(b)
+    big, small = (64, 64) if causal and D == 64 else ((128, 32) if D == 64 else (64, 32))
+    assert (s.num_warps, s.num_stages) == (4, 3)
+    assert s.stage("out1").tile == {"j": big, "i": small} and s.stage("out0").tile == {"i": big, "j": small}
+    w8 = dt.compile(bwd, dt.Schedule(num_warps=8)).complete(b)
+    assert w8 == s.replace(num_warps=8)

@@ -4,7 +4,7 @@
 
 from .attention_rules import flash_forward_space
 from .conv_rules import conv_space_tiles
-from .grad_rules import flash_backward_space
+from .grad_rules import flash_backward_space, mask_bounded
 from .heuristics import DECIDED, RULES, complete_schedule, next_pow2, sm_count
 from .knobs import (ACC_DTYPES, ACCESS, EVICTIONS, PLACES, PRECISIONS, SPLIT_MODES, STRATEGIES, TENSOR_CORE_FP32, Domain, FrozenMap,
                     Knob, flat_knobs, knob, knobs, launch_knobs, markdown_table, one_of, register, stage_knobs,

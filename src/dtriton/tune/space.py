@@ -23,11 +23,12 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from ..errors import ScheduleError, UnknownFieldError
-from ..ir import (Algorithm, Binding, axis_bounds, contractions, grid_candidates, online_candidate, reduces_in,
-                  reduction_guard, reduction_stages, split_blockers)
+from ..ir import (Algorithm, Binding, contractions, grid_candidates, online_candidate, reduction_stages,
+                  split_blockers)
 from ..runtime import Kernel, backend_for
 from ..schedule import (EVICTIONS, PLACES, STRATEGIES, Knob, Schedule, StageSchedule, conv_space_tiles,
-                        flash_backward_space, flash_forward_space, flat_knobs, next_pow2, unknown_fields_message)
+                        flash_backward_space, flash_forward_space, flat_knobs, mask_bounded, next_pow2,
+                        unknown_fields_message)
 from .check import Limits
 
 __all__ = ["Space", "derive_fields", "derive_flat", "registry_values", "Derivation", "flat_names", "RULES"]
@@ -631,17 +632,7 @@ def _rule_warp_specialize(k: Knob, d: Derivation) -> list | None:
 def _rule_tile_order(k: Knob, d: Derivation) -> list | None:
     """GPU: both launch orders where some reduction's loop is bounded by a mask (causal attention:
     with the query axis outermost on the grid, "reverse" starts the longest rows first)."""
-    return ["forward", "reverse"] if d.gpu and _mask_bounded(d.alg) else None
-
-
-def _mask_bounded(alg: Algorithm) -> bool:
-    """Some reduction's operand is its identity outside a condition that bounds one of its
-    reduced axes (:func:`~dtriton.ir.reduction_guard`, :func:`~dtriton.ir.axis_bounds`)."""
-    for r in reduces_in([o.expr for o in alg.outputs], frozenset()):
-        cond = reduction_guard(r)
-        if cond is not None and any(not axis_bounds(cond, a).empty for a in r.over):
-            return True
-    return False
+    return ["forward", "reverse"] if d.gpu and mask_bounded(d.alg) else None
 
 
 RULES = {"num_warps": _rule_num_warps, "num_stages": _rule_num_stages, "persistent": _rule_persistent,
@@ -666,7 +657,7 @@ def derive_fields(alg: Algorithm, b: Binding, base: Schedule, gpu: bool, limits:
                     num_stages=_with_base([1, 2, 3, 4], base.num_stages),
                     access=_with_base(["pointer", "tma"], base.access) if limits.tma else None)
     cons = contractions(alg)
-    ff = flash_forward_space(alg, sizes, base, _mask_bounded(alg)) if gpu else None
+    ff = flash_forward_space(alg, sizes, base, mask_bounded(alg)) if gpu else None
     if ff is not None:   # a fused attention forward: its layout kept, the knobs that matter searched
         flat = derive_flat(Derivation(alg, b, base, gpu, limits, cons))
         flat.update(num_warps=_with_base([4, 8], base.num_warps), num_stages=_with_base([2, 3, 4], base.num_stages),
