@@ -203,9 +203,10 @@ def _narrow_dtype(f: Expr, k: KernelPlan):
 def _narrow_dot(r: Reduce, k: KernelPlan, split: tuple, swap_ok: bool) -> DotPlan | None:
     """The :class:`DotPlan` of a contraction of two narrow operands (see the module's text), None
     when ``split`` is not one: sides of other or different dtypes, an int8 sum over more than
-    :data:`INT8_K_MAX` or with block scales, a reduced block below 32 on the GPU. Block scales of the sides become the dot's ``tile_scale``; the operand order is
-    the one whose right side reads the reduced axis at unit stride when there is one (and
-    ``swap_ok``)."""
+    :data:`INT8_K_MAX` or with block scales, a reduced block below 32 on the GPU. Block scales of
+    the sides become the dot's ``tile_scale``; the operand order is the one whose right side reads
+    the reduced axis at unit stride when there is one (and ``swap_ok``). An int8 dot's sum need not
+    be an integer one: float factors free of the reduced axis (W8A8's scales) are hoisted."""
     ra = dot_axis(r, k)
     sl, sr = _narrow_side(split[0], ra, k), _narrow_side(split[1], ra, k)
     if sl is None or sr is None or sl[0] != sr[0]:
@@ -213,7 +214,7 @@ def _narrow_dot(r: Reduce, k: KernelPlan, split: tuple, swap_ok: bool) -> DotPla
     dt, scales = sl[0], tuple(sl[2]) + tuple(sr[2])
     integer = not dt.is_floating_point
     if integer and (scales or k.size_buckets.get(ra, 2 * INT8_K_MAX) > INT8_K_MAX):
-        return None   # (an int8 sum with float factors hoisted, sa[i] * A * B * sb[j], is a float sum)
+        return None
     if not k.interpret and k.axes[ra].block < 32:
         return None
     left, right, m, n = (sl[1],), (sr[1],), split[3], split[4]
