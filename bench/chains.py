@@ -373,7 +373,8 @@ def main(argv=None) -> None:
     """Parse the options and run the selected chains x dtypes, rewriting the results after every row."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dtypes", default="float32,float16", help="comma-separated: float32, float16, bfloat16")
-    ap.add_argument("--cases", default="", help="comma-separated substrings of chain names (default: all)")
+    ap.add_argument("--cases", default="", help="comma-separated substrings of chain names, run in that order "
+                    "(default: all, in the catalogue's order)")
     ap.add_argument("--budget", type=float, default=0.0, help="exploration seconds per chain (0: default schedule)")
     ap.add_argument("--variant", choices=("heuristic", "hand"), default="heuristic",
                     help="hand: the chains with a hand schedule (GEMM + one row kernel, see hand_schedule) only")
@@ -401,6 +402,8 @@ def main(argv=None) -> None:
         return write_results(a.out, old["meta"], old["rows"])
     cases = [c for c in a.cases.split(",") if c]
     chains = [c for c in CHAINS if not cases or any(s in c.name for s in cases)]
+    # in the order --cases names them (a device call that runs out of time keeps the first ones)
+    chains.sort(key=lambda c: next((k for k, s in enumerate(cases) if s in c.name), 0))
     dtypes = [d for d in a.dtypes.split(",") if d]
     for d in dtypes:
         if d not in TOL:
