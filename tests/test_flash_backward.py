@@ -55,6 +55,10 @@ def test_backward_dots_follow_the_program_layout(causal, D):
     assert len(kv.dots) == 4 and {d.m for d in kv.dots.values()} == {"j"}
     assert len(dq.dots) == 3 and {d.m for d in dq.dots.values()} == {"i"}
     assert len(kv.trans_loads) == 2 and len(dq.trans_loads) == 1   # dO and Q; K: one load, one tl.trans
+    # causal: dK/dV loop over the queries from the diagonal, dQ over the keys up to it (mask bounds)
+    assert [lb.axis for lb in kv.bounds.values()] == (["i"] if causal else [])
+    assert [lb.axis for lb in dq.bounds.values()] == (["j"] if causal else [])
+    assert all(lb.unmasked for lb in list(kv.bounds.values()) + list(dq.bounds.values()))
     src, _ = default_backend().render(prog)
     for name in (kv.name, dq.name):
         body = src.split(f"def {name}(")[1].split("\n@_jit")[0]
