@@ -39,7 +39,8 @@ from ..ir import Axis, Binary, Cast, Const, Expr, Load, Reduce, mul_factors, rea
 from .graph import contains, fused_reduces
 from .kernel import DotPlan, KernelPlan
 
-__all__ = ["INT8_K_MAX", "NARROW_OPERANDS", "dot_axis", "dot_dtype", "dot_only_axes", "dot_split", "plan_dots"]
+__all__ = ["INT8_K_MAX", "NARROW_OPERANDS", "dot_axis", "dot_dtype", "dot_only_axes", "dot_split", "layout_rank", "plan_dots",
+           "transposed_operands"]
 
 #: torch dtype of both operands -> (the dot's operand dtype, its accumulator's dtype)
 NARROW_OPERANDS = {torch.float8_e4m3fn: ("float8e4nv", "float32"), torch.float8_e5m2: ("float8e5", "float32"),
@@ -302,7 +303,7 @@ def transposed_operands(k: KernelPlan) -> frozenset:
         d = k.dots.get(red.uid)
         if d is None:
             continue
-        r = red.over[0]
+        r = d.k or red.over[0]   # the axis the dot reduces, as the printer lays its operands out
         for raw, side, lay in ((d.raw_left, d.left, (d.m, r)), (d.raw_right, d.right, (r, d.n))):
             if raw:
                 seen.setdefault(side[0].uid, set()).add(lay)
