@@ -302,3 +302,30 @@ def test_host_overhead_script_cpu_modes(mode, tmp_path):
         assert all(any("steps.py" in f["fn"] for f in r["functions"]) for r in dtr), dtr
     else:
         assert all(r["dtriton backward (steady) us"] > 0 and "dtriton run_backward us" not in r for r in rows), rows
+
+
+def test_steady_steps_never_synchronise(null_gpu, monkeypatch):
+    """A steady-state step reads nothing back from the device (no ``.item()``, ``.tolist()``,
+    ``.cpu()``, truth value of a tensor, device synchronisation): what CUDA-graph capture
+    (``torch.cuda.make_graphed_callables``) and an asynchronous GPU queue need."""
+    dk = dt.compile_autograd(layer_norm)
+    ins = [torch.randn(3, 29, requires_grad=True), torch.randn(29, requires_grad=True),
+           torch.randn(29, requires_grad=True)]
+
+    def step():
+        out = dk(*ins)
+        torch.autograd.backward(out, torch.ones(3, 29))
+    for _ in range(2):
+        step()
+    reads = []
+
+    def refuse(name):
+        def read(*a, **k):
+            reads.append(name)
+            raise AssertionError(f"{name} on the steady-state path")
+        return read
+    for name in ("item", "tolist", "cpu", "numpy", "__bool__"):
+        monkeypatch.setattr(torch.Tensor, name, refuse(name))
+    monkeypatch.setattr(torch.cuda, "synchronize", refuse("synchronize"))
+    step()
+    assert not reads
