@@ -311,7 +311,8 @@ def main(argv=None) -> None:
     p.add_argument("--out", default=None, help="directory of narrow.json (default $OUT, else bench/results/issue19)")
     p.add_argument("--only", default="fp8,int8,int4,quant", help="comma-separated groups: fp8, int8, int4, quant")
     p.add_argument("--variants", action="store_true",
-                   help="only fp8 rowwise and int8 under the heuristic and VARIANTS' schedules (no exploration)")
+                   help="only fp8 rowwise and int8 under the heuristic and VARIANTS' schedules, and the "
+                        "quantisation row (no exploration)")
     a = p.parse_args(argv)
     if a.dry_run:
         timing.DEV, timing.DRY = "cpu", True
@@ -319,6 +320,7 @@ def main(argv=None) -> None:
     only = set() if a.variants else set(a.only.split(","))
     if a.variants:
         run_variants()
+        run_quant(0.0)
     print(f"== narrow types ({'dry run' if timing.DRY else torch.cuda.get_device_name()}), budget {a.budget:g} s", flush=True)
     if "fp8" in only:
         run_fp8(a.budget)

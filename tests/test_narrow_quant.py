@@ -9,6 +9,9 @@ import torch
 
 import dtriton as dt
 from conftest import run_bench
+from dtriton.backends import default_backend
+from dtriton.plan import call_spec, plan_program
+from dtriton.schedule.heuristics import complete_schedule
 
 E4 = torch.float8_e4m3fn
 
@@ -142,3 +145,25 @@ def test_gradient_recomputes_the_saturating_cast():
     (dw,) = bwd.reference(x, w, g)
     expect = g[:, None] * x.clamp(-65504, 65504).half().float()
     assert torch.isfinite(dw).all() and torch.allclose(dw, expect)
+
+
+def gpu_source(alg, args) -> str:
+    """The module dtriton prints for ``args`` on the GPU (planned here, nothing launched)."""
+    b = alg.bind(args)
+    b.device = torch.device("cuda")
+    sched = complete_schedule(alg, None, b)
+    return default_backend().render(plan_program(alg, sched, b, call_spec(alg, b, args, interpret=False)))[0]
+
+
+@pytest.mark.parametrize("dtype, saturate, native", [(E4, False, True), (E4, True, True),
+                                                     (torch.float8_e5m2, True, True), (torch.float8_e5m2, False, False)])
+def test_gpu_fp8_casts_use_the_hardware_conversion_where_it_is_the_cast(dtype, saturate, native):
+    """cvt.rn.satfinite is e4m3fn's cast and every saturating one; e5m2's plain cast keeps infinities,
+    so it keeps the helpers (the interpreter always does)."""
+    @dt.algorithm
+    def q(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        return dt.cast(X[i, j] * 2.0, dtype, saturate=saturate)[i, j]
+    src = gpu_source(q, (torch.zeros(64, 64),))
+    assert ("_round_fp8(" not in src and "_encode_fp8(" not in src) == native
+    assert "_round_fp8(" in dt.compile(q).source_for(torch.zeros(4, 4))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ...ir import Axis, Load, Reduce, fmt, walk
+from ...ir import Axis, Cast, Load, Reduce, fmt, walk
 from ...plan.graph import fused_reduces, has
 from ...plan.kernel import KernelPlan, Program, StoreSpec
 from ..base import KernelMeta
@@ -259,7 +259,9 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, BoundsPrinter):
             odt = self.out_dtypes.get(st.target) or (getattr(torch, st.dtype) if st.dtype else None)
             if self.k.round_bf16 and odt == torch.bfloat16:
                 v = f"{self.use_helper('_round_bf16', ROUND_BF16)}(tl.cast({v}, tl.float32))"
-            if odt in FP8_FORMATS:   # encoded bit by bit (see backends.triton.narrow)
+            sat = isinstance(st.expr, Cast) and st.expr.saturate
+            if odt in FP8_FORMATS and (self.k.interpret or not FP8_FORMATS[odt].native(sat)):
+                # encoded bit by bit (see backends.triton.narrow); else the store's own conversion
                 self.use_helper("_round_fp8", ROUND_FP8)
                 self.use_helper("_encode_fp8", ENCODE_FP8)
                 v = FP8_FORMATS[odt].encode_call(f"tl.cast({v}, tl.float32)", False)

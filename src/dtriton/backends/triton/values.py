@@ -387,8 +387,11 @@ class ValuePrinter:
         if self.is_bool(n.x):
             x = f"{x}.to(tl.float32)"
         if n.dtype in FP8_FORMATS:
+            f8 = FP8_FORMATS[n.dtype]
+            if not self.k.interpret and f8.native(n.saturate):
+                return f"tl.cast(tl.cast({x}, tl.float32), {f8.tl}).to({self.cdt})", why + " (the GPU's cvt.rn.satfinite)"
             self.use_helper("_round_fp8", ROUND_FP8)
-            return f"{FP8_FORMATS[n.dtype].round_call(f'tl.cast({x}, tl.float32)', n.saturate)}.to({self.cdt})", why
+            return f"{f8.round_call(f'tl.cast({x}, tl.float32)', n.saturate)}.to({self.cdt})", why
         if n.saturate:
             x = saturate_float_bounds(self.as_float(n.x, x), n.dtype)
         if self.k.round_bf16 and n.dtype == torch.bfloat16:
