@@ -43,6 +43,7 @@ from dtriton import library as L  # noqa: E402
 import run as R  # noqa: E402  (timing, checking and tuning helpers of the suite)
 
 ROWS: list[dict] = []
+PICK: list[str] = []   # --variants NAME,...: the variants to run ("all": every one)
 OUT: list[str] = []   # the --out folder, once known: conv.json is rewritten after every row (a run cut short keeps its rows)
 
 
@@ -192,6 +193,8 @@ def merged(sched: dt.Schedule, fields: dict) -> dt.Schedule:
 def run_variants(case, impl, alg, args, back, ref, gf, mb):
     """A row per :data:`VARIANTS` entry of ``case``."""
     variants = next((v for key, v in VARIANTS.items() if case.startswith(key)), {})
+    if PICK and PICK != ["all"]:
+        variants = {k: v for k, v in variants.items() if k in PICK}
     base = dt.compile(alg).schedule_for(*args)
     for vname, fields in variants.items():
         try:
@@ -257,7 +260,8 @@ def main(argv=None) -> int:
     ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, tiny shapes (checks the script)")
     ap.add_argument("--budget", type=float, default=0.0, help="dt.explore seconds per dtriton row (0: none)")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
-    ap.add_argument("--variants", action="store_true", help="also time the schedule variants of VARIANTS")
+    ap.add_argument("--variants", nargs="?", const="all", default="",
+                    help="also time the schedule variants of VARIANTS (all, or a comma-separated list of their names)")
     ap.add_argument("--cases", default="", help="comma-separated substrings of case names to run")
     ap.add_argument("--out", default=os.environ.get("OUT", ""), help="write conv.json here")
     a = ap.parse_args(argv)
@@ -266,11 +270,12 @@ def main(argv=None) -> int:
     want = [c for c in a.cases.split(",") if c]
     if a.out:
         OUT.append(a.out)
+    PICK.extend(x for x in a.variants.split(",") if x)
     for case, impls, tfn, targs, gf, mb in cases(dev, a.dry_run):
         if want and not any(c in case for c in want):
             continue
         print(f"{case}:", flush=True)
-        run_case(case, impls, tfn, targs, gf, mb, a.budget, not a.no_compile, a.variants)
+        run_case(case, impls, tfn, targs, gf, mb, a.budget, not a.no_compile, bool(a.variants))
     if a.out:
         write(a.out, a.dry_run)
     table()
