@@ -154,6 +154,7 @@ def variants(base: dt.Schedule, D: int) -> dict[str, dt.Schedule]:
 
 
 def _time(f, dev) -> float:
+    """Median ms of ``f``: do_bench on the GPU, one wall-clock call on the interpreter."""
     if dev == "cpu":
         t0 = time.perf_counter()
         f()
@@ -236,6 +237,7 @@ def time_case(name, B, H, S, D, causal, dev, rows, keep=None):
 
 
 def main(argv=None) -> int:
+    """The command line (module docstring); returns the exit status."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mode", choices=["sm90", "time", "explore"])
     ap.add_argument("--budget", type=float, default=40.0, help="explore: seconds per case")
