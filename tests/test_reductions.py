@@ -364,3 +364,20 @@ def test_computed_index_errors_name_the_stage_and_index():
         dt.compile(half_index)(torch.randn(4, 9))
     s, v = torch.randn(3, 10), torch.randn(3, 10)   # the same span fits
     torch.testing.assert_close(dt.compile(gather_by_argmax)(s, v), v.gather(1, s.argmax(1, keepdim=True))[:, 0])
+
+
+@pytest.mark.parametrize("sched", [dict(strategy={"k": "loop"}), dict(tile={"i": 1, "k": 1}),
+                                   dict(strategy={"k": "loop"}, tile={"k": 1})], ids=["loop", "tiles1", "loop1"])
+@pytest.mark.parametrize("n", [1, 7])
+def test_an_arg_reduction_looped_one_index_at_a_time_gathers_right(sched, n):
+    """A reduction loop of tile 1 binds a scalar index (the loop variable, a Python int on the
+    interpreter): the index an argmax carries must still be a tensor (the fuzzer's case
+    ``X1[i, argmax(X0[k], over=k)]`` with sizes 1 failed to launch: ``int`` has no ``to``)."""
+    @dt.algorithm
+    def gather_argmax(X0: dt.Tensor["A"], X1: dt.Tensor["A", "A"]):
+        i, k = dt.axes("i k")
+        return X1[i, dt.argmax(X0[k], over=k)][i]
+
+    X0, X1 = torch.randn(n), torch.randn(n, n)
+    out = dt.compile(gather_argmax, dt.Schedule(**sched))(X0, X1)
+    torch.testing.assert_close(out, X1[:, X0.argmax()], rtol=0, atol=0)

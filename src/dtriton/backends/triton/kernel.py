@@ -76,7 +76,7 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, BoundsPrinter):
                                 () if self.k.scalar_axis(a) else (a,))
                 opened.append((sc, child))
                 sc = child
-                self.bind_axis(sc, a, f"{a}0", f"  # output tile of axis {a}")
+                self.bind_axis(sc, a, f"{a}0", f"  # output tile of axis {a}", loop=True)
             for st in sts:
                 self.store(st, sc)
             for parent, child in reversed(opened):

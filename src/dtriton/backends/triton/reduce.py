@@ -255,7 +255,7 @@ class ReducePrinter:
             loops.append((inner, child))
             inner = child
             self.bind_axis(inner, a, v, f"  # tile of axis {a}" + ("" if not unmasked else ", every lane visible"),
-                           masked=not unmasked)
+                           masked=not unmasked, loop=True)
         return inner, loops
 
     def online_maxes(self, rs: list[Reduce], inner: Scope, scope: Scope, pp: PassPlan, accs) -> dict[int, tuple[str, str]]:
@@ -353,9 +353,12 @@ class ReducePrinter:
         return {self.k.flat_of(a) for a in axes if scope.find_bind(a) is not None and not scope.find_bind(a)[0].scalar}
 
     def squeeze(self, t: str, lin, layout, scope, present) -> str:
-        """Drop the trailing loop dims (all size 1 after the reduction) of ``t``."""
+        """Drop the trailing loop dims (all size 1 after the reduction) of ``t`` (a scalar of a loop
+        one index at a time, whose layout has no dims, is broadcast to the outer shape instead)."""
         if lin == layout:
             return t
+        if not tuple(lin):
+            return f"tl.broadcast_to({t}, {self.shape(layout, present)})"
         return f"tl.reshape({t}, {self.shape(layout, present)})"
 
     def masked(self, body: str, r: Reduce, scope: Scope, layout, ident: str) -> str:

@@ -63,12 +63,19 @@ class ValuePrinter:
             self.tensor_ndim[name] = ndim
         return name
 
-    def bind_axis(self, scope: Scope, a: str, start: str | None, comment: str = "", masked: bool = True):
+    def bind_axis(self, scope: Scope, a: str, start: str | None, comment: str = "", masked: bool = True,
+                  loop: bool = False):
         """Bind axis ``a`` in ``scope``: offsets from ``start`` and a mask unless it divides its block
-        (or ``masked`` is False: the tile is known to lie inside the axis)."""
+        (or ``masked`` is False: the tile is known to lie inside the axis). ``loop``: ``start`` is a
+        ``range`` loop's variable (a Python int on the interpreter, where a scalar index is made a
+        tensor)."""
         p = self.plan(a)
         blk = self.block(a)
         if self.k.scalar_axis(a):
+            if loop and self.k.interpret:   # on the GPU a loop variable is a tensor already
+                idx = self.fresh(f"{a}_index")
+                scope.emit(f"{idx} = tl.cast({start}, {'tl.int64' if self.i64 else 'tl.int32'})  # index of axis {a}")
+                start = idx
             scope.bound[a] = Bind(a, start, None, blk, True, start)
             return
         offs = f"offs_{a}"
