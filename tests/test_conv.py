@@ -296,3 +296,18 @@ def test_explore_space_of_a_conv_on_the_gpu_varies_the_gemm_tiles():
     sp = Space.derive(L.conv2d_nhwc, args, target="gpu")
     assert set(sp.tile) == {"w", "h", "o", "c"} and sp.tile["c"] == (32, 64, 128)
     assert not sp.strategy
+
+
+def test_conv2d_gradients_are_derived():
+    """dt.compile_autograd of a padded, strided conv: the derived backward's input and weight
+    gradients match torch's in float64."""
+    g = torch.Generator().manual_seed(3)
+    X = torch.randn(2, 7, 6, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    W = torch.randn(5, 3, 3, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    y = dt.compile_autograd(L.conv2d_nhwc)(X, W, 2, 1, 1, 4, 3)
+    dy = torch.randn(y.shape, generator=g, dtype=torch.float64)
+    got = torch.autograd.grad((y * dy).sum(), (X, W))
+    ref = t_conv2d_nhwc(X, W, 2, 1, 1, 4, 3)
+    want = torch.autograd.grad((ref * dy).sum(), (X, W))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
