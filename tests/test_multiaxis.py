@@ -115,6 +115,23 @@ def test_the_issue_shapes_read_their_contiguous_rows_whole(dtype):
                 assert ss.strategy.get("q", s.strategy.get("q")) == "whole", (alg.name, s)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_pooling_windows_take_2048_values_a_program_on_the_gpu(dtype):
+    """A 2x2 window per output (4 values): 512 outputs a program, spread over the grid axes
+    innermost first (256 columns, 2 rows); a one-dim sum over 16 values keeps its 256 rows."""
+    x = torch.empty(16, 64, 256, 2, 256, 2, device="meta", dtype=dtype)
+    s = schedule_for(max_pool2d, (x,), gpu=True)
+    assert s.tile["q"] == 256 and s.tile["h"] == 2 and s.tile["n"] == s.tile["c"] == 1, s
+
+    @dt.algorithm
+    def sum_last(X: dt.Tensor["A", "B", "C"]):
+        i, j, k = dt.axes("i j k")
+        return dt.sum(X[i, j, k], over=k)[i, j]
+
+    s = schedule_for(sum_last, (torch.empty(4096, 4096, 16, device="meta"),), gpu=True)
+    assert s.tile["j"] == 256 and s.tile["i"] == 1, s
+
+
 def test_rows_too_long_for_one_program_loop_innermost_whole():
     x = torch.randn(2, 3, 70, 130)   # rows of 9100 elements: above the interpreter's 4096
     s = schedule_for(instance_norm, (x,), gpu=False)

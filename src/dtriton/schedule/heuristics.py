@@ -100,6 +100,10 @@ COLUMN_STEP = 4096
 #: once: its programs on the SM times one step each. A Frobenius norm's 256 programs (two an SM)
 #: stepping over 2048 fp16 elements kept 8 KB in flight per SM (H200: the H200 needs ~32 KB).
 INFLIGHT_BYTES = 32 * 1024
+#: In-program blocks of at most this many values over two or more "whole" axes (a pooling window)
+#: take grid tiles of 2048 values a program over every grid axis (:func:`grid_tiles`), not only the
+#: innermost.
+SMALL_WINDOW = 64
 #: Triton's largest block (``tl.arange``, ``tl.full``): 2**20 elements, as the backend checks.
 MAX_BLOCK = 1 << 20
 
@@ -389,6 +393,14 @@ def grid_tiles(d: Draft) -> None:
         for a in d.grid:  # batch axes of a contraction: one per program
             tile.setdefault(a, 1)
     budget = max(1, (4096 if d.gpu else 1024) // d.widest) if d.widest > 1 else 1024
+    inside = [a for a in d.alg.axis_names if a not in d.grid]
+    window = (d.gpu and 1 < d.widest <= SMALL_WINDOW and not d.cons and len(inside) >= 2
+              and all(d.strategy.get(a) == "whole" for a in inside))
+    if window:
+        # a pooling window (2x2: 4 values) in each program: 2048 values a program, spread over the
+        # grid axes innermost first (H200, s3: the fp16 2x2 pools of 512x512 images ran 222-250 us
+        # at 1024 values and 4 warps, 168-171 us explored at 16 values a thread)
+        budget = max(1, 2048 // d.widest)
     if d.gpu and d.split and d.widest == 1:
         # every program of an output reading split statistics first folds their partials (a
         # Frobenius norm's 256, batch norm's 8 means and 8 variance states): 4096-element tiles
@@ -401,7 +413,7 @@ def grid_tiles(d: Draft) -> None:
     for a in reversed(d.grid):
         if a in tile:
             continue
-        if d.gpu and d.widest > 1:
+        if d.gpu and d.widest > 1 and not window:
             t = 1 if d.widest >= 1024 or a != d.grid[-1] else d.cap(a, budget)
         else:
             t = d.cap(a, budget)
