@@ -274,7 +274,10 @@ def test_causal_attention_backward_is_bounded_and_correct():
     args = (Q, K, V, 0.25, dO)
     prog = _plan(alg, args, None)
     axes = sorted(lb.axis for lb in _bounds(prog))
-    assert axes.count("i") >= 2 and axes.count("j") >= 1
+    # at this size (no FlashAttention-2 plan: tests/test_flash_backward.py checks that one's bounds) the
+    # probabilities are stored once by their row kernel (plan/epilogues.store_operands, since 1fde65d), so
+    # dV's loop reads them unguarded; dK's query loop and the key loops stay bounded
+    assert axes.count("i") >= 1 and axes.count("j") >= 1
 
     def torch_grads(q, k, v, scale, do):
         q, k, v = (t.clone().requires_grad_(True) for t in (q, k, v))
