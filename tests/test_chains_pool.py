@@ -161,3 +161,14 @@ def test_group_norm_with_whole_groups_is_right(dtype, M, K, G, C, gen):
     src = _source(linear_group_norm, s, args)
     assert src.count('"""Kernel ') == 2 and "for c0" not in src   # c on the GEMM's grid, whole after it
     check(linear_group_norm, args, s, tol=4 * TOL[dtype] if dtype != torch.float32 else 1e-4)
+
+
+def test_a_sum_over_the_groups_columns_is_not_fused_pooling():
+    """Only max/min pooling fuses the GEMM: a sum over the extra axis (a GQA backward's dK over the heads that
+    share K) may be split by later rules, which a fused product cannot be (the GQA default was refused)."""
+    @dt.algorithm
+    def linear_sum_pool(X: dt.Tensor["M", "K"], W_g: dt.Tensor["G", "C", "K"]):
+        i, g, c, k = dt.axes("i g c k")
+        return dt.sum(dt.sum(X[i, k] * W_g[g, c, k], over=k), over=c)[i, g]
+    big = (torch.empty(4096, 4096, dtype=torch.float16), torch.empty(1024, 4, 4096, dtype=torch.float16))
+    assert _gpu_complete(linear_sum_pool, None, big).stage("sum0").place != "fuse"

@@ -163,7 +163,10 @@ def _pool_fused(d: Draft, name: str, a: str, m2: str, n2: str) -> None:
     gemm = d.alg.stages[name].node
     reds = [s.node for s in d.alg.stages.values() if s.name != name and not s.is_output and contains(s.node, gemm)]
     pool = [r for r in reds if a in r.over]
-    if len(pool) != 1 or tuple(pool[0].over) != (a,) or any(r is not pool[0] and a in r.axes for r in reds):
+    # max or min pooling only: a sum over the extra axis (a GQA backward's dK over the heads sharing K)
+    # is a reduction the split rules may split, which a fused product cannot be
+    if (len(pool) != 1 or tuple(pool[0].over) != (a,) or pool[0].combiner.base not in ("max", "min")
+            or any(r is not pool[0] and a in r.axes for r in reds)):
         return
     pname = pool[0].name
     d.stages[name] = StageSchedule(place="fuse")
