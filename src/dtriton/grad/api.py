@@ -252,10 +252,14 @@ def augmented_forward(alg: Algorithm, save: Sequence[str] | str) -> tuple[Algori
         extra.append((node, tuple(node.axes)))
     fin = Finalizer(d, param_spec(alg), {})
     # the saved statistics are stored in at least float32 (a 16-bit row sum over more than 65504
-    # columns would overflow; torch keeps its saved statistics in float32 too)
+    # columns would overflow; torch keeps its saved statistics in float32 too); a pre-output (a
+    # stage with an output's axes, such as attention's unnormalised sum over keys) keeps the
+    # output's dtype, as torch saves its output: in float32 it would double the bytes written
+    out_axes = {frozenset(o.layout) for o in alg.outputs}
+    floors = [None if frozenset(axes) in out_axes else torch.float32 for _, axes in extra]
     a = fin.build(f"{alg.name}_fwd_saving", list(outs) + extra,
                   f"{alg.name} with stages {save_l} as extra outputs (for dt.grad(save=...)).",
-                  [None] * (len(outs) + len(extra)), [None] * len(outs) + [torch.float32] * len(extra))
+                  [None] * (len(outs) + len(extra)), [None] * len(outs) + floors)
     return a, tuple(save_l)
 
 
