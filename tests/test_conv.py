@@ -155,6 +155,7 @@ def test_conv2d_gpu_schedule_is_a_128_by_128_by_64_implicit_gemm():
     sched = dt.compile(L.conv2d_nhwc).complete(b)
     assert sched.tile["o"] == 128 and sched.tile["c"] == 64 and sched.tile["h"] * sched.tile["w"] * sched.tile["n"] == 128
     assert sched.num_warps == 8 and sched.strategy == {"c": "loop", "r": "loop", "q": "loop"}
+    assert sched.access == "tma"   # the weight's tile (the gathered input keeps pointers; the interpreter all)
     check(L.conv2d_nhwc, args, sched, torch_ref=t_conv2d_nhwc)
 
 
