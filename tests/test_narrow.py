@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import dtriton as dt
-from dtriton.plan import call_spec, plan_program
+from dtriton.plan import call_spec, plan_program, unused_knobs
 from dtriton.schedule.heuristics import complete_schedule
 from dtriton.tune.space import Space
 
@@ -405,3 +405,22 @@ def test_fp8_operand_quantised_in_the_prologue():
     x2, w2 = torch.zeros(256, 256), torch.zeros(256, 256, dtype=E4)
     _, (d,) = gpu_dots(quantised_linear, (x2, w2, torch.ones(256), 1.0))
     assert d.operand_dtype == "float8e4nv" and (d.raw_left, d.raw_right) == (False, True)
+
+
+def test_fp8_dot_loops_are_never_warp_specialised():
+    """Triton 3.6's warp-specialised fp8 dots were wrong on the H200: the plan runs them without it
+    (with a warning); a 16-bit dot under the same schedule keeps it."""
+    sched = dt.Schedule(tile={"i": 128, "j": 128, "k": 128}, num_warps=4, num_stages=3, access="tma",
+                        warp_specialize=True)
+    for dtype, on in ((E4, False), (torch.float16, True)):
+        a = torch.zeros(256, 256, dtype=dtype)
+        b = a.T   # column-major, TMA-addressable through its transposed view
+        bind = matmul.bind((a, b))
+        bind.device = torch.device("cuda")
+        full = complete_schedule(matmul, sched, bind)
+        spec = call_spec(matmul, bind, (a, b), interpret=False, tma_ok=frozenset({"A", "B", "out"}))
+        prog = plan_program(matmul, full, bind, spec)
+        ps = [p for k in prog.kernels for p in k.all_passes() if p.ws_requested]
+        assert ps and all(p.warp_specialize == on for p in ps)
+        notes = unused_knobs(matmul, full, prog)
+        assert any("fp8 dots" in n for n in notes) == (not on)

@@ -29,7 +29,7 @@ from .implicit_gemm import plan_implicit_gemm
 from .kernel import KernelPlan, Program
 from .lower import lower
 from .online_split import plan_row_vectors
-from .passes import plan_passes
+from .passes import fp8_dots, plan_passes
 
 __all__ = ["decide", "one_pass_statistics", "plan_program", "sixteen_bit_terms", "unused_knobs"]
 
@@ -146,7 +146,12 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
         notes.append("warp_specialize=True has no effect on loops that mask bounds split into fully visible and "
                      "boundary tiles (causal attention): Triton 3.6 cannot warp-specialise that pair of loops on "
                      "Hopper; they run without it (mask_bounds=False keeps one masked loop over every tile)")
-    if any(p.ws_requested and not p.warp_specialize for k in kernels for p in k.all_passes() if p not in split):
+    fp8 = [p for k in kernels for p in k.all_passes() if p.ws_requested and not p.warp_specialize and fp8_dots(k, p)]
+    if fp8:
+        notes.append("warp_specialize=True has no effect on loops of fp8 dots: Triton 3.6's warp-specialised fp8 dots "
+                     "gave wrong results on the H200; they run without it")
+    if any(p.ws_requested and not p.warp_specialize for k in kernels for p in k.all_passes()
+           if p not in split and p not in fp8):
         notes.append("warp_specialize=True has no effect on loops whose loads are not all TMA "
                      "(needs access='tma' and TMA-addressable tensors: last stride 1, 16-byte aligned rows and "
                      "base); those loops run without it")
