@@ -211,6 +211,9 @@ def test_gpu_fp8_dot_takes_fp8_operands_k_major(dtype, op):
     a, b = operands(dtype, 256, 256, 256, "NT")
     _, (d,) = gpu_dots(matmul, (a, b))
     assert d.n == "j"
+    a, b = operands(dtype, 4096, 4096, 4096, "NT")   # the H200's best at 4096^3: 128x256x128, 3 stages
+    full, _ = gpu_dots(matmul, (a, b))
+    assert (full.tile["i"], full.tile["j"], full.tile["k"], full.num_stages) == (128, 256, 128, 3)
 
 
 def test_gpu_fp8_dot_hoists_the_scales():

@@ -75,8 +75,10 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
     if d.num_stages is None and wide:
         # both operands K-major (X @ W.T, the nn.Linear layout): 4 stages (H200, 4096^3 with TMA:
         # fp16 211.7 us against 221.6 with 3, bf16 208.4 against 222.3; bench/results/issue14/
-        # probe_nt_call2.json); other layouts keep 3
-        d.num_stages = 4 if len(tensor_core_sides(d.alg.stages[name].node, d.b.unit_dims)) == 2 else 3
+        # probe_nt_call2.json); other layouts keep 3, and so do 8-bit operands (H200, fp8 e4m3 4096^3 with
+        # per-row scales, bench/results/s4_final/narrow.log: 116.2 us with 3 stages against 148.3 with 4)
+        both = len(tensor_core_sides(d.alg.stages[name].node, d.b.unit_dims)) == 2
+        d.num_stages = 4 if both and not d.eight_bit else 3
     if d.num_stages is None:
         # fp32 on tensor cores: 4 stages of 128x128x32 fp32 tiles (H200 probe, X @ W.T
         # 1024x8192x8192 at tf32x3 with TMA: 1685 us against 1733 with 3 stages)
