@@ -125,7 +125,8 @@ def variants(alg, args, kind: str, budget: float) -> list[tuple[str, dt.Schedule
                          tile_order=["forward", "reverse"]) if kind != "decode" else \
             dt.Space(tile={"j": [64, 128, 256]}, split={"j": [1, 4, 8, 16]}, num_warps=[4, 8], num_stages=[2, 3, 4])
         try:
-            res = dt.explore(alg, args, space=space, budget=budget, progress=False, top_k=2, timing="warm")
+            res = dt.explore(alg, args, space=space, budget=budget, progress=False, top_k=2, timing="warm",
+                             store=not timing.DRY)   # a dry run's interpreter timings stay out of the user's DB
             print(res.summary(top=3), flush=True)
             if res.best is not None:
                 rows.append(("dtriton explored", res.best, f"explore({budget:.0f}s, {len(res.table)} cand.)"))

@@ -58,9 +58,10 @@ def main(argv=None):
         res = {}
         for run, kw in (("budget", dict(budget=a.budget, strategy="auto")),
                         ("exhaustive", dict(budget=3600, strategy="exhaustive", patience=None))):
-            # the budget run stores into the default database (later bench rows reuse it);
-            # the exhaustive run gets a fresh one so it cannot reuse the budget run's timings
-            db = None if run == "budget" else os.path.join(tempfile.mkdtemp(), "tuning.sqlite")
+            # the budget run stores into the default database (later bench rows reuse it; a dry run's
+            # interpreter timings go to a temporary one); the exhaustive run gets a fresh one so it
+            # cannot reuse the budget run's timings
+            db = None if run == "budget" and not a.dry_run else os.path.join(tempfile.mkdtemp(), "tuning.sqlite")
             t0 = time.time()
             r = dt.explore(alg, args, space=space, db=db, progress=False, **kw)
             wall = time.time() - t0

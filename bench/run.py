@@ -107,7 +107,8 @@ def relerr(o, r) -> float:
 
 
 def tuned_kernel(alg, args, budget: float, space=None):
-    """Schedule from a short exploration (stored in the tuning DB); the heuristic if that fails."""
+    """Schedule from a short exploration (stored in the tuning DB, except in a dry run: interpreter
+    timings of tiny shapes must not reach the user's database); the heuristic if that fails."""
     sched, note = None, "heuristic"
     if budget <= 0:
         k = dt.compile(alg, "tuned")   # best stored schedule for these shapes, else the heuristic
@@ -119,7 +120,8 @@ def tuned_kernel(alg, args, budget: float, space=None):
     if budget > 0:
         try:
             # "warm" timing: the same L2-warm GPU time as the kernel column (CUDA-graph replay)
-            res = dt.explore(alg, args, budget=budget, space=space, progress=False, top_k=2, timing="warm")
+            res = dt.explore(alg, args, budget=budget, space=space, progress=False, top_k=2, timing="warm",
+                             store=not DRY)
             print(f"    explore {alg.name}: {res.counts()}; " + "; ".join(
                 f"{st}: {next(r['reason'] for r in res.table if r['status'] == st)[:150]}"
                 for st in res.counts() if st not in ("ok", "duplicate", "skipped")), flush=True)

@@ -33,14 +33,15 @@ except ImportError:  # running from a checkout without `pip install -e .`
     import dtriton as dt
 
 # ----------------------------------------------------------------------------------------------
-# environment: never touch the user's kernel cache; always use the interpreter on this CPU box
+# environment: never touch the user's kernel cache or tuning database (even when the shell sets
+# DTRITON_CACHE_DIR or DTRITON_TUNING_DB to them); always use the interpreter on this CPU box
 # ----------------------------------------------------------------------------------------------
-if "DTRITON_CACHE_DIR" not in os.environ:
-    import atexit
-    import shutil
-    _cache = tempfile.mkdtemp(prefix="dtriton-test-cache-")
-    os.environ["DTRITON_CACHE_DIR"] = _cache
-    atexit.register(shutil.rmtree, _cache, ignore_errors=True)
+import atexit
+import shutil
+_cache = tempfile.mkdtemp(prefix="dtriton-test-cache-")
+os.environ["DTRITON_CACHE_DIR"] = _cache
+os.environ.pop("DTRITON_TUNING_DB", None)
+atexit.register(shutil.rmtree, _cache, ignore_errors=True)
 
 _COMMON = dict(deadline=None, print_blob=True,
                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,

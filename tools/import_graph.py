@@ -21,7 +21,7 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 
 #: Layers, first to last: a module may import modules of its own layer and of earlier ones only.
 LAYERS = [
-    ("errors", ["errors"]),
+    ("errors", ["errors", "version"]),
     ("ir", ["ir"]),
     ("grad", ["grad"]),
     ("schedule", ["schedule"]),

@@ -26,7 +26,7 @@ from .integrations import as_torch_op, differentiable
 from .tune import BenchmarkResult, ExploreResult, Space, benchmark, explore
 from .api import compile, compile_autograd
 
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
     "AlgorithmError", "CompileError", "DTritonError", "IndexRangeError", "ResourceError", "ScheduleError", "ScheduleWarning",

@@ -9,9 +9,17 @@
   (each size symbol rounded up to a power of two, plus whether it divides by 16), input dtypes,
   device name (``torch.cuda.get_device_name`` or ``"interpreter"``) and Triton version;
 - value (:class:`TuningRecord`): the complete schedule as JSON, its median/p20/p80 time in
-  microseconds (µs) and the exact sizes it was tuned on;
+  microseconds (µs), the exact sizes it was tuned on and the dtriton version that measured it;
 - a second table keeps every measured candidate of an exploration (exact sizes), so that
   ``dt.explore(..., deterministic=True)`` can pick the same winner from stored timings.
+
+Which records serve a call (:meth:`TuningDB.lookup`, :meth:`TuningDB.nearest`): only records
+measured by this dtriton version (others, including records from before versions were stored,
+are ignored and replaced by the next store), on the same device name (``"interpreter"`` for the
+Triton interpreter, so an interpreter record never serves a GPU call nor the reverse) with the same
+Triton version. A record serves another shape bucket ("nearest") only when it was measured on a
+GPU: interpreter timings say nothing about a kernel's speed at another size (on the CPU a stored
+16x16 tile ran 6-8x slower than the heuristic's at 8x the size it was measured on).
 
 A corrupt file (for example one truncated by a crash) gives a :class:`TuningWarning`; the file is
 moved aside (``tuning.sqlite.corrupt``) and an empty database is built in its place. A locked
@@ -43,12 +51,18 @@ from ..errors import DTritonError, ScheduleError
 from ..ir import Algorithm, Binding
 from ..schedule import Schedule, next_pow2
 from ..runtime import backend_for, cache_dir
+from ..version import __version__
 
 __all__ = ["TuningDB", "TuningKey", "TuningRecord", "TuningWarning", "TuningDatabaseError",
-           "default_db_path", "shape_bucket", "dtype_key", "device_name", "triton_version", "SCHEMA_VERSION"]
+           "default_db_path", "shape_bucket", "dtype_key", "device_name", "triton_version", "dtriton_version",
+           "SCHEMA_VERSION", "INTERPRETER"]
 
-#: Version of both the SQLite schema and the JSON export format.
-SCHEMA_VERSION = 1
+#: Version of both the SQLite schema and the JSON export format. Version 2 added the ``dtriton``
+#: column (the version that measured a record); version-1 files are migrated in place, their
+#: records marked with an empty version (ignored by lookups).
+SCHEMA_VERSION = 2
+#: The device name of records measured on Triton's interpreter (see :func:`device_name`).
+INTERPRETER = "interpreter"
 EXPORT_FORMAT = "dtriton-tuning"
 
 
@@ -102,7 +116,7 @@ def dtype_key(dtypes: Mapping[str, torch.dtype]) -> str:
 def device_name(device: torch.device) -> str:
     """``torch.cuda.get_device_name`` for a GPU call, ``"interpreter"`` for the Triton interpreter."""
     if backend_for(device) == "interpreter":
-        return "interpreter"
+        return INTERPRETER
     try:
         return torch.cuda.get_device_name(device)
     except Exception:  # pragma: no cover - a CUDA device without a name
@@ -113,6 +127,11 @@ def triton_version() -> str:
     """The installed Triton's version string ("none" when Triton cannot be imported), from the
     backend kernels are generated with."""
     return default_backend().version()
+
+
+def dtriton_version() -> str:
+    """This dtriton's version (``dtriton.__version__``): records measured by another are ignored."""
+    return __version__
 
 
 @dataclass(frozen=True)
@@ -139,7 +158,8 @@ class TuningKey:
 @dataclass
 class TuningRecord:
     """One stored best schedule. Times are microseconds (µs); ``sizes`` are the exact size
-    symbols it was tuned on; ``created`` is a Unix time in seconds."""
+    symbols it was tuned on; ``created`` is a Unix time in seconds; ``dtriton`` the version that
+    measured it (this one for a new record; ``""`` for records stored before versions were)."""
     key: TuningKey
     algorithm: str
     schedule_json: str
@@ -148,6 +168,12 @@ class TuningRecord:
     p80_us: float | None = None
     sizes: dict[str, int] = field(default_factory=dict)
     created: float = 0.0
+    dtriton: str = field(default_factory=dtriton_version)
+
+    @property
+    def current(self) -> bool:
+        """Whether this dtriton version measured the record (only such records serve calls)."""
+        return self.dtriton == dtriton_version()
 
     @property
     def schedule(self) -> Schedule:
@@ -176,7 +202,7 @@ class TuningRecord:
         return TuningRecord(key, str(d.get("algorithm", "")), sj, _opt_float(d.get("median_us")),
                             _opt_float(d.get("p20_us")), _opt_float(d.get("p80_us")),
                             {str(k): int(v) for k, v in dict(d.get("sizes") or {}).items()},
-                            float(d.get("created") or 0.0))
+                            float(d.get("created") or 0.0), str(d.get("dtriton") or ""))
 
 
 def _opt_float(v) -> float | None:
@@ -194,13 +220,18 @@ _SCHEMA = [
     """CREATE TABLE IF NOT EXISTS records (
         fingerprint TEXT, bucket TEXT, dtypes TEXT, device TEXT, triton TEXT,
         algorithm TEXT, schedule TEXT, median_us REAL, p20_us REAL, p80_us REAL,
-        sizes TEXT, created REAL,
+        sizes TEXT, created REAL, dtriton TEXT DEFAULT '',
         PRIMARY KEY (fingerprint, bucket, dtypes, device, triton))""",
     """CREATE TABLE IF NOT EXISTS trials (
         fingerprint TEXT, sizes TEXT, dtypes TEXT, device TEXT, triton TEXT, schedule TEXT,
         status TEXT, reason TEXT, median_us REAL, p20_us REAL, p80_us REAL, created REAL,
+        dtriton TEXT DEFAULT '',
         PRIMARY KEY (fingerprint, sizes, dtypes, device, triton, schedule))""",
 ]
+#: Migrations: the statements taking a file of schema version ``v`` to ``v + 1``.
+_MIGRATE = {1: ["ALTER TABLE records ADD COLUMN dtriton TEXT DEFAULT ''",
+                "ALTER TABLE trials ADD COLUMN dtriton TEXT DEFAULT ''"]}
+
 
 class TuningDB:
     """The persistent tuning database (see the module docstring for location, key and recovery).
@@ -243,11 +274,28 @@ class TuningDB:
                 con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
                 con.commit()
             elif row[0] != str(SCHEMA_VERSION):
-                raise sqlite3.DatabaseError(f"schema version {row[0]}, this dtriton reads version {SCHEMA_VERSION}")
+                self._migrate(con, row[0])
             return con
         except BaseException:
             con.close()
             raise
+
+    @staticmethod
+    def _migrate(con: sqlite3.Connection, found: str) -> None:
+        """Bring a file of an older schema version to :data:`SCHEMA_VERSION` (one transaction);
+        raises ``sqlite3.DatabaseError`` for a version this dtriton cannot read."""
+        v = int(found) if found.isdigit() else -1
+        if v not in _MIGRATE:
+            raise sqlite3.DatabaseError(f"schema version {found}, this dtriton reads version {SCHEMA_VERSION}")
+        con.execute("BEGIN IMMEDIATE")
+        row = con.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        v = int(row[0])   # another process may have migrated it meanwhile
+        while v < SCHEMA_VERSION:
+            for stmt in _MIGRATE[v]:
+                con.execute(stmt)
+            v += 1
+        con.execute("INSERT OR REPLACE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        con.commit()
 
     def _aside_path(self) -> Path:
         """Where a corrupt file is moved: ``<name>.corrupt``, else ``<name>.corrupt.1``, ``.2``, ..."""
@@ -310,33 +358,40 @@ class TuningDB:
     # -- best schedules -------------------------------------------------------------------------
     @staticmethod
     def _row_to_record(r) -> TuningRecord:
-        (fp, bucket, dts, dev, tri, alg, sched, med, p20, p80, sizes, created) = r
+        (fp, bucket, dts, dev, tri, alg, sched, med, p20, p80, sizes, created, version) = r
         try:
             sz = {str(k): int(v) for k, v in json.loads(sizes or "{}").items()}
         except (ValueError, AttributeError):
             sz = {}
-        return TuningRecord(TuningKey(fp, bucket, dts, dev, tri), alg or "", sched, med, p20, p80, sz, created or 0.0)
+        return TuningRecord(TuningKey(fp, bucket, dts, dev, tri), alg or "", sched, med, p20, p80, sz, created or 0.0,
+                            version or "")
 
-    _COLS = "fingerprint, bucket, dtypes, device, triton, algorithm, schedule, median_us, p20_us, p80_us, sizes, created"
+    _COLS = ("fingerprint, bucket, dtypes, device, triton, algorithm, schedule, median_us, p20_us, p80_us, sizes, "
+             "created, dtriton")
 
     def lookup(self, key: TuningKey) -> TuningRecord | None:
-        """The stored record for exactly this key, or ``None``."""
+        """The record for exactly this key measured by this dtriton version, or ``None``."""
         def f(con):
             r = con.execute(f"SELECT {self._COLS} FROM records WHERE fingerprint=? AND bucket=? AND dtypes=? "
-                            "AND device=? AND triton=?", (key.fingerprint, key.bucket, key.dtypes, key.device,
-                                                           key.triton)).fetchone()
+                            "AND device=? AND triton=? AND dtriton=?", (key.fingerprint, key.bucket, key.dtypes,
+                                                                         key.device, key.triton, dtriton_version())
+                            ).fetchone()
             return None if r is None else self._row_to_record(r)
         return self._op(f, None, "lookup")
 
     def nearest(self, key: TuningKey, max_log2_distance: int = 2) -> TuningRecord | None:
-        """The record of the same algorithm, dtypes, device and Triton version whose shape bucket
-        is closest to ``key.bucket`` (sum over sizes of |log2 difference|, plus 0.5 per
-        divisibility mismatch), when every size is within a factor ``2**max_log2_distance``."""
+        """The record of the same algorithm, dtypes, device, Triton and dtriton version whose shape
+        bucket is closest to ``key.bucket`` (sum over sizes of |log2 difference|, plus 0.5 per
+        divisibility mismatch), when every size is within a factor ``2**max_log2_distance``.
+        Always ``None`` for an interpreter key: interpreter timings serve their own bucket only."""
+        if key.device == INTERPRETER:
+            return None
         want = _parse_bucket(key.bucket)
 
         def f(con):
             rows = con.execute(f"SELECT {self._COLS} FROM records WHERE fingerprint=? AND dtypes=? AND device=? "
-                               "AND triton=?", (key.fingerprint, key.dtypes, key.device, key.triton)).fetchall()
+                               "AND triton=? AND dtriton=?", (key.fingerprint, key.dtypes, key.device, key.triton,
+                                                             dtriton_version())).fetchall()
             best, best_d = None, None
             for r in rows:
                 rec = self._row_to_record(r)
@@ -357,21 +412,23 @@ class TuningDB:
         return self._op(f, None, "nearest lookup")
 
     def store(self, record: TuningRecord, overwrite: bool = False) -> bool:
-        """Store ``record`` unless a record with the same key and a lower (or equal) median time
-        is there already (``overwrite=True`` replaces it anyway). Returns whether it was written."""
+        """Store ``record`` unless a record with the same key, measured by the same dtriton
+        version, and a lower (or equal) median time is there already (``overwrite=True`` replaces
+        it anyway; a record of another version is always replaced). Returns whether it was written."""
         def f(con):
             k = record.key
             con.execute("BEGIN IMMEDIATE")   # the comparison and the write are one transaction
-            old = con.execute("SELECT median_us FROM records WHERE fingerprint=? AND bucket=? AND dtypes=? AND "
-                              "device=? AND triton=?", (k.fingerprint, k.bucket, k.dtypes, k.device, k.triton)).fetchone()
+            old = con.execute("SELECT median_us, dtriton FROM records WHERE fingerprint=? AND bucket=? AND dtypes=? "
+                              "AND device=? AND triton=?", (k.fingerprint, k.bucket, k.dtypes, k.device, k.triton)
+                              ).fetchone()
             if old is not None and not overwrite and old[0] is not None and record.median_us is not None \
-                    and old[0] <= record.median_us:
+                    and old[0] <= record.median_us and old[1] == record.dtriton:
                 con.rollback()
                 return False
-            con.execute(f"INSERT OR REPLACE INTO records ({self._COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            con.execute(f"INSERT OR REPLACE INTO records ({self._COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         (k.fingerprint, k.bucket, k.dtypes, k.device, k.triton, record.algorithm,
                          record.schedule_json, record.median_us, record.p20_us, record.p80_us,
-                         json.dumps(record.sizes, sort_keys=True), record.created or time.time()))
+                         json.dumps(record.sizes, sort_keys=True), record.created or time.time(), record.dtriton))
             con.commit()
             return True
         return self._op(f, False, "store")
@@ -419,19 +476,20 @@ class TuningDB:
         def f(con):
             tk = self._trial_key(key, sizes)
             now = time.time()
-            con.executemany("INSERT OR REPLACE INTO trials VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            con.executemany("INSERT OR REPLACE INTO trials VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                             [tk + (r["schedule_json"], r["status"], r.get("reason", ""), r.get("median_us"),
-                                   r.get("p20_us"), r.get("p80_us"), now) for r in rows])
+                                   r.get("p20_us"), r.get("p80_us"), now, dtriton_version()) for r in rows])
             con.commit()
             return True
         return self._op(f, False, "storing trials")
 
     def trials(self, key: TuningKey, sizes: Mapping[str, int]) -> dict[str, dict]:
-        """Stored candidates for exactly these sizes: ``{schedule_json: row dict}``."""
+        """Stored candidates for exactly these sizes, measured by this dtriton version:
+        ``{schedule_json: row dict}``."""
         def f(con):
             rs = con.execute("SELECT schedule, status, reason, median_us, p20_us, p80_us FROM trials WHERE "
-                             "fingerprint=? AND sizes=? AND dtypes=? AND device=? AND triton=?",
-                             self._trial_key(key, sizes)).fetchall()
+                             "fingerprint=? AND sizes=? AND dtypes=? AND device=? AND triton=? AND dtriton=?",
+                             self._trial_key(key, sizes) + (dtriton_version(),)).fetchall()
             return {r[0]: {"schedule_json": r[0], "status": r[1], "reason": r[2] or "", "median_us": r[3],
                            "p20_us": r[4], "p80_us": r[5]} for r in rs}
         return self._op(f, {}, "reading trials")
@@ -452,7 +510,8 @@ class TuningDB:
     def import_json(self, src: str | os.PathLike | Mapping, overwrite: bool = False) -> int:
         """Import records exported by :meth:`export_json` (a path, a JSON string or the dict).
         A record replaces a stored one only when it is faster, or with ``overwrite=True``.
-        Returns how many were written. Malformed records are skipped with a warning.
+        Returns how many were written. Malformed records are skipped with a warning; records of
+        another dtriton version (version-1 exports carry none) are stored but serve no call.
 
         Raises :class:`TuningDatabaseError` when the document is not a dtriton tuning export or
         has a newer schema version than this dtriton reads."""

@@ -25,8 +25,10 @@ class TunedKernel:
     stored in the tuning database, else the heuristic.
 
     Per call it computes the :class:`TuningKey` (shape bucket, dtypes, device, Triton version),
-    looks up the exact key, then (``nearest=True``) the nearest stored bucket of the same
-    algorithm, dtypes and device within a factor 4 per size. A stored schedule is revalidated for
+    looks up the exact key, then (``nearest=True``, GPU calls only) the nearest stored bucket of the
+    same algorithm, dtypes and device within a factor 4 per size; only records this dtriton version
+    measured are used, and an interpreter-measured record serves its own bucket only (see
+    :mod:`dtriton.tune.db`). A stored schedule is revalidated for
     the call's shapes before use: ``Schedule.validate``, the resource rules of
     :mod:`dtriton.tune.check` (shared memory of dot tiles, elements per program), and lowering plus
     code generation; with ``verify=True`` also one checked run against ``alg.reference``. A
@@ -38,7 +40,8 @@ class TunedKernel:
     Args:
         alg: the ``@dt.algorithm``.
         db: a :class:`TuningDB`, a path, or ``None`` for the default database.
-        nearest: also use the nearest stored shape bucket when the exact one is missing.
+        nearest: also use the nearest stored shape bucket when the exact one is missing (GPU
+            calls; on the interpreter a missing bucket always gets the heuristic).
         verify: check a stored schedule against the reference on its first use per key.
 
     Attributes:
