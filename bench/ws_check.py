@@ -59,14 +59,14 @@ def raw_attention(Q, K, V, O, scale, S, BM: tl.constexpr, BN: tl.constexpr, D: t
     tl.store(O + rows[:, None] * D + tl.arange(0, D)[None, :], (acc / den[:, None]).to(tl.float16))
 
 
-def run_raw(Q, K, V, scale, dry: bool):
+def run_raw(Q, K, V, scale, dry: bool, ws: bool = True):
     """The control kernel on ``Q``, ``K``, ``V`` ([B, H, S, D] contiguous fp16)."""
     B, H, S, D = Q.shape
     out = torch.empty_like(Q)
     bm = 128 if not dry else 16
     if not dry:
         triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-    raw_attention[(S // bm, B * H)](Q, K, V, out, scale, S, BM=bm, BN=min(64, bm), D=D, WS=not dry,
+    raw_attention[(S // bm, B * H)](Q, K, V, out, scale, S, BM=bm, BN=min(64, bm), D=D, WS=ws and not dry,
                                     num_warps=4, num_stages=3)
     return out
 
@@ -75,6 +75,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="1x2x1024x64")
     ap.add_argument("--raw", action="store_true", help="the hand-written 2-d descriptor control kernel")
+    ap.add_argument("--no-ws", action="store_true", help="with --raw: the same kernel without warp specialisation "
+                    "(the control of the control)")
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args(argv)
     dev = "cpu" if a.dry_run else "cuda"
@@ -86,7 +88,7 @@ def main(argv=None) -> int:
         print(f"{time.perf_counter() - t0:7.2f} s  {what}", flush=True)
 
     if a.raw:
-        out = run_raw(Q, K, V, D ** -0.5, a.dry_run)
+        out = run_raw(Q, K, V, D ** -0.5, a.dry_run, not a.no_ws)
         say("raw 2-d descriptor kernel compiled and launched")
         if not a.dry_run:
             torch.cuda.synchronize()
