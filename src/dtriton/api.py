@@ -6,6 +6,9 @@ to offer these entry points (the runtime knows nothing of tuned kernels or autog
 
 from __future__ import annotations
 
+import warnings
+
+from .errors import ScheduleWarning
 from .integrations.autograd import DifferentiableKernel
 from .ir import Algorithm
 from .runtime import Kernel
@@ -35,16 +38,26 @@ def compile(alg: Algorithm, schedule: Schedule | str | None = None, *,  # noqa: 
     specialisation, so new shapes with the same divisibility facts reuse the compiled kernel).
 
     Raises :class:`ScheduleError` when the schedule does not fit the algorithm, ``TypeError`` for
-    a string other than ``"tuned"``.
+    a string other than ``"tuned"`` or a value that is not a schedule. Warns
+    (:class:`ScheduleWarning`) for a valid schedule that is probably not meant
+    (:meth:`Schedule.advice`: a reduced axis on the grid).
     """
     if isinstance(schedule, str):
         if schedule != "tuned":
-            raise TypeError(f"schedule must be a dt.Schedule, None or 'tuned', got {schedule!r}")
+            hint = ("; for a schedule's JSON text use dt.Schedule.from_json(text)" if schedule.lstrip().startswith("{")
+                    else "; leave it out (or None) for the heuristic's schedule")
+            raise TypeError(f"schedule must be a dt.Schedule, None or 'tuned', got {schedule!r}{hint}")
         if check_indices is not None:
             raise TypeError("check_indices applies to dt.compile(alg, schedule); a tuned kernel reads "
                             "DTRITON_CHECK_INDICES=1 instead")
         return TunedKernel(alg)
-    return Kernel(alg, schedule, check_indices)
+    if isinstance(schedule, dict):
+        raise TypeError(f"schedule must be a dt.Schedule, None or 'tuned', got a dict; build one with "
+                        f"dt.Schedule(**{schedule!r})")
+    kern = Kernel(alg, schedule, check_indices)
+    for note in schedule.advice(alg) if schedule is not None else ():
+        warnings.warn(f"{alg.name}: {note}", ScheduleWarning, stacklevel=2)
+    return kern
 
 
 def compile_autograd(alg: Algorithm, schedule: Schedule | str | None = None, **kw) -> DifferentiableKernel:

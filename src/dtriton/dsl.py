@@ -40,6 +40,9 @@ def axes(names: str) -> tuple[Axis, ...]:
     dims it indexes; ``"d:N"`` gives it the size symbol ``N`` explicitly, for an axis used only
     inside index expressions (``X[i, d + half]``). Raises :class:`AlgorithmError` for a name that
     is not an identifier."""
+    if not isinstance(names, str):
+        raise AlgorithmError(f"dt.axes takes one string of axis names, e.g. dt.axes('i j k'), got "
+                             f"{type(names).__name__} {names!r}")
     parts = [p for p in names.replace(",", " ").split() if p]
     if not parts:
         raise AlgorithmError("dt.axes() needs at least one name, e.g. dt.axes('i j k')")

@@ -13,6 +13,8 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+import torch
+
 from ..errors import AlgorithmError
 from .expr import Axis, Cast, Expr, InputTensor, Load, Output, Reduce, ScalarParam, fmt
 from .reference import Binding, evaluate
@@ -198,9 +200,12 @@ class Algorithm:
             elif ann in (float, int):
                 t = ScalarParam(pname, ann)
             else:
+                got = ("none" if ann is inspect.Parameter.empty else
+                       "torch.Tensor, which does not name its dims" if ann is torch.Tensor else
+                       getattr(ann, "__name__", repr(ann)))
                 raise AlgorithmError(
-                    f"argument {pname!r} of {self.name} needs an annotation dt.Tensor['M', ...] or float/int, "
-                    f"got {ann!r}")
+                    f"argument {pname!r} of {self.name} needs an annotation: dt.Tensor['M', 'N'] for a tensor "
+                    f"(one size name per dim), or float / int for a scalar; it has {got}")
             self.params.append(t)
         ret = fn(*self.params)
         rets = ret if isinstance(ret, tuple) else (ret,)
@@ -224,13 +229,17 @@ class Algorithm:
         for o in self.outputs:
             o.expr = remap.get(o.expr.uid, o.expr)
         outs = {o.name for o in self.outputs}
-        for o in self.outputs:
+        for n, o in enumerate(self.outputs):
             extra = [a for a in o.layout if a not in o.expr.axes]
             if extra:
+                which = "its output" if len(self.outputs) == 1 else f"output number {n + 1} (of {len(self.outputs)})"
+                axes = (f"axis {extra[0]!r}" if len(extra) == 1 else
+                        "axes " + ", ".join(repr(a) for a in extra))
+                kept = ", ".join(a for a in o.layout if a not in extra)
                 raise AlgorithmError(
-                    f"output {o.name} [{', '.join(o.layout)}] of {self.name} has axes {extra} its value does not "
-                    f"depend on ({fmt(o.expr)}); outputs are not broadcast: drop them from the layout, or expand "
-                    f"the result in torch after the call")
+                    f"{self.name} returns {which} indexed [{', '.join(o.layout)}], but its value, "
+                    f"`{fmt(o.expr)}`, does not depend on {axes}, and outputs are not broadcast. Index it "
+                    f"[{kept}] instead, or expand the result in torch after the call")
         for p in self.params:
             if p.name in outs:
                 raise AlgorithmError(f"parameter {p.name!r} of {self.name} has the name of its output {p.name!r} "

@@ -199,8 +199,12 @@ def compute_dtype(dt: torch.dtype) -> torch.dtype:
 # ----------------------------------------------------------------------------------------------
 def _check_scalar(alg, p: ScalarParam, a) -> None:
     if isinstance(a, torch.Tensor) or not isinstance(a, (int, float)):
+        hint = ""
+        if isinstance(a, torch.Tensor):
+            hint = (f" of shape {tuple(a.shape)}; pass a Python number (x.item() for a one-element tensor)" if a.numel() == 1
+                    else f" of shape {tuple(a.shape)}; declare the argument dt.Tensor[...] to pass a tensor")
         raise ShapeError(f"argument {p.name!r} of {alg.name} is a scalar ({p.pytype.__name__}); "
-                         f"got {type(a).__name__}")
+                         f"got {type(a).__name__}{hint}")
     if p.pytype is int and not float(a).is_integer():
         raise ShapeError(f"argument {p.name!r} of {alg.name} is declared int but got {a!r}; pass an "
                          "integer or declare it `float`")
@@ -237,7 +241,8 @@ class Binding:
         collect sizes and dtypes; a :class:`ShapeError` names the argument and size on a mismatch."""
         if len(args) != len(alg.params):
             names = [p.name for p in alg.params]
-            raise ShapeError(f"{alg.name} takes {len(names)} arguments {names}, got {len(args)}")
+            raise ShapeError(f"{alg.name} takes {len(names)} argument{'' if len(names) == 1 else 's'} {names}, "
+                             f"got {len(args)}")
         sizes: dict[str, int] = {}
         src: dict[str, str] = {}
         dtypes: dict[str, torch.dtype] = {}

@@ -160,6 +160,8 @@ def one_of(values: Iterable, expect: str | None = None) -> Domain:
 def _tile_problem(t) -> str | None:
     if not isinstance(t, int) or isinstance(t, bool):
         return "must be an int (a power of two such as 16, 32, 64)"
+    if t < 1:
+        return "must be at least 1 (a power of two such as 1, 16, 32, 64)"
     if not is_pow2(t):
         lo = 1 << (max(t, 1).bit_length() - 1) if t > 0 else 1
         return f"is not a power of two; Triton blocks must be powers of two (try {lo} or {lo * 2})"

@@ -21,7 +21,7 @@ import json
 from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import ScheduleError, UnknownFieldError
-from ..ir import grid_candidates, reduction_stages, splittable, stage_grid
+from ..ir import grid_candidates, reduces_in, reduction_stages, splittable, stage_grid
 from .knobs import PLACES, FrozenMap, Knob, flat_knobs, knob, knobs, launch_knobs, names, reserve_names
 
 __all__ = ["Schedule", "StageSchedule", "unknown_fields_message", "reject_unknown_keywords"]
@@ -527,6 +527,34 @@ class Schedule(_KnobValues):
                 f"{grid}, which is {grid[-2]!r}, so a group on {a!r} would be ignored; use "
                 f"{what}={{{grid[-2]!r}: {g}}}, or {grid_field}={order}")
 
+    def advice(self, alg) -> list[str]:
+        """Valid choices that are probably not meant (``dt.compile`` turns each into a
+        :class:`~dtriton.ScheduleWarning`): a grid that puts a reduced axis on program ids, so
+        the reductions over it that an output reads cannot be fused into its kernel and run as
+        kernels of their own (unless their ``place`` says "materialize", or they are split)."""
+        notes = []
+        for o in alg.outputs:
+            grid = self.stage_grid(alg, o.name)
+            if grid is None:
+                continue
+            for a in grid:
+                moved = sorted((r.name for r in reduces_in([o.expr], frozenset()) if a in r.over
+                                and self.stage(r.name).place == "auto" and self.split.get(a, 1) == 1),
+                               key=list(alg.stages).index)
+                if not moved:
+                    continue
+                rest = tuple(x for x in grid if x != a)
+                names = ", ".join(repr(n) for n in moved)
+                places = ", ".join(f"{n!r}: {{'place': 'materialize'}}" for n in moved)
+                notes.append(
+                    f"the grid {tuple(grid)} of output {o.name} maps axis {a!r} to program ids, but stage"
+                    f"{'s' if len(moved) > 1 else ''} {names} reduce{'' if len(moved) > 1 else 's'} over {a!r}: no "
+                    f"program sees all of {a!r}, so {'they run' if len(moved) > 1 else 'it runs'} in kernels of "
+                    f"{'their' if len(moved) > 1 else 'its'} own that write to memory and are read back (more "
+                    f"launches and traffic than one fused kernel). Take {a!r} off the grid (grid={rest}) to fuse "
+                    f"them, or give stages={{{places}}} to keep this plan without the warning")
+        return notes
+
     def stage_grid(self, alg, name: str) -> tuple[str, ...] | None:
         """The grid of stage ``name``'s own kernel (:func:`dtriton.ir.stage_grid`, as lowering
         computes it), or None while it is not known (an output stage without a grid of its own
@@ -615,8 +643,17 @@ class Schedule(_KnobValues):
 
     @staticmethod
     def from_json(s: str) -> "Schedule":
-        """The inverse of :meth:`to_json`."""
-        return Schedule.from_dict(json.loads(s))
+        """The inverse of :meth:`to_json`. Raises :class:`ScheduleError` for text that is not a JSON
+        object, :class:`UnknownFieldError` for a field that is not a knob."""
+        try:
+            d = json.loads(s)
+        except (TypeError, ValueError) as e:
+            raise ScheduleError(f"a schedule's JSON does not parse ({e}); expected an object such as "
+                                '{"tile": {"i": 64}, "num_warps": 4}') from e
+        if not isinstance(d, dict):
+            raise ScheduleError(f"a schedule's JSON must be an object of fields such as "
+                                f'{{"tile": {{"i": 64}}}}, got {type(d).__name__} {d!r}')
+        return Schedule.from_dict(d)
 
     def stage(self, name: str) -> StageSchedule:
         """The overrides for stage ``name`` (empty when none were given)."""

@@ -582,7 +582,7 @@ def _check_call(alg, args, space, budget, strategy) -> tuple[tuple, Space | None
     if isinstance(args, torch.Tensor) or not isinstance(args, (tuple, list)):
         args = (args,)
     args = tuple(args)
-    if budget is None or budget < 0:
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0:
         raise ValueError(f"budget must be a number of seconds >= 0, got {budget!r}")
     if strategy not in ("auto", "exhaustive", "random", "tpe"):
         raise ValueError(f"strategy must be 'auto', 'exhaustive', 'random' or 'tpe', got {strategy!r}")

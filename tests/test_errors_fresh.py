@@ -1,0 +1,124 @@
+"""Messages for the mistakes a new user makes (session-4 fresh-user trial and a round of wrong
+inputs): each names the argument, axis or field, says what was expected and how to fix it, and is
+raised by dtriton (never a raw AttributeError, TypeError from a comparison or JSONDecodeError).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import dtriton as dt
+
+from conftest import matmul, softmax
+
+
+def test_output_indexed_by_an_axis_its_value_does_not_depend_on():
+    i, j = dt.axes("i j")
+    with pytest.raises(dt.AlgorithmError) as info:
+        @dt.algorithm
+        def free_axis(X: dt.Tensor["M", "N"]):
+            return dt.sum(X[i, j], over=j)[i, j]
+    msg = str(info.value)
+    assert msg.startswith("free_axis returns its output indexed [i, j], but its value, `sum over j of X[i, j]`, "
+                          "does not depend on axis 'j', and outputs are not broadcast. Index it [i] instead")
+    assert "output out " not in msg   # a name the user never gave
+    with pytest.raises(dt.AlgorithmError, match=r"two returns output number 2 \(of 2\) indexed \[i, j\].* "
+                                                r"does not depend on axis 'j'.*Index it \[i\] instead"):
+        @dt.algorithm
+        def two(X: dt.Tensor["M", "N"]):
+            return X[i, j][i, j], dt.max(X[i, j], over=j)[i, j]
+
+
+@pytest.mark.parametrize("t", [0, -4])
+def test_tile_below_one_says_so(t):
+    with pytest.raises(dt.ScheduleError, match=rf"^tile\['i'\] = {t} must be at least 1 \(a power of two"):
+        dt.Schedule(tile={"i": t})
+    with pytest.raises(dt.ScheduleError, match=rf"stages\['sum0'\]\.tile\['k'\] = {t} must be at least 1"):
+        dt.Schedule(stages={"sum0": {"tile": {"k": t}}})
+
+
+def test_reduced_axis_on_the_grid_warns_and_still_computes():
+    """softmax with j on the grid: the row statistics cannot be fused (no program sees a whole
+    row), so they run as kernels of their own. Right, but probably not meant: a warning."""
+    X = torch.randn(5, 24)
+    with pytest.warns(dt.ScheduleWarning, match=r"softmax: the grid \('i', 'j'\) of output out maps axis 'j' to "
+                                                r"program ids, but stages 'max0', 'sum0' reduce over 'j'.*"
+                                                r"Take 'j' off the grid \(grid=\('i',\)\)"):
+        k = dt.compile(softmax, dt.Schedule(grid=("i", "j"), tile={"i": 4, "j": 8}))
+    torch.testing.assert_close(k(X), torch.softmax(X.double(), -1).float())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dt.ScheduleWarning)
+        dt.compile(softmax, dt.Schedule(grid=("i",), strategy={"j": "whole"}))   # the fused plan
+        dt.compile(softmax)                                         # the heuristic's
+        dt.compile(matmul, dt.Schedule(grid=("i", "j")))          # k is not on the grid
+        dt.compile(softmax, dt.Schedule(grid=("i", "j"), tile={"i": 4, "j": 8},    # said so: no warning
+                                        stages={"max0": {"place": "materialize"}, "sum0": {"place": "materialize"}}))
+
+
+def test_schedule_given_as_a_dict_or_text():
+    with pytest.raises(TypeError, match=r"got a dict; build one with dt.Schedule\(\*\*\{'tile': \{'i': 4\}\}\)"):
+        dt.compile(softmax, {"tile": {"i": 4}})
+    with pytest.raises(TypeError, match=r"use dt.Schedule.from_json\(text\)"):
+        dt.compile(softmax, '{"tile": {"i": 4}}')
+    with pytest.raises(TypeError, match=r"got 'heuristic'; leave it out \(or None\) for the heuristic's schedule"):
+        dt.compile(softmax, "heuristic")
+    with pytest.raises(dt.ScheduleError, match=r"a schedule's JSON does not parse .*expected an object such as"):
+        dt.Schedule.from_json("{tile: 4}")
+    with pytest.raises(dt.ScheduleError, match=r"must be an object of fields .*got list \[1, 2\]"):
+        dt.Schedule.from_json("[1, 2]")
+    assert dt.Schedule.from_json('{"tile": {"i": 4}}') == dt.Schedule(tile={"i": 4})
+
+
+def test_axes_takes_a_string():
+    with pytest.raises(dt.AlgorithmError, match=r"dt.axes takes one string of axis names, e.g. dt.axes\('i j k'\), "
+                                                r"got int 3"):
+        dt.axes(3)
+    with pytest.raises(dt.AlgorithmError, match=r"got list \['i', 'j'\]"):
+        dt.axes(["i", "j"])
+
+
+def test_missing_or_torch_annotation():
+    i, j = dt.axes("i j")
+    with pytest.raises(dt.AlgorithmError, match=r"argument 'X' of f needs an annotation: dt.Tensor\['M', 'N'\] for a "
+                                                r"tensor \(one size name per dim\), or float / int for a scalar; it "
+                                                r"has none$"):
+        @dt.algorithm
+        def f(X):
+            return X[i, j][i, j]
+    with pytest.raises(dt.AlgorithmError, match=r"it has torch.Tensor, which does not name its dims$"):
+        @dt.algorithm
+        def g(X: torch.Tensor):
+            return X[i, j][i, j]
+
+
+def test_tensor_passed_for_a_scalar_argument():
+    i, j = dt.axes("i j")
+
+    @dt.algorithm
+    def scale(X: dt.Tensor["M", "N"], s: float):
+        return (X[i, j] * s)[i, j]
+    k = dt.compile(scale)
+    X = torch.randn(3, 5)
+    with pytest.raises(dt.ShapeError, match=r"argument 's' of scale is a scalar \(float\); got Tensor of shape \(\); "
+                                            r"pass a Python number \(x.item\(\) for a one-element tensor\)"):
+        k(X, torch.tensor(2.0))
+    with pytest.raises(dt.ShapeError, match=r"got Tensor of shape \(2,\); declare the argument dt.Tensor\[...\]"):
+        k(X, torch.tensor([1.0, 2.0]))
+    with pytest.raises(dt.ShapeError, match=r"is a scalar \(float\); got str$"):
+        k(X, "2")
+    torch.testing.assert_close(k(X, 2.0), X * 2)
+
+
+def test_argument_count_in_words():
+    with pytest.raises(dt.ShapeError, match=r"softmax takes 1 argument \['X'\], got 2"):
+        dt.compile(softmax)(torch.randn(2, 3), torch.randn(2, 3))
+
+
+def test_budget_that_is_not_a_number():
+    X = torch.randn(2, 3)
+    for bad in ("a", None, -1, True):
+        with pytest.raises(ValueError, match=rf"budget must be a number of seconds >= 0, got {bad!r}"):
+            dt.explore(softmax, (X,), budget=bad, store=False, progress=False)
