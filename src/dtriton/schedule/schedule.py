@@ -546,13 +546,14 @@ class Schedule(_KnobValues):
                 rest = tuple(x for x in grid if x != a)
                 names = ", ".join(repr(n) for n in moved)
                 places = ", ".join(f"{n!r}: {{'place': 'materialize'}}" for n in moved)
+                many = len(moved) > 1
                 notes.append(
-                    f"the grid {tuple(grid)} of output {o.name} maps axis {a!r} to program ids, but stage"
-                    f"{'s' if len(moved) > 1 else ''} {names} reduce{'' if len(moved) > 1 else 's'} over {a!r}: no "
-                    f"program sees all of {a!r}, so {'they run' if len(moved) > 1 else 'it runs'} in kernels of "
-                    f"{'their' if len(moved) > 1 else 'its'} own that write to memory and are read back (more "
+                    f"the grid {tuple(grid)} of output {o.name} maps axis {a!r} to program ids, but "
+                    f"{'stages' if many else 'stage'} {names} {'reduce' if many else 'reduces'} over {a!r}: no "
+                    f"program sees all of {a!r}, so {'they run in kernels of their' if many else 'it runs in a kernel of its'}"
+                    f" own that {'write' if many else 'writes'} to memory, read back by the output's kernel (more "
                     f"launches and traffic than one fused kernel). Take {a!r} off the grid (grid={rest}) to fuse "
-                    f"them, or give stages={{{places}}} to keep this plan without the warning")
+                    f"{'them' if many else 'it'}, or give stages={{{places}}} to keep this plan without the warning")
         return notes
 
     def stage_grid(self, alg, name: str) -> tuple[str, ...] | None:
