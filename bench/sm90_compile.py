@@ -102,6 +102,8 @@ def compile_case(name: str, dtype: torch.dtype, extra: dict, out: str) -> None:
         ptx = ck.asm["ptx"]
         with open(os.path.join(out, f"{m.name}_{TL[dtype]}.ptx"), "w") as f:
             f.write(ptx)
+        with open(os.path.join(out, f"{m.name}_{TL[dtype]}.cubin"), "wb") as f:
+            f.write(ck.asm["cubin"])
         print(f"  {m.name}: {resources(ck.asm['cubin'])}, smem {ck.metadata.shared} B, {m.ir.num_warps} warps, "
               f"ld.global.v4 {ptx.count('ld.global.v4')}, ld.global other {ptx.count('ld.global') - ptx.count('ld.global.v4')}, "
               f"cp.async {ptx.count('cp.async.')}, "

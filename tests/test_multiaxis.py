@@ -331,10 +331,55 @@ def _gpu_source(alg, sched, *args) -> str:
 @pytest.mark.parametrize("stages,marked", [(None, False), (2, False), (3, True), (4, True)])
 def test_reduction_loops_are_pipelined_from_three_stages_on_the_gpu(stages, marked):
     """num_stages >= 3 marks a reduction loop for Triton's pipeliner (tl.range(..., num_stages));
-    the default (2) and the interpreter keep plain loops."""
+    the default (2) and the interpreter keep plain loops (unroll=1: not unrolled either)."""
     x = torch.randn(2, 3, 20, 9)
-    s = dt.Schedule(grid=["n", "c"], tile={"h": 4}, strategy={"h": "loop", "q": "whole"}, num_stages=stages)
+    s = dt.Schedule(grid=["n", "c"], tile={"h": 4}, strategy={"h": "loop", "q": "whole"}, num_stages=stages, unroll=1)
     src = _gpu_source(instance_norm, dt.compile(instance_norm, s).complete(instance_norm.bind((x,))), x)
     assert (f"tl.range(0, size_h, BLOCK_H, num_stages={stages})" in src) == marked, src
     assert src.count("for h0 in range(") == (1 if marked else 2)   # the output's loop stays plain
     assert "tl.range(" not in dt.compile(instance_norm, s).source_for(x)
+
+
+def test_statistics_over_looping_rows_get_their_own_kernel_with_many_programs(small_budgets):
+    """Instance norm with more programs than two waves (320 here; 1024 at 16x64x256x256) and rows that
+    loop: the statistics are materialised all the same (a kernel per (n, c), unsplit) and the
+    output runs as a grid kernel, not as a second loop in each program (H200 s5 call 1: 168.5 us
+    as one kernel in 1.94 waves)."""
+    x = torch.randn(4, 80, 11, 13) + 3.0
+    s = schedule_for(instance_norm, (x,), gpu=True)
+    assert not s.split and set(s.grid) == set(instance_norm.outputs[0].layout) and "mean1" in s.stages, s
+    k = dt.compile(instance_norm, s)
+    assert relerr(k(x), F.instance_norm(x.double(), eps=1e-5)) < 1e-5
+    assert k.source.count("def instance_norm_") == 2
+
+
+def test_statistics_split_the_outermost_axis_so_inner_loops_keep_their_steps():
+    """Layer norm over (C, H, W) splits the channel axis (each program: 2 channels, 32 steps of h),
+    batch norm the batch axis, so the innermost loop has steps to unroll (h split 32 ways left one
+    step of 8 rows per channel)."""
+    e = dict(device="meta", dtype=torch.float16)
+    s = schedule_for(layer_norm_chw, (torch.empty(16, 64, 256, 256, **e),), gpu=True)
+    assert s.split == {"c": 32} and s.stages["mean1"].tile["h"] == 8, s
+    b = schedule_for(batch_norm, (torch.empty(64, 64, 512, 512, **e), torch.empty(64, **e), torch.empty(64, **e)),
+                     gpu=True)
+    assert b.split == {"n": 8}, b
+
+
+@pytest.mark.parametrize("dtype,unroll", [(torch.float16, 4), (torch.float32, 2)])
+def test_statistics_loops_are_unrolled_to_16_kb_an_iteration_on_the_gpu(dtype, unroll):
+    """``unroll`` 0 (the default): a GPU statistics loop of 2048-value steps is unrolled 4 times in
+    fp16 and twice in fp32 (about 16 KB of loads a program per iteration), its output loop and
+    the interpreter's loops are not; the schedule's ``unroll`` is taken as given."""
+    x = torch.randn(2, 3, 20, 9)
+    s = dt.Schedule(grid=["n", "c"], tile={"n": 1, "c": 1, "h": 8}, strategy={"h": "loop", "q": "whole"})
+    big = torch.empty(2, 3, 64, 256, dtype=dtype)
+    src = _gpu_source(instance_norm, dt.compile(instance_norm, s).complete(instance_norm.bind((big,))), big)
+    assert src.count(f"tl.range(0, size_h, BLOCK_H, loop_unroll_factor={unroll})") == 1, src
+    assert src.count("for h0 in range(") == 1   # the output's loop
+    src = _gpu_source(instance_norm, dt.compile(instance_norm, s.replace(unroll=3)).complete(instance_norm.bind((big,))),
+                      big)
+    assert "loop_unroll_factor=3" in src
+    assert "loop_unroll_factor" not in dt.compile(instance_norm, s).source_for(x)
+    k = dt.compile(instance_norm, s.replace(unroll=3))
+    assert "loop_unroll_factor=3" in k.source_for(x)
+    assert relerr(k(x), F.instance_norm(x.double(), eps=1e-5)) < 1e-5

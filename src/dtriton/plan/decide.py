@@ -69,7 +69,7 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.trans_loads = transposed_operands(k)
     k.access = plan_access(k, sched.access, tma_ok)
     k.eviction, k.evicted = plan_eviction(k, sched.eviction)
-    k.passes, k.single = plan_passes(k, bool(sched.warp_specialize))
+    k.passes, k.single = plan_passes(k, bool(sched.warp_specialize), sched.unroll)
     k.bounds = plan_bounds(k, sched.mask_bounds)
     k.passes, k.single = ws_off_split_loops(k)
     k.access = plan_ws_stores(k)

@@ -157,7 +157,9 @@ class PassPlan:
     ``range``.
     ``state_means``: ``(mean id, variance id)`` pairs of block-accumulated reductions of the same
     values over the same axes: the mean is read off the variance's folded state (count times
-    shift plus mean deviation) instead of accumulating a block of its own."""
+    shift plus mean deviation) instead of accumulating a block of its own.
+    ``unroll``: the innermost loop is emitted with ``tl.range``'s ``loop_unroll_factor=unroll``
+    (its steps' loads issue together: more bytes in flight per program); 0 or 1: not unrolled."""
     reductions: tuple[int, ...]
     loop_axes: tuple[str, ...]
     online: bool = False
@@ -168,6 +170,7 @@ class PassPlan:
     base2_maxes: tuple[int, ...] = ()
     pipeline: int = 0
     state_means: tuple[tuple[int, int], ...] = ()
+    unroll: int = 0
 
 
 @dataclass(frozen=True)

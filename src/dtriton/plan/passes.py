@@ -16,12 +16,22 @@ plain (loads through block pointers are not TMA either).
 
 from __future__ import annotations
 
-from ..ir import Load, Reduce, Unary, Binary, mul_factors
+from ..ir import Load, Reduce, Unary, Binary, mul_factors, walk
 from .access import tile_key
 from .graph import contains, fused_deps, fused_reduces, has, need_axes
 from .kernel import KernelPlan, PassPlan
 
-__all__ = ["block_accumulated", "fp8_dots", "online_ok", "pipelined", "plan_passes", "shift_factor", "state_means", "top_bound"]
+__all__ = ["block_accumulated", "fp8_dots", "online_ok", "pipelined", "plan_passes", "shift_factor", "state_means",
+           "top_bound", "unrolled", "UNROLL_BYTES"]
+
+#: Bytes a program's statistics loop should load per iteration (``unroll`` 0: the plan's choice).
+#: Triton issues one step's loads and waits for them before the next step's (the loop state
+#: depends on them), so a program keeps one step in flight; a variance's state (four fp32 values per
+#: element) holds a program to 2048-element steps at four programs an SM: 16 KB an SM in fp16.
+#: sm_90 wants ~32-64 KB in flight an SM (H200, s4: layer-norm statistics 84 us for 134 MB fp16
+#: and 81 us for 268 MB fp32, the same ~1.3 us per step). Unrolling the innermost loop issues its
+#: steps' loads together (sm_90 SASS: 4 LDG.128 back to back, registers unchanged at 64).
+UNROLL_BYTES = 16 * 1024
 
 
 def top_bound(k: KernelPlan) -> set[str]:
@@ -115,7 +125,8 @@ def _reads_in_loop(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], 
     return False
 
 
-def _pass(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], bound: set[str], ws: bool) -> PassPlan:
+def _pass(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], bound: set[str], ws: bool,
+          unroll: int = 0) -> PassPlan:
     online = bool(loop_axes) and all(k.axes[a].role == "online" for a in loop_axes) and len(rs) > 1
     asked = ws and bool(loop_axes) and any(r.uid in k.dots for r in rs)
     on = asked and not _reads_in_loop(k, rs, loop_axes, bound) and not fp8_dots(k, rs)
@@ -124,7 +135,8 @@ def _pass(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], bound: se
     base2 = tuple(m for m in maxes if _shift_op(k, rs, m) == "exp2")
     block = block_accumulated(k, rs, loop_axes, online)
     return PassPlan(tuple(r.uid for r in rs), tuple(loop_axes), online, on, asked, maxes, block, base2,
-                    pipelined(k, rs, loop_axes), state_means(k, [r for r in rs if r.uid in block]))
+                    pipelined(k, rs, loop_axes), state_means(k, [r for r in rs if r.uid in block]),
+                    unrolled(k, rs, loop_axes, block, on, unroll))
 
 
 def fp8_dots(k: KernelPlan, rs) -> bool:
@@ -149,6 +161,40 @@ def pipelined(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...]) -> in
     if any(d.uid in k.dots and set(d.axes) & set(loop_axes) for d in inside):
         return 0
     return k.num_stages
+
+
+def unrolled(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], block: tuple[int, ...], ws: bool,
+             asked: int) -> int:
+    """The unroll factor of a pass's innermost loop (``tl.range``'s ``loop_unroll_factor``; 0: none):
+    the schedule's ``unroll`` (``asked``) when it is 1 or more, on any loop that is not
+    warp-specialised; else (0: the plan picks), on the GPU, for a loop whose reductions all
+    accumulate element-wise (``block``: statistics loops, no dots), the power of two up to 4 that
+    makes a program load about :data:`UNROLL_BYTES` per iteration."""
+    if not loop_axes or ws:
+        return 0
+    if asked:
+        return asked if asked > 1 else 0
+    if k.interpret or not block or len(block) != len(rs):
+        return 0
+    step = _step_bytes(k, rs)
+    u = 1
+    while u < 4 and step * u * 2 <= UNROLL_BYTES:
+        u *= 2
+    return u if u > 1 else 0
+
+
+def _step_bytes(k: KernelPlan, rs: list[Reduce]) -> int:
+    """Bytes one step of a pass computing ``rs`` loads: its block (the blocks of the axes its
+    values use, scalar axes counting 1) times the widest dtype among the tensors they read."""
+    axes = {k.flat_of(a) for r in rs for a in r.x.axes}
+    elems = 1
+    for a in axes:
+        p = k.axes.get(a)
+        if p is not None and not k.scalar_axis(a):
+            elems *= p.block
+    sizes = [k.dtypes[n.tensor.name].itemsize for r in rs for n in walk([r.x])
+             if isinstance(n, Load) and n.tensor.name in k.dtypes]
+    return elems * max(sizes, default=4)
 
 
 def _shift_op(k: KernelPlan, rs: list[Reduce], m: int) -> str:
@@ -191,17 +237,18 @@ def state_means(k: KernelPlan, rs: list[Reduce]) -> tuple[tuple[int, int], ...]:
     return tuple(pairs)
 
 
-def plan_passes(k: KernelPlan, warp_specialize: bool) -> tuple[list[PassPlan], dict[int, PassPlan]]:
+def plan_passes(k: KernelPlan, warp_specialize: bool, unroll: int = 0) -> tuple[list[PassPlan], dict[int, PassPlan]]:
     """The passes of the program scope, and the pass of each fused reduction computed on its own.
-    Needs the kernel's dots and access decided."""
+    ``unroll``: the schedule's (0: the plan picks, :func:`unrolled`). Needs the kernel's dots and
+    access decided."""
     bound = top_bound(k)
     tops: list[Reduce] = []
     for st in k.stores:
         for r in fused_reduces([st.expr], k.materialized):
             if not has(tops, r) and all(a in bound for a in r.axes):
                 tops.append(r)
-    passes = [_pass(k, grp, key, bound, warp_specialize) for grp, key in _top_groups(k, tops, bound)]
+    passes = [_pass(k, grp, key, bound, warp_specialize, unroll) for grp, key in _top_groups(k, tops, bound)]
     single = {}
     for r in fused_reduces([st.expr for st in k.stores], k.materialized):
-        single[r.uid] = _pass(k, [r], _loop_axes(k, r, bound), bound, warp_specialize)
+        single[r.uid] = _pass(k, [r], _loop_axes(k, r, bound), bound, warp_specialize, unroll)
     return passes, single

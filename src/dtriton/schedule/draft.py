@@ -98,6 +98,7 @@ class Draft:
     eight_bit: bool = False   # some input is fp8 or int8 (dots of them run on tensor cores: plan.dots)
     widest: int = 1        # in-program block of the off-grid axes (their product; the widest with dots)
     tc_fp32: bool = False  # an fp32 contraction got tensor-core tiles
+    stats_kernels: bool = False   # statistics stages got kernels of their own (heuristics.split_rows)
 
     @staticmethod
     def start(alg: Algorithm, sched: Schedule | None, b: Binding) -> "Draft":

@@ -45,7 +45,7 @@ Rules (documented so users can predict them):
 - Every default is checked against Triton's 2**20-element block before it is returned
   (:func:`within_limits`).
 - Other axes on the grid get tiles so a program holds about 1024 elements (the innermost axis
-  first; 4096 when the output reads split statistics); axes of size 1 get tile 1. An output axis that the schedule gives a strategy
+  first; 4096 when the output reads split or materialised statistics); axes of size 1 get tile 1. An output axis that the schedule gives a strategy
   (whole/loop/online) and no stage reduces stays off the grid, covered inside each program.
 - On the interpreter (CPU tensors) a program costs its number of operations whatever its block
   size, so the grid axes, rows included, get tiles that give each program about 65536 elements
@@ -270,7 +270,8 @@ def split_rows(d: Draft) -> None:
     readers combine. A stage whose reduced axes are kept in the output (statistics then
     normalise: batch, group, layer norm over several axes) is materialised: the output's grid
     takes all its axes, and each statistics stage gets a kernel of its own over its free axes
-    that loops over its reduced axes (see :func:`_cover_stage`)."""
+    that loops over its reduced axes (see :func:`_cover_stage`). So is one over rows that loop
+    (not online) whatever the number of programs (instance norm over 256x256 images)."""
     if d.cons or not d.gpu or d.user.split or d.user.grid is not None:
         return
     looped = [a for a in d.alg.reduction_axes if a not in d.grid and a not in d.col_axes
@@ -278,10 +279,15 @@ def split_rows(d: Draft) -> None:
     # an online row (softmax's max and sums in one pass) reads the row twice in all: kept per
     # program unless the rows fill less than a quarter of the SMs
     few = d.sms // 4 if any(d.strategy[a] == "online" for a in looped) else d.sms
-    if not looped or programs(d.grid, d.sizes, {}) >= few:
-        return
     main = d.alg.outputs[0]
     rows = [a for a in looped if a in main.layout]
+    # statistics then normalise over rows that loop (no online pass): a program reads its row twice
+    # anyway, one step in flight at a time in its normalising loop; materialised, the statistics
+    # still read it once and the output runs as a grid kernel at the copy rate (H200, s5: instance
+    # norm fp16 16x64x256x256 took 168.5 us as one kernel, 1024 programs in 1.94 waves)
+    looped_rows = bool(rows) and all(d.strategy[a] == "loop" for a in looped)
+    if not looped or (programs(d.grid, d.sizes, {}) >= few and not looped_rows):
+        return
     if not rows:
         # the output is the reduction (a sum to a scalar, a sum over the last axes of few rows)
         _split_one(d, [a for a in looped if splittable(d.alg, a)], d.tile, programs(d.grid, d.sizes, {}))
@@ -292,7 +298,7 @@ def split_rows(d: Draft) -> None:
                 d.strategy.pop(a, None)
             if a not in d.user.tile:
                 d.tile.pop(a, None)
-        d.widest = 1
+        d.widest, d.stats_kernels = 1, True
         for st in reduction_stages(d.alg):
             if set(st.node.over) & set(rows) and st.name not in d.user.stages:
                 _cover_stage(d, st)
@@ -366,14 +372,16 @@ def _refill_step(d: Draft, r, strategy: dict, tile: dict, depth: dict, want: int
 def _split_one(d: Draft, axes: list[str], tile: dict, programs: int) -> None:
     """Split one of the looped ``axes`` (tiles ``tile``, adjusted) so ``programs`` programs become
     about two waves over the SMs: the axis and tile that reach the most programs (up to two
-    waves), then the largest tile, then the outermost axis."""
+    waves), then the outermost axis (the inner loops keep their trips, which the plan unrolls so
+    a program's loads issue several steps at once: layer norm (C, H, W) split over h left one
+    step of h per channel), then the largest tile."""
     want = next_pow2(-(-2 * d.sms // max(programs, 1)))
     best = None
     for k, a in enumerate(axes):
         t = tile.get(a, 1)
         while t >= 1:
             s = min(want, 1024, 1 << max(0, (d.sizes[a] // t).bit_length() - 1))
-            key = (min(s * programs, 2 * d.sms), t, -k)
+            key = (min(s * programs, 2 * d.sms), -k, t)
             if s >= 2 and (best is None or key > best[0]):
                 best = (key, a, t, s)
             t //= 2
@@ -401,10 +409,11 @@ def grid_tiles(d: Draft) -> None:
         # grid axes innermost first (H200, s3: the fp16 2x2 pools of 512x512 images ran 222-250 us
         # at 1024 values and 4 warps, 168-171 us explored at 16 values a thread)
         budget = max(1, 2048 // d.widest)
-    if d.gpu and d.split and d.widest == 1:
+    if d.gpu and (d.split or d.stats_kernels) and d.widest == 1:
         # every program of an output reading split statistics first folds their partials (a
         # Frobenius norm's 256, batch norm's 8 means and 8 variance states): 4096-element tiles
-        # spread that over four times the elements
+        # spread that over four times the elements (and load 64 B a thread at once: layer norm's
+        # output kernel ran at 3.8-3.9 TB/s in them, H200 s5 call 1)
         budget = 4096
     if not d.gpu:
         inside = math.prod(next_pow2(d.sizes[a]) if d.strategy.get(a) == "whole" else tile.get(a, 1)

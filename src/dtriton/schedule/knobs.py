@@ -187,6 +187,11 @@ def _per_sm(v) -> str | None:
     return None if ok else "must be 0 (off) or programs per SM from 1 to 32"
 
 
+def _unroll(v) -> str | None:
+    ok = isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 8
+    return None if ok else "must be 0 (the plan picks) or loop steps per iteration from 1 to 8"
+
+
 def _boolean(v) -> str | None:
     return None if isinstance(v, bool) else "must be True or False"
 
@@ -305,6 +310,10 @@ BUILTIN: tuple[Knob, ...] = (
          doc="where TMA descriptors are built: host (kernel arguments), device (tl.make_tensor_descriptor in "
              "each program), auto (device in kernels with a warp-specialised loop, as Hopper's warp "
              "specialisation partitions consumer tiles only then; host elsewhere)"),
+    Knob("unroll", 0, Domain("0 to 8", _unroll), search=(1, 2, 4),
+         doc="tiles a reduction loop loads per iteration (Triton's loop_unroll_factor on the innermost loop: its "
+             "loads issue together, more bytes in flight); 0: the plan picks (GPU statistics loops: about 16 KB a "
+             "program per iteration), 1: one"),
 )
 
 _REGISTRY: dict[str, Knob] = {k.name: k for k in BUILTIN}

@@ -635,8 +635,17 @@ def _rule_tile_order(k: Knob, d: Derivation) -> list | None:
     return ["forward", "reverse"] if d.gpu and mask_bounded(d.alg) else None
 
 
+def _rule_unroll(k: Knob, d: Derivation) -> list | None:
+    """GPU reductions without contractions that loop over a reduced axis: the plan's pick (0), one
+    step, 2 and 4 steps per loop iteration (loads issued together)."""
+    loops = any(d.base.strategy.get(a) == "loop" or any(s.strategy.get(a) == "loop" for s in d.base.stages.values())
+                for a in d.alg.reduction_axes)
+    return _with_base([0, 1, 2, 4], d.base.unroll) if d.gpu and not d.cons and loops else None
+
+
 RULES = {"num_warps": _rule_num_warps, "num_stages": _rule_num_stages, "persistent": _rule_persistent,
-         "access": _rule_access, "warp_specialize": _rule_warp_specialize, "tile_order": _rule_tile_order}
+         "access": _rule_access, "warp_specialize": _rule_warp_specialize, "tile_order": _rule_tile_order,
+         "unroll": _rule_unroll}
 
 
 def derive_flat(d: Derivation) -> dict[str, list | None]:

@@ -246,10 +246,12 @@ class ReducePrinter:
                 # Triton's Hopper warp specialisation handles TMA-fed loops only (the plan turned it off)
                 head = (f"for {v} in range({lo}, {hi}, {self.block(a)}):  # warp_specialize off: loads in this "
                         "loop that are not TMA")
-            elif stages or pp.pipeline:
-                head = f"for {v} in tl.range({lo}, {hi}, {self.block(a)}, num_stages={stages or pp.pipeline}):"
             else:
-                head = f"for {v} in range({lo}, {hi}, {self.block(a)}):"
+                opts = [f"num_stages={stages or pp.pipeline}"] if stages or pp.pipeline else []
+                if pp.unroll > 1 and a == loop_axes[-1]:   # the innermost loop's steps issue their loads together
+                    opts.append(f"loop_unroll_factor={pp.unroll}")
+                head = (f"for {v} in tl.range({lo}, {hi}, {self.block(a)}, {', '.join(opts)}):" if opts else
+                        f"for {v} in range({lo}, {hi}, {self.block(a)}):")
             # a loop one index at a time binds a scalar: no dim of its own in the layout
             child = inner.open(head, () if self.k.scalar_axis(a) else (a,), keep if inner is scope else None)
             loops.append((inner, child))
