@@ -159,17 +159,21 @@ def timed(case, impl, fn, ref, gf, mb, sched, note=""):
 #: ``--variants``: schedule fields merged into the default schedule of the first dtriton row of a case
 #: (tiles merged axis by axis), a row each: which tile shape and pipeline depth the H200 prefers.
 VARIANTS = {
+    # the default (session 5): M tiles are 2 x 8 x 8 boxes of (n, h, w) whose input tile is one TMA box per
+    # tap, 128 x 256 x 64, 3 stages, 8 warps; the s4 rows ("rows ...") run M as runs of the flat row index
+    # with the input gathered through pointers (s4 final: 297.0 us at 128x128, 258.0 at 128x256)
     "conv2d": {
-        "128x256x64 s3": {"tile": {"o": 256}},
-        "128x256x64 s4": {"tile": {"o": 256}, "num_stages": 4},
-        "128x128x64 s4": {"num_stages": 4},
-        "256x128x64 s3": {"tile": {"h": 4}},
-        "128x128x128 s3": {"tile": {"c": 128}},
-        "128x256x32 s5": {"tile": {"o": 256, "c": 32}, "num_stages": 5},
-        "64x256x64 w4 s4": {"tile": {"h": 1, "o": 256}, "num_warps": 4, "num_stages": 4},
-        "tma W 128x128x64 s3": {"access": "tma"},
-        "tma W 128x256x64 s3": {"access": "tma", "tile": {"o": 256}},
-        "tma W 128x128x64 s4": {"access": "tma", "num_stages": 4},
+        "box 128x256x64 s4": {"num_stages": 4},
+        "box 128x128x64 s3": {"tile": {"o": 128}},
+        "box 128x128x64 s4": {"tile": {"o": 128}, "num_stages": 4},
+        "box 256x128x64 s3": {"tile": {"n": 4, "o": 128}},
+        "box 256x128x64 s4": {"tile": {"n": 4, "o": 128}, "num_stages": 4},
+        "box 128x256x32 s5": {"tile": {"c": 32}, "num_stages": 5},
+        "box 128x256x128 s2": {"tile": {"c": 128}, "num_stages": 2},
+        "box 64x256x64 w4 s4": {"tile": {"n": 1}, "num_warps": 4, "num_stages": 4},
+        "box 128x256x64 s3 group 16": {"group": {"w": 16}},
+        "rows 128x128x64 s3 (s4 default)": {"tile": {"n": 1, "h": 2, "w": 64, "o": 128}},
+        "rows 128x256x64 s3": {"tile": {"n": 1, "h": 2, "w": 64}},
     },
     "depthwise": {
         "s3 (pipelined taps)": {"num_stages": 3},

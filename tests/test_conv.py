@@ -289,13 +289,13 @@ def test_readme_conv_example_is_the_tested_snippet():
 
 
 def test_explore_space_of_a_conv_on_the_gpu_varies_the_gemm_tiles():
-    """The space derived for the GPU varies the implicit GEMM's M, N and K tiles only (the other
-    row, batch and reduced axes stay 1, the reductions looped), around the heuristic's."""
+    """The space derived for the GPU varies the implicit GEMM's M (a box of the rows n, h, w), N
+    and K tiles only (the other reduced axes stay 1, the reductions looped), around the heuristic's."""
     from dtriton.tune.space import Space
     args = (torch.empty(4, 56, 56, 256, dtype=torch.float16), torch.empty(256, 3, 3, 256, dtype=torch.float16),
             1, 1, 1, 56, 56)
     sp = Space.derive(L.conv2d_nhwc, args, target="gpu")
-    assert set(sp.tile) == {"w", "h", "o", "c"} and sp.tile["c"] == (32, 64, 128)
+    assert set(sp.tile) == {"n", "w", "h", "o", "c"} and sp.tile["c"] == (32, 64, 128) and sp.tile["n"] == (1, 2, 4)
     assert not sp.strategy
 
 

@@ -23,7 +23,7 @@ from .reference import (FLOAT_DTYPES, INDEX_DTYPES, Binding, check_reads, comput
 from .algorithm import Algorithm, Stage, TensorAnnotation, cse
 from .analysis import (can_split, contraction_operands, contractions, grid_candidates, is_sum, online_candidate, reads_unit_stride,
                        reduction_stages, split_blockers, splittable, stage_grid, sum_of_products, tensor_core_sides)
-from .convolution import contraction_sides, convolutions, reduced_order
+from .convolution import contraction_sides, convolutions, reduced_order, shift_of
 from .rewrite import (base2_exponents, base2_shifted_exponents, naive_variance_of, reciprocal_divisors,
                       single_pass_variance, variance_of)
 
@@ -42,6 +42,6 @@ __all__ = [
     "Algorithm", "Stage", "TensorAnnotation", "cse",
     "can_split", "is_sum", "contractions", "grid_candidates", "online_candidate", "reduction_stages", "split_blockers", "splittable",
     "stage_grid", "sum_of_products",
-    "contraction_sides", "convolutions", "reduced_order",
+    "contraction_sides", "convolutions", "reduced_order", "shift_of",
     "base2_exponents", "base2_shifted_exponents", "naive_variance_of", "reciprocal_divisors", "single_pass_variance", "variance_of",
 ]

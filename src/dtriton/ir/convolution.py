@@ -10,14 +10,14 @@ both read these facts.
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import AbstractSet, Callable, Mapping
 
 from .analysis import is_sum, reduction_stages
 from .algorithm import Algorithm
-from .expr import Load, Reduce
+from .expr import Axis, Binary, Const, Expr, Load, Reduce, ScalarParam, Unary
 from .walk import mul_factors, walk
 
-__all__ = ["contraction_sides", "convolutions", "reduced_order"]
+__all__ = ["contraction_sides", "convolutions", "reduced_order", "shift_of"]
 
 
 def contraction_sides(r: Reduce, scalar: Callable[[str], bool] = lambda a: False) -> list[list[str]] | None:
@@ -77,3 +77,58 @@ def convolutions(alg: Algorithm) -> dict[str, tuple[list[str], list[str]]]:
         if sides is not None and all(sides):
             out[r.name] = tuple(sorted(sides, key=len, reverse=True))
     return out
+
+
+def shift_of(e: Expr, a: str, ones: AbstractSet[str]) -> Expr | None:
+    """Where integer index ``e`` is ``a`` plus an expression free of ``a`` on a call whose integer
+    scalars named in ``ones`` are 1 (``h * stride + r * dilation - padding`` at stride 1): that
+    expression, ``e`` at ``a = 0``; None where ``a``'s coefficient is not exactly 1 or ``e`` is not
+    affine in ``a`` (a stride of 2, ``h // 2``, ``h * h``)."""
+    return _at_zero(e, a) if _coefficient(e, a, ones) == 1 else None
+
+
+def _known(e: Expr, ones: AbstractSet[str]) -> int | None:
+    """The value of ``e`` where it is an integer literal, a scalar of ``ones`` (1), or a sum,
+    difference or product of those; None otherwise."""
+    if isinstance(e, Const) and e.integer:
+        return int(e.value)
+    if isinstance(e, ScalarParam) and e.name in ones:
+        return 1
+    if isinstance(e, Binary) and e.op in ("add", "sub", "mul"):
+        x, y = _known(e.a, ones), _known(e.b, ones)
+        if x is None or y is None:
+            return None
+        return x + y if e.op == "add" else (x - y if e.op == "sub" else x * y)
+    return None
+
+
+def _coefficient(e: Expr, a: str, ones: AbstractSet[str]) -> int | None:
+    """The coefficient of axis ``a`` in ``e`` where ``e`` is affine in ``a`` with a coefficient
+    known on the call (:func:`_known`); 0 where ``e`` does not read ``a``; None otherwise."""
+    if a not in e.axes:
+        return 0
+    if isinstance(e, Axis):
+        return 1
+    if isinstance(e, Unary) and e.op == "neg":
+        c = _coefficient(e.x, a, ones)
+        return None if c is None else -c
+    if isinstance(e, Binary) and e.op in ("add", "sub"):
+        x, y = _coefficient(e.a, a, ones), _coefficient(e.b, a, ones)
+        if x is None or y is None:
+            return None
+        return x + y if e.op == "add" else x - y
+    if isinstance(e, Binary) and e.op == "mul":
+        for f, g in ((e.a, e.b), (e.b, e.a)):
+            if a not in g.axes:
+                c, v = _coefficient(f, a, ones), _known(g, ones)
+                return None if c is None or v is None else c * v
+    return None
+
+
+def _at_zero(e: Expr, a: str) -> Expr:
+    """``e`` with axis ``a`` replaced by the integer 0 (new nodes where ``a`` is read)."""
+    if isinstance(e, Axis) and e.name == a:
+        return Const(0, integer=True)
+    if a not in e.axes:
+        return e
+    return e.rebuild([_at_zero(c, a) for c in e.children()])

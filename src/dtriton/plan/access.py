@@ -37,11 +37,15 @@ def tile_key(k: KernelPlan, n: Load) -> tuple[str, ...] | None:
     ``KernelPlan.access``): each dim's axis name, or ``"#<dim>"`` for a computed index whose value
     is one integer per program (an expression of tile-1 grid axes and scalars only, such as a
     grouped head ``h // rep``: a box of 1 at that offset; out of range it reads 0, as the pointer
-    load masked to its dim does, so only loads without a padding value). None when some dim is
-    neither (the tile keeps pointers)."""
+    load masked to its dim does, so only loads without a padding value), or the member of a box
+    the plan reads it in (:attr:`KernelPlan.shifted_reads`: a conv's input). None when some dim
+    is neither (the tile keeps pointers)."""
     key = []
+    shifted = k.shifted_reads.get(n.uid, {})
     for d, e in enumerate(n.index):
-        if isinstance(e, Axis):
+        if d in shifted:
+            key.append(shifted[d][0])
+        elif isinstance(e, Axis):
             key.append(e.name)
         elif not isinstance(e, Const) and n.pad is None and all(k.scalar_axis(a) for a in e.axes):
             key.append(f"#{d}")   # (an index is integer-valued: the language refuses others)
@@ -58,10 +62,11 @@ def tile_access(k: KernelPlan, style: str, tma_ok: frozenset, name: str, axes: S
     this call (pointers too; the printer declares its size arguments as for a descriptor)."""
     if style == "pointer" or k.i64 or len(set(axes)) != len(axes) or not axes:
         return None
-    if any(a not in k.axes or (k.axes[a].role == "flat" and k.flat_of(a) not in k.flat_scalar_outer)
-           for a in axes if not a.startswith("#")):
+    if any(a not in k.axes or (k.axes[a].role == "flat" and k.flat_of(a) not in k.flat_scalar_outer
+                                and k.flat_of(a) not in k.flat_box) for a in axes if not a.startswith("#")):
         return None   # (a member of a flat axis has computed offsets: pointers; unless each tile of the flat
-                      # axis is one index of its outer members and a block of its innermost: a conv's weight)
+                      # axis is one index of its outer members and a block of its innermost, a conv's weight,
+                      # or a box of its members, a conv's output rows)
     outer = {m for f in k.flat_scalar_outer for m in k.flat[f][:-1]}   # one index per tile
     scalar = [a.startswith("#") or k.scalar_axis(a) or a in outer for a in axes]   # "#d": a per-program index (tile_key)
     if all(scalar):
@@ -98,8 +103,8 @@ def plan_access(k: KernelPlan, style: str | None, tma_ok: frozenset) -> dict[tup
                 out[(n.tensor.name, axes)] = acc
     for st in k.stores:
         odt = k.out_dtypes.get(st.target)
-        if odt is None or st.partial_axis or st.atomic:
-            continue
+        if odt is None or st.partial_axis or st.atomic or any(k.flat_of(a) in k.flat_box for a in st.layout):
+            continue   # (a box of output rows is stored through pointers)
         acc = tile_access(k, style, tma_ok, st.target, tuple(st.layout), odt.itemsize)
         if acc is not None:
             out[(st.target, tuple(st.layout))] = acc

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..ir import Algorithm, Binding, InputTensor, contractions, int_magnitude, kernel_reads, unit_dim
+from ..ir import Algorithm, Binding, InputTensor, ScalarParam, contractions, int_magnitude, kernel_reads, unit_dim
 from .access import unit_last
 from .kernel import next_pow2
 
@@ -36,7 +36,9 @@ class CallSpec:
     unit_dims: ``(input tensor, index of its unit-stride dim or -1)`` sorted by name (the operand
     order and precision of fp32 dots depend on it).
     masked_reads: ``(position of the load in alg.nodes, dim)`` of the computed indices the kernels
-    mask to their dim (not provably inside it on this call; see :func:`~dtriton.ir.kernel_reads`)."""
+    mask to their dim (not provably inside it on this call; see :func:`~dtriton.ir.kernel_reads`).
+    unit_scalars: the integer scalar arguments equal to 1 on this call, sorted (a convolution's
+    stride of 1 makes its input's window a plain shift, read in TMA boxes: ``plan.implicit_gemm``)."""
     facts: tuple
     dtypes: tuple
     i64: bool
@@ -45,6 +47,7 @@ class CallSpec:
     hints: tuple
     unit_dims: tuple = ()
     masked_reads: tuple = ()
+    unit_scalars: tuple = ()
 
     def note(self, alg: Algorithm, tma: bool) -> str:
         """The specialisation note of the generated module's header comment."""
@@ -73,9 +76,11 @@ def call_spec(alg: Algorithm, b: Binding, args: Sequence[Any], interpret: bool, 
     if b.reads:   # computed indices: their arithmetic needs 64 bits where a value passes 2**31
         masked = kernel_reads(alg, b.axis_sizes, b.sizes)
         i64 = i64 or int_magnitude(alg.nodes, b.axis_sizes) > I32_MAX
+    ones = tuple(sorted(p.name for p, a in zip(alg.params, args)
+                        if isinstance(p, ScalarParam) and p.pytype is int and not isinstance(a, bool) and a == 1))
     return CallSpec(tuple(facts), tuple(sorted(b.dtypes.items())), i64, interpret, tma_ok,
                     divisibility_hints(alg, b, args, out),
-                    tuple(sorted(b.unit_dims.items())) if contractions(alg) or tma_ok else (), masked)
+                    tuple(sorted(b.unit_dims.items())) if contractions(alg) or tma_ok else (), masked, ones)
 
 
 def max_offset(t: torch.Tensor) -> int:

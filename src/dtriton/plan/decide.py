@@ -38,30 +38,33 @@ def decide(prog: Program, sched: Schedule, dtypes: Mapping[str, torch.dtype],
            out_dtypes: Mapping[str, torch.dtype], interpret: bool, i64: bool,
            tma_ok: frozenset = frozenset(), hints: Mapping[str, int] | None = None, note: str = "",
            unit_dims: Mapping[str, int] | None = None, masked_reads: frozenset = frozenset(),
-           size_buckets: Mapping[str, int] | None = None) -> Program:
+           size_buckets: Mapping[str, int] | None = None, unit_scalars: frozenset = frozenset()) -> Program:
     """Fill every kernel's decisions in place (and return ``prog``). ``dtypes``: the input
     tensors' dtypes; ``out_dtypes``: each output's; ``tma_ok``: tensors a TMA descriptor may
     address on this call; ``hints``: integer argument -> a power of two it is a multiple of;
     ``unit_dims``: input tensor -> index of its unit-stride dim (-1: none); ``masked_reads``: the
     ``(load id, dim)`` computed indices to mask to their dim; ``size_buckets``: axis -> a power of
-    two its size is at most on every call of this signature."""
+    two its size is at most on every call of this signature; ``unit_scalars``: the integer
+    scalars equal to 1 on it."""
     any64 = kernel_f64(dtypes.values(), out_dtypes.values()) or sched.acc_dtype == "float64"
     for k in prog.kernels:
         k.size_buckets = dict(size_buckets or {})
         _decide_kernel(k, sched, dtypes, out_dtypes, "float64" if any64 else "float32", interpret, i64, tma_ok,
-                       dict(hints or {}), dict(unit_dims or {}), masked_reads)
+                       dict(hints or {}), dict(unit_dims or {}), masked_reads, unit_scalars)
     prog.note = note
     return prog
 
 
 def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str, interpret: bool, i64: bool,
-                   tma_ok: frozenset, hints: dict, unit_dims: dict, masked_reads: frozenset) -> None:
+                   tma_ok: frozenset, hints: dict, unit_dims: dict, masked_reads: frozenset,
+                   unit_scalars: frozenset = frozenset()) -> None:
     k.compute_dtype, k.i64, k.hints, k.unit_dims = cdt, i64, hints, unit_dims
     k.int_acc = integer_reductions([st.expr for st in k.stores], dtypes)
     k.interpret = k.round_bf16 = interpret
     k.block_reduce = plan_block_reduce(k)
     k.dtypes, k.out_dtypes = dict(dtypes), dict(out_dtypes)
-    plan_implicit_gemm(k)   # a conv's reduced axes (and output rows) as flat axes, where that makes a dot
+    # a conv's reduced axes (and output rows) as flat axes, where that makes a dot
+    plan_implicit_gemm(k, sched.access, tma_ok, unit_scalars)
     # a warp-specialised loop (it needs TMA loads) keeps the algorithm's operand order
     # (integer sums of products fold exactly, in int64, not on tensor cores, unless int8 dots)
     k.dots = plan_dots(k, sched.precision, swap_ok=not (sched.warp_specialize and sched.access == "tma"))
@@ -102,7 +105,7 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
     plan_buffers(prog, alg, b.dtypes, out_dtypes)
     return decide(prog, sched, b.dtypes, out_dtypes, spec.interpret, spec.i64, spec.tma_ok, dict(spec.hints),
                   spec.note(alg, sched.access == "tma"), dict(spec.unit_dims), masked,
-                  {f[0]: f[1] for f in spec.facts})
+                  {f[0]: f[1] for f in spec.facts}, frozenset(spec.unit_scalars))
 
 
 def sixteen_bit_terms(b: Binding) -> bool:

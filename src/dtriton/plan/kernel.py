@@ -257,6 +257,12 @@ class KernelPlan:
                                                       # first (plan.implicit_gemm: a conv's K and M sides)
     flat_scalar_outer: frozenset = frozenset()        # flat axes each tile of which lies in one index of every
                                                       # member but the innermost (whose size the block divides)
+    flat_box: dict[str, tuple[int, ...]] = field(default_factory=dict)  # flat grid axis -> its members' tiles:
+                                                      # each tile is a box of the members (a conv's output rows
+                                                      # (n, h, w) read by TMA), not a run of the flat index
+    shifted_reads: dict[int, dict[int, tuple[str, Expr]]] = field(default_factory=dict)  # Load id -> dim ->
+                                                      # (member of a flat_box axis, the index at that member 0):
+                                                      # the index is the member plus that, a TMA box shifted by it
 
     def flat_of(self, a: str) -> str:
         """The flat axis whose index gives member axis ``a`` its index (``a`` itself when it is no member)."""
@@ -271,6 +277,14 @@ class KernelPlan:
         for m in self.flat.get(a, (a,)):
             n *= sizes[m]
         return n
+
+    def grid_tiles(self, a: str) -> list[tuple[tuple[str, ...], int]]:
+        """The tile counts of grid axis ``a`` as ``(axes, block)`` pairs, their product the programs
+        along ``a``: one pair for a plain or flat axis (the product of its members' sizes in tiles of
+        its block), one per member for a box (:attr:`flat_box`)."""
+        if a in self.flat_box:
+            return [((m,), b) for m, b in zip(self.flat[a], self.flat_box[a])]
+        return [(self.flat.get(a, (a,)), self.axes[a].block)]
 
     def scalar_axis(self, a: str) -> bool:
         """A grid or loop axis with tile 1: a scalar index, never a block dim (a flat axis keeps its

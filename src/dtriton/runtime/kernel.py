@@ -239,7 +239,7 @@ class Kernel:
         launches = []
         for m in metas:
             fn = getattr(mod, m.name)
-            ga = [(m.ir.flat.get(a, (a,)), m.ir.axes[a].block) for a in m.ir.grid]
+            ga = [g for a in m.ir.grid for g in m.ir.grid_tiles(a)]   # (a box axis: one count per member)
             launches.append(_Launch(fn, m, ga, m.ir.split[1] if m.ir.split else 1,
                                     _persistent_programs(sched.persistent, b.device) if m.ir.persistent else 0))
         if not self.quiet:

@@ -8,9 +8,13 @@ spreads a block of M rows over the row axes (innermost first, each at most its p
 gives o the N tile, and spreads a K block over the reduced axes in the order the plan flattens
 them (the unit-stride axis, c of channels-last tensors, first).
 
-On the GPU, 16-bit: 128 x 128 x 64 tiles, 8 warps, 3 stages (the loads are gathers through
-pointers, pipelined by ``cp.async``), 8 row tiles per sweep of o (grouped order: the weight's
-tiles stay in L2); fp32: 64 x 64 x 32, 4 warps. On the interpreter: 32 x 16 x 32.
+On the GPU, 16-bit: 128 x 256 x 64 tiles (o up to 256) with TMA tiles, 8 warps, 3 stages, 8 row
+tiles per sweep of o (grouped order: the weight's tiles stay in L2). The M block goes to the row
+axes as the largest powers of two dividing their sizes where they reach it (2 x 8 x 8 of a
+32 x 56 x 56 output): boxes that tile the image exactly, whose input the plan reads as one TMA box
+per tap (:mod:`dtriton.plan.implicit_gemm`); else each axis takes what is left of it, at most its
+padded size (the rows then run as one flat index, the input gathered through pointers). fp32:
+64 x 64 x 32, 4 warps. On the interpreter: 32 x 16 x 32.
 
 A depthwise convolution (groups = channels: the weight's free axes are all read by the input too)
 is no GEMM: :func:`depthwise_tiles` gives it, on the GPU, programs of 8 output columns x 128
@@ -25,7 +29,7 @@ import torch
 from ..ir import Axis, Load, Reduce, convolutions, is_sum, mul_factors, reduced_order, reduction_stages, walk
 from .draft import Draft, next_pow2
 
-__all__ = ["conv_space_tiles", "conv_tiles", "depthwise_tiles"]
+__all__ = ["conv_gemm", "conv_space_tiles", "conv_tiles", "depthwise_tiles"]
 
 
 def _spread(d: Draft, axes, budget: int) -> None:
@@ -35,6 +39,33 @@ def _spread(d: Draft, axes, budget: int) -> None:
         t = max(1, min(budget, next_pow2(d.sizes[a])))
         d.tile[a] = t
         budget = max(1, budget // t)
+
+
+def _box_spread(d: Draft, axes, budget: int) -> bool:
+    """Tiles of ``axes`` (innermost first) whose product is ``budget``, each the largest power of
+    two that divides its axis's size and fits what is left: boxes of output rows that tile the image
+    exactly (2 x 8 x 8 of a 32 x 56 x 56 output), which the plan reads through TMA
+    (:mod:`dtriton.plan.implicit_gemm`). False (nothing set) where the divisors fall short of ``budget``."""
+    tiles, left = {}, budget
+    for a in axes:
+        n, t = d.sizes[a], 1
+        while t * 2 <= left and n % (t * 2) == 0:
+            t *= 2
+        tiles[a], left = t, left // t
+    if left != 1:
+        return False
+    d.tile.update(tiles)
+    return True
+
+
+def conv_gemm(d: Draft) -> bool:
+    """The draft's tiles are those :func:`conv_tiles` gave an implicit GEMM: its blocks never form
+    their product (the M, N and K tiles meet in ``tl.dot``), so no block limit applies to it."""
+    convs = convolutions(d.alg)
+    if len(convs) != 1:
+        return False
+    name, (mside, nside) = next(iter(convs.items()))
+    return set(d.alg.stages[name].node.over) | set(mside) | set(nside) <= d.dot_axes
 
 
 def _tma_capable(device) -> bool:
@@ -65,7 +96,8 @@ def conv_tiles(d: Draft) -> None:
     bm, bn, bk = (128, 128, 64) if fp16 else ((64, 64, 32) if d.gpu else (32, 16, 32))
     for a in batch:
         d.tile[a] = 1
-    _spread(d, reversed(mside), bm)
+    if not _box_spread(d, reversed(mside), bm):
+        _spread(d, reversed(mside), bm)
     # 16-bit on a TMA device: the whole of N up to 256 in one tile and the weight's tile through TMA (H200,
     # 02:25 call, the bench conv2d: 258.0 us against 299.2 with 128x128 pointer tiles, 297.0 with TMA at 128x128,
     # 307.2 at 128x256 with pointers)
@@ -142,8 +174,9 @@ def depthwise_tiles(d: Draft) -> None:
 
 def conv_space_tiles(alg, sizes, base) -> dict[str, list[int]] | None:
     """Tile values for exploring the one convolution of ``alg`` (sizes ``sizes``) on the GPU
-    around the heuristic's complete schedule ``base``: the innermost row axis 16..128, the next
-    1..8, other row and batch axes 1 (M blocks of 16 to 1024, products of these), o 64..256, the
+    around the heuristic's complete schedule ``base``: the innermost row axis 8..128, the next
+    1..8, the third 1..4 (boxes of an image's rows, 2 x 8 x 8, as well as runs of them), other row
+    and batch axes 1 (M blocks of 8 to 4096, products of these), o 64..256, the
     unit-stride reduced axis 32..128 and the other reduced axes 1 (K one tap per tile); each list
     holds the heuristic's tile. None when ``alg`` has no single convolution or ``base`` does not
     loop over its reduced axes (a schedule of the user's)."""
@@ -159,7 +192,7 @@ def conv_space_tiles(alg, sizes, base) -> dict[str, list[int]] | None:
     inner_k = reduced_order(r, {})[-1]
     vals: dict[str, list[int]] = {a: [1] for a in r.axes if a not in mside and a not in nside}
     for i, a in enumerate(reversed(mside)):
-        vals[a] = [16, 32, 64, 128] if i == 0 else ([1, 2, 4, 8] if i == 1 else [1])
+        vals[a] = [8, 16, 32, 64, 128] if i == 0 else ([1, 2, 4, 8] if i == 1 else ([1, 2, 4] if i == 2 else [1]))
     vals[nside[0]] = [64, 128, 256]
     for a in r.over:
         vals[a] = [32, 64, 128] if a == inner_k else [1]

@@ -73,7 +73,7 @@ import torch
 from ..ir import (Algorithm, Axis, Binding, Load, contains, expr_axes, is_sum, naive_variance_of, online_candidate,
                   reduces_in, reduction_stages, splittable, topo_order, variance_of)
 from .attention_rules import decode_split
-from .conv_rules import conv_tiles, depthwise_tiles
+from .conv_rules import conv_gemm, conv_tiles, depthwise_tiles
 from .dot_rules import contraction_tiles, gemm_then_columns, gemm_then_gemm, gemm_then_rows, rows_between_gemms
 from .grad_rules import flash_backward
 from .draft import EIGHT_BIT, Draft, next_pow2, programs, sm_count, split_for
@@ -444,8 +444,9 @@ def within_limits(d: Draft) -> None:
     extents, loop tiles) against Triton's :data:`MAX_BLOCK` elements before the schedule is
     returned, and shrink what the rules chose until it fits: the largest grid tile first, then a
     "whole" axis (the outermost) becomes a loop of tile 1. A contraction's kernel is left alone
-    (its dots never form the product of their axes); the user's own fields are never changed."""
-    if d.cons:
+    (its dots never form the product of their axes), a convolution's implicit GEMM too; the user's own
+    fields are never changed."""
+    if d.cons or conv_gemm(d):
         return
 
     def block(a: str) -> int:

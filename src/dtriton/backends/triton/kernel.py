@@ -104,7 +104,11 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, BoundsPrinter):
         nums = {}
         for a in grid:
             nm = f"num_pid_{a}"
-            root.emit(f"{nm} = ({self.size(a)} + {self.block(a)} - 1) // {self.block(a)}")
+            if a in k.flat_box:   # a box of the flat axis's members per program: their tile counts' product
+                counts = [f"(({self.size(m)} + {b - 1}) // {b})" for m, b in zip(k.flat[a], k.flat_box[a])]
+                root.emit(f"{nm} = {' * '.join(counts)}  # boxes of {', '.join(k.flat[a])}")
+            else:
+                root.emit(f"{nm} = ({self.size(a)} + {self.block(a)} - 1) // {self.block(a)}")
             nums[a] = nm
         if k.persistent:
             # persistent kernel: a fixed number of programs, each looping over output tiles
@@ -152,6 +156,9 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, BoundsPrinter):
                 if self.i64:
                     st = f"pid_{a}.to(tl.int64)"
                 top.bound[a] = Bind(a, st, None, self.block(a), True, st)
+            elif a in k.flat_box:
+                self.bind_box(top, a, f"pid_{a}")
+                layout.append(a)
             else:
                 self.bind_axis(top, a, f"pid_{a} * {self.block(a)}", f"  # program's tile of axis {a}")
                 layout.append(a)

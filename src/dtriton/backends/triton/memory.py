@@ -44,11 +44,13 @@ class MemoryPrinter:
                 ms.append(self.expand1d(b[0].mask, a, layout))
         return " & ".join(ms) if ms else None
 
-    def tile_access(self, name: str, axes, scope: Scope, computed: dict | None = None):
+    def tile_access(self, name: str, axes, scope: Scope, computed: dict | None = None, shifts: dict | None = None):
         """The plan's access for a tile of tensor ``name`` indexed by ``axes``: ``("tma",
         descriptor, offsets)`` or ``("block_ptr", block pointer, boundary dims)``; None where plain
         pointers are used. ``computed``: for the plan's per-program index dims (``"#<dim>"`` keys,
-        :func:`~dtriton.plan.access.tile_key`), ``(offset, dim size, label)`` printed values."""
+        :func:`~dtriton.plan.access.tile_key`), ``(offset, dim size, label)`` printed values;
+        ``shifts``: axis -> the printed shift of its box past the axis's tile start (a conv's
+        input, ``KernelPlan.shifted_reads``)."""
         acc = self.k.access.get((name, tuple(axes)))
         if acc is None or acc.kind == "pointer":
             return None
@@ -56,7 +58,7 @@ class MemoryPrinter:
         binds = [Bind(a, computed[a][0], None, "1", True, computed[a][0]) if a in computed else scope.find_bind(a)[0]
                  for a in axes]
         blocks = ["1" if b.scalar else b.block for b in binds]
-        offs = [b.start for b in binds]
+        offs = [f"{b.start} + {shifts[a]}" if shifts and a in shifts else b.start for a, b in zip(axes, binds)]
         # size arguments in the order descriptors and block pointers use them
         shape = [computed[a][1] if a in computed else self.size(a) for a in axes]
         labels = [computed[a][2] if a in computed else a for a in axes]
@@ -106,7 +108,12 @@ class MemoryPrinter:
         if key is not None and self.k.access.get((name, key), TileAccess("pointer")).kind != "pointer":
             axes = list(key)
             computed = {a: self.program_index(n, int(a[1:]), scope, layout) for a in key if a.startswith("#")}
-            acc = self.tile_access(name, axes, scope, computed)
+            shifts = {}
+            for d, (a, at0) in self.k.shifted_reads.get(n.uid, {}).items():   # a box shifted past the tile start
+                shifts[a] = self.fresh("shift")
+                scope.emit(f"{shifts[a]} = {self.val(at0, scope, layout)}  # box of {n.tensor.name} dim {d}: "
+                           f"{fmt(n.index[d], limit=None)} at {a} = its tile start, plus this")
+            acc = self.tile_access(name, axes, scope, computed, shifts)
             if acc is not None:
                 kind, h, extra = acc
                 if kind == "tma":
@@ -119,7 +126,9 @@ class MemoryPrinter:
                 blk = self.fresh("tile")
                 scope.emit(f"{blk} = {code}  # {fmt(n, limit=None)}: {kind} tile")
                 # (a flat axis's innermost member is a tile along the flat axis's dim)
-                tiled = tuple(self.k.flat_of(a) for a in axes if a not in computed and not scope.find_bind(a)[0].scalar)
+                # (the members of a box: one dim of it)
+                tiled = tuple(dict.fromkeys(self.k.flat_of(a) for a in axes
+                                            if a not in computed and not scope.find_bind(a)[0].scalar))
                 if len(tiled) < len(axes):  # drop the size-1 dims of tile-1 grid axes first
                     blk2 = self.fresh("tile")
                     scope.emit(f"{blk2} = tl.reshape({blk}, {self.shape(tiled, set(tiled))})")

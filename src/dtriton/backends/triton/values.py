@@ -111,6 +111,35 @@ class ValuePrinter:
             scope.emit(f"offs_{m} = {v}  # index of {m} in flat axis {a}")
             scope.bound[m] = Bind(m, f"offs_{m}", mask, blk, False, "0")
 
+    def bind_box(self, scope: Scope, a: str, tile: str) -> None:
+        """Bind flat grid axis ``a`` whose tiles are boxes of its members (``KernelPlan.flat_box``)
+        in ``scope``: box number ``tile`` (the program's) decomposed into the members' tile indices
+        (the innermost fastest), and each member's index decomposed from the box's rows (the
+        innermost fastest: row-major in the members' order, as a TMA box of them reshaped to
+        rows). The members share ``a``'s dim and a mask unless every tile divides its size."""
+        members, box = self.k.flat[a], self.k.flat_box[a]
+        blk = self.block(a)
+        offs = f"offs_{a}"
+        scope.emit(f"{offs} = tl.arange(0, {blk})  # the rows of the program's box of {', '.join(members)}")
+        rest, masks, starts = tile, [], {}
+        for i in range(len(members) - 1, -1, -1):
+            m, b, inner = members[i], box[i], math.prod(box[i + 1:])
+            tiles = f"(({self.size(m)} + {b - 1}) // {b})"
+            starts[m] = f"start_{m}"
+            idx = f"{rest} % {tiles}" if i else rest
+            scope.emit(f"start_{m} = ({idx}) * {b}  # first index of {m} in the box")
+            rest = f"({rest} // {tiles})"
+            local = f"{offs} // {inner}" if inner > 1 else offs
+            scope.emit(f"offs_{m} = start_{m} + " + (f"({local}) % {b}" if i else local))
+            masks.append(f"(offs_{m} < {self.size(m)})")
+        mask = None
+        if not self.plan(a).divisible:
+            mask = f"mask_{a}"
+            scope.emit(f"{mask} = {' & '.join(reversed(masks))}")
+        scope.bound[a] = Bind(a, offs, mask, blk, False, "0")
+        for m in members:
+            scope.bound[m] = Bind(m, f"offs_{m}", mask, blk, False, starts[m])
+
     def block_axes(self, scope: Scope, axes) -> list[str]:
         """The axes of ``axes`` that are block dims in ``scope`` (raises when one is not bound)."""
         out = []

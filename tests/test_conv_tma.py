@@ -1,0 +1,110 @@
+"""A convolution's input read in TMA boxes (issue 19, session 5): each M tile a box of the output rows
+(n, h, w), each tap's input tile one TMA box shifted by the tap, zeros outside the tensor as the padding.
+
+The kernels run on Triton's interpreter (its descriptors fill out-of-range coordinates, negative ones
+too, with zeros as TMA does) into NaN-poisoned outputs and are compared with torch's ``F.conv2d`` in
+float64, on odd sizes whose boxes overhang the image; the plan's decision is checked at the bench
+shape (planned as a CUDA call, nothing launched).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dtriton as dt
+from dtriton import library as L
+from dtriton.ir import Axis, ScalarParam, shift_of
+from dtriton.plan import call_spec, implicit_gemm, plan_program
+
+from conftest import check, randn
+
+
+def t_conv2d_nhwc(X, W, s, p, d, ho, wo):
+    return F.conv2d(X.permute(0, 3, 1, 2), W.permute(0, 3, 1, 2), stride=s, padding=p, dilation=d).permute(0, 2, 3, 1)
+
+
+def osize(n: int, s: int, p: int, d: int) -> int:
+    return (n + 2 * p - d * 2 - 1) // s + 1
+
+
+def boxed(tile: dict) -> dt.Schedule:
+    """A TMA schedule of conv2d_nhwc with these tiles (K one tap per step)."""
+    full = {"r": 1, "q": 1, **tile}
+    return dt.Schedule(tile=full, grid=("n", "h", "w", "o"), strategy={"c": "loop", "r": "loop", "q": "loop"},
+                       access="tma")
+
+
+def gpu_kernel(args, sched=None):
+    """The kernel plan of a CUDA call with ``args`` (meta tensors: every one TMA-addressable)."""
+    alg = L.conv2d_nhwc
+    b = alg.bind(args)
+    b.device = torch.device("cuda")
+    full = dt.compile(alg, sched).complete(b)
+    tma = frozenset({"X", "Wt", "out"}) if full.access == "tma" else frozenset()
+    return full, plan_program(alg, full, b, call_spec(alg, b, args, False, tma_ok=tma)).kernels[0]
+
+
+def bench_args(stride: int = 1):
+    m = dict(device="meta", dtype=torch.float16)
+    ho = osize(56, stride, 1, 1)
+    return [torch.empty(32, 56, 56, 256, **m), torch.empty(256, 3, 3, 256, **m), stride, 1, 1, ho, ho]
+
+
+def test_shift_of_takes_unit_coefficients_only():
+    h, r = Axis("h"), Axis("r")
+    s, d, p = (ScalarParam(x, int) for x in ("s", "d", "p"))
+    e = h * s + r * d - p
+    at0 = shift_of(e, "h", {"s"})
+    assert at0 is not None and "h" not in at0.axes and set(at0.axes) == {"r"}
+    assert shift_of(e, "h", {"d"}) is None            # a stride that is not 1 on this call
+    assert shift_of(h // 2 + r, "h", {"s"}) is None    # not affine
+    assert shift_of(h * h + r, "h", set()) is None
+    assert shift_of(-h + r, "h", set()) is None        # coefficient -1
+    assert shift_of(h * 2 - h + r - 1, "h", set()) is not None
+
+
+def test_bench_conv_reads_its_input_in_tma_boxes():
+    sched, k = gpu_kernel(bench_args())
+    assert sched.access == "tma" and (sched.tile["n"], sched.tile["h"], sched.tile["w"]) == (2, 8, 8)
+    assert sched.tile["o"] == 256 and sched.tile["c"] == 64   # (no block limit on an implicit GEMM's tiles)
+    assert k.flat_box == {"nhw": (2, 8, 8)}
+    (dims,) = k.shifted_reads.values()
+    assert sorted(dims) == [1, 2] and [dims[1][0], dims[2][0]] == ["h", "w"]
+    assert k.access[("X", ("n", "h", "w", "c"))].box == (2, 8, 8, 64)
+
+
+def test_stride_two_keeps_the_gathered_pointer_loads():
+    _, k = gpu_kernel(bench_args(stride=2))
+    assert not k.flat_box and not k.shifted_reads and ("X", ("n", "h", "w", "c")) not in k.access
+
+
+def test_boxes_only_where_few_rows_are_wasted():
+    m = dict(device="meta", dtype=torch.float16)
+    args = [torch.empty(3, 8, 10, 64, **m), torch.empty(64, 3, 3, 64, **m), 1, 1, 1, 8, 10]
+    _, k = gpu_kernel(args, boxed({"n": 1, "h": 8, "w": 16, "o": 64, "c": 64}))   # 16 columns of 10: pointers
+    assert not k.flat_box
+    _, k = gpu_kernel(args, boxed({"n": 1, "h": 8, "w": 2, "o": 64, "c": 64}))    # 8 and 2 divide 8 and 10
+    assert k.flat_box == {"nhw": (1, 8, 2)}
+
+
+@pytest.mark.parametrize("s,p,d", [(1, 1, 1), (1, 2, 2), (1, 0, 1)])
+def test_boxed_conv_on_odd_sizes(monkeypatch, s, p, d):
+    """Boxes of 2 x 2 x 4 rows over a 3 x 5 x 7 image (every member masked, taps reading at -2..+2
+    past the edges) are right; so are fp16 ones."""
+    monkeypatch.setattr(implicit_gemm, "BOX_WASTE", 1)   # (boxes on sizes this small waste rows)
+    H, W = 5, 7
+    args = [randn(3, H, W, 16), randn(24, 3, 3, 16), s, p, d, osize(H, s, p, d), osize(W, s, p, d)]
+    sched = boxed({"n": 2, "h": 2, "w": 4, "o": 16, "c": 16})
+    src = dt.compile(L.conv2d_nhwc, sched).source_for(*args)
+    assert "desc_X.load([start_n, start_h + " in src and "tl.load(X_ptr" not in src
+    check(L.conv2d_nhwc, args, sched, torch_ref=t_conv2d_nhwc)
+
+
+def test_boxed_fp16_conv_divisible_tiles():
+    args = [randn(2, 4, 8, 16, dtype=torch.float16), randn(16, 3, 3, 16, dtype=torch.float16), 1, 1, 1, 4, 8]
+    sched = boxed({"n": 1, "h": 2, "w": 8, "o": 16, "c": 16})
+    src = dt.compile(L.conv2d_nhwc, sched).source_for(*args)
+    assert "desc_X" in src and "mask_nhw" not in src   # (every box inside the output: no row mask)
+    check(L.conv2d_nhwc, args, sched, torch_ref=t_conv2d_nhwc)
