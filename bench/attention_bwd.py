@@ -30,12 +30,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import subprocess
 import sys
 import tempfile
 import time
-import types
 
 import torch
 
@@ -73,55 +70,20 @@ def bwd_args(bwd, B, H, S, D, dtype, device):
 def sm90_report(bwd, args, sched=None, dump: str | None = None) -> list[str]:
     """One line per kernel of ``bwd`` planned for a CUDA call with ``args`` (meta tensors) under
     ``sched`` (None: the heuristic), compiled by Triton for sm_90."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    from dtriton.backends import default_backend
-    from dtriton.plan.callspec import call_spec
-    from dtriton.plan.decide import plan_program
-    b = bwd.bind(args)
-    b.device = torch.device("cuda")
-    sched = sched or dt.compile(bwd).complete(b)
-    prog = plan_program(bwd, sched, b, call_spec(bwd, b, args, False))
-    src, metas = default_backend().render(prog)
+    # (bench/sm90.py imports triton, which the timing modes do not need)
+    from sm90 import compile_sm90, dump_asm, load_kernels, plan_for_cuda, ptr_types, render, resources, signature
+    b, sched, prog = plan_for_cuda(bwd, args, sched)
+    src, metas = render(prog)
     tmp = dump or tempfile.mkdtemp(prefix="dt_attnbwd_")
-    os.makedirs(tmp, exist_ok=True)
-    mod = types.ModuleType("dt_attnbwd")
-    mod.__file__ = os.path.join(tmp, "kernels.py")
-    with open(mod.__file__, "w") as f:
-        f.write(src)
-    mod._jit = triton.jit
-    exec(compile(src, mod.__file__, "exec"), mod.__dict__)
-    tl_dt = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
-    ptrs = {p.name: tl_dt[a.dtype] for p, a in zip(bwd.params, args) if isinstance(a, torch.Tensor)}
-    ptrs.update({o.name: ptrs["Q"] for o in bwd.outputs})
-    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    mod = load_kernels(src, tmp, "kernels")
+    ptr = ptr_types(bwd, b)   # the outputs (gradients) in Q's dtype, buffers fp32
     lines = [f"schedule: {sched.to_json()}"]
     for m in metas:
         fn = getattr(mod, m.name)
-        unit = {f"{t}_s{n - 1}" for t, n in m.tensor_ndim.items() if n}
-        sig, consts = {}, {}
-        for a in fn.arg_names:
-            if a in m.consts or a in unit:
-                sig[a], consts[a] = "constexpr", m.consts.get(a, 1)
-            elif a.endswith("_ptr"):
-                sig[a] = "*" + ptrs.get(a[:-4], "fp32")
-            else:
-                sig[a] = "fp32" if a.startswith("s_") else "i32"
-        attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names)
-                 if sig[a] not in ("constexpr", "fp32")}
-        k = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                           options={"num_warps": m.ir.num_warps, "num_stages": m.ir.num_stages})
-        cubin = os.path.join(tmp, m.name + ".cubin")
-        with open(cubin, "wb") as f:
-            f.write(k.asm["cubin"])
-        res = subprocess.run([cuobjdump, "-res-usage", cubin], capture_output=True, text=True).stdout
-        reg, stack = (re.search(rf"{w}:(\d+)", res) for w in ("REG", "STACK"))
+        k = compile_sm90(fn, m, *signature(bwd, fn, m, ptr))
         ptx, ttgir = k.asm["ptx"], k.asm["ttgir"]
-        for ext in ("ttgir", "ptx"):
-            with open(os.path.join(tmp, f"{m.name}.{ext}"), "w") as f:
-                f.write(k.asm[ext])
-        lines.append(f"  {m.name}: regs {reg and reg.group(1)} stack {stack and stack.group(1)} smem {k.metadata.shared} "
+        dump_asm(k, tmp, m.name)
+        lines.append(f"  {m.name}: {resources(k.asm['cubin'])} smem {k.metadata.shared} "
                      f"warps {m.ir.num_warps} stages {m.ir.num_stages} wgmma {ptx.count('wgmma.mma_async')} "
                      f"mma.sync {ptx.count('mma.sync')} ex2 {ptx.count('ex2.approx')} div {ptx.count('div.')} "
                      f"rcp {ptx.count('rcp.')} convert_layout {ttgir.count('ttg.convert_layout')}")

@@ -16,26 +16,16 @@ Integer arguments are compiled as multiples of 16, last strides as 1 (contiguous
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import os
 import sys
-import tempfile
 
 import torch
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import dtriton as dt  # noqa: E402
-from dtriton.backends import default_backend  # noqa: E402
 from dtriton.library import attention, causal_attention, gqa_attention  # noqa: E402
-from dtriton.plan.callspec import call_spec, tma_addressable  # noqa: E402
-from dtriton.plan.decide import plan_program  # noqa: E402
-from sm90_compile import resources  # noqa: E402
-
-TL = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+from dtriton.plan.callspec import tma_addressable  # noqa: E402
+from sm90 import (add_options, compile_sm90, cuda_schedule, load_kernels, merge_fields, options, plan_for_cuda,  # noqa: E402
+                  render, resources, signature)
 
 #: name -> schedule fields merged into the heuristic's schedule
 VARIANTS = {
@@ -72,62 +62,26 @@ def case(spec: str):
 def plan(alg, args, extra: dict):
     """The planned program and schedule of ``alg`` on ``args`` as a CUDA call, with ``extra``
     schedule fields merged into the heuristic's schedule (per-axis maps merged key by key)."""
-    b = alg.bind(args)
-    b.device = torch.device("cuda")
-    sched = dt.compile(alg).complete(b)
-    if extra:
-        base = json.loads(sched.to_json())
-        for k, v in extra.items():
-            base[k] = dict(base.get(k) or {}, **v) if isinstance(v, dict) else v
-        sched = dt.Schedule.from_json(json.dumps(base))
+    b, sched = cuda_schedule(alg, args)
+    sched = merge_fields(sched, extra, per_key=True)
     tma = tma_addressable(alg, b, args) if sched.access == "tma" else frozenset()
-    return plan_program(alg, sched, b, call_spec(alg, b, args, False, None, tma)), sched
-
-
-def signature(fn, meta, dtype_of, int_scalars=frozenset()) -> tuple[dict, dict, dict]:
-    """Triton's (signature, constants, attributes) for kernel ``fn`` of ``meta``: pointers typed by
-    tensor, host descriptors by their box, scalar arguments fp32 unless in ``int_scalars``
-    (``s_<name>``), integers as multiples of 16, last strides 1."""
-    sig, consts = {}, {}
-    unit = {f"{t}_s{n - 1}" for t, n in meta.tensor_ndim.items() if n}
-    descs = {d: (t, box) for d, t, box, _perm in meta.descs}
-    for a in fn.arg_names:
-        if a in meta.consts or a in unit:
-            sig[a], consts[a] = "constexpr", meta.consts.get(a, 1)
-        elif a in descs:
-            t, box = descs[a]
-            sig[a] = f"tensordesc<{dtype_of(t)}[{','.join(map(str, box))}]>"
-        elif a.endswith("_ptr"):
-            sig[a] = "*" + dtype_of(a[:-4])
-        else:
-            sig[a] = "fp32" if a.startswith("s_") and a not in int_scalars else "i32"
-    attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names)
-             if sig[a] == "i32" or sig[a].startswith("*")}
-    return sig, consts, attrs
+    return plan_for_cuda(alg, args, sched, tma)[2], sched
 
 
 def compile_variant(spec: str, vname: str, out: str) -> None:
     alg, args = case(spec)
     try:
         prog, sched = plan(alg, args, VARIANTS[vname])
-        src, metas = default_backend().render(prog)
+        src, metas = render(prog)
     except Exception as e:  # noqa: BLE001 - a refused schedule is a result
         print(f"{spec} {vname}: refused: {' '.join(str(e).split())[:200]}", flush=True)
         return
-    path = os.path.join(out, f"{spec}_{vname}.py")
-    with open(path, "w") as f:
-        f.write(src)
-    spec_ = importlib.util.spec_from_file_location(f"attn_sm90_{spec}_{vname}".replace("-", "_"), path)
-    mod = importlib.util.module_from_spec(spec_)
-    mod._jit = triton.jit
-    spec_.loader.exec_module(mod)
+    mod = load_kernels(src, out, f"{spec}_{vname}")
     for m in metas:
         fn = getattr(mod, m.name)
-        ints = {f"s_{p.name}" for p in alg.params if getattr(p, "pytype", None) is int}
-        sig, consts, attrs = signature(fn, m, lambda t: "fp16" if not t.startswith("buf_") else "fp32", ints)
+        sig, consts, attrs = signature(alg, fn, m, lambda t: "fp16" if not t.startswith("buf_") else "fp32")
         try:
-            ck = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                                options={"num_warps": m.ir.num_warps, "num_stages": m.ir.num_stages})
+            ck = compile_sm90(fn, m, sig, consts, attrs)
         except Exception as e:  # noqa: BLE001
             print(f"{spec} {vname} {m.name}: compile error: {' '.join(str(e).split())[-300:]}", flush=True)
             continue
@@ -143,10 +97,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default="n4096x128,n1024x64")
     ap.add_argument("--variants", default=",".join(VARIANTS))
-    ap.add_argument("--out", default="", help="keep the sources and PTX here (default: a temporary folder)")
+    add_options(ap, schedule=False)
     a = ap.parse_args(argv)
-    out = a.out or tempfile.mkdtemp(prefix="attn_sm90_")
-    os.makedirs(out, exist_ok=True)
+    out, _ = options(a, "attn_sm90_")
     for spec in a.cases.split(","):
         for v in a.variants.split(","):
             compile_variant(spec, v, out)

@@ -14,72 +14,31 @@ kernel's TTGIR and PTX. Needs Triton's CUDA backend (ptxas and cuobjdump ship wi
 from __future__ import annotations
 
 import argparse
-import inspect
 import os
 import re
-import subprocess
 import sys
 import tempfile
-import types
-
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dtriton.backends import default_backend  # noqa: E402
 from dtriton.examples.diffusionnet.plans import empty_args, gpu_program  # noqa: E402
 from dtriton.library import spatial_diffusion  # noqa: E402
-
-BIN = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-
-
-def _signature(fn, meta, sizes: dict[str, int]) -> tuple[dict, dict, dict]:
-    """Triton signature, constants and divisibility attributes of kernel ``meta`` as launched."""
-    params = list(inspect.signature(fn.fn).parameters)
-    unit = {f"{t}_s{n - 1}" for t, n in meta.tensor_ndim.items()}
-    sig, consts, attrs = {}, {}, {}
-    for i, p in enumerate(params):
-        if p in meta.consts or p in unit:
-            sig[p], consts[p] = "constexpr", meta.consts.get(p, 1)
-            continue
-        sig[p] = "*fp32" if p.endswith("_ptr") else "i32"
-        size = sizes.get(p[5:].upper(), 1) if p.startswith("size_") else None
-        if sig[p] == "*fp32" or re.search(r"_s\d$", p) or (size is not None and size % 16 == 0):
-            attrs[(i,)] = [["tt.divisibility", 16]]
-    return sig, consts, attrs
+from sm90 import compile_sm90, dump_asm, load_kernels, render, resources, signature  # noqa: E402
 
 
 def report(sched, sizes: dict[str, int], dump: str | None = None) -> list[str]:
     """One line per kernel of the forward under ``sched`` (None: the heuristic) at ``sizes``."""
     _, prog = gpu_program(spatial_diffusion, empty_args(spatial_diffusion, sizes), sched)
-    src, metas = default_backend().render(prog)
-    tmp = tempfile.mkdtemp(prefix="dt_sm90_")
-    mod = types.ModuleType("dt_sm90")
-    mod.__file__ = os.path.join(tmp, "kernels.py")
-    with open(mod.__file__, "w") as f:
-        f.write(src)
-    mod._jit = triton.jit
-    exec(compile(src, mod.__file__, "exec"), mod.__dict__)
+    src, metas = render(prog)
+    mod = load_kernels(src, tempfile.mkdtemp(prefix="dt_sm90_"), "kernels")
     lines = []
     for m in metas:
         fn = getattr(mod, m.name)
-        sig, consts, attrs = _signature(fn, m, sizes)
-        k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs),
-                           target=GPUTarget("cuda", 90, 32),
-                           options={"num_warps": m.ir.num_warps, "num_stages": m.ir.num_stages})
-        cubin = os.path.join(tmp, m.name + ".cubin")
-        with open(cubin, "wb") as f:
-            f.write(k.asm["cubin"])
-        res = subprocess.run([os.path.join(BIN, "cuobjdump"), "-res-usage", cubin], capture_output=True, text=True).stdout
-        reg, stack = (re.search(rf"{w}:(\d+)", res) for w in ("REG", "STACK"))
+        # every pointer fp32; sizes marked multiples of 16 only where they are
+        k = compile_sm90(fn, m, *signature(spatial_diffusion, fn, m, lambda t: "fp32", sizes=sizes))
         ptx = k.asm["ptx"]
         if dump:
-            os.makedirs(dump, exist_ok=True)
-            for ext in ("ttgir", "ptx"):
-                with open(os.path.join(dump, f"{m.name}.{ext}"), "w") as f:
-                    f.write(k.asm[ext])
-        lines.append(f"  {m.name}: regs {reg and reg.group(1)} stack {stack and stack.group(1)} "
+            dump_asm(k, dump, m.name)
+        lines.append(f"  {m.name}: {resources(k.asm['cubin'])} "
                      f"smem {k.metadata.shared} wgmma {ptx.count('wgmma.mma_async')} mma.sync {ptx.count('mma.sync')} "
                      f"fma {ptx.count('fma.rn.f32')} cp.async16 {len(re.findall(r'cp.async.c[ag].shared.global.*0x10', ptx))} "
                      f"cp.async4 {len(re.findall(r'cp.async.c[ag].shared.global.*0x4,', ptx))}")

@@ -14,31 +14,17 @@ case's heuristic schedule (``'{"access": "tma"}'`` compiles the TMA form the heu
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
 
 import torch
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dtriton as dt  # noqa: E402
-from dtriton.backends import default_backend  # noqa: E402
-from dtriton.plan.callspec import call_spec  # noqa: E402
-from dtriton.plan.decide import plan_program  # noqa: E402
 from narrow import E4, fp8_blockwise, fp8_rowwise, fp8_tensorwise, int4_linear, int8_mm, quantise_fp8  # noqa: E402
-
-CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-
-#: torch dtype -> Triton's pointer element type name
-PTR = {torch.float8_e4m3fn: "fp8e4nv", torch.float8_e5m2: "fp8e5", torch.int8: "i8", torch.uint8: "u8", torch.int32: "i32",
-       torch.int64: "i64", torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+from sm90 import (add_options, compile_sm90, cuda_schedule, load_kernels, merge_fields, options, plan_for_cuda,  # noqa: E402
+                  ptr_types, render, resources, signature)
 
 
 @dt.algorithm
@@ -47,16 +33,6 @@ def quantise_int8(X: dt.Tensor["M", "K"]):
     i, k = dt.axes("i k")
     scale = dt.maximum(dt.cast(dt.max(dt.abs(X[i, k]), over=k), torch.float32), 1e-12) / 127.0
     return dt.cast(X[i, k] / scale, torch.int8, saturate=True)[i, k], scale[i]
-
-
-def registers(cubin: bytes) -> str:
-    """``regs N, stack N`` of a cubin (cuobjdump's resource usage)."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-        f.write(cubin)
-    text = subprocess.run([CUOBJDUMP, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
-    os.unlink(f.name)
-    m = re.search(r"REG:(\d+).*?STACK:(\d+)", text)
-    return f"regs {m.group(1)}, stack {m.group(2)}" if m else "regs ?"
 
 
 @dt.algorithm
@@ -84,46 +60,22 @@ def cases():
 
 
 def compile_case(name, alg, args, extra: dict, out: str) -> None:
-    b = alg.bind(args)
-    b.device = torch.device("cuda")
-    sched = dt.compile(alg).complete(b)
-    sched = dt.Schedule.from_json(json.dumps(dict(json.loads(sched.to_json()), **{"access": "pointer", **extra})))
+    _, sched = cuda_schedule(alg, args)
+    sched = merge_fields(sched, {"access": "pointer", **extra})
     # (meta tensors have no data pointer: every input and output counts as TMA-addressable)
     tma = frozenset(t.name for t in alg.tensor_params) | frozenset(o.name for o in alg.outputs)
-    prog = plan_program(alg, sched, b, call_spec(alg, b, args, False, tma_ok=tma if sched.access == "tma" else frozenset()))
-    src, metas = default_backend().render(prog)
-    path = os.path.join(out, f"{name}.py")
-    with open(path, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location(f"narrow_sm90_{name}", path)
-    mod = importlib.util.module_from_spec(spec)
-    mod._jit = triton.jit
-    spec.loader.exec_module(mod)
+    b, sched, prog = plan_for_cuda(alg, args, sched, tma if sched.access == "tma" else frozenset())
+    src, metas = render(prog)
+    mod = load_kernels(src, out, name)
     print(f"{name}: {sched.to_json()}", flush=True)
-    dtypes = dict(b.dtypes) | {o.name: d for o, d in zip(alg.outputs, b.out_dtypes)}
-    for k in prog.kernels:
-        dtypes |= {buf.name: buf.torch_dtype for buf in k.materialized.values()}
+    ptr = ptr_types(alg, b, prog)
     # each tensor's unit-stride dim (a transposed view's is not its last): Triton specialises a stride of 1
     unit = {f"{t}_s{d}" for t, d in b.unit_dims.items() if d >= 0}
     for meta in metas:
         fn = getattr(mod, meta.name)
         unit |= {f"{t}_s{n - 1}" for t, n in meta.tensor_ndim.items() if n and t not in b.unit_dims}
-        sig, consts = {}, {}
-        descs = {d[0]: (d[1], d[2]) for d in meta.descs}
-        for arg in fn.arg_names:
-            if arg in meta.consts or arg in unit:
-                sig[arg], consts[arg] = "constexpr", meta.consts.get(arg, 1)
-            elif arg in descs:   # a host TMA descriptor: its element type and box
-                tensor, box = descs[arg]
-                sig[arg] = f"tensordesc<{PTR[dtypes[tensor]]}[{', '.join(str(x) for x in box)}]>"
-            elif arg.endswith("_ptr"):
-                sig[arg] = "*" + PTR[dtypes.get(arg[:-4], torch.float32)]
-            else:
-                sig[arg] = "i32"
-        attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if sig[a] != "constexpr"}
         try:
-            ck = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                                options={"num_warps": meta.ir.num_warps, "num_stages": meta.ir.num_stages})
+            ck = compile_sm90(fn, meta, *signature(alg, fn, meta, ptr, unit))
         except Exception as e:  # noqa: BLE001 - report and go on with the next kernel
             print(f"  {meta.name}: FAILED to compile: {type(e).__name__}: {str(e)[:400]}", flush=True)
             continue
@@ -131,19 +83,16 @@ def compile_case(name, alg, args, extra: dict, out: str) -> None:
         with open(os.path.join(out, f"{meta.name}.ptx"), "w") as f:
             f.write(ptx)
         mma = sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.\w+\.(\w+)\.(\w+)\.(\w+)", ptx)))
-        print(f"  {meta.name}: compiled; {registers(ck.asm['cubin'])}, smem {ck.metadata.shared} B, {meta.ir.num_warps} warps, "
+        print(f"  {meta.name}: compiled; {resources(ck.asm['cubin'])}, smem {ck.metadata.shared} B, {meta.ir.num_warps} warps, "
               f"wgmma {mma or 'none'}, mma.sync {ptx.count('mma.sync')}, fma {ptx.count('fma.rn')}", flush=True)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--schedule", default="", help="JSON fields merged into each case's heuristic schedule")
     ap.add_argument("--only", default="", help="comma-separated case names")
-    ap.add_argument("--out", default="", help="keep the sources and PTX here (default: a temporary folder)")
+    add_options(ap)
     a = ap.parse_args(argv)
-    out = a.out or tempfile.mkdtemp(prefix="narrow_sm90_")
-    os.makedirs(out, exist_ok=True)
-    extra = json.loads(a.schedule) if a.schedule else {}
+    out, extra = options(a, "narrow_sm90_")
     for name, alg, args in cases():
         if not a.only or name in a.only.split(","):
             compile_case(name, alg, args, extra, out)

@@ -19,28 +19,16 @@ call may specialise further.
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
 import os
-import re
-import subprocess
 import sys
-import tempfile
 
 import torch
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
-import dtriton as dt
-from dtriton.backends import default_backend
-from dtriton.library import (avg_pool2d, batch_norm, frobenius_normalize, group_norm, instance_norm, layer_norm_chw,
-                             max_pool2d)
-from dtriton.plan.callspec import call_spec
-from dtriton.plan.decide import plan_program
-
-TL = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
-CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dtriton.library import (avg_pool2d, batch_norm, frobenius_normalize, group_norm, instance_norm,  # noqa: E402
+                             layer_norm_chw, max_pool2d)
+from sm90 import (TL, add_options, compile_sm90, cuda_schedule, load_kernels, merge_fields, options, plan_for_cuda,  # noqa: E402
+                  ptr_types, render, resources, signature)
 
 
 def case(name: str, dtype: torch.dtype):
@@ -58,47 +46,18 @@ def case(name: str, dtype: torch.dtype):
     return algs[name], (torch.empty(16, 64, 256, 256, **e),)
 
 
-def resources(cubin: bytes) -> str:
-    """``REG:n STACK:n`` of a cubin, from cuobjdump."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-        f.write(cubin)
-    out = subprocess.run([CUOBJDUMP, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
-    os.unlink(f.name)
-    m = re.search(r"REG:(\d+).*?STACK:(\d+)", out)
-    return f"regs {m.group(1)} stack {m.group(2)}" if m else "regs ?"
-
-
 def compile_case(name: str, dtype: torch.dtype, extra: dict, out: str) -> None:
     alg, args = case(name, dtype)
-    b = alg.bind(args)
-    b.device = torch.device("cuda")
-    sched = dt.compile(alg).complete(b)
-    if extra:
-        sched = dt.Schedule.from_json(json.dumps(dict(json.loads(sched.to_json()), **extra)))
-    prog = plan_program(alg, sched, b, call_spec(alg, b, args, False))
-    src, metas = default_backend().render(prog)
-    path = os.path.join(out, f"{name}_{TL[dtype]}.py")
-    with open(path, "w") as f:
-        f.write(src)
-    spec = importlib.util.spec_from_file_location(f"sm90_{name}_{TL[dtype]}", path)
-    mod = importlib.util.module_from_spec(spec)
-    mod._jit = triton.jit
-    spec.loader.exec_module(mod)
+    _, sched = cuda_schedule(alg, args)
+    b, sched, prog = plan_for_cuda(alg, args, merge_fields(sched, extra))
+    src, metas = render(prog)
+    mod = load_kernels(src, out, f"{name}_{TL[dtype]}")
     print(f"{name} {TL[dtype]}: {sched.to_json()}")
-    ptrs = {p.name: TL[dtype] for p in alg.tensor_params} | {o.name: TL[dtype] for o in alg.outputs}
+    ptr = ptr_types(alg, b)   # (buffers fp32)
     for m in metas:
         fn = getattr(mod, m.name)
-        sig, consts = {}, {}
         # every tensor here is contiguous: its last stride is 1, which Triton specialises on
-        unit = {f"{t}_s{n - 1}" for t, n in m.tensor_ndim.items() if n}
-        for a in fn.arg_names:
-            if a in m.consts or a in unit:
-                sig[a], consts[a] = "constexpr", m.consts.get(a, 1)
-            else:
-                sig[a] = "*" + ptrs.get(a[:-4], "fp32") if a.endswith("_ptr") else "i32"
-        attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(fn.arg_names) if sig[a] != "constexpr"}
-        ck = triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                            options={"num_warps": m.ir.num_warps, "num_stages": m.ir.num_stages})
+        ck = compile_sm90(fn, m, *signature(alg, fn, m, ptr))
         ptx = ck.asm["ptx"]
         with open(os.path.join(out, f"{m.name}_{TL[dtype]}.ptx"), "w") as f:
             f.write(ptx)
@@ -114,12 +73,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default="in,bn,gn,ln,fro")
     ap.add_argument("--dtypes", default="float16,float32")
-    ap.add_argument("--schedule", default="", help="JSON fields merged into each case's heuristic schedule")
-    ap.add_argument("--out", default="", help="keep the sources and PTX here (default: a temporary folder)")
+    add_options(ap)
     a = ap.parse_args(argv)
-    out = a.out or tempfile.mkdtemp(prefix="sm90_")
-    os.makedirs(out, exist_ok=True)
-    extra = json.loads(a.schedule) if a.schedule else {}
+    out, extra = options(a, "sm90_")
     for name in a.cases.split(","):
         for d in a.dtypes.split(","):
             compile_case(name, getattr(torch, d), extra, out)
