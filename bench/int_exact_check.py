@@ -16,61 +16,18 @@ Prints one line per case (``ok`` or ``FAIL``) and ``INT-EXACT PASS n/n`` or
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 import torch
 
-import dtriton as dt
-from dtriton.library import cross_entropy
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dtriton as dt  # noqa: E402
+from dtriton.library import cross_entropy  # noqa: E402
+from int_cases import BIG, big_ints, centred, imm, masked_count, rowmax, rowmin, rowsum, schedules, total  # noqa: E402
 
-WHOLE = dt.Schedule(tile={"i": 2}, grid=("i",), strategy={"j": "whole"})
-LOOP = dt.Schedule(tile={"i": 2, "j": 16}, grid=("i",), strategy={"j": "loop"})
-PARTIALS = dt.Schedule(tile={"i": 2, "j": 16}, grid=("i",), split={"j": 3}, split_mode="partials",
-                       stages={"sum0": {"place": "materialize"}})
-ATOMIC = PARTIALS.replace(split_mode="atomic")
-
-
-@dt.algorithm
-def rowsum(X: dt.Tensor["M", "N"]):
-    i, j = dt.axes("i j")
-    return dt.sum(X[i, j], over=j)[i]
-
-
-@dt.algorithm
-def rowmax(X: dt.Tensor["M", "N"]):
-    i, j = dt.axes("i j")
-    return dt.max(X[i, j], over=j)[i]
-
-
-@dt.algorithm
-def rowmin(X: dt.Tensor["M", "N"]):
-    i, j = dt.axes("i j")
-    return dt.min(X[i, j], over=j)[i]
-
-
-@dt.algorithm
-def total(X: dt.Tensor["M", "N"]):
-    i, j = dt.axes("i j")
-    return dt.sum(X[i, j], over=(i, j))[()]
-
-
-@dt.algorithm
-def masked_count(X: dt.Tensor["M", "N"], C: dt.Tensor["M", "N"]):
-    i, j = dt.axes("i j")
-    return dt.sum(dt.where(X[i, j] > 0, C[i, j], 0), over=j)[i]
-
-
-@dt.algorithm
-def centred(C: dt.Tensor["M", "N"]):
-    i, j = dt.axes("i j")
-    s = dt.sum(C[i, j], over=j)
-    return (s[i] - C[i, j])[i, j]
-
-
-@dt.algorithm
-def imm(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"]):
-    i, j, k = dt.axes("i j k")
-    return dt.sum(A[i, k] * B[k, j], over=k)[i, j]
+S = schedules(16)
+WHOLE, LOOP, PARTIALS, ATOMIC = S["whole"], S["loop"], S["partials"], S["atomic"]
 
 
 def cases(dev: str, m: int, n: int):
@@ -78,10 +35,10 @@ def cases(dev: str, m: int, n: int):
     g = torch.Generator().manual_seed(0)
 
     def big(base):
-        return (base + torch.randint(-7, 8, (m, n), generator=g)).to(dev)
+        return big_ints(m, n, int(torch.randint(0, 2**31, (1,), generator=g)), base).to(dev)
 
     out = []
-    for base in (2**53 + 1, 2**62 + 3, -(2**62) - 5):
+    for base in BIG:
         X = big(base)
         for name, sched in (("whole", WHOLE), ("loop", LOOP), ("partials", PARTIALS), ("atomic", ATOMIC)):
             out.append((f"sum {name} near {base:.3g}", lambda X=X, s=sched: (dt.compile(rowsum, s)(X), X.sum(1))))

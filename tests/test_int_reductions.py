@@ -5,73 +5,24 @@ through float64, so the self-check could not see it). Sums, products, maxima and
 integer values now fold in int64 in the kernel (whole, loop, block accumulators, split partials,
 atomic splits, whole-tensor reductions) and in the reference, also beside float inputs (whose
 kernels compute in fp32). Every expected value is torch's own integer reduction; outputs are
-poisoned first so a lane the kernel forgets fails.
+poisoned first so a lane the kernel forgets fails. The algorithms, schedules and values are
+bench/int_cases.py's, which bench/int_exact_check.py runs on the GPU.
 """
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 import dtriton as dt
 
-BIG = [2**53 + 1, 2**62 + 3, -(2**62) - 5]
-WHOLE = dt.Schedule(tile={"i": 2}, grid=("i",), strategy={"j": "whole"})
-LOOP = dt.Schedule(tile={"i": 2, "j": 4}, grid=("i",), strategy={"j": "loop"})
-PARTIALS = dt.Schedule(tile={"i": 2, "j": 4}, grid=("i",), split={"j": 3}, split_mode="partials",
-                       stages={"sum0": {"place": "materialize"}})
-ATOMIC = PARTIALS.replace(split_mode="atomic")
-SCHEDULES = {"whole": WHOLE, "loop": LOOP, "partials": PARTIALS, "atomic": ATOMIC}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from int_cases import (BIG, big_ints, centred, imm, masked_count, rowmax, rowmin, rowprod, rowsum,  # noqa: E402
+                       schedules, total)
 
-
-@dt.algorithm
-def rowsum(X: dt.Tensor["M", "N"]):
-    i, j = dt.axes("i j")
-    return dt.sum(X[i, j], over=j)[i]
-
-
-@dt.algorithm
-def rowmax(X: dt.Tensor["M", "N"]):
-    i, j = dt.axes("i j")
-    return dt.max(X[i, j], over=j)[i]
-
-
-@dt.algorithm
-def rowmin(X: dt.Tensor["M", "N"]):
-    i, j = dt.axes("i j")
-    return dt.min(X[i, j], over=j)[i]
-
-
-@dt.algorithm
-def rowprod(X: dt.Tensor["M", "N"]):
-    i, j = dt.axes("i j")
-    return dt.prod(X[i, j], over=j)[i]
-
-
-@dt.algorithm
-def total(X: dt.Tensor["M", "N"]):
-    i, j = dt.axes("i j")
-    return dt.sum(X[i, j], over=(i, j))[()]
-
-
-@dt.algorithm
-def masked_count(X: dt.Tensor["M", "N"], C: dt.Tensor["M", "N"]):
-    """An integer sum in a kernel whose other values are float32 (X)."""
-    i, j = dt.axes("i j")
-    return dt.sum(dt.where(X[i, j] > 0, C[i, j], 0), over=j)[i]
-
-
-@dt.algorithm
-def centred(C: dt.Tensor["M", "N"]):
-    """An integer sum read back by a later elementwise stage (exact differences)."""
-    i, j = dt.axes("i j")
-    s = dt.sum(C[i, j], over=j)
-    return (s[i] - C[i, j])[i, j]
-
-
-def big_ints(m: int, n: int, seed: int, base: int = 2**53) -> torch.Tensor:
-    """Values ``base`` + small integers of both signs: a float64 fold rounds their sum."""
-    g = torch.Generator().manual_seed(seed)
-    return base + torch.randint(-7, 8, (m, n), generator=g)
+SCHEDULES = schedules(loop_tile=4)
 
 
 def run(alg, sched, *args) -> torch.Tensor:
@@ -169,14 +120,10 @@ def test_an_integer_sum_read_by_a_later_stage_is_exact(place):
 
 def test_an_integer_matmul_folds_in_int64():
     """A sum of products of integers is not a float dot: exact past 2**53."""
-    @dt.algorithm
-    def mm(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"]):
-        i, j, k = dt.axes("i j k")
-        return dt.sum(A[i, k] * B[k, j], over=k)[i, j]
     g = torch.Generator().manual_seed(8)
     A = torch.randint(-2**27, 2**27, (17, 19), generator=g)
     B = torch.randint(-2**27, 2**27, (19, 16), generator=g)
     want = A @ B
     sched = dt.Schedule(tile={"i": 16, "j": 16, "k": 16}, grid=("i", "j"), strategy={"k": "loop"})
-    for got in (mm.reference(A, B), dt.compile(mm, sched)(A, B)):
+    for got in (imm.reference(A, B), dt.compile(imm, sched)(A, B)):
         assert got.dtype == torch.int64 and torch.equal(got, want)
