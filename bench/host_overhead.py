@@ -1,6 +1,6 @@
 """Host time of forward+backward steps (issue 15): how much of grad_bench's fwd+bwd time is the host.
 
-    PYTHONPATH=src python3 bench/host_overhead.py [--out DIR] [--dry-run | --host-only]
+    PYTHONPATH=src python3 bench/host_overhead.py [--out DIR] [--dry-run | --host-only] [--enqueue | --profile]
 
 One step is grad_bench's: forward, the weighted-sum loss, backward. For softmax and layer norm (fp16)
 and cross-entropy (fp32), at a tiny shape (the GPU work is negligible: the step's time is the host's)
@@ -16,6 +16,7 @@ differentiable call (``autograd.Function`` + forward launch) and the backward (t
 with every kernel launch replaced by a no-op, and prints the host µs of dtriton's forward (no grad),
 of its differentiable call and of its backward, and of a whole step (the loss's CPU ops included).
 ``--dry-run``: one step of each implementation on the CPU interpreter at tiny shapes.
+``--enqueue``: whether a step waits for the GPU (see :func:`enqueue_steps`; with ``--dry-run`` on the CPU).
 ``--profile``: cProfile over steady-state steps of dtriton and eager at the tiny shapes (on the GPU, or
 with ``--host-only`` on the CPU with no-op launches): µs per step by function, largest own time first.
 """
@@ -102,16 +103,21 @@ class HostTimer:
 
 def null_launches():
     """Make CPU calls take the GPU code path (planning, fast launchers) without running anything:
-    the backend choice says "gpu", launches return a compiled-kernel stand-in whose ``run`` does
-    nothing, and Triton's driver reports stream 0."""
+    the backend choice says "gpu", launches return a compiled-kernel stand-in whose launcher (``run``,
+    with the C ``launch`` the fast launchers call) does nothing, and Triton's driver reports stream 0."""
     import dtriton.runtime.kernel as runtime_kernel
     from triton.runtime import driver
 
+    class Launcher:   # Triton 3.6's CudaLauncher: the fast launchers call its C ``launch`` directly
+        global_scratch_size = profile_scratch_size = 0
+        launch_cooperative_grid = launch_pdl = False
+
+        def launch(self, *args):
+            return None
+
     class Compiled:
         function = packed_metadata = None
-
-        def run(self, *args):
-            return None
+        run = Launcher()
 
     class Driver:
         def get_current_stream(self, index):
@@ -234,6 +240,79 @@ def measured(dry, rows):
                   f"  GPU kernels {row.get('gpu_us', float('nan')):9.1f} us{host}  {row.get('kernels', '')}", flush=True)
 
 
+def enqueue_steps(dry, rows, n=100):
+    """``--enqueue``: whether a step waits for the GPU. For softmax and layer norm at the tiny and
+    grad_bench's shapes, eager first, then dtriton, then eager again (drift): per step, the host's
+    time to enqueue ``n`` steps without synchronising (``host_us``), the time until they have all
+    run (``total_us``), and the time with a synchronisation after each step (``synced_us``), for the
+    whole step, for the forward and loss without backward (``fwd+loss``), and for the loss alone on
+    a leaf tensor (``loss only``: the ops every implementation shares). With torch.profiler's CPU
+    activity it counts, per step, the CUDA API calls that can block the host (names with
+    Synchronize, Memcpy, Malloc or Free, and stream/event waits) and the kernel launches.
+    ``host_us`` near ``total_us`` with no blocking calls means host-bound; a step that blocks
+    shows the call."""
+    dev = "cpu" if dry else "cuda"
+    sync = torch.cuda.synchronize if not dry else (lambda: None)
+    n = 2 if dry else n
+    for name, alg, make, eager, gidx in cases(dev, dry):
+        if name.startswith("cross_entropy"):
+            continue
+        inputs = make()
+        outs = eager(*inputs)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        weights = [torch.randn(o.shape, device=dev) for o in outs]
+        leaf = [o.detach().clone().requires_grad_() for o in outs]
+        dk = dt.compile_autograd(alg)
+        for impl, f in (("eager", eager), ("dtriton", dk), ("eager again", eager)):
+            step, _ = step_fn(f, inputs, gidx, weights)
+            ins = [t.detach().clone().requires_grad_(k in gidx) for k, t in enumerate(inputs)]
+
+            def fwd_loss(f=f, ins=ins):
+                o = f(*ins)
+                oo = o if isinstance(o, tuple) else (o,)
+                return sum((x.float() * w).sum() for x, w in zip(oo, weights))
+
+            def loss_only():
+                sum((x.float() * w).sum() for x, w in zip(leaf, weights)).backward()
+            row = dict(case=name, impl=impl)
+            for what, fn in (("step", step), ("fwd+loss", fwd_loss), ("loss only", loss_only)):
+                for _ in range(3):
+                    fn()
+                sync()
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    fn()
+                t1 = time.perf_counter()
+                sync()
+                t2 = time.perf_counter()
+                row[f"{what} host_us"] = (t1 - t0) / n * 1e6
+                row[f"{what} total_us"] = (t2 - t0) / n * 1e6
+                row[f"{what} synced_us"] = per_call_us(fn, dev, n)
+            if not dry:
+                row.update(blocking_calls(step))
+            rows.append(row)
+            print(f"{name:26s} {impl:12s} " + "  ".join(
+                f"{w}: host {row[w + ' host_us']:6.1f} total {row[w + ' total_us']:6.1f} synced {row[w + ' synced_us']:6.1f}"
+                for w in ("step", "fwd+loss", "loss only")) + f"  {row.get('calls', '')}", flush=True)
+
+
+def blocking_calls(step, n=5):
+    """Per step: CUDA API calls that can block the host, and kernel launches (torch.profiler, CPU activity)."""
+    from torch.profiler import ProfilerActivity, profile
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()
+    calls = defaultdict(float)
+    for e in prof.key_averages():
+        k = e.key
+        if any(w in k for w in ("Synchronize", "Memcpy", "Malloc", "Free", "WaitEvent", "Launch", "cuLaunch")):
+            calls[k] += e.count / n
+    return dict(calls={k: round(v, 1) for k, v in sorted(calls.items())})
+
+
 def profile_steps(dev, rows, n=300):
     """``--profile``: cProfile over ``n`` steady-state steps of dtriton and eager at the tiny shapes
     (the host's time per step by function, in µs per step: the 14 largest by own time printed, 60 in the JSON)."""
@@ -273,11 +352,15 @@ def main():
     ap.add_argument("--out", default="")
     ap.add_argument("--dry-run", action="store_true", help="the CPU interpreter, tiny shapes, one step each")
     ap.add_argument("--host-only", action="store_true", help="CPU, kernel launches replaced by no-ops: host µs")
+    ap.add_argument("--enqueue", action="store_true", help="whether a step waits for the GPU: enqueue time "
+                                                           "against run time, and blocking CUDA calls")
     ap.add_argument("--profile", action="store_true", help="cProfile of steady-state steps at the tiny shapes "
                                                            "(the GPU; with --host-only, the CPU with no-op launches)")
     a = ap.parse_args()
     rows = []
-    if a.profile:
+    if a.enqueue:
+        enqueue_steps(a.dry_run, rows)
+    elif a.profile:
         if a.host_only:
             null_launches()
         profile_steps("cpu" if a.host_only else "cuda", rows)

@@ -6,6 +6,7 @@ The GPU code path runs here on CPU tensors with launches made no-ops (as ``bench
 --host-only`` does): the backend choice says "gpu", the backend's slow-path ``launch`` returns a
 compiled-kernel stand-in whose ``run`` counts fast launches, and Triton's driver reports stream 0."""
 
+import ctypes
 import json
 
 import pytest
@@ -91,8 +92,9 @@ def test_steady_steps_launch_fast_only(null_gpu, alg, make, gidx):
 # ----------------------------------------------------------------------------------------------
 class Interpreted:
     """Runs the GPU code path's launches on the interpreter: the slow path's ``launch`` loads the
-    interpreted twin of the kernel's module and returns a compiled-kernel stand-in whose ``run``
-    (the fast launchers' call) launches that twin with the same arguments."""
+    interpreted twin of the kernel's module and returns a compiled-kernel stand-in whose launcher's
+    C entry point (``run.launch``, the fast launchers' call) launches that twin with the same
+    arguments. (The counting stand-in of ``null_gpu`` has only ``run``: the other entry.)"""
 
     def __init__(self):
         self.slow = self.fast = 0
@@ -107,14 +109,37 @@ class Interpreted:
         self.slow += 1
         launch(twin, programs, args, meta.consts, meta.ir.num_warps, meta.ir.num_stages, True)
 
-        class Compiled:
-            function = packed_metadata = None
+        class Launcher:
+            """Triton 3.6's ``CudaLauncher``: the fast launchers call its C ``launch`` with this
+            argument order when the kernel needs no scratch memory."""
+            global_scratch_size = profile_scratch_size = 0
+            launch_cooperative_grid = launch_pdl = False
 
-            def run(self, nprog, gy, gz, stream, function, packed, h1, h2, h3, *call):
+            def launch(self, nprog, gy, gz, stream, function, coop, pdl, scratch, pscratch, packed, lmeta,
+                       enter_hook, exit_hook, *call):
+                assert (gy, gz, scratch, pscratch, enter_hook, exit_hook) == (1, 1, None, None, None, None)
                 counter.fast += 1
                 n = len(call) - len(meta.consts)
-                launch(twin, nprog, call[:n], meta.consts, meta.ir.num_warps, meta.ir.num_stages, True)
+                launch(twin, nprog, _at_addresses(call[:n], args), meta.consts, meta.ir.num_warps,
+                       meta.ir.num_stages, True)
+
+        class Compiled:
+            function = packed_metadata = None
+            run = Launcher()
         return Compiled()
+
+
+def _at_addresses(call, like) -> list:
+    """The fast launchers pass pointer arguments as addresses (ints): the interpreter needs tensors,
+    rebuilt here at those addresses with the shape, strides and dtype of the slow call's tensor in
+    the same position (the signature fixes them)."""
+    call = list(call)
+    for k, t in enumerate(like):
+        if isinstance(t, torch.Tensor) and isinstance(call[k], int) and t.numel():
+            span = (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
+            mem = (ctypes.c_char * span).from_address(call[k])
+            call[k] = torch.frombuffer(mem, dtype=t.dtype).as_strided(t.shape, t.stride())
+    return call
 
 
 @pytest.fixture

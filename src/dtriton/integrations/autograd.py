@@ -37,7 +37,7 @@ from ..runtime import Kernel
 from ..runtime.args import merge_named, signature_key
 from ..runtime.kernel import fast_path_ok
 from ..schedule import Schedule
-from .steps import BackwardStep, ForwardStep, StepFunction, refuse_double_backward
+from .steps import BackwardStep, ForwardStep, apply_step, refuse_double_backward
 
 __all__ = ["DifferentiableKernel", "differentiable", "apply", "output_specs", "check_backward_schedules"]
 
@@ -395,7 +395,7 @@ class DifferentiableKernel:
                     key += tuple(int(args[p]) for p in self._size_pos)
                 step = self._steps.get(key)
                 if step and fast_path_ok():
-                    return StepFunction.apply(step, *args)
+                    return apply_step(step, args)
                 res = _DTFunction.apply(self, *args)
                 if step is None and fast_path_ok():
                     self._steps[key] = self._make_step(args)

@@ -28,7 +28,7 @@ import torch
 from ..runtime.args import signature_key
 from ..runtime.kernel import fast_path_ok
 
-__all__ = ["BackwardStep", "ForwardStep", "StepFunction", "refuse_double_backward"]
+__all__ = ["BackwardStep", "ForwardStep", "StepFunction", "apply_step", "refuse_double_backward"]
 
 
 def refuse_double_backward(name: str) -> None:
@@ -124,13 +124,14 @@ class ForwardStep:
 
 
 class StepFunction(torch.autograd.Function):
-    """The differentiable call of a :class:`ForwardStep`: ``StepFunction.apply(step, *args)``.
-    Autograd runs ``forward`` with grad mode off and ``backward`` with it off unless
-    ``create_graph=True`` (refused: :func:`refuse_double_backward`)."""
+    """The differentiable call of a :class:`ForwardStep`: ``StepFunction.apply(step, *args)``, or
+    :func:`apply_step` (the same without ``Function.apply``'s Python wrapper). Autograd runs
+    ``forward`` with grad mode off and ``backward`` with it off unless ``create_graph=True``
+    (refused: :func:`refuse_double_backward`)."""
 
     @staticmethod
     def forward(ctx, step: ForwardStep, *args):
-        ctx.set_materialize_grads(False)   # an output without a gradient arrives as None
+        ctx.materialize_grads = False   # ctx.set_materialize_grads(False): an output without a gradient arrives as None
         res = step.launch(args)
         if step.n_all == 1:
             res = (res,)
@@ -162,3 +163,38 @@ class StepFunction(torch.autograd.Function):
         if bstep is not None:
             step.backward_steps[key] = bstep
         return res
+
+
+def _c_apply():
+    """``torch.autograd.Function.apply`` is a Python wrapper (default-argument binding for
+    ``setup_context``, functorch's dead-wrapper unwrapping) around the C ``_FunctionBase.apply``;
+    :class:`StepFunction` defines no ``setup_context``, so outside functorch transforms the C
+    function bound to it does the same work (None when this torch has no such function)."""
+    base = getattr(torch._C, "_FunctionBase", None)
+    c_apply = base.__dict__.get("apply") if base is not None else None
+    if c_apply is None or not hasattr(c_apply, "__get__"):
+        return None
+    return c_apply.__get__(None, StepFunction)
+
+
+_C_APPLY = _c_apply()
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
+
+
+def apply_step(step: ForwardStep, args: Sequence[Any]):
+    """``StepFunction.apply(step, *args)``, through the C entry point when no functorch transform
+    (vmap, grad, ...) is active (:func:`_c_apply`)."""
+    if _C_APPLY is not None and not _functorch_active():
+        return _C_APPLY(step, *args)
+    return StepFunction.apply(step, *args)
+
+
+def _node_apply(ctx, *grads):
+    """The backward node's entry point: autograd's engine calls ``apply`` on the context (an
+    instance of ``StepFunction._backward_cls``), whose Python default looks up the user's
+    ``backward`` or ``vjp`` on each call; this calls :meth:`StepFunction.backward` directly."""
+    return StepFunction.backward(ctx, *grads)
+
+
+if isinstance(getattr(StepFunction, "_backward_cls", None), type) and hasattr(StepFunction._backward_cls, "apply"):
+    StepFunction._backward_cls.apply = _node_apply

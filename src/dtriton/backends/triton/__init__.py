@@ -5,7 +5,8 @@
 Modules: ``prelude`` (the module header and combine helpers), ``scope`` (nested scopes and axis
 bindings), ``values`` (expressions, layouts, hoisting), ``memory`` (loads, addresses, access
 styles), ``reduce`` (passes and dots), ``kernel`` (program ids, grid, signature, stores),
-``launch`` (module loading, descriptors, the slow and fast launch paths), ``limits``.
+``launch`` (module loading, descriptors, the slow launch path), ``fast`` (the fast launcher of a call
+signature seen before), ``limits``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any, Sequence
 from ...plan.kernel import Program
 from ..base import KernelMeta, Limits
 from .kernel import KernelPrinter, KernelSource, render
-from .launch import FastLauncher, descriptor, ensure_allocator, hooks_off, launch, load_module
+from .fast import FastLauncher
+from .launch import descriptor, ensure_allocator, hooks_off, launch, load_module
 from .limits import MAX_BLOCK_NUMEL, SMEM_BYTES_DEFAULT
 
 __all__ = ["KernelPrinter", "KernelSource", "TritonBackend", "render"]
@@ -61,7 +63,7 @@ class TritonBackend:
     fast_path_ok = staticmethod(hooks_off)
 
     def fast_launcher(self, alg: Any, plan: Any, b: Any, compiled: list, args: Sequence[Any]) -> Any:
-        """A :class:`~dtriton.backends.triton.launch.FastLauncher` for ``plan``'s kernels."""
+        """A :class:`~dtriton.backends.triton.fast.FastLauncher` for ``plan``'s kernels."""
         return FastLauncher(alg, plan, b, compiled, args)
 
     def version(self) -> str:

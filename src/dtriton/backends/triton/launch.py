@@ -1,6 +1,6 @@
 """Loading and launching Triton kernels: the module loader (GPU or Triton's interpreter), host TMA
-descriptors, the slow launch path, the fast launcher for a call signature seen before, launch-hook
-detection and the interpreter's warning filters.
+descriptors, the slow launch path, launch-hook detection and the interpreter's warning filters (the
+fast launcher for a call signature seen before is :mod:`.fast`).
 
 Triton itself is imported on first use (not when dtriton is imported: ``import triton`` costs
 about a second, and tracing, lowering and printing do not need it)."""
@@ -18,10 +18,9 @@ from typing import Any, Sequence
 
 import torch
 
-from ...ir import InputTensor
 from .npcompat import install as install_numpy_shim
 
-__all__ = ["FastLauncher", "descriptor", "ensure_allocator", "hooks_off", "launch", "load_module", "quiet_interpreter"]
+__all__ = ["descriptor", "ensure_allocator", "hooks_off", "launch", "load_module", "quiet_interpreter"]
 
 _lock = threading.Lock()
 _module_cache: dict[tuple[str, bool], Any] = {}
@@ -133,93 +132,3 @@ def launch(fn, programs: int, args: Sequence[Any], consts: dict, num_warps: int,
         quiet_interpreter()
         install_numpy_shim()
     return fn[(programs,)](*args, **consts, num_warps=num_warps, num_stages=num_stages)
-
-
-class FastLauncher:
-    """Re-launch a call signature seen before without re-binding or re-specialising.
-
-    Shapes, strides and dtypes are part of the call key, so every integer argument of every
-    kernel is a constant here; only tensor pointers change. Outputs and buffers are allocated
-    from cached shapes and the compiled Triton kernels are launched directly
-    (``CompiledKernel.run``), which keeps host overhead at or below a bare Triton launch."""
-
-    def __init__(self, alg, plan, b, compiled: list, args: Sequence[Any]):
-        """``plan``: the runtime's plan of the call (its program and launches); ``compiled``: the
-        kernels the slow path compiled, in launch order."""
-        sizes = b.axis_sizes
-        self.device = b.device
-        from triton.runtime import driver
-        self.get_stream = driver.active.get_current_stream
-        self.dev_index = b.device.index if b.device.index is not None else torch.cuda.current_device()
-        zero = set(plan.program.output_direct)
-        # slots: ("arg", position) input tensor; ("new", k) freshly allocated output/buffer k
-        self.allocs = []   # (shape, dtype, zero)
-        slot_of: dict[str, tuple] = {}
-        strides: dict[str, tuple] = {}
-        for pos, p in enumerate(alg.params):
-            if isinstance(p, InputTensor):
-                slot_of[p.name] = ("arg", pos)
-                strides[p.name] = tuple(args[pos].stride())
-        for o, dt in zip(alg.outputs, b.out_dtypes):
-            shape = [sizes[a] for a in o.layout]
-            slot_of[o.name] = ("new", len(self.allocs))
-            self.allocs.append((shape, dt, o.name in zero))
-            strides[o.name] = tuple(torch.empty(shape, device="meta").stride())
-        self.n_out = len(alg.outputs)
-        for name, bs in plan.program.buffers.items():
-            shape = bs.lead + [sizes[a] for a in bs.axes]
-            slot_of[name] = ("new", len(self.allocs))
-            self.allocs.append((shape, bs.torch_dtype, bs.zero))
-            strides[name] = tuple(torch.empty(shape, device="meta").stride())
-        # per allocation: (torch.zeros or torch.empty, shape as a tuple, dtype)
-        self.allocs = [(torch.zeros if z else torch.empty, tuple(shape), dt) for shape, dt, z in self.allocs]
-        scal = {f"s_{p.name}": pos for pos, p in enumerate(alg.params) if not isinstance(p, InputTensor)}
-        self.scal_types = {pos: p.pytype for pos, p in enumerate(alg.params) if not isinstance(p, InputTensor)}
-        self.launches = []
-        for L, ck in zip(plan.launches, compiled):
-            m = L.meta
-            nprog = L.programs(sizes)
-            if nprog == 0:
-                continue   # nothing to do on this signature
-            call, from_args, from_new, others = [], [], [], []
-            for t in m.tensors:
-                kind, k = slot_of[t]
-                (from_args if kind == "arg" else from_new).append((len(call), k))
-                call.append(None)
-            for t in m.tensors:
-                call.extend(strides[t][: m.tensor_ndim[t]])
-            call.extend(b.sizes[x[4:]] if x.startswith("dim_") else sizes[x[5:]] for x in m.sizes)
-            for x in m.scalars:
-                others.append((len(call), ("scalar", scal[x])))
-                call.append(None)
-            for _, t, box, perm in m.descs:   # rebuilt per call: the tensor's address changes
-                others.append((len(call), ("desc", (slot_of[t], box, perm))))
-                call.append(None)
-            call.extend(m.consts[c] for c in sorted(m.consts))
-            self.launches.append((ck, nprog, call, tuple(from_args), tuple(from_new), tuple(others)))
-
-    def _fill(self, call: list, others, args, new) -> None:
-        """Scalars (converted as the slow path does) and TMA descriptors into ``call``."""
-        for idx, (kind, k) in others:
-            if kind == "desc":
-                (src, pos), box, perm = k
-                call[idx] = descriptor(args[pos] if src == "arg" else new[pos], box, perm)
-            else:
-                call[idx] = float(args[k]) if self.scal_types[k] is float else int(args[k])
-
-    def __call__(self, args):
-        """Launch every kernel on ``args`` (the call's arguments, positional); returns the outputs
-        (one tensor for a single output, else a tuple)."""
-        dev = self.device
-        new = [alloc(shape, dtype=dt, device=dev) for alloc, shape, dt in self.allocs]
-        stream = self.get_stream(self.dev_index)
-        for ck, nprog, call, from_args, from_new, others in self.launches:
-            call = call.copy()
-            for idx, k in from_args:
-                call[idx] = args[k]
-            for idx, k in from_new:
-                call[idx] = new[k]
-            if others:
-                self._fill(call, others, args, new)
-            ck.run(nprog, 1, 1, stream, ck.function, ck.packed_metadata, None, None, None, *call)
-        return new[0] if self.n_out == 1 else tuple(new[: self.n_out])

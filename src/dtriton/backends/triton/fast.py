@@ -1,0 +1,223 @@
+"""The fast launcher: re-launching a call signature seen before with as little host work as the
+launch itself (issue 15).
+
+Shapes, strides and dtypes are part of the call key, so every integer argument of every kernel is
+a constant of the signature; only the tensors' addresses change. A :class:`FastLauncher` is built
+once per signature from the slow path's plan and compiled kernels, and per call it only
+allocates the outputs, reads the addresses, and calls Triton's compiled launcher:
+
+- **Addresses, not tensors.** Pointer arguments are passed as ints (``data_ptr()``): Triton's C
+  launcher then skips the ``data_ptr`` method call and the driver query
+  (``cuPointerGetAttribute``) it makes per tensor argument. The call key holds each tensor's
+  device and 16-byte alignment, which that query and Triton's pointer specialisation check.
+- **Triton's C entry point.** Where the compiled kernel needs no per-launch scratch memory, the
+  launcher calls the C ``launch`` function of Triton's ``CudaLauncher`` directly with the
+  arguments packed as it expects (the Python ``CudaLauncher.__call__`` in between only computes
+  the two scratch allocations, both empty then); otherwise ``CompiledKernel.run``.
+- **One allocation for what only dtriton reads** (:meth:`FastLauncher.packed`): a step's saved
+  statistics and intermediate buffers live in one byte buffer, each at an aligned offset; the
+  kernels get ``base + offset`` as their pointer, and a later launcher reading them (the
+  backward's) takes the buffer and the offsets (``remap``). Returned outputs stay separate tensors.
+
+Zero-initialised allocations (split-K atomics) and tensors a host TMA descriptor reads stay
+separate tensors: a descriptor needs the tensor, and a packed buffer is never zeroed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from ...ir import InputTensor
+from .launch import descriptor
+
+__all__ = ["FastLauncher", "PACK_ALIGN"]
+
+#: byte alignment of each value inside a packed buffer (Triton specialises pointers on 16 bytes;
+#: 256 keeps every value on its own 128-byte line as separate allocations are)
+PACK_ALIGN = 256
+
+
+def _entry(ck) -> tuple[Any, tuple]:
+    """``(function, arguments between the stream and the kernel's own)`` calling compiled kernel
+    ``ck``: Triton 3.6's C ``launch`` of its ``CudaLauncher`` when the kernel needs no scratch
+    memory per launch, else ``CompiledKernel.run`` (which allocates it)."""
+    run = ck.run
+    c_launch = getattr(run, "launch", None)
+    if (c_launch is not None and getattr(run, "global_scratch_size", 1) == 0
+            and getattr(run, "profile_scratch_size", 1) == 0):
+        return c_launch, (ck.function, run.launch_cooperative_grid, run.launch_pdl, None, None,
+                          ck.packed_metadata, None, None, None)
+    return run, (ck.function, ck.packed_metadata, None, None, None)
+
+
+class FastLauncher:
+    """Re-launch a call signature seen before without re-binding or re-specialising.
+
+    ``launcher(args)`` runs every kernel on ``args`` (the call's arguments, positional, of the
+    signature it was built for) and returns the outputs: one tensor for a single output, else a
+    tuple; a :meth:`packed` launcher returns its kept outputs followed by the packed buffer.
+
+    Args:
+        alg: the algorithm.
+        plan: the runtime's plan of the call (its program and launches).
+        b: the call's binding (sizes, dtypes, device).
+        compiled: the kernels the slow path compiled, in launch order.
+        args: the call's arguments (their strides are constants of the launcher).
+    """
+
+    def __init__(self, alg, plan, b, compiled: list, args: Sequence[Any]):
+        sizes = b.axis_sizes
+        self.device = b.device
+        from triton.runtime import driver
+        self.get_stream = driver.active.get_current_stream
+        self.dev_index = b.device.index if b.device.index is not None else torch.cuda.current_device()
+        zero = set(plan.program.output_direct)
+        # slots: ("arg", position) an argument; ("new", k) allocation k (the outputs, then the buffers)
+        slot_of: dict[str, tuple[str, int]] = {}
+        strides: dict[str, tuple] = {}
+        allocs = []   # (shape, dtype, zero-initialised)
+        for pos, p in enumerate(alg.params):
+            if isinstance(p, InputTensor):
+                slot_of[p.name] = ("arg", pos)
+                strides[p.name] = tuple(args[pos].stride())
+        named = [(o.name, [sizes[a] for a in o.layout], dt, o.name in zero) for o, dt in zip(alg.outputs, b.out_dtypes)]
+        named += [(n, bs.lead + [sizes[a] for a in bs.axes], bs.torch_dtype, bs.zero) for n, bs in plan.program.buffers.items()]
+        for name, shape, dt, z in named:
+            slot_of[name] = ("new", len(allocs))
+            allocs.append((tuple(shape), dt, z))
+            strides[name] = tuple(torch.empty(shape, device="meta").stride())
+        self.n_out = len(alg.outputs)
+        self.allocs = allocs
+        self.scal_types = {pos: p.pytype for pos, p in enumerate(alg.params) if not isinstance(p, InputTensor)}
+        scal = {f"s_{p.name}": pos for pos, p in enumerate(alg.params) if not isinstance(p, InputTensor)}
+        # per launch: (entry, grid, middle arguments, pointer slots, constant tail, per-call extras)
+        self.kernels = []
+        self.desc_slots: set[tuple[str, int]] = set()
+        for L, ck in zip(plan.launches, compiled):
+            m = L.meta
+            nprog = L.programs(sizes)
+            if nprog == 0:
+                continue   # nothing to do on this signature
+            ptrs = tuple(slot_of[t] for t in m.tensors)
+            tail: list = []
+            for t in m.tensors:
+                tail.extend(strides[t][: m.tensor_ndim[t]])
+            tail.extend(b.sizes[x[4:]] if x.startswith("dim_") else sizes[x[5:]] for x in m.sizes)
+            extras = []   # (index in the call, ("scalar", position) | ("desc", (slot, box, perm)))
+            for x in m.scalars:
+                extras.append((len(ptrs) + len(tail), ("scalar", scal[x])))
+                tail.append(None)
+            for _, t, box, perm in m.descs:   # rebuilt per call: the tensor's address changes
+                extras.append((len(ptrs) + len(tail), ("desc", (slot_of[t], box, perm))))
+                self.desc_slots.add(slot_of[t])
+                tail.append(None)
+            tail.extend(m.consts[c] for c in sorted(m.consts))
+            fn, mid = _entry(ck)
+            self.kernels.append((fn, nprog, mid, ptrs, tuple(tail), tuple(extras)))
+        self._layout(len(allocs), {}, None)
+
+    # -- packing ---------------------------------------------------------------------------------
+    def _layout(self, keep: int, remap: dict[int, tuple[int, int]], packed: dict[int, int] | None) -> None:
+        """Fix the per-call plan: allocations ``< keep`` and those not in ``packed`` are separate
+        tensors; ``packed`` maps an allocation to its byte offset in the packed buffer (None: no
+        buffer); ``remap`` maps an argument position to ``(position of a packed buffer among the
+        arguments, byte offset)``."""
+        self.keep, self.remap, self.offsets = keep, dict(remap), packed
+        sep = [k for k in range(len(self.allocs)) if packed is None or k not in packed]
+        where = {k: (i, 0) for i, k in enumerate(sep)}
+        self.separate = [(torch.zeros if self.allocs[k][2] else torch.empty, self.allocs[k][0], self.allocs[k][1])
+                         for k in sep]
+        if packed:
+            nbytes = max(off + _nbytes(*self.allocs[k][:2]) for k, off in packed.items())
+            self.separate.append((torch.empty, (nbytes,), torch.uint8))
+            where.update({k: (len(sep), off) for k, off in packed.items()})
+        # the values a call reads addresses from: the arguments used as pointers, then the allocations
+        used = sorted({self.remap.get(k, (k, 0))[0] for *_, ptrs, _, _ in self.kernels for kind, k in ptrs
+                       if kind == "arg"})
+        self.arg_reads = tuple(used)
+        index = {("arg", p): i for i, p in enumerate(used)}
+        for k in range(len(self.separate)):
+            index[("new", k)] = len(used) + k
+
+        def source(slot):
+            kind, k = slot
+            if kind == "arg":
+                pos, off = self.remap.get(k, (k, 0))
+                return index[("arg", pos)], off
+            i, off = where[k]
+            return index[("new", i)], off
+        self.calls = [(fn, (nprog, 1, 1), mid, tuple(source(s) for s in ptrs), tail, extras)
+                      for fn, nprog, mid, ptrs, tail, extras in self.kernels]
+        self.where = where
+        # returned: the kept outputs (allocations < keep are separate: their index is their position)
+        self.returns = tuple(where[k][0] for k in range(min(keep, self.n_out)))
+        if packed:
+            self.returns += (len(sep),)
+        self.single = len(self.returns) == 1
+
+    def packed(self, keep: int, remap: dict[int, tuple[int, int]] | None = None,
+               buffers: bool = True) -> "FastLauncher | None":
+        """A copy whose allocations after the first ``keep`` outputs (the rest of the outputs, and
+        the intermediate buffers when ``buffers``) live in one byte buffer, returned after the
+        kept outputs; ``remap`` maps an argument position to ``(position of a packed buffer among
+        the new arguments, byte offset)``: that argument's value is read from another launcher's
+        packed buffer. Zero-initialised allocations and tensors a TMA descriptor reads stay
+        separate; None when such an output is beyond ``keep`` (it could not be returned) or a
+        descriptor reads a remapped argument. :attr:`offsets` then maps each packed allocation to
+        its byte offset."""
+        new = object.__new__(FastLauncher)
+        new.__dict__.update(self.__dict__)
+        remap = dict(remap or {})
+        if any(("arg", k) in self.desc_slots for k in remap):
+            return None
+        offsets, off = {}, 0
+        for k in range(keep, len(self.allocs)):
+            shape, dt, z = self.allocs[k]
+            if z or ("new", k) in self.desc_slots:
+                if k < self.n_out:
+                    return None   # a saved output that cannot be packed: keep the plain launcher
+                continue
+            if k >= self.n_out and not buffers:
+                continue
+            offsets[k] = off
+            off += -(-_nbytes(shape, dt) // PACK_ALIGN) * PACK_ALIGN
+        new._layout(keep, remap, offsets or None)
+        return new
+
+    # -- calls -----------------------------------------------------------------------------------
+    def __call__(self, args):
+        """Launch every kernel on ``args`` (positional); returns the outputs (see the class)."""
+        dev = self.device
+        new = [alloc(shape, dtype=dt, device=dev) for alloc, shape, dt in self.separate]
+        addr = [args[p].data_ptr() for p in self.arg_reads]
+        addr += [t.data_ptr() for t in new]
+        stream = self.get_stream(self.dev_index)
+        for fn, grid, mid, srcs, tail, extras in self.calls:
+            ptrs = [addr[i] + off for i, off in srcs]
+            if extras:
+                tail = self._extras(list(tail), len(ptrs), extras, args, new)
+            fn(*grid, stream, *mid, *ptrs, *tail)
+        if self.single:
+            return new[self.returns[0]]
+        return tuple(new[i] for i in self.returns)
+
+    def _extras(self, tail: list, n_ptrs: int, extras, args, new) -> list:
+        """Scalars (converted as the slow path does) and TMA descriptors into ``tail``."""
+        for idx, (kind, k) in extras:
+            if kind == "desc":
+                (src, pos), box, perm = k
+                t = args[pos] if src == "arg" else new[self.where[pos][0]]   # never packed nor remapped
+                tail[idx - n_ptrs] = descriptor(t, box, perm)
+            else:
+                tail[idx - n_ptrs] = float(args[k]) if self.scal_types[k] is float else int(args[k])
+        return tail
+
+
+def _nbytes(shape: tuple, dtype: torch.dtype) -> int:
+    """Bytes of a contiguous tensor of ``shape`` and ``dtype``."""
+    n = dtype.itemsize
+    for s in shape:
+        n *= s
+    return n
