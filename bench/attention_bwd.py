@@ -1,7 +1,7 @@
 """The derived attention backward (issue 15): its kernels compiled for sm_90 on a machine without a
 GPU, and on the GPU its time beside SDPA's backward for a few backward schedules.
 
-    PYTHONPATH=src python3 bench/attention_bwd.py sm90 [--D 64 128] [--causal] [--dump DIR]
+    PYTHONPATH=src python3 bench/attention_bwd.py sm90 [--D 64 128] [--causal] [--variants NAME ...] [--dump DIR]
     PYTHONPATH=src python3 bench/attention_bwd.py time [--only d64 d128 ...] [--out DIR] [--dry-run]
     PYTHONPATH=src python3 bench/attention_bwd.py explore [--only ...] [--budget S] [--out DIR] [--dry-run]
 
@@ -95,23 +95,27 @@ def sm90_report(bwd, args, sched=None, dump: str | None = None) -> list[str]:
 # GPU timing
 # ----------------------------------------------------------------------------------------------
 def variants(base: dt.Schedule, D: int) -> dict[str, dt.Schedule]:
-    """Named backward schedules around the heuristic's complete ``base``: the (query, key) tiles
-    of the dQ kernel (out0) and of the dK/dV kernel (out1, out2), warps and stages."""
-    def with_(q_tiles, kv_tiles, warps, stages):
+    """Named backward schedules around the heuristic's complete ``base``: the (key, query) tiles
+    of the dK/dV kernel (out1, out2; the dQ kernel, out0, takes the transposed pair), warps,
+    stages, and where dQ is computed: "dq-atomic" (added with atomics inside the dK/dV kernel's
+    loop, :mod:`dtriton.plan.loop_stores`) or "dq-kernel" (a second kernel over query tiles)."""
+    def with_(kv, warps, stages, dq):
         st = dict(base.stages)
-        st["out0"] = st["out0"].replace(tile={"i": q_tiles[0], "j": q_tiles[1]})
+        st["out0"] = st["out0"].replace(tile={"i": kv[1], "j": kv[0]})
         for o in ("out1", "out2"):
-            st[o] = st[o].replace(tile={"i": kv_tiles[0], "j": kv_tiles[1]})
+            st[o] = st[o].replace(tile={"i": kv[0], "j": kv[1]})
+        st["d_Q"] = st["d_Q"].replace(place="atomic" if dq == "atomic" else "auto")
         return base.replace(stages=st, num_warps=warps, num_stages=stages)
     out = {"heuristic": base, "heuristic given": base,   # the second: the same schedule passed explicitly (a control)
            "heuristic tma": base.replace(access="tma")}
-    big = 128 if D <= 64 else 64
-    for q, kv, w, s in (((big, 32), (32, big), 8, 3), ((big, 32), (32, big), 4, 3), ((big, 32), (32, big), 4, 5),
-                        ((big, 32), (32, big), 8, 4), ((64, 64), (64, 64), 4, 3), ((128, 64), (64, 128), 8, 2),
-                        ((128, 32), (32, 128), 8, 2), ((128, 32), (32, 128), 8, 3)):
-        if (D > 64 and (q[1] > 32 or kv[0] > 32)) or (D <= 64 and q == (128, 32) and w == 8 and s == 2):
-            continue   # D128: 64-wide loop tiles spill; D64: 128 x 32, 8 warps, 2 stages is the heuristic
-        out[f"q{q[0]}x{q[1]} kv{kv[0]}x{kv[1]} w{w} s{s}"] = with_(q, kv, w, s)
+    if D <= 64:
+        grid = [((32, 128), 4, 3), ((32, 128), 8, 3), ((64, 128), 8, 3), ((32, 64), 4, 3), ((64, 64), 4, 3),
+                ((16, 128), 4, 3), ((32, 128), 4, 2), ((64, 128), 8, 2)]
+    else:
+        grid = [((32, 64), 4, 3), ((32, 128), 8, 3), ((64, 128), 8, 2), ((16, 64), 4, 3), ((32, 64), 8, 3)]
+    for kv, w, s in grid:
+        for dq in ("atomic", "kernel"):
+            out[f"kv{kv[0]}x{kv[1]} w{w} s{s} dq-{dq}"] = with_(kv, w, s, dq)
     return out
 
 
@@ -209,7 +213,7 @@ def main(argv=None) -> int:
     ap.add_argument("--dump", default=None, help="sm90: keep sources, TTGIR and PTX here")
     ap.add_argument("--only", nargs="*", help="time: cases (d64 causal_d64 d128 causal_d128; d16 causal_d16 dry)")
     ap.add_argument("--out", default=None, help="time: write attention_bwd.json there")
-    ap.add_argument("--variants", nargs="*", help="time: only these variants (e.g. heuristic)")
+    ap.add_argument("--variants", nargs="*", help="time, sm90: only these variants (e.g. heuristic)")
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args(argv)
     if a.mode == "sm90":
@@ -217,14 +221,20 @@ def main(argv=None) -> int:
         for D in a.D:
             B, H, S = (4, 16, 2048) if D <= 64 else (4, 32, 4096)
             args = bwd_args(bwd, B, H, S, D, torch.float16, "meta")
-            sched = None
+            b = bwd.bind(args)
+            b.device = torch.device("cuda")
+            base = dt.compile(bwd).complete(b)
+            scheds = {"heuristic": base}
             if a.schedule:
-                b = bwd.bind(args)
-                b.device = torch.device("cuda")
-                base = dt.compile(bwd).complete(b)
-                sched = dt.Schedule.from_json(json.dumps(dict(json.loads(base.to_json()), **json.loads(a.schedule))))
-            print(f"D{D}{' causal' if a.causal else ''}:")
-            print("\n".join(sm90_report(bwd, args, sched, a.dump and os.path.join(a.dump, f"d{D}"))), flush=True)
+                scheds = {"given": dt.Schedule.from_json(json.dumps(dict(json.loads(base.to_json()), **json.loads(a.schedule))))}
+            if a.variants:
+                scheds = {n: v for n, v in variants(base, D).items() if n in a.variants}
+            for vname, sched in scheds.items():
+                print(f"D{D}{' causal' if a.causal else ''} {vname}:")
+                try:
+                    print("\n".join(sm90_report(bwd, args, sched, a.dump and os.path.join(a.dump, f"d{D}"))), flush=True)
+                except Exception as e:  # noqa: BLE001 - report and go on
+                    print(f"  failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
         return 0
     dev = "cpu" if a.dry_run else "cuda"
     cases = DRY if a.dry_run else CASES

@@ -4,7 +4,8 @@ The named steps, in order (each reads what the ones before decided): call facts 
 64-bit offsets, divisibility hints, interpreter-only choices: bf16 rounding and block folds), the
 flat axes of implicit GEMMs (convolutions), dots,
 dot-only axes, access per tensor tile, eviction hints, passes (grouping, online merging, warp
-specialisation), loop bounds from masks (the loops they split are not warp-specialised), where TMA
+specialisation), loop bounds from masks (the loops they split are not warp-specialised), the pass
+whose loop adds each in-loop atomic store (:mod:`dtriton.plan.loop_stores`), where TMA
 descriptors are built, the launch order. Then :func:`unused_knobs` reads the decisions back: the
 knobs that had no effect.
 """
@@ -28,6 +29,7 @@ from .dots import dot_only_axes, plan_dots, transposed_operands
 from .implicit_gemm import plan_implicit_gemm
 from .kernel import KernelPlan, Program
 from .lower import lower
+from .loop_stores import loop_store_bounds, plan_loop_stores
 from .online_split import plan_row_vectors
 from .passes import fp8_dots, plan_passes
 
@@ -74,6 +76,8 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.eviction, k.evicted = plan_eviction(k, sched.eviction)
     k.passes, k.single = plan_passes(k, bool(sched.warp_specialize), sched.unroll)
     k.bounds = plan_bounds(k, sched.mask_bounds)
+    k.loop_stores = plan_loop_stores(k)   # in-loop atomic stores: the pass each rides
+    k.bounds = loop_store_bounds(k)
     k.passes, k.single = ws_off_split_loops(k)
     k.access = plan_ws_stores(k)
     k.device_descs = plan_descriptor_site(k, sched.descriptors)

@@ -90,6 +90,7 @@ class StoreSpec:
     partial_axis: bool = False  # store into the split-partials dim of a buffer
     state: int = 0            # >0: store each value of the reduction's state (the buffer's first dim)
     dtype: str | None = None  # a buffer stored in a 16-bit dtype (plan.buffers), else None
+    in_loop: bool = False     # atomic partial sums added inside the loop of a pass (KernelPlan.loop_stores)
 
 
 @dataclass(frozen=True)
@@ -263,6 +264,9 @@ class KernelPlan:
     shifted_reads: dict[int, dict[int, tuple[str, Expr]]] = field(default_factory=dict)  # Load id -> dim ->
                                                       # (member of a flat_box axis, the index at that member 0):
                                                       # the index is the member plus that, a TMA box shifted by it
+    loop_stores: dict[str, tuple[int, ...]] = field(default_factory=dict)  # in-loop store target -> the reductions
+                                                      # of the pass it is printed in, after each step
+                                                      # (plan.loop_stores: dQ in the dK/dV kernel)
 
     def flat_of(self, a: str) -> str:
         """The flat axis whose index gives member axis ``a`` its index (``a`` itself when it is no member)."""
@@ -389,6 +393,8 @@ def _axes_problems(k: KernelPlan) -> list[str]:
             out.append(f"kernel {k.name}: a dot reduces a materialised stage")
     for st in k.stores:   # a store without a grid axis would be written by every program along it
         missing = [a for a in k.grid if not set(k.flat.get(a, (a,))) <= set(st.layout)]
+        if st.atomic and isinstance(st.expr, Reduce) and set(missing) <= set(st.expr.over):
+            continue   # partial sums over the program's tile of a reduced axis, added by atomics
         if missing:
             out.append(f"kernel {k.name}: store {st.target}[{', '.join(st.layout)}] lacks grid axes {missing}")
     return out

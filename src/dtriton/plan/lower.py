@@ -15,6 +15,10 @@ This layer decides *where* each stage is computed and partitions the algorithm i
   online group (a max and the sums using it as ``exp(x - max)``) split over its online axis is ONE
   kernel storing every member's per-split partials, merged rescaled by the reader
   (:mod:`dtriton.plan.online_split`);
+- a sum placed "atomic" is materialised by another kernel: the output kernel that loops over its
+  kept axes with some of its reduced axes on the grid adds its partial sums with fp32 atomics
+  inside that loop (:mod:`dtriton.plan.loop_stores`: the attention backward's dQ in the dK/dV
+  kernel);
 - "auto" placement materialises a reduction when fusing it would recompute it once per program
   of the consumer's grid (it reduces over a grid axis, or needs an axis the consumer loops over).
 
@@ -32,6 +36,7 @@ from ..errors import ScheduleError
 from ..ir import Algorithm, Expr, Output, Reduce, can_split, is_sum, reduces_in, reduction_stages, stage_grid, walk
 from ..schedule import Schedule
 from .kernel import AxisPlan, BufferSpec, KernelPlan, Program, StoreSpec, next_pow2
+from .loop_stores import host_group
 from .online_split import exp_of, online_split_groups
 from .partition import merge_output_groups, reduction_groups
 
@@ -68,6 +73,12 @@ def lower(alg: Algorithm, sched: Schedule, sizes: dict[str, int],
         groups = merge_output_groups(
             groups, lambda s: _grid_for(alg, sched, s), lambda s, ex: _top_axes(alg, sched, s, ex, mat),
             lambda ex: _kernel_axes(ex, mat), mat)
+    for rid in lw.riders:
+        r = reduces[rid]
+        n = host_group(r, groups, lambda s: _grid_for(alg, sched, s), lambda s, ex: _top_axes(alg, sched, s, ex, mat),
+                       lambda ex, tops: _kernel_axes(ex, mat, tops), mat)
+        lw.host[rid] = groups[n]
+        lw.hosted.setdefault(id(groups[n]), []).append(rid)
     for grp in groups:
         if not lw.direct_split(grp, out_dtypes):
             lw.output_kernel(grp)
@@ -111,6 +122,12 @@ def _placement(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce]) -> s
                 raise ScheduleError(
                     f"stage {r.name!r} is split over {split_axes} and must be materialised; it cannot be fused")
             mat.add(rid)
+        elif place == "atomic":
+            if not is_sum(r):
+                raise ScheduleError(
+                    f"stage {r.name!r} is a {r.combiner.name}; place='atomic' adds partial sums with atomics, so it "
+                    "applies to sums only. Use place='materialize' (or 'auto')")
+            mat.add(rid)
         elif place == "materialize":
             mat.add(rid)
     while _place_round(alg, sched, reduces, mat):
@@ -127,7 +144,8 @@ def _place_round(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce], ma
         kernels_roots.append(([o.expr for o in grp], grp[0].name))
     for rid in mat:
         r = reduces[rid]
-        kernels_roots.append(([r], r.name))
+        if sched.stage(r.name).place != "atomic":   # (an atomic one is computed in its host's kernel)
+            kernels_roots.append(([r], r.name))
     for exprs, sname in kernels_roots:
         grid = _grid_for(alg, sched, sname)
         top_axes = _top_axes(alg, sched, sname, exprs, mat)
@@ -190,6 +208,11 @@ class _Kernels:
         self.buffers: dict[str, BufferSpec] = {}
         self.bufmap: dict[int, BufferSpec] = {}
         self.output_direct: dict[str, str] = {}
+        # sums placed "atomic": rider id -> the output group hosting it, and the riders per host
+        self.riders = [rid for rid in mat if sched.stage(reduces[rid].name).place == "atomic"]
+        self.host: dict[int, list[Output]] = {}
+        self.hosted: dict[int, list[int]] = {}
+        self.emitted: set[int] = set()
         order = [n.uid for n in alg.nodes]
         # online groups split across programs: one kernel each, per-split partials merged by the reader
         online = online_split_groups(sched, reduces, mat)
@@ -205,12 +228,13 @@ class _Kernels:
             rescale = f"buf_{m.name}" if m is not None else ""
             # split partials of a state (the variance's count, shift, mean, M2) keep every value
             state = len(r.combiner.state) if partials else 0
-            b = BufferSpec(f"buf_{r.name}", r.axes, dtype, zero=bool(split) and not partials, partials=partials,
+            zero = (bool(split) and not partials) or rid in self.riders
+            b = BufferSpec(f"buf_{r.name}", r.axes, dtype, zero=zero, partials=partials,
                            rescale=rescale, rescale_exp=(exp_of(r, m) or "exp") if m is not None else "exp",
                            state=state)
             self.buffers[b.name] = b
             self.bufmap[rid] = b
-        ordered = [reduces[rid] for rid in sorted(mat, key=order.index) if rid not in online]
+        ordered = [reduces[rid] for rid in sorted(mat, key=order.index) if rid not in online and rid not in self.riders]
         if sched.fuse_outputs:
             direct = {r.uid: self.deps_of([r], r) for r in ordered}
             self.groups = reduction_groups(ordered, self._group_key, direct)
@@ -278,6 +302,10 @@ class _Kernels:
         those they read)."""
         if rid in self.done:
             return
+        if rid in self.host:   # added by its host's kernel
+            self.done.add(rid)
+            self.output_kernel(self.host[rid])
+            return
         members = [self.reduces[m] for m in self.groups[rid]]
         self.done.update(self.groups[rid])
         for r in members:
@@ -297,7 +325,7 @@ class _Kernels:
         when ``grp`` was emitted so."""
         rs = [o.expr for o in grp]
         if not (isinstance(rs[0], Reduce) and rs[0].uid in self.bufmap
-                and sorted(self.groups[rs[0].uid]) == sorted(r.uid for r in rs)
+                and sorted(self.groups.get(rs[0].uid, ())) == sorted(r.uid for r in rs)
                 and all(self._direct_ok(o, out_dtypes) for o in grp)):
             return False
         for r in rs:
@@ -324,11 +352,17 @@ class _Kernels:
 
     def output_kernel(self, grp: list[Output]) -> None:
         """Emit the kernel storing the outputs ``grp`` (after the kernels of what they read)."""
+        if id(grp) in self.emitted:
+            return
+        self.emitted.add(id(grp))
         exprs = [o.expr for o in grp]
-        for d in self.deps_of(exprs):
+        riders = [self.reduces[rid] for rid in self.hosted.get(id(grp), [])]
+        for d in self.deps_of(exprs) + [d for r in riders for d in self.deps_of([r], r)]:
             self.reduce_kernel(d)
         stores = [StoreSpec(o.name, o.expr, o.layout) for o in grp]
-        self.kernels.append(self.make_kernel(f"{self.alg.name}_{grp[0].name}", exprs, stores, grp[0].name))
+        stores += [StoreSpec(self.bufmap[r.uid].name, r, r.axes, atomic=True, in_loop=True) for r in riders]
+        self.kernels.append(self.make_kernel(f"{self.alg.name}_{grp[0].name}", exprs + riders, stores, grp[0].name,
+                                             riders))
 
 
 def _strategy(sched: Schedule, sname: str, axis: str) -> str:

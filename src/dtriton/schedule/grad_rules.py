@@ -8,7 +8,12 @@ rule schedules the FlashAttention-2 backward (Dao 2023) instead: every score sta
 per tile), the head dims whole, one kernel over (b, h, key tiles) looping over the queries with the
 dK and dV accumulators (the plan's multi-output kernels put both outputs there), one kernel over
 (b, h, query tiles) looping over the keys for dQ, and the per-query term ``sum over e of dO * O``
-computed once per query row by a kernel of its own.
+computed once per query row by a kernel of its own. Up to head dim :data:`ATOMIC_DQ_HEAD`, the
+dQ stage is placed "atomic" instead (:mod:`dtriton.plan.loop_stores`): the dK/dV kernel adds each
+step's ``dS K`` over its key tile into a zeroed fp32 buffer with atomics, and a small kernel writes
+``scale * dQ`` in the output's dtype (5 products of S x T x D per backward instead of 7, as
+FlashAttention-2's CUDA backward); a user schedule that sets only the dQ stage's place
+(``stages={"d_Q": {"place": "fuse"}}``: the second kernel) keeps that place under this rule.
 
 The plan then gives the kernels FlashAttention-2's shape without attention special cases: the
 16-bit dots take the program layout's order of their free axes (scores as [key, query] tiles in
@@ -24,10 +29,14 @@ from ..ir import Algorithm, axis_bounds, is_sum, reduces_in, reduction_guard, re
 from .draft import Draft, next_pow2
 from .schedule import StageSchedule
 
-__all__ = ["flash_backward", "flash_backward_pattern", "flash_backward_space", "mask_bounded"]
+__all__ = ["dq_stage", "flash_backward", "flash_backward_pattern", "flash_backward_space", "mask_bounded"]
 
 #: Head dims up to which the key/query tile of the accumulating kernels is 128 (else 64).
 WIDE_HEAD = 64
+#: Head dims up to which the rule places dQ "atomic" (in the dK/dV kernel); above, a second kernel.
+#: The atomics add (T / key tile) x S x D fp32 values per head: 537 MB at B4 H16 S2048 D64 (key
+#: tiles of 128), 17 GB at B4 H32 S4096 D128 (tiles of 64), more than the two products saved.
+ATOMIC_DQ_HEAD = 64
 
 
 def flash_backward_pattern(alg: Algorithm, sizes) -> tuple[list[str], set[str], tuple[str, str]] | None:
@@ -57,6 +66,34 @@ def flash_backward_pattern(alg: Algorithm, sizes) -> tuple[list[str], set[str], 
     return scores, heads, pair
 
 
+def dq_stage(alg: Algorithm, sizes) -> str | None:
+    """The name of an attention backward's dQ stage (:func:`flash_backward_pattern`): the sum over
+    the key axis whose free axes are those of the output over the query axis; None when ``alg``
+    is no attention backward."""
+    pat = flash_backward_pattern(alg, sizes)
+    if pat is None:
+        return None
+    qa, ka = pat[2]
+    for o in alg.outputs:
+        if qa not in o.layout:
+            continue
+        for st in reduction_stages(alg):
+            r = st.node
+            if is_sum(r) and set(r.over) == {ka} and set(r.axes) == set(o.layout):
+                return st.name
+    return None
+
+
+def _place_only(d: Draft, dq: str | None) -> str | None:
+    """The user's place of the dQ stage when the user's schedule lays out nothing else (the
+    layout the rule plans around it), else None."""
+    u = d.user
+    if not d.given or dq is None or set(u.stages) != {dq} or u.tile or u.grid is not None or u.group or u.split \
+            or u.strategy or set(u.stages[dq].to_dict()) != {"place"}:
+        return None
+    return u.stages[dq].place
+
+
 def flash_backward(d: Draft) -> None:
     """The FlashAttention-2 backward schedule (module docstring) for an attention backward whose
     layout the user's schedule leaves open (launch options given, e.g. ``num_warps``, are kept):
@@ -69,17 +106,21 @@ def flash_backward(d: Draft) -> None:
     stages 1.013, 4 x 3 0.638 (SDPA's 0.425); causal 0.722, 4 x 3 at 128 x 32 0.562, at 64 x 64
     0.483 (SDPA 0.298); B4 H32 S4096 D128 21.25 at 8 warps, 10.94 at 4 x 3 (SDPA 4.90); causal
     15.00, 8.09 (SDPA 2.99). sm_90: 4 warps use up to 254 registers, no spill (a 64-wide loop
-    tile spills at D128)."""
-    if d.layout_given or d.grid is not None:
+    tile spills at D128). dQ: "atomic" up to head dim :data:`ATOMIC_DQ_HEAD` (module docstring),
+    unless the user's schedule sets its place and nothing else."""
+    dq = dq_stage(d.alg, d.sizes)
+    user_place = _place_only(d, dq)
+    if (d.layout_given and user_place is None) or d.grid is not None:
         return
     pat = flash_backward_pattern(d.alg, d.sizes)
     if pat is None:
         return
     scores, heads, (qa, ka) = pat
     narrow = max(d.sizes[a] for a in heads) <= WIDE_HEAD
+    place = user_place or ("atomic" if max(d.sizes[a] for a in heads) <= ATOMIC_DQ_HEAD else "auto")
     big, small = (128 if narrow else 64), 32
-    if narrow and mask_bounded(d.alg):
-        big, small = 64, 64
+    if narrow and (mask_bounded(d.alg) or place == "atomic"):
+        big, small = 64, 64   # (atomic dQ: 128 x 32 spills at 4 warps for sm_90, 136 bytes)
     for name in scores:
         d.stages[name] = StageSchedule(place="fuse")
     for a in heads:
@@ -97,6 +138,8 @@ def flash_backward(d: Draft) -> None:
         d.stages[o.name] = StageSchedule(grid=grid, tile={own: max(16, d.cap(own, big)),
                                                           other: max(16, d.cap(other, small))},
                                          strategy={other: "loop"})
+    if dq is not None:
+        d.stages[dq] = StageSchedule(place=place)
     d.grid = d.stages[d.alg.outputs[0].name].grid
     d.num_warps = d.num_warps or 4
     d.num_stages = d.num_stages or 3

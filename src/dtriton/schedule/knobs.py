@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 __all__ = ["Knob", "Domain", "FrozenMap", "one_of", "is_pow2", "register", "unregister", "knob", "knobs", "names",
            "flat_knobs", "stage_knobs", "launch_knobs", "reserve_names", "markdown_table", "BUILTIN",
-           "KINDS", "SCOPES", "STRATEGIES", "PLACES", "SPLIT_MODES", "ACCESS", "EVICTIONS", "PRECISIONS",
+           "KINDS", "SCOPES", "STRATEGIES", "PLACES", "STAGE_PLACES", "SPLIT_MODES", "ACCESS", "EVICTIONS", "PRECISIONS",
            "TENSOR_CORE_FP32", "TILE_ORDERS", "DESCRIPTOR_SITES",
            "ACC_DTYPES"]
 
@@ -39,6 +39,11 @@ STRATEGIES = ("auto", "whole", "loop", "online")
 #: Where a reduction stage is computed: auto; fuse (in its consumer's kernel, in registers, or
 #: recomputed inside the consumer's loops); materialize (a kernel of its own, result in memory).
 PLACES = ("auto", "fuse", "materialize")
+#: Every place a stage takes: those of :data:`PLACES` (explored) and atomic (a sum materialised by
+#: fp32 atomic partial sums that the kernel holding its operands adds inside its loop over the
+#: stage's kept axes, :mod:`dtriton.plan.loop_stores`: the attention backward's dQ in the dK/dV
+#: kernel; chosen by the derived backward's rule, not explored on every stage).
+STAGE_PLACES = PLACES + ("atomic",)
 SPLIT_MODES = ("atomic", "partials")
 #: Memory-access style of tile loads and stores: pointer (a block of addresses, masked), block_ptr
 #: (``tl.make_block_ptr``, bounds checked by the hardware path) or tma (Hopper tensor-memory
@@ -287,8 +292,8 @@ BUILTIN: tuple[Knob, ...] = (
          doc="how split partial results combine: fp32 atomics, or per-split buffers (deterministic); None: "
              "per-split buffers for the reductions the heuristic splits and for max/min, else atomics"),
     Knob("stages", FrozenMap(), Domain("StageSchedule per stage", _any), kind="per_stage",
-         search=PLACES, doc="per-stage overrides (StageSchedule): place (auto, fuse, materialize; explored) and the "
-                              "stage overrides"),
+         search=PLACES, doc="per-stage overrides (StageSchedule): place (auto, fuse, materialize; explored; atomic: a sum "
+                              "whose partial sums another kernel adds inside its loop) and the stage overrides"),
     Knob("eviction", FrozenMap(), one_of(EVICTIONS), kind="per_tensor", search=("evict_normal", "evict_first"),
          doc="L2 eviction hint of an input's loads"),
     Knob("persistent", 0, Domain("0 to 32", _per_sm), search=(0, 1, 2),

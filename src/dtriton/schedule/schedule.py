@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..errors import ScheduleError, UnknownFieldError
 from ..ir import grid_candidates, reduces_in, reduction_stages, splittable, stage_grid
-from .knobs import PLACES, FrozenMap, Knob, flat_knobs, knob, knobs, launch_knobs, names, reserve_names
+from .knobs import STAGE_PLACES, FrozenMap, Knob, flat_knobs, knob, knobs, launch_knobs, names, reserve_names
 
 __all__ = ["Schedule", "StageSchedule", "unknown_fields_message", "reject_unknown_keywords"]
 
@@ -158,7 +158,9 @@ class StageSchedule(_KnobValues):
 
     - ``place``: "auto", "fuse" (computed in the consumer's kernel: once per program when its free
       axes are all in the program's tile, recomputed inside the consumer's loops otherwise) or
-      "materialize" (a kernel of its own, its result written to global memory first).
+      "materialize" (a kernel of its own, its result written to global memory first) or "atomic"
+      (a sum materialised by fp32 atomic partial sums added inside the loop of the kernel holding
+      its operands: :mod:`dtriton.plan.loop_stores`).
     - ``tile``/``grid``/``group``/``strategy``/``num_warps``/``num_stages`` (the knobs of scope
       "stage"): used for the stage's own kernel when it has one; unset fields (None or empty)
       inherit from the enclosing :class:`Schedule`.
@@ -178,8 +180,8 @@ class StageSchedule(_KnobValues):
         return value if name == "place" else _normalise(knob(name), value)
 
     def _check_values(self) -> None:
-        if self.place not in PLACES:
-            raise ScheduleError(f"stage place {self.place!r} is not one of {PLACES}")
+        if self.place not in STAGE_PLACES:
+            raise ScheduleError(f"stage place {self.place!r} is not one of {STAGE_PLACES}")
 
     def to_dict(self) -> dict:
         """A JSON-ready dict of the fields that are set (a non-"auto" place, non-empty maps, values

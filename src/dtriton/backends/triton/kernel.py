@@ -66,6 +66,8 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, BoundsPrinter):
         # stores, grouped by their loop axes
         by_loops: dict[tuple, list[StoreSpec]] = {}
         for st in k.stores:
+            if st.target in k.loop_stores:
+                continue   # printed inside its pass's loop (emit_pass)
             key = tuple(a for a in st.layout if top.find_bind(a) is None)
             by_loops.setdefault(key, []).append(st)
         for key, sts in by_loops.items():
@@ -291,6 +293,34 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, BoundsPrinter):
                 return
             scope.emit(f"tl.store({ptr}, ({v}).to({name}_ptr.dtype.element_ty)" + (f", mask={mask}" if mask else "") + ")")
 
+
+    def loop_store(self, st: StoreSpec, scope: Scope) -> None:
+        """Print an in-loop store (``KernelPlan.loop_stores``) in ``scope``, the innermost scope of
+        its pass's loop: the program's partial sum of the stage over its tile of the reduced axis
+        (the plan's dot, in the dot's ``(m, n)`` layout, times its hoisted factors) added to the
+        buffer with fp32 atomics."""
+        r = st.expr
+        d = self.k.dots[r.uid]
+        ra = d.k or r.over[0]
+        scope.emit(f"# stage {st.target}[{', '.join(st.layout)}] += this program's partial sum of {self.names.get(r.uid, r.name)} "
+                   f"over its tile of {ra} (atomics)")
+        a = self.operand(d.left, scope, (d.m, ra), ra, d, d.raw_left)
+        b = self.operand(d.right, scope, (ra, d.n), ra, d, d.raw_right)
+        prec = f", input_precision=\"{d.precision}\"" if d.precision else ""
+        if d.acc_dtype != "float32":
+            prec += f", out_dtype=tl.{d.acc_dtype}"
+        lay = (d.m, d.n)
+        v = self.fresh("part")
+        scope.emit(f"{v} = tl.dot({a}, {b}{prec})")
+        for f in d.hoist:
+            scope.emit(f"{v} = {v} * {self.val(f, scope, lay)}")
+        name = self.tensor_arg(st.target, len(st.layout))
+        terms = []
+        for ax in st.layout:
+            bnd, _ = scope.find_bind(ax)
+            terms.append(bnd.offs if bnd.scalar else self.expand1d(bnd.offs, ax, lay))
+        mask = self.mask_for(st.layout, scope, lay)
+        scope.emit(f"tl.atomic_add({self.addr(name, terms)}, {v}" + (f", mask={mask}" if mask else "") + ", sem=\"relaxed\")")
 
 
 #: A printed kernel's argument order (the backend-neutral record, under its former name).

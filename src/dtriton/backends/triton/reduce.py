@@ -65,6 +65,9 @@ class ReducePrinter:
             if unmasked:
                 inner.assumed.update(lb.guards)
             self.pass_body(rs, loop_axes, inner, scope, pp, accs)
+            for st in self.k.stores:   # the plan's in-loop atomic stores riding this pass
+                if loop_axes and self.k.loop_stores.get(st.target) == pp.reductions:
+                    self.loop_store(st, inner)
             for parent, child in reversed(loops):
                 parent.close(child)
                 if pp.warp_specialize and pointer_loads(child):
