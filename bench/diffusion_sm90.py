@@ -34,7 +34,8 @@ def report(sched, sizes: dict[str, int], dump: str | None = None) -> list[str]:
     for m in metas:
         fn = getattr(mod, m.name)
         # every pointer fp32; sizes marked multiples of 16 only where they are
-        k = compile_sm90(fn, m, *signature(spatial_diffusion, fn, m, lambda t: "fp32", sizes=sizes))
+        k = compile_sm90(fn, m, *signature(spatial_diffusion, fn, m, lambda t: "fp32",
+                                           values={f"size_{s.lower()}": n for s, n in sizes.items()}))
         ptx = k.asm["ptx"]
         if dump:
             dump_asm(k, dump, m.name)

@@ -84,20 +84,23 @@ def load_kernels(src: str, out: str, name: str):
 
 
 def signature(alg, fn, meta, ptr_type: Callable[[str], str], unit: set[str] | None = None,
-              sizes: Mapping[str, int] | None = None) -> tuple[dict, dict, dict]:
+              values: Mapping[str, int] | None = None) -> tuple[dict, dict, dict]:
     """Triton's ``(signature, constants, attributes)`` for kernel ``fn`` (printed for ``meta``).
 
     ``ptr_type(tensor or buffer name)`` gives a pointer's element type (``"fp16"``); host TMA
     descriptors are typed by their tensor and box. Stride arguments in ``unit`` are the constant 1
     (default: each tensor's last stride, as for contiguous tensors). Scalar arguments (``s_<name>``)
     are fp32, or i32 for ``int`` parameters of ``alg``. Pointers and integers are marked multiples of
-    16; with ``sizes`` (size symbol -> size) a ``size_<axis>`` argument only when its size is."""
+    16. ``values`` (argument name -> the call's value, e.g. :func:`arg_values`) specialises as
+    Triton does a real call: an integer equal to 1 is a constant, and one is marked a multiple of
+    16 only when its value is (arguments without a value stay marked)."""
     unit = unit if unit is not None else {f"{t}_s{n - 1}" for t, n in meta.tensor_ndim.items() if n}
+    values = values or {}
     descs = {d[0]: (d[1], d[2]) for d in meta.descs}
     floats = {f"s_{p.name}" for p in alg.params if getattr(p, "pytype", None) is float}
     sig, consts, attrs = {}, {}, {}
     for i, a in enumerate(fn.arg_names):
-        if a in meta.consts or a in unit:
+        if a in meta.consts or a in unit or (a not in floats and values.get(a) == 1):
             sig[a], consts[a] = "constexpr", meta.consts.get(a, 1)
             continue
         if a in descs:
@@ -105,10 +108,25 @@ def signature(alg, fn, meta, ptr_type: Callable[[str], str], unit: set[str] | No
             sig[a] = f"tensordesc<{ptr_type(t)}[{','.join(map(str, box))}]>"
             continue
         sig[a] = "*" + ptr_type(a[:-4]) if a.endswith("_ptr") else "fp32" if a in floats else "i32"
-        size = sizes.get(a[5:].upper(), 1) if sizes is not None and a.startswith("size_") else None
-        if sig[a] != "fp32" and (size is None or size % 16 == 0):
+        if sig[a] != "fp32" and values.get(a, 16) % 16 == 0:
             attrs[(i,)] = [["tt.divisibility", 16]]
     return sig, consts, attrs
+
+
+def arg_values(alg, b, args) -> dict[str, int]:
+    """The value of each integer kernel argument of the call ``alg(*args)`` bound to ``b``: axis
+    sizes (``size_<axis>``), size symbols (``dim_<S>``), int scalars (``s_<name>``) and the strides
+    of the inputs and of contiguous outputs (``<tensor>_s<d>``)."""
+    vals = {f"size_{a}": n for a, n in b.axis_sizes.items()}
+    vals |= {f"dim_{s}": n for s, n in b.sizes.items()}
+    vals |= {f"s_{p.name}": int(a) for p, a in zip(alg.params, args) if isinstance(a, int)}
+    for p, a in zip(alg.params, args):
+        if isinstance(a, torch.Tensor):
+            vals |= {f"{p.name}_s{d}": st for d, st in enumerate(a.stride())}
+    for o in alg.outputs:
+        st = torch.empty([b.axis_sizes[a] for a in o.layout], device="meta").stride()
+        vals |= {f"{o.name}_s{d}": s for d, s in enumerate(st)}
+    return vals
 
 
 def ptr_types(alg, b, prog=None, default: str = "fp32") -> Callable[[str], str]:
