@@ -211,9 +211,25 @@ def test_gpu_fp8_dot_takes_fp8_operands_k_major(dtype, op):
     a, b = operands(dtype, 256, 256, 256, "NT")
     _, (d,) = gpu_dots(matmul, (a, b))
     assert d.n == "j"
-    a, b = operands(dtype, 4096, 4096, 4096, "NT")   # the H200's best at 4096^3: 128x256x128, 3 stages
+    a, b = operands(dtype, 4096, 4096, 4096, "NT")   # the H200's best at 4096^3: 128x128x128, 4 stages, 4 warps
     full, _ = gpu_dots(matmul, (a, b))
-    assert (full.tile["i"], full.tile["j"], full.tile["k"], full.num_stages) == (128, 256, 128, 3)
+    assert (full.tile["i"], full.tile["j"], full.tile["k"], full.num_stages, full.num_warps) == (128, 128, 128, 4, 4)
+
+
+def test_fp8_default_is_not_shrunk_for_its_fp32_scales():
+    """The runtime's shared-memory fit counts the dot operands' bytes (1 for fp8), not the fp32
+    per-row scales': at 4 bytes 128x128x128 at 4 stages looked like 512 KB and was shrunk to
+    64x128x128 at 2 stages (149.8 us on the H200 against 113)."""
+    from dtriton.schedule import fits_smem, operand_itemsize
+    from dtriton.backends import default_backend
+    a, b = operands(E4, 4096, 4096, 4096, "NT")
+    alg = scaled_mm
+    args = (a, b, torch.ones(4096), torch.ones(4096))
+    bd = alg.bind(args)
+    bd.device = torch.device("cuda")
+    full = complete_schedule(alg, None, bd)
+    size = operand_itemsize(alg, bd.dtypes)
+    assert size == 1 and fits_smem(alg, full, size, default_backend().limits.smem_bytes)
 
 
 def test_gpu_fp8_dot_hoists_the_scales():

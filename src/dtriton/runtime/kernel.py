@@ -26,7 +26,7 @@ import torch
 from ..backends.base import KernelMeta
 from ..backends import default_backend
 from ..errors import CompileError, ResourceError, ScheduleWarning, ShapeError
-from ..schedule import Schedule, complete_schedule, fits_smem, shrink
+from ..schedule import Schedule, complete_schedule, fits_smem, operand_itemsize, shrink
 from ..ir import Algorithm, Binding, InputTensor, check_reads, contraction_operands
 from ..plan import CallSpec, Program, call_spec, plan_program, tma_addressable, unused_knobs
 from ..plan.callspec import I32_MAX
@@ -209,7 +209,7 @@ class Kernel:
             return sched
         first = sched
         if first not in self._shrunk and not interpret:
-            size = max((d.itemsize for d in b.dtypes.values() if d.is_floating_point or d == torch.int8), default=4)
+            size = operand_itemsize(self.algorithm, b.dtypes)   # (the dot operands': not fp8's fp32 scales)
             while not fits_smem(self.algorithm, sched, size, _BACKEND.limits.smem_bytes):
                 smaller = shrink(sched, b.axis_sizes)
                 if smaller is None:

@@ -10,9 +10,9 @@ from .knobs import (ACC_DTYPES, ACCESS, EVICTIONS, PLACES, PRECISIONS, SPLIT_MOD
                     Knob, flat_knobs, knob, knobs, launch_knobs, markdown_table, one_of, register, stage_knobs,
                     unregister)
 from .schedule import Schedule, StageSchedule, reject_unknown_keywords, unknown_fields_message
-from .shrink import fits_smem, shrink, smem_estimate
+from .shrink import fits_smem, operand_itemsize, shrink, smem_estimate
 
-__all__ = ["shrink", "fits_smem", "smem_estimate", "Schedule", "StageSchedule", "FrozenMap", "Knob", "Domain", "one_of", "register", "unregister", "knob",
+__all__ = ["shrink", "fits_smem", "operand_itemsize", "smem_estimate", "Schedule", "StageSchedule", "FrozenMap", "Knob", "Domain", "one_of", "register", "unregister", "knob",
            "knobs", "flat_knobs", "stage_knobs", "launch_knobs", "markdown_table", "complete_schedule",
            "sm_count", "next_pow2", "DECIDED", "RULES", "STRATEGIES", "PLACES", "SPLIT_MODES",
            "ACCESS", "EVICTIONS", "PRECISIONS", "TENSOR_CORE_FP32", "ACC_DTYPES", "reject_unknown_keywords", "unknown_fields_message",

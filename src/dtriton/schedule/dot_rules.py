@@ -50,7 +50,12 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
             tile[first] = 64
             if d.num_warps is None:
                 d.num_warps = 4
-    wide = not _block_scaled(d, name, r) and not _byte_operands(d, name) and _wide_tile(d, m, n, r)
+    # 8-bit dots keep 128x128 tiles, 128 along the reduction, 4 stages, 4 warps (H200, s4 final call,
+    # bench/narrow.py --variants at 4096^3: fp8 e4m3 with per-row scales 112.96 us = 0.944x torch._scaled_mm,
+    # against 116.2-118.7 at 128x256x128 with 3 stages and 8 warps; int8 -> int32 137.4 against 161.4 with
+    # 8 warps; sm_90 compile, bench/narrow_sm90.py: 131 KB of shared memory for fp8, 192 KB for int8)
+    wide = (not d.eight_bit and not _block_scaled(d, name, r) and not _byte_operands(d, name)
+            and _wide_tile(d, m, n, r))
     if r not in tile:
         # 8-bit operands: 128 along the reduction (the bytes of a 16-bit tile of 64; Triton needs >= 32)
         tile[r] = max(16, d.cap(r, 128 if d.eight_bit and d.gpu else 64 if d.half or not d.gpu else 32))
@@ -71,14 +76,15 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
     if d.num_warps is None:
         # tf32 on 128x128 tiles: 4 warps (H200 probe, X @ W.T 1024x8192x8192: 379 us against 541
         # with 8, 0.96x cuBLAS with TF32)
-        d.num_warps = 8 if tile[m] * tile[n] >= 128 * 128 and d.user.precision != "tf32" else 4
+        # (8-bit dots: 4, but block-scaled ones keep 8: their second accumulator spills 632 bytes at 4, sm_90)
+        few = d.user.precision == "tf32" or (d.eight_bit and not _block_scaled(d, name, r))
+        d.num_warps = 8 if tile[m] * tile[n] >= 128 * 128 and not few else 4
     if d.num_stages is None and wide:
         # both operands K-major (X @ W.T, the nn.Linear layout): 4 stages (H200, 4096^3 with TMA:
         # fp16 211.7 us against 221.6 with 3, bf16 208.4 against 222.3; bench/results/issue14/
-        # probe_nt_call2.json); other layouts keep 3, and so do 8-bit operands (H200, fp8 e4m3 4096^3 with
-        # per-row scales, bench/results/s4_final/narrow.log: 116.2 us with 3 stages against 148.3 with 4)
+        # probe_nt_call2.json); other layouts keep 3
         both = len(tensor_core_sides(d.alg.stages[name].node, d.b.unit_dims)) == 2
-        d.num_stages = 4 if both and not d.eight_bit else 3
+        d.num_stages = 4 if both else 3
     if d.num_stages is None:
         # fp32 on tensor cores: 4 stages of 128x128x32 fp32 tiles (H200 probe, X @ W.T
         # 1024x8192x8192 at tf32x3 with TMA: 1685 us against 1733 with 3 stages)

@@ -9,10 +9,14 @@ the estimate checked before a default is first used.
 
 from __future__ import annotations
 
-from ..ir import Algorithm, contractions
+from typing import Mapping
+
+import torch
+
+from ..ir import Algorithm, contraction_operands, contractions
 from .schedule import Schedule
 
-__all__ = ["shrink", "fits_smem", "smem_estimate"]
+__all__ = ["shrink", "fits_smem", "operand_itemsize", "smem_estimate"]
 
 #: no tile is shrunk below this (the smallest dot tile Triton accepts)
 MIN_TILE = 16
@@ -56,6 +60,17 @@ def smem_estimate(alg: Algorithm, sched: Schedule, itemsize: int) -> int:
         t = {a: (ss.tile.get(a) if ss is not None else None) or sched.tile.get(a, 1) for a in (m, n, r)}
         most = max(most, (t[m] * t[r] + t[r] * t[n]) * itemsize * stages)
     return most
+
+
+def operand_itemsize(alg: Algorithm, dtypes: Mapping[str, torch.dtype]) -> int:
+    """Bytes per element of the operand tiles :func:`smem_estimate` counts: the largest of the
+    floating or int8 tensors the contractions of ``alg`` stream (``dtypes``: input -> dtype; an fp8
+    GEMM's operands are 1 byte, its fp32 per-row scales are no operands: counted at 4 bytes they
+    shrank its default 128 x 128 x 128 tiles to 64 x 128 x 128 at 2 stages, 149.8 us against 113 on
+    the H200), of every such input where ``alg`` has no contraction; 4 where there is none."""
+    ops = contraction_operands(alg)
+    sizes = [d.itemsize for t, d in dtypes.items() if (not ops or t in ops) and (d.is_floating_point or d == torch.int8)]
+    return max(sizes, default=4)
 
 
 def fits_smem(alg: Algorithm, sched: Schedule, itemsize: int, limit: int) -> bool:
