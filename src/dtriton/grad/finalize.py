@@ -113,7 +113,8 @@ class Finalizer:
               carriers: Sequence[str | None], floors: Sequence[torch.dtype | None] = ()) -> Algorithm:
         """The algorithm ``name`` computing ``outs`` (``(graph expression, layout)`` each). An output
         axis that indexes no tensor gets its size from the tensor ``carriers[k]`` (a zero term that
-        loads it); ``None``: an error if needed."""
+        loads it); ``None``: an error if needed. ``floors[k]``: the float dtype output ``k`` is stored in
+        at least (:attr:`Output.floor`; missing or ``None``: its result dtype)."""
         g = self.d.g
         params = make_params(self.spec, frozenset(pn for pn, _ in self.saved_map.values()))
         by_name = {p.name: p for p in params}
@@ -137,14 +138,13 @@ class Finalizer:
                 axes_sized.update(self.saved_map[n.uid][1])
             elif isinstance(n, Load):
                 axes_sized.update(e.name for e in n.index if isinstance(e, Axis))
-        outputs = [self._output(new[e.uid], layout, carrier, axes_sized, by_name)
-                   for (e, layout), carrier in zip(outs, carriers)]
-        for o, floor in zip(outputs, floors):
-            o.floor = floor
+        floors = list(floors) + [None] * (len(outs) - len(floors))
+        outputs = [self._output(new[e.uid], layout, carrier, axes_sized, by_name, floor)
+                   for (e, layout), carrier, floor in zip(outs, carriers, floors)]
         return Algorithm.build(name, params, outputs, doc=doc)
 
     def _output(self, expr: Expr, layout: tuple[str, ...], carrier: str | None, axes_sized: set[str],
-                params: dict[str, Any]) -> Output:
+                params: dict[str, Any], floor: torch.dtype | None = None) -> Output:
         missing = [a for a in layout if a not in axes_sized]
         if missing:
             # an output axis that indexes no tensor has no known size: add a term that is
@@ -155,4 +155,4 @@ class Finalizer:
                     "tensor, so their sizes are unknown")
             ld = Load(params[carrier], tuple(Axis(a) for a in layout))
             expr = Binary("add", expr, Where(Binary("ne", ld, ld), Const(0.0), Const(0.0)))
-        return Output(expr, tuple(layout))
+        return Output(expr, tuple(layout), floor=floor)
