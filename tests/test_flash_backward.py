@@ -122,7 +122,8 @@ def test_flash_backward_gradients_match_float64(causal, S, T, gen):
 
 def test_gpu_space_of_the_backward_searches_its_kernels_tiles_warps_and_stages():
     """Space.derive on the derived backward (GPU target): the two accumulating kernels' tiles (dK
-    and dV tied by '+'), warps, stages; nothing that would materialise a score stage."""
+    and dV tied by '+'), warps, stages, where dQ is added; nothing that would materialise a score
+    stage."""
     from dtriton.tune import Space
     _, bwd = _backward(False)
     args = [torch.empty(2, 2, 512, 64, dtype=torch.float16) if hasattr(p, "dims") else 0.125 for p in bwd.params]
@@ -130,7 +131,8 @@ def test_gpu_space_of_the_backward_searches_its_kernels_tiles_warps_and_stages()
     sp = Space.derive(bwd, args, target="gpu")
     dims = dict(sp.dimensions())
     assert set(dims) == {"stage_tile.out0.i", "stage_tile.out0.j", "stage_tile.out1+out2.i", "stage_tile.out1+out2.j",
-                         "num_warps", "num_stages", "access"}   # access: pointer or TMA (a Hopper device)
+                         "num_warps", "num_stages", "access", "place.d_Q"}   # access: pointer or TMA (a Hopper device)
+    assert sorted(dims["place.d_Q"]) == ["atomic", "auto"]   # dQ in the dK/dV kernel's loop, or a second kernel
     b = dataclasses.replace(bwd.bind(args), device=torch.device("cuda"))
     base = dt.compile(bwd).complete(b)
     s = sp.schedule_for({"stage_tile.out1+out2.j": 64, "stage_tile.out1+out2.i": 16, "num_stages": 3}, base, bwd)

@@ -29,7 +29,8 @@ from ..ir import Algorithm, axis_bounds, is_sum, reduces_in, reduction_guard, re
 from .draft import Draft, next_pow2
 from .schedule import StageSchedule
 
-__all__ = ["dq_stage", "flash_backward", "flash_backward_pattern", "flash_backward_space", "mask_bounded"]
+__all__ = ["dq_stage", "flash_backward", "flash_backward_pattern", "flash_backward_places", "flash_backward_space",
+           "mask_bounded"]
 
 #: Head dims up to which the key/query tile of the accumulating kernels is 128 (else 64).
 WIDE_HEAD = 64
@@ -154,6 +155,14 @@ def mask_bounded(alg: Algorithm) -> bool:
         if cond is not None and any(not axis_bounds(cond, a).empty for a in r.over):
             return True
     return False
+
+
+def flash_backward_places(alg: Algorithm, sizes) -> dict[str, list[str]] | None:
+    """The places an exploration of a FlashAttention-2 backward searches (the ``place`` field of a
+    ``dt.Space``): its dQ stage added with atomics inside the dK/dV kernel ("atomic") or in a
+    second kernel ("auto"); None when ``alg`` is no attention backward."""
+    dq = dq_stage(alg, sizes)
+    return {dq: ["atomic", "auto"]} if dq is not None else None
 
 
 def flash_backward_space(alg: Algorithm, sizes, base) -> dict[str, list[int]] | None:

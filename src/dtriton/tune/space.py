@@ -26,8 +26,8 @@ from ..errors import ScheduleError, UnknownFieldError
 from ..ir import (Algorithm, Binding, contractions, grid_candidates, online_candidate, reduction_stages,
                   split_blockers)
 from ..runtime import Kernel, backend_for
-from ..schedule import (EVICTIONS, PLACES, STRATEGIES, Knob, Schedule, StageSchedule, conv_space_tiles,
-                        flash_backward_space, flash_forward_space, flat_knobs, mask_bounded, next_pow2,
+from ..schedule import (EVICTIONS, PLACES, STAGE_PLACES, STRATEGIES, Knob, Schedule, StageSchedule, conv_space_tiles,
+                        flash_backward_places, flash_backward_space, flash_forward_space, flat_knobs, mask_bounded, next_pow2,
                         unknown_fields_message)
 from .check import Limits
 
@@ -189,7 +189,7 @@ class Space:
         self.group = _flat(group, "group", _posint)
         self.split = _per_key(split, "split", _posint)
         self.strategy = _per_key(strategy, "strategy", _oneof(STRATEGIES))
-        self.place = _per_key(place, "place", _oneof(PLACES))
+        self.place = _per_key(place, "place", _oneof(STAGE_PLACES))
         self.stage_tile = _per_key(stage_tile, "stage_tile", _pow2)
         self.eviction = _per_key(eviction, "eviction", _oneof(EVICTIONS))
         for k in self.stage_tile or {}:
@@ -662,7 +662,8 @@ def derive_fields(alg: Algorithm, b: Binding, base: Schedule, gpu: bool, limits:
     sizes = b.axis_sizes
     fb = flash_backward_space(alg, sizes, base) if gpu else None
     if fb is not None:   # the FlashAttention-2 backward's own knobs; nothing else applies to it
-        return dict({f: None for f in Space.field_names()}, stage_tile=fb, num_warps=_with_base([4, 8], base.num_warps),
+        return dict({f: None for f in Space.field_names()}, stage_tile=fb, place=flash_backward_places(alg, sizes),
+                    num_warps=_with_base([4, 8], base.num_warps),
                     num_stages=_with_base([1, 2, 3, 4], base.num_stages),
                     access=_with_base(["pointer", "tma"], base.access) if limits.tma else None)
     cons = contractions(alg)
