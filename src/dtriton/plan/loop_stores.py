@@ -8,7 +8,9 @@ backward). A sum stage placed ``"atomic"`` (``StageSchedule(place="atomic")``) i
 materialised by that kernel: after each step of its loop over ``i``, the program's partial sum over
 its tile of ``j`` (one ``tl.dot``) is added with fp32 atomics into a zeroed buffer, which the
 stage's readers (the output kernel: ``scale * dQ`` cast to the output's dtype) read as any
-materialised stage (5 products; FlashAttention-2's own CUDA backward).
+materialised stage (5 products; FlashAttention-2's own CUDA backward). The order in which the
+programs' atomics add up varies from run to run: the result is not bit-reproducible (the two-kernel
+form is).
 
 Two decisions, both here:
 
