@@ -97,7 +97,7 @@ class Interpreted:
     arguments. (The counting stand-in of ``null_gpu`` has only ``run``: the other entry.)"""
 
     def __init__(self):
-        self.slow = self.fast = 0
+        self.slow = self.fast = self.allocations = 0
 
     def launch(self, fn, programs, args, meta, interpret):
         import sys
@@ -160,6 +160,7 @@ def interp_gpu(monkeypatch):
     empty = torch.empty
 
     def poisoned(*a, **k):
+        runs.allocations += 1
         t = empty(*a, **k)
         return t.fill_(float("nan")) if t.is_floating_point() else t.fill_(-7)
     monkeypatch.setattr(torch, "empty", poisoned)
@@ -354,3 +355,55 @@ def test_steady_steps_never_synchronise(null_gpu, monkeypatch):
     monkeypatch.setattr(torch.cuda, "synchronize", refuse("synchronize"))
     step()
     assert not reads
+
+
+def test_saved_statistics_share_one_buffer(interp_gpu):
+    """A steady softmax step allocates its output, one buffer for the saved row max and sum (each at
+    an aligned offset: the pointers Triton specialised on 16-byte alignment) and dX: three
+    allocations, not four; gradients right against float64 with every allocation poisoned."""
+    from dtriton.backends.triton.fast import PACK_ALIGN
+    dk = dt.compile_autograd(softmax)
+    make = lambda: (torch.randn(5, 37),)  # noqa: E731
+    for _ in range(3):
+        _check_step(dk, lambda X: torch.softmax(X, -1), make(), (0,), 1e-4)
+    (step,) = dk._steps.values()
+    assert step.layout is not None and len(step.layout) == 2
+    assert all(off % PACK_ALIGN == 0 for off, _, _ in step.layout)
+    X = make()[0].requires_grad_()
+    before = interp_gpu.allocations
+    dk(X).backward(torch.randn(5, 37))
+    assert interp_gpu.allocations - before == 3
+
+
+@pytest.mark.parametrize("alg,eager,make,gidx", STEP_CASES[:2], ids=[c[0].name for c in STEP_CASES[:2]])
+def test_new_gradient_or_expanded_input_signatures_on_a_packed_step(interp_gpu, alg, eager, make, gidx):
+    """A steady forward step whose backward receives a gradient of a new signature (a transposed
+    one) runs the general backward on views of its packed statistics and is right; an expanded
+    input (stride 0) is a signature of its own, validated first, then stepped, and right."""
+    dk = dt.compile_autograd(alg)
+    for _ in range(3):
+        _check_step(dk, eager, make(5, 37, torch.float32), gidx, 1e-4)
+    for _ in range(2):   # general backward on the packed statistics' views, then its own backward step
+        args = make(5, 37, torch.float32)
+        ins = [a.detach().clone().requires_grad_(k in gidx) for k, a in enumerate(args)]
+        w = torch.randn(37, 5, dtype=torch.float64).t()
+        out = dk(*ins)
+        out.backward(w.to(out.dtype))
+        _, ref_g = _reference_grads(eager, args, gidx, w)
+        for k, g in zip(gidx, ref_g):
+            torch.testing.assert_close(ins[k].grad.double(), g, atol=1e-3, rtol=1e-3)
+    (step,) = dk._steps.values()
+    assert len(step.backward_steps) == 2
+    for _ in range(3):
+        row = torch.randn(1, 37)
+        x0 = row.clone().requires_grad_()
+        ins = [x0.expand(5, 37), *[a.requires_grad_() for a in make(5, 37, torch.float32)[1:]]]
+        out = dk(*ins)
+        w = torch.randn(5, 37, dtype=torch.float64)
+        (out.double() * w).sum().backward()
+        ref = [row.double().requires_grad_(), *[a.detach().double().requires_grad_() for a in ins[1:]]]
+        (eager(ref[0].expand(5, 37), *ref[1:]) * w).sum().backward()
+        torch.testing.assert_close(x0.grad.double(), ref[0].grad, atol=1e-3, rtol=1e-3)
+        for a, r in zip(ins[1:], ref[1:]):
+            torch.testing.assert_close(a.grad.double(), r.grad, atol=1e-3, rtol=1e-3)
+    assert len(dk._steps) == 2

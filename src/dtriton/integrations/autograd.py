@@ -303,8 +303,13 @@ class DifferentiableKernel:
         launch = runner.last.fast_launcher_for(args) if runner.last is not None else None
         if launch is None:
             return False
-        return ForwardStep(self, [runner], launch, len(self.algorithm.outputs), len(runner.alg.outputs),
-                           self.is_tensor)
+        n_out, n_all = len(self.algorithm.outputs), len(runner.alg.outputs)
+        if n_all > n_out:   # the saved statistics in one buffer (when each of them can be packed)
+            packed = launch.packed(n_out, buffers=False)
+            if packed is not None and packed.offsets and set(packed.offsets) == set(range(n_out, n_all)):
+                layout = tuple(packed.offsets[k] for k in range(n_out, n_all))
+                return ForwardStep(self, [runner], packed, n_out, n_out + 1, self.is_tensor, layout)
+        return ForwardStep(self, [runner], launch, n_out, n_all, self.is_tensor)
 
     def _zero(self, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         """A cached 0-d zero of ``dtype`` on ``device`` (the gradient of an output that receives none,
@@ -337,11 +342,15 @@ class DifferentiableKernel:
         return [p.name for p, nd, a in zip(self.algorithm.params, needs, args)
                 if nd and isinstance(p, InputTensor) and a.dtype.is_floating_point]
 
-    def backward_step(self, args, grads, saved, needs: Sequence[bool]) -> tuple[tuple, BackwardStep | None]:
+    def backward_step(self, args, grads, saved, needs: Sequence[bool],
+                      layout: tuple | None = None) -> tuple[tuple, BackwardStep | None]:
         """Run a backward on the general path (:meth:`run_backward`) and build the
         :class:`~dtriton.integrations.steps.BackwardStep` that repeats it for the same forward
-        signature, ``needs`` (per parameter) and gradient signature. Returns (``(None, gradient
-        per parameter)``, the step or None when a kernel of it has no fast launcher)."""
+        signature, ``needs`` (per parameter) and gradient signature. ``layout``: the forward
+        step's packed statistics (``(byte offset, shape, dtype)`` each; ``saved`` are then views
+        of that buffer): the step's launchers read them from the one buffer it passes. Returns
+        (``(None, gradient per parameter)``, the step or None when a kernel of it has no fast
+        launcher, or cannot read the packed statistics)."""
         params = self.algorithm.params
         wrt = self.wrt_of(args, needs)
         res = self.run_backward(args, grads, saved, wrt)
@@ -352,11 +361,16 @@ class DifferentiableKernel:
         bargs, zeros = self._backward_inputs(args, grads, saved)
         pos = {p.name: k for k, p in enumerate(params)}
         launches = []
+        first = len(params) + len(self.algorithm.outputs)   # the saved statistics' positions among bargs
+        remap = {first + k: (first, off) for k, (off, _, _) in enumerate(layout or ())}
         for runner, pick in zip(runners, picks):
             launch = runner.last.fast_launcher_for(bargs) if runner.last is not None else None
+            n_res = len(runner.alg.outputs)
+            if launch is not None:   # the step's buffers in one allocation, the statistics read from the forward's
+                launch = launch.packed(n_res, remap)
             if launch is None:
                 return out, None
-            launches.append((launch, len(runner.alg.outputs) == 1,
+            launches.append((launch, n_res == 1 and launch.offsets is None,
                              [(oi, pos[n], args[pos[n]].dtype) for n, oi in pick]))
         return out, BackwardStep(launches, zeros, len(params), runners)
 

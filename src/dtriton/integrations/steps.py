@@ -88,29 +88,34 @@ class ForwardStep:
     the backward steps built so far (:class:`BackwardStep` per key).
 
     Args:
-        owner: the differentiable kernel; its ``backward_step(args, grads, saved, needs)`` runs a
-            backward on the general path and builds the step for it, and its ``last_runs`` dict
-            records the runners of the latest forward and backward (``launch_counts``).
+        owner: the differentiable kernel; its ``backward_step(args, grads, saved, needs, layout)``
+            runs a backward on the general path and builds the step for it, and its ``last_runs``
+            dict records the runners of the latest forward and backward (``launch_counts``).
         runners: the forward's runner (``last_runs["forward"]``).
         launch: the forward kernels' fast launcher: ``launch(args)`` returns the outputs followed by
-            the saved statistics (one tensor when there is one output in all).
+            the saved statistics, or by one buffer holding them all when ``layout`` is given (one
+            tensor when it returns one in all).
         n_out: the algorithm's outputs (the outputs returned); the rest are saved.
-        n_all: outputs the launcher returns.
+        n_ret: values the launcher returns.
         is_tensor: per parameter, whether it is a tensor (the others are saved on the context).
+        layout: per saved statistic ``(byte offset, shape, dtype)`` in the launcher's packed buffer
+            (the backward's launchers read them there); None: they are separate tensors.
     """
 
-    __slots__ = ("owner", "runners", "launch", "n_out", "n_all", "tensor_pos", "backward_steps", "name")
+    __slots__ = ("owner", "runners", "launch", "n_out", "n_ret", "tensor_pos", "backward_steps", "name", "layout")
 
-    def __init__(self, owner, runners: list, launch: Callable, n_out: int, n_all: int, is_tensor: Sequence[bool]):
+    def __init__(self, owner, runners: list, launch: Callable, n_out: int, n_ret: int, is_tensor: Sequence[bool],
+                 layout: tuple | None = None):
         self.owner = owner
         self.runners = runners
         self.launch = launch
         self.n_out = n_out
-        self.n_all = n_all
+        self.n_ret = n_ret
         # None: every parameter is a tensor (the forward's args are saved as they are)
         self.tensor_pos = None if all(is_tensor) else tuple(k for k, t in enumerate(is_tensor) if t)
         self.backward_steps: dict[tuple, BackwardStep | None] = {}
         self.name = owner.algorithm.name
+        self.layout = layout
 
     def args_of(self, tensors: Sequence[torch.Tensor], scalars: Sequence[Any] | None) -> tuple:
         """The forward's arguments from its saved tensors and (when some parameters are not
@@ -121,6 +126,20 @@ class ForwardStep:
         for k, t in zip(self.tensor_pos, tensors):
             args[k] = t
         return tuple(args)
+
+    def unpacked(self, saved: Sequence[torch.Tensor]) -> tuple:
+        """The saved statistics as separate tensors (views of the packed buffer when there is one):
+        what the general backward path takes."""
+        if self.layout is None:
+            return tuple(saved)
+        (buf,) = saved
+        views = []
+        for off, shape, dt in self.layout:
+            n = dt.itemsize
+            for d in shape:
+                n *= d
+            views.append(buf[off:off + n].view(dt).view(shape))
+        return tuple(views)
 
 
 class StepFunction(torch.autograd.Function):
@@ -133,7 +152,7 @@ class StepFunction(torch.autograd.Function):
     def forward(ctx, step: ForwardStep, *args):
         ctx.materialize_grads = False   # ctx.set_materialize_grads(False): an output without a gradient arrives as None
         res = step.launch(args)
-        if step.n_all == 1:
+        if step.n_ret == 1:
             res = (res,)
         ctx.step = step
         step.owner.last_runs["forward"] = step.runners
@@ -151,7 +170,7 @@ class StepFunction(torch.autograd.Function):
         step: ForwardStep = ctx.step
         refuse_double_backward(step.name)
         st = ctx.saved_tensors
-        nt = len(st) - (step.n_all - step.n_out)
+        nt = len(st) - (step.n_ret - step.n_out)
         args = step.args_of(st[:nt], ctx.scalars)
         saved = st[nt:]
         key = (ctx.needs_input_grad, signature_key(grads)[0])
@@ -159,7 +178,8 @@ class StepFunction(torch.autograd.Function):
         if bstep is not None and fast_path_ok():
             step.owner.last_runs["backward"] = bstep.runners
             return bstep(args, grads, saved)
-        res, bstep = step.owner.backward_step(args, grads, saved, ctx.needs_input_grad[1:])
+        res, bstep = step.owner.backward_step(args, grads, step.unpacked(saved), ctx.needs_input_grad[1:],
+                                              step.layout)
         if bstep is not None:
             step.backward_steps[key] = bstep
         return res

@@ -124,7 +124,9 @@ class FastLauncher:
         tensors; ``packed`` maps an allocation to its byte offset in the packed buffer (None: no
         buffer); ``remap`` maps an argument position to ``(position of a packed buffer among the
         arguments, byte offset)``."""
-        self.keep, self.remap, self.offsets = keep, dict(remap), packed
+        self.keep, self.remap = keep, dict(remap)
+        #: packed allocation -> (byte offset in the packed buffer, shape, dtype); None: no buffer
+        self.offsets = {k: (off, *self.allocs[k][:2]) for k, off in packed.items()} if packed else None
         sep = [k for k in range(len(self.allocs)) if packed is None or k not in packed]
         where = {k: (i, 0) for i, k in enumerate(sep)}
         self.separate = [(torch.zeros if self.allocs[k][2] else torch.empty, self.allocs[k][0], self.allocs[k][1])
@@ -166,7 +168,7 @@ class FastLauncher:
         packed buffer. Zero-initialised allocations and tensors a TMA descriptor reads stay
         separate; None when such an output is beyond ``keep`` (it could not be returned) or a
         descriptor reads a remapped argument. :attr:`offsets` then maps each packed allocation to
-        its byte offset."""
+        ``(byte offset, shape, dtype)``."""
         new = object.__new__(FastLauncher)
         new.__dict__.update(self.__dict__)
         remap = dict(remap or {})
