@@ -138,15 +138,25 @@ def test_schema_1_file_is_migrated_not_thrown_away(tmp_path):
     con.close()
 
 
-def test_a_newer_schema_is_not_read(tmp_path):
+def test_a_newer_schema_is_left_alone(tmp_path):
+    """A newer dtriton's file is neither read nor moved aside (an older version's run must not
+    throw away a newer one's tuning): lookups miss and stores are dropped, with a warning."""
     path = tmp_path / "t.sqlite"
-    TuningDB(path).records()
+    db = TuningDB(path)
+    db.store(record(mm()))
     con = sqlite3.connect(path)
     con.execute("UPDATE meta SET value='99' WHERE key='schema_version'")
     con.commit()
     con.close()
-    with pytest.warns(TuningWarning, match="schema version 99"):
-        assert TuningDB(path).lookup(TuningKey.for_call(matmul, mm())) is None
+    key = TuningKey.for_call(matmul, mm())
+    with pytest.warns(TuningWarning, match="schema version 99, written by a newer dtriton"):
+        assert TuningDB(path).lookup(key) is None
+    with pytest.warns(TuningWarning, match="store skipped"):
+        assert not TuningDB(path).store(record(mm(), median=1.0))
+    assert not list(tmp_path.glob("*.corrupt*"))
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT count(*) FROM records").fetchone()[0] == 1
+    con.close()
 
 
 def test_tests_never_use_the_users_cache():

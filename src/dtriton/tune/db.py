@@ -22,7 +22,9 @@ GPU: interpreter timings say nothing about a kernel's speed at another size (on 
 16x16 tile ran 6-8x slower than the heuristic's at 8x the size it was measured on).
 
 A corrupt file (for example one truncated by a crash) gives a :class:`TuningWarning`; the file is
-moved aside (``tuning.sqlite.corrupt``) and an empty database is built in its place. A locked
+moved aside (``tuning.sqlite.corrupt``) and an empty database is built in its place. A file of an
+older schema version is migrated in place; one of a newer version (a newer dtriton's) is left as it
+is and not used, with a warning. A locked
 file (another process writing for longer than the busy timeout) gives a warning and the
 operation is skipped (lookups miss, stores are dropped). Neither ever raises. The file is in
 write-ahead-log mode (``tuning.sqlite-wal`` beside it) and every write is one transaction, so
@@ -73,6 +75,10 @@ class TuningWarning(UserWarning):
 
 class TuningDatabaseError(DTritonError, ValueError):
     """An export file that cannot be imported (wrong format, newer schema version)."""
+
+
+class NewerSchemaError(Exception):
+    """A database file of a newer schema version: this dtriton leaves it as it is and does not use it."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -282,9 +288,14 @@ class TuningDB:
 
     @staticmethod
     def _migrate(con: sqlite3.Connection, found: str) -> None:
-        """Bring a file of an older schema version to :data:`SCHEMA_VERSION` (one transaction);
-        raises ``sqlite3.DatabaseError`` for a version this dtriton cannot read."""
+        """Bring a file of an older schema version to :data:`SCHEMA_VERSION` (one transaction).
+        Raises :class:`NewerSchemaError` for a newer version (a newer dtriton's file: left as it is)
+        and ``sqlite3.DatabaseError`` for one that is not a version at all."""
         v = int(found) if found.isdigit() else -1
+        if v > SCHEMA_VERSION:
+            raise NewerSchemaError(f"it has schema version {v}, written by a newer dtriton; this one reads "
+                                   f"versions up to {SCHEMA_VERSION}. Upgrade dtriton, or set DTRITON_TUNING_DB "
+                                   "to another file")
         if v not in _MIGRATE:
             raise sqlite3.DatabaseError(f"schema version {found}, this dtriton reads version {SCHEMA_VERSION}")
         con.execute("BEGIN IMMEDIATE")
@@ -336,6 +347,9 @@ class TuningDB:
                     raise
                 finally:
                     con.close()
+            except NewerSchemaError as e:
+                warnings.warn(f"tuning database {self.path}: {what} skipped ({e})", TuningWarning, stacklevel=3)
+                return default
             except sqlite3.OperationalError as e:
                 msg = str(e).lower()
                 if "locked" in msg or "busy" in msg or "unable to open" in msg or "readonly" in msg \
