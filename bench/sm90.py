@@ -139,10 +139,11 @@ def ptr_types(alg, b, prog=None, default: str = "fp32") -> Callable[[str], str]:
 
 
 def compile_sm90(fn, meta, sig: dict, consts: dict, attrs: dict):
-    """Kernel ``fn`` compiled for sm_90 with ``meta``'s warps and stages (Triton's CompiledKernel:
-    ``asm["ptx"]``, ``asm["cubin"]``, ``asm["ttgir"]``, ``metadata.shared``)."""
+    """Kernel ``fn`` compiled for sm_90 with ``meta``'s warps, stages and register cap (Triton's
+    CompiledKernel: ``asm["ptx"]``, ``asm["cubin"]``, ``asm["ttgir"]``, ``metadata.shared``)."""
+    cap = {"maxnreg": meta.ir.max_registers} if meta.ir.max_registers else {}
     return triton.compile(ASTSource(fn, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": meta.ir.num_warps, "num_stages": meta.ir.num_stages})
+                          options={"num_warps": meta.ir.num_warps, "num_stages": meta.ir.num_stages, **cap})
 
 
 def resources(cubin: bytes) -> str:

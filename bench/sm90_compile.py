@@ -1,10 +1,10 @@
 """Compile the GPU kernels of the issue-16 reductions for sm_90 on a machine without a GPU.
 
-    PYTHONPATH=src python3 bench/sm90_compile.py [--cases in,bn,gn,ln,fro,ap,mp] [--dtypes float16,float32]
+    PYTHONPATH=src python3 bench/sm90_compile.py [--cases in,bn,gn,ln,fro,ap,mp,mp3,sm,sl,xm] [--dtypes float16,float32]
                                                  [--schedule JSON] [--out DIR]
 
-Each case (the library's instance/batch/group/layer(C,H,W) norms, Frobenius normalisation and the 2x2
-average/max pools at the shapes of bench/reductions.py) is planned as a CUDA call would be (the binding is told it is on the
+Each case (the library's instance/batch/group/layer(C,H,W) norms, Frobenius normalisation, the 2x2
+average/max pools, the 3x3/s2 max pool and the one-dim sums and max at the shapes of bench/reductions.py) is planned as a CUDA call would be (the binding is told it is on the
 GPU; nothing is allocated), printed, and every kernel is compiled by Triton for sm_90 (Triton's own
 ptxas), without launching anything. Per kernel it prints the registers and stack per thread (from
 ``cuobjdump``), shared memory, warps, and counts of PTX instructions that matter for bandwidth:
@@ -25,10 +25,33 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dtriton as dt  # noqa: E402
 from dtriton.library import (avg_pool2d, batch_norm, frobenius_normalize, group_norm, instance_norm,  # noqa: E402
-                             layer_norm_chw, max_pool2d)
+                             layer_norm_chw, max_pool2d, max_pool2d_window)
 from sm90 import (TL, add_options, compile_sm90, cuda_schedule, load_kernels, merge_fields, options, plan_for_cuda,  # noqa: E402
                   ptr_types, render, resources, signature)
+
+
+@dt.algorithm
+def sum_mid(X: dt.Tensor["A", "B", "C"]):
+    i, j, k = dt.axes("i j k")
+    return dt.sum(X[i, j, k], over=j)[i, k]
+
+
+@dt.algorithm
+def sum_last(X: dt.Tensor["A", "B", "C"]):
+    i, j, k = dt.axes("i j k")
+    return dt.sum(X[i, j, k], over=k)[i, j]
+
+
+@dt.algorithm
+def max_mid(X: dt.Tensor["A", "B", "C"]):
+    i, j, k = dt.axes("i j k")
+    return dt.max(X[i, j, k], over=j)[i, k]
+
+
+#: the one-dim reductions of bench/reductions.py (a mean is the sum divided)
+DIMS = {"sm": sum_mid, "sl": sum_last, "xm": max_mid}
 
 
 def case(name: str, dtype: torch.dtype):
@@ -40,9 +63,13 @@ def case(name: str, dtype: torch.dtype):
         return group_norm, (torch.empty(16, 8, 8, 256, 256, **e),)
     if name in ("ap", "mp"):   # 2x2 pools of 16x64x512x512 over its block view
         return avg_pool2d if name == "ap" else max_pool2d, (torch.empty(16, 64, 256, 2, 256, 2, **e),)
+    if name == "mp3":   # 3x3 windows, stride 2, padding 1, of 16x64x512x512 as 1024 images
+        return max_pool2d_window, (torch.empty(1024, 512, 512, **e), 3, 2, 1, 256, 256)
+    if name in DIMS:   # one-dim reductions of 4096x4096x16 (bench/reductions.py --only dims)
+        return DIMS[name], (torch.empty(4096, 4096, 16, **e),)
     algs = {"in": instance_norm, "ln": layer_norm_chw, "fro": frobenius_normalize}
     if name not in algs:
-        raise SystemExit(f"unknown case {name!r}; use in, bn, gn, ln, fro, ap, mp")
+        raise SystemExit(f"unknown case {name!r}; use in, bn, gn, ln, fro, ap, mp, mp3, sm, sl, xm")
     return algs[name], (torch.empty(16, 64, 256, 256, **e),)
 
 

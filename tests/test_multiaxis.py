@@ -161,15 +161,15 @@ def test_whole_tensor_max_and_sum_split_across_programs(small_budgets):
     assert dt.compile(total_max, s)(x).item() == x.max().item()
 
 
-@pytest.mark.parametrize("dtype,rows", [(torch.float32, 16), (torch.float16, 32)])
+@pytest.mark.parametrize("dtype,rows", [(torch.float32, 32), (torch.float16, 64)])
 def test_a_whole_tensor_statistic_split_keeps_full_steps_and_wide_output_tiles(dtype, rows):
     """Frobenius at the issue's shape: h split 256 ways leaves one row of h per program; the
-    channel axis fills the step back, to 32 KB in flight per SM over the 256 programs (16 KB a
-    step: 4096 fp32 or 8192 fp16 elements), and the output's programs (each folds the 256
-    partials) hold 4096 elements. Batch norm's statistics (a variance's state) keep 2048."""
+    channel axis fills the step back, to 64 KB in flight per SM over the 256 programs (32 KB a
+    step: 8192 fp32 or 16384 fp16 elements, over 16 warps), and the output's programs (each folds
+    the 256 partials) hold 4096 elements. Batch norm's statistics (a variance's state) keep 2048."""
     s = schedule_for(frobenius_normalize, (torch.empty(16, 64, 256, 256, device="meta", dtype=dtype),), gpu=True)
     st = s.stages["sum0"]
-    assert s.split == {"h": 256} and st.tile["h"] == 1 and st.tile["c"] == rows, s
+    assert s.split == {"h": 256} and st.tile["h"] == 1 and st.tile["c"] == rows and st.num_warps == 16, s
     assert math.prod(s.tile[a] for a in ("n", "c", "h", "q")) == 4096, s
     e = dict(device="meta", dtype=dtype)
     b = schedule_for(batch_norm, (torch.empty(64, 64, 512, 512, **e), torch.empty(64, **e), torch.empty(64, **e)),
@@ -383,3 +383,24 @@ def test_statistics_loops_are_unrolled_to_16_kb_an_iteration_on_the_gpu(dtype, u
     k = dt.compile(instance_norm, s.replace(unroll=3))
     assert "loop_unroll_factor=3" in k.source_for(x)
     assert relerr(k(x), F.instance_norm(x.double(), eps=1e-5)) < 1e-5
+
+
+def test_unrolled_statistics_kernels_cap_registers_for_four_programs_an_sm():
+    """A GPU kernel whose statistics loop the plan unrolled launches with ``maxnreg`` 64 at 8 warps
+    (four programs an SM, as its split was sized for); not on the interpreter, nor without the
+    unroll, nor for the output kernel."""
+    from dtriton.plan.callspec import call_spec
+    from dtriton.plan.decide import plan_program
+    x = torch.empty(16, 64, 256, 256, dtype=torch.float16, device="meta")
+
+    def caps(sched, gpu=True):
+        b = layer_norm_chw.bind((x,))
+        if gpu:
+            b.device = torch.device("cuda")
+        prog = plan_program(layer_norm_chw, sched, b, call_spec(layer_norm_chw, b, (x,), not gpu))
+        return {k.name: k.max_registers for k in prog.kernels}
+
+    s = schedule_for(layer_norm_chw, (x,), gpu=True)
+    assert caps(s) == {"layer_norm_chw_mean0_mean1": 64, "layer_norm_chw_out": 0}
+    assert set(caps(s.replace(unroll=1)).values()) == {0}
+    assert set(caps(s, gpu=False).values()) == {0}

@@ -222,6 +222,8 @@ class KernelPlan:
     stage_names: list[str] = field(default_factory=list)
     fused: list[str] = field(default_factory=list)    # reduction stages computed inside
     persistent: bool = False                          # a fixed grid of programs looping over tiles
+    max_registers: int = 0                            # ptxas's register cap per thread (launch option
+                                                      # maxnreg; 0: none; plan.passes.register_cap)
     # -- decisions (filled by plan.decide) --
     compute_dtype: str = "float32"                    # "float32" or "float64"
     int_acc: frozenset = frozenset()                  # Reduce ids folded in int64 (sums, products,

@@ -21,8 +21,8 @@ from .access import tile_key
 from .graph import contains, fused_deps, fused_reduces, has, need_axes
 from .kernel import KernelPlan, PassPlan
 
-__all__ = ["block_accumulated", "fp8_dots", "online_ok", "pipelined", "plan_passes", "shift_factor", "state_means",
-           "top_bound", "unrolled", "UNROLL_BYTES"]
+__all__ = ["block_accumulated", "fp8_dots", "online_ok", "pipelined", "plan_passes", "register_cap", "shift_factor",
+           "state_means", "top_bound", "unrolled", "UNROLL_BYTES", "REGISTERS_PER_SM", "PROGRAMS_PER_SM"]
 
 #: Bytes a program's statistics loop should load per iteration (``unroll`` 0: the plan's choice).
 #: Triton issues one step's loads and waits for them before the next step's (the loop state
@@ -32,6 +32,11 @@ __all__ = ["block_accumulated", "fp8_dots", "online_ok", "pipelined", "plan_pass
 #: and 81 us for 268 MB fp32, the same ~1.3 us per step). Unrolling the innermost loop issues its
 #: steps' loads together (sm_90 SASS: 4 LDG.128 back to back, registers unchanged at 64).
 UNROLL_BYTES = 16 * 1024
+#: Registers of an SM (sm_80 / sm_90: 64K 32-bit registers).
+REGISTERS_PER_SM = 65536
+#: Programs an SM should hold of a kernel whose statistics loops the plan unrolled
+#: (:func:`register_cap`): the split rules size its grid for four 8-warp programs an SM.
+PROGRAMS_PER_SM = 4
 
 
 def top_bound(k: KernelPlan) -> set[str]:
@@ -181,6 +186,19 @@ def unrolled(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], block:
     while u < 4 and step * u * 2 <= UNROLL_BYTES:
         u *= 2
     return u if u > 1 else 0
+
+
+def register_cap(k: KernelPlan) -> int:
+    """The register cap per thread (ptxas's ``maxnreg``) of a GPU kernel whose statistics loops the
+    plan unrolled (``unroll`` 0): what keeps :data:`PROGRAMS_PER_SM` programs on an SM (64 at 8
+    warps), so a grid sized for them runs in the waves it was sized for. ptxas allots such a
+    loop 64 to 80 registers depending on its address arithmetic (sm_90: group norm's 73 left three
+    programs an SM: its 512 programs in 1.3 waves); 0 (no cap) elsewhere, or where the cap would be
+    under 64."""
+    if k.interpret or not any(p.unroll > 1 and p.block_acc and not p.online for p in k.all_passes()):
+        return 0
+    cap = REGISTERS_PER_SM // (PROGRAMS_PER_SM * k.num_warps * 32) // 8 * 8
+    return cap if 64 <= cap < 255 else 0
 
 
 def _step_bytes(k: KernelPlan, rs: list[Reduce]) -> int:

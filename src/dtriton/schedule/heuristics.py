@@ -98,8 +98,10 @@ STEP_BLOCK = {True: 2048, False: 1024}
 COLUMN_STEP = 4096
 #: Bytes the steps of a split statistics kernel without a state (a sum, a max) should load per SM at
 #: once: its programs on the SM times one step each. A Frobenius norm's 256 programs (two an SM)
-#: stepping over 2048 fp16 elements kept 8 KB in flight per SM (H200: the H200 needs ~32 KB).
-INFLIGHT_BYTES = 32 * 1024
+#: stepping over 2048 fp16 elements kept 8 KB in flight per SM; at 32 KB (8192-element steps) its
+#: statistics ran at 2.7 TB/s fp16 (H200, s4), as latency-bound as the layer-norm statistics at 16 KB
+#: (1.69 TB/s, s5 ncu); 64 KB: 16384-element fp16 steps over 16 warps (64 registers, sm_90).
+INFLIGHT_BYTES = 64 * 1024
 #: In-program blocks of at most this many values over two or more "whole" axes (a pooling window)
 #: take grid tiles of 2048 values a program over every grid axis (:func:`grid_tiles`), not only the
 #: innermost.
@@ -331,19 +333,23 @@ def _cover_stage(d: Draft, st) -> None:
         tile[a] = min(tile.get(a, 1), max(1, 1 << ((d.sizes[a] // d.split[a]).bit_length() - 1)))
     _refill_step(d, r, strategy, tile, depth, _stage_step(d, r, programs(r.axes, d.sizes, {}) * d.split.get(
         next((a for a in r.over if a in d.split), ""), 1)))
-    d.stages[st.name] = StageSchedule(tile=tile, strategy=strategy, num_warps=4 if inner <= 1024 else 8)
+    step = math.prod(next_pow2(d.sizes[a]) if strategy[a] == "whole" else tile.get(a, 1) for a in r.over)
+    # 16 warps over steps above 4096 elements: 16 values a thread in fp32, 32 in fp16 (64 registers)
+    d.stages[st.name] = StageSchedule(tile=tile, strategy=strategy,
+                                      num_warps=4 if step <= 1024 else (8 if step <= 4096 else 16))
 
 
 def _stage_step(d: Draft, r, progs: int) -> int:
     """Elements a step of statistics stage ``r`` (``progs`` programs) covers: :data:`STEP_BLOCK`;
-    on the GPU, unless ``r`` is computed beside a variance, grown (up to four times, powers of
+    on the GPU, unless ``r`` is computed beside a variance, grown (up to eight times, powers of
     two) until the programs' steps load :data:`INFLIGHT_BYTES` per SM. A variance's state (four
-    values per element) keeps 2048: larger steps would cost programs per SM."""
+    values per element) keeps 2048: larger steps would cost programs per SM (the plan unrolls its
+    loop instead, :func:`dtriton.plan.passes.unrolled`)."""
     base = STEP_BLOCK[d.gpu]
     if not d.gpu or _beside_a_variance(d.alg, r):
         return base
     want = INFLIGHT_BYTES * d.sms // max(progs, 1) // (2 if d.half else 4)
-    return max(base, min(4 * base, 1 << max(0, want.bit_length() - 1)))
+    return max(base, min(8 * base, 1 << max(0, want.bit_length() - 1)))
 
 
 def _beside_a_variance(alg: Algorithm, r) -> bool:

@@ -43,7 +43,8 @@ class TritonBackend:
         its TMA descriptors in the kernel gets Triton's scratch allocator first)."""
         if meta.ir.device_descs and not interpret:
             ensure_allocator()
-        return launch(fn, programs, args, meta.consts, meta.ir.num_warps, meta.ir.num_stages, interpret)
+        return launch(fn, programs, args, meta.consts, meta.ir.num_warps, meta.ir.num_stages, interpret,
+                      meta.ir.max_registers)
 
     def descriptor(self, tensor: Any, box: tuple[int, ...], perm: tuple[int, ...] | None = None) -> Any:
         """A host-side TMA descriptor of ``tensor`` (of ``tensor.permute(perm)`` with ``perm``) in

@@ -200,6 +200,8 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, BoundsPrinter):
         doc.append(f"    grid: {', '.join(f'{a} (tile {self.plan(a).block})' for a in k.grid) or 'one program'}"
                    + (f"; split of {k.split[0]} into {k.split[1]}" if k.split else "")
                    + ("; persistent (each program loops over tiles)" if k.persistent else ""))
+        if k.max_registers:
+            doc.append(f"    registers: at most {k.max_registers} a thread (launch option maxnreg)")
         for a, p in k.axes.items():
             if p.role == "flat":
                 doc.append(f"    axis {a}: from flat axis {k.flat_of(a)}")

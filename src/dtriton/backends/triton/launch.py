@@ -125,10 +125,12 @@ def hooks_off() -> bool:
     return (e is None or not getattr(e, "calls", True)) and (x is None or not getattr(x, "calls", True))
 
 
-def launch(fn, programs: int, args: Sequence[Any], consts: dict, num_warps: int, num_stages: int, interpret: bool):
+def launch(fn, programs: int, args: Sequence[Any], consts: dict, num_warps: int, num_stages: int, interpret: bool,
+           maxnreg: int = 0):
     """Launch ``programs`` programs of JIT kernel ``fn`` (the slow path: Triton binds the
-    arguments); returns the compiled kernel."""
+    arguments); returns the compiled kernel. ``maxnreg``: ptxas's register cap (0: none)."""
     if interpret:
         quiet_interpreter()
         install_numpy_shim()
-    return fn[(programs,)](*args, **consts, num_warps=num_warps, num_stages=num_stages)
+    opts = {"maxnreg": maxnreg} if maxnreg and not interpret else {}
+    return fn[(programs,)](*args, **consts, num_warps=num_warps, num_stages=num_stages, **opts)
