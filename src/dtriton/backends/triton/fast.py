@@ -158,6 +158,7 @@ class FastLauncher:
         if packed:
             self.returns += (len(sep),)
         self.single = len(self.returns) == 1
+        self.call = None if self.desc_slots else _generated(self)
 
     def packed(self, keep: int, remap: dict[int, tuple[int, int]] | None = None,
                buffers: bool = True) -> "FastLauncher | None":
@@ -190,7 +191,10 @@ class FastLauncher:
 
     # -- calls -----------------------------------------------------------------------------------
     def __call__(self, args):
-        """Launch every kernel on ``args`` (positional); returns the outputs (see the class)."""
+        """Launch every kernel on ``args`` (positional); returns the outputs (see the class).
+        ``self.call``, where there is one, is the same as a function printed for this launcher."""
+        if self.call is not None:
+            return self.call(args)
         dev = self.device
         new = [alloc(shape, dtype=dt, device=dev) for alloc, shape, dt in self.separate]
         addr = [args[p].data_ptr() for p in self.arg_reads]
@@ -223,3 +227,43 @@ def _nbytes(shape: tuple, dtype: torch.dtype) -> int:
     for s in shape:
         n *= s
     return n
+
+
+def _literal(v) -> bool:
+    """Whether ``v`` prints as itself (an int, a bool or None)."""
+    return v is None or type(v) in (int, bool)
+
+
+def _generated(fl: FastLauncher):
+    """The function ``call(args)`` doing what :meth:`FastLauncher.__call__` does for ``fl``'s
+    layout, printed with every constant in place: one straight sequence of allocations, address
+    reads and launch calls (about a third of the generic loop's Python work per call). Launchers
+    with TMA descriptors keep the generic loop."""
+    env: dict[str, Any] = {"get_stream": fl.get_stream, "dev_index": fl.dev_index, "dev": fl.device}
+
+    def name(v, hint: str) -> str:
+        if _literal(v):
+            return repr(v)
+        key = f"{hint}{len(env)}"
+        env[key] = v
+        return key
+    lines = ["def call(args):"]
+    lines += [f"    a{p} = args[{p}].data_ptr()" for p in fl.arg_reads]
+    for k, (alloc, shape, dt) in enumerate(fl.separate):
+        lines.append(f"    n{k} = {name(alloc, 'alloc')}({shape!r}, dtype={name(dt, 'dtype')}, device=dev)")
+        lines.append(f"    p{k} = n{k}.data_ptr()")
+    lines.append("    s = get_stream(dev_index)")
+    addr = [f"a{p}" for p in fl.arg_reads] + [f"p{k}" for k in range(len(fl.separate))]
+    for fn, grid, mid, srcs, tail, extras in fl.calls:
+        scal = {idx - len(srcs): k for idx, (kind, k) in extras}   # only scalars here: no descriptors
+        ptrs = [addr[i] + (f" + {off}" if off else "") for i, off in srcs]
+        rest = [(f"{'float' if fl.scal_types[scal[j]] is float else 'int'}(args[{scal[j]}])" if j in scal
+                 else name(v, "c")) for j, v in enumerate(tail)]
+        vals = [*map(str, grid), "s", *(name(v, "m") for v in mid), *ptrs, *rest]
+        lines.append(f"    {name(fn, 'launch')}({', '.join(vals)})")
+    ret = [f"n{i}" for i in fl.returns]
+    lines.append(f"    return {ret[0] if fl.single else '(' + ', '.join(ret) + ',)'}")
+    exec(compile("\n".join(lines) + "\n", "<dtriton fast launcher>", "exec"), env)   # noqa: S102
+    call = env["call"]
+    call.source = "\n".join(lines)
+    return call
