@@ -145,3 +145,19 @@ def test_atomic_place_is_refused_where_it_cannot_apply():
         dt.compile(softmax, dt.Schedule(stages={mx: dt.StageSchedule(place="atomic")}))(x)
     with pytest.raises(ScheduleError, match=rf"{sm}.*place='atomic'.*no output's kernel.*materialize"):
         dt.compile(softmax, dt.Schedule(stages={sm: dt.StageSchedule(place="atomic")}))(x)
+
+
+def test_repeated_training_steps_zero_the_dq_sums_each_time(gen):
+    """dQ's fp32 sums start from zero at every call (the buffer is zeroed per call, also on the
+    cached steady-state step of compile_autograd): three steps give the first step's gradients."""
+    dk = dt.compile_autograd(attention)
+    q, k, v = (randn(1, 2, 263, 16, gen=gen, dtype=torch.float16).requires_grad_() for _ in range(3))
+    G = randn(1, 2, 263, 16, gen=gen, dtype=torch.float16)
+    steps = [torch.autograd.grad(dk(q, k, v, 0.3), [q, k, v], G) for _ in range(3)]
+    assert dk.launch_counts() == {"forward": 1, "backward": 3}
+    x64 = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    want = torch.autograd.grad(attention.reference(*x64, 0.3), x64, G.double())
+    assert max(_errors(steps[0], want)) < 3e-3
+    for later in steps[1:]:
+        for a, b in zip(later, steps[0]):
+            torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
