@@ -404,3 +404,11 @@ def test_unrolled_statistics_kernels_cap_registers_for_four_programs_an_sm():
     assert caps(s) == {"layer_norm_chw_mean0_mean1": 64, "layer_norm_chw_out": 0}
     assert set(caps(s.replace(unroll=1)).values()) == {0}
     assert set(caps(s, gpu=False).values()) == {0}
+
+
+def test_unroll_without_a_reduction_loop_warns():
+    from dtriton.library import softmax
+    with pytest.warns(dt.ScheduleWarning, match="unroll=4 has no effect: no kernel of this call has a reduction loop"):
+        dt.compile(softmax, dt.Schedule(unroll=4))(torch.randn(8, 16))
+    with pytest.raises(dt.ScheduleError, match="unroll = 9 must be 0 .* from 1 to 8"):
+        dt.Schedule(unroll=9)

@@ -138,7 +138,7 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
     partials split mode without a split, warp specialisation dropped on loops whose loads are not
     all TMA or without a contraction loop, a dot precision without fp32 dots, eviction hints on
     inputs that no pointer or block-pointer load reads (TMA tile loads take none), ``mask_bounds=False``
-    where no loop has bounds to turn off."""
+    where no loop has bounds to turn off, an ``unroll`` of 2 or more without a reduction loop."""
     kernels = prog.kernels
     notes = []
     if sched.split_mode == "partials" and not any(f > 1 for f in sched.split.values()):
@@ -174,6 +174,10 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
     if not sched.mask_bounds and not any(plan_bounds(k) for k in kernels):
         notes.append("mask_bounds=False has no effect: no loop of this call reduces an operand that a condition on "
                      "the loop's axis masks (e.g. where(j <= i, s, -inf)); drop it")
+    if sched.unroll > 1 and not any(p.unroll > 1 for k in kernels for p in k.all_passes()):
+        notes.append(f"unroll={sched.unroll} has no effect: no kernel of this call has a reduction loop to unroll (every "
+                     "reduced axis is 'whole' in one block, or its loop is warp-specialised); drop it, or loop over "
+                     "an axis (strategy='loop' with a tile)")
     used = set().union(*(k.evicted for k in kernels)) if kernels else set()
     for t, ev in sched.eviction.items():
         if ev != "evict_normal" and t not in used:
