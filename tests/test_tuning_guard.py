@@ -182,3 +182,36 @@ def test_bench_dry_run_exploration_does_not_store(tmp_path, monkeypatch):
     torch.testing.assert_close(k(X), torch.softmax(X, -1))
     assert TuningDB().records() == []
     sys.modules.pop("run", None)
+
+
+def test_cli_lists_clears_exports_and_imports_records(tmp_path):
+    """``dtriton tuning``: what a user with an old cache runs to see and drop what no longer serves."""
+    from click.testing import CliRunner
+    from dtriton.cli import main
+    path = tmp_path / "t.sqlite"
+    db = TuningDB(path)
+    args = mm()
+    db.store(record(args))                                            # this version, interpreter
+    db.store(record(args, key=on_gpu(TuningKey.for_call(matmul, args))))   # this version, a GPU
+    db.store(record(mm(M=100), version="0.0.1"))                      # another version
+    run = CliRunner().invoke
+    r = run(main, ["tuning", "--db", str(path)])
+    assert r.exit_code == 0, r.output
+    assert f"3 record(s); this is dtriton {dtriton_version()}" in r.output
+    assert "interpreter  10.0 us  serves: its bucket\n" in r.output
+    assert "NVIDIA H200  10.0 us  serves: its bucket and nearby ones" in r.output
+    assert "serves: none (measured by dtriton 0.0.1; this is" in r.output
+    r = run(main, ["tuning", "export", str(tmp_path / "x.json"), "--db", str(path)])
+    assert r.exit_code == 0 and "3 record(s)" in r.output
+    r = run(main, ["tuning", "clear", "--stale", "--db", str(path)])
+    assert r.exit_code == 0 and "1 of 3 record(s) removed" in r.output
+    assert sorted(rec.dtriton for rec in db.records()) == [dtriton_version()] * 2
+    r = run(main, ["tuning", "clear", "--db", str(path)])
+    assert "2 of 2 record(s) removed" in r.output and db.records() == []
+    r = run(main, ["tuning", "import", str(tmp_path / "x.json"), "--db", str(path)])
+    assert r.exit_code == 0 and "3 record(s)" in r.output and len(db.records()) == 3
+    r = run(main, ["tuning", "import", "--db", str(path)])
+    assert r.exit_code != 0 and "needs a FILE" in r.output
+    (tmp_path / "bad.json").write_text('{"format": "other"}')
+    r = run(main, ["tuning", "import", str(tmp_path / "bad.json"), "--db", str(path)])
+    assert r.exit_code != 0 and "not a dtriton tuning export" in r.output

@@ -6,6 +6,7 @@
     dtriton show FILE.py:ALGORITHM --shape M=64,N=64,K=64 [--schedule JSON | --tuned]
     dtriton bench FILE.py:ALGORITHM --shape M=64,N=1000 [--budget 60 | --tuned | --schedule JSON] [--plot FILE]
                   [--baseline FILE.py:FUNCTION] [--dtype L=int64]
+    dtriton tuning [list | clear [--stale] | export FILE | import FILE] [--db FILE]
     dtriton demo [ARGS...]
 
 ``FILE.py:ALGORITHM`` names an ``@dt.algorithm`` in a Python file (``package.module:ALGORITHM``
@@ -31,7 +32,8 @@ from .errors import DTritonError
 from .ir import Algorithm, InputTensor, Load, topo_order
 from .runtime import Kernel
 from .schedule import Schedule
-from .tune import Space, TunedKernel, benchmark as run_benchmark, explore as run_explore
+from .tune import (INTERPRETER, Space, TunedKernel, TuningDatabaseError, TuningDB, benchmark as run_benchmark, dtriton_version,
+                   explore as run_explore, triton_version)
 
 __all__ = ["main", "load_algorithm", "load_function", "parse_shape", "parse_dtypes", "make_inputs"]
 
@@ -363,6 +365,56 @@ def bench(spec, shape, dtype, device, scalar, seed, budget, schedule_json, tuned
         click.echo(f"result: {json_path}")
     if any(r.status != "ok" for r in res.rows[:1]):
         sys.exit(1)
+
+
+def _serves(rec) -> str:
+    """Which calls a stored record serves in this installation (see dtriton.tune.db)."""
+    if not rec.current:
+        return (f"none (measured by dtriton {rec.dtriton}; this is {dtriton_version()})" if rec.dtriton else
+                "none (stored before records carried dtriton's version)")
+    if rec.key.triton != triton_version():
+        return f"none (Triton {rec.key.triton}; this is {triton_version()})"
+    return "its bucket" if rec.key.device == INTERPRETER else "its bucket and nearby ones"
+
+
+@main.command()
+@click.argument("action", type=click.Choice(["list", "clear", "export", "import"]), default="list")
+@click.argument("file", required=False)
+@click.option("--db", default=None, help="tuning database file (default: $DTRITON_TUNING_DB, else "
+              "$DTRITON_CACHE_DIR/tuning.sqlite, else ~/.cache/dtriton/tuning.sqlite)")
+@click.option("--stale", is_flag=True, help="clear: only the records that serve no call here (another dtriton "
+              "or Triton version)")
+def tuning(action, file, db, stale):
+    """List the tuning database's records (and which calls each serves), clear them, or export them to /
+    import them from FILE (JSON)."""
+    tdb = TuningDB(db)
+    if action in ("export", "import") and not file:
+        raise click.UsageError(f"dtriton tuning {action} needs a FILE")
+    if action == "export":
+        n = len(tdb.export_json(file)["records"])
+        click.echo(f"{n} record(s) of {tdb.path} written to {file}")
+    elif action == "import":
+        try:
+            n = tdb.import_json(Path(file))
+        except (TuningDatabaseError, OSError) as e:
+            raise click.ClickException(str(e)) from e
+        click.echo(f"{n} record(s) from {file} stored in {tdb.path}")
+    elif action == "clear":
+        recs = tdb.records()
+        gone = [r for r in recs if not stale or _serves(r).startswith("none")]
+        if stale:
+            for r in gone:
+                tdb.delete(r.key)
+        else:
+            tdb.clear()
+        click.echo(f"{len(gone)} of {len(recs)} record(s) removed from {tdb.path}")
+    else:
+        recs = tdb.records()
+        click.echo(f"{tdb.path}: {len(recs)} record(s); this is dtriton {dtriton_version()}, Triton {triton_version()}")
+        for r in recs:
+            med = f"{r.median_us:.1f} us" if r.median_us is not None else "-"
+            click.echo(f"  {r.algorithm or r.key.fingerprint[:12]}  {r.key.bucket}  {r.key.dtypes}  {r.key.device}  "
+                       f"{med}  serves: {_serves(r)}")
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True}, add_help_option=False)

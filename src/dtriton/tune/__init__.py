@@ -83,7 +83,7 @@ threads), :mod:`~dtriton.tune.worker` (worker processes), :mod:`~dtriton.tune.re
 """
 
 from .check import Limits, check_outputs, check_resources, default_tolerance
-from .db import (SCHEMA_VERSION, TuningDatabaseError, TuningDB, TuningKey, TuningRecord, TuningWarning,
+from .db import (INTERPRETER, SCHEMA_VERSION, TuningDatabaseError, TuningDB, TuningKey, TuningRecord, TuningWarning,
                  default_db_path, device_name, dtriton_version, dtype_key, shape_bucket, triton_version)
 from .space import Space
 from .measure import warm_gpu_time
@@ -96,4 +96,4 @@ __all__ = ["explore", "benchmark", "BenchmarkResult", "BenchRow", "Explorer", "C
            "STATUSES", "Limits", "check_resources",
            "check_outputs", "default_tolerance", "warm_gpu_time", "TuningDB", "TuningKey", "TuningRecord",
            "TunedKernel", "TuningWarning", "TuningDatabaseError", "default_db_path", "shape_bucket", "dtype_key",
-           "device_name", "triton_version", "dtriton_version", "SCHEMA_VERSION"]
+           "device_name", "triton_version", "dtriton_version", "SCHEMA_VERSION", "INTERPRETER"]
