@@ -36,10 +36,15 @@ Rules (documented so users can predict them):
   64 channels of 16M elements, a Frobenius norm's single sum) are split across programs: the
   output's grid takes all its axes, each statistics stage gets a kernel of its own over its free
   axes (one program each, reduced axes in steps of 2048) with one reduced axis split so about
-  two waves of programs run (the other looped axes then take larger tiles where the split left
-  steps of fewer than 2048 elements), and the partial results go to per-split buffers
+  two waves of programs run (the outermost that reaches them, so the inner loops keep their
+  steps, which the plan unrolls: ``unroll``; the other looped axes then take larger tiles where
+  the split left steps of fewer than 2048 elements; a sum or max without a variance beside it
+  steps over up to 16384 elements, 16 warps above 4096, until its programs load
+  :data:`INFLIGHT_BYTES` an SM), and the partial results go to per-split buffers
   (``split_mode="partials"``: deterministic) that the readers combine. A whole-tensor statistic
-  that fits one program runs in one kernel on a single program.
+  that fits one program runs in one kernel on a single program. Statistics over rows that loop
+  (not online) get a kernel of their own even with many programs (instance norm over 256x256
+  images), so the output runs as a grid kernel instead of a second loop in each program.
 - Column reductions (the reduced axis strided, a grid axis contiguous) loop in steps of 32 rows
   (more when the rows are short: :data:`COLUMN_STEP` elements a step), split across programs when few.
 - Every default is checked against Triton's 2**20-element block before it is returned
