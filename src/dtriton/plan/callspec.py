@@ -21,6 +21,7 @@ from .kernel import next_pow2
 __all__ = ["CallSpec", "I32_MAX", "call_spec", "max_offset", "tma_addressable"]
 
 I32_MAX = 2**31 - 1
+SMALL_SIZE = 8   # axes up to this size are part of a call's specialisation (CallSpec.small_sizes)
 _DIVISORS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
@@ -38,7 +39,9 @@ class CallSpec:
     masked_reads: ``(position of the load in alg.nodes, dim)`` of the computed indices the kernels
     mask to their dim (not provably inside it on this call; see :func:`~dtriton.ir.kernel_reads`).
     unit_scalars: the integer scalar arguments equal to 1 on this call, sorted (a convolution's
-    stride of 1 makes its input's window a plain shift, read in TMA boxes: ``plan.implicit_gemm``)."""
+    stride of 1 makes its input's window a plain shift, read in TMA boxes: ``plan.implicit_gemm``).
+    small_sizes: ``(axis, size)`` of the axes of at most 8 elements, sorted (a depthwise
+    convolution's window loops unroll over them: ``plan.taps``)."""
     facts: tuple
     dtypes: tuple
     i64: bool
@@ -48,6 +51,7 @@ class CallSpec:
     unit_dims: tuple = ()
     masked_reads: tuple = ()
     unit_scalars: tuple = ()
+    small_sizes: tuple = ()
 
     def note(self, alg: Algorithm, tma: bool) -> str:
         """The specialisation note of the generated module's header comment."""
@@ -80,7 +84,8 @@ def call_spec(alg: Algorithm, b: Binding, args: Sequence[Any], interpret: bool, 
                         if isinstance(p, ScalarParam) and p.pytype is int and not isinstance(a, bool) and a == 1))
     return CallSpec(tuple(facts), tuple(sorted(b.dtypes.items())), i64, interpret, tma_ok,
                     divisibility_hints(alg, b, args, out),
-                    tuple(sorted(b.unit_dims.items())) if contractions(alg) or tma_ok else (), masked, ones)
+                    tuple(sorted(b.unit_dims.items())) if contractions(alg) or tma_ok else (), masked, ones,
+                    tuple(sorted((a, n) for a, n in b.axis_sizes.items() if n <= SMALL_SIZE)))
 
 
 def max_offset(t: torch.Tensor) -> int:

@@ -32,6 +32,7 @@ from .lower import lower
 from .loop_stores import loop_store_bounds, plan_loop_stores
 from .online_split import plan_row_vectors
 from .passes import fp8_dots, plan_passes, register_cap
+from .taps import plan_static_loops
 
 __all__ = ["decide", "one_pass_statistics", "plan_program", "sixteen_bit_terms", "unused_knobs"]
 
@@ -40,26 +41,27 @@ def decide(prog: Program, sched: Schedule, dtypes: Mapping[str, torch.dtype],
            out_dtypes: Mapping[str, torch.dtype], interpret: bool, i64: bool,
            tma_ok: frozenset = frozenset(), hints: Mapping[str, int] | None = None, note: str = "",
            unit_dims: Mapping[str, int] | None = None, masked_reads: frozenset = frozenset(),
-           size_buckets: Mapping[str, int] | None = None, unit_scalars: frozenset = frozenset()) -> Program:
+           size_buckets: Mapping[str, int] | None = None, unit_scalars: frozenset = frozenset(),
+           small_sizes: Mapping[str, int] | None = None) -> Program:
     """Fill every kernel's decisions in place (and return ``prog``). ``dtypes``: the input
     tensors' dtypes; ``out_dtypes``: each output's; ``tma_ok``: tensors a TMA descriptor may
     address on this call; ``hints``: integer argument -> a power of two it is a multiple of;
     ``unit_dims``: input tensor -> index of its unit-stride dim (-1: none); ``masked_reads``: the
     ``(load id, dim)`` computed indices to mask to their dim; ``size_buckets``: axis -> a power of
     two its size is at most on every call of this signature; ``unit_scalars``: the integer
-    scalars equal to 1 on it."""
+    scalars equal to 1 on it; ``small_sizes``: axis -> its size, for the axes of at most 8."""
     any64 = kernel_f64(dtypes.values(), out_dtypes.values()) or sched.acc_dtype == "float64"
     for k in prog.kernels:
         k.size_buckets = dict(size_buckets or {})
         _decide_kernel(k, sched, dtypes, out_dtypes, "float64" if any64 else "float32", interpret, i64, tma_ok,
-                       dict(hints or {}), dict(unit_dims or {}), masked_reads, unit_scalars)
+                       dict(hints or {}), dict(unit_dims or {}), masked_reads, unit_scalars, dict(small_sizes or {}))
     prog.note = note
     return prog
 
 
 def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str, interpret: bool, i64: bool,
                    tma_ok: frozenset, hints: dict, unit_dims: dict, masked_reads: frozenset,
-                   unit_scalars: frozenset = frozenset()) -> None:
+                   unit_scalars: frozenset = frozenset(), small_sizes: dict | None = None) -> None:
     k.compute_dtype, k.i64, k.hints, k.unit_dims = cdt, i64, hints, unit_dims
     k.int_acc = integer_reductions([st.expr for st in k.stores], dtypes)
     k.interpret = k.round_bf16 = interpret
@@ -75,6 +77,7 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.access = plan_access(k, sched.access, tma_ok)
     k.eviction, k.evicted = plan_eviction(k, sched.eviction)
     k.passes, k.single = plan_passes(k, bool(sched.warp_specialize), sched.unroll)
+    k.static_loops = plan_static_loops(k, small_sizes or {})
     k.bounds = plan_bounds(k, sched.mask_bounds)
     k.loop_stores = plan_loop_stores(k)   # in-loop atomic stores: the pass each rides
     k.bounds = loop_store_bounds(k)
@@ -110,7 +113,7 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
     plan_buffers(prog, alg, b.dtypes, out_dtypes)
     return decide(prog, sched, b.dtypes, out_dtypes, spec.interpret, spec.i64, spec.tma_ok, dict(spec.hints),
                   spec.note(alg, sched.access == "tma"), dict(spec.unit_dims), masked,
-                  {f[0]: f[1] for f in spec.facts}, frozenset(spec.unit_scalars))
+                  {f[0]: f[1] for f in spec.facts}, frozenset(spec.unit_scalars), dict(spec.small_sizes))
 
 
 def sixteen_bit_terms(b: Binding) -> bool:

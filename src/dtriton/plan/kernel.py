@@ -263,6 +263,8 @@ class KernelPlan:
     flat_box: dict[str, tuple[int, ...]] = field(default_factory=dict)  # flat grid axis -> its members' tiles:
                                                       # each tile is a box of the members (a conv's output rows
                                                       # (n, h, w) read by TMA), not a run of the flat index
+    static_loops: dict[str, int] = field(default_factory=dict)  # loop axis -> its exact size: emitted as
+                                                      # tl.static_range (a depthwise conv's taps: plan.taps)
     shifted_reads: dict[int, dict[int, tuple[str, Expr]]] = field(default_factory=dict)  # Load id -> dim ->
                                                       # (member of a flat_box axis, the index at that member 0):
                                                       # the index is the member plus that, a TMA box shifted by it

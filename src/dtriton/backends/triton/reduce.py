@@ -242,7 +242,9 @@ class ReducePrinter:
             lo, hi = (f"{a}_lo", f"{a}_hi") if self.k.split and self.k.split[0] == a else ("0", self.size(a))
             if rng is not None:
                 lo, hi = rng
-            if pp.warp_specialize:
+            if a in self.k.static_loops:   # a window's taps, unrolled: their loads issue together
+                head = f"for {v} in tl.static_range(0, {self.k.static_loops[a]}):  # the taps of axis {a}, unrolled"
+            elif pp.warp_specialize:
                 # producer warps issue the loads, consumer warps the MMAs (automatic warp specialisation)
                 head = f"for {v} in tl.range({lo}, {hi}, {self.block(a)}, warp_specialize=True):"
             elif pp.ws_requested:

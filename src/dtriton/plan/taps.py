@@ -1,0 +1,64 @@
+"""A depthwise convolution's window loops unrolled: every tap's loads issue together.
+
+A depthwise convolution (``dt.sum(X.pad(0)[n, h + r - 1, w + q - 1, c] * Wt[r, q, c], over=(r, q))``)
+is no GEMM: the schedule loops over its window's taps one index at a time (tile 1), each step
+reading a block of the input shifted by the tap. As ``range`` loops over runtime sizes, one tap's
+loads are issued, waited for and used before the next tap's (the accumulator depends on them), so
+each program keeps one block in flight. Where the window's sizes are known on the call (small:
+exact from the call's size facts, :attr:`CallSpec.small_sizes <dtriton.plan.callspec.CallSpec>`),
+the plan makes those loops ``tl.static_range`` over the exact count: the nine taps of a 3 x 3
+window are nine straight-line steps whose loads the compiler issues back to back.
+
+The decision (:func:`plan_static_loops`), per program-scope pass of kernel ``k``: a pass without
+dots, not warp-specialised, whose reductions are all sums of products with two or more loads
+reading each loop axis, one of them through a computed index (a window: ``h + r - 1``), loops over
+axes of tile 1 whose sizes are known and whose product is at most :data:`MAX_TAPS`. Pooling
+windows (one load) and everything else keep their loops.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from ..ir import Axis, Load, is_sum, mul_factors
+from .graph import fused_reduces
+from .kernel import KernelPlan
+
+__all__ = ["MAX_TAPS", "plan_static_loops"]
+
+#: the most unrolled steps (the product of a pass's static loop counts)
+MAX_TAPS = 32
+
+
+def plan_static_loops(k: KernelPlan, small: Mapping[str, int]) -> dict[str, int]:
+    """``{loop axis: its exact size}`` for the window loops of kernel ``k`` emitted as
+    ``tl.static_range`` (see the module's docstring); ``small``: axis -> size, for the sizes the
+    call pins exactly. Empty where none applies."""
+    byid = {r.uid: r for r in fused_reduces([st.expr for st in k.stores], k.materialized)}
+    out: dict[str, int] = {}
+    for p in k.passes:
+        axes = p.loop_axes
+        if not axes or p.warp_specialize or any(u in k.dots for u in p.reductions):
+            continue
+        if any(k.axes[a].role != "loop" or k.axes[a].block != 1 or a not in small
+               or (k.split and k.split[0] == a) for a in axes):
+            continue
+        count = 1
+        for a in axes:
+            count *= small[a]
+        if count <= MAX_TAPS and all(_window_sum(byid[u], axes) for u in p.reductions):
+            out.update({a: small[a] for a in axes})
+    return out
+
+
+def _window_sum(r, axes) -> bool:
+    """``r`` is a sum of products in which two or more loads read each of ``axes``, one of them
+    through a computed index (a depthwise convolution's input and its weight)."""
+    if not is_sum(r) or r.combiner.base != "sum":
+        return False
+    loads = [f for f in mul_factors(r.x) if isinstance(f, Load)]
+    for a in axes:
+        readers = [n for n in loads if a in n.axes]
+        if len(readers) < 2 or not any(a in e.axes and not isinstance(e, Axis) for n in readers for e in n.index):
+            return False
+    return True

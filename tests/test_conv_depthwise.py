@@ -1,0 +1,67 @@
+"""Depthwise convolutions' window loops (issue 19, session 5): where the window's sizes are known on the
+call, the taps are unrolled (``tl.static_range`` over the exact count, ``plan.taps``), so their loads
+issue together; they run on Triton's interpreter into NaN-poisoned outputs against torch in float64,
+on odd sizes, strides, paddings and windows."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dtriton as dt
+from dtriton import library as L
+
+from conftest import check, randn
+
+
+def osize(n: int, k: int, s: int, p: int) -> int:
+    return (n + 2 * p - (k - 1) - 1) // s + 1
+
+
+def t_depthwise(X, W, s, p, ho, wo):
+    return F.conv2d(X.permute(0, 3, 1, 2), W.permute(2, 0, 1)[:, None], stride=s, padding=p,
+                    groups=X.shape[-1]).permute(0, 2, 3, 1)
+
+
+def gpu_schedule(alg, args) -> dt.Schedule:
+    """The heuristic's schedule of a CUDA call with ``args`` (it runs on the interpreter as well)."""
+    b = alg.bind(args)
+    b.device = torch.device("cuda")
+    return dt.compile(alg).complete(b)
+
+
+@pytest.mark.parametrize("r,q,s,p", [(3, 3, 1, 1), (5, 3, 2, 2), (2, 2, 1, 0), (1, 3, 1, 1)])
+def test_depthwise_taps_unrolled_on_odd_sizes(r, q, s, p):
+    X, W = randn(2, 7, 9, 6), randn(r, q, 6)
+    args = [X, W, s, p, osize(7, r, s, p), osize(9, q, s, p)]
+    sched = gpu_schedule(L.depthwise_conv2d_nhwc, args)
+    src = dt.compile(L.depthwise_conv2d_nhwc, sched).source_for(*args)
+    loops = [f"tl.static_range(0, {n})" for n in (r, q) if n > 1]
+    assert all(x in src for x in loops) and "for r0 in range(" not in src
+    check(L.depthwise_conv2d_nhwc, args, sched, torch_ref=t_depthwise)
+
+
+def test_long_windows_keep_their_loops():
+    """A window of 9 taps along an axis (more than the call's exact small sizes) keeps a range loop."""
+    X, W = randn(1, 12, 5, 4), randn(9, 1, 4)
+    args = [X, W, 1, 4, 12, 13]   # (torch pads both dims by 4)
+    sched = gpu_schedule(L.depthwise_conv2d_nhwc, args)
+    src = dt.compile(L.depthwise_conv2d_nhwc, sched).source_for(*args)
+    assert "tl.static_range" not in src
+    check(L.depthwise_conv2d_nhwc, args, sched, torch_ref=t_depthwise)
+
+
+@dt.algorithm
+def box_blur(X: dt.Tensor["N", "H", "W", "C"], Ho: int, Wo: int, K: int):
+    """A K x K window sum of one tensor (a pooling, no weight)."""
+    n, c, h, w, r, q = dt.axes("n c h:Ho w:Wo r:K q:K")
+    return dt.sum(X.pad(0.0)[n, h + r - 1, w + q - 1, c], over=(r, q))[n, h, w, c]
+
+
+def test_a_window_of_one_tensor_keeps_its_loops():
+    X = randn(2, 5, 6, 8)
+    sched = dt.Schedule(tile={"n": 1, "h": 1, "w": 8, "c": 8, "r": 1, "q": 1}, grid=("n", "h", "w", "c"),
+                        strategy={"r": "loop", "q": "loop"})
+    src = dt.compile(box_blur, sched).source_for(X, 5, 6, 3)
+    assert "tl.static_range" not in src and "for r0 in range(" in src
