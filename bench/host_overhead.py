@@ -67,12 +67,12 @@ class HostTimer:
     """Times dtriton's host code per call, in µs: the differentiable call (``DifferentiableKernel.__call__``:
     ``autograd.Function`` and the forward's launch), the general backward (``run_backward``: the first
     step of a signature, or every step where no fast launcher exists) and the steady-state backward
-    node (``StepFunction.backward``: saved tensors, the backward step's lookup and launches), by
+    node (``StepFunction.backward``, which the node's ``apply`` is: saved tensors, the backward step's lookup and launches), by
     wrapping them (restored by :meth:`close`)."""
 
     WRAPPED = ((DifferentiableKernel, "__call__", "dtriton call (fwd)"),
                (DifferentiableKernel, "run_backward", "dtriton run_backward"),
-               (StepFunction, "backward", "dtriton backward (steady)"))
+               (StepFunction._backward_cls, "apply", "dtriton backward (steady)"))   # the node's entry
 
     def __init__(self):
         self.times = defaultdict(list)

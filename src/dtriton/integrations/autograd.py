@@ -372,7 +372,8 @@ class DifferentiableKernel:
                 return out, None
             launches.append((launch, n_res == 1 and launch.offsets is None,
                              [(oi, pos[n], args[pos[n]].dtype) for n, oi in pick]))
-        return out, BackwardStep(launches, zeros, len(params), runners)
+        return out, BackwardStep(launches, zeros, len(params), runners,
+                                 launches[0][0].out_dtypes if len(launches) == 1 else ())
 
     def run_backward(self, args, grads, saved, wrt: Sequence[str]) -> dict[str, torch.Tensor | None]:
         """Gradients wrt the inputs named ``wrt`` for upstream gradients ``grads`` (one per output,

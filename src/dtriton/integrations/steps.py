@@ -21,11 +21,11 @@ profiler's) keeps the general path.
 
 from __future__ import annotations
 
+from operator import itemgetter
 from typing import Any, Callable, Sequence
 
 import torch
 
-from ..runtime.args import signature_key
 from ..runtime.kernel import fast_path_ok
 
 __all__ = ["BackwardStep", "ForwardStep", "StepFunction", "apply_step", "refuse_double_backward"]
@@ -55,20 +55,35 @@ class BackwardStep:
             standing for the gradient of an output that receives none.
         n_params: the algorithm's parameters (the length of the returned gradients, plus one).
         runners: the backward algorithms' runners (recorded for ``launch_counts``).
+        out_dtypes: with one launcher, the dtypes of its outputs (gradients already of their
+            input's dtype are returned as they come).
     """
 
-    __slots__ = ("launches", "zeros", "n_params", "runners")
+    __slots__ = ("launches", "zeros", "n_params", "runners", "direct")
 
     def __init__(self, launches: list[tuple[Callable, bool, list[tuple[int, int, torch.dtype]]]],
-                 zeros: dict[int, torch.Tensor], n_params: int, runners: list):
+                 zeros: dict[int, torch.Tensor], n_params: int, runners: list, out_dtypes: Sequence[torch.dtype] = ()):
         self.launches = launches
         self.zeros = zeros
         self.n_params = n_params
         self.runners = runners
+        #: (launcher, picker) for one launcher whose outputs need no conversion and no zeros: the
+        #: returned tuple is ``picker((*outputs, None))`` (None at -1 for parameters without gradient)
+        self.direct = None
+        if len(launches) == 1 and not zeros:
+            launch, single, picks = launches[0]
+            if all(out_dtypes[oi] == dt for oi, _, dt in picks if oi < len(out_dtypes)) and len(out_dtypes) > 0:
+                where = dict.fromkeys(range(n_params + 1), -1)
+                where.update({pos + 1: oi for oi, pos, _ in picks})
+                self.direct = (getattr(launch, "call", None) or launch, single, itemgetter(*where.values()))
 
     def __call__(self, args: Sequence[Any], grads: Sequence[torch.Tensor | None],
                  saved: Sequence[torch.Tensor]) -> tuple:
         """``(None, gradient per parameter or None)``: what ``StepFunction.backward`` returns."""
+        if self.direct is not None:
+            launch, single, pick = self.direct
+            vals = launch((*args, *grads, *saved))
+            return pick((vals, None) if single else (*vals, None))
         if self.zeros:
             grads = [self.zeros.get(k, g) if g is None else g for k, g in enumerate(grads)]
         bargs = (*args, *grads, *saved)
@@ -167,18 +182,21 @@ class StepFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
+        """The steady backward: autograd's engine hands each output's gradient with the output's
+        shape, dtype and device (it checks and converts them), so the gradients' key holds only
+        what it leaves open: strides and 16-byte alignment (None for an output without one)."""
         step: ForwardStep = ctx.step
-        refuse_double_backward(step.name)
+        if torch.is_grad_enabled():
+            refuse_double_backward(step.name)
         st = ctx.saved_tensors
         nt = len(st) - (step.n_ret - step.n_out)
         args = step.args_of(st[:nt], ctx.scalars)
-        saved = st[nt:]
-        key = (ctx.needs_input_grad, signature_key(grads)[0])
+        key = (ctx.needs_input_grad, *[None if g is None else (g.stride(), g.data_ptr() % 16 == 0) for g in grads])
         bstep = step.backward_steps.get(key)
         if bstep is not None and fast_path_ok():
             step.owner.last_runs["backward"] = bstep.runners
-            return bstep(args, grads, saved)
-        res, bstep = step.owner.backward_step(args, grads, step.unpacked(saved), ctx.needs_input_grad[1:],
+            return bstep(args, grads, st[nt:])
+        res, bstep = step.owner.backward_step(args, grads, step.unpacked(st[nt:]), ctx.needs_input_grad[1:],
                                               step.layout)
         if bstep is not None:
             step.backward_steps[key] = bstep
@@ -209,12 +227,8 @@ def apply_step(step: ForwardStep, args: Sequence[Any]):
     return StepFunction.apply(step, *args)
 
 
-def _node_apply(ctx, *grads):
-    """The backward node's entry point: autograd's engine calls ``apply`` on the context (an
-    instance of ``StepFunction._backward_cls``), whose Python default looks up the user's
-    ``backward`` or ``vjp`` on each call; this calls :meth:`StepFunction.backward` directly."""
-    return StepFunction.backward(ctx, *grads)
-
-
+# The backward node's entry point: autograd's engine calls ``apply`` on the context (an instance of
+# ``StepFunction._backward_cls``), whose Python default looks up the user's ``backward`` or ``vjp``
+# on each call; the node calls StepFunction.backward directly instead.
 if isinstance(getattr(StepFunction, "_backward_cls", None), type) and hasattr(StepFunction._backward_cls, "apply"):
-    StepFunction._backward_cls.apply = _node_apply
+    StepFunction._backward_cls.apply = StepFunction.backward

@@ -89,6 +89,7 @@ class FastLauncher:
             allocs.append((tuple(shape), dt, z))
             strides[name] = tuple(torch.empty(shape, device="meta").stride())
         self.n_out = len(alg.outputs)
+        self.out_dtypes = tuple(b.out_dtypes)   # of the outputs, in order
         self.allocs = allocs
         self.scal_types = {pos: p.pytype for pos, p in enumerate(alg.params) if not isinstance(p, InputTensor)}
         scal = {f"s_{p.name}": pos for pos, p in enumerate(alg.params) if not isinstance(p, InputTensor)}
