@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings, strategies as st
 
 import dtriton as dt
 from dtriton import library as L
@@ -108,3 +109,26 @@ def test_boxed_fp16_conv_divisible_tiles():
     src = dt.compile(L.conv2d_nhwc, sched).source_for(*args)
     assert "desc_X" in src and "mask_nhw" not in src   # (every box inside the output: no row mask)
     check(L.conv2d_nhwc, args, sched, torch_ref=t_conv2d_nhwc)
+
+
+@settings(max_examples=8, deadline=None)
+@given(n=st.integers(2, 3), h=st.integers(3, 7), w=st.integers(5, 9), o=st.integers(1, 20), k=st.integers(1, 3),
+       s=st.integers(1, 2), p=st.integers(0, 2), d=st.integers(1, 2), box=st.sampled_from([(1, 2, 8), (2, 2, 4), (2, 4, 2)]),
+       seed=st.integers(0, 99))
+def test_boxed_conv_drawn(n, h, w, o, k, s, p, d, box, seed):
+    """Drawn shapes, windows, strides, paddings and dilations under boxes of 16 rows: stride 1 reads
+    the input in TMA boxes (a stride of 2, or boxes longer than an image's padded side, keep the
+    gathered loads), both right against float64."""
+    ho, wo = (h + 2 * p - d * (k - 1) - 1) // s + 1, (w + 2 * p - d * (k - 1) - 1) // s + 1
+    if ho < 1 or wo < 1:
+        return
+    g = torch.Generator().manual_seed(seed)
+    args = [randn(n, h, w, 16, gen=g), randn(o, k, k, 16, gen=g), s, p, d, ho, wo]
+    sched = boxed({"n": box[0], "h": box[1], "w": box[2], "o": 16, "c": 16})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(implicit_gemm, "BOX_WASTE", 1)
+        src = dt.compile(L.conv2d_nhwc, sched).source_for(*args)
+        pow2 = lambda x: 1 << (x - 1).bit_length()  # noqa: E731
+        fits = all(size % t == 0 or pow2(size) >= t for size, t in zip((n, ho, wo), box))   # (BOX_WASTE 1)
+        assert ("desc_X" in src) == (s == 1 and fits)
+        check(L.conv2d_nhwc, args, sched, torch_ref=t_conv2d_nhwc)
