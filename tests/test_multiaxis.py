@@ -412,3 +412,12 @@ def test_unroll_without_a_reduction_loop_warns():
         dt.compile(softmax, dt.Schedule(unroll=4))(torch.randn(8, 16))
     with pytest.raises(dt.ScheduleError, match="unroll = 9 must be 0 .* from 1 to 8"):
         dt.Schedule(unroll=9)
+
+
+def test_derived_space_of_statistics_loops_searches_the_unroll_on_the_gpu():
+    """Exploration can reach the unrolled statistics loops and the plain ones (GPU only: the
+    interpreter's loops are never unrolled by the plan), around the heuristic's split."""
+    args = [torch.empty(16, 64, 256, 256, device="meta", dtype=torch.float16)]
+    sp = dt.Space.derive(layer_norm_chw, args, target="gpu")
+    assert set(sp.unroll) == {0, 1, 2, 4} and 32 in sp.split["c"], sp
+    assert dt.Space.derive(layer_norm_chw, [torch.randn(2, 3, 50, 70)]).unroll is None
