@@ -145,7 +145,8 @@ def _at_addresses(call, like) -> list:
 @pytest.fixture
 def interp_gpu(monkeypatch):
     """The GPU code path (plans, fast launchers, steps) on CPU tensors, launches interpreted; every
-    output and buffer the fast launchers allocate starts as NaN (poisoned)."""
+    output and buffer the fast launchers allocate (``torch.empty``, ``torch.empty_like``) starts as
+    NaN (poisoned) and is counted."""
     pytest.importorskip("triton")
     from triton.runtime import driver
 
@@ -157,13 +158,15 @@ def interp_gpu(monkeypatch):
     monkeypatch.setattr(dt.backends.default_backend(), "launch", runs.launch)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(driver, "_active", Driver())
-    empty = torch.empty
 
-    def poisoned(*a, **k):
-        runs.allocations += 1
-        t = empty(*a, **k)
-        return t.fill_(float("nan")) if t.is_floating_point() else t.fill_(-7)
-    monkeypatch.setattr(torch, "empty", poisoned)
+    def poisoning(alloc):
+        def poisoned(*a, **k):
+            runs.allocations += 1
+            t = alloc(*a, **k)
+            return t.fill_(float("nan")) if t.is_floating_point() else t.fill_(-7)
+        return poisoned
+    monkeypatch.setattr(torch, "empty", poisoning(torch.empty))
+    monkeypatch.setattr(torch, "empty_like", poisoning(torch.empty_like))
     return runs
 
 
