@@ -1,6 +1,7 @@
-"""Compile the GPU kernels of bench/conv.py's conv2d and depthwise rows for sm_90 on a machine without a GPU.
+"""Compile the GPU kernels of bench/conv.py's conv2d, depthwise and conv_transpose2d (phases, channels-last)
+rows for sm_90 on a machine without a GPU.
 
-    PYTHONPATH=src python3 bench/conv_sm90.py [--cases conv2d,depthwise] [--schedule JSON] [--out DIR]
+    PYTHONPATH=src python3 bench/conv_sm90.py [--cases conv2d,depthwise,transpose] [--schedule JSON] [--out DIR]
 
 Each case is planned as a CUDA call at its bench shape would be (the binding is told it is on the GPU;
 tensors live on the meta device and count as TMA-addressable, as the bench's contiguous fp16 tensors
@@ -23,6 +24,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from conv import conv_transpose2d_phases_nhwc  # noqa: E402
 from dtriton import library as L  # noqa: E402
 from sm90 import (add_options, arg_values, compile_sm90, cuda_schedule, load_kernels, merge_fields, options,  # noqa: E402
                   plan_for_cuda, ptr_types, render, resources, signature)
@@ -33,7 +35,9 @@ def cases():
     m = dict(device="meta", dtype=torch.float16)
     x = torch.empty(32, 56, 56, 256, **m)
     return [("conv2d", L.conv2d_nhwc, (x, torch.empty(256, 3, 3, 256, **m), 1, 1, 1, 56, 56)),
-            ("depthwise", L.depthwise_conv2d_nhwc, (x, torch.empty(3, 3, 256, **m), 1, 1, 56, 56))]
+            ("depthwise", L.depthwise_conv2d_nhwc, (x, torch.empty(3, 3, 256, **m), 1, 1, 56, 56)),
+            ("transpose", conv_transpose2d_phases_nhwc, (torch.empty(32, 28, 28, 128, **m),
+                                                         torch.empty(128, 3, 3, 128, **m), 2, 1, 28, 28, 2))]
 
 
 def compile_case(name, alg, args, extra: dict, out: str) -> None:

@@ -132,3 +132,35 @@ def test_boxed_conv_drawn(n, h, w, o, k, s, p, d, box, seed):
         fits = all(size % t == 0 or pow2(size) >= t for size, t in zip((n, ho, wo), box))   # (BOX_WASTE 1)
         assert ("desc_X" in src) == (s == 1 and fits)
         check(L.conv2d_nhwc, args, sched, torch_ref=t_conv2d_nhwc)
+
+
+@dt.algorithm
+def transpose_phases_nhwc(X: dt.Tensor["N", "H", "W", "C"], Wt: dt.Tensor["O", "R", "Q", "C"], stride: int,
+                          padding: int, Hh: int, Wh: int, J: int):
+    """conv_transpose2d by output phases, channels-last (as bench/conv.py's): each phase's input read
+    is ``a + (ph + padding) // stride - j``, a shift of the row axis ``a`` by a phase and a tap."""
+    n, o, c, a, b, j, i = dt.axes("n o c a:Hh b:Wh j:J i:J")
+    ph, pw = dt.axes("ph:stride pw:stride")
+    x = X.pad(0.0)[n, a + (ph + padding) // stride - j, b + (pw + padding) // stride - i, c]
+    wt = Wt.pad(0.0)[o, (ph + padding) % stride + j * stride, (pw + padding) % stride + i * stride, c]
+    return dt.sum(x * wt, over=(c, j, i))[n, a, ph, b, pw, o]
+
+
+def test_transposed_conv_phases_read_boxes(monkeypatch):
+    """The phases of a stride-2 transposed conv read their input in boxes too (shifted by the phase's
+    floor division and the tap); right against torch's conv_transpose2d in float64, fp16."""
+    monkeypatch.setattr(implicit_gemm, "BOX_WASTE", 1)
+    N, C, H = 3, 16, 5
+    x, w = randn(N, C, H, H, dtype=torch.float16), randn(C, C, 3, 3, dtype=torch.float16)
+    xl, wl = x.permute(0, 2, 3, 1).contiguous(), w.permute(1, 2, 3, 0).contiguous()
+    ho = 2 * H   # stride 2, padding 1, output_padding 1
+    args = [xl, wl, 2, 1, ho // 2, ho // 2, 2]
+    sched = dt.Schedule(tile={"n": 2, "a": 2, "b": 4, "o": 16, "c": 16, "j": 1, "i": 1, "ph": 1, "pw": 1},
+                        grid=("ph", "pw", "n", "a", "b", "o"), strategy={"c": "loop", "j": "loop", "i": "loop"},
+                        access="tma")
+    k = dt.compile(transpose_phases_nhwc, sched)
+    assert "desc_X.load([start_n, start_a + " in k.source_for(*args)
+    out = torch.full((N, ho // 2, 2, ho // 2, 2, C), float("nan"), dtype=torch.float16)   # poisoned
+    got = k(*args, out=out).reshape(N, ho, ho, C).permute(0, 3, 1, 2).double()
+    ref = F.conv_transpose2d(x.double(), w.double(), stride=2, padding=1, output_padding=1)
+    assert ((got - ref).norm() / ref.norm()).item() < 2e-3
