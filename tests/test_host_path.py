@@ -410,3 +410,24 @@ def test_new_gradient_or_expanded_input_signatures_on_a_packed_step(interp_gpu, 
         for a, r in zip(ins[1:], ref[1:]):
             torch.testing.assert_close(a.grad.double(), r.grad, atol=1e-3, rtol=1e-3)
     assert len(dk._steps) == 2
+
+
+@dt.algorithm
+def _shifted_rows(X: dt.Tensor["M", "N"], shift: int, scale: float):
+    """An int and a float parameter beside a tensor."""
+    i, j = dt.axes("i j")
+    return (X[i, j] * scale + shift)[i, j]
+
+
+def test_printed_signature_key_matches_the_generic_one():
+    """The key function printed per algorithm gives signature_key's keys for tensors (strided,
+    expanded, other dtypes), ints (1, multiples of 16, others, bools) and floats, and falls back to
+    it for arguments of another kind or count."""
+    from dtriton.runtime.args import signature_key, signature_key_for
+    key = signature_key_for(_shifted_rows)
+    X = torch.randn(6, 32)
+    calls = [(X, 1, 0.5), (X.t(), 16, 2.0), (X[:, :5].requires_grad_(), 7, -1.0), (torch.randn(1, 3).expand(4, 3), True, 1),
+             (X.half(), 32, 0.0), (3.0, 1, 0.5), (X, 1), (X, 1, 0.5, 2)]
+    for args in calls:
+        assert key(args) == signature_key(args), args
+    assert key((X.requires_grad_(), 1, 0.5))[1] is True

@@ -34,7 +34,7 @@ from ..grad import GradientAlgorithms, augmented_forward, grad, saved_statistics
 from ..ir import Algorithm, InputTensor, output_dtypes
 from ..plan.lower import lower
 from ..runtime import Kernel
-from ..runtime.args import merge_named, signature_key
+from ..runtime.args import merge_named, signature_key_for
 from ..runtime.kernel import fast_path_ok
 from ..schedule import Schedule
 from .steps import BackwardStep, ForwardStep, apply_step, refuse_double_backward
@@ -213,6 +213,7 @@ class DifferentiableKernel:
         # the steady-state path: call key -> ForwardStep (False: this signature keeps the general path)
         self._steps: dict[tuple, ForwardStep | bool] = {}
         self._size_pos = tuple(self.algorithm.size_args.values())   # int arguments that size axes
+        self._key = signature_key_for(self.algorithm)   # signature_key, printed for the parameters
 
     def __repr__(self):
         return f"<dt.differentiable {self.algorithm.name} save={self.save!r} group={self.group!r}>"
@@ -404,7 +405,7 @@ class DifferentiableKernel:
         if named:
             args = merge_named(self.kernel.algorithm, args, named)
         if out is None and torch.is_grad_enabled():
-            key, needs_grad = signature_key(args)
+            key, needs_grad = self._key(args)
             if needs_grad:
                 if self._size_pos:
                     key += tuple(int(args[p]) for p in self._size_pos)

