@@ -172,12 +172,13 @@ class StepFunction(torch.autograd.Function):
         ctx.step = step
         step.owner.last_runs["forward"] = step.runners
         n = step.n_out
+        # ctx.save_for_backward(...) is a Python method setting ctx.to_save: set it directly
         if step.tensor_pos is None:
             ctx.scalars = None
-            ctx.save_for_backward(*args, *res[n:])
+            ctx.to_save = (*args, *res[n:])
         else:
             ctx.scalars = [None if isinstance(a, torch.Tensor) else a for a in args]
-            ctx.save_for_backward(*[args[k] for k in step.tensor_pos], *res[n:])
+            ctx.to_save = (*[args[k] for k in step.tensor_pos], *res[n:])
         return res[0] if n == 1 else res[:n]
 
     @staticmethod
