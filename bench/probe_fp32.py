@@ -77,10 +77,10 @@ def run_nt(dry):
             baselines=[("cublas_fp32", fp32), ("cublas_tf32", tf32)])
 
 
-def run_layouts(dry):
+def run_layouts(dry, dtypes=("float16", "bfloat16", "float32"), layouts=("NN", "NT", "TN", "TT")):
     n = 48 if dry else 4096
-    for dtype in (torch.float16, torch.bfloat16, torch.float32):
-        for lay in ("NN", "NT", "TN", "TT"):
+    for dtype in [getattr(torch, d) for d in dtypes]:
+        for lay in layouts:
             A = torch.randn(n, n, device=R.DEV, dtype=dtype)
             B = torch.randn(n, n, device=R.DEV, dtype=dtype)
             a = A if lay[0] == "N" else A.T
@@ -89,6 +89,10 @@ def run_layouts(dry):
             cands = [("heuristic", None)]
             if dtype == torch.float32:
                 cands += scheds(dry, ("tf32x3",), [(128, 128, 32)], access=("pointer", "tma"))[1:]
+                # bf16x6 (fp32 accuracy from six bf16 passes): 16-bit wgmma operands may be MN-major, so TN/TT
+                # need neither the staging copy nor a transposition through registers
+                cands += scheds(dry, ("bf16x6",), [(128, 128, 32), (128, 128, 64)], stages=(3,), warps=(8,),
+                                access=("pointer", "tma"))[1:]
             P.probe(f"{str(dtype)[6:]} {lay} {n}^3", dt.library.matmul, (a, b), ref, 1e-2, cands,
                     baselines=[("torch", lambda a=a, b=b: a @ b)])
 
@@ -154,12 +158,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="nt,layouts,matvec", help="nt, layouts, matvec, tf32, half")
     ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--layout-dtypes", default="float16,bfloat16,float32", help="dtypes of --only layouts")
+    ap.add_argument("--layouts", default="NN,NT,TN,TT", help="layouts of --only layouts")
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args()
     if a.dry_run:
         R.DEV, R.DRY = "cpu", True
     for name in a.only.split(","):
-        {"nt": run_nt, "layouts": run_layouts, "matvec": run_matvec, "tf32": run_tf32, "half": run_half}[name](a.dry_run)
+        if name == "layouts":
+            run_layouts(a.dry_run, a.layout_dtypes.split(","), a.layouts.split(","))
+            continue
+        {"nt": run_nt, "matvec": run_matvec, "tf32": run_tf32, "half": run_half}[name](a.dry_run)
     P.summary()
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "probe_fp32.json"), "w") as f:
