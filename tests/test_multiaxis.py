@@ -421,3 +421,24 @@ def test_derived_space_of_statistics_loops_searches_the_unroll_on_the_gpu():
     sp = dt.Space.derive(layer_norm_chw, args, target="gpu")
     assert set(sp.unroll) == {0, 1, 2, 4} and 32 in sp.split["c"], sp
     assert dt.Space.derive(layer_norm_chw, [torch.randn(2, 3, 50, 70)]).unroll is None
+
+
+def test_the_split_axis_loops_outermost_so_the_inner_loop_unrolls():
+    """Layer norm with h split 32 ways (each program 8 rows: one step) loops over h outside and over
+    the 64 channels inside, which the plan unrolls; the result is unchanged."""
+    x = torch.empty(16, 64, 256, 256, device="meta", dtype=torch.float16)
+    s = schedule_for(layer_norm_chw, (x,), gpu=True).replace(split={"h": 32})
+    src = _gpu_source(layer_norm_chw, s, x)
+    outer, inner = src.index("for h0 in range(h_lo, h_hi, BLOCK_H):"), src.index("for c0 in tl.range(0, size_c, BLOCK_C, "
+                                                                                   "loop_unroll_factor=4):")
+    assert outer < inner, src
+    y = torch.randn(2, 3, 8, 5) + 2.0
+    k = dt.compile(layer_norm_chw, dt.Schedule(grid=["n", "c", "h", "q"], split={"h": 4}, split_mode="partials",
+                                               tile={"n": 1, "c": 1, "h": 2, "q": 8},
+                                               stages={"mean0": {"strategy": {"c": "loop", "h": "loop", "q": "whole"},
+                                                                 "tile": {"n": 1, "c": 1, "h": 2}},
+                                                       "mean1": {"strategy": {"c": "loop", "h": "loop", "q": "whole"},
+                                                                 "tile": {"n": 1, "c": 1, "h": 2}}}))
+    src = k.source_for(y)
+    assert src.index("for h0 in range(h_lo, h_hi, BLOCK_H):") < src.index("for c0 in range(0, size_c, BLOCK_C):"), src
+    assert relerr(k(y), F.layer_norm(y.double(), y.shape[1:], eps=1e-5)) < 1e-6
