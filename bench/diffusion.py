@@ -75,6 +75,7 @@ def probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
             "out0 32x64": base.replace(tile={**dict(base.tile), "v": 32}),
             "out0 128x64 4 warps": base.replace(tile={**dict(base.tile), "v": 128, "c": 64}, num_warps=4),
             "out0 64x128 8 warps": base.replace(tile={**dict(base.tile), "v": 64, "c": 128}, num_warps=8),
+            "tf32x3": base.replace(precision="tf32x3"),
             "bf16x6": base.replace(precision="bf16x6"),
             "bf16x6 sum0 64x128": sum0(c=128).replace(precision="bf16x6"),
             "tf32 (1e-3: MMA-time reference)": base.replace(precision="tf32")}

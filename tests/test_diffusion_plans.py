@@ -56,17 +56,17 @@ def test_bench_diffusion_plans_mode(tmp_path):
 
 def test_long_reduction_rule_tiles_split_and_precision():
     """The projection (sum over v into K x C) gets its own 64x64 tiles, a split giving about two
-    waves of programs (fewer on a small mesh: >= 2 tiles of v each), and tf32x3 (its operands
-    read v as rows)."""
+    waves of programs (fewer on a small mesh: >= 2 tiles of v each), and bf16x6 (its operands
+    read v as rows: 16-bit wgmma takes them MN-major, tf32 does not)."""
     big = layer_plans(100_000)["forward"][0]
-    assert big.precision == "tf32x3" and big.split["v"] == 64
+    assert big.precision == "bf16x6" and big.split["v"] == 64
     ss = big.stages["sum0"]
     assert dict(ss.tile) == {"k": 64, "c": 64, "v": 32} and ss.num_warps == 4 and ss.num_stages == 3
     small = layer_plans(2000)["forward"][0]
     assert dict(small.stages["sum0"].tile) == {"k": 64, "c": 64, "v": 32} and small.split["v"] == 16
     for name in ("manual backward", "derived backward"):   # basis^T G: the same pattern, the same rule
         sched, kernels = layer_plans(20_000)[name]
-        assert sched.precision == "tf32x3" and kernels[0]["split"] == ("v", 64), (name, kernels[0])
+        assert sched.precision == "bf16x6" and kernels[0]["split"] == ("v", 64), (name, kernels[0])
 
 
 def test_long_reduction_rule_leaves_user_choices():
@@ -92,7 +92,7 @@ def test_long_reduction_schedule_runs_correctly(V, K, C):
     args = (torch.randn(V, C, generator=g), torch.randn(V, K, generator=g) / V ** 0.5, torch.rand(V, generator=g) + 0.5,
             torch.rand(K, generator=g) * 10, torch.rand(C, generator=g))
     sched, _ = gpu_program(spatial_diffusion, args)
-    assert "sum0" in sched.stages and sched.split["v"] > 1 and sched.precision == "tf32x3", sched
+    assert "sum0" in sched.stages and sched.split["v"] > 1 and sched.precision == "bf16x6", sched
     out = (torch.full((V, C), float("nan")), torch.full((K, C), float("nan")))
     got = dt.compile(spatial_diffusion, sched)(*args, out=out)
     ref = torch_spatial_diffusion(*(a.double() for a in args))
@@ -102,7 +102,7 @@ def test_long_reduction_schedule_runs_correctly(V, K, C):
 
 
 def test_long_reduction_rule_needs_dot_sized_outputs():
-    """Fewer than 16 channels: no tl.dot, so no tf32x3 (it would have no effect) and no stage tiles."""
+    """Fewer than 16 channels: no tl.dot, so no bf16x6 (it would have no effect) and no stage tiles."""
     from dtriton.examples.diffusionnet.plans import empty_args, gpu_program
     from dtriton.library import spatial_diffusion
     s, _ = gpu_program(spatial_diffusion, empty_args(spatial_diffusion, {"V": 50_000, "K": 128, "C": 8}))

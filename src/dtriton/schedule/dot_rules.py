@@ -269,8 +269,11 @@ def _long_reduction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
     consumers keep theirs), 4 warps, 3 stages, reduced in tiles of 32, split so about two waves of
     programs run (each looping over >= 2 tiles of the reduction). Both operands of such a product
     usually read the reduced axis as their rows (A^T B of two row-major tensors), which precision
-    "auto" runs as FMA dots ("ieee"); an "auto" precision becomes "tf32x3" (fp32 accuracy on tensor
-    cores; Triton moves the right operand through registers, as it does to split it for tf32x3).
+    "auto" runs as FMA dots ("ieee"); an "auto" precision becomes "bf16x6" (fp32 accuracy on tensor
+    cores from six bf16 passes: 16-bit wgmma reads MN-major operands from shared memory, where tf32
+    needs them K-major and Triton moves them through registers). H200, the layer's forward at
+    V=100000: bf16x6 161.6 us against tf32x3 183.9 (rel. err 2.4e-7 against 3.3e-7); V=20000 43.1
+    against 46.5 (bench/results/issue15/s5/).
     H200 probes of the layer's forward (bench/results/issue15/diffusion_h200_call4.md, K = C =
     128): with 64 x 64 tiles split 16 at V=2000 18.2 us, split 64 at V=6000 23.8 us, against 32.0
     and 31.1 us for the former 32 x 64 FMA tiles split 2 and 8; 128 x 128 tiles over a wave were
@@ -284,7 +287,7 @@ def _long_reduction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
             or any(t == torch.float64 for t in d.b.dtypes.values()) or d.user.acc_dtype == "float64"):
         return False
     sizes = d.sizes
-    # a tl.dot needs blocks of >= 16 (else "tf32x3" would be a precision without a dot)
+    # a tl.dot needs blocks of >= 16 (else "bf16x6" would be a precision without a dot)
     if (min(sizes[m], sizes[n]) < 16 or sizes[r] < max(LONG_REDUCTION, 8 * max(sizes[m], sizes[n]))
             or programs((m, n), sizes, {m: 64, n: 64}) * 2 >= d.sms):
         return False
@@ -300,7 +303,7 @@ def _long_reduction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
     d.split[r] = split
     d.dot_axes |= {m, n, r}
     if d.precision == "auto" and not _fp32_tensor_cores(d, name):
-        d.precision = "tf32x3"
+        d.precision = "bf16x6"
     return True
 
 
