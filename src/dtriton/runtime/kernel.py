@@ -31,7 +31,7 @@ from ..ir import Algorithm, Binding, InputTensor, check_reads, contraction_opera
 from ..plan import CallSpec, Program, call_spec, plan_program, tma_addressable, unused_knobs
 from ..plan.callspec import I32_MAX
 from ..plan.staging import kmajor_copies, stage_inputs
-from .args import call_key, check_given_out, merge_named, normalise_out, signature_key, spec_key
+from .args import call_key, check_given_out, merge_named, normalise_out, signature_key_for, spec_key
 
 __all__ = ["Kernel", "backend_for", "cache_dir", "fast_path_ok"]
 
@@ -138,6 +138,8 @@ class Kernel:
         self._fast: dict[tuple, tuple[_Plan, Any]] = {}
         self._shrunk: dict[Schedule, Schedule] = {}   # a default schedule -> the smaller one that fits
         self._last: _Plan | None = None
+        self._key = signature_key_for(alg)   # signature_key, printed for the algorithm's parameters
+        self._size_pos = tuple(alg.size_args.values())   # the int arguments that size axes
 
     # ------------------------------------------------------------------------------------------
     def complete(self, binding: Binding) -> Schedule:
@@ -298,11 +300,11 @@ class Kernel:
             args = merge_named(self.algorithm, args, named)
         if out is not None:
             out = normalise_out(self.algorithm, out)
-        if self.grad_call is not None and torch.is_grad_enabled() and any(
-                isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+        key, grad = self._key(args)
+        if grad and self.grad_call is not None and torch.is_grad_enabled():
             return self.grad_call(args, out=out)
         if out is None and self._fast and not self.check_indices:
-            fast = self._fast.get(call_key(args) + self._sized(args))
+            fast = self._fast.get(key + self._sized(args) if self._size_pos else key)
             if fast is not None and _fast_ok():
                 return fast(args)
         alg = self.algorithm
@@ -336,12 +338,12 @@ class Kernel:
         path). Calling it with ``args`` of that signature returns the outputs as the kernel does."""
         if self.check_indices or not self._fast:
             return None
-        return self._fast.get(signature_key(args)[0] + self._sized(args))
+        return self._fast.get(self._key(args)[0] + self._sized(args))
 
     def _sized(self, args) -> tuple:
         """The values of the int arguments that size axes (``dt.axes("h:Ho")``): part of the keys
         of call specs and fast launchers, as tensor shapes are."""
-        return tuple(int(args[pos]) for pos in self.algorithm.size_args.values())
+        return tuple(int(args[pos]) for pos in self._size_pos)
 
     def _plan_and_run(self, sched: Schedule, b: Binding, args, interpret: bool, out, spec: CallSpec):
         """Plan and run ``sched``; returns (plan, outputs, compiled kernels). For a default
