@@ -318,13 +318,17 @@ def test_grad_calls_of_a_plain_compiled_kernel_use_steps(interp_gpu, monkeypatch
     assert not general and interp_gpu.slow == slow and interp_gpu.fast > 0
 
 
-@pytest.mark.parametrize("mode", [["--host-only"], ["--host-only", "--profile"]], ids=["host-only", "profile"])
+@pytest.mark.parametrize("mode", [["--host-only"], ["--host-only", "--profile"], ["--enqueue", "--dry-run"]],
+                         ids=["host-only", "profile", "enqueue"])
 def test_host_overhead_script_cpu_modes(mode, tmp_path):
     """bench/host_overhead.py's CPU modes run (launches made no-ops) and time the steady backward
     (``StepFunction.backward``), not the general ``run_backward``, once warm."""
     from conftest import run_bench
     run_bench(["bench/host_overhead.py", *mode], tmp_path)
     rows = json.loads((tmp_path / "out" / "host_overhead.json").read_text())
+    if "--enqueue" in mode:   # softmax and layer norm at two shapes; eager, dtriton, eager again
+        assert len(rows) == 12 and all(r["step host_us"] > 0 and r["loss only total_us"] > 0 for r in rows), rows
+        return
     assert len(rows) == (6 if "--profile" in mode else 3)
     if "--profile" in mode:
         dtr = [r for r in rows if r["impl"] == "dtriton"]
