@@ -414,6 +414,18 @@ def test_new_gradient_or_expanded_input_signatures_on_a_packed_step(interp_gpu, 
         for a, r in zip(ins[1:], ref[1:]):
             torch.testing.assert_close(a.grad.double(), r.grad, atol=1e-3, rtol=1e-3)
     assert len(dk._steps) == 2
+    for _ in range(3):   # an input 4 bytes past a 16-byte boundary: a signature of its own (Triton's alignment)
+        args = make(5, 37, torch.float32)
+        shifted = torch.empty(5 * 37 + 1)[1:].view(5, 37).copy_(args[0]).requires_grad_()
+        ins = [shifted, *[a.detach().clone().requires_grad_(k + 1 in gidx) for k, a in enumerate(args[1:])]]
+        assert shifted.data_ptr() % 16
+        out = dk(*ins)
+        w = torch.randn(5, 37, dtype=torch.float64)
+        (out.double() * w).sum().backward()
+        _, ref_g = _reference_grads(eager, args, gidx, w)
+        for k, g in zip(gidx, ref_g):
+            torch.testing.assert_close(ins[k].grad.double(), g, atol=1e-3, rtol=1e-3)
+    assert len(dk._steps) == 3
 
 
 @dt.algorithm
