@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -112,7 +113,8 @@ def variants(base: dt.Schedule, D: int) -> dict[str, dt.Schedule]:
         grid = [((32, 128), 4, 3), ((32, 128), 8, 3), ((64, 128), 8, 3), ((32, 64), 4, 3), ((64, 64), 4, 3),
                 ((16, 128), 4, 3), ((32, 128), 4, 2), ((64, 128), 8, 2)]
     else:
-        grid = [((32, 64), 4, 3), ((32, 128), 8, 3), ((64, 128), 8, 2), ((16, 64), 4, 3), ((32, 64), 8, 3)]
+        grid = [((32, 64), 4, 3), ((32, 128), 8, 3), ((32, 128), 8, 4), ((16, 128), 8, 3), ((64, 128), 8, 2),
+                ((16, 64), 4, 3), ((32, 64), 8, 3), ((32, 64), 4, 4)]
     for kv, w, s in grid:
         for dq in ("atomic", "kernel"):
             out[f"kv{kv[0]}x{kv[1]} w{w} s{s} dq-{dq}"] = with_(kv, w, s, dq)
@@ -127,6 +129,27 @@ def _time(f, dev) -> float:
         return (time.perf_counter() - t0) * 1e3
     from triton.testing import do_bench
     return do_bench(f, warmup=10, rep=50)
+
+
+def kernel_split(f, reps: int = 5) -> str:
+    """The GPU kernels (and memsets) of one ``f()`` with their device µs per call (torch.profiler,
+    mean over ``reps`` calls; names without the backward algorithm's prefix), largest first; ""
+    on the interpreter."""
+    if not torch.cuda.is_available():
+        return ""
+    from torch.profiler import ProfilerActivity, profile
+    f()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            f()
+        torch.cuda.synchronize()
+    times: dict[str, float] = {}
+    for e in prof.events():
+        if e.device_type.name == "CUDA" and "Memcpy" not in e.name:
+            short = re.sub(r"^(causal_)?attention_grad_Q_K_V_", "", e.name)[:40]
+            times[short] = times.get(short, 0.0) + e.time_range.elapsed_us() / reps
+    return ", ".join(f"{k} {v:.1f}" for k, v in sorted(times.items(), key=lambda kv: -kv[1]))
 
 
 def _sdpa_backend(Q, causal) -> str:
@@ -166,9 +189,10 @@ def explore_case(name, B, H, S, D, causal, dev, budget: float) -> dict:
     return row
 
 
-def time_case(name, B, H, S, D, causal, dev, rows, keep=None):
+def time_case(name, B, H, S, D, causal, dev, rows, keep=None, split=False):
     """Rows for one case: SDPA's backward, the heuristic's and each variant's backward (ms),
-    gradients checked against float64 autograd of the reference."""
+    gradients checked against float64 autograd of the reference; ``split``: each row also gives
+    its kernels' device µs (:func:`kernel_split`)."""
     alg, aug, bwd, (Q, K, V, scale, dO), saved = case_inputs(B, H, S, D, causal, dev)
     x64 = [t.detach().double().requires_grad_() for t in (Q, K, V)]
     want = torch.autograd.grad(alg.reference(*x64, scale) if dev == "cpu" else
@@ -197,6 +221,8 @@ def time_case(name, B, H, S, D, causal, dev, rows, keep=None):
             rows.append(dict(case=name, impl=f"dtriton {vname}", ms=round(ms, 4), kernels=k.launch_count,
                              rel_err=err, sdpa_over_this=round(t_sdpa / ms, 3),
                              fwd_bwd_vs_sdpa=round((t_sdpa + t_sdpa_fwd) / (ms + t_fwd), 3)))
+            if split:
+                rows[-1]["kernels_us"] = kernel_split(lambda: k(*args))
         except Exception as e:  # noqa: BLE001 - report and go on
             rows.append(dict(case=name, impl=f"dtriton {vname}", note=f"failed: {type(e).__name__}: {str(e)[:200]}"))
         print(rows[-1], flush=True)
@@ -214,6 +240,7 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", help="time: cases (d64 causal_d64 d128 causal_d128; d16 causal_d16 dry)")
     ap.add_argument("--out", default=None, help="time: write attention_bwd.json there")
     ap.add_argument("--variants", nargs="*", help="time, sm90: only these variants (e.g. heuristic)")
+    ap.add_argument("--split", action="store_true", help="time: each row's kernels with their device µs (torch.profiler)")
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args(argv)
     if a.mode == "sm90":
@@ -252,7 +279,7 @@ def main(argv=None) -> int:
                 json.dump(dict(rows=rows, schedules=best), f, indent=1)
         return 0
     for name in a.only or list(cases):
-        time_case(name, *cases[name], dev, rows, a.variants)
+        time_case(name, *cases[name], dev, rows, a.variants, a.split)
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         with open(os.path.join(a.out, "attention_bwd.json"), "w") as f:

@@ -8,12 +8,23 @@ rule schedules the FlashAttention-2 backward (Dao 2023) instead: every score sta
 per tile), the head dims whole, one kernel over (b, h, key tiles) looping over the queries with the
 dK and dV accumulators (the plan's multi-output kernels put both outputs there), one kernel over
 (b, h, query tiles) looping over the keys for dQ, and the per-query term ``sum over e of dO * O``
-computed once per query row by a kernel of its own. Up to head dim :data:`ATOMIC_DQ_HEAD`, the
-dQ stage is placed "atomic" instead (:mod:`dtriton.plan.loop_stores`): the dK/dV kernel adds each
+computed once per query row by a kernel of its own.
+
+dQ may instead be placed "atomic" (:mod:`dtriton.plan.loop_stores`): the dK/dV kernel adds each
 step's ``dS K`` over its key tile into a zeroed fp32 buffer with atomics, and a small kernel writes
 ``scale * dQ`` in the output's dtype (5 products of S x T x D per backward instead of 7, as
-FlashAttention-2's CUDA backward); a user schedule that sets only the dQ stage's place
-(``stages={"d_Q": {"place": "fuse"}}``: the second kernel) keeps that place under this rule.
+FlashAttention-2's CUDA backward). Measured on the H200 it is not faster, so the rule keeps the
+second kernel; the place is a schedule choice (a user schedule that sets only the dQ stage's place,
+``stages={"d_Q": {"place": "atomic"}}``, keeps the rule's layout around it) and exploration searches
+it (:func:`flash_backward_places`). Session 5, call 4, backward ms (SDPA: 0.424 at B4 H16 S2048 D64,
+0.297 causal, 5.29 at B4 H32 S4096 D128): D64 two kernels 128 x 32 tiles 0.677, 64 x 64 0.719;
+atomic 64 x 64 0.734, key tiles of 128 at 8 warps 0.711; causal two kernels 64 x 64 0.499, atomic
+0.498 (0.529-0.574 at other tiles); D128 two kernels 8.99 (64-wide key tiles, 4 warps), 8.60
+(128-wide, 8 warps), atomic 9.00 and 9.07. Not yet split by a profile: the dK/dV kernel's fifth
+product (its score tile through shared memory for the MMA), its partial sums converted through
+shared memory for the atomics, and the atomics (1.07 GB of fp32 at D64 with key tiles of 64, 17 GB
+at D128) together cost as much as the second kernel's three products. With atomic dQ the rule
+takes 64 x 64 tiles at head dims up to 64 (128 x 32 spills 136 bytes at 4 warps for sm_90).
 
 The plan then gives the kernels FlashAttention-2's shape without attention special cases: the
 16-bit dots take the program layout's order of their free axes (scores as [key, query] tiles in
@@ -34,10 +45,6 @@ __all__ = ["dq_stage", "flash_backward", "flash_backward_pattern", "flash_backwa
 
 #: Head dims up to which the key/query tile of the accumulating kernels is 128 (else 64).
 WIDE_HEAD = 64
-#: Head dims up to which the rule places dQ "atomic" (in the dK/dV kernel); above, a second kernel.
-#: The atomics add (T / key tile) x S x D fp32 values per head: 537 MB at B4 H16 S2048 D64 (key
-#: tiles of 128), 17 GB at B4 H32 S4096 D128 (tiles of 64), more than the two products saved.
-ATOMIC_DQ_HEAD = 64
 
 
 def flash_backward_pattern(alg: Algorithm, sizes) -> tuple[list[str], set[str], tuple[str, str]] | None:
@@ -99,16 +106,16 @@ def flash_backward(d: Draft) -> None:
     """The FlashAttention-2 backward schedule (module docstring) for an attention backward whose
     layout the user's schedule leaves open (launch options given, e.g. ``num_warps``, are kept):
     per output, its long axis on the grid and the other long axis looped, in tiles of 128 x 32
-    (64 x 32 above head dim :data:`WIDE_HEAD`); 64 x 64 where a mask bounds the loop (causal: one
-    masked step on the diagonal instead of four) at head dims up to 64; batch axes one per
-    program; 4 warps, 3 stages; pointer access; no split.
+    (above head dim :data:`WIDE_HEAD`: 8 warps; 64 x 32 at 4 warps where a mask bounds the loop);
+    64 x 64 where a mask bounds the loop (causal: one masked step on the diagonal instead of four)
+    at head dims up to 64; batch axes one per program; 4 warps, 3 stages; pointer access; no
+    split; dQ in a second kernel (module docstring), or where the user's schedule places it.
 
     H200, backward alone, ms (bench/attention_bwd.py, session 4): B4 H16 S2048 D64 8 warps x 2
     stages 1.013, 4 x 3 0.638 (SDPA's 0.425); causal 0.722, 4 x 3 at 128 x 32 0.562, at 64 x 64
     0.483 (SDPA 0.298); B4 H32 S4096 D128 21.25 at 8 warps, 10.94 at 4 x 3 (SDPA 4.90); causal
-    15.00, 8.09 (SDPA 2.99). sm_90: 4 warps use up to 254 registers, no spill (a 64-wide loop
-    tile spills at D128). dQ: "atomic" up to head dim :data:`ATOMIC_DQ_HEAD` (module docstring),
-    unless the user's schedule sets its place and nothing else."""
+    15.00, 8.09 (SDPA 2.99); session 5 (call 4): D128 128 x 32 at 8 warps 8.60 against 64 x 32 at
+    4 warps 8.99. sm_90: up to 254 registers, no spill (a 64-wide loop tile spills at D128)."""
     dq = dq_stage(d.alg, d.sizes)
     user_place = _place_only(d, dq)
     if (d.layout_given and user_place is None) or d.grid is not None:
@@ -117,11 +124,10 @@ def flash_backward(d: Draft) -> None:
     if pat is None:
         return
     scores, heads, (qa, ka) = pat
-    narrow = max(d.sizes[a] for a in heads) <= WIDE_HEAD
-    place = user_place or ("atomic" if max(d.sizes[a] for a in heads) <= ATOMIC_DQ_HEAD else "auto")
-    big, small = (128 if narrow else 64), 32
-    if narrow and (mask_bounded(d.alg) or place == "atomic"):
-        big, small = 64, 64   # (atomic dQ: 128 x 32 spills at 4 warps for sm_90, 136 bytes)
+    narrow, masked = max(d.sizes[a] for a in heads) <= WIDE_HEAD, mask_bounded(d.alg)
+    big, small = (128 if narrow or not masked else 64), 32
+    if narrow and (masked or user_place == "atomic"):
+        big, small = 64, 64
     for name in scores:
         d.stages[name] = StageSchedule(place="fuse")
     for a in heads:
@@ -139,10 +145,10 @@ def flash_backward(d: Draft) -> None:
         d.stages[o.name] = StageSchedule(grid=grid, tile={own: max(16, d.cap(own, big)),
                                                           other: max(16, d.cap(other, small))},
                                          strategy={other: "loop"})
-    if dq is not None:
-        d.stages[dq] = StageSchedule(place=place)
+    if dq is not None and user_place is not None:
+        d.stages[dq] = StageSchedule(place=user_place)
     d.grid = d.stages[d.alg.outputs[0].name].grid
-    d.num_warps = d.num_warps or 4
+    d.num_warps = d.num_warps or (8 if not narrow and not masked else 4)
     d.num_stages = d.num_stages or 3
     d.access = d.access or "pointer"
 
