@@ -52,6 +52,12 @@ def relerr(out, ref) -> float:
     return ((out.double() - ref).norm() / ref.norm().clamp_min(1e-300)).item()
 
 
+def one_pass(src: str) -> bool:
+    """The source computes a variance in one pass: running sums per lane about each lane's first
+    value (``_var_step``), or about one shift per program (``PassPlan.shifted``)."""
+    return "_var_step" in src or "# the shift of" in src
+
+
 def stage(alg, name) -> Reduce:
     return alg.stages[name].node
 
@@ -74,7 +80,7 @@ def test_only_looped_unsplit_statistics_become_one_pass():
     assert not one_pass_statistics(dt.Schedule(strategy={"h": "online", "q": "whole"}), r)
     assert not one_pass_statistics(dt.Schedule(strategy={"h": "loop"}, split={"h": 2}, split_mode="atomic"), r)
     src = dt.compile(layer_norm).source_for(torch.randn(4, 32), torch.randn(32), torch.randn(32))
-    assert "_var_step" not in src   # a whole row is read once anyway: left as it is
+    assert not one_pass(src)   # a whole row is read once anyway: left as it is
 
 
 @pytest.mark.parametrize("alg", [variance, variance_flipped])
@@ -83,7 +89,7 @@ def test_variance_with_a_large_offset_matches_float64(alg, shape):
     x = torch.randn(shape, dtype=torch.float64) * 0.5 + 1e4
     x32 = x.float()
     k = dt.compile(alg, LOOP)
-    assert "_var_step" in k.source_for(x32)
+    assert one_pass(k.source_for(x32))
     out = torch.full(shape[:2], float("nan"))
     k(x32, out=out)
     ref = x32.double().var(dim=(2, 3), correction=0)
@@ -100,7 +106,7 @@ def test_lanes_over_shifting_data_and_an_outlying_first_value_match_float64(firs
     x[:, :, 0, :] += first * x[:, :, 1:, :].std()
     x32 = x.float()
     k = dt.compile(variance, LOOP)
-    assert "_var_close" in k.source_for(x32)
+    assert one_pass(k.source_for(x32))
     ref = x32.double().var(dim=(2, 3), correction=0)
     assert relerr(k(x32), ref) < 1e-6
 
@@ -109,7 +115,7 @@ def test_lanes_over_shifting_data_and_an_outlying_first_value_match_float64(firs
 def test_instance_norm_in_one_statistics_pass_matches_torch(dtype, tol):
     x = (torch.randn(2, 3, 11, 9, dtype=torch.float64) * 2 + 50).to(dtype)
     k = dt.compile(instance_norm, LOOP)
-    assert "_var_step" in k.source_for(x)
+    assert one_pass(k.source_for(x))
     out = torch.full_like(x, float("nan"))
     k(x, out=out)
     assert relerr(out, F.instance_norm(x.double(), eps=1e-5)) < tol
@@ -139,7 +145,7 @@ def test_split_statistics_merge_the_splits_states(shape, split):
                             for st in ("mean0", "mean1")})
     k = dt.compile(batch_norm, s)
     src = k.source_for(x32, w, b)
-    assert "_var_step" in src and src.count("def batch_norm_") == 2, src   # statistics: one kernel, one read
+    assert one_pass(src) and src.count("def batch_norm_") == 2, src   # statistics: one kernel, one read
     out = torch.full_like(x32, float("nan"))
     k(x32, w, b, out=out)
     ref = F.batch_norm(x32.double(), None, None, w.double(), b.double(), training=True, eps=1e-5)
@@ -152,7 +158,7 @@ def test_a_split_variance_matches_float64_with_a_large_offset():
     s = dt.Schedule(grid=["n", "c"], split={"h": 4}, split_mode="partials", tile={"h": 2},
                     strategy={"h": "loop", "q": "whole"})
     k = dt.compile(variance, s)
-    assert "_var_step" in k.source_for(x32)
+    assert one_pass(k.source_for(x32))
     ref = x32.double().var(dim=(2, 3), correction=0)
     assert torch.allclose(k(x32).double(), ref, rtol=2e-5, atol=1e-9)
 
@@ -173,7 +179,7 @@ def test_a_variance_stage_over_whole_axes_reads_its_block_once(shape):
     x = torch.randn(shape) * 0.5 + 1e3
     k = dt.compile(alg, dt.Schedule(grid=["n", "c"], strategy={"h": "whole", "q": "whole"}))
     src = k.source_for(x)
-    assert "_var_step" not in src and "dev_mean1" in src
+    assert not one_pass(src) and "dev_mean1" in src
     assert torch.allclose(k(x).double(), x.double().var(dim=(2, 3), correction=0), rtol=1e-4, atol=1e-9)
 
 
@@ -238,7 +244,7 @@ def test_random_one_pass_variances_match_float64(case):
                     split_mode="partials" if split else None)
     x = (torch.randn(shape, dtype=torch.float64) * 0.5 + offset).float()
     k = dt.compile(alg, s)
-    assert "_var_step" in k.source_for(x)
+    assert one_pass(k.source_for(x))
     ref = x.double().var(dim=red, correction=0)
     # unshifted, Welford's update near 1e4 loses ~1e-3 of the variance in fp32
     assert torch.allclose(k(x).double(), ref, rtol=5e-5, atol=1e-6), (k(x), ref)

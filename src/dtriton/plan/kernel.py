@@ -160,7 +160,10 @@ class PassPlan:
     values over the same axes: the mean is read off the variance's folded state (count times
     shift plus mean deviation) instead of accumulating a block of its own.
     ``unroll``: the innermost loop is emitted with ``tl.range``'s ``loop_unroll_factor=unroll``
-    (its steps' loads issue together: more bytes in flight per program); 0 or 1: not unrolled."""
+    (its steps' loads issue together: more bytes in flight per program); 0 or 1: not unrolled.
+    ``shifted``: block-accumulated variances whose lanes share one shift per program (the mean of
+    the body over the program's first tile, computed before the loop): each step adds ``x - k``
+    and its square to two sums per lane (and counts), the lanes fold by plain sums."""
     reductions: tuple[int, ...]
     loop_axes: tuple[str, ...]
     online: bool = False
@@ -172,6 +175,7 @@ class PassPlan:
     pipeline: int = 0
     state_means: tuple[tuple[int, int], ...] = ()
     unroll: int = 0
+    shifted: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

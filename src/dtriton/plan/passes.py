@@ -21,8 +21,8 @@ from .access import tile_key
 from .graph import contains, fused_deps, fused_reduces, has, need_axes
 from .kernel import KernelPlan, PassPlan
 
-__all__ = ["block_accumulated", "fp8_dots", "online_ok", "pipelined", "plan_passes", "register_cap", "shift_factor",
-           "state_means", "top_bound", "unrolled", "UNROLL_BYTES", "REGISTERS_PER_SM", "PROGRAMS_PER_SM"]
+__all__ = ["block_accumulated", "fp8_dots", "online_ok", "pipelined", "plan_passes", "program_shifted", "register_cap",
+           "shift_factor", "state_means", "top_bound", "unrolled", "UNROLL_BYTES", "REGISTERS_PER_SM", "PROGRAMS_PER_SM"]
 
 #: Bytes a program's statistics loop should load per iteration (``unroll`` 0: the plan's choice).
 #: Triton issues one step's loads and waits for them before the next step's (the loop state
@@ -146,7 +146,7 @@ def _pass(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], bound: se
     block = block_accumulated(k, rs, loop_axes, online)
     return PassPlan(tuple(r.uid for r in rs), tuple(loop_axes), online, on, asked, maxes, block, base2,
                     pipelined(k, rs, loop_axes), state_means(k, [r for r in rs if r.uid in block]),
-                    unrolled(k, rs, loop_axes, block, on, unroll))
+                    unrolled(k, rs, loop_axes, block, on, unroll), program_shifted(k, rs, block))
 
 
 def fp8_dots(k: KernelPlan, rs) -> bool:
@@ -191,6 +191,22 @@ def unrolled(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], block:
     while u < 4 and step * u * 2 <= UNROLL_BYTES:
         u *= 2
     return u if u > 1 else 0
+
+
+def program_shifted(k: KernelPlan, rs: list[Reduce], block: tuple[int, ...]) -> tuple[int, ...]:
+    """The block-accumulated variances of a loop pass whose lanes share one shift per program:
+    those of kernels without flat axes whose free axes are all one index per program (statistics
+    kernels: one variance a program), so a program's lanes hold values of one statistic. A step
+    then costs a conversion, a subtraction, an add and a multiply-add per value (the per-lane shift,
+    set at each lane's first value, cost a compare and a select more, and a count per lane:
+    H200 s5 ncu, layer-norm statistics issue-bound at ~12 instructions a value). A variance with a
+    block of its free axes in the program keeps a shift per lane: its rows' means may differ; one
+    whose reduced axes are all one index a step (no block) keeps it too."""
+    if k.flat:
+        return ()
+    return tuple(r.uid for r in rs if r.uid in block and r.combiner.state
+                 and all(a not in k.axes or k.scalar_axis(a) for a in r.axes)
+                 and any(a in k.axes and not k.scalar_axis(a) for a in r.over))
 
 
 def register_cap(k: KernelPlan) -> int:

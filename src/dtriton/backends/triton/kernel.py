@@ -14,13 +14,14 @@ from .memory import MemoryPrinter
 from .narrow import ENCODE_FP8, FP8_FORMATS, ROUND_FP8
 from .prelude import ROUND_BF16, header
 from .reduce import ReducePrinter
+from .shifted import ShiftedPrinter
 from .scope import Bind, Scope
 from .values import ValuePrinter
 
 __all__ = ["KernelPrinter", "KernelSource", "render"]
 
 
-class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, BoundsPrinter):
+class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, BoundsPrinter):
     """Prints the source of one :class:`~dtriton.plan.kernel.KernelPlan` (it decides nothing)."""
 
     def __init__(self, prog: Program, k: KernelPlan):

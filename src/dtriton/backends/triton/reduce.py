@@ -86,7 +86,12 @@ class ReducePrinter:
         from_state = dict(pp.state_means)
         for r in rs:
             if r.uid in pp.block_acc and "acc" not in accs[r.uid] and r.uid not in from_state:
-                self.block_accumulator(r, accs[r.uid], inner, scope)
+                if r.uid in pp.shifted:
+                    masked = (self.mask_for(r.over, inner, inner.layout) is not None
+                              or self.k.bounds.get(pp.reductions) is not None)
+                    self.shifted_accumulator(r, accs[r.uid], inner, scope, loop_axes, masked)
+                else:
+                    self.block_accumulator(r, accs[r.uid], inner, scope)
         mstate = self.online_maxes(rs, inner, scope, pp, accs) if pp.online else {}
         for r in rs:
             if r.uid in mstate or r.uid in from_state:
@@ -136,6 +141,9 @@ class ReducePrinter:
         """Fold this step's values of ``r`` into its block accumulator, element-wise (masked lanes
         add the identity; a variance's running sums are left unchanged there)."""
         c = r.combiner
+        if info.get("shift"):
+            self.shifted_step(r, info, inner, lin)
+            return
         if c.state:
             m = self.mask_for(r.over, inner, lin)
             valid = f"({m}).to({self.cdt})" if m is not None else "1.0"
@@ -151,6 +159,8 @@ class ReducePrinter:
         others through the loop (the variance's running sums), then merge the lanes' states (the
         variance's: Chan's formula) over its reduced dims; returns M2 over the count in
         ``scope``'s layout."""
+        if info.get("shift"):
+            return self.shifted_fold(r, info, scope)
         c, lay, names = r.combiner, info["layout"], info["acc"]
         if c.lane:
             new = tuple(self.fresh(v) for v in c.state)
