@@ -45,7 +45,7 @@ def test_reduced_axis_on_the_grid_warns_and_still_computes():
     row), so they run as kernels of their own. Right, but probably not meant: a warning."""
     X = torch.randn(5, 24)
     with pytest.warns(dt.ScheduleWarning, match=r"softmax: the grid \('i', 'j'\) of output out maps axis 'j' to "
-                                                r"program ids, but stages 'max0', 'sum0' reduce over 'j'.*"
+                                                r"program ids, but stages 'max0', 'sum0' reduce over it.*"
                                                 r"Take 'j' off the grid \(grid=\('i',\)\)"):
         k = dt.compile(softmax, dt.Schedule(grid=("i", "j"), tile={"i": 4, "j": 8}))
     torch.testing.assert_close(k(X), torch.softmax(X.double(), -1).float())
@@ -56,6 +56,7 @@ def test_reduced_axis_on_the_grid_warns_and_still_computes():
         dt.compile(matmul, dt.Schedule(grid=("i", "j")))          # k is not on the grid
         dt.compile(softmax, dt.Schedule(grid=("i", "j"), tile={"i": 4, "j": 8},    # said so: no warning
                                         stages={"max0": {"place": "materialize"}, "sum0": {"place": "materialize"}}))
+        dt.compile(softmax, k.schedule_for(X))                      # a complete schedule: chosen, not guessed
 
 
 def test_schedule_given_as_a_dict_or_text():

@@ -533,29 +533,39 @@ class Schedule(_KnobValues):
         """Valid choices that are probably not meant (``dt.compile`` turns each into a
         :class:`~dtriton.ScheduleWarning`): a grid that puts a reduced axis on program ids, so
         the reductions over it that an output reads cannot be fused into its kernel and run as
-        kernels of their own (unless their ``place`` says "materialize", or they are split)."""
+        kernels of their own (not said for stages whose ``place`` is given, nor for split ones,
+        which have kernels of their own anyway, nor where no grid axis would be left). One note
+        per output. A schedule that sets its launch options (``num_warps`` and ``num_stages``, as
+        every complete schedule does: the heuristic's, or one ``dt.explore`` measured) gets none:
+        its grid was chosen, not guessed."""
         notes = []
+        if self.num_warps is not None and self.num_stages is not None:
+            return notes
         for o in alg.outputs:
             grid = self.stage_grid(alg, o.name)
             if grid is None:
                 continue
-            for a in grid:
-                moved = sorted((r.name for r in reduces_in([o.expr], frozenset()) if a in r.over
-                                and self.stage(r.name).place == "auto" and self.split.get(a, 1) == 1),
-                               key=list(alg.stages).index)
-                if not moved:
-                    continue
-                rest = tuple(x for x in grid if x != a)
-                names = ", ".join(repr(n) for n in moved)
-                places = ", ".join(f"{n!r}: {{'place': 'materialize'}}" for n in moved)
-                many = len(moved) > 1
-                notes.append(
-                    f"the grid {tuple(grid)} of output {o.name} maps axis {a!r} to program ids, but "
-                    f"{'stages' if many else 'stage'} {names} {'reduce' if many else 'reduces'} over {a!r}: no "
-                    f"program sees all of {a!r}, so {'they run in kernels of their' if many else 'it runs in a kernel of its'}"
-                    f" own that {'write' if many else 'writes'} to memory, read back by the output's kernel (more "
-                    f"launches and traffic than one fused kernel). Take {a!r} off the grid (grid={rest}) to fuse "
-                    f"{'them' if many else 'it'}, or give stages={{{places}}} to keep this plan without the warning")
+            moved = [r for r in reduces_in([o.expr], frozenset()) if set(r.over) & set(grid)
+                     and self.stage(r.name).place == "auto" and all(self.split.get(x, 1) == 1 for x in r.over)]
+            if not moved:
+                continue
+            moved.sort(key=lambda r: list(alg.stages).index(r.name))
+            axes = [a for a in grid if any(a in r.over for r in moved)]
+            if len(axes) == len(grid):
+                continue   # every grid axis is reduced: there is no fused plan with a grid to point to
+            ax = ", ".join(repr(a) for a in axes)
+            names = ", ".join(repr(r.name) for r in moved)
+            places = ", ".join(f"{r.name!r}: {{'place': 'materialize'}}" for r in moved)
+            many = len(moved) > 1
+            notes.append(
+                f"the grid {tuple(grid)} of output {o.name} maps {'axes' if len(axes) > 1 else 'axis'} {ax} to "
+                f"program ids, but {'stages' if many else 'stage'} {names} {'reduce' if many else 'reduces'} over "
+                f"{'them' if len(axes) > 1 else 'it'}: no program sees all of {ax}, so "
+                f"{'they run in kernels of their' if many else 'it runs in a kernel of its'} own that "
+                f"{'write' if many else 'writes'} to memory, read back by the output's kernel (more launches and "
+                f"traffic than one fused kernel). Take {ax} off the grid "
+                f"(grid={tuple(x for x in grid if x not in axes)}) to fuse {'them' if many else 'it'}, or give "
+                f"stages={{{places}}} to keep this plan without the warning")
         return notes
 
     def stage_grid(self, alg, name: str) -> tuple[str, ...] | None:
