@@ -123,3 +123,30 @@ def test_budget_that_is_not_a_number():
     for bad in ("a", None, -1, True):
         with pytest.raises(ValueError, match=rf"budget must be a number of seconds >= 0, got {bad!r}"):
             dt.explore(softmax, (X,), budget=bad, store=False, progress=False)
+
+
+def test_algorithm_errors_show_the_users_frames(monkeypatch):
+    """An AlgorithmError's traceback runs from the decorated line to the line of the function at
+    fault, not through dtriton's tracer (one frame of dt.algorithm re-raising it stays)."""
+    import os
+    import traceback
+    i, j = dt.axes("i j")
+
+    def trace():
+        @dt.algorithm
+        def f(X: dt.Tensor["M", "N"]):
+            y = X[i]
+            return y[i]
+
+    pkg = os.path.dirname(os.path.abspath(dt.__file__))
+    with pytest.raises(dt.AlgorithmError, match=r"X has 2 dims \['M', 'N'\] but is indexed with 1") as info:
+        trace()
+    frames = traceback.extract_tb(info.value.__traceback__)
+    ours = [fr for fr in frames if os.path.abspath(fr.filename).startswith(pkg)]
+    assert [(os.path.basename(fr.filename), fr.name) for fr in ours] == [("dsl.py", "algorithm")]
+    assert frames[-1].line == "y = X[i]"
+    monkeypatch.setenv("DTRITON_FULL_TRACEBACKS", "1")
+    with pytest.raises(dt.AlgorithmError) as info:
+        trace()
+    assert len([fr for fr in traceback.extract_tb(info.value.__traceback__)
+                if os.path.abspath(fr.filename).startswith(pkg)]) > 2

@@ -19,6 +19,8 @@ here, and no compiler module imports this one.
 
 from __future__ import annotations
 
+import os
+import types
 from typing import Callable
 
 import torch
@@ -82,8 +84,31 @@ def algorithm(fn: Callable) -> Algorithm:
     axes from :func:`axes` and returns outputs with a layout (``C[i, j]``) or a tuple of them.
 
     Raises :class:`AlgorithmError` for malformed programs (an axis indexing two differently named
-    dims, an output with a free axis missing from its layout, a reduction over an unused axis)."""
-    return Algorithm(fn)
+    dims, an output with a free axis missing from its layout, a reduction over an unused axis). Its
+    traceback keeps the user's frames only (the decorated line and the line of ``fn`` at fault);
+    ``DTRITON_FULL_TRACEBACKS=1`` keeps dtriton's own frames too."""
+    try:
+        return Algorithm(fn)
+    except AlgorithmError as e:
+        if os.environ.get("DTRITON_FULL_TRACEBACKS") == "1":
+            raise
+        raise e.with_traceback(_user_frames(e.__traceback__)) from e.__cause__
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _user_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """The entries of traceback ``tb`` outside the dtriton package, in order."""
+    kept = []
+    while tb is not None:
+        if not os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE + os.sep):
+            kept.append(tb)
+        tb = tb.tb_next
+    out = None
+    for t in reversed(kept):
+        out = types.TracebackType(out, t.tb_frame, t.tb_lasti, t.tb_lineno)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
