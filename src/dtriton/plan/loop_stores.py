@@ -95,6 +95,10 @@ def plan_loop_stores(k: KernelPlan) -> dict[str, tuple[int, ...]]:
         p = next((p for p in k.passes if set(p.loop_axes) == loop), None)
         if p is None:
             raise AssertionError(f"kernel {k.name}: no pass loops over {sorted(loop)} for the store of {st.target}")
+        if p.online:
+            raise ScheduleError(
+                f"stage {r.name!r} (place='atomic') would ride the online loop over {sorted(loop)} of kernel {k.name}, "
+                "whose running maxima rescale its values at every step; use place='materialize' or 'auto'")
         out[st.target] = p.reductions
     return out
 

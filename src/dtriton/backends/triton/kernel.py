@@ -297,11 +297,12 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
             scope.emit(f"tl.store({ptr}, ({v}).to({name}_ptr.dtype.element_ty)" + (f", mask={mask}" if mask else "") + ")")
 
 
-    def loop_store(self, st: StoreSpec, scope: Scope) -> None:
-        """Print an in-loop store (``KernelPlan.loop_stores``) in ``scope``, the innermost scope of
-        its pass's loop: the program's partial sum of the stage over its tile of the reduced axis
-        (the plan's dot, in the dot's ``(m, n)`` layout, times its hoisted factors) added to the
-        buffer with fp32 atomics."""
+    def loop_partial(self, st: StoreSpec, scope: Scope) -> str:
+        """Print the value of an in-loop store (``KernelPlan.loop_stores``) in ``scope``, the
+        innermost scope of its pass's loop, and return it: the program's partial sum of the stage
+        over its tile of the reduced axis (the plan's dot, in the dot's ``(m, n)`` layout, times its
+        hoisted factors). Printed before the step of the pass's own reductions, and added by
+        :meth:`loop_add` after them: its atomics then run while the step's accumulating dots do."""
         r = st.expr
         d = self.k.dots[r.uid]
         ra = d.k or r.over[0]
@@ -317,6 +318,13 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
         scope.emit(f"{v} = tl.dot({a}, {b}{prec})")
         for f in d.hoist:
             scope.emit(f"{v} = {v} * {self.val(f, scope, lay)}")
+        return v
+
+    def loop_add(self, st: StoreSpec, scope: Scope, v: str) -> None:
+        """Print the fp32 atomic add of :meth:`loop_partial`'s value ``v`` into the store's target
+        (in the dot's ``(m, n)`` layout, masked to the axes' sizes)."""
+        d = self.k.dots[st.expr.uid]
+        lay = (d.m, d.n)
         name = self.tensor_arg(st.target, len(st.layout))
         terms = []
         for ax in st.layout:
