@@ -162,36 +162,34 @@ def timed(case, impl, fn, ref, gf, mb, sched, note=""):
 #: ``--variants``: schedule fields merged into the default schedule of the first dtriton row of a case
 #: (tiles merged axis by axis), a row each: which tile shape and pipeline depth the H200 prefers.
 VARIANTS = {
-    # the default (session 5): M tiles are 2 x 8 x 8 boxes of (n, h, w) whose input tile is one TMA box per
-    # tap, 128 x 256 x 64, 3 stages, 8 warps; the s4 rows ("rows ...") run M as runs of the flat row index
-    # with the input gathered through pointers (s4 final: 297.0 us at 128x128, 258.0 at 128x256)
+    # the default (session 5, after call 3): 256 x 128 x 64 tiles, M a 4 x 8 x 8 box of (n, h, w) whose input
+    # tile is one TMA box per tap, 4 stages, 8 warps (call 3: 202.4 us); "rows ..." are the s4 forms (M a run
+    # of the flat row index, the input gathered through pointers: 295.6 / 258.6 us in call 3)
     "conv2d": {
-        "box 128x256x64 s4": {"num_stages": 4},
-        "box 128x128x64 s3": {"tile": {"o": 128}},
-        "box 128x128x64 s4": {"tile": {"o": 128}, "num_stages": 4},
-        "box 256x128x64 s3": {"tile": {"n": 4, "o": 128}},
-        "box 256x128x64 s4": {"tile": {"n": 4, "o": 128}, "num_stages": 4},
-        "box 128x256x32 s5": {"tile": {"c": 32}, "num_stages": 5},
-        "box 128x256x128 s2": {"tile": {"c": 128}, "num_stages": 2},
-        "box 64x256x64 w4 s4": {"tile": {"n": 1}, "num_warps": 4, "num_stages": 4},
-        "box 128x256x64 s3 group 16": {"group": {"w": 16}},
-        "rows 128x128x64 s3 (s4 default)": {"tile": {"n": 1, "h": 2, "w": 64, "o": 128}},
-        "rows 128x256x64 s3": {"tile": {"n": 1, "h": 2, "w": 64}},
+        "box 128x256x64 s3 (call 3 default)": {"tile": {"n": 2, "o": 256}, "num_stages": 3},
+        "box 256x128 8x4x8": {"tile": {"n": 8, "h": 4}},
+        "box 256x128 16x2x8": {"tile": {"n": 16, "h": 2}},
+        "box 256x128 s4 group 4": {"group": {"w": 4}},
+        "box 256x128 s4 group 16": {"group": {"w": 16}},
+        "box 256x128 s4 device descriptors": {"descriptors": "device"},
+        "box 256x64x64 s4 w4": {"tile": {"o": 64}, "num_warps": 4},
+        "box 256x128x32 s6": {"tile": {"c": 32}, "num_stages": 6},
+        "rows 128x256x64 s3 (s4 best)": {"tile": {"n": 1, "h": 2, "w": 64, "o": 256}, "num_stages": 3},
     },
-    # the default: 1 x 8 x 128 (h, w, c) per program, the taps looped one at a time (s4 final: 85.4 us, 1.2 TB/s
-    # of DRAM but 9 reads of each input element from L2, 5.4 TB/s); taller tiles share the rows of their taps
-    # in L1 ((BH + 2) (BW + 2) rows read for 9 BH BW)
+    # the default (session 5, after call 4): 4 x 8 x 64 (h, w, c) per program, the 3x3 taps unrolled (call 4:
+    # 58.6 us; the s4 default 1 x 8 x 128 90.4); taller tiles share the rows of their taps in L1
     "depthwise": {
-        "s3 (pipelined taps)": {"num_stages": 3},
-        "h2 8x128": {"tile": {"h": 2}},
-        "h4 8x128": {"tile": {"h": 4}},
-        "h4 8x64": {"tile": {"h": 4, "c": 64}},
-        "h8 8x64": {"tile": {"h": 8, "c": 64}},
-        "h4 16x64": {"tile": {"h": 4, "w": 16, "c": 64}},
-        "h8 8x32": {"tile": {"h": 8, "c": 32}},
-        "h4 8x128 w8": {"tile": {"h": 4}, "num_warps": 8},
-        "h8 8x64 w8": {"tile": {"h": 8, "c": 64}, "num_warps": 8},
-        "16x256 w8": {"tile": {"w": 16, "c": 256}, "num_warps": 8},
+        "taps looped (unroll 1)": {"unroll": 1},
+        "1x8x128 (s4 default)": {"tile": {"h": 1, "c": 128}},
+        "1x8x64": {"tile": {"h": 1}},
+        "2x8x64": {"tile": {"h": 2}},
+        "4x4x64": {"tile": {"w": 4}},
+        "2x16x64": {"tile": {"h": 2, "w": 16}},
+        "4x8x32": {"tile": {"c": 32}},
+        "8x8x32": {"tile": {"h": 8, "c": 32}},
+        "4x8x64 w2": {"num_warps": 2},
+        "4x8x64 w8": {"num_warps": 8},
+        "2x8x32 w2": {"tile": {"h": 2, "c": 32}, "num_warps": 2},
     },
 }
 

@@ -136,14 +136,14 @@ def test_conv_transpose2d_by_output_phases(h, w, s, p, r, op):
 
 
 def test_depthwise_gpu_schedule_loops_over_the_taps():
-    """On the GPU (a schedule derived for CUDA here), a depthwise conv takes 8 columns x 128 channels
-    per program and loops over the taps one at a time; the schedule runs right on the interpreter."""
+    """On the GPU (a schedule derived for CUDA here), a depthwise conv takes 4 rows x 8 columns x 64
+    channels per program and loops over the taps one at a time; the schedule runs right on the interpreter."""
     X, W = randn(2, 9, 10, 160), randn(3, 3, 160)
     args = [X, W, 1, 1, 9, 10]
     b = L.depthwise_conv2d_nhwc.bind(args)
     b.device = torch.device("cuda")
     sched = dt.compile(L.depthwise_conv2d_nhwc).complete(b)
-    assert sched.strategy == {"r": "loop", "q": "loop"} and sched.tile["c"] == 128 and sched.tile["w"] == 8
+    assert sched.strategy == {"r": "loop", "q": "loop"} and (sched.tile["h"], sched.tile["w"], sched.tile["c"]) == (4, 8, 64)
     check(L.depthwise_conv2d_nhwc, args, sched, torch_ref=lambda X, W, s, p, ho, wo: nhwc(
         F.conv2d(nchw(X), W.permute(2, 0, 1)[:, None], padding=1, groups=X.shape[-1])))
 

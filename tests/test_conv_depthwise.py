@@ -65,3 +65,12 @@ def test_a_window_of_one_tensor_keeps_its_loops():
                         strategy={"r": "loop", "q": "loop"})
     src = dt.compile(box_blur, sched).source_for(X, 5, 6, 3)
     assert "tl.static_range" not in src and "for r0 in range(" in src
+
+
+def test_unroll_one_keeps_the_taps_looped():
+    """The schedule's ``unroll=1`` (loops not unrolled) keeps the window's loops."""
+    X, W = randn(2, 7, 9, 6), randn(3, 3, 6)
+    args = [X, W, 1, 1, 7, 9]
+    sched = gpu_schedule(L.depthwise_conv2d_nhwc, args).replace(unroll=1)
+    src = dt.compile(L.depthwise_conv2d_nhwc, sched).source_for(*args)
+    assert "tl.static_range" not in src and "for r0 in range(" in src

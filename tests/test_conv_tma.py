@@ -68,12 +68,16 @@ def test_shift_of_takes_unit_coefficients_only():
 
 def test_bench_conv_reads_its_input_in_tma_boxes():
     sched, k = gpu_kernel(bench_args())
-    assert sched.access == "tma" and (sched.tile["n"], sched.tile["h"], sched.tile["w"]) == (2, 8, 8)
-    assert sched.tile["o"] == 256 and sched.tile["c"] == 64   # (no block limit on an implicit GEMM's tiles)
-    assert k.flat_box == {"nhw": (2, 8, 8)}
+    assert sched.access == "tma" and (sched.tile["n"], sched.tile["h"], sched.tile["w"]) == (4, 8, 8)
+    assert sched.tile["o"] == 128 and sched.tile["c"] == 64 and sched.num_stages == 4   # (256 x 128 x 64)
+    assert k.flat_box == {"nhw": (4, 8, 8)}
     (dims,) = k.shifted_reads.values()
     assert sorted(dims) == [1, 2] and [dims[1][0], dims[2][0]] == ["h", "w"]
-    assert k.access[("X", ("n", "h", "w", "c"))].box == (2, 8, 8, 64)
+    assert k.access[("X", ("n", "h", "w", "c"))].box == (4, 8, 8, 64)
+    small = [torch.empty(2, 56, 56, 256, device="meta", dtype=torch.float16)] + bench_args()[1:]
+    sched, k = gpu_kernel(small)   # one wave of 256-row tiles: 128 x 256 x 64, 3 stages
+    assert (sched.tile["n"], sched.tile["h"], sched.tile["w"], sched.tile["o"], sched.num_stages) == (2, 8, 8, 256, 3)
+    assert sched.tile["o"] == 256 and k.flat_box == {"nhw": (2, 8, 8)}
 
 
 def test_stride_two_keeps_the_gathered_pointer_loads():

@@ -77,7 +77,7 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.access = plan_access(k, sched.access, tma_ok)
     k.eviction, k.evicted = plan_eviction(k, sched.eviction)
     k.passes, k.single = plan_passes(k, bool(sched.warp_specialize), sched.unroll)
-    k.static_loops = plan_static_loops(k, small_sizes or {})
+    k.static_loops = plan_static_loops(k, small_sizes or {}, sched.unroll)
     k.bounds = plan_bounds(k, sched.mask_bounds)
     k.loop_stores = plan_loop_stores(k)   # in-loop atomic stores: the pass each rides
     k.bounds = loop_store_bounds(k)

@@ -30,10 +30,13 @@ __all__ = ["MAX_TAPS", "plan_static_loops"]
 MAX_TAPS = 32
 
 
-def plan_static_loops(k: KernelPlan, small: Mapping[str, int]) -> dict[str, int]:
+def plan_static_loops(k: KernelPlan, small: Mapping[str, int], unroll: int = 0) -> dict[str, int]:
     """``{loop axis: its exact size}`` for the window loops of kernel ``k`` emitted as
     ``tl.static_range`` (see the module's docstring); ``small``: axis -> size, for the sizes the
-    call pins exactly. Empty where none applies."""
+    call pins exactly; ``unroll``: the schedule's knob (1: loops are not unrolled, none is static).
+    Empty where none applies."""
+    if unroll == 1:
+        return {}
     byid = {r.uid: r for r in fused_reduces([st.expr for st in k.stores], k.materialized)}
     out: dict[str, int] = {}
     for p in k.passes:

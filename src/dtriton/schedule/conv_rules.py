@@ -8,21 +8,24 @@ spreads a block of M rows over the row axes (innermost first, each at most its p
 gives o the N tile, and spreads a K block over the reduced axes in the order the plan flattens
 them (the unit-stride axis, c of channels-last tensors, first).
 
-On the GPU, 16-bit: 128 x 256 x 64 tiles (o up to 256) with TMA tiles, 8 warps, 3 stages, 8 row
-tiles per sweep of o (grouped order: the weight's tiles stay in L2). The M block goes to the row
-axes as the largest powers of two dividing their sizes where they reach it (2 x 8 x 8 of a
-32 x 56 x 56 output): boxes that tile the image exactly, whose input the plan reads as one TMA box
-per tap (:mod:`dtriton.plan.implicit_gemm`); else each axis takes what is left of it, at most its
-padded size (the rows then run as one flat index, the input gathered through pointers). fp32:
+On the GPU, 16-bit: 256 x 128 x 64 tiles with 4 stages where there are two waves of 256-row
+tiles, else 128 x 256 x 64 (o up to 256) with 3 stages; TMA tiles, 8 warps, 8 row tiles per sweep
+of o (grouped order: the weight's tiles stay in L2). The M block goes to the row axes as the
+largest powers of two dividing their sizes where they reach it (4 x 8 x 8 of a 32 x 56 x 56
+output): boxes that tile the image exactly, whose input the plan reads as one TMA box per tap
+(:mod:`dtriton.plan.implicit_gemm`); else each axis takes what is left of it, at most its padded
+size (the rows then run as one flat index, the input gathered through pointers). fp32:
 64 x 64 x 32, 4 warps. On the interpreter: 32 x 16 x 32.
 
 A depthwise convolution (groups = channels: the weight's free axes are all read by the input too)
-is no GEMM: :func:`depthwise_tiles` gives it, on the GPU, programs of 8 output columns x 128
-channels that loop over the window's taps one at a time (every lane useful: a 3x3 window held
+is no GEMM: :func:`depthwise_tiles` gives it, on the GPU, programs of 4 output rows x 8 columns x
+64 channels that loop over the window's taps one at a time (every lane useful: a 3x3 window held
 "whole" pads to 4x4 lanes, 7 of 16 masked).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -96,13 +99,17 @@ def conv_tiles(d: Draft) -> None:
     bm, bn, bk = (128, 128, 64) if fp16 else ((64, 64, 32) if d.gpu else (32, 16, 32))
     for a in batch:
         d.tile[a] = 1
-    if not _box_spread(d, reversed(mside), bm):
-        _spread(d, reversed(mside), bm)
-    # 16-bit on a TMA device: the whole of N up to 256 in one tile and the weight's tile through TMA (H200,
-    # 02:25 call, the bench conv2d: 258.0 us against 299.2 with 128x128 pointer tiles, 297.0 with TMA at 128x128,
-    # 307.2 at 128x256 with pointers)
     tma = fp16 and _tma_capable(d.b.device)
-    d.tile[nside[0]] = max(16, d.cap(nside[0], 256 if tma else bn))
+    # 16-bit on a TMA device, two waves of 256-row tiles or more: 256 x 128 tiles of 256-row boxes, 4 stages
+    # (H200, s5 call 3, the bench conv2d with its input in TMA boxes: 202.4 us against 231.2 at 128 x 256 x 64
+    # with 3 stages, 212.3 at 256 x 128 with 3, 225.6 at 128 x 128 with 4)
+    tall = tma and math.prod(d.sizes[a] for a in mside) // 256 >= 2 * d.sms and _box_spread(d, reversed(mside), 256)
+    if not tall and not _box_spread(d, reversed(mside), bm):
+        _spread(d, reversed(mside), bm)
+    # else the whole of N up to 256 in one tile and the weight's tile through TMA (H200, s4 02:25 call, the
+    # bench conv2d with its input gathered: 258.0 us against 299.2 with 128x128 pointer tiles, 297.0 with TMA
+    # at 128x128, 307.2 at 128x256 with pointers)
+    d.tile[nside[0]] = max(16, d.cap(nside[0], 128 if tall else (256 if tma else bn)))
     if tma and d.access is None:
         d.access = "tma"
     total_k = 1
@@ -117,7 +124,7 @@ def conv_tiles(d: Draft) -> None:
     if d.num_warps is None:
         d.num_warps = 8 if fp16 else 4
     if d.num_stages is None:
-        d.num_stages = 3 if d.gpu else 2
+        d.num_stages = (4 if tall else 3) if d.gpu else 2
 
 
 def _window(r) -> bool:
@@ -153,8 +160,11 @@ def _depthwise(d: Draft):
 def depthwise_tiles(d: Draft) -> None:
     """Tiles and strategies of a depthwise convolution computing the main output, on the GPU,
     when the user's schedule leaves the layout open: the output's innermost axis (the channel of
-    a channels-last output) in tiles of 128, the next one in tiles of 8, the others 1; the window's
-    axes looped one tap at a time; 4 warps."""
+    a channels-last output) in tiles of 64, the next one in tiles of 8, the one before in tiles of 4
+    (4 x 8 x 64 of (h, w, c): the taps of 4 output rows share 6 input rows, in L1), the others 1; the
+    window's axes looped one tap at a time (unrolled where their sizes are small: ``plan.taps``); 4
+    warps. H200, s5 call 4, 3x3 at N32 C256 56x56 fp16: 58.6 us against 90.4 at 1 x 8 x 128, 62.5 at
+    8 x 8 x 32, 68.8 at 4 x 16 x 64, 82.8 at 8 x 8 x 64, 92.8 at 4 x 8 x 128."""
     r = _depthwise(d)
     if r is None or not d.gpu or d.layout_given or d.cons or convolutions(d.alg) or d.grid is None:
         return
@@ -163,8 +173,10 @@ def depthwise_tiles(d: Draft) -> None:
         return
     for a in rows:
         d.tile.setdefault(a, 1)
-    d.tile[rows[-1]] = d.cap(rows[-1], 128)
+    d.tile[rows[-1]] = d.cap(rows[-1], 64)
     d.tile[rows[-2]] = d.cap(rows[-2], 8)
+    if len(rows) >= 3:
+        d.tile[rows[-3]] = d.cap(rows[-3], 4)
     for a in r.over:
         d.strategy[a], d.tile[a] = "loop", 1
     d.dot_axes |= set(r.over)   # (covered here: no other rule re-covers them)

@@ -50,7 +50,7 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
             tile[first] = 64
             if d.num_warps is None:
                 d.num_warps = 4
-    # 8-bit dots keep 128x128 tiles, 128 along the reduction, 4 stages, 4 warps (H200, s4 final call,
+    # 8-bit dots keep 128x128 tiles, 128 along the reduction, 4 warps, 4 stages (fp8: 3, below) (H200, s4 final call,
     # bench/narrow.py --variants at 4096^3: fp8 e4m3 with per-row scales 112.96 us = 0.944x torch._scaled_mm,
     # against 116.2-118.7 at 128x256x128 with 3 stages and 8 warps; int8 -> int32 137.4 against 161.4 with
     # 8 warps; sm_90 compile, bench/narrow_sm90.py: 131 KB of shared memory for fp8, 192 KB for int8)
@@ -85,6 +85,10 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> None:
         # probe_nt_call2.json); other layouts keep 3
         both = len(tensor_core_sides(d.alg.stages[name].node, d.b.unit_dims)) == 2
         d.num_stages = 4 if both else 3
+    if d.num_stages is None and d.gpu and d.eight_bit and not _byte_operands(d, name):
+        # fp8 dots: 3 stages (H200, s5 call 3, fp8 e4m3 4096^3 with per-row scales at 128x128x128, 4 warps:
+        # 104.5 us = 1.017x torch._scaled_mm against 117.3 with 4 stages); int8 keeps 4 (150.7 against 157.0)
+        d.num_stages = 3
     if d.num_stages is None:
         # fp32 on tensor cores: 4 stages of 128x128x32 fp32 tiles (H200 probe, X @ W.T
         # 1024x8192x8192 at tf32x3 with TMA: 1685 us against 1733 with 3 stages)
