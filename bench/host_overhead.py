@@ -240,9 +240,48 @@ def measured(dry, rows):
                   f"  GPU kernels {row.get('gpu_us', float('nan')):9.1f} us{host}  {row.get('kernels', '')}", flush=True)
 
 
+class SoftmaxNode(torch.autograd.Function):
+    """Eager softmax's own ops in a Python autograd node (see :func:`python_node`)."""
+
+    @staticmethod
+    def forward(ctx, X):
+        Y = torch._softmax(X, -1, False)
+        ctx.to_save = (Y,)
+        return Y
+
+    @staticmethod
+    def backward(ctx, g):
+        (Y,) = ctx.saved_tensors
+        return torch._softmax_backward_data(g, Y, -1, Y.dtype)
+
+
+class LayerNormNode(torch.autograd.Function):
+    """Eager layer norm's own ops in a Python autograd node (see :func:`python_node`)."""
+
+    @staticmethod
+    def forward(ctx, X, w, b):
+        out, mean, rstd = torch.native_layer_norm(X, (X.shape[-1],), w, b, 1e-5)
+        ctx.to_save = (X, w, b, mean, rstd)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        X, w, b, mean, rstd = ctx.saved_tensors
+        return torch.ops.aten.native_layer_norm_backward.default(g, X, (X.shape[-1],), mean, rstd, w, b, [True, True, True])
+
+
+def python_node(cls):
+    """``cls``'s forward as a callable entered and left the way dtriton's steps are (the C
+    ``_FunctionBase.apply``; the node's ``apply`` is ``cls.backward``): eager torch's kernels and
+    allocations behind one Python autograd node, the floor of any Python-level autograd op."""
+    cls._backward_cls.apply = cls.backward
+    return torch._C._FunctionBase.__dict__["apply"].__get__(None, cls)
+
+
 def enqueue_steps(dry, rows, n=100):
     """``--enqueue``: whether a step waits for the GPU. For softmax and layer norm at the tiny and
-    grad_bench's shapes, eager first, then dtriton, then eager again (drift): per step, the host's
+    grad_bench's shapes, eager first, then dtriton, then eager's own ops behind one Python autograd
+    node (:func:`python_node`: what a Python node costs), then eager again (drift): per step, the host's
     time to enqueue ``n`` steps without synchronising (``host_us``), the time until they have all
     run (``total_us``), and the time with a synchronisation after each step (``synced_us``), for the
     whole step, for the forward and loss without backward (``fwd+loss``), and for the loss alone on
@@ -263,7 +302,8 @@ def enqueue_steps(dry, rows, n=100):
         weights = [torch.randn(o.shape, device=dev) for o in outs]
         leaf = [o.detach().clone().requires_grad_() for o in outs]
         dk = dt.compile_autograd(alg)
-        for impl, f in (("eager", eager), ("dtriton", dk), ("eager again", eager)):
+        node = python_node(SoftmaxNode if alg is softmax else LayerNormNode)
+        for impl, f in (("eager", eager), ("dtriton", dk), ("eager in a Python node", node), ("eager again", eager)):
             step, _ = step_fn(f, inputs, gidx, weights)
             ins = [t.detach().clone().requires_grad_(k in gidx) for k, t in enumerate(inputs)]
 
@@ -291,7 +331,7 @@ def enqueue_steps(dry, rows, n=100):
             if not dry:
                 row.update(blocking_calls(step))
             rows.append(row)
-            print(f"{name:26s} {impl:12s} " + "  ".join(
+            print(f"{name:26s} {impl:22s} " + "  ".join(
                 f"{w}: host {row[w + ' host_us']:6.1f} total {row[w + ' total_us']:6.1f} synced {row[w + ' synced_us']:6.1f}"
                 for w in ("step", "fwd+loss", "loss only")) + f"  {row.get('calls', '')}", flush=True)
 
