@@ -32,6 +32,9 @@ __all__ = ["block_accumulated", "fp8_dots", "online_ok", "pipelined", "plan_pass
 #: and 81 us for 268 MB fp32, the same ~1.3 us per step). Unrolling the innermost loop issues its
 #: steps' loads together (sm_90 SASS: 4 LDG.128 back to back, registers unchanged at 64).
 UNROLL_BYTES = 16 * 1024
+#: Registers a thread's accumulators of a loop may take for the plan to unroll it (a variance's
+#: per-lane state counts four values an element, its program-shifted sums two).
+UNROLL_ACC_REGISTERS = 32
 #: Registers of an SM (sm_80 / sm_90: 64K 32-bit registers).
 REGISTERS_PER_SM = 65536
 #: Programs an SM should hold of a kernel whose statistics loops the plan unrolled
@@ -146,7 +149,8 @@ def _pass(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], bound: se
     block = block_accumulated(k, rs, loop_axes, online)
     return PassPlan(tuple(r.uid for r in rs), tuple(loop_axes), online, on, asked, maxes, block, base2,
                     pipelined(k, rs, loop_axes), state_means(k, [r for r in rs if r.uid in block]),
-                    unrolled(k, rs, loop_axes, block, on, unroll), program_shifted(k, rs, block))
+                    unrolled(k, rs, loop_axes, block, on, unroll, program_shifted(k, rs, block)),
+                    program_shifted(k, rs, block))
 
 
 def fp8_dots(k: KernelPlan, rs) -> bool:
@@ -174,17 +178,24 @@ def pipelined(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...]) -> in
 
 
 def unrolled(k: KernelPlan, rs: list[Reduce], loop_axes: tuple[str, ...], block: tuple[int, ...], ws: bool,
-             asked: int) -> int:
+             asked: int, shifted: tuple[int, ...] = ()) -> int:
     """The unroll factor of a pass's innermost loop (``tl.range``'s ``loop_unroll_factor``; 0: none):
     the schedule's ``unroll`` (``asked``) when it is 1 or more, on any loop that is not
     warp-specialised; else (0: the plan picks), on the GPU, for a loop whose reductions all
-    accumulate element-wise (``block``: statistics loops, no dots), the power of two up to 4 that
-    makes a program load about :data:`UNROLL_BYTES` per iteration."""
+    accumulate element-wise (``block``: statistics loops, no dots) in at most
+    :data:`UNROLL_ACC_REGISTERS` registers a thread, the power of two up to 4 that makes a program
+    load about :data:`UNROLL_BYTES` per iteration. (Layer norm's backward column sums, three
+    32x128 blocks over 4 warps: 96 registers of accumulators; unrolled, ptxas spilled 176 bytes a
+    thread and the H200's fwd+bwd step went from 0.595 to 0.881 ms, s5 call 5.)"""
     if not loop_axes or ws:
         return 0
     if asked:
         return asked if asked > 1 else 0
     if k.interpret or not block or len(block) != len(rs):
+        return 0
+    elems = _step_bytes(k, rs, elements=True)
+    values = sum(2 if r.uid in shifted else (len(r.combiner.loop_state) if r.combiner.state else 1) for r in rs)
+    if values * elems > UNROLL_ACC_REGISTERS * k.num_warps * 32:
         return 0
     step = _step_bytes(k, rs)
     u = 1
@@ -216,21 +227,26 @@ def register_cap(k: KernelPlan) -> int:
     loop 64 to 80 registers depending on its address arithmetic (sm_90: group norm's 73 left three
     programs an SM: its 512 programs in 1.3 waves); 0 (no cap) elsewhere, or where the cap would be
     under 64."""
-    if k.interpret or not any(p.unroll > 1 and p.block_acc and not p.online for p in k.all_passes()):
+    tops = {u for p in k.passes for u in p.reductions}
+    used = list(k.passes) + [p for u, p in k.single.items() if u not in tops]   # (the printed passes)
+    if k.interpret or not any(p.unroll > 1 and p.block_acc and not p.online for p in used):
         return 0
     cap = REGISTERS_PER_SM // (PROGRAMS_PER_SM * k.num_warps * 32) // 8 * 8
     return cap if 64 <= cap < 255 else 0
 
 
-def _step_bytes(k: KernelPlan, rs: list[Reduce]) -> int:
+def _step_bytes(k: KernelPlan, rs: list[Reduce], elements: bool = False) -> int:
     """Bytes one step of a pass computing ``rs`` loads: its block (the blocks of the axes its
-    values use, scalar axes counting 1) times the widest dtype among the tensors they read."""
+    values use, scalar axes counting 1) times the widest dtype among the tensors they read (with
+    ``elements``: the block's elements)."""
     axes = {k.flat_of(a) for r in rs for a in r.x.axes}
     elems = 1
     for a in axes:
         p = k.axes.get(a)
         if p is not None and not k.scalar_axis(a):
             elems *= p.block
+    if elements:
+        return elems
     sizes = [k.dtypes[n.tensor.name].itemsize for r in rs for n in walk([r.x])
              if isinstance(n, Load) and n.tensor.name in k.dtypes]
     return elems * max(sizes, default=4)
