@@ -415,6 +415,14 @@ def grid_tiles(d: Draft) -> None:
     inside = [a for a in d.alg.axis_names if a not in d.grid]
     window = (d.gpu and 1 < d.widest <= SMALL_WINDOW and not d.cons and len(inside) >= 2
               and all(d.strategy.get(a) == "whole" for a in inside))
+    if window and any(next_pow2(d.sizes[a]) != d.sizes[a] for a in inside if a not in d.user.strategy):
+        # a window whose block pads (3x3 in 4x4: 7 of 16 lanes masked): its axes loop one index a
+        # step and the program holds 1024 outputs (H200 s5 call 3, max pool 3x3/s2 fp16 of
+        # 16x64x512x512: 753 us in 128-output programs of masked 4x4 blocks, 396 us so)
+        for a in inside:
+            if a not in d.user.strategy:
+                d.strategy[a], tile[a] = "loop", 1
+        window, d.widest, budget = False, 1, 1024
     if window:
         # a pooling window (2x2: 4 values) in each program: 2048 values a program, spread over the
         # grid axes innermost first (H200, s3: the fp16 2x2 pools of 512x512 images ran 222-250 us
