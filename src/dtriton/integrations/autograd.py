@@ -34,10 +34,10 @@ from ..grad import GradientAlgorithms, augmented_forward, grad, saved_statistics
 from ..ir import Algorithm, InputTensor, output_dtypes
 from ..plan.lower import lower
 from ..runtime import Kernel
-from ..runtime.args import merge_named, signature_key_for
+from ..runtime.args import merge_named, signature_key, signature_key_for
 from ..runtime.kernel import fast_path_ok
 from ..schedule import Schedule
-from .steps import BackwardStep, ForwardStep, apply_step, refuse_double_backward
+from .steps import ENTER_STEP, BackwardStep, ForwardStep, apply_step, functorch_active, refuse_double_backward
 
 __all__ = ["DifferentiableKernel", "differentiable", "apply", "output_specs", "check_backward_schedules"]
 
@@ -213,7 +213,7 @@ class DifferentiableKernel:
         # the steady-state path: call key -> ForwardStep (False: this signature keeps the general path)
         self._steps: dict[tuple, ForwardStep | bool] = {}
         self._size_pos = tuple(self.algorithm.size_args.values())   # int arguments that size axes
-        self._key = signature_key_for(self.algorithm)   # signature_key, printed for the parameters
+        self._printed_key = signature_key_for(self.algorithm).printed   # signature_key, printed for the parameters
 
     def __repr__(self):
         return f"<dt.differentiable {self.algorithm.name} save={self.save!r} group={self.group!r}>"
@@ -405,12 +405,17 @@ class DifferentiableKernel:
         if named:
             args = merge_named(self.kernel.algorithm, args, named)
         if out is None and torch.is_grad_enabled():
-            key, needs_grad = self._key(args)
+            try:   # (the steady path is inlined: each Python frame counts on a slow host)
+                key, needs_grad = self._printed_key(args)
+            except (AttributeError, TypeError, ValueError):
+                key, needs_grad = signature_key(args)
             if needs_grad:
                 if self._size_pos:
                     key += tuple(int(args[p]) for p in self._size_pos)
                 step = self._steps.get(key)
                 if step and fast_path_ok():
+                    if ENTER_STEP is not None and not functorch_active():
+                        return ENTER_STEP(step, *args)
                     return apply_step(step, args)
                 res = _DTFunction.apply(self, *args)
                 if step is None and fast_path_ok():

@@ -28,7 +28,8 @@ import torch
 
 from ..runtime.kernel import fast_path_ok
 
-__all__ = ["BackwardStep", "ForwardStep", "StepFunction", "apply_step", "refuse_double_backward"]
+__all__ = ["ENTER_STEP", "BackwardStep", "ForwardStep", "StepFunction", "apply_step", "functorch_active",
+           "refuse_double_backward"]
 
 
 def refuse_double_backward(name: str) -> None:
@@ -191,7 +192,7 @@ class StepFunction(torch.autograd.Function):
             refuse_double_backward(step.name)
         st = ctx.saved_tensors
         nt = len(st) - (step.n_ret - step.n_out)
-        args = step.args_of(st[:nt], ctx.scalars)
+        args = st[:nt] if step.tensor_pos is None else step.args_of(st[:nt], ctx.scalars)
         key = (ctx.needs_input_grad, *[None if g is None else (g.stride(), g.data_ptr() % 16 == 0) for g in grads])
         bstep = step.backward_steps.get(key)
         if bstep is not None and fast_path_ok():
@@ -216,15 +217,18 @@ def _c_apply():
     return c_apply.__get__(None, StepFunction)
 
 
-_C_APPLY = _c_apply()
-_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
+#: ``ENTER_STEP(step, *args)``: ``StepFunction.apply`` without its Python wrapper (None when this
+#: torch has no C entry point); only while ``functorch_active()`` is False
+ENTER_STEP = _c_apply()
+#: whether a functorch transform (vmap, grad, ...) is active: ``Function.apply``'s wrapper is needed then
+functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: True)
 
 
 def apply_step(step: ForwardStep, args: Sequence[Any]):
     """``StepFunction.apply(step, *args)``, through the C entry point when no functorch transform
     (vmap, grad, ...) is active (:func:`_c_apply`)."""
-    if _C_APPLY is not None and not _functorch_active():
-        return _C_APPLY(step, *args)
+    if ENTER_STEP is not None and not functorch_active():
+        return ENTER_STEP(step, *args)
     return StepFunction.apply(step, *args)
 
 
