@@ -174,8 +174,7 @@ class StepFunction(torch.autograd.Function):
         step.owner.last_runs["forward"] = step.runners
         n = step.n_out
         # ctx.save_for_backward(...) is a Python method setting ctx.to_save: set it directly
-        if step.tensor_pos is None:
-            ctx.scalars = None
+        if step.tensor_pos is None:   # (ctx.scalars is read only when some parameter is not a tensor)
             ctx.to_save = (*args, *res[n:])
         else:
             ctx.scalars = [None if isinstance(a, torch.Tensor) else a for a in args]
@@ -193,10 +192,18 @@ class StepFunction(torch.autograd.Function):
         st = ctx.saved_tensors
         nt = len(st) - (step.n_ret - step.n_out)
         args = st[:nt] if step.tensor_pos is None else step.args_of(st[:nt], ctx.scalars)
-        key = (ctx.needs_input_grad, *[None if g is None else (g.stride(), g.data_ptr() % 16 == 0) for g in grads])
+        if len(grads) == 1 and grads[0] is not None:
+            g = grads[0]
+            key = (ctx.needs_input_grad, (g.stride(), g.data_ptr() % 16 == 0))
+        else:
+            key = (ctx.needs_input_grad, *[None if g is None else (g.stride(), g.data_ptr() % 16 == 0) for g in grads])
         bstep = step.backward_steps.get(key)
         if bstep is not None and fast_path_ok():
             step.owner.last_runs["backward"] = bstep.runners
+            direct = bstep.direct   # (BackwardStep.__call__'s common case, inlined)
+            if direct is not None:
+                vals = direct[0]((*args, *grads, *st[nt:]))
+                return direct[2]((vals, None) if direct[1] else (*vals, None))
             return bstep(args, grads, st[nt:])
         res, bstep = step.owner.backward_step(args, grads, step.unpacked(st[nt:]), ctx.needs_input_grad[1:],
                                               step.layout)
