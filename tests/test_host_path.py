@@ -146,7 +146,7 @@ def _at_addresses(call, like) -> list:
 def interp_gpu(monkeypatch):
     """The GPU code path (plans, fast launchers, steps) on CPU tensors, launches interpreted; every
     output and buffer the fast launchers allocate (``torch.empty``, ``torch.empty_like``) starts as
-    NaN (poisoned) and is counted."""
+    NaN (poisoned) and is counted (zero-filled ones, ``torch.zeros(_like)``, are counted)."""
     pytest.importorskip("triton")
     from triton.runtime import driver
 
@@ -165,8 +165,15 @@ def interp_gpu(monkeypatch):
             t = alloc(*a, **k)
             return t.fill_(float("nan")) if t.is_floating_point() else t.fill_(-7)
         return poisoned
+    def counting(alloc):   # zero-filled allocations: counted, not poisoned
+        def counted(*a, **k):
+            runs.allocations += 1
+            return alloc(*a, **k)
+        return counted
     monkeypatch.setattr(torch, "empty", poisoning(torch.empty))
     monkeypatch.setattr(torch, "empty_like", poisoning(torch.empty_like))
+    monkeypatch.setattr(torch, "zeros", counting(torch.zeros))
+    monkeypatch.setattr(torch, "zeros_like", counting(torch.zeros_like))
     return runs
 
 
@@ -447,3 +454,33 @@ def test_printed_signature_key_matches_the_generic_one():
     for args in calls:
         assert key(args) == signature_key(args), args
     assert key((X.requires_grad_(), 1, 0.5))[1] is True
+
+
+# the layer-norm backward's GPU default (dw and db split over rows into zero-initialised fp32 buffers,
+# three kernels), with tiles for tiny shapes
+_SPLIT_LN_BACKWARD = {
+    "grid": ["i"], "split": {"i": 2}, "strategy": {"j": "whole"}, "tile": {"i": 1, "j": 64},
+    "stages": {s: {"strategy": {"i": "loop"}, "tile": {"i": 2, "j": 16}, **({"grid": ["j"]} if s.startswith("out") else {})}
+               for s in ("d_b", "d_w", "out1", "out2")}}
+
+
+def test_split_backward_buffers_share_one_zero_fill(interp_gpu):
+    """A backward whose dw and db are split over rows (atomics into two zero-initialised buffers)
+    allocates them as one zero-filled buffer: right against float64 (outputs poisoned) on every
+    steady step, with one allocation fewer than a buffer each."""
+    sched = dt.Schedule.from_dict(_SPLIT_LN_BACKWARD)
+    dk = dt.compile_autograd(layer_norm, backward_schedules=sched)
+    h = torch.float16   # (fp32 outputs take the atomics directly: fp16 ones need the fp32 buffers)
+    make = lambda: (torch.randn(7, 37, dtype=h), torch.randn(37, dtype=h), torch.randn(37, dtype=h))  # noqa: E731
+    for _ in range(3):
+        _check_step(dk, _ln, make(), (0, 1, 2), 2e-3)
+    (step,) = dk._steps.values()
+    (bstep,) = step.backward_steps.values()
+    ((launch, _, _),) = bstep.launches
+    zero_fills = [shape for alloc, shape, dt in launch.separate if alloc is torch.zeros]
+    assert len(zero_fills) == 1 and len(launch.calls) == 3
+    ins = [t.requires_grad_() for t in make()]
+    before = interp_gpu.allocations
+    dk(*ins).backward(torch.randn(7, 37, dtype=h))
+    # forward: Y and the statistics' buffer; backward: dX, dw, db and the one zero-filled buffer
+    assert interp_gpu.allocations - before == 6

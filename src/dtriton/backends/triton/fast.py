@@ -19,8 +19,9 @@ allocates the outputs, reads the addresses, and calls Triton's compiled launcher
   kernels get ``base + offset`` as their pointer, and a later launcher reading them (the
   backward's) takes the buffer and the offsets (``remap``). Returned outputs stay separate tensors.
 
-Zero-initialised allocations (split-K atomics) and tensors a host TMA descriptor reads stay
-separate tensors: a descriptor needs the tensor, and a packed buffer is never zeroed.
+Zero-initialised buffers (split-K atomics into a partial sum) share one zero-filled allocation: one
+allocation and one fill kernel instead of one each. Zero-initialised outputs and tensors a host TMA
+descriptor reads stay separate tensors (a descriptor needs the tensor).
 """
 
 from __future__ import annotations
@@ -120,22 +121,25 @@ class FastLauncher:
         self._layout(len(allocs), {}, None)
 
     # -- packing ---------------------------------------------------------------------------------
-    def _layout(self, keep: int, remap: dict[int, tuple[int, int]], packed: dict[int, int] | None) -> None:
-        """Fix the per-call plan: allocations ``< keep`` and those not in ``packed`` are separate
-        tensors; ``packed`` maps an allocation to its byte offset in the packed buffer (None: no
-        buffer); ``remap`` maps an argument position to ``(position of a packed buffer among the
-        arguments, byte offset)``."""
+    def _layout(self, keep: int, remap: dict[int, tuple[int, int]], packed: dict[int, int] | None,
+                zeroed: dict[int, int] | None = None) -> None:
+        """Fix the per-call plan: allocations ``< keep`` and those in neither ``packed`` nor
+        ``zeroed`` are separate tensors; ``packed`` maps an allocation to its byte offset in the
+        packed buffer (None: no buffer), ``zeroed`` a zero-initialised buffer to its offset in one
+        zero-filled buffer (one fill instead of one per buffer); ``remap`` maps an argument position
+        to ``(position of a packed buffer among the arguments, byte offset)``."""
         self.keep, self.remap = keep, dict(remap)
         #: packed allocation -> (byte offset in the packed buffer, shape, dtype); None: no buffer
         self.offsets = {k: (off, *self.allocs[k][:2]) for k, off in packed.items()} if packed else None
-        sep = [k for k in range(len(self.allocs)) if packed is None or k not in packed]
+        sep = [k for k in range(len(self.allocs)) if k not in (packed or {}) and k not in (zeroed or {})]
         where = {k: (i, 0) for i, k in enumerate(sep)}
         self.separate = [(torch.zeros if self.allocs[k][2] else torch.empty, self.allocs[k][0], self.allocs[k][1])
                          for k in sep]
-        if packed:
-            nbytes = max(off + _nbytes(*self.allocs[k][:2]) for k, off in packed.items())
-            self.separate.append((torch.empty, (nbytes,), torch.uint8))
-            where.update({k: (len(sep), off) for k, off in packed.items()})
+        for group, alloc in ((packed, torch.empty), (zeroed, torch.zeros)):
+            if group:
+                nbytes = max(off + _nbytes(*self.allocs[k][:2]) for k, off in group.items())
+                where.update({k: (len(self.separate), off) for k, off in group.items()})
+                self.separate.append((alloc, (nbytes,), torch.uint8))
         # the values a call reads addresses from: the arguments used as pointers, then the allocations
         used = sorted({self.remap.get(k, (k, 0))[0] for *_, ptrs, _, _ in self.kernels for kind, k in ptrs
                        if kind == "arg"})
@@ -157,7 +161,7 @@ class FastLauncher:
         # returned: the kept outputs (allocations < keep are separate: their index is their position)
         self.returns = tuple(where[k][0] for k in range(min(keep, self.n_out)))
         if packed:
-            self.returns += (len(sep),)
+            self.returns += (len(sep),)   # the packed buffer (the zero-filled one holds buffers only)
         self.single = len(self.returns) == 1
         self.call = None if self.desc_slots else _generated(self)
 
@@ -167,27 +171,29 @@ class FastLauncher:
         the intermediate buffers when ``buffers``) live in one byte buffer, returned after the
         kept outputs; ``remap`` maps an argument position to ``(position of a packed buffer among
         the new arguments, byte offset)``: that argument's value is read from another launcher's
-        packed buffer. Zero-initialised allocations and tensors a TMA descriptor reads stay
-        separate; None when such an output is beyond ``keep`` (it could not be returned) or a
-        descriptor reads a remapped argument. :attr:`offsets` then maps each packed allocation to
+        packed buffer. Zero-initialised buffers share one zero-filled allocation (one fill); a
+        zero-initialised output and tensors a TMA descriptor reads stay separate; None when such
+        an output is beyond ``keep`` (it could not be returned) or a descriptor reads a remapped
+        argument. :attr:`offsets` then maps each packed allocation to
         ``(byte offset, shape, dtype)``."""
         new = object.__new__(FastLauncher)
         new.__dict__.update(self.__dict__)
         remap = dict(remap or {})
         if any(("arg", k) in self.desc_slots for k in remap):
             return None
-        offsets, off = {}, 0
+        offsets, zeroed, ends = {}, {}, [0, 0]
         for k in range(keep, len(self.allocs)):
             shape, dt, z = self.allocs[k]
-            if z or ("new", k) in self.desc_slots:
+            if (z and k < self.n_out) or ("new", k) in self.desc_slots:
                 if k < self.n_out:
                     return None   # a saved output that cannot be packed: keep the plain launcher
                 continue
             if k >= self.n_out and not buffers:
                 continue
-            offsets[k] = off
-            off += -(-_nbytes(shape, dt) // PACK_ALIGN) * PACK_ALIGN
-        new._layout(keep, remap, offsets or None)
+            group = zeroed if z else offsets
+            group[k] = ends[z]
+            ends[z] += -(-_nbytes(shape, dt) // PACK_ALIGN) * PACK_ALIGN
+        new._layout(keep, remap, offsets or None, zeroed or None)
         return new
 
     # -- calls -----------------------------------------------------------------------------------
@@ -251,7 +257,7 @@ def _generated(fl: FastLauncher):
     reads and launch calls (about a third of the generic loop's Python work per call). Launchers
     with TMA descriptors keep the generic loop."""
     env: dict[str, Any] = {"get_stream": fl.get_stream, "dev_index": fl.dev_index, "dev": fl.device,
-                           "empty_like": torch.empty_like}
+                           "empty_like": torch.empty_like, "zeros_like": torch.zeros_like}
 
     def name(v, hint: str) -> str:
         if _literal(v):
@@ -262,9 +268,9 @@ def _generated(fl: FastLauncher):
     lines = ["def call(args):"]
     lines += [f"    a{p} = args[{p}].data_ptr()" for p in fl.arg_reads]
     for k, (alloc, shape, dt) in enumerate(fl.separate):
-        like = _template(shape, dt, fl.device) if alloc is torch.empty else None
+        like = _template(shape, dt, fl.device) if alloc in (torch.empty, torch.zeros) else None
         if like is not None:
-            lines.append(f"    n{k} = empty_like({name(like, 'like')})")
+            lines.append(f"    n{k} = {'empty' if alloc is torch.empty else 'zeros'}_like({name(like, 'like')})")
         else:
             lines.append(f"    n{k} = {name(alloc, 'alloc')}({shape!r}, dtype={name(dt, 'dtype')}, device=dev)")
         lines.append(f"    p{k} = n{k}.data_ptr()")
