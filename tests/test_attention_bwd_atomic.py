@@ -162,3 +162,16 @@ def test_repeated_training_steps_zero_the_dq_sums_each_time(gen):
     for later in steps[1:]:
         for a, b in zip(later, steps[0]):
             torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
+
+
+def test_bench_time_dry_run_rows_of_both_dq_forms(tmp_path):
+    """bench/attention_bwd.py time --dry-run --split: the heuristic (two kernels) and a dq-atomic
+    variant each give a row checked against float64 (the interpreter: no kernel split)."""
+    import json
+    from conftest import run_bench
+    run_bench(["bench/attention_bwd.py", "time", "--dry-run", "--split", "--only", "causal_d16", "--variants",
+               "heuristic", "kv32x64 w4 s3 dq-atomic"], tmp_path)
+    rows = json.loads((tmp_path / "out" / "attention_bwd.json").read_text())["rows"]
+    got = {r["impl"]: r for r in rows if r["impl"].startswith("dtriton ") and "saving" not in r["impl"]}
+    assert set(got) == {"dtriton heuristic", "dtriton kv32x64 w4 s3 dq-atomic"}, rows
+    assert all(r["kernels"] == 3 and r["rel_err"] < 3e-3 for r in got.values())
