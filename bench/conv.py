@@ -99,7 +99,11 @@ def cases(dev: str, dry: bool):
     to_nchw = lambda o: o.permute(0, 3, 1, 2)  # noqa: E731
     gf = 2 * N * H * H * K * C * 9 / 1e9
     mb = (x.numel() + w.numel() + N * H * H * K) * x.element_size() / 1e6
-    yield ("conv2d 3x3 NHWC", [("dtriton", L.conv2d_nhwc, [x, w, 1, 1, 1, H, H], to_nchw)],
+    # the weight stored (R, Q, C, O): its output channels contiguous, the GEMM's B operand N-major (the "NN"
+    # layout; torch's channels-last weight is (O, R, Q, C), K-major: "NT", slower in Triton 3.6's GEMMs)
+    w_rqco = w.permute(1, 2, 3, 0).contiguous().permute(3, 0, 1, 2)
+    yield ("conv2d 3x3 NHWC", [("dtriton", L.conv2d_nhwc, [x, w, 1, 1, 1, H, H], to_nchw),
+                               ("dtriton W (R,Q,C,O)", L.conv2d_nhwc, [x, w_rqco, 1, 1, 1, H, H], to_nchw)],
            lambda a, b: F.conv2d(a, b, padding=1), [xc, wc], gf, mb)
     wd = rnd(3, 3, C)
     wdt = wd.permute(2, 0, 1)[:, None]                                 # (C, 1, 3, 3)

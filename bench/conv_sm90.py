@@ -1,7 +1,9 @@
 """Compile the GPU kernels of bench/conv.py's conv2d, depthwise and conv_transpose2d (phases, channels-last)
 rows for sm_90 on a machine without a GPU.
 
-    PYTHONPATH=src python3 bench/conv_sm90.py [--cases conv2d,depthwise,transpose] [--schedule JSON] [--out DIR]
+    PYTHONPATH=src python3 bench/conv_sm90.py [--cases conv2d,conv2d_wn,depthwise,transpose] [--schedule JSON] [--out DIR]
+
+(``conv2d_wn``: the weight stored (R, Q, C, O), its output channels contiguous: the GEMM's B operand N-major.)
 
 Each case is planned as a CUDA call at its bench shape would be (the binding is told it is on the GPU;
 tensors live on the meta device and count as TMA-addressable, as the bench's contiguous fp16 tensors
@@ -36,6 +38,7 @@ def cases():
     x = torch.empty(32, 56, 56, 256, **m)
     return [("conv2d", L.conv2d_nhwc, (x, torch.empty(256, 3, 3, 256, **m), 1, 1, 1, 56, 56)),
             ("depthwise", L.depthwise_conv2d_nhwc, (x, torch.empty(3, 3, 256, **m), 1, 1, 56, 56)),
+            ("conv2d_wn", L.conv2d_nhwc, (x, torch.empty(3, 3, 256, 256, **m).permute(3, 0, 1, 2), 1, 1, 1, 56, 56)),
             ("transpose", conv_transpose2d_phases_nhwc, (torch.empty(32, 28, 28, 128, **m),
                                                          torch.empty(128, 3, 3, 128, **m), 2, 1, 28, 28, 2))]
 

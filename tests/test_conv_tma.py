@@ -168,3 +168,14 @@ def test_transposed_conv_phases_read_boxes(monkeypatch):
     got = k(*args, out=out).reshape(N, ho, ho, C).permute(0, 3, 1, 2).double()
     ref = F.conv_transpose2d(x.double(), w.double(), stride=2, padding=1, output_padding=1)
     assert ((got - ref).norm() / ref.norm()).item() < 2e-3
+
+
+def test_weight_with_output_channels_contiguous():
+    """A weight stored (R, Q, C, O) (the GEMM's B operand N-major) is read through a TMA descriptor of its
+    (R, Q, C, O) view beside the input's boxes; right against float64."""
+    W = randn(3, 3, 16, 24).permute(3, 0, 1, 2)            # (O, R, Q, C) view, o of stride 1
+    args = [randn(2, 4, 8, 16), W, 1, 1, 1, 4, 8]
+    sched = boxed({"n": 1, "h": 2, "w": 8, "o": 16, "c": 16})
+    src = dt.compile(L.conv2d_nhwc, sched).source_for(*args)
+    assert "desc_X.load(" in src and "desc_Wt.load([idx_r, idx_q" in src
+    check(L.conv2d_nhwc, args, sched, torch_ref=t_conv2d_nhwc)
