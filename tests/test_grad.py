@@ -628,3 +628,27 @@ def test_compiler_bug_sigmoid_codegen():
     alg = _unary_alg("sigmoid")
     X = torch.randn(2, 3)
     torch.testing.assert_close(dt.compile(alg)(X), torch.sigmoid(X))
+
+
+# -- window axes that only appear inside index expressions (pooling) ------------------------------
+@pytest.mark.parametrize("name,N,H,W,K,s,p", [("max", 2, 7, 9, 3, 2, 1), ("avg", 1, 5, 6, 2, 1, 0),
+                                              ("avg", 3, 11, 4, 3, 2, 1), ("max", 1, 1, 1, 1, 1, 0)])
+def test_pooling_gradients_window_axes_sized_by_int_arguments(name, N, H, W, K, s, p):
+    """dt.grad of the library's 2-D pools, whose window axes r and q (sized by the int K) only index
+    through ``h * s + r - p``: the backward keeps their declared size (it used to be refused with
+    "axis 'r' never indexes an input dim"); gradients against float64 torch, odd sizes, overlap."""
+    import dtriton.library as L
+    alg = L.max_pool2d_window if name == "max" else L.avg_pool2d_window
+    Ho, Wo = (H + 2 * p - K) // s + 1, (W + 2 * p - K) // s + 1
+    g = torch.Generator().manual_seed(N * 100 + H)
+    X = torch.randn(N, H, W, generator=g, dtype=torch.float64)
+    Xf = X.float().requires_grad_()
+    y = dt.compile_autograd(alg)(Xf, K, s, p, Ho, Wo)
+    up = torch.randn(y.shape, generator=g, dtype=torch.float64)
+    (y * up.float()).sum().backward()
+    Xd = X.clone().requires_grad_()
+    tf = torch.nn.functional.max_pool2d if name == "max" else torch.nn.functional.avg_pool2d
+    ref = tf(Xd[:, None], K, s, p)[:, 0]
+    (ref * up).sum().backward()
+    assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(Xf.grad.double(), Xd.grad, rtol=1e-5, atol=1e-6), (Xf.grad, Xd.grad)

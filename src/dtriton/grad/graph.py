@@ -56,8 +56,10 @@ class Graph:
         return self._get(("C", repr(float(v))), lambda: Const(v))
 
     def axis(self, name: str) -> Axis:
-        """The axis ``name``."""
-        return self._get(("A", name), lambda: Axis(name))  # type: ignore[return-value]
+        """The axis ``name``, declared with its size symbol where the graph knows it: an axis that
+        only appears inside index expressions (a pooling window's ``r`` in ``X[n, h * s + r]``) has no
+        plain access to size it in a backward algorithm."""
+        return self._get(("A", name), lambda: Axis(name, self.size.get(name)))  # type: ignore[return-value]
 
     def scalar(self, p: ScalarParam) -> Expr:
         """This graph's scalar parameter of ``p``'s name (made on first use)."""
