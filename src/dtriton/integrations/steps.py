@@ -11,6 +11,12 @@ specialises ints on, and the ints that size axes). Later calls with the same key
 launcher, saves the inputs and the forward's statistics, and returns the outputs; nothing is bound,
 planned or re-checked beyond the key.
 
+A step enters autograd through the C ``_FunctionBase.apply`` (:data:`ENTER_STEP`; not
+``Function.apply``'s Python wrapper, which functorch transforms still get), its node's ``apply`` is
+the step's backward, and the statistics it saves share one buffer (the launcher's ``packed``
+layout, :attr:`ForwardStep.layout`): every Python frame and allocation on this path costs host
+time, which is what a training step on a fast GPU waits for.
+
 Its backward looks up a :class:`BackwardStep` by which inputs need a gradient and the cheap key
 of the incoming gradients (``None`` for an output that receives none). The first backward of a key
 runs the general ``run_backward`` (which plans and compiles the derived backward kernels) and the
