@@ -50,7 +50,7 @@ def test_split_legality_reads_the_combiner():
 
 def test_split_of_an_arg_reduction_is_refused_with_the_stage_and_kind():
     x = torch.randn(8, 64)
-    with pytest.raises(dt.ScheduleError, match=r"stage 'argmax0' is a argmax over \['j'\]"):
+    with pytest.raises(dt.ScheduleError, match=r"stage 'argmax0' is an argmax over \['j'\]"):
         dt.compile(_row_argmax, dt.Schedule(split={"j": 2}))(x)
 
 

@@ -103,9 +103,9 @@ def _sizes(alg: Algorithm, args) -> dict[str, Any]:
 def output_specs(alg: Algorithm, args) -> list[tuple[list[Any], torch.dtype]]:
     """Shape and dtype of each output of ``alg`` for a call with ``args`` (works on fake tensors
     and symbolic sizes: nothing is converted to int). The dtype follows the runtime's rule
-    (:func:`~dtriton.ir.output_dtypes`): int64 for an arg-reduction, else torch promotion of the
-    floating inputs feeding it arithmetically, float64 for integer-only values, float32 without any,
-    at least float32 for the statistics a saving forward stores."""
+    (:func:`~dtriton.ir.output_dtypes`): torch's promotion (int64 for an arg-reduction and for sums
+    and products of integers, float32 for divisions, means and float functions of integers and for
+    expressions of scalars only), at least float32 for the statistics a saving forward stores."""
     sizes = _sizes(alg, args)
     dtypes = {p.name: a.dtype for p, a in zip(alg.params, args) if isinstance(p, InputTensor)}
     return [([sizes[alg.axis_size[a]] for a in o.layout], dt_) for o, dt_ in zip(alg.outputs, output_dtypes(alg, dtypes))]

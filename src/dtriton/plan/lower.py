@@ -43,6 +43,11 @@ from .partition import merge_output_groups, reduction_groups
 __all__ = ["lower"]
 
 
+def _article(word: str) -> str:
+    """"an" before a vowel, else "a" (stage kinds in messages: a sum, an argmax)."""
+    return "an" if word[:1].lower() in "aeiou" else "a"
+
+
 def _kernel_axes(root_exprs: Sequence[Expr], stop: set[int], tops: Sequence[Reduce] = ()) -> list[str]:
     """Every axis a kernel touches: free axes and the reduction axes of fused reductions (``tops``:
     the materialised reductions the kernel computes itself)."""
@@ -112,12 +117,12 @@ def _placement(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce]) -> s
         if split_axes:
             if not can_split(r):
                 raise ScheduleError(
-                    f"stage {r.name!r} is a {r.combiner.name} over {split_axes}; an arg-reduction's (value, index) "
-                    "pairs cannot be split across programs. Remove the split")
+                    f"stage {r.name!r} is {_article(r.combiner.name)} {r.combiner.name} over {split_axes}; "
+                    "an arg-reduction's (value, index) pairs cannot be split across programs. Remove the split")
             if sched.split_mode == "atomic" and not is_sum(r):
                 raise ScheduleError(
-                    f"stage {r.name!r} is a {r.combiner.name} split over {split_axes} with split_mode='atomic'; "
-                    "atomics add partial sums only. Use split_mode='partials' (or leave it None)")
+                    f"stage {r.name!r} is {_article(r.combiner.name)} {r.combiner.name} split over {split_axes} "
+                    "with split_mode='atomic'; atomics add partial sums only. Use split_mode='partials' (or leave it None)")
             if place == "fuse":
                 raise ScheduleError(
                     f"stage {r.name!r} is split over {split_axes} and must be materialised; it cannot be fused")
@@ -125,7 +130,8 @@ def _placement(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce]) -> s
         elif place == "atomic":
             if not is_sum(r):
                 raise ScheduleError(
-                    f"stage {r.name!r} is a {r.combiner.name}; place='atomic' adds partial sums with atomics, so it "
+                    f"stage {r.name!r} is {_article(r.combiner.name)} {r.combiner.name}; place='atomic' adds "
+                    "partial sums with atomics, so it "
                     "applies to sums only. Use place='materialize' (or 'auto')")
             mat.add(rid)
         elif place == "materialize":
