@@ -28,26 +28,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dtriton as dt  # noqa: E402
 from dtriton.library import (avg_pool2d, batch_norm, frobenius_normalize, group_norm, instance_norm,  # noqa: E402
                              layer_norm_chw, max_pool2d, max_pool2d_window)
+from reductions import max_mid, sum_last, sum_mid  # noqa: E402  (the one-dim cases, defined once there)
 from sm90 import (TL, add_options, compile_sm90, cuda_schedule, load_kernels, merge_fields, options, plan_for_cuda,  # noqa: E402
                   ptr_types, render, resources, signature)
-
-
-@dt.algorithm
-def sum_mid(X: dt.Tensor["A", "B", "C"]):
-    i, j, k = dt.axes("i j k")
-    return dt.sum(X[i, j, k], over=j)[i, k]
-
-
-@dt.algorithm
-def sum_last(X: dt.Tensor["A", "B", "C"]):
-    i, j, k = dt.axes("i j k")
-    return dt.sum(X[i, j, k], over=k)[i, j]
-
-
-@dt.algorithm
-def max_mid(X: dt.Tensor["A", "B", "C"]):
-    i, j, k = dt.axes("i j k")
-    return dt.max(X[i, j, k], over=j)[i, k]
 
 
 #: the one-dim reductions of bench/reductions.py (a mean is the sum divided)
