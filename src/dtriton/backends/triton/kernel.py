@@ -301,8 +301,8 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
         """Print the value of an in-loop store (``KernelPlan.loop_stores``) in ``scope``, the
         innermost scope of its pass's loop, and return it: the program's partial sum of the stage
         over its tile of the reduced axis (the plan's dot, in the dot's ``(m, n)`` layout, times its
-        hoisted factors). Printed before the step of the pass's own reductions, and added by
-        :meth:`loop_add` after them: its atomics then run while the step's accumulating dots do."""
+        hoisted factors). Printed after the step of the pass's own reductions and added at once by
+        :meth:`loop_add`."""
         r = st.expr
         d = self.k.dots[r.uid]
         ra = d.k or r.over[0]

@@ -64,13 +64,12 @@ class ReducePrinter:
             inner, loops = self.open_loops(rs, loop_axes, scope, pp, accs, rng, unmasked, stages)
             if unmasked:
                 inner.assumed.update(lb.guards)
-            # the plan's in-loop atomic stores riding this pass: each partial sum before the step,
-            # its atomics after it
-            riders = [st for st in self.k.stores if loop_axes and self.k.loop_stores.get(st.target) == pp.reductions]
-            parts = [self.loop_partial(st, inner) for st in riders]
             self.pass_body(rs, loop_axes, inner, scope, pp, accs)
-            for st, v in zip(riders, parts):
-                self.loop_add(st, inner, v)
+            # the plan's in-loop atomic stores riding this pass, after the step's own reductions
+            # (printing the partial sums first measured slower on the H200: 0.803 vs 0.734 ms)
+            for st in self.k.stores:
+                if loop_axes and self.k.loop_stores.get(st.target) == pp.reductions:
+                    self.loop_add(st, inner, self.loop_partial(st, inner))
             for parent, child in reversed(loops):
                 parent.close(child)
                 if pp.warp_specialize and pointer_loads(child):
