@@ -39,7 +39,7 @@ import torch
 
 from .demo_mesh import MeshResult, run_mesh, say
 from .demo_meshes import CPU_MAX_VERTICES, default_meshes, header_vertices, split_names
-from .demo_report import crossover, results_table, text_table, write_outputs
+from .demo_report import check_verdict, crossover, results_table, text_table, write_outputs
 
 __all__ = ["main", "build_parser"]
 
@@ -97,7 +97,8 @@ def _render(src: Path, out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     plots = write_outputs(results, [tuple(x) for x in data.get("skipped", [])], data["env"], args, out,
                           bool(data["env"].get("gpu")), float(data.get("seconds", 0.0)))
-    say(text_table(results_table(results)))
+    say(text_table(results_table(results, bool(data["env"].get("gpu")))))
+    say(check_verdict(results)[1])
     say(f"Split of V: {crossover(results)[1]}.")
     say(f"Report: {out / 'report.md'}" + (f"; plots: {', '.join(plots)}" if plots else ""))
     return 0
@@ -121,10 +122,11 @@ def _environment(args, gpu: bool, backend: str, why: str, schedules: str) -> dic
     }
 
 
-def _print_summary(results: list[MeshResult], env: dict, gpu: bool, out: Path, plots: list[str]) -> None:
-    """The closing table and lines of the demo's log."""
+def _print_summary(results: list[MeshResult], env: dict, gpu: bool, out: Path, plots: list[str]) -> bool:
+    """The closing table and lines of the demo's log, with the checks' verdict line; returns whether
+    every check passed (:func:`~.demo_report.check_verdict`)."""
     say("")
-    say(text_table(results_table(results)))
+    say(text_table(results_table(results, gpu)))
     say(f"(times: median µs ± half the interquartile range in % of the median, "
         f"{'do_bench on ' + env['device'] if gpu else 'wall clock, Triton interpreter on CPU'}; "
         f"f+b: forward plus backward, dt = hand-written backward algorithms, dt-auto = dt.grad's)")
@@ -137,11 +139,16 @@ def _print_summary(results: list[MeshResult], env: dict, gpu: bool, out: Path, p
                 f"max {rc['max_rel_err']:.1e}, median {rc['median_rel_err']:.1e}")
     say(f"Report: {out / 'report.md'}"
         + (f"; plots: {', '.join(plots)}" if plots else "; no plot (matplotlib missing)"))
+    ok, verdict = check_verdict(results)
+    say(verdict)
+    return ok
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the demo. ``argv``: command-line arguments (default ``sys.argv[1:]``). Returns the exit
-    status: 0 on success, 2 for bad options (no GPU with ``--device cuda``, no mesh could be run)."""
+    status: 0 on success, 1 when a check against eager PyTorch or a heat-diffusion property is
+    outside its tolerance (the closing "checks: FAILED (...)" line names it), 2 for bad options (no
+    GPU with ``--device cuda``, no mesh could be run)."""
     args = build_parser().parse_args(argv)
     t_start = time.perf_counter()
     if args.list:
@@ -211,9 +218,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     plots = write_outputs(results, skipped, env, args, out, gpu, time.perf_counter() - t_start)
 
-    _print_summary(results, env, gpu, out, plots)
+    ok = _print_summary(results, env, gpu, out, plots)
     say(f"Done in {time.perf_counter() - t_start:.0f} s.")
-    return 0
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

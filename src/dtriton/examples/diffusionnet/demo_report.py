@@ -11,7 +11,8 @@ from dtriton.schedule import Schedule
 
 from .demo_mesh import SPLITS, MeshResult
 
-__all__ = ["results_table", "speedups", "markdown_table", "text_table", "crossover", "write_outputs", "fmt_us"]
+__all__ = ["results_table", "speedups", "markdown_table", "text_table", "crossover", "write_outputs", "fmt_us",
+           "check_verdict", "TOLERANCES"]
 
 #: table columns: (header, key in MeshResult.times_us)
 COLUMNS = (("dt fwd", "dtriton_fwd"), ("dt f+b", "dtriton_fwdbwd"), ("dt-auto f+b", "dtriton-auto_fwdbwd"),
@@ -35,16 +36,64 @@ COLUMN_WORDS = {
 }
 
 
-def speedups(r: MeshResult) -> tuple[str, str]:
+def speedups(r: MeshResult, gpu: bool = True) -> tuple[str, str]:
     """The forward and forward-plus-backward speed-ups of dtriton over eager PyTorch on mesh ``r``
     ("1.52×"; "n/a" where a time is missing): eager time / dtriton time, the f+b one for the
-    backward the layer runs ("dt-auto f+b" where measured, else the hand-written one)."""
+    backward the layer runs ("dt-auto f+b" where measured, else the hand-written one). Without a
+    GPU (``gpu`` False) both read "n/a (interpreter)": interpreter times against CPU PyTorch
+    compare Python with C++ and say nothing about the kernels."""
+    if not gpu:
+        return "n/a (interpreter)", "n/a (interpreter)"
     t = r.times_us
     fb = t.get("dtriton-auto_fwdbwd") or t.get("dtriton_fwdbwd")
     out = []
     for eager, mine in ((t.get("eager_fwd"), t.get("dtriton_fwd")), (t.get("eager_fwdbwd"), fb)):
         out.append(f"{eager / mine:.2f}×" if eager and mine else "n/a")
     return out[0], out[1]
+
+
+#: The demo's checks and their tolerances (fp32: errors relative to the largest entry, as the tests):
+#: name -> (tolerance, what it bounds). The error against float64 is bounded by the eager fp32 layer's own
+#: (:func:`check_verdict`), mass conservation by the eager layer's or this, whichever is larger.
+TOLERANCES = {"values": (1e-5, "max |dtriton - eager| / max |eager|"),
+              "gradients": (1e-5, "gradients for x and the times vs eager autograd, relative"),
+              "vs fp64": (1e-6, "max |dtriton - fp64| above 10x the eager fp32 layer's"),
+              "mass conservation": (1e-5, "relative mass change (or 10x the eager layer's)"),
+              "semigroup": (1e-5, "max |D(D(x, 0.4t), 0.6t) - D(x, t)| / max |D(x, t)|")}
+
+
+def _mesh_checks(r: MeshResult) -> list[tuple[str, float, float]]:
+    """(check, error, tolerance) of every check of mesh ``r`` (see :data:`TOLERANCES`)."""
+    h = r.heat
+    out = [("values", h["rel_err"], TOLERANCES["values"][0]),
+           ("vs fp64", h["max_abs_err_f64"], 10 * h["eager_max_abs_err_f64"] + TOLERANCES["vs fp64"][0]),
+           ("mass conservation", h["conservation_err"],
+            max(TOLERANCES["mass conservation"][0], 10 * h["conservation_err_eager"])),
+           ("semigroup", h["semigroup_err"], TOLERANCES["semigroup"][0])]
+    for b, g in r.grads.items():
+        out += [(f"grad x ({b})", g["grad_x_rel"], TOLERANCES["gradients"][0]),
+                (f"grad t ({b})", g["grad_t_rel"], TOLERANCES["gradients"][0])]
+    return out
+
+
+def check_verdict(results: list[MeshResult]) -> tuple[bool, str]:
+    """Whether every check of every mesh is within its tolerance (:data:`TOLERANCES`), and one line
+    saying so: ``checks: ok (max rel err 6.6e-07 <= tol 1.0e-05; ...)`` or ``checks: FAILED (mesh:
+    check error > tolerance; ...)``. A NaN error fails."""
+    fails, rels = [], []
+    for r in results:
+        for name, err, tol in _mesh_checks(r):
+            if not err <= tol:   # NaN fails too
+                fails.append(f"{r.name}: {name} {err:.1e} > tol {tol:.1e}")
+            elif name == "values" or name.startswith("grad"):
+                rels.append(err)
+    if not results:
+        return False, "checks: none ran (no mesh)"
+    if fails:
+        return False, "checks: FAILED (" + "; ".join(fails) + ")"
+    tol = TOLERANCES["values"][0]
+    return True, (f"checks: ok (max rel err {max(rels):.1e} <= tol {tol:.1e} for values and gradients; "
+                  "error vs float64 within 10x eager fp32's; mass conservation and semigroup within tolerance)")
 
 
 def fmt_us(v: float | None) -> str:
@@ -64,8 +113,9 @@ def _spread(r: MeshResult, key: str) -> str:
     return f"{fmt_us(med)} ±{h:.0f}%" if h >= 1 else f"{fmt_us(med)} ±{h:.1f}%"
 
 
-def results_table(results: list[MeshResult]) -> list[list[str]]:
-    """Rows of the results table (the first is the header): only columns some mesh has."""
+def results_table(results: list[MeshResult], gpu: bool = True) -> list[list[str]]:
+    """Rows of the results table (the first is the header): only columns some mesh has; the
+    speed-up columns read "n/a (interpreter)" without a GPU (``gpu`` False, :func:`speedups`)."""
     cols = [(h, k) for h, k in COLUMNS if any(k in r.times_us for r in results)]
     sweep = any(r.best_split for r in results)
     head = ["mesh", "V", "schedule (forward)"] + [h for h, _ in cols[:3]] + (["best S"] if sweep else []) + \
@@ -76,7 +126,7 @@ def results_table(results: list[MeshResult]) -> list[list[str]]:
         row = [r.name, f"{r.V:,}", sched_summary(Schedule.from_json(r.schedules["forward"]))] + vals[:3]
         if sweep:
             row.append(str(r.best_split) if r.best_split else "-")
-        rows.append(row + vals[3:] + list(speedups(r)) + [f"{r.heat['max_abs_err']:.1e}"])
+        rows.append(row + vals[3:] + list(speedups(r, gpu)) + [f"{r.heat['max_abs_err']:.1e}"])
     return [head] + rows
 
 
@@ -217,7 +267,7 @@ def plots(results: list[MeshResult], out: Path, use_compile: bool, gpu: bool, de
 
 def report(results, skipped, env, args, out: Path, plot_files: list[str], seconds: float) -> str:
     """Write ``out/report.md`` and return its text."""
-    rows = results_table(results)
+    rows = results_table(results, bool(env.get("gpu", True)))
     _, cross_text = crossover(results)
     lines = ["# DiffusionNet spatial diffusion through dtriton", ""]
     lines += [
@@ -269,6 +319,7 @@ def report(results, skipped, env, args, out: Path, plot_files: list[str], second
                          f"{rc['max_rel_err']:.1e} | {rc['median_rel_err']:.1e} | {rc['seconds']:.1f} |")
     bnames = list(results[0].grads) if results else []
     lines += ["", "## Checks against eager PyTorch and heat-diffusion properties", "",
+              check_verdict(results)[1].replace("checks:", "**Checks:**", 1) + ".", "",
               "| mesh | max err | vs fp64: dtriton / eager fp32 | "
               + " | ".join(f"grad x rel ({b}) | grad t rel ({b})" for b in bnames)
               + " | λ₀ | mass conservation: dtriton / eager | semigroup |",
