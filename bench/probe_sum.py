@@ -1,0 +1,74 @@
+"""The rate a whole-tensor sum of squares can reach on the H200: the floor of Frobenius's statistics kernel.
+
+    PYTHONPATH=src python3 bench/probe_sum.py [--dtypes float16,float32] [--dry-run]
+
+A hand-written Triton kernel (no dtriton) sums the squares of a flat 16x64x256x256 tensor: each of
+``P`` programs loops over one contiguous chunk in steps of ``BLOCK`` elements (``tl.range``'s
+``loop_unroll_factor`` ``U``), writing one partial sum; the partials are not folded (a few hundred
+floats). Prints kernel us (CUDA-graph replay) and TB/s per (P, BLOCK, warps, U), best last: the number
+dtriton's ``frobenius_normalize_sum0`` (s5: 41-46.5 us fp16, 256 programs over rows of h) is held to.
+``--dry-run``: the interpreter, a tiny tensor (checks the script).
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import sys
+
+import torch
+
+if "--dry-run" in sys.argv:   # the interpreter must be chosen before the kernel is decorated
+    os.environ["TRITON_INTERPRET"] = "1"
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import run as R  # noqa: E402  (the suite's timing)
+
+
+@triton.jit
+def sum_squares(x_ptr, part_ptr, per_prog, BLOCK: tl.constexpr, U: tl.constexpr):
+    pid = tl.program_id(0)
+    base = x_ptr + pid.to(tl.int64) * per_prog
+    acc = tl.zeros([BLOCK], tl.float32)
+    for i in tl.range(0, per_prog, BLOCK, loop_unroll_factor=U):
+        v = tl.load(base + i + tl.arange(0, BLOCK)).to(tl.float32)
+        acc += v * v
+    tl.store(part_ptr + pid, tl.sum(acc, 0))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dtypes", default="float16,float32")
+    ap.add_argument("--dry-run", action="store_true")
+    a = ap.parse_args(argv)
+    if a.dry_run:
+        R.DEV, R.DRY = "cpu", True
+    numel = 4 * 4096 if a.dry_run else 16 * 64 * 256 * 256
+    progs = (2, 4) if a.dry_run else (264, 528, 1056, 2112)
+    blocks = (1024,) if a.dry_run else (4096, 8192)
+    for d in a.dtypes.split(","):
+        x = torch.randn(numel, device=R.DEV, dtype=getattr(torch, d))
+        ref = (x.double() ** 2).sum().item()
+        rows = []
+        for p, blk, w, u in itertools.product(progs, blocks, (8,), (1, 2)):
+            if numel % (p * blk):
+                continue
+            part = torch.empty(p, device=R.DEV, dtype=torch.float32)
+
+            def fn(p=p, blk=blk, w=w, u=u, part=part):
+                sum_squares[(p,)](x, part, numel // p, BLOCK=blk, U=u, num_warps=w)
+            fn()
+            err = abs(part.double().sum().item() - ref) / ref
+            us = R.graph_time_us(fn, reps=10, iters=5)
+            rows.append((us, p, blk, w, u, err))
+        rows.sort(reverse=True)
+        for us, p, blk, w, u, err in rows:
+            print(f"{d:8s} P {p:5d} BLOCK {blk:5d} warps {w} U {u}: {us:8.1f} us "
+                  f"{numel * x.element_size() / us / 1e6:6.3f} TB/s  err {err:.1e}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
