@@ -386,10 +386,17 @@ def _serves(rec) -> str:
               "or Triton version)")
 def tuning(action, file, db, stale):
     """List the tuning database's records (and which calls each serves), clear them, or export them to /
-    import them from FILE (JSON)."""
+    import them from FILE (JSON). Only import creates a database; a --db that does not exist is an
+    error for the other actions (a mistyped path would otherwise show an empty database)."""
     tdb = TuningDB(db)
     if action in ("export", "import") and not file:
         raise click.UsageError(f"dtriton tuning {action} needs a FILE")
+    if action != "import" and not tdb.path.exists():
+        if db is not None:
+            raise click.ClickException(f"tuning database {tdb.path} does not exist (nothing was created); check "
+                                       "the --db path, or leave --db out for the default database")
+        click.echo(f"{tdb.path}: no tuning database yet (dt.explore creates it); 0 record(s)")
+        return
     if action == "export":
         n = len(tdb.export_json(file)["records"])
         click.echo(f"{n} record(s) of {tdb.path} written to {file}")

@@ -40,8 +40,9 @@ def axes(names: str) -> tuple[Axis, ...]:
     """``i, j, k = dt.axes("i j k")``: make named axes. Names are separated by spaces or commas;
     the result is always a tuple, so ``i, = dt.axes("i")`` works. An axis takes the size of the
     dims it indexes; ``"d:N"`` gives it the size symbol ``N`` explicitly, for an axis used only
-    inside index expressions (``X[i, d + half]``). Raises :class:`AlgorithmError` for a name that
-    is not an identifier."""
+    inside index expressions (``X[i, d + half]``); the symbol is a dim of an input or an ``int``
+    argument of the algorithm. Raises :class:`AlgorithmError` for a name that is not an identifier
+    and for a number as the size (``"r:3"``: the message says how to pass it as an int argument)."""
     if not isinstance(names, str):
         raise AlgorithmError(f"dt.axes takes one string of axis names, e.g. dt.axes('i j k'), got "
                              f"{type(names).__name__} {names!r}")
@@ -51,6 +52,12 @@ def axes(names: str) -> tuple[Axis, ...]:
     out = []
     for p in parts:
         name, _, size = p.partition(":")
+        if size.lstrip("+-").isdigit():
+            raise AlgorithmError(
+                f"dt.axes({names!r}): axis {name!r} has the size {size}, a number; a size is a name: a dim of an "
+                f"input or an int argument of the algorithm. For a fixed size add an argument 'R: int' to the "
+                f"function, write dt.axes('{name}:R') and pass R={size} in the call (each value is compiled as "
+                f"its own specialisation, as a shape is)")
         out.append(Axis(name, size or None))
     return tuple(out)
 

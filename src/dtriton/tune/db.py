@@ -527,14 +527,22 @@ class TuningDB:
         Returns how many were written. Malformed records are skipped with a warning; records of
         another dtriton version (version-1 exports carry none) are stored but serve no call.
 
-        Raises :class:`TuningDatabaseError` when the document is not a dtriton tuning export or
-        has a newer schema version than this dtriton reads."""
+        Raises :class:`TuningDatabaseError` when the file cannot be read (a missing file, a
+        directory), the document is not a dtriton tuning export or has a newer schema version than
+        this dtriton reads."""
         if isinstance(src, Mapping):
             doc = dict(src)
         else:
             text = str(src)
             if not text.lstrip().startswith("{"):
-                text = Path(src).read_text()
+                try:
+                    text = Path(src).read_text()
+                except FileNotFoundError as e:
+                    raise TuningDatabaseError(f"cannot import {str(src)!r}: no such file; pass the path of a "
+                                              "file written by `dtriton tuning export FILE`") from e
+                except (OSError, UnicodeDecodeError) as e:
+                    raise TuningDatabaseError(f"cannot import {str(src)!r}: {e.strerror if isinstance(e, OSError) else e}"
+                                              " (expected a JSON file written by `dtriton tuning export FILE`)") from e
             try:
                 doc = json.loads(text)
             except ValueError as e:

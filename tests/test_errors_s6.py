@@ -1,0 +1,67 @@
+"""Messages found by the session-5 fresh-user trial and fixed in session 6: a number as an axis size,
+``dtriton tuning`` on a database path that does not exist, importing a missing export file."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dtriton as dt
+from dtriton.tune import TuningDatabaseError, TuningDB
+
+
+def test_axis_size_given_as_a_number_says_how_to_pass_it():
+    with pytest.raises(dt.AlgorithmError) as info:
+        dt.axes("i r:3")
+    msg = str(info.value)
+    assert "axis 'r' has the size 3, a number" in msg
+    assert "add an argument 'R: int'" in msg and "dt.axes('r:R')" in msg and "pass R=3" in msg
+
+
+def test_the_fix_the_axis_message_gives_works():
+    """The message's recipe: a window of R elements summed, R an int argument."""
+    i, r = dt.axes("i:N r:R")
+
+    @dt.algorithm
+    def window_sum(X: dt.Tensor["N"], R: int):
+        return dt.sum(X.pad(0.0)[i + r], over=r)[i]
+
+    X = torch.randn(11)
+    out = dt.compile(window_sum)(X, 3)
+    ref = torch.stack([X[k:k + 3].sum() for k in range(11)])
+    torch.testing.assert_close(out, ref.to(out.dtype))
+
+
+def _cli(args):
+    from click.testing import CliRunner
+    from dtriton.cli import main
+    return CliRunner().invoke(main, args)
+
+
+@pytest.mark.parametrize("action", [["list"], ["clear"], ["clear", "--stale"], ["export", "out.json"]])
+def test_tuning_on_a_missing_db_path_says_so_and_creates_nothing(tmp_path, action):
+    path = tmp_path / "sub" / "typo.sqlite"
+    args = ["tuning", *action[:1], *([str(tmp_path / action[1])] if action[1:2] == ["out.json"] else action[1:]),
+            "--db", str(path)]
+    r = _cli(args)
+    assert r.exit_code != 0
+    assert f"tuning database {path} does not exist (nothing was created)" in r.output
+    assert not path.exists() and not path.parent.exists()
+
+
+def test_tuning_list_without_db_on_a_fresh_machine(tmp_path, monkeypatch):
+    path = tmp_path / "fresh.sqlite"
+    monkeypatch.setenv("DTRITON_TUNING_DB", str(path))
+    r = _cli(["tuning"])
+    assert r.exit_code == 0 and "no tuning database yet" in r.output and "0 record(s)" in r.output
+    assert not path.exists()
+
+
+def test_tuning_import_of_a_missing_file_names_it(tmp_path):
+    missing = tmp_path / "nothere.json"
+    r = _cli(["tuning", "import", str(missing), "--db", str(tmp_path / "t.sqlite")])
+    assert r.exit_code != 0 and "Errno" not in r.output
+    assert f"cannot import '{missing}': no such file" in r.output and "dtriton tuning export FILE" in r.output
+    assert not (tmp_path / "t.sqlite").exists()
+    with pytest.raises(TuningDatabaseError, match="is a directory|Is a directory"):
+        TuningDB(tmp_path / "u.sqlite").import_json(tmp_path)
