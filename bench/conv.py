@@ -194,6 +194,14 @@ VARIANTS = {
         "4x8x64 w2": {"num_warps": 2},
         "4x8x64 w8": {"num_warps": 8},
         "2x8x32 w2": {"tile": {"h": 2, "c": 32}, "num_warps": 2},
+        # session 6: persistent programs whose tile loop is pipelined (plan.taps.plan_tile_stages: the next
+        # tiles' nine tap loads in flight through cp.async while this tile sums; 38 KB of shared memory a stage)
+        "persistent 2 s3": {"persistent": 2, "num_stages": 3},
+        "persistent 3 s2": {"persistent": 3, "num_stages": 2},
+        "persistent 4 s2": {"persistent": 4, "num_stages": 2},
+        "persistent 1 s4": {"persistent": 1, "num_stages": 4},
+        "persistent 4 s2 w8": {"persistent": 4, "num_stages": 2, "num_warps": 8},
+        "persistent 2 s3 2x8x64": {"persistent": 2, "num_stages": 3, "tile": {"h": 2}},
     },
 }
 

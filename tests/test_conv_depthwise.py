@@ -74,3 +74,17 @@ def test_unroll_one_keeps_the_taps_looped():
     sched = gpu_schedule(L.depthwise_conv2d_nhwc, args).replace(unroll=1)
     src = dt.compile(L.depthwise_conv2d_nhwc, sched).source_for(*args)
     assert "tl.static_range" not in src and "for r0 in range(" in src
+
+
+@pytest.mark.parametrize("stages,s,p", [(3, 1, 1), (2, 2, 1)])
+def test_persistent_tile_loop_pipelined(stages, s, p):
+    """A persistent depthwise kernel (its taps unrolled: no runtime loop but the tile loop) pipelines
+    its tile loop over the schedule's stages; right on odd sizes with more tiles than programs."""
+    X, W = randn(3, 11, 13, 6), randn(3, 3, 6)
+    args = [X, W, s, p, osize(11, 3, s, p), osize(13, 3, s, p)]
+    sched = gpu_schedule(L.depthwise_conv2d_nhwc, args).replace(persistent=1, num_stages=stages)
+    src = dt.compile(L.depthwise_conv2d_nhwc, sched).source_for(*args)
+    assert f"tl.num_programs(0), num_stages={stages}):" in src
+    check(L.depthwise_conv2d_nhwc, args, sched, torch_ref=t_depthwise)
+    looped = sched.replace(unroll=1)   # the taps looped: the tile loop stays a plain range
+    assert "for pid in range(" in dt.compile(L.depthwise_conv2d_nhwc, looped).source_for(*args)

@@ -32,7 +32,7 @@ from .lower import lower
 from .loop_stores import loop_store_bounds, plan_loop_stores
 from .online_split import plan_row_vectors
 from .passes import fp8_dots, plan_passes, register_cap
-from .taps import plan_static_loops
+from .taps import plan_static_loops, plan_tile_stages
 
 __all__ = ["decide", "one_pass_statistics", "plan_program", "sixteen_bit_terms", "unused_knobs"]
 
@@ -78,6 +78,7 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.eviction, k.evicted = plan_eviction(k, sched.eviction)
     k.passes, k.single = plan_passes(k, bool(sched.warp_specialize), sched.unroll)
     k.static_loops = plan_static_loops(k, small_sizes or {}, sched.unroll)
+    k.tile_stages = plan_tile_stages(k)
     k.bounds = plan_bounds(k, sched.mask_bounds)
     k.loop_stores = plan_loop_stores(k)   # in-loop atomic stores: the pass each rides
     k.bounds = loop_store_bounds(k)

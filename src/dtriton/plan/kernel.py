@@ -269,6 +269,9 @@ class KernelPlan:
                                                       # (n, h, w) read by TMA), not a run of the flat index
     static_loops: dict[str, int] = field(default_factory=dict)  # loop axis -> its exact size: emitted as
                                                       # tl.static_range (a depthwise conv's taps: plan.taps)
+    tile_stages: int = 0                              # >1: the persistent tile loop is software-pipelined
+                                                      # over this many stages (its body has no runtime loop:
+                                                      # the next tile's loads fly while this one computes)
     shifted_reads: dict[int, dict[int, tuple[str, Expr]]] = field(default_factory=dict)  # Load id -> dim ->
                                                       # (member of a flat_box axis, the index at that member 0):
                                                       # the index is the member plus that, a TMA box shifted by it

@@ -14,6 +14,13 @@ dots, not warp-specialised, whose reductions are all sums of products with two o
 reading each loop axis, one of them through a computed index (a window: ``h + r - 1``), loops over
 axes of tile 1 whose sizes are known and whose product is at most :data:`MAX_TAPS`. Pooling
 windows (one load) and everything else keep their loops.
+
+**The tile loop pipelined.** With the taps unrolled, a persistent kernel's program scope (the
+schedule's ``persistent``: a fixed grid of programs, each looping over output tiles) has no runtime
+loop left but the tile loop itself. :func:`plan_tile_stages` has it printed as ``tl.range(...,
+num_stages=S)`` (the schedule's ``num_stages``): Triton's pipeliner then issues the next tiles'
+loads (``cp.async`` into shared memory) while this tile's taps are summed and stored, instead of a
+program waiting for its loads once per tile.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from ..ir import Axis, Load, is_sum, mul_factors
 from .graph import fused_reduces
 from .kernel import KernelPlan
 
-__all__ = ["MAX_TAPS", "plan_static_loops"]
+__all__ = ["MAX_TAPS", "plan_static_loops", "plan_tile_stages"]
 
 #: the most unrolled steps (the product of a pass's static loop counts)
 MAX_TAPS = 32
@@ -65,3 +72,16 @@ def _window_sum(r, axes) -> bool:
         if len(readers) < 2 or not any(a in e.axes and not isinstance(e, Axis) for n in readers for e in n.index):
             return False
     return True
+
+
+def plan_tile_stages(k: KernelPlan) -> int:
+    """The stages of kernel ``k``'s pipelined persistent tile loop (see the module's docstring):
+    ``k.num_stages`` where ``k`` is persistent, its num_stages is 2 or more, it has unrolled window
+    loops (``k.static_loops``, decided first) and every loop of its program scope is one of them;
+    0 (a plain ``range``) otherwise."""
+    if not k.persistent or k.num_stages < 2 or not k.static_loops:
+        return 0
+    passes = list(k.passes) + list(k.single.values())
+    if any(a not in k.static_loops for p in passes for a in p.loop_axes):
+        return 0
+    return k.num_stages

@@ -117,7 +117,12 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
             # persistent kernel: a fixed number of programs, each looping over output tiles
             total = " * ".join([nums[a] for a in grid] + ([str(k.split[1])] if k.split else [])) or "1"
             root.emit(f"num_tiles = {total}")
-            top = root.open("for pid in range(tl.program_id(0), num_tiles, tl.num_programs(0)):  # persistent tile loop", ())
+            if k.tile_stages:   # (the body has no runtime loop: the tile loop itself is pipelined)
+                top = root.open(f"for pid in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), "
+                                f"num_stages={k.tile_stages}):  # persistent tile loop, the next tiles' loads "
+                                "in flight", ())
+            else:
+                top = root.open("for pid in range(tl.program_id(0), num_tiles, tl.num_programs(0)):  # persistent tile loop", ())
         else:
             root.emit("pid = tl.program_id(0)")
             top = root
