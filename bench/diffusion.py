@@ -51,34 +51,29 @@ ROWS: list[dict] = []
 def probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
     """--probe: the heuristic's schedule ``base`` with one change each, so the rows show which
     knob moves the forward time at this V: the first contraction (sum0, reduced over v) split
-    half or twice as much, in 64 x 128 tiles (one m64n128 wgmma per step instead of m64n64: twice
-    the work between tf32x3's waits), in steps of 64 vertices; the output GEMM (out0) in steps of
-    64 eigenvectors, in 32 x 64 tiles (twice the programs: small meshes), in 128 x 64 tiles with 4
-    warps (m64n128 wgmma) or 64 x 128 with 8 warps; the whole layer at precision bf16x6 (fp32 accuracy
-    from six bf16 passes: 16-bit wgmma operands may be MN-major, so neither v-major operand of the
-    projection needs a transposition, at the MMA time of tf32x3's three tf32 passes) and at tf32 (one
-    pass, ~1e-3: what the MMAs alone cost).
-    All compile for sm_90 without spills (bench/diffusion_sm90.py --probe). Empty when ``base``
-    has no sum0 stage."""
+    half or twice as much; the output GEMM (out0) in 32 x 64 tiles (twice the programs: small
+    meshes), in 128 x 64 tiles with 4 warps or 64 x 128 with 8 warps; the output GEMM at bf16x6
+    (the default runs it at tf32x3 and the projection at bf16x6, the projection's stage
+    precision); session 5's default (split half as much, bf16x6 for both: the A/B of this
+    session's rule); and both GEMMs at tf32 (one pass, ~1e-3: what the MMAs alone cost).
+    Empty when ``base`` has no sum0 stage."""
     ss = base.stages.get("sum0")
     split = base.split.get("v", 1)
     if ss is None or split < 2:
         return {}
 
-    def sum0(**tile):
-        return base.replace(stages={**dict(base.stages), "sum0": ss.replace(tile={**dict(ss.tile), **tile})})
+    def everywhere(sched: dt.Schedule, precision: str) -> dt.Schedule:
+        """``sched`` with ``precision`` for every dot (the projection's stage override too)."""
+        stages = {**dict(sched.stages), "sum0": sched.stages["sum0"].replace(precision=precision)}
+        return sched.replace(precision=precision, stages=stages)
     return {f"sum0 split {split // 2}": base.replace(split={"v": split // 2}),
             f"sum0 split {split * 2}": base.replace(split={"v": split * 2}),
-            "sum0 64x128": sum0(c=128),
-            "sum0 v64": sum0(v=64),
-            "out0 k64": base.replace(tile={**dict(base.tile), "k": 64}),
             "out0 32x64": base.replace(tile={**dict(base.tile), "v": 32}),
             "out0 128x64 4 warps": base.replace(tile={**dict(base.tile), "v": 128, "c": 64}, num_warps=4),
             "out0 64x128 8 warps": base.replace(tile={**dict(base.tile), "v": 64, "c": 128}, num_warps=8),
-            "tf32x3": base.replace(precision="tf32x3"),
-            "bf16x6": base.replace(precision="bf16x6"),
-            "bf16x6 sum0 64x128": sum0(c=128).replace(precision="bf16x6"),
-            "tf32 (1e-3: MMA-time reference)": base.replace(precision="tf32")}
+            "out0 bf16x6": base.replace(precision="bf16x6"),
+            "s5 default (split/2, bf16x6 both)": everywhere(base.replace(split={"v": split // 2}), "bf16x6"),
+            "tf32 (1e-3: MMA-time reference)": everywhere(base, "tf32")}
 
 
 def inputs(V: int, K: int, C: int, dev: str, seed: int = 0) -> tuple:

@@ -55,18 +55,35 @@ def test_bench_diffusion_plans_mode(tmp_path):
 
 
 def test_long_reduction_rule_tiles_split_and_precision():
-    """The projection (sum over v into K x C) gets its own 64x64 tiles, a split giving about two
-    waves of programs (fewer on a small mesh: >= 2 tiles of v each), and bf16x6 (its operands
-    read v as rows: 16-bit wgmma takes them MN-major, tf32 does not)."""
+    """The projection (sum over v into K x C) gets its own 64x64 tiles, a split giving about four
+    waves of programs (fewer on a small mesh: >= 1 tile of v each), and bf16x6 as its own stage
+    precision (its operands read v as rows: 16-bit wgmma takes them MN-major, tf32 does not); the
+    output GEMM keeps "auto" (tf32x3: basis is read K-major)."""
     big = layer_plans(100_000)["forward"][0]
-    assert big.precision == "bf16x6" and big.split["v"] == 64
+    assert big.precision == "auto" and big.split["v"] == 128
     ss = big.stages["sum0"]
     assert dict(ss.tile) == {"k": 64, "c": 64, "v": 32} and ss.num_warps == 4 and ss.num_stages == 3
+    assert ss.precision == "bf16x6"
     small = layer_plans(2000)["forward"][0]
-    assert dict(small.stages["sum0"].tile) == {"k": 64, "c": 64, "v": 32} and small.split["v"] == 16
-    for name in ("manual backward", "derived backward"):   # basis^T G: the same pattern, the same rule
+    assert dict(small.stages["sum0"].tile) == {"k": 64, "c": 64, "v": 32} and small.split["v"] == 32
+    for name in ("forward", "manual backward", "derived backward"):   # basis^T G: the same pattern, the same rule
         sched, kernels = layer_plans(20_000)[name]
-        assert sched.precision == "bf16x6" and kernels[0]["split"] == ("v", 64), (name, kernels[0])
+        assert sched.precision == "auto" and kernels[0]["split"] == ("v", 128), (name, kernels[0])
+        assert [k["dots"][0][2] for k in kernels[:2]] == ["bf16x6", "tf32x3"], (name, kernels)
+
+
+def test_stage_precision_reaches_only_its_kernel():
+    """A stage's precision override applies to the dots of that stage's kernel; the schedule's to the others."""
+    import dtriton as dt
+    from dtriton.examples.diffusionnet.plans import empty_args, gpu_program
+    from dtriton.library import spatial_diffusion
+    args = empty_args(spatial_diffusion, {"V": 20_000, "K": 128, "C": 128})
+    sched = dt.Schedule(precision="tf32", stages={"sum0": dt.StageSchedule(place="materialize", precision="bf16x3")})
+    _, prog = gpu_program(spatial_diffusion, args, sched)
+    dots = {k.name.rsplit("_", 1)[-1]: [d.precision for d in k.dots.values()] for k in prog.kernels}
+    assert dots["sum0"] == ["bf16x3"] and dots["out0"] == ["tf32"], dots
+    with pytest.raises(dt.ScheduleError, match=r"stages\['sum0'\]\.precision"):
+        dt.Schedule(stages={"sum0": dt.StageSchedule(precision="fp8")})
 
 
 def test_long_reduction_rule_leaves_user_choices():
@@ -92,7 +109,7 @@ def test_long_reduction_schedule_runs_correctly(V, K, C):
     args = (torch.randn(V, C, generator=g), torch.randn(V, K, generator=g) / V ** 0.5, torch.rand(V, generator=g) + 0.5,
             torch.rand(K, generator=g) * 10, torch.rand(C, generator=g))
     sched, _ = gpu_program(spatial_diffusion, args)
-    assert "sum0" in sched.stages and sched.split["v"] > 1 and sched.precision == "bf16x6", sched
+    assert "sum0" in sched.stages and sched.split["v"] > 1 and sched.stages["sum0"].precision == "bf16x6", sched
     out = (torch.full((V, C), float("nan")), torch.full((K, C), float("nan")))
     got = dt.compile(spatial_diffusion, sched)(*args, out=out)
     ref = torch_spatial_diffusion(*(a.double() for a in args))

@@ -71,7 +71,9 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     plan_implicit_gemm(k, sched.access, tma_ok, unit_scalars)
     # a warp-specialised loop (it needs TMA loads) keeps the algorithm's operand order
     # (integer sums of products fold exactly, in int64, not on tensor cores, unless int8 dots)
-    k.dots = plan_dots(k, sched.precision, swap_ok=not (sched.warp_specialize and sched.access == "tma"))
+    # a stage's own precision (its override) applies to the dots of the kernel it names
+    precision = sched.stage(k.stage_names[0]).precision if k.stage_names else None
+    k.dots = plan_dots(k, precision or sched.precision, swap_ok=not (sched.warp_specialize and sched.access == "tma"))
     k.dot_only = dot_only_axes(k)
     k.trans_loads = transposed_operands(k)
     k.access = plan_access(k, sched.access, tma_ok)

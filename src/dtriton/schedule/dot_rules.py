@@ -270,14 +270,19 @@ def _long_reduction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
     """A materialised fp32 contraction that reduces a long axis into a small output (the diffusion
     layer's projection ``basis^T (x mass)``, 128 x 128 summed over V = 2000 to 10^5 vertices, and
     its backward's ``basis^T G``): 64 x 64 output tiles of its own (a stage override; the
-    consumers keep theirs), 4 warps, 3 stages, reduced in tiles of 32, split so about two waves of
-    programs run (each looping over >= 2 tiles of the reduction). Both operands of such a product
-    usually read the reduced axis as their rows (A^T B of two row-major tensors), which precision
-    "auto" runs as FMA dots ("ieee"); an "auto" precision becomes "bf16x6" (fp32 accuracy on tensor
-    cores from six bf16 passes: 16-bit wgmma reads MN-major operands from shared memory, where tf32
-    needs them K-major and Triton moves them through registers). H200, the layer's forward at
-    V=100000: bf16x6 161.6 us against tf32x3 183.9 (rel. err 2.4e-7 against 3.3e-7); V=20000 43.1
-    against 46.5 (bench/results/issue15/s5/).
+    consumers keep theirs), 4 warps, 3 stages, reduced in tiles of 32, split so about four waves of
+    programs run (each looping over >= 1 tile of the reduction; H200, s5 call 5, bf16x6: the
+    projection at V=100000 64.9 us split 128 against 74.2 split 64, V=20000 16.3 against 18.4,
+    V=2000 5.2 split 32 against 6.9 split 16, V=6000 8.6 split 128 against 8.0-8.5 split 64).
+    Both operands of such a product usually read the reduced axis as their rows (A^T B of two
+    row-major tensors), which precision "auto" runs as FMA dots ("ieee"); under an "auto" schedule
+    the stage's own precision becomes "bf16x6" (fp32 accuracy on tensor cores from six bf16 passes:
+    16-bit wgmma reads MN-major operands from shared memory, where tf32 needs them K-major and Triton
+    moves them through registers), and the other contractions keep "auto": the output GEMM
+    (``basis @ coefficients``, basis read K-major) then runs at tf32x3. H200, s5 calls 4 and 5, per
+    kernel: the projection at V=100000 74.2 us bf16x6 against 110.5 tf32x3, V=20000 18.4 against
+    24.5; the output GEMM 69.4 us tf32x3 against 83.8 bf16x6 at V=100000, 16.2 against 19.2 at
+    V=20000, 5.7 against 7.4 at V=2000 (bench/results/issue15/s5/).
     H200 probes of the layer's forward (bench/results/issue15/diffusion_h200_call4.md, K = C =
     128): with 64 x 64 tiles split 16 at V=2000 18.2 us, split 64 at V=6000 23.8 us, against 32.0
     and 31.1 us for the former 32 x 64 FMA tiles split 2 and 8; 128 x 128 tiles over a wave were
@@ -297,17 +302,19 @@ def _long_reduction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
         return False
     rt = 32
     tm, tn = d.cap(m, 64), d.cap(n, 64)
-    most = sizes[r] // (2 * rt)           # splits leaving each program >= 2 tiles of r
-    want = max(1, 2 * d.sms // programs((m, n), sizes, {m: tm, n: tn}))
+    most = sizes[r] // rt                 # splits leaving each program >= 1 whole tile of r
+    want = max(1, 4 * d.sms // programs((m, n), sizes, {m: tm, n: tn}))
     split = 1 << (min(want, most).bit_length() - 1)
     if split < 2:
         return False
     ss = d.stages.get(name, StageSchedule())
-    d.stages[name] = ss.replace(tile={**dict(ss.tile), m: tm, n: tn, r: rt}, num_stages=3, num_warps=4)
+    # its own precision (a stage override): the other contractions keep "auto", which runs the output GEMM
+    # (basis (V, K) @ coefficients, basis read K-major) at tf32x3, faster there than bf16x6
+    prec = "bf16x6" if d.precision == "auto" and not _fp32_tensor_cores(d, name) else ss.precision
+    d.stages[name] = ss.replace(tile={**dict(ss.tile), m: tm, n: tn, r: rt}, num_stages=3, num_warps=4,
+                                precision=prec)
     d.split[r] = split
     d.dot_axes |= {m, n, r}
-    if d.precision == "auto" and not _fp32_tensor_cores(d, name):
-        d.precision = "bf16x6"
     return True
 
 

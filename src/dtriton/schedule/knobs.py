@@ -285,7 +285,7 @@ BUILTIN: tuple[Knob, ...] = (
     Knob("acc_dtype", "float32", one_of(ACC_DTYPES),
          doc="accumulation and compute dtype of float values: float64 computes the kernels in float64 (no "
              "tensor-core dots on the GPU); integer sums always fold in int64"),
-    Knob("precision", "auto", one_of(PRECISIONS),
+    Knob("precision", "auto", one_of(PRECISIONS), scope="stage",
          doc="dot precision of fp32 operands: auto (tf32x3 where the layout suits tensor cores, else ieee; fp32 "
              "accuracy), ieee, tf32 (~1e-3 relative error), tf32x3 / bf16x6 (fp32 accuracy), bf16x3 (~1e-5)"),
     Knob("split_mode", None, one_of((None,) + SPLIT_MODES, f"must be one of {SPLIT_MODES} (or None: the compiler picks)"),
