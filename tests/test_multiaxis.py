@@ -65,6 +65,11 @@ def test_statistics_then_normalise_split_across_programs(name, small_budgets):
     ref = eager(*[a.double() for a in (x,) + tuple(args[1:])])
     assert relerr(k(*args).reshape(ref.shape), ref) < 1e-5
     assert "pid_split" in k.source
+    # the output pass (and only it) starts on the tiles the statistics kernel read last (L2 reuse)
+    assert k.source.count("reverse launch order") == 1 and "reverse launch order" in k.source.rsplit("@_jit", 1)[1]
+    fwd = dt.compile(alg, s.replace(tile_order="forward"))
+    assert relerr(fwd(*args).reshape(ref.shape), ref) < 1e-5
+    assert "reverse launch order" not in fwd.source
 
 
 @pytest.mark.parametrize("name", list(NORMS))

@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..ir import Expr, Reduce, axis_bounds, integer_valued, reduction_guard, walk
+from ..ir import Expr, Load, Reduce, axis_bounds, integer_valued, reduction_guard, walk
 from .graph import fused_reduces
 from .kernel import KernelPlan, LoopBounds, PassPlan
 from .passes import top_bound
 
-__all__ = ["plan_bounds", "plan_reverse_order"]
+__all__ = ["input_tensors", "plan_bounds", "plan_reverse_order"]
 
 
 def plan_bounds(k: KernelPlan, enabled: bool = True) -> dict[tuple[int, ...], LoopBounds]:
@@ -65,15 +65,29 @@ def ws_off_split_loops(k: KernelPlan) -> tuple[list[PassPlan], dict[int, PassPla
     return [off(p) for p in k.passes], {i: off(p) for i, p in k.single.items()}
 
 
-def plan_reverse_order(k: KernelPlan, order: str) -> bool:
+def plan_reverse_order(k: KernelPlan, order: str, reread: frozenset = frozenset()) -> bool:
     """Whether ``k``'s programs take their tiles in reverse launch order: the schedule's
-    ``tile_order`` ("forward", "reverse"); "auto" keeps program-id order. Measured on the H200
-    (bench/results/issue18, fp16 causal attention on the grid (b, h, i)): reversing, so each
-    head's longest rows start first, gained nothing (S4096 D128: 1620 us reversed, 1582 forward;
-    S1024 D64: 82.8 and 83.4); the query axis outermost and reversed (grid (i, b, h)) won at
-    S1024 D64 (71.2 us, K and V of every head fit in L2) and lost at S4096 (1927 us), so that
-    order is left to exploration (derived GPU spaces try both orders and the grid permutations)."""
-    return order == "reverse"
+    ``tile_order`` ("forward", "reverse"); "auto" reverses an output pass that reads statistics
+    an earlier kernel materialised from an input it reads again (``reread``: the inputs of ``k``
+    an earlier kernel of the program loads), so it starts on the part of that input the
+    statistics kernel read last, still in L2 (the H200's 50 MB: a fraction of a 134 MB
+    Frobenius or instance norm input read twice); other kernels keep program-id order. Measured
+    for causal attention on the H200 (bench/results/issue18, fp16 on the grid (b, h, i)):
+    reversing, so each head's longest rows start first, gained nothing (S4096 D128: 1620 us
+    reversed, 1582 forward; S1024 D64: 82.8 and 83.4); the query axis outermost and reversed
+    (grid (i, b, h)) won at S1024 D64 (71.2 us, K and V of every head fit in L2) and lost at
+    S4096 (1927 us), so that order is left to exploration (derived GPU spaces try both orders
+    and the grid permutations)."""
+    if order != "auto":
+        return order == "reverse"
+    return bool(reread and k.materialized and k.grid) and not (k.dots or k.persistent or k.split or k.bounds
+                                                                or k.passes or k.single)
+
+
+def input_tensors(k: KernelPlan) -> frozenset:
+    """The names of the tensors kernel ``k`` loads (up to the reductions it reads materialised)."""
+    return frozenset(n.tensor.name for n in walk([st.expr for st in k.stores], stop=lambda n: n.uid in k.materialized)
+                     if isinstance(n, Load))
 
 
 def _pass_bounds(k: KernelPlan, p: PassPlan, by_id: dict[int, Reduce]) -> LoopBounds | None:

@@ -21,7 +21,7 @@ from ..ir import (Algorithm, Binding, Reduce, base2_exponents, base2_shifted_exp
 from ..schedule import Schedule
 from .access import plan_access, plan_descriptor_site, plan_eviction, plan_ws_stores, plan_floor_ops, plan_read_masks
 from .blockreduce import plan_block_reduce
-from .bounds import plan_bounds, plan_reverse_order, ws_off_split_loops
+from .bounds import input_tensors, plan_bounds, plan_reverse_order, ws_off_split_loops
 from .buffers import plan_buffers, plan_int_buffers
 from .epilogues import move_epilogues, store_operands
 from .callspec import CallSpec
@@ -51,10 +51,13 @@ def decide(prog: Program, sched: Schedule, dtypes: Mapping[str, torch.dtype],
     two its size is at most on every call of this signature; ``unit_scalars``: the integer
     scalars equal to 1 on it; ``small_sizes``: axis -> its size, for the axes of at most 8."""
     any64 = kernel_f64(dtypes.values(), out_dtypes.values()) or sched.acc_dtype == "float64"
+    read: frozenset = frozenset()   # the inputs the kernels before this one load
     for k in prog.kernels:
         k.size_buckets = dict(size_buckets or {})
         _decide_kernel(k, sched, dtypes, out_dtypes, "float64" if any64 else "float32", interpret, i64, tma_ok,
                        dict(hints or {}), dict(unit_dims or {}), masked_reads, unit_scalars, dict(small_sizes or {}))
+        k.reverse_order = plan_reverse_order(k, sched.tile_order, input_tensors(k) & read)
+        read |= input_tensors(k)
     prog.note = note
     return prog
 
@@ -88,7 +91,6 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.access = plan_ws_stores(k)
     k.device_descs = plan_descriptor_site(k, sched.descriptors)
     k.row_vectors = plan_row_vectors(k)
-    k.reverse_order = plan_reverse_order(k, sched.tile_order)
     k.read_masks, k.floor_ops = plan_read_masks(k, masked_reads), plan_floor_ops(k)
     k.max_registers = register_cap(k)
 

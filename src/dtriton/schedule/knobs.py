@@ -64,7 +64,8 @@ PRECISIONS = ("auto", "ieee", "tf32", "tf32x3", "bf16x3", "bf16x6")
 TENSOR_CORE_FP32 = ("tf32", "tf32x3", "bf16x3", "bf16x6")
 #: Launch order of a kernel's tiles (``Schedule.tile_order``): forward (program id order),
 #: reverse (the last tile first; causal load balancing puts the heaviest tiles first), or auto
-#: (the plan's choice: program-id order, which measured at least as fast for causal attention).
+#: (the plan's choice: reverse for an output pass re-reading the input of a statistics kernel, whose last
+#: tiles are still in L2; else program-id order, which measured at least as fast for causal attention).
 TILE_ORDERS = ("auto", "forward", "reverse")
 #: Where the TMA descriptors of ``access="tma"`` tiles are built (``Schedule.descriptors``): host
 #: (encoded once per call, passed as kernel arguments), device (``tl.make_tensor_descriptor`` at
@@ -307,7 +308,8 @@ BUILTIN: tuple[Knob, ...] = (
              "triangular and banded products) and run the fully visible ones without the mask"),
     Knob("tile_order", "auto", one_of(TILE_ORDERS),
          doc="launch order of a kernel's tiles: forward, reverse (the last first; with the query axis outermost on "
-             "the grid, causal attention's longest rows first), or auto (the plan's choice: forward)"),
+             "the grid, causal attention's longest rows first), or auto (the plan's choice: an output pass re-reading "
+             "an input a statistics kernel read starts on its last tiles, still in L2; else forward)"),
     Knob("fuse_outputs", True, Domain("True, False", _boolean, (False, True)),
          doc="multi-output kernels: materialised reductions over the same axes with the same schedule share a "
              "kernel, and outputs over fewer axes join a kernel whose programs compute them (False: one each)"),
