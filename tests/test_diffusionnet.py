@@ -196,6 +196,22 @@ def test_demo_quick_writes_report(tmp_path, monkeypatch, capsys):
     assert "fwd vs eager" in table_head and "f+b vs eager" in table_head and "*f+b vs eager*" in text
     row = next(ln for ln in text.splitlines() if ln.startswith("| synthetic-sphere-300"))
     assert row.count("n/a (interpreter)") == 2   # interpreter times against CPU PyTorch compare nothing
+    assert "speed vs eager PyTorch: n/a (the dtriton kernels ran on Triton's interpreter" in log
+    assert "**Speed vs eager PyTorch:** n/a" in text
+
+
+def test_speed_verdict_summarises_the_meshes():
+    """The demo's speed line on the GPU: geomean, lowest and highest mesh, meshes where dtriton is faster."""
+    from dtriton.examples.diffusionnet.demo_mesh import MeshResult
+    from dtriton.examples.diffusionnet.demo_report import speed_verdict
+
+    def mesh(name, dt_f, dt_fb, eager_f, eager_fb):
+        return MeshResult(name, "test", 100, 196, 16, 8, 0.0, False, {}, {}, dict(
+            dtriton_fwd=dt_f, **{"dtriton-auto_fwdbwd": dt_fb}, eager_fwd=eager_f, eager_fwdbwd=eager_fb), {}, {})
+    line = speed_verdict([mesh("a", 10.0, 40.0, 20.0, 40.0), mesh("b", 10.0, 50.0, 5.0, 100.0)])
+    assert line == ("speed vs eager PyTorch: forward 1.00x geomean (0.50x b .. 2.00x a; faster on 1 of 2 meshes); "
+                    "forward+backward 1.41x geomean (1.00x a .. 2.00x b; faster on 1 of 2 meshes)")
+    assert "forward+backward n/a (not timed)" in speed_verdict([mesh("a", 10.0, None, 20.0, None)])
 
 
 def test_demo_renders_results_of_an_older_run(tmp_path):

@@ -39,7 +39,7 @@ import torch
 
 from .demo_mesh import MeshResult, run_mesh, say
 from .demo_meshes import CPU_MAX_VERTICES, default_meshes, header_vertices, split_names
-from .demo_report import check_verdict, crossover, results_table, text_table, write_outputs
+from .demo_report import check_verdict, crossover, results_table, speed_verdict, text_table, write_outputs
 
 __all__ = ["main", "build_parser"]
 
@@ -98,6 +98,7 @@ def _render(src: Path, out: Path) -> int:
     plots = write_outputs(results, [tuple(x) for x in data.get("skipped", [])], data["env"], args, out,
                           bool(data["env"].get("gpu")), float(data.get("seconds", 0.0)))
     say(text_table(results_table(results, bool(data["env"].get("gpu")))))
+    say(speed_verdict(results, bool(data["env"].get("gpu"))))
     say(check_verdict(results)[1])
     say(f"Split of V: {crossover(results)[1]}.")
     say(f"Report: {out / 'report.md'}" + (f"; plots: {', '.join(plots)}" if plots else ""))
@@ -130,6 +131,7 @@ def _print_summary(results: list[MeshResult], env: dict, gpu: bool, out: Path, p
     say(f"(times: median µs ± half the interquartile range in % of the median, "
         f"{'do_bench on ' + env['device'] if gpu else 'wall clock, Triton interpreter on CPU'}; "
         f"f+b: forward plus backward, dt = hand-written backward algorithms, dt-auto = dt.grad's)")
+    say(speed_verdict(results, gpu))
     _, cross_text = crossover(results)
     say(f"Split of V: {cross_text}.")
     for r in results:

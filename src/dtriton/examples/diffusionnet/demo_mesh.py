@@ -17,7 +17,7 @@ from .demo_meshes import load_named_mesh
 __all__ = ["SPLITS", "BACKEND_LABEL", "MeshResult", "bench_us", "progress", "say", "run_mesh"]
 
 #: split factors of the V reduction swept on the GPU
-SPLITS = (1, 2, 4, 8, 16, 32, 64)
+SPLITS = (1, 2, 4, 8, 16, 32, 64, 128)
 #: label in the tables of each layer backend
 BACKEND_LABEL = {"dtriton-manual": "dtriton", "auto": "dtriton-auto"}
 

@@ -12,7 +12,7 @@ from dtriton.schedule import Schedule
 from .demo_mesh import SPLITS, MeshResult
 
 __all__ = ["results_table", "speedups", "markdown_table", "text_table", "crossover", "write_outputs", "fmt_us",
-           "check_verdict", "TOLERANCES"]
+           "check_verdict", "speed_verdict", "TOLERANCES"]
 
 #: table columns: (header, key in MeshResult.times_us)
 COLUMNS = (("dt fwd", "dtriton_fwd"), ("dt f+b", "dtriton_fwdbwd"), ("dt-auto f+b", "dtriton-auto_fwdbwd"),
@@ -50,6 +50,41 @@ def speedups(r: MeshResult, gpu: bool = True) -> tuple[str, str]:
     for eager, mine in ((t.get("eager_fwd"), t.get("dtriton_fwd")), (t.get("eager_fwdbwd"), fb)):
         out.append(f"{eager / mine:.2f}×" if eager and mine else "n/a")
     return out[0], out[1]
+
+
+def _ratios(results: list[MeshResult]) -> dict[str, list[tuple[float, str]]]:
+    """Per pass ("forward", "forward+backward"): (eager time / dtriton time, mesh name) of every
+    mesh where both were timed (the f+b one for the backward the layer runs, as :func:`speedups`)."""
+    out: dict[str, list[tuple[float, str]]] = {"forward": [], "forward+backward": []}
+    for r in results:
+        t = r.times_us
+        fb = t.get("dtriton-auto_fwdbwd") or t.get("dtriton_fwdbwd")
+        for key, eager, mine in (("forward", t.get("eager_fwd"), t.get("dtriton_fwd")),
+                                 ("forward+backward", t.get("eager_fwdbwd"), fb)):
+            if eager and mine:
+                out[key].append((eager / mine, r.name))
+    return out
+
+
+def speed_verdict(results: list[MeshResult], gpu: bool = True) -> str:
+    """One line on dtriton's speed against eager PyTorch over the meshes: per pass the geometric mean
+    of eager time / dtriton time, the lowest and highest with their meshes, and on how many meshes
+    dtriton is faster, e.g. ``speed vs eager PyTorch: forward 1.62x geomean (1.21x cow .. 2.05x
+    face000; faster on 8 of 8 meshes); forward+backward ...``. Without a GPU it says the times are
+    the interpreter's and compare nothing."""
+    if not gpu:
+        return "speed vs eager PyTorch: n/a (the dtriton kernels ran on Triton's interpreter on the CPU)"
+    parts = []
+    for key, rs in _ratios(results).items():
+        if not rs:
+            parts.append(f"{key} n/a (not timed)")
+            continue
+        geo = math.exp(sum(math.log(x) for x, _ in rs) / len(rs))
+        lo, hi = min(rs), max(rs)
+        faster = sum(x > 1 for x, _ in rs)
+        parts.append(f"{key} {geo:.2f}x geomean ({lo[0]:.2f}x {lo[1]} .. {hi[0]:.2f}x {hi[1]}; "
+                     f"faster on {faster} of {len(rs)} meshes)")
+    return "speed vs eager PyTorch: " + "; ".join(parts)
 
 
 #: The demo's checks and their tolerances (fp32: errors relative to the largest entry, as the tests):
@@ -283,7 +318,9 @@ def report(results, skipped, env, args, out: Path, plot_files: list[str], second
               "Times in µs: the median and, after ±, half the interquartile range in % of the median (" +
               ("`triton.testing.do_bench`" if env["gpu"] else "wall clock, PyTorch on one thread") + "). "
               + column_notes(rows[0]) + ".", "",
-              markdown_table(rows), ""]
+              markdown_table(rows), "",
+              speed_verdict(results, bool(env.get("gpu", True))).replace("speed vs eager PyTorch:",
+                                                                          "**Speed vs eager PyTorch:**", 1) + ".", ""]
     if skipped:
         lines += ["Skipped meshes:", ""] + [f"- {n}: {why}" for n, why in skipped] + [""]
     lines += ["## Split of the V reduction", "", cross_text + ".", ""]
