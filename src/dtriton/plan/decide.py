@@ -5,7 +5,8 @@ The named steps, in order (each reads what the ones before decided): call facts 
 flat axes of implicit GEMMs (convolutions), dots,
 dot-only axes, access per tensor tile, eviction hints, passes (grouping, online merging, warp
 specialisation), loop bounds from masks (the loops they split are not warp-specialised), the pass
-whose loop adds each in-loop atomic store (:mod:`dtriton.plan.loop_stores`), where TMA
+whose loop adds each in-loop atomic store (:mod:`dtriton.plan.loop_stores`), a persistent GEMM's
+flattened tile loop and output stores in pieces (:mod:`dtriton.plan.persistent`), where TMA
 descriptors are built, the launch order. Then :func:`unused_knobs` reads the decisions back: the
 knobs that had no effect.
 """
@@ -32,6 +33,7 @@ from .lower import lower
 from .loop_stores import loop_store_bounds, plan_loop_stores
 from .online_split import plan_row_vectors
 from .passes import fp8_dots, plan_passes, register_cap
+from .persistent import plan_flatten, plan_store_pieces
 from .taps import plan_static_loops, plan_tile_stages
 
 __all__ = ["decide", "one_pass_statistics", "plan_program", "sixteen_bit_terms", "unused_knobs"]
@@ -89,6 +91,8 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.bounds = loop_store_bounds(k)
     k.passes, k.single = ws_off_split_loops(k)
     k.access = plan_ws_stores(k)
+    k.flatten = plan_flatten(k)
+    k.access = plan_store_pieces(k, sched.store_pieces)
     k.device_descs = plan_descriptor_site(k, sched.descriptors)
     k.row_vectors = plan_row_vectors(k)
     k.read_masks, k.floor_ops = plan_read_masks(k, masked_reads), plan_floor_ops(k)

@@ -205,10 +205,13 @@ class TileAccess:
     on this call; tiles without an entry use plain pointers. ``perm``: for "tma", the order of the
     tensor's dims the descriptor is built on (its unit-stride dim last: a transposed operand is
     read through a descriptor of the transposed view, and ``box`` is in that order); None keeps
-    the tensor's own order."""
+    the tensor's own order. ``pieces``: for a "tma" output store, the tile is stored in this many
+    pieces along its last dim, ``box`` being one piece (epilogue subtiling,
+    :func:`dtriton.plan.persistent.plan_store_pieces`)."""
     kind: str
     box: tuple[int, ...] = ()
     perm: tuple[int, ...] | None = None
+    pieces: int = 1
 
 
 @dataclass
@@ -256,6 +259,8 @@ class KernelPlan:
     evicted: frozenset = frozenset()                  # inputs some non-TMA load of which carries its hint
     bounds: dict[tuple[int, ...], LoopBounds] = field(default_factory=dict)  # a pass's reductions -> its loop range
     reverse_order: bool = False                       # programs take their tiles in reverse launch order
+    flatten: bool = False                             # the persistent tile loop and its one contraction loop
+                                                      # pipelined as one loop (plan.persistent.plan_flatten)
     read_masks: dict[int, tuple[int, ...]] = field(default_factory=dict)  # Load id -> dims whose computed index
                                                       # is masked to the dim (reading the load's pad, or 0)
     floor_ops: frozenset = frozenset()                # // and % nodes whose operands may be negative (Triton

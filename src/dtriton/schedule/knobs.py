@@ -198,6 +198,11 @@ def _unroll(v) -> str | None:
     return None if ok else "must be 0 (the plan picks) or loop steps per iteration from 1 to 8"
 
 
+def _pieces(v) -> str | None:
+    ok = isinstance(v, int) and not isinstance(v, bool) and v in (0, 1, 2)
+    return None if ok else "must be 0 (the plan picks), 1 (the whole tile) or 2 (two halves of its last dim)"
+
+
 def _boolean(v) -> str | None:
     return None if isinstance(v, bool) else "must be True or False"
 
@@ -321,6 +326,10 @@ BUILTIN: tuple[Knob, ...] = (
          doc="tiles a reduction loop loads per iteration (Triton's loop_unroll_factor on the innermost loop: its "
              "loads issue together, more bytes in flight); 0: the plan picks (GPU statistics loops: about 16 KB a "
              "program per iteration), 1: one"),
+    Knob("store_pieces", 0, Domain("0, 1, 2", _pieces, (0, 1, 2)),
+         doc="pieces a persistent flattened GEMM's TMA output tile is stored in, along its last dim (epilogue "
+             "subtiling: a smaller store buffer beside the pipeline's); 0: the plan picks (2 where the tile's last "
+             "dim is 128 or more)"),
 )
 
 _REGISTRY: dict[str, Knob] = {k.name: k for k in BUILTIN}

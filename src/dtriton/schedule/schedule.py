@@ -285,6 +285,11 @@ class Schedule(_KnobValues):
             warp-specialised loop (on Hopper, Triton 3.6 splits the consumers' tiles between two
             warp groups only with in-kernel descriptors, and fails to compile or does not
             specialise with host ones), host elsewhere.
+        store_pieces: 0 (default: the plan picks), 1 or 2: in a persistent kernel whose tile loop
+            is flattened with its contraction loop (:mod:`dtriton.plan.persistent`), each TMA output
+            tile is stored in this many pieces along its last dim ("epilogue subtiling": the store's
+            shared-memory buffer, live beside the pipeline's in a flattened loop, is that much
+            smaller). "0" stores tiles whose last dim is 128 or more in two halves.
 
     Raises :class:`ScheduleError` for a value outside its knob's domain (a tile that is not a
     power of two, a bad strategy name, non-positive warps/stages, ...; also for the per-stage

@@ -121,6 +121,9 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
                 top = root.open(f"for pid in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), "
                                 f"num_stages={k.tile_stages}):  # persistent tile loop, the next tiles' loads "
                                 "in flight", ())
+            elif k.flatten:   # the tile loop and its contraction loop pipelined as one (plan.persistent)
+                top = root.open("for pid in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), flatten=True):  "
+                                "# persistent tile loop, flattened", ())
             else:
                 top = root.open("for pid in range(tl.program_id(0), num_tiles, tl.num_programs(0)):  # persistent tile loop", ())
         else:
@@ -295,12 +298,28 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
                     tcode = f"tl.reshape({tcode}, {self.shape(tuple(st.layout), pres)})"
                 scope.emit(f"{tv} = {tcode}")
                 if kind == "tma":   # outputs are never read through a transposed view
-                    scope.emit(f"{h}.store([{', '.join(extra[0])}], {tv})  # TMA store (clipped at the edges)")
+                    self.tma_store(h, extra[0], tv, self.k.access[(name, tuple(st.layout))], scope)
                 else:
                     scope.emit(f"tl.store({h}, {tv}" + (f", boundary_check={extra}" if extra else "") + ")")
                 return
             scope.emit(f"tl.store({ptr}, ({v}).to({name}_ptr.dtype.element_ty)" + (f", mask={mask}" if mask else "") + ")")
 
+
+    def tma_store(self, h: str, offs: list[str], tv: str, acc, scope: Scope) -> None:
+        """Print the TMA store of tile ``tv`` through descriptor ``h`` at ``offs``: whole, or in
+        ``acc.pieces`` (2) halves of its last dim, each of the descriptor's box (epilogue
+        subtiling: the tile's last dim split off as a pair and taken apart by ``tl.split``)."""
+        if acc.pieces == 1:
+            scope.emit(f"{h}.store([{', '.join(offs)}], {tv})  # TMA store (clipped at the edges)")
+            return
+        n = len(acc.box)
+        half = acc.box[-1]
+        pair = self.fresh("pair")
+        lo, hi = self.fresh("lo"), self.fresh("hi")
+        scope.emit(f"{pair} = tl.permute(tl.reshape({tv}, {acc.box[:-1] + (2, half)}), {tuple(range(n - 1)) + (n, n - 1)})")
+        scope.emit(f"{lo}, {hi} = tl.split({pair})  # the tile's two halves along its last dim")
+        scope.emit(f"{h}.store([{', '.join(offs)}], {lo})  # TMA store in two pieces (clipped at the edges)")
+        scope.emit(f"{h}.store([{', '.join(offs[:-1] + [f'{offs[-1]} + {half}'])}], {hi})")
 
     def loop_partial(self, st: StoreSpec, scope: Scope) -> str:
         """Print the value of an in-loop store (``KernelPlan.loop_stores``) in ``scope``, the
