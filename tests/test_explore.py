@@ -443,7 +443,9 @@ def test_warm_start_neighbours(mm_args):
     assert bp["tile.i"] == base.tile["i"] and bp["strategy.k"] == "loop" and bp["grid"] == ("i", "j")
     nb = samplers.neighbours(dims_, bp)
     assert nb and all(sum(p[n] != bp[n] for n, _ in dims_ if bp[n] is not None) == 1 for p in nb)
-    assert nb[0]["tile.i"] != bp["tile.i"]  # tiles first
+    # access first (searched: an fp32 "auto" matmul with a K-major operand runs tensor cores), then tiles
+    assert nb[0]["access"] != bp["access"]
+    assert next(p for p in nb if p["access"] == bp["access"])["tile.i"] != bp["tile.i"]
 
 
 def test_reference_memory_estimate():
@@ -487,21 +489,24 @@ def test_no_compile_thread_outlives_explore_past_its_deadline():
 
 def test_derived_space_access_and_split_neighbours():
     """GPU spaces of 16-bit contractions on Hopper-class limits offer TMA loads, and so do fp32
-    ones at tf32/tf32x3 precision; "ieee" fp32 (FMA dots) and devices without TMA do not.
+    ones whose precision runs tensor cores ("auto" where an operand reads the reduced axis at unit
+    stride, or is staged so: tests/test_tune_precision.py); "ieee" fp32 (FMA dots) and devices
+    without TMA do not.
     Warp specialisation is never derived. Split values include the heuristic's and its
     neighbours (64 for a V=100000 diffusion reduction, where the old fixed list stopped at 16)."""
     h = (lazy(1024, 1024, dtype=torch.float16), lazy(1024, 1024, dtype=torch.float16))
     d = dims(Space.derive(matmul, h, target="gpu"))
     assert d["access"] == ("pointer", "tma") and "warp_specialize" not in d
     assert "access" not in dims(Space.derive(matmul, h, target="gpu", limits=Limits(tma=False)))
-    assert "access" not in dims(Space.derive(matmul, (lazy(1024, 1024), lazy(1024, 1024)), target="gpu"))
     assert "access" not in dims(Space.derive(matmul, h))  # interpreter: not explored
-    f32 = (lazy(1024, 1024), lazy(1024, 1024))
+    # stride-0 operands read no axis at unit stride, and 512^3 is too small to stage: "auto" runs FMA
+    f32 = (lazy(512, 512), lazy(512, 512))
     b32 = dataclasses.replace(matmul.bind(f32), device=torch.device("cuda"))
     assert "access" not in dims(Space.derive(matmul, f32, target="gpu"))
     from dtriton.tune.space import derive_fields
     base = dt.compile(matmul).complete(b32)
     assert derive_fields(matmul, b32, base.replace(precision="tf32x3"), True, Limits())["access"] == ["pointer", "tma"]
+    assert derive_fields(matmul, b32, base.replace(precision="ieee"), True, Limits())["access"] is None
     assert derive_fields(matmul, b32, base, True, Limits())["access"] is None
     V, K, C = 100000, 128, 128
     args = (lazy(V, C), lazy(V, K), lazy(V), lazy(K), lazy(C))
@@ -510,9 +515,9 @@ def test_derived_space_access_and_split_neighbours():
         dataclasses.replace(spatial_diffusion.bind(args), device=torch.device("cuda")))
     bs = sp_base.split["v"]
     assert bs >= 32 and {bs // 2, bs, bs * 2} <= set(dims(sp)["split.v"])
-    # fp32: access is explored only where the heuristic's precision runs tensor cores (tf32x3 since
+    # fp32: access is explored only where the heuristic's precision runs tensor cores (bf16x6 from
     # the long_reduction rule), as for matmul above
-    assert ("access" in dims(sp)) == (sp_base.precision == "tf32x3")
+    assert ("access" in dims(sp)) == (sp_base.precision in dt.schedule.TENSOR_CORE_FP32)
     # a user space may still ask for both knobs; they reach the schedule
     s = Space(access=["tma"], warp_specialize=[True]).schedule_for({"access": "tma", "warp_specialize": True},
                                                                    base, spatial_diffusion)

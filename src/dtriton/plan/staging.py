@@ -23,7 +23,7 @@ import torch
 
 from ..ir import Algorithm, Axis, Binding, Load, contractions, mul_factors, tensor_core_sides
 
-__all__ = ["MIN_STAGED_WORK", "kmajor_copies", "stage_inputs"]
+__all__ = ["MIN_STAGED_WORK", "kmajor_copies", "stage_inputs", "call_precision"]
 
 #: multiply-adds from which a contraction's operand is worth copying (4096 x 4096 x 64)
 MIN_STAGED_WORK = 1 << 30
@@ -82,3 +82,21 @@ def stage_inputs(alg: Algorithm, args: Sequence[Any], copies: Mapping[str, int])
         a = out[names.index(t)]
         out[names.index(t)] = a.movedim(d, -1).contiguous().movedim(-1, d)
     return tuple(out)
+
+
+def call_precision(alg: Algorithm, b: Binding, precision: str, gpu: bool) -> str:
+    """The precision the fp32 contractions of a call (binding ``b``, before staging) run at on the GPU
+    under the schedule's ``precision``: a given one as it is; ``"auto"`` resolved as the plan resolves
+    it, ``"tf32x3"`` when some contraction has a side that reads its reduced axis at unit stride
+    (:func:`~dtriton.ir.tensor_core_sides`: :mod:`dtriton.plan.dots` puts that side on the right of a
+    tensor-core dot) or when :func:`kmajor_copies` copies an operand so, else ``"ieee"`` (FMA).
+
+    Exploration reads it to decide whether a call's fp32 dots feed tensor cores (and so whether TMA
+    tile loads and the tensor-core precisions are worth searching). A schedule rule that picks another
+    tensor-core precision for "auto" (the long reductions' ``"bf16x6"``,
+    :mod:`dtriton.schedule.dot_rules`) writes it into the complete schedule, which is passed here."""
+    if precision != "auto":
+        return precision
+    if any(tensor_core_sides(alg.stages[name].node, b.unit_dims) for name in contractions(alg)):
+        return "tf32x3"
+    return "tf32x3" if kmajor_copies(alg, b, precision, gpu) else "ieee"

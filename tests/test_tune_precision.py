@@ -1,0 +1,94 @@
+"""Issue 14: the derived exploration space of an fp32 contraction on the GPU includes the dot
+precision (the choices that keep fp32 accuracy) and, where the default precision "auto" runs tensor
+cores, their TMA tilings. "auto" is resolved by the plan's rule (plan.staging.call_precision), not a
+copy of it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import dtriton as dt
+from dtriton.plan import call_spec, plan_program
+from dtriton.plan.staging import call_precision
+from dtriton.schedule.heuristics import complete_schedule
+from dtriton.tune import Space
+from dtriton.tune.check import Limits
+
+from conftest import matmul
+
+ACCURATE = {"ieee", "tf32x3", "bf16x6"}
+
+
+def dims(space):
+    return dict(space.dimensions())
+
+
+def nn(M, K, N, dtype=torch.float32):
+    return torch.empty(M, K, dtype=dtype), torch.empty(K, N, dtype=dtype)
+
+
+def tn(M, K, N):
+    """A.T @ B with A stored (K, M) row-major: neither operand reads k at unit stride."""
+    return torch.empty(K, M).t(), torch.empty(K, N)
+
+
+def test_auto_fp32_nn_gets_tensor_core_tma_tilings_and_the_precision():
+    d = dims(Space.derive(matmul, nn(256, 256, 256), target="gpu"))
+    assert d["access"] == ("pointer", "tma")
+    assert set(d["precision"]) == ACCURATE | {"auto"}
+    assert "tf32" not in d["precision"] and "bf16x3" not in d["precision"]   # they change results
+
+
+def test_auto_resolves_as_the_plan_does():
+    b = dataclasses.replace(matmul.bind(nn(64, 64, 64)), device=torch.device("cuda"))
+    assert call_precision(matmul, b, "auto", True) == "tf32x3"
+    assert call_precision(matmul, b, "bf16x6", True) == "bf16x6"
+    small_tn = dataclasses.replace(matmul.bind(tn(64, 64, 64)), device=torch.device("cuda"))
+    assert call_precision(matmul, small_tn, "auto", True) == "ieee"
+    big_tn = dataclasses.replace(matmul.bind(tn(1024, 1024, 1024)), device=torch.device("cuda"))
+    assert call_precision(matmul, big_tn, "auto", True) == "tf32x3"    # staged: one operand copied K-major
+
+
+@pytest.mark.parametrize("lay", ["NN", "NT", "TN", "TT"])
+def test_call_precision_agrees_with_the_planned_dot(lay):
+    """The precision the GPU plan gives the dot (planned here without a GPU) is call_precision's."""
+    A, B = torch.randn(64, 64), torch.randn(64, 64)
+    a = A if lay[0] == "N" else A.T.contiguous().T
+    b = B if lay[1] == "N" else B.T.contiguous().T
+    bind = matmul.bind((a, b))
+    bind.device = torch.device("cuda")
+    full = complete_schedule(matmul, dt.Schedule(tile={"i": 32, "j": 32, "k": 32}), bind)
+    prog = plan_program(matmul, full, bind, call_spec(matmul, bind, (a, b), interpret=False))
+    (d,) = [d for k in prog.kernels for d in k.dots.values()]
+    assert d.precision == call_precision(matmul, bind, "auto", True)
+
+
+def test_small_tn_fp32_searches_precision_but_not_tma():
+    """FMA by default (no operand reads k at unit stride, too small to stage): no TMA tilings, but the
+    precisions are searched (bf16x6 reads MN-major operands on tensor cores)."""
+    d = dims(Space.derive(matmul, tn(256, 256, 256), target="gpu"))
+    assert "access" not in d
+    assert set(d["precision"]) == ACCURATE | {"auto"}
+
+
+def test_no_precision_dimension_where_it_has_no_effect():
+    assert "precision" not in dims(Space.derive(matmul, nn(256, 256, 256)))      # interpreter
+    assert "precision" not in dims(Space.derive(matmul, nn(256, 256, 256, torch.float16), target="gpu"))
+    assert "precision" not in dims(Space.derive(matmul, nn(64, 64, 64, torch.float64), target="gpu"))
+    no_tma = dims(Space.derive(matmul, nn(256, 256, 256), target="gpu", limits=Limits(tma=False)))
+    assert "access" not in no_tma and set(no_tma["precision"]) == ACCURATE | {"auto"}
+
+
+@pytest.mark.parametrize("precision", ["tf32x3", "bf16x6", "ieee"])
+def test_every_derived_precision_keeps_fp32_accuracy_on_odd_shapes(precision):
+    """A point of the derived space per precision runs (interpreter) and matches float64 torch."""
+    A, B = torch.randn(37, 19), torch.randn(19, 23)
+    sp = Space.derive(matmul, (A, B), target="gpu")
+    assert precision in dims(sp)["precision"]
+    k = dt.compile(matmul, schedule=dt.Schedule(precision=precision))
+    out = torch.full((37, 23), float("nan"))
+    k(A, B, out=out)
+    torch.testing.assert_close(out.double(), A.double() @ B.double(), rtol=1e-5, atol=1e-5)
