@@ -179,6 +179,10 @@ VARIANTS = {
         "box 256x64x64 s4 w4": {"tile": {"o": 64}, "num_warps": 4},
         "box 256x128x32 s6": {"tile": {"c": 32}, "num_stages": 6},
         "rows 128x256x64 s3 (s4 best)": {"tile": {"n": 1, "h": 2, "w": 64, "o": 256}, "num_stages": 3},
+        # session 6: persistent programs (one per SM), each box of output rows stored by one TMA store that
+        # drains while the program starts its next tile (sm_90: 229 KB shared at 4 stages, 200 registers)
+        "persistent 1 s4": {"persistent": 1},
+        "persistent 1 s3": {"persistent": 1, "num_stages": 3},
     },
     # the default (session 5, after call 4): 4 x 8 x 64 (h, w, c) per program, the 3x3 taps unrolled (call 4:
     # 58.6 us; the s4 default 1 x 8 x 128 90.4); taller tiles share the rows of their taps in L1

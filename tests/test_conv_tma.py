@@ -179,3 +179,19 @@ def test_weight_with_output_channels_contiguous():
     src = dt.compile(L.conv2d_nhwc, sched).source_for(*args)
     assert "desc_X.load(" in src and "desc_Wt.load([idx_r, idx_q" in src
     check(L.conv2d_nhwc, args, sched, torch_ref=t_conv2d_nhwc)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_persistent_boxed_conv_stores_its_boxes_by_tma(monkeypatch, dtype):
+    """A persistent boxed conv (programs looping over more tiles than there are programs) stores each
+    box of output rows through one TMA descriptor of the output (clipped at the image's edges: boxes
+    of 2 x 2 x 4 overhang a 3 x 5 x 7 output); right against float64, into a poisoned output."""
+    monkeypatch.setattr(implicit_gemm, "BOX_WASTE", 1)
+    args = [randn(3, 5, 7, 16, dtype=dtype), randn(24, 3, 3, 16, dtype=dtype), 1, 1, 1, 5, 7]
+    sched = boxed({"n": 2, "h": 2, "w": 4, "o": 16, "c": 16}).replace(persistent=1)
+    src = dt.compile(L.conv2d_nhwc, sched).source_for(*args)
+    assert "for pid in range(tl.program_id(0), num_tiles" in src and "desc_X.load([start_n, start_h + " in src
+    assert "desc_out.store([start_n, start_h, start_w, " in src and "tl.store(out_ptr" not in src
+    check(L.conv2d_nhwc, args, sched, torch_ref=t_conv2d_nhwc)
+    plain = dt.compile(L.conv2d_nhwc, sched.replace(persistent=0)).source_for(*args)
+    assert "tl.store(out_ptr" in plain and "desc_out" not in plain   # (one tile a program: pointer stores)

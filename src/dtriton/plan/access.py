@@ -103,8 +103,10 @@ def plan_access(k: KernelPlan, style: str | None, tma_ok: frozenset) -> dict[tup
                 out[(n.tensor.name, axes)] = acc
     for st in k.stores:
         odt = k.out_dtypes.get(st.target)
-        if odt is None or st.partial_axis or st.atomic or any(k.flat_of(a) in k.flat_box for a in st.layout):
-            continue   # (a box of output rows is stored through pointers)
+        if odt is None or st.partial_axis or st.atomic or (not k.persistent and any(k.flat_of(a) in k.flat_box
+                                                                                  for a in st.layout)):
+            continue   # (a box of output rows is stored through pointers, but in a persistent kernel: there
+                       # the TMA store drains while the program starts its next tile)
         acc = tile_access(k, style, tma_ok, st.target, tuple(st.layout), odt.itemsize)
         if acc is not None:
             out[(st.target, tuple(st.layout))] = acc

@@ -292,9 +292,13 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
                 # the value in the output's dim order (size-1 dims for tile-1 grid axes)
                 kind, h, extra = acc
                 tv = self.fresh("tile")
-                tiled = tuple(a for a in st.layout if a in pres)
+                tiled = tuple(dict.fromkeys(self.k.flat_of(a) for a in st.layout if self.k.flat_of(a) in pres))
                 tcode = f"({self.relayout(v, tuple(layout), tiled, pres, scope)}).to({name}_ptr.dtype.element_ty)"
-                if len(tiled) < len(st.layout):  # size-1 dims for tile-1 grid axes
+                if any(self.k.flat_of(a) in self.k.flat_box for a in st.layout):   # box rows back to the box's dims
+                    dims = [str(self.plan(a).block) if self.plan(a).role == "flat" else
+                            (self.block(a) if a in pres else "1") for a in st.layout]
+                    tcode = f"tl.reshape({tcode}, ({', '.join(dims)}))"
+                elif len(tiled) < len(st.layout):  # size-1 dims for tile-1 grid axes
                     tcode = f"tl.reshape({tcode}, {self.shape(tuple(st.layout), pres)})"
                 scope.emit(f"{tv} = {tcode}")
                 if kind == "tma":   # outputs are never read through a transposed view
