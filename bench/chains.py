@@ -9,6 +9,8 @@ the same torch code, checked against float64 and timed against torch eager and t
     PYTHONPATH=src python3 bench/chains.py --variant hand --append --no-compile   # hand schedules (see below)
     PYTHONPATH=src python3 bench/chains.py --dtypes float32 --precision tf32x3 --resume --no-compile
                                                         # fp32 chains, default schedule with another dot precision
+    PYTHONPATH=src python3 bench/chains.py --dtypes float16 --cases bias,gelu --schedule '{"persistent": 1}' --append
+                                                        # the default schedule with fields put in
 
 Per chain and dtype: (1) dtriton's default schedule (or ``--budget`` seconds of exploration) is checked
 against float64 on a small odd shape, then (2) at the benchmark shape against float64 too; only then (3) the
@@ -127,9 +129,15 @@ def grouped_hand_schedule(chain: Chain, args) -> dt.Schedule | None:
         "stages": {s.name: {"place": "fuse"} for s in reduction_stages(chain.alg)}}))
 
 
-def dtriton_kernel(chain: Chain, args, budget: float, variant: str, precision: str | None = None):
+def dtriton_kernel(chain: Chain, args, budget: float, variant: str, precision: str | None = None,
+                   fields: dict | None = None):
     """(kernel, origin) of a variant: "heuristic" (or explored for ``budget`` seconds) or "hand". ``precision``:
-    the fp32 dot precision replacing the schedule's, every other knob as the variant chose it."""
+    the fp32 dot precision replacing the schedule's, every other knob as the variant chose it; ``fields``:
+    schedule fields (JSON names) put into the heuristic's schedule of the call (``--schedule``)."""
+    if fields:
+        base = dt.compile(chain.alg).schedule_for(*args).to_dict()
+        sched = dt.Schedule.from_dict({**base, **fields})
+        return dt.compile(chain.alg, sched), "heuristic + " + json.dumps(fields, sort_keys=True)
     if variant == "hand":
         sched = hand_schedule(chain, args)
         if sched is None:
@@ -145,18 +153,18 @@ def dtriton_kernel(chain: Chain, args, budget: float, variant: str, precision: s
 
 
 def run_chain(chain: Chain, dtype_name: str, budget: float, use_compile: bool, variant: str = "heuristic",
-              precision: str | None = None) -> dict:
+              precision: str | None = None, fields: dict | None = None) -> dict:
     """Check and time one chain in one dtype; returns its row (failures recorded in ``note``)."""
     dtype = getattr(torch, dtype_name)
     M, K, N, P, C = shape = shape_of(chain, DRY_SHAPE if timing.DRY else None)
     row = dict(chain=chain.name, dtype=dtype_name, shape=dict(M=M, K=K, N=N, P=P, C=C), flops=chain.flops(M, K, N, P),
                err_check=None, err=None, dtriton_us=None, eager_us=None, compile_us=None, kernels=[], schedule=None,
-               origin=None, note="", variant=variant_name(variant, budget, precision))
+               origin=None, note="", variant=variant_name(variant, budget, precision, fields))
     tkw, args = make_inputs(chain, *shape, dtype, timing.DEV)
     fn = TORCH[chain.name]
     ref = fn(**as_float64(tkw))
     try:
-        k, row["origin"] = dtriton_kernel(chain, args, budget, variant, precision)
+        k, row["origin"] = dtriton_kernel(chain, args, budget, variant, precision, fields)
         small = shape_of(chain, DRY_CHECK_SHAPE if timing.DRY else CHECK_SHAPE)
         row["err_check"] = dtriton_error(k, chain, small, dtype)
         out = k(*args)
@@ -356,10 +364,12 @@ def write_results(out_dir: str, meta: dict, rows: list[dict]) -> None:
         f.write("\n".join(md) + "\n")
 
 
-def variant_name(variant: str, budget: float, precision: str | None) -> str:
-    """The row label of a run: "heuristic", "hand", "explored Ss", with " P" for a replaced precision."""
+def variant_name(variant: str, budget: float, precision: str | None, fields: dict | None = None) -> str:
+    """The row label of a run: "heuristic", "hand", "explored Ss", with " P" for a replaced precision and the
+    ``--schedule`` fields (``heuristic {"persistent": 1}``)."""
     name = variant if budget <= 0 or variant == "hand" else f"explored {budget:g}s"
-    return f"{name} {precision}" if precision else name
+    name = f"{name} {precision}" if precision else name
+    return f"{name} {json.dumps(fields, sort_keys=True)}" if fields else name
 
 
 def empty_row(c: Chain, dtype: str, variant: str, note: str) -> dict:
@@ -380,6 +390,8 @@ def main(argv=None) -> None:
                     help="hand: the chains with a hand schedule (GEMM + one row kernel, see hand_schedule) only")
     ap.add_argument("--precision", choices=PRECISIONS, default=None,
                     help="fp32 dot precision replacing the schedule's (variant 'heuristic P' / 'hand P')")
+    ap.add_argument("--schedule", default="", help='JSON schedule fields put into the heuristic schedule of each '
+                    'chain (variant \'heuristic {...}\'), e.g. \'{"persistent": 1}\'')
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--deadline", type=float, default=None,
                     help="seconds after which no new chain starts (default 540 on the GPU, none in a dry run)")
@@ -432,7 +444,11 @@ def main(argv=None) -> None:
     if a.precision and a.budget > 0:
         raise SystemExit("--precision replaces the precision of the heuristic's or the hand schedule; "
                          "it does not combine with --budget")
-    variant = variant_name(a.variant, a.budget, a.precision)
+    fields = json.loads(a.schedule) if a.schedule else None
+    if fields and (a.budget > 0 or a.variant == "hand" or a.precision):
+        raise SystemExit("--schedule puts fields into the heuristic's schedule; it does not combine with --budget, "
+                         "--variant hand or --precision")
+    variant = variant_name(a.variant, a.budget, a.precision, fields)
     todo = [(c, d) for d in dtypes for c in chains]
     if a.resume:   # rows measured (or failed) by an earlier call stay; skipped and missing ones run
         done = {(r["chain"], r["dtype"], r.get("variant", "heuristic")) for r in old if not r["note"].startswith("skipped")}
@@ -448,7 +464,7 @@ def main(argv=None) -> None:
         # a CUDA fault ends the process: the row says so, and --resume goes on after it
         write_results(a.out, meta, rows + [empty_row(c, d, variant, "died: the process ended during this row")])
         try:
-            r = run_chain(c, d, a.budget, not a.no_compile, a.variant, a.precision)
+            r = run_chain(c, d, a.budget, not a.no_compile, a.variant, a.precision, fields)
         except Exception as e:  # noqa: BLE001 - the torch side failed: keep going
             traceback.print_exc()
             rows.append(empty_row(c, d, variant, f"torch failed: {type(e).__name__}: {str(e)[:200]}"))
