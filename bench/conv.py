@@ -179,10 +179,18 @@ VARIANTS = {
         "box 256x64x64 s4 w4": {"tile": {"o": 64}, "num_warps": 4},
         "box 256x128x32 s6": {"tile": {"c": 32}, "num_stages": 6},
         "rows 128x256x64 s3 (s4 best)": {"tile": {"n": 1, "h": 2, "w": 64, "o": 256}, "num_stages": 3},
-        # session 6: persistent programs (one per SM), each box of output rows stored by one TMA store that
-        # drains while the program starts its next tile (sm_90: 229 KB shared at 4 stages, 200 registers)
-        "persistent 1 s4": {"persistent": 1},
-        "persistent 1 s3": {"persistent": 1, "num_stages": 3},
+        # session 6: persistent programs, the tile loop flattened with the K loop (plan.persistent: the next
+        # tile's loads in flight during the epilogue), each box of output rows stored by TMA (in two halves of
+        # o unless store_pieces 1); sm_90 shared memory per program in brackets
+        "persistent 1 s4": {"persistent": 1},                                               # (197 KB)
+        "persistent 1 s4 store whole": {"persistent": 1, "store_pieces": 1},                # (229 KB)
+        "persistent 1 s3": {"persistent": 1, "num_stages": 3},                              # (148 KB)
+        "persistent 1 128x256 s4": {"tile": {"n": 2, "o": 256}, "persistent": 1},           # (213 KB)
+        "persistent 1 128x256 s3": {"tile": {"n": 2, "o": 256}, "num_stages": 3, "persistent": 1},
+        "persistent 2 128x128 w4 s3": {"tile": {"n": 2}, "num_warps": 4, "num_stages": 3, "persistent": 2},  # (98 KB)
+        # two 128 x 128 programs (one warp group each) per SM: one's epilogue beside the other's loop
+        "box 128x128 w4 s3": {"tile": {"n": 2}, "num_warps": 4, "num_stages": 3},           # (82 KB)
+        "box 128x128 w4 s4": {"tile": {"n": 2}, "num_warps": 4, "num_stages": 4},           # (115 KB)
     },
     # the default (session 5, after call 4): 4 x 8 x 64 (h, w, c) per program, the 3x3 taps unrolled (call 4:
     # 58.6 us; the s4 default 1 x 8 x 128 90.4); taller tiles share the rows of their taps in L1

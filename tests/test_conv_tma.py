@@ -183,14 +183,15 @@ def test_weight_with_output_channels_contiguous():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_persistent_boxed_conv_stores_its_boxes_by_tma(monkeypatch, dtype):
-    """A persistent boxed conv (programs looping over more tiles than there are programs) stores each
-    box of output rows through one TMA descriptor of the output (clipped at the image's edges: boxes
+    """A persistent boxed conv (programs looping over more tiles than there are programs; the tile loop
+    flattened with the K loop, plan.persistent) stores each box of output rows through one TMA
+    descriptor of the output (clipped at the image's edges: boxes
     of 2 x 2 x 4 overhang a 3 x 5 x 7 output); right against float64, into a poisoned output."""
     monkeypatch.setattr(implicit_gemm, "BOX_WASTE", 1)
     args = [randn(3, 5, 7, 16, dtype=dtype), randn(24, 3, 3, 16, dtype=dtype), 1, 1, 1, 5, 7]
     sched = boxed({"n": 2, "h": 2, "w": 4, "o": 16, "c": 16}).replace(persistent=1)
     src = dt.compile(L.conv2d_nhwc, sched).source_for(*args)
-    assert "for pid in range(tl.program_id(0), num_tiles" in src and "desc_X.load([start_n, start_h + " in src
+    assert "num_tiles, tl.num_programs(0), flatten=True)" in src and "desc_X.load([start_n, start_h + " in src
     assert "desc_out.store([start_n, start_h, start_w, " in src and "tl.store(out_ptr" not in src
     check(L.conv2d_nhwc, args, sched, torch_ref=t_conv2d_nhwc)
     plain = dt.compile(L.conv2d_nhwc, sched.replace(persistent=0)).source_for(*args)

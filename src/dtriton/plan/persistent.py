@@ -30,7 +30,7 @@ def plan_flatten(k: KernelPlan) -> bool:
     persistent kernel whose program scope runs exactly one pass, a loop over one axis of
     contractions (``tl.dot``) only, not warp-specialised (Triton 3.6 does not flatten a
     warp-specialised loop on Hopper), not split, without mask bounds, in-loop stores or unrolled
-    tap loops, and whose outputs are all stored in the program scope (no loop over output tiles
+    tap loops, whose flat grid axes (a convolution's output rows) are boxes, and whose outputs are all stored in the program scope (no loop over output tiles
     after the contraction: a third loop level)."""
     if not k.persistent or k.split or len(k.passes) != 1:
         return False
@@ -41,9 +41,10 @@ def plan_flatten(k: KernelPlan) -> bool:
         return False
     if not all(i in k.dots for i in p.reductions):
         return False
-    if k.bounds or k.loop_stores or k.static_loops or k.flat:
-        return False
+    if k.bounds or k.loop_stores or k.static_loops or any(a in k.flat and a not in k.flat_box for a in k.grid):
+        return False   # (a conv's rows as boxes, plan.implicit_gemm, flatten: its K is the one loop)
     bound = set(k.grid) | {a for a, ax in k.axes.items() if ax.role == "whole"}
+    bound |= {m for a in k.grid for m in k.flat.get(a, ())}
     return all(set(st.layout) <= bound for st in k.stores)
 
 
