@@ -83,7 +83,8 @@ def test_per_input_dtypes(kfile):
 def test_explore_command(kfile, tmp_path):
     db = tmp_path / "t.sqlite"
     res = run("explore", f"{kfile}:matmul", "--shape", "M=40,N=24,K=32", "--budget", "60", "--max-trials", "2",
-              "--quiet", "--db", db, "--plot", tmp_path / "p.png", "--json", tmp_path / "r.json")
+              "--quiet", "--db", db, "--plot", tmp_path / "p.png", "--json", tmp_path / "r.json",
+              "--store")   # the interpreter stores only when asked
     assert res.exit_code == 0, res.output
     assert "dtriton explore: matmul on interpreter" in res.output
     assert "best schedule" in res.output and "WARNING" in res.output

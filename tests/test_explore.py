@@ -224,7 +224,7 @@ def test_explore_small_matmul(mm_args, tmp_path):
     A, B = mm_args
     with pytest.warns(TuningWarning, match="interpreter"):
         res = dt.explore(matmul, mm_args, space=SMALL_MM, strategy="exhaustive", budget=60, progress=False,
-                         db=tmp_path / "t.sqlite")
+                         db=tmp_path / "t.sqlite", store=True)   # the interpreter stores only when asked
     assert isinstance(res, dt.ExploreResult)
     assert res.strategy == "exhaustive" and res.stop_reason == "exhausted"
     assert res.table[0]["origin"] == "heuristic"

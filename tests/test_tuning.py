@@ -356,7 +356,7 @@ def test_verify_on_first_use(tmp_path):
 def test_explore_then_tuned(tmp_path, monkeypatch):
     monkeypatch.setenv("DTRITON_TUNING_DB", str(tmp_path / "t.sqlite"))
     A, B = mm()
-    res = dt.explore(matmul, (A, B), space=dt.Space(tile={"i": [16, 32]}), progress=False)
+    res = dt.explore(matmul, (A, B), space=dt.Space(tile={"i": [16, 32]}), progress=False, store=True)
     k = dt.compile(matmul, "tuned")
     assert k.origin_for(A, B) == "tuned" and k.schedule_for(A, B) == res.best
 

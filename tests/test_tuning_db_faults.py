@@ -89,7 +89,7 @@ def _explore_into(path: str, seed: int, errors) -> None:
             g = torch.Generator().manual_seed(seed)
             A, B = torch.randn(40, 32, generator=g), torch.randn(32, 24, generator=g)
             dt.explore(matmul, (A, B), space=dt.Space(tile={"i": [16, 32, 64]}), strategy="exhaustive",
-                       db=path, progress=False, budget=120)
+                       db=path, progress=False, budget=120, store=True)
     except BaseException as e:  # noqa: BLE001
         errors.put(f"{type(e).__name__}: {e}")
 

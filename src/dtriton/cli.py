@@ -259,13 +259,15 @@ def main():
 @click.option("--max-trials", type=int, default=None, help="at most this many candidates compiled")
 @click.option("--space", "space_json", default=None, help="a Space as JSON, e.g. '{\"tile\": {\"i\": [64, 128]}}'")
 @click.option("--db", default=None, help="tuning database file (default: $DTRITON_CACHE_DIR/tuning.sqlite)")
-@click.option("--no-store", is_flag=True, help="do not write results to the tuning database")
+@click.option("--store/--no-store", default=None, help="write results to the tuning database (default: on the GPU "
+              "only; interpreter timings measure Python)")
 @click.option("--plot", "plot_path", default=None, help="save the time-per-candidate plot here (PNG)")
 @click.option("--json", "json_path", default=None, help="save the full result table here (JSON)")
 @click.option("--quiet", is_flag=True, help="no progress bar")
-def explore(spec, shape, dtype, device, scalar, seed, budget, strategy, max_trials, space_json, db, no_store,
+def explore(spec, shape, dtype, device, scalar, seed, budget, strategy, max_trials, space_json, db, store,
             plot_path, json_path, quiet):
-    """Search schedules of ALGORITHM for random inputs of --shape and store the best one."""
+    """Search schedules of ALGORITHM for random inputs of --shape and store the best one (on the GPU; on the
+    interpreter only with --store)."""
     alg, args = _inputs_from_options(spec, shape, dtype, device, scalar, seed)
     space = None
     if space_json:
@@ -275,7 +277,7 @@ def explore(spec, shape, dtype, device, scalar, seed, budget, strategy, max_tria
             raise click.BadParameter(f"--space: {e}") from e
     try:
         res = run_explore(alg, args, budget=budget, strategy=strategy, max_trials=max_trials, space=space, seed=seed,
-                          db=db, store=not no_store, progress=not quiet)
+                          db=db, store=store, progress=not quiet)
     except DTritonError as e:   # a Space that does not fit the algorithm, bad shapes: a message, not a traceback
         raise click.ClickException(str(e)) from e
     click.echo(res.summary())

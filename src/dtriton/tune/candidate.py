@@ -98,7 +98,7 @@ class Options:
     rtol: float | None = None
     out: Any = None
     db: Any = None
-    store: bool | str = True
+    store: bool | str | None = None
     compile_workers: int | None = None
     compile_timeout: float = 120.0
     warmup_ms: float = 10.0

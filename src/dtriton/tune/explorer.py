@@ -12,6 +12,7 @@ still running at the end of the budget is abandoned. See :mod:`dtriton.tune` for
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -51,13 +52,18 @@ class Explorer:
 
     def __init__(self, alg: Algorithm, args: tuple, device: torch.device, space: Space | None, opts: Options,
                  t_start: float):
-        self.alg, self.opts, self.t_start = alg, opts, t_start
         self.interpret = backend_for(device) == "interpreter"
+        unstored = opts.store is None and not opts.deterministic   # the default on the interpreter: say so
+        if opts.store is None:   # the default: store GPU explorations (interpreter timings measure Python)
+            opts = dataclasses.replace(opts, store=not self.interpret or opts.deterministic)
+        self.alg, self.opts, self.t_start = alg, opts, t_start
         self.device_name = device_name(device)
         self.max_trials = opts.max_trials
         if self.interpret:
             warnings.warn(f"exploring {alg.name} on the Triton interpreter: candidates are checked for correctness, "
-                          "but their timings measure Python on the CPU and mean nothing for a GPU",
+                          "but their timings measure Python on the CPU and mean nothing for a GPU"
+                          + ("; the winner is not stored in the tuning database (pass store=True to store it)"
+                             if unstored else ""),
                           TuningWarning, stacklevel=3)
             if self.max_trials is None:
                 # a cap for CPU explorations, whose times mean nothing; with the interpreter's
@@ -604,7 +610,7 @@ def _check_call(alg, args, space, budget, strategy) -> tuple[tuple, Space | None
 def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space: Space | Mapping | None = None,
             strategy: str = "auto", max_trials: int | None = None, patience: int | None = None, seed: int = 0,
             deterministic: bool = False, top_k: int = 3, rtol: float | None = None, out=None,
-            db: TuningDB | str | os.PathLike | None = None, store: bool | str = True,
+            db: TuningDB | str | os.PathLike | None = None, store: bool | str | None = None,
             compile_workers: int | None = None, compile_timeout: float = 120.0, warmup_ms: float = 10.0,
             rep_ms: float = 50.0, progress: bool = True, warm_start: bool = True, timing: str = "cold",
             isolate: bool | None = None, _candidate_factory: Callable[[Algorithm, Schedule | None], Any] | None = None) -> ExploreResult:
@@ -635,7 +641,11 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
             (an in-place call) is written into a fresh copy of that input on every trial.
         db: tuning database (a :class:`~dtriton.tune.db.TuningDB` or a path); default location
             otherwise. store: write the best schedule and the measured candidates there
-            (``"replace"``: replace a stored record even if it was faster).
+            (``"replace"``: replace a stored record even if it was faster; ``False``: never).
+            ``None`` (default): on the GPU; an exploration on the Triton interpreter stores only
+            with ``store=True`` (or ``"replace"``) or ``deterministic=True`` (whose reruns read the
+            stored timings), since its timings measure Python, not kernels (such a record serves
+            its own size bucket only).
         compile_workers: threads compiling candidates at once on the GPU (default: up to 8,
             fewer when input copies would use over a quarter of free GPU memory); the
             interpreter always uses 1 (it is not thread-safe).
