@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 
 import torch
@@ -28,8 +27,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from conv import conv_transpose2d_phases_nhwc  # noqa: E402
 from dtriton import library as L  # noqa: E402
-from sm90 import (add_options, arg_values, compile_sm90, cuda_schedule, load_kernels, merge_fields, options,  # noqa: E402
-                  plan_for_cuda, ptr_types, render, resources, signature)
+from sm90 import (add_options, arg_values, compile_or_report, cuda_schedule, load_kernels, merge_fields,  # noqa: E402
+                  options, plan_for_cuda, ptr_types, render, signature)
 
 
 def cases():
@@ -56,19 +55,8 @@ def compile_case(name, alg, args, extra: dict, out: str) -> None:
     ptr = ptr_types(alg, b)
     for meta in metas:
         fn = getattr(mod, meta.name)
-        try:
-            ck = compile_sm90(fn, meta, *signature(alg, fn, meta, ptr, unit=set(), values=vals))
-        except Exception as e:  # noqa: BLE001 - report and go on
-            print(f"  {meta.name}: FAILED to compile: {type(e).__name__}: {str(e)[:600]}", flush=True)
-            continue
-        ptx = ck.asm["ptx"]
-        with open(os.path.join(out, f"{meta.name}.ptx"), "w") as f:
-            f.write(ptx)
-        mma = sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\w+)\.\w+\.(\w+)\.(\w+)", ptx)))
-        print(f"  {meta.name}: {resources(ck.asm['cubin'])}, smem {ck.metadata.shared} B, {meta.ir.num_warps} warps, "
-              f"wgmma {mma or 'none'}, TMA loads {ptx.count('cp.async.bulk.tensor')}, "
-              f"cp.async {ptx.count('cp.async.cg') + ptx.count('cp.async.ca')}, ld.global {ptx.count('ld.global')}, "
-              f"st.shared {ptx.count('st.shared')}, ld.shared {ptx.count('ld.shared')}", flush=True)
+        compile_or_report(fn, meta, signature(alg, fn, meta, ptr, unit=set(), values=vals), out,
+                          ("TMA loads", "cp.async", "ld.global", "st.shared", "ld.shared"))
 
 
 def main(argv=None) -> int:

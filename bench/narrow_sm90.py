@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 
 import torch
@@ -23,8 +22,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dtriton as dt  # noqa: E402
 from narrow import E4, fp8_blockwise, fp8_rowwise, fp8_tensorwise, int4_linear, int8_mm, quantise_fp8  # noqa: E402
-from sm90 import (add_options, compile_sm90, cuda_schedule, load_kernels, merge_fields, options, plan_for_cuda,  # noqa: E402
-                  ptr_types, render, resources, signature)
+from sm90 import (add_options, compile_or_report, cuda_schedule, load_kernels, merge_fields, options,  # noqa: E402
+                  plan_for_cuda, ptr_types, render, signature)
 
 
 @dt.algorithm
@@ -74,17 +73,7 @@ def compile_case(name, alg, args, extra: dict, out: str) -> None:
     for meta in metas:
         fn = getattr(mod, meta.name)
         unit |= {f"{t}_s{n - 1}" for t, n in meta.tensor_ndim.items() if n and t not in b.unit_dims}
-        try:
-            ck = compile_sm90(fn, meta, *signature(alg, fn, meta, ptr, unit))
-        except Exception as e:  # noqa: BLE001 - report and go on with the next kernel
-            print(f"  {meta.name}: FAILED to compile: {type(e).__name__}: {str(e)[:400]}", flush=True)
-            continue
-        ptx = ck.asm["ptx"]
-        with open(os.path.join(out, f"{meta.name}.ptx"), "w") as f:
-            f.write(ptx)
-        mma = sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.\w+\.(\w+)\.(\w+)\.(\w+)", ptx)))
-        print(f"  {meta.name}: compiled; {resources(ck.asm['cubin'])}, smem {ck.metadata.shared} B, {meta.ir.num_warps} warps, "
-              f"wgmma {mma or 'none'}, mma.sync {ptx.count('mma.sync')}, fma {ptx.count('fma.rn')}", flush=True)
+        compile_or_report(fn, meta, signature(alg, fn, meta, ptr, unit), out, ("mma.sync", "fma"), err_chars=400)
 
 
 def main(argv=None) -> int:

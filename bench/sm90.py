@@ -9,7 +9,9 @@ diffusion_sm90.py and the ``sm90`` mode of attention_bwd.py:
 - :func:`signature`: Triton's signature, constants and divisibility hints of one kernel as a launch
   specialises them (unit strides constant 1, pointers and integers multiples of 16, scalars typed);
 - :func:`compile_sm90`: one kernel compiled for sm_90 by Triton's own ptxas;
-- :func:`resources`: registers and spill stack per thread of a cubin (``cuobjdump`` ships with Triton).
+- :func:`resources`: registers and spill stack per thread of a cubin (``cuobjdump`` ships with Triton);
+- :func:`compile_or_report`: one kernel compiled, its PTX kept and one report line printed (a failure
+  printed and skipped), with the PTX counts of :data:`PTX_COUNTS` a script asks for.
 """
 from __future__ import annotations
 
@@ -154,6 +156,38 @@ def resources(cubin: bytes) -> str:
     os.unlink(f.name)
     m = re.search(r"REG:(\d+).*?STACK:(\d+)", out)
     return f"regs {m.group(1)} stack {m.group(2)}" if m else "regs ?"
+
+
+#: what :func:`compile_or_report` can count in a kernel's PTX: label -> the instruction prefixes counted
+PTX_COUNTS = {"TMA loads": ("cp.async.bulk.tensor",), "cp.async": ("cp.async.cg", "cp.async.ca"),
+              "ld.global": ("ld.global",), "st.shared": ("st.shared",), "ld.shared": ("ld.shared",),
+              "mma.sync": ("mma.sync",), "fma": ("fma.rn",)}
+
+
+def wgmma_kinds(ptx: str) -> list[tuple[str, ...]]:
+    """The distinct ``wgmma`` instructions of a PTX as (shape, accumulator type, A type, B type)."""
+    return sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(\w+)\.(\w+)\.(\w+)\.(\w+)", ptx)))
+
+
+def compile_or_report(fn, meta, sig: tuple[dict, dict, dict], out: str, counts: tuple[str, ...] = (),
+                      err_chars: int = 600):
+    """Compile kernel ``fn`` (printed for ``meta``) for sm_90 with ``sig`` (:func:`signature`'s triple);
+    write its PTX to ``<out>/<kernel>.ptx`` and print one line: registers and stack, shared memory, warps,
+    the ``wgmma`` kinds and the :data:`PTX_COUNTS` named in ``counts``. A compile error is printed (its
+    first ``err_chars`` characters) and None returned, so a script goes on with its next kernel; else
+    Triton's CompiledKernel."""
+    try:
+        ck = compile_sm90(fn, meta, *sig)
+    except Exception as e:  # noqa: BLE001 - report and go on
+        print(f"  {meta.name}: FAILED to compile: {type(e).__name__}: {str(e)[:err_chars]}", flush=True)
+        return None
+    ptx = ck.asm["ptx"]
+    with open(os.path.join(out, f"{meta.name}.ptx"), "w") as f:
+        f.write(ptx)
+    extra = "".join(f", {c} {sum(ptx.count(p) for p in PTX_COUNTS[c])}" for c in counts)
+    print(f"  {meta.name}: {resources(ck.asm['cubin'])}, smem {ck.metadata.shared} B, {meta.ir.num_warps} warps, "
+          f"wgmma {wgmma_kinds(ptx) or 'none'}{extra}", flush=True)
+    return ck
 
 
 def add_options(ap, schedule: bool = True) -> None:
