@@ -1,4 +1,4 @@
-"""A depthwise convolution's window loops unrolled: every tap's loads issue together.
+"""A depthwise convolution's (or a pooling's) window loops unrolled: every tap's loads issue together.
 
 A depthwise convolution (``dt.sum(X.pad(0)[n, h + r - 1, w + q - 1, c] * Wt[r, q, c], over=(r, q))``)
 is no GEMM: the schedule loops over its window's taps one index at a time (tile 1), each step
@@ -12,8 +12,11 @@ window are nine straight-line steps whose loads the compiler issues back to back
 The decision (:func:`plan_static_loops`), per program-scope pass of kernel ``k``: a pass without
 dots, not warp-specialised, whose reductions are all sums of products with two or more loads
 reading each loop axis, one of them through a computed index (a window: ``h + r - 1``), loops over
-axes of tile 1 whose sizes are known and whose product is at most :data:`MAX_TAPS`. Pooling
-windows (one load) and everything else keep their loops.
+axes of tile 1 whose sizes are known and whose product is at most :data:`MAX_TAPS`. A pooling
+window (one load reading each loop axis through a computed index: ``X.pad(-inf)[n, h * s + r - p,
+w * s + q - p]``) unrolls the same way: looped, the max pool 3x3/s2 of 16x64x512x512 fp16 waited for
+each tap's loads in turn (s5 H200: 394 us, ~10 instructions an element-tap, rolled). Everything else
+keeps its loops.
 
 **The tile loop pipelined.** With the taps unrolled, a persistent kernel's program scope (the
 schedule's ``persistent``: a fixed grid of programs, each looping over output tiles) has no runtime
@@ -27,7 +30,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ..ir import Axis, Load, is_sum, mul_factors
+from ..ir import Axis, Load, is_sum, mul_factors, walk
 from .graph import fused_reduces
 from .kernel import KernelPlan
 
@@ -56,7 +59,7 @@ def plan_static_loops(k: KernelPlan, small: Mapping[str, int], unroll: int = 0) 
         count = 1
         for a in axes:
             count *= small[a]
-        if count <= MAX_TAPS and all(_window_sum(byid[u], axes) for u in p.reductions):
+        if count <= MAX_TAPS and all(_window_sum(byid[u], axes) or _window_pool(byid[u], axes) for u in p.reductions):
             out.update({a: small[a] for a in axes})
     return out
 
@@ -72,6 +75,13 @@ def _window_sum(r, axes) -> bool:
         if len(readers) < 2 or not any(a in e.axes and not isinstance(e, Axis) for n in readers for e in n.index):
             return False
     return True
+
+
+def _window_pool(r, axes) -> bool:
+    """``r`` pools one load over ``axes``, each read through a computed index (a max pooling's
+    ``X.pad(-inf)[n, h * s + r - p, w * s + q - p]``): its taps' loads issue together too."""
+    loads = [n for n in walk([r.x]) if isinstance(n, Load)]
+    return len(loads) == 1 and all(any(a in e.axes and not isinstance(e, Axis) for e in loads[0].index) for a in axes)
 
 
 def plan_tile_stages(k: KernelPlan) -> int:
