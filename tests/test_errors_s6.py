@@ -65,3 +65,38 @@ def test_tuning_import_of_a_missing_file_names_it(tmp_path):
     assert not (tmp_path / "t.sqlite").exists()
     with pytest.raises(TuningDatabaseError, match="is a directory|Is a directory"):
         TuningDB(tmp_path / "u.sqlite").import_json(tmp_path)
+
+
+def test_python_max_and_chained_comparisons_point_to_the_dt_functions():
+    i, j = dt.axes("i j")
+    with pytest.raises(dt.AlgorithmError, match=r"dt\.maximum\(a, b\) / dt\.minimum\(a, b\) instead of Python's max"):
+        @dt.algorithm
+        def relu(X: dt.Tensor["M", "N"]):
+            return max(X[i, j], 0.0)[i, j]
+    with pytest.raises(dt.AlgorithmError, match=r"`\(a < b\) & \(b < c\)` for a chained comparison"):
+        @dt.algorithm
+        def band(X: dt.Tensor["M", "N"]):
+            return dt.where(0 < j < 4, X[i, j], 0.0)[i, j]
+
+    @dt.algorithm
+    def band_fixed(X: dt.Tensor["M", "N"]):   # the message's fix
+        return dt.where((0 < j) & (j < 4), X[i, j], 0.0)[i, j]
+    X = torch.randn(3, 7)
+    ref = X.clone()
+    ref[:, 0] = 0
+    ref[:, 4:] = 0
+    assert torch.equal(dt.compile(band_fixed)(X), ref)
+
+
+def test_round_builtin_says_how_to_round():
+    i, j = dt.axes("i j")
+    with pytest.raises(dt.AlgorithmError, match=r"round\(\) cannot take a dtriton expression.*saturate=True"):
+        @dt.algorithm
+        def r(X: dt.Tensor["M", "N"]):
+            return round(X[i, j])[i, j]
+
+    @dt.algorithm
+    def r_fixed(X: dt.Tensor["M", "N"]):
+        return dt.cast(X[i, j], torch.int32, saturate=True)[i, j]
+    X = torch.tensor([[0.5, 1.5, -2.5, 2.4, -0.6]])
+    assert dt.compile(r_fixed)(X).tolist() == torch.round(X).int().tolist()

@@ -133,7 +133,13 @@ class Expr:
     def __bool__(self):
         raise AlgorithmError(
             "an expression has no truth value while the algorithm is traced; use dt.where(cond, a, b) "
-            "instead of `if`/`and`/`or` on expressions")
+            "instead of `if`/`and`/`or` on expressions, `(a < b) & (b < c)` for a chained comparison "
+            "`a < b < c`, and dt.maximum(a, b) / dt.minimum(a, b) instead of Python's max(a, b) / min(a, b)")
+
+    def __round__(self, ndigits=None):
+        raise AlgorithmError("round() cannot take a dtriton expression; round with a cast: dt.cast(x, torch.int32, "
+                             "saturate=True) rounds to nearest (ties to even, clamped to int32), dt.cast(x, "
+                             "torch.int64) rounds toward zero as .to(torch.int64)")
 
     def __getitem__(self, idx) -> "Output":
         """``expr[i, j]``: fix the layout of an output. Every free axis must appear exactly once."""
