@@ -52,7 +52,8 @@ def probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
     """--probe: the heuristic's schedule ``base`` with one change each, so the rows show which
     knob moves the forward time at this V: the first contraction (sum0, reduced over v) split
     half or twice as much; the output GEMM (out0) in 32 x 64 tiles (twice the programs: small
-    meshes), in 128 x 64 tiles with 4 warps or 64 x 128 with 8 warps; the output GEMM at bf16x6
+    meshes), in 64 x 128 tiles with 8 warps, with 4 pipeline stages; persistent kernels (one
+    program per SM looping over tiles); the output GEMM at bf16x6
     (the default runs it at tf32x3 and the projection at bf16x6, the projection's stage
     precision); session 5's default (split half as much, bf16x6 for both: the A/B of this
     session's rule); and both GEMMs at tf32 (one pass, ~1e-3: what the MMAs alone cost).
@@ -69,7 +70,8 @@ def probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
     return {f"sum0 split {split // 2}": base.replace(split={"v": split // 2}),
             f"sum0 split {split * 2}": base.replace(split={"v": split * 2}),
             "out0 32x64": base.replace(tile={**dict(base.tile), "v": 32}),
-            "out0 128x64 4 warps": base.replace(tile={**dict(base.tile), "v": 128, "c": 64}, num_warps=4),
+            "out0 4 stages": base.replace(num_stages=4),
+            "persistent 1": base.replace(persistent=1),
             "out0 64x128 8 warps": base.replace(tile={**dict(base.tile), "v": 64, "c": 128}, num_warps=8),
             "out0 bf16x6": base.replace(precision="bf16x6"),
             "s5 default (split/2, bf16x6 both)": everywhere(base.replace(split={"v": split // 2}), "bf16x6"),

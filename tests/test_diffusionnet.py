@@ -78,6 +78,46 @@ def test_gradients_match_torch_autograd(ops, problem, backend):
     assert g.grad_x_rel < F32 and g.grad_t_rel < F32 and g.times_only_rel < F32
 
 
+def test_derived_backward_reads_no_absent_gradient(ops, problem):
+    """The layer returns ``out`` only: the derived backward is derived from ``out`` alone (dt.grad's
+    outputs=[0]): its kernels never read the spectral output's (absent) gradient, and the gradients
+    still equal float64 autograd's, twice in a row (the second call takes the cached step)."""
+    basis, mass, evals = ops
+    kern = L.DiffusionKernels(None)
+    w = torch.randn(problem.x.shape, generator=torch.Generator().manual_seed(2))
+    x64, t64 = problem.x.double().requires_grad_(), problem.true_times.double().requires_grad_()
+    (L.torch_spatial_diffusion(x64, basis.double(), mass.double(), evals.double(), t64) * w.double()).sum().backward()
+    for _ in range(2):
+        x, t = problem.x.clone().requires_grad_(), problem.true_times.clone().requires_grad_()
+        (L.spatial_diffusion_fn(x, basis, mass, evals, t, backend="auto", kernels=kern) * w).sum().backward()
+        assert rel(x.grad, x64.grad) < F32 and rel(t.grad, t64.grad) < F32
+    runners = kern.auto.last_runs["backward"]
+    assert runners, "no derived backward ran"
+    for r in runners:
+        loads = {n.tensor.name for n in dt.ir.walk([o.expr for o in r.alg.outputs]) if isinstance(n, dt.ir.Load)}
+        assert "grad_out0" in loads and "grad_out1" not in loads, (r.alg.name, loads)
+
+
+def test_grad_outputs_takes_the_others_as_zero(ops, problem):
+    """dt.grad(outputs=[k]): the algorithms keep every gradient parameter but read only output k's;
+    their values equal the full derivation's with the other gradients zero; bad indices are refused."""
+    from dtriton.library import spatial_diffusion
+    basis, mass, evals = ops
+    full = dt.grad(spatial_diffusion, ["x", "times"])
+    only = dt.grad(spatial_diffusion, ["x", "times"], outputs=[0])
+    assert only.outputs == (0,) and full.outputs == (0, 1)
+    assert [p.name for p in only.algorithms[0].params] == [p.name for p in full.algorithms[0].params]
+    g0 = torch.randn(problem.x.shape, generator=torch.Generator().manual_seed(3))
+    args = (problem.x, basis, mass, evals, problem.true_times, g0, torch.zeros(basis.shape[1], problem.x.shape[1]))
+    for a, b in zip(only.reference(*args), full.reference(*args)):
+        assert rel(a, b) < 1e-12
+    got = dt.compile(only.algorithms[0])(*args)
+    for a, b in zip(got, full.reference(*args)):
+        assert rel(a, b) < F32
+    with pytest.raises(dt.AlgorithmError, match=r"has 2 output\(s\), indices 0 to 1; \[2\] is out of range"):
+        dt.grad(spatial_diffusion, ["x"], outputs=[0, 2])
+
+
 def test_times_only_backward_kernel(ops, problem):
     """x without grad: only the backward_times kernel runs; its gradient equals eager autograd's."""
     basis, mass, evals = ops

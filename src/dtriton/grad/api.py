@@ -38,6 +38,8 @@ class GradientAlgorithms:
             conditions); no algorithm computes them.
         grad_names: names of the upstream-gradient parameters, one per forward output.
         saved: forward stage names that are inputs instead of being recomputed.
+        outputs: indices of the forward outputs whose upstream gradients the algorithms read (all
+            by default); the others are taken as zero (their parameters stay, unread).
     """
     forward: Algorithm
     wrt: tuple[str, ...]
@@ -47,6 +49,7 @@ class GradientAlgorithms:
     grad_names: tuple[str, ...]
     saved: tuple[str, ...]
     stats: dict[str, Any] = field(default_factory=dict)
+    outputs: tuple[int, ...] = ()
 
     def __getitem__(self, name: str) -> Algorithm:
         """The backward algorithm that computes the gradient of input ``name``."""
@@ -149,7 +152,7 @@ def _saved_stages(alg: Algorithm, d: Deriver, grads: dict[str, tuple[Expr, tuple
 
 
 def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequence[str] | str | None = None,
-         group: str = "auto") -> GradientAlgorithms:
+         group: str = "auto", outputs: Sequence[int] | None = None) -> GradientAlgorithms:
     """Derive the backward algorithms of ``alg`` by reverse-mode differentiation.
 
     Args:
@@ -164,13 +167,17 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
             shared stage runs once), and gradients that are each one reduction over the same axes
             with the same layout (layer norm's dw and db, computed by one kernel in one pass);
             ``"none"`` gives one algorithm per input, ``"all"`` one in total.
+        outputs: indices of the forward outputs that receive an upstream gradient (default: all). The
+            others are taken as zero: the algorithms still take their gradient parameters (every
+            variant has the same arguments) but never read them, so an output nobody differentiates
+            (the diffusion layer's spectral coefficients) costs the backward no loads.
 
     Returns a :class:`GradientAlgorithms`. Its algorithms take ``(*forward_args, *upstream_grads,
     *saved)``; upstream gradient ``k`` has the shape of forward output ``k``. Computation dtype is
     the promotion of the floating inputs (fp32 for fp16/bf16 inputs, fp64 for fp64), as forward.
 
-    Raises :class:`~dtriton.errors.AlgorithmError` for unknown input or stage names, or a node
-    kind the differentiator does not know.
+    Raises :class:`~dtriton.errors.AlgorithmError` for unknown input or stage names, an output
+    index out of range, or a node kind the differentiator does not know.
 
     Sources: Griewank & Walther, "Evaluating Derivatives" (SIAM 2008), reverse mode (ch. 3) and
     its adjoint rules for elementals (ch. 4); torch's derivatives.yaml conventions for ties
@@ -179,8 +186,14 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
     if not isinstance(alg, Algorithm):
         raise TypeError(f"dt.grad expects an @dt.algorithm, got {type(alg).__name__}")
     wrt_l = _wrt_names(alg, wrt)
+    n_out = len(alg.outputs)
+    seeded = tuple(range(n_out)) if outputs is None else tuple(sorted(set(outputs)))
+    bad = [k for k in seeded if not isinstance(k, int) or not 0 <= k < n_out]
+    if bad:
+        raise AlgorithmError(f"dt.grad(outputs={list(outputs)}): {alg.name} has {n_out} output(s), indices 0 to "
+                             f"{n_out - 1}; {bad} is out of range")
     d = Deriver(alg)
-    grads = d.run(wrt_l)
+    grads = d.run(wrt_l, seeded)
     if wrt is None:
         wrt_l = [n for n in wrt_l if n in grads]
     zero = tuple(n for n in wrt_l if n not in grads)
@@ -208,7 +221,7 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
         for k, n in enumerate(grp):
             locate[n] = (len(algs) - 1, k)
     return GradientAlgorithms(alg, tuple(wrt_l), tuple(algs), locate, zero, tuple(d.gnames), tuple(save_l),
-                              {"blocked_extrema": [x.name for x in d.order if x.uid in d.blocked]})
+                              {"blocked_extrema": [x.name for x in d.order if x.uid in d.blocked]}, seeded)
 
 
 def saved_statistics(alg: Algorithm) -> tuple[str, ...]:

@@ -160,9 +160,11 @@ class Deriver:
         return [(cl[o.expr.uid], o.layout) for o in self.alg.outputs]
 
     # -- adjoint propagation ---------------------------------------------------------------------
-    def run(self, wrt: Sequence[str]) -> dict[str, tuple[Expr, tuple[str, ...]]]:
+    def run(self, wrt: Sequence[str], seeded: Sequence[int] | None = None) -> dict[str, tuple[Expr, tuple[str, ...]]]:
         """Derive the gradients of the inputs ``wrt``: input name -> (expression, output axes), for
-        the inputs whose gradient is not structurally zero."""
+        the inputs whose gradient is not structurally zero. ``seeded``: the indices of the outputs
+        whose upstream gradient may be nonzero (None: every output); the others contribute nothing
+        (their gradient parameters exist but are not read)."""
         g = self.g
         outs = self.clone_forward()
         self.order = order = topo_order([e for e, _ in outs])
@@ -170,11 +172,10 @@ class Deriver:
         self.blocked = shift_invariant_extrema(order, active, [e for e, _ in outs])
         self.gnames = grad_param_names(self.alg)
         contribs: dict[int, list[Expr]] = defaultdict(list)
-        for (e, layout), gn in zip(outs, self.gnames):
+        for k, ((e, layout), gn) in enumerate(zip(outs, self.gnames)):
             gt = g.tensor(gn, tuple(self.alg.axis_size[a] for a in layout))
-            upstream = g.load(gt, [g.axis(a) for a in layout])
-            if e.uid in active:
-                contribs[e.uid].append(upstream)
+            if e.uid in active and (seeded is None or k in seeded):
+                contribs[e.uid].append(g.load(gt, [g.axis(a) for a in layout]))
         self.load_adj = []
         for n in reversed(order):
             cs = contribs.pop(n.uid, None)

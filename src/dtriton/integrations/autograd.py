@@ -79,6 +79,14 @@ class _Runner:
         return r if isinstance(r, tuple) else (r,)
 
 
+def seeded_outputs(grads: Sequence[torch.Tensor | None]) -> tuple[int, ...] | None:
+    """The indices of the outputs that have an upstream gradient (``grads``: one per output, None
+    where autograd gives none), or None when every output has one."""
+    if all(g is not None for g in grads):
+        return None
+    return tuple(k for k, g in enumerate(grads) if g is not None)
+
+
 def _has_fp64(args) -> bool:
     """Whether a tensor among ``args`` is float64 (such calls accumulate in float64)."""
     return any(isinstance(a, torch.Tensor) and a.dtype == torch.float64 for a in args)
@@ -236,10 +244,13 @@ class DifferentiableKernel:
         """The backward algorithms used for gradients wrt ``wrt`` (default: all inputs)."""
         return self._backward(wrt, self._aug is not None)[0]
 
-    def _backward(self, wrt: Sequence[str] | None, saving: bool):
+    def _backward(self, wrt: Sequence[str] | None, saving: bool, seeded: tuple[int, ...] | None = None):
         """(gradient algorithms, their runners, per runner the (input name, output index) pairs it
-        computes) for gradients wrt ``wrt``, cached per set (looked up without the lock first)."""
-        key = (frozenset(wrt) if wrt is not None else None, saving)
+        computes) for gradients wrt ``wrt`` from the outputs ``seeded`` (indices of the outputs
+        with an upstream gradient; None: all; :func:`~dtriton.grad.grad`'s ``outputs``: an output
+        that receives none is no term of the backward, not a zero it reads), cached per set
+        (looked up without the lock first)."""
+        key = (frozenset(wrt) if wrt is not None else None, saving, seeded)
         hit = self._bwd.get(key)
         if hit is not None:
             return hit
@@ -247,7 +258,7 @@ class DifferentiableKernel:
             hit = self._bwd.get(key)
             if hit is None:
                 saved = self._aug[1] if saving else None
-                ga = grad(self.algorithm, wrt, save=saved, group=self.group)
+                ga = grad(self.algorithm, wrt, save=saved, group=self.group, outputs=seeded)
                 runners = []
                 for k, a in enumerate(ga.algorithms):
                     ins = [n for n, (ai, _) in ga.locate.items() if ai == k]
@@ -358,7 +369,7 @@ class DifferentiableKernel:
         out = (None, *[res.get(p.name) for p in params])
         if not wrt or not fast_path_ok():
             return out, None
-        _, runners, picks = self._backward(wrt, bool(saved))
+        _, runners, picks = self._backward(wrt, bool(saved), seeded_outputs(grads))
         bargs, zeros = self._backward_inputs(args, grads, saved)
         pos = {p.name: k for k, p in enumerate(params)}
         launches = []
@@ -382,7 +393,7 @@ class DifferentiableKernel:
         alg = self.algorithm
         if not wrt:
             return {}
-        ga, runners, picks = self._backward(wrt, bool(saved))
+        ga, runners, picks = self._backward(wrt, bool(saved), seeded_outputs(grads))
         self.last_runs["backward"] = runners
         bargs = self._backward_inputs(args, grads, saved)[0]
         res: dict[str, torch.Tensor | None] = dict.fromkeys(wrt)
@@ -432,6 +443,9 @@ class _DTFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, dk: DifferentiableKernel, *args):
+        # an output without a gradient arrives as None (not a zero filled per step): the backward is
+        # then derived without its term (DifferentiableKernel._backward's seeded outputs)
+        ctx.set_materialize_grads(False)
         with torch.no_grad():
             outs, saved = dk.run_forward(args)
         is_t = dk.is_tensor

@@ -271,9 +271,10 @@ def _long_reduction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
     layer's projection ``basis^T (x mass)``, 128 x 128 summed over V = 2000 to 10^5 vertices, and
     its backward's ``basis^T G``): 64 x 64 output tiles of its own (a stage override; the
     consumers keep theirs), 4 warps, 3 stages, reduced in tiles of 32, split so about four waves of
-    programs run (each looping over >= 1 tile of the reduction; H200, s5 call 5, bf16x6: the
-    projection at V=100000 64.9 us split 128 against 74.2 split 64, V=20000 16.3 against 18.4,
-    V=2000 5.2 split 32 against 6.9 split 16, V=6000 8.6 split 128 against 8.0-8.5 split 64).
+    programs run, each looping over about two tiles of the reduction or more (H200, s5 call 5 and
+    s6 call 1, bf16x6: the projection at V=100000 64.6 us split 128 against 74.9 split 64, V=20000
+    16.1 against 18.0, V=2000 5.2 split 32 against 6.9 split 16; V=6000 keeps 64, 8.1 against 8.7
+    split 128).
     Both operands of such a product usually read the reduced axis as their rows (A^T B of two
     row-major tensors), which precision "auto" runs as FMA dots ("ieee"); under an "auto" schedule
     the stage's own precision becomes "bf16x6" (fp32 accuracy on tensor cores from six bf16 passes:
@@ -302,7 +303,7 @@ def _long_reduction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
         return False
     rt = 32
     tm, tn = d.cap(m, 64), d.cap(n, 64)
-    most = sizes[r] // rt                 # splits leaving each program >= 1 whole tile of r
+    most = -(-sizes[r] // (2 * rt))       # splits leaving each program about 2 tiles of r or more
     want = max(1, 4 * d.sms // programs((m, n), sizes, {m: tm, n: tn}))
     split = 1 << (min(want, most).bit_length() - 1)
     if split < 2:

@@ -81,7 +81,8 @@ def layer_plans(V: int, K: int = 128, C: int = 128) -> dict[str, tuple[dt.Schedu
     (:data:`spatial_diffusion_backward`), and ``saving forward`` (the forward that also returns the
     projection, which the "auto" backend runs when gradients are needed). Values: (complete schedule, :func:`describe_program`)."""
     sizes = {"V": V, "K": K, "C": C}
-    derived = dt.grad(spatial_diffusion, ["x", "times"], save=[projection_stage()]).algorithms
+    # the spectral output receives no gradient in the layer: its term is not derived (outputs=[0])
+    derived = dt.grad(spatial_diffusion, ["x", "times"], save=[projection_stage()], outputs=[0]).algorithms
     algs = {"forward": spatial_diffusion, "saving forward": augmented_forward(spatial_diffusion, [projection_stage()])[0],
             "manual backward": spatial_diffusion_backward}
     algs.update({"derived backward" + (f" {i}" if i else ""): a for i, a in enumerate(derived)})
