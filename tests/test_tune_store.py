@@ -3,6 +3,7 @@ store=True (or deterministic=True) stores, store=False never; the CLI's --store/
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import pytest
@@ -63,3 +64,20 @@ def test_cli_explore_store_flags(tmp_path, flag, stored):
     r = CliRunner().invoke(main, args)
     assert r.exit_code == 0, r.output
     assert (db.exists() and len(TuningDB(db).records()) == 1) == stored
+
+
+def test_the_summary_says_what_was_stored(tmp_path):
+    db = tmp_path / "t.sqlite"
+    res, _ = _explore(db)
+    assert "tuning database: not stored (interpreter timings measure Python; pass store=True" in res.summary()
+    res, _ = _explore(db, store=False)
+    assert "tuning database: not stored (store=False)" in res.summary()
+    res, _ = _explore(db, store=True)
+    assert f"tuning database: best stored in {db}" in res.summary()
+    back = dt.ExploreResult.from_json(res.to_json())
+    assert back.storage == res.storage
+    # a second, slower-or-equal run keeps the stored record unless told to replace it
+    rec = TuningDB(db).lookup(res.key)
+    TuningDB(db).store(dataclasses.replace(rec, median_us=1e-3), overwrite=True)
+    res2, _ = _explore(db, store=True)
+    assert "best not written to" in res2.summary() and "store='replace'" in res2.summary()

@@ -54,6 +54,7 @@ class Explorer:
                  t_start: float):
         self.interpret = backend_for(device) == "interpreter"
         unstored = opts.store is None and not opts.deterministic   # the default on the interpreter: say so
+        self.unstored_default = unstored
         if opts.store is None:   # the default: store GPU explorations (interpreter timings measure Python)
             opts = dataclasses.replace(opts, store=not self.interpret or opts.deterministic)
         self.alg, self.opts, self.t_start = alg, opts, t_start
@@ -566,18 +567,27 @@ class Explorer:
 
     def _store(self, result: ExploreResult, rows: list[dict]) -> None:
         """Store the measured candidates and the best schedule (``store="replace"``: even over a
-        faster stored record)."""
+        faster stored record); ``result.storage`` says what happened."""
         store = self.opts.store
         if not store or self.tdb is None:
+            result.storage = ("not stored (interpreter timings measure Python; pass store=True to store)"
+                              if self.interpret and self.opts.store is False and self.unstored_default
+                              else "not stored (store=False)")
             return
         measured = [r for r in rows if r["status"] in ("ok", "wrong", "failed", "timeout")
                     and r.get("schedule_json") and not r.get("stored")]
         if measured:
             self.tdb.store_trials(self.key, self.b.sizes, measured)
         br = result.best_row
-        if br is not None:
-            self.tdb.store(TuningRecord(self.key, self.alg.name, br["schedule_json"], br["median_us"], br["p20_us"],
-                                        br["p80_us"], dict(self.b.sizes), time.time()), overwrite=(store == "replace"))
+        if br is None:
+            result.storage = f"nothing stored (no candidate passed); {len(measured)} timing(s) kept in {self.tdb.path}"
+            return
+        wrote = self.tdb.store(TuningRecord(self.key, self.alg.name, br["schedule_json"], br["median_us"],
+                                            br["p20_us"], br["p80_us"], dict(self.b.sizes), time.time()),
+                               overwrite=(store == "replace"))
+        result.storage = (f"best stored in {self.tdb.path} (dt.compile(alg, 'tuned') uses it)" if wrote else
+                          f"best not written to {self.tdb.path}: a faster record is stored for this call "
+                          "(store='replace' replaces it), or the database could not be written (a TuningWarning says so)")
 
 
 def _check_call(alg, args, space, budget, strategy) -> tuple[tuple, Space | None, torch.device]:

@@ -96,11 +96,13 @@ class ExploreResult:
             candidate that faults or hangs could not take the exploration down.
         isolation: where the candidates ran, in words; when not isolated, why not (``isolate=False``,
             an algorithm a spawned process cannot import, workers that could not start).
+        storage: what happened in the tuning database, in words (the best stored in which file, a
+            faster stored record kept, or not stored and why); "" for a result built otherwise.
     """
 
     def __init__(self, *, algorithm, table, device, timings_meaningful, strategy, stop_reason, elapsed_s,
                  space=None, oracle="reference", key=None, budget_s=None, remeasure_s=0.0, isolated=False,
-                 isolation=""):
+                 isolation="", storage=""):
         self.algorithm = algorithm
         self.table = table
         self.device = device
@@ -115,6 +117,7 @@ class ExploreResult:
         self.remeasure_s = remeasure_s
         self.isolated = isolated
         self.isolation = isolation
+        self.storage = storage
         row = self.pick_best(table)
         self.best_row = row
         self.best: Schedule | None = None if row is None else (
@@ -185,6 +188,8 @@ class ExploreResult:
             head.append(f"best: #{b['id']} {_us(b['median_us'])} µs (p20 {_us(b['p20_us'])}, p80 {_us(b['p80_us'])})"
                         + (f", {self.speedup:.2f}x the heuristic" if self.speedup else ""))
             head.append(f"  schedule: {b['schedule_json']}")
+        if self.storage:
+            head.append(f"tuning database: {self.storage}")
         buf = io.StringIO()
         con = Console(file=buf, width=width, color_system=None, emoji=False, highlight=False)
         con.print("\n".join(head), markup=False, soft_wrap=True)
@@ -299,7 +304,7 @@ class ExploreResult:
                            "device": self.device, "timings_meaningful": self.timings_meaningful,
                            "strategy": self.strategy, "stop_reason": self.stop_reason, "elapsed_s": self.elapsed_s,
                            "budget_s": self.budget_s, "remeasure_s": self.remeasure_s, "oracle": self.oracle,
-                           "isolated": self.isolated, "isolation": self.isolation,
+                           "isolated": self.isolated, "isolation": self.isolation, "storage": self.storage,
                            "space": self.space.to_dict() if self.space is not None else None,
                            "table": rows}, indent=1)
 
@@ -321,4 +326,5 @@ class ExploreResult:
                              stop_reason=d["stop_reason"], elapsed_s=d["elapsed_s"],
                              space=Space(**d["space"]) if d.get("space") else None, oracle=d.get("oracle", "reference"),
                              budget_s=d.get("budget_s"), remeasure_s=d.get("remeasure_s") or 0.0,
-                             isolated=bool(d.get("isolated")), isolation=d.get("isolation") or "")
+                             isolated=bool(d.get("isolated")), isolation=d.get("isolation") or "",
+                             storage=d.get("storage") or "")
