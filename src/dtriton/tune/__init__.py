@@ -14,10 +14,12 @@ shapes: power-of-two tiles per axis (no larger than the padded axis; 16..256 for
 axes of sum stages whose outputs have few tiles, the strategy (whole/loop/online) of every axis
 that some kernel covers in-program, the placement (auto/fuse/materialize) of every reduction
 stage, tiles of a split stage that runs in a kernel of its own (``stage_tile``), ``num_warps``
-and ``num_stages`` (GPU only: the interpreter ignores both), persistent tile loops and, for 16-bit
-contractions on Hopper-class GPUs, TMA tile loads (``access``). Every flat knob of the registry
-(:mod:`dtriton.schedule.knobs`) is a :class:`Space` field; one without a derivation rule
-(:data:`~dtriton.tune.space.RULES`) is searched over its registry ``search`` values (launch
+and ``num_stages`` (GPU only: the interpreter ignores both), persistent tile loops, for GPU contractions
+of fp32 operands the dot precisions that keep fp32 accuracy (``precision``: ieee, tf32x3, bf16x6)
+and, for contractions on tensor cores of Hopper-class GPUs (16-bit, or fp32 whose precision, "auto"
+resolved as the plan resolves it, is a tensor-core one), TMA tile loads (``access``). Every flat knob of
+the registry (:mod:`dtriton.schedule.knobs`) is a :class:`Space` field; one without a derivation rule
+(:data:`~dtriton.tune.space_rules.RULES`, in :mod:`dtriton.tune.space_rules`) is searched over its registry ``search`` values (launch
 options on the GPU only). Every field that a :class:`Space` leaves ``None`` keeps the
 heuristic's value, so ``dt.Space(tile=...)`` narrows the search; :meth:`Space.widen` adds values
 to a derived space.
