@@ -1,6 +1,6 @@
 """The records of an exploration: :class:`Candidate` (one row of :attr:`ExploreResult.table`),
-:class:`Options` (:func:`~dtriton.tune.explorer.explore`'s settings) and :func:`src_hash` (what
-makes two candidates the same kernel)."""
+:class:`Options` (:func:`~dtriton.tune.explorer.explore`'s settings) with :func:`check_call` (its
+checks of the call), and :func:`src_hash` (what makes two candidates the same kernel)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+import torch
+
 from ..ir import Algorithm
 from ..schedule import Schedule
 from .samplers import PENALTY
+from .space import Space
 
-__all__ = ["Candidate", "Options", "src_hash", "ROW_KEYS", "params_json"]
+__all__ = ["Candidate", "Options", "src_hash", "ROW_KEYS", "params_json", "check_call"]
 
 
 def src_hash(src: str, sched: Schedule) -> str:
@@ -108,3 +111,34 @@ class Options:
     timing: str = "cold"
     isolate: bool | None = None
     candidate_factory: Callable[[Algorithm, Schedule | None], Any] | None = None
+
+
+def check_call(alg, args, space, budget, strategy) -> tuple[tuple, Space | None, torch.device]:
+    """:func:`~dtriton.tune.explorer.explore`'s checks before anything is built or run: ``(args as a
+    tuple, the user's space checked against alg or None, the call's device)``.
+
+    Raises ``TypeError`` (not an algorithm, a space that is no Space or dict), ``ValueError`` (a
+    negative or non-number budget, an unknown strategy), :class:`~dtriton.ShapeError` (arguments
+    that do not fit the signature) and :class:`~dtriton.ScheduleError` (a space that does not fit)."""
+    if not isinstance(alg, Algorithm):
+        raise TypeError(f"dt.explore expects an @dt.algorithm, got {type(alg).__name__}")
+    if isinstance(args, torch.Tensor) or not isinstance(args, (tuple, list)):
+        args = (args,)
+    args = tuple(args)
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0:
+        raise ValueError(f"budget must be a number of seconds >= 0, got {budget!r}")
+    if strategy not in ("auto", "exhaustive", "random", "tpe"):
+        raise ValueError(f"strategy must be 'auto', 'exhaustive', 'random' or 'tpe', got {strategy!r}")
+    b_user = alg.bind(args)
+    # a user's space is checked against the algorithm before anything is built or run
+    if space is None:
+        sp = None
+    elif isinstance(space, Space):
+        sp = space
+    elif isinstance(space, Mapping):
+        sp = Space(**space)
+    else:
+        raise TypeError(f"space must be a dt.Space or a dict, got {type(space).__name__}")
+    if sp is not None:
+        sp.validate(alg)
+    return args, sp, b_user.device

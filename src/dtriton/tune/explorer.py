@@ -31,7 +31,7 @@ from .measure import Bench, drain_workers, first_line, run_parallel
 from .result import ExploreResult
 from .samplers import PENALTY, TPE, base_point, dot_seeds, flash_seeds, make_sampler, neighbours
 from .space import Space, derive_fields
-from .candidate import Candidate, Options, params_json, src_hash
+from .candidate import Candidate, Options, check_call, params_json, src_hash
 from .progress import ExploreProgress
 from .worker import WorkerPool, WorkerSpec, WorkerUnavailable, can_isolate, in_worker, start_method_for
 
@@ -590,33 +590,6 @@ class Explorer:
                           "(store='replace' replaces it), or the database could not be written (a TuningWarning says so)")
 
 
-def _check_call(alg, args, space, budget, strategy) -> tuple[tuple, Space | None, torch.device]:
-    """:func:`explore`'s checks before anything is built or run: ``(args as a tuple, the user's
-    space checked against alg or None, the call's device)``."""
-    if not isinstance(alg, Algorithm):
-        raise TypeError(f"dt.explore expects an @dt.algorithm, got {type(alg).__name__}")
-    if isinstance(args, torch.Tensor) or not isinstance(args, (tuple, list)):
-        args = (args,)
-    args = tuple(args)
-    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0:
-        raise ValueError(f"budget must be a number of seconds >= 0, got {budget!r}")
-    if strategy not in ("auto", "exhaustive", "random", "tpe"):
-        raise ValueError(f"strategy must be 'auto', 'exhaustive', 'random' or 'tpe', got {strategy!r}")
-    b_user = alg.bind(args)
-    # a user's space is checked against the algorithm before anything is built or run
-    if space is None:
-        sp = None
-    elif isinstance(space, Space):
-        sp = space
-    elif isinstance(space, Mapping):
-        sp = Space(**space)
-    else:
-        raise TypeError(f"space must be a dt.Space or a dict, got {type(space).__name__}")
-    if sp is not None:
-        sp.validate(alg)
-    return args, sp, b_user.device
-
-
 def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space: Space | Mapping | None = None,
             strategy: str = "auto", max_trials: int | None = None, patience: int | None = None, seed: int = 0,
             deterministic: bool = False, top_k: int = 3, rtol: float | None = None, out=None,
@@ -695,7 +668,7 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
         raise DTritonError("dt.explore was called in a candidate worker process, which imports the __main__ "
                            "script again to find the algorithm: keep the script's work under "
                            "`if __name__ == \"__main__\":`")
-    args, sp, device = _check_call(alg, args, space, budget, strategy)
+    args, sp, device = check_call(alg, args, space, budget, strategy)
     opts = Options(budget=budget, strategy=strategy, max_trials=max_trials, patience=patience, seed=seed,
                    deterministic=deterministic, top_k=top_k, rtol=rtol, out=out, db=db, store=store,
                    compile_workers=compile_workers, compile_timeout=compile_timeout, warmup_ms=warmup_ms,
