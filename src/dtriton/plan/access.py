@@ -20,7 +20,7 @@ from typing import Mapping, Sequence
 from ..ir import INT_OPS, Axis, Binary, Const, Load, never_negative, walk
 from .kernel import KernelPlan, TileAccess
 
-__all__ = ["plan_access", "plan_descriptor_site", "plan_eviction", "plan_streaming", "plan_ws_stores", "plan_floor_ops", "plan_read_masks",
+__all__ = ["plan_access", "plan_descriptor_site", "plan_eviction", "plan_ws_stores", "plan_floor_ops", "plan_read_masks",
            "tile_access", "tile_key", "unit_last"]
 
 
@@ -156,20 +156,6 @@ def plan_eviction(k: KernelPlan, eviction: Mapping[str, str]) -> tuple[dict[str,
             used.add(t)
     return hints, frozenset(used)
 
-
-
-def plan_streaming(k: KernelPlan, reread: frozenset, user: Mapping[str, str]) -> tuple[dict[str, str], frozenset, str]:
-    """``(eviction, evicted, store_eviction)`` of an output pass that the plan reversed to start on
-    the tiles a statistics kernel read last (``tile_order`` "auto"; ``reread``: the inputs it reads
-    again): its loads of those inputs (where the schedule's ``eviction`` names none of them) and
-    its output stores take "evict_first", so the values it streams through L2 leave first and the
-    statistics kernel's tail stays there for the reads still to come (without the hint each write
-    evicts a line of that tail: about half of it is read back). Other kernels keep
-    :func:`plan_eviction`'s hints and no store hint."""
-    if not k.reverse_order or not reread or reread & set(user):
-        return k.eviction, k.evicted, ""
-    hints, used = plan_eviction(k, dict(user, **{t: "evict_first" for t in reread}))
-    return hints, used, "evict_first"
 
 
 def plan_read_masks(k: KernelPlan, masked: frozenset) -> dict[int, tuple[int, ...]]:

@@ -20,7 +20,7 @@ import torch
 from ..ir import (Algorithm, Binding, Reduce, base2_exponents, base2_shifted_exponents, integer_reductions, kernel_f64,
                   reciprocal_divisors, single_pass_variance)
 from ..schedule import Schedule
-from .access import plan_access, plan_descriptor_site, plan_eviction, plan_streaming, plan_ws_stores, plan_floor_ops, plan_read_masks
+from .access import plan_access, plan_descriptor_site, plan_eviction, plan_ws_stores, plan_floor_ops, plan_read_masks
 from .blockreduce import plan_block_reduce
 from .bounds import input_tensors, plan_bounds, plan_reverse_order, ws_off_split_loops
 from .buffers import plan_buffers, plan_int_buffers
@@ -59,8 +59,6 @@ def decide(prog: Program, sched: Schedule, dtypes: Mapping[str, torch.dtype],
         _decide_kernel(k, sched, dtypes, out_dtypes, "float64" if any64 else "float32", interpret, i64, tma_ok,
                        dict(hints or {}), dict(unit_dims or {}), masked_reads, unit_scalars, dict(small_sizes or {}))
         k.reverse_order = plan_reverse_order(k, sched.tile_order, input_tensors(k) & read)
-        if sched.tile_order == "auto":   # (the plan's own order: an output pass on a statistics kernel's tail)
-            k.eviction, k.evicted, k.store_eviction = plan_streaming(k, input_tensors(k) & read, sched.eviction)
         read |= input_tensors(k)
     prog.note = note
     return prog

@@ -257,8 +257,6 @@ class KernelPlan:
                                                       # axes (no size-1 dims: plan.online_split.plan_row_vectors)
     eviction: dict[str, str] = field(default_factory=dict)            # input -> L2 eviction hint
     evicted: frozenset = frozenset()                  # inputs some non-TMA load of which carries its hint
-    store_eviction: str = ""                          # L2 eviction hint of its pointer stores to outputs ("": none;
-                                                      # plan.access.plan_streaming)
     bounds: dict[tuple[int, ...], LoopBounds] = field(default_factory=dict)  # a pass's reductions -> its loop range
     reverse_order: bool = False                       # programs take their tiles in reverse launch order
     flatten: bool = False                             # the persistent tile loop and its one contraction loop

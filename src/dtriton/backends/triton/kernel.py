@@ -306,8 +306,7 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
                 else:
                     scope.emit(f"tl.store({h}, {tv}" + (f", boundary_check={extra}" if extra else "") + ")")
                 return
-            ev = f", eviction_policy=\"{self.k.store_eviction}\"" if self.k.store_eviction and odt is not None else ""
-            scope.emit(f"tl.store({ptr}, ({v}).to({name}_ptr.dtype.element_ty)" + (f", mask={mask}" if mask else "") + ev + ")")
+            scope.emit(f"tl.store({ptr}, ({v}).to({name}_ptr.dtype.element_ty)" + (f", mask={mask}" if mask else "") + ")")
 
 
     def tma_store(self, h: str, offs: list[str], tv: str, acc, scope: Scope) -> None:
