@@ -51,9 +51,10 @@ ROWS: list[dict] = []
 def probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
     """--probe: the heuristic's schedule ``base`` with one change each, so the rows show which
     knob moves the forward time at this V: the first contraction (sum0, reduced over v) split
-    half or twice as much; the output GEMM (out0) in 32 x 64 tiles (twice the programs: small
-    meshes), in 64 x 128 tiles with 8 warps, with 4 pipeline stages; persistent kernels (one
-    program per SM looping over tiles); the output GEMM at bf16x6
+    half as much, with 4 pipeline stages, with 8 warps; the output GEMM (out0) in 32 x 64 tiles
+    where the default has 64 rows and the reverse (the default takes 32 below two waves of
+    programs), with 4 pipeline stages; persistent kernels (one program per SM looping over tiles);
+    the output GEMM at bf16x6
     (the default runs it at tf32x3 and the projection at bf16x6, the projection's stage
     precision); session 5's default (split half as much, bf16x6 for both: the A/B of this
     session's rule); and both GEMMs at tf32 (one pass, ~1e-3: what the MMAs alone cost).
@@ -63,18 +64,24 @@ def probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
     if ss is None or split < 2:
         return {}
 
+    def sum0(**knobs) -> dt.Schedule:
+        """``base`` with the projection's stage overrides ``knobs``."""
+        return base.replace(stages={**dict(base.stages), "sum0": ss.replace(**knobs)})
+
     def everywhere(sched: dt.Schedule, precision: str) -> dt.Schedule:
         """``sched`` with ``precision`` for every dot (the projection's stage override too)."""
         stages = {**dict(sched.stages), "sum0": sched.stages["sum0"].replace(precision=precision)}
         return sched.replace(precision=precision, stages=stages)
+    rows = 32 if base.tile.get("v") == 64 else 64    # the output GEMM's other row tile
     return {f"sum0 split {split // 2}": base.replace(split={"v": split // 2}),
-            f"sum0 split {split * 2}": base.replace(split={"v": split * 2}),
-            "out0 32x64": base.replace(tile={**dict(base.tile), "v": 32}),
+            f"out0 {rows}x64": base.replace(tile={**dict(base.tile), "v": rows}),
             "out0 4 stages": base.replace(num_stages=4),
             "persistent 1": base.replace(persistent=1),
-            "out0 64x128 8 warps": base.replace(tile={**dict(base.tile), "v": 64, "c": 128}, num_warps=8),
+            "sum0 4 stages": sum0(num_stages=4),
+            "sum0 8 warps": sum0(num_warps=8),
             "out0 bf16x6": base.replace(precision="bf16x6"),
-            "s5 default (split/2, bf16x6 both)": everywhere(base.replace(split={"v": split // 2}), "bf16x6"),
+            "s5 default (split/2, bf16x6 both)": everywhere(base.replace(split={"v": split // 2},
+                                                                          tile={**dict(base.tile), "v": 64}), "bf16x6"),
             "tf32 (1e-3: MMA-time reference)": everywhere(base, "tf32")}
 
 

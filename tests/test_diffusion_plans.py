@@ -72,6 +72,21 @@ def test_long_reduction_rule_tiles_split_and_precision():
         assert [k["dots"][0][2] for k in kernels[:2]] == ["bf16x6", "tf32x3"], (name, kernels)
 
 
+@pytest.mark.parametrize("V,rows", [(2000, 32), (6000, 32), (20000, 64), (100000, 64)])
+def test_output_gemm_takes_32_rows_below_two_waves(V, rows):
+    """The output GEMM reading the projection (forward and both backwards' grad_x) takes 32-row tiles
+    when 64-row ones would make fewer than two waves of programs on the 132 SMs (V < ~8400)."""
+    for name, (sched, kernels) in layer_plans(V).items():
+        out0 = next(k for k in kernels if k["name"].endswith("_out0"))
+        assert out0["grid"]["v"] == rows and out0["grid"]["c"] == 64, (name, out0)
+    from dtriton.examples.diffusionnet.plans import empty_args, gpu_program
+    from dtriton.library import spatial_diffusion
+    import dtriton as dt
+    s, _ = gpu_program(spatial_diffusion, empty_args(spatial_diffusion, {"V": V, "K": 128, "C": 128}),
+                       dt.Schedule(tile={"v": 64}))
+    assert s.tile["v"] == 64                       # a user's tile stays
+
+
 def test_stage_precision_reaches_only_its_kernel():
     """A stage's precision override applies to the dots of that stage's kernel; the schedule's to the others."""
     import dtriton as dt
