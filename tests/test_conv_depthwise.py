@@ -112,3 +112,18 @@ def test_unrolled_taps_take_no_register_cap():
         b.device = torch.device("cuda")
         (k,) = plan_program(alg, sched, b, call_spec(alg, b, args, False)).kernels
         assert k.static_loops == {"r": 3, "q": 3} and k.max_registers == 0
+
+
+@pytest.mark.parametrize("r,q,s,p,persistent", [(3, 3, 1, 1, 0), (3, 3, 1, 1, 1), (5, 3, 1, 2, 0), (3, 3, 2, 1, 0)])
+def test_taps_read_in_tma_boxes(r, q, s, p, persistent):
+    """Under TMA access each tap reads the input as one box shifted by the tap (zeros outside the image:
+    the padding), at stride 1; a stride of 2 keeps the masked pointer loads. Odd sizes whose tiles
+    overhang the image, fp16, into a poisoned output, against float64; persistent with the tile loop
+    pipelined too."""
+    X, W = randn(2, 7, 9, 16, dtype=torch.float16), randn(r, q, 16, dtype=torch.float16)
+    args = [X, W, s, p, osize(7, r, s, p), osize(9, q, s, p)]
+    sched = gpu_schedule(L.depthwise_conv2d_nhwc, args).replace(access="tma", persistent=persistent, num_stages=2)
+    src = dt.compile(L.depthwise_conv2d_nhwc, sched).source_for(*args)
+    assert ("desc_X.load([pid_n, pid_h * BLOCK_H + " in src) == (s == 1)
+    assert ("tl.load(X_ptr" in src) == (s != 1)
+    check(L.depthwise_conv2d_nhwc, args, sched, torch_ref=t_depthwise)

@@ -24,17 +24,24 @@ loop left but the tile loop itself. :func:`plan_tile_stages` has it printed as `
 num_stages=S)`` (the schedule's ``num_stages``): Triton's pipeliner then issues the next tiles'
 loads (``cp.async`` into shared memory) while this tile's taps are summed and stored, instead of a
 program waiting for its loads once per tile.
+
+**Taps in TMA boxes.** Under TMA access (the schedule's ``access="tma"``), a window sum's input whose
+every index is a grid axis, or a grid axis shifted by the taps (``h + r - 1`` at stride 1:
+:func:`~dtriton.ir.shift_of`), is read one TMA box per tap (:func:`plan_tap_boxes`): the box of the
+program's tile at ``(n, h0 + r - 1, w0 + q - 1, c0)``, whose coordinates outside the tensor (negative
+ones too) read zeros, which is the padding: no address arithmetic, masks or zero-fill selects per
+element, and the loads are asynchronous (pipelined across the tiles of a persistent kernel).
 """
 
 from __future__ import annotations
 
 from typing import Mapping
 
-from ..ir import Axis, Load, is_sum, mul_factors, walk
+from ..ir import Axis, Load, is_sum, mul_factors, shift_of, walk
 from .graph import fused_reduces
 from .kernel import KernelPlan
 
-__all__ = ["MAX_TAPS", "plan_static_loops", "plan_tile_stages"]
+__all__ = ["MAX_TAPS", "plan_static_loops", "plan_tap_boxes", "plan_tile_stages"]
 
 #: the most unrolled steps (the product of a pass's static loop counts)
 MAX_TAPS = 32
@@ -95,3 +102,55 @@ def plan_tile_stages(k: KernelPlan) -> int:
     if any(a not in k.static_loops for p in passes for a in p.loop_axes):
         return 0
     return k.num_stages
+
+
+def plan_tap_boxes(k: KernelPlan, style: str | None, tma_ok: frozenset, ones: frozenset) -> dict:
+    """``{load id: {dim: (grid axis, index at its tile start)}}`` for the inputs of kernel ``k``'s
+    window sums read in TMA boxes, one per tap (see the module's docstring; the form of
+    :attr:`KernelPlan.shifted_reads`); empty where none is. ``style``: the schedule's access;
+    ``tma_ok``: the tensors TMA can address on this call; ``ones``: the integer scalars equal to 1 on
+    it. A load qualifies when it is a factor of a sum over loop axes of tile 1 (the taps) and
+    indexes one of them, its padding is 0 (or none), its last dim is its unit-stride dim, indexed by a
+    grid axis whose tile holds 16 bytes or more, and every other dim is a grid axis or one plus
+    an expression of the taps and tile-1 axes with coefficient 1 on the call. Needs ``k.i64``,
+    ``k.unit_dims`` and ``k.dtypes``; not for kernels with flat axes (a conv's implicit GEMM reads its
+    boxes itself: :mod:`dtriton.plan.implicit_gemm`)."""
+    if style != "tma" or k.i64 or k.flat:
+        return {}
+    out = {}
+    for r in fused_reduces([st.expr for st in k.stores], k.materialized):
+        taps = set(r.over)
+        if not is_sum(r) or any(k.axes[a].role != "loop" or k.axes[a].block != 1 for a in taps):
+            continue
+        fixed = taps | {a for a in k.axes if k.scalar_axis(a)}
+        for n in mul_factors(r.x):
+            if isinstance(n, Load) and taps & set(n.axes):
+                shifts = _tap_box(k, n, fixed, tma_ok, ones)
+                if shifts:
+                    out[n.uid] = shifts
+    return out
+
+
+def _tap_box(k: KernelPlan, n: Load, fixed: set, tma_ok: frozenset, ones: frozenset) -> dict | None:
+    """The shifted dims of load ``n`` read as one TMA box per tap (:func:`plan_tap_boxes`), or None."""
+    name, ndim = n.tensor.name, len(n.index)
+    last = n.index[-1]
+    if (name not in tma_ok or ndim > 5 or n.pad not in (None, 0.0) or k.unit_dims.get(name, ndim - 1) != ndim - 1
+            or not isinstance(last, Axis) or k.axes[last.name].role != "grid"
+            or k.dtypes[name].itemsize * k.axes[last.name].block < 16):
+        return None
+    used, shifts = [], {}
+    for d, e in enumerate(n.index):
+        if isinstance(e, Axis):
+            hit, at0 = e.name, None
+        else:
+            grid = [a for a in e.axes if k.axes[a].role == "grid" and not k.scalar_axis(a)]
+            hit = grid[0] if len(grid) == 1 and set(e.axes) - {grid[0]} <= fixed else None
+            at0 = shift_of(e, hit, ones) if hit else None
+            if at0 is None:
+                return None
+            shifts[d] = (hit, at0)
+        if k.axes[hit].role != "grid" or hit in used or k.axes[hit].block > 256:
+            return None
+        used.append(hit)
+    return shifts or None
