@@ -100,3 +100,28 @@ def test_round_builtin_says_how_to_round():
         return dt.cast(X[i, j], torch.int32, saturate=True)[i, j]
     X = torch.tensor([[0.5, 1.5, -2.5, 2.4, -0.6]])
     assert dt.compile(r_fixed)(X).tolist() == torch.round(X).int().tolist()
+
+
+def test_reading_a_missing_tuning_database_creates_nothing(tmp_path):
+    from conftest import matmul
+    from dtriton.tune import TuningKey
+    path = tmp_path / "sub" / "typo.sqlite"
+    db = TuningDB(path)
+    key = TuningKey.for_call(matmul, (torch.randn(4, 3), torch.randn(3, 2)))
+    assert db.lookup(key) is None and db.records() == [] and db.trials(key, {"M": 4, "K": 3, "N": 2}) == {}
+    assert db.delete(key) is False
+    db.clear()
+    assert not path.exists() and not path.parent.exists()
+
+
+@pytest.mark.parametrize("cmd", ["show", "bench"])
+def test_cli_tuned_with_a_missing_db_says_so(tmp_path, cmd):
+    path = tmp_path / "typo.sqlite"
+    r = _cli([cmd, "dtriton.library:matmul", "--shape", "M=8,K=8,N=8", "--tuned", "--db", str(path)])
+    assert r.exit_code != 0 and f"tuning database {path} does not exist" in r.output
+    assert not path.exists()
+
+
+def test_cli_space_that_is_not_json():
+    r = _cli(["explore", "dtriton.library:matmul", "--shape", "M=8,K=8,N=8", "--space", "{tile: 3}", "--quiet"])
+    assert r.exit_code != 0 and "--space is not JSON" in r.output and '{"tile": {"i": [64, 128]}' in r.output

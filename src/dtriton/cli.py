@@ -273,6 +273,9 @@ def explore(spec, shape, dtype, device, scalar, seed, budget, strategy, max_tria
     if space_json:
         try:
             space = Space(**json.loads(space_json))
+        except json.JSONDecodeError as e:
+            raise click.BadParameter(f"--space is not JSON ({e}); expected an object such as "
+                                     "'{\"tile\": {\"i\": [64, 128]}, \"num_warps\": [4, 8]}'") from e
         except (ValueError, TypeError) as e:
             raise click.BadParameter(f"--space: {e}") from e
     try:
@@ -304,6 +307,7 @@ def show(spec, shape, dtype, device, scalar, seed, schedule_json, tuned, db):
     """Print the generated Triton source of ALGORITHM for --shape."""
     if schedule_json and tuned:
         raise click.UsageError("give --schedule or --tuned, not both")
+    _check_db_exists(db)
     alg, args = _inputs_from_options(spec, shape, dtype, device, scalar, seed)
     if tuned:
         kern = TunedKernel(alg, db)
@@ -315,6 +319,13 @@ def show(spec, shape, dtype, device, scalar, seed, schedule_json, tuned, db):
         click.echo(Kernel(alg, sched).source_for(*args))
     except ValueError as e:  # ScheduleError / ShapeError
         raise click.ClickException(str(e)) from e
+
+
+def _check_db_exists(db: str | None) -> None:
+    """A --db given to read from must exist (a mistyped path would read as an empty database)."""
+    if db is not None and not Path(db).exists():
+        raise click.ClickException(f"tuning database {db} does not exist (nothing was created); check the --db "
+                                   "path, or leave --db out for the default database")
 
 
 def _schedule_option(text: str | None) -> Schedule | None:
@@ -350,6 +361,8 @@ def bench(spec, shape, dtype, device, scalar, seed, budget, schedule_json, tuned
     (alg.reference) and torch.compile, each checked against float64."""
     if sum(map(bool, (budget, schedule_json, tuned))) > 1:
         raise click.UsageError("give one of --budget, --schedule and --tuned")
+    if not budget:   # --budget writes the database; reading one needs it to exist
+        _check_db_exists(db)
     alg, args = _inputs_from_options(spec, shape, dtype, device, scalar, seed)
     baseline = load_function(baseline_spec) if baseline_spec else None
     sched = "tuned" if tuned else _schedule_option(schedule_json)
@@ -394,9 +407,7 @@ def tuning(action, file, db, stale):
     if action in ("export", "import") and not file:
         raise click.UsageError(f"dtriton tuning {action} needs a FILE")
     if action != "import" and not tdb.path.exists():
-        if db is not None:
-            raise click.ClickException(f"tuning database {tdb.path} does not exist (nothing was created); check "
-                                       "the --db path, or leave --db out for the default database")
+        _check_db_exists(db)
         click.echo(f"{tdb.path}: no tuning database yet (dt.explore creates it); 0 record(s)")
         return
     if action == "export":

@@ -334,9 +334,13 @@ class TuningDB:
             except OSError:
                 pass
 
-    def _op(self, fn: Callable[[sqlite3.Connection], Any], default: Any, what: str):
+    def _op(self, fn: Callable[[sqlite3.Connection], Any], default: Any, what: str, writes: bool = True):
         """Run ``fn(con)`` (in one transaction: ``fn`` commits); recover from locks (wait up to the
-        busy timeout, then warn and return ``default``) and corruption (rebuild, retry once)."""
+        busy timeout, then warn and return ``default``) and corruption (rebuild, retry once). An
+        operation that only reads or removes (``writes`` False) on a file that does not exist
+        returns ``default`` without creating it (a mistyped path is not turned into a database)."""
+        if not writes and not self.path.exists():
+            return default
         for attempt in (0, 1):
             try:
                 con = self._connect()
@@ -391,7 +395,7 @@ class TuningDB:
                                                                          key.device, key.triton, dtriton_version())
                             ).fetchone()
             return None if r is None else self._row_to_record(r)
-        return self._op(f, None, "lookup")
+        return self._op(f, None, "lookup", writes=False)
 
     def nearest(self, key: TuningKey, max_log2_distance: int = 2) -> TuningRecord | None:
         """The record of the same algorithm, dtypes, device, Triton and dtriton version whose shape
@@ -423,7 +427,7 @@ class TuningDB:
                 if ok and (best_d is None or d < best_d or (d == best_d and rec.key.bucket < best.key.bucket)):
                     best, best_d = rec, d
             return best
-        return self._op(f, None, "nearest lookup")
+        return self._op(f, None, "nearest lookup", writes=False)
 
     def store(self, record: TuningRecord, overwrite: bool = False) -> bool:
         """Store ``record`` unless a record with the same key, measured by the same dtriton
@@ -457,7 +461,7 @@ class TuningDB:
                 args = (fingerprint,)
             q += " ORDER BY fingerprint, bucket, dtypes, device, triton"
             return [self._row_to_record(r) for r in con.execute(q, args).fetchall()]
-        return self._op(f, [], "listing")
+        return self._op(f, [], "listing", writes=False)
 
     def delete(self, key: TuningKey) -> bool:
         """Remove the record for ``key``; returns whether one was there."""
@@ -466,7 +470,7 @@ class TuningDB:
                               "triton=?", (key.fingerprint, key.bucket, key.dtypes, key.device, key.triton))
             con.commit()
             return cur.rowcount > 0
-        return self._op(f, False, "delete")
+        return self._op(f, False, "delete", writes=False)
 
     def clear(self) -> None:
         """Remove every record and stored trial."""
@@ -474,7 +478,7 @@ class TuningDB:
             con.execute("DELETE FROM records")
             con.execute("DELETE FROM trials")
             con.commit()
-        self._op(f, None, "clear")
+        self._op(f, None, "clear", writes=False)
 
     # -- per-candidate trials (deterministic mode) ------------------------------------------------
     @staticmethod
@@ -506,7 +510,7 @@ class TuningDB:
                              self._trial_key(key, sizes) + (dtriton_version(),)).fetchall()
             return {r[0]: {"schedule_json": r[0], "status": r[1], "reason": r[2] or "", "median_us": r[3],
                            "p20_us": r[4], "p80_us": r[5]} for r in rs}
-        return self._op(f, {}, "reading trials")
+        return self._op(f, {}, "reading trials", writes=False)
 
     # -- export / import -------------------------------------------------------------------------
     def export_json(self, path: str | os.PathLike | None = None) -> dict:
