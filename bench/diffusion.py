@@ -51,7 +51,8 @@ ROWS: list[dict] = []
 def probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
     """--probe: the heuristic's schedule ``base`` with one change each, so the rows show which
     knob moves the forward time at this V: the first contraction (sum0, reduced over v) split
-    half as much, with 4 pipeline stages, with 8 warps; the output GEMM (out0) in 32 x 64 tiles
+    half as much, with 4 pipeline stages, with 8 warps, in 32 x 32 tiles split a quarter as much (as
+    many programs, a quarter of the atomic adds per element); the output GEMM (out0) in 32 x 64 tiles
     where the default has 64 rows and the reverse (the default takes 32 below two waves of
     programs), with 4 pipeline stages; persistent kernels (one program per SM looping over tiles);
     the output GEMM at bf16x6
@@ -79,6 +80,8 @@ def probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
             "persistent 1": base.replace(persistent=1),
             "sum0 4 stages": sum0(num_stages=4),
             "sum0 8 warps": sum0(num_warps=8),
+            f"sum0 32x32 split {max(2, split // 4)}": sum0(tile={**dict(ss.tile), "k": 32, "c": 32}).replace(
+                split={"v": max(2, split // 4)}),
             "out0 bf16x6": base.replace(precision="bf16x6"),
             "s5 default (split/2, bf16x6 both)": everywhere(base.replace(split={"v": split // 2},
                                                                           tile={**dict(base.tile), "v": 64}), "bf16x6"),
