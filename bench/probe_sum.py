@@ -5,7 +5,8 @@
 A hand-written Triton kernel (no dtriton) sums the squares of a flat 16x64x256x256 tensor: each of
 ``P`` programs loops over one contiguous chunk in steps of ``BLOCK`` elements (``tl.range``'s
 ``loop_unroll_factor`` ``U``; a program's chunk is whole steps, the last program's masked), writing one partial sum; the partials are not folded (a few hundred
-floats). Prints kernel us (CUDA-graph replay) and TB/s per (P, BLOCK, warps, U), best last: the number
+floats). Rows ``var``: the shifted sum and sum of squares of a variance (``shifted_sums``: dtriton's
+statistics loop, its shift the mean of the chunk's first step or its first value) at 264 and 528 programs. Prints kernel us (CUDA-graph replay) and TB/s per (P, BLOCK, warps, U), best last: the number
 dtriton's ``frobenius_normalize_sum0`` (s5: 41-46.5 us fp16, 256 programs over rows of h) is held to.
 ``--dry-run``: the interpreter, a tiny tensor (checks the script).
 """
@@ -39,6 +40,29 @@ def sum_squares(x_ptr, part_ptr, numel, per_prog, BLOCK: tl.constexpr, U: tl.con
     tl.store(part_ptr + pid, tl.sum(acc, 0))
 
 
+@triton.jit
+def shifted_sums(x_ptr, part_ptr, numel, per_prog, BLOCK: tl.constexpr, U: tl.constexpr, FIRST: tl.constexpr):
+    """Per program: the sums of ``x - shift`` and its squares over its chunk, ``shift`` the mean of
+    the chunk's first step (``FIRST``: computed before the loop, as dtriton's statistics kernels
+    do; else the chunk's first value, one scalar load)."""
+    pid = tl.program_id(0)
+    lo = pid.to(tl.int64) * per_prog
+    if FIRST:
+        o0 = lo + tl.arange(0, BLOCK)
+        shift = tl.sum(tl.load(x_ptr + o0, mask=o0 < numel, other=0.0).to(tl.float32), 0) / BLOCK
+    else:
+        shift = tl.load(x_ptr + lo).to(tl.float32)
+    s = tl.zeros([BLOCK], tl.float32)
+    s2 = tl.zeros([BLOCK], tl.float32)
+    for i in tl.range(0, per_prog, BLOCK, loop_unroll_factor=U):
+        o = lo + i + tl.arange(0, BLOCK)
+        y = tl.where(o < numel, tl.load(x_ptr + o, mask=o < numel, other=0.0).to(tl.float32) - shift, 0.0)
+        s += y
+        s2 += y * y
+    tl.store(part_ptr + 2 * pid, tl.sum(s, 0))
+    tl.store(part_ptr + 2 * pid + 1, tl.sum(s2, 0))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dtypes", default="float16,float32")
@@ -63,7 +87,17 @@ def main(argv=None) -> int:
             err = abs(part.double().sum().item() - ref) / ref
             us = R.graph_time_us(fn, reps=10, iters=5)
             rows.append((us, p, blk, w, u, err))
-        rows.sort(reverse=True)
+        for p, blk, u, first in itertools.product(progs[1:4:2] if not a.dry_run else progs, (2048, 4096) if not
+                                                  a.dry_run else (1024,), (1, 2), (True, False)):
+            part = torch.empty(2 * p, device=R.DEV, dtype=torch.float32)
+
+            def fn(p=p, blk=blk, u=u, first=first, part=part):
+                per = -(-numel // (p * blk)) * blk
+                shifted_sums[(p,)](x, part, numel, per, BLOCK=blk, U=u, FIRST=first, num_warps=8)
+            fn()
+            us = R.graph_time_us(fn, reps=10, iters=5)
+            rows.append((us, p, blk, 8, f"{u} var shift={'first step' if first else 'first value'}", float('nan')))
+        rows.sort(key=lambda r: -r[0])
         for us, p, blk, w, u, err in rows:
             print(f"{d:8s} P {p:5d} BLOCK {blk:5d} warps {w} U {u}: {us:8.1f} us "
                   f"{numel * x.element_size() / us / 1e6:6.3f} TB/s  err {err:.1e}", flush=True)
