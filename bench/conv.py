@@ -191,6 +191,9 @@ VARIANTS = {
         # two 128 x 128 programs (one warp group each) per SM: one's epilogue beside the other's loop
         "box 128x128 w4 s3": {"tile": {"n": 2}, "num_warps": 4, "num_stages": 3},           # (82 KB)
         "box 128x128 w4 s4": {"tile": {"n": 2}, "num_warps": 4, "num_stages": 4},           # (115 KB)
+        # K steps of 128 channels: half the steps (and CTA barriers) of the A-in-registers loop
+        "box 256x128x128 s2": {"tile": {"c": 128}, "num_stages": 2},                        # (131 KB)
+        "box 256x128x128 s3": {"tile": {"c": 128}, "num_stages": 3},                        # (229 KB)
     },
     # the default (session 5, after call 4): 4 x 8 x 64 (h, w, c) per program, the 3x3 taps unrolled (call 4:
     # 58.6 us; the s4 default 1 x 8 x 128 90.4); taller tiles share the rows of their taps in L1
