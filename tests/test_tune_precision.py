@@ -92,3 +92,23 @@ def test_every_derived_precision_keeps_fp32_accuracy_on_odd_shapes(precision):
     out = torch.full((37, 23), float("nan"))
     k(A, B, out=out)
     torch.testing.assert_close(out.double(), A.double() @ B.double(), rtol=1e-5, atol=1e-5)
+
+
+def test_fp32_tma_dot_tiles_count_the_output_staging_buffer():
+    """Triton 3.6 keeps an fp32 TMA loop's output tile beside its stages-1 operand buffers (sm_90 compiles:
+    256x128x32 at 4 stages 278,584 B, over the H200's 227 KB: OutOfResources in the session-6 explore);
+    the pruner counts it, pointer loads not."""
+    from dtriton.tune.check import check_resources
+    args = (torch.empty(1024, 8192), torch.empty(8192, 8192))
+    b = dataclasses.replace(matmul.bind(args), device=torch.device("cuda"))
+    base = dt.compile(matmul).complete(b)
+    big = base.replace(tile={"i": 256, "j": 128, "k": 32}, num_stages=4, num_warps=8)
+    assert check_resources(matmul, big.replace(access="pointer"), b, Limits()) is None     # 192 KB
+    why = check_resources(matmul, big.replace(access="tma"), b, Limits())
+    assert why is not None and "272 KB of shared memory > 227 KB" in why
+    assert check_resources(matmul, big.replace(access="tma", num_stages=3), b, Limits()) is None   # 224 KB
+    ok = base.replace(tile={"i": 128, "j": 128, "k": 32}, num_stages=4, num_warps=8, access="tma")
+    assert check_resources(matmul, ok, b, Limits()) is None                                 # 160 KB
+    half = dataclasses.replace(matmul.bind((args[0].half(), args[1].half())), device=torch.device("cuda"))
+    h = big.replace(tile={"i": 256, "j": 128, "k": 64}, access="tma")
+    assert check_resources(matmul, h, half, Limits()) is None    # 16-bit: the pipeline's buffers take the store

@@ -69,12 +69,21 @@ def stage_warps(sched: Schedule, stage: str) -> int:
     return int((ss.num_warps if ss is not None and ss.num_warps else None) or sched.num_warps or 4)
 
 
+def _fp32_tma_smem(bm: int, bn: int, bk: int, stages: int) -> int:
+    """Shared memory of an fp32 dot loop fed by TMA loads (Triton 3.6, sm_90): ``stages - 1`` operand
+    buffers and, beside them, the fp32 output tile staged for its TMA store. Compiled for sm_90 here
+    (NT ``X @ W.T``, any precision): 128x128x32 at 4 stages 163,896 B (98,304 + 65,536 + barriers),
+    256x128x32 at 3 stages 229,408, at 4 278,584 (Triton's OutOfResources on the H200, explore of
+    session 6), 128x64x32 at 4 106,552; 16-bit loops reuse their pipeline's buffers for the store."""
+    return (bm * bk + bk * bn) * 4 * (stages - 1) + bm * bn * 4
+
+
 def check_resources(alg: Algorithm, sched: Schedule, b: Binding, limits: Limits) -> str | None:
     """Check a *complete* schedule against resource rules for the shapes in ``b``.
 
     Rules: a "whole" axis pads to at most ``limits.whole_max``; each contraction's dot tiles fit
     shared memory, ``(BM*BK + BK*BN) * bytes * num_stages <= limits.smem_bytes`` (bytes: the
-    widest floating input dtype); each dot operand and accumulator, and each stage's block of
+    widest floating input dtype; fp32 with TMA loads: :func:`_fp32_tma_smem` when larger); each dot operand and accumulator, and each stage's block of
     elements per program (grid tiles times the blocks of in-program axes, dot reduction axes
     excepted), holds at most ``limits.max_block_elems`` elements; a dot accumulator spread over
     the program's threads holds at most ``limits.max_acc_per_thread`` per thread, any block at
@@ -104,6 +113,8 @@ def check_resources(alg: Algorithm, sched: Schedule, b: Binding, limits: Limits)
         bm, bn, bk = blk(m, name), blk(n, name), blk(r, name)
         stages = 1 if strat(r) == "whole" else max(1, int(sched.num_stages))
         smem = (bm * bk + bk * bn) * nbytes * stages
+        if sched.access == "tma" and nbytes == 4 and stages > 1:
+            smem = max(smem, _fp32_tma_smem(bm, bn, bk, stages))
         if smem > limits.smem_bytes:
             return (f"stage {name!r}: dot tiles {bm}x{bk} and {bk}x{bn} of {nbytes}-byte elements x {stages} "
                     f"stages need {smem // 1024} KB of shared memory > {limits.smem_bytes // 1024} KB")
