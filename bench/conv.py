@@ -12,6 +12,9 @@ Cases (fp16; shapes of the issue's marks):
   GEMM; its floor is the bytes: 51 MB in, 51 MB out).
 - ``conv1d``: kernel 3, stride 2, dilation 2, pad 2, N32 C256 L4096 K256, as torch's NCL layout
   (``conv1d``) and channels-last (NLC, defined here).
+- ``gemm of conv2d (im2col)``: the conv2d's implicit GEMM (M = N*H*W, N = K, K = 9*C) on its input
+  materialised as rows (not a convolution: a reference for what Triton reaches on the same GEMM with a
+  plain row-major A, against cuBLAS).
 - ``conv_transpose2d``: 3x3, stride 2, pad 1, output_padding 1, N32 C128 28x28 -> K128 56x56, in
   the gather form (``conv_transpose2d``, NCHW; and channels-last, defined here), which multiplies
   the stride's zeros too (4x the FLOPs at stride 2), and by output phases
@@ -137,6 +140,14 @@ def cases(dev: str, dry: bool):
                                         lambda o: to_nchw(o.reshape(N, ho, ho, Ct)))],
            lambda a, b: F.conv_transpose2d(a, b, stride=2, padding=1, output_padding=1), [xt, wt],
            2 * N * Ht * Ht * Ct * Ct * 9 / 1e9, (xt.numel() + wt.numel() + N * Ct * ho * ho) * xt.element_size() / 1e6)
+    # the conv2d's implicit GEMM with its input materialised (im2col, rows (n, h, w), K (r, q, c)): the same
+    # FLOPs as a plain GEMM whose A tile is a shared-memory view (the boxed conv's A goes through registers)
+    xp = F.pad(x, (0, 0, 1, 1, 1, 1))
+    cols = torch.stack([xp[:, r:r + H, q:q + H, :] for r in range(3) for q in range(3)], dim=3).reshape(N * H * H, 9 * C)
+    wm = w.reshape(K, 9 * C)
+    yield ("gemm of conv2d (im2col)", [("dtriton NT", L.matmul, [cols, wm.t()], lambda o: o),
+                                       ("dtriton NN", L.matmul, [cols, wm.t().contiguous()], lambda o: o)],
+           lambda a, b: a @ b.t(), [cols, wm], gf, (cols.numel() + wm.numel() + N * H * H * K) * 2 / 1e6)
 
 
 def row(case, impl, us, call_us, gf, mb, err, sched, note=""):
@@ -197,6 +208,9 @@ VARIANTS = {
     },
     # the default (session 5, after call 4): 4 x 8 x 64 (h, w, c) per program, the 3x3 taps unrolled (call 4:
     # 58.6 us; the s4 default 1 x 8 x 128 90.4); taller tiles share the rows of their taps in L1
+    # the conv2d's GEMM on a materialised A (default 128x128x64 s4 w8): the conv's own tile, and persistent
+    "gemm": {"256x128 s4": {"tile": {"i": 256}}, "persistent 1": {"persistent": 1},
+             "256x128 persistent 1": {"tile": {"i": 256}, "persistent": 1}},
     "depthwise": {
         "taps looped (unroll 1)": {"unroll": 1},
         "1x8x128 (s4 default)": {"tile": {"h": 1, "c": 128}},
