@@ -2,7 +2,7 @@
 searches the dot precision (ieee, tf32x3, bf16x6 beside "auto": the choices keeping fp32 accuracy) and
 TMA tilings for "auto" (tf32x3 here: W reads the reduced axis at unit stride).
 
-    PYTHONPATH=src python3 bench/explore_fp32.py [--budget 40] [--M 1024 --N 8192 --K 8192]
+    PYTHONPATH=src python3 bench/explore_fp32.py [--budget 40] [--M 1024 --N 8192 --K 8192] [--layout NT|NN|TN]
     PYTHONPATH=src python3 bench/explore_fp32.py --dry-run      # tiny, on the CPU interpreter
 
 Prints the derived space's precision and access values, the heuristic's and the winner's kernel time
@@ -29,6 +29,16 @@ def linear(X: dt.Tensor["M", "K"], W: dt.Tensor["N", "K"]):
     return dt.sum(X[i, k] * W[j, k], over=k)[i, j]
 
 
+def operands(layout: str, M: int, N: int, K: int, dev: str):
+    """``(X, W)`` of ``linear`` (X: M x K, W: N x K) stored for ``layout`` of the product ``X @ W.T``
+    as a GEMM ``A @ B`` (A = X, B = W.T): "NT" (nn.Linear: both read K at unit stride), "NN" (W
+    stored K x N, so B reads N at unit stride), "TN" (X stored K x M and W K x N: neither operand
+    reads K at unit stride; "auto" stages a K-major copy of one)."""
+    X = torch.randn(M, K, device=dev) if layout[0] == "N" else torch.randn(K, M, device=dev).t()
+    W = torch.randn(N, K, device=dev) if layout == "NT" else torch.randn(K, N, device=dev).t()
+    return X, W
+
+
 def kernel_us(fn, gpu: bool) -> float:
     """Kernel time in us: CUDA-graph replay on the GPU, one wall-clock call on the CPU."""
     if not gpu:
@@ -49,13 +59,15 @@ def main(argv=None) -> int:
     ap.add_argument("--M", type=int, default=1024)
     ap.add_argument("--N", type=int, default=8192)
     ap.add_argument("--K", type=int, default=8192)
+    ap.add_argument("--layout", default="NT", choices=("NT", "NN", "TN"), help="operand storage (see operands())")
     ap.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU interpreter")
     a = ap.parse_args(argv)
     gpu = not a.dry_run
     dev = "cuda" if gpu else "cpu"
     M, N, K = (37, 29, 50) if a.dry_run else (a.M, a.N, a.K)
     torch.manual_seed(0)
-    X, W = torch.randn(M, K, device=dev), torch.randn(N, K, device=dev)
+    X, W = operands(a.layout, M, N, K, dev)
+    print(f"{a.layout}: X {tuple(X.shape)} strides {X.stride()}, W {tuple(W.shape)} strides {W.stride()}", flush=True)
     ref = X.double() @ W.double().T
     sp = dt.Space.derive(linear, (X, W), target="gpu")
     dims = dict(sp.dimensions())
