@@ -10,10 +10,13 @@ NT layout of ``nn.Linear`` (``X @ W.T``) and NN, fp16 and bf16, with fused epilo
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 import dtriton as dt
+from dtriton import Tensor
 from dtriton.library import linear_relu, matmul
 
 from conftest import TOL, check
@@ -91,3 +94,60 @@ def test_store_pieces_is_a_checked_knob():
         dt.Schedule(store_pieces=3)
     s = dt.Schedule(store_pieces=2, persistent=1)
     assert dt.Schedule.from_json(s.to_json()) == s
+
+
+# -- the heuristic: wide 16-bit GEMMs on the GPU run persistent (schedule.dot_rules._persistent_wide) ----------
+def gpu_schedule(alg, args) -> dt.Schedule:
+    """The complete schedule of a CUDA call with these (meta) arguments, derived on this machine."""
+    b = dataclasses.replace(alg.bind(args), device=torch.device("cuda"))
+    return dt.compile(alg).complete(b)
+
+
+def meta(*shape, dtype=torch.float16):
+    return torch.empty(*shape, dtype=dtype, device="meta")
+
+
+@dt.algorithm
+def linear_residual(X: Tensor["M", "K"], W: Tensor["N", "K"], R: Tensor["M", "N"]):
+    """X @ W.T + R: a residual tile read in the epilogue."""
+    i, j, k = dt.axes("i j k")
+    return (dt.sum(X[i, k] * W[j, k], over=k) + R[i, j])[i, j]
+
+
+def test_wide_16bit_gemms_default_to_persistent():
+    X, W = meta(4096, 4096), meta(4096, 4096)
+    nt = gpu_schedule(matmul, (X, W.T))
+    assert nt.persistent == 1 and nt.num_stages == 4 and nt.tile == {"i": 128, "j": 256, "k": 64}
+    assert gpu_schedule(matmul, (X, W)).persistent == 1
+    assert gpu_schedule(linear_relu, (X, W, meta(4096))).persistent == 1
+    # a residual tile read after the GEMM: its epilogue's shared memory beside 4 stages would not fit: 3
+    res = gpu_schedule(linear_residual, (X, W, meta(4096, 4096)))
+    assert res.persistent == 1 and res.num_stages == 3
+
+
+def test_persistent_default_left_alone():
+    X, W = meta(4096, 4096), meta(4096, 4096)
+    # not wide (1024 rows: 128x128 tiles and pointers), fp32, the user's own tiles, warp specialisation,
+    # pointer access, a second reduction over the GEMM's output (softmax of X @ W.T)
+    assert gpu_schedule(matmul, (meta(1024, 4096), W.T)).persistent == 0
+    assert gpu_schedule(matmul, (meta(4096, 4096, dtype=torch.float32), meta(4096, 4096, dtype=torch.float32).T)).persistent == 0
+    b = dataclasses.replace(matmul.bind((X, W.T)), device=torch.device("cuda"))
+    for user in (dt.Schedule(tile={"i": 128, "j": 256}), dt.Schedule(warp_specialize=True), dt.Schedule(access="pointer")):
+        assert dt.compile(matmul, user).complete(b).persistent == 0, user
+    assert dt.compile(matmul, dt.Schedule(persistent=2)).complete(b).persistent == 2
+
+    @dt.algorithm
+    def linear_softmax(X: Tensor["M", "K"], W: Tensor["N", "K"]):
+        i, j, k = dt.axes("i j k")
+        s = dt.sum(X[i, k] * W[j, k], over=k)
+        e = dt.exp(s[i, j] - dt.max(s[i, j], over=j))
+        return (e / dt.sum(e, over=j))[i, j]
+    assert gpu_schedule(linear_softmax, (X, W)).persistent == 0
+
+    @dt.algorithm
+    def linear_mish(X: Tensor["M", "K"], W: Tensor["N", "K"]):
+        """x * tanh(log(1 + exp(x))): three transcendentals after the GEMM (its flattened kernel spilled)."""
+        i, j, k = dt.axes("i j k")
+        s = dt.sum(X[i, k] * W[j, k], over=k)
+        return (s * dt.tanh(dt.log(1 + dt.exp(s))))[i, j]
+    assert gpu_schedule(linear_mish, (X, W)).persistent == 0

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from ..ir import Axis, Binary, Load, contains, mul_factors, reduction_stages, tensor_core_sides, walk
+from ..ir import (Axis, Binary, Load, Reduce, Unary, Where, contains, mul_factors, reduction_stages, tensor_core_sides,
+                  walk)
 from .draft import Draft, next_pow2, programs, split_for
 from .knobs import TENSOR_CORE_FP32
 from .schedule import StageSchedule
@@ -84,12 +85,16 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
         # (8-bit dots: 4, but block-scaled ones keep 8: their second accumulator spills 632 bytes at 4, sm_90)
         few = d.user.precision == "tf32" or (d.eight_bit and not _block_scaled(d, name, r))
         d.num_warps = 8 if tile[m] * tile[n] >= 128 * 128 and not few else 4
+    if wide and _persistent_wide(d, name):
+        d.persistent = 1
     if d.num_stages is None and wide:
         # both operands K-major (X @ W.T, the nn.Linear layout): 4 stages (H200, 4096^3 with TMA:
         # fp16 211.7 us against 221.6 with 3, bf16 208.4 against 222.3; bench/results/issue14/
         # probe_nt_call2.json); other layouts keep 3
         both = len(tensor_core_sides(d.alg.stages[name].node, d.b.unit_dims)) == 2
-        d.num_stages = 4 if both else 3
+        # (a persistent flattened kernel keeps its epilogue's shared memory beside the pipeline's: with a tile
+        # of another input read there, a residual, 4 stages ask 262 KB at sm_90 (bench/gemm_sm90.py): 3)
+        d.num_stages = 4 if both and not (d.persistent and _epilogue_tiles(d, m, n)) else 3
     if d.num_stages is None and d.gpu and d.eight_bit and not _byte_operands(d, name):
         # fp8 dots: 3 stages (H200, s5 call 3, fp8 e4m3 4096^3 with per-row scales at 128x128x128, 4 warps:
         # 104.5 us = 1.017x torch._scaled_mm against 117.3 with 4 stages); int8 keeps 4 (150.7 against 157.0)
@@ -238,6 +243,45 @@ def _wide_tile(d: Draft, m: str, n: str, r: str) -> bool:
     inner = n if grid.index(n) > grid.index(m) else m
     d.tile[inner] = d.cap(inner, 256)
     return True
+
+
+def _persistent_wide(d: Draft, name: str) -> bool:
+    """A wide 16-bit GEMM (:func:`_wide_tile`) runs persistent, one program per SM, when it is the
+    algorithm's only reduction (its kernel is the GEMM with its element-wise epilogue) and the user's
+    schedule leaves ``persistent`` at 0, ``access`` open or "tma" and warp specialisation off: the plan then
+    flattens the tile loop with the K loop (:mod:`dtriton.plan.persistent`), so the next tile's loads
+    overlap this tile's epilogue. (A user's explicit tiles keep the plain grid: the wide rule does not
+    apply to them.) H200, session 6 (bench/probe_nt.py --set persistent, fp16 4096^3): NT 179.5 us at 4
+    stages against 214.8 with the plain grid and cuBLAS NT 180.0; NN 180.4 at 3 stages against 183.7 and
+    cuBLAS 178.7; fp16 chains (bench/chains.py --schedule '{"persistent": 1}'): bias 218.8 -> 181.9 us,
+    hardswish 218.8 -> 183.9, sigmoid_scale_residual 226.6 -> 187.5, swish_div_clamp_tanh 238.4 -> 229.5."""
+    u = d.user
+    return (u.persistent == 0 and u.access in (None, "tma") and not u.warp_specialize
+            and [st.name for st in reduction_stages(d.alg)] == [name] and not _heavy_epilogue(d))
+
+
+#: Epilogues a flattened persistent 128x256 GEMM spilled registers with (sm_90, bench/gemm_sm90.py and the fp16
+#: chain catalogue, 8 warps, 128 accumulator registers a thread): mish (exp, log, tanh: 152 bytes of stack) and
+#: gelu_residual (11 operations and a residual tile: 376 bytes); gelu (10 operations, one tanh: 219 registers) and
+#: swish_div_clamp_tanh (9, two transcendentals: 254) did not.
+EPILOGUE_OPS, EPILOGUE_TRANSCENDENTALS = 10, 2
+
+
+def _heavy_epilogue(d: Draft) -> bool:
+    """The element-wise work after the algorithm's reductions: more than :data:`EPILOGUE_OPS`
+    operations or more than :data:`EPILOGUE_TRANSCENDENTALS` exponentials, logarithms, square roots,
+    tanh or sigmoid."""
+    ops = [x for x in walk([o.expr for o in d.alg.outputs], stop=lambda x: isinstance(x, Reduce))
+           if isinstance(x, (Unary, Binary, Where))]
+    heavy = [x for x in ops if isinstance(x, Unary) and x.op in ("exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid")]
+    return len(ops) > EPILOGUE_OPS or len(heavy) > EPILOGUE_TRANSCENDENTALS
+
+
+def _epilogue_tiles(d: Draft, m: str, n: str) -> bool:
+    """Some output reads a tile of an input over both output axes ``m`` and ``n`` outside its
+    reductions (a residual ``R[i, j]`` added after the GEMM)."""
+    roots = [o.expr for o in d.alg.outputs]
+    return any(isinstance(x, Load) and {m, n} <= set(x.axes) for x in walk(roots, stop=lambda x: isinstance(x, Reduce)))
 
 
 def _skinny(d: Draft, m: str, n: str, r: str) -> bool:
