@@ -237,7 +237,7 @@ VARIANTS = {
         "8x8x64 w4": {"tile": {"h": 8}},                          # (196 regs, 35)
         "4x16x64 w8": {"tile": {"w": 16}, "num_warps": 8},
         "persistent 2 s2 8x8x64 w8": {"persistent": 2, "num_stages": 2, "tile": {"h": 8}, "num_warps": 8},
-        # session 6: each tap's input one TMA box (plan.taps.plan_tap_boxes: zeros outside the image are the
+        # session 6: each tap's input one TMA box (plan.taps.plan_tap_shifts: zeros outside the image are the
         # padding; no per-element addresses or masks; sm_90: 52-58 registers), output stored by TMA
         "tma": {"access": "tma"},
         "tma persistent 4 s2": {"access": "tma", "persistent": 4, "num_stages": 2},      # (42 KB shared)

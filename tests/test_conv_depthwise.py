@@ -39,6 +39,8 @@ def test_depthwise_taps_unrolled_on_odd_sizes(r, q, s, p):
     src = dt.compile(L.depthwise_conv2d_nhwc, sched).source_for(*args)
     loops = [f"tl.static_range(0, {n})" for n in (r, q) if n > 1]
     assert all(x in src for x in loops) and "for r0 in range(" not in src
+    # at stride 1 every tap reads the tile's address block plus its shift times the strides (plan.taps)
+    assert ("offs_h[:, None, None] * X_s1 + offs_w[None, :, None] * X_s2" in src) == (s == 1)
     check(L.depthwise_conv2d_nhwc, args, sched, torch_ref=t_depthwise)
 
 

@@ -34,7 +34,7 @@ from .loop_stores import loop_store_bounds, plan_loop_stores
 from .online_split import plan_row_vectors
 from .passes import fp8_dots, plan_passes, register_cap
 from .persistent import plan_flatten, plan_store_pieces
-from .taps import plan_static_loops, plan_tap_boxes, plan_tile_stages
+from .taps import plan_static_loops, plan_tap_shifts, plan_tile_stages
 
 __all__ = ["decide", "one_pass_statistics", "plan_program", "sixteen_bit_terms", "unused_knobs"]
 
@@ -74,8 +74,9 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.dtypes, k.out_dtypes = dict(dtypes), dict(out_dtypes)
     # a conv's reduced axes (and output rows) as flat axes, where that makes a dot
     plan_implicit_gemm(k, sched.access, tma_ok, unit_scalars)
-    # a window sum's input read one TMA box per tap (a depthwise conv's), where no implicit GEMM is
-    k.shifted_reads = k.shifted_reads or plan_tap_boxes(k, sched.access, tma_ok, unit_scalars)
+    # a window sum's input read at the tile's address shifted by each tap (a depthwise conv's: one TMA
+    # box per tap under TMA access), where no implicit GEMM is
+    k.shifted_reads = k.shifted_reads or plan_tap_shifts(k, sched.access, tma_ok, unit_scalars)
     # a warp-specialised loop (it needs TMA loads) keeps the algorithm's operand order
     # (integer sums of products fold exactly, in int64, not on tensor cores, unless int8 dots)
     # a stage's own precision (its override) applies to the dots of the kernel it names

@@ -31,6 +31,8 @@ every index is a grid axis, or a grid axis shifted by the taps (``h + r - 1`` at
 program's tile at ``(n, h0 + r - 1, w0 + q - 1, c0)``, whose coordinates outside the tensor (negative
 ones too) read zeros, which is the padding: no address arithmetic, masks or zero-fill selects per
 element, and the loads are asynchronous (pipelined across the tiles of a persistent kernel).
+Under pointer access such a load's address is printed as the tile's address block, the same for every
+tap (computed once), plus the tap's scalar shift times the strides (:func:`plan_tap_shifts`).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from ..ir import Axis, Load, is_sum, mul_factors, shift_of, walk
 from .graph import fused_reduces
 from .kernel import KernelPlan
 
-__all__ = ["MAX_TAPS", "plan_static_loops", "plan_tap_boxes", "plan_tile_stages"]
+__all__ = ["MAX_TAPS", "plan_static_loops", "plan_tap_shifts", "plan_tile_stages"]
 
 #: the most unrolled steps (the product of a pass's static loop counts)
 MAX_TAPS = 32
@@ -104,18 +106,22 @@ def plan_tile_stages(k: KernelPlan) -> int:
     return k.num_stages
 
 
-def plan_tap_boxes(k: KernelPlan, style: str | None, tma_ok: frozenset, ones: frozenset) -> dict:
+def plan_tap_shifts(k: KernelPlan, style: str | None, tma_ok: frozenset, ones: frozenset) -> dict:
     """``{load id: {dim: (grid axis, index at its tile start)}}`` for the inputs of kernel ``k``'s
-    window sums read in TMA boxes, one per tap (see the module's docstring; the form of
-    :attr:`KernelPlan.shifted_reads`); empty where none is. ``style``: the schedule's access;
-    ``tma_ok``: the tensors TMA can address on this call; ``ones``: the integer scalars equal to 1 on
-    it. A load qualifies when it is a factor of a sum over loop axes of tile 1 (the taps) and
-    indexes one of them, its padding is 0 (or none), its last dim is its unit-stride dim, indexed by a
-    grid axis whose tile holds 16 bytes or more, and every other dim is a grid axis or one plus
-    an expression of the taps and tile-1 axes with coefficient 1 on the call. Needs ``k.i64``,
-    ``k.unit_dims`` and ``k.dtypes``; not for kernels with flat axes (a conv's implicit GEMM reads its
-    boxes itself: :mod:`dtriton.plan.implicit_gemm`)."""
-    if style != "tma" or k.i64 or k.flat:
+    window sums whose index is the tile's shifted by the tap (the form of
+    :attr:`KernelPlan.shifted_reads`; see the module's docstring); empty where none is.
+    ``style``: the schedule's access; ``tma_ok``: the tensors TMA can address on this call;
+    ``ones``: the integer scalars equal to 1 on it.
+
+    A load qualifies when it is a factor of a sum over loop axes of tile 1 (the taps) and indexes one
+    of them, and every dim is a grid axis or one plus an expression of the taps and tile-1 axes with
+    coefficient 1 on the call. Under TMA access it is read one box per tap, where TMA can address it:
+    padding 0 (or none), its last dim its unit-stride dim indexed by a grid axis whose tile holds 16
+    bytes or more, at most 5 dims (else, and under pointer access, its address is the tile's, the
+    same for every tap, plus the tap's shift times the strides). Needs ``k.i64``, ``k.unit_dims``
+    and ``k.dtypes``; not for kernels with flat axes (a conv's implicit GEMM reads its boxes itself:
+    :mod:`dtriton.plan.implicit_gemm`), nor under block pointers."""
+    if style == "block_ptr" or k.i64 or k.flat:
         return {}
     out = {}
     for r in fused_reduces([st.expr for st in k.stores], k.materialized):
@@ -125,20 +131,23 @@ def plan_tap_boxes(k: KernelPlan, style: str | None, tma_ok: frozenset, ones: fr
         fixed = taps | {a for a in k.axes if k.scalar_axis(a)}
         for n in mul_factors(r.x):
             if isinstance(n, Load) and taps & set(n.axes):
-                shifts = _tap_box(k, n, fixed, tma_ok, ones)
-                if shifts:
+                shifts = _tap_shifts(k, n, fixed, ones)
+                if shifts and (style != "tma" or _boxable(k, n, tma_ok)):
                     out[n.uid] = shifts
     return out
 
 
-def _tap_box(k: KernelPlan, n: Load, fixed: set, tma_ok: frozenset, ones: frozenset) -> dict | None:
-    """The shifted dims of load ``n`` read as one TMA box per tap (:func:`plan_tap_boxes`), or None."""
+def _boxable(k: KernelPlan, n: Load, tma_ok: frozenset) -> bool:
+    """TMA can read load ``n``'s tile as a box (:func:`plan_tap_shifts`)."""
     name, ndim = n.tensor.name, len(n.index)
     last = n.index[-1]
-    if (name not in tma_ok or ndim > 5 or n.pad not in (None, 0.0) or k.unit_dims.get(name, ndim - 1) != ndim - 1
-            or not isinstance(last, Axis) or k.axes[last.name].role != "grid"
-            or k.dtypes[name].itemsize * k.axes[last.name].block < 16):
-        return None
+    return (name in tma_ok and ndim <= 5 and n.pad in (None, 0.0) and k.unit_dims.get(name, ndim - 1) == ndim - 1
+            and isinstance(last, Axis) and k.axes[last.name].role == "grid"
+            and k.dtypes[name].itemsize * k.axes[last.name].block >= 16)
+
+
+def _tap_shifts(k: KernelPlan, n: Load, fixed: set, ones: frozenset) -> dict | None:
+    """The shifted dims of load ``n`` (:func:`plan_tap_shifts`), or None."""
     used, shifts = [], {}
     for d, e in enumerate(n.index):
         if isinstance(e, Axis):

@@ -137,7 +137,25 @@ class MemoryPrinter:
                 return self._widen(code, dt, raw), f"{fmt(n, limit=None)} ({kind})"
         terms, mask_axes, inside = [], [], []
         bounded = self.k.read_masks.get(n.uid, ())
+        # dims at the tile's index shifted by a tap (plan.taps): the tile's address block, the same for
+        # every tap, plus the tap's scalar shift times the stride
+        shifted = {d: v for d, v in self.k.shifted_reads.get(n.uid, {}).items() if self.k.flat_of(v[0]) == v[0]}
+        moves = []
         for d, e in enumerate(n.index):
+            if d in shifted:
+                a, at0 = shifted[d]
+                b, _ = scope.find_bind(a)
+                terms.append(b.offs if b.scalar else self.expand1d(b.offs, a, layout))
+                mask_axes.append(a)
+                sh = self.fresh("shift")
+                scope.emit(f"{sh} = {self.val(at0, scope, layout)}  # index {d} of {n.tensor.name}, "
+                           f"{fmt(e, limit=None)}, past the tile's {a}")
+                moves.append(f"{sh} * {name}_s{d}")
+                if d in bounded:
+                    ix = self.fresh("ix")
+                    scope.emit(f"{ix} = {terms[-1]} + {sh}  # index {d} of {n.tensor.name}: {fmt(e, limit=None)}")
+                    inside.append(f"({ix} >= 0) & ({ix} < {self.dim_size(n.tensor.dims[d])})")
+                continue
             if isinstance(e, Axis):
                 b, _ = scope.find_bind(e.name)
                 terms.append(b.offs if b.scalar else self.expand1d(b.offs, e.name, layout))
@@ -157,7 +175,8 @@ class MemoryPrinter:
         mask = " & ".join(filter(None, [self.mask_for(mask_axes, scope, layout)] + inside)) or None
         ev = self.eviction(n.tensor.name)
         other = ("0.0" if dt in FP8_FORMATS else 0) if n.pad is None or not bounded else self.literal(n.pad)
-        code = f"tl.load({self.addr(name, terms)}" + (f", mask={mask}, other={other}" if mask else "") + \
+        ptr = self.addr(name, terms) + (f" + ({' + '.join(moves)})" if moves else "")
+        code = f"tl.load({ptr}" + (f", mask={mask}, other={other}" if mask else "") + \
             (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
         return self._widen(code, dt, raw), fmt(n, limit=None) + (" (masked to its dims)" if bounded else "")
 
