@@ -59,9 +59,9 @@ def test_builtin_knobs_are_the_schedule_fields_in_order():
                                          "access", "warp_specialize", "mask_bounds", "tile_order",
                                          "fuse_outputs", "descriptors", "unroll", "store_pieces")
     assert dt.StageSchedule.field_names() == ("place", "tile", "grid", "group", "strategy", "num_warps", "num_stages",
-                                              "precision")
+                                              "precision", "persistent")
     assert [k.name for k in launch_knobs()] == ["num_warps", "num_stages"]
-    assert [k.name for k in stage_knobs()] == ["tile", "grid", "group", "strategy", "num_warps", "num_stages", "precision"]
+    assert [k.name for k in stage_knobs()] == ["tile", "grid", "group", "strategy", "num_warps", "num_stages", "precision", "persistent"]
     # positional arguments keep the old dataclass order
     s = dt.Schedule({"i": 16}, ("i", "j"), {}, {}, {}, 8)
     assert s.tile == {"i": 16} and s.grid == ("i", "j") and s.num_warps == 8
@@ -218,7 +218,8 @@ def test_schedule_is_immutable_and_compares_like_the_old_dataclass():
         s.num_warps = 8
     assert dt.StageSchedule(tile={"j": 8}) == dt.StageSchedule(tile={"j": 8}) != dt.StageSchedule()
     assert repr(dt.StageSchedule(place="fuse")) == ("StageSchedule(place='fuse', tile={}, grid=None, group={}, "
-                                                    "strategy={}, num_warps=None, num_stages=None, precision=None)")
+                                                    "strategy={}, num_warps=None, num_stages=None, precision=None, "
+                                                    "persistent=None)")
     assert dt.StageSchedule(place="fuse").replace(tile={"j": 8}).place == "fuse"
     full = dt.compile(softmax).schedule_for(torch.randn(4, 8))
     assert dt.Schedule.from_json(full.to_json()) == full and eval(repr(full), {"Schedule": dt.Schedule,

@@ -142,7 +142,8 @@ def test_persistent_default_left_alone():
         s = dt.sum(X[i, k] * W[j, k], over=k)
         e = dt.exp(s[i, j] - dt.max(s[i, j], over=j))
         return (e / dt.sum(e, over=j))[i, j]
-    assert gpu_schedule(linear_softmax, (X, W)).persistent == 0
+    sm = gpu_schedule(linear_softmax, (X, W))   # (the GEMM stage of its own: below)
+    assert sm.persistent == 0
 
     @dt.algorithm
     def linear_mish(X: Tensor["M", "K"], W: Tensor["N", "K"]):
@@ -151,3 +152,27 @@ def test_persistent_default_left_alone():
         s = dt.sum(X[i, k] * W[j, k], over=k)
         return (s * dt.tanh(dt.log(1 + dt.exp(s))))[i, j]
     assert gpu_schedule(linear_mish, (X, W)).persistent == 0
+
+
+@dt.algorithm
+def linear_softmax(X: Tensor["M", "K"], W: Tensor["N", "K"]):
+    """softmax over j of X @ W.T: the GEMM, then row statistics."""
+    i, j, k = dt.axes("i j k")
+    s = dt.sum(X[i, k] * W[j, k], over=k)
+    e = dt.exp(s[i, j] - dt.max(s[i, j], over=j))
+    return (e / dt.sum(e, over=j))[i, j]
+
+
+def test_gemm_stage_of_a_chain_is_persistent_alone():
+    # the heuristic: the GEMM kernel persistent (a stage override), the row kernel not
+    X, W = meta(4096, 4096), meta(4096, 4096)
+    sched = gpu_schedule(linear_softmax, (X, W))
+    gemm = [n for n, ss in sched.stages.items() if ss.place == "materialize"]
+    assert sched.persistent == 0 and len(gemm) == 1 and sched.stages[gemm[0]].persistent == 1
+    # on the interpreter: the stage's kernel loops over its tiles (flattened), the row kernel has a program per row
+    Xs, Ws = rnd(37, 24), rnd(72, 24, seed=1)
+    small = dt.Schedule(access="tma", tile={"i": 16, "j": 32, "k": 16},
+                        stages={gemm[0]: {"place": "materialize", "persistent": 1, "tile": {"i": 16, "j": 32, "k": 16}}})
+    src = source(linear_softmax, small, (Xs, Ws))
+    assert src.count("flatten=True") == 1 and src.count("persistent tile loop") == 1 and src.count("@_jit") >= 2
+    check(linear_softmax, (Xs, Ws), small, tol=TOL[torch.float16])

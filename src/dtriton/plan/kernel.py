@@ -228,7 +228,7 @@ class KernelPlan:
     num_stages: int = 2
     stage_names: list[str] = field(default_factory=list)
     fused: list[str] = field(default_factory=list)    # reduction stages computed inside
-    persistent: bool = False                          # a fixed grid of programs looping over tiles
+    persistent: int = 0                               # k > 0: k programs per SM, each looping over tiles
     max_registers: int = 0                            # ptxas's register cap per thread (launch option
                                                       # maxnreg; 0: none; plan.passes.register_cap)
     # -- decisions (filled by plan.decide) --

@@ -277,7 +277,7 @@ class _Kernels:
                           {k: v for k, v in self.bufmap.items() if k not in own},
                           ss.num_warps or sched.num_warps, ss.num_stages or sched.num_stages,
                           [sname] + [t.name for t in tops[1:]], fused,
-                          persistent=bool(sched.persistent) and bool(grid))
+                          persistent=_persistent(sched, ss) if grid else 0)
 
     def _axis(self, a: str, grid: list[str], ss, sname: str, split) -> AxisPlan:
         """How axis ``a`` is covered in a kernel with this grid and split."""
@@ -369,6 +369,12 @@ class _Kernels:
         stores += [StoreSpec(self.bufmap[r.uid].name, r, r.axes, atomic=True, in_loop=True) for r in riders]
         self.kernels.append(self.make_kernel(f"{self.alg.name}_{grp[0].name}", exprs + riders, stores, grp[0].name,
                                              riders))
+
+
+def _persistent(sched: Schedule, ss) -> int:
+    """Programs per SM of a kernel whose main stage has the overrides ``ss``: the stage's
+    ``persistent`` where it sets one (a GEMM stage of its own in a chain), else the schedule's."""
+    return ss.persistent if ss.persistent is not None else sched.persistent
 
 
 def _strategy(sched: Schedule, sname: str, axis: str) -> str:

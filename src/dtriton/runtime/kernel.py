@@ -243,7 +243,7 @@ class Kernel:
             fn = getattr(mod, m.name)
             ga = [g for a in m.ir.grid for g in m.ir.grid_tiles(a)]   # (a box axis: one count per member)
             launches.append(_Launch(fn, m, ga, m.ir.split[1] if m.ir.split else 1,
-                                    _persistent_programs(sched.persistent, b.device) if m.ir.persistent else 0))
+                                    _persistent_programs(m.ir.persistent, b.device) if m.ir.persistent else 0))
         if not self.quiet:
             for note in unused_knobs(alg, sched, prog):
                 # warn_level: the frames up to the user's call (3 from source_for, 4 through _plan_and_run)

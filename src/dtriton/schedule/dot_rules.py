@@ -255,9 +255,14 @@ def _persistent_wide(d: Draft, name: str) -> bool:
     stages against 214.8 with the plain grid and cuBLAS NT 180.0; NN 180.4 at 3 stages against 183.7 and
     cuBLAS 178.7; fp16 chains (bench/chains.py --schedule '{"persistent": 1}'): bias 218.8 -> 181.9 us,
     hardswish 218.8 -> 183.9, sigmoid_scale_residual 226.6 -> 187.5, swish_div_clamp_tanh 238.4 -> 229.5."""
+    return _persistent_allowed(d) and [st.name for st in reduction_stages(d.alg)] == [name] and not _heavy_epilogue(d)
+
+
+def _persistent_allowed(d: Draft) -> bool:
+    """The user's schedule leaves the choice of a persistent kernel open: ``persistent`` 0, ``access``
+    open or "tma", no warp specialisation."""
     u = d.user
-    return (u.persistent == 0 and u.access in (None, "tma") and not u.warp_specialize
-            and [st.name for st in reduction_stages(d.alg)] == [name] and not _heavy_epilogue(d))
+    return u.persistent == 0 and u.access in (None, "tma") and not u.warp_specialize
 
 
 #: Epilogues a flattened persistent 128x256 GEMM spilled registers with (sm_90, bench/gemm_sm90.py and the fp16
@@ -425,9 +430,13 @@ def gemm_then_rows(d: Draft) -> None:
             or not set(main.layout) <= {m, n}
             or next_pow2(d.sizes[n]) > 32768 or d.split.get(r, 1) > 1 or tuple(d.grid or ()) != tuple(main.layout)):
         return
+    # a wide 16-bit GEMM kernel runs persistent (its epilogue stores the buffer; see _persistent_wide), at 3
+    # stages where its epilogue adds another tile (residual_layer_norm: 262 KB of shared memory at 4, sm_90)
+    wide = d.half and d.tile[m] * d.tile[n] >= 128 * 256 and _persistent_allowed(d)
+    stages = 3 if wide and d.num_stages == 4 and d.user.num_stages is None and _epilogue_tiles(d, m, n) else d.num_stages
     d.stages[name] = StageSchedule(place="materialize", grid=(m, n), group=dict(d.group) or {m: 8},
                                    tile={a: d.tile[a] for a in (m, n, r)}, num_warps=d.num_warps,
-                                   num_stages=d.num_stages)
+                                   num_stages=stages, persistent=1 if wide else None)
     for s in others:
         d.stages[s.name] = StageSchedule(place="fuse")
     d.grid, d.group = tuple(a for a in main.layout if a == m), {}

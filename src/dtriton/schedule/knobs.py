@@ -302,7 +302,7 @@ BUILTIN: tuple[Knob, ...] = (
                               "whose partial sums another kernel adds inside its loop) and the stage overrides"),
     Knob("eviction", FrozenMap(), one_of(EVICTIONS), kind="per_tensor", search=("evict_normal", "evict_first"),
          doc="L2 eviction hint of an input's loads"),
-    Knob("persistent", 0, Domain("0 to 32", _per_sm), search=(0, 1, 2),
+    Knob("persistent", 0, Domain("0 to 32", _per_sm), scope="stage", search=(0, 1, 2),
          doc="0: a program per tile; k: k programs per SM, each looping over tiles"),
     Knob("access", None, one_of((None,) + ACCESS, f"must be one of {ACCESS} (or None: the compiler picks)"),
          search=("pointer", "tma"), doc="memory access of tile loads and stores (None: the heuristic picks)"),

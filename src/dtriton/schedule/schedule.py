@@ -161,7 +161,7 @@ class StageSchedule(_KnobValues):
       "materialize" (a kernel of its own, its result written to global memory first) or "atomic"
       (a sum materialised by fp32 atomic partial sums added inside the loop of the kernel holding
       its operands: :mod:`dtriton.plan.loop_stores`).
-    - ``tile``/``grid``/``group``/``strategy``/``num_warps``/``num_stages`` (the knobs of scope
+    - ``tile``/``grid``/``group``/``strategy``/``num_warps``/``num_stages``/``precision``/``persistent`` (the knobs of scope
       "stage"): used for the stage's own kernel when it has one; unset fields (None or empty)
       inherit from the enclosing :class:`Schedule`.
 
@@ -248,7 +248,9 @@ class Schedule(_KnobValues):
             ``eviction_policy`` of ``tl.load``).
         persistent: 0 (one program per tile), or k >= 1: launch k programs per SM (4 on the
             interpreter) and let each loop over output tiles (the persistent kernels of Triton's
-            Hopper matmul tutorials), which saves launch and tail costs when tiles are many.
+            Hopper matmul tutorials), which saves launch and tail costs when tiles are many. A stage may
+            set its own (``stages={"sum0": {"persistent": 1}}``: a chain's GEMM kernel, not its row
+            kernel). The heuristic makes wide 16-bit GEMMs persistent (:mod:`dtriton.plan.persistent`).
         access: memory-access style of tile loads and output stores, one of :data:`~.knobs.ACCESS`,
             or None (default): the heuristic picks "tma" for 16-bit contractions of at least 2^35
             multiply-adds (4096x4096x2048) on Hopper-class GPUs (compute capability 9.0+) when every
