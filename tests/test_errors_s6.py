@@ -125,3 +125,10 @@ def test_cli_tuned_with_a_missing_db_says_so(tmp_path, cmd):
 def test_cli_space_that_is_not_json():
     r = _cli(["explore", "dtriton.library:matmul", "--shape", "M=8,K=8,N=8", "--space", "{tile: 3}", "--quiet"])
     assert r.exit_code != 0 and "--space is not JSON" in r.output and '{"tile": {"i": [64, 128]}' in r.output
+
+
+@pytest.mark.parametrize("mode", ["atomic", "partials"])
+def test_split_mode_without_a_split_warns(mode):
+    from dtriton.library import softmax
+    with pytest.warns(dt.ScheduleWarning, match=rf"split_mode='{mode}' has no effect: this call splits no reduction"):
+        dt.compile(softmax, dt.Schedule(split_mode=mode))(torch.randn(4, 37))

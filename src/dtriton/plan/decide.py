@@ -150,18 +150,18 @@ def one_pass_statistics(sched: Schedule, r: Reduce) -> bool:
 
 def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
     """Knobs of the complete schedule ``sched`` that the planned program ``prog`` does not use (each becomes a ``ScheduleWarning``): a
-    partials split mode without a split, warp specialisation dropped on loops whose loads are not
+    split mode without a split, warp specialisation dropped on loops whose loads are not
     all TMA or without a contraction loop, a dot precision without fp32 dots, eviction hints on
     inputs that no pointer or block-pointer load reads (TMA tile loads take none), ``mask_bounds=False``
     where no loop has bounds to turn off, an ``unroll`` of 2 or more without a reduction loop."""
     kernels = prog.kernels
     notes = []
-    if sched.split_mode == "partials" and not any(f > 1 for f in sched.split.values()):
+    if sched.split_mode is not None and not any(f > 1 for f in sched.split.values()):
         sums = [a for a in alg.reduction_axes
                 if all(st.node.combiner.splittable for st in alg.stages.values() if not st.is_output and a in st.node.over)]
         how = (f"it applies to split-K, e.g. split={{{sums[0]!r}: 4}}" if sums else
                f"{alg.name} has no reduction to split")
-        notes.append(f"split_mode='partials' has no effect: this call splits no reduction axis (the "
+        notes.append(f"split_mode={sched.split_mode!r} has no effect: this call splits no reduction axis (the "
                      f"complete schedule's split is {dict(sched.split)}); {how}. Give a split, or drop split_mode")
     split = [p for k in kernels for p in k.all_passes() if p.ws_requested and not p.warp_specialize
              and {lb.axis for lb in k.bounds.values() if lb.unmasked} & set(p.loop_axes)]
