@@ -136,7 +136,9 @@ def dtriton_kernel(chain: Chain, args, budget: float, variant: str, precision: s
     schedule fields (JSON names) put into the heuristic's schedule of the call (``--schedule``)."""
     if fields:
         base = dt.compile(chain.alg).schedule_for(*args).to_dict()
-        sched = dt.Schedule.from_dict({**base, **fields})
+        # a stage's fields merge into that stage's overrides ({"stages": {"sum0": {"persistent": 0}}})
+        stages = {n: {**base.get("stages", {}).get(n, {}), **ss} for n, ss in fields.get("stages", {}).items()}
+        sched = dt.Schedule.from_dict({**base, **fields, "stages": {**base.get("stages", {}), **stages}})
         return dt.compile(chain.alg, sched), "heuristic + " + json.dumps(fields, sort_keys=True)
     if variant == "hand":
         sched = hand_schedule(chain, args)

@@ -287,21 +287,21 @@ def wide(a) -> None:
 
 
 def persistent(a) -> None:
-    """``--set persistent``: NT and NN (``--layouts``, default both) at 4096^3 in ``--dtypes``: dtriton's
-    default, the persistent flattened schedules of :data:`PERSISTENT` (NN: the first and the 256x128 ones), the
-    hand-written persistent kernels of :data:`PERSISTENT_HAND` (GPU only; NN: the first, flattened, and the fourth,
-    not), torch NT and NN."""
+    """``--set persistent``: NN, NT and TN (``--layouts``) at 4096^3 in ``--dtypes``: dtriton's default, the
+    persistent flattened schedules of :data:`PERSISTENT` (``--only``: their indices, ``-`` none; NN and TN: the
+    first and the 256x128 ones), with ``--hand`` the hand-written persistent kernels of :data:`PERSISTENT_HAND`
+    (GPU only; NN: the first, flattened, and the fourth, not), torch in the same layout."""
     n = 48 if a.dry_run else 4096
     for dtype in [getattr(torch, d) for d in a.dtypes.split(",")]:
         A = torch.randn(n, n, device=R.DEV, dtype=dtype)
         W = torch.randn(n, n, device=R.DEV, dtype=dtype)
-        for lay in [x for x in a.layouts.split(",") if x in ("NT", "NN")]:   # (the default NN,NT,TN: NN and NT)
-            x, y = A, (W.T if lay == "NT" else W)
+        for lay in [x for x in a.layouts.split(",") if x in ("NT", "NN", "TN")]:
+            x, y = (A.T if lay == "TN" else A), (W.T if lay == "NT" else W)
             ref = [(x.double() @ y.double()).to(dtype)]
             base = [("torch " + lay, lambda x=x, y=y: x @ y)]
             cands = [("dtriton heuristic", None)]
             for k, ((bm, bn, bk), ns, extra) in enumerate(PERSISTENT):
-                if lay == "NN" and k not in (0, 5):
+                if (lay != "NT" and k not in (0, 5)) or (a.only and str(k) not in a.only.split(",")):
                     continue
                 if a.dry_run:
                     bm, bn, bk = 16, 32, 16
@@ -309,7 +309,7 @@ def persistent(a) -> None:
                 cands.append((f"dtriton persistent {bm}x{bn}x{bk} s{ns}{ws}",
                               dt.Schedule(tile={"i": bm, "j": bn, "k": bk}, num_stages=ns, num_warps=8, access="tma",
                                           group={"i": 8}, persistent=1, **extra)))
-            if not a.dry_run:
+            if not a.dry_run and a.hand and lay != "TN":
                 for h, ((bm, bn, bk), ns, flat, halves, own) in enumerate(PERSISTENT_HAND):
                     if lay == "NN" and h not in (0, 3):
                         continue
