@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import time
 
 import torch
@@ -61,6 +62,7 @@ def main(argv=None) -> int:
     ap.add_argument("--K", type=int, default=8192)
     ap.add_argument("--layout", default="NT", choices=("NT", "NN", "TN"), help="operand storage (see operands())")
     ap.add_argument("--dry-run", action="store_true", help="tiny shapes on the CPU interpreter")
+    ap.add_argument("--out", default="", help="also write the exploration's result (JSON) into this folder")
     a = ap.parse_args(argv)
     gpu = not a.dry_run
     dev = "cuda" if gpu else "cpu"
@@ -77,6 +79,10 @@ def main(argv=None) -> int:
     res = dt.explore(linear, (X, W), budget=a.budget if gpu else 20.0, space=sp if not gpu else None,
                      store=False, progress=False, max_trials=None if gpu else 4)
     print(res.summary(top=8), flush=True)
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, f"explore_fp32_{a.layout}.json"), "w") as f:
+            f.write(res.to_json())
     rows = {}
     heur = dt.compile(linear)
     for name, k in (("heuristic", heur), ("explored", dt.compile(linear, res.best) if res.best else None)):

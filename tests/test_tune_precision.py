@@ -112,3 +112,12 @@ def test_fp32_tma_dot_tiles_count_the_output_staging_buffer():
     half = dataclasses.replace(matmul.bind((args[0].half(), args[1].half())), device=torch.device("cuda"))
     h = big.replace(tile={"i": 256, "j": 128, "k": 64}, access="tma")
     assert check_resources(matmul, h, half, Limits()) is None    # 16-bit: the pipeline's buffers take the store
+
+
+@pytest.mark.parametrize("layout", ["NT", "TN"])
+def test_explore_fp32_bench_dry_run(tmp_path, layout):
+    """bench/explore_fp32.py (the lead's GPU check of the derived precision space) runs on the interpreter."""
+    from conftest import run_bench
+    out = run_bench(["bench/explore_fp32.py", "--dry-run", "--layout", layout], tmp_path)
+    assert "precision ('auto', 'bf16x6', 'ieee', 'tf32x3')" in out and "accuracy: ok" in out
+    assert (tmp_path / "out" / f"explore_fp32_{layout}.json").exists()

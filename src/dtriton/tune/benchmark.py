@@ -111,6 +111,8 @@ class BenchmarkResult:
         base = ref.call_us[0] if ref else None
         for r in self.rows:
             speed = f"{base / r.call_us[0]:.3g}x" if base and r.call_us else "-"
+            if self.interpreter and r.name.startswith("dtriton"):   # Python against torch's C++: no speed-up
+                speed = "n/a (interpreter)"
             check = r.status + (f": {r.note}" if r.note else "")
             cells = (r.name, _fmt_spread(r.call_us)) + ((_fmt_spread(r.kernel_us),) if gpu else ()) + \
                 (speed, "-" if r.rel_err is None else f"{r.rel_err:.1e}", check)
