@@ -443,9 +443,12 @@ def test_warm_start_neighbours(mm_args):
     assert bp["tile.i"] == base.tile["i"] and bp["strategy.k"] == "loop" and bp["grid"] == ("i", "j")
     nb = samplers.neighbours(dims_, bp)
     assert nb and all(sum(p[n] != bp[n] for n, _ in dims_ if bp[n] is not None) == 1 for p in nb)
-    # access first (searched: an fp32 "auto" matmul with a K-major operand runs tensor cores), then tiles
+    # access first (searched: an fp32 "auto" matmul with a K-major operand runs tensor cores), then the
+    # precision, then tiles
     assert nb[0]["access"] != bp["access"]
-    assert next(p for p in nb if p["access"] == bp["access"])["tile.i"] != bp["tile.i"]
+    assert nb[1]["precision"] != bp["precision"]
+    assert next(p for p in nb if p["access"] == bp["access"] and p["precision"] == bp["precision"])["tile.i"] \
+        != bp["tile.i"]
 
 
 def test_reference_memory_estimate():

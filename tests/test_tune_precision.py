@@ -121,3 +121,21 @@ def test_explore_fp32_bench_dry_run(tmp_path, layout):
     out = run_bench(["bench/explore_fp32.py", "--dry-run", "--layout", layout], tmp_path)
     assert "precision ('auto', 'bf16x6', 'ieee', 'tf32x3')" in out and "accuracy: ok" in out
     assert (tmp_path / "out" / f"explore_fp32_{layout}.json").exists()
+
+
+def test_warm_start_tries_every_other_precision_early():
+    """The local search before sampling steps the precision to each other accurate choice, right after access."""
+    from dtriton.tune import samplers
+    args = nn(256, 256, 256)
+    sp = Space.derive(matmul, args, target="gpu")
+    b = dataclasses.replace(matmul.bind(args), device=torch.device("cuda"))
+    base = dt.compile(matmul).complete(b)
+    dims_ = sp.dimensions()
+    bp = samplers.base_point(dims_, base)
+    assert bp["precision"] == "auto"
+    nb = samplers.neighbours(dims_, bp)
+    precs = [p["precision"] for p in nb if p["precision"] != "auto"]
+    assert sorted(precs) == ["bf16x6", "ieee", "tf32x3"]
+    first = [i for i, p in enumerate(nb) if p["precision"] != "auto"]
+    tiles = [i for i, p in enumerate(nb) if p.get("tile.i") != bp.get("tile.i")]
+    assert max(first) < min(tiles)

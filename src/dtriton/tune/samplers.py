@@ -186,12 +186,16 @@ def base_point(dims, base: Schedule) -> dict:
     return point
 
 
-#: The order in which :func:`neighbours` steps along dimensions (by field): access style and tiles
-#: first. Flat knobs with registry search values that are not named here follow, in registry order
-#: (:func:`neighbour_order`); a flat knob without search values (``precision``, ``split_mode``,
-#: ``warp_specialize``, ``acc_dtype``: results or faults change, not only speed) is not stepped.
-NEIGHBOUR_ORDER = ("access", "tile", "stage_tile", "num_stages", "num_warps", "persistent", "eviction", "group",
-                   "strategy", "split", "place", "grid")
+#: The order in which :func:`neighbours` steps along dimensions (by field): access style, the fp32 dot
+#: precision (derived only with the choices that keep fp32 accuracy: every other value is one step
+#: away, :data:`CATEGORICAL`) and tiles first. Flat knobs with registry search values that are not
+#: named here follow, in registry order (:func:`neighbour_order`); a flat knob without search values
+#: (``split_mode``, ``warp_specialize``, ``acc_dtype``: results or faults change, not only speed) is
+#: not stepped.
+NEIGHBOUR_ORDER = ("access", "precision", "tile", "stage_tile", "num_stages", "num_warps", "persistent", "eviction",
+                   "group", "strategy", "split", "place", "grid")
+#: Fields whose values have no order: :func:`neighbours` steps to each other value, not the adjacent ones.
+CATEGORICAL = frozenset({"precision"})
 
 
 def neighbour_order() -> tuple[str, ...]:
@@ -278,7 +282,8 @@ def flash_seeds(dims, start: Mapping, base: Schedule, b: Binding) -> list[dict]:
 
 def neighbours(dims, start: Mapping, limit: int = 20) -> list[dict]:
     """Points one step away from the heuristic's point ``start`` (:func:`base_point`) along one
-    dimension (the next smaller or larger value), access style and tiles first: a cheap local
+    dimension (the next smaller or larger value; every other value of a :data:`CATEGORICAL` field),
+    access style, precision and tiles first: a cheap local
     search before the sampler takes over. At most ``limit`` points."""
     full = {n: (start.get(n) if start.get(n) is not None else vals[0]) for n, vals in dims}
     out = []
@@ -287,7 +292,8 @@ def neighbours(dims, start: Mapping, limit: int = 20) -> list[dict]:
             if name.partition(".")[0] != f or start.get(name) is None:
                 continue
             i = vals.index(start[name])
-            for j in (i - 1, i + 1):
+            steps = [j for j in range(len(vals)) if j != i] if f in CATEGORICAL else (i - 1, i + 1)
+            for j in steps:
                 if 0 <= j < len(vals):
                     out.append(dict(full, **{name: vals[j]}))
     return out[:limit]
