@@ -36,6 +36,7 @@ from typing import Mapping
 import torch
 
 from ..ir import Axis, Binary, Cast, Const, Expr, Load, Reduce, mul_factors, reads_unit_stride, walk
+from ..schedule import AUTO_TENSOR_CORE
 from .graph import contains, fused_reduces
 from .kernel import DotPlan, KernelPlan
 
@@ -159,7 +160,7 @@ def _fp32_order(r: Reduce, k: KernelPlan, split: tuple, precision: str, swap_ok:
         return split, precision
     cand = _k_major(r, k, split, swap_ok)
     if cand is not None:
-        return cand, ("tf32x3" if precision == "auto" else precision)
+        return cand, (AUTO_TENSOR_CORE if precision == "auto" else precision)
     return split, ("ieee" if precision == "auto" else precision)
 
 

@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from ..ir import Algorithm, Axis, Binding, Load, contractions, mul_factors, tensor_core_sides
+from ..schedule import AUTO_TENSOR_CORE
 
 __all__ = ["MIN_STAGED_WORK", "kmajor_copies", "stage_inputs", "call_precision"]
 
@@ -87,7 +88,7 @@ def stage_inputs(alg: Algorithm, args: Sequence[Any], copies: Mapping[str, int])
 def call_precision(alg: Algorithm, b: Binding, precision: str, gpu: bool) -> str:
     """The precision the fp32 contractions of a call (binding ``b``, before staging) run at on the GPU
     under the schedule's ``precision``: a given one as it is; ``"auto"`` resolved as the plan resolves
-    it, ``"tf32x3"`` when some contraction has a side that reads its reduced axis at unit stride
+    it, :data:`~dtriton.schedule.AUTO_TENSOR_CORE` (``"tf32x3"``) when some contraction has a side that reads its reduced axis at unit stride
     (:func:`~dtriton.ir.tensor_core_sides`: :mod:`dtriton.plan.dots` puts that side on the right of a
     tensor-core dot) or when :func:`kmajor_copies` copies an operand so, else ``"ieee"`` (FMA).
 
@@ -98,5 +99,5 @@ def call_precision(alg: Algorithm, b: Binding, precision: str, gpu: bool) -> str
     if precision != "auto":
         return precision
     if any(tensor_core_sides(alg.stages[name].node, b.unit_dims) for name in contractions(alg)):
-        return "tf32x3"
-    return "tf32x3" if kmajor_copies(alg, b, precision, gpu) else "ieee"
+        return AUTO_TENSOR_CORE
+    return AUTO_TENSOR_CORE if kmajor_copies(alg, b, precision, gpu) else "ieee"

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 __all__ = ["Knob", "Domain", "FrozenMap", "one_of", "is_pow2", "register", "unregister", "knob", "knobs", "names",
            "flat_knobs", "stage_knobs", "launch_knobs", "reserve_names", "markdown_table", "BUILTIN",
            "KINDS", "SCOPES", "STRATEGIES", "PLACES", "STAGE_PLACES", "SPLIT_MODES", "ACCESS", "EVICTIONS", "PRECISIONS",
-           "TENSOR_CORE_FP32", "TILE_ORDERS", "DESCRIPTOR_SITES",
+           "TENSOR_CORE_FP32", "AUTO_TENSOR_CORE", "TILE_ORDERS", "DESCRIPTOR_SITES",
            "ACC_DTYPES"]
 
 #: Reduction / non-grid-axis strategies.
@@ -62,6 +62,9 @@ EVICTIONS = ("evict_first", "evict_last", "evict_normal")
 PRECISIONS = ("auto", "ieee", "tf32", "tf32x3", "bf16x3", "bf16x6")
 #: The precisions that put fp32 dots on tensor cores.
 TENSOR_CORE_FP32 = ("tf32", "tf32x3", "bf16x3", "bf16x6")
+#: What "auto" becomes for an fp32 dot whose operand layout suits tensor cores (:mod:`dtriton.plan.dots`,
+#: and :func:`dtriton.plan.staging.call_precision` for a whole call); "ieee" otherwise.
+AUTO_TENSOR_CORE = "tf32x3"
 #: Launch order of a kernel's tiles (``Schedule.tile_order``): forward (program id order),
 #: reverse (the last tile first; causal load balancing puts the heaviest tiles first), or auto
 #: (the plan's choice: reverse for an output pass re-reading the input of a statistics kernel, whose last
