@@ -51,7 +51,7 @@ def shifted_sums(x_ptr, part_ptr, numel, per_prog, BLOCK: tl.constexpr, U: tl.co
         o0 = lo + tl.arange(0, BLOCK)
         shift = tl.sum(tl.load(x_ptr + o0, mask=o0 < numel, other=0.0).to(tl.float32), 0) / BLOCK
     else:
-        shift = tl.load(x_ptr + lo).to(tl.float32)
+        shift = tl.load(x_ptr + lo, mask=lo < numel, other=0.0).to(tl.float32)
     s = tl.zeros([BLOCK], tl.float32)
     s2 = tl.zeros([BLOCK], tl.float32)
     for i in tl.range(0, per_prog, BLOCK, loop_unroll_factor=U):

@@ -111,6 +111,8 @@ INFLIGHT_BYTES = 64 * 1024
 #: take grid tiles of 2048 values a program over every grid axis (:func:`grid_tiles`), not only the
 #: innermost.
 SMALL_WINDOW = 64
+#: Outputs a program of a padded pooling window (3x3, looped one index a step) holds on the GPU.
+WINDOW_OUTPUTS = 512
 #: Triton's largest block (``tl.arange``, ``tl.full``): 2**20 elements, as the backend checks.
 MAX_BLOCK = 1 << 20
 
@@ -417,12 +419,14 @@ def grid_tiles(d: Draft) -> None:
               and all(d.strategy.get(a) == "whole" for a in inside))
     if window and any(next_pow2(d.sizes[a]) != d.sizes[a] for a in inside if a not in d.user.strategy):
         # a window whose block pads (3x3 in 4x4: 7 of 16 lanes masked): its axes loop one index a
-        # step and the program holds 1024 outputs (H200 s5 call 3, max pool 3x3/s2 fp16 of
-        # 16x64x512x512: 753 us in 128-output programs of masked 4x4 blocks, 396 us so)
+        # step (unrolled by the plan: plan.taps) and the program holds 512 outputs (H200, max pool
+        # 3x3/s2 of 16x64x512x512: s5 753 us in 128-output programs of masked 4x4 blocks, 396 us
+        # rolled in 1024-output ones; s6 call 3, taps unrolled, fp16 / fp32: 335.6 / 390.6 us at
+        # 1024 outputs, 284.5 / 369.3 at 512)
         for a in inside:
             if a not in d.user.strategy:
                 d.strategy[a], tile[a] = "loop", 1
-        window, d.widest, budget = False, 1, 1024
+        window, d.widest, budget = False, 1, WINDOW_OUTPUTS
     if window:
         # a pooling window (2x2: 4 values) in each program: 2048 values a program, spread over the
         # grid axes innermost first (H200, s3: the fp16 2x2 pools of 512x512 images ran 222-250 us
