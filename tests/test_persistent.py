@@ -74,9 +74,11 @@ def test_linear_relu_epilogue_in_flattened_loop():
 def test_pointer_stores_and_odd_rows_keep_pointers():
     # 33 x 37 fp16 rows are not 16-byte aligned: pointer loads and stores, still flattened and right
     X, W = rnd(29, 37), rnd(33, 37, seed=1)
-    src = source(matmul, SCHED.replace(store_pieces=2), (X, W.T))
+    with pytest.warns(dt.ScheduleWarning, match="store_pieces=2 has no effect"):
+        src = source(matmul, SCHED.replace(store_pieces=2), (X, W.T))
     assert "flatten=True" in src and "tl.split(" not in src
-    check(matmul, (X, W.T), SCHED.replace(store_pieces=2), torch_ref=lambda a, b: a @ b, tol=TOL[torch.float16])
+    with pytest.warns(dt.ScheduleWarning, match="store_pieces=2 has no effect"):
+        check(matmul, (X, W.T), SCHED.replace(store_pieces=2), torch_ref=lambda a, b: a @ b, tol=TOL[torch.float16])
 
 
 def test_not_flattened_without_persistence_or_with_warp_specialisation():

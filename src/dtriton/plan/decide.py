@@ -181,6 +181,11 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
     if sched.descriptors != "auto" and not any(acc.kind == "tma" for k in kernels for acc in k.access.values()):
         notes.append(f"descriptors={sched.descriptors!r} has no effect: no tile of this call is read or written "
                      "through TMA (it needs access='tma' and TMA-addressable tensors)")
+    if sched.store_pieces and not any(acc.pieces == sched.store_pieces or (acc.kind == "tma" and sched.store_pieces == 1)
+                                      for k in kernels for acc in k.access.values()):
+        notes.append(f"store_pieces={sched.store_pieces} has no effect: no output tile of this call is stored through "
+                     "TMA in that many pieces (it needs access='tma', a TMA-addressable output and, for 2, a last "
+                     "tile dim of 16 bytes a piece or more)")
     if sched.warp_specialize and not any(k.ws_loop for k in kernels):
         notes.append("warp_specialize=True has no effect: no kernel has a contraction (tl.dot) loop to specialise")
     if sched.precision not in ("auto", "ieee") and not any(k.fp32_dot for k in kernels):
