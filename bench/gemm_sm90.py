@@ -2,6 +2,7 @@
 
     PYTHONPATH=src python3 bench/gemm_sm90.py [--layouts NN,NT] [--dtypes float16] [--n 4096]
                                              [--schedule JSON] [--only 0,2] [--out DIR]
+    PYTHONPATH=src python3 bench/gemm_sm90.py --chains bias,mish [--schedule JSON] [--dtypes float16]
 
 Each schedule of :data:`SCHEDULES` (or the one ``--schedule`` gives, merged into the first) is planned for a
 CUDA call of ``library.matmul`` at n^3 with TMA-addressable tensors (host descriptors, as the runtime builds
@@ -9,6 +10,11 @@ them), printed, and compiled by Triton for sm_90 without launching anything. Per
 per thread (a stack means spills), shared memory, the ``scf.for`` loops left in the TTGIR (a flattened
 persistent kernel keeps one), the wgmma and TMA store instructions of the PTX. This is the CPU check of
 issue 14's persistent flattened GEMM (:mod:`dtriton.plan.persistent`) before it runs on the H200.
+
+``--chains`` (names of bench/chain_catalogue.py, or ``all``) compiles the kernels of those fused chains instead,
+under the heuristic's H200 schedule (``--schedule`` fields merged in) with every input, output and buffer
+TMA-addressable (bench/chains_sm90.py prints them with pointer loads): one line per kernel, whether the plan
+flattened it, its registers, spills and shared memory (an H200 block takes at most 232,448 bytes).
 """
 from __future__ import annotations
 
@@ -61,15 +67,44 @@ def compile_one(layout: str, dtype: torch.dtype, n: int, fields: dict, out: str)
             f"wgmma {ptx.count('wgmma.mma_async')}, tma stores {ptx.count('cp.async.bulk.tensor')}")
 
 
+def compile_chains(names: str, dtype: torch.dtype, extra: dict, out: str) -> None:
+    """Print one line per kernel of the chains ``names`` (comma-separated, or "all") planned for the H200."""
+    from chain_catalogue import CHAINS, make_inputs, shape_of
+    from sm90 import cuda_schedule, merge_fields
+    for c in CHAINS:
+        if names != "all" and c.name not in names.split(","):
+            continue
+        _, args = make_inputs(c, *shape_of(c, None), dtype, "cpu", empty=True)
+        b, sched = cuda_schedule(c.alg, args)
+        b, sched, prog = plan_for_cuda(c.alg, args, merge_fields(sched, extra),
+                                       tma=frozenset(p.name for p in c.alg.tensor_params))
+        src, metas = render(prog)
+        mod = load_kernels(src, out, f"{c.name}_{TL[dtype]}")
+        for m in metas:
+            fn = getattr(mod, m.name)
+            try:
+                ck = compile_sm90(fn, m, *signature(c.alg, fn, m, ptr_types(c.alg, b, prog)))
+                line = f"{resources(ck.asm['cubin'])}, smem {ck.metadata.shared} B"
+            except Exception as e:  # noqa: BLE001 - a kernel over a limit is a line, not the end
+                line = f"failed: {type(e).__name__}: {' '.join(str(e).split())[:200]}"
+            print(f"{c.name} {TL[dtype]} {m.name}: persistent {m.ir.persistent}, flatten {m.ir.flatten}, {line}; "
+                  f"{sched.to_json()}", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layouts", default="NN,NT")
     ap.add_argument("--dtypes", default="float16")
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--only", default="", help="indices of SCHEDULES, comma-separated")
+    ap.add_argument("--chains", default="", help="chain names of bench/chain_catalogue.py (or 'all') instead")
     add_options(ap)
     a = ap.parse_args()
     out, extra = options(a, "gemm_sm90_")
+    if a.chains:
+        for dtype in [getattr(torch, d) for d in a.dtypes.split(",")]:
+            compile_chains(a.chains, dtype, extra, out)
+        return 0
     scheds = [dict(SCHEDULES[0], **extra)] if extra else SCHEDULES
     if a.only:
         scheds = [s for i, s in enumerate(scheds) if str(i) in a.only.split(",")]
