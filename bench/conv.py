@@ -245,6 +245,18 @@ VARIANTS = {
         "tma persistent 5 s2": {"access": "tma", "persistent": 5, "num_stages": 2},
         "tma persistent 2 s2 w8 8x8x64": {"access": "tma", "persistent": 2, "num_stages": 2, "tile": {"h": 8},
                                           "num_warps": 8},                                  # (83 KB)
+        # session 6: rolling rows (plan.taps.plan_rolling): a program walks its h tile's input rows once, each
+        # loaded at the three column shifts and added into three rolling accumulators (3 loads and conversions
+        # an element instead of 9; sm_90: 64 registers); tiles of h rows x w columns x c channels
+        "rolling 4x8x64": {"rolling": True},
+        "rolling 8x8x64": {"rolling": True, "tile": {"h": 8}},
+        "rolling 16x8x64": {"rolling": True, "tile": {"h": 16}},
+        "rolling 32x8x64": {"rolling": True, "tile": {"h": 32}},
+        "rolling 64x8x64": {"rolling": True, "tile": {"h": 64}},
+        "rolling 16x16x64": {"rolling": True, "tile": {"h": 16, "w": 16}},
+        "rolling 16x8x64 s3": {"rolling": True, "tile": {"h": 16}, "num_stages": 3},
+        "rolling 16x8x128 w8": {"rolling": True, "tile": {"h": 16, "c": 128}, "num_warps": 8},
+        "rolling 16x16x64 w8": {"rolling": True, "tile": {"h": 16, "w": 16}, "num_warps": 8},
     },
 }
 

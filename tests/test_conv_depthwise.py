@@ -129,3 +129,19 @@ def test_taps_read_in_tma_boxes(r, q, s, p, persistent):
     assert ("desc_X.load([pid_n, pid_h * BLOCK_H + " in src) == (s == 1)
     assert ("tl.load(X_ptr" in src) == (s != 1)
     check(L.depthwise_conv2d_nhwc, args, sched, torch_ref=t_depthwise)
+
+
+@pytest.mark.parametrize("r,q,s,p,dtype", [(3, 3, 1, 1, torch.float16), (3, 3, 1, 1, torch.float32),
+                                           (5, 3, 1, 2, torch.float32), (2, 2, 1, 0, torch.float32),
+                                           (3, 3, 2, 1, torch.float32)])
+def test_rolling_rows(r, q, s, p, dtype):
+    """``rolling=True``: the program walks its tile's input rows once, each loaded once per column tap and
+    added into the accumulators of the output rows it feeds (plan.taps.plan_rolling). Odd sizes whose
+    row and column tiles overhang the image (7 rows in tiles of 4), poisoned outputs, against float64;
+    a stride of 2 (the row index not a shift of the output's) keeps the unrolled taps."""
+    X, W = randn(2, 7, 9, 16, dtype=dtype), randn(r, q, 16, dtype=dtype)
+    args = [X, W, s, p, osize(7, r, s, p), osize(9, q, s, p)]
+    sched = gpu_schedule(L.depthwise_conv2d_nhwc, args).replace(rolling=True)
+    src = dt.compile(L.depthwise_conv2d_nhwc, sched).source_for(*args)
+    assert ("# rolling rows of h" in src) == (s == 1)
+    check(L.depthwise_conv2d_nhwc, args, sched, torch_ref=t_depthwise)

@@ -34,7 +34,7 @@ from .loop_stores import loop_store_bounds, plan_loop_stores
 from .online_split import plan_row_vectors
 from .passes import fp8_dots, plan_passes, register_cap
 from .persistent import plan_flatten, plan_store_pieces
-from .taps import plan_static_loops, plan_tap_shifts, plan_tile_stages
+from .taps import plan_rolling, plan_static_loops, plan_tap_shifts, plan_tile_stages
 
 __all__ = ["decide", "one_pass_statistics", "plan_program", "sixteen_bit_terms", "unused_knobs"]
 
@@ -99,6 +99,7 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.device_descs = plan_descriptor_site(k, sched.descriptors)
     k.row_vectors = plan_row_vectors(k)
     k.read_masks, k.floor_ops = plan_read_masks(k, masked_reads), plan_floor_ops(k)
+    k.rolling = plan_rolling(k, sched.rolling, unit_scalars)   # (needs the read masks)
     k.max_registers = register_cap(k)
 
 

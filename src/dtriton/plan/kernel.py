@@ -199,6 +199,28 @@ class LoopBounds:
 
 
 @dataclass(frozen=True)
+class RollingWindow:
+    """A window sum computed by rolling rows (:func:`dtriton.plan.taps.plan_rolling`): the program walks
+    the input rows of its tile of output axis ``row``; input row ``i`` feeds output row ``i - t - base``
+    through tap ``t`` of window axis ``tap`` (``taps`` of them), so each input row is loaded once per
+    value of the other window axes (``others``: axis -> exact size) and added into ``taps`` rolling
+    accumulators, the oldest stored complete after each row.
+
+    ``reduce``: the Reduce id; ``load``: its input Load id, whose dim ``dim`` is indexed by
+    ``row + tap + base``; ``weight``: the Load id of the other factor (indexed by window axes and
+    axes of the output, not ``row``)."""
+    reduce: int
+    row: str
+    tap: str
+    taps: int
+    base: Expr
+    load: int
+    dim: int
+    weight: int
+    others: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
 class TileAccess:
     """How a tile of one tensor is read or written: "block_ptr", "tma" (with the TMA ``box``,
     elements per dim), or "pointer" for a tile the schedule asked TMA for but TMA cannot address
@@ -274,6 +296,7 @@ class KernelPlan:
                                                       # (n, h, w) read by TMA), not a run of the flat index
     static_loops: dict[str, int] = field(default_factory=dict)  # loop axis -> its exact size: emitted as
                                                       # tl.static_range (a depthwise conv's taps: plan.taps)
+    rolling: RollingWindow | None = None              # a window sum computed by rolling rows (plan.taps)
     tile_stages: int = 0                              # >1: the persistent tile loop is software-pipelined
                                                       # over this many stages (its body has no runtime loop:
                                                       # the next tile's loads fly while this one computes)

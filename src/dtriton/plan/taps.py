@@ -33,17 +33,27 @@ ones too) read zeros, which is the padding: no address arithmetic, masks or zero
 element, and the loads are asynchronous (pipelined across the tiles of a persistent kernel).
 Under pointer access such a load's address is printed as the tile's address block, the same for every
 tap (computed once), plus the tap's scalar shift times the strides (:func:`plan_tap_shifts`).
+
+**Rolling rows** (the schedule's ``rolling``, :func:`plan_rolling`). Unrolled taps still load and convert
+every input element once per tap: nine times for a 3 x 3 window, and the kernel is bound by the
+instructions it issues. Where the window slides along an output row axis (``h + r - 1``), a program may
+instead walk its tile's input rows once, in a loop: each input row is loaded once per value of the other
+window axes (three column shifts) and added, with each tap's weight, into the accumulators of the ``R``
+output rows it feeds; after each input row the oldest accumulator is complete, stored, and the
+accumulators rotate. Loads and conversions drop from ``R * Q`` to ``Q`` an element.
 """
 
 from __future__ import annotations
 
 from typing import Mapping
 
+import torch
+
 from ..ir import Axis, Load, is_sum, mul_factors, shift_of, walk
 from .graph import fused_reduces
-from .kernel import KernelPlan
+from .kernel import KernelPlan, RollingWindow
 
-__all__ = ["MAX_TAPS", "plan_static_loops", "plan_tap_shifts", "plan_tile_stages"]
+__all__ = ["MAX_TAPS", "plan_rolling", "plan_static_loops", "plan_tap_shifts", "plan_tile_stages"]
 
 #: the most unrolled steps (the product of a pass's static loop counts)
 MAX_TAPS = 32
@@ -163,3 +173,52 @@ def _tap_shifts(k: KernelPlan, n: Load, fixed: set, ones: frozenset) -> dict | N
             return None
         used.append(hit)
     return shifts or None
+
+
+def plan_rolling(k: KernelPlan, want: bool, ones: frozenset) -> RollingWindow | None:
+    """The rolling-rows plan of kernel ``k`` (see the module's docstring) where the schedule asks for it
+    (``want``) and it applies; None otherwise. ``ones``: the integer scalars equal to 1 on the call.
+    Needs every other decision made (static loops, accesses, read masks). It applies to a kernel (not
+    persistent, not split, no flat axes, no TMA or block-pointer tiles) that stores one output, in
+    float16 or float32, exactly a sum over window axes all unrolled (``k.static_loops``) of the product
+    of two loads: the input, one of whose dims is a grid axis of tile 2 or more plus a window axis plus
+    scalars (coefficients 1 on the call), masked to its dim, and a weight that does not read that
+    grid axis, indexed by plain axes."""
+    if not want or k.persistent or k.split or k.flat or len(k.stores) != 1:
+        return None
+    if any(acc.kind != "pointer" for acc in k.access.values()):
+        return None
+    st = k.stores[0]
+    reds = fused_reduces([st.expr], k.materialized)
+    if len(reds) != 1 or reds[0] is not st.expr or k.out_dtypes.get(st.target) not in (torch.float16, torch.float32):
+        return None
+    r = reds[0]
+    factors = mul_factors(r.x)
+    if (not is_sum(r) or r.combiner.base != "sum" or len(factors) != 2 or not all(isinstance(f, Load) for f in factors)
+            or any(a not in k.static_loops for a in r.over) or any(k.axes[a].role != "grid" for a in st.layout)):
+        return None
+    for x, wt in (factors, factors[::-1]):
+        found = _rolled_dim(k, x, r.over, ones)
+        if found is None or found[0] in wt.axes or not all(isinstance(e, Axis) for e in wt.index):
+            continue
+        row, tap, base, dim = found
+        others = tuple((a, k.static_loops[a]) for a in r.over if a != tap)
+        return RollingWindow(r.uid, row, tap, k.static_loops[tap], base, x.uid, dim, wt.uid, others)
+    return None
+
+
+def _rolled_dim(k: KernelPlan, x: Load, over, ones: frozenset):
+    """``(row axis, tap axis, index at both 0, dim)`` of load ``x``'s dim indexed by a grid axis of tile
+    2 or more plus a window axis of ``over`` plus scalars, masked to its dim; None where there is none."""
+    for d, e in enumerate(x.index):
+        if isinstance(e, Axis) or d not in k.read_masks.get(x.uid, ()):
+            continue
+        rows = [a for a in e.axes if a not in over and k.axes[a].role == "grid" and k.axes[a].block >= 2]
+        taps = [a for a in e.axes if a in over]
+        if len(rows) != 1 or len(taps) != 1 or len(e.axes) != 2:
+            continue
+        at_row = shift_of(e, rows[0], ones)
+        base = shift_of(at_row, taps[0], ones) if at_row is not None else None
+        if base is not None and not base.axes:
+            return rows[0], taps[0], base, d
+    return None

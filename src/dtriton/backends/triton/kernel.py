@@ -14,6 +14,7 @@ from .memory import MemoryPrinter
 from .narrow import ENCODE_FP8, FP8_FORMATS, ROUND_FP8
 from .prelude import ROUND_BF16, header
 from .reduce import ReducePrinter
+from .rolling import RollingPrinter
 from .shifted import ShiftedPrinter
 from .scope import Bind, Scope
 from .values import ValuePrinter
@@ -21,7 +22,7 @@ from .values import ValuePrinter
 __all__ = ["KernelPrinter", "KernelSource", "render"]
 
 
-class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, BoundsPrinter):
+class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, BoundsPrinter, RollingPrinter):
     """Prints the source of one :class:`~dtriton.plan.kernel.KernelPlan` (it decides nothing)."""
 
     def __init__(self, prog: Program, k: KernelPlan):
@@ -62,13 +63,15 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
                     tops.append(r)
         if {r.uid for r in tops} != {i for p in k.passes for i in p.reductions}:
             raise AssertionError(f"kernel {k.name}: the plan's program-scope passes differ from the printer's scopes")
-        for p in k.passes:
+        if k.rolling is not None:   # (its one pass and store printed together: plan.taps.plan_rolling)
+            self.emit_rolling(top)
+        for p in k.passes if k.rolling is None else ():
             self.emit_pass([self.reduce_by_id[i] for i in p.reductions], list(p.loop_axes), top, p)
         # stores, grouped by their loop axes
         by_loops: dict[tuple, list[StoreSpec]] = {}
         for st in k.stores:
-            if st.target in k.loop_stores:
-                continue   # printed inside its pass's loop (emit_pass)
+            if st.target in k.loop_stores or k.rolling is not None:
+                continue   # printed inside its pass's loop (emit_pass, emit_rolling)
             key = tuple(a for a in st.layout if top.find_bind(a) is None)
             by_loops.setdefault(key, []).append(st)
         for key, sts in by_loops.items():

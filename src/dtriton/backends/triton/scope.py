@@ -99,7 +99,9 @@ class Scope:
         """Append the indented lines of this scope to ``out``."""
         pad = "    " * indent
         for it in self.items:
-            if isinstance(it, Scope):
+            if isinstance(it, Scope) and it.header is None:   # an inline block: its lines at this indentation
+                it.render(indent, out)
+            elif isinstance(it, Scope):
                 out.append(pad + it.header)
                 if not it.items:
                     out.append(pad + "    pass")
