@@ -99,7 +99,7 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.device_descs = plan_descriptor_site(k, sched.descriptors)
     k.row_vectors = plan_row_vectors(k)
     k.read_masks, k.floor_ops = plan_read_masks(k, masked_reads), plan_floor_ops(k)
-    k.rolling = plan_rolling(k, sched.rolling, unit_scalars)   # (needs the read masks)
+    k.rolling = plan_rolling(k, bool(sched.rolling), unit_scalars)   # (needs the read masks)
     k.max_registers = register_cap(k)
 
 

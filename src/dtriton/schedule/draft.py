@@ -93,6 +93,7 @@ class Draft:
     split_mode: str | None
     precision: str         # the dot precision of fp32 operands (the user's; a rule may pick one for "auto")
     persistent: int = 0    # programs per SM of a persistent kernel (the user's; 0: a program per tile)
+    rolling: bool | None = None   # a window sum by rolling rows (the user's; None: the rules pick)
     stages: dict = field(default_factory=dict)
     dot_axes: set = field(default_factory=set)
     col_axes: list = field(default_factory=list)   # column reductions of the main kernel
@@ -114,7 +115,8 @@ class Draft:
             reduced=reduced, row_axes=list(dict.fromkeys(a for o in alg.outputs for a in o.layout if a in reduced)),
             contig=contiguous_axes(alg), tile=dict(user.tile), strategy=dict(user.strategy), group=dict(user.group),
             split=dict(user.split), grid=user.grid, num_warps=user.num_warps, num_stages=user.num_stages,
-            access=user.access, split_mode=user.split_mode, precision=user.precision, persistent=user.persistent)
+            access=user.access, split_mode=user.split_mode, precision=user.precision, persistent=user.persistent,
+            rolling=user.rolling)
 
     @property
     def sizes(self) -> dict[str, int]:

@@ -91,7 +91,7 @@ INTERPRETER_ELEMENTS = 65536
 
 #: The knobs the heuristic fills in; all others are the user's (or their defaults).
 DECIDED = ("tile", "grid", "group", "split", "strategy", "num_warps", "num_stages", "stages", "access", "split_mode",
-           "precision", "persistent")
+           "precision", "persistent", "rolling")
 
 #: In-program block (elements) up to which the axes a program covers are all "whole": a
 #: 32768-wide fp32 row is 64 registers per thread over 16 warps (4096 on the interpreter).
@@ -578,7 +578,8 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
         rule(d)
     full = d.user.replace(tile=d.tile, grid=tuple(d.grid), group=d.group, split=d.split, strategy=d.strategy,
                           num_warps=d.num_warps, num_stages=d.num_stages, stages=d.stages, access=d.access,
-                          split_mode=d.split_mode, precision=d.precision, persistent=d.persistent)
+                          split_mode=d.split_mode, precision=d.precision, persistent=d.persistent,
+                          rolling=d.rolling)
     # tiles filled above for axes that end up "whole" off every grid would be ignored: drop them
     # (a user's own such tile stays, and validation reports it)
     return full.without_unused_tiles(alg, keep=d.user)

@@ -333,9 +333,10 @@ BUILTIN: tuple[Knob, ...] = (
          doc="pieces a persistent flattened GEMM's TMA output tile is stored in, along its last dim (epilogue "
              "subtiling: a smaller store buffer beside the pipeline's); 0: the plan picks (2 where the tile's last "
              "dim is 128 or more)"),
-    Knob("rolling", False, Domain("True, False", _boolean, (False, True)),
+    Knob("rolling", None, one_of((None, False, True), "must be True, False or None (the heuristic picks)"),
          doc="a window sum over an output row axis (a depthwise convolution) computed by rolling rows: each input "
-             "row loaded once per other tap and added into the accumulators of every output row it feeds"),
+             "row loaded once per other tap and added into the accumulators of every output row it feeds; None: "
+             "the heuristic picks"),
 )
 
 _REGISTRY: dict[str, Knob] = {k.name: k for k in BUILTIN}

@@ -290,7 +290,8 @@ class Schedule(_KnobValues):
         rolling: True: a window sum over an output row axis (``X.pad(0)[n, h + r - 1, w + q - 1, c] *
             Wt[r, q, c]`` summed over ``(r, q)``) walks the program's rows of ``h`` once: each input row is
             loaded once per other tap and added into the accumulators of the output rows it feeds
-            (:mod:`dtriton.plan.taps`); False (default): each tap reads its own shifted tile.
+            (:mod:`dtriton.plan.taps`); False: each tap reads its own shifted tile; None (default):
+            the heuristic picks.
         store_pieces: 0 (default: the plan picks), 1 or 2: in a persistent kernel whose tile loop
             is flattened with its contraction loop (:mod:`dtriton.plan.persistent`), each TMA output
             tile is stored in this many pieces along its last dim ("epilogue subtiling": the store's
