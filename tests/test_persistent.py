@@ -178,3 +178,22 @@ def test_gemm_stage_of_a_chain_is_persistent_alone():
     src = source(linear_softmax, small, (Xs, Ws))
     assert src.count("flatten=True") == 1 and src.count("persistent tile loop") == 1 and src.count("@_jit") >= 2
     check(linear_softmax, (Xs, Ws), small, tol=TOL[torch.float16])
+
+
+@pytest.mark.parametrize("name", ["bias", "residual", "swish_div_clamp_tanh", "rms_norm", "batch_norm"])
+def test_h200_chain_plans_run_right_on_the_interpreter(name):
+    """The heuristic's H200 schedule of a catalogue chain (persistent flattened GEMM kernel, or a persistent GEMM
+    stage beside row / column statistics kernels), run on the interpreter at a small odd shape: float64 torch."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from chain_catalogue import CHAINS, TORCH, as_float64, make_inputs, shape_of
+    chain = next(c for c in CHAINS if c.name == name)
+    _, big = make_inputs(chain, *shape_of(chain, None), torch.float16, "cpu", empty=True)
+    sched = gpu_schedule(chain.alg, big)
+    assert sched.persistent == 1 or any(ss.persistent == 1 for ss in sched.stages.values()), sched
+    kw, args = make_inputs(chain, 37, 48, 136, 0, 0, torch.float16, "cpu")
+    got = dt.compile(chain.alg, sched)(*args)
+    ref = TORCH[name](**as_float64(kw))
+    err = ((got.double().reshape(ref.shape) - ref).norm() / ref.norm()).item()
+    assert err < 2e-3, err

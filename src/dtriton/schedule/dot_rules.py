@@ -548,3 +548,6 @@ def gemm_then_columns(d: Draft) -> None:
         split_for(d.split, m, programs((n,), d.sizes, tile), d.sizes[m], tile[m], d.sms)
     for s in cols:
         d.stages[s.name] = StageSchedule(grid=(n,), tile=tile, strategy={m: "loop"}, num_warps=4)
+    if d.half and d.tile.get(m, 1) * d.tile.get(n, 1) >= 128 * 256 and _persistent_allowed(d):
+        # the wide GEMM's own kernel persistent (flattened), not the statistics and output kernels
+        d.stages[name] = d.stages.get(name, StageSchedule()).replace(persistent=1)
