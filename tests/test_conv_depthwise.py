@@ -145,3 +145,12 @@ def test_rolling_rows(r, q, s, p, dtype):
     src = dt.compile(L.depthwise_conv2d_nhwc, sched).source_for(*args)
     assert ("# rolling rows of h" in src) == (s == 1)
     check(L.depthwise_conv2d_nhwc, args, sched, torch_ref=t_depthwise)
+
+
+def test_rolling_without_a_window_warns():
+    """``rolling=True`` on a call it cannot apply to (a stride of 2) says so."""
+    X, W = randn(2, 7, 9, 16), randn(3, 3, 16)
+    args = [X, W, 2, 1, osize(7, 3, 2, 1), osize(9, 3, 2, 1)]
+    sched = gpu_schedule(L.depthwise_conv2d_nhwc, args).replace(rolling=True)
+    with pytest.warns(dt.ScheduleWarning, match="rolling=True has no effect"):
+        dt.compile(L.depthwise_conv2d_nhwc, sched)(*args)

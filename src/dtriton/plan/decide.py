@@ -154,7 +154,8 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
     split mode without a split, warp specialisation dropped on loops whose loads are not
     all TMA or without a contraction loop, a dot precision without fp32 dots, eviction hints on
     inputs that no pointer or block-pointer load reads (TMA tile loads take none), ``mask_bounds=False``
-    where no loop has bounds to turn off, an ``unroll`` of 2 or more without a reduction loop."""
+    where no loop has bounds to turn off, an ``unroll`` of 2 or more without a reduction loop,
+    ``rolling=True`` where no window sum is computed by rolling rows."""
     kernels = prog.kernels
     notes = []
     if sched.split_mode is not None and not any(f > 1 for f in sched.split.values()):
@@ -199,6 +200,10 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
         notes.append(f"unroll={sched.unroll} has no effect: no kernel of this call has a reduction loop to unroll (every "
                      "reduced axis is 'whole' in one block, or its loop is warp-specialised); drop it, or loop over "
                      "an axis (strategy='loop' with a tile)")
+    if sched.rolling and not any(k.rolling for k in kernels):
+        notes.append("rolling=True has no effect: no kernel of this call stores one window sum of two loads whose "
+                     "input row is an output row axis (tile 2 or more) plus an unrolled window axis (a depthwise "
+                     "convolution at stride 1 under pointer access, not persistent); drop it")
     used = set().union(*(k.evicted for k in kernels)) if kernels else set()
     for t, ev in sched.eviction.items():
         if ev != "evict_normal" and t not in used:
