@@ -87,6 +87,20 @@ def test_output_gemm_takes_32_rows_below_two_waves(V, rows):
     assert s.tile["v"] == 64                       # a user's tile stays
 
 
+@pytest.mark.parametrize("V", [2000, 100000])
+def test_backward_times_kernel_takes_k_whole(V):
+    """The backward's grad_times (a sum over k = 128 per channel) runs 8 programs of 16 channels with k in
+    one block (no loop), in both backwards; the forward's spectral output keeps its (k, c) grid."""
+    plans = layer_plans(V)
+    for name in ("manual backward", "derived backward"):
+        sched, kernels = plans[name]
+        out1 = next(k for k in kernels if k["name"].endswith("_out1"))
+        assert out1["grid"] == {"c": 16}, (name, out1)
+        assert dict(sched.stages["out1"].strategy) == {"k": "whole"}, sched
+    fwd = next(k for k in plans["forward"][1] if k["name"].endswith("_out1"))
+    assert set(fwd["grid"]) == {"k", "c"}
+
+
 def test_stage_precision_reaches_only_its_kernel():
     """A stage's precision override applies to the dots of that stage's kernel; the schedule's to the others."""
     import dtriton as dt
@@ -131,6 +145,31 @@ def test_long_reduction_schedule_runs_correctly(V, K, C):
     err = ((got[0].double() - ref).norm() / ref.norm()).item()
     assert err < 1e-5, (sched, err)
     assert torch.isfinite(got[1]).all()
+
+
+def test_derived_backward_gpu_schedule_runs_correctly():
+    """The derived backward's GPU schedule (split projection, 32-row grad_x tiles, grad_times with k whole),
+    run on the interpreter: against float64 autograd, outputs poisoned."""
+    import torch
+    import dtriton as dt
+    from dtriton.examples.diffusionnet.layer import projection_stage, torch_spatial_diffusion
+    from dtriton.examples.diffusionnet.plans import gpu_program
+    from dtriton.library import spatial_diffusion
+    V, K, C = 1100, 16, 32
+    g = torch.Generator().manual_seed(5)
+    args = (torch.randn(V, C, generator=g), torch.randn(V, K, generator=g) / V ** 0.5, torch.rand(V, generator=g) + 0.5,
+            torch.rand(K, generator=g) * 10, torch.rand(C, generator=g))
+    alg = dt.grad(spatial_diffusion, ["x", "times"], save=[projection_stage()], outputs=[0]).algorithms[0]
+    gout = torch.randn(V, C, generator=g)
+    saved = torch.einsum("vk,vc,v->kc", args[1], args[0], args[2])
+    bargs = (*args, gout, torch.zeros(()).expand(K, C), saved)
+    sched, _ = gpu_program(alg, bargs)
+    assert sched.stages["out1"].strategy == {"k": "whole"} and sched.split["v"] > 1, sched
+    got = dt.compile(alg, sched)(*bargs, out=(torch.full((V, C), float("nan")), torch.full((C,), float("nan"))))
+    x, t = args[0].double().requires_grad_(), args[4].double().requires_grad_()
+    (torch_spatial_diffusion(x, args[1].double(), args[2].double(), args[3].double(), t) * gout.double()).sum().backward()
+    for a, r in zip(got, (x.grad, t.grad)):
+        assert ((a.double() - r).norm() / r.norm()).item() < 1e-5
 
 
 def test_long_reduction_rule_needs_dot_sized_outputs():

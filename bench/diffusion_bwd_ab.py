@@ -1,0 +1,83 @@
+"""Issue 15: A/B of the diffusion layer's backward ``grad_times`` kernel (the output reducing k, one
+value per channel): the heuristic's schedule against the same schedule with that output's kernel as
+it was before session 6 (64-wide channel tiles looping over k in steps of 32), for the derived
+backward (``dt.differentiable``, the layer's "auto" backend) and the hand-written one.
+
+    PYTHONPATH=src python3 bench/diffusion_bwd_ab.py [--V 2000 20000] [--dry-run]
+
+Each row: GPU busy time of a training step (forward, loss ``sum(out * w)``, backward into x and
+times; the sum of its kernels' times from torch.profiler) and the backward's per-kernel times,
+after checking both gradients against float64 eager autograd.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import diffusion as bench  # noqa: E402  (inputs, _step, profile_kernels, rel)
+import run as suite  # noqa: E402
+
+import dtriton as dt  # noqa: E402
+from dtriton.examples.diffusionnet import layer as L  # noqa: E402
+from dtriton.integrations import differentiable  # noqa: E402
+from dtriton.library import spatial_diffusion  # noqa: E402
+
+
+def old_out1(alg: dt.Algorithm, args: tuple) -> dt.Schedule:
+    """The heuristic's complete schedule of backward ``alg`` for ``args`` with the output ``out1``'s
+    kernel as before: its own grid over the channels, the schedule's tiles (64 channels, k in 32s)."""
+    sched = dt.compile(alg).schedule_for(*args)
+    return sched.replace(stages={**dict(sched.stages), "out1": dt.StageSchedule(grid=("c",))})
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--V", type=int, nargs="+", default=[2000, 20000])
+    ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, tiny shapes")
+    a = ap.parse_args(argv)
+    dev, K, C, Vs = "cuda", 128, 128, a.V
+    if a.dry_run:
+        suite.DRY, dev, K, C, Vs = True, "cpu", 16, 16, [37]
+    for V in Vs:
+        args = bench.inputs(V, K, C, dev)
+        w = torch.randn(args[0].shape, generator=torch.Generator().manual_seed(1)).to(dev)
+        gref = bench._step(L.torch_spatial_diffusion, tuple(x.double() for x in args), w.double())
+        x, basis, mass, evals, times = args
+        bargs = (*args, torch.empty(V, C, device=dev), torch.empty(K, C, device=dev), torch.empty(K, C, device=dev))
+        mbargs = (torch.empty(V, C, device=dev), basis, mass, evals, times, torch.empty(K, C, device=dev))
+        fwd = dt.compile(spatial_diffusion)
+        impls = {
+            "derived (default)": differentiable(fwd, save=[L.projection_stage()]),
+            "derived (out1 as before)": differentiable(fwd, save=[L.projection_stage()],
+                                                       backward_schedules=lambda alg: old_out1(alg, bargs)),
+            "manual (default)": L.DiffusionKernels(None),
+            "manual (out1 as before)": L.DiffusionKernels({"backward": old_out1(L.spatial_diffusion_backward, mbargs),
+                                                           "forward": None, "backward_times": None}),
+        }
+        for name, impl in impls.items():
+            if isinstance(impl, L.DiffusionKernels):
+                def f(*xs, _k=impl):
+                    return L.spatial_diffusion_fn(*xs, backend="dtriton-manual", kernels=_k)
+            else:
+                def f(*xs, _d=impl):
+                    return _d(*xs)[0]
+            g = bench._step(f, args, w)
+            err = max(bench.rel(p, r) for p, r in zip(g, gref))
+            busy = bench.profile_kernels(lambda: bench._step(f, args, w), reps=5)[2]
+
+            def fwd_only(_f=f):
+                xx, tt = x.detach().requires_grad_(), times.detach().requires_grad_()
+                return (_f(xx, basis, mass, evals, tt) * w).sum(), xx, tt
+            _, per, _ = bench.profile_kernels(lambda st: st[0].backward(), before=fwd_only, reps=5)
+            print(f"V={V:<6d} {name:26s} step GPU busy {busy if busy is None else round(busy, 2)} us  err {err:.1e}  "
+                  f"backward per kernel us: {per}", flush=True)
+            assert err < 1e-5, (name, err)
+
+
+if __name__ == "__main__":
+    main()
