@@ -52,7 +52,9 @@ def probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
     """--probe: the heuristic's schedule ``base`` with one change each, so the rows show which
     knob moves the forward time at this V: the first contraction (sum0, reduced over v) split
     half as much, with 4 pipeline stages, with 8 warps, in 32 x 32 tiles split a quarter as much (as
-    many programs, a quarter of the atomic adds per element); the output GEMM (out0) in 32 x 64 tiles
+    many programs, a quarter of the atomic adds per element), in 128 x 64 tiles at 8 warps (the split
+    x tile shared by all of K), in 128 x 128 tiles at 8 warps split twice as much; the output GEMM
+    (out0) in 32 x 64 tiles
     where the default has 64 rows and the reverse (the default takes 32 below two waves of
     programs), with 4 pipeline stages; persistent kernels (one program per SM looping over tiles);
     the output GEMM at bf16x6
@@ -82,6 +84,9 @@ def probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
             "sum0 8 warps": sum0(num_warps=8),
             f"sum0 32x32 split {max(2, split // 4)}": sum0(tile={**dict(ss.tile), "k": 32, "c": 32}).replace(
                 split={"v": max(2, split // 4)}),
+            "sum0 128x64 8 warps": sum0(tile={**dict(ss.tile), "k": 128, "c": 64}, num_warps=8),
+            f"sum0 128x128 8 warps split {split * 2}": sum0(tile={**dict(ss.tile), "k": 128, "c": 128},
+                                                            num_warps=8).replace(split={"v": split * 2}),
             "out0 bf16x6": base.replace(precision="bf16x6"),
             "s5 default (split/2, bf16x6 both)": everywhere(base.replace(split={"v": split // 2},
                                                                           tile={**dict(base.tile), "v": 64}), "bf16x6"),
@@ -143,7 +148,7 @@ def add(V, kind, impl, kernel_us, call_us, err, kernels=None, note=""):
           f"kernels {kernels}  {note}", flush=True)
 
 
-def forward_rows(V, args, budget, use_compile, probe):
+def forward_rows(V, args, budget, use_compile, probe, only=None):
     ref = torch_spatial_diffusion(*(a.double() for a in args))
     impls = [("dtriton default", dt.compile(spatial_diffusion), "heuristic")]
     if budget > 0:
@@ -154,7 +159,7 @@ def forward_rows(V, args, budget, use_compile, probe):
         # the GPU's schedule (computed for CUDA in a dry run, so the probes run on the interpreter too)
         base = gpu_program(spatial_diffusion, args)[0] if suite.DRY else impls[0][1].schedule_for(*args)
         impls += [(f"dtriton {name}", dt.compile(spatial_diffusion, sched), "probe")
-                  for name, sched in probes(base).items()]
+                  for name, sched in probes(base).items() if not only or name.startswith(tuple(only))]
     for name, k, note in impls:
         try:
             out, spectral = k(*args)
@@ -237,6 +242,8 @@ def main(argv=None):
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--no-backward", action="store_true")
     ap.add_argument("--probe", action="store_true", help="add the fixed schedules of probes()")
+    ap.add_argument("--only", nargs="+", default=None, metavar="PROBE",
+                    help="with --probe: only the probes whose names start with one of these")
     ap.add_argument("--plans", action="store_true", help="print the GPU plans of each V and exit (no GPU needed)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "issue15"))
     ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, tiny shapes (checks the script)")
@@ -255,7 +262,7 @@ def main(argv=None):
     for V in Vs:
         args = inputs(V, K, C, dev)
         print(f"== V={V} K={K} C={C}", flush=True)
-        forward_rows(V, args, a.budget, use_compile, a.probe)
+        forward_rows(V, args, a.budget, use_compile, a.probe, a.only)
         if not a.no_backward:
             backward_rows(V, args, use_compile)
     meta = dict(device=torch.cuda.get_device_name() if not a.dry_run else "cpu (dry run)", torch=torch.__version__,
