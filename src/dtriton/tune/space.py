@@ -244,7 +244,9 @@ class Space:
 
     def widen(self, other: "Space | None" = None, **fields) -> "Space":
         """A copy with values added: from another :class:`Space` and/or keyword fields given as
-        for the constructor (``space.widen(tile={"i": [512]}, num_warps=[16])``)."""
+        for the constructor (``space.widen(tile={"i": [512]}, num_warps=[16])``). A field this space
+        leaves ``None`` (not searched: the heuristic's value) becomes exactly the values given, so
+        name the heuristic's value too to keep it in the search (``widen(access=["pointer", "tma"])``)."""
         add = Space(**fields) if fields else Space()
         d = {}
         for f in self.field_names():
