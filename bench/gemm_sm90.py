@@ -77,7 +77,7 @@ def compile_chains(names: str, dtype: torch.dtype, extra: dict, out: str) -> Non
         _, args = make_inputs(c, *shape_of(c, None), dtype, "cpu", empty=True)
         b, sched = cuda_schedule(c.alg, args)
         b, sched, prog = plan_for_cuda(c.alg, args, merge_fields(sched, extra),
-                                       tma=frozenset(p.name for p in c.alg.tensor_params))
+                                       tma=frozenset([p.name for p in c.alg.tensor_params] + [o.name for o in c.alg.outputs]))
         src, metas = render(prog)
         mod = load_kernels(src, out, f"{c.name}_{TL[dtype]}")
         for m in metas:

@@ -86,16 +86,17 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
         # (8-bit dots: 4, but block-scaled ones keep 8: their second accumulator spills 632 bytes at 4, sm_90)
         few = d.user.precision == "tf32" or (d.eight_bit and not _block_scaled(d, name, r))
         d.num_warps = 8 if tile[m] * tile[n] >= 128 * 128 and not few else 4
-    if wide and _persistent_wide(d, name):
+    if wide and _persistent_wide(d, name) and not _epilogue_tiles(d, m, n):
+        # (an epilogue reading another tile, a residual: its TMA box beside the pipeline's buffers and the store's
+        # asked 245,800 B of shared memory at 3 stages on the H200, s6 call 3, and 2 stages ran 284.5 us against
+        # 236.7 on the plain grid: the plain grid keeps it)
         d.persistent = 1
     if d.num_stages is None and wide:
         # both operands K-major (X @ W.T, the nn.Linear layout): 4 stages (H200, 4096^3 with TMA:
         # fp16 211.7 us against 221.6 with 3, bf16 208.4 against 222.3; bench/results/issue14/
         # probe_nt_call2.json); other layouts keep 3
         both = len(tensor_core_sides(d.alg.stages[name].node, d.b.unit_dims)) == 2
-        # (a persistent flattened kernel keeps its epilogue's shared memory beside the pipeline's: with a tile
-        # of another input read there, a residual, 4 stages ask 262 KB at sm_90 (bench/gemm_sm90.py): 3)
-        d.num_stages = 4 if both and not (d.persistent and _epilogue_tiles(d, m, n)) else 3
+        d.num_stages = 4 if both else 3
     if d.num_stages is None and d.gpu and d.eight_bit and not _byte_operands(d, name):
         # fp8 dots: 3 stages (H200, s5 call 3, fp8 e4m3 4096^3 with per-row scales at 128x128x128, 4 warps:
         # 104.5 us = 1.017x torch._scaled_mm against 117.3 with 4 stages); int8 keeps 4 (150.7 against 157.0)
