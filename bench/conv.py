@@ -231,8 +231,8 @@ VARIANTS = {
         "persistent 1 s4": {"persistent": 1, "num_stages": 4},
         "persistent 4 s2 w8": {"persistent": 4, "num_stages": 2, "num_warps": 8},
         "persistent 2 s3 2x8x64": {"persistent": 2, "num_stages": 3, "tile": {"h": 2}},
-        # session 6: no register cap on the taps' loop any more (s5's w8 rows ran under maxnreg 64 and spilled;
-        # 8x8x64 w4 spilled 264 bytes under 128); sm_90 registers a thread and instructions an output element
+        # session 6: taller tiles and 8 warps (under the taps' register cap, maxnreg 64 at 8 warps, the w8 rows
+        # spill; without the cap, call 3: 8x8x64 w4 61.0, w8 68.6, and the 4x8x64 default 61.7 against 58.7)
         "8x8x64 w8": {"tile": {"h": 8}, "num_warps": 8},          # (115 regs, 44 instructions an output)
         "8x8x64 w4": {"tile": {"h": 8}},                          # (196 regs, 35)
         "4x16x64 w8": {"tile": {"w": 16}, "num_warps": 8},

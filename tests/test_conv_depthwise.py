@@ -101,19 +101,19 @@ def test_persistent_tile_loop_pipelined(stages, s, p):
     assert "for pid in range(" in dt.compile(L.depthwise_conv2d_nhwc, looped).source_for(*args)
 
 
-def test_unrolled_taps_take_no_register_cap():
-    """The taps' unrolled loop is no statistics loop: no ``maxnreg`` cap (at 8 warps the cap of 64 spilled
-    the bench's 4 x 8 x 64 tile on sm_90; 8 x 8 x 64 at 4 warps spilled 264 bytes a thread under 128)."""
+def test_unrolled_taps_keep_the_register_cap():
+    """The taps' unrolled loop keeps the statistics loops' ``maxnreg`` cap (four programs an SM): the H200
+    ran the bench's 4 x 8 x 64 default at 58.7 us under it (124 registers, s6 call 2a) and at 61.7 without
+    it (112 registers: ptxas hoists fewer of the nine taps' loads; call 3)."""
     from dtriton.plan import call_spec, plan_program
     m = dict(device="meta", dtype=torch.float16)
     args = [torch.empty(32, 56, 56, 256, **m), torch.empty(3, 3, 256, **m), 1, 1, 56, 56]
     alg = L.depthwise_conv2d_nhwc
-    for warps in (4, 8):
-        sched = gpu_schedule(alg, args).replace(num_warps=warps)
-        b = alg.bind(args)
-        b.device = torch.device("cuda")
-        (k,) = plan_program(alg, sched, b, call_spec(alg, b, args, False)).kernels
-        assert k.static_loops == {"r": 3, "q": 3} and k.max_registers == 0
+    sched = gpu_schedule(alg, args)
+    b = alg.bind(args)
+    b.device = torch.device("cuda")
+    (k,) = plan_program(alg, sched, b, call_spec(alg, b, args, False)).kernels
+    assert k.static_loops == {"r": 3, "q": 3} and k.max_registers == 128
 
 
 @pytest.mark.parametrize("r,q,s,p,persistent", [(3, 3, 1, 1, 0), (3, 3, 1, 1, 1), (5, 3, 1, 2, 0), (3, 3, 2, 1, 0)])

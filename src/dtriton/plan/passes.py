@@ -229,8 +229,7 @@ def register_cap(k: KernelPlan) -> int:
     under 64."""
     tops = {u for p in k.passes for u in p.reductions}
     used = list(k.passes) + [p for u, p in k.single.items() if u not in tops]   # (the printed passes)
-    if k.interpret or not any(p.unroll > 1 and p.block_acc and not p.online
-                              and not set(p.loop_axes) <= set(k.static_loops) for p in used):   # (taps: plan.taps)
+    if k.interpret or not any(p.unroll > 1 and p.block_acc and not p.online for p in used):
         return 0
     cap = REGISTERS_PER_SM // (PROGRAMS_PER_SM * k.num_warps * 32) // 8 * 8
     return cap if 64 <= cap < 255 else 0
