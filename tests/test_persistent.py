@@ -198,3 +198,17 @@ def test_h200_chain_plans_run_right_on_the_interpreter(name):
     ref = TORCH[name](**as_float64(kw))
     err = ((got.double().reshape(ref.shape) - ref).norm() / ref.norm()).item()
     assert err < 2e-3, err
+
+
+def test_default_chain_schedules_fit_shared_memory():
+    """Defaults whose kernels asked more than an H200 block's 232,448 B at sm_90 (the runtime then recompiled them
+    smaller with a warning): residual (a persistent epilogue's extra tile), mlp_relu (4 stages of 128^3 tiles)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from chain_catalogue import CHAINS, make_inputs, shape_of
+    for name, persistent, stages in (("residual", 0, 4), ("mlp_relu", 0, 3), ("bias", 1, 4)):
+        chain = next(c for c in CHAINS if c.name == name)
+        _, big = make_inputs(chain, *shape_of(chain, None), torch.float16, "cpu", empty=True)
+        sched = gpu_schedule(chain.alg, big)
+        assert (sched.persistent, sched.num_stages) == (persistent, stages), (name, sched)
