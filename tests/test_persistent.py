@@ -150,11 +150,12 @@ def test_persistent_default_left_alone():
 
     @dt.algorithm
     def linear_mish(X: Tensor["M", "K"], W: Tensor["N", "K"]):
-        """x * tanh(log(1 + exp(x))): three transcendentals after the GEMM (its flattened kernel spilled)."""
+        """x * tanh(log(1 + exp(x))): three transcendentals after the GEMM (sm_90: the flattened persistent
+        kernel spills 88 bytes, the plain grid's 624)."""
         i, j, k = dt.axes("i j k")
         s = dt.sum(X[i, k] * W[j, k], over=k)
         return (s * dt.tanh(dt.log(1 + dt.exp(s))))[i, j]
-    assert gpu_schedule(linear_mish, (X, W)).persistent == 0
+    assert gpu_schedule(linear_mish, (X, W)).persistent == 1
 
 
 @dt.algorithm

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..ir import (Axis, Binary, Load, Reduce, Unary, Where, contains, mul_factors, reduction_stages, tensor_core_sides,
-                  walk)
+from ..ir import Axis, Binary, Load, Reduce, contains, mul_factors, reduction_stages, tensor_core_sides, walk
 from .draft import Draft, next_pow2, programs, split_for
 from .knobs import TENSOR_CORE_FP32
 from .schedule import StageSchedule
@@ -257,7 +256,7 @@ def _persistent_wide(d: Draft, name: str) -> bool:
     stages against 214.8 with the plain grid and cuBLAS NT 180.0; NN 180.4 at 3 stages against 183.7 and
     cuBLAS 178.7; fp16 chains (bench/chains.py --schedule '{"persistent": 1}'): bias 218.8 -> 181.9 us,
     hardswish 218.8 -> 183.9, sigmoid_scale_residual 226.6 -> 187.5, swish_div_clamp_tanh 238.4 -> 229.5."""
-    return _persistent_allowed(d) and [st.name for st in reduction_stages(d.alg)] == [name] and not _heavy_epilogue(d)
+    return _persistent_allowed(d) and [st.name for st in reduction_stages(d.alg)] == [name]
 
 
 def _persistent_allowed(d: Draft) -> bool:
@@ -265,23 +264,6 @@ def _persistent_allowed(d: Draft) -> bool:
     open or "tma", no warp specialisation."""
     u = d.user
     return u.persistent == 0 and u.access in (None, "tma") and not u.warp_specialize
-
-
-#: Epilogues a flattened persistent 128x256 GEMM spilled registers with (sm_90, bench/gemm_sm90.py and the fp16
-#: chain catalogue, 8 warps, 128 accumulator registers a thread): mish (exp, log, tanh: 152 bytes of stack) and
-#: gelu_residual (11 operations and a residual tile: 376 bytes); gelu (10 operations, one tanh: 219 registers) and
-#: swish_div_clamp_tanh (9, two transcendentals: 254) did not.
-EPILOGUE_OPS, EPILOGUE_TRANSCENDENTALS = 10, 2
-
-
-def _heavy_epilogue(d: Draft) -> bool:
-    """The element-wise work after the algorithm's reductions: more than :data:`EPILOGUE_OPS`
-    operations or more than :data:`EPILOGUE_TRANSCENDENTALS` exponentials, logarithms, square roots,
-    tanh or sigmoid."""
-    ops = [x for x in walk([o.expr for o in d.alg.outputs], stop=lambda x: isinstance(x, Reduce))
-           if isinstance(x, (Unary, Binary, Where))]
-    heavy = [x for x in ops if isinstance(x, Unary) and x.op in ("exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid")]
-    return len(ops) > EPILOGUE_OPS or len(heavy) > EPILOGUE_TRANSCENDENTALS
 
 
 def _epilogue_tiles(d: Draft, m: str, n: str) -> bool:
