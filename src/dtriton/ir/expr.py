@@ -75,19 +75,17 @@ class Expr:
     def __truediv__(self, o): return Binary("div", self, as_expr(o))
     def __rtruediv__(self, o): return Binary("div", as_expr(o), self)
     def __pow__(self, o):
-        """``x ** n``: repeated products for small integer n (negative x allowed, as torch),
-        ``sqrt`` for 0.5, else ``exp(n * log(x))`` (x > 0)."""
-        if isinstance(o, (int, float)) and float(o).is_integer() and 0 < abs(o) <= 8:
-            n = int(abs(o))
-            r = self
-            for _ in range(n - 1):
-                r = Binary("mul", r, self)
+        """``x ** n`` with torch's values: a literal integer ``0 < |n| <= 64`` by repeated squaring
+        (negative ``x`` allowed, exact as products), 0 and 0.5 as 1 and ``sqrt``; any other
+        exponent (a float literal, an ``int``/``float`` argument, an expression) by :func:`pow_general`."""
+        if isinstance(o, (int, float)) and not isinstance(o, bool) and float(o).is_integer() and 0 < abs(o) <= 64:
+            r = pow_int(self, int(abs(o)))
             return r if o > 0 else Binary("div", Const(1.0), r)
         if isinstance(o, (int, float)) and float(o) == 0.0:
             return Where(Binary("eq", self, self), Const(1.0), Const(1.0))  # 1 everywhere, NaN too
         if isinstance(o, (int, float)) and float(o) == 0.5:
             return Unary("sqrt", self)
-        return Unary("exp", Binary("mul", as_expr(o), Unary("log", self)))
+        return pow_general(self, as_expr(o))
     def __rpow__(self, o):
         """``c ** x`` for a positive number ``c``: ``exp(x * log(c))`` (1 everywhere for ``c == 1``,
         NaN included, as torch). A zero, negative or non-numeric base raises :class:`AlgorithmError`."""
@@ -190,6 +188,45 @@ def as_expr(v) -> Expr:
 def _no_children(node: Expr, children: Sequence[Expr]) -> None:
     if len(children):
         raise ValueError(f"{type(node).__name__} has no children, got {len(children)}")
+
+
+def pow_int(x: Expr, n: int) -> Expr:
+    """``x ** n`` for an integer ``n >= 1`` as products (square and multiply): exact signs for a
+    negative ``x``, and gradients that are finite at 0."""
+    result, base = None, x
+    while n:
+        if n & 1:
+            result = base if result is None else Binary("mul", result, base)
+        n >>= 1
+        if n:
+            base = Binary("mul", base, base)
+    return result
+
+
+def pow_general(x: Expr, p: Expr) -> Expr:
+    """``x ** p`` for an exponent known only at run time (or a non-integer literal), with the values
+    of ``torch.pow``: ``|x| ** p`` as ``exp(p * log|x|)``, negated for a negative ``x`` and an odd
+    integer ``p``, NaN for a finite negative ``x`` and a finite non-integer ``p``, 1 where ``p == 0`` or ``x == 1``
+    (NaN included) or ``x == -1`` and ``p`` is infinite, 0 or inf at ``x == 0`` by the sign of ``p``. Its derivative in ``x`` at
+    ``x == 0`` is NaN (the product rule meets ``0 * inf``); write a literal integer exponent for
+    finite gradients there."""
+    ax = Unary("abs", x)
+    r = Unary("exp", Binary("mul", p, Unary("log", ax)))
+    q = Cast(p, torch.int64)   # (used only where |p| < 2**62: the truncation is exact there)
+    whole = Binary("and", Binary("lt", Unary("abs", p), Const(float(2 ** 62))),
+                   Binary("eq", Cast(q, torch.float32), p))
+    odd = Binary("and", whole, Binary("ne", Binary("mod", q, Const(2, integer=True)), Const(0, integer=True)))
+    nan = Binary("div", Const(0.0), Const(0.0))
+    inf = Const(float("inf"))
+    # C99 and torch: an infinite x or p gives |x| ** p, except that torch computes p = +-0.5 as
+    # sqrt / rsqrt, NaN for x = -inf too
+    half = Binary("eq", Unary("abs", p), Const(0.5))
+    finite = Binary("and", Binary("or", Binary("lt", ax, inf), half), Binary("lt", Unary("abs", p), inf))
+    neg = Where(whole, Where(odd, Unary("neg", r), r), Where(finite, nan, r))
+    out = Where(Binary("lt", x, Const(0.0)), neg, r)
+    one = Binary("or", Binary("or", Binary("eq", p, Const(0.0)), Binary("eq", x, Const(1.0))),
+                 Binary("and", Binary("eq", x, Const(-1.0)), Binary("eq", Unary("abs", p), inf)))
+    return Where(one, Const(1.0), out)
 
 
 class Const(Expr):

@@ -1,0 +1,78 @@
+"""``x ** p`` has torch.pow's values for every exponent form: literal integers (products), a float
+literal, an ``int``/``float`` argument known only at run time; negative bases, zeros, infinities,
+NaN; and its gradients (issue found by session 6's fresh-user trial: ``exp(p * log(x))`` gave NaN
+for every negative base)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dtriton as dt
+
+INF, NAN = float("inf"), float("nan")
+SPECIAL = [-2.0, -0.5, 0.0, 1.5, -INF, NAN, 1.0, 3.0, INF, -1.0, 0.25, -7.0, 2.0]
+
+
+@dt.algorithm
+def pow_arg(X: dt.Tensor["M"], p: float):
+    i, = dt.axes("i:M")
+    return (X[i] ** p)[i]
+
+
+@dt.algorithm
+def pow_ten(X: dt.Tensor["M"]):
+    i, = dt.axes("i:M")
+    return (X[i] ** 10)[i]
+
+
+@dt.algorithm
+def pow_frac(X: dt.Tensor["M"]):
+    i, = dt.axes("i:M")
+    return (X[i] ** 2.5)[i]
+
+
+@pytest.mark.parametrize("p", [3.0, 2.0, 0.0, -1.0, 2.5, -3.0, 3, 10.0, -0.5, 0.5, 1.0, NAN, INF, -INF, 64.0, 2.0 ** 20 + 1])
+def test_runtime_exponent_matches_torch(p):
+    x = torch.tensor(SPECIAL)
+    out = torch.full_like(x, 123.0)   # poisoned
+    dt.compile(pow_arg)(x, p, out=out)
+    want = torch.pow(x.double(), p)
+    # float32 results (overflow to inf and denormals as torch's own float32 pow), float64 reference
+    torch.testing.assert_close(out, torch.pow(x, p), rtol=4e-6, atol=1e-37, equal_nan=True)
+    torch.testing.assert_close(out.double(), want.float().double(), rtol=4e-6, atol=1e-37, equal_nan=True)
+    ref = pow_arg.reference(x.double(), p)
+    ref = ref[0] if isinstance(ref, tuple) else ref
+    torch.testing.assert_close(ref, want, rtol=1e-12, atol=0.0, equal_nan=True)
+
+
+@pytest.mark.parametrize("alg,p", [(pow_ten, 10), (pow_frac, 2.5)])
+def test_literal_exponents_match_torch(alg, p):
+    x = torch.tensor(SPECIAL)
+    out = dt.compile(alg)(x)
+    torch.testing.assert_close(out.double(), torch.pow(x.double(), p), rtol=2e-6, atol=0.0, equal_nan=True)
+
+
+def test_pow_on_odd_sizes_random_data():
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(37, generator=g) * 3
+    for p in (3.0, 4.0, -2.0, 1.7):
+        out = dt.compile(pow_arg)(x, p)
+        torch.testing.assert_close(out.double(), torch.pow(x.double(), p), rtol=2e-6, atol=1e-30, equal_nan=True)
+
+
+def test_gradients():
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(11, generator=g, dtype=torch.float64) * 2
+    G = torch.randn(11, generator=g, dtype=torch.float64)
+    bwd = dt.grad(pow_arg, "X")
+    for p in (3.0, -2.0):
+        xr = x.clone().requires_grad_(True)
+        torch.pow(xr, p).backward(G)
+        (got,) = bwd.reference(x, p, G)
+        torch.testing.assert_close(got, xr.grad)
+    # a literal integer exponent is a product: finite gradient at 0, as torch
+    z = torch.tensor([0.0, -1.5, 2.0], dtype=torch.float64)
+    zr = z.clone().requires_grad_(True)
+    torch.pow(zr, 10).backward(torch.ones(3, dtype=torch.float64))
+    (gz,) = dt.grad(pow_ten).reference(z, torch.ones(3, dtype=torch.float64))
+    torch.testing.assert_close(gz, zr.grad)
