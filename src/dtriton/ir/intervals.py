@@ -325,14 +325,15 @@ def kernel_reads(alg, axis_sizes: Mapping[str, int], dim_sizes: Mapping[str, int
     return tuple(sorted(out))
 
 
-def int_magnitude(nodes, axis_sizes: Mapping[str, int]) -> int:
-    """The largest magnitude an integer value among ``nodes`` reaches for these axis sizes (axis
-    values, index arithmetic), where sizes alone bound it (0 when none is known)."""
+def int_magnitude(nodes, axis_sizes: Mapping[str, int], scalars: Mapping[str, int] | None = None) -> int:
+    """The largest magnitude an integer value among ``nodes`` reaches for these axis sizes and
+    ``int`` argument values ``scalars`` (axis values, index arithmetic), where they bound it (0 when
+    none is known)."""
     ranges = {a: Interval(0, n - 1, True, frozenset((a,))) for a, n in axis_sizes.items()}
     memo: dict = {}
     big = 0
     for n in nodes:
-        iv = interval(n, ranges, None, memo)
+        iv = interval(n, ranges, scalars, memo)
         if iv is not None and not iv.empty:
             big = max(big, abs(iv.lo), abs(iv.hi))
     return big

@@ -166,10 +166,15 @@ class MemoryPrinter:
                 v = self.val(e, scope, layout)
                 terms.append(f"({v}).to(tl.int32)" if not self.i64 else f"({v}).to(tl.int64)")
                 mask_axes.extend(e.axes)
-                if d in bounded:   # named once: the address and the mask both use it
-                    ix = self.fresh("ix")
-                    scope.emit(f"{ix} = {terms[-1]}  # index {d} of {n.tensor.name}: {fmt(e, limit=None)}")
+                if d in bounded:   # named once: the address and the mask both use it; the mask tests
+                    # the value as computed (an int64 label or argument may pass 2**31), the address
+                    # takes it narrowed, exact on the lanes the mask keeps
+                    wide, ix = self.fresh("ixw"), self.fresh("ix")
+                    scope.emit(f"{wide} = {v}  # index {d} of {n.tensor.name}: {fmt(e, limit=None)}")
+                    scope.emit(f"{ix} = ({wide}).to({'tl.int64' if self.i64 else 'tl.int32'})")
                     terms[-1] = ix
+                    inside.append(f"({wide} >= 0) & ({wide} < {self.dim_size(n.tensor.dims[d])})")
+                    continue
             if d in bounded:   # the plan masks this index to its dim (padding, or a guarded read)
                 inside.append(f"({terms[-1]} >= 0) & ({terms[-1]} < {self.dim_size(n.tensor.dims[d])})")
         mask = " & ".join(filter(None, [self.mask_for(mask_axes, scope, layout)] + inside)) or None
