@@ -22,24 +22,6 @@ import dtriton as dt  # noqa: E402
 from reductions import NORMS  # noqa: E402
 
 
-def graph_of(fn, reps: int) -> torch.cuda.CUDAGraph:
-    """``reps`` calls of ``fn`` captured in one CUDA graph (after warm-up on a side stream)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(reps):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    return g
-
-
 def timeline(g: torch.cuda.CUDAGraph) -> str:
     """One replay of ``g`` under torch.profiler: ``name start+duration (gap)`` per kernel, and the totals."""
     from torch.profiler import ProfilerActivity, profile
@@ -84,7 +66,7 @@ def main(argv=None) -> int:
         if a.dry_run:
             print(f"{name:14s} call {call:9.1f} us (dry run)", flush=True)
             continue
-        g1, g5 = graph_of(fn, 1), graph_of(fn, 5)
+        g1, g5 = R.captured_graph(fn, 1), R.captured_graph(fn, 5)
         t1 = R.graph_time_us(fn, reps=1, iters=5)
         t5 = R.graph_time_us(fn, reps=5, iters=5)
         print(f"{name:14s} call {call:9.1f} us  graph x1 {t1:9.1f} us  graph x5 {t5:9.1f} us a call", flush=True)

@@ -47,10 +47,8 @@ def S(n: int) -> int:
     return n if not DRY else max(1, min(n, 40))
 
 
-def graph_time_us(fn, reps: int = 20, iters: int = 10) -> float:
-    """Kernel time: capture ``reps`` calls in one CUDA graph and time its replays (median)."""
-    if DRY:
-        return call_time_us(fn, n=1)
+def captured_graph(fn, reps: int) -> "torch.cuda.CUDAGraph":
+    """``reps`` calls of ``fn`` captured in one CUDA graph (after warm-up on a side stream), replayed once."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -64,6 +62,14 @@ def graph_time_us(fn, reps: int = 20, iters: int = 10) -> float:
             fn()
     g.replay()
     torch.cuda.synchronize()
+    return g
+
+
+def graph_time_us(fn, reps: int = 20, iters: int = 10) -> float:
+    """Kernel time: capture ``reps`` calls in one CUDA graph and time its replays (median)."""
+    if DRY:
+        return call_time_us(fn, n=1)
+    g = captured_graph(fn, reps)
     ts = []
     for _ in range(iters):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
