@@ -28,9 +28,18 @@ def rnd(*shape, dtype=torch.float16, seed=0):
 
 
 def source(alg, sched, args) -> str:
-    k = dt.compile(alg, sched)
-    k(*args)
-    return k.source
+    """The printed module of ``alg`` under ``sched`` for these arguments (planned, not run: each test
+    runs the kernel once, in ``check``)."""
+    return dt.compile(alg, sched).source_for(*args)
+
+
+@dt.algorithm
+def linear_softmax(X: Tensor["M", "K"], W: Tensor["N", "K"]):
+    """softmax over j of X @ W.T: the GEMM, then row statistics."""
+    i, j, k = dt.axes("i j k")
+    s = dt.sum(X[i, k] * W[j, k], over=k)
+    e = dt.exp(s[i, j] - dt.max(s[i, j], over=j))
+    return (e / dt.sum(e, over=j))[i, j]
 
 
 SCHED = dt.Schedule(tile={"i": 16, "j": 32, "k": 16}, access="tma", persistent=1, group={"i": 2}, num_warps=4)
@@ -139,12 +148,6 @@ def test_persistent_default_left_alone():
         assert dt.compile(matmul, user).complete(b).persistent == 0, user
     assert dt.compile(matmul, dt.Schedule(persistent=2)).complete(b).persistent == 2
 
-    @dt.algorithm
-    def linear_softmax(X: Tensor["M", "K"], W: Tensor["N", "K"]):
-        i, j, k = dt.axes("i j k")
-        s = dt.sum(X[i, k] * W[j, k], over=k)
-        e = dt.exp(s[i, j] - dt.max(s[i, j], over=j))
-        return (e / dt.sum(e, over=j))[i, j]
     sm = gpu_schedule(linear_softmax, (X, W))   # (the GEMM stage of its own: below)
     assert sm.persistent == 0
 
@@ -156,15 +159,6 @@ def test_persistent_default_left_alone():
         s = dt.sum(X[i, k] * W[j, k], over=k)
         return (s * dt.tanh(dt.log(1 + dt.exp(s))))[i, j]
     assert gpu_schedule(linear_mish, (X, W)).persistent == 1
-
-
-@dt.algorithm
-def linear_softmax(X: Tensor["M", "K"], W: Tensor["N", "K"]):
-    """softmax over j of X @ W.T: the GEMM, then row statistics."""
-    i, j, k = dt.axes("i j k")
-    s = dt.sum(X[i, k] * W[j, k], over=k)
-    e = dt.exp(s[i, j] - dt.max(s[i, j], over=j))
-    return (e / dt.sum(e, over=j))[i, j]
 
 
 def test_gemm_stage_of_a_chain_is_persistent_alone():
