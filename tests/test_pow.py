@@ -76,3 +76,10 @@ def test_gradients():
     torch.pow(zr, 10).backward(torch.ones(3, dtype=torch.float64))
     (gz,) = dt.grad(pow_ten).reference(z, torch.ones(3, dtype=torch.float64))
     torch.testing.assert_close(gz, zr.grad)
+
+
+def test_float64_odd_exponent_past_float32_precision():
+    # 2**25 + 1 is odd but not a float32: the parity test must not round p to float32
+    x = torch.tensor([-2.0, -0.5, 3.0, -1.0], dtype=torch.float64)
+    p = 2.0 ** 25 + 1
+    torch.testing.assert_close(dt.compile(pow_arg)(x, p), torch.pow(x, p), equal_nan=True)

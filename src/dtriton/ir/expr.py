@@ -214,7 +214,7 @@ def pow_general(x: Expr, p: Expr) -> Expr:
     r = Unary("exp", Binary("mul", p, Unary("log", ax)))
     q = Cast(p, torch.int64)   # (used only where |p| < 2**62: the truncation is exact there)
     whole = Binary("and", Binary("lt", Unary("abs", p), Const(float(2 ** 62))),
-                   Binary("eq", Cast(q, torch.float32), p))
+                   Binary("eq", Cast(q, torch.float64), p))
     odd = Binary("and", whole, Binary("ne", Binary("mod", q, Const(2, integer=True)), Const(0, integer=True)))
     nan = Binary("div", Const(0.0), Const(0.0))
     inf = Const(float("inf"))
