@@ -101,12 +101,16 @@ def run_tf32(dry):
     """TF32 tile sweep for X @ W.T against cuBLAS with TF32 allowed."""
     M, N, K, X, W, ref, _, tf32 = linear_case(dry)
     cands = []
-    for (bm, bn, bk), ns, nw, ac, extra in [((128, 128, 64), 3, 8, "tma", {}), ((128, 128, 64), 4, 8, "tma", {}),
-                                            ((128, 128, 32), 5, 8, "tma", {}), ((128, 128, 32), 4, 4, "tma", {}),
-                                            ((128, 256, 32), 2, 8, "tma", {}), ((128, 256, 32), 2, 8, "pointer", {}),
-                                            ((256, 128, 32), 3, 8, "tma", {}), ((128, 128, 32), 4, 8, "tma", {"persistent": 1}),
-                                            ((128, 128, 32), 4, 8, "tma", {"warp_specialize": True}),
-                                            ((64, 256, 32), 3, 8, "tma", {}), ((128, 64, 64), 4, 4, "tma", {})]:
+    # session 7: persistent kernels whose tile loop is flattened with the K loop and whose fp32 output tile is
+    # stored in pieces (the s6 knobs), beside the plain-grid tilings of earlier sweeps
+    for (bm, bn, bk), ns, nw, ac, extra in [((128, 128, 32), 4, 4, "tma", {}), ((128, 128, 32), 5, 4, "tma", {}),
+                                            ((128, 128, 32), 4, 4, "tma", {"persistent": 1}),
+                                            ((128, 128, 32), 5, 4, "tma", {"persistent": 1}),
+                                            ((128, 128, 32), 4, 8, "tma", {"persistent": 1}), ((128, 128, 32), 6, 4, "tma", {}),
+                                            ((128, 256, 32), 3, 8, "tma", {"persistent": 1, "store_pieces": 2}),
+                                            ((256, 128, 32), 3, 8, "tma", {"persistent": 1, "store_pieces": 2}),
+                                            ((128, 256, 32), 3, 8, "tma", {"store_pieces": 2}),
+                                            ((128, 128, 64), 3, 8, "tma", {"persistent": 1, "store_pieces": 2})]:
         if dry:
             bm, bn, bk, ac = 16, 16, 16, "pointer"
         cands.append((f"tf32 {bm}x{bn}x{bk} s{ns} w{nw} {ac} {extra}",
