@@ -62,6 +62,7 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
     # 8 warps; sm_90 compile, bench/narrow_sm90.py: 131 KB of shared memory for fp8, 192 KB for int8)
     wide = (not d.eight_bit and not _block_scaled(d, name, r) and not _byte_operands(d, name)
             and _wide_tile(d, m, n, r))
+    wide_tf32 = not wide and _wide_tf32(d, name, m, n, r)
     if r not in tile:
         # 8-bit operands: 128 along the reduction (the bytes of a 16-bit tile of 64; Triton needs >= 32)
         tile[r] = max(16, d.cap(r, 128 if d.eight_bit and d.gpu else 64 if d.half or not d.gpu else 32))
@@ -83,13 +84,16 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
         # tf32 on 128x128 tiles: 4 warps (H200 probe, X @ W.T 1024x8192x8192: 379 us against 541
         # with 8, 0.96x cuBLAS with TF32)
         # (8-bit dots: 4, but block-scaled ones keep 8: their second accumulator spills 632 bytes at 4, sm_90)
-        few = d.user.precision == "tf32" or (d.eight_bit and not _block_scaled(d, name, r))
+        few = (d.user.precision == "tf32" and not wide_tf32) or (d.eight_bit and not _block_scaled(d, name, r))
         d.num_warps = 8 if tile[m] * tile[n] >= 128 * 128 and not few else 4
-    if wide and _persistent_wide(d, name) and not _epilogue_tiles(d, m, n):
+    if (wide or wide_tf32) and _persistent_wide(d, name) and not _epilogue_tiles(d, m, n):
         # (an epilogue reading another tile, a residual: its TMA box beside the pipeline's buffers and the store's
         # asked 245,800 B of shared memory at 3 stages on the H200, s6 call 3, and 2 stages ran 284.5 us against
         # 236.7 on the plain grid: the plain grid keeps it)
         d.persistent = 1
+    if d.num_stages is None and wide_tf32:
+        # 128x256x32 fp32 tiles: 48 KB a stage; 4 stages and the output's store buffer need 262 KB (sm_90)
+        d.num_stages = 3
     if d.num_stages is None and wide:
         # both operands K-major (X @ W.T, the nn.Linear layout): 4 stages (H200, 4096^3 with TMA:
         # fp16 211.7 us against 221.6 with 3, bf16 208.4 against 222.3; bench/results/issue14/
@@ -240,6 +244,25 @@ def _wide_tile(d: Draft, m: str, n: str, r: str) -> bool:
     if not (d.gpu and d.half and len(d.cons) == 1 and m in grid and n in grid and not (set(d.user.tile) & {m, n})
             and d.tile.get(m) == 128 and d.tile.get(n) == 128 and min(sizes[m], sizes[n]) >= 2048
             and sizes[m] * sizes[n] * sizes[r] >= 1 << 35):
+        return False
+    inner = n if grid.index(n) > grid.index(m) else m
+    d.tile[inner] = d.cap(inner, 256)
+    return True
+
+
+def _wide_tf32(d: Draft, name: str, m: str, n: str, r: str) -> bool:
+    """A large single-pass TF32 GEMM (the user's ``precision="tf32"``, >= 2^35 multiply-adds, both operands
+    K-major as tf32 wgmma reads them: ``X @ W.T``) takes 128x256x32 tiles, 256 along the inner grid axis, 8 warps
+    and 3 stages, persistent (:func:`_persistent_wide`) with its fp32 output tile stored in two pieces (the
+    plan's ``store_pieces``). H200, session 7 call 2 (bench/probe_fp32.py --only tf32, X @ W.T
+    1024x8192x8192): 335.9 us = 1.03x cuBLAS with TF32 allowed (347.6 us), against 399.9 us (0.87x) for the
+    128x128x32 tiles at 4 warps and 4 stages the rule gave before, 380.3 persistent at 5 stages, 385.2 for
+    256x128x32 and 418.9 for 128x256x32 on the plain grid. Returns whether it applied."""
+    grid, sizes = d.grid, d.sizes
+    if not (d.gpu and not d.half and d.user.precision == "tf32" and len(d.cons) == 1 and m in grid and n in grid
+            and not (set(d.user.tile) & {m, n, r}) and d.tile.get(m) == 128 and d.tile.get(n) == 128
+            and min(sizes[m], sizes[n]) >= 1024 and sizes[m] * sizes[n] * sizes[r] >= 1 << 35
+            and len(tensor_core_sides(d.alg.stages[name].node, d.b.unit_dims)) == 2):
         return False
     inner = n if grid.index(n) > grid.index(m) else m
     d.tile[inner] = d.cap(inner, 256)
