@@ -28,6 +28,7 @@ Writes ``<out>/diffusion.json`` and ``<out>/diffusion.md``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -90,7 +91,61 @@ def probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
             "out0 bf16x6": base.replace(precision="bf16x6"),
             "s5 default (split/2, bf16x6 both)": everywhere(base.replace(split={"v": split // 2},
                                                                           tile={**dict(base.tile), "v": 64}), "bf16x6"),
-            "tf32 (1e-3: MMA-time reference)": everywhere(base, "tf32")}
+            "tf32 (1e-3: MMA-time reference)": everywhere(base, "tf32"),
+            **out0_probes(base)}
+
+
+#: the probes of :func:`out0_probes` planned with the output GEMM's raw-load operand on the left
+#: (:func:`raw_left`); their names end with this
+RAW_LEFT = " raw-left"
+
+
+def out0_probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
+    """Session 7: the output GEMM (out0 = basis @ spectral: 128 x 128 summed over k = 128 per row
+    of v) in wider tiles, more warps, 2 stages, k-steps of 16, and (names ending with :data:`RAW_LEFT`) with the
+    basis as the dot's left operand (wgmma's register operand) instead of its right one, which
+    Triton 3.6's tf32x3 reloads from shared memory, splits and stores back at every k-step."""
+    def out0(v: int, c: int, warps: int | None = None, k: int | None = None, **knobs) -> dt.Schedule:
+        return base.replace(tile={**dict(base.tile), "v": v, "c": c, "k": k or base.tile.get("k", 32)},
+                            num_warps=warps or base.num_warps, **knobs)
+    v0, c0 = base.tile.get("v", 64), base.tile.get("c", 64)
+    plain = {f"out0 {v0}x128 4 warps": out0(v0, 128), f"out0 {v0}x128 8 warps": out0(v0, 128, 8),
+             "out0 128x64 8 warps": out0(128, 64, 8), "out0 128x128 8 warps": out0(128, 128, 8),
+             "out0 2 stages": out0(v0, c0, num_stages=2), f"out0 {v0}x{c0} k16": out0(v0, c0, k=16)}
+    left = {f"out0 {v0}x{c0}": out0(v0, c0), "out0 128x64 8 warps": out0(128, 64, 8),
+            "out0 128x64 4 warps": out0(128, 64, 4), "out0 128x128 8 warps": out0(128, 128, 8),
+            f"out0 {v0}x128 8 warps": out0(v0, 128, 8), "out0 128x64 k16 8 warps": out0(128, 64, 8, k=16),
+            f"out0 {v0}x{c0} k16": out0(v0, c0, k=16), "out0 128x64 8 warps 2 stages": out0(128, 64, 8, num_stages=2)}
+    return {**plain, **{name + RAW_LEFT: s for name, s in left.items()}}
+
+
+def probe_order(name: str):
+    """The context a probe row named ``name`` plans its first call in (:func:`raw_left`)."""
+    return raw_left() if name.endswith(RAW_LEFT) else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def raw_left(kernels=("out0",)):
+    """Experiment of the bench only (no schedule knob chooses it yet): while this is entered, the
+    kernels whose names end with one of ``kernels`` (the output GEMM's by default) plan their fp32
+    split-precision dot with the side that is one plain load (out0: the basis) on the
+    left, the other (computed in registers) on the right. Plans are made at a kernel's first call."""
+    from dtriton.ir import Load   # noqa: PLC0415
+    from dtriton.plan import dots   # noqa: PLC0415
+    orig = dots._fp32_order   # noqa: SLF001 - the experiment replaces this decision
+
+    def order(r, k, split, precision, swap_ok):
+        s, p = orig(r, k, split, precision, swap_ok)
+        other = dots.dot_split(r, k, k.compute_dtype, swap=True)
+        if not k.name.endswith(tuple(kernels)) or p not in ("tf32x3", "bf16x3", "bf16x6") or other is None:
+            return s, p
+        raw = [c for c in (s, other, split) if len(c[0]) == 1 and isinstance(c[0][0], Load)]
+        return (raw[0] if raw else s), p
+    dots._fp32_order = order   # noqa: SLF001
+    try:
+        yield
+    finally:
+        dots._fp32_order = orig   # noqa: SLF001
 
 
 def inputs(V: int, K: int, C: int, dev: str, seed: int = 0) -> tuple:
@@ -162,7 +217,8 @@ def forward_rows(V, args, budget, use_compile, probe, only=None):
                   for name, sched in probes(base).items() if not only or name.startswith(tuple(only))]
     for name, k, note in impls:
         try:
-            out, spectral = k(*args)
+            with probe_order(name):
+                out, spectral = k(*args)   # (plans the call)
             sched = k.schedule_for(*args).to_json()
             nk, per, _ = profile_kernels(lambda: k(*args), reps=10)
             add(V, "forward", name, suite.graph_time_us(lambda: k(*args)), suite.call_time_us(lambda: k(*args)),
