@@ -44,7 +44,7 @@ import dtriton as dt  # noqa: E402
 from dtriton.examples.diffusionnet.layer import (DiffusionKernels, spatial_diffusion_fn,  # noqa: E402
                                                  torch_spatial_diffusion)
 from dtriton.examples.diffusionnet.plans import format_plans, gpu_program, layer_plans  # noqa: E402
-from dtriton.library import spatial_diffusion  # noqa: E402
+from dtriton.library import matmul, spatial_diffusion  # noqa: E402
 
 HBM_TBPS = 4.8
 ROWS: list[dict] = []
@@ -234,6 +234,33 @@ def forward_rows(V, args, budget, use_compile, probe, only=None):
             rel(out, ref), count_kernels(lambda: f(*args)))
 
 
+def gemm_rows(V, args):
+    """``--only gemm``: the output GEMM alone, ``basis @ coefficients`` with the coefficients given
+    (the library's matmul), in out0's default tiles at tf32x3 (as planned, and raw-left) and in
+    128 x 64 tiles at 8 warps raw-left. Against the out0 rows: what computing the coefficients
+    (exp, the projection's loads) in every program of the output GEMM costs."""
+    x, basis, mass, evals, times = args
+    proj = basis.double().T @ (x.double() * mass.double()[:, None])
+    coef = (torch.exp(-evals.double()[:, None] * times.double()[None, :]) * proj).float()
+    ref = basis.double() @ coef.double()
+    base = dt.Schedule(tile={"i": 64, "j": 64, "k": 32}, grid=("i", "j"), group={"i": 8}, num_warps=4,
+                       num_stages=3, precision="tf32x3", access="pointer")
+    rows = {"gemm alone 64x64": base, "gemm alone 64x64" + RAW_LEFT: base,
+            "gemm alone 128x64 8 warps" + RAW_LEFT: base.replace(tile={"i": 128, "j": 64, "k": 32}, num_warps=8)}
+    for name, sched in rows.items():
+        try:
+            k = dt.compile(matmul, sched)
+            with probe_order(name):
+                out = k(basis, coef)   # (plans the call)
+            nk, per, _ = profile_kernels(lambda: k(basis, coef), reps=10)
+            add(V, "forward", f"dtriton {name}", suite.graph_time_us(lambda: k(basis, coef)),
+                suite.call_time_us(lambda: k(basis, coef)), rel(out, ref), nk,
+                f"probe: {sched.to_json()}" + (f" — per kernel µs: {per}" if per else ""))
+        except Exception as e:  # noqa: BLE001 - one failing row must not hide the others
+            traceback.print_exc()
+            add(V, "forward", f"dtriton {name}", None, None, float("nan"), note=f"failed: {type(e).__name__}: {str(e)[:200]}")
+
+
 def _step(f, args, w):
     """One training step's work: forward, loss sum(out * w), backward into x and times."""
     x, basis, mass, evals, times = args
@@ -298,7 +325,8 @@ def main(argv=None):
     ap.add_argument("--no-backward", action="store_true")
     ap.add_argument("--probe", action="store_true", help="add the fixed schedules of probes()")
     ap.add_argument("--only", nargs="+", default=None, metavar="PROBE",
-                    help="with --probe: only the probes whose names start with one of these")
+                    help="with --probe: only the probes whose names start with one of these (\"gemm\": also "
+                         "the output GEMM alone, gemm_rows)")
     ap.add_argument("--plans", action="store_true", help="print the GPU plans of each V and exit (no GPU needed)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "issue15"))
     ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, tiny shapes (checks the script)")
@@ -318,6 +346,8 @@ def main(argv=None):
         args = inputs(V, K, C, dev)
         print(f"== V={V} K={K} C={C}", flush=True)
         forward_rows(V, args, a.budget, use_compile, a.probe, a.only)
+        if a.probe and a.only and "gemm" in a.only:
+            gemm_rows(V, args)
         if not a.no_backward:
             backward_rows(V, args, use_compile)
     meta = dict(device=torch.cuda.get_device_name() if not a.dry_run else "cpu (dry run)", torch=torch.__version__,
