@@ -124,12 +124,11 @@ def probe_order(name: str):
 
 
 @contextlib.contextmanager
-def raw_left(kernels=("out0",)):
+def raw_left(kernels=("out0", "matmul_out")):
     """Experiment of the bench only (no schedule knob chooses it yet): while this is entered, the
-    kernels whose names end with one of ``kernels`` (the output GEMM's by default) plan their fp32
-    split-precision dot with the side that is one plain load (out0: the basis) on the
-    left, the other (computed in registers) on the right. Plans are made at a kernel's first call."""
-    from dtriton.ir import Load   # noqa: PLC0415
+    kernels whose names end with one of ``kernels`` (the output GEMM's, alone or not, by default) plan their fp32
+    split-precision dot with the side of the first grid axis (the basis: v, or matmul's i) on the
+    left, the other (the coefficients) on the right. Plans are made at a kernel's first call."""
     from dtriton.plan import dots   # noqa: PLC0415
     orig = dots._fp32_order   # noqa: SLF001 - the experiment replaces this decision
 
@@ -138,8 +137,8 @@ def raw_left(kernels=("out0",)):
         other = dots.dot_split(r, k, k.compute_dtype, swap=True)
         if not k.name.endswith(tuple(kernels)) or p not in ("tf32x3", "bf16x3", "bf16x6") or other is None:
             return s, p
-        raw = [c for c in (s, other, split) if len(c[0]) == 1 and isinstance(c[0][0], Load)]
-        return (raw[0] if raw else s), p
+        first = [c for c in (s, other, split) if c[3] == k.grid[0]]   # the basis' axis (v, or matmul's i)
+        return (first[0] if first else s), p
     dots._fp32_order = order   # noqa: SLF001
     try:
         yield
