@@ -118,17 +118,25 @@ def out0_probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
     return {**plain, **{name + RAW_LEFT: s for name, s in left.items()}}
 
 
+#: probes whose names end with this are planned with the output GEMM's basis on the RIGHT (main's order
+#: before session 7's operand-order rule: the same-run A/B of that rule)
+RAW_RIGHT = " raw-right"
+
+
 def probe_order(name: str):
     """The context a probe row named ``name`` plans its first call in (:func:`raw_left`)."""
+    if name.endswith(RAW_RIGHT):
+        return raw_left(first_left=False)
     return raw_left() if name.endswith(RAW_LEFT) else contextlib.nullcontext()
 
 
 @contextlib.contextmanager
-def raw_left(kernels=("out0", "matmul_out")):
-    """Experiment of the bench only (no schedule knob chooses it yet): while this is entered, the
-    kernels whose names end with one of ``kernels`` (the output GEMM's, alone or not, by default) plan their fp32
-    split-precision dot with the side of the first grid axis (the basis: v, or matmul's i) on the
-    left, the other (the coefficients) on the right. Plans are made at a kernel's first call."""
+def raw_left(kernels=("out0", "matmul_out"), first_left: bool = True):
+    """Experiment of the bench only (no schedule knob chooses the order): while this is entered, the
+    kernels whose names end with one of ``kernels`` (the output GEMM's, alone or not, by default) plan
+    their fp32 split-precision dot with the side of the first grid axis (the basis: v, or matmul's i)
+    on the left (``first_left``; else on the right), the other (the coefficients) on the other side.
+    Plans are made at a kernel's first call."""
     from dtriton.plan import dots   # noqa: PLC0415
     orig = dots._fp32_order   # noqa: SLF001 - the experiment replaces this decision
 
@@ -137,8 +145,9 @@ def raw_left(kernels=("out0", "matmul_out")):
         other = dots.dot_split(r, k, k.compute_dtype, swap=True)
         if not k.name.endswith(tuple(kernels)) or p not in ("tf32x3", "bf16x3", "bf16x6") or other is None:
             return s, p
-        first = [c for c in (s, other, split) if c[3] == k.grid[0]]   # the basis' axis (v, or matmul's i)
-        return (first[0] if first else s), p
+        # the basis' axis (v, or matmul's i) as the dot's m (left) or n (right)
+        want = [c for c in (s, other, split) if c[3 if first_left else 4] == k.grid[0]]
+        return (want[0] if want else s), p
     dots._fp32_order = order   # noqa: SLF001
     try:
         yield
