@@ -28,7 +28,6 @@ Writes ``<out>/diffusion.json`` and ``<out>/diffusion.md``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -95,64 +94,34 @@ def probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
             **out0_probes(base)}
 
 
-#: the probes of :func:`out0_probes` planned with the output GEMM's raw-load operand on the left
-#: (:func:`raw_left`); their names end with this
-RAW_LEFT = " raw-left"
-
-
 def out0_probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
-    """Session 7: the output GEMM (out0 = basis @ spectral: 128 x 128 summed over k = 128 per row
-    of v) in wider tiles at 8 warps and (names ending with :data:`RAW_LEFT`) with the
-    basis as the dot's left operand (wgmma's register operand) instead of its right one, which
-    Triton 3.6's tf32x3 reloads from shared memory, splits and stores back at every k-step; there
-    also in k-steps of 16 and with 2 pipeline stages."""
+    """Session 7: the output GEMM (out0 = basis @ spectral: 128 x 128 summed over k = 128 per row of
+    v) in channel tiles below 64 rows of the dot's M side (c: Triton then runs tf32x3 on mma.sync,
+    both operands split in registers, no shared-memory round trip of the split parts; sm_90 compile:
+    64x32 159 registers, 128x32 at 8 warps 161, 128x32 with k-steps of 16 128), and with 2
+    pipeline stages or 8 warps at the default tiles (147 and 139 registers). (Session 7's call 1
+    measured the basis as the dot's left operand, wgmma's register operand: out0 112 us against 69.8
+    at 64x64, V=100000, bench/results/issue15/s7/.) Then :func:`sum0_probes`."""
     def out0(v: int, c: int, warps: int | None = None, k: int | None = None, **knobs) -> dt.Schedule:
         return base.replace(tile={**dict(base.tile), "v": v, "c": c, "k": k or base.tile.get("k", 32)},
                             num_warps=warps or base.num_warps, **knobs)
     v0, c0 = base.tile.get("v", 64), base.tile.get("c", 64)
-    plain = {f"out0 {v0}x128 8 warps": out0(v0, 128, 8), "out0 128x64 8 warps": out0(128, 64, 8)}
-    left = {f"out0 {v0}x{c0}": out0(v0, c0), "out0 128x64 8 warps": out0(128, 64, 8),
-            "out0 128x128 8 warps": out0(128, 128, 8), f"out0 {v0}x128 8 warps": out0(v0, 128, 8),
-            "out0 128x64 k16 8 warps": out0(128, 64, 8, k=16), f"out0 {v0}x{c0} k16": out0(v0, c0, k=16),
-            "out0 128x64 8 warps 2 stages": out0(128, 64, 8, num_stages=2)}
-    return {**plain, **{name + RAW_LEFT: s for name, s in left.items()}}
+    return {f"out0 {v0}x32 mma.sync": out0(v0, 32), "out0 128x32 8 warps mma.sync": out0(128, 32, 8),
+            "out0 128x16 mma.sync": out0(128, 16), "out0 128x32 k16 mma.sync": out0(128, 32, k=16),
+            f"out0 {v0}x32 2 stages mma.sync": out0(v0, 32, num_stages=2), "out0 32x32 mma.sync": out0(32, 32),
+            "out0 2 stages": out0(v0, c0, num_stages=2), "out0 8 warps": out0(v0, c0, 8),
+            **sum0_probes(base)}
 
 
-#: probes whose names end with this are planned with the output GEMM's basis on the RIGHT (main's order
-#: before session 7's operand-order rule: the same-run A/B of that rule)
-RAW_RIGHT = " raw-right"
-
-
-def probe_order(name: str):
-    """The context a probe row named ``name`` plans its first call in (:func:`raw_left`)."""
-    if name.endswith(RAW_RIGHT):
-        return raw_left(first_left=False)
-    return raw_left() if name.endswith(RAW_LEFT) else contextlib.nullcontext()
-
-
-@contextlib.contextmanager
-def raw_left(kernels=("out0", "matmul_out"), first_left: bool = True):
-    """Experiment of the bench only (no schedule knob chooses the order): while this is entered, the
-    kernels whose names end with one of ``kernels`` (the output GEMM's, alone or not, by default) plan
-    their fp32 split-precision dot with the side of the first grid axis (the basis: v, or matmul's i)
-    on the left (``first_left``; else on the right), the other (the coefficients) on the other side.
-    Plans are made at a kernel's first call."""
-    from dtriton.plan import dots   # noqa: PLC0415
-    orig = dots._fp32_order   # noqa: SLF001 - the experiment replaces this decision
-
-    def order(r, k, split, precision, swap_ok):
-        s, p = orig(r, k, split, precision, swap_ok)
-        other = dots.dot_split(r, k, k.compute_dtype, swap=True)
-        if not k.name.endswith(tuple(kernels)) or p not in ("tf32x3", "bf16x3", "bf16x6") or other is None:
-            return s, p
-        # the basis' axis (v, or matmul's i) as the dot's m (left) or n (right)
-        want = [c for c in (s, other, split) if c[3 if first_left else 4] == k.grid[0]]
-        return (want[0] if want else s), p
-    dots._fp32_order = order   # noqa: SLF001
-    try:
-        yield
-    finally:
-        dots._fp32_order = orig   # noqa: SLF001
+def sum0_probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
+    """Session 7: the projection (sum0) in session 6's 64 x 64 tiles at 4 warps (the A/B of the long
+    slices' 128 x 64 tiles at 8 warps) and split twice as much."""
+    ss, split = base.stages.get("sum0"), base.split.get("v", 1)
+    if ss is None:
+        return {}
+    s6 = base.replace(stages={**dict(base.stages), "sum0": ss.replace(tile={**dict(ss.tile), "k": 64, "c": 64},
+                                                                      num_warps=4)})
+    return {"sum0 64x64 4 warps (s6)": s6, f"sum0 split {2 * split}": base.replace(split={"v": 2 * split})}
 
 
 def inputs(V: int, K: int, C: int, dev: str, seed: int = 0) -> tuple:
@@ -224,8 +193,7 @@ def forward_rows(V, args, budget, use_compile, probe, only=None):
                   for name, sched in probes(base).items() if not only or name.startswith(tuple(only))]
     for name, k, note in impls:
         try:
-            with probe_order(name):
-                out, spectral = k(*args)   # (plans the call)
+            out, spectral = k(*args)
             sched = k.schedule_for(*args).to_json()
             nk, per, _ = profile_kernels(lambda: k(*args), reps=10)
             add(V, "forward", name, suite.graph_time_us(lambda: k(*args)), suite.call_time_us(lambda: k(*args)),
@@ -244,22 +212,20 @@ def forward_rows(V, args, budget, use_compile, probe, only=None):
 
 def gemm_rows(V, args):
     """``--only gemm``: the output GEMM alone, ``basis @ coefficients`` with the coefficients given
-    (the library's matmul), in out0's default tiles at tf32x3 (as planned, and raw-left) and in
-    128 x 64 tiles at 8 warps raw-left. Against the out0 rows: what computing the coefficients
-    (exp, the projection's loads) in every program of the output GEMM costs."""
+    (the library's matmul), in out0's default tiles at tf32x3 and in 64 x 32 tiles (mma.sync).
+    Against the out0 rows: what computing the coefficients (exp, the projection's loads) in every
+    program of the output GEMM costs."""
     x, basis, mass, evals, times = args
     proj = basis.double().T @ (x.double() * mass.double()[:, None])
     coef = (torch.exp(-evals.double()[:, None] * times.double()[None, :]) * proj).float()
     ref = basis.double() @ coef.double()
     base = dt.Schedule(tile={"i": 64, "j": 64, "k": 32}, grid=("i", "j"), group={"i": 8}, num_warps=4,
                        num_stages=3, precision="tf32x3", access="pointer")
-    rows = {"gemm alone 64x64": base, "gemm alone 64x64" + RAW_LEFT: base,
-            "gemm alone 128x64 8 warps" + RAW_LEFT: base.replace(tile={"i": 128, "j": 64, "k": 32}, num_warps=8)}
+    rows = {"gemm alone 64x64": base, "gemm alone 64x32 mma.sync": base.replace(tile={"i": 64, "j": 32, "k": 32})}
     for name, sched in rows.items():
         try:
             k = dt.compile(matmul, sched)
-            with probe_order(name):
-                out = k(basis, coef)   # (plans the call)
+            out = k(basis, coef)
             nk, per, _ = profile_kernels(lambda: k(basis, coef), reps=10)
             add(V, "forward", f"dtriton {name}", suite.graph_time_us(lambda: k(basis, coef)),
                 suite.call_time_us(lambda: k(basis, coef)), rel(out, ref), nk,
