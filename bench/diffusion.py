@@ -28,6 +28,7 @@ Writes ``<out>/diffusion.json`` and ``<out>/diffusion.md``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -99,7 +100,8 @@ def out0_probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
     v) in channel tiles below 64 rows of the dot's M side (c: Triton then runs tf32x3 on mma.sync,
     both operands split in registers, no shared-memory round trip of the split parts; sm_90 compile:
     64x32 159 registers, 128x32 at 8 warps 161, 128x32 with k-steps of 16 128), and with 2
-    pipeline stages or 8 warps at the default tiles (147 and 139 registers). (Session 7's call 1
+    pipeline stages or 8 warps at the default tiles (147 and 139 registers), and at the default tiles
+    (3 or 2 stages) with at most 128 registers a thread (:func:`register_cap`). (Session 7's call 1
     measured the basis as the dot's left operand, wgmma's register operand: out0 112 us against 69.8
     at 64x64, V=100000, bench/results/issue15/s7/.) Then :func:`sum0_probes`."""
     def out0(v: int, c: int, warps: int | None = None, k: int | None = None, **knobs) -> dt.Schedule:
@@ -110,7 +112,37 @@ def out0_probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
             "out0 128x16 mma.sync": out0(128, 16), "out0 128x32 k16 mma.sync": out0(128, 32, k=16),
             f"out0 {v0}x32 2 stages mma.sync": out0(v0, 32, num_stages=2), "out0 32x32 mma.sync": out0(32, 32),
             "out0 2 stages": out0(v0, c0, num_stages=2), "out0 8 warps": out0(v0, c0, 8),
+            "out0" + CAP128: base, "out0 2 stages" + CAP128: out0(v0, c0, num_stages=2),
             **sum0_probes(base)}
+
+
+#: probes whose names end with this run the output GEMM's kernel with at most 128 registers a thread
+#: (:func:`register_cap`)
+CAP128 = " cap128"
+
+
+def probe_context(name: str):
+    """The context a probe row named ``name`` plans its first call in (:func:`register_cap`)."""
+    return register_cap(128) if name.endswith(CAP128) else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def register_cap(cap: int, kernels=("out0",)):
+    """Experiment of the bench only (no knob sets it): while entered, the kernels whose names end with
+    one of ``kernels`` are planned with ptxas's register cap ``cap`` a thread (``KernelPlan.max_registers``,
+    the launch option ``maxnreg``). The output GEMM's 64 x 64 tf32x3 kernel takes 153 registers (three
+    4-warp programs an SM); at 128 (sm_90 compile: no spill, with 3 or 2 stages) four fit. Plans are
+    made at a kernel's first call."""
+    from dtriton.plan import decide   # noqa: PLC0415
+    orig = decide.register_cap
+
+    def capped(k):
+        return cap if k.name.endswith(tuple(kernels)) and not k.interpret else orig(k)
+    decide.register_cap = capped
+    try:
+        yield
+    finally:
+        decide.register_cap = orig
 
 
 def sum0_probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
@@ -193,7 +225,8 @@ def forward_rows(V, args, budget, use_compile, probe, only=None):
                   for name, sched in probes(base).items() if not only or name.startswith(tuple(only))]
     for name, k, note in impls:
         try:
-            out, spectral = k(*args)
+            with probe_context(name):
+                out, spectral = k(*args)   # (plans the call)
             sched = k.schedule_for(*args).to_json()
             nk, per, _ = profile_kernels(lambda: k(*args), reps=10)
             add(V, "forward", name, suite.graph_time_us(lambda: k(*args)), suite.call_time_us(lambda: k(*args)),
