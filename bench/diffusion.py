@@ -28,6 +28,8 @@ Writes ``<out>/diffusion.json`` and ``<out>/diffusion.md``.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib
 import json
 import os
 import sys
@@ -43,7 +45,7 @@ import dtriton as dt  # noqa: E402
 from dtriton.examples.diffusionnet.layer import (DiffusionKernels, spatial_diffusion_fn,  # noqa: E402
                                                  torch_spatial_diffusion)
 from dtriton.examples.diffusionnet.plans import format_plans, gpu_program, layer_plans  # noqa: E402
-from dtriton.library import spatial_diffusion  # noqa: E402
+from dtriton.library import matmul, spatial_diffusion  # noqa: E402
 
 HBM_TBPS = 4.8
 ROWS: list[dict] = []
@@ -90,7 +92,57 @@ def probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
             "out0 bf16x6": base.replace(precision="bf16x6"),
             "s5 default (split/2, bf16x6 both)": everywhere(base.replace(split={"v": split // 2},
                                                                           tile={**dict(base.tile), "v": 64}), "bf16x6"),
-            "tf32 (1e-3: MMA-time reference)": everywhere(base, "tf32")}
+            "tf32 (1e-3: MMA-time reference)": everywhere(base, "tf32"),
+            **out0_probes(base)}
+
+
+def out0_probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
+    """Session 7: the output GEMM (out0 = basis @ spectral) at the default tiles (3 or 2 stages) with at
+    most 128 registers a thread (:func:`register_cap`), then :func:`sum0_probes`. (Measured slower in
+    session 7 and dropped: the basis as the dot's left operand, wider or 8-warp tiles, channel tiles of
+    32 or 16 on mma.sync, 2 stages without a cap; bench/results/issue15/s7/README.md.)"""
+    return {"out0" + CAP128: base, "out0 2 stages" + CAP128: base.replace(num_stages=2), **sum0_probes(base)}
+
+
+#: probes whose names end with this run the output GEMM's kernel with at most 128 registers a thread
+#: (:func:`register_cap`)
+CAP128 = " cap128"
+
+
+def probe_context(name: str):
+    """The context a probe row named ``name`` plans its first call in (:func:`register_cap`)."""
+    return register_cap(128) if name.endswith(CAP128) else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def register_cap(cap: int, kernels=("out0",)):
+    """Experiment of the bench only (no knob sets it): while entered, the kernels whose names end with
+    one of ``kernels`` are planned with ptxas's register cap ``cap`` a thread (``KernelPlan.max_registers``,
+    the launch option ``maxnreg``). The output GEMM's 64 x 64 tf32x3 kernel takes 153 registers (three
+    4-warp programs an SM); at 128 (sm_90 compile: no spill, with 3 or 2 stages) four fit. Plans are
+    made at a kernel's first call."""
+    decide = importlib.import_module("dtriton.plan.decide")   # (dtriton.plan.decide is also a function's name)
+    orig = decide.register_cap
+
+    def capped(k):
+        return cap if k.name.endswith(tuple(kernels)) and not k.interpret else orig(k)
+    decide.register_cap = capped
+    try:
+        yield
+    finally:
+        decide.register_cap = orig
+
+
+def sum0_probes(base: dt.Schedule) -> dict[str, dt.Schedule]:
+    """Session 7: the projection (sum0) in session 6's 64 x 64 tiles at 4 warps (the A/B of the long
+    slices' 128 x 64 tiles at 8 warps: 139.08 against 135.16 us at V=100000, s7 call 2) and split twice
+    as much (141.13)."""
+    ss, split = base.stages.get("sum0"), base.split.get("v", 1)
+    if ss is None:
+        return {}
+    s6 = base.replace(stages={**dict(base.stages), "sum0": ss.replace(tile={**dict(ss.tile), "k": 64, "c": 64},
+                                                                      num_warps=4)})
+    return {"sum0 64x64 4 warps (s6)": s6, f"sum0 split {2 * split}": base.replace(split={"v": 2 * split})}
 
 
 def inputs(V: int, K: int, C: int, dev: str, seed: int = 0) -> tuple:
@@ -162,7 +214,8 @@ def forward_rows(V, args, budget, use_compile, probe, only=None):
                   for name, sched in probes(base).items() if not only or name.startswith(tuple(only))]
     for name, k, note in impls:
         try:
-            out, spectral = k(*args)
+            with probe_context(name):
+                out, spectral = k(*args)   # (plans the call)
             sched = k.schedule_for(*args).to_json()
             nk, per, _ = profile_kernels(lambda: k(*args), reps=10)
             add(V, "forward", name, suite.graph_time_us(lambda: k(*args)), suite.call_time_us(lambda: k(*args)),
@@ -177,6 +230,31 @@ def forward_rows(V, args, budget, use_compile, probe, only=None):
         out = f(*args)
         add(V, "forward", name, suite.graph_time_us(lambda: f(*args)), suite.call_time_us(lambda: f(*args)),
             rel(out, ref), count_kernels(lambda: f(*args)))
+
+
+def gemm_rows(V, args):
+    """``--only gemm``: the output GEMM alone, ``basis @ coefficients`` with the coefficients given
+    (the library's matmul), in out0's default tiles at tf32x3. Against the out0 rows: what computing
+    the coefficients (exp, the projection's loads) in every program of the output GEMM costs (s7 call
+    2, V=100000: 63.5 us alone against 70.0 in the layer)."""
+    x, basis, mass, evals, times = args
+    proj = basis.double().T @ (x.double() * mass.double()[:, None])
+    coef = (torch.exp(-evals.double()[:, None] * times.double()[None, :]) * proj).float()
+    ref = basis.double() @ coef.double()
+    base = dt.Schedule(tile={"i": 64, "j": 64, "k": 32}, grid=("i", "j"), group={"i": 8}, num_warps=4,
+                       num_stages=3, precision="tf32x3", access="pointer")
+    rows = {"gemm alone 64x64": base}
+    for name, sched in rows.items():
+        try:
+            k = dt.compile(matmul, sched)
+            out = k(basis, coef)
+            nk, per, _ = profile_kernels(lambda: k(basis, coef), reps=10)
+            add(V, "forward", f"dtriton {name}", suite.graph_time_us(lambda: k(basis, coef)),
+                suite.call_time_us(lambda: k(basis, coef)), rel(out, ref), nk,
+                f"probe: {sched.to_json()}" + (f" — per kernel µs: {per}" if per else ""))
+        except Exception as e:  # noqa: BLE001 - one failing row must not hide the others
+            traceback.print_exc()
+            add(V, "forward", f"dtriton {name}", None, None, float("nan"), note=f"failed: {type(e).__name__}: {str(e)[:200]}")
 
 
 def _step(f, args, w):
@@ -243,7 +321,8 @@ def main(argv=None):
     ap.add_argument("--no-backward", action="store_true")
     ap.add_argument("--probe", action="store_true", help="add the fixed schedules of probes()")
     ap.add_argument("--only", nargs="+", default=None, metavar="PROBE",
-                    help="with --probe: only the probes whose names start with one of these")
+                    help="with --probe: only the probes whose names start with one of these (\"gemm\": also "
+                         "the output GEMM alone, gemm_rows)")
     ap.add_argument("--plans", action="store_true", help="print the GPU plans of each V and exit (no GPU needed)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "issue15"))
     ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, tiny shapes (checks the script)")
@@ -263,6 +342,8 @@ def main(argv=None):
         args = inputs(V, K, C, dev)
         print(f"== V={V} K={K} C={C}", flush=True)
         forward_rows(V, args, a.budget, use_compile, a.probe, a.only)
+        if a.probe and a.only and "gemm" in a.only:
+            gemm_rows(V, args)
         if not a.no_backward:
             backward_rows(V, args, use_compile)
     meta = dict(device=torch.cuda.get_device_name() if not a.dry_run else "cpu (dry run)", torch=torch.__version__,

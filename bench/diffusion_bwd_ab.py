@@ -3,18 +3,21 @@ value per channel): the heuristic's schedule against the same schedule with that
 it was before session 6 (64-wide channel tiles looping over k in steps of 32), for the derived
 backward (``dt.differentiable``, the layer's "auto" backend) and the hand-written one.
 
-    PYTHONPATH=src python3 bench/diffusion_bwd_ab.py [--V 2000 20000] [--dry-run]
+    PYTHONPATH=src python3 bench/diffusion_bwd_ab.py [--V 2000 20000] [--dry-run] [--out DIR]
 
 Each row: GPU busy time of a training step (forward, loss ``sum(out * w)``, backward into x and
 times; the sum of its kernels' times from torch.profiler) and the backward's per-kernel times,
-after checking both gradients against float64 eager autograd.
+after checking both gradients against float64 eager autograd. ``--out``: also writes
+``<out>/diffusion_bwd_ab.json`` and prints a table last.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import time
 
 import torch
 
@@ -39,7 +42,9 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--V", type=int, nargs="+", default=[2000, 20000])
     ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, tiny shapes")
+    ap.add_argument("--out", default=None, help="write diffusion_bwd_ab.json here")
     a = ap.parse_args(argv)
+    rows = []
     dev, K, C, Vs = "cuda", 128, 128, a.V
     if a.dry_run:
         suite.DRY, dev, K, C, Vs = True, "cpu", 16, 16, [37]
@@ -76,7 +81,16 @@ def main(argv=None) -> None:
             _, per, _ = bench.profile_kernels(lambda st: st[0].backward(), before=fwd_only, reps=5)
             print(f"V={V:<6d} {name:26s} step GPU busy {busy if busy is None else round(busy, 2)} us  err {err:.1e}  "
                   f"backward per kernel us: {per}", flush=True)
+            rows.append(dict(V=V, impl=name, step_busy_us=busy if busy is None else round(busy, 2), rel_err=err,
+                             backward_per_kernel_us=per))
             assert err < 1e-5, (name, err)
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, "diffusion_bwd_ab.json"), "w") as f:
+            json.dump(dict(date=time.strftime("%Y-%m-%dT%H:%M:%S"), rows=rows), f, indent=1)
+    print("\n| V | impl | step GPU busy us | rel err | backward per kernel us |\n|---:|---|---:|---:|---|")
+    for r in rows:
+        print(f"| {r['V']} | {r['impl']} | {r['step_busy_us']} | {r['rel_err']:.1e} | {r['backward_per_kernel_us']} |")
 
 
 if __name__ == "__main__":

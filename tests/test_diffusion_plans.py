@@ -58,12 +58,16 @@ def test_long_reduction_rule_tiles_split_and_precision():
     """The projection (sum over v into K x C) gets its own 64x64 tiles, a split giving about four
     waves of programs (fewer on a small mesh: >= 1 tile of v each), and bf16x6 as its own stage
     precision (its operands read v as rows: 16-bit wgmma takes them MN-major, tf32 does not); the
-    output GEMM keeps "auto" (tf32x3: basis is read K-major)."""
+    output GEMM keeps "auto" (tf32x3: basis is read K-major). Where each program sums 8 tiles of v
+    or more (V=100000: 781 rows), 128 x 64 tiles at 8 warps with the same split."""
     big = layer_plans(100_000)["forward"][0]
     assert big.precision == "auto" and big.split["v"] == 128
     ss = big.stages["sum0"]
-    assert dict(ss.tile) == {"k": 64, "c": 64, "v": 32} and ss.num_warps == 4 and ss.num_stages == 3
+    assert dict(ss.tile) == {"k": 128, "c": 64, "v": 32} and ss.num_warps == 8 and ss.num_stages == 3
     assert ss.precision == "bf16x6"
+    mid = layer_plans(20_000)["forward"][0]   # 156 rows a program: 64 x 64 at 4 warps
+    assert dict(mid.stages["sum0"].tile) == {"k": 64, "c": 64, "v": 32} and mid.stages["sum0"].num_warps == 4
+    assert mid.split["v"] == 128
     small = layer_plans(2000)["forward"][0]
     assert dict(small.stages["sum0"].tile) == {"k": 64, "c": 64, "v": 32} and small.split["v"] == 32
     for name in ("forward", "manual backward", "derived backward"):   # basis^T G: the same pattern, the same rule
@@ -188,3 +192,26 @@ def test_sm90_compile_of_the_projection_uses_tensor_cores_without_spills(tmp_pat
     text = (tmp_path / "out" / "diffusion_sm90.txt").read_text()
     sum0 = next(ln for ln in text.splitlines() if "spatial_diffusion_sum0:" in ln)
     assert " stack 0 " in sum0 and " wgmma 0 " not in sum0, text
+
+
+def test_long_slice_schedule_runs_correctly():
+    """The GPU schedule at V=100000 (the projection in 128 x 64 tiles at 8 warps, split 128) applied to a
+    small odd problem on the interpreter (C=80: masked channel tiles; a few rows per split): against
+    float64, outputs poisoned."""
+    import torch
+    import dtriton as dt
+    from dtriton.examples.diffusionnet.layer import torch_spatial_diffusion
+    from dtriton.examples.diffusionnet.plans import empty_args, gpu_program
+    from dtriton.library import spatial_diffusion
+    sched, _ = gpu_program(spatial_diffusion, empty_args(spatial_diffusion, {"V": 100_000, "K": 128, "C": 128}))
+    assert dict(sched.stages["sum0"].tile)["k"] == 128 and sched.stages["sum0"].num_warps == 8
+    V, K, C = 1031, 128, 80
+    g = torch.Generator().manual_seed(7)
+    args = (torch.randn(V, C, generator=g), torch.randn(V, K, generator=g) / V ** 0.5, torch.rand(V, generator=g) + 0.5,
+            torch.rand(K, generator=g) * 10, torch.rand(C, generator=g))
+    got = dt.compile(spatial_diffusion, sched)(*args, out=(torch.full((V, C), float("nan")), torch.full((K, C), float("nan"))))
+    ref = torch_spatial_diffusion(*(a.double() for a in args))
+    assert ((got[0].double() - ref).norm() / ref.norm()).item() < 1e-5
+    spec = torch.exp(-args[3].double()[:, None] * args[4].double()[None, :]) * torch.einsum(
+        "vk,vc,v->kc", *(a.double() for a in args[1:2] + args[0:1] + args[2:3]))
+    assert ((got[1].double() - spec).norm() / spec.norm()).item() < 1e-5

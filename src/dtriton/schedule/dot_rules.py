@@ -327,13 +327,18 @@ def _skinny(d: Draft, m: str, n: str, r: str) -> bool:
 #: than half the SMs is a long reduction (:func:`_long_reduction`).
 LONG_REDUCTION = 1024
 
+#: A long reduction whose programs each sum at least this many tiles of the reduced axis takes
+#: 128-row tiles at 8 warps (:func:`_long_reduction`)
+LONG_SLICE = 8
+
 
 def _long_reduction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
     """A materialised fp32 contraction that reduces a long axis into a small output (the diffusion
     layer's projection ``basis^T (x mass)``, 128 x 128 summed over V = 2000 to 10^5 vertices, and
     its backward's ``basis^T G``): 64 x 64 output tiles of its own (a stage override; the
     consumers keep theirs), 4 warps, 3 stages, reduced in tiles of 32, split so about four waves of
-    programs run, each looping over about two tiles of the reduction or more (H200, s5 call 5 and
+    programs run, each looping over about two tiles of the reduction or more (128 x 64 tiles at 8
+    warps, the same split, where each program sums :data:`LONG_SLICE` tiles or more) (H200, s5 call 5 and
     s6 call 1, bf16x6: the projection at V=100000 64.6 us split 128 against 74.9 split 64, V=20000
     16.1 against 18.0, V=2000 5.2 split 32 against 6.9 split 16; V=6000 keeps 64, 8.1 against 8.7
     split 128).
@@ -370,11 +375,18 @@ def _long_reduction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
     split = 1 << (min(want, most).bit_length() - 1)
     if split < 2:
         return False
+    warps = 4
+    if sizes[r] // split >= LONG_SLICE * rt and sizes[m] >= 128:
+        # each program sums a long slice: 128 rows of the left side's free axis at 8 warps, the two warp groups
+        # sharing each tile of the right operand (loaded and split into its bf16 parts once, not once per
+        # 64-row tile); H200, s7 call 1, the projection at V=100000 (781 rows a program): 61.3 us against 64.8;
+        # at V=20000 (156 rows) 16.3 against 16.4, so only for long slices
+        tm, warps = d.cap(m, 128), 8
     ss = d.stages.get(name, StageSchedule())
     # its own precision (a stage override): the other contractions keep "auto", which runs the output GEMM
     # (basis (V, K) @ coefficients, basis read K-major) at tf32x3, faster there than bf16x6
     prec = "bf16x6" if d.precision == "auto" and not _fp32_tensor_cores(d, name) else ss.precision
-    d.stages[name] = ss.replace(tile={**dict(ss.tile), m: tm, n: tn, r: rt}, num_stages=3, num_warps=4,
+    d.stages[name] = ss.replace(tile={**dict(ss.tile), m: tm, n: tn, r: rt}, num_stages=3, num_warps=warps,
                                 precision=prec)
     d.split[r] = split
     d.dot_axes |= {m, n, r}
