@@ -31,7 +31,7 @@ from ..ir import Algorithm, Binding, InputTensor, check_reads, contraction_opera
 from ..plan import CallSpec, Program, call_spec, plan_program, tma_addressable, unused_knobs
 from ..plan.callspec import I32_MAX
 from ..plan.staging import kmajor_copies, stage_inputs
-from .args import call_key, check_given_out, merge_named, normalise_out, signature_key_for, spec_key
+from .args import call_key, check_given_out, merge_named, normalise_out, overlap, signature_key_for, spec_key
 
 __all__ = ["Kernel", "backend_for", "cache_dir", "fast_path_ok"]
 
@@ -104,6 +104,13 @@ class _Plan:
     launches: list[_Launch]
     interpret: bool
 
+
+
+def _fresh_outs(args, outs) -> bool:
+    """``out=`` tensors that a signature's fast launcher may write (:meth:`FastLauncher.takes` checks their
+    shapes and dtypes): contiguous, 16-byte aligned as a fresh allocation is, overlapping no input."""
+    return all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in outs) and not any(
+        isinstance(a, torch.Tensor) and overlap(a, t) for a in args for t in outs)
 
 class Kernel:
     """A compiled algorithm + schedule. Call it like the algorithm: ``C = kernel(A, B)``.
@@ -303,10 +310,15 @@ class Kernel:
         key, grad = self._key(args)
         if grad and self.grad_call is not None and torch.is_grad_enabled():
             return self.grad_call(args, out=out)
-        if out is None and self._fast and not self.check_indices:
+        if self._fast and not self.check_indices:
             fast = self._fast.get(key + self._sized(args) if self._size_pos else key)
             if fast is not None and _fast_ok():
-                return fast(args)
+                if out is None:
+                    return fast(args)
+                # out= tensors laid out as the launcher's own allocations, overlapping no input (an in-place
+                # call, out=X, takes the slow path, which decides whether the plan allows it)
+                if fast.takes(out) and _fresh_outs(args, out):
+                    return fast.into(args, out)
         alg = self.algorithm
         b = alg.bind(args)
         if b.device.type not in ("cuda", "cpu"):
@@ -325,7 +337,8 @@ class Kernel:
         sched, spec = self._schedule_and_spec(b, args, interpret, out)
         plan, outs, compiled = self._plan_and_run(sched, b, args, interpret, out, spec)
         # (a staged call keeps the slow path: the fast launcher would pass the tensors as given)
-        if out is None and not interpret and not staged and len(compiled) == len(plan.launches) and _fast_ok():
+        fresh = out is None or _fresh_outs(args, out)
+        if fresh and not interpret and not staged and len(compiled) == len(plan.launches) and _fast_ok():
             self._fast[call_key(args) + self._sized(args)] = _BACKEND.fast_launcher(alg, plan, b, compiled, args)
         if interpret and orig_dev.type != "cpu":
             outs = [o.to(orig_dev) for o in outs]

@@ -204,6 +204,30 @@ class FastLauncher:
             return self.call(args)
         dev = self.device
         new = [alloc(shape, dtype=dt, device=dev) for alloc, shape, dt in self.separate]
+        return self._launch(args, new)
+
+    def takes(self, outs: Sequence[torch.Tensor]) -> bool:
+        """Whether ``outs`` (one tensor per output, an ``out=`` call's) can stand for the outputs this
+        launcher allocates: each has its output's shape and dtype, is on its device, contiguous and
+        16-byte aligned, as a fresh allocation is (the kernels were compiled, and TMA descriptors are
+        built, for such addresses). Only a plain launcher (not :meth:`packed`) takes them. The caller
+        checks that they overlap no input (an in-place call takes the slow path's checks)."""
+        if self.offsets is not None or self.remap or len(outs) != self.n_out:
+            return False
+        return all(tuple(t.shape) == shape and t.dtype == dt and t.device == self.device and t.is_contiguous()
+                   and t.data_ptr() % 16 == 0 for t, (shape, dt, _) in zip(outs, self.allocs))
+
+    def into(self, args, outs: Sequence[torch.Tensor]):
+        """Launch every kernel on ``args`` writing the outputs into ``outs`` (which :meth:`takes`
+        accepted; a zero-initialised output, accumulated by atomics, is zeroed first). Returns the
+        output tensor, or the tuple of them, as a call does."""
+        dev = self.device
+        new = [(outs[k].zero_() if alloc is torch.zeros else outs[k]) if k < self.n_out
+               else alloc(shape, dtype=dt, device=dev) for k, (alloc, shape, dt) in enumerate(self.separate)]
+        return self._launch(args, new)
+
+    def _launch(self, args, new: list):
+        """The launches of :meth:`__call__` with the allocations ``new`` (separate tensors, in order)."""
         addr = [args[p].data_ptr() for p in self.arg_reads]
         addr += [t.data_ptr() for t in new]
         stream = self.get_stream(self.dev_index)
