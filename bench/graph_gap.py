@@ -7,7 +7,8 @@
 Per case, for dtriton's default schedule (also with a preallocated ``out=``) and torch.compile: plain-call time,
 CUDA-graph replay time with 1 and 5 calls a graph, the device time of each kernel over 5 plain calls
 (torch.profiler), and one replay of the 5-call graph under torch.profiler: every kernel's start, duration and
-the gap before it (device timestamps), so the replay's span splits into kernels and gaps. Every implementation
+the gap before it (device timestamps), so the replay's span splits into kernels and gaps; after 0.2 s idle, 20
+replays of the 1-call graph and 8 of the 5-call graph timed one by one (clocks ramping up?). Every implementation
 is checked against fp32 torch before it is timed. ``--out``: ``graph_gap.json`` there (all numbers, the
 timelines). ``--dry-run``: the interpreter, a tiny shape (checks the script; no profile).
 """
@@ -17,6 +18,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import torch
 
@@ -45,6 +47,19 @@ def timeline(g: torch.cuda.CUDAGraph) -> dict:
     span = ks[-1].time_range.end - t0
     busy = sum(r["us"] for r in rows)
     return {"kernels": rows, "span_us": span, "busy_us": busy, "gaps_us": span - busy}
+
+
+def series(g: torch.cuda.CUDAGraph, n: int, reps: int) -> list[float]:
+    """``n`` back-to-back replays of ``g`` (``reps`` calls each), each timed alone by CUDA events (us a
+    call): whether the first replays after an idle moment run slower (clocks ramping up) or every
+    replay pays the same."""
+    evs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+    for a, b in evs:
+        a.record()
+        g.replay()
+        b.record()
+    torch.cuda.synchronize()
+    return [round(a.elapsed_time(b) * 1e3 / reps, 1) for a, b in evs]
 
 
 def show(t: dict) -> str:
@@ -84,8 +99,13 @@ def run_case(case: str, dtype: str, dry: bool, use_compile: bool) -> list[dict]:
         g1, g5 = R.captured_graph(fn, 1), R.captured_graph(fn, 5)
         row.update(graph1_us=R.graph_time_us(fn, reps=1, iters=5), graph5_us=R.graph_time_us(fn, reps=5, iters=5),
                    plain_kernels=kernel_times(fn), timeline1=timeline(g1), timeline5=timeline(g5))
+        torch.cuda.synchronize()
+        time.sleep(0.2)   # an idle moment, as between a compile and the first timed replay
+        row["series1_us"], row["series5_us"] = series(g1, 20, 1), series(g5, 8, 5)
         print(f"{name:14s} call {call:9.1f} us  graph x1 {row['graph1_us']:9.1f} us  graph x5 {row['graph5_us']:9.1f} us "
               f"a call; rel err {err:.1e}\n  plain calls, kernels (us): {row['plain_kernels']}", flush=True)
+        print(f"  after 0.2 s idle, 20 replays of the 1-call graph (us each): {row['series1_us']}\n"
+              f"  then 8 replays of the 5-call graph (us a call): {row['series5_us']}", flush=True)
         print(f"  one replay of the 1-call graph:\n{show(row['timeline1'])}", flush=True)
         print(f"  one replay of the 5-call graph:\n{show(row['timeline5'])}", flush=True)
         rows.append(row)

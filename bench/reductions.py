@@ -292,7 +292,8 @@ def print_table(rows) -> None:
     """The table printed last: kernel µs, TB/s, % of the copy rate, ratio to torch eager, error."""
     copy = COPY_TBS[0] if COPY_TBS else float("nan")
     base = {(r["group"], r["case"]): r["kernel_us"] for r in rows if r["impl"] == "torch"}
-    print(f"\ncopy rate {copy:.3f} TB/s (row 'ceiling'); % copy counts the minimum passes")
+    print(f"\ncopy rate {copy:.3f} TB/s (row 'ceiling'); % copy counts the minimum passes; kernel us: CUDA-graph replay "
+          f"of 5 calls a replay (as bench/chains.py), median of 5 replays, after {R.WARM_MS[0]:g} ms of untimed replays")
     print(f"{'group':6s} {'case':40s} {'impl':17s} {'kernel us':>10s} {'TB/s':>7s} {'% copy':>7s} {'x torch':>8s} "
           f"{'rel err':>8s}  note")
     for r in rows:
@@ -322,6 +323,8 @@ def main(argv=None):
                     "schedule with the JSON's fields merged in (e.g. 'h4={\"tile\": {\"h\": 4}};w2={\"num_warps\": 2}')")
     ap.add_argument("--profile", action="store_true", help="per-kernel device times (torch.profiler) in the notes of "
                     "the dtriton rows")
+    ap.add_argument("--warm-ms", type=float, default=0.0, help="milliseconds of untimed CUDA-graph replays before "
+                    "each timed row (bench/run.py WARM_MS; 0: none, as before)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "reductions"))
     ap.add_argument("--dry-run", action="store_true",
                     help="check the script on the CPU interpreter with tiny shapes (no GPU, timings meaningless)")
@@ -329,6 +332,7 @@ def main(argv=None):
     R.CASES[:] = [c for c in a.cases.split(",") if c]
     STAGES[:] = [int(n) for n in a.stages.split(",") if n]
     PROFILE[0] = a.profile
+    R.WARM_MS[0] = a.warm_ms
     VARIANTS.clear()
     VARIANTS.update({v.split("=", 1)[0].strip(): json.loads(v.split("=", 1)[1]) for v in a.variants.split(";") if v.strip()})
     if a.dry_run:
@@ -337,7 +341,8 @@ def main(argv=None):
     torch.manual_seed(0)
     meta = dict(gpu=torch.cuda.get_device_name() if not R.DRY else "cpu (dry run: interpreter, tiny shapes)",
                 torch=torch.__version__, triton=__import__("triton").__version__,
-                date=_dt.datetime.now().isoformat(timespec="seconds"), budget_s=a.budget, script="bench/reductions.py")
+                date=_dt.datetime.now().isoformat(timespec="seconds"), budget_s=a.budget, script="bench/reductions.py",
+                timing=f"CUDA-graph replay of 5 calls, median of 5 replays, after {a.warm_ms:g} ms of untimed replays")
     print(f"# {meta}", flush=True)
     R.OUT_META = (a.out, meta)
     dtypes = [getattr(torch, d) for d in a.dtypes.split(",") if d]
