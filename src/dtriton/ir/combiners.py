@@ -72,11 +72,6 @@ class Combiner:
         close: see ``lane``.
         lane_start: the values (Triton literals) a lane's loop values start from, when not all
             ``0.0`` (the variance's shift starts as NaN: unset).
-        fold: for a kind with a ``state``, the body of a helper folding 1-D blocks of states (one
-            block per ``state`` name, empty states past the last) into one state in closed form:
-            ``(*state) -> state``; a reader of many split partials calls it once instead of
-            merging them pairwise with ``combine`` (the variance's: one division, not one a pair); it
-            may call the sum's combine helper (``_sum_combine``).
     """
     name: str
     identity: Callable[[torch.dtype], float | int | bool]
@@ -93,7 +88,6 @@ class Combiner:
     lane: tuple[str, ...] = ()
     close: str = ""
     lane_start: tuple[str, ...] = ()
-    fold: str = ""
 
     def __post_init__(self):
         if not self.base:
@@ -113,11 +107,6 @@ class Combiner:
     def close_helper(self) -> str:
         """Name of the ``@_jit`` helper turning a lane's loop values into its state (kinds with ``lane``)."""
         return f"_{self.base}_close"
-
-    @property
-    def fold_helper(self) -> str:
-        """Name of the ``@_jit`` helper folding blocks of states (kinds with a ``fold``)."""
-        return f"_{self.base}_fold"
 
     @property
     def loop_state(self) -> tuple[str, ...]:
@@ -252,26 +241,13 @@ _CLOSE = ("m = s / tl.maximum(n, 1.0)\n"
           "    q = s2 - s * m\n"
           "    return n, tl.where(n > 0, k, 0.0), m, tl.where(q < 0.0, 0.0, q)")
 
-#: Split states (blocks, empty past the last) folded at once: every state's mean taken as its deviation ``d``
-#: from one reference shift (the mean of the non-empty states' shifts: ``k - kr`` is exact for shifts within a
-#: factor 2 of each other, as Chan's ``k_b - k_a``), then ``M2 = sum(q) + sum(n * (d - mean(d))**2)``: the
-#: exact merge of all states, with one division for the mean (pairwise, Chan's merge divides once a pair).
-_FOLD = ("full = n > 0\n"
-         "    kr = tl.reduce(tl.where(full, k, 0.0), 0, _sum_combine) / tl.maximum(tl.reduce(tl.where(full, 1.0, 0.0), 0, "
-         "_sum_combine), 1.0)\n"
-         "    d = tl.where(full, (k - kr) + m, 0.0)\n"
-         "    nt = tl.reduce(n, 0, _sum_combine)\n"
-         "    md = tl.reduce(n * d, 0, _sum_combine) / tl.maximum(nt, 1.0)\n"
-         "    e = d - md\n"
-         "    return nt, tl.where(nt > 0, kr, 0.0), md, tl.reduce(q + tl.where(full, n * e * e, 0.0), 0, _sum_combine)")
-
 #: the biased variance in one pass (shifted sums per lane, Chan's merge across lanes); no
 #: ``dt`` builder: the plan's single-pass rewrite (:mod:`dtriton.ir.rewrite`) puts it in place of
 #: ``mean((x - mean(x))**2)``. Split across programs, each split's whole state is a partial that
 #: the reader merges (Chan), in split order: deterministic.
 VAR = Combiner("var", _sum_identity, _CHAN, _var_reference, splittable=True, online=None, grad="variance",
                finalize="variance", state=("n", "k", "m", "q"), step=_SHIFTED_SUMS, lane=("n", "k", "s", "s2"),
-               close=_CLOSE, lane_start=("0.0", "float('nan')", "0.0", "0.0"), fold=_FOLD)
+               close=_CLOSE, lane_start=("0.0", "float('nan')", "0.0", "0.0"))
 
 
 #: every known reduction kind, by name

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import torch
 
-from ...ir import Axis, Const, Load, Reduce, fmt, get_combiner
+from ...ir import Axis, Const, Load, Reduce, fmt
 from ...plan.access import tile_key
 from ...plan.kernel import TileAccess
 from .narrow import DECODE_FP8, FP8_FORMATS
-from .prelude import TL_DTYPES, combine_text, fold_helper
+from .prelude import TL_DTYPES, combine_text
 from .scope import Bind, Scope
 
 __all__ = ["MemoryPrinter"]
@@ -231,8 +231,7 @@ class MemoryPrinter:
     def load_buffer(self, r: Reduce, scope: Scope, layout) -> tuple[str, str]:
         """Read materialised reduction ``r`` from its buffer (combining split partials with its
         combiner: a static loop over up to 16 partials, a loop above; where this scope reads one
-        value of it, more than 16 partials, or the states of a kind with a closed-form ``fold`` (the
-        variance's), as one block, :meth:`fold_partials`)."""
+        value of it, more than 16 partials as one block, :meth:`fold_partials`)."""
         b = self.k.materialized[r.uid]
         name = self.tensor_arg(b.name, len(b.axes) + len(b.lead))
         terms = []
@@ -242,8 +241,7 @@ class MemoryPrinter:
         mask = self.mask_for(b.axes, scope, layout)
         if b.partials and b.rescale:
             code = self.merge_online_partials(r, b, name, terms, mask, scope, layout)
-        elif ((b.partials > 16 or (b.partials and r.combiner.fold))
-              and all(scope.find_bind(a)[0].scalar for a in b.axes)):
+        elif b.partials > 16 and all(scope.find_bind(a)[0].scalar for a in b.axes):
             code = self.fold_partials(r, b, name, terms, scope, layout)
         elif b.state:
             code = self.merge_states(r, b.partials, name, terms, mask, scope, layout)
@@ -315,11 +313,7 @@ class MemoryPrinter:
         shape = self.shape(layout, set())
         if c.state:
             names = [self.fresh(f"{v}_{r.name}") for v in c.state]
-            if c.fold:   # in closed form (the variance's: one division), not merged pairwise
-                self.helper(get_combiner("sum"))   # (the fold's sums)
-                scope.emit(f"{', '.join(names)} = {self.use_helper(c.fold_helper, fold_helper(c))}({', '.join(loads)})")
-            else:
-                scope.emit(f"{', '.join(names)} = tl.reduce(({', '.join(loads)}), 0, {self.helper(c)})")
+            scope.emit(f"{', '.join(names)} = tl.reduce(({', '.join(loads)}), 0, {self.helper(c)})")
             return f"tl.full({shape}, 0.0, dtype={self.cdt}) + {names[c.state.index('q')]} / {names[c.state.index('n')]}"
         acc = self.fresh("parts")
         scope.emit(f"{acc} = tl.full({shape}, {ident}, dtype={self.acc_dtype(r)})")

@@ -16,7 +16,7 @@ import torch
 from ...ir import Combiner
 from ...plan.kernel import Program
 
-__all__ = ["HEADER", "INDEX_SENTINEL", "OPSYM", "ROUND_BF16", "TL_DTYPES", "close_helper", "combine_helper", "combine_text", "fold_helper", "step_helper",
+__all__ = ["HEADER", "INDEX_SENTINEL", "OPSYM", "ROUND_BF16", "TL_DTYPES", "close_helper", "combine_helper", "combine_text", "step_helper",
            "header", "identity_text"]
 
 TL_DTYPES = {torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float32: "tl.float32",
@@ -87,11 +87,6 @@ def step_helper(c: Combiner) -> str:
 def close_helper(c: Combiner) -> str:
     """The ``@_jit`` helper turning a lane's loop values of ``c`` into its state: ``(*lane) -> state``."""
     return f"@_jit\ndef {c.close_helper}({', '.join(c.lane)}):\n    {c.close}\n"
-
-
-def fold_helper(c: Combiner) -> str:
-    """The ``@_jit`` helper folding blocks of states of ``c`` at once (its ``fold``): ``(*state) -> state``."""
-    return f"@_jit\ndef {c.fold_helper}({', '.join(c.state)}):\n    {c.fold}\n"
 
 
 def header(prog: Program, helpers: Mapping[str, str]) -> str:
