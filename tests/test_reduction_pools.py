@@ -84,74 +84,9 @@ def test_random_windows_strides_and_paddings_match_float64(case):
 
 def small_tiles(kind: str, th: int, tw: int, **extra) -> dt.Schedule:
     """Programs of ``th`` x ``tw`` outputs looping over the window one index a step (the GPU's
-    layout for padded windows), so an image spans interior and border programs on the interpreter."""
+    layout for padded windows), so an image spans several programs on the interpreter."""
     return dt.Schedule(tile={"n": 1, "h": th, "w": tw, "r": 1, "q": 1}, grid=("n", "h", "w"),
                        strategy={"r": "loop", "q": "loop"}, **extra)
-
-
-@st.composite
-def interior_case(draw):
-    k = draw(st.integers(1, 4), label="window")
-    s = draw(st.integers(1, 3), label="stride")
-    p = draw(st.integers(0, k // 2), label="padding")
-    h = draw(st.integers(max(1, k - 2 * p), 29), label="H")
-    w = draw(st.integers(max(1, k - 2 * p), 41), label="W")
-    th = draw(st.sampled_from([1, 2, 4]), label="tile h")
-    tw = draw(st.sampled_from([1, 2, 4, 8]), label="tile w")
-    kind = draw(st.sampled_from(["max", "avg"]), label="kind")
-    dtype = draw(st.sampled_from([torch.float32, torch.float16]), label="dtype")
-    return h, w, k, s, p, th, tw, kind, dtype
-
-
-@settings(max_examples=25, deadline=None)
-@given(interior_case())
-def test_programs_inside_the_image_read_their_windows_unmasked(case):
-    """A padded window's reads are masked only in programs at the image's border: the pass is printed
-    twice, under a per-program test of the read indices at the corners of the program's box
-    (``plan.taps.plan_interior``); every program's outputs match float64 torch."""
-    h, w, k, s, p, th, tw, kind, dtype = case
-    x = torch.randn(2, h, w).to(dtype)
-    ho, wo = (h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1
-    alg = max_pool2d_window if kind == "max" else avg_pool2d_window
-    kern = dt.compile(alg, small_tiles(kind, th, tw))
-    if p > 0:
-        assert "an interior program" in kern.source_for(x, k, s, p, ho, wo)
-    out = torch.full((2, ho, wo), float("nan"), dtype=dtype)
-    kern(x, k, s, p, ho, wo, out=out)
-    tol = 1e-3 if dtype == torch.float16 else 1e-6
-    torch.testing.assert_close(out.double(), reference(kind, x, k, s, p), rtol=tol, atol=tol)
-
-
-def test_mask_bounds_false_keeps_one_masked_pass_for_every_program():
-    x = -torch.rand(2, 23, 37) - 1.0   # a read past the image that escaped its mask could win the max
-    kern = dt.compile(max_pool2d_window, small_tiles("max", 2, 4, mask_bounds=False))
-    src = kern.source_for(x, 3, 2, 1, 12, 19)
-    assert "an interior program" not in src and "masked to its dims" in src
-    torch.testing.assert_close(kern(x, 3, 2, 1, 12, 19).double(), reference("max", x, 3, 2, 1))
-    on = dt.compile(max_pool2d_window, small_tiles("max", 2, 4))
-    assert "an interior program" in on.source_for(x, 3, 2, 1, 12, 19)
-    torch.testing.assert_close(on(x, 3, 2, 1, 12, 19).double(), reference("max", x, 3, 2, 1))
-
-
-def test_the_gpu_plan_of_a_3x3_stride_2_pool_skips_the_masks_of_interior_programs():
-    """On the GPU (planned here, nothing compiled): the default schedule of the max pool 3x3/s2/p1 of
-    1024 images 512x512 unrolls its nine taps and tests both read indices per program; the printed
-    kernel reads them unmasked under the test and masked at the border."""
-    from dtriton.backends.triton import render
-    from dtriton.plan.callspec import call_spec
-    from dtriton.plan.decide import plan_program
-    args = (torch.empty(1024, 512, 512, dtype=torch.float16, device="meta"), 3, 2, 1, 256, 256)
-    b = max_pool2d_window.bind(args)
-    b.device = torch.device("cuda")
-    prog = plan_program(max_pool2d_window, default_schedule(max_pool2d_window, args, True), b,
-                        call_spec(max_pool2d_window, b, args, False))
-    (k,) = prog.kernels
-    assert k.static_loops == {"r": 3, "q": 3}
-    (reads,) = k.interior.values()
-    assert sorted(d for _, d in reads) == [1, 2]
-    src = render(prog)[0]
-    inside, border = src.split("an interior program", 1)[1].split("a program at the border", 1)
-    assert "tl.load(" in inside and "mask=" not in inside and "mask=" in border
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])

@@ -34,7 +34,7 @@ from .loop_stores import loop_store_bounds, plan_loop_stores
 from .online_split import plan_row_vectors
 from .passes import fp8_dots, plan_exact_counts, plan_passes, register_cap
 from .persistent import plan_flatten, plan_store_pieces
-from .taps import plan_interior, plan_rolling, plan_static_loops, plan_tap_shifts, plan_tile_stages
+from .taps import plan_rolling, plan_static_loops, plan_tap_shifts, plan_tile_stages
 
 __all__ = ["decide", "one_pass_statistics", "plan_program", "sixteen_bit_terms", "unused_knobs"]
 
@@ -100,7 +100,6 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.row_vectors = plan_row_vectors(k)
     k.read_masks, k.floor_ops = plan_read_masks(k, masked_reads), plan_floor_ops(k)
     k.rolling = plan_rolling(k, bool(sched.rolling), unit_scalars)   # (needs the read masks)
-    k.interior = plan_interior(k, sched.mask_bounds)   # (needs the read masks and the rolling window)
     k.exact_counts = plan_exact_counts(k, small_sizes or {})
     k.max_registers = register_cap(k)
 
@@ -195,10 +194,9 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
     if sched.precision not in ("auto", "ieee") and not any(k.fp32_dot for k in kernels):
         notes.append(f"precision={sched.precision!r} has no effect: no kernel has a tl.dot with fp32 operands "
                      f"(it sets how fp32 dots use tensor cores; 16-bit dots use them anyway)")
-    if not sched.mask_bounds and not any(plan_bounds(k) or plan_interior(k) for k in kernels):
+    if not sched.mask_bounds and not any(plan_bounds(k) for k in kernels):
         notes.append("mask_bounds=False has no effect: no loop of this call reduces an operand that a condition on "
-                     "the loop's axis masks (e.g. where(j <= i, s, -inf)), and no padded pooling window reads "
-                     "through masks that programs inside the image could skip; drop it")
+                     "the loop's axis masks (e.g. where(j <= i, s, -inf)); drop it")
     if sched.unroll > 1 and not any(p.unroll > 1 for k in kernels for p in k.all_passes()):
         notes.append(f"unroll={sched.unroll} has no effect: no kernel of this call has a reduction loop to unroll (every "
                      "reduced axis is 'whole' in one block, or its loop is warp-specialised); drop it, or loop over "

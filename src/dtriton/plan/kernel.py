@@ -299,9 +299,6 @@ class KernelPlan:
     rolling: RollingWindow | None = None              # a window sum computed by rolling rows (plan.taps)
     exact_counts: dict[int, int] = field(default_factory=dict)  # a mean's id -> the count it divides by, pinned
                                                       # by the call (plan.passes.plan_exact_counts)
-    interior: dict[tuple[int, ...], tuple[tuple[int, int], ...]] = field(default_factory=dict)  # a pooling pass's
-                                                      # reductions -> the (Load id, dim) masks that programs
-                                                      # inside the image skip (plan.taps.plan_interior)
     tile_stages: int = 0                              # >1: the persistent tile loop is software-pipelined
                                                       # over this many stages (its body has no runtime loop:
                                                       # the next tile's loads fly while this one computes)

@@ -41,15 +41,6 @@ instead walk its tile's input rows once, in a loop: each input row is loaded onc
 window axes (three column shifts) and added, with each tap's weight, into the accumulators of the ``R``
 output rows it feeds; after each input row the oldest accumulator is complete, stored, and the
 accumulators rotate. Loads and conversions drop from ``R * Q`` to ``Q`` an element.
-
-**Interior programs** (:func:`plan_interior`). A padded pooling window (``X.pad(-inf)[n, h * s + r - p, w * s
-+ q - p]``) masks every tap's read to the image: per element and tap, the index tested against both ends of
-its dim and the padding value filled in. Only the programs at the image's border need that. Where each masked
-index is affine in the program's grid axes and the unrolled taps, the kernel tests once per program whether
-the index at every corner of its box (the tile's first and last index of each grid axis, the first and last
-tap) lies inside the dim (an affine index takes its extremes at the corners), and prints the pass twice:
-under ``if inside:`` the reads unmasked, under ``if inside == 0:`` masked as before. The max pool 3x3/s2 of a
-512-output program (sm_90, fp16) issues 256 instructions unmasked against 328 masked (bench/probe_pool.py).
 """
 
 from __future__ import annotations
@@ -58,11 +49,11 @@ from typing import Mapping
 
 import torch
 
-from ..ir import Axis, Binary, Const, Load, ScalarParam, Unary, is_sum, mul_factors, shift_of, walk
+from ..ir import Axis, Load, is_sum, mul_factors, shift_of, walk
 from .graph import fused_reduces
 from .kernel import KernelPlan, RollingWindow
 
-__all__ = ["MAX_TAPS", "plan_interior", "plan_rolling", "plan_static_loops", "plan_tap_shifts", "plan_tile_stages"]
+__all__ = ["MAX_TAPS", "plan_rolling", "plan_static_loops", "plan_tap_shifts", "plan_tile_stages"]
 
 #: the most unrolled steps (the product of a pass's static loop counts)
 MAX_TAPS = 32
@@ -110,57 +101,6 @@ def _window_pool(r, axes) -> bool:
     ``X.pad(-inf)[n, h * s + r - p, w * s + q - p]``): its taps' loads issue together too."""
     loads = [n for n in walk([r.x]) if isinstance(n, Load)]
     return len(loads) == 1 and all(any(a in e.axes and not isinstance(e, Axis) for e in loads[0].index) for a in axes)
-
-
-def plan_interior(k: KernelPlan, enabled: bool = True) -> dict[tuple[int, ...], tuple[tuple[int, int], ...]]:
-    """``{pass reductions: ((load id, dim), ...)}``: the masked reads (``k.read_masks``) of each pooling pass
-    of kernel ``k`` that programs lying inside the image read unmasked (see the module's docstring); empty
-    where none applies. A pass qualifies when every loop of it is an unrolled window loop
-    (``k.static_loops``, decided first), every reduction pools one load (:func:`_window_pool`), and every
-    masked index of its reads is affine (:func:`affine_index`) in grid axes of ``k`` (not flat ones) and
-    those window axes. Needs ``k.read_masks``; none for 64-bit offsets (the test is printed in int32),
-    on flat or persistent kernels, rolling windows, or with ``enabled`` False (the schedule's
-    ``mask_bounds=False``)."""
-    if not enabled or k.i64 or k.flat or k.persistent or k.rolling is not None or not k.static_loops:
-        return {}
-    byid = {r.uid: r for r in fused_reduces([st.expr for st in k.stores], k.materialized)}
-    out = {}
-    for p in k.passes:
-        axes = set(p.loop_axes)
-        if not axes or any(a not in k.static_loops for a in axes) or k.bounds.get(p.reductions) is not None:
-            continue
-        if not all(u in byid and _window_pool(byid[u], p.loop_axes) for u in p.reductions):
-            continue
-        reads, ok = [], True
-        for u in p.reductions:
-            for n in walk([byid[u].x]):
-                if not isinstance(n, Load):
-                    continue
-                for d in k.read_masks.get(n.uid, ()):
-                    e = n.index[d]
-                    ok = ok and affine_index(e) and all(a in axes or (a in k.axes and k.axes[a].role == "grid")
-                                                        for a in set(e.axes))
-                    reads.append((n.uid, d))
-        if ok and reads:
-            out[p.reductions] = tuple(dict.fromkeys(reads))
-    return out
-
-
-def affine_index(e) -> bool:
-    """Integer index ``e`` is affine in its axes, built only of axes, integer literals, int scalar
-    arguments, ``+``, ``-`` and products with one factor free of axes (``h * s + r - p``): over a
-    box of its axes it takes its extremes at the box's corners."""
-    if isinstance(e, Axis) or (isinstance(e, Const) and e.integer):
-        return True
-    if isinstance(e, ScalarParam):
-        return e.pytype is int
-    if isinstance(e, Unary) and e.op == "neg":
-        return affine_index(e.x)
-    if isinstance(e, Binary) and e.op in ("add", "sub"):
-        return affine_index(e.a) and affine_index(e.b)
-    if isinstance(e, Binary) and e.op == "mul":
-        return affine_index(e.a) and affine_index(e.b) and (not e.a.axes or not e.b.axes)
-    return False
 
 
 def plan_tile_stages(k: KernelPlan) -> int:

@@ -313,8 +313,7 @@ BUILTIN: tuple[Knob, ...] = (
          doc="producer/consumer warp groups in contraction loops (Hopper, with TMA loads)"),
     Knob("mask_bounds", True, Domain("True, False", _boolean, (True, False)),
          doc="loops skip the tiles a mask condition leaves empty (where(j <= i, s, -inf): causal attention, "
-             "triangular and banded products) and run the fully visible ones without the mask; a padded pooling "
-             "window's programs inside the image read it without masks"),
+             "triangular and banded products) and run the fully visible ones without the mask"),
     Knob("tile_order", "auto", one_of(TILE_ORDERS),
          doc="launch order of a kernel's tiles: forward, reverse (the last first; with the query axis outermost on "
              "the grid, causal attention's longest rows first), or auto (the plan's choice: an output pass re-reading "

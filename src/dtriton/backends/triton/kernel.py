@@ -10,7 +10,6 @@ from ...plan.graph import fused_reduces, has
 from ...plan.kernel import KernelPlan, Program, StoreSpec
 from ..base import KernelMeta
 from .bounds import BoundsPrinter
-from .interior import InteriorPrinter
 from .memory import MemoryPrinter
 from .narrow import ENCODE_FP8, FP8_FORMATS, ROUND_FP8
 from .prelude import ROUND_BF16, header
@@ -23,8 +22,7 @@ from .values import ValuePrinter
 __all__ = ["KernelPrinter", "KernelSource", "render"]
 
 
-class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, BoundsPrinter, RollingPrinter,
-                    InteriorPrinter):
+class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, BoundsPrinter, RollingPrinter):
     """Prints the source of one :class:`~dtriton.plan.kernel.KernelPlan` (it decides nothing)."""
 
     def __init__(self, prog: Program, k: KernelPlan):

@@ -136,8 +136,7 @@ class MemoryPrinter:
                 code = self.relayout(blk, tiled, tuple(layout), set(tiled), scope)
                 return self._widen(code, dt, raw), f"{fmt(n, limit=None)} ({kind})"
         terms, mask_axes, inside = [], [], []
-        # (an interior program's reads of a pooling window lie inside their dims: unmasked)
-        bounded = tuple(d for d in self.k.read_masks.get(n.uid, ()) if not scope.read_inside(n.uid, d))
+        bounded = self.k.read_masks.get(n.uid, ())
         # dims at the tile's index shifted by a tap (plan.taps): the tile's address block, the same for
         # every tap, plus the tap's scalar shift times the stride
         shifted = {d: v for d, v in self.k.shifted_reads.get(n.uid, {}).items() if self.k.flat_of(v[0]) == v[0]}

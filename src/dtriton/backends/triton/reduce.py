@@ -59,31 +59,9 @@ class ReducePrinter:
         accs = self.accumulators(rs, loop_axes, scope, pp)
         lb = self.k.bounds.get(pp.reductions) if loop_axes else None
         segments = self.bound_segments(lb, scope) if lb is not None else [(None, False)]
-        inside = self.k.interior.get(pp.reductions) if loop_axes and lb is None else None
-        # a pooling pass: printed for the programs inside the image (reads unmasked), then for the others
-        branches = [None]
-        if inside:
-            flag = self.interior_test(rs, inside, scope)
-            branches = [(f"if {flag}:  # an interior program: its window reads need no masks", inside),
-                        (f"if {flag} == 0:  # a program at the border", ())]
-        for branch in branches:
-            outer = scope if branch is None else scope.open(branch[0], ())
-            if branch is not None:
-                outer.inside_reads.update(branch[1])
-            self.pass_segments(rs, loop_axes, outer, scope, pp, accs, lb, segments)
-            if branch is not None:
-                scope.close(outer)
-        if pp.online and loop_axes:
-            self.nan_where_max_is_minus_inf(rs, set(pp.online_maxes), scope, accs)
-        self.finish_pass(rs, loop_axes, scope, accs, dict(pp.state_means))
-
-    def pass_segments(self, rs: list[Reduce], loop_axes: list[str], outer: Scope, scope: Scope, pp: PassPlan, accs,
-                      lb, segments) -> None:
-        """The pass's loops over each of its ``segments`` (the plan's loop bounds), opened in ``outer`` (the
-        program scope ``scope``, or an interior program's branch in it) and closed again."""
         for rng, unmasked in segments:
             stages = lb.edge_stages if lb is not None and lb.unmasked and not unmasked else 0
-            inner, loops = self.open_loops(rs, loop_axes, outer, pp, accs, rng, unmasked, stages)
+            inner, loops = self.open_loops(rs, loop_axes, scope, pp, accs, rng, unmasked, stages)
             if unmasked:
                 inner.assumed.update(lb.guards)
             self.pass_body(rs, loop_axes, inner, scope, pp, accs)
@@ -97,6 +75,9 @@ class ReducePrinter:
                 if pp.warp_specialize and pointer_loads(child):
                     raise AssertionError(f"kernel {self.k.name}: the plan warp-specialises a loop with loads that are "
                                          "not TMA (plan and printer disagree)")
+        if pp.online and loop_axes:
+            self.nan_where_max_is_minus_inf(rs, set(pp.online_maxes), scope, accs)
+        self.finish_pass(rs, loop_axes, scope, accs, dict(pp.state_means))
 
     def pass_body(self, rs: list[Reduce], loop_axes: list[str], inner: Scope, scope: Scope, pp: PassPlan, accs) -> None:
         """One step of every reduction of a pass in its innermost scope ``inner`` (online maxes

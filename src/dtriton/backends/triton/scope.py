@@ -53,7 +53,6 @@ class Scope:
         self.reduced: dict[int, tuple[str, tuple[str, ...]]] = {}
         self.overrides: dict[int, tuple[str, tuple[str, ...]]] = {}
         self.assumed: set[int] = set()   # condition node ids that hold on every lane here (and inside)
-        self.inside_reads: set[tuple[int, int]] = set()   # (Load id, dim): the index lies inside its dim here
 
     def emit(self, line: str):
         """Append a line (or a nested scope) at the insertion point."""
@@ -88,10 +87,6 @@ class Scope:
         while s is not None:
             yield s
             s = s.parent
-
-    def read_inside(self, uid: int, d: int) -> bool:
-        """Whether index ``d`` of load ``uid`` is known to lie inside its dim here (an interior program)."""
-        return any((uid, d) in s.inside_reads for s in self.chain())
 
     def find_bind(self, a: str) -> tuple[Bind, "Scope"] | None:
         """The binding of axis ``a`` visible here and the scope that made it (None: unbound)."""
