@@ -22,8 +22,9 @@ torch on a smaller check shape (row ``check``), then at the benchmark shape thes
 ``num_stages``: reduction loops pipelined; with ``--variants 'h4={"tile": {"h": 4}}'`` a row
 ``dtriton h4``, the default schedule with those fields merged in). Every timed row is checked
 against fp32 torch first.
-Kernel time is a CUDA-graph replay (``bench/run.py``'s helpers: the same timing and JSON/markdown
-rows). ``% copy``: the rate counting the minimum passes over memory, against the device-to-device
+Kernel time is a CUDA-graph replay of 5 calls (``bench/run.py``'s helpers: the same timing and JSON/markdown
+rows), median of 5 replays after ``--warm-ms`` (default 50) milliseconds of untimed replays: the first replays
+of a freshly captured graph run slower (H200 s7, ``bench/graph_gap.py``), for every implementation. ``% copy``: the rate counting the minimum passes over memory, against the device-to-device
 copy rate measured in the same run (row ``ceiling``): norms 2 reads + 1 write of X (statistics, then
 normalise; the reduced extent does not fit one program), pooling 1 read of X + 1 write of X/4,
 reductions over one dim 1 read of X (the copy rate stands in for the read rate).
@@ -323,8 +324,10 @@ def main(argv=None):
                     "schedule with the JSON's fields merged in (e.g. 'h4={\"tile\": {\"h\": 4}};w2={\"num_warps\": 2}')")
     ap.add_argument("--profile", action="store_true", help="per-kernel device times (torch.profiler) in the notes of "
                     "the dtriton rows")
-    ap.add_argument("--warm-ms", type=float, default=0.0, help="milliseconds of untimed CUDA-graph replays before "
-                    "each timed row (bench/run.py WARM_MS; 0: none, as before)")
+    ap.add_argument("--warm-ms", type=float, default=50.0, help="milliseconds of untimed CUDA-graph replays before "
+                    "each timed row (bench/run.py WARM_MS; 0: none, as before session 7). H200 s7 call 2: a freshly "
+                    "captured graph's first replays run slow (batch norm fp16, 1-call graph: median of the first 5 "
+                    "replays 1703.8 us, later replays 1519-1529), torch.compile's as dtriton's")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "reductions"))
     ap.add_argument("--dry-run", action="store_true",
                     help="check the script on the CPU interpreter with tiny shapes (no GPU, timings meaningless)")
