@@ -22,8 +22,9 @@ torch on a smaller check shape (row ``check``), then at the benchmark shape thes
 ``num_stages``: reduction loops pipelined; with ``--variants 'h4={"tile": {"h": 4}}'`` a row
 ``dtriton h4``, the default schedule with those fields merged in). Every timed row is checked
 against fp32 torch first.
-Kernel time is a CUDA-graph replay (``bench/run.py``'s helpers: the same timing and JSON/markdown
-rows). ``% copy``: the rate counting the minimum passes over memory, against the device-to-device
+Kernel time is a CUDA-graph replay of 5 calls (``bench/run.py``'s helpers: the same timing and JSON/markdown
+rows), median of 5 replays after ``--warm-ms`` (default 50) milliseconds of untimed replays: the first replays
+of a freshly captured graph run slower (H200 s7, ``bench/graph_gap.py``), for every implementation. ``% copy``: the rate counting the minimum passes over memory, against the device-to-device
 copy rate measured in the same run (row ``ceiling``): norms 2 reads + 1 write of X (statistics, then
 normalise; the reduced extent does not fit one program), pooling 1 read of X + 1 write of X/4,
 reductions over one dim 1 read of X (the copy rate stands in for the read rate).
@@ -292,7 +293,8 @@ def print_table(rows) -> None:
     """The table printed last: kernel µs, TB/s, % of the copy rate, ratio to torch eager, error."""
     copy = COPY_TBS[0] if COPY_TBS else float("nan")
     base = {(r["group"], r["case"]): r["kernel_us"] for r in rows if r["impl"] == "torch"}
-    print(f"\ncopy rate {copy:.3f} TB/s (row 'ceiling'); % copy counts the minimum passes")
+    print(f"\ncopy rate {copy:.3f} TB/s (row 'ceiling'); % copy counts the minimum passes; kernel us: CUDA-graph replay "
+          f"of 5 calls a replay (as bench/chains.py), median of 5 replays, after {R.WARM_MS[0]:g} ms of untimed replays")
     print(f"{'group':6s} {'case':40s} {'impl':17s} {'kernel us':>10s} {'TB/s':>7s} {'% copy':>7s} {'x torch':>8s} "
           f"{'rel err':>8s}  note")
     for r in rows:
@@ -322,6 +324,10 @@ def main(argv=None):
                     "schedule with the JSON's fields merged in (e.g. 'h4={\"tile\": {\"h\": 4}};w2={\"num_warps\": 2}')")
     ap.add_argument("--profile", action="store_true", help="per-kernel device times (torch.profiler) in the notes of "
                     "the dtriton rows")
+    ap.add_argument("--warm-ms", type=float, default=50.0, help="milliseconds of untimed CUDA-graph replays before "
+                    "each timed row (bench/run.py WARM_MS; 0: none, as before session 7). H200 s7 call 2: a freshly "
+                    "captured graph's first replays run slow (batch norm fp16, 1-call graph: median of the first 5 "
+                    "replays 1703.8 us, later replays 1519-1529), torch.compile's as dtriton's")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "reductions"))
     ap.add_argument("--dry-run", action="store_true",
                     help="check the script on the CPU interpreter with tiny shapes (no GPU, timings meaningless)")
@@ -329,6 +335,7 @@ def main(argv=None):
     R.CASES[:] = [c for c in a.cases.split(",") if c]
     STAGES[:] = [int(n) for n in a.stages.split(",") if n]
     PROFILE[0] = a.profile
+    R.WARM_MS[0] = a.warm_ms
     VARIANTS.clear()
     VARIANTS.update({v.split("=", 1)[0].strip(): json.loads(v.split("=", 1)[1]) for v in a.variants.split(";") if v.strip()})
     if a.dry_run:
@@ -337,7 +344,8 @@ def main(argv=None):
     torch.manual_seed(0)
     meta = dict(gpu=torch.cuda.get_device_name() if not R.DRY else "cpu (dry run: interpreter, tiny shapes)",
                 torch=torch.__version__, triton=__import__("triton").__version__,
-                date=_dt.datetime.now().isoformat(timespec="seconds"), budget_s=a.budget, script="bench/reductions.py")
+                date=_dt.datetime.now().isoformat(timespec="seconds"), budget_s=a.budget, script="bench/reductions.py",
+                timing=f"CUDA-graph replay of 5 calls, median of 5 replays, after {a.warm_ms:g} ms of untimed replays")
     print(f"# {meta}", flush=True)
     R.OUT_META = (a.out, meta)
     dtypes = [getattr(torch, d) for d in a.dtypes.split(",") if d]

@@ -65,11 +65,20 @@ def captured_graph(fn, reps: int) -> "torch.cuda.CUDAGraph":
     return g
 
 
+#: --warm-ms of the scripts that offer it: milliseconds of untimed replays before the timed ones (0: none)
+WARM_MS = [0.0]
+
+
 def graph_time_us(fn, reps: int = 20, iters: int = 10) -> float:
-    """Kernel time: capture ``reps`` calls in one CUDA graph and time its replays (median)."""
+    """Kernel time: capture ``reps`` calls in one CUDA graph and time its replays (median), after
+    :data:`WARM_MS` milliseconds of untimed replays (the GPU's clocks up after an idle moment)."""
     if DRY:
         return call_time_us(fn, n=1)
     g = captured_graph(fn, reps)
+    t0 = time.perf_counter()
+    while WARM_MS[0] > 0 and (time.perf_counter() - t0) * 1e3 < WARM_MS[0]:
+        g.replay()
+        torch.cuda.synchronize()
     ts = []
     for _ in range(iters):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

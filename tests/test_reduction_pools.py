@@ -80,3 +80,30 @@ def test_random_windows_strides_and_paddings_match_float64(case):
     x = torch.randn(n, h, w)
     torch.testing.assert_close(pooled(kind, x, k, s, p, gpu).double(), reference(kind, x, k, s, p),
                                rtol=1e-6, atol=1e-6)
+
+
+def small_tiles(kind: str, th: int, tw: int, **extra) -> dt.Schedule:
+    """Programs of ``th`` x ``tw`` outputs looping over the window one index a step (the GPU's
+    layout for padded windows), so an image spans several programs on the interpreter."""
+    return dt.Schedule(tile={"n": 1, "h": th, "w": tw, "r": 1, "q": 1}, grid=("n", "h", "w"),
+                       strategy={"r": "loop", "q": "loop"}, **extra)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_a_mean_over_a_window_the_call_pins_divides_by_a_literal(dtype):
+    """The 2x2 average pool's mean over its window axes (sizes the call pins: at most 8) multiplies by
+    0.25 (exact), a 3x3 window's divides by 9, instead of dividing by the product of size arguments
+    (``plan.passes.plan_exact_counts``); both match float64 torch on NaN-poisoned outputs."""
+    from dtriton.library import avg_pool2d
+    x = torch.randn(2, 3, 10, 14).to(dtype)
+    k = dt.compile(avg_pool2d)
+    view = (x.view(2, 3, 5, 2, 7, 2),)
+    assert "* 0.25  # stage" in k.source_for(*view)
+    out = torch.full((2, 3, 5, 7), float("nan"), dtype=dtype)
+    k(*view, out=out)
+    tol = 1e-3 if dtype == torch.float16 else 1e-6
+    torch.testing.assert_close(out.double(), F.avg_pool2d(x.double(), 2), rtol=tol, atol=tol)
+    y = torch.randn(2, 11, 13).to(dtype)
+    kw = dt.compile(avg_pool2d_window, small_tiles("avg", 2, 4))
+    assert "/ (9)  # stage" in kw.source_for(y, 3, 2, 1, 6, 7)
+    torch.testing.assert_close(kw(y, 3, 2, 1, 6, 7).double(), reference("avg", y, 3, 2, 1), rtol=tol, atol=tol)

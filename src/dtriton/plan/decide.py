@@ -32,7 +32,7 @@ from .kernel import KernelPlan, Program
 from .lower import lower
 from .loop_stores import loop_store_bounds, plan_loop_stores
 from .online_split import plan_row_vectors
-from .passes import fp8_dots, plan_passes, register_cap
+from .passes import fp8_dots, plan_exact_counts, plan_passes, register_cap
 from .persistent import plan_flatten, plan_store_pieces
 from .taps import plan_rolling, plan_static_loops, plan_tap_shifts, plan_tile_stages
 
@@ -100,6 +100,7 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.row_vectors = plan_row_vectors(k)
     k.read_masks, k.floor_ops = plan_read_masks(k, masked_reads), plan_floor_ops(k)
     k.rolling = plan_rolling(k, bool(sched.rolling), unit_scalars)   # (needs the read masks)
+    k.exact_counts = plan_exact_counts(k, small_sizes or {})
     k.max_registers = register_cap(k)
 
 

@@ -297,6 +297,8 @@ class KernelPlan:
     static_loops: dict[str, int] = field(default_factory=dict)  # loop axis -> its exact size: emitted as
                                                       # tl.static_range (a depthwise conv's taps: plan.taps)
     rolling: RollingWindow | None = None              # a window sum computed by rolling rows (plan.taps)
+    exact_counts: dict[int, int] = field(default_factory=dict)  # a mean's id -> the count it divides by, pinned
+                                                      # by the call (plan.passes.plan_exact_counts)
     tile_stages: int = 0                              # >1: the persistent tile loop is software-pipelined
                                                       # over this many stages (its body has no runtime loop:
                                                       # the next tile's loads fly while this one computes)

@@ -21,7 +21,8 @@ from .access import tile_key
 from .graph import contains, fused_deps, fused_reduces, has, need_axes
 from .kernel import KernelPlan, PassPlan
 
-__all__ = ["block_accumulated", "fp8_dots", "online_ok", "pipelined", "plan_passes", "program_shifted", "register_cap",
+__all__ = ["block_accumulated", "fp8_dots", "online_ok", "pipelined", "plan_exact_counts", "plan_passes", "program_shifted",
+           "register_cap",
            "shift_factor", "state_means", "top_bound", "unrolled", "UNROLL_BYTES", "REGISTERS_PER_SM", "PROGRAMS_PER_SM"]
 
 #: Bytes a program's statistics loop should load per iteration (``unroll`` 0: the plan's choice).
@@ -307,3 +308,19 @@ def plan_passes(k: KernelPlan, warp_specialize: bool, unroll: int = 0) -> tuple[
     for r in fused_reduces([st.expr for st in k.stores], k.materialized):
         single[r.uid] = _pass(k, [r], _loop_axes(k, r, bound), bound, warp_specialize, unroll)
     return passes, single
+
+
+def plan_exact_counts(k: KernelPlan, small: dict[str, int]) -> dict[int, int]:
+    """``{reduction id: the number of values it averages}`` for the means (``finalize="count"``) kernel ``k``
+    computes whose reduced axes all have sizes the call pins exactly (``small``: axes of at most 8
+    elements, part of the call's specialisation): a 2x2 pooling window's mean divides by the literal 4,
+    which the printer writes as a multiply by 0.25 (a power of two: exact), not a division by the
+    product of two size arguments (sm_90: 16 instructions fewer a program of the fp16 2x2 average pool)."""
+    out = {}
+    for r in fused_reduces([st.expr for st in k.stores], k.materialized):
+        if r.combiner.finalize == "count" and r.over and all(a in small for a in r.over):
+            n = 1
+            for a in r.over:
+                n *= small[a]
+            out[r.uid] = n
+    return out

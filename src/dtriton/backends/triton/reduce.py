@@ -360,8 +360,11 @@ class ReducePrinter:
                     v = f"{v} * {self.val(f, scope, scope.layout)}"
                 vl = scope.layout
             if r.combiner.finalize == "count":
-                cnt = " * ".join(self.size(a) for a in r.over)
-                v = f"{v} / ({cnt})"
+                n = self.k.exact_counts.get(r.uid)
+                if n is not None and n & (n - 1) == 0:   # a count the call pins, a power of two: an exact multiply
+                    v = f"{v} * {1.0 / n!r}"
+                else:
+                    v = f"{v} / ({n if n is not None else ' * '.join(self.size(a) for a in r.over)})"
             out = self.fresh(r.name)
             scope.emit(f"{out} = {v}  # stage {r.name}")
             scope.reduced[r.uid] = (out, vl)
