@@ -60,8 +60,10 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
     # bench/narrow.py --variants at 4096^3: fp8 e4m3 with per-row scales 112.96 us = 0.944x torch._scaled_mm,
     # against 116.2-118.7 at 128x256x128 with 3 stages and 8 warps; int8 -> int32 137.4 against 161.4 with
     # 8 warps; sm_90 compile, bench/narrow_sm90.py: 131 KB of shared memory for fp8, 192 KB for int8)
-    wide = (not d.eight_bit and not _block_scaled(d, name, r) and not _byte_operands(d, name)
-            and _wide_tile(d, m, n, r))
+    inner = _wide_axis(d, name, m, n, r, grid)
+    wide = inner is not None
+    if wide:
+        tile[inner] = d.cap(inner, 256)
     if r not in tile:
         # 8-bit operands: 128 along the reduction (the bytes of a 16-bit tile of 64; Triton needs >= 32)
         tile[r] = max(16, d.cap(r, 128 if d.eight_bit and d.gpu else 64 if d.half or not d.gpu else 32))
@@ -91,11 +93,7 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
         # 236.7 on the plain grid: the plain grid keeps it)
         d.persistent = 1
     if d.num_stages is None and wide:
-        # both operands K-major (X @ W.T, the nn.Linear layout): 4 stages (H200, 4096^3 with TMA:
-        # fp16 211.7 us against 221.6 with 3, bf16 208.4 against 222.3; bench/results/issue14/
-        # probe_nt_call2.json); other layouts keep 3
-        both = len(tensor_core_sides(d.alg.stages[name].node, d.b.unit_dims)) == 2
-        d.num_stages = 4 if both else 3
+        d.num_stages = _wide_stages(d, name)
     if d.num_stages is None and d.gpu and d.eight_bit and not _byte_operands(d, name):
         # fp8 dots: 3 stages (H200, s5 call 3, fp8 e4m3 4096^3 with per-row scales at 128x128x128, 4 warps:
         # 104.5 us = 1.017x torch._scaled_mm against 117.3 with 4 stages); int8 keeps 4 (150.7 against 157.0)
@@ -229,25 +227,35 @@ def _byte_operands(d: Draft, name: str) -> bool:
                                   for e in walk([st.node.x]))
 
 
-def _wide_tile(d: Draft, m: str, n: str, r: str) -> bool:
+def _wide_axis(d: Draft, name: str, m: str, n: str, r: str, grid) -> str | None:
     """Large 16-bit GEMMs (both output axes >= 2048, >= 2^35 multiply-adds: the TMA range) take
-    128x256 output tiles, 256 along the inner grid axis, with 3 stages (H200 probe at 4096^3,
-    bench/results/probe_fp32.json: fp16 NN 188 us, TN 188, bf16 NN 179, TN 179 with TMA, against
-    205-225 us with 128x128x64 and 4 stages). Returns whether it applied."""
-    grid, sizes = d.grid, d.sizes
+    128x256 output tiles, 256 along the inner axis of ``grid`` (the grid of the GEMM's kernel), with 3
+    stages (H200 probe at 4096^3, bench/results/probe_fp32.json: fp16 NN 188 us, TN 188, bf16 NN 179, TN
+    179 with TMA, against 205-225 us with 128x128x64 and 4 stages). Returns that inner axis, or None where
+    the rule does not apply: the contraction's tiles of ``m`` and ``n`` are not the 128 x 128 of the
+    contraction rules, the user set one, or its operands are 8-bit, bytes or block-scaled (see
+    :func:`_block_scaled`, :func:`_byte_operands`). The caller sets the tile."""
+    sizes = d.sizes
     # one contraction only: two 128x256 accumulators (SwiGLU's two GEMMs sharing X) spilled, 0.15x
     # torch.compile on the H200 (bench/results/issue14/chains_fp16_h200.md)
     if not (d.gpu and d.half and len(d.cons) == 1 and m in grid and n in grid and not (set(d.user.tile) & {m, n})
             and d.tile.get(m) == 128 and d.tile.get(n) == 128 and min(sizes[m], sizes[n]) >= 2048
             and sizes[m] * sizes[n] * sizes[r] >= 1 << 35):
-        return False
-    inner = n if grid.index(n) > grid.index(m) else m
-    d.tile[inner] = d.cap(inner, 256)
-    return True
+        return None
+    if d.eight_bit or _block_scaled(d, name, r) or _byte_operands(d, name):
+        return None
+    return n if list(grid).index(n) > list(grid).index(m) else m
+
+
+def _wide_stages(d: Draft, name: str) -> int:
+    """Pipeline stages of a wide GEMM (:func:`_wide_axis`): 4 with both operands K-major (X @ W.T, the
+    nn.Linear layout; H200, 4096^3 with TMA: fp16 211.7 us against 221.6 with 3, bf16 208.4 against 222.3;
+    bench/results/issue14/probe_nt_call2.json); other layouts keep 3."""
+    return 4 if len(tensor_core_sides(d.alg.stages[name].node, d.b.unit_dims)) == 2 else 3
 
 
 def _persistent_wide(d: Draft, name: str) -> bool:
-    """A wide 16-bit GEMM (:func:`_wide_tile`) runs persistent, one program per SM, when it is the
+    """A wide 16-bit GEMM (:func:`_wide_axis`) runs persistent, one program per SM, when it is the
     algorithm's only reduction (its kernel is the GEMM with its element-wise epilogue) and the user's
     schedule leaves ``persistent`` at 0, ``access`` open or "tma" and warp specialisation off: the plan then
     flattens the tile loop with the K loop (:mod:`dtriton.plan.persistent`), so the next tile's loads
@@ -442,12 +450,21 @@ def gemm_then_rows(d: Draft) -> None:
             or not set(main.layout) <= {m, n}
             or next_pow2(d.sizes[n]) > 32768 or d.split.get(r, 1) > 1 or tuple(d.grid or ()) != tuple(main.layout)):
         return
+    tile, stages = {a: d.tile[a] for a in (m, n, r)}, d.num_stages
+    inner = _wide_axis(d, name, m, n, r, (m, n))   # (None where the contraction rules made it wide already)
+    if inner is not None:
+        # the output is over the rows only (row_mean, logsumexp: [i]), so the contraction rules saw a grid
+        # without n and kept 128 x 128: the GEMM's own kernel over (m, n) is a wide GEMM like any other
+        # (H200, s6 final call: row_mean's GEMM stage at 128x128x64 222.3 us, softmax's at 128x256x64
+        # persistent 202.2 with the same row kernel)
+        tile[inner] = d.cap(inner, 256)
+        stages = d.user.num_stages or _wide_stages(d, name)
     # a wide 16-bit GEMM kernel runs persistent (its epilogue stores the buffer; see _persistent_wide), at 3
     # stages where its epilogue adds another tile (residual_layer_norm: 262 KB of shared memory at 4, sm_90)
-    wide = d.half and d.tile[m] * d.tile[n] >= 128 * 256 and _persistent_allowed(d)
-    stages = 3 if wide and d.num_stages == 4 and d.user.num_stages is None and _epilogue_tiles(d, m, n) else d.num_stages
+    wide = d.half and tile[m] * tile[n] >= 128 * 256 and _persistent_allowed(d)
+    stages = 3 if wide and stages == 4 and d.user.num_stages is None and _epilogue_tiles(d, m, n) else stages
     d.stages[name] = StageSchedule(place="materialize", grid=(m, n), group=dict(d.group) or {m: 8},
-                                   tile={a: d.tile[a] for a in (m, n, r)}, num_warps=d.num_warps,
+                                   tile=tile, num_warps=d.num_warps,
                                    num_stages=stages, persistent=1 if wide else None)
     for s in others:
         d.stages[s.name] = StageSchedule(place="fuse")
