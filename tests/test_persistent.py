@@ -131,10 +131,10 @@ def test_wide_16bit_gemms_default_to_persistent():
     assert nt.persistent == 1 and nt.num_stages == 4 and nt.tile == {"i": 128, "j": 256, "k": 64}
     assert gpu_schedule(matmul, (X, W)).persistent == 1
     assert gpu_schedule(linear_relu, (X, W, meta(4096))).persistent == 1
-    # a residual tile read after the GEMM: its TMA box beside the pipeline's and the store's would not fit
-    # (245,800 B at 3 stages on the H200): the plain grid, 4 stages
+    # a residual tile read after the GEMM: persistent too (the flattened kernel reads it through pointers,
+    # plan_epilogue_reads), at 3 stages (the tile's layout conversion takes a buffer beside the pipeline's)
     res = gpu_schedule(linear_residual, (X, W, meta(4096, 4096)))
-    assert res.persistent == 0 and res.num_stages == 4
+    assert res.persistent == 1 and res.num_stages == 3 and res.tile == {"i": 128, "j": 256, "k": 64}
 
 
 def test_persistent_default_left_alone():
@@ -176,7 +176,8 @@ def test_gemm_stage_of_a_chain_is_persistent_alone():
     check(linear_softmax, (Xs, Ws), small, tol=TOL[torch.float16])
 
 
-@pytest.mark.parametrize("name", ["bias", "residual_layer_norm", "swish_div_clamp_tanh", "rms_norm", "batch_norm"])
+@pytest.mark.parametrize("name", ["bias", "residual_layer_norm", "swish_div_clamp_tanh", "rms_norm", "batch_norm",
+                                  "row_mean", "cross_entropy", "residual", "mlp_relu", "softmax_linear"])
 def test_h200_chain_plans_run_right_on_the_interpreter(name):
     """The heuristic's H200 schedule of a catalogue chain (persistent flattened GEMM kernel, or a persistent GEMM
     stage beside row / column statistics kernels), run on the interpreter at a small odd shape: float64 torch."""
@@ -188,7 +189,7 @@ def test_h200_chain_plans_run_right_on_the_interpreter(name):
     _, big = make_inputs(chain, *shape_of(chain, None), torch.float16, "cpu", empty=True)
     sched = gpu_schedule(chain.alg, big)
     assert sched.persistent == 1 or any(ss.persistent == 1 for ss in sched.stages.values()), sched
-    kw, args = make_inputs(chain, 37, 48, 136, 0, 0, torch.float16, "cpu")
+    kw, args = make_inputs(chain, 37, 48, 136, 40 if chain.P else 0, 0, torch.float16, "cpu")
     got = dt.compile(chain.alg, sched)(*args)
     ref = TORCH[name](**as_float64(kw))
     err = ((got.double().reshape(ref.shape) - ref).norm() / ref.norm()).item()
@@ -197,13 +198,74 @@ def test_h200_chain_plans_run_right_on_the_interpreter(name):
 
 def test_default_chain_schedules_fit_shared_memory():
     """Defaults whose kernels asked more than an H200 block's 232,448 B at sm_90 (the runtime then recompiled them
-    smaller with a warning): residual (a persistent epilogue's extra tile), mlp_relu (4 stages of 128^3 tiles)."""
+    smaller with a warning): residual (a persistent epilogue's extra tile: now read through pointers, 3 stages),
+    mlp_relu (4 stages of 128^3 tiles: now 128x256x64, 230,432 B)."""
     import sys
     from pathlib import Path
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
     from chain_catalogue import CHAINS, make_inputs, shape_of
-    for name, persistent, stages in (("residual", 0, 4), ("mlp_relu", 0, 3), ("bias", 1, 4)):
+    for name, persistent, stages in (("residual", 1, 3), ("mlp_relu", 1, 4), ("bias", 1, 4)):
         chain = next(c for c in CHAINS if c.name == name)
         _, big = make_inputs(chain, *shape_of(chain, None), torch.float16, "cpu", empty=True)
         sched = gpu_schedule(chain.alg, big)
         assert (sched.persistent, sched.num_stages) == (persistent, stages), (name, sched)
+
+
+@dt.algorithm
+def linear_row_logsumexp(X: Tensor["M", "K"], W: Tensor["N", "K"]):
+    """logsumexp over j of X @ W.T: an output over the rows only."""
+    i, j, k = dt.axes("i j k")
+    s = dt.sum(X[i, k] * W[j, k], over=k)
+    m = dt.max(s[i, j], over=j)
+    return (m + dt.log(dt.sum(dt.exp(s[i, j] - m), over=j)))[i]
+
+
+def test_row_output_gemm_stage_is_wide():
+    """An output over the rows only (logsumexp, a row mean of a Linear): the main grid is (i,), yet the GEMM
+    stage's own kernel over (i, j) is a wide GEMM like softmax's (s6: 128 x 128 on the plain grid, 222 us
+    against 202 for softmax's persistent 128 x 256 at 4096^3 on the H200)."""
+    X, W = meta(4096, 4096), meta(4096, 4096)
+    sched = gpu_schedule(linear_row_logsumexp, (X, W))
+    gemm = [ss for ss in sched.stages.values() if ss.place == "materialize"]
+    assert sched.grid == ("i",) and len(gemm) == 1
+    assert gemm[0].tile == {"i": 128, "j": 256, "k": 64} and gemm[0].persistent == 1 and gemm[0].num_stages == 4
+    # below the wide sizes: 128 x 128, a program per tile
+    small = gpu_schedule(linear_row_logsumexp, (meta(1024, 4096), W))
+    (g,) = [ss for ss in small.stages.values() if ss.place == "materialize"]
+    assert g.tile["j"] == 128 and not g.persistent
+
+
+@pytest.mark.parametrize("persistent", [0, 1])
+def test_flattened_kernel_reads_its_residual_through_pointers(persistent):
+    """The flattened persistent kernel reads the epilogue's residual tile through pointers (no TMA buffer beside
+    the pipeline's, plan.persistent.plan_epilogue_reads); a program per tile keeps its TMA box. Both equal
+    float64 (NaN-poisoned out=, prime sizes, more tiles than programs)."""
+    M, K, N = 67, 40, 88
+    X, W, R = rnd(M, K), rnd(N, K, seed=1), rnd(M, N, seed=2)
+    sched = SCHED.replace(persistent=persistent)
+    src = source(linear_residual, sched, (X, W, R))
+    assert ("flatten=True" in src) == bool(persistent)
+    assert ("desc_R" in src) == (not persistent) and "desc_X" in src and "desc_W" in src
+    check(linear_residual, (X, W, R), sched, torch_ref=lambda x, w, r: x @ w.T + r, tol=TOL[torch.float16])
+
+
+def test_two_gemm_chain_kernels_are_wide():
+    """An MLP (relu(X @ W.T + b) @ W2.T): with the first GEMM materialised, each kernel holds one contraction,
+    so each large 16-bit one is a wide persistent GEMM: the first over (i, j), the second over (i, p) with
+    tiles of 64 along j, 4 stages (the hidden buffer is read along j at unit stride)."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from chain_catalogue import CHAINS, make_inputs, shape_of
+    for name in ("mlp_relu", "softmax_linear", "swiglu_mlp"):
+        chain = next(c for c in CHAINS if c.name == name)
+        _, big = make_inputs(chain, *shape_of(chain, None), torch.float16, "cpu", empty=True)
+        sched = gpu_schedule(chain.alg, big)
+        assert sched.persistent == 1 and sched.num_stages == 4, (name, sched)
+        assert (sched.tile["i"], sched.tile["p"], sched.tile["j"]) == (128, 256, 64), (name, sched)
+        firsts = {n: ss for n, ss in sched.stages.items() if ss.place == "materialize" and "k" in ss.tile}
+        # one first GEMM alone in its kernel: wide and persistent; SwiGLU's two share a kernel: 128 x 128
+        for ss in firsts.values():
+            assert ss.tile["j"] == (256 if len(firsts) == 1 else 128), (name, ss)
+        # the row kernels between them keep a program per row
+        assert all(not ss.persistent for n, ss in sched.stages.items() if n not in firsts and ss.place == "materialize")

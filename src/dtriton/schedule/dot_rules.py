@@ -87,13 +87,13 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
         # (8-bit dots: 4, but block-scaled ones keep 8: their second accumulator spills 632 bytes at 4, sm_90)
         few = d.user.precision == "tf32" or (d.eight_bit and not _block_scaled(d, name, r))
         d.num_warps = 8 if tile[m] * tile[n] >= 128 * 128 and not few else 4
-    if wide and _persistent_wide(d, name) and not _epilogue_tiles(d, m, n):
-        # (an epilogue reading another tile, a residual: its TMA box beside the pipeline's buffers and the store's
-        # asked 245,800 B of shared memory at 3 stages on the H200, s6 call 3, and 2 stages ran 284.5 us against
-        # 236.7 on the plain grid: the plain grid keeps it)
+    if wide and _persistent_wide(d, name):
         d.persistent = 1
     if d.num_stages is None and wide:
-        d.num_stages = _wide_stages(d, name)
+        # an epilogue reading another tile (a residual R[i, j]): the flattened kernel reads it through pointers
+        # (plan.persistent.plan_epilogue_reads), whose conversion to the accumulator's layout takes a buffer
+        # beside the pipeline's: 3 stages (sm_90: 213,016 B; 262,176 at 4, beyond an H200 block)
+        d.num_stages = 3 if d.persistent and _epilogue_tiles(d, m, n) else _wide_stages(d, name)
     if d.num_stages is None and d.gpu and d.eight_bit and not _byte_operands(d, name):
         # fp8 dots: 3 stages (H200, s5 call 3, fp8 e4m3 4096^3 with per-row scales at 128x128x128, 4 warps:
         # 104.5 us = 1.017x torch._scaled_mm against 117.3 with 4 stages); int8 keeps 4 (150.7 against 157.0)
@@ -227,19 +227,22 @@ def _byte_operands(d: Draft, name: str) -> bool:
                                   for e in walk([st.node.x]))
 
 
-def _wide_axis(d: Draft, name: str, m: str, n: str, r: str, grid) -> str | None:
+def _wide_axis(d: Draft, name: str, m: str, n: str, r: str, grid, tile: dict | None = None,
+               alone: bool | None = None) -> str | None:
     """Large 16-bit GEMMs (both output axes >= 2048, >= 2^35 multiply-adds: the TMA range) take
     128x256 output tiles, 256 along the inner axis of ``grid`` (the grid of the GEMM's kernel), with 3
     stages (H200 probe at 4096^3, bench/results/probe_fp32.json: fp16 NN 188 us, TN 188, bf16 NN 179, TN
     179 with TMA, against 205-225 us with 128x128x64 and 4 stages). Returns that inner axis, or None where
-    the rule does not apply: the contraction's tiles of ``m`` and ``n`` are not the 128 x 128 of the
-    contraction rules, the user set one, or its operands are 8-bit, bytes or block-scaled (see
-    :func:`_block_scaled`, :func:`_byte_operands`). The caller sets the tile."""
-    sizes = d.sizes
-    # one contraction only: two 128x256 accumulators (SwiGLU's two GEMMs sharing X) spilled, 0.15x
+    the rule does not apply: the contraction's tiles of ``m`` and ``n`` (in ``tile``: its kernel's, by
+    default the draft's) are not the 128 x 128 of the contraction rules, the user set one, the contraction
+    is not ``alone`` in its kernel (by default: the algorithm's only one), or its operands are 8-bit, bytes
+    or block-scaled (see :func:`_block_scaled`, :func:`_byte_operands`). The caller sets the tile."""
+    sizes, tile = d.sizes, d.tile if tile is None else tile
+    # one contraction in the kernel: two 128x256 accumulators (SwiGLU's two GEMMs sharing X) spilled, 0.15x
     # torch.compile on the H200 (bench/results/issue14/chains_fp16_h200.md)
-    if not (d.gpu and d.half and len(d.cons) == 1 and m in grid and n in grid and not (set(d.user.tile) & {m, n})
-            and d.tile.get(m) == 128 and d.tile.get(n) == 128 and min(sizes[m], sizes[n]) >= 2048
+    alone = len(d.cons) == 1 if alone is None else alone
+    if not (d.gpu and d.half and alone and m in grid and n in grid and not (set(d.user.tile) & {m, n})
+            and tile.get(m) == 128 and tile.get(n) == 128 and min(sizes[m], sizes[n]) >= 2048
             and sizes[m] * sizes[n] * sizes[r] >= 1 << 35):
         return None
     if d.eight_bit or _block_scaled(d, name, r) or _byte_operands(d, name):
@@ -250,8 +253,15 @@ def _wide_axis(d: Draft, name: str, m: str, n: str, r: str, grid) -> str | None:
 def _wide_stages(d: Draft, name: str) -> int:
     """Pipeline stages of a wide GEMM (:func:`_wide_axis`): 4 with both operands K-major (X @ W.T, the
     nn.Linear layout; H200, 4096^3 with TMA: fp16 211.7 us against 221.6 with 3, bf16 208.4 against 222.3;
-    bench/results/issue14/probe_nt_call2.json); other layouts keep 3."""
-    return 4 if len(tensor_core_sides(d.alg.stages[name].node, d.b.unit_dims)) == 2 else 3
+    bench/results/issue14/probe_nt_call2.json); other layouts keep 3. A side computed from a materialised
+    contraction (an MLP's hidden activations, stored over (rows, reduced axis): the reduced axis last) counts
+    as K-major."""
+    node = d.alg.stages[name].node
+    firsts = [d.alg.stages[c].node for c in d.cons if c != name and d.stages.get(c) is not None
+              and d.stages[c].place == "materialize"]
+    buffered = {a for f in mul_factors(node.x) if any(contains(f, x) for x in firsts)
+                for a in f.axes if a not in node.over}
+    return 4 if len(set(tensor_core_sides(node, d.b.unit_dims)) | buffered) == 2 else 3
 
 
 def _persistent_wide(d: Draft, name: str) -> bool:
@@ -516,6 +526,8 @@ def gemm_then_gemm(d: Draft) -> None:
             place="materialize", grid=(m, n), group={m: 8},
             tile={m: max(16, d.cap(m, big)), n: max(16, d.cap(n, big)), r: d.tile[r]},
             num_warps=d.user.num_warps or (8 if big == 128 else 4), num_stages=d.user.num_stages or d.num_stages)
+    if _wide_kernels(d, second):
+        return
     m2, n2, r2 = d.cons[second]
     t = {a: d.tile.get(a, 1) for a in (m2, n2, r2)}
     if (any(n in d.stages for n in d.cons if n != second) and d.half and d.num_stages == 4 and d.user.num_stages is None
@@ -524,6 +536,45 @@ def gemm_then_gemm(d: Draft) -> None:
         # tiles asked 262,176 B of shared memory (sm_90, bench/gemm_sm90.py --chains mlp_relu; the H200 runtime
         # then fell back to 3 stages with a warning); 3 stages: 196,632 B
         d.num_stages = 3
+
+
+def _wide_kernels(d: Draft, second: str) -> bool:
+    """With every other contraction materialised in a kernel of its own (:func:`gemm_then_gemm`,
+    :func:`rows_between_gemms`), each GEMM kernel of a chain with one contraction is a GEMM like any other:
+    a large 16-bit one takes the wide tiles (:func:`_wide_axis`) and runs persistent, flattened
+    (:func:`_persistent_wide`), the main kernel (the second GEMM ``second``, tiles of 64 along its reduced
+    axis) and each first GEMM alone in its stage's kernel (first GEMMs with the same stage schedule share a
+    kernel: SwiGLU's two keep 128 x 128). Before, the rule saw the algorithm's several contractions and kept
+    every kernel at 128 x 128 on the plain grid (H200, s6 final call: mlp_relu 842.0 us = 0.87x
+    torch.compile, softmax_linear 513.0 = 0.77x). Returns whether the main kernel became wide."""
+    firsts = [c for c in d.cons if c != second]
+    if not all(c in d.stages and d.stages[c].place == "materialize" for c in firsts):
+        return False
+    if not _persistent_allowed(d) or d.user.num_stages is not None:
+        return False
+    for c in firsts:
+        ss, (m, n, r) = d.stages[c], d.cons[c]
+        shared = sum(d.stages[o] == ss for o in firsts) > 1
+        grid = tuple(ss.grid or ())
+        inner = _wide_axis(d, c, m, n, r, grid, dict(ss.tile), alone=not shared) if len(grid) == 2 else None
+        if inner is not None:
+            d.stages[c] = ss.replace(tile={**dict(ss.tile), inner: d.cap(inner, 256)}, persistent=1,
+                                     num_stages=_wide_stages(d, c))
+    m2, n2, r2 = d.cons[second]
+    inner = _wide_axis(d, second, m2, n2, r2, tuple(d.grid or ()), alone=True)
+    if inner is None:
+        return False
+    d.tile[inner], d.tile[r2] = d.cap(inner, 256), d.cap(r2, 64)
+    d.persistent = 1
+    # (a tile the epilogue reads, X + ... @ W2.T's X: read through pointers in the flattened kernel, whose layout
+    # conversion takes a buffer beside the pipeline's: 262,176 B at 4 stages on sm_90, 213,016 at 3)
+    d.num_stages = 3 if _epilogue_tiles(d, m2, n2) else _wide_stages(d, second)
+    for o in d.stages:
+        if d.stages[o].place == "materialize" and d.stages[o].persistent is None:
+            # (the main kernel's persistent is the default of stages without their own: row kernels keep a program
+            # per row, first GEMMs sharing a kernel their grid)
+            d.stages[o] = d.stages[o].replace(persistent=0)
+    return True
 
 
 def rows_between_gemms(d: Draft) -> None:
