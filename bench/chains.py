@@ -135,7 +135,15 @@ def dtriton_kernel(chain: Chain, args, budget: float, variant: str, precision: s
     the fp32 dot precision replacing the schedule's, every other knob as the variant chose it; ``fields``:
     schedule fields (JSON names) put into the heuristic's schedule of the call (``--schedule``)."""
     if fields:
-        base = dt.compile(chain.alg).schedule_for(*args).to_dict()
+        if timing.DRY:
+            # a dry run checks the schedule the GPU would run: the fields put into the H200 heuristic's schedule of
+            # the benchmark shape (a CUDA binding of empty tensors), run here at the dry run's small shapes
+            _, big = make_inputs(chain, *shape_of(chain, None), args[0].dtype, "cpu", empty=True)
+            b = chain.alg.bind(big)
+            b.device = torch.device("cuda")
+            base = dt.compile(chain.alg).complete(b).to_dict()
+        else:
+            base = dt.compile(chain.alg).schedule_for(*args).to_dict()
         # a stage's fields merge into that stage's overrides ({"stages": {"sum0": {"persistent": 0}}})
         stages = {n: {**base.get("stages", {}).get(n, {}), **ss} for n, ss in fields.get("stages", {}).items()}
         sched = dt.Schedule.from_dict({**base, **fields, "stages": {**base.get("stages", {}), **stages}})
