@@ -158,24 +158,7 @@ def test_persistent_default_left_alone():
         i, j, k = dt.axes("i j k")
         s = dt.sum(X[i, k] * W[j, k], over=k)
         return (s * dt.tanh(dt.log(1 + dt.exp(s))))[i, j]
-    mish = gpu_schedule(linear_mish, (X, W))
-    assert mish.persistent == 1 and mish.tile == {"i": 128, "j": 128, "k": 64}, mish
-
-
-def test_heavy_epilogues_keep_128_tiles():
-    """A wide GEMM whose epilogue weighs 4 or more (schedule.dot_rules._heavy_epilogue: tanh and sigmoid 2, exp
-    and log 1, a residual tile 2) keeps 128 x 128 tiles, persistent; lighter ones take 128 x 256."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-    from chain_catalogue import CHAINS, make_inputs, shape_of
-    want = {"mish": 128, "swish_div_clamp_tanh": 128, "gelu_residual": 128, "tanh": 256, "gelu": 256,
-            "sigmoid_scale_residual": 256, "residual": 256, "bias": 256}
-    for name, j in want.items():
-        chain = next(c for c in CHAINS if c.name == name)
-        _, big = make_inputs(chain, *shape_of(chain, None), torch.float16, "cpu", empty=True)
-        sched = gpu_schedule(chain.alg, big)
-        assert sched.persistent == 1 and sched.tile["j"] == j and sched.tile["i"] == 128, (name, sched)
+    assert gpu_schedule(linear_mish, (X, W)).persistent == 1
 
 
 def test_gemm_stage_of_a_chain_is_persistent_alone():

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from ..ir import Axis, Binary, Load, Reduce, Unary, contains, mul_factors, reduction_stages, tensor_core_sides, walk
+from ..ir import Axis, Binary, Load, Reduce, contains, mul_factors, reduction_stages, tensor_core_sides, walk
 from .draft import Draft, next_pow2, programs, split_for
 from .knobs import TENSOR_CORE_FP32
 from .schedule import StageSchedule
@@ -61,13 +61,9 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
     # against 116.2-118.7 at 128x256x128 with 3 stages and 8 warps; int8 -> int32 137.4 against 161.4 with
     # 8 warps; sm_90 compile, bench/narrow_sm90.py: 131 KB of shared memory for fp8, 192 KB for int8)
     inner = _wide_axis(d, name, m, n, r, grid)
-    # a heavy epilogue keeps 128 x 128 tiles, persistent (see _heavy_epilogue)
-    heavy = inner is not None and _persistent_wide(d, name) and _heavy_epilogue(d, m, n)
-    wide = inner is not None and not heavy
+    wide = inner is not None
     if wide:
         tile[inner] = d.cap(inner, 256)
-    if heavy:
-        d.persistent = 1
     if r not in tile:
         # 8-bit operands: 128 along the reduction (the bytes of a 16-bit tile of 64; Triton needs >= 32)
         tile[r] = max(16, d.cap(r, 128 if d.eight_bit and d.gpu else 64 if d.half or not d.gpu else 32))
@@ -286,32 +282,6 @@ def _persistent_allowed(d: Draft) -> bool:
     open or "tma", no warp specialisation."""
     u = d.user
     return u.persistent == 0 and u.access in (None, "tma") and not u.warp_specialize
-
-
-#: epilogue weight (:func:`_heavy_epilogue`) from which a wide GEMM keeps 128 x 128 tiles
-HEAVY_EPILOGUE = 4
-
-#: weight of an element-wise function in an epilogue: tanh and sigmoid are an exponential and a division
-_FUNCTION_WEIGHT = {"exp": 1, "exp2": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "tanh": 2, "sigmoid": 2}
-
-
-def _heavy_epilogue(d: Draft, m: str, n: str) -> bool:
-    """Whether the element-wise epilogue after the GEMM (the outputs outside their reductions) weighs
-    :data:`HEAVY_EPILOGUE` or more: each transcendental function its :data:`_FUNCTION_WEIGHT`, each division
-    by a value that is not a literal 1, each tile read over both output axes ``m`` and ``n`` (a residual) 2.
-    On a 128 x 256 tile such an epilogue holds more values than the registers left beside the 128 of the
-    accumulator (sm_90 compile of the flattened kernel: mish, exp + log + tanh, 255 registers and 88 bytes
-    of stack; gelu_residual 255 and none only through pointers; bias 165, tanh 167, gelu 176)."""
-    roots = [o.expr for o in d.alg.outputs]
-    weight = 0
-    for x in walk(roots, stop=lambda x: isinstance(x, Reduce)):
-        if isinstance(x, Unary):
-            weight += _FUNCTION_WEIGHT.get(x.op, 0)
-        elif isinstance(x, Binary) and x.op == "div" and any(isinstance(e, (Load, Reduce, Axis)) for e in walk([x.b])):
-            weight += 1
-        elif isinstance(x, Load) and {m, n} <= set(x.axes):
-            weight += 2
-    return weight >= HEAVY_EPILOGUE
 
 
 def _epilogue_tiles(d: Draft, m: str, n: str) -> bool:
