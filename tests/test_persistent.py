@@ -177,7 +177,8 @@ def test_gemm_stage_of_a_chain_is_persistent_alone():
 
 
 @pytest.mark.parametrize("name", ["bias", "residual_layer_norm", "swish_div_clamp_tanh", "rms_norm", "batch_norm",
-                                  "row_mean", "cross_entropy", "residual", "mlp_relu", "softmax_linear"])
+                                  "row_mean", "cross_entropy", "residual", "mlp_relu", "softmax_linear",
+                                  "gelu_mlp_residual"])
 def test_h200_chain_plans_run_right_on_the_interpreter(name):
     """The heuristic's H200 schedule of a catalogue chain (persistent flattened GEMM kernel, or a persistent GEMM
     stage beside row / column statistics kernels), run on the interpreter at a small odd shape: float64 torch."""
@@ -269,3 +270,32 @@ def test_two_gemm_chain_kernels_are_wide():
             assert ss.tile["j"] == (256 if len(firsts) == 1 else 128), (name, ss)
         # the row kernels between them keep a program per row
         assert all(not ss.persistent for n, ss in sched.stages.items() if n not in firsts and ss.place == "materialize")
+    # X + gelu(X @ W.T + b) @ W2.T at 1024 rows (2^35 multiply-adds each): wide too, the second at 3 stages (its
+    # epilogue reads X's tile through pointers)
+    chain = next(c for c in CHAINS if c.name == "gelu_mlp_residual")
+    _, big = make_inputs(chain, *shape_of(chain, None), torch.float16, "cpu", empty=True)
+    sched = gpu_schedule(chain.alg, big)
+    assert (sched.persistent, sched.num_stages, sched.tile["p"], sched.tile["j"]) == (1, 3, 256, 64), sched
+    assert sched.stages["sum0"].tile["j"] == 256 and sched.stages["sum0"].persistent == 1, sched
+
+
+def test_grouped_gemm_stage_is_persistent():
+    """Group norm's GEMM stage (a weight viewed as groups, 128 x 128 tiles of its own) runs persistent, flattened;
+    on the interpreter its H200 plan equals float64; fp32 keeps a program per tile."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    from chain_catalogue import CHAINS, TORCH, as_float64, make_inputs, shape_of
+    chain = next(c for c in CHAINS if c.name == "group_norm")
+    _, big = make_inputs(chain, *shape_of(chain, None), torch.float16, "cpu", empty=True)
+    sched = gpu_schedule(chain.alg, big)
+    assert sched.stages["sum0"].persistent == 1 and not sched.persistent, sched
+    _, big32 = make_inputs(chain, *shape_of(chain, None), torch.float32, "cpu", empty=True)
+    assert not gpu_schedule(chain.alg, big32).stages["sum0"].persistent
+    kw, args = make_inputs(chain, 37, 48, 136, 0, 8, torch.float16, "cpu")
+    k = dt.compile(chain.alg, sched)
+    assert k.source_for(*args).count("flatten=True") == 1
+    got = k(*args)
+    ref = TORCH["group_norm"](**as_float64(kw))
+    err = ((got.double().reshape(ref.shape) - ref).norm() / ref.norm()).item()
+    assert err < 2e-3, err
