@@ -178,7 +178,7 @@ def test_gemm_stage_of_a_chain_is_persistent_alone():
 
 @pytest.mark.parametrize("name", ["bias", "residual_layer_norm", "swish_div_clamp_tanh", "rms_norm", "batch_norm",
                                   "row_mean", "cross_entropy", "residual", "mlp_relu", "softmax_linear",
-                                  "gelu_mlp_residual"])
+                                  "gelu_mlp_residual", "swiglu", "swiglu_mlp"])
 def test_h200_chain_plans_run_right_on_the_interpreter(name):
     """The heuristic's H200 schedule of a catalogue chain (persistent flattened GEMM kernel, or a persistent GEMM
     stage beside row / column statistics kernels), run on the interpreter at a small odd shape: float64 torch."""
@@ -265,9 +265,10 @@ def test_two_gemm_chain_kernels_are_wide():
         assert sched.persistent == 1 and sched.num_stages == 4, (name, sched)
         assert (sched.tile["i"], sched.tile["p"], sched.tile["j"]) == (128, 256, 64), (name, sched)
         firsts = {n: ss for n, ss in sched.stages.items() if ss.place == "materialize" and "k" in ss.tile}
-        # one first GEMM alone in its kernel: wide and persistent; SwiGLU's two share a kernel: 128 x 128
+        # each first GEMM wide and persistent in a kernel of its own (SwiGLU's two apart: different stages)
         for ss in firsts.values():
-            assert ss.tile["j"] == (256 if len(firsts) == 1 else 128), (name, ss)
+            assert ss.tile["j"] == 256 and ss.persistent == 1, (name, ss)
+        assert len(set(firsts.values())) == len(firsts)
         # the row kernels between them keep a program per row
         assert all(not ss.persistent for n, ss in sched.stages.items() if n not in firsts and ss.place == "materialize")
     # X + gelu(X @ W.T + b) @ W2.T at 1024 rows (2^35 multiply-adds each): wide too, the second at 3 stages (its
@@ -299,3 +300,33 @@ def test_grouped_gemm_stage_is_persistent():
     ref = TORCH["group_norm"](**as_float64(kw))
     err = ((got.double().reshape(ref.shape) - ref).norm() / ref.norm()).item()
     assert err < 2e-3, err
+
+
+@dt.algorithm
+def linear_swiglu(X: Tensor["M", "K"], W: Tensor["N", "K"], W3: Tensor["N", "K"]):
+    """silu(X @ W.T) * (X @ W3.T): two GEMMs over the same axes combined element-wise."""
+    i, j, k = dt.axes("i j k")
+    a = dt.sum(X[i, k] * W[j, k], over=k)
+    return (a * dt.sigmoid(a) * dt.sum(X[i, k] * W3[j, k], over=k))[i, j]
+
+
+def test_two_gemms_combined_go_apart():
+    """SwiGLU's two GEMMs (schedule.dot_rules.gemms_apart): the first a wide persistent kernel of its own, the
+    second wide and persistent at 3 stages reading the first's buffer in its epilogue; small or fp32 calls keep
+    one kernel. On the interpreter the H200 plan equals float64 (NaN-poisoned out=, prime sizes)."""
+    X, W = meta(4096, 4096), meta(4096, 4096)
+    sched = gpu_schedule(linear_swiglu, (X, W, W))
+    (first,) = [n for n, ss in sched.stages.items() if ss.place == "materialize"]
+    ss = sched.stages[first]
+    assert ss.tile == {"i": 128, "j": 256, "k": 64} and ss.persistent == 1 and ss.num_stages == 4, sched
+    assert sched.tile == {"i": 128, "j": 256, "k": 64} and sched.persistent == 1 and sched.num_stages == 3, sched
+    assert not gpu_schedule(linear_swiglu, (meta(512, 4096), W, W)).stages
+    f32 = meta(4096, 4096, dtype=torch.float32)
+    assert not gpu_schedule(linear_swiglu, (f32, f32, f32)).stages
+    Xs, Ws, W3s = rnd(37, 40), rnd(72, 40, seed=1), rnd(72, 40, seed=2)
+    small = sched.replace(tile={"i": 16, "j": 32, "k": 16},
+                          stages={first: ss.replace(tile={"i": 16, "j": 32, "k": 16})})
+    src = source(linear_swiglu, small, (Xs, Ws, W3s))
+    assert src.count("flatten=True") == 2 and src.count("@_jit") == 2
+    check(linear_swiglu, (Xs, Ws, W3s), small,
+          torch_ref=lambda x, w, w3: torch.nn.functional.silu(x @ w.T) * (x @ w3.T), tol=TOL[torch.float16])

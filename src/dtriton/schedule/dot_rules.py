@@ -12,7 +12,7 @@ from .draft import Draft, next_pow2, programs, split_for
 from .knobs import TENSOR_CORE_FP32
 from .schedule import StageSchedule
 
-__all__ = ["contraction_tiles", "gemm_then_columns", "gemm_then_gemm", "gemm_then_rows", "rows_between_gemms"]
+__all__ = ["contraction_tiles", "gemm_then_columns", "gemm_then_gemm", "gemm_then_rows", "gemms_apart", "rows_between_gemms"]
 
 
 def contraction_tiles(d: Draft) -> None:
@@ -556,14 +556,17 @@ def _wide_kernels(d: Draft, second: str) -> bool:
         return False
     if not _persistent_allowed(d) or d.user.num_stages is not None:
         return False
+    # two first GEMMs sharing a kernel (SwiGLU's X @ W.T and X @ W3.T: the same stage schedule) go apart, each a
+    # wide GEMM of its own, the later one combining the earlier's buffer in its epilogue (see gemms_apart)
+    pair = len(firsts) == 2 and d.stages[firsts[0]] == d.stages[firsts[1]]
     for c in firsts:
         ss, (m, n, r) = d.stages[c], d.cons[c]
-        shared = sum(d.stages[o] == ss for o in firsts) > 1
         grid = tuple(ss.grid or ())
-        inner = _wide_axis(d, c, m, n, r, grid, dict(ss.tile), alone=not shared) if len(grid) == 2 else None
-        if inner is not None:
+        inner = _wide_axis(d, c, m, n, r, grid, dict(ss.tile), alone=True) if len(grid) == 2 else None
+        if inner is not None and (pair or not any(d.stages[o] == ss for o in firsts if o != c)):
+            # (the later of a pair reads the earlier's buffer tile in its epilogue, through pointers: 3 stages)
             d.stages[c] = ss.replace(tile={**dict(ss.tile), inner: d.cap(inner, 256)}, persistent=1,
-                                     num_stages=_wide_stages(d, c))
+                                     num_stages=3 if pair and c == firsts[1] else _wide_stages(d, c))
     m2, n2, r2 = d.cons[second]
     inner = _wide_axis(d, second, m2, n2, r2, tuple(d.grid or ()), alone=True)
     if inner is None:
@@ -579,6 +582,34 @@ def _wide_kernels(d: Draft, second: str) -> bool:
             # per row, first GEMMs sharing a kernel their grid)
             d.stages[o] = d.stages[o].replace(persistent=0)
     return True
+
+
+def gemms_apart(d: Draft) -> None:
+    """Two GEMMs over the same axes combined element-wise in the main kernel (SwiGLU, ``silu(X @ W.T) *
+    (X @ W3.T)``): the first materialised in a wide persistent kernel of its own (its element-wise part moves
+    into its buffer), the second a wide persistent GEMM whose epilogue reads that buffer's tile (through
+    pointers, 3 stages, as a residual). Without it one kernel kept two 128 x 128 accumulators (two 128 x 256
+    ones spill): H200, s7 call 1, swiglu 471.4 us (461.1 persistent) against torch.compile's 385.7 (s6), while
+    one wide persistent GEMM runs at 182 us at 4096^3 and one reading a residual tile at 191.1. Applies on the
+    GPU to 16-bit calls whose schedule sets no layout and leaves ``persistent`` open, one output over the two
+    GEMMs' free axes and no other reduction, where each GEMM alone would be wide (:func:`_wide_axis`)."""
+    if not d.gpu or not d.half or d.layout_given or len(d.alg.outputs) != 1 or not _persistent_allowed(d):
+        return
+    stages = reduction_stages(d.alg)
+    if len(stages) != 2 or any(s.name not in d.cons or s.name in d.stages for s in stages):
+        return
+    (a, (m, n, r)), (b, abc) = [(s.name, d.cons[s.name]) for s in stages]
+    if set(abc) != {m, n, r} or abc[2] != r or set(d.alg.outputs[0].layout) != {m, n}:
+        return
+    grid = tuple(d.grid or ())
+    inner = _wide_axis(d, a, m, n, r, grid, alone=True)
+    if inner is None or _wide_axis(d, b, *abc, grid, alone=True) != inner:
+        return
+    d.tile[inner] = d.cap(inner, 256)
+    d.stages[a] = StageSchedule(place="materialize", grid=grid, group=dict(d.group) or {grid[0]: 8},
+                                tile={x: d.tile[x] for x in (m, n, r)}, num_warps=d.num_warps,
+                                num_stages=_wide_stages(d, a), persistent=1)
+    d.persistent, d.num_stages = 1, 3
 
 
 def rows_between_gemms(d: Draft) -> None:
