@@ -291,6 +291,12 @@ def test_grouped_gemm_stage_is_persistent():
     _, big = make_inputs(chain, *shape_of(chain, None), torch.float16, "cpu", empty=True)
     sched = gpu_schedule(chain.alg, big)
     assert sched.stages["sum0"].persistent == 1 and not sched.persistent, sched
+    assert sched.stages["sum0"].tile["c"] == 128, sched   # C = 128
+    # groups of 256 columns (group_norm_hardtanh, C = 256, 8192 rows): the wide GEMM's 256 columns, 4 stages
+    wide = next(c for c in CHAINS if c.name == "group_norm_hardtanh")
+    _, bigw = make_inputs(wide, *shape_of(wide, None), torch.float16, "cpu", empty=True)
+    sw = gpu_schedule(wide.alg, bigw).stages["sum0"]
+    assert (sw.tile["c"], sw.tile["i"], sw.persistent, sw.num_stages) == (256, 128, 1, 4), sw
     _, big32 = make_inputs(chain, *shape_of(chain, None), torch.float32, "cpu", empty=True)
     assert not gpu_schedule(chain.alg, big32).stages["sum0"].persistent
     kw, args = make_inputs(chain, 37, 48, 136, 0, 8, torch.float16, "cpu")

@@ -5,6 +5,8 @@ followed by row reductions over its output). :mod:`.heuristics` applies them in 
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..ir import Axis, Binary, Load, Reduce, contains, mul_factors, reduction_stages, tensor_core_sides, walk
@@ -166,9 +168,14 @@ def _group_rows_whole(d: Draft, name: str, m2: str, n2: str) -> None:
         return
     ss = d.stages[name]
     # 16-bit: the GEMM's kernel persistent, its tile loop flattened with the K loop (sm_90: 117 registers, 135 KB;
-    # H200, s7 call 1: group_norm 220.3 us against 228.6 on the plain grid)
-    d.stages[name] = ss.replace(place="materialize", persistent=1 if d.half and _persistent_allowed(d) else None,
-                                tile={**dict(ss.tile), m2: d.cap(m2, 128), n2: d.cap(n2, 128)})
+    # H200, s7 call 1: group_norm 220.3 us against 228.6 on the plain grid); groups of 256 columns or more in a
+    # GEMM of >= 2^35 multiply-adds take the wide GEMM's 256 columns (group_norm_hardtanh, C = 256: 212
+    # registers, 200,736 B at 4 stages)
+    persistent = d.half and _persistent_allowed(d)
+    wide = persistent and width >= 256 and math.prod(d.sizes[a] for a in gemm.axes + gemm.over) >= 1 << 35
+    d.stages[name] = ss.replace(place="materialize", persistent=1 if persistent else None,
+                                num_stages=_wide_stages(d, name, (m2, n2)) if wide else ss.num_stages,
+                                tile={**dict(ss.tile), m2: d.cap(m2, 128), n2: d.cap(n2, 256 if wide else 128)})
     d.strategy[n2], d.tile[n2] = "whole", width
     d.tile.setdefault(m2, 64 if width > 128 else 128)
 
@@ -254,18 +261,19 @@ def _wide_axis(d: Draft, name: str, m: str, n: str, r: str, grid, tile: dict | N
     return n if list(grid).index(n) > list(grid).index(m) else m
 
 
-def _wide_stages(d: Draft, name: str) -> int:
+def _wide_stages(d: Draft, name: str, pair: tuple[str, str] | None = None) -> int:
     """Pipeline stages of a wide GEMM (:func:`_wide_axis`): 4 with both operands K-major (X @ W.T, the
     nn.Linear layout; H200, 4096^3 with TMA: fp16 211.7 us against 221.6 with 3, bf16 208.4 against 222.3;
     bench/results/issue14/probe_nt_call2.json); other layouts keep 3. A side computed from a materialised
     contraction (an MLP's hidden activations, stored over (rows, reduced axis): the reduced axis last) counts
-    as K-major."""
+    as K-major. ``pair``: the dot's two free axes, where the contraction has more (a weight viewed as groups)."""
     node = d.alg.stages[name].node
     firsts = [d.alg.stages[c].node for c in d.cons if c != name and d.stages.get(c) is not None
               and d.stages[c].place == "materialize"]
     buffered = {a for f in mul_factors(node.x) if any(contains(f, x) for x in firsts)
                 for a in f.axes if a not in node.over}
-    return 4 if len(set(tensor_core_sides(node, d.b.unit_dims)) | buffered) == 2 else 3
+    sides = set(tensor_core_sides(node, d.b.unit_dims)) | buffered
+    return 4 if (set(pair) <= sides if pair else len(sides) == 2) else 3
 
 
 def _persistent_wide(d: Draft, name: str) -> bool:
