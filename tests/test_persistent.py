@@ -317,7 +317,7 @@ def linear_swiglu(X: Tensor["M", "K"], W: Tensor["N", "K"], W3: Tensor["N", "K"]
 
 
 def test_two_gemms_combined_go_apart():
-    """SwiGLU's two GEMMs (schedule.dot_rules.gemms_apart): the first a wide persistent kernel of its own, the
+    """SwiGLU's two GEMMs (schedule.chain_rules.gemms_apart): the first a wide persistent kernel of its own, the
     second wide and persistent at 3 stages reading the first's buffer in its epilogue; small or fp32 calls keep
     one kernel. On the interpreter the H200 plan equals float64 (NaN-poisoned out=, prime sizes)."""
     X, W = meta(4096, 4096), meta(4096, 4096)
