@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from ..ir import Axis, Binary, Load, Reduce, contains, mul_factors, reduction_stages, tensor_core_sides, walk
+from ..ir import Axis, Binary, Load, Reduce, Unary, contains, mul_factors, reduction_stages, tensor_core_sides, walk
 from .draft import Draft, next_pow2, programs, split_for
 from .knobs import TENSOR_CORE_FP32
 from .schedule import StageSchedule
@@ -64,9 +64,13 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
     # against 116.2-118.7 at 128x256x128 with 3 stages and 8 warps; int8 -> int32 137.4 against 161.4 with
     # 8 warps; sm_90 compile, bench/narrow_sm90.py: 131 KB of shared memory for fp8, 192 KB for int8)
     inner = wide_axis(d, name, m, n, r, grid)
-    wide = inner is not None
+    # a heavy epilogue: 128 x 128 tiles, two programs an SM (see _heavy_epilogue)
+    heavy = inner is not None and _persistent_wide(d, name) and not epilogue_tiles(d, m, n) and _heavy_epilogue(d)
+    wide = inner is not None and not heavy
     if wide:
         tile[inner] = d.cap(inner, 256)
+    if heavy:
+        d.persistent, d.num_stages = 2, d.num_stages or 3
     if r not in tile:
         # 8-bit operands: 128 along the reduction (the bytes of a 16-bit tile of 64; Triton needs >= 32)
         tile[r] = max(16, d.cap(r, 128 if d.eight_bit and d.gpu else 64 if d.half or not d.gpu else 32))
@@ -295,6 +299,34 @@ def persistent_allowed(d: Draft) -> bool:
     open or "tma", no warp specialisation."""
     u = d.user
     return u.persistent == 0 and u.access in (None, "tma") and not u.warp_specialize
+
+
+#: epilogue weight (:func:`_heavy_epilogue`) from which a wide GEMM runs as 128 x 128 tiles, two programs an SM
+HEAVY_EPILOGUE = 4
+
+#: weight of an element-wise function in an epilogue: tanh and sigmoid are an exponential and a division
+_FUNCTION_WEIGHT = {"exp": 1, "exp2": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "tanh": 2, "sigmoid": 2}
+
+
+def _heavy_epilogue(d: Draft) -> bool:
+    """Whether the element-wise epilogue after the GEMM (the outputs outside their reductions) weighs
+    :data:`HEAVY_EPILOGUE` or more: each transcendental function its :data:`_FUNCTION_WEIGHT`, each division by a
+    value that is not a literal 1. Such an epilogue is instruction-bound (sm_90 SASS of mish, exp + log + tanh,
+    at 128x256: about 80 instructions an element, 255 registers and 88 bytes of stack), and in a flattened
+    kernel of one program an SM nothing else runs meanwhile (H200, s7 call 1: mish 275.3 us at 128x256, 266.8 at
+    128x128, against 182 for a bias epilogue). With 128 x 128 tiles at 3 stages two programs fit an SM (mish:
+    128 registers, 114,712 B of shared memory), so one's epilogue overlaps the other's main loop: H200, s7
+    call 2, mish 226.6 us (274.3 as before; plain 128x128 grid 234.3), swish_div_clamp_tanh 214.3 (232.3). Not
+    for lighter epilogues: bias 195.2 (182 at 128x256), gelu, one tanh (weight 2), 573.1 (419). An epilogue
+    reading a tile (a residual) keeps 128x256: its layout conversion's buffer leaves no room for two programs."""
+    roots = [o.expr for o in d.alg.outputs]
+    weight = 0
+    for x in walk(roots, stop=lambda x: isinstance(x, Reduce)):
+        if isinstance(x, Unary):
+            weight += _FUNCTION_WEIGHT.get(x.op, 0)
+        elif isinstance(x, Binary) and x.op == "div" and any(isinstance(e, (Load, Reduce, Axis)) for e in walk([x.b])):
+            weight += 1
+    return weight >= HEAVY_EPILOGUE
 
 
 def epilogue_tiles(d: Draft, m: str, n: str) -> bool:
