@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..ir import Load, Reduce, walk
+from .access import tile_key
 from .kernel import KernelPlan, TileAccess
 
 __all__ = ["plan_epilogue_reads", "plan_flatten", "plan_store_pieces"]
@@ -76,14 +78,17 @@ def plan_store_pieces(k: KernelPlan, pieces: int) -> dict[tuple, TileAccess]:
 
 def plan_epilogue_reads(k: KernelPlan) -> dict[tuple, TileAccess]:
     """Kernel ``k``'s accesses with the TMA loads of its epilogue moved to plain pointers when its tile
-    loop is flattened (call after :func:`plan_flatten`): a tile read once per output tile, not in the
-    contraction loop (its axes do not include the loop's axis), such as a residual ``R[i, j]``. Through
+    loop is flattened (call after :func:`plan_flatten`): a tile read once per output tile, outside the
+    contractions of the loop, such as a residual ``R[i, j]``. Through
     TMA it needs a shared-memory buffer beside the pipeline's and the store's (see the module
     docstring); a pointer load fills registers directly, and its latency overlaps the next tile's
     operand loads, already in flight. Other kernels keep their accesses."""
     if not k.flatten:
         return k.access
-    loop = set(k.passes[0].loop_axes)
+    looped = set(k.passes[0].reductions)
+    stop = lambda x: x.uid in k.materialized   # noqa: E731 - (buffers are read, not walked into)
+    reds = [x for x in walk([st.expr for st in k.stores], stop=stop) if isinstance(x, Reduce) and x.uid in looped]
+    # the tiles the contraction loop reads (a convolution's boxes too, whose keys name no loop axis)
+    inside = {(n.tensor.name, tile_key(k, n)) for r in reds for n in walk([r.x], stop=stop) if isinstance(n, Load)}
     stores = {(st.target, tuple(st.layout)) for st in k.stores}
-    return {key: acc for key, acc in k.access.items()
-            if key in stores or acc.kind != "tma" or loop & set(key[1])}
+    return {key: acc for key, acc in k.access.items() if key in stores or key in inside or acc.kind != "tma"}
