@@ -176,7 +176,7 @@ def _group_rows_whole(d: Draft, name: str, m2: str, n2: str) -> None:
     # H200, s7 call 1: group_norm 220.3 us against 228.6 on the plain grid); groups of 256 columns or more in a
     # GEMM of >= 2^35 multiply-adds take the wide GEMM's 256 columns (group_norm_hardtanh, C = 256: 212
     # registers, 200,736 B at 4 stages)
-    persistent = d.half and persistent_allowed(d)
+    persistent = d.half and not d.eight_bit and persistent_allowed(d)
     wide = persistent and width >= 256 and math.prod(d.sizes[a] for a in gemm.axes + gemm.over) >= 1 << 35
     d.stages[name] = ss.replace(place="materialize", persistent=1 if persistent else None,
                                 num_stages=wide_stages(d, name, (m2, n2)) if wide else ss.num_stages,
