@@ -135,7 +135,15 @@ def dtriton_kernel(chain: Chain, args, budget: float, variant: str, precision: s
     the fp32 dot precision replacing the schedule's, every other knob as the variant chose it; ``fields``:
     schedule fields (JSON names) put into the heuristic's schedule of the call (``--schedule``)."""
     if fields:
-        base = dt.compile(chain.alg).schedule_for(*args).to_dict()
+        if timing.DRY:
+            # a dry run checks the schedule the GPU would run: the fields put into the H200 heuristic's schedule of
+            # the benchmark shape (a CUDA binding of empty tensors), run here at the dry run's small shapes
+            _, big = make_inputs(chain, *shape_of(chain, None), args[0].dtype, "cpu", empty=True)
+            b = chain.alg.bind(big)
+            b.device = torch.device("cuda")
+            base = dt.compile(chain.alg).complete(b).to_dict()
+        else:
+            base = dt.compile(chain.alg).schedule_for(*args).to_dict()
         # a stage's fields merge into that stage's overrides ({"stages": {"sum0": {"persistent": 0}}})
         stages = {n: {**base.get("stages", {}).get(n, {}), **ss} for n, ss in fields.get("stages", {}).items()}
         sched = dt.Schedule.from_dict({**base, **fields, "stages": {**base.get("stages", {}), **stages}})
@@ -394,6 +402,9 @@ def main(argv=None) -> None:
                     help="fp32 dot precision replacing the schedule's (variant 'heuristic P' / 'hand P')")
     ap.add_argument("--schedule", default="", help='JSON schedule fields put into the heuristic schedule of each '
                     'chain (variant \'heuristic {...}\'), e.g. \'{"persistent": 1}\'')
+    ap.add_argument("--ab", default="", help='A/B rows in one process: a JSON list of [chain, fields] pairs (or a '
+                    'file holding one), each chain run with those --schedule fields ({} or null: its default), in '
+                    'that order, e.g. \'[["row_mean", {}], ["row_mean", {"persistent": 1}]]\'')
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     ap.add_argument("--deadline", type=float, default=None,
                     help="seconds after which no new chain starts (default 540 on the GPU, none in a dry run)")
@@ -450,29 +461,40 @@ def main(argv=None) -> None:
     if fields and (a.budget > 0 or a.variant == "hand" or a.precision):
         raise SystemExit("--schedule puts fields into the heuristic's schedule; it does not combine with --budget, "
                          "--variant hand or --precision")
-    variant = variant_name(a.variant, a.budget, a.precision, fields)
-    todo = [(c, d) for d in dtypes for c in chains]
+    todo = [(c, d, fields) for d in dtypes for c in chains]
+    if a.ab:
+        if fields or a.budget > 0 or a.variant == "hand" or a.precision:
+            raise SystemExit("--ab gives each row its schedule fields; it does not combine with --schedule, --budget, "
+                             "--variant hand or --precision")
+        pairs = json.load(open(a.ab)) if os.path.exists(a.ab) else json.loads(a.ab)
+        by_name = {c.name: c for c in CHAINS}
+        unknown = [p[0] for p in pairs if p[0] not in by_name]
+        if unknown:
+            raise SystemExit(f"--ab: unknown chain(s) {', '.join(unknown)}; see --list")
+        todo = [(by_name[n], d, f or None) for d in dtypes for n, f in pairs]
+    name = {id(f): variant_name(a.variant, a.budget, a.precision, f) for _, _, f in todo}
     if a.resume:   # rows measured (or failed) by an earlier call stay; skipped and missing ones run
         done = {(r["chain"], r["dtype"], r.get("variant", "heuristic")) for r in old if not r["note"].startswith("skipped")}
-        todo = [(c, d) for c, d in todo if (c.name, d, variant) not in done]
+        todo = [(c, d, f) for c, d, f in todo if (c.name, d, name[id(f)]) not in done]
         print(f"# --resume: {len(todo)} rows left to run", flush=True)
-    keys = {(c.name, d, variant) for c, d in todo}
+    keys = {(c.name, d, name[id(f)]) for c, d, f in todo}
     rows = [r for r in old if (r["chain"], r["dtype"], r.get("variant", "heuristic")) not in keys]
     t0 = time.time()
-    for c, d in todo:
+    for c, d, f in todo:
+        variant = name[id(f)]
         if time.time() - t0 > a.deadline:
             rows.append(empty_row(c, d, variant, f"skipped: --deadline {a.deadline:.0f}s"))
             continue
         # a CUDA fault ends the process: the row says so, and --resume goes on after it
         write_results(a.out, meta, rows + [empty_row(c, d, variant, "died: the process ended during this row")])
         try:
-            r = run_chain(c, d, a.budget, not a.no_compile, a.variant, a.precision, fields)
+            r = run_chain(c, d, a.budget, not a.no_compile, a.variant, a.precision, f)
         except Exception as e:  # noqa: BLE001 - the torch side failed: keep going
             traceback.print_exc()
             rows.append(empty_row(c, d, variant, f"torch failed: {type(e).__name__}: {str(e)[:200]}"))
             continue
         rows.append(r)
-        print(f"  {c.name:24s} {d:8s} {variant[:16]:16s} dtriton {r['dtriton_us'] or float('nan'):9.1f} us  eager "
+        print(f"  {c.name:24s} {d:8s} {variant[:70]:16s} dtriton {r['dtriton_us'] or float('nan'):9.1f} us  eager "
               f"{r['eager_us'] or float('nan'):9.1f}  compile {r['compile_us'] or float('nan'):9.1f}  err {r['err']}  "
               f"kernels {len(r['kernels'])}  ({time.time() - t0:.0f}s) {r['note']}", flush=True)
         write_results(a.out, meta, rows)

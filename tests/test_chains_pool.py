@@ -143,8 +143,10 @@ def test_group_norm_statistics_read_each_group_once(C, rows):
            torch.empty(N // C, C, dtype=torch.float16))
     s = _gpu_complete(linear_group_norm, None, big)
     g = s.stage("sum0")
-    # the GEMM apart at 128 x 128 (fused, its epilogue was slower on the H200: 302.6 us against 260.9)
-    assert g.place == "materialize" and g.tile["i"] == g.tile["c"] == 128 and g.grid == ("c", "i", "g")
+    # the GEMM apart at 128 x 128 (fused, its epilogue was slower on the H200: 302.6 us against 260.9), persistent;
+    # groups of 256 columns in a GEMM of 2^37 multiply-adds: 128 x 256 (the wide GEMM's tiles)
+    assert g.place == "materialize" and g.tile["i"] == 128 and g.tile["c"] == min(C, 256) and g.grid == ("c", "i", "g")
+    assert g.persistent == 1
     assert s.strategy["c"] == "whole" and s.tile["c"] == C and s.tile["i"] == rows
     wide = (big[0], torch.empty(8, 512, 4096, dtype=torch.float16), torch.empty(8, 512, dtype=torch.float16))
     assert _gpu_complete(linear_group_norm, None, wide).strategy.get("c") != "whole"

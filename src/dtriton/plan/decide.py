@@ -33,7 +33,7 @@ from .lower import lower
 from .loop_stores import loop_store_bounds, plan_loop_stores
 from .online_split import plan_row_vectors
 from .passes import fp8_dots, plan_exact_counts, plan_passes, register_cap
-from .persistent import plan_flatten, plan_store_pieces
+from .persistent import plan_epilogue_reads, plan_flatten, plan_store_pieces
 from .taps import plan_rolling, plan_static_loops, plan_tap_shifts, plan_tile_stages
 
 __all__ = ["decide", "one_pass_statistics", "plan_program", "sixteen_bit_terms", "unused_knobs"]
@@ -96,6 +96,7 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.access = plan_ws_stores(k)
     k.flatten = plan_flatten(k)
     k.access = plan_store_pieces(k, sched.store_pieces)
+    k.access = plan_epilogue_reads(k)
     k.device_descs = plan_descriptor_site(k, sched.descriptors)
     k.row_vectors = plan_row_vectors(k)
     k.read_masks, k.floor_ops = plan_read_masks(k, masked_reads), plan_floor_ops(k)

@@ -12,16 +12,21 @@ loop before pipelining, so the next tile's first loads are in flight while a til
 In a flattened loop the epilogue's shared-memory store buffer lives beside the pipeline's
 buffers (a plain kernel reuses the pipeline's for it): a 128x256 fp16 tile is 64 KiB, as much as
 1.3 stages of 128x256x64 operand tiles. :func:`plan_store_pieces` stores such a tile in two
-halves of its last dim (epilogue subtiling), each through a descriptor of half the box.
+halves of its last dim (epilogue subtiling), each through a descriptor of half the box. A tile the
+epilogue reads (a residual ``R[i, j]`` added after the GEMM) would take a TMA buffer of its own there
+too (64 KiB more at 128x256 fp16: 294,952 B with 4 stages, beyond an H200 block's 232,448):
+:func:`plan_epilogue_reads` reads it through pointers, straight into registers.
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from ..ir import Load, Reduce, walk
+from .access import tile_key
 from .kernel import KernelPlan, TileAccess
 
-__all__ = ["plan_flatten", "plan_store_pieces"]
+__all__ = ["plan_epilogue_reads", "plan_flatten", "plan_store_pieces"]
 
 
 def plan_flatten(k: KernelPlan) -> bool:
@@ -69,3 +74,21 @@ def plan_store_pieces(k: KernelPlan, pieces: int) -> dict[tuple, TileAccess]:
             continue
         out[key] = dataclasses.replace(acc, box=acc.box[:-1] + (last // want,), pieces=want)
     return out
+
+
+def plan_epilogue_reads(k: KernelPlan) -> dict[tuple, TileAccess]:
+    """Kernel ``k``'s accesses with the TMA loads of its epilogue moved to plain pointers when its tile
+    loop is flattened (call after :func:`plan_flatten`): a tile read once per output tile, outside the
+    contractions of the loop, such as a residual ``R[i, j]``. Through
+    TMA it needs a shared-memory buffer beside the pipeline's and the store's (see the module
+    docstring); a pointer load fills registers directly, and its latency overlaps the next tile's
+    operand loads, already in flight. Other kernels keep their accesses."""
+    if not k.flatten:
+        return k.access
+    looped = set(k.passes[0].reductions)
+    stop = lambda x: x.uid in k.materialized   # noqa: E731 - (buffers are read, not walked into)
+    reds = [x for x in walk([st.expr for st in k.stores], stop=stop) if isinstance(x, Reduce) and x.uid in looped]
+    # the tiles the contraction loop reads (a convolution's boxes too, whose keys name no loop axis)
+    inside = {(n.tensor.name, tile_key(k, n)) for r in reds for n in walk([r.x], stop=stop) if isinstance(n, Load)}
+    stores = {(st.target, tuple(st.layout)) for st in k.stores}
+    return {key: acc for key, acc in k.access.items() if key in stores or key in inside or acc.kind != "tma"}

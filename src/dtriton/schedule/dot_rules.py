@@ -1,18 +1,21 @@
 """The heuristic's rules for contractions (``tl.dot``): tiles, split-K, grouped order and launch
 options per contraction (:func:`contraction_tiles`, with the tensor-core fp32 tiles, the wide
-16-bit tiles, matrix-vector streaming and grouped weights), and :func:`gemm_then_rows` (a GEMM
-followed by row reductions over its output). :mod:`.heuristics` applies them in its rule order."""
+16-bit tiles, matrix-vector streaming and grouped weights), and the facts the GEMM-chain rules of
+:mod:`.chain_rules` ask (:func:`wide_axis`, :func:`wide_stages`, :func:`persistent_allowed`,
+:func:`epilogue_tiles`, :func:`second_gemm`). :mod:`.heuristics` applies them in its rule order."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from ..ir import Axis, Binary, Load, Reduce, contains, mul_factors, reduction_stages, tensor_core_sides, walk
+from ..ir import Axis, Binary, Load, Reduce, Unary, contains, mul_factors, reduction_stages, tensor_core_sides, walk
 from .draft import Draft, next_pow2, programs, split_for
 from .knobs import TENSOR_CORE_FP32
 from .schedule import StageSchedule
 
-__all__ = ["contraction_tiles", "gemm_then_columns", "gemm_then_gemm", "gemm_then_rows", "rows_between_gemms"]
+__all__ = ["contraction_tiles", "epilogue_tiles", "persistent_allowed", "second_gemm", "wide_axis", "wide_stages"]
 
 
 def contraction_tiles(d: Draft) -> None:
@@ -60,9 +63,15 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
     # bench/narrow.py --variants at 4096^3: fp8 e4m3 with per-row scales 112.96 us = 0.944x torch._scaled_mm,
     # against 116.2-118.7 at 128x256x128 with 3 stages and 8 warps; int8 -> int32 137.4 against 161.4 with
     # 8 warps; sm_90 compile, bench/narrow_sm90.py: 131 KB of shared memory for fp8, 192 KB for int8)
-    wide = (not d.eight_bit and not _block_scaled(d, name, r) and not _byte_operands(d, name)
-            and _wide_tile(d, m, n, r))
-    wide_tf32 = not wide and _wide_tf32(d, name, m, n, r)
+    inner = wide_axis(d, name, m, n, r, grid)
+    # a heavy epilogue: 128 x 128 tiles, two programs an SM (see _heavy_epilogue)
+    heavy = inner is not None and _persistent_wide(d, name) and not epilogue_tiles(d, m, n) and _heavy_epilogue(d)
+    wide = inner is not None and not heavy
+    if wide:
+        tile[inner] = d.cap(inner, 256)
+    if heavy:
+        d.persistent, d.num_stages = 2, d.num_stages or 3
+    wide_tf32 = inner is None and _wide_tf32(d, name, m, n, r)
     if r not in tile:
         # 8-bit operands: 128 along the reduction (the bytes of a 16-bit tile of 64; Triton needs >= 32)
         tile[r] = max(16, d.cap(r, 128 if d.eight_bit and d.gpu else 64 if d.half or not d.gpu else 32))
@@ -86,20 +95,16 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
         # (8-bit dots: 4, but block-scaled ones keep 8: their second accumulator spills 632 bytes at 4, sm_90)
         few = (d.user.precision == "tf32" and not wide_tf32) or (d.eight_bit and not _block_scaled(d, name, r))
         d.num_warps = 8 if tile[m] * tile[n] >= 128 * 128 and not few else 4
-    if (wide or wide_tf32) and _persistent_wide(d, name) and not _epilogue_tiles(d, m, n):
-        # (an epilogue reading another tile, a residual: its TMA box beside the pipeline's buffers and the store's
-        # asked 245,800 B of shared memory at 3 stages on the H200, s6 call 3, and 2 stages ran 284.5 us against
-        # 236.7 on the plain grid: the plain grid keeps it)
+    if (wide or wide_tf32) and _persistent_wide(d, name):
         d.persistent = 1
     if d.num_stages is None and wide_tf32:
         # 128x256x32 fp32 tiles: 48 KB a stage; 4 stages and the output's store buffer need 262 KB (sm_90)
         d.num_stages = 3
     if d.num_stages is None and wide:
-        # both operands K-major (X @ W.T, the nn.Linear layout): 4 stages (H200, 4096^3 with TMA:
-        # fp16 211.7 us against 221.6 with 3, bf16 208.4 against 222.3; bench/results/issue14/
-        # probe_nt_call2.json); other layouts keep 3
-        both = len(tensor_core_sides(d.alg.stages[name].node, d.b.unit_dims)) == 2
-        d.num_stages = 4 if both else 3
+        # an epilogue reading another tile (a residual R[i, j]): the flattened kernel reads it through pointers
+        # (plan.persistent.plan_epilogue_reads), whose conversion to the accumulator's layout takes a buffer
+        # beside the pipeline's: 3 stages (sm_90: 213,016 B; 262,176 at 4, beyond an H200 block)
+        d.num_stages = 3 if d.persistent and epilogue_tiles(d, m, n) else wide_stages(d, name)
     if d.num_stages is None and d.gpu and d.eight_bit and not _byte_operands(d, name):
         # fp8 dots: 3 stages (H200, s5 call 3, fp8 e4m3 4096^3 with per-row scales at 128x128x128, 4 warps:
         # 104.5 us = 1.017x torch._scaled_mm against 117.3 with 4 stages); int8 keeps 4 (150.7 against 157.0)
@@ -171,8 +176,15 @@ def _group_rows_whole(d: Draft, name: str, m2: str, n2: str) -> None:
     if not stats or width > 256 or any(tuple(r.over) != (n2,) or m2 not in r.axes for r in stats):
         return
     ss = d.stages[name]
-    d.stages[name] = ss.replace(place="materialize",
-                                tile={**dict(ss.tile), m2: d.cap(m2, 128), n2: d.cap(n2, 128)})
+    # 16-bit: the GEMM's kernel persistent, its tile loop flattened with the K loop (sm_90: 117 registers, 135 KB;
+    # H200, s7 call 1: group_norm 220.3 us against 228.6 on the plain grid); groups of 256 columns or more in a
+    # GEMM of >= 2^35 multiply-adds take the wide GEMM's 256 columns (group_norm_hardtanh, C = 256: 212
+    # registers, 200,736 B at 4 stages)
+    persistent = d.half and not d.eight_bit and persistent_allowed(d)
+    wide = persistent and width >= 256 and math.prod(d.sizes[a] for a in gemm.axes + gemm.over) >= 1 << 35
+    d.stages[name] = ss.replace(place="materialize", persistent=1 if persistent else None,
+                                num_stages=wide_stages(d, name, (m2, n2)) if wide else ss.num_stages,
+                                tile={**dict(ss.tile), m2: d.cap(m2, 128), n2: d.cap(n2, 256 if wide else 128)})
     d.strategy[n2], d.tile[n2] = "whole", width
     d.tile.setdefault(m2, 64 if width > 128 else 128)
 
@@ -233,26 +245,50 @@ def _byte_operands(d: Draft, name: str) -> bool:
                                   for e in walk([st.node.x]))
 
 
-def _wide_tile(d: Draft, m: str, n: str, r: str) -> bool:
-    """Large 16-bit GEMMs (both output axes >= 2048, >= 2^35 multiply-adds: the TMA range) take
-    128x256 output tiles, 256 along the inner grid axis, with 3 stages (H200 probe at 4096^3,
-    bench/results/probe_fp32.json: fp16 NN 188 us, TN 188, bf16 NN 179, TN 179 with TMA, against
-    205-225 us with 128x128x64 and 4 stages). Returns whether it applied."""
-    grid, sizes = d.grid, d.sizes
-    # one contraction only: two 128x256 accumulators (SwiGLU's two GEMMs sharing X) spilled, 0.15x
+def wide_axis(d: Draft, name: str, m: str, n: str, r: str, grid, tile: dict | None = None,
+               alone: bool | None = None) -> str | None:
+    """Large 16-bit GEMMs (both output axes >= 1024, >= 2^35 multiply-adds: the TMA range) take
+    128x256 output tiles, 256 along the inner axis of ``grid`` (the grid of the GEMM's kernel), with 3
+    stages (H200 probe at 4096^3, bench/results/probe_fp32.json: fp16 NN 188 us, TN 188, bf16 NN 179, TN
+    179 with TMA, against 205-225 us with 128x128x64 and 4 stages; s7 call 1, gelu_mlp_residual at 1024 rows,
+    1024x8192x4096 then 1024x4096x8192: 195.6 us wide and persistent against 225.3 at 128x128, 226.2 at 128x128
+    persistent). Returns that inner axis, or None where
+    the rule does not apply: the contraction's tiles of ``m`` and ``n`` (in ``tile``: its kernel's, by
+    default the draft's) are not the 128 x 128 of the contraction rules, the user set one, the contraction
+    is not ``alone`` in its kernel (by default: the algorithm's only one), or its operands are 8-bit, bytes
+    or block-scaled (see :func:`_block_scaled`, :func:`_byte_operands`). The caller sets the tile."""
+    sizes, tile = d.sizes, d.tile if tile is None else tile
+    # one contraction in the kernel: two 128x256 accumulators (SwiGLU's two GEMMs sharing X) spilled, 0.15x
     # torch.compile on the H200 (bench/results/issue14/chains_fp16_h200.md)
-    if not (d.gpu and d.half and len(d.cons) == 1 and m in grid and n in grid and not (set(d.user.tile) & {m, n})
-            and d.tile.get(m) == 128 and d.tile.get(n) == 128 and min(sizes[m], sizes[n]) >= 2048
+    alone = len(d.cons) == 1 if alone is None else alone
+    if not (d.gpu and d.half and alone and m in grid and n in grid and not (set(d.user.tile) & {m, n})
+            and tile.get(m) == 128 and tile.get(n) == 128 and min(sizes[m], sizes[n]) >= 1024
             and sizes[m] * sizes[n] * sizes[r] >= 1 << 35):
-        return False
-    inner = n if grid.index(n) > grid.index(m) else m
-    d.tile[inner] = d.cap(inner, 256)
-    return True
+        return None
+    if d.eight_bit or _block_scaled(d, name, r) or _byte_operands(d, name):
+        return None
+    return n if list(grid).index(n) > list(grid).index(m) else m
+
+
+def wide_stages(d: Draft, name: str, pair: tuple[str, str] | None = None) -> int:
+    """Pipeline stages of a wide GEMM (:func:`wide_axis`): 4 with both operands K-major (X @ W.T, the
+    nn.Linear layout; H200, 4096^3 with TMA: fp16 211.7 us against 221.6 with 3, bf16 208.4 against 222.3;
+    bench/results/issue14/probe_nt_call2.json); other layouts keep 3. A side computed from a materialised
+    contraction (an MLP's hidden activations, stored over (rows, reduced axis): the reduced axis last) counts
+    as K-major. ``pair``: the dot's two free axes, where the contraction has more (a weight viewed as groups)."""
+    node = d.alg.stages[name].node
+    firsts = [d.alg.stages[c].node for c in d.cons if c != name and d.stages.get(c) is not None
+              and d.stages[c].place == "materialize"]
+    buffered = {a for f in mul_factors(node.x) if any(contains(f, x) for x in firsts)
+                for a in f.axes if a not in node.over}
+    sides = set(tensor_core_sides(node, d.b.unit_dims)) | buffered
+    return 4 if (set(pair) <= sides if pair else len(sides) == 2) else 3
 
 
 def _wide_tf32(d: Draft, name: str, m: str, n: str, r: str) -> bool:
     """A large single-pass TF32 GEMM (the user's ``precision="tf32"``, >= 2^35 multiply-adds, both operands
-    K-major as tf32 wgmma reads them: ``X @ W.T``) takes 128x256x32 tiles, 256 along the inner grid axis, 8 warps
+    K-major as tf32 wgmma reads them: ``X @ W.T``; no epilogue tile such as a residual, whose fp32 tile would
+    not fit beside the pipeline) takes 128x256x32 tiles, 256 along the inner grid axis, 8 warps
     and 3 stages, persistent (:func:`_persistent_wide`) with its fp32 output tile stored in two pieces (the
     plan's ``store_pieces``). H200, session 7 call 2 (bench/probe_fp32.py --only tf32, X @ W.T
     1024x8192x8192): 335.9 us = 1.03x cuBLAS with TF32 allowed (347.6 us), against 399.9 us (0.87x) for the
@@ -262,7 +298,7 @@ def _wide_tf32(d: Draft, name: str, m: str, n: str, r: str) -> bool:
     if not (d.gpu and not d.half and d.user.precision == "tf32" and len(d.cons) == 1 and m in grid and n in grid
             and not (set(d.user.tile) & {m, n, r}) and d.tile.get(m) == 128 and d.tile.get(n) == 128
             and min(sizes[m], sizes[n]) >= 1024 and sizes[m] * sizes[n] * sizes[r] >= 1 << 35
-            and len(tensor_core_sides(d.alg.stages[name].node, d.b.unit_dims)) == 2):
+            and len(tensor_core_sides(d.alg.stages[name].node, d.b.unit_dims)) == 2 and not epilogue_tiles(d, m, n)):
         return False
     inner = n if grid.index(n) > grid.index(m) else m
     d.tile[inner] = d.cap(inner, 256)
@@ -270,7 +306,7 @@ def _wide_tf32(d: Draft, name: str, m: str, n: str, r: str) -> bool:
 
 
 def _persistent_wide(d: Draft, name: str) -> bool:
-    """A wide 16-bit GEMM (:func:`_wide_tile`) runs persistent, one program per SM, when it is the
+    """A wide 16-bit GEMM (:func:`wide_axis`) runs persistent, one program per SM, when it is the
     algorithm's only reduction (its kernel is the GEMM with its element-wise epilogue) and the user's
     schedule leaves ``persistent`` at 0, ``access`` open or "tma" and warp specialisation off: the plan then
     flattens the tile loop with the K loop (:mod:`dtriton.plan.persistent`), so the next tile's loads
@@ -279,17 +315,45 @@ def _persistent_wide(d: Draft, name: str) -> bool:
     stages against 214.8 with the plain grid and cuBLAS NT 180.0; NN 180.4 at 3 stages against 183.7 and
     cuBLAS 178.7; fp16 chains (bench/chains.py --schedule '{"persistent": 1}'): bias 218.8 -> 181.9 us,
     hardswish 218.8 -> 183.9, sigmoid_scale_residual 226.6 -> 187.5, swish_div_clamp_tanh 238.4 -> 229.5."""
-    return _persistent_allowed(d) and [st.name for st in reduction_stages(d.alg)] == [name]
+    return persistent_allowed(d) and [st.name for st in reduction_stages(d.alg)] == [name]
 
 
-def _persistent_allowed(d: Draft) -> bool:
+def persistent_allowed(d: Draft) -> bool:
     """The user's schedule leaves the choice of a persistent kernel open: ``persistent`` 0, ``access``
     open or "tma", no warp specialisation."""
     u = d.user
     return u.persistent == 0 and u.access in (None, "tma") and not u.warp_specialize
 
 
-def _epilogue_tiles(d: Draft, m: str, n: str) -> bool:
+#: epilogue weight (:func:`_heavy_epilogue`) from which a wide GEMM runs as 128 x 128 tiles, two programs an SM
+HEAVY_EPILOGUE = 4
+
+#: weight of an element-wise function in an epilogue: tanh and sigmoid are an exponential and a division
+_FUNCTION_WEIGHT = {"exp": 1, "exp2": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "tanh": 2, "sigmoid": 2}
+
+
+def _heavy_epilogue(d: Draft) -> bool:
+    """Whether the element-wise epilogue after the GEMM (the outputs outside their reductions) weighs
+    :data:`HEAVY_EPILOGUE` or more: each transcendental function its :data:`_FUNCTION_WEIGHT`, each division by a
+    value that is not a literal 1. Such an epilogue is instruction-bound (sm_90 SASS of mish, exp + log + tanh,
+    at 128x256: about 80 instructions an element, 255 registers and 88 bytes of stack), and in a flattened
+    kernel of one program an SM nothing else runs meanwhile (H200, s7 call 1: mish 275.3 us at 128x256, 266.8 at
+    128x128, against 182 for a bias epilogue). With 128 x 128 tiles at 3 stages two programs fit an SM (mish:
+    128 registers, 114,712 B of shared memory), so one's epilogue overlaps the other's main loop: H200, s7
+    call 2, mish 226.6 us (274.3 as before; plain 128x128 grid 234.3), swish_div_clamp_tanh 214.3 (232.3). Not
+    for lighter epilogues: bias 195.2 (182 at 128x256), gelu, one tanh (weight 2), 573.1 (419). An epilogue
+    reading a tile (a residual) keeps 128x256: its layout conversion's buffer leaves no room for two programs."""
+    roots = [o.expr for o in d.alg.outputs]
+    weight = 0
+    for x in walk(roots, stop=lambda x: isinstance(x, Reduce)):
+        if isinstance(x, Unary):
+            weight += _FUNCTION_WEIGHT.get(x.op, 0)
+        elif isinstance(x, Binary) and x.op == "div" and any(isinstance(e, (Load, Reduce, Axis)) for e in walk([x.b])):
+            weight += 1
+    return weight >= HEAVY_EPILOGUE
+
+
+def epilogue_tiles(d: Draft, m: str, n: str) -> bool:
     """Some output reads a tile of an input over both output axes ``m`` and ``n`` outside its
     reductions (a residual ``R[i, j]`` added after the GEMM)."""
     roots = [o.expr for o in d.alg.outputs]
@@ -400,7 +464,7 @@ def _short_consumer(d: Draft, name: str) -> None:
     of four k-steps. H200, s6 call 2b, tf32x3: V=2000 4.5 us against 5.7, V=6000 7.3 against 7.7;
     at V=20000 (626 programs) 19.9 against 16.2, so only below two waves. Applies where the user set
     no layout and no tile of that axis."""
-    main = _second_gemm(d)
+    main = second_gemm(d)
     if main is None or main == name or d.layout_given or not d.grid:
         return
     first = d.grid[0]
@@ -449,53 +513,7 @@ def _fp32_tensor_cores(d: Draft, name: str) -> bool:
     return d.user.precision == "auto" and bool(tensor_core_sides(d.alg.stages[name].node, d.b.unit_dims))
 
 
-def gemm_then_rows(d: Draft) -> None:
-    """A GEMM followed by row reductions over its output (softmax, layer or RMS norm, logsumexp of
-    a Linear): the GEMM runs as a kernel of its own (its tiles, grouped order and launch options,
-    its output materialised), then one row kernel computes every row statistic and the output
-    with the whole row in one block (1 row per program, 2 up to 4096 columns), as a hand-written
-    PyTorch model runs them. Without it the output kernel takes the GEMM's 128-row tiles and each
-    statistic a kernel of its own over the materialised buffer (bench/results/
-    chains_cpu_findings.md: 4 kernels for softmax, 32 programs each at M=4096). Applies on the
-    GPU to schedules that set no layout (:attr:`Draft.layout_given`; a user's launch options
-    apply to both kernels), one contraction whose output axis
-    ``n`` is the only axis the reductions of its output reduce (other reductions, free of the GEMM,
-    may reduce others over rows ``m``), and rows of at most 32768 elements."""
-    if not d.gpu or d.layout_given or len(d.cons) != 1 or len(d.alg.outputs) != 1:
-        return
-    (name, (m, n, r)), = d.cons.items()
-    others = [s for s in reduction_stages(d.alg) if s.name != name]
-    main = d.alg.outputs[0]
-    gemm = d.alg.stages[name].node
-    # row statistics over n of the GEMM's output; reductions that do not read it (cross entropy's
-    # gathered target logit, a sum over k of X[i, k] * W[labels[i], k]) are per row too when
-    # their free axes are m's only, and are computed in the same row kernel
-    rows = [s for s in others if contains(s.node, gemm)]
-    apart = [s for s in others if not contains(s.node, gemm)]
-    if (not rows or any(tuple(s.node.over) != (n,) for s in rows) or any(set(s.node.axes) - {m} for s in apart)
-            or m not in main.layout
-            or not set(main.layout) <= {m, n}
-            or next_pow2(d.sizes[n]) > 32768 or d.split.get(r, 1) > 1 or tuple(d.grid or ()) != tuple(main.layout)):
-        return
-    # a wide 16-bit GEMM kernel runs persistent (its epilogue stores the buffer; see _persistent_wide), at 3
-    # stages where its epilogue adds another tile (residual_layer_norm: 262 KB of shared memory at 4, sm_90)
-    wide = d.half and d.tile[m] * d.tile[n] >= 128 * 256 and _persistent_allowed(d)
-    stages = 3 if wide and d.num_stages == 4 and d.user.num_stages is None and _epilogue_tiles(d, m, n) else d.num_stages
-    d.stages[name] = StageSchedule(place="materialize", grid=(m, n), group=dict(d.group) or {m: 8},
-                                   tile={a: d.tile[a] for a in (m, n, r)}, num_warps=d.num_warps,
-                                   num_stages=stages, persistent=1 if wide else None)
-    for s in others:
-        d.stages[s.name] = StageSchedule(place="fuse")
-    d.grid, d.group = tuple(a for a in main.layout if a == m), {}
-    d.tile[m] = 2 if d.sizes[n] <= 4096 else 1
-    d.strategy[n] = "whole"
-    d.dot_axes.discard(n)
-    if apart and r not in d.user.tile:
-        d.tile[r] = d.cap(r, 1024)   # the row kernel's own loop over r (a row of X per step, no dot)
-    d.num_warps, d.num_stages = d.user.num_warps or 8, d.user.num_stages or 2
-
-
-def _second_gemm(d: Draft) -> str | None:
+def second_gemm(d: Draft) -> str | None:
     """The contraction the main output is (or applies an epilogue to: the outermost one it contains,
     ``X + gelu(X @ W.T) @ W2.T``'s second), None when there is none."""
     main = d.alg.outputs[0]
@@ -505,104 +523,3 @@ def _second_gemm(d: Draft) -> str | None:
     inside = [c for c in d.cons if contains(main.expr, d.alg.stages[c].node)]
     return max(inside, key=lambda c: sum(contains(d.alg.stages[c].node, d.alg.stages[o].node) for o in inside),
                default=None)
-
-
-def gemm_then_gemm(d: Draft) -> None:
-    """The first GEMMs of an MLP (``act(X @ W.T) @ W2.T``; SwiGLU's two, which share a kernel): each
-    materialised with output tiles of its own, 128 x 128 (64 x 64 on FMA), grouped order. Without
-    it the first GEMM took the second's tiles, whose tile of the shared axis is the second's
-    reduction tile (64): swiglu_mlp's first kernel ran 128 x 64 tiles (0.67x torch.compile on the
-    H200, bench/results/issue14/s3/chains_fp16_h200_rest.md). Applies on the GPU to schedules
-    that set no layout, one output, and first GEMMs over two free axes, one of which the second
-    reduces; a stage another rule set is left alone."""
-    if not d.gpu or d.layout_given or len(d.cons) < 2 or len(d.alg.outputs) != 1:
-        return
-    second = _second_gemm(d)
-    if second is None:
-        return
-    red = d.alg.stages[second].node.over
-    big = 128 if d.half or d.tc_fp32 else 64
-    for name, (m, n, r) in d.cons.items():
-        st = d.alg.stages[name].node
-        if name == second or name in d.stages or len(st.axes) != 2 or not contains(d.alg.stages[second].node, st):
-            continue
-        if n not in red:
-            m, n = n, m
-        if n not in red:
-            continue
-        d.stages[name] = StageSchedule(
-            place="materialize", grid=(m, n), group={m: 8},
-            tile={m: max(16, d.cap(m, big)), n: max(16, d.cap(n, big)), r: d.tile[r]},
-            num_warps=d.user.num_warps or (8 if big == 128 else 4), num_stages=d.user.num_stages or d.num_stages)
-    m2, n2, r2 = d.cons[second]
-    t = {a: d.tile.get(a, 1) for a in (m2, n2, r2)}
-    if (any(n in d.stages for n in d.cons if n != second) and d.half and d.num_stages == 4 and d.user.num_stages is None
-            and 4 * (t[m2] + t[n2]) * t[r2] * 2 > 192 * 1024):
-        # the second GEMM reduces the first's output axis in its tiles of 128: 4 stages of 128x128x128 operand
-        # tiles asked 262,176 B of shared memory (sm_90, bench/gemm_sm90.py --chains mlp_relu; the H200 runtime
-        # then fell back to 3 stages with a warning); 3 stages: 196,632 B
-        d.num_stages = 3
-
-
-def rows_between_gemms(d: Draft) -> None:
-    """Row statistics between two GEMMs (``softmax(X @ W.T + b) @ W2.T``: the second GEMM reduces
-    the first's output axis ``n`` and reads statistics over ``n`` of it): the first GEMM runs as a
-    kernel of its own (128-wide tiles over its output, grouped order), each statistic as a row
-    kernel (the whole row in one block, 1-2 rows per program), and the second GEMM keeps its
-    tiles. Without it the statistics are fused into the second GEMM's kernel, which recomputes
-    them over the whole row in every one of its output tiles (0.39x torch.compile on the H200,
-    bench/results/issue14/chains_fp16_h200.md). Applies on the GPU to schedules that set no layout,
-    one output, two contractions and rows of at most 32768 elements."""
-    if not d.gpu or d.layout_given or len(d.cons) != 2 or len(d.alg.outputs) != 1:
-        return
-    second = _second_gemm(d)
-    if second is None:
-        return
-    first = next(c for c in d.cons if c != second)
-    m, n, r = d.cons[first]
-    gemm = d.alg.stages[first].node
-    if n not in d.alg.stages[second].node.over or not contains(d.alg.stages[second].node, gemm):
-        return
-    rows = [s for s in reduction_stages(d.alg) if s.name not in d.cons]
-    if (not rows or any(tuple(s.node.over) != (n,) or set(s.node.axes) - {m} or not contains(s.node, gemm)
-                        for s in rows) or next_pow2(d.sizes[n]) > 32768 or d.split.get(r, 1) > 1):
-        return
-    big = 128 if d.half or d.tc_fp32 else 64
-    tile = {m: max(16, d.cap(m, big)), n: max(16, d.cap(n, big)), r: d.tile[r]}
-    d.stages[first] = StageSchedule(place="materialize", grid=(m, n), group={m: 8}, tile=tile,
-                                    num_warps=d.user.num_warps or (8 if tile[m] * tile[n] >= 128 * 128 else 4),
-                                    num_stages=d.user.num_stages or (4 if d.half or d.tc_fp32 else 3))
-    for s in rows:
-        d.stages[s.name] = StageSchedule(place="materialize", grid=(m,), tile={m: 2 if d.sizes[n] <= 4096 else 1},
-                                         strategy={n: "whole"}, num_warps=d.user.num_warps or 8,
-                                         num_stages=d.user.num_stages or 2)
-
-
-def gemm_then_columns(d: Draft) -> None:
-    """Column statistics of a GEMM's output (batch norm of a Linear: means over the rows ``m`` per
-    output column ``n``): each statistic's kernel takes 32 columns per program and 64 rows a step
-    (4096 columns: 128 programs), the rows split across programs (per-split partials,
-    deterministic) when the programs are fewer than half a wave (:func:`~.draft.split_for`); the rows
-    are looped explicitly, so a variance becomes one Welford pass beside its mean (one statistics
-    kernel reading the GEMM's output once, :func:`~dtriton.plan.decide.one_pass_statistics`). Without it the statistics kernels take the GEMM's tiles as their own: 16 programs of 256
-    columns, each looping over every row (batch norm at 0.41x torch.compile on the H200,
-    bench/results/issue14/chains_fp16_h200.md). Applies on the GPU to schedules that set no layout,
-    one contraction, one output over (m, n), statistics that reduce m only and keep n only."""
-    if not d.gpu or d.layout_given or len(d.cons) != 1 or len(d.alg.outputs) != 1:
-        return
-    (name, (m, n, r)), = d.cons.items()
-    main = d.alg.outputs[0]
-    gemm = d.alg.stages[name].node
-    cols = [s for s in reduction_stages(d.alg) if s.name != name]
-    if (not cols or set(main.layout) != {m, n} or d.split.get(r, 1) > 1
-            or any(tuple(s.node.over) != (m,) or tuple(s.node.axes) != (n,) or not contains(s.node, gemm)
-                   for s in cols)):
-        return
-    tile = {m: d.cap(m, 64), n: d.cap(n, 32)}
-    if d.split_ok(m):
-        split_for(d.split, m, programs((n,), d.sizes, tile), d.sizes[m], tile[m], d.sms)
-    for s in cols:
-        d.stages[s.name] = StageSchedule(grid=(n,), tile=tile, strategy={m: "loop"}, num_warps=4)
-    if d.half and d.tile.get(m, 1) * d.tile.get(n, 1) >= 128 * 256 and _persistent_allowed(d):
-        # the wide GEMM's own kernel persistent (flattened), not the statistics and output kernels
-        d.stages[name] = d.stages.get(name, StageSchedule()).replace(persistent=1)

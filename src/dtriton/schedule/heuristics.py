@@ -13,12 +13,14 @@ Rules (documented so users can predict them):
   gets 64x64 tiles of its own, split so about two waves of programs run, and an
   "auto" precision becomes "tf32x3" (tensor cores where both operands read the reduced axis as
   rows, which "auto" would run as FMA dots).
-- GEMM chains (:mod:`.dot_rules`, on the GPU, for schedules that set no layout): a GEMM followed by
+- GEMM chains (:mod:`.chain_rules`, on the GPU, for schedules that set no layout): a GEMM followed by
   row statistics of its output runs as the GEMM plus one row kernel (``gemm_then_rows``; per-row
   reductions free of the GEMM, cross entropy's gathered target, join it); row statistics between
   two GEMMs get row kernels of their own (``rows_between_gemms``); column statistics of a GEMM
   get kernels of 32 columns (``gemm_then_columns``); the first GEMMs of an MLP get 128 x 128
-  tiles of their own (``gemm_then_gemm``); a GEMM with a weight viewed as groups (pooling, group
+  tiles of their own (``gemm_then_gemm``), and each kernel holding one large 16-bit GEMM is a wide
+  persistent GEMM; two GEMMs combined element-wise (SwiGLU) run apart, the second reading the first's
+  buffer in its epilogue (``gemms_apart``); a GEMM with a weight viewed as groups (pooling, group
   norm over output columns) runs its own kernel in grouped order, or, under a max pooling over
   the groups' columns, fused into the pooling kernel, one column at a time.
 - Row-wise stages (axes both reduced and kept in the output, as in softmax, layer norm, or batch
@@ -79,7 +81,8 @@ from ..ir import (Algorithm, Axis, Binding, Load, contains, expr_axes, is_sum, n
                   reduces_in, reduction_stages, splittable, topo_order, variance_of)
 from .attention_rules import decode_split
 from .conv_rules import conv_gemm, conv_tiles, depthwise_tiles
-from .dot_rules import contraction_tiles, gemm_then_columns, gemm_then_gemm, gemm_then_rows, rows_between_gemms
+from .chain_rules import gemm_then_columns, gemm_then_gemm, gemm_then_rows, gemms_apart, rows_between_gemms
+from .dot_rules import contraction_tiles
 from .grad_rules import flash_backward
 from .draft import EIGHT_BIT, Draft, next_pow2, programs, sm_count, split_for
 from .schedule import Schedule, StageSchedule
@@ -566,7 +569,7 @@ def access_style(d: Draft) -> None:
 
 #: The rules :func:`complete_schedule` applies, in order.
 RULES = (flash_attention, flash_backward, main_grid, contraction_tiles, conv_tiles, depthwise_tiles, gemm_then_rows, rows_between_gemms,
-         gemm_then_gemm, gemm_then_columns, off_grid_axes, split_rows, grid_tiles,
+         gemm_then_gemm, gemms_apart, gemm_then_columns, off_grid_axes, split_rows, grid_tiles,
          column_splits, within_limits, launch_defaults, output_stages, access_style)
 
 
