@@ -218,6 +218,38 @@ def test_grad_of_prod_matches_torch_with_zeros(zeros):
         torch.testing.assert_close(xk.grad, xt.grad)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_grad_of_prod_at_zeros_infinities_and_nans_is_the_product_of_the_others(dtype):
+    """Found by a fresh user: the gradient of a product at an infinite factor was NaN (``prod / x``
+    is inf / inf there); at a zero beside an infinity, 0 (0 * inf is NaN). Each element's gradient
+    is now the product of the other elements, torch's value on a tensor with a zero (its exclusive
+    prefix and suffix products; without any zero torch divides and gives NaN at inf too). Rows of
+    the small cases and random rows with 0, +-inf and NaN; the backward kernel's output poisoned."""
+    inf, nan = float("inf"), float("nan")
+    cases = [[2.0, inf, 3.0], [2.0, -inf, 3.0], [-inf, -inf, 2.0], [inf, -inf, -0.5], [0.0, inf, 3.0],
+             [0.0, 0.0, inf], [inf, 0.0, 0.0], [2.0, nan, 3.0], [0.0, nan, 3.0], [nan, inf, 2.0],
+             [0.0, 2.0, 3.0], [0.0, 0.0, 3.0], [2.0, 3.0, 4.0], [-0.0, -inf, 5.0]]
+    g = torch.Generator().manual_seed(5)
+    pool = torch.tensor([0.0, inf, -inf, nan, 1.5, -0.75, 2.0, -3.0], dtype=torch.float64)
+    rand = pool[torch.randint(0, len(pool), (9, 3), generator=g)]
+    x = torch.cat([torch.tensor(cases, dtype=torch.float64), rand])
+    x = torch.cat([x, torch.full((x.shape[0], 4), 1.25, dtype=torch.float64)], 1)   # N = 7, padded by 1.25s
+    x = x[:, torch.randperm(7, generator=g)].to(dtype)
+    gy = torch.randn(x.shape[0], generator=g, dtype=torch.float64)
+    xt = x.double().clone().requires_grad_(True)
+    (xt.prod(1) * gy).sum().backward()
+    want = xt.grad
+    ga = dt.grad(row_prod, ["X"])
+    torch.testing.assert_close(ga.reference(x, gy.to(dtype))[0].double(), want, equal_nan=True)
+    bwd = ga["X"]
+    out = torch.full_like(x, -777.0)
+    dt.compile(bwd)(x, gy.to(dtype), out=out)
+    torch.testing.assert_close(out.double(), want, equal_nan=True, rtol=1e-6, atol=0)
+    xk = x.clone().requires_grad_(True)
+    (dt.compile(row_prod)(xk) * gy.to(dtype)).sum().backward()
+    torch.testing.assert_close(xk.grad.double(), want, equal_nan=True, rtol=1e-6, atol=0)
+
+
 def test_grad_of_a_kind_without_a_rule_names_the_stage():
     import dataclasses
 

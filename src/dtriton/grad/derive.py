@@ -276,15 +276,35 @@ class Deriver:
                                  f"(gradient rule {rule!r}) has no known gradient")
 
     def prod_partial(self, n: Reduce) -> Expr:
-        """d prod / d x_k, the product of the other elements, as torch computes it: ``prod / x_k``
-        where the slice has no zero; where it has exactly one, the product of the non-zero elements
-        at that zero and 0 elsewhere; 0 where it has more."""
-        g, zero = self.g, self.g.const(0.0)
-        at_zero = g.cmp("eq", n.x, zero)
-        zeros = g.reduce("sum", g.where(at_zero, g.const(1.0), None), n.over, hint=f"zeros_{n.name}")
-        others = g.reduce("prod", g.where(at_zero, g.const(1.0), n.x), n.over, hint=f"nonzero_{n.name}")
-        lone_zero = g.cmp("and", at_zero, g.cmp("eq", zeros, g.const(1.0)))
-        return g.where(g.cmp("eq", zeros, zero), g.div(n, n.x), g.where(lone_zero, others, None))
+        """d prod / d x_k: the product of the other elements of the slice, exactly (torch's value
+        on a tensor with a zero, where it multiplies exclusive prefix and suffix products).
+
+        A regular element (finite, non-zero) gets ``prod / x_k``: the zeros, infinities and NaNs
+        of the others are in ``prod`` already. A special one (0, +-inf, NaN) gets the product of
+        the regular elements (signed by the other infinities) times what the other specials make
+        of it: 0 for another zero, inf for another infinity (0 * inf: NaN), NaN for another NaN.
+        ``prod / x_k`` alone is NaN at an infinite factor (inf / inf) and 0/0 at a zero; torch's
+        no-zero path divides too, so on a tensor without any zero torch gives NaN at an infinite
+        factor where this gives the product of the others."""
+        g, x = self.g, n.x
+        one, zero, inf = g.const(1.0), g.const(0.0), g.const(math.inf)
+        ax = g.raw_unary("abs", x)
+        is_zero, is_inf, is_nan = g.cmp("eq", x, zero), g.cmp("eq", ax, inf), g.cmp("ne", x, x)
+        regular = g.cmp("and", g.cmp("lt", ax, inf), g.cmp("ne", x, zero))
+        neg = g.cmp("lt", x, zero)
+        sign = g.where(neg, g.const(-1.0), one)      # -1 at a negative special (-inf), else 1
+        signed = g.reduce("prod", g.where(regular, x, sign), n.over, hint=f"regular_{n.name}")
+
+        def others(mark: Expr, what: str) -> Expr:   # are there specials of this kind besides x_k?
+            cnt = g.reduce("sum", g.where(mark, one, None), n.over, hint=f"{what}_{n.name}")
+            return g.cmp("gt", g.sub(cnt, g.where(mark, one, None)), zero)
+
+        o_zero, o_inf, o_nan = others(is_zero, "zeros"), others(is_inf, "infs"), others(is_nan, "nans")
+        # spelled as selections: Graph.mul folds x * where(c, 0, 1) to where(c, 0, x), losing 0 * inf = NaN
+        undefined = g.cmp("or", o_nan, g.cmp("and", o_zero, o_inf))
+        special = g.where(undefined, g.const(math.nan), g.where(o_zero, zero, g.where(o_inf, inf, one)))
+        at_special = g.mul(g.mul(signed, sign), special)
+        return g.where(regular, g.div(n, x), at_special)
 
     def unary_adjoint(self, n: Unary, bar: Expr):
         """The contribution of ``n = op(x)``'s adjoint ``bar`` to ``x``'s (``None``: none)."""
