@@ -398,6 +398,45 @@ def test_computed_index_errors_name_the_stage_and_index():
     torch.testing.assert_close(dt.compile(gather_by_argmax)(s, v), v.gather(1, s.argmax(1, keepdim=True))[:, 0])
 
 
+EMPTY_TORCH = {"sum": lambda x: x.sum(1), "mean": lambda x: x.mean(1), "prod": lambda x: x.prod(1),
+               "max": lambda x: x.amax(1), "min": lambda x: x.amin(1), "argmax": lambda x: x.argmax(1),
+               "argmin": lambda x: x.argmin(1)}
+
+
+@pytest.mark.parametrize("kind", list(EMPTY_TORCH))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int32])
+def test_a_reduction_over_an_empty_axis_is_torchs_value_or_torchs_error(kind, dtype):
+    """Found by a fresh user: a max or min over a size-0 axis gave -inf / +inf where torch raises.
+    Now each kind does what torch does: the sum 0, the product 1, the mean NaN (kernel with a
+    poisoned out= and reference alike); max, min, argmax and argmin raise a ShapeError naming the
+    stage and the axis. Rows of 3 and of 0 (an empty output: still an error, as torch's)."""
+    if kind == "mean" and dtype == torch.int32:
+        pytest.skip("torch.mean refuses integers")
+
+    @dt.algorithm
+    def red(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        return dt.reduce(X[i, j], j, kind)[i]
+
+    for m in (3, 0):
+        x = torch.zeros(m, 0, dtype=dtype)
+        try:
+            want = EMPTY_TORCH[kind](x.double() if dtype.is_floating_point else x)
+        except (RuntimeError, IndexError):
+            for fn in (dt.compile(red), red.reference):
+                with pytest.raises(dt.ShapeError, match=rf"stage '{kind}0' \({kind}\) reduces axis 'j' of size 0.*"
+                                                        r"torch raises too.*at least one element"):
+                    fn(x)
+            continue
+        assert kind in ("sum", "mean", "prod")
+        ref = red.reference(x)
+        out = torch.full_like(ref, -7)
+        got = dt.compile(red)(x, out=out)
+        for r in (ref, got):
+            assert r.shape == (m,) and r.dtype == (torch.int64 if dtype == torch.int32 else dtype)
+            torch.testing.assert_close(r.double(), want.double(), equal_nan=True)
+
+
 @pytest.mark.parametrize("sched", [dict(strategy={"k": "loop"}), dict(tile={"i": 1, "k": 1}),
                                    dict(strategy={"k": "loop"}, tile={"k": 1})], ids=["loop", "tiles1", "loop1"])
 @pytest.mark.parametrize("n", [1, 7])

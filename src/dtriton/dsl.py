@@ -144,24 +144,27 @@ def reduce(x, over, combiner: "str | Combiner", name: str | None = None) -> Expr
 
 def sum(x, over, name: str | None = None) -> Expr:  # noqa: A001 - the DSL's sum
     """Sum of ``x`` over the axes ``over`` (an axis or tuple of axes). A reduction stage; of
-    integers or bools it is int64 (as ``torch.sum``), folded exactly in int64."""
+    integers or bools it is int64 (as ``torch.sum``), folded exactly in int64; 0 over an empty axis."""
     return reduce(x, over, "sum", name)
 
 
 def max(x, over, name: str | None = None) -> Expr:  # noqa: A001
     """Maximum over ``over``; NaN propagates as in ``torch.amax``. A reduction stage, of the
-    operand's dtype (integers exact)."""
+    operand's dtype (integers exact). Over an axis of size 0 a call raises
+    :class:`~dtriton.errors.ShapeError` naming the stage and the axis, as ``torch.amax`` raises."""
     return reduce(x, over, "max", name)
 
 
 def min(x, over, name: str | None = None) -> Expr:  # noqa: A001
     """Minimum over ``over``; NaN propagates as in ``torch.amin``. A reduction stage, of the
-    operand's dtype (integers exact)."""
+    operand's dtype (integers exact). Over an axis of size 0 a call raises
+    :class:`~dtriton.errors.ShapeError`, as ``torch.amin`` raises."""
     return reduce(x, over, "min", name)
 
 
 def mean(x, over, name: str | None = None) -> Expr:
-    """Mean over ``over``: the sum divided by the true extent (padding never counts). Of
+    """Mean over ``over``: the sum divided by the true extent (padding never counts; NaN over an
+    empty axis, as ``torch.mean``). Of
     integers it is float32 (``torch.mean`` refuses them), summed in the compute dtype: float64
     with a float64 input or ``acc_dtype="float64"``, else float32."""
     return reduce(x, over, "mean", name)
@@ -176,7 +179,7 @@ def prod(x, over, name: str | None = None) -> Expr:
 
 def argmax(x, over, name: str | None = None) -> Expr:
     """The index along the one axis ``over`` of the largest value (as ``torch.argmax``: ties go to
-    the first index, NaN counts as the largest). An output of it is ``torch.int64``; used in an
+    the first index, NaN counts as the largest; an empty axis raises ShapeError). An output of it is ``torch.int64``; used in an
     expression it is an integer (e.g. a gather index, ``X[i, dt.argmax(S[i, j], over=j)]``)."""
     return reduce(x, over, "argmax", name)
 

@@ -146,7 +146,7 @@ def _node_dtype(n: Expr, dtypes: dict[str, torch.dtype], typed: dict) -> tuple[t
 def check_computed_indices(alg, sizes: dict[str, int], axis_sizes: dict[str, int],
                            dtypes: dict[str, torch.dtype]) -> None:
     """Call-time checks of computed indices, each a :class:`ShapeError` naming the stage or index:
-    an arg-reduction over an empty axis (it has no index; torch raises too), an index expression
+    a max, min or arg-reduction over an empty axis (no value, no index; torch raises too), an index expression
     that is not integer-valued (``X[i, dt.argmax(...)[i] * 0.5]``), and an arg-reduction used
     directly as the index of a dim shorter than the axis it ranges over (it could read outside)."""
     for n in alg.nodes:
@@ -155,9 +155,13 @@ def check_computed_indices(alg, sizes: dict[str, int], axis_sizes: dict[str, int
             raise ShapeError(f"{fmt(n)}: {sym} is integer arithmetic (indices such as h // G, i % W); both operands "
                              f"must be integers (axes, integer literals, int arguments, integer tensors); convert "
                              f"with dt.cast(..., torch.int64), or use / for a float division")
-        if isinstance(n, Reduce) and n.combiner.results == 2 and axis_sizes[n.over[0]] == 0:
-            raise ShapeError(f"stage {n.name!r} ({n.combiner.name}) reduces axis {n.over[0]!r} of size 0: an "
-                             f"arg-reduction of an empty axis has no index (torch raises too); give it at least one element")
+        if isinstance(n, Reduce) and n.combiner.empty == "error":
+            empty = [a for a in n.over if axis_sizes[a] == 0]
+            if empty:
+                why = ("an arg-reduction of an empty axis has no index" if n.combiner.results == 2 else
+                       f"a {n.combiner.name} of no elements has no value")
+                raise ShapeError(f"stage {n.name!r} ({n.combiner.name}) reduces axis {empty[0]!r} of size 0: {why} "
+                                 f"(torch raises too); give the axis at least one element")
         if not isinstance(n, Load):
             continue
         for d, e in enumerate(n.index):
