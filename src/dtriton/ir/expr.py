@@ -108,10 +108,10 @@ class Expr:
     def __or__(self, o): return Binary("or", self, as_expr(o))
     def __invert__(self): return Unary("not", self)
 
-    def __floordiv__(self, o): return Binary("floordiv", self, as_expr(o))
-    def __rfloordiv__(self, o): return Binary("floordiv", as_expr(o), self)
-    def __mod__(self, o): return Binary("mod", self, as_expr(o))
-    def __rmod__(self, o): return Binary("mod", as_expr(o), self)
+    def __floordiv__(self, o): return int_op("floordiv", self, as_expr(o))
+    def __rfloordiv__(self, o): return int_op("floordiv", as_expr(o), self)
+    def __mod__(self, o): return int_op("mod", self, as_expr(o))
+    def __rmod__(self, o): return int_op("mod", as_expr(o), self)
 
     def __float__(self):
         raise AlgorithmError("a dtriton expression is not a Python number: use dt.exp, dt.log, dt.sqrt, dt.tanh, "
@@ -227,6 +227,17 @@ def pow_general(x: Expr, p: Expr) -> Expr:
     one = Binary("or", Binary("or", Binary("eq", p, Const(0.0)), Binary("eq", x, Const(1.0))),
                  Binary("and", Binary("eq", x, Const(-1.0)), Binary("eq", Unary("abs", p), inf)))
     return Where(one, Const(1.0), out)
+
+
+def int_op(op: str, a: "Expr", b: "Expr") -> "Binary":
+    """``a // b`` (``op="floordiv"``) or ``a % b`` (``"mod"``). Raises :class:`AlgorithmError` for a
+    literal divisor 0 (torch raises ZeroDivisionError for an integer division by zero); a divisor
+    that is 0 only for some data or arguments is checked when a call is (``check_reads``)."""
+    n = Binary(op, a, b)
+    if isinstance(b, Const) and b.value == 0:
+        raise AlgorithmError(f"{fmt(n)}: an integer {'//' if op == 'floordiv' else '%'} by the literal 0 has no value "
+                             f"(torch raises ZeroDivisionError); divide by a nonzero integer")
+    return n
 
 
 class Const(Expr):

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from ..errors import IndexRangeError, ShapeError
+from ..errors import IndexRangeError, ShapeError, ZeroDivisorError
 from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT_OPS, Load, Reduce, ScalarParam, Unary,
                    Where, fmt)
 from .intervals import Read, analyse_reads, integer_valued
@@ -306,9 +306,14 @@ def check_reads(alg, b: "Binding", args: Sequence[Any], ev: "_Evaluator | None" 
     conditions hold. The reference evaluator always runs this; kernels on the interpreter too, and
     on the GPU with ``check_indices=True`` (it synchronises with the device).
 
+    Integer divisors are checked first (:func:`check_divisors`): an index such as ``i // g`` is
+    evaluated here.
+
     Raises:
+        ZeroDivisorError: from :func:`check_divisors`.
         IndexRangeError: naming the tensor, the dim, the index, the first value outside and where.
     """
+    ev = check_divisors(alg, b, args, ev)
     todo = [r for r in b.reads if r.verdict == "unknown" and r.load.pad is None]
     if not todo:
         return
@@ -330,6 +335,40 @@ def check_reads(alg, b: "Binding", args: Sequence[Any], ev: "_Evaluator | None" 
                 more = (f" ({vals.numel()} reads outside, values {int(vals.min())}..{int(vals.max())})"
                         if vals.numel() > 1 else "")
                 raise IndexRangeError(outside_message(r, f"is {value}" + (f" at {where}" if where else "") + more))
+
+
+def _first_at(bad: torch.Tensor, axes: tuple[str, ...]) -> str:
+    """`` at a = 3, b = 0`` for the first true element of ``bad`` (dims named ``axes``; dims of
+    size 1 left out), with the count when more than one is true; empty for a 0-d ``bad``."""
+    if not bad.dim():
+        return ""
+    at = [int(x) for x in torch.nonzero(bad)[0]]
+    where = ", ".join(f"{a} = {x}" for a, x in zip(axes, at) if bad.shape[axes.index(a)] > 1)
+    count = int(bad.sum())
+    return (f" at {where}" if where else "") + (f" ({count} elements)" if count > 1 else "")
+
+
+def check_divisors(alg, b: "Binding", args: Sequence[Any], ev: "_Evaluator | None" = None) -> "_Evaluator | None":
+    """Check, on the call's data and arguments, that no integer ``//`` or ``%`` of ``alg`` divides
+    by 0 anywhere it is computed (torch raises ZeroDivisionError; a ``dt.where`` around it does not
+    guard it, as in torch, where both branches are computed). Literal divisors are checked when the
+    algorithm is defined. Returns the evaluator it used (``ev``, one it made, or None).
+
+    Raises:
+        ZeroDivisorError: naming the expression, the divisor, where it is 0 and the fix.
+    """
+    divs = [n for n in alg.nodes if isinstance(n, Binary) and n.op in INT_OPS and not isinstance(n.b, Const)]
+    for n in divs:
+        ev = ev or _Evaluator(alg, b, args)
+        v = ev(n.b)
+        bad = v.t == 0
+        if bool(bad.any()):
+            sym, d = "//" if n.op == "floordiv" else "%", fmt(n.b)
+            raise ZeroDivisorError(
+                f"{fmt(n, limit=None)}: the divisor {fmt(n.b, limit=None)} is 0{_first_at(bad, v.axes)}; an integer {sym} "
+                f"by 0 has no value (torch raises ZeroDivisionError; on a GPU the result is undefined). Pass a nonzero "
+                f"divisor, or replace it where it is 0: {fmt(n.a)} {sym} dt.where({d} == 0, 1, {d})")
+    return ev
 
 
 def unit_dim(t: torch.Tensor) -> int:
