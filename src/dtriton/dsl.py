@@ -211,12 +211,14 @@ abs = _unary("abs")  # noqa: A001
 
 
 def maximum(a, b) -> Expr:
-    """Elementwise maximum (NaN propagates, as torch.maximum)."""
+    """Elementwise maximum, as ``torch.maximum``: NaN propagates, and at a tie ``dt.grad`` gives each
+    side half the gradient (``dt.maximum(x, 0.0)`` at ``x == 0``: 0.5; ``F.relu`` gives 0 there and
+    ``torch.clamp(x, min=0)`` 1). ``dt.where(x <= 0, 0.0, x)`` is ``F.relu``, gradient and NaN included."""
     return Binary("maximum", as_expr(a), as_expr(b))
 
 
 def minimum(a, b) -> Expr:
-    """Elementwise minimum (NaN propagates, as torch.minimum)."""
+    """Elementwise minimum, as ``torch.minimum``: NaN propagates; a tie splits the gradient in halves."""
     return Binary("minimum", as_expr(a), as_expr(b))
 
 

@@ -26,9 +26,12 @@ def matmul(A: Tensor["M", "K"], B: Tensor["K", "N"]):
 
 @dt.algorithm
 def linear_relu(X: Tensor["M", "K"], W: Tensor["N", "K"], b: Tensor["N"]):
-    """relu(X @ W^T + b): a contraction with a bias-and-ReLU epilogue."""
+    """relu(X @ W^T + b): a contraction with a bias-and-ReLU epilogue. Written ``where(y <= 0, 0, y)``
+    to be ``F.relu`` also in its gradient (0 where ``y == 0``; ``dt.maximum(y, 0.0)`` is
+    ``torch.maximum``, which gives each side of a tie half) and at NaN (kept)."""
     i, j, k = dt.axes("i j k")
-    return dt.maximum(dt.sum(X[i, k] * W[j, k], over=k) + b[j], 0.0)[i, j]
+    y = dt.sum(X[i, k] * W[j, k], over=k) + b[j]
+    return dt.where(y <= 0.0, 0.0, y)[i, j]
 
 
 @dt.algorithm
