@@ -147,3 +147,80 @@ def test_relu_written_as_a_where_is_f_relu_in_value_and_gradient():
         torch.testing.assert_close(t.grad.double(), w.grad, rtol=1e-5, atol=1e-5)
 
 
+# ----------------------------------------------------------------------------------------------
+# messages
+# ----------------------------------------------------------------------------------------------
+def test_an_axis_named_twice_in_one_axes_call_is_an_error():
+    """``dt.axes("i i")`` gave two axes of one name, silently one axis."""
+    with pytest.raises(dt.AlgorithmError, match=r"dt.axes\('i j i'\) names axis 'i' twice; .*dt.axes\('i i2'\)"):
+        dt.axes("i j i")
+    with pytest.raises(dt.AlgorithmError, match=r"names axis 'd' twice"):
+        dt.axes("d:N, d")
+    assert [a.name for a in dt.axes("i j")] == ["i", "j"]
+
+
+def test_a_float_index_is_an_error_naming_the_index_when_the_algorithm_is_defined():
+    """``X[i * 0.5]`` said "axis 'i' appears only inside an index expression ... its size is
+    unknown" (the axis was not the fault); the index is named now, with the integer spelling."""
+    for index in (lambda i: i * 0.5, lambda i: i / 2, lambda i: dt.exp(i), lambda i: i + 0.5):
+        with pytest.raises(dt.AlgorithmError, match=r"index 0 of X\[.*\] is not an integer.*i // 2 for half of i"):
+            @dt.algorithm
+            def half(X: dt.Tensor["N"]):
+                i, = dt.axes("i")
+                return X[index(i)][i]
+
+    @dt.algorithm
+    def halves(X: dt.Tensor["N"], Y: dt.Tensor["M"]):   # the integer spelling works
+        i, = dt.axes("i:M")
+        return X[i // 2][i]
+    X, Y = torch.randn(5), torch.randn(9)
+    torch.testing.assert_close(dt.compile(halves)(X, Y, out=torch.full((9,), float("nan"))), X[torch.arange(9) // 2])
+
+
+def test_a_float_tensor_as_an_index_says_how_to_cast_it():
+    """``X[i, X[i, j]]``: a gather by a float tensor is refused at the call, as torch refuses float
+    indices; the message gives both fixes (.long() before, dt.cast inside)."""
+    @dt.algorithm
+    def self_gather(X: dt.Tensor["N", "N"]):
+        i, j = dt.axes("i j")
+        return X[i, X[i, j]][i, j]
+
+    @dt.algorithm
+    def cast_gather(X: dt.Tensor["N", "N"]):
+        i, j = dt.axes("i j")
+        return X[i, dt.cast(X[i, j], torch.int64)][i, j]
+
+    X = torch.tensor([[0.0, 2.0, 1.0], [1.9, 0.2, 2.0], [2.0, 1.0, 0.0]])
+    with pytest.raises(dt.ShapeError, match=r"argument 'X' indexes dim 1 of X \(a gather\) and must be an integer "
+                                            r"tensor, got torch.float32; convert it with .long\(\).*dt.cast"):
+        dt.compile(self_gather)(X)
+    want = X.gather(1, X.long())
+    torch.testing.assert_close(dt.compile(cast_gather)(X, out=torch.full((3, 3), float("nan"))), want)
+    torch.testing.assert_close(cast_gather.reference(X), want)
+
+
+@dt.algorithm
+def rms(X: dt.Tensor["M", "N"], w: dt.Tensor["N"]):
+    i, j = dt.axes("i j")
+    ms = dt.mean(X[i, j] * X[i, j], over=j)
+    return (X[i, j] * dt.rsqrt(ms + 1e-6) * w[j])[i, j]
+
+
+def test_an_unknown_backward_schedule_key_lists_the_names_dt_grad_prints():
+    """The hint named 'rms_grad_X' and 'rms_grad_w' where dt.grad(rms) prints one algorithm,
+    'rms_grad_X_w'; a key in the wrong case had no suggestion; a bad schedule dict did not say
+    which entry it was."""
+    assert [a.name for a in dt.grad(rms).algorithms] == ["rms_grad_X_w"]
+    with pytest.raises(dt.ScheduleError, match=r"unknown key 'ms'\. Valid keys are the tensor input names \['X', 'w'\]"
+                                               r".*dt.grad\(rms\) prints \('rms_grad_X_w'; with fewer inputs"):
+        dt.compile_autograd(rms, backward_schedules={"ms": dt.Schedule()})
+    with pytest.raises(dt.ScheduleError, match=r"unknown key 'x'\. Did you mean 'X'\?"):
+        dt.compile_autograd(rms, backward_schedules={"x": dt.Schedule()})
+    with pytest.raises(dt.ScheduleError, match=r"unknown key 'rms_grad_X_W'\. Did you mean 'rms_grad_X_w'\?"):
+        dt.compile_autograd(rms, backward_schedules={"rms_grad_X_W": dt.Schedule()})
+    with pytest.raises(dt.UnknownFieldError, match=r"backward_schedules\['w'\] of rms: .*no field 'tiles'"):
+        dt.compile_autograd(rms, backward_schedules={"w": {"tiles": {"i": 4}}})
+    for key in ("X", "rms_grad_X_w", "rms_grad_X", "rms_grad_w_X"):
+        dt.compile_autograd(rms, backward_schedules={key: dt.Schedule(tile={"i": 2})})
+
+

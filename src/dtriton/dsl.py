@@ -41,14 +41,20 @@ def axes(names: str) -> tuple[Axis, ...]:
     the result is always a tuple, so ``i, = dt.axes("i")`` works. An axis takes the size of the
     dims it indexes; ``"d:N"`` gives it the size symbol ``N`` explicitly, for an axis used only
     inside index expressions (``X[i, d + half]``); the symbol is a dim of an input or an ``int``
-    argument of the algorithm. Raises :class:`AlgorithmError` for a name that is not an identifier
-    and for a number as the size (``"r:3"``: the message says how to pass it as an int argument)."""
+    argument of the algorithm. Raises :class:`AlgorithmError` for a name that is not an identifier,
+    a name given twice, and for a number as the size (``"r:3"``: the message says how to pass it as an int argument)."""
     if not isinstance(names, str):
         raise AlgorithmError(f"dt.axes takes one string of axis names, e.g. dt.axes('i j k'), got "
                              f"{type(names).__name__} {names!r}")
     parts = [p for p in names.replace(",", " ").split() if p]
     if not parts:
         raise AlgorithmError("dt.axes() needs at least one name, e.g. dt.axes('i j k')")
+    seen = [p.partition(":")[0] for p in parts]
+    twice = [n for k, n in enumerate(seen) if n in seen[:k]]
+    if twice:
+        raise AlgorithmError(f"dt.axes({names!r}) names axis {twice[0]!r} twice; each name makes one axis, so give "
+                             f"each a name of its own (e.g. dt.axes('{twice[0]} {twice[0]}2')), or reuse the one "
+                             f"axis where both places should range together")
     out = []
     for p in parts:
         name, _, size = p.partition(":")

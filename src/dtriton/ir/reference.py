@@ -276,7 +276,9 @@ class Binding:
         for idx_name, tname, d, _ in alg.gathers:
             if dtypes[idx_name].is_floating_point:
                 raise ShapeError(f"argument {idx_name!r} indexes dim {d} of {tname} (a gather) and must be an integer "
-                                 f"tensor, got {dtypes[idx_name]}; convert it with .long()")
+                                 f"tensor, got {dtypes[idx_name]}; convert it with .long() before the call, or cast "
+                                 f"the index inside the algorithm, {tname}[..., dt.cast({idx_name}[...], torch.int64)] "
+                                 f"(it rounds toward zero, as .long() does)")
         axis_sizes = {ax: sizes[sym] for ax, sym in alg.axis_size.items()}
         check_computed_indices(alg, sizes, axis_sizes, dtypes)
         out_dtypes = output_dtypes(alg, dtypes)
