@@ -224,3 +224,39 @@ def test_an_unknown_backward_schedule_key_lists_the_names_dt_grad_prints():
         dt.compile_autograd(rms, backward_schedules={key: dt.Schedule(tile={"i": 2})})
 
 
+# ----------------------------------------------------------------------------------------------
+# gradients of x ** p (a run-time exponent)
+# ----------------------------------------------------------------------------------------------
+@dt.algorithm
+def pow_arg(X: dt.Tensor["M"], p: float):
+    i, = dt.axes("i:M")
+    return (X[i] ** p)[i]
+
+
+#: bases whose gradient matches torch's for every finite exponent (x = 0 only for p > 1, where
+#: both give 0; x = +-inf, NaN and x = 0 with p <= 1 differ: see the tutorial's rules)
+POW_X = [1.0, -1.0, 1.5, -2.0, 0.25, -0.75, 3.0, -7.0, 2.0]
+
+
+@pytest.mark.parametrize("p", [2.5, 3.0, 2.0, 1.0, 0.5, -1.0, -0.5, 1.5, -2.0, 7.25])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_gradient_of_a_runtime_power_matches_torch(p, dtype):
+    """Found checking the x = 0 report: at x == 1 the gradient of ``x ** p`` was 0 (torch: p; the
+    value's special case for ``1 ** NaN`` took the gradient too), at a negative base with a
+    non-integer p 0 (torch: NaN, the value is NaN). Reference and kernel (poisoned backward output, autograd) against torch.pow's autograd."""
+    xs = list(POW_X) + ([0.0, -0.0] if p > 1 else [])
+    x = torch.tensor(xs, dtype=torch.float64)
+    gy = torch.linspace(0.5, 1.5, len(xs), dtype=torch.float64)
+    xt = x.clone().requires_grad_(True)
+    torch.pow(xt, p).backward(gy)
+    want = xt.grad
+    bwd = dt.grad(pow_arg, "X")
+    (ref,) = bwd.reference(x.to(dtype), p, gy.to(dtype))
+    tol = dict(rtol=1e-12, atol=0.0) if dtype == torch.float64 else dict(rtol=3e-6, atol=1e-30)
+    torch.testing.assert_close(ref.double(), want, equal_nan=True, **tol)
+    out = torch.full((len(xs),), -3.0, dtype=dtype)
+    dt.compile(bwd["X"])(x.to(dtype), p, gy.to(dtype), out=out)
+    torch.testing.assert_close(out.double(), want, equal_nan=True, **tol)
+    xk = x.to(dtype).requires_grad_(True)
+    dt.compile(pow_arg)(xk, p).backward(gy.to(dtype))
+    torch.testing.assert_close(xk.grad.double(), want, equal_nan=True, **tol)

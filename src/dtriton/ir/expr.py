@@ -207,9 +207,12 @@ def pow_general(x: Expr, p: Expr) -> Expr:
     """``x ** p`` for an exponent known only at run time (or a non-integer literal), with the values
     of ``torch.pow``: ``|x| ** p`` as ``exp(p * log|x|)``, negated for a negative ``x`` and an odd
     integer ``p``, NaN for a finite negative ``x`` and a finite non-integer ``p``, 1 where ``p == 0`` or ``x == 1``
-    (NaN included) or ``x == -1`` and ``p`` is infinite, 0 or inf at ``x == 0`` by the sign of ``p``. Its derivative in ``x`` at
-    ``x == 0`` is NaN (the product rule meets ``0 * inf``); write a literal integer exponent for
-    finite gradients there."""
+    (NaN included) or ``x == -1`` and ``p`` is infinite, 0 or inf at ``x == 0`` by the sign of ``p``. Its derivative in ``x``
+    (derived through this expansion) is torch's ``p * x ** (p - 1)`` for a finite ``p`` and a finite
+    nonzero ``x`` (NaN for a negative ``x`` and a non-integer ``p``), and 0 where ``p == 0``; at
+    ``x == 0`` it is 0 (torch's value for ``p > 1``; torch gives 1 for ``p == 1`` and +-inf for
+    ``p < 1``), and at ``x == +-inf`` or NaN it is NaN or 0 where torch's formula gives inf or NaN;
+    a literal integer exponent is a product, with torch's gradient everywhere."""
     ax = Unary("abs", x)
     r = Unary("exp", Binary("mul", p, Unary("log", ax)))
     q = Cast(p, torch.int64)   # (used only where |p| < 2**62: the truncation is exact there)
@@ -222,9 +225,16 @@ def pow_general(x: Expr, p: Expr) -> Expr:
     # sqrt / rsqrt, NaN for x = -inf too
     half = Binary("eq", Unary("abs", p), Const(0.5))
     finite = Binary("and", Binary("or", Binary("lt", ax, inf), half), Binary("lt", Unary("abs", p), inf))
-    neg = Where(whole, Where(odd, Unary("neg", r), r), Where(finite, nan, r))
+    # NaN as r times a factor NaN exactly where this branch is taken (a factor NaN elsewhere would
+    # meet the zero adjoint of the branches not taken): its gradient is NaN too, as torch's
+    # (p * x ** (p - 1) is NaN for a negative x and a non-integer p)
+    taken = Binary("and", Binary("and", Binary("lt", x, Const(0.0)), Unary("not", whole)), finite)
+    neg = Where(whole, Where(odd, Unary("neg", r), r), Where(finite, Binary("mul", r, Where(taken, nan, Const(1.0))), r))
     out = Where(Binary("lt", x, Const(0.0)), neg, r)
-    one = Binary("or", Binary("or", Binary("eq", p, Const(0.0)), Binary("eq", x, Const(1.0))),
+    # 1 ** p is exp(p * 0) = 1 already for a finite p: only a NaN or infinite p needs the constant,
+    # which would give x == 1 a zero gradient (torch: p)
+    not_finite_p = Unary("not", Binary("lt", Unary("abs", p), inf))
+    one = Binary("or", Binary("or", Binary("eq", p, Const(0.0)), Binary("and", Binary("eq", x, Const(1.0)), not_finite_p)),
                  Binary("and", Binary("eq", x, Const(-1.0)), Binary("eq", Unary("abs", p), inf)))
     return Where(one, Const(1.0), out)
 
