@@ -260,3 +260,29 @@ def test_gradient_of_a_runtime_power_matches_torch(p, dtype):
     xk = x.to(dtype).requires_grad_(True)
     dt.compile(pow_arg)(xk, p).backward(gy.to(dtype))
     torch.testing.assert_close(xk.grad.double(), want, equal_nan=True, **tol)
+
+
+# ----------------------------------------------------------------------------------------------
+# the tutorial's claim about partial schedules
+# ----------------------------------------------------------------------------------------------
+@dt.algorithm
+def mm(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"]):
+    i, j, k = dt.axes("i j k")
+    return dt.sum(A[i, k] * B[k, j], over=k)[i, j]
+
+
+def test_the_tutorials_partial_schedules_do_what_it_says():
+    """The tutorial said "the heuristic fills the rest" of any schedule; a grid that leaves an
+    output axis off is an error instead (by design: tests/test_errors.py), and the text says so."""
+    import pathlib
+    text = " ".join((pathlib.Path(__file__).resolve().parents[1] / "docs" / "tutorial.md").read_text().split())
+    assert "A grid you give is kept as given, so it must cover every output axis" in text
+    A, B = torch.randn(30, 17), torch.randn(17, 20)
+    full = dt.compile(mm, dt.Schedule(tile={"i": 16})).schedule_for(A, B)
+    assert full.tile["i"] == 16 and {"j", "k"} <= set(full.tile) and full.grid and full.num_warps
+    with pytest.raises(dt.ScheduleError, match=r"axis 'j' is neither on the grid \('i',\) nor tiled"):
+        dt.compile(mm, dt.Schedule(grid=("i",)))
+    for fix in (dict(grid=("i",), tile={"j": 8}), dict(grid=("i",), strategy={"j": "whole"})):
+        k = dt.compile(mm, dt.Schedule(**fix))
+        torch.testing.assert_close(k(A, B, out=torch.full((30, 20), float("nan"))), A @ B)
+        assert k.schedule_for(A, B).grid == ("i",)
