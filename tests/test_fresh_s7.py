@@ -159,6 +159,17 @@ def test_an_axis_named_twice_in_one_axes_call_is_an_error():
     assert [a.name for a in dt.axes("i j")] == ["i", "j"]
 
 
+@pytest.mark.parametrize("builder", [dt.sum, dt.mean, dt.max, dt.prod])
+def test_a_reduction_over_an_axis_named_twice_is_an_error(builder):
+    """``dt.sum(x, over=(j, j))`` was accepted and then raised torch's "dim 1 appears multiple
+    times in the list of dims" RuntimeError from the kernel call and the reference."""
+    with pytest.raises(dt.AlgorithmError, match=r"over=\('j', 'j'\)\) names axis 'j' twice.*over=\('j',\)"):
+        @dt.algorithm
+        def twice(X: dt.Tensor["M", "N"]):
+            i, j = dt.axes("i j")
+            return builder(X[i, j], over=(j, j))[i]
+
+
 def test_a_float_index_is_an_error_naming_the_index_when_the_algorithm_is_defined():
     """``X[i * 0.5]`` said "axis 'i' appears only inside an index expression ... its size is
     unknown" (the axis was not the fault); the index is named now, with the integer spelling."""

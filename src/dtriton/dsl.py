@@ -139,9 +139,14 @@ def _over(over) -> tuple[str, ...]:
 
 def reduce(x, over, combiner: "str | Combiner", name: str | None = None) -> Expr:
     """Reduction of ``x`` over ``over`` (an axis or tuple of axes) with a combiner (a
-    :class:`~dtriton.ir.Combiner` or a registered name such as ``"sum"``). A reduction stage."""
+    :class:`~dtriton.ir.Combiner` or a registered name such as ``"sum"``). A reduction stage.
+    Raises :class:`AlgorithmError` for an axis named twice in ``over``."""
     c = combiner if isinstance(combiner, Combiner) else get_combiner(combiner)
     axes_ = _over(over)
+    twice = [a for k, a in enumerate(axes_) if a in axes_[:k]]
+    if twice:
+        raise AlgorithmError(f"dt.{c.name}(..., over={axes_}) names axis {twice[0]!r} twice; a reduction covers each "
+                             f"axis once: over={tuple(dict.fromkeys(axes_))}")
     if c.results == 2 and len(axes_) != 1:
         raise AlgorithmError(f"dt.{c.name} reduces over exactly one axis (its result is an index along it), "
                              f"got over={axes_}")
