@@ -297,3 +297,35 @@ def test_the_tutorials_partial_schedules_do_what_it_says():
         k = dt.compile(mm, dt.Schedule(**fix))
         torch.testing.assert_close(k(A, B, out=torch.full((30, 20), float("nan"))), A @ B)
         assert k.schedule_for(A, B).grid == ("i",)
+
+
+@dt.algorithm
+def pow_tensor(X: dt.Tensor["M"], P: dt.Tensor["M"]):
+    i, = dt.axes("i:M")
+    return (X[i] ** P[i])[i]
+
+
+def test_gradient_of_a_tensor_exponent_at_zero_exponent_and_zero_base_matches_torch():
+    """A learnable exponent: at p == 0 its gradient was 0 (torch: log x; the value's x ** 0 == 1
+    constant took the gradient), and one x == 0 made it NaN (0 * log 0; torch: 0 for p >= 0),
+    which a sum over a channel spreads to the whole channel. Exponents 0, 0.5, 1, 2.5, 3 at bases
+    0, 1, 2, 0.5 (and the base gradient beside), reference and kernel against torch.pow."""
+    xs, ps = [], []
+    for xv in (0.0, 1.0, 2.0, 0.5, 3.0):
+        for pv in (0.0, 0.5, 1.0, 2.5, 3.0, -1.5):
+            if xv == 0.0 and pv < 0:
+                continue   # inf ** ... : torch's gradient in p is -inf there, dtriton's 0 (documented)
+            xs.append(xv)
+            ps.append(pv)
+    x, p = torch.tensor(xs, dtype=torch.float64), torch.tensor(ps, dtype=torch.float64)
+    gy = torch.linspace(0.5, 1.5, len(xs), dtype=torch.float64)
+    xt, pt = x.clone().requires_grad_(True), p.clone().requires_grad_(True)
+    (torch.pow(xt, pt) * gy).sum().backward()
+    keep_x = ~((x == 0) & (p <= 1))   # dX at x == 0 for p <= 1: torch 1 or inf, dtriton 0 (documented)
+    gx, gp = dt.grad(pow_tensor).reference(x, p, gy)
+    torch.testing.assert_close(gp, pt.grad, equal_nan=True)
+    torch.testing.assert_close(gx[keep_x], xt.grad[keep_x], equal_nan=True)
+    xk, pk = x.float().requires_grad_(True), p.float().requires_grad_(True)
+    (dt.compile(pow_tensor)(xk, pk) * gy.float()).sum().backward()
+    torch.testing.assert_close(pk.grad.double(), pt.grad, equal_nan=True, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(xk.grad.double()[keep_x], xt.grad[keep_x], equal_nan=True, rtol=1e-5, atol=1e-6)

@@ -209,18 +209,25 @@ def pow_general(x: Expr, p: Expr) -> Expr:
     integer ``p``, NaN for a finite negative ``x`` and a finite non-integer ``p``, 1 where ``p == 0`` or ``x == 1``
     (NaN included) or ``x == -1`` and ``p`` is infinite, 0 or inf at ``x == 0`` by the sign of ``p``. Its derivative in ``x``
     (derived through this expansion) is torch's ``p * x ** (p - 1)`` for a finite ``p`` and a finite
-    nonzero ``x`` (NaN for a negative ``x`` and a non-integer ``p``), and 0 where ``p == 0``; at
+    nonzero ``x`` (NaN for a negative ``x`` and a non-integer ``p``; 0 where ``p == 0``); at
     ``x == 0`` it is 0 (torch's value for ``p > 1``; torch gives 1 for ``p == 1`` and +-inf for
     ``p < 1``), and at ``x == +-inf`` or NaN it is NaN or 0 where torch's formula gives inf or NaN;
-    a literal integer exponent is a product, with torch's gradient everywhere."""
+    a literal integer exponent is a product, with torch's gradient everywhere. Its derivative in
+    ``p`` is torch's ``x ** p * log(x)`` for ``x > 0`` and 0 at ``x == 0`` for ``p >= 0``; at a
+    negative ``x`` (an integer ``p``) it is ``x ** p * log|x|`` where torch's is NaN."""
     ax = Unary("abs", x)
-    r = Unary("exp", Binary("mul", p, Unary("log", ax)))
+    nan = Binary("div", Const(0.0), Const(0.0))
+    inf = Const(float("inf"))
+    # |x| ** p; at x == 0 a constant (0 for p > 0, inf for p < 0, NaN for a NaN p; p == 0 below),
+    # so that log(0) = -inf never meets the zero adjoint there: the gradient in p at x == 0 is 0
+    # (torch's for p >= 0), not 0 * -inf
+    zero = Binary("eq", x, Const(0.0))
+    r = Unary("exp", Binary("mul", p, Unary("log", Where(zero, Const(1.0), ax))))
+    r = Where(zero, Where(Binary("gt", p, Const(0.0)), Const(0.0), Where(Binary("lt", p, Const(0.0)), inf, nan)), r)
     q = Cast(p, torch.int64)   # (used only where |p| < 2**62: the truncation is exact there)
     whole = Binary("and", Binary("lt", Unary("abs", p), Const(float(2 ** 62))),
                    Binary("eq", Cast(q, torch.float64), p))
     odd = Binary("and", whole, Binary("ne", Binary("mod", q, Const(2, integer=True)), Const(0, integer=True)))
-    nan = Binary("div", Const(0.0), Const(0.0))
-    inf = Const(float("inf"))
     # C99 and torch: an infinite x or p gives |x| ** p, except that torch computes p = +-0.5 as
     # sqrt / rsqrt, NaN for x = -inf too
     half = Binary("eq", Unary("abs", p), Const(0.5))
@@ -231,10 +238,13 @@ def pow_general(x: Expr, p: Expr) -> Expr:
     taken = Binary("and", Binary("and", Binary("lt", x, Const(0.0)), Unary("not", whole)), finite)
     neg = Where(whole, Where(odd, Unary("neg", r), r), Where(finite, Binary("mul", r, Where(taken, nan, Const(1.0))), r))
     out = Where(Binary("lt", x, Const(0.0)), neg, r)
-    # 1 ** p is exp(p * 0) = 1 already for a finite p: only a NaN or infinite p needs the constant,
-    # which would give x == 1 a zero gradient (torch: p)
+    # the constant 1 only where exp(p * log|x|) is not 1 already: it takes the gradient away (x ** p
+    # at x == 1 has the gradient p in x; at p == 0, log|x| in p). 1 ** p needs it for a NaN or
+    # infinite p only; x ** 0 for x = 0, +-inf or NaN only
     not_finite_p = Unary("not", Binary("lt", Unary("abs", p), inf))
-    one = Binary("or", Binary("or", Binary("eq", p, Const(0.0)), Binary("and", Binary("eq", x, Const(1.0)), not_finite_p)),
+    regular_x = Binary("and", Binary("lt", ax, inf), Binary("ne", x, Const(0.0)))
+    zero_p = Binary("and", Binary("eq", p, Const(0.0)), Unary("not", regular_x))
+    one = Binary("or", Binary("or", zero_p, Binary("and", Binary("eq", x, Const(1.0)), not_finite_p)),
                  Binary("and", Binary("eq", x, Const(-1.0)), Binary("eq", Unary("abs", p), inf)))
     return Where(one, Const(1.0), out)
 
