@@ -205,7 +205,10 @@ def max_pool2d(X: Tensor["N", "C", "HO", "KH", "WO", "KW"]):
 def max_pool2d_window(X: Tensor["N", "H", "W"], K: int, s: int, p: int, Ho: int, Wo: int):
     """2-D max pooling of (N, H, W) ``X`` (NCHW viewed as N*C images) over ``K`` x ``K`` windows of
     stride ``s`` with ``p`` rows and columns of -inf padding, as torch's ``max_pool2d(x, K, s, p)``;
-    the output is (N, Ho, Wo) with ``Ho = (H + 2p - K) // s + 1`` (windows may overlap)."""
+    the output is (N, Ho, Wo) with ``Ho = (H + 2p - K) // s + 1`` (windows may overlap). Its
+    gradient is ``dt.max``'s (``torch.amax``'s): a window whose maximum is tied splits it evenly
+    among the tied elements, where ``max_pool2d`` gives it all to the first one (the values and the
+    gradients of windows without ties agree)."""
     n, h, w, r, q = dt.axes("n h:Ho w:Wo r:K q:K")
     return dt.max(X.pad(float("-inf"))[n, h * s + r - p, w * s + q - p], over=(r, q))[n, h, w]
 
