@@ -451,3 +451,28 @@ def test_an_arg_reduction_looped_one_index_at_a_time_gathers_right(sched, n):
     X0, X1 = torch.randn(n), torch.randn(n, n)
     out = dt.compile(gather_argmax, dt.Schedule(**sched))(X0, X1)
     torch.testing.assert_close(out, X1[:, X0.argmax()], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("builder,tfn", [(dt.argmax, torch.argmax), (dt.argmin, torch.argmin)])
+@pytest.mark.parametrize("place", ["auto", "fuse"])
+def test_an_arg_reduction_looped_one_index_at_a_time_beside_a_wider_value(builder, tfn, place):
+    """Fuzz seeds 914376 and 915359 (session 7): an arg-reduction over k in a loop of tile 1 whose
+    value has another axis (i, a block of 16) failed to launch on the interpreter ("'dtype' object
+    has no attribute 'numel'"): the scalar index was reshaped to the value's block. The index now
+    takes the value's shape. Sizes 7 and 31 (not multiples of the tiles); output poisoned."""
+    @dt.algorithm
+    def arg_plus(X0: dt.Tensor["C"], X1: dt.Tensor["C", "B"]):
+        i, k, l = dt.axes("i k l")
+        a = builder(X0[k] + X1[k, i], over=k)
+        return (a + X1[l, i])[i, l]
+
+    g = torch.Generator().manual_seed(7)
+    X0, X1 = torch.randn(7, generator=g), torch.randn(7, 31, generator=g)
+    X1[3, :4] = 9.0 if builder is dt.argmax else -9.0   # ties: the first index wins
+    X1[5, :4] = 9.0 if builder is dt.argmax else -9.0
+    want = (tfn(X0.double()[:, None] + X1.double(), 0)[:, None] + X1.double().T)
+    sched = dt.Schedule(tile={"i": 16, "k": 1, "l": 4}, grid=("i", "l"),
+                        stages={f"{builder.__name__}0": {"place": place}} if place != "auto" else {})
+    out = torch.full((31, 7), float("nan"))
+    torch.testing.assert_close(dt.compile(arg_plus, sched)(X0, X1, out=out).double(), want)
+    torch.testing.assert_close(arg_plus.reference(X0, X1).double(), want)
