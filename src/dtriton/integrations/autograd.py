@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ..errors import AlgorithmError, ScheduleError, ShapeError
+from ..errors import AlgorithmError, DTritonError, ScheduleError, ShapeError
 from ..grad import GradientAlgorithms, augmented_forward, grad, saved_statistics
 from ..ir import Algorithm, InputTensor, output_dtypes
 from ..plan.lower import lower
@@ -143,7 +143,7 @@ def _unknown_key(alg: Algorithm, key, inputs: Sequence[str], group: str) -> Sche
     the error path only), and the closest key when one is close."""
     try:
         printed = [a.name for a in grad(alg, group=group).algorithms]
-    except (AlgorithmError, ShapeError):   # not differentiable: name the pattern
+    except DTritonError:   # not differentiable: name the pattern
         printed = []
     names = printed or [f"{alg.name}_grad_{n}" for n in inputs]
     close = difflib.get_close_matches(str(key), inputs + names, n=1, cutoff=0.6)
