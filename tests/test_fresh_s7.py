@@ -329,3 +329,48 @@ def test_gradient_of_a_tensor_exponent_at_zero_exponent_and_zero_base_matches_to
     (dt.compile(pow_tensor)(xk, pk) * gy.float()).sum().backward()
     torch.testing.assert_close(pk.grad.double(), pt.grad, equal_nan=True, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(xk.grad.double()[keep_x], xt.grad[keep_x], equal_nan=True, rtol=1e-5, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------------------------
+# a gradient through a sum to a value broadcast along the summed axis
+# ----------------------------------------------------------------------------------------------
+@dt.algorithm
+def row_sum_plus(X: dt.Tensor["M", "N"], b: dt.Tensor["M"], c: dt.Tensor["N"]):
+    i, j = dt.axes("i j")
+    return dt.sum(X[i, j] + b[i] - 2.0 * c[j], over=j)[i]
+
+
+def test_gradient_of_a_value_broadcast_along_a_summed_axis_counts_every_term():
+    """Found by a gradient fuzz (session 7; seed 1004): in ``sum over j of (X[i, j] + b[i])`` the
+    gradient of ``b`` was ``bar`` where it is ``N * bar`` (b[i] is one term of each of the N
+    summands): the adjoint of a sum's operand is free of the summed axis, and a child that is free
+    of it too received one term instead of N. Sizes 3 x 7, 5 x 1; reference, poisoned backward
+    kernels and autograd against torch in float64."""
+    g = torch.Generator().manual_seed(9)
+    for m, n in ((3, 7), (5, 1)):
+        X, b, c = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((m, n), (m,), (n,)))
+        gy = torch.randn(m, generator=g, dtype=torch.float64)
+        ts = [t.clone().requires_grad_(True) for t in (X, b, c)]
+        ((ts[0] + ts[1][:, None] - 2.0 * ts[2]).sum(1) * gy).sum().backward()
+        ga = dt.grad(row_sum_plus)
+        for name, t in zip(("X", "b", "c"), ts):
+            ai, oi = ga.locate[name]
+            torch.testing.assert_close(_grad_of(ga, name, (X, b, c, gy)), t.grad)
+            bwd = ga.algorithms[ai]
+            ref = bwd.reference(X, b, c, gy)
+            outs = tuple(torch.full_like(r, float("nan")) for r in (ref if isinstance(ref, (list, tuple)) else (ref,)))
+            got = dt.compile(bwd)(X, b, c, gy, out=outs if len(outs) > 1 else outs[0])
+            got = got if isinstance(got, tuple) else (got,)
+            torch.testing.assert_close(got[oi], t.grad)
+        dk = [t.float().requires_grad_(True) for t in (X, b, c)]
+        (dt.compile(row_sum_plus)(*dk) * gy.float()).sum().backward()
+        for d, t in zip(dk, ts):
+            torch.testing.assert_close(d.grad.double(), t.grad, rtol=1e-5, atol=1e-5)
+
+
+
+def _grad_of(ga, name, args):
+    """The gradient of input ``name`` from the reference of its backward algorithm."""
+    ai, oi = ga.locate[name]
+    res = ga.algorithms[ai].reference(*args)
+    return (res if isinstance(res, (list, tuple)) else (res,))[oi]

@@ -223,7 +223,7 @@ class Deriver:
 
         def to(child, v):
             if v is not None and child.uid in self.active:
-                contribs[child.uid].append(v)
+                contribs[child.uid].append(self.broadcast_back(n, child, v))
 
         if isinstance(n, Unary):
             to(n.x, self.unary_adjoint(n, bar))
@@ -258,6 +258,18 @@ class Deriver:
             to(n.x, bar)
         elif isinstance(n, Reduce):
             self.reduce_adjoint(n, bar, to)
+
+    def broadcast_back(self, n: Expr, child: Expr, v: Expr) -> Expr:
+        """The contribution ``v`` of ``n``'s adjoint to ``child``'s, times the extent of the axes of
+        ``n`` that neither ``child`` nor ``v`` has. ``n``'s adjoint lives on all of ``n``'s axes but
+        may be constant along some (the adjoint of a sum's operand is the sum's, free of the summed
+        axes): :meth:`collect` sums a contribution over the axes it has, and a ``child`` broadcast
+        along one it lacks receives the sum of as many equal terms (``sum over j of (X[i, j] +
+        b[i])``: ``db = N * bar``, not ``bar``)."""
+        missing = [a for a in n.axes if a not in child.axes and a not in v.axes]
+        if not missing:
+            return v
+        return self.g.mul(v, self.g.count(missing, child.axes))
 
     def reduce_adjoint(self, n: Reduce, bar: Expr, to) -> None:
         """Pass reduction ``n``'s adjoint ``bar`` to its operand by its combiner's gradient rule;
