@@ -340,6 +340,13 @@ def row_sum_plus(X: dt.Tensor["M", "N"], b: dt.Tensor["M"], c: dt.Tensor["N"]):
     return dt.sum(X[i, j] + b[i] - 2.0 * c[j], over=j)[i]
 
 
+@dt.algorithm
+def mean_then_sum(X0: dt.Tensor["A"], X3: dt.Tensor["A", "B"]):
+    j, l = dt.axes("j l")
+    m = dt.mean(X0[l], over=l)
+    return m, dt.sum(dt.where(X3[l, j] > 0.0, m, -m) + X3[l, j], over=(l, j))
+
+
 def test_gradient_of_a_value_broadcast_along_a_summed_axis_counts_every_term():
     """Found by a gradient fuzz (session 7; seed 1004): in ``sum over j of (X[i, j] + b[i])`` the
     gradient of ``b`` was ``bar`` where it is ``N * bar`` (b[i] is one term of each of the N
@@ -367,6 +374,28 @@ def test_gradient_of_a_value_broadcast_along_a_summed_axis_counts_every_term():
         for d, t in zip(dk, ts):
             torch.testing.assert_close(d.grad.double(), t.grad, rtol=1e-5, atol=1e-5)
 
+
+
+def test_a_gradient_constant_along_its_output_axis_builds_and_matches_torch():
+    """The fuzz case of seed 1004 reduced: ``m = mean over l of X0[l]`` summed, through a where,
+    with ``X3[l, j]`` over (l, j). dX0 is the same for every l; dt.grad raised "returns its output
+    indexed [l], but its value ... does not depend on axis 'l'" (the zero carrier term was added
+    only when no tensor sized l). Reference against torch (with the fix above, the right value)."""
+    g = torch.Generator().manual_seed(10)
+    x0, x3 = torch.randn(3, generator=g, dtype=torch.float64), torch.randn(3, 2, generator=g, dtype=torch.float64)
+    g0, g1 = torch.tensor(0.7, dtype=torch.float64), torch.tensor(-1.3, dtype=torch.float64)
+    a, b3 = x0.clone().requires_grad_(True), x3.clone().requires_grad_(True)
+    mm = a.mean()
+    o1 = (torch.where(b3 > 0, mm, -mm) + b3).sum()
+    (mm * g0 + o1 * g1).backward()
+    ga = dt.grad(mean_then_sum)
+    args = (x0, x3, g0, g1)
+    torch.testing.assert_close(_grad_of(ga, "X0", args), a.grad)
+    torch.testing.assert_close(_grad_of(ga, "X3", args), b3.grad)
+    for name, want in (("X0", a.grad), ("X3", b3.grad)):
+        ai, oi = ga.locate[name]
+        got = dt.compile(ga.algorithms[ai])(*args)
+        torch.testing.assert_close((got if isinstance(got, tuple) else (got,))[oi], want)
 
 
 def _grad_of(ga, name, args):
