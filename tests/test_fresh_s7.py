@@ -119,6 +119,29 @@ def test_maximum_and_minimum_split_the_gradient_of_a_tie_as_torch():
     torch.testing.assert_close(yk.grad.double(), yt.grad)
 
 
+def test_maximum_and_minimum_with_a_nan_give_both_sides_the_gradient_as_torch():
+    """Found by the gradient fuzz (seed 3199): where a NaN makes the two sides unordered, torch's
+    maximum/minimum pass the whole gradient to both (only a side that loses a true comparison gets
+    none); dtriton passed none. Reference and kernel (poisoned) against torch in float64."""
+    nan = float("nan")
+    a = torch.tensor([nan, 1.0, 2.0, 3.0, nan, -1.0, 0.0], dtype=torch.float64)
+    b = torch.tensor([1.0, nan, 2.0, 1.0, nan, 4.0, -0.0], dtype=torch.float64)
+    gy = torch.linspace(0.5, 2.0, 7, dtype=torch.float64)
+    at, bt = a.clone().requires_grad_(True), b.clone().requires_grad_(True)
+    ((torch.maximum(at, bt) * 2.0 + torch.minimum(at, torch.zeros_like(at)) * 3.0) * gy).sum().backward()
+    ga = dt.grad(max_min)
+    args = (a[None], b[None], gy[None])
+    ref = ga.reference(*args)
+    torch.testing.assert_close(ref[0][0], at.grad)
+    torch.testing.assert_close(ref[1][0], bt.grad)
+    for name, want in (("X", at.grad), ("Y", bt.grad)):
+        ai, oi = ga.locate[name]
+        bwd = ga.algorithms[ai]
+        outs = tuple(torch.full((1, 7), -9.0, dtype=torch.float64) for _ in bwd.outputs)
+        got = dt.compile(bwd)(*args, out=outs if len(outs) > 1 else outs[0])
+        torch.testing.assert_close((got if isinstance(got, tuple) else (got,))[oi][0], want)
+
+
 def test_relu_written_as_a_where_is_f_relu_in_value_and_gradient():
     """``dt.where(x <= 0, 0.0, x)`` is F.relu: 0 gradient at 0, NaN kept, -inf to 0; so is
     ``dtriton.library.linear_relu`` (it was dt.maximum(y, 0.0): gradient 0.5 at y == 0)."""

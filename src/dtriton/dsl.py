@@ -225,12 +225,14 @@ abs = _unary("abs")  # noqa: A001
 def maximum(a, b) -> Expr:
     """Elementwise maximum, as ``torch.maximum``: NaN propagates, and at a tie ``dt.grad`` gives each
     side half the gradient (``dt.maximum(x, 0.0)`` at ``x == 0``: 0.5; ``F.relu`` gives 0 there and
-    ``torch.clamp(x, min=0)`` 1). ``dt.where(x <= 0, 0.0, x)`` is ``F.relu``, gradient and NaN included."""
+    ``torch.clamp(x, min=0)`` 1), with a NaN on either side both get all of it. ``dt.where(x <= 0,
+    0.0, x)`` is ``F.relu``, gradient and NaN included."""
     return Binary("maximum", as_expr(a), as_expr(b))
 
 
 def minimum(a, b) -> Expr:
-    """Elementwise minimum, as ``torch.minimum``: NaN propagates; a tie splits the gradient in halves."""
+    """Elementwise minimum, as ``torch.minimum``: NaN propagates; a tie splits the gradient in halves,
+    a NaN gives both sides all of it."""
     return Binary("minimum", as_expr(a), as_expr(b))
 
 

@@ -245,12 +245,14 @@ class Deriver:
                 to(a, g.div(bar, b))
                 to(b, g.neg(g.div(g.mul(bar, n), b)))  # -bar * (a/b) / b, as torch
             elif op in ("maximum", "minimum"):
-                # torch.maximum: the larger side gets the gradient, ties split it in halves
-                win = "gt" if op == "maximum" else "lt"
+                # torch.maximum: the larger side gets the gradient, ties split it in halves, and
+                # both sides get all of it where a NaN makes them unordered (only the losing side,
+                # by a true comparison, gets none)
+                lose = "lt" if op == "maximum" else "gt"
                 half = g.mul(g.const(0.5), bar)
                 tie = g.cmp("eq", a, b)
-                to(a, g.where(g.cmp(win, a, b), bar, g.where(tie, half, None)))
-                to(b, g.where(g.cmp(win, b, a), bar, g.where(tie, half, None)))
+                to(a, g.where(g.cmp(lose, a, b), None, g.where(tie, half, bar)))
+                to(b, g.where(g.cmp(lose, b, a), None, g.where(tie, half, bar)))
         elif isinstance(n, Where):
             to(n.a, g.where(n.cond, bar, None))
             to(n.b, g.where(n.cond, None, bar))
