@@ -426,3 +426,28 @@ def _grad_of(ga, name, args):
     ai, oi = ga.locate[name]
     res = ga.algorithms[ai].reference(*args)
     return (res if isinstance(res, (list, tuple)) else (res,))[oi]
+
+
+@dt.algorithm
+def sqrt_abs(X: dt.Tensor["M"], Y: dt.Tensor["M"]):
+    i, = dt.axes("i:M")
+    return (dt.sqrt(dt.abs(X[i])) + dt.abs(Y[i]) * 2.0)[i]
+
+
+def test_gradient_of_abs_is_the_upstream_gradient_times_sgn_as_torch():
+    """Found by the gradient fuzz (seeds 6529, 6681): torch's abs backward multiplies by sgn(x), so
+    an infinite upstream gradient at x == 0 (``sqrt(abs(x))``) gives NaN; dtriton selected 0. At a
+    NaN x with a finite upstream gradient both give 0 (sgn(NaN) = 0). Reference and kernel."""
+    nan, inf = float("nan"), float("inf")
+    x = torch.tensor([0.0, -0.0, 2.0, -3.0, nan, inf, -inf], dtype=torch.float64)
+    y = torch.tensor([0.0, -0.0, 2.0, -3.0, nan, inf, -inf], dtype=torch.float64)
+    gy = torch.linspace(0.5, 2.0, 7, dtype=torch.float64)
+    xt, yt = x.clone().requires_grad_(True), y.clone().requires_grad_(True)
+    ((torch.sqrt(torch.abs(xt)) + torch.abs(yt) * 2.0) * gy).sum().backward()
+    ga = dt.grad(sqrt_abs)
+    for name, want in (("X", xt.grad), ("Y", yt.grad)):
+        torch.testing.assert_close(_grad_of(ga, name, (x, y, gy)), want, equal_nan=True)
+        ai, oi = ga.locate[name]
+        got = dt.compile(ga.algorithms[ai])(x, y, gy)
+        torch.testing.assert_close((got if isinstance(got, tuple) else (got,))[oi], want, equal_nan=True)
+

@@ -339,9 +339,11 @@ class Deriver:
             return g.mul(bar, g.sub(g.const(1.0), g.mul(n, n)))
         if op == "sigmoid":
             return g.mul(bar, g.mul(n, g.sub(g.const(1.0), n)))
-        if op == "abs":  # torch: sgn(x), 0 at 0
+        if op == "abs":  # torch: bar * sgn(x), sgn 0 at 0 and at NaN; a product, as torch's, so
+            # that an infinite or NaN bar at x == 0 (sqrt(abs(x))) gives NaN there, not 0
             z = g.const(0.0)
-            return g.where(g.cmp("gt", x, z), bar, g.where(g.cmp("lt", x, z), g.neg(bar), None))
+            sgn = g.where(g.cmp("gt", x, z), g.const(1.0), g.where(g.cmp("lt", x, z), g.const(-1.0), z))
+            return g.mul(bar, sgn)
         return None
 
     # -- from load adjoints to tensor gradients ------------------------------------------------

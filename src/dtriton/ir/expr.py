@@ -211,7 +211,7 @@ def pow_general(x: Expr, p: Expr) -> Expr:
     (derived through this expansion) is torch's ``p * x ** (p - 1)`` for a finite ``p`` and a finite
     nonzero ``x`` (NaN for a negative ``x`` and a non-integer ``p``; 0 where ``p == 0``); at
     ``x == 0`` it is 0 (torch's value for ``p > 1``; torch gives 1 for ``p == 1`` and +-inf for
-    ``p < 1``), and at ``x == +-inf`` or NaN it is NaN or 0 where torch's formula gives inf or NaN;
+    ``p < 1``), and at ``x == +-inf`` it is NaN where torch's is inf (``p > 0``) or 0 (``p == 0``);
     a literal integer exponent is a product, with torch's gradient everywhere. Its derivative in
     ``p`` is torch's ``x ** p * log(x)`` for ``x > 0`` and 0 at ``x == 0`` for ``p >= 0``; at a
     negative ``x`` (an integer ``p``) it is ``x ** p * log|x|`` where torch's is NaN."""
