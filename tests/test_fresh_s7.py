@@ -267,8 +267,8 @@ def pow_arg(X: dt.Tensor["M"], p: float):
     return (X[i] ** p)[i]
 
 
-#: bases whose gradient matches torch's for every finite exponent (x = 0 only for p > 1, where
-#: both give 0; x = +-inf, NaN and x = 0 with p <= 1 differ: see the tutorial's rules)
+#: bases whose gradient matches torch's for every finite exponent (x = 0 only for p >= 1, where
+#: both give 0, or 1 for p == 1; x = +-inf, NaN and x = 0 with p < 1 differ: see the tutorial)
 POW_X = [1.0, -1.0, 1.5, -2.0, 0.25, -0.75, 3.0, -7.0, 2.0]
 
 
@@ -278,7 +278,7 @@ def test_gradient_of_a_runtime_power_matches_torch(p, dtype):
     """Found checking the x = 0 report: at x == 1 the gradient of ``x ** p`` was 0 (torch: p; the
     value's special case for ``1 ** NaN`` took the gradient too), at a negative base with a
     non-integer p 0 (torch: NaN, the value is NaN). Reference and kernel (poisoned backward output, autograd) against torch.pow's autograd."""
-    xs = list(POW_X) + ([0.0, -0.0] if p > 1 else [])
+    xs = list(POW_X) + ([0.0, -0.0] if p >= 1 else [])
     x = torch.tensor(xs, dtype=torch.float64)
     gy = torch.linspace(0.5, 1.5, len(xs), dtype=torch.float64)
     xt = x.clone().requires_grad_(True)
@@ -344,7 +344,7 @@ def test_gradient_of_a_tensor_exponent_at_zero_exponent_and_zero_base_matches_to
     gy = torch.linspace(0.5, 1.5, len(xs), dtype=torch.float64)
     xt, pt = x.clone().requires_grad_(True), p.clone().requires_grad_(True)
     (torch.pow(xt, pt) * gy).sum().backward()
-    keep_x = ~((x == 0) & (p <= 1))   # dX at x == 0 for p <= 1: torch 1 or inf, dtriton 0 (documented)
+    keep_x = ~((x == 0) & (p < 1))   # dX at x == 0 for p < 1: torch inf, dtriton 0 (documented)
     gx, gp = dt.grad(pow_tensor).reference(x, p, gy)
     torch.testing.assert_close(gp, pt.grad, equal_nan=True)
     torch.testing.assert_close(gx[keep_x], xt.grad[keep_x], equal_nan=True)

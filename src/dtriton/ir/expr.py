@@ -210,8 +210,8 @@ def pow_general(x: Expr, p: Expr) -> Expr:
     (NaN included) or ``x == -1`` and ``p`` is infinite, 0 or inf at ``x == 0`` by the sign of ``p``. Its derivative in ``x``
     (derived through this expansion) is torch's ``p * x ** (p - 1)`` for a finite ``p`` and a finite
     nonzero ``x`` (NaN for a negative ``x`` and a non-integer ``p``; 0 where ``p == 0``); at
-    ``x == 0`` it is 0 (torch's value for ``p > 1``; torch gives 1 for ``p == 1`` and +-inf for
-    ``p < 1``), and at ``x == +-inf`` it is NaN where torch's is inf (``p > 0``) or 0 (``p == 0``);
+    ``x == 0`` it is torch's 0 for ``p > 1`` and 1 for ``p == 1``, and 0 where torch's is +-inf
+    (``p < 1``), and at ``x == +-inf`` it is NaN where torch's is inf (``p > 0``) or 0 (``p == 0``);
     a literal integer exponent is a product, with torch's gradient everywhere. Its derivative in
     ``p`` is torch's ``x ** p * log(x)`` for ``x > 0`` and 0 at ``x == 0`` for ``p >= 0``; at a
     negative ``x`` (an integer ``p``) it is ``x ** p * log|x|`` where torch's is NaN."""
@@ -220,10 +220,12 @@ def pow_general(x: Expr, p: Expr) -> Expr:
     inf = Const(float("inf"))
     # |x| ** p; at x == 0 a constant (0 for p > 0, inf for p < 0, NaN for a NaN p; p == 0 below),
     # so that log(0) = -inf never meets the zero adjoint there: the gradient in p at x == 0 is 0
-    # (torch's for p >= 0), not 0 * -inf
+    # (torch's for p >= 0), not 0 * -inf; for p == 1 it is x itself (+-0, gradient 1, as torch's)
     zero = Binary("eq", x, Const(0.0))
     r = Unary("exp", Binary("mul", p, Unary("log", Where(zero, Const(1.0), ax))))
-    r = Where(zero, Where(Binary("gt", p, Const(0.0)), Const(0.0), Where(Binary("lt", p, Const(0.0)), inf, nan)), r)
+    at0 = Where(Binary("gt", p, Const(0.0)), Where(Binary("eq", p, Const(1.0)), x, Const(0.0)),
+                Where(Binary("lt", p, Const(0.0)), inf, nan))
+    r = Where(zero, at0, r)
     q = Cast(p, torch.int64)   # (used only where |p| < 2**62: the truncation is exact there)
     whole = Binary("and", Binary("lt", Unary("abs", p), Const(float(2 ** 62))),
                    Binary("eq", Cast(q, torch.float64), p))
