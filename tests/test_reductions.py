@@ -408,7 +408,9 @@ def test_a_reduction_over_an_empty_axis_is_torchs_value_or_torchs_error(kind, dt
     """Found by a fresh user: a max or min over a size-0 axis gave -inf / +inf where torch raises.
     Now each kind does what torch does: the sum 0, the product 1, the mean NaN (kernel with a
     poisoned out= and reference alike); max, min, argmax and argmin raise a ShapeError naming the
-    stage and the axis. Rows of 3 and of 0 (an empty output: still an error, as torch's)."""
+    stage and the axis. With no rows the output is empty and nothing is computed: an empty result
+    (torch's amax raises there too, but a softmax of empty rows must stay an empty tensor, as
+    torch.softmax's: tests/test_multistage.py)."""
     if kind == "mean" and dtype == torch.int32:
         pytest.skip("torch.mean refuses integers")
 
@@ -422,6 +424,10 @@ def test_a_reduction_over_an_empty_axis_is_torchs_value_or_torchs_error(kind, dt
         try:
             want = EMPTY_TORCH[kind](x.double() if dtype.is_floating_point else x)
         except (RuntimeError, IndexError):
+            if m == 0:
+                for fn in (dt.compile(red), red.reference):
+                    assert fn(x).shape == (0,)
+                continue
             for fn in (dt.compile(red), red.reference):
                 with pytest.raises(dt.ShapeError, match=rf"stage '{kind}0' \({kind}\) reduces axis 'j' of size 0.*"
                                                         r"torch raises too.*at least one element"):

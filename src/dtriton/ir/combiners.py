@@ -183,11 +183,17 @@ def _prod_reference(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
 PROD = Combiner("prod", _prod_identity, "a * b", _prod_reference, splittable=True, online=None, grad="prod")
 
 
+def _no_index(x: torch.Tensor, d: int) -> torch.Tensor:
+    """The index result of an arg-reduction over the empty dim ``d`` of ``x``: zeros, never read (a
+    call whose outputs use it raises first; one whose outputs are empty has no element to show)."""
+    return torch.zeros([s for k, s in enumerate(x.shape) if k != d], dtype=torch.int64, device=x.device)
+
+
 def _argmax_reference(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
     """``torch.argmax`` along the one reduced dim: the first index of the largest value, NaN
     counting as the largest."""
     (d,) = dims
-    return torch.argmax(x, dim=d)
+    return _no_index(x, d) if x.shape[d] == 0 else torch.argmax(x, dim=d)
 
 
 def _ties_first(wins: str) -> str:
@@ -205,7 +211,7 @@ def _argmin_reference(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
     """``torch.argmin`` along the one reduced dim: the first index of the smallest value; NaN
     counts as the smallest (torch.argmin returns the first NaN's index too)."""
     (d,) = dims
-    return torch.argmin(x, dim=d)
+    return _no_index(x, d) if x.shape[d] == 0 else torch.argmin(x, dim=d)
 
 
 ARGMIN = Combiner("argmin", _min_identity, _ties_first("b < a"), _argmin_reference, splittable=False, online=None,

@@ -146,9 +146,12 @@ def _node_dtype(n: Expr, dtypes: dict[str, torch.dtype], typed: dict) -> tuple[t
 def check_computed_indices(alg, sizes: dict[str, int], axis_sizes: dict[str, int],
                            dtypes: dict[str, torch.dtype]) -> None:
     """Call-time checks of computed indices, each a :class:`ShapeError` naming the stage or index:
-    a max, min or arg-reduction over an empty axis (no value, no index; torch raises too), an index expression
+    a max, min or arg-reduction over an empty axis whose result an output with elements uses (no
+    value, no index; torch raises too; a softmax of rows of no elements is an empty output, as
+    ``torch.softmax``'s), an index expression
     that is not integer-valued (``X[i, dt.argmax(...)[i] * 0.5]``), and an arg-reduction used
     directly as the index of a dim shorter than the axis it ranges over (it could read outside)."""
+    seen = None   # the nodes of the outputs that have elements (computed at the first empty extremum)
     for n in alg.nodes:
         if isinstance(n, Binary) and n.op in INT_OPS and not all(integer_valued(c, _int_tensor(dtypes)) for c in (n.a, n.b)):
             sym = "//" if n.op == "floordiv" else "%"
@@ -157,7 +160,10 @@ def check_computed_indices(alg, sizes: dict[str, int], axis_sizes: dict[str, int
                              f"with dt.cast(..., torch.int64), or use / for a float division")
         if isinstance(n, Reduce) and n.combiner.empty == "error":
             empty = [a for a in n.over if axis_sizes[a] == 0]
-            if empty:
+            if empty and seen is None:
+                seen = {m.uid for m in topo_order([o.expr for o in alg.outputs
+                                                   if all(axis_sizes[a] > 0 for a in o.layout)])}
+            if empty and n.uid in seen:
                 why = ("an arg-reduction of an empty axis has no index" if n.combiner.results == 2 else
                        f"a {n.combiner.name} of no elements has no value")
                 raise ShapeError(f"stage {n.name!r} ({n.combiner.name}) reduces axis {empty[0]!r} of size 0: {why} "
