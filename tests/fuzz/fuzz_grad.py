@@ -13,9 +13,13 @@ error); ``skip:<why>`` for cases outside the comparison: ``nofloat`` (no floatin
 ``cast`` (a 16-bit cast on the path: torch rounds the gradient through it to 16 bits, dtriton keeps
 the compute dtype, so the two differ by design).
 
-Where torch's own gradient is a 0 * inf artifact of its masked formulas (the gradient of ``amax``
-to the elements that are not the maximum when the upstream gradient is infinite) the two differ
-too; such a case is reported ``wrong`` and needs reading.
+Where torch's own gradient is an artifact of its formulas the two differ too, and such a case is
+reported ``wrong`` and needs reading: the gradient of ``amax`` to the elements that are not the
+maximum under an infinite upstream gradient (torch multiplies by a mask: 0 * inf = NaN; dtriton
+selects 0), and the gradient of a product at an infinite factor on a tensor without a zero (torch
+divides, inf / inf = NaN; dtriton gives the product of the others, torch's value when the tensor
+has a zero). Seen in seeds 5295, 7880 and 10278. Seed 9998 is a refusal: the heuristic's schedule
+of its backward algorithm fuses a mean into a kernel whose grid splits the mean's axis (open).
 
     PYTHONPATH=src python3 tests/fuzz/fuzz_grad.py --start 1000 --count 200 [--kernels]
 """
