@@ -187,12 +187,21 @@ def test_float_index_and_float_floor_division_are_refused():
             i, = dt.axes("i")
             return (X[i] + X[1.0])[i]
 
+    # a float in an index is an error where the algorithm is defined (it was a call-time ShapeError,
+    # or, with i only inside the index, a misleading "its size is unknown")
+    for build in (lambda X, i: X[i] + X[i * 0.5], lambda X, i: X[i * 0.5], lambda X, i: X[i] + X[i / 2]):
+        with pytest.raises(dt.AlgorithmError, match=r"index 0 of X\[.*\] is not an integer.*i // 2"):
+            @dt.algorithm
+            def half(X: dt.Tensor["M"]):
+                i, = dt.axes("i")
+                return build(X, i)[i]
+
     @dt.algorithm
-    def half(X: dt.Tensor["M"]):
+    def float_tensor_index(X: dt.Tensor["M"], Y: dt.Tensor["M"]):   # a float tensor's dtype is known at the call
         i, = dt.axes("i")
-        return (X[i] + X[i * 0.5])[i]
+        return (X[i] + X[Y[i] + 1])[i]
     with pytest.raises(dt.ShapeError, match="not integer-valued"):
-        half.reference(torch.randn(4))
+        float_tensor_index.reference(torch.randn(4), torch.randn(4))
 
     @dt.algorithm
     def g(X: dt.Tensor["M"]):

@@ -218,6 +218,38 @@ def test_grad_of_prod_matches_torch_with_zeros(zeros):
         torch.testing.assert_close(xk.grad, xt.grad)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_grad_of_prod_at_zeros_infinities_and_nans_is_the_product_of_the_others(dtype):
+    """Found by a fresh user: the gradient of a product at an infinite factor was NaN (``prod / x``
+    is inf / inf there); at a zero beside an infinity, 0 (0 * inf is NaN). Each element's gradient
+    is now the product of the other elements, torch's value on a tensor with a zero (its exclusive
+    prefix and suffix products; without any zero torch divides and gives NaN at inf too). Rows of
+    the small cases and random rows with 0, +-inf and NaN; the backward kernel's output poisoned."""
+    inf, nan = float("inf"), float("nan")
+    cases = [[2.0, inf, 3.0], [2.0, -inf, 3.0], [-inf, -inf, 2.0], [inf, -inf, -0.5], [0.0, inf, 3.0],
+             [0.0, 0.0, inf], [inf, 0.0, 0.0], [2.0, nan, 3.0], [0.0, nan, 3.0], [nan, inf, 2.0],
+             [0.0, 2.0, 3.0], [0.0, 0.0, 3.0], [2.0, 3.0, 4.0], [-0.0, -inf, 5.0]]
+    g = torch.Generator().manual_seed(5)
+    pool = torch.tensor([0.0, inf, -inf, nan, 1.5, -0.75, 2.0, -3.0], dtype=torch.float64)
+    rand = pool[torch.randint(0, len(pool), (9, 3), generator=g)]
+    x = torch.cat([torch.tensor(cases, dtype=torch.float64), rand])
+    x = torch.cat([x, torch.full((x.shape[0], 4), 1.25, dtype=torch.float64)], 1)   # N = 7, padded by 1.25s
+    x = x[:, torch.randperm(7, generator=g)].to(dtype)
+    gy = torch.randn(x.shape[0], generator=g, dtype=torch.float64)
+    xt = x.double().clone().requires_grad_(True)
+    (xt.prod(1) * gy).sum().backward()
+    want = xt.grad
+    ga = dt.grad(row_prod, ["X"])
+    torch.testing.assert_close(ga.reference(x, gy.to(dtype))[0].double(), want, equal_nan=True)
+    bwd = ga["X"]
+    out = torch.full_like(x, -777.0)
+    dt.compile(bwd)(x, gy.to(dtype), out=out)
+    torch.testing.assert_close(out.double(), want, equal_nan=True, rtol=1e-6, atol=0)
+    xk = x.clone().requires_grad_(True)
+    (dt.compile(row_prod)(xk) * gy.to(dtype)).sum().backward()
+    torch.testing.assert_close(xk.grad.double(), want, equal_nan=True, rtol=1e-6, atol=0)
+
+
 def test_grad_of_a_kind_without_a_rule_names_the_stage():
     import dataclasses
 
@@ -345,10 +377,6 @@ def gather_by_argmax(S: dt.Tensor["M", "N"], V: dt.Tensor["M", "P"]):
     return V[i, dt.argmax(S[i, j], over=j)][i]
 
 
-@dt.algorithm
-def half_index(X: dt.Tensor["M", "N"]):
-    i, j = dt.axes("i j")
-    return X[i, dt.argmax(X[i, j], over=j) * 0.5][i]
 
 
 def test_computed_index_errors_name_the_stage_and_index():
@@ -360,10 +388,58 @@ def test_computed_index_errors_name_the_stage_and_index():
             fn(torch.randn(4, 0))
     with pytest.raises(dt.ShapeError, match=r"index 1 of V.*'argmax0' ranges over \[0, 49\].*10 elements"):
         dt.compile(gather_by_argmax)(torch.randn(3, 50), torch.randn(3, 10))
-    with pytest.raises(dt.ShapeError, match=r"index 1 of X.*not integer-valued"):
-        dt.compile(half_index)(torch.randn(4, 9))
+    with pytest.raises(dt.AlgorithmError, match=r"index 1 of X\[i, \(argmax over j of X\[i, j\] \* 0.5\)\] is not an integer"):
+        @dt.algorithm
+        def half_index(X: dt.Tensor["M", "N"]):
+            i, j = dt.axes("i j")
+            return X[i, dt.argmax(X[i, j], over=j) * 0.5][i]
     s, v = torch.randn(3, 10), torch.randn(3, 10)   # the same span fits
     torch.testing.assert_close(dt.compile(gather_by_argmax)(s, v), v.gather(1, s.argmax(1, keepdim=True))[:, 0])
+
+
+EMPTY_TORCH = {"sum": lambda x: x.sum(1), "mean": lambda x: x.mean(1), "prod": lambda x: x.prod(1),
+               "max": lambda x: x.amax(1), "min": lambda x: x.amin(1), "argmax": lambda x: x.argmax(1),
+               "argmin": lambda x: x.argmin(1)}
+
+
+@pytest.mark.parametrize("kind", list(EMPTY_TORCH))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int32])
+def test_a_reduction_over_an_empty_axis_is_torchs_value_or_torchs_error(kind, dtype):
+    """Found by a fresh user: a max or min over a size-0 axis gave -inf / +inf where torch raises.
+    Now each kind does what torch does: the sum 0, the product 1, the mean NaN (kernel with a
+    poisoned out= and reference alike); max, min, argmax and argmin raise a ShapeError naming the
+    stage and the axis. With no rows the output is empty and nothing is computed: an empty result
+    (torch's amax raises there too, but a softmax of empty rows must stay an empty tensor, as
+    torch.softmax's: tests/test_multistage.py)."""
+    if kind == "mean" and dtype == torch.int32:
+        pytest.skip("torch.mean refuses integers")
+
+    @dt.algorithm
+    def red(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        return dt.reduce(X[i, j], j, kind)[i]
+
+    for m in (3, 0):
+        x = torch.zeros(m, 0, dtype=dtype)
+        try:
+            want = EMPTY_TORCH[kind](x.double() if dtype.is_floating_point else x)
+        except (RuntimeError, IndexError):
+            if m == 0:
+                for fn in (dt.compile(red), red.reference):
+                    assert fn(x).shape == (0,)
+                continue
+            for fn in (dt.compile(red), red.reference):
+                with pytest.raises(dt.ShapeError, match=rf"stage '{kind}0' \({kind}\) reduces axis 'j' of size 0.*"
+                                                        r"torch raises too.*at least one element"):
+                    fn(x)
+            continue
+        assert kind in ("sum", "mean", "prod")
+        ref = red.reference(x)
+        out = torch.full_like(ref, -7)
+        got = dt.compile(red)(x, out=out)
+        for r in (ref, got):
+            assert r.shape == (m,) and r.dtype == (torch.int64 if dtype == torch.int32 else dtype)
+            torch.testing.assert_close(r.double(), want.double(), equal_nan=True)
 
 
 @pytest.mark.parametrize("sched", [dict(strategy={"k": "loop"}), dict(tile={"i": 1, "k": 1}),
@@ -381,3 +457,28 @@ def test_an_arg_reduction_looped_one_index_at_a_time_gathers_right(sched, n):
     X0, X1 = torch.randn(n), torch.randn(n, n)
     out = dt.compile(gather_argmax, dt.Schedule(**sched))(X0, X1)
     torch.testing.assert_close(out, X1[:, X0.argmax()], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("builder,tfn", [(dt.argmax, torch.argmax), (dt.argmin, torch.argmin)])
+@pytest.mark.parametrize("place", ["auto", "fuse"])
+def test_an_arg_reduction_looped_one_index_at_a_time_beside_a_wider_value(builder, tfn, place):
+    """Fuzz seeds 914376 and 915359 (session 7): an arg-reduction over k in a loop of tile 1 whose
+    value has another axis (i, a block of 16) failed to launch on the interpreter ("'dtype' object
+    has no attribute 'numel'"): the scalar index was reshaped to the value's block. The index now
+    takes the value's shape. Sizes 7 and 31 (not multiples of the tiles); output poisoned."""
+    @dt.algorithm
+    def arg_plus(X0: dt.Tensor["C"], X1: dt.Tensor["C", "B"]):
+        i, k, l = dt.axes("i k l")
+        a = builder(X0[k] + X1[k, i], over=k)
+        return (a + X1[l, i])[i, l]
+
+    g = torch.Generator().manual_seed(7)
+    X0, X1 = torch.randn(7, generator=g), torch.randn(7, 31, generator=g)
+    X1[3, :4] = 9.0 if builder is dt.argmax else -9.0   # ties: the first index wins
+    X1[5, :4] = 9.0 if builder is dt.argmax else -9.0
+    want = (tfn(X0.double()[:, None] + X1.double(), 0)[:, None] + X1.double().T)
+    sched = dt.Schedule(tile={"i": 16, "k": 1, "l": 4}, grid=("i", "l"),
+                        stages={f"{builder.__name__}0": {"place": place}} if place != "auto" else {})
+    out = torch.full((31, 7), float("nan"))
+    torch.testing.assert_close(dt.compile(arg_plus, sched)(X0, X1, out=out).double(), want)
+    torch.testing.assert_close(arg_plus.reference(X0, X1).double(), want)

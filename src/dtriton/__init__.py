@@ -15,7 +15,7 @@ interpreter on a machine without one).
 """
 
 from .errors import (AlgorithmError, CompileError, DTritonError, IndexRangeError, ResourceError, ScheduleError,
-                     ScheduleWarning, ShapeError, UnknownFieldError)
+                     ScheduleWarning, ShapeError, UnknownFieldError, ZeroDivisorError)
 from .ir import Algorithm, Axis
 from . import dsl
 from .dsl import *  # noqa: F401,F403 - every builder in dsl.__all__ (a new builder needs no edit here)
@@ -30,7 +30,7 @@ from .version import __version__
 
 __all__ = [
     "AlgorithmError", "CompileError", "DTritonError", "IndexRangeError", "ResourceError", "ScheduleError", "ScheduleWarning",
-    "ShapeError", "UnknownFieldError",
+    "ShapeError", "UnknownFieldError", "ZeroDivisorError",
     *dsl.__all__,
     "FrozenMap", "Schedule", "StageSchedule", "Kernel", "compile",
     "grad", "GradientAlgorithms", "differentiable", "compile_autograd", "as_torch_op",

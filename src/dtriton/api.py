@@ -29,7 +29,8 @@ def compile(alg: Algorithm, schedule: Schedule | str | None = None, *,  # noqa: 
             the tuning database for each call's shapes (falling back to the heuristic).
         check_indices: check, before each launch, that every computed or gathered index the
             sizes alone do not prove inside its dim is inside it on the call's data (an
-            :class:`~dtriton.IndexRangeError` otherwise). The interpreter always checks; on the
+            :class:`~dtriton.IndexRangeError` otherwise), and that no integer ``//`` or ``%``
+            divides by 0 (a :class:`~dtriton.ZeroDivisorError`). The interpreter always checks; on the
             GPU it costs a host synchronisation and the fast launch path, so it is off unless
             this is True or ``DTRITON_CHECK_INDICES=1``. The kernel itself is the same.
 

@@ -41,14 +41,20 @@ def axes(names: str) -> tuple[Axis, ...]:
     the result is always a tuple, so ``i, = dt.axes("i")`` works. An axis takes the size of the
     dims it indexes; ``"d:N"`` gives it the size symbol ``N`` explicitly, for an axis used only
     inside index expressions (``X[i, d + half]``); the symbol is a dim of an input or an ``int``
-    argument of the algorithm. Raises :class:`AlgorithmError` for a name that is not an identifier
-    and for a number as the size (``"r:3"``: the message says how to pass it as an int argument)."""
+    argument of the algorithm. Raises :class:`AlgorithmError` for a name that is not an identifier,
+    a name given twice, and for a number as the size (``"r:3"``: the message says how to pass it as an int argument)."""
     if not isinstance(names, str):
         raise AlgorithmError(f"dt.axes takes one string of axis names, e.g. dt.axes('i j k'), got "
                              f"{type(names).__name__} {names!r}")
     parts = [p for p in names.replace(",", " ").split() if p]
     if not parts:
         raise AlgorithmError("dt.axes() needs at least one name, e.g. dt.axes('i j k')")
+    seen = [p.partition(":")[0] for p in parts]
+    twice = [n for k, n in enumerate(seen) if n in seen[:k]]
+    if twice:
+        raise AlgorithmError(f"dt.axes({names!r}) names axis {twice[0]!r} twice; each name makes one axis, so give "
+                             f"each a name of its own (e.g. dt.axes('{twice[0]} {twice[0]}2')), or reuse the one "
+                             f"axis where both places should range together")
     out = []
     for p in parts:
         name, _, size = p.partition(":")
@@ -133,9 +139,14 @@ def _over(over) -> tuple[str, ...]:
 
 def reduce(x, over, combiner: "str | Combiner", name: str | None = None) -> Expr:
     """Reduction of ``x`` over ``over`` (an axis or tuple of axes) with a combiner (a
-    :class:`~dtriton.ir.Combiner` or a registered name such as ``"sum"``). A reduction stage."""
+    :class:`~dtriton.ir.Combiner` or a registered name such as ``"sum"``). A reduction stage.
+    Raises :class:`AlgorithmError` for an axis named twice in ``over``."""
     c = combiner if isinstance(combiner, Combiner) else get_combiner(combiner)
     axes_ = _over(over)
+    twice = [a for k, a in enumerate(axes_) if a in axes_[:k]]
+    if twice:
+        raise AlgorithmError(f"dt.{c.name}(..., over={axes_}) names axis {twice[0]!r} twice; a reduction covers each "
+                             f"axis once: over={tuple(dict.fromkeys(axes_))}")
     if c.results == 2 and len(axes_) != 1:
         raise AlgorithmError(f"dt.{c.name} reduces over exactly one axis (its result is an index along it), "
                              f"got over={axes_}")
@@ -144,24 +155,28 @@ def reduce(x, over, combiner: "str | Combiner", name: str | None = None) -> Expr
 
 def sum(x, over, name: str | None = None) -> Expr:  # noqa: A001 - the DSL's sum
     """Sum of ``x`` over the axes ``over`` (an axis or tuple of axes). A reduction stage; of
-    integers or bools it is int64 (as ``torch.sum``), folded exactly in int64."""
+    integers or bools it is int64 (as ``torch.sum``), folded exactly in int64; 0 over an empty axis."""
     return reduce(x, over, "sum", name)
 
 
 def max(x, over, name: str | None = None) -> Expr:  # noqa: A001
-    """Maximum over ``over``; NaN propagates as in ``torch.amax``. A reduction stage, of the
-    operand's dtype (integers exact)."""
+    """Maximum over ``over``; NaN propagates as in ``torch.amax``, and so does the gradient: split
+    evenly among tied maxima (``torch.max(x, dim)`` and ``max_pool2d`` give it all to one). A
+    reduction stage, of the operand's dtype (integers exact). Over an axis of size 0 a call raises
+    :class:`~dtriton.errors.ShapeError` naming the stage and the axis, as ``torch.amax`` raises."""
     return reduce(x, over, "max", name)
 
 
 def min(x, over, name: str | None = None) -> Expr:  # noqa: A001
     """Minimum over ``over``; NaN propagates as in ``torch.amin``. A reduction stage, of the
-    operand's dtype (integers exact)."""
+    operand's dtype (integers exact). Over an axis of size 0 a call raises
+    :class:`~dtriton.errors.ShapeError`, as ``torch.amin`` raises."""
     return reduce(x, over, "min", name)
 
 
 def mean(x, over, name: str | None = None) -> Expr:
-    """Mean over ``over``: the sum divided by the true extent (padding never counts). Of
+    """Mean over ``over``: the sum divided by the true extent (padding never counts; NaN over an
+    empty axis, as ``torch.mean``). Of
     integers it is float32 (``torch.mean`` refuses them), summed in the compute dtype: float64
     with a float64 input or ``acc_dtype="float64"``, else float32."""
     return reduce(x, over, "mean", name)
@@ -176,7 +191,7 @@ def prod(x, over, name: str | None = None) -> Expr:
 
 def argmax(x, over, name: str | None = None) -> Expr:
     """The index along the one axis ``over`` of the largest value (as ``torch.argmax``: ties go to
-    the first index, NaN counts as the largest). An output of it is ``torch.int64``; used in an
+    the first index, NaN counts as the largest; an empty axis raises ShapeError). An output of it is ``torch.int64``; used in an
     expression it is an integer (e.g. a gather index, ``X[i, dt.argmax(S[i, j], over=j)]``)."""
     return reduce(x, over, "argmax", name)
 
@@ -208,12 +223,16 @@ abs = _unary("abs")  # noqa: A001
 
 
 def maximum(a, b) -> Expr:
-    """Elementwise maximum (NaN propagates, as torch.maximum)."""
+    """Elementwise maximum, as ``torch.maximum``: NaN propagates, and at a tie ``dt.grad`` gives each
+    side half the gradient (``dt.maximum(x, 0.0)`` at ``x == 0``: 0.5; ``F.relu`` gives 0 there and
+    ``torch.clamp(x, min=0)`` 1), with a NaN on either side both get all of it. ``dt.where(x <= 0,
+    0.0, x)`` is ``F.relu``, gradient and NaN included."""
     return Binary("maximum", as_expr(a), as_expr(b))
 
 
 def minimum(a, b) -> Expr:
-    """Elementwise minimum (NaN propagates, as torch.minimum)."""
+    """Elementwise minimum, as ``torch.minimum``: NaN propagates; a tie splits the gradient in halves,
+    a NaN gives both sides all of it."""
     return Binary("minimum", as_expr(a), as_expr(b))
 
 

@@ -30,6 +30,16 @@ class IndexRangeError(ShapeError, IndexError):
     :class:`IndexError` too, as torch's own indexing error is."""
 
 
+class ZeroDivisorError(ShapeError, ZeroDivisionError):
+    """An integer ``//`` or ``%`` meets a divisor that is 0 on the call's data or arguments
+    (``X[i // g]`` called with ``g = 0``, ``A[i] % B[i]`` where ``B`` holds a 0): torch raises
+    ZeroDivisionError there, and so do the reference evaluator and kernels on the interpreter
+    (on the GPU the result is undefined unless the kernel checks its call, ``check_indices=True``).
+    The message names the expression, the divisor, where it is 0 and how to fix it. A literal
+    divisor 0 is an :class:`AlgorithmError` when the algorithm is defined. A
+    :class:`ZeroDivisionError` too, as Python's own error is."""
+
+
 class ScheduleError(DTritonError, ValueError):
     """The schedule is illegal for the algorithm: unknown axis or stage, tile that is not a power
     of two, split of a non-reduction axis, an output axis neither on the grid nor tiled, or an

@@ -26,9 +26,12 @@ def matmul(A: Tensor["M", "K"], B: Tensor["K", "N"]):
 
 @dt.algorithm
 def linear_relu(X: Tensor["M", "K"], W: Tensor["N", "K"], b: Tensor["N"]):
-    """relu(X @ W^T + b): a contraction with a bias-and-ReLU epilogue."""
+    """relu(X @ W^T + b): a contraction with a bias-and-ReLU epilogue. Written ``where(y <= 0, 0, y)``
+    to be ``F.relu`` also in its gradient (0 where ``y == 0``; ``dt.maximum(y, 0.0)`` is
+    ``torch.maximum``, which gives each side of a tie half) and at NaN (kept)."""
     i, j, k = dt.axes("i j k")
-    return dt.maximum(dt.sum(X[i, k] * W[j, k], over=k) + b[j], 0.0)[i, j]
+    y = dt.sum(X[i, k] * W[j, k], over=k) + b[j]
+    return dt.where(y <= 0.0, 0.0, y)[i, j]
 
 
 @dt.algorithm
@@ -202,7 +205,10 @@ def max_pool2d(X: Tensor["N", "C", "HO", "KH", "WO", "KW"]):
 def max_pool2d_window(X: Tensor["N", "H", "W"], K: int, s: int, p: int, Ho: int, Wo: int):
     """2-D max pooling of (N, H, W) ``X`` (NCHW viewed as N*C images) over ``K`` x ``K`` windows of
     stride ``s`` with ``p`` rows and columns of -inf padding, as torch's ``max_pool2d(x, K, s, p)``;
-    the output is (N, Ho, Wo) with ``Ho = (H + 2p - K) // s + 1`` (windows may overlap)."""
+    the output is (N, Ho, Wo) with ``Ho = (H + 2p - K) // s + 1`` (windows may overlap). Its
+    gradient is ``dt.max``'s (``torch.amax``'s): a window whose maximum is tied splits it evenly
+    among the tied elements, where ``max_pool2d`` gives it all to the first one (the values and the
+    gradients of windows without ties agree)."""
     n, h, w, r, q = dt.axes("n h:Ho w:Wo r:K q:K")
     return dt.max(X.pad(float("-inf"))[n, h * s + r - p, w * s + q - p], over=(r, q))[n, h, w]
 

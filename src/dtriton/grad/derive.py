@@ -144,7 +144,7 @@ class Deriver:
         cl = self.clone
         for n in self.alg.nodes:
             if isinstance(n, Const):
-                r = g.const(n.value)
+                r = g.const(n.value, n.integer)
             elif isinstance(n, Axis):
                 r = g.axis(n.name)
             elif isinstance(n, ScalarParam):
@@ -223,7 +223,7 @@ class Deriver:
 
         def to(child, v):
             if v is not None and child.uid in self.active:
-                contribs[child.uid].append(v)
+                contribs[child.uid].append(self.broadcast_back(n, child, v))
 
         if isinstance(n, Unary):
             to(n.x, self.unary_adjoint(n, bar))
@@ -245,12 +245,14 @@ class Deriver:
                 to(a, g.div(bar, b))
                 to(b, g.neg(g.div(g.mul(bar, n), b)))  # -bar * (a/b) / b, as torch
             elif op in ("maximum", "minimum"):
-                # torch.maximum: the larger side gets the gradient, ties split it in halves
-                win = "gt" if op == "maximum" else "lt"
+                # torch.maximum: the larger side gets the gradient, ties split it in halves, and
+                # both sides get all of it where a NaN makes them unordered (only the losing side,
+                # by a true comparison, gets none)
+                lose = "lt" if op == "maximum" else "gt"
                 half = g.mul(g.const(0.5), bar)
                 tie = g.cmp("eq", a, b)
-                to(a, g.where(g.cmp(win, a, b), bar, g.where(tie, half, None)))
-                to(b, g.where(g.cmp(win, b, a), bar, g.where(tie, half, None)))
+                to(a, g.where(g.cmp(lose, a, b), None, g.where(tie, half, bar)))
+                to(b, g.where(g.cmp(lose, b, a), None, g.where(tie, half, bar)))
         elif isinstance(n, Where):
             to(n.a, g.where(n.cond, bar, None))
             to(n.b, g.where(n.cond, None, bar))
@@ -258,6 +260,18 @@ class Deriver:
             to(n.x, bar)
         elif isinstance(n, Reduce):
             self.reduce_adjoint(n, bar, to)
+
+    def broadcast_back(self, n: Expr, child: Expr, v: Expr) -> Expr:
+        """The contribution ``v`` of ``n``'s adjoint to ``child``'s, times the extent of the axes of
+        ``n`` that neither ``child`` nor ``v`` has. ``n``'s adjoint lives on all of ``n``'s axes but
+        may be constant along some (the adjoint of a sum's operand is the sum's, free of the summed
+        axes): :meth:`collect` sums a contribution over the axes it has, and a ``child`` broadcast
+        along one it lacks receives the sum of as many equal terms (``sum over j of (X[i, j] +
+        b[i])``: ``db = N * bar``, not ``bar``)."""
+        missing = [a for a in n.axes if a not in child.axes and a not in v.axes]
+        if not missing:
+            return v
+        return self.g.mul(v, self.g.count(missing, child.axes))
 
     def reduce_adjoint(self, n: Reduce, bar: Expr, to) -> None:
         """Pass reduction ``n``'s adjoint ``bar`` to its operand by its combiner's gradient rule;
@@ -276,15 +290,35 @@ class Deriver:
                                  f"(gradient rule {rule!r}) has no known gradient")
 
     def prod_partial(self, n: Reduce) -> Expr:
-        """d prod / d x_k, the product of the other elements, as torch computes it: ``prod / x_k``
-        where the slice has no zero; where it has exactly one, the product of the non-zero elements
-        at that zero and 0 elsewhere; 0 where it has more."""
-        g, zero = self.g, self.g.const(0.0)
-        at_zero = g.cmp("eq", n.x, zero)
-        zeros = g.reduce("sum", g.where(at_zero, g.const(1.0), None), n.over, hint=f"zeros_{n.name}")
-        others = g.reduce("prod", g.where(at_zero, g.const(1.0), n.x), n.over, hint=f"nonzero_{n.name}")
-        lone_zero = g.cmp("and", at_zero, g.cmp("eq", zeros, g.const(1.0)))
-        return g.where(g.cmp("eq", zeros, zero), g.div(n, n.x), g.where(lone_zero, others, None))
+        """d prod / d x_k: the product of the other elements of the slice, exactly (torch's value
+        on a tensor with a zero, where it multiplies exclusive prefix and suffix products).
+
+        A regular element (finite, non-zero) gets ``prod / x_k``: the zeros, infinities and NaNs
+        of the others are in ``prod`` already. A special one (0, +-inf, NaN) gets the product of
+        the regular elements (signed by the other infinities) times what the other specials make
+        of it: 0 for another zero, inf for another infinity (0 * inf: NaN), NaN for another NaN.
+        ``prod / x_k`` alone is NaN at an infinite factor (inf / inf) and 0/0 at a zero; torch's
+        no-zero path divides too, so on a tensor without any zero torch gives NaN at an infinite
+        factor where this gives the product of the others."""
+        g, x = self.g, n.x
+        one, zero, inf = g.const(1.0), g.const(0.0), g.const(math.inf)
+        ax = g.raw_unary("abs", x)
+        is_zero, is_inf, is_nan = g.cmp("eq", x, zero), g.cmp("eq", ax, inf), g.cmp("ne", x, x)
+        regular = g.cmp("and", g.cmp("lt", ax, inf), g.cmp("ne", x, zero))
+        neg = g.cmp("lt", x, zero)
+        sign = g.where(neg, g.const(-1.0), one)      # -1 at a negative special (-inf), else 1
+        signed = g.reduce("prod", g.where(regular, x, sign), n.over, hint=f"regular_{n.name}")
+
+        def others(mark: Expr, what: str) -> Expr:   # are there specials of this kind besides x_k?
+            cnt = g.reduce("sum", g.where(mark, one, None), n.over, hint=f"{what}_{n.name}")
+            return g.cmp("gt", g.sub(cnt, g.where(mark, one, None)), zero)
+
+        o_zero, o_inf, o_nan = others(is_zero, "zeros"), others(is_inf, "infs"), others(is_nan, "nans")
+        # spelled as selections: Graph.mul folds x * where(c, 0, 1) to where(c, 0, x), losing 0 * inf = NaN
+        undefined = g.cmp("or", o_nan, g.cmp("and", o_zero, o_inf))
+        special = g.where(undefined, g.const(math.nan), g.where(o_zero, zero, g.where(o_inf, inf, one)))
+        at_special = g.mul(g.mul(signed, sign), special)
+        return g.where(regular, g.div(n, x), at_special)
 
     def unary_adjoint(self, n: Unary, bar: Expr):
         """The contribution of ``n = op(x)``'s adjoint ``bar`` to ``x``'s (``None``: none)."""
@@ -305,9 +339,11 @@ class Deriver:
             return g.mul(bar, g.sub(g.const(1.0), g.mul(n, n)))
         if op == "sigmoid":
             return g.mul(bar, g.mul(n, g.sub(g.const(1.0), n)))
-        if op == "abs":  # torch: sgn(x), 0 at 0
+        if op == "abs":  # torch: bar * sgn(x), sgn 0 at 0 and at NaN; a product, as torch's, so
+            # that an infinite or NaN bar at x == 0 (sqrt(abs(x))) gives NaN there, not 0
             z = g.const(0.0)
-            return g.where(g.cmp("gt", x, z), bar, g.where(g.cmp("lt", x, z), g.neg(bar), None))
+            sgn = g.where(g.cmp("gt", x, z), g.const(1.0), g.where(g.cmp("lt", x, z), g.const(-1.0), z))
+            return g.mul(bar, sgn)
         return None
 
     # -- from load adjoints to tensor gradients ------------------------------------------------

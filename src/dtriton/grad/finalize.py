@@ -145,14 +145,16 @@ class Finalizer:
 
     def _output(self, expr: Expr, layout: tuple[str, ...], carrier: str | None, axes_sized: set[str],
                 params: dict[str, Any], floor: torch.dtype | None = None) -> Output:
-        missing = [a for a in layout if a not in axes_sized]
+        missing = [a for a in layout if a not in axes_sized or a not in expr.axes]
         if missing:
-            # an output axis that indexes no tensor has no known size: add a term that is
-            # exactly zero and loads the differentiated input along the output axes
+            # an output axis that indexes no tensor has no known size, and one the gradient does
+            # not depend on (the gradient of a mean is the same for every element) is no axis of
+            # the value: add a term that is exactly zero and loads the differentiated input along
+            # the output axes
             if carrier is None:
                 raise AlgorithmError(
                     f"dt.grad: output axes {missing} of a backward algorithm of {self.d.alg.name} index no "
-                    "tensor, so their sizes are unknown")
+                    "tensor or are no axes of its value, and no input carries them")
             ld = Load(params[carrier], tuple(Axis(a) for a in layout))
             expr = Binary("add", expr, Where(Binary("ne", ld, ld), Const(0.0), Const(0.0)))
         return Output(expr, tuple(layout), floor=floor)

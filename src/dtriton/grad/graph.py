@@ -50,10 +50,11 @@ class Graph:
             self.table[key] = n
         return n
 
-    def const(self, v: float) -> Expr:
-        """The constant ``v`` (NaN constants are one node too)."""
+    def const(self, v: float, integer: bool = False) -> Expr:
+        """The constant ``v`` (NaN constants are one node too); ``integer``: a literal written as
+        a Python int (kept from the forward: ``q % 2`` of an int64 ``q`` stays integer arithmetic)."""
         v = float(v)
-        return self._get(("C", repr(float(v))), lambda: Const(v))
+        return self._get(("C", repr(float(v)), bool(integer)), lambda: Const(v, integer))
 
     def axis(self, name: str) -> Axis:
         """The axis ``name``, declared with its size symbol where the graph knows it: an axis that

@@ -23,13 +23,14 @@ Workaround (see the report of issue 6): backward kernels compiled without a sche
 
 from __future__ import annotations
 
+import difflib
 import threading
 import weakref
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ..errors import AlgorithmError, ScheduleError, ShapeError
+from ..errors import AlgorithmError, DTritonError, ScheduleError, ShapeError
 from ..grad import GradientAlgorithms, augmented_forward, grad, saved_statistics
 from ..ir import Algorithm, InputTensor, output_dtypes
 from ..plan.lower import lower
@@ -136,9 +137,33 @@ def _is_backward_name(alg: Algorithm, key: str, inputs: Sequence[str]) -> bool:
     return len(rest) + 1 in ends
 
 
-def check_backward_schedules(alg: Algorithm, spec):
+def _unknown_key(alg: Algorithm, key, inputs: Sequence[str], group: str) -> ScheduleError:
+    """The error for a ``backward_schedules`` key that names neither a tensor input nor a backward
+    algorithm: the valid keys, the names ``dt.grad(alg)`` gives its algorithms (derived here, on
+    the error path only), and the closest key when one is close."""
+    try:
+        printed = [a.name for a in grad(alg, group=group).algorithms]
+    except DTritonError:   # not differentiable: name the pattern
+        printed = []
+    names = printed or [f"{alg.name}_grad_{n}" for n in inputs]
+    close = difflib.get_close_matches(str(key), inputs + names, n=1, cutoff=0.6)
+    if not close:
+        close = [n for n in inputs if n.lower() == str(key).lower()]
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    what = (f"the backward algorithm names dt.grad({alg.name}) prints ({', '.join(repr(n) for n in printed)}; "
+            f"with fewer inputs needing a gradient, {alg.name}_grad_ followed by those inputs joined by '_')"
+            if printed else f"the backward algorithm names that dt.grad({alg.name}) prints (such as "
+                            f"{', '.join(repr(n) for n in names)})")
+    return ScheduleError(
+        f"backward_schedules of {alg.name}: unknown key {key!r}.{hint} Valid keys are the tensor input names "
+        f"{list(inputs)} (the schedule of the kernel computing that input's gradient) or {what}; forward stage "
+        f"names are not keys: schedule a backward algorithm's stages inside its Schedule(stages=...)")
+
+
+def check_backward_schedules(alg: Algorithm, spec, group: str = "auto"):
     """``spec`` (a ``backward_schedules=`` argument) checked against ``alg``, dict values converted
-    to :class:`Schedule`. Raises :class:`~dtriton.errors.ScheduleError` naming the key or type at fault."""
+    to :class:`Schedule`. Raises :class:`~dtriton.errors.ScheduleError` naming the key or type at
+    fault (for an unknown key: the valid ones, ``dt.grad``'s names for ``group``, the closest)."""
     if spec is None or isinstance(spec, Schedule) or (callable(spec) and not isinstance(spec, Mapping)):
         return spec
     if not isinstance(spec, Mapping):
@@ -148,14 +173,12 @@ def check_backward_schedules(alg: Algorithm, spec):
     out = {}
     for key, val in spec.items():
         if not isinstance(key, str) or not (key in inputs or _is_backward_name(alg, key, inputs)):
-            names = ", ".join(repr(f"{alg.name}_grad_{n}") for n in inputs)
-            raise ScheduleError(
-                f"backward_schedules of {alg.name}: unknown key {key!r}. Valid keys are the tensor input names "
-                f"{inputs} (the schedule of the kernel computing that input's gradient) or the backward "
-                f"algorithm names that dt.grad({alg.name}) prints (such as {names}); forward stage names are "
-                f"not keys: schedule a backward algorithm's stages inside its Schedule(stages=...)")
+            raise _unknown_key(alg, key, inputs, group)
         if isinstance(val, Mapping):
-            val = Schedule.from_dict(val)
+            try:
+                val = Schedule.from_dict(val)
+            except ScheduleError as e:   # name the entry: the schedule's own error does not know it
+                raise type(e)(f"backward_schedules[{key!r}] of {alg.name}: {e}") from None
         elif val is not None and not isinstance(val, Schedule):
             raise ScheduleError(f"backward_schedules[{key!r}] of {alg.name}: got a {type(val).__name__} "
                                 f"({val!r:.80}); expected a dt.Schedule, a schedule dict or None")
@@ -207,7 +230,7 @@ class DifferentiableKernel:
             raise TypeError(f"differentiable() expects a compiled dtriton kernel, got {type(kernel).__name__}")
         self.kernel = kernel
         self.algorithm: Algorithm = kernel.algorithm
-        self.backward_schedules = check_backward_schedules(self.algorithm, backward_schedules)
+        self.backward_schedules = check_backward_schedules(self.algorithm, backward_schedules, group)
         self.group = group
         self.save = save
         self._bwd: dict[tuple, tuple[GradientAlgorithms, list[_Runner], list]] = {}

@@ -17,6 +17,7 @@ import torch
 
 from ..errors import AlgorithmError
 from .expr import Axis, Cast, Expr, InputTensor, Load, Output, Reduce, ScalarParam, fmt
+from .intervals import integer_valued
 from .reference import Binding, evaluate
 from .walk import topo_order
 
@@ -116,6 +117,23 @@ def _axis_sizes(nodes: Sequence[Expr]) -> dict[str, str]:
                     axis_size.setdefault(e.name, d)
                     origin.setdefault(e.name, n.tensor.name)
     return axis_size
+
+
+def _check_integer_indices(nodes: Sequence[Expr]) -> None:
+    """An index that cannot be an integer whatever the dtypes of the tensors it reads (a float
+    literal or ``float`` argument, a ``/``, a float function or cast in it: ``X[i * 0.5]``) is an
+    :class:`AlgorithmError` naming the tensor, the dim and the index; one that depends on a tensor's
+    dtype is checked when a call binds it."""
+    for n in nodes:
+        if not isinstance(n, Load):
+            continue
+        for d, e in enumerate(n.index):
+            if not isinstance(e, Axis) and not integer_valued(e, lambda _name: True):
+                raise AlgorithmError(
+                    f"index {d} of {fmt(n)} is not an integer: an index is an integer expression of "
+                    f"axes, integer literals, int arguments, integer tensors and arg-reductions combined by + - * // % "
+                    f"(a float literal or argument, a / or a float function makes it a float). Write the index in "
+                    f"integers (i // 2 for half of i), or round a computed one with dt.cast(..., torch.int64)")
 
 
 def _check_sized(axis_names: Sequence[str], axis_size: dict[str, str], nodes: Sequence[Expr]) -> None:
@@ -255,6 +273,7 @@ class Algorithm:
         for o in self.outputs:
             all_axes.extend(o.layout)
         self.axis_names = tuple(dict.fromkeys(all_axes))
+        _check_integer_indices(nodes)
         _check_sized(self.axis_names, axis_size, nodes)
         dims = {d for p in self.params if isinstance(p, InputTensor) for d in p.dims}
         ints = {p.name: k for k, p in enumerate(self.params) if isinstance(p, ScalarParam) and p.pytype is int}

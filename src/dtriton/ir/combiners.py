@@ -72,6 +72,10 @@ class Combiner:
         close: see ``lane``.
         lane_start: the values (Triton literals) a lane's loop values start from, when not all
             ``0.0`` (the variance's shift starts as NaN: unset).
+        empty: what a reduction over an empty extent gives: ``"identity"`` (torch's value: a sum 0,
+            a product 1, a mean or variance NaN through its finishing step) or ``"error"`` (torch
+            raises: the maximum, minimum and arg-reductions of no elements; binding a call then
+            raises :class:`~dtriton.errors.ShapeError` naming the stage and the axis).
     """
     name: str
     identity: Callable[[torch.dtype], float | int | bool]
@@ -88,6 +92,7 @@ class Combiner:
     lane: tuple[str, ...] = ()
     close: str = ""
     lane_start: tuple[str, ...] = ()
+    empty: str = "identity"
 
     def __post_init__(self):
         if not self.base:
@@ -140,7 +145,8 @@ def _sum_reference(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
 
 
 def _max_reference(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
-    """``torch.amax`` over ``dims`` (NaN propagates); the identity where an extent is empty."""
+    """``torch.amax`` over ``dims`` (NaN propagates); the identity where an extent is empty (a
+    call binding such a user stage raises first: ``empty="error"``)."""
     if any(x.shape[d] == 0 for d in dims):
         shape = [s for k, s in enumerate(x.shape) if k not in dims]
         return torch.full(shape, _max_identity(x.dtype), dtype=x.dtype, device=x.device)
@@ -157,9 +163,9 @@ _NAN_ALL = "propagate_nan=tl.PropagateNan.ALL"
 SUM = Combiner("sum", _sum_identity, "a + b", _sum_reference, splittable=True, online="rescaled", grad="sum")
 MEAN = replace(SUM, name="mean", finalize="count", base="sum")
 MAX = Combiner("max", _max_identity, f"tl.maximum(a, b, {_NAN_ALL})", _max_reference, splittable=True,
-               online="running_max", grad="extremum")
+               online="running_max", grad="extremum", empty="error")
 MIN = Combiner("min", _min_identity, f"tl.minimum(a, b, {_NAN_ALL})", _min_reference, splittable=True,
-               online=None, grad="extremum")
+               online=None, grad="extremum", empty="error")
 
 def _prod_identity(dtype: torch.dtype):
     if dtype == torch.bool:
@@ -177,11 +183,17 @@ def _prod_reference(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
 PROD = Combiner("prod", _prod_identity, "a * b", _prod_reference, splittable=True, online=None, grad="prod")
 
 
+def _no_index(x: torch.Tensor, d: int) -> torch.Tensor:
+    """The index result of an arg-reduction over the empty dim ``d`` of ``x``: zeros, never read (a
+    call whose outputs use it raises first; one whose outputs are empty has no element to show)."""
+    return torch.zeros([s for k, s in enumerate(x.shape) if k != d], dtype=torch.int64, device=x.device)
+
+
 def _argmax_reference(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
     """``torch.argmax`` along the one reduced dim: the first index of the largest value, NaN
     counting as the largest."""
     (d,) = dims
-    return torch.argmax(x, dim=d)
+    return _no_index(x, d) if x.shape[d] == 0 else torch.argmax(x, dim=d)
 
 
 def _ties_first(wins: str) -> str:
@@ -192,18 +204,18 @@ def _ties_first(wins: str) -> str:
 
 
 ARGMAX = Combiner("argmax", _max_identity, _ties_first("b > a"), _argmax_reference, splittable=False, online=None,
-                  grad="index", results=2)
+                  grad="index", results=2, empty="error")
 
 
 def _argmin_reference(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
     """``torch.argmin`` along the one reduced dim: the first index of the smallest value; NaN
     counts as the smallest (torch.argmin returns the first NaN's index too)."""
     (d,) = dims
-    return torch.argmin(x, dim=d)
+    return _no_index(x, d) if x.shape[d] == 0 else torch.argmin(x, dim=d)
 
 
 ARGMIN = Combiner("argmin", _min_identity, _ties_first("b < a"), _argmin_reference, splittable=False, online=None,
-                  grad="index", results=2)
+                  grad="index", results=2, empty="error")
 
 
 def _var_reference(x: torch.Tensor, dims: list[int]) -> torch.Tensor:

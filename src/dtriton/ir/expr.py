@@ -108,10 +108,10 @@ class Expr:
     def __or__(self, o): return Binary("or", self, as_expr(o))
     def __invert__(self): return Unary("not", self)
 
-    def __floordiv__(self, o): return Binary("floordiv", self, as_expr(o))
-    def __rfloordiv__(self, o): return Binary("floordiv", as_expr(o), self)
-    def __mod__(self, o): return Binary("mod", self, as_expr(o))
-    def __rmod__(self, o): return Binary("mod", as_expr(o), self)
+    def __floordiv__(self, o): return int_op("floordiv", self, as_expr(o))
+    def __rfloordiv__(self, o): return int_op("floordiv", as_expr(o), self)
+    def __mod__(self, o): return int_op("mod", self, as_expr(o))
+    def __rmod__(self, o): return int_op("mod", as_expr(o), self)
 
     def __float__(self):
         raise AlgorithmError("a dtriton expression is not a Python number: use dt.exp, dt.log, dt.sqrt, dt.tanh, "
@@ -207,26 +207,59 @@ def pow_general(x: Expr, p: Expr) -> Expr:
     """``x ** p`` for an exponent known only at run time (or a non-integer literal), with the values
     of ``torch.pow``: ``|x| ** p`` as ``exp(p * log|x|)``, negated for a negative ``x`` and an odd
     integer ``p``, NaN for a finite negative ``x`` and a finite non-integer ``p``, 1 where ``p == 0`` or ``x == 1``
-    (NaN included) or ``x == -1`` and ``p`` is infinite, 0 or inf at ``x == 0`` by the sign of ``p``. Its derivative in ``x`` at
-    ``x == 0`` is NaN (the product rule meets ``0 * inf``); write a literal integer exponent for
-    finite gradients there."""
+    (NaN included) or ``x == -1`` and ``p`` is infinite, 0 or inf at ``x == 0`` by the sign of ``p``. Its derivative in ``x``
+    (derived through this expansion) is torch's ``p * x ** (p - 1)`` for a finite ``p`` and a finite
+    nonzero ``x`` (NaN for a negative ``x`` and a non-integer ``p``; 0 where ``p == 0``); at
+    ``x == 0`` it is torch's 0 for ``p > 1`` and 1 for ``p == 1``, and 0 where torch's is +-inf
+    (``p < 1``), and at ``x == +-inf`` it is NaN where torch's is inf (``p > 0``) or 0 (``p == 0``);
+    a literal integer exponent is a product, with torch's gradient everywhere. Its derivative in
+    ``p`` is torch's ``x ** p * log(x)`` for ``x > 0`` and 0 at ``x == 0`` for ``p >= 0``; at a
+    negative ``x`` (an integer ``p``) it is ``x ** p * log|x|`` where torch's is NaN."""
     ax = Unary("abs", x)
-    r = Unary("exp", Binary("mul", p, Unary("log", ax)))
+    nan = Binary("div", Const(0.0), Const(0.0))
+    inf = Const(float("inf"))
+    # |x| ** p; at x == 0 a constant (0 for p > 0, inf for p < 0, NaN for a NaN p; p == 0 below),
+    # so that log(0) = -inf never meets the zero adjoint there: the gradient in p at x == 0 is 0
+    # (torch's for p >= 0), not 0 * -inf; for p == 1 it is x itself (+-0, gradient 1, as torch's)
+    zero = Binary("eq", x, Const(0.0))
+    r = Unary("exp", Binary("mul", p, Unary("log", Where(zero, Const(1.0), ax))))
+    at0 = Where(Binary("gt", p, Const(0.0)), Where(Binary("eq", p, Const(1.0)), x, Const(0.0)),
+                Where(Binary("lt", p, Const(0.0)), inf, nan))
+    r = Where(zero, at0, r)
     q = Cast(p, torch.int64)   # (used only where |p| < 2**62: the truncation is exact there)
     whole = Binary("and", Binary("lt", Unary("abs", p), Const(float(2 ** 62))),
                    Binary("eq", Cast(q, torch.float64), p))
     odd = Binary("and", whole, Binary("ne", Binary("mod", q, Const(2, integer=True)), Const(0, integer=True)))
-    nan = Binary("div", Const(0.0), Const(0.0))
-    inf = Const(float("inf"))
     # C99 and torch: an infinite x or p gives |x| ** p, except that torch computes p = +-0.5 as
     # sqrt / rsqrt, NaN for x = -inf too
     half = Binary("eq", Unary("abs", p), Const(0.5))
     finite = Binary("and", Binary("or", Binary("lt", ax, inf), half), Binary("lt", Unary("abs", p), inf))
-    neg = Where(whole, Where(odd, Unary("neg", r), r), Where(finite, nan, r))
+    # NaN as r times a factor NaN exactly where this branch is taken (a factor NaN elsewhere would
+    # meet the zero adjoint of the branches not taken): its gradient is NaN too, as torch's
+    # (p * x ** (p - 1) is NaN for a negative x and a non-integer p)
+    taken = Binary("and", Binary("and", Binary("lt", x, Const(0.0)), Unary("not", whole)), finite)
+    neg = Where(whole, Where(odd, Unary("neg", r), r), Where(finite, Binary("mul", r, Where(taken, nan, Const(1.0))), r))
     out = Where(Binary("lt", x, Const(0.0)), neg, r)
-    one = Binary("or", Binary("or", Binary("eq", p, Const(0.0)), Binary("eq", x, Const(1.0))),
+    # the constant 1 only where exp(p * log|x|) is not 1 already: it takes the gradient away (x ** p
+    # at x == 1 has the gradient p in x; at p == 0, log|x| in p). 1 ** p needs it for a NaN or
+    # infinite p only; x ** 0 for x = 0, +-inf or NaN only
+    not_finite_p = Unary("not", Binary("lt", Unary("abs", p), inf))
+    regular_x = Binary("and", Binary("lt", ax, inf), Binary("ne", x, Const(0.0)))
+    zero_p = Binary("and", Binary("eq", p, Const(0.0)), Unary("not", regular_x))
+    one = Binary("or", Binary("or", zero_p, Binary("and", Binary("eq", x, Const(1.0)), not_finite_p)),
                  Binary("and", Binary("eq", x, Const(-1.0)), Binary("eq", Unary("abs", p), inf)))
     return Where(one, Const(1.0), out)
+
+
+def int_op(op: str, a: "Expr", b: "Expr") -> "Binary":
+    """``a // b`` (``op="floordiv"``) or ``a % b`` (``"mod"``). Raises :class:`AlgorithmError` for a
+    literal divisor 0 (torch raises ZeroDivisionError for an integer division by zero); a divisor
+    that is 0 only for some data or arguments is checked when a call is (``check_reads``)."""
+    n = Binary(op, a, b)
+    if isinstance(b, Const) and b.value == 0:
+        raise AlgorithmError(f"{fmt(n)}: an integer {'//' if op == 'floordiv' else '%'} by the literal 0 has no value "
+                             f"(torch raises ZeroDivisionError); divide by a nonzero integer")
+    return n
 
 
 class Const(Expr):

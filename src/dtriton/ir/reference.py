@@ -15,7 +15,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from ..errors import IndexRangeError, ShapeError
+from ..errors import IndexRangeError, ShapeError, ZeroDivisorError
 from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT_OPS, Load, Reduce, ScalarParam, Unary,
                    Where, fmt)
 from .intervals import Read, analyse_reads, integer_valued
@@ -146,18 +146,28 @@ def _node_dtype(n: Expr, dtypes: dict[str, torch.dtype], typed: dict) -> tuple[t
 def check_computed_indices(alg, sizes: dict[str, int], axis_sizes: dict[str, int],
                            dtypes: dict[str, torch.dtype]) -> None:
     """Call-time checks of computed indices, each a :class:`ShapeError` naming the stage or index:
-    an arg-reduction over an empty axis (it has no index; torch raises too), an index expression
+    a max, min or arg-reduction over an empty axis whose result an output with elements uses (no
+    value, no index; torch raises too; a softmax of rows of no elements is an empty output, as
+    ``torch.softmax``'s), an index expression
     that is not integer-valued (``X[i, dt.argmax(...)[i] * 0.5]``), and an arg-reduction used
     directly as the index of a dim shorter than the axis it ranges over (it could read outside)."""
+    seen = None   # the nodes of the outputs that have elements (computed at the first empty extremum)
     for n in alg.nodes:
         if isinstance(n, Binary) and n.op in INT_OPS and not all(integer_valued(c, _int_tensor(dtypes)) for c in (n.a, n.b)):
             sym = "//" if n.op == "floordiv" else "%"
             raise ShapeError(f"{fmt(n)}: {sym} is integer arithmetic (indices such as h // G, i % W); both operands "
                              f"must be integers (axes, integer literals, int arguments, integer tensors); convert "
                              f"with dt.cast(..., torch.int64), or use / for a float division")
-        if isinstance(n, Reduce) and n.combiner.results == 2 and axis_sizes[n.over[0]] == 0:
-            raise ShapeError(f"stage {n.name!r} ({n.combiner.name}) reduces axis {n.over[0]!r} of size 0: an "
-                             f"arg-reduction of an empty axis has no index (torch raises too); give it at least one element")
+        if isinstance(n, Reduce) and n.combiner.empty == "error":
+            empty = [a for a in n.over if axis_sizes[a] == 0]
+            if empty and seen is None:
+                seen = {m.uid for m in topo_order([o.expr for o in alg.outputs
+                                                   if all(axis_sizes[a] > 0 for a in o.layout)])}
+            if empty and n.uid in seen:
+                why = ("an arg-reduction of an empty axis has no index" if n.combiner.results == 2 else
+                       f"a {n.combiner.name} of no elements has no value")
+                raise ShapeError(f"stage {n.name!r} ({n.combiner.name}) reduces axis {empty[0]!r} of size 0: {why} "
+                                 f"(torch raises too); give the axis at least one element")
         if not isinstance(n, Load):
             continue
         for d, e in enumerate(n.index):
@@ -272,7 +282,9 @@ class Binding:
         for idx_name, tname, d, _ in alg.gathers:
             if dtypes[idx_name].is_floating_point:
                 raise ShapeError(f"argument {idx_name!r} indexes dim {d} of {tname} (a gather) and must be an integer "
-                                 f"tensor, got {dtypes[idx_name]}; convert it with .long()")
+                                 f"tensor, got {dtypes[idx_name]}; convert it with .long() before the call, or cast "
+                                 f"the index inside the algorithm, {tname}[..., dt.cast({idx_name}[...], torch.int64)] "
+                                 f"(it rounds toward zero, as .long() does)")
         axis_sizes = {ax: sizes[sym] for ax, sym in alg.axis_size.items()}
         check_computed_indices(alg, sizes, axis_sizes, dtypes)
         out_dtypes = output_dtypes(alg, dtypes)
@@ -302,9 +314,14 @@ def check_reads(alg, b: "Binding", args: Sequence[Any], ev: "_Evaluator | None" 
     conditions hold. The reference evaluator always runs this; kernels on the interpreter too, and
     on the GPU with ``check_indices=True`` (it synchronises with the device).
 
+    Integer divisors are checked first (:func:`check_divisors`): an index such as ``i // g`` is
+    evaluated here.
+
     Raises:
+        ZeroDivisorError: from :func:`check_divisors`.
         IndexRangeError: naming the tensor, the dim, the index, the first value outside and where.
     """
+    ev = check_divisors(alg, b, args, ev)
     todo = [r for r in b.reads if r.verdict == "unknown" and r.load.pad is None]
     if not todo:
         return
@@ -326,6 +343,40 @@ def check_reads(alg, b: "Binding", args: Sequence[Any], ev: "_Evaluator | None" 
                 more = (f" ({vals.numel()} reads outside, values {int(vals.min())}..{int(vals.max())})"
                         if vals.numel() > 1 else "")
                 raise IndexRangeError(outside_message(r, f"is {value}" + (f" at {where}" if where else "") + more))
+
+
+def _first_at(bad: torch.Tensor, axes: tuple[str, ...]) -> str:
+    """`` at a = 3, b = 0`` for the first true element of ``bad`` (dims named ``axes``; dims of
+    size 1 left out), with the count when more than one is true; empty for a 0-d ``bad``."""
+    if not bad.dim():
+        return ""
+    at = [int(x) for x in torch.nonzero(bad)[0]]
+    where = ", ".join(f"{a} = {x}" for a, x in zip(axes, at) if bad.shape[axes.index(a)] > 1)
+    count = int(bad.sum())
+    return (f" at {where}" if where else "") + (f" ({count} elements)" if count > 1 else "")
+
+
+def check_divisors(alg, b: "Binding", args: Sequence[Any], ev: "_Evaluator | None" = None) -> "_Evaluator | None":
+    """Check, on the call's data and arguments, that no integer ``//`` or ``%`` of ``alg`` divides
+    by 0 anywhere it is computed (torch raises ZeroDivisionError; a ``dt.where`` around it does not
+    guard it, as in torch, where both branches are computed). Literal divisors are checked when the
+    algorithm is defined. Returns the evaluator it used (``ev``, one it made, or None).
+
+    Raises:
+        ZeroDivisorError: naming the expression, the divisor, where it is 0 and the fix.
+    """
+    divs = [n for n in alg.nodes if isinstance(n, Binary) and n.op in INT_OPS and not isinstance(n.b, Const)]
+    for n in divs:
+        ev = ev or _Evaluator(alg, b, args)
+        v = ev(n.b)
+        bad = v.t == 0
+        if bool(bad.any()):
+            sym, d = "//" if n.op == "floordiv" else "%", fmt(n.b)
+            raise ZeroDivisorError(
+                f"{fmt(n, limit=None)}: the divisor {fmt(n.b, limit=None)} is 0{_first_at(bad, v.axes)}; an integer {sym} "
+                f"by 0 has no value (torch raises ZeroDivisionError; on a GPU the result is undefined). Pass a nonzero "
+                f"divisor, or replace it where it is 0: {fmt(n.a)} {sym} dt.where({d} == 0, 1, {d})")
+    return ev
 
 
 def unit_dim(t: torch.Tensor) -> int:

@@ -499,7 +499,13 @@ class ReducePrinter:
         idx = f"tl.where({m}, {idx}, {INDEX_SENTINEL})" if m is not None else idx
         v, vi = self.fresh(f"part_{r.name}"), self.fresh(f"part_{r.name}_index")
         if a not in lin or b.scalar:
-            inner.emit(f"{v}, {vi} = {body}, ({idx}).to(tl.int32)")
+            # one index per step (a loop of tile 1: a scalar) beside a value with other axes: the
+            # index takes the value's shape, as the reshapes below and the pair-combine expect
+            held = self.present(r.x, inner) - {a}
+            ix = f"({idx}).to(tl.int32)"
+            if held and b.scalar:
+                ix = f"tl.broadcast_to({ix}, {self.shape(lin, held)})"
+            inner.emit(f"{v}, {vi} = {body}, {ix}")
         elif (br := self.k.block_reduce.get(r.combiner.base)) is not None:
             # the fold returns the first lane of the extremum; masked lanes (the identity) follow
             # every real one, so a real lane wins a tie with them
