@@ -322,5 +322,6 @@ def plan_exact_counts(k: KernelPlan, small: dict[str, int]) -> dict[int, int]:
             n = 1
             for a in r.over:
                 n *= small[a]
-            out[r.uid] = n
+            if n:   # (an empty window keeps the printed division: 0 / 0, NaN, as torch's mean of nothing)
+                out[r.uid] = n
     return out
