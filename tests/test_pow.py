@@ -83,3 +83,24 @@ def test_float64_odd_exponent_past_float32_precision():
     x = torch.tensor([-2.0, -0.5, 3.0, -1.0], dtype=torch.float64)
     p = 2.0 ** 25 + 1
     torch.testing.assert_close(dt.compile(pow_arg)(x, p), torch.pow(x, p), equal_nan=True)
+
+
+@dt.algorithm
+def pow_minus_three(X: dt.Tensor["M"]):
+    i, = dt.axes("i:M")
+    return (X[i] ** -3)[i]
+
+
+def test_negative_literal_power_gradient_stays_finite_at_small_x():
+    # fresh-user trial, s7: 1 / x^3's chain rule divided by x^3 twice and gave -inf for |x| < ~1e-8 in fp32,
+    # where torch's -3 x^-4 is finite (-3e32 at 1e-8); values and gradients against torch at float64
+    x = torch.tensor([1e-8, -3e-9, 1e-7, 2.0, -0.5, 0.0, -0.0, INF, 7.25])
+    X = x.clone().requires_grad_(True)
+    k = dt.compile_autograd(pow_minus_three)
+    y = k(X)
+    (g,) = torch.autograd.grad(y, X, torch.ones_like(y))
+    x64 = x.double().requires_grad_(True)
+    y64 = x64 ** -3
+    (g64,) = torch.autograd.grad(y64, x64, torch.ones_like(y64))
+    torch.testing.assert_close(y.double(), y64.detach(), rtol=1e-6, atol=0, equal_nan=True)
+    torch.testing.assert_close(g.double(), g64.to(torch.float32).double(), rtol=1e-6, atol=0, equal_nan=True)

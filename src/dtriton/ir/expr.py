@@ -79,8 +79,9 @@ class Expr:
         (negative ``x`` allowed, exact as products), 0 and 0.5 as 1 and ``sqrt``; any other
         exponent (a float literal, an ``int``/``float`` argument, an expression) by :func:`pow_general`."""
         if isinstance(o, (int, float)) and not isinstance(o, bool) and float(o).is_integer() and 0 < abs(o) <= 64:
-            r = pow_int(self, int(abs(o)))
-            return r if o > 0 else Binary("div", Const(1.0), r)
+            # a negative power as a power of 1 / x: its gradient -n x^(-n-1) stays finite wherever torch's does
+            # (1 / x^n's chain rule divides by x^n twice: -inf below |x| ~ 1e-8 at n = 3 in fp32)
+            return pow_int(self if o > 0 else Binary("div", Const(1.0), self), int(abs(o)))
         if isinstance(o, (int, float)) and float(o) == 0.0:
             return Where(Binary("eq", self, self), Const(1.0), Const(1.0))  # 1 everywhere, NaN too
         if isinstance(o, (int, float)) and float(o) == 0.5:
