@@ -451,3 +451,29 @@ def test_gradient_of_abs_is_the_upstream_gradient_times_sgn_as_torch():
         got = dt.compile(ga.algorithms[ai])(x, y, gy)
         torch.testing.assert_close((got if isinstance(got, tuple) else (got,))[oi], want, equal_nan=True)
 
+
+
+# ----------------------------------------------------------------------------------------------
+# session-7 trial: the gradient of max/min over a slice holding a NaN is NaN for the slice (torch.amax's
+# 0 / 0), not 0: a NaN in training must not be hidden in the gradients
+# ----------------------------------------------------------------------------------------------
+@dt.algorithm
+def row_max_min(X: dt.Tensor["M", "N"]):
+    i, j = dt.axes("i j")
+    return dt.max(X[i, j], over=j)[i], dt.min(X[i, j], over=j)[i]
+
+
+def test_max_min_gradient_over_a_nan_slice_is_torchs():
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(5, 7, generator=g)
+    x[1, 3] = float("nan")
+    x[3, 0] = x[3, 5] = float("nan")
+    x[4, 2] = x[4, 6] = 9.0                       # a tie: split evenly, as torch.amax
+    w1, w2 = torch.randn(5, generator=g), torch.randn(5, generator=g)
+    X = x.clone().requires_grad_(True)
+    mx, mn = dt.compile_autograd(row_max_min)(X)
+    (gx,) = torch.autograd.grad((mx * w1).sum() + (mn * w2).sum(), X)
+    x64 = x.double().requires_grad_(True)
+    (g64,) = torch.autograd.grad((x64.amax(1) * w1.double()).sum() + (x64.amin(1) * w2.double()).sum(), x64)
+    assert gx[1].isnan().all() and gx[3].isnan().all()
+    torch.testing.assert_close(gx.double(), g64, rtol=1e-6, atol=1e-7, equal_nan=True)

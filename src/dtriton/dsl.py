@@ -161,7 +161,8 @@ def sum(x, over, name: str | None = None) -> Expr:  # noqa: A001 - the DSL's sum
 
 def max(x, over, name: str | None = None) -> Expr:  # noqa: A001
     """Maximum over ``over``; NaN propagates as in ``torch.amax``, and so does the gradient: split
-    evenly among tied maxima (``torch.max(x, dim)`` and ``max_pool2d`` give it all to one). A
+    evenly among tied maxima (``torch.max(x, dim)`` and ``max_pool2d`` give it all to one), NaN for the
+    whole slice where the slice holds a NaN (torch.amax's 0 / 0). A
     reduction stage, of the operand's dtype (integers exact). Over an axis of size 0 a call raises
     :class:`~dtriton.errors.ShapeError` naming the stage and the axis, as ``torch.amax`` raises."""
     return reduce(x, over, "max", name)

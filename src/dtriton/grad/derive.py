@@ -282,7 +282,10 @@ class Deriver:
         elif rule == "extremum":  # max/min: split evenly among the elements equal to the extremum (torch.amax)
             tie = g.cmp("eq", n.x, n)
             cnt = g.reduce("sum", g.where(tie, g.const(1.0), None), n.over, hint=f"ties_{n.name}")
-            to(n.x, g.where(tie, g.div(bar, cnt), None))
+            # no element equals the extremum: the slice holds a NaN (the extremum is NaN). torch.amax's backward
+            # divides its masked gradient by that count of 0: NaN for the whole slice, which passes the NaN on
+            nan_slice = None if bar is None else g.where(g.cmp("eq", cnt, g.const(0.0)), g.const(float("nan")), None)
+            to(n.x, g.where(tie, g.div(bar, cnt), nan_slice))
         elif rule == "prod":
             to(n.x, g.mul(bar, self.prod_partial(n)))
         elif rule != "index":
