@@ -3,6 +3,7 @@ int64 label) read the pad, as the reference does, instead of wrapping to a small
 (fresh-user trial, session 6)."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 import dtriton as dt
@@ -54,3 +55,20 @@ def test_int64_labels_past_int32():
     labels = torch.tensor([2 ** 32 + 1, 3, -(2 ** 32) + 2], dtype=torch.int64)
     out = _check(gathered, x, labels)
     torch.testing.assert_close(out, torch.tensor([-1.0, 7.0, -1.0]))
+
+
+@dt.algorithm
+def strided_pad(X: dt.Tensor["N"], a: int):
+    i, = dt.axes("i:N")
+    return X.pad(-1.0)[i * a][i]
+
+
+@pytest.mark.parametrize("a", [2**62, -(2**62), 2**64])
+def test_index_arithmetic_past_int64_is_a_clear_error(a):
+    # s7 fresh-user trial: i * 2**62 wrapped around int64 and read X[0] (kernel and reference alike); 2**64
+    # ended in a CompileError blaming the schedule
+    X = torch.arange(1.0, 6.0)
+    for run in (lambda: dt.compile(strided_pad)(X, a), lambda: strided_pad.reference(X, a)):
+        with pytest.raises(dt.ShapeError, match="int64"):
+            run()
+    torch.testing.assert_close(dt.compile(strided_pad)(X, 2**40), torch.tensor([1.0, -1, -1, -1, -1]))

@@ -18,8 +18,11 @@ import torch
 from ..errors import IndexRangeError, ShapeError, ZeroDivisorError
 from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT_OPS, Load, Reduce, ScalarParam, Unary,
                    Where, fmt)
-from .intervals import Read, analyse_reads, integer_valued
+from .intervals import Read, analyse_reads, int_magnitude, integer_valued
 from .walk import mul_factors, topo_order
+
+#: the largest int64: index arithmetic and int arguments beyond it would wrap around
+I64_MAX = 2**63 - 1
 
 __all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "saturate", "check_reads", "integer_reductions", "is_index", "output_dtype", "output_dtypes", "kernel_f64", "compute_dtype", "evaluate"]
 
@@ -218,6 +221,9 @@ def _check_scalar(alg, p: ScalarParam, a) -> None:
     if p.pytype is int and not float(a).is_integer():
         raise ShapeError(f"argument {p.name!r} of {alg.name} is declared int but got {a!r}; pass an "
                          "integer or declare it `float`")
+    if p.pytype is int and not -I64_MAX - 1 <= int(a) <= I64_MAX:
+        raise ShapeError(f"argument {p.name!r} of {alg.name} is {int(a)}, outside int64 (kernels and the reference "
+                         f"compute integers in int64 at most); pass a value of magnitude below 2**63")
 
 
 def _check_tensor(alg, p, a) -> None:
@@ -291,6 +297,12 @@ class Binding:
         reads: list[Read] = []
         if any(isinstance(n, Load) and not all(isinstance(e, Axis) for e in n.index) for n in alg.nodes):
             ints = {p.name: int(a) for p, a in zip(alg.params, args) if isinstance(p, ScalarParam) and p.pytype is int}
+            big = int_magnitude(alg.nodes, axis_sizes, ints)
+            if big > I64_MAX:
+                named = ", ".join(f"{k}={v}" for k, v in ints.items()) or "none"
+                raise ShapeError(f"the index arithmetic of {alg.name} reaches magnitude {big} on this call (int "
+                                 f"arguments: {named}; axis sizes {axis_sizes}), past int64, where it would wrap "
+                                 f"around and read wrong elements; pass smaller int arguments")
             reads = analyse_reads([o.expr for o in alg.outputs], axis_sizes, sizes, ints)
             for r in reads:
                 if r.verdict == "outside" and r.load.pad is None:
