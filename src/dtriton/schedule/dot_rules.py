@@ -71,7 +71,10 @@ def _contraction(d: Draft, name: str, m: str, n: str, r: str) -> bool:
         tile[inner] = d.cap(inner, 256)
     if heavy:
         d.persistent, d.num_stages = 2, d.num_stages or 3
-    wide_tf32 = inner is None and _wide_tf32(d, name, m, n, r)
+    inner_tf32 = _wide_tf32(d, name, m, n, r) if inner is None else None
+    wide_tf32 = inner_tf32 is not None
+    if wide_tf32:
+        tile[inner_tf32] = d.cap(inner_tf32, 256)
     if r not in tile:
         # 8-bit operands: 128 along the reduction (the bytes of a 16-bit tile of 64; Triton needs >= 32)
         tile[r] = max(16, d.cap(r, 128 if d.eight_bit and d.gpu else 64 if d.half or not d.gpu else 32))
@@ -257,15 +260,25 @@ def wide_axis(d: Draft, name: str, m: str, n: str, r: str, grid, tile: dict | No
     default the draft's) are not the 128 x 128 of the contraction rules, the user set one, the contraction
     is not ``alone`` in its kernel (by default: the algorithm's only one), or its operands are 8-bit, bytes
     or block-scaled (see :func:`_block_scaled`, :func:`_byte_operands`). The caller sets the tile."""
+    inner = _wide_shape(d, m, n, r, grid, tile, alone) if d.half else None
+    if inner is None or d.eight_bit or _block_scaled(d, name, r) or _byte_operands(d, name):
+        return None
+    return inner
+
+
+def _wide_shape(d: Draft, m: str, n: str, r: str, grid, tile: dict | None = None,
+                alone: bool | None = None) -> str | None:
+    """The shape test of the wide GEMM rules (:func:`wide_axis`, :func:`_wide_tf32`): on the GPU, the
+    contraction ``alone`` in its kernel (by default: the algorithm's only one), ``m`` and ``n`` on the grid
+    with the 128 x 128 tiles of the contraction rules (in ``tile``, by default the draft's) that the user did not
+    set, both >= 1024 and >= 2^35 multiply-adds. Returns the inner one of ``m`` and ``n`` on ``grid``, or None."""
     sizes, tile = d.sizes, d.tile if tile is None else tile
     # one contraction in the kernel: two 128x256 accumulators (SwiGLU's two GEMMs sharing X) spilled, 0.15x
     # torch.compile on the H200 (bench/results/issue14/chains_fp16_h200.md)
     alone = len(d.cons) == 1 if alone is None else alone
-    if not (d.gpu and d.half and alone and m in grid and n in grid and not (set(d.user.tile) & {m, n})
+    if not (d.gpu and alone and m in grid and n in grid and not (set(d.user.tile) & {m, n})
             and tile.get(m) == 128 and tile.get(n) == 128 and min(sizes[m], sizes[n]) >= 1024
             and sizes[m] * sizes[n] * sizes[r] >= 1 << 35):
-        return None
-    if d.eight_bit or _block_scaled(d, name, r) or _byte_operands(d, name):
         return None
     return n if list(grid).index(n) > list(grid).index(m) else m
 
@@ -285,7 +298,7 @@ def wide_stages(d: Draft, name: str, pair: tuple[str, str] | None = None) -> int
     return 4 if (set(pair) <= sides if pair else len(sides) == 2) else 3
 
 
-def _wide_tf32(d: Draft, name: str, m: str, n: str, r: str) -> bool:
+def _wide_tf32(d: Draft, name: str, m: str, n: str, r: str) -> str | None:
     """A large single-pass TF32 GEMM (the user's ``precision="tf32"``, >= 2^35 multiply-adds, both operands
     K-major as tf32 wgmma reads them: ``X @ W.T``; no epilogue tile such as a residual, whose fp32 tile would
     not fit beside the pipeline) takes 128x256x32 tiles, 256 along the inner grid axis, 8 warps
@@ -293,16 +306,14 @@ def _wide_tf32(d: Draft, name: str, m: str, n: str, r: str) -> bool:
     plan's ``store_pieces``). H200, session 7 call 2 (bench/probe_fp32.py --only tf32, X @ W.T
     1024x8192x8192): 335.9 us = 1.03x cuBLAS with TF32 allowed (347.6 us), against 399.9 us (0.87x) for the
     128x128x32 tiles at 4 warps and 4 stages the rule gave before, 380.3 persistent at 5 stages, 385.2 for
-    256x128x32 and 418.9 for 128x256x32 on the plain grid. Returns whether it applied."""
-    grid, sizes = d.grid, d.sizes
-    if not (d.gpu and not d.half and d.user.precision == "tf32" and len(d.cons) == 1 and m in grid and n in grid
-            and not (set(d.user.tile) & {m, n, r}) and d.tile.get(m) == 128 and d.tile.get(n) == 128
-            and min(sizes[m], sizes[n]) >= 1024 and sizes[m] * sizes[n] * sizes[r] >= 1 << 35
-            and len(tensor_core_sides(d.alg.stages[name].node, d.b.unit_dims)) == 2 and not epilogue_tiles(d, m, n)):
-        return False
-    inner = n if grid.index(n) > grid.index(m) else m
-    d.tile[inner] = d.cap(inner, 256)
-    return True
+    256x128x32 and 418.9 for 128x256x32 on the plain grid. Returns the inner axis (the caller sets its tile), or
+    None where the rule does not apply."""
+    if d.half or d.user.precision != "tf32" or r in d.user.tile:
+        return None
+    inner = _wide_shape(d, m, n, r, d.grid)
+    if inner is None or epilogue_tiles(d, m, n) or len(tensor_core_sides(d.alg.stages[name].node, d.b.unit_dims)) != 2:
+        return None
+    return inner
 
 
 def _persistent_wide(d: Draft, name: str) -> bool:
