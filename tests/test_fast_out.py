@@ -1,4 +1,4 @@
-"""Routing of ``out=`` calls to a signature's fast launcher (``Kernel.__call__``, ``runtime.kernel._fresh_outs``).
+"""Routing of ``out=`` calls to a signature's fast launcher (``Kernel.__call__``, ``FastLauncher.takes``).
 
 Fast launchers exist only for GPU calls (``bench/gpu_check.py`` runs every case's ``out=`` call through them on
 the H200); here a recording stand-in takes the launcher's place in a CPU kernel's table, so the test checks
@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import dtriton as dt
+from dtriton.backends.triton.fast import FastLauncher
 from dtriton.runtime import kernel as kernel_mod
 
 
@@ -21,18 +22,27 @@ def scale(X: dt.Tensor["M", "N"]):
     return (X[i, j] * 2.0)[i, j]
 
 
+def launcher_shape(shape, dtype=torch.float32):
+    """A FastLauncher's state that ``FastLauncher.takes`` reads (one plain output of ``shape``), without the
+    compiled kernels a real one holds (GPU only)."""
+    fl = object.__new__(FastLauncher)
+    fl.offsets, fl.remap, fl.n_out, fl.device = None, {}, 1, torch.device("cpu")
+    fl.allocs = [(tuple(shape), dtype, False)]
+    return fl
+
+
 class Recorder:
-    """Stands in for a fast launcher: records how it was called."""
+    """Stands in for a fast launcher: records how it was called; ``takes`` is FastLauncher's own."""
 
     def __init__(self, takes=True):
-        self.calls, self._takes = [], takes
+        self.calls, self._takes, self._shape = [], takes, launcher_shape((5, 7))
 
     def __call__(self, args):
         self.calls.append("plain")
         return torch.zeros(1)
 
     def takes(self, outs):
-        return self._takes
+        return self._takes and FastLauncher.takes(self._shape, outs)
 
     def into(self, args, outs):
         self.calls.append("into")

@@ -105,12 +105,17 @@ class _Plan:
     interpret: bool
 
 
+def _overlaps_input(args, outs) -> bool:
+    """Some ``out=`` tensor shares memory with an input (an in-place call, ``out=X``, or a partial overlap)."""
+    return any(isinstance(a, torch.Tensor) and overlap(a, t) for a in args for t in outs)
+
 
 def _fresh_outs(args, outs) -> bool:
-    """``out=`` tensors that a signature's fast launcher may write (:meth:`FastLauncher.takes` checks their
-    shapes and dtypes): contiguous, 16-byte aligned as a fresh allocation is, overlapping no input."""
-    return all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in outs) and not any(
-        isinstance(a, torch.Tensor) and overlap(a, t) for a in args for t in outs)
+    """``out=`` tensors that a signature's fast launcher may be built from and write (its
+    :meth:`FastLauncher.takes` also checks shapes and dtypes): contiguous, 16-byte aligned as a fresh
+    allocation is, overlapping no input."""
+    return all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in outs) and not _overlaps_input(args, outs)
+
 
 class Kernel:
     """A compiled algorithm + schedule. Call it like the algorithm: ``C = kernel(A, B)``.
@@ -317,7 +322,7 @@ class Kernel:
                     return fast(args)
                 # out= tensors laid out as the launcher's own allocations, overlapping no input (an in-place
                 # call, out=X, takes the slow path, which decides whether the plan allows it)
-                if fast.takes(out) and _fresh_outs(args, out):
+                if fast.takes(out) and not _overlaps_input(args, out):   # (takes: laid out as its allocations)
                     return fast.into(args, out)
         alg = self.algorithm
         b = alg.bind(args)
