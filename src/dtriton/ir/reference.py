@@ -250,6 +250,9 @@ class Binding:
     unit_dims: dict[str, int] = field(default_factory=dict)
     #: the computed indices of the call (see :func:`~dtriton.ir.intervals.analyse_reads`)
     reads: list = field(default_factory=list)
+    #: the largest magnitude the call's index arithmetic reaches (:func:`~dtriton.ir.intervals.int_magnitude`
+    #: with its int arguments; 0 where no index is computed): 64-bit offsets past 2**31, an error past int64
+    index_magnitude: int = 0
 
     @staticmethod
     def make(alg, args: Sequence[Any]) -> "Binding":
@@ -295,6 +298,7 @@ class Binding:
         check_computed_indices(alg, sizes, axis_sizes, dtypes)
         out_dtypes = output_dtypes(alg, dtypes)
         reads: list[Read] = []
+        big = 0
         if any(isinstance(n, Load) and not all(isinstance(e, Axis) for e in n.index) for n in alg.nodes):
             ints = {p.name: int(a) for p, a in zip(alg.params, args) if isinstance(p, ScalarParam) and p.pytype is int}
             big = int_magnitude(alg.nodes, axis_sizes, ints)
@@ -307,7 +311,7 @@ class Binding:
             for r in reads:
                 if r.verdict == "outside" and r.load.pad is None:
                     raise IndexRangeError(outside_message(r, f"takes the values {r.span.lo}..{r.span.hi}"))
-        return Binding(sizes, axis_sizes, dtypes, out_dtypes, device or torch.device("cpu"), unit, reads)
+        return Binding(sizes, axis_sizes, dtypes, out_dtypes, device or torch.device("cpu"), unit, reads, big)
 
 
 def outside_message(r: Read, how: str) -> str:

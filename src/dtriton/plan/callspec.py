@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..ir import Algorithm, Binding, InputTensor, ScalarParam, contractions, int_magnitude, kernel_reads, unit_dim
+from ..ir import Algorithm, Binding, InputTensor, ScalarParam, contractions, kernel_reads, unit_dim
 from .access import unit_last
 from .kernel import next_pow2
 
@@ -79,9 +79,7 @@ def call_spec(alg: Algorithm, b: Binding, args: Sequence[Any], interpret: bool, 
     masked = ()
     if b.reads:   # computed indices: their arithmetic needs 64 bits where a value passes 2**31
         masked = kernel_reads(alg, b.axis_sizes, b.sizes)
-        ints = {p.name: a for p, a in zip(alg.params, args)
-                if isinstance(p, ScalarParam) and p.pytype is int and not isinstance(a, bool)}
-        i64 = i64 or int_magnitude(alg.nodes, b.axis_sizes, ints) > I32_MAX
+        i64 = i64 or b.index_magnitude > I32_MAX   # (Binding.make bounded it with the call's int arguments)
     ones = tuple(sorted(p.name for p, a in zip(alg.params, args)
                         if isinstance(p, ScalarParam) and p.pytype is int and not isinstance(a, bool) and a == 1))
     return CallSpec(tuple(facts), tuple(sorted(b.dtypes.items())), i64, interpret, tma_ok,
