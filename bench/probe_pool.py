@@ -11,7 +11,10 @@ pool of (N, H, W) images (N = 16*64) in programs of ``BH`` x ``BW`` outputs, 4 w
 - ``shifted``: the pointer block of the window's first tap computed once, each tap adding ``r * W + q``
   (a constant-offset load), masks from per-row and per-column tests;
 - ``interior``: ``shifted``, and programs whose windows all lie inside the image (all but the border ones)
-  load without masks (a branch per program), the border programs as ``shifted``.
+  load without masks (a branch per program), the border programs as ``shifted``;
+- ``pairs``: each of the three input rows of an output row is read as one contiguous load of ``2 * BW`` columns
+  split in registers into the taps ``2w`` and ``2w + 1`` (``tl.split``), plus one strided load for ``2w - 1``
+  (6 vector-friendly loads an output row instead of 9 gathers).
 
 ``max`` folds in fp32 (as dtriton) or, with ``native``, in the input dtype (exact for a max). Every kernel is
 checked against ``torch.nn.functional.max_pool2d`` (bitwise: a max is exact) before it is timed (CUDA-graph
@@ -49,7 +52,7 @@ def _tap_masked(acc, base, ih0, iw0, H, W, r: tl.constexpr, q: tl.constexpr, NAT
 @triton.jit
 def pool3(x_ptr, out_ptr, H, W, Ho, Wo, BH: tl.constexpr, BW: tl.constexpr, MODE: tl.constexpr,
           NATIVE: tl.constexpr):
-    """MODE 0: per-tap, 1: shifted, 2: interior (see the module docstring)."""
+    """MODE 0: per-tap, 1: shifted, 2: interior, 3: pairs (see the module docstring)."""
     pid = tl.program_id(0)
     nh = tl.cdiv(Ho, BH)
     nw = tl.cdiv(Wo, BW)
@@ -72,6 +75,24 @@ def pool3(x_ptr, out_ptr, H, W, Ho, Wo, BH: tl.constexpr, BW: tl.constexpr, MODE
                 if not NATIVE:
                     v = v.to(tl.float32)
                 acc = tl.maximum(acc, v, propagate_nan=tl.PropagateNan.ALL)
+    elif MODE == 3:
+        # pairs: input columns (2w, 2w+1) of each output column w come from one contiguous row load of
+        # 2*BW elements split in registers; the tap 2w-1 is one strided load; rows 2h-1, 2h, 2h+1 per output row
+        cw = pw * BW * 2 + tl.arange(0, 2 * BW)[None, :]
+        iw_l = ow * 2 - 1
+        for r in tl.static_range(3):
+            ih = oh * 2 + r - 1
+            rok = (ih >= 0) & (ih < H)
+            row = xi + ih * W
+            v2 = tl.load(row + cw, mask=rok & (cw < W), other=-float("inf"))
+            a, b = tl.split(tl.reshape(v2, (BH, BW, 2)))
+            v1 = tl.load(row + iw_l, mask=rok & (iw_l >= 0) & (iw_l < W), other=-float("inf"))
+            if not NATIVE:
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+                v1 = v1.to(tl.float32)
+            acc = tl.maximum(acc, tl.maximum(tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL), v1,
+                                             propagate_nan=tl.PropagateNan.ALL), propagate_nan=tl.PropagateNan.ALL)
     else:
         ih0 = oh * 2 - 1
         iw0 = ow * 2 - 1
@@ -95,7 +116,7 @@ def pool3(x_ptr, out_ptr, H, W, Ho, Wo, BH: tl.constexpr, BW: tl.constexpr, MODE
              mask=(oh < Ho) & (ow < Wo))
 
 
-MODES = {0: "per-tap", 1: "shifted", 2: "interior"}
+MODES = {0: "per-tap", 1: "shifted", 2: "interior", 3: "pairs"}
 
 
 def main(argv=None) -> int:
