@@ -217,3 +217,35 @@ def test_warp_specialised_loops_keep_the_algorithms_operand_order():
     a, b = layout("NT", 64, 64, 64)
     _, d = gpu_dot(matmul, (a, b), dt.Schedule(tile={"i": 32, "j": 32, "k": 32}, access="tma", warp_specialize=True))
     assert (d.n, d.precision) == ("j", "tf32x3")
+
+
+def test_split_precision_dots_of_small_tiles_cap_registers_at_128():
+    """A GPU kernel of 4 warps whose fp32 dots run at a split precision in tiles of at most 64 x 64 (the
+    diffusion layer's output GEMM at tf32x3) launches with ptxas's cap of 128 registers a thread (four
+    programs an SM); 8 warps, larger tiles, plain tf32, 16-bit dots and the interpreter keep no cap."""
+    from dtriton.examples.diffusionnet.plans import empty_args, gpu_program
+    from dtriton.library import spatial_diffusion
+    _, prog = gpu_program(spatial_diffusion, empty_args(spatial_diffusion, {"V": 100_000, "K": 128, "C": 128}))
+    caps = {k.name.rsplit("_", 1)[-1]: k.max_registers for k in prog.kernels}
+    assert caps == {"sum0": 0, "out0": 128, "out1": 0}, caps     # sum0: 128 x 64 at 8 warps
+    a, b = layout("NN", 64, 64, 64)
+    for sched, cap in [(dt.Schedule(tile={"i": 64, "j": 64, "k": 32}, num_warps=4, precision="tf32x3"), 128),
+                       (dt.Schedule(tile={"i": 64, "j": 64, "k": 32}, num_warps=4, precision="bf16x6"), 128),
+                       (dt.Schedule(tile={"i": 64, "j": 128, "k": 32}, num_warps=4, precision="tf32x3"), 0),
+                       (dt.Schedule(tile={"i": 64, "j": 64, "k": 32}, num_warps=8, precision="tf32x3"), 0),
+                       (dt.Schedule(tile={"i": 64, "j": 64, "k": 32}, num_warps=4, precision="tf32"), 0)]:
+        bnd = matmul.bind((a, b))
+        bnd.device = torch.device("cuda")
+        prog = plan_program(matmul, complete_schedule(matmul, sched, bnd), bnd, call_spec(matmul, bnd, (a, b), interpret=False))
+        assert [k.max_registers for k in prog.kernels] == [cap], sched
+    h = a.half()
+    bnd = matmul.bind((h, h))
+    bnd.device = torch.device("cuda")
+    sched = dt.Schedule(tile={"i": 64, "j": 64, "k": 32}, num_warps=4)
+    prog = plan_program(matmul, complete_schedule(matmul, sched, bnd), bnd, call_spec(matmul, bnd, (h, h), interpret=False))
+    assert [k.max_registers for k in prog.kernels] == [0]
+    k = dt.compile(matmul, dt.Schedule(tile={"i": 64, "j": 64, "k": 32}, num_warps=4, precision="tf32x3"))
+    out = torch.full((64, 64), float("nan"))
+    k(a, b, out=out)                                   # the interpreter: no cap, the same result
+    assert "registers: at most" not in k.source_for(a, b)
+    assert torch.allclose(out.double(), a.double() @ b.double(), rtol=1e-5, atol=1e-5)
