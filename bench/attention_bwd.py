@@ -9,7 +9,8 @@ GPU, and on the GPU its time beside SDPA's backward for a few backward schedules
 call at the issue's shapes (B4 H16 S2048 D64, B4 H32 S4096 D128; nothing is allocated) under the
 heuristic schedule, every kernel compiled by Triton for sm_90; per kernel: registers, spill stack,
 shared memory, warps and stages, wgmma / mma.sync, ex2 and division instructions, layout
-conversions through shared memory (TTGIR ``convert_layout``).
+conversions through shared memory (TTGIR ``convert_layout``). The saved statistics take the dtypes the
+saving forward gives them (row max and sum fp32), as in the timed calls.
 
 ``time``: per case, the backward kernels alone (the saved statistics made once by the saving
 forward) under the heuristic schedule and the variants of :func:`variants` (tiles of the two
@@ -56,13 +57,20 @@ def backward_of(causal: bool):
     return alg, aug, bwd, names
 
 
-def bwd_args(bwd, B, H, S, D, dtype, device):
+def bwd_args(bwd, B, H, S, D, dtype, device, aug=None, names=()):
     """Arguments of the backward algorithm (Q, K, V, scale, dO, saved statistics) on ``device``
-    (``meta``: shapes only). The statistics are random stand-ins; :func:`real_args` computes them."""
+    (``meta``: shapes only). The statistics are random stand-ins (:func:`case_inputs` computes
+    them), in the dtypes the saving forward ``aug`` gives them (its outputs after the first, in the
+    order of ``names``; the row max and sum are fp32) when given, else in ``dtype``."""
     e = dict(dtype=dtype, device=device)
     sizes = {"B": B, "H": H, "S": S, "T": S, "D": D}
     make = torch.empty if device == "meta" else torch.randn
-    return [make(*[sizes[d] for d in p.dims], **e) if isinstance(p, InputTensor) else D ** -0.5 for p in bwd.params]
+    saved = {}
+    if aug is not None:
+        fwd = [make(*[sizes[d] for d in p.dims], **e) if isinstance(p, InputTensor) else D ** -0.5 for p in aug.params]
+        saved = {f"saved_{n}": d for n, d in zip(names, aug.bind(fwd).out_dtypes[1:])}
+    return [make(*[sizes[d] for d in p.dims], dtype=saved.get(p.name, dtype), device=device)
+            if isinstance(p, InputTensor) else D ** -0.5 for p in bwd.params]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -244,10 +252,10 @@ def main(argv=None) -> int:
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args(argv)
     if a.mode == "sm90":
-        _, _, bwd, _ = backward_of(a.causal)
+        _, aug, bwd, names = backward_of(a.causal)
         for D in a.D:
             B, H, S = (4, 16, 2048) if D <= 64 else (4, 32, 4096)
-            args = bwd_args(bwd, B, H, S, D, torch.float16, "meta")
+            args = bwd_args(bwd, B, H, S, D, torch.float16, "meta", aug, names)
             b = bwd.bind(args)
             b.device = torch.device("cuda")
             base = dt.compile(bwd).complete(b)

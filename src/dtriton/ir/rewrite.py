@@ -31,6 +31,16 @@ max stage (a derived backward's saved row max) what :func:`base2_exponents` does
 max-shifted form: ``exp2(X' - m * log2(e))``, ``X'`` as there (the factor folded into a scalar
 of ``X``, also through a ``where`` whose other branch is a constant), ``m * log2(e)`` computed per
 row. Only where the factor folds, so no multiply per element is added.
+
+:func:`common_divisors` writes ``(A / y - B / (y * y)) * E`` (or with ``+``) as ``(A - B / y) * (E / y)``:
+the form a quotient's derivative takes in a derived softmax backward (``A`` the probabilities' upstream
+dot, ``B`` the row sum of ``dO * O``-like terms, ``y`` the saved row sum, ``E`` the unnormalised
+exponential). With ``y`` per row, ``B / y`` is one value per row and ``E / y`` is the normalised
+probability the same kernel already computes for another dot (dV's operand): per element a
+subtraction and a multiply instead of a multiply, a subtraction and a multiply, and one division
+per row instead of two. Exact in real arithmetic for ``y != 0`` (both forms are infinite or NaN
+at 0); the plan applies it to the outputs whose kernels loop over ``y``'s axes, where the per-row
+values are computed once per step rather than once per program.
 """
 
 from __future__ import annotations
@@ -43,7 +53,7 @@ from .combiners import VAR
 from .expr import Binary, Const, Expr, Load, Reduce, Unary, Where
 from .walk import topo_order, walk
 
-__all__ = ["base2_exponents", "base2_shifted_exponents", "naive_variance_of", "reciprocal_divisors",
+__all__ = ["base2_exponents", "base2_shifted_exponents", "common_divisors", "naive_variance_of", "reciprocal_divisors",
            "single_pass_variance", "variance_of"]
 
 
@@ -126,6 +136,43 @@ def _rebuilt(alg: Algorithm, swap: dict[int, Expr]) -> Algorithm:
         moved = [new.get(c.uid, c) for c in kids]
         new[n.uid] = n if all(a is b for a, b in zip(moved, kids)) else n.rebuild(moved)
     outs = [o.rebuild([new[o.expr.uid]]) for o in alg.outputs]
+    return Algorithm.build(alg.name, alg.params, outs, alg.__doc__)
+
+
+def _common_divisor(n: Expr) -> tuple[Expr, Expr] | None:
+    """``((E / y) * (A - B / y), y)`` when ``n`` is ``(A / y - B / (y * y)) * E`` (``+`` alike, either factor
+    order, ``y`` one shared node), else None."""
+    if not (isinstance(n, Binary) and n.op == "mul"):
+        return None
+    for x, e in ((n.a, n.b), (n.b, n.a)):
+        if not (isinstance(x, Binary) and x.op in ("sub", "add")):
+            continue
+        p, q = x.a, x.b
+        if not (isinstance(p, Binary) and p.op == "div" and isinstance(q, Binary) and q.op == "div"):
+            continue
+        y, yy = p.b, q.b
+        if isinstance(yy, Binary) and yy.op == "mul" and yy.a is y and yy.b is y:
+            return Binary("mul", Binary("div", e, y), Binary(x.op, p.a, Binary("div", q.a, y))), y
+    return None
+
+
+def common_divisors(alg: Algorithm, want: Callable[[str, Expr], bool]) -> Algorithm:
+    """``alg`` with each ``(A / y - B / (y * y)) * E`` (:func:`_common_divisor`) in an output ``o`` for
+    which ``want(o.name, y)`` holds written ``(A - B / y) * (E / y)``; the other outputs keep their
+    nodes (a node shared by outputs of both kinds is rebuilt only where wanted). ``alg`` itself when
+    nothing changes."""
+    outs = []
+    for o in alg.outputs:
+        new: dict[int, Expr] = {}
+        for n in topo_order([o.expr]):
+            kids = n.children()
+            moved = [new.get(c.uid, c) for c in kids]
+            m = n if all(a is b for a, b in zip(moved, kids)) else n.rebuild(moved)
+            got = _common_divisor(m)
+            new[n.uid] = got[0] if got is not None and want(o.name, got[1]) else m
+        outs.append(o if new[o.expr.uid] is o.expr else o.rebuild([new[o.expr.uid]]))
+    if all(a is b for a, b in zip(outs, alg.outputs)):
+        return alg
     return Algorithm.build(alg.name, alg.params, outs, alg.__doc__)
 
 

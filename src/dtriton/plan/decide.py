@@ -17,7 +17,7 @@ from typing import Mapping
 
 import torch
 
-from ..ir import (Algorithm, Binding, Reduce, base2_exponents, base2_shifted_exponents, integer_reductions, kernel_f64,
+from ..ir import (Algorithm, Binding, InputTensor, Reduce, base2_exponents, base2_shifted_exponents, common_divisors, integer_reductions, kernel_f64,
                   reciprocal_divisors, single_pass_variance)
 from ..schedule import Schedule
 from .access import plan_access, plan_descriptor_site, plan_eviction, plan_ws_stores, plan_floor_ops, plan_read_masks
@@ -117,8 +117,9 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
     # keeps those nodes)
     masked = frozenset((alg.nodes[pos].uid, d) for pos, d in spec.masked_reads)
     alg = single_pass_variance(alg, lambda r: one_pass_statistics(sched, r))
-    if sixteen_bit_terms(b):
+    if sixteen_bit_terms(alg, b):
         alg = base2_shifted_exponents(base2_exponents(alg, lambda r: True))
+        alg = common_divisors(alg, lambda out, y: loops_over(sched, out, y.axes))
         alg = reciprocal_divisors(alg, lambda t: b.dtypes[t].is_floating_point)
     prog = lower(alg, sched, b.axis_sizes, {k: str(v).replace("torch.", "") for k, v in out_dtypes.items()},
                  f64=kernel_f64(b.dtypes.values(), b.out_dtypes))
@@ -131,13 +132,27 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
                   {f[0]: f[1] for f in spec.facts}, frozenset(spec.unit_scalars), dict(spec.small_sizes))
 
 
-def sixteen_bit_terms(b: Binding) -> bool:
+def sixteen_bit_terms(alg: Algorithm, b: Binding) -> bool:
     """Whether max-shifted exponentials are written in base 2 for this call
-    (:func:`~dtriton.ir.base2_exponents`): when every floating input is fp16 or bf16, so the
+    (:func:`~dtriton.ir.base2_exponents`) and per-row divisors become reciprocals: when every
+    floating input of the highest rank among ``alg``'s floating inputs is fp16 or bf16, so the
     terms are consumed at 16-bit precision (attention's probabilities feed a 16-bit dot), far
-    above the base-2 form's rounding (about ``|x| * 2**-24`` relative in each term)."""
-    fl = [d for d in b.dtypes.values() if d.is_floating_point]
-    return bool(fl) and all(d in (torch.float16, torch.bfloat16) for d in fl)
+    above the base-2 form's rounding (about ``|x| * 2**-24`` relative in each term). Floating inputs
+    of lower rank (row statistics: a derived backward's saved row max and sum, kept in fp32 by
+    the saving forward) do not decide: they are read per row, not as the 16-bit tiles."""
+    ranks = {p.name: len(p.dims) for p in alg.params if isinstance(p, InputTensor)}
+    fl = {n: d for n, d in b.dtypes.items() if d.is_floating_point}
+    if not fl:
+        return False
+    top = max(ranks.get(n, 0) for n in fl)
+    return all(d in (torch.float16, torch.bfloat16) for n, d in fl.items() if ranks.get(n, 0) == top)
+
+
+def loops_over(sched: Schedule, stage: str, axes) -> bool:
+    """Whether ``sched`` loops (strategy "loop") over one of ``axes`` in ``stage``'s kernel, so values
+    over those axes are computed at each step of its loop rather than once per program."""
+    strategy = dict(sched.strategy, **sched.stage(stage).strategy)
+    return any(strategy.get(a) == "loop" for a in axes)
 
 
 def one_pass_statistics(sched: Schedule, r: Reduce) -> bool:

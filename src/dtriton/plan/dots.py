@@ -1,7 +1,9 @@
 """Which fused reductions of a kernel become ``tl.dot``, and how their operands are stored.
 
 A contraction is a sum over one axis ``r`` of a product whose factors split into an ``(m, r)``
-side and an ``(r, n)`` side (factors free of ``r`` are hoisted out of the sum). It becomes a dot
+side and an ``(r, n)`` side (factors free of ``r`` are hoisted out of the sum; factors over ``r`` alone, a per-row scale such as the
+reciprocal of a saved softmax sum, join the side computed in registers when the other side is one plain
+load, so that load still feeds the dot as loaded and the scale does not decide the dot's dtype). It becomes a dot
 with an fp32 accumulator when ``m``, ``n`` and ``r`` all have blocks of at least 16 and the kernel
 computes in fp32 (on the interpreter also in fp64, with an fp64 accumulator). Operands are cast to the 16-bit storage dtype when either side reads only 16-bit
 tensors (as FlashAttention casts P before P·V); otherwise the dot is an fp32 dot, where the
@@ -89,10 +91,12 @@ def dot_split(r: Reduce, k: KernelPlan, compute_dtype: str, swap: bool = False):
     hoist = [f for f in fs if not over & set(f.axes)]
     rest = [f for f in fs if over & set(f.axes)]
     for m, n in ((free[::-1], free) if swap else (free, free[::-1])):
-        left, right, ok = [], [], True
+        left, right, loose, ok = [], [], [], True
         for f in rest:
             blk = {k.flat_of(a) for a in set(f.axes) - over if not k.scalar_axis(a)}
-            if blk <= {m}:
+            if not blk:
+                loose.append(f)
+            elif blk <= {m}:
                 left.append(f)
             elif blk <= {n}:
                 right.append(f)
@@ -102,8 +106,15 @@ def dot_split(r: Reduce, k: KernelPlan, compute_dtype: str, swap: bool = False):
         if ok and any(m in _flat_axes(f, k) for f in left) and any(n in _flat_axes(f, k) for f in right):
             if any(contains(f, r, k.materialized) for f in hoist):
                 return None
-            return left, right, hoist, m, n
+            if loose and _plain_load(left) and not _plain_load(right):
+                return left, right + loose, hoist, m, n
+            return left + loose, right, hoist, m, n
     return None
+
+
+def _plain_load(fs: list[Expr]) -> bool:
+    """A dot side that is one plain load (fed to the dot as loaded when in the operand dtype)."""
+    return len(fs) == 1 and isinstance(fs[0], Load)
 
 
 def _flat_axes(f: Expr, k: KernelPlan) -> set[str]:
