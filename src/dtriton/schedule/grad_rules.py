@@ -105,11 +105,17 @@ def _place_only(d: Draft, dq: str | None) -> str | None:
 def flash_backward(d: Draft) -> None:
     """The FlashAttention-2 backward schedule (module docstring) for an attention backward whose
     layout the user's schedule leaves open (launch options given, e.g. ``num_warps``, are kept):
-    per output, its long axis on the grid and the other long axis looped, in tiles of 128 x 32
-    (above head dim :data:`WIDE_HEAD`: 8 warps; 64 x 32 at 4 warps where a mask bounds the loop);
-    64 x 64 where a mask bounds the loop (causal: one masked step on the diagonal instead of four)
-    at head dims up to 64; batch axes one per program; 4 warps, 3 stages; pointer access; no
-    split; dQ in a second kernel (module docstring), or where the user's schedule places it.
+    per output, its long axis on the grid and the other long axis looped, in tiles of 64 x 64 at
+    head dims up to :data:`WIDE_HEAD` (4 warps, 3 stages); above it 128 x 64 at 8 warps and 2 stages
+    (64 x 32 at 4 warps and 3 stages where a mask bounds the loop); batch axes one per program;
+    pointer access; no split; dQ in a second kernel (module docstring), or where the user's
+    schedule places it.
+
+    Session 8: hand-written FlashAttention-2 kernels in Triton 3.6 on the H200 (bench/probe_attn_bwd.py,
+    B4 H16 S2048 D64): 64 x 64 at 4 x 3 0.492 ms, 128 x 32 at 4 x 3 0.524, 128 x 64 at 8 x 2 0.659; D128
+    (B4 H32 S4096): 128 x 64 at 8 x 2 7.60, 64 x 64 at 4 x 3 8.17, 128 x 32 at 4 x 3 14.1. The derived
+    dK/dV kernel with the 16-bit terms (fp32 saved statistics): sm_90 234 registers at D64 64 x 64, 255
+    and an 8-byte spill at 128 x 32; 254 without spill at D128 128 x 64, 8 warps.
 
     H200, backward alone, ms (bench/attention_bwd.py, session 4): B4 H16 S2048 D64 8 warps x 2
     stages 1.013, 4 x 3 0.638 (SDPA's 0.425); causal 0.722, 4 x 3 at 128 x 32 0.562, at 64 x 64
@@ -125,8 +131,8 @@ def flash_backward(d: Draft) -> None:
         return
     scores, heads, (qa, ka) = pat
     narrow, masked = max(d.sizes[a] for a in heads) <= WIDE_HEAD, mask_bounded(d.alg)
-    big, small = (128 if narrow or not masked else 64), 32
-    if narrow and (masked or user_place == "atomic"):
+    big, small = (128 if not masked else 64), (64 if not masked else 32)
+    if narrow:
         big, small = 64, 64
     for name in scores:
         d.stages[name] = StageSchedule(place="fuse")
@@ -148,8 +154,9 @@ def flash_backward(d: Draft) -> None:
     if dq is not None and user_place is not None:
         d.stages[dq] = StageSchedule(place=user_place)
     d.grid = d.stages[d.alg.outputs[0].name].grid
-    d.num_warps = d.num_warps or (8 if not narrow and not masked else 4)
-    d.num_stages = d.num_stages or 3
+    wide = not narrow and not masked
+    d.num_warps = d.num_warps or (8 if wide else 4)
+    d.num_stages = d.num_stages or (2 if wide else 3)
     d.access = d.access or "pointer"
 
 
