@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import ShapeError
-from ..ir import Algorithm, Axis, InputTensor, Load, Reduce, topo_order, walk
+from ..ir import Algorithm, Axis, InputTensor, Load, Reduce, merge_named, topo_order, walk
 from ..plan.callspec import max_offset
 from ..schedule import Schedule
 
@@ -72,23 +72,6 @@ def check_given_out(alg: Algorithm, sched: Schedule, name: str, given: torch.Ten
         if why:
             raise ShapeError(f"out= for {name} is input {same!r} itself (an in-place call), which this "
                              f"algorithm and schedule cannot do: {why}; pass a separate out= tensor")
-
-
-def merge_named(alg: Algorithm, args: tuple, named: dict) -> tuple:
-    """Positional arguments followed by named ones, in the algorithm's parameter order."""
-    names = [p.name for p in alg.params]
-    unknown = [n for n in named if n not in names]
-    if unknown:
-        raise ShapeError(f"{alg.name} has no parameter {unknown[0]!r}; its parameters are {names}")
-    twice = [n for n in names[:len(args)] if n in named]
-    if twice:
-        raise ShapeError(f"{alg.name}: {twice[0]!r} is given both by position and by name")
-    merged = list(args)
-    for n in names[len(args):]:
-        if n not in named:
-            raise ShapeError(f"{alg.name}: missing argument {n!r} (parameters: {names})")
-        merged.append(named[n])
-    return tuple(merged)
 
 
 def normalise_out(alg: Algorithm, out) -> tuple[torch.Tensor, ...]:
