@@ -18,8 +18,8 @@ reported ``wrong`` and needs reading: the gradient of ``amax`` to the elements t
 maximum under an infinite upstream gradient (torch multiplies by a mask: 0 * inf = NaN; dtriton
 selects 0), and the gradient of a product at an infinite factor on a tensor without a zero (torch
 divides, inf / inf = NaN; dtriton gives the product of the others, torch's value when the tensor
-has a zero). Seen in seeds 5295, 7880 and 10278. Seed 9998 is a refusal: the heuristic's schedule
-of its backward algorithm fuses a mean into a kernel whose grid splits the mean's axis (open).
+has a zero). Seen in seeds 5295, 7880 and 10278. Seed 9998 was a refusal (fixed, session 8): the attention
+rule fused a mean of its backward algorithm into a kernel whose grid split the mean's axis.
 
     PYTHONPATH=src python3 tests/fuzz/fuzz_grad.py --start 1000 --count 200 [--kernels]
 """

@@ -24,7 +24,7 @@ from .shift import shift_class
 __all__ = ["Deriver", "Renamer", "active_nodes", "shift_invariant_extrema"]
 
 #: binary ops through which an adjoint flows (comparisons and logic do not carry one)
-ARITH_OPS = ("add", "sub", "mul", "div", "maximum", "minimum")
+ARITH_OPS = ("add", "sub", "mul", "div", "maximum", "minimum", "pow")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -253,6 +253,10 @@ class Deriver:
                 tie = g.cmp("eq", a, b)
                 to(a, g.where(g.cmp(lose, a, b), None, g.where(tie, half, bar)))
                 to(b, g.where(g.cmp(lose, b, a), None, g.where(tie, half, bar)))
+            elif op == "pow":
+                da, db = self.pow_adjoints(n, bar)
+                to(a, da)
+                to(b, db)
         elif isinstance(n, Where):
             to(n.a, g.where(n.cond, bar, None))
             to(n.b, g.where(n.cond, None, bar))
@@ -260,6 +264,25 @@ class Deriver:
             to(n.x, bar)
         elif isinstance(n, Reduce):
             self.reduce_adjoint(n, bar, to)
+
+    def pow_adjoints(self, n: Binary, bar: Expr) -> tuple[Expr | None, Expr | None]:
+        """The contributions of ``n = x ** p``'s adjoint ``bar`` to ``x``'s and ``p``'s, as torch's
+        ``pow_backward``: ``bar * (p * x ** (p - 1))`` in ``x``, 0 where ``p == 0`` (``x ** (p - 1)``
+        is the ``pow`` node again: torch's values, sqrt and 1 / sqrt at ``p - 1 == +-0.5`` included);
+        ``bar * (x ** p * log(x))`` in ``p``, 0 where ``x == 0`` and ``p >= 0`` (NaN for a negative
+        ``x``, as torch's)."""
+        g, x, p = self.g, n.a, n.b
+        zero = g.const(0.0)
+        cp = g.cval(p)
+        dx = None
+        if cp != 0.0:
+            dx = g.mul(bar, g.mul(p, g.raw_binary("pow", x, g.sub(p, g.const(1.0)))))
+            if cp is None:
+                dx = g.where(g.cmp("eq", p, zero), None, dx)
+        if cp is not None:
+            return dx, None
+        at0 = g.cmp("and", g.cmp("eq", x, zero), g.cmp("ge", p, zero))
+        return dx, g.mul(bar, g.where(at0, None, g.mul(n, g.raw_unary("log", x))))
 
     def broadcast_back(self, n: Expr, child: Expr, v: Expr) -> Expr:
         """The contribution ``v`` of ``n``'s adjoint to ``child``'s, times the extent of the axes of

@@ -77,7 +77,7 @@ def _binary(op: str, a: Shift, b: Shift) -> Shift:
         return ("m", q[0][1] + (q[1][1] if op == "mul" else -q[1][1])) if q else None
     if op in ("maximum", "minimum"):
         return _same_shift(a, b)
-    if op in ("and", "or"):
+    if op in ("and", "or", "pow"):
         return _SAME if a is not None and b is not None and a[1] == 0 and b[1] == 0 else None
     # comparisons: unchanged when both sides move together
     return _SAME if _same_shift(a, b) is not None else None

@@ -38,7 +38,8 @@ from ..runtime import Kernel
 from ..runtime.args import merge_named, signature_key, signature_key_for
 from ..runtime.kernel import fast_path_ok
 from ..schedule import Schedule
-from .steps import ENTER_STEP, BackwardStep, ForwardStep, apply_step, functorch_active, refuse_double_backward
+from .steps import (ENTER_STEP, BackwardStep, ForwardStep, apply_step, functorch_active, refuse_double_backward,
+                    zero_gradient)
 
 __all__ = ["DifferentiableKernel", "differentiable", "apply", "output_specs", "check_backward_schedules"]
 
@@ -407,12 +408,15 @@ class DifferentiableKernel:
                 return out, None
             launches.append((launch, n_res == 1 and launch.offsets is None,
                              [(oi, pos[n], args[pos[n]].dtype) for n, oi in pick]))
+        picked = {n for pick in picks for n, _ in pick}
         return out, BackwardStep(launches, zeros, len(params), runners,
-                                 launches[0][0].out_dtypes if len(launches) == 1 else ())
+                                 launches[0][0].out_dtypes if len(launches) == 1 else (),
+                                 tuple(pos[n] for n in wrt if n not in picked))
 
     def run_backward(self, args, grads, saved, wrt: Sequence[str]) -> dict[str, torch.Tensor | None]:
         """Gradients wrt the inputs named ``wrt`` for upstream gradients ``grads`` (one per output,
-        ``None`` for zero). Returns ``{name: gradient or None}`` (None: structurally zero)."""
+        ``None`` for zero). Returns ``{name: gradient}``: an input no output depends on (or whose derived
+        gradient is identically zero) gets :func:`~dtriton.integrations.steps.zero_gradient` of it."""
         alg = self.algorithm
         if not wrt:
             return {}
@@ -428,6 +432,9 @@ class DifferentiableKernel:
                 x = argmap[n]
                 v = vals[oi]
                 res[n] = v if v.dtype == x.dtype else v.to(x.dtype)
+        for n, v in res.items():
+            if v is None:   # no output depends on it: zeros, as torch gives an input its op used
+                res[n] = zero_gradient(argmap[n])
         return res
 
     def __call__(self, *args, out=None, **named):

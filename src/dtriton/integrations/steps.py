@@ -34,7 +34,7 @@ import torch
 
 from ..runtime.kernel import fast_path_ok
 
-__all__ = ["ENTER_STEP", "BackwardStep", "ForwardStep", "StepFunction", "apply_step", "functorch_active",
+__all__ = ["ENTER_STEP", "BackwardStep", "zero_gradient", "ForwardStep", "StepFunction", "apply_step", "functorch_active",
            "refuse_double_backward"]
 
 
@@ -64,20 +64,24 @@ class BackwardStep:
         runners: the backward algorithms' runners (recorded for ``launch_counts``).
         out_dtypes: with one launcher, the dtypes of its outputs (gradients already of their
             input's dtype are returned as they come).
+        zero_params: positions of the parameters that need a gradient no output depends on: each
+            gets :func:`zero_gradient` of its argument.
     """
 
-    __slots__ = ("launches", "zeros", "n_params", "runners", "direct")
+    __slots__ = ("launches", "zeros", "n_params", "runners", "direct", "zero_params")
 
     def __init__(self, launches: list[tuple[Callable, bool, list[tuple[int, int, torch.dtype]]]],
-                 zeros: dict[int, torch.Tensor], n_params: int, runners: list, out_dtypes: Sequence[torch.dtype] = ()):
+                 zeros: dict[int, torch.Tensor], n_params: int, runners: list, out_dtypes: Sequence[torch.dtype] = (),
+                 zero_params: tuple[int, ...] = ()):
         self.launches = launches
         self.zeros = zeros
         self.n_params = n_params
         self.runners = runners
+        self.zero_params = zero_params
         #: (launcher, picker) for one launcher whose outputs need no conversion and no zeros: the
         #: returned tuple is ``picker((*outputs, None))`` (None at -1 for parameters without gradient)
         self.direct = None
-        if len(launches) == 1 and not zeros:
+        if len(launches) == 1 and not zeros and not zero_params:
             launch, single, picks = launches[0]
             if all(out_dtypes[oi] == dt for oi, _, dt in picks if oi < len(out_dtypes)) and len(out_dtypes) > 0:
                 where = dict.fromkeys(range(n_params + 1), -1)
@@ -102,7 +106,17 @@ class BackwardStep:
             for oi, pos, dt in picks:
                 v = vals[oi]
                 res[pos + 1] = v if v.dtype == dt else v.to(dt)
+        for pos in self.zero_params:
+            res[pos + 1] = zero_gradient(args[pos])
         return tuple(res)
+
+
+def zero_gradient(x: torch.Tensor) -> torch.Tensor:
+    """The gradient of an input ``x`` that no output depends on: zeros of its shape, dtype and
+    device, as torch gives an input its operation used (not None). A fresh 0-d zero expanded to the
+    shape (no fill of the whole tensor; a ``.grad`` accumulated from it is materialised by autograd,
+    as for the expanded gradients of ``sum``)."""
+    return torch.zeros((), dtype=x.dtype, device=x.device).expand(x.shape)
 
 
 class ForwardStep:

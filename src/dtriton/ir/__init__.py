@@ -20,7 +20,7 @@ from .intervals import Interval, Read, analyse_reads, int_magnitude, integer_val
 from .reference import (FLOAT_DTYPES, INDEX_DTYPES, Binding, check_reads, compute_dtype, evaluate, integer_reductions, is_index,
                         kernel_f64,
                         output_dtype, output_dtypes, unit_dim)
-from .algorithm import Algorithm, Stage, TensorAnnotation, cse
+from .algorithm import Algorithm, Stage, TensorAnnotation, cse, merge_named
 from .analysis import (can_split, contraction_operands, contractions, grid_candidates, is_sum, online_candidate, reads_unit_stride,
                        reduction_stages, split_blockers, splittable, stage_grid, sum_of_products, tensor_core_sides)
 from .convolution import contraction_sides, convolutions, reduced_order, shift_of
@@ -39,7 +39,7 @@ __all__ = [
     "INT_OPS", "PaddedTensor", "FP8_DTYPES", "SATURATING_DTYPES",
     "FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "compute_dtype", "evaluate", "integer_reductions", "is_index", "kernel_f64",
     "output_dtype", "output_dtypes",
-    "Algorithm", "Stage", "TensorAnnotation", "cse",
+    "Algorithm", "Stage", "TensorAnnotation", "cse", "merge_named",
     "can_split", "is_sum", "contractions", "grid_candidates", "online_candidate", "reduction_stages", "split_blockers", "splittable",
     "stage_grid", "sum_of_products",
     "contraction_sides", "convolutions", "reduced_order", "shift_of",

@@ -15,13 +15,13 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ..errors import AlgorithmError
+from ..errors import AlgorithmError, ShapeError
 from .expr import Axis, Cast, Expr, InputTensor, Load, Output, Reduce, ScalarParam, fmt
 from .intervals import integer_valued
 from .reference import Binding, evaluate
 from .walk import topo_order
 
-__all__ = ["Algorithm", "Stage", "TensorAnnotation", "cse"]
+__all__ = ["Algorithm", "Stage", "TensorAnnotation", "cse", "merge_named"]
 
 
 class TensorAnnotation:
@@ -329,12 +329,16 @@ class Algorithm:
         Raises :class:`ShapeError` naming the argument and size symbol on any mismatch."""
         return Binding.make(self, args)
 
-    def reference(self, *args):
+    def reference(self, *args, **named):
         """Evaluate the algorithm eagerly in torch: the oracle for every test and explored schedule.
+        Arguments by position or by parameter name, as a compiled kernel's (``alg.reference(X=x)``;
+        :func:`merge_named`: a :class:`ShapeError` for an unknown, repeated or missing one).
 
         fp16/bf16 inputs are computed in fp32 and rounded to the output dtype at the end (as a
         fused kernel does); float64 inputs stay float64. Returns one tensor, or a tuple for several
         outputs, each laid out as the algorithm's ``expr[i, j]`` says."""
+        if named:
+            args = merge_named(self, args, named)
         b = self.bind(args)
         outs = evaluate(self, b, args)
         return outs[0] if len(outs) == 1 else tuple(outs)
@@ -345,3 +349,22 @@ class Algorithm:
         ins = ", ".join(repr(p) if isinstance(p, InputTensor) else f"{p.name}: {p.pytype.__name__}"
                         for p in self.params)
         return f"<dt.algorithm {self.name}({ins}) stages={list(self.stages)}>"
+
+
+def merge_named(alg: Algorithm, args: tuple, named: dict) -> tuple:
+    """Positional arguments followed by named ones, in the algorithm's parameter order (the call of a
+    kernel, of :meth:`Algorithm.reference`). Raises :class:`ShapeError` for an unknown name, an
+    argument given both by position and by name, or a missing one."""
+    names = [p.name for p in alg.params]
+    unknown = [n for n in named if n not in names]
+    if unknown:
+        raise ShapeError(f"{alg.name} has no parameter {unknown[0]!r}; its parameters are {names}")
+    twice = [n for n in names[:len(args)] if n in named]
+    if twice:
+        raise ShapeError(f"{alg.name}: {twice[0]!r} is given both by position and by name")
+    merged = list(args)
+    for n in names[len(args):]:
+        if n not in named:
+            raise ShapeError(f"{alg.name}: missing argument {n!r} (parameters: {names})")
+        merged.append(named[n])
+    return tuple(merged)

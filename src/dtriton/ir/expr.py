@@ -23,7 +23,7 @@ __all__ = ["Expr", "Const", "Axis", "ScalarParam", "Load", "Unary", "Binary", "W
            "FP8_DTYPES", "SATURATING_DTYPES"]
 
 UNARY_OPS = ("neg", "exp", "exp2", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "not")
-BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "mod", "maximum", "minimum",
+BINARY_OPS = ("add", "sub", "mul", "div", "floordiv", "mod", "maximum", "minimum", "pow",
               "lt", "le", "gt", "ge", "eq", "ne", "and", "or")
 #: integer operations with Python's (and torch's) rounding: ``a // b`` rounds toward -inf, ``a % b``
 #: takes the sign of ``b``; defined on integer values only (axes, integer literals and arguments)
@@ -77,7 +77,8 @@ class Expr:
     def __pow__(self, o):
         """``x ** n`` with torch's values: a literal integer ``0 < |n| <= 64`` by repeated squaring
         (negative ``x`` allowed, exact as products), 0 and 0.5 as 1 and ``sqrt``; any other
-        exponent (a float literal, an ``int``/``float`` argument, an expression) by :func:`pow_general`."""
+        exponent (a float literal, an ``int``/``float`` argument, an expression) is the ``pow`` node
+        (:func:`pow_general`: C's pow with torch's special cases)."""
         if isinstance(o, (int, float)) and not isinstance(o, bool) and float(o).is_integer() and 0 < abs(o) <= 64:
             # a negative power as a power of 1 / x: its gradient -n x^(-n-1) stays finite wherever torch's does
             # (1 / x^n's chain rule divides by x^n twice: -inf below |x| ~ 1e-8 at n = 3 in fp32)
@@ -205,51 +206,15 @@ def pow_int(x: Expr, n: int) -> Expr:
 
 
 def pow_general(x: Expr, p: Expr) -> Expr:
-    """``x ** p`` for an exponent known only at run time (or a non-integer literal), with the values
-    of ``torch.pow``: ``|x| ** p`` as ``exp(p * log|x|)``, negated for a negative ``x`` and an odd
-    integer ``p``, NaN for a finite negative ``x`` and a finite non-integer ``p``, 1 where ``p == 0`` or ``x == 1``
-    (NaN included) or ``x == -1`` and ``p`` is infinite, 0 or inf at ``x == 0`` by the sign of ``p``. Its derivative in ``x``
-    (derived through this expansion) is torch's ``p * x ** (p - 1)`` for a finite ``p`` and a finite
-    nonzero ``x`` (NaN for a negative ``x`` and a non-integer ``p``; 0 where ``p == 0``); at
-    ``x == 0`` it is torch's 0 for ``p > 1`` and 1 for ``p == 1``, and 0 where torch's is +-inf
-    (``p < 1``), and at ``x == +-inf`` it is NaN where torch's is inf (``p > 0``) or 0 (``p == 0``);
-    a literal integer exponent is a product, with torch's gradient everywhere. Its derivative in
-    ``p`` is torch's ``x ** p * log(x)`` for ``x > 0`` and 0 at ``x == 0`` for ``p >= 0``; at a
-    negative ``x`` (an integer ``p``) it is ``x ** p * log|x|`` where torch's is NaN."""
-    ax = Unary("abs", x)
-    nan = Binary("div", Const(0.0), Const(0.0))
-    inf = Const(float("inf"))
-    # |x| ** p; at x == 0 a constant (0 for p > 0, inf for p < 0, NaN for a NaN p; p == 0 below),
-    # so that log(0) = -inf never meets the zero adjoint there: the gradient in p at x == 0 is 0
-    # (torch's for p >= 0), not 0 * -inf; for p == 1 it is x itself (+-0, gradient 1, as torch's)
-    zero = Binary("eq", x, Const(0.0))
-    r = Unary("exp", Binary("mul", p, Unary("log", Where(zero, Const(1.0), ax))))
-    at0 = Where(Binary("gt", p, Const(0.0)), Where(Binary("eq", p, Const(1.0)), x, Const(0.0)),
-                Where(Binary("lt", p, Const(0.0)), inf, nan))
-    r = Where(zero, at0, r)
-    q = Cast(p, torch.int64)   # (used only where |p| < 2**62: the truncation is exact there)
-    whole = Binary("and", Binary("lt", Unary("abs", p), Const(float(2 ** 62))),
-                   Binary("eq", Cast(q, torch.float64), p))
-    odd = Binary("and", whole, Binary("ne", Binary("mod", q, Const(2, integer=True)), Const(0, integer=True)))
-    # C99 and torch: an infinite x or p gives |x| ** p, except that torch computes p = +-0.5 as
-    # sqrt / rsqrt, NaN for x = -inf too
-    half = Binary("eq", Unary("abs", p), Const(0.5))
-    finite = Binary("and", Binary("or", Binary("lt", ax, inf), half), Binary("lt", Unary("abs", p), inf))
-    # NaN as r times a factor NaN exactly where this branch is taken (a factor NaN elsewhere would
-    # meet the zero adjoint of the branches not taken): its gradient is NaN too, as torch's
-    # (p * x ** (p - 1) is NaN for a negative x and a non-integer p)
-    taken = Binary("and", Binary("and", Binary("lt", x, Const(0.0)), Unary("not", whole)), finite)
-    neg = Where(whole, Where(odd, Unary("neg", r), r), Where(finite, Binary("mul", r, Where(taken, nan, Const(1.0))), r))
-    out = Where(Binary("lt", x, Const(0.0)), neg, r)
-    # the constant 1 only where exp(p * log|x|) is not 1 already: it takes the gradient away (x ** p
-    # at x == 1 has the gradient p in x; at p == 0, log|x| in p). 1 ** p needs it for a NaN or
-    # infinite p only; x ** 0 for x = 0, +-inf or NaN only
-    not_finite_p = Unary("not", Binary("lt", Unary("abs", p), inf))
-    regular_x = Binary("and", Binary("lt", ax, inf), Binary("ne", x, Const(0.0)))
-    zero_p = Binary("and", Binary("eq", p, Const(0.0)), Unary("not", regular_x))
-    one = Binary("or", Binary("or", zero_p, Binary("and", Binary("eq", x, Const(1.0)), not_finite_p)),
-                 Binary("and", Binary("eq", x, Const(-1.0)), Binary("eq", Unary("abs", p), inf)))
-    return Where(one, Const(1.0), out)
+    """``x ** p`` for an exponent known only at run time (or a non-integer literal): the ``pow`` node,
+    with the values of ``torch.pow(x, p)`` for a Python number ``p``: C's ``pow`` (signed zeros and
+    infinities for an odd integer ``p``, NaN for a finite negative ``x`` and a non-integer ``p``, 1
+    for ``p == 0`` and for ``x == 1``, NaN included), except ``p == 0.5`` and ``p == -0.5``, which
+    torch computes as ``sqrt(x)`` and ``1 / sqrt(x)`` (NaN at ``x = -inf``; ``-inf`` at ``x = -0.0``
+    for ``-0.5``). The result is floating (an integer ``x`` and ``p`` included). Its gradients are
+    torch's (``grad/derive.py``): ``p * x ** (p - 1)`` in ``x`` (0 where ``p == 0``), and
+    ``x ** p * log(x)`` in ``p`` (0 where ``x == 0`` and ``p >= 0``)."""
+    return Binary("pow", x, p)
 
 
 def int_op(op: str, a: "Expr", b: "Expr") -> "Binary":

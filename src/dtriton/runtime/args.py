@@ -3,10 +3,12 @@ in-place calls, gather indices, and the key of a call signature (the fast launch
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..errors import ShapeError
-from ..ir import Algorithm, Axis, InputTensor, Load, Reduce, topo_order, walk
+from ..ir import Algorithm, Axis, InputTensor, Load, Reduce, merge_named, topo_order, walk
 from ..plan.callspec import max_offset
 from ..schedule import Schedule
 
@@ -20,12 +22,48 @@ def span(t: torch.Tensor) -> tuple[int, int]:
     return lo, lo + (max_offset(t) - t.storage_offset() + 1) * t.element_size()
 
 
+#: the most elements (of both tensors) :func:`overlap` lists to decide exactly; beyond, two views whose
+#: byte ranges intersect and whose strides do not keep them apart count as overlapping
+EXACT_OVERLAP_LIMIT = 1 << 22
+
+
 def overlap(x: torch.Tensor, y: torch.Tensor) -> bool:
-    """The byte ranges of two non-empty tensors on one device intersect."""
+    """Two non-empty tensors on one device share a byte. Exact for strided views: their byte ranges
+    intersect (the fast test, and the answer for two contiguous tensors), and an element of one
+    meets an element of the other: never when the element starts of both lie in residues modulo
+    the gcd of their strides that keep them apart (interleaved views, ``buf[:, 0::2]`` and
+    ``buf[:, 1::2]``), else as the listed element addresses say (up to :data:`EXACT_OVERLAP_LIMIT`
+    elements together; beyond, True)."""
     if not x.numel() or not y.numel() or x.device != y.device:
         return False
     (xlo, xhi), (ylo, yhi) = span(x), span(y)
-    return xlo < yhi and ylo < xhi
+    if not (xlo < yhi and ylo < xhi):
+        return False
+    if x.is_contiguous() and y.is_contiguous():
+        return True
+    sx, sy = x.element_size(), y.element_size()
+    g = 0
+    for t in (x, y):
+        for st, n in zip(t.stride(), t.shape):
+            if n > 1:
+                g = math.gcd(g, st * t.element_size())
+    if g and (y.data_ptr() - x.data_ptr()) % g >= sx and (x.data_ptr() - y.data_ptr()) % g >= sy:
+        return False   # x's elements start at x.data_ptr() + k * g, y's at y.data_ptr() + k' * g
+    if x.numel() + y.numel() > EXACT_OVERLAP_LIMIT:
+        return True
+    ax, ay = element_addresses(x), element_addresses(y)
+    first = torch.searchsorted(ay, ax - sy, right=True)   # per element of x, the first of y starting after a - sy
+    inside = first < ay.numel()
+    return bool((ay[first[inside]] < ax[inside] + sx).any())
+
+
+def element_addresses(t: torch.Tensor) -> torch.Tensor:
+    """The sorted byte addresses where the elements of ``t`` start (int64, on the CPU; repeated for
+    a stride-0 dim)."""
+    offs = torch.zeros((), dtype=torch.int64)
+    for n, st in zip(t.shape, t.stride()):
+        offs = offs.unsqueeze(-1) + torch.arange(n, dtype=torch.int64) * st
+    return torch.sort(offs.reshape(-1) * t.element_size() + t.data_ptr()).values
 
 
 def check_out_memory(name: str, out: torch.Tensor, inputs: dict[str, torch.Tensor]) -> list[str]:
@@ -72,23 +110,6 @@ def check_given_out(alg: Algorithm, sched: Schedule, name: str, given: torch.Ten
         if why:
             raise ShapeError(f"out= for {name} is input {same!r} itself (an in-place call), which this "
                              f"algorithm and schedule cannot do: {why}; pass a separate out= tensor")
-
-
-def merge_named(alg: Algorithm, args: tuple, named: dict) -> tuple:
-    """Positional arguments followed by named ones, in the algorithm's parameter order."""
-    names = [p.name for p in alg.params]
-    unknown = [n for n in named if n not in names]
-    if unknown:
-        raise ShapeError(f"{alg.name} has no parameter {unknown[0]!r}; its parameters are {names}")
-    twice = [n for n in names[:len(args)] if n in named]
-    if twice:
-        raise ShapeError(f"{alg.name}: {twice[0]!r} is given both by position and by name")
-    merged = list(args)
-    for n in names[len(args):]:
-        if n not in named:
-            raise ShapeError(f"{alg.name}: missing argument {n!r} (parameters: {names})")
-        merged.append(named[n])
-    return tuple(merged)
 
 
 def normalise_out(alg: Algorithm, out) -> tuple[torch.Tensor, ...]:

@@ -77,7 +77,7 @@ import math
 
 import torch
 
-from ..ir import (Algorithm, Axis, Binding, Load, contains, expr_axes, is_sum, naive_variance_of, online_candidate,
+from ..ir import (Algorithm, Axis, Binding, Load, Reduce, contains, expr_axes, is_sum, naive_variance_of, online_candidate,
                   reduces_in, reduction_stages, splittable, topo_order, variance_of)
 from .attention_rules import decode_split
 from .conv_rules import conv_gemm, conv_tiles, depthwise_tiles
@@ -603,7 +603,8 @@ def _flash_pattern(alg: Algorithm, sizes):
     """Detect attention-like algorithms: an algorithm whose sum stage ``s`` (over small axes,
     each <= 256) has a free axis ``j`` that later stages reduce with a max and with sums of
     ``exp(. - max)``; a first output, and further ones only over its axes or fewer (the row
-    statistics and the unnormalised output a forward saves for its backward). Returns (s, j, axes to keep whole) or None."""
+    statistics and the unnormalised output a forward saves for its backward), and every reduction
+    reading ``s`` directly reduces over ``j``. Returns (s, j, axes to keep whole) or None."""
     if any(not set(o.layout) <= set(alg.outputs[0].layout) for o in alg.outputs[1:]):
         return None
     main = alg.outputs[0]
@@ -616,7 +617,11 @@ def _flash_pattern(alg: Algorithm, sizes):
                 continue
             maxes = [m for m in reds if m.combiner.online == "running_max" and j in m.over and contains(m.x, s)]
             sums = [r for r in reds if is_sum(r) and j in r.over and r is not s and contains(r.x, s)]
-            if maxes and sums:
+            # every reduction reading the score directly folds it along j, in the online loop; one that
+            # reduces it over other axes (a backward's sum over the query axis, fuzz_grad seed 9998) is a
+            # kernel whose grid may split the score's own reduced axes, where it cannot be fused
+            direct = [r for r in reds if r is not s and contains(r.x, s, stop=lambda x: isinstance(x, Reduce))]
+            if maxes and sums and all(j in r.over for r in direct):
                 whole = tuple(a for a in main.layout if a not in s.axes and sizes[a] <= 256)
                 return s, j, whole
     return None

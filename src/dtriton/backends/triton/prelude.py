@@ -16,7 +16,7 @@ import torch
 from ...ir import Combiner
 from ...plan.kernel import Program
 
-__all__ = ["HEADER", "INDEX_SENTINEL", "OPSYM", "ROUND_BF16", "TL_DTYPES", "close_helper", "combine_helper", "combine_text", "step_helper",
+__all__ = ["HEADER", "INDEX_SENTINEL", "OPSYM", "POW_GPU", "POW_INTERPRETER", "ROUND_BF16", "TL_DTYPES", "close_helper", "combine_helper", "combine_text", "step_helper",
            "header", "identity_text"]
 
 TL_DTYPES = {torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float32: "tl.float32",
@@ -45,6 +45,27 @@ def _round_bf16(x):
     bits = x.to(tl.uint32, bitcast=True)
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
     return tl.where(x != x, x, bits.to(tl.float32, bitcast=True))
+'''
+
+#: C's pow (``x ** p`` of the ``pow`` node) on the GPU: libdevice's ``__nv_powf`` / ``__nv_pow``, the
+#: CUDA math library's pow
+POW_GPU = '''from triton.language.extra import libdevice as _libdevice
+
+
+@_jit
+def _pow_c(x, p):
+    return _libdevice.pow(x, p)
+'''
+
+#: C's pow on Triton's interpreter, which cannot call libdevice: numpy's power of the operands'
+#: values (a plain function: the interpreter runs the kernel as Python over numpy arrays)
+POW_INTERPRETER = '''def _pow_c(x, p):
+    import numpy as np
+    from triton.runtime.interpreter import TensorHandle
+    with np.errstate(all="ignore"):
+        v = np.power(x.handle.data, p.handle.data).astype(x.handle.data.dtype, copy=False)
+    block = x.type.is_block() or p.type.is_block()
+    return tl.core.tensor(TensorHandle(v, x.dtype), tl.block_type(x.dtype, list(v.shape)) if block else x.type)
 '''
 
 #: the index of masked lanes in an arg-reduction: out of range, so real elements win ties

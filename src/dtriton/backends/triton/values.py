@@ -16,7 +16,7 @@ from ...ir import Axis, Binary, COMPARE_OPS, Cast, Const, Expr, Load, Reduce, Sc
 from ...plan.kernel import AxisPlan
 from .limits import MAX_BLOCK_NUMEL
 from .narrow import FP8_FORMATS, ROUND_FP8, SATURATE_INT, saturate_float_bounds, saturate_int_text
-from .prelude import OPSYM, ROUND_BF16, TL_DTYPES
+from .prelude import OPSYM, POW_GPU, POW_INTERPRETER, ROUND_BF16, TL_DTYPES
 from .scope import Bind, Scope
 
 __all__ = ["ValuePrinter"]
@@ -385,6 +385,8 @@ class ValuePrinter:
                 return f"tl.{n.op}({self.as_float(n.a, a)}, {self.as_float(n.b, b)}, propagate_nan=tl.PropagateNan.ALL)", ""
             if n.op in ("and", "or"):
                 return f"({a} != 0) {OPSYM[n.op]} ({b} != 0)", ""
+            if n.op == "pow":
+                return self.pow(n, a, b, scope)
             if n.op in ("floordiv", "mod") and n.uid in self.k.floor_ops:
                 return self.floor_op(n.op, a, b, scope), "with Python's rounding toward -inf"
             if n.op == "div":
@@ -433,6 +435,23 @@ class ValuePrinter:
         if self.k.round_bf16 and n.dtype == torch.bfloat16:
             return f"{self.use_helper('_round_bf16', ROUND_BF16)}(tl.cast({x}, tl.float32)).to({self.cdt})", why + " (rounded to nearest)"
         return f"tl.cast({x}, {tdt}).to({self.cdt})", why
+
+    def pow(self, n: Binary, a: str, b: str, scope: Scope) -> tuple[str, str]:
+        """``n = a ** b`` (printed operands) with torch.pow's values for a number exponent: C's pow
+        (``_pow_c``: libdevice's on the GPU, numpy's on the interpreter), ``sqrt`` at ``b == 0.5``
+        and ``1 / sqrt`` at ``b == -0.5`` (torch's special cases); a literal exponent picks its case here."""
+        sqrt = "tl.sqrt_rn" if self.cdt == "tl.float32" else "tl.sqrt"
+        x = self.fresh("xp")
+        scope.emit(f"{x} = tl.cast({self.as_float(n.a, a)}, {self.cdt})")
+        if isinstance(n.b, Const) and abs(n.b.value) == 0.5:
+            return (f"{sqrt}({x})" if n.b.value > 0 else f"1.0 / {sqrt}({x})"), "x ** 0.5 as torch: sqrt"
+        fn = self.use_helper("_pow_c", POW_INTERPRETER if self.k.interpret else POW_GPU)
+        if isinstance(n.b, Const):
+            return f"{fn}({x}, tl.full((), {float(n.b.value)!r}, {self.cdt}))", "C's pow"
+        p = self.fresh("pp")
+        scope.emit(f"{p} = tl.cast({self.as_float(n.b, b)}, {self.cdt})")
+        return (f"tl.where({p} == 0.5, {sqrt}({x}), tl.where({p} == -0.5, 1.0 / {sqrt}({x}), {fn}({x}, {p})))",
+                "torch.pow: C's pow, sqrt and 1 / sqrt at p = 0.5 and -0.5")
 
     def floor_op(self, op: str, a: str, b: str, scope: Scope) -> str:
         """``a // b`` or ``a % b`` of integers rounded as Python and torch do (toward -inf; the
