@@ -74,7 +74,7 @@ def compile_case(name: str, dtype: torch.dtype, extra: dict, out: str) -> None:
             f.write(ptx)
         with open(os.path.join(out, f"{m.name}_{TL[dtype]}.cubin"), "wb") as f:
             f.write(ck.asm["cubin"])
-        print(f"  {m.name}: SASS {sass_count(ck.asm['cubin'])}, {resources(ck.asm['cubin'])}, smem {ck.metadata.shared} B, {m.ir.num_warps} warps, "
+        print(f"  {m.name}: {resources(ck.asm['cubin'])}, SASS {sass_count(ck.asm['cubin'])}, smem {ck.metadata.shared} B, {m.ir.num_warps} warps, "
               f"ld.global.v4 {ptx.count('ld.global.v4')}, ld.global other {ptx.count('ld.global') - ptx.count('ld.global.v4')}, "
               f"cp.async {ptx.count('cp.async.')}, "
               f"bar.sync {ptx.count('bar.sync')}, st.shared {ptx.count('st.shared')}")
