@@ -12,7 +12,8 @@ Cases (shapes of the issue's marks):
   16x64x256x256; fp32 and fp16.
 - ``pool``: average and max pooling 2-D, 2x2 windows of stride 2, on 16x64x512x512 (written over the
   block view ``x.view(n, c, h // 2, 2, w // 2, 2)``), and max pooling over 3x3 windows of stride 2
-  with padding 1 (overlapping windows, computed indices: ``library.max_pool2d_window``); fp32 and fp16.
+  with padding 1 (overlapping windows, computed indices: ``library.max_pool2d_window``), and average
+  pooling over the same windows (``library.avg_pool2d_window``, zero padding counted); fp32 and fp16.
 - ``dims``: sum / mean / max over the middle and over the last dim of a 4096x4096x16 fp32 tensor.
 
 Per case: the default schedule (``dt.compile(alg)``, no schedule) is first checked against float64
@@ -48,7 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run as R  # noqa: E402  (timing, checking and result helpers of the suite)
 import dtriton as dt  # noqa: E402
 from dtriton.library import (avg_pool2d, batch_norm, frobenius_normalize, group_norm, instance_norm,  # noqa: E402
-                             layer_norm_chw, max_pool2d, max_pool2d_window)
+                             layer_norm_chw, max_pool2d, max_pool2d_window, avg_pool2d_window)
 
 F = torch.nn.functional
 COPY_TBS: list[float] = []   # the copy rate of this run (TB/s), once measured
@@ -129,6 +130,8 @@ POOLS = {
                   lambda x: block_view(x)),
     "maxpool3x3s2": (max_pool2d_window, (16, 64, 512, 512), (2, 8, 61, 67), (2, 3, 7, 9),
                      lambda x, *_: F.max_pool2d(x, 3, 2, 1), lambda x: window_args(x, 3, 2, 1)),
+    "avgpool3x3s2": (avg_pool2d_window, (16, 64, 512, 512), (2, 8, 61, 67), (2, 3, 7, 9),
+                     lambda x, *_: F.avg_pool2d(x, 3, 2, 1), lambda x: window_args(x, 3, 2, 1)),
 }
 DIMS = {
     "sum_mid": (sum_mid, lambda x: x.sum(1)), "mean_mid": (mean_mid, lambda x: x.mean(1)),

@@ -158,6 +158,16 @@ def resources(cubin: bytes) -> str:
     return f"regs {m.group(1)} stack {m.group(2)}" if m else "regs ?"
 
 
+def sass_count(cubin: bytes) -> int:
+    """The SASS instructions of a cubin (``cuobjdump -sass``; NOPs not counted)."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+    out = subprocess.run([CUOBJDUMP, "-sass", f.name], capture_output=True, text=True).stdout
+    os.unlink(f.name)
+    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", out)
+    return sum(1 for op in ops if op != "NOP")
+
+
 #: what :func:`compile_or_report` can count in a kernel's PTX: label -> the instruction prefixes counted
 PTX_COUNTS = {"TMA loads": ("cp.async.bulk.tensor",), "cp.async": ("cp.async.cg", "cp.async.ca"),
               "ld.global": ("ld.global",), "st.shared": ("st.shared",), "ld.shared": ("ld.shared",),

@@ -1,10 +1,10 @@
 """Compile the GPU kernels of the issue-16 reductions for sm_90 on a machine without a GPU.
 
-    PYTHONPATH=src python3 bench/sm90_compile.py [--cases in,bn,gn,ln,fro,ap,mp,mp3,sm,sl,xm] [--dtypes float16,float32]
+    PYTHONPATH=src python3 bench/sm90_compile.py [--cases in,bn,gn,ln,fro,ap,mp,mp3,ap3,sm,sl,xm] [--dtypes float16,float32]
                                                  [--schedule JSON] [--out DIR]
 
 Each case (the library's instance/batch/group/layer(C,H,W) norms, Frobenius normalisation, the 2x2
-average/max pools, the 3x3/s2 max pool and the one-dim sums and max at the shapes of bench/reductions.py) is planned as a CUDA call would be (the binding is told it is on the
+average/max pools, the 3x3/s2 max and average pools and the one-dim sums and max at the shapes of bench/reductions.py) is planned as a CUDA call would be (the binding is told it is on the
 GPU; nothing is allocated), printed, and every kernel is compiled by Triton for sm_90 (Triton's own
 ptxas), without launching anything. Per kernel it prints the registers and stack per thread (from
 ``cuobjdump``), shared memory, warps, and counts of PTX instructions that matter for bandwidth:
@@ -26,11 +26,11 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dtriton as dt  # noqa: E402
-from dtriton.library import (avg_pool2d, batch_norm, frobenius_normalize, group_norm, instance_norm,  # noqa: E402
-                             layer_norm_chw, max_pool2d, max_pool2d_window)
+from dtriton.library import (avg_pool2d, avg_pool2d_window, batch_norm, frobenius_normalize, group_norm,  # noqa: E402
+                             instance_norm, layer_norm_chw, max_pool2d, max_pool2d_window)
 from reductions import max_mid, sum_last, sum_mid  # noqa: E402  (the one-dim cases, defined once there)
-from sm90 import (TL, add_options, compile_sm90, cuda_schedule, load_kernels, merge_fields, options, plan_for_cuda,  # noqa: E402
-                  ptr_types, render, resources, signature)
+from sm90 import (TL, add_options, arg_values, compile_sm90, cuda_schedule, load_kernels, merge_fields,  # noqa: E402
+                  options, plan_for_cuda, ptr_types, render, resources, sass_count, signature)
 
 
 #: the one-dim reductions of bench/reductions.py (a mean is the sum divided)
@@ -46,13 +46,14 @@ def case(name: str, dtype: torch.dtype):
         return group_norm, (torch.empty(16, 8, 8, 256, 256, **e),)
     if name in ("ap", "mp"):   # 2x2 pools of 16x64x512x512 over its block view
         return avg_pool2d if name == "ap" else max_pool2d, (torch.empty(16, 64, 256, 2, 256, 2, **e),)
-    if name == "mp3":   # 3x3 windows, stride 2, padding 1, of 16x64x512x512 as 1024 images
-        return max_pool2d_window, (torch.empty(1024, 512, 512, **e), 3, 2, 1, 256, 256)
+    if name in ("mp3", "ap3"):   # 3x3 windows, stride 2, padding 1, of 16x64x512x512 as 1024 images
+        return max_pool2d_window if name == "mp3" else avg_pool2d_window, (torch.empty(1024, 512, 512, **e), 3, 2, 1,
+                                                                            256, 256)
     if name in DIMS:   # one-dim reductions of 4096x4096x16 (bench/reductions.py --only dims)
         return DIMS[name], (torch.empty(4096, 4096, 16, **e),)
     algs = {"in": instance_norm, "ln": layer_norm_chw, "fro": frobenius_normalize}
     if name not in algs:
-        raise SystemExit(f"unknown case {name!r}; use in, bn, gn, ln, fro, ap, mp, mp3, sm, sl, xm")
+        raise SystemExit(f"unknown case {name!r}; use in, bn, gn, ln, fro, ap, mp, mp3, ap3, sm, sl, xm")
     return algs[name], (torch.empty(16, 64, 256, 256, **e),)
 
 
@@ -67,13 +68,13 @@ def compile_case(name: str, dtype: torch.dtype, extra: dict, out: str) -> None:
     for m in metas:
         fn = getattr(mod, m.name)
         # every tensor here is contiguous: its last stride is 1, which Triton specialises on
-        ck = compile_sm90(fn, m, *signature(alg, fn, m, ptr))
+        ck = compile_sm90(fn, m, *signature(alg, fn, m, ptr, values=arg_values(alg, b, args)))
         ptx = ck.asm["ptx"]
         with open(os.path.join(out, f"{m.name}_{TL[dtype]}.ptx"), "w") as f:
             f.write(ptx)
         with open(os.path.join(out, f"{m.name}_{TL[dtype]}.cubin"), "wb") as f:
             f.write(ck.asm["cubin"])
-        print(f"  {m.name}: {resources(ck.asm['cubin'])}, smem {ck.metadata.shared} B, {m.ir.num_warps} warps, "
+        print(f"  {m.name}: {resources(ck.asm['cubin'])}, SASS {sass_count(ck.asm['cubin'])}, smem {ck.metadata.shared} B, {m.ir.num_warps} warps, "
               f"ld.global.v4 {ptx.count('ld.global.v4')}, ld.global other {ptx.count('ld.global') - ptx.count('ld.global.v4')}, "
               f"cp.async {ptx.count('cp.async.')}, "
               f"bar.sync {ptx.count('bar.sync')}, st.shared {ptx.count('st.shared')}")

@@ -14,11 +14,11 @@ from typing import Any, Sequence
 
 import torch
 
-from ..ir import Algorithm, Binding, InputTensor, ScalarParam, contractions, kernel_reads, unit_dim
+from ..ir import Algorithm, Binding, InputTensor, Load, Reduce, ScalarParam, contractions, kernel_reads, unit_dim, walk
 from .access import unit_last
 from .kernel import next_pow2
 
-__all__ = ["CallSpec", "I32_MAX", "call_spec", "max_offset", "tma_addressable"]
+__all__ = ["CallSpec", "I32_MAX", "call_spec", "max_offset", "tma_addressable", "window_index_values"]
 
 I32_MAX = 2**31 - 1
 SMALL_SIZE = 8   # axes up to this size are part of a call's specialisation (CallSpec.small_sizes)
@@ -41,7 +41,10 @@ class CallSpec:
     unit_scalars: the integer scalar arguments equal to 1 on this call, sorted (a convolution's
     stride of 1 makes its input's window a plain shift, read in TMA boxes: ``plan.implicit_gemm``).
     small_sizes: ``(axis, size)`` of the axes of at most 8 elements, sorted (a depthwise
-    convolution's window loops unroll over them: ``plan.taps``)."""
+    convolution's window loops unroll over them: ``plan.taps``).
+    index_values: ``(int scalar argument, value)`` of the arguments read by the computed indices of
+    pooling windows (reductions of one load: a stride, a padding), values 0 to 64, sorted (the plan
+    prints them as literals and reads a strided window's taps as contiguous runs: ``plan.pairs``)."""
     facts: tuple
     dtypes: tuple
     i64: bool
@@ -52,6 +55,7 @@ class CallSpec:
     masked_reads: tuple = ()
     unit_scalars: tuple = ()
     small_sizes: tuple = ()
+    index_values: tuple = ()
 
     def note(self, alg: Algorithm, tma: bool) -> str:
         """The specialisation note of the generated module's header comment."""
@@ -82,10 +86,33 @@ def call_spec(alg: Algorithm, b: Binding, args: Sequence[Any], interpret: bool, 
         i64 = i64 or b.index_magnitude > I32_MAX   # (Binding.make bounded it with the call's int arguments)
     ones = tuple(sorted(p.name for p, a in zip(alg.params, args)
                         if isinstance(p, ScalarParam) and p.pytype is int and not isinstance(a, bool) and a == 1))
+    values = window_index_values(alg, args) if b.reads else ()
     return CallSpec(tuple(facts), tuple(sorted(b.dtypes.items())), i64, interpret, tma_ok,
                     divisibility_hints(alg, b, args, out),
-                    tuple(sorted(b.unit_dims.items())) if contractions(alg) or tma_ok else (), masked, ones,
-                    tuple(sorted((a, n) for a, n in b.axis_sizes.items() if n <= SMALL_SIZE)))
+                    tuple(sorted(b.unit_dims.items())) if contractions(alg) or tma_ok or values else (), masked, ones,
+                    tuple(sorted((a, n) for a, n in b.axis_sizes.items() if n <= SMALL_SIZE)), values)
+
+
+def window_index_values(alg: Algorithm, args: Sequence[Any]) -> tuple:
+    """``(int scalar argument, value)``, sorted, of the arguments read by the computed indices of the
+    pooling windows of ``alg`` (reductions whose body reads one load and no other reduction: a max
+    pool's ``X.pad(-inf)[n, h * s + r - p, w * s + q - p]``) with values from 0 to 64 on this call
+    (:attr:`CallSpec.index_values`)."""
+    given = {p.name: a for p, a in zip(alg.params, args)
+             if isinstance(p, ScalarParam) and p.pytype is int and isinstance(a, int) and not isinstance(a, bool)}
+    found = {}
+    for r in walk([o.expr for o in alg.outputs]):
+        if not isinstance(r, Reduce):
+            continue
+        inner = list(walk([r.x]))
+        loads = [n for n in inner if isinstance(n, Load)]
+        if len(loads) != 1 or any(isinstance(n, Reduce) for n in inner):
+            continue
+        for e in loads[0].index:
+            for s in walk([e]):
+                if isinstance(s, ScalarParam) and s.name in given and 0 <= given[s.name] <= 64:
+                    found[s.name] = given[s.name]
+    return tuple(sorted(found.items()))
 
 
 def max_offset(t: torch.Tensor) -> int:

@@ -32,6 +32,7 @@ from .kernel import KernelPlan, Program
 from .lower import lower
 from .loop_stores import loop_store_bounds, plan_loop_stores
 from .online_split import plan_row_vectors
+from .pairs import plan_literal_scalars, plan_native_folds, plan_pair_taps
 from .passes import fp8_dots, plan_exact_counts, plan_passes, register_cap
 from .persistent import plan_epilogue_reads, plan_flatten, plan_store_pieces
 from .taps import plan_rolling, plan_static_loops, plan_tap_shifts, plan_tile_stages
@@ -44,20 +45,22 @@ def decide(prog: Program, sched: Schedule, dtypes: Mapping[str, torch.dtype],
            tma_ok: frozenset = frozenset(), hints: Mapping[str, int] | None = None, note: str = "",
            unit_dims: Mapping[str, int] | None = None, masked_reads: frozenset = frozenset(),
            size_buckets: Mapping[str, int] | None = None, unit_scalars: frozenset = frozenset(),
-           small_sizes: Mapping[str, int] | None = None) -> Program:
+           small_sizes: Mapping[str, int] | None = None, index_values: Mapping[str, int] | None = None) -> Program:
     """Fill every kernel's decisions in place (and return ``prog``). ``dtypes``: the input
     tensors' dtypes; ``out_dtypes``: each output's; ``tma_ok``: tensors a TMA descriptor may
     address on this call; ``hints``: integer argument -> a power of two it is a multiple of;
     ``unit_dims``: input tensor -> index of its unit-stride dim (-1: none); ``masked_reads``: the
     ``(load id, dim)`` computed indices to mask to their dim; ``size_buckets``: axis -> a power of
     two its size is at most on every call of this signature; ``unit_scalars``: the integer
-    scalars equal to 1 on it; ``small_sizes``: axis -> its size, for the axes of at most 8."""
+    scalars equal to 1 on it; ``small_sizes``: axis -> its size, for the axes of at most 8;
+    ``index_values``: int scalar -> its value, for those of pooling windows' indices."""
     any64 = kernel_f64(dtypes.values(), out_dtypes.values()) or sched.acc_dtype == "float64"
     read: frozenset = frozenset()   # the inputs the kernels before this one load
     for k in prog.kernels:
         k.size_buckets = dict(size_buckets or {})
         _decide_kernel(k, sched, dtypes, out_dtypes, "float64" if any64 else "float32", interpret, i64, tma_ok,
-                       dict(hints or {}), dict(unit_dims or {}), masked_reads, unit_scalars, dict(small_sizes or {}))
+                       dict(hints or {}), dict(unit_dims or {}), masked_reads, unit_scalars, dict(small_sizes or {}),
+                       dict(index_values or {}))
         k.reverse_order = plan_reverse_order(k, sched.tile_order, input_tensors(k) & read)
         read |= input_tensors(k)
     prog.note = note
@@ -66,7 +69,8 @@ def decide(prog: Program, sched: Schedule, dtypes: Mapping[str, torch.dtype],
 
 def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str, interpret: bool, i64: bool,
                    tma_ok: frozenset, hints: dict, unit_dims: dict, masked_reads: frozenset,
-                   unit_scalars: frozenset = frozenset(), small_sizes: dict | None = None) -> None:
+                   unit_scalars: frozenset = frozenset(), small_sizes: dict | None = None,
+                   index_values: dict | None = None) -> None:
     k.compute_dtype, k.i64, k.hints, k.unit_dims = cdt, i64, hints, unit_dims
     k.int_acc = integer_reductions([st.expr for st in k.stores], dtypes)
     k.interpret = k.round_bf16 = interpret
@@ -101,6 +105,10 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.row_vectors = plan_row_vectors(k)
     k.read_masks, k.floor_ops = plan_read_masks(k, masked_reads), plan_floor_ops(k)
     k.rolling = plan_rolling(k, bool(sched.rolling), unit_scalars)   # (needs the read masks)
+    # a pooling window: its stride and padding literal, its taps read as contiguous runs, a 16-bit max in its dtype
+    k.literal_scalars = plan_literal_scalars(k, index_values or {})
+    k.pair_taps = plan_pair_taps(k, index_values or {}, sched.window_loads)
+    k.native_folds, k.raw_loads = plan_native_folds(k, sched.narrow_minmax)
     k.exact_counts = plan_exact_counts(k, small_sizes or {})
     k.max_registers = register_cap(k)
 
@@ -129,7 +137,8 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
     plan_buffers(prog, alg, b.dtypes, out_dtypes)
     return decide(prog, sched, b.dtypes, out_dtypes, spec.interpret, spec.i64, spec.tma_ok, dict(spec.hints),
                   spec.note(alg, sched.access == "tma"), dict(spec.unit_dims), masked,
-                  {f[0]: f[1] for f in spec.facts}, frozenset(spec.unit_scalars), dict(spec.small_sizes))
+                  {f[0]: f[1] for f in spec.facts}, frozenset(spec.unit_scalars), dict(spec.small_sizes),
+                  dict(spec.index_values))
 
 
 def sixteen_bit_terms(alg: Algorithm, b: Binding) -> bool:

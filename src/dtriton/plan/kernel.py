@@ -20,8 +20,8 @@ import torch
 from ..ir import Expr, Reduce, walk
 from ..schedule import next_pow2
 
-__all__ = ["AxisPlan", "BlockReduce", "BufferSpec", "DotPlan", "KernelPlan", "LoopBounds", "PassPlan", "Program",
-           "StoreSpec", "TileAccess", "next_pow2"]
+__all__ = ["AxisPlan", "BlockReduce", "BufferSpec", "DotPlan", "KernelPlan", "LoopBounds", "PairTaps", "PassPlan",
+           "Program", "StoreSpec", "TileAccess", "next_pow2"]
 
 
 def is_pow2(n: int) -> bool:
@@ -221,6 +221,26 @@ class RollingWindow:
 
 
 @dataclass(frozen=True)
+class PairTaps:
+    """A strided window's taps read as contiguous runs (:func:`dtriton.plan.pairs.plan_pair_taps`):
+    dim ``dim`` of input Load ``load`` is indexed ``grid * stride + tap + offset`` (``tap`` an
+    unrolled window axis of ``taps`` values). Tap ``q`` reads column ``stride * (grid + a) + b`` with
+    ``q + offset = stride * a + b`` (``0 <= b < stride``); the taps sharing ``a`` (``groups``:
+    ``(a, ((tap, b), ...))``) come from one load of ``stride * block`` contiguous columns starting at
+    ``stride * (tile start + a)``, reshaped to (..., block, stride) and split into its parts ``b``
+    (masked to ``0 <= column < dim``, ``low``: the ``0 <=`` test is needed, ``a < 0``); the
+    ``lone`` taps are read one at a time as before."""
+    load: int
+    dim: int
+    grid: str
+    tap: str
+    taps: int
+    stride: int
+    groups: tuple[tuple[int, tuple[tuple[int, int], ...]], ...]
+    lone: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class TileAccess:
     """How a tile of one tensor is read or written: "block_ptr", "tma" (with the TMA ``box``,
     elements per dim), or "pointer" for a tile the schedule asked TMA for but TMA cannot address
@@ -297,6 +317,14 @@ class KernelPlan:
     static_loops: dict[str, int] = field(default_factory=dict)  # loop axis -> its exact size: emitted as
                                                       # tl.static_range (a depthwise conv's taps: plan.taps)
     rolling: RollingWindow | None = None              # a window sum computed by rolling rows (plan.taps)
+    pair_taps: dict[int, PairTaps] = field(default_factory=dict)  # a window reduction's id -> its taps read as
+                                                      # contiguous runs split in registers (plan.pairs)
+    literal_scalars: dict[str, int] = field(default_factory=dict)  # int scalar argument -> the call's value,
+                                                      # printed as a literal (a pooling window's stride and
+                                                      # padding: plan.pairs.plan_literal_scalars)
+    native_folds: frozenset = frozenset()             # ids of max/min reductions folded in their input's 16-bit
+                                                      # dtype (exact), whose input loads stay in it (raw_loads)
+    raw_loads: frozenset = frozenset()                # Load ids printed without the conversion to the compute dtype
     exact_counts: dict[int, int] = field(default_factory=dict)  # a mean's id -> the count it divides by, pinned
                                                       # by the call (plan.passes.plan_exact_counts)
     tile_stages: int = 0                              # >1: the persistent tile loop is software-pipelined

@@ -337,6 +337,13 @@ BUILTIN: tuple[Knob, ...] = (
          doc="a window sum over an output row axis (a depthwise convolution) computed by rolling rows: each input "
              "row loaded once per other tap and added into the accumulators of every output row it feeds; None: "
              "the heuristic picks"),
+    Knob("window_loads", "pairs", one_of(("pairs", "taps")),
+         doc="a strided pooling window's taps (X.pad(-inf)[n, h * s + r - p, w * s + q - p], s = 2, 4 or 8 on the "
+             "call): pairs (the taps sharing a run of s contiguous columns read by one load and split in registers) "
+             "or taps (each tap one strided load)"),
+    Knob("narrow_minmax", True, Domain("True, False", _boolean, (True, False)),
+         doc="a pooling window's max or min of one fp16/bf16 input folds in that dtype (exact; NaN propagates); "
+             "False: in the compute dtype (float32)"),
 )
 
 _REGISTRY: dict[str, Knob] = {k.name: k for k in BUILTIN}

@@ -297,6 +297,12 @@ class Schedule(_KnobValues):
             tile is stored in this many pieces along its last dim ("epilogue subtiling": the store's
             shared-memory buffer, live beside the pipeline's in a flattened loop, is that much
             smaller). "0" stores tiles whose last dim is 128 or more in two halves.
+        window_loads: "pairs" (default) or "taps": a pooling window of stride 2, 4 or 8 on the call
+            (``X.pad(-inf)[n, h * s + r - p, w * s + q - p]`` over unrolled taps) reads the taps that
+            share a run of ``s`` contiguous columns with one load of the run, split in registers
+            (:mod:`dtriton.plan.pairs`); "taps": one strided load per tap.
+        narrow_minmax: True (default): a pooling window's max or min of one fp16/bf16 input folds in
+            that dtype (exact; NaN propagates as in torch); False: in the compute dtype.
 
     Raises :class:`ScheduleError` for a value outside its knob's domain (a tile that is not a
     power of two, a bad strategy name, non-positive warps/stages, ...; also for the per-stage

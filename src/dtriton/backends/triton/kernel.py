@@ -12,6 +12,7 @@ from ..base import KernelMeta
 from .bounds import BoundsPrinter
 from .memory import MemoryPrinter
 from .narrow import ENCODE_FP8, FP8_FORMATS, ROUND_FP8
+from .pairs import PairPrinter
 from .prelude import ROUND_BF16, header
 from .reduce import ReducePrinter
 from .rolling import RollingPrinter
@@ -22,7 +23,8 @@ from .values import ValuePrinter
 __all__ = ["KernelPrinter", "KernelSource", "render"]
 
 
-class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, BoundsPrinter, RollingPrinter):
+class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, BoundsPrinter, RollingPrinter,
+                    PairPrinter):
     """Prints the source of one :class:`~dtriton.plan.kernel.KernelPlan` (it decides nothing)."""
 
     def __init__(self, prog: Program, k: KernelPlan):

@@ -135,13 +135,38 @@ class MemoryPrinter:
                     blk = blk2
                 code = self.relayout(blk, tiled, tuple(layout), set(tiled), scope)
                 return self._widen(code, dt, raw), f"{fmt(n, limit=None)} ({kind})"
-        terms, mask_axes, inside = [], [], []
+        terms, mask_axes, inside, moves = self.pointer_index(n, scope, layout)
+        mask = " & ".join(filter(None, [self.mask_for(mask_axes, scope, layout)] + inside)) or None
+        ev = self.eviction(n.tensor.name)
+        bounded = self.k.read_masks.get(n.uid, ())
+        other = self.pad_text(n, dt)
+        ptr = self.addr(name, terms) + (f" + ({' + '.join(moves)})" if moves else "")
+        code = f"tl.load({ptr}" + (f", mask={mask}, other={other}" if mask else "") + \
+            (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
+        raw = raw or n.uid in self.k.raw_loads   # (a 16-bit max/min fold's input: plan.pairs)
+        return self._widen(code, dt, raw), fmt(n, limit=None) + (" (masked to its dims)" if bounded else "")
+
+    def pad_text(self, n: Load, dt: torch.dtype) -> str:
+        """The value a masked lane of load ``n`` reads: its padding where the plan masks an index of it
+        to its dim, else 0."""
+        if n.pad is None or not self.k.read_masks.get(n.uid, ()):
+            return "0.0" if dt in FP8_FORMATS else "0"
+        return self.literal(n.pad)
+
+    def pointer_index(self, n: Load, scope: Scope, layout, skip: int | None = None):
+        """``(terms, mask axes, in-dim tests, moves)`` of a pointer load of ``n`` in ``layout``: per dim
+        its index term (dim ``skip``: None, the caller's), the axes whose tile masks apply, the tests
+        of the indices the plan masks to their dim, and the taps' scalar shifts times the strides."""
+        name = n.tensor.name
+        terms, mask_axes, inside, moves = [], [], [], []
         bounded = self.k.read_masks.get(n.uid, ())
         # dims at the tile's index shifted by a tap (plan.taps): the tile's address block, the same for
         # every tap, plus the tap's scalar shift times the stride
         shifted = {d: v for d, v in self.k.shifted_reads.get(n.uid, {}).items() if self.k.flat_of(v[0]) == v[0]}
-        moves = []
         for d, e in enumerate(n.index):
+            if d == skip:
+                terms.append(None)
+                continue
             if d in shifted:
                 a, at0 = shifted[d]
                 b, _ = scope.find_bind(a)
@@ -177,13 +202,7 @@ class MemoryPrinter:
                     continue
             if d in bounded:   # the plan masks this index to its dim (padding, or a guarded read)
                 inside.append(f"({terms[-1]} >= 0) & ({terms[-1]} < {self.dim_size(n.tensor.dims[d])})")
-        mask = " & ".join(filter(None, [self.mask_for(mask_axes, scope, layout)] + inside)) or None
-        ev = self.eviction(n.tensor.name)
-        other = ("0.0" if dt in FP8_FORMATS else 0) if n.pad is None or not bounded else self.literal(n.pad)
-        ptr = self.addr(name, terms) + (f" + ({' + '.join(moves)})" if moves else "")
-        code = f"tl.load({ptr}" + (f", mask={mask}, other={other}" if mask else "") + \
-            (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
-        return self._widen(code, dt, raw), fmt(n, limit=None) + (" (masked to its dims)" if bounded else "")
+        return terms, mask_axes, inside, moves
 
     def program_index(self, n: Load, d: int, scope: Scope, layout) -> tuple[str, str, str]:
         """Index ``d`` of load ``n``, one integer per program (the plan's ``"#<dim>"`` key):

@@ -10,7 +10,7 @@ import torch
 from ...ir import Combiner, Load, Reduce, fmt, get_combiner
 from ...plan.graph import fused_deps
 from ...plan.kernel import DotPlan, PassPlan
-from .prelude import INDEX_SENTINEL, close_helper, combine_helper, combine_text, identity_text, step_helper
+from .prelude import INDEX_SENTINEL, TL_DTYPES, close_helper, combine_helper, combine_text, identity_text, step_helper
 from .scope import Bind, Scope, pointer_loads
 
 __all__ = ["ReducePrinter"]
@@ -33,7 +33,10 @@ class ReducePrinter:
 
     def acc_dtype(self, r: Reduce) -> str:
         """The Triton dtype ``r`` accumulates in: int64 for the integer reductions the plan names
-        (``KernelPlan.int_acc``), else the compute dtype."""
+        (``KernelPlan.int_acc``), its input's 16-bit dtype for the max/min folds it names
+        (``KernelPlan.native_folds``: ``r.x`` is that load), else the compute dtype."""
+        if r.uid in self.k.native_folds:
+            return TL_DTYPES[self.dtypes[r.x.tensor.name]]
         return "tl.int64" if r.uid in self.k.int_acc else self.cdt
 
     def identity(self, r: Reduce) -> str:
@@ -61,10 +64,16 @@ class ReducePrinter:
         segments = self.bound_segments(lb, scope) if lb is not None else [(None, False)]
         for rng, unmasked in segments:
             stages = lb.edge_stages if lb is not None and lb.unmasked and not unmasked else 0
-            inner, loops = self.open_loops(rs, loop_axes, scope, pp, accs, rng, unmasked, stages)
+            # a window whose taps are read as contiguous runs: its tap axis is not a loop (plan.pairs)
+            pair = self.k.pair_taps.get(rs[0].uid) if len(rs) == 1 else None
+            opened = [a for a in loop_axes if pair is None or a != pair.tap]
+            inner, loops = self.open_loops(rs, opened, scope, pp, accs, rng, unmasked, stages)
             if unmasked:
                 inner.assumed.update(lb.guards)
-            self.pass_body(rs, loop_axes, inner, scope, pp, accs)
+            if pair is not None:
+                self.pair_steps(rs, pair, loop_axes, inner, scope, pp, accs)
+            else:
+                self.pass_body(rs, loop_axes, inner, scope, pp, accs)
             # the plan's in-loop atomic stores riding this pass, after the step's own reductions
             # (printing the partial sums first measured slower on the H200: 0.803 vs 0.734 ms)
             for st in self.k.stores:
@@ -365,6 +374,8 @@ class ReducePrinter:
                     v = f"{v} * {1.0 / n!r}"
                 else:
                     v = f"{v} / ({n if n is not None else ' * '.join(self.size(a) for a in r.over)})"
+            if r.uid in self.k.native_folds:   # folded in its input's 16-bit dtype: the value in the compute dtype
+                v = f"({v}).to({self.cdt})"
             out = self.fresh(r.name)
             scope.emit(f"{out} = {v}  # stage {r.name}")
             scope.reduced[r.uid] = (out, vl)

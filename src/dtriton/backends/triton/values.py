@@ -298,6 +298,8 @@ class ValuePrinter:
             if n.integer and v.is_integer():
                 return repr(int(v))   # integer arithmetic stays integer (X[i, j + 1]); floats promote it
             return repr(v)
+        if isinstance(n, ScalarParam) and n.name in self.k.literal_scalars:
+            return repr(self.k.literal_scalars[n.name])   # pinned by the call (a pooling window's stride, padding)
         if isinstance(n, ScalarParam):
             nm = f"s_{n.name}"
             if nm not in self.scalars:
