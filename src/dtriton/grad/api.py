@@ -12,7 +12,7 @@ from ..errors import AlgorithmError
 from ..ir import Algorithm, Axis, Expr, InputTensor, Load, Output, Reduce, fmt, reduction_stages, topo_order, walk
 from .derive import Deriver
 from .finalize import Finalizer, copy_nodes, group_gradients, make_params, param_spec
-from .logsumexp import at_lse, lse_statistics, lse_value, stage_shifts
+from .logsumexp import at_lse, lse_statistics, lse_value, rescalable, stage_shifts
 from .naming import unique_param_name
 
 __all__ = ["grad", "GradientAlgorithms", "describe", "augmented_forward", "saved_statistics", "staged"]
@@ -269,8 +269,8 @@ def saved_statistics(alg: Algorithm) -> tuple[str, ...]:
     coefficients): saving them writes no more elements than the outputs, where recomputing them
     repeats a contraction. Stage names in algorithm order, except that a stabilising max and its sum
     of exponentials, both saved, become one log-sum-exp statistic (``lse_<max>_<sum>`` at the max's
-    place, :mod:`~dtriton.grad.logsumexp`) when every other saved stage's change under shifting the
-    max is known: softmax's, cross-entropy's and attention's row max and sum; attention's ``sum1`` is
+    place, :mod:`~dtriton.grad.logsumexp`) when every other saved stage is independent of the max or a
+    sum scaled by ``exp(-max)``: softmax's, cross-entropy's and attention's row max and sum; attention's ``sum1`` is
     then saved divided by the sum (the normalised output)."""
     used = grad(alg, save="all").saved
     direct: dict[int, set[frozenset]] = {}
@@ -287,7 +287,7 @@ def saved_statistics(alg: Algorithm) -> tuple[str, ...]:
     for name, (mn, ln) in lse_statistics(alg).items():
         if mn in out and ln in out:
             shifts = stage_shifts(alg, mn)
-            if all(shifts.get(s, ("a", 0)) is not None for s in out if s not in (mn, ln)):
+            if all(rescalable(alg.stages[s].node, shifts.get(s, ("a", 0))) for s in out if s not in (mn, ln)):
                 out = [name if s == mn else s for s in out if s != ln]
     return tuple(out)
 

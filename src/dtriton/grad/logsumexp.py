@@ -10,12 +10,13 @@ the constant 1 in place of ``l``: ``exp(s - m) / l`` becomes ``exp(s - lse)``, a
 derivative's divisions by ``l`` and ``l * l`` vanish (the graph builder folds them as it rebuilds
 the backward, :meth:`~dtriton.grad.graph.Graph.substitute`).
 
-Other saved stages that depend on ``m`` are saved at the shift ``lse``: a stage multiplied by
+Other saved stages that depend on ``m`` are saved at the shift ``lse``: a sum multiplied by
 ``exp(k * d)`` when ``m`` shifts by ``d`` is saved times ``l**k`` (attention's unnormalised
-``sum1 = sum over j of exp(s - m) * V`` becomes ``sum1 / l``, the normalised output itself), one
-that moves by ``k * d`` is saved plus ``k * log(l)``. A stage whose change under the shift is
-unknown prevents the rule (:func:`lse_statistics` of :func:`~dtriton.grad.saved_statistics` keeps
-the pair then).
+``sum1 = sum over j of exp(s - m) * V`` becomes ``sum1 / l``, the normalised output itself). Any
+other dependence prevents the rule (:func:`~dtriton.grad.saved_statistics` keeps the pair then):
+a max or min that moves with ``m`` is exact in real arithmetic at the shift, but the backward finds
+its arg-extremum by comparing it for equality with values it recomputes, and ``max(y + lse)``
+rounded is not ``max(y + m) + log(l)`` rounded.
 
 The statistic is named ``lse_<max stage>_<sum stage>``; :func:`~dtriton.grad.grad` (``save=``) and
 :func:`~dtriton.grad.augmented_forward` take the name like a stage name.
@@ -30,7 +31,7 @@ from ..ir import Algorithm, Expr, Reduce, Unary, reduction_stages
 from .graph import Graph
 from .shift import shift_class
 
-__all__ = ["lse_statistics", "stage_shifts", "at_lse", "lse_value"]
+__all__ = ["lse_statistics", "stage_shifts", "at_lse", "lse_value", "rescalable"]
 
 
 def _invariant(cls: dict[int, Any], roots: Sequence[Expr]) -> bool:
@@ -76,18 +77,27 @@ def lse_value(g: Graph, m: Expr, ln: Expr) -> Expr:
     return g.add(m, g.raw_unary("log", ln))
 
 
+def rescalable(node: Expr, shift: Any) -> bool:
+    """Whether a saved stage (``node``) that changes by ``shift`` under a shift of the max
+    (:func:`stage_shifts`) can be saved at the log-sum-exp shift: unchanged, or a sum multiplied by
+    ``exp(k * d)``."""
+    if shift is not None and shift[1] == 0:
+        return True
+    return (shift is not None and shift[0] == "m" and isinstance(node, Reduce)
+            and node.combiner.grad == "sum")
+
+
 def at_lse(g: Graph, stage: str, node: Expr, shift: Any, ln: Expr) -> Expr:
     """The graph expression of the saved stage ``stage`` (graph node ``node``) at the shift
     ``lse = m + log(l)`` (``ln``: the sum's graph node), given how it changes under a shift of the max
-    (``shift``, :func:`stage_shifts`). Raises :class:`AlgorithmError` for an unknown change."""
-    if shift is None:
-        raise AlgorithmError(f"the saved stage {stage!r} depends on the max of a log-sum-exp statistic in a way "
-                             "the derivation cannot follow; save the max and sum stages instead")
-    kind, k = shift
+    (``shift``, :func:`stage_shifts`). Raises :class:`AlgorithmError` unless :func:`rescalable`."""
+    if not rescalable(node, shift):
+        raise AlgorithmError(f"the saved stage {stage!r} depends on the max of a log-sum-exp statistic other than as "
+                             "a sum scaled by exp(-max) (see dtriton.grad.logsumexp); save the max and sum stages "
+                             "instead of the statistic")
+    k = shift[1]
     if k == 0:
         return node
-    if kind == "a":
-        return g.add(node, g.mul(g.const(k), g.raw_unary("log", ln)))
     if k == -1:
         return g.div(node, ln)
     if k == 1:
