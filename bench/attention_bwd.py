@@ -10,7 +10,8 @@ call at the issue's shapes (B4 H16 S2048 D64, B4 H32 S4096 D128; nothing is allo
 heuristic schedule, every kernel compiled by Triton for sm_90; per kernel: registers, spill stack,
 shared memory, warps and stages, wgmma / mma.sync, ex2 and division instructions, layout
 conversions through shared memory (TTGIR ``convert_layout``). The saved statistics take the dtypes the
-saving forward gives them (row max and sum fp32), as in the timed calls.
+saving forward gives them (the row log-sum-exp fp32, sum1 normalised in the output's dtype), as in the
+timed calls.
 
 ``time``: per case, the backward kernels alone (the saved statistics made once by the saving
 forward) under the heuristic schedule and the variants of :func:`variants` (tiles of the two
@@ -61,7 +62,7 @@ def bwd_args(bwd, B, H, S, D, dtype, device, aug=None, names=()):
     """Arguments of the backward algorithm (Q, K, V, scale, dO, saved statistics) on ``device``
     (``meta``: shapes only). The statistics are random stand-ins (:func:`case_inputs` computes
     them), in the dtypes the saving forward ``aug`` gives them (its outputs after the first, in the
-    order of ``names``; the row max and sum are fp32) when given, else in ``dtype``."""
+    order of ``names``; the row log-sum-exp is fp32) when given, else in ``dtype``."""
     e = dict(dtype=dtype, device=device)
     sizes = {"B": B, "H": H, "S": S, "T": S, "D": D}
     make = torch.empty if device == "meta" else torch.randn

@@ -61,7 +61,7 @@ def test_fp32_row_statistics_keep_sixteen_bit_terms():
     its terms are still consumed in 16 bits; an fp32 4-D input turns them off."""
     _, aug, bwd, names = _backward(False)
     b, _ = _gpu_program(False, 64)
-    assert b.dtypes["saved_max0"] == torch.float32 and b.dtypes["Q"] == torch.float16
+    assert b.dtypes["saved_lse_max0_sum2"] == torch.float32 and b.dtypes["Q"] == torch.float16
     assert sixteen_bit_terms(bwd, b)
     b32 = dataclasses.replace(b, dtypes=dict(b.dtypes, V=torch.float32))
     assert not sixteen_bit_terms(bwd, b32)
@@ -70,9 +70,10 @@ def test_fp32_row_statistics_keep_sixteen_bit_terms():
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("tiles", [None, (64, 64)], ids=["heuristic", "64x64"])
 def test_gpu_dkdv_kernel_takes_sixteen_bit_probabilities(causal, tiles):
-    """With fp32 row statistics: base-2 exponentials, no fp32 (tf32) dot, every dot of the dK/dV
-    kernel on 16-bit operands, one division by the row sum per step there (the common divisor),
-    and the dQ kernel (its rows the grid's) keeps its form."""
+    """With the fp32 log-sum-exp statistic: base-2 exponentials, no fp32 (tf32) dot, every dot of the
+    dK/dV kernel on 16-bit operands; its loop reads two row vectors a step (the statistic and the
+    row sum of dO * O), divides nothing, multiplies no score by a per-row value (the probabilities
+    are ``exp2(s * c - lse * log2(e))``); the dQ kernel (its rows the grid's) keeps 16-bit dots."""
     _, prog = _gpu_program(causal, 64, tiles)
     src, _ = default_backend().render(prog)
     assert "input_precision" not in src and "tl.exp(" not in src and "tl.exp2(" in src
@@ -81,8 +82,11 @@ def test_gpu_dkdv_kernel_takes_sixteen_bit_probabilities(causal, tiles):
     assert all(d.operand_dtype == "float16" for d in kv[0].dots.values())
     body = src.split(f"def {kv[0].name}(")[1].split("\n@_jit")[0]
     loop = body.split("    for i0 in ")[1]
-    assert loop.count("saved_sum2_ptr") == 1 and loop.count(" * t_") >= 2
-    assert "* ld_" not in loop.split("tl.exp2(")[0].split("=")[-1]
+    loads = [ln for ln in loop.splitlines() if "tl.load(" in ln and "dot operand" not in ln]
+    assert len(loads) == 2 and "saved_lse_max0_sum2_ptr" in "".join(loads), loads
+    assert " / " not in loop and "saved_sum2" not in src and "saved_max0" not in src
+    exp_arg = loop.split("tl.exp2(")[1].split(")")[0]
+    assert " * " not in [ln for ln in loop.splitlines() if f"{exp_arg} = " in ln][0]
     dq = [k for k in prog.kernels if k.grid[-1] == "i" and k.dots]
     assert len(dq) == 1 and all(d.operand_dtype == "float16" for d in dq[0].dots.values())
 

@@ -372,11 +372,12 @@ def test_steady_steps_never_synchronise(null_gpu, monkeypatch):
 
 
 def test_saved_statistics_share_one_buffer(interp_gpu):
-    """A steady softmax step allocates its output, one buffer for the saved row max and sum (each at
-    an aligned offset: the pointers Triton specialised on 16-byte alignment) and dX: three
-    allocations, not four; gradients right against float64 with every allocation poisoned."""
+    """A steady softmax step saving its row max and sum (``save=``; by default it saves one
+    log-sum-exp statistic) allocates its output, one buffer for both (each at an aligned offset: the
+    pointers Triton specialised on 16-byte alignment) and dX: three allocations, not four; gradients
+    right against float64 with every allocation poisoned."""
     from dtriton.backends.triton.fast import PACK_ALIGN
-    dk = dt.compile_autograd(softmax)
+    dk = dt.compile_autograd(softmax, save=["max0", "sum0"])
     make = lambda: (torch.randn(5, 37),)  # noqa: E731
     for _ in range(3):
         _check_step(dk, lambda X: torch.softmax(X, -1), make(), (0,), 1e-4)

@@ -164,7 +164,7 @@ def test_attention_forward_saves_its_row_statistics_in_the_flash_kernel(causal, 
     from dtriton.library import attention, causal_attention
     alg = causal_attention if causal else attention
     aug, names = augmented_forward(alg, saved_statistics(alg))
-    assert names == ("max0", "sum1", "sum2")   # row max and sum, and the unnormalised output
+    assert names == ("lse_max0_sum2", "sum1")   # the row log-sum-exp, and sum1 normalised (the output)
     Q = torch.empty(4, 16, 2048, 64, dtype=torch.float16)
     prog = gpu_plan(aug, [Q, Q, Q, 0.125])
     assert len(prog.kernels) == 1 and not prog.buffers   # no S x T buffer, one online pass
@@ -192,8 +192,9 @@ def test_gpu_plans_fp32_layer_norm_backward_in_two_kernels():
 
 def _stats_like(alg, ga, Q):
     """Empty saved statistics of ``alg`` shaped as the saving forward lays them out."""
-    sizes = {"b": Q.shape[0], "h": Q.shape[1], "i": Q.shape[2], "d": Q.shape[3], "e": Q.shape[3]}
-    return [torch.empty(tuple(sizes[a] for a in alg.stages[s].node.axes)) for s in ga.saved]
+    sizes = {"B": Q.shape[0], "H": Q.shape[1], "S": Q.shape[2], "T": Q.shape[2], "D": Q.shape[3]}
+    dims = {p.name: p.dims for p in ga.algorithms[0].params if hasattr(p, "dims")}
+    return [torch.empty(tuple(sizes[d] for d in dims[f"saved_{s}"])) for s in ga.saved]
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])

@@ -37,9 +37,12 @@ shifting it (the stabilising max of softmax, log-sum-exp and attention: ``exp(x 
 does not depend on ``m``) has a zero adjoint exactly, so its tie-count and adjoint stages are not
 built. Forward reductions the backward needs are recomputed (keeping their forward stage names, so a
 schedule for them carries over) unless listed in ``save=`` (then they are inputs ``saved_<stage>``).
+A stabilising max and its sum of exponentials can be saved as one log-sum-exp statistic
+(``lse_<max>_<sum>``, what :func:`saved_statistics` picks for softmax, cross-entropy and attention):
+the backward reads it for the max and 1 for the sum (:mod:`.logsumexp`).
 
 Modules: :mod:`.graph` (the simplifying node builder), :mod:`.shift` (shift invariance of max/min
-stages), :mod:`.naming` (fresh names), :mod:`.derive` (the adjoint rules), :mod:`.finalize` (fresh algorithms from the derived
+stages), :mod:`.logsumexp` (the log-sum-exp statistic), :mod:`.naming` (fresh names), :mod:`.derive` (the adjoint rules), :mod:`.finalize` (fresh algorithms from the derived
 graph, grouping), :mod:`.api` (the functions below).
 """
 

@@ -12,6 +12,7 @@ from ..errors import AlgorithmError
 from ..ir import Algorithm, Axis, Expr, InputTensor, Load, Output, Reduce, fmt, reduction_stages, topo_order, walk
 from .derive import Deriver
 from .finalize import Finalizer, copy_nodes, group_gradients, make_params, param_spec
+from .logsumexp import at_lse, lse_statistics, lse_value, rescalable, stage_shifts
 from .naming import unique_param_name
 
 __all__ = ["grad", "GradientAlgorithms", "describe", "augmented_forward", "saved_statistics", "staged"]
@@ -144,10 +145,10 @@ def _saved_stages(alg: Algorithm, d: Deriver, grads: dict[str, tuple[Expr, tuple
                     used.add(x.name)
         return [s for s in fwd_stage_names if s in used]
     save_l = [save] if isinstance(save, str) else list(save)
-    bad = [s for s in save_l if s not in fwd_stage_names]
+    bad = [s for s in save_l if s not in fwd_stage_names and s not in lse_statistics(alg)]
     if bad:
         raise AlgorithmError(f"dt.grad: save={bad} are not reduction stages of {alg.name}; its stages are "
-                             f"{fwd_stage_names}")
+                             f"{fwd_stage_names} (log-sum-exp statistics: {list(lse_statistics(alg))})")
     return save_l
 
 
@@ -201,14 +202,19 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
     taken = {p.name for p in alg.params} | set(d.gnames)
     saved_map: dict[int, tuple[str, tuple[str, ...]]] = {}
     saved_params = []
+    lses = {s: lse_statistics(alg)[s] for s in save_l if s not in alg.stages}
     for s in save_l:
-        node = d.clone[alg.stages[s].node.uid]
+        node = d.clone[alg.stages[lses[s][0] if s in lses else s].node.uid]
         pn = unique_param_name(f"saved_{s}", taken)
-        saved_map[node.uid] = (pn, tuple(node.axes))
+        saved_map[node.uid if s not in lses else -1 - len(saved_map)] = (pn, tuple(node.axes))
         saved_params.append(("tensor", pn, tuple(alg.axis_size[a] for a in node.axes)))
     spec = param_spec(alg)
     spec += [("tensor", gn, tuple(alg.axis_size[a] for a in o.layout)) for gn, o in zip(d.gnames, alg.outputs)]
     spec += saved_params
+    if lses:
+        # every saved value becomes a load here; saved_map still names them (weak parameters), and
+        # a statistic by a key no node has
+        grads = _read_lse(alg, d, grads, save_l, lses, [p[1] for p in saved_params])
     fin = Finalizer(d, spec, saved_map)
     algs = []
     locate: dict[str, tuple[int, int]] = {}
@@ -224,6 +230,35 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
                               {"blocked_extrema": [x.name for x in d.order if x.uid in d.blocked]}, seeded)
 
 
+def _read_lse(alg: Algorithm, d: Deriver, grads: dict[str, tuple[Expr, tuple[str, ...]]], save_l: list[str],
+              lses: dict[str, tuple[str, str]], pnames: list[str]) -> dict[str, tuple[Expr, tuple[str, ...]]]:
+    """``grads`` reading the saved values: each log-sum-exp statistic in place of its max, the constant 1 in
+    place of its sum, and the saved stages (taken at the statistic's shift, :mod:`.logsumexp`) as loads of
+    their parameters ``pnames`` (in ``save_l`` order). Raises :class:`AlgorithmError` when a max or sum of
+    a statistic is saved besides it, or a saved stage depends on the max in a way the rule cannot follow."""
+    g = d.g
+    pairs = {x for mn_ln in lses.values() for x in mn_ln}
+    clash = sorted(pairs & set(save_l))
+    if clash:
+        raise AlgorithmError(f"dt.grad: save= names the stages {clash} of {alg.name} and a log-sum-exp statistic "
+                             f"made of them ({[k for k, v in lses.items() if set(v) & set(clash)]}); save one or the other")
+    repl: dict[int, Expr] = {}
+    for s, pn in zip(save_l, pnames):
+        stage = lses[s][0] if s in lses else s
+        node = d.clone[alg.stages[stage].node.uid]
+        t = g.tensor(pn, tuple(alg.axis_size[a] for a in node.axes))
+        repl[node.uid] = g.load(t, [g.axis(a) for a in node.axes])
+        if s in lses:
+            repl[d.clone[alg.stages[lses[s][1]].node.uid].uid] = g.const(1.0)
+    for mn, ln in lses.values():
+        shifts = stage_shifts(alg, mn)
+        for s in save_l:
+            if s in shifts and s not in (mn, ln):   # checks that the change under the shift is known
+                at_lse(g, s, d.clone[alg.stages[s].node.uid], shifts[s], d.clone[alg.stages[ln].node.uid])
+    new = g.substitute([e for e, _ in grads.values()], repl)
+    return {n: (new[e.uid], lay) for n, (e, lay) in grads.items()}
+
+
 def saved_statistics(alg: Algorithm) -> tuple[str, ...]:
     """The forward reduction stages the backward of every input reads that are worth saving: the
     *statistics*, whose free axes are a strict subset of the axes of one input tensor they
@@ -232,7 +267,11 @@ def saved_statistics(alg: Algorithm) -> tuple[str, ...]:
     (outside any other reduction) and which have that output's axes (attention's unnormalised
     ``sum over j of p V``, the pre-activation of a linear layer, the diffusion layer's spectral
     coefficients): saving them writes no more elements than the outputs, where recomputing them
-    repeats a contraction. Stage names in algorithm order."""
+    repeats a contraction. Stage names in algorithm order, except that a stabilising max and its sum
+    of exponentials, both saved, become one log-sum-exp statistic (``lse_<max>_<sum>`` at the max's
+    place, :mod:`~dtriton.grad.logsumexp`) when every other saved stage is independent of the max or a
+    sum scaled by ``exp(-max)``: softmax's, cross-entropy's and attention's row max and sum; attention's ``sum1`` is
+    then saved divided by the sum (the normalised output)."""
     used = grad(alg, save="all").saved
     direct: dict[int, set[frozenset]] = {}
     for o in alg.outputs:
@@ -245,24 +284,48 @@ def saved_statistics(alg: Algorithm) -> tuple[str, ...]:
         spans = [{e.name for e in n.index if isinstance(e, Axis)} for n in topo_order([node]) if isinstance(n, Load)]
         if any(set(node.axes) < sp for sp in spans) or frozenset(node.axes) in direct.get(node.uid, ()):
             out.append(s)
+    for name, (mn, ln) in lse_statistics(alg).items():
+        if mn in out and ln in out:
+            shifts = stage_shifts(alg, mn)
+            if all(rescalable(alg.stages[s].node, shifts.get(s, ("a", 0))) for s in out if s not in (mn, ln)):
+                out = [name if s == mn else s for s in out if s != ln]
     return tuple(out)
 
 
 def augmented_forward(alg: Algorithm, save: Sequence[str] | str) -> tuple[Algorithm, tuple[str, ...]]:
     """The forward algorithm with the reduction stages ``save`` as extra outputs (after the
     original ones, each laid out along the stage's free axes), for ``dt.grad(alg, save=...)``.
-    ``"all"`` saves every reduction stage. Returns ``(algorithm, saved stage names)``."""
+    ``"all"`` saves every reduction stage. A log-sum-exp statistic (``lse_<max>_<sum>``,
+    :mod:`~dtriton.grad.logsumexp`) is output as ``max + log(sum)`` along the max's axes, and the
+    saved stages that depend on its max are output at its shift (attention's ``sum1`` divided by the
+    row sum). Returns ``(algorithm, saved names)``. Raises :class:`AlgorithmError` for a name that is
+    neither a reduction stage nor a log-sum-exp statistic of ``alg``."""
     names = [s.name for s in reduction_stages(alg)]
+    lses = lse_statistics(alg)
     save_l = names if save == "all" else ([save] if isinstance(save, str) else list(save))
-    bad = [s for s in save_l if s not in names]
+    bad = [s for s in save_l if s not in names and s not in lses]
     if bad:
-        raise AlgorithmError(f"augmented_forward: {bad} are not reduction stages of {alg.name}; stages: {names}")
+        raise AlgorithmError(f"augmented_forward: {bad} are not reduction stages of {alg.name}; stages: {names} "
+                             f"(log-sum-exp statistics: {list(lses)})")
     d = Deriver(alg)
     outs = d.clone_forward()
+    g = d.g
+
+    def node_of(stage: str) -> Expr:
+        return d.clone[alg.stages[stage].node.uid]
     extra = []
     for s in save_l:
-        node = d.clone[alg.stages[s].node.uid]
-        extra.append((node, tuple(node.axes)))
+        if s in lses:
+            m = node_of(lses[s][0])
+            extra.append((lse_value(g, m, node_of(lses[s][1])), tuple(m.axes)))
+            continue
+        node = node_of(s)
+        e = node
+        for mn, ln in (lses[x] for x in save_l if x in lses):   # taken at the statistic's shift
+            shift = stage_shifts(alg, mn)
+            if s in shift and s not in (mn, ln):
+                e = at_lse(g, s, e, shift[s], node_of(ln))
+        extra.append((e, tuple(node.axes)))
     fin = Finalizer(d, param_spec(alg), {})
     # the saved statistics are stored in at least float32 (a 16-bit row sum over more than 65504
     # columns would overflow; torch keeps its saved statistics in float32 too); a pre-output (a

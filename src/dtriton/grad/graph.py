@@ -10,10 +10,11 @@ free of a summed axis hoisted out of the sum. ``None`` stands for a structurally
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Iterable, Sequence
 
 from ..ir import (Axis, Binary, Cast, Combiner, Const, Expr, InputTensor, Load, Reduce, ScalarParam, Unary, Where,
-                  get_combiner)
+                  get_combiner, topo_order)
 
 __all__ = ["Graph", "is_neg"]
 
@@ -128,6 +129,42 @@ class Graph:
         if isinstance(n, Cast):
             return self.cast(kids[0], n.dtype, n.saturate)
         raise TypeError(f"Graph.remake does not handle {type(n).__name__} nodes")
+
+    def substitute(self, roots: Sequence[Expr], repl: dict[int, Expr]) -> dict[int, Expr]:
+        """The nodes reachable from ``roots`` with each node whose id is in ``repl`` replaced by its value
+        there, every node above a replaced one rebuilt through the simplifying constructors (so a
+        replacement by the constant 1 folds ``x / 1``, ``x * 1``, ``log(1)``); by old node id. A node
+        nothing below changes is kept as it is; a rebuilt reduction keeps its name or stage-name hint."""
+        new: dict[int, Expr] = {}
+        for n in topo_order(list(roots)):
+            if n.uid in repl:
+                new[n.uid] = repl[n.uid]
+                continue
+            kids = n.children()
+            moved = [new.get(c.uid, c) for c in kids]
+            if all(a is b for a, b in zip(moved, kids)):
+                new[n.uid] = n
+                continue
+            r = self._rebuilt(n, moved)
+            new[n.uid] = self.const(0.0) if r is None else r
+        return new
+
+    def _rebuilt(self, n: Expr, kids: list[Expr]):
+        """``n`` over ``kids`` through the simplifying constructors (``None``: zero)."""
+        if isinstance(n, Binary) and n.op in ("add", "sub", "mul", "div"):
+            return getattr(self, n.op)(kids[0], kids[1])
+        if isinstance(n, Unary):
+            x = kids[0]
+            if n.op == "neg":
+                return self.neg(x)
+            if isinstance(x, Const) and n.op in ("exp", "log") and (n.op == "exp" or x.value > 0):
+                return self.const(getattr(math, n.op)(x.value))
+            return self.raw_unary(n.op, x)
+        if isinstance(n, Where):
+            return self.where(*kids)
+        if isinstance(n, Reduce):
+            return self.reduce(n.combiner, kids[0], n.over, name=n.name, hint=self.hint.get(n.uid))
+        return self.remake(n, kids)
 
     # -- queries -------------------------------------------------------------------------------
     @staticmethod
