@@ -42,8 +42,12 @@ Rules (documented so users can predict them):
   steps, which the plan unrolls: ``unroll``; the other looped axes then take larger tiles where
   the split left steps of fewer than 2048 elements; a sum or max without a variance beside it
   steps over up to 16384 elements, 16 warps above 4096, until its programs load
-  :data:`INFLIGHT_BYTES` an SM), and the partial results go to per-split buffers
-  (``split_mode="partials"``: deterministic) that the readers combine. A whole-tensor statistic
+  :data:`INFLIGHT_BYTES` an SM; 4096 beyond two waves). Where one axis's split leaves fewer than
+  two waves (a Frobenius norm's h: 256 programs), further axes are split too, up to 512 programs
+  (``split={"h": 256, "n": 2}``). The partial results go to per-split buffers
+  (``split_mode="partials"``: deterministic) that the readers combine, or, when the output's
+  programs would fold :data:`FINISH_FOLDS` partial values or more in all (batch norm's 262144
+  programs), that a finishing kernel combines once (``split_mode="finish"``). A whole-tensor statistic
   that fits one program runs in one kernel on a single program. Statistics over rows that loop
   (not online) get a kernel of their own even with many programs (instance norm over 256x256
   images), so the output runs as a grid kernel instead of a second loop in each program.
