@@ -127,7 +127,7 @@ def _placement(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce]) -> s
             if sched.split_mode == "atomic" and not is_sum(r):
                 raise ScheduleError(
                     f"stage {r.name!r} is {_article(r.combiner.name)} {r.combiner.name} split over {split_axes} "
-                    "with split_mode='atomic'; atomics add partial sums only. Use split_mode='partials' (or leave it None)")
+                    "with split_mode='atomic'; atomics add partial sums only. Use split_mode='partials' or 'finish' (or leave it None)")
             if place == "fuse":
                 raise ScheduleError(
                     f"stage {r.name!r} is split over {split_axes} and must be materialised; it cannot be fused")
