@@ -222,3 +222,20 @@ def test_split_mode_finish_without_a_split_warns():
 
     with pytest.warns(dt.ScheduleWarning, match="split_mode='finish' has no effect"):
         dt.compile(total, dt.Schedule(split_mode="finish"))(x)
+
+
+@pytest.mark.parametrize("T, split", [(53, 3), (7, 2), (1, 1)])
+def test_finished_online_split_of_attention_matches_sdpa(T, split):
+    """Split-KV attention (an online group: a max and sums rescaled by it, over different kept axes)
+    finished once: one finishing kernel per set of kept axes, the sums merged rescaled to the max
+    over splits, which the output then reads as plain values."""
+    from dtriton.library import attention
+    Q, K, V = torch.randn(1, 2, 5, 16), torch.randn(1, 2, T, 16), torch.randn(1, 2, T, 16)
+    s = dt.Schedule(grid=("b", "h", "i"), tile={"b": 1, "h": 1, "i": 16, "j": 8}, split={"j": split} if split > 1 else {},
+                    split_mode="finish" if split > 1 else None, strategy={"j": "online", "d": "whole", "e": "whole"},
+                    stages={"sum0": {"place": "fuse"}})
+    k = dt.compile(attention, s)
+    out = run_poisoned(k, (Q, K, V, 0.25), (1, 2, 5, 16), torch.float32)
+    ref = F.scaled_dot_product_attention(Q.double(), K.double(), V.double(), scale=0.25)
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-6)
+    assert ("_finish_" in k.source_for(Q, K, V, 0.25)) == (split > 1)

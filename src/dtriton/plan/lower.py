@@ -341,23 +341,27 @@ class _Kernels:
         values (``buf_<stage>_final``) that every later kernel reads instead of the partials: one
         value per element instead of a fold of every split in each reading program. Its grid is
         the stages' kept axes, :data:`FINISH_BLOCK` elements of the innermost a program (a
-        whole-tensor statistic: one program)."""
-        parts = [r for r in members if self.bufmap[r.uid].partials]
-        if not parts:
-            return
-        axes = tuple(parts[0].axes)
-        plans = {a: AxisPlan(a, "grid", b, self.sizes[a] % b == 0 and self.sizes[a] > 0)
-                 for a, b in ((a, min(FINISH_BLOCK, next_pow2(self.sizes[a])) if a == axes[-1] else 1) for a in axes)}
-        stores, final = [], {}
-        for r in parts:
-            pb = self.bufmap[r.uid]
-            b = BufferSpec(f"{pb.name}_final", r.axes, pb.dtype)
-            self.buffers[b.name] = final[r.uid] = b
-            stores.append(StoreSpec(b.name, r, r.axes))
-        self.kernels.append(KernelPlan(
-            "_".join([self.alg.name, "finish"] + [r.name for r in parts]), stores, list(axes), plans, None,
-            dict(self.bufmap), 4, self.sched.num_stages or 2, [r.name for r in parts], []))
-        self.bufmap.update(final)   # the kernels after this one read the final values
+        whole-tensor statistic: one program); one such kernel per set of kept axes."""
+        by_axes: dict[frozenset, list[Reduce]] = {}
+        for r in members:
+            if self.bufmap[r.uid].partials:   # (an online group's sums keep axes of their own: attention's output)
+                by_axes.setdefault(frozenset(r.axes), []).append(r)
+        final: dict[int, BufferSpec] = {}
+        for parts in by_axes.values():
+            axes = tuple(parts[0].axes)
+            plans = {a: AxisPlan(a, "grid", b, self.sizes[a] % b == 0 and self.sizes[a] > 0) for a, b in
+                     ((a, min(FINISH_BLOCK, next_pow2(self.sizes[a])) if a == axes[-1] else 1) for a in axes)}
+            stores = []
+            for r in parts:
+                pb = self.bufmap[r.uid]
+                b = BufferSpec(f"{pb.name}_final", r.axes, pb.dtype)
+                self.buffers[b.name] = final[r.uid] = b
+                stores.append(StoreSpec(b.name, r, r.axes))
+            # (each reads the partials: an online sum's are rescaled by its max's partials, read by name)
+            self.kernels.append(KernelPlan(
+                "_".join([self.alg.name, "finish"] + [r.name for r in parts]), stores, list(axes), plans, None,
+                dict(self.bufmap), 4, self.sched.num_stages or 2, [r.name for r in parts], []))
+        self.bufmap.update(final)   # the kernels after these read the final values
 
     def direct_split(self, grp: list[Output], out_dtypes: dict[str, str] | None) -> bool:
         """Direct split-K into fp32 outputs: ``out[...] = sum(...)`` with nothing after it, atomics
