@@ -239,3 +239,19 @@ def test_finished_online_split_of_attention_matches_sdpa(T, split):
     ref = F.scaled_dot_product_attention(Q.double(), K.double(), V.double(), scale=0.25)
     torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-6)
     assert ("_finish_" in k.source_for(Q, K, V, 0.25)) == (split > 1)
+
+
+def test_the_heuristic_splits_online_whole_tensor_passes_over_one_axis(small_budgets):
+    """A whole-tensor log-sum-exp (an online max and sum over both axes) splits one axis only: an
+    online pass merges the partials of one split axis."""
+    @dt.algorithm
+    def lse(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        m = dt.max(X[i, j], over=(i, j))
+        return (dt.log(dt.sum(dt.exp(X[i, j] - m), over=(i, j))) + m)[()]
+
+    x = torch.randn(37, 29)
+    s = gpu_schedule(lse, (x,))
+    assert len(s.split) == 1 and "online" in s.strategy.values(), s
+    ref = torch.logsumexp(x.double().flatten(), 0)
+    torch.testing.assert_close(dt.compile(lse, s)(x).double(), ref, rtol=1e-5, atol=1e-5)

@@ -422,7 +422,9 @@ def _split_one(d: Draft, axes: list[str], tile: dict, programs: int) -> None:
         _, a, t, s = best
         tile[a] = t
         d.split[a] = s
-        _split_more(d, [b for b in axes if b != a], tile, programs * s, want * programs)
+        if d.strategy.get(a) != "online":   # (an online pass merges the partials of one split axis only)
+            _split_more(d, [b for b in axes if b != a and d.strategy.get(b) != "online"], tile, programs * s,
+                        want * programs)
 
 
 def _split_more(d: Draft, axes: list[str], tile: dict, programs: int, want: int) -> None:
