@@ -22,12 +22,13 @@ def loop_bodies(ptx: str) -> list[str]:
 @pytest.mark.parametrize("case", ["bn", "ln"])
 def test_fp16_statistics_loops_step_without_shared_memory(case, tmp_path):
     out = run_bench(["bench/sm90_compile.py", "--cases", case, "--dtypes", "float16"], tmp_path)
-    stats = [p for p in (tmp_path / "out").glob("*mean0_mean1_fp16.ptx")]
+    # (not batch norm's finishing kernel, which folds the split partials: no loop over the input)
+    stats = [p for p in (tmp_path / "out").glob("*mean0_mean1_fp16.ptx") if "_finish_" not in p.name]
     assert len(stats) == 1, out
     bodies = loop_bodies(stats[0].read_text())
     assert bodies and all("ld.global" in b for b in bodies), bodies
     assert not [b for b in bodies if "st.shared" in b or "bar.sync" in b], bodies
-    regs = int(re.search(r"mean0_mean1: regs (\d+)", out).group(1))
+    regs = int(re.search(r"(?<!finish_)mean0_mean1: regs (\d+)", out).group(1))
     assert regs <= 64, out   # four 8-warp programs per SM
 
 
@@ -38,11 +39,12 @@ def test_fp16_statistics_loops_load_four_steps_at_once(case, tmp_path):
     was latency-bound at 1.69 TB/s with one 4 KB step in flight per program), at most 64 registers
     (``maxnreg``: ptxas gave group norm's unrolled loop 73 without it)."""
     out = run_bench(["bench/sm90_compile.py", "--cases", case, "--dtypes", "float16"], tmp_path)
-    stats = [p for p in (tmp_path / "out").glob("*mean0_mean1_fp16.ptx")]
+    # (not batch norm's finishing kernel, which folds the split partials: no loop over the input)
+    stats = [p for p in (tmp_path / "out").glob("*mean0_mean1_fp16.ptx") if "_finish_" not in p.name]
     assert len(stats) == 1, out
     bodies = loop_bodies(stats[0].read_text())
     assert max(b.count("ld.global.v4") for b in bodies) == 4, bodies
-    regs = int(re.search(r"mean0_mean1: regs (\d+)", out).group(1))
+    regs = int(re.search(r"(?<!finish_)mean0_mean1: regs (\d+)", out).group(1))
     assert regs <= 64, out   # still four 8-warp programs per SM
     # one shift per program: the lanes fold by plain sums, no 32 KB shared-memory fold of 4-tuples
-    assert int(re.search(r"mean0_mean1: .*?smem (\d+) B", out).group(1)) <= 1024, out
+    assert int(re.search(r"(?<!finish_)mean0_mean1: .*?smem (\d+) B", out).group(1)) <= 1024, out

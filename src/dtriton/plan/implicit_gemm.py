@@ -79,7 +79,7 @@ def plan_implicit_gemm(k: KernelPlan, style: str | None = None, tma_ok: frozense
     r = reds[0]
     if (r.combiner.base != "sum" or r.combiner.results != 1 or len(r.over) < 2 or r.uid in k.int_acc):   # (integer sums fold in int64, not on tensor cores)
         return
-    if (k.split and k.split[0] in r.over) or any(k.axes[a].role not in ("loop", "whole") for a in r.over):
+    if any(a in r.over for a in k.split_axes) or any(k.axes[a].role not in ("loop", "whole") for a in r.over):
         return
     sides = contraction_sides(r, k.scalar_axis)
     if sides is None:

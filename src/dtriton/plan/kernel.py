@@ -264,13 +264,15 @@ class KernelPlan:
     stores: list[StoreSpec]
     grid: list[str]                                   # grid axes, outermost first
     axes: dict[str, AxisPlan]
-    split: tuple[str, int] | None = None              # (reduction axis, factor)
+    split: tuple[str, int] | None = None              # (reduction axis, factor): the outermost split axis
     materialized: dict[int, BufferSpec] = field(default_factory=dict)  # Reduce node id -> buffer
     num_warps: int = 4
     num_stages: int = 2
     stage_names: list[str] = field(default_factory=list)
     fused: list[str] = field(default_factory=list)    # reduction stages computed inside
     persistent: int = 0                               # k > 0: k programs per SM, each looping over tiles
+    split_more: tuple[tuple[str, int], ...] = ()      # further split axes and factors, outermost first (a
+                                                      # whole-tensor sum split over n and h: split_axes)
     max_registers: int = 0                            # ptxas's register cap per thread (launch option
                                                       # maxnreg; 0: none; plan.passes.register_cap)
     # -- decisions (filled by plan.decide) --
@@ -336,6 +338,26 @@ class KernelPlan:
     loop_stores: dict[str, tuple[int, ...]] = field(default_factory=dict)  # in-loop store target -> the reductions
                                                       # of the pass it is printed in, after each step
                                                       # (plan.loop_stores: dQ in the dK/dV kernel)
+
+    @property
+    def splits(self) -> tuple[tuple[str, int], ...]:
+        """Every split axis and its factor, outermost first (empty: no split)."""
+        return ((self.split,) if self.split else ()) + tuple(self.split_more)
+
+    @property
+    def split_axes(self) -> tuple[str, ...]:
+        """The axes split across programs, outermost first."""
+        return tuple(a for a, _ in self.splits)
+
+    @property
+    def split_factor(self) -> int:
+        """Programs per grid tile: the product of the split factors (1 without a split); the
+        split-partials dim of the buffers this kernel stores has this many entries, the flat
+        index ``pid_split`` of the program's slice of every split axis."""
+        n = 1
+        for _, f in self.splits:
+            n *= f
+        return n
 
     def flat_of(self, a: str) -> str:
         """The flat axis whose index gives member axis ``a`` its index (``a`` itself when it is no member)."""
@@ -431,7 +453,8 @@ def _reads_problems(k: KernelPlan, buffers: dict[str, BufferSpec], produced: set
     out: list[str] = []
     fused = set(k.fused)
     for st in k.stores:
-        top = st.target in buffers and isinstance(st.expr, Reduce)
+        # (a finishing kernel stores a stage it reads from its split partials: not a top)
+        top = st.target in buffers and isinstance(st.expr, Reduce) and st.expr.uid not in k.materialized
         if top and st.expr.name not in fused:
             out.append(f"kernel {k.name} stores stage {st.expr.name} without computing it")
             continue
@@ -450,8 +473,7 @@ def _reads_problems(k: KernelPlan, buffers: dict[str, BufferSpec], produced: set
 def _axes_problems(k: KernelPlan) -> list[str]:
     """Grid, split and block problems of one kernel."""
     out = [f"kernel {k.name}: grid axis {a!r} is not an axis of the kernel" for a in k.grid if a not in k.axes]
-    if k.split is not None and k.split[0] not in k.axes:
-        out.append(f"kernel {k.name}: split axis {k.split[0]!r} is not an axis of the kernel")
+    out += [f"kernel {k.name}: split axis {a!r} is not an axis of the kernel" for a in k.split_axes if a not in k.axes]
     for a, p in k.axes.items():
         if not is_pow2(p.block):
             out.append(f"kernel {k.name}: axis {a!r} ({p.role}) has block {p.block}, not a power of two")

@@ -30,6 +30,7 @@ reuses the compiled kernel.
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 from ..errors import ScheduleError
@@ -40,7 +41,11 @@ from .loop_stores import host_group
 from .online_split import exp_of, online_split_groups
 from .partition import merge_output_groups, reduction_groups
 
-__all__ = ["lower"]
+__all__ = ["lower", "FINISH_BLOCK"]
+
+#: Elements of the innermost kept axis a program of a finishing kernel (``split_mode="finish"``)
+#: combines the split partials of (batch norm's 64 channels: one program).
+FINISH_BLOCK = 1024
 
 
 def _article(word: str) -> str:
@@ -122,7 +127,7 @@ def _placement(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce]) -> s
             if sched.split_mode == "atomic" and not is_sum(r):
                 raise ScheduleError(
                     f"stage {r.name!r} is {_article(r.combiner.name)} {r.combiner.name} split over {split_axes} "
-                    "with split_mode='atomic'; atomics add partial sums only. Use split_mode='partials' (or leave it None)")
+                    "with split_mode='atomic'; atomics add partial sums only. Use split_mode='partials' or 'finish' (or leave it None)")
             if place == "fuse":
                 raise ScheduleError(
                     f"stage {r.name!r} is split over {split_axes} and must be materialised; it cannot be fused")
@@ -224,9 +229,11 @@ class _Kernels:
         online = online_split_groups(sched, reduces, mat)
         for rid in sorted(mat, key=order.index):
             r = reduces[rid]
-            split = [(a, sched.split[a]) for a in r.over if sched.split.get(a, 1) > 1]
-            # per-split partials (deterministic) when asked, and for kinds atomics cannot add
-            partials = split[0][1] if split and (sched.split_mode == "partials" or not is_sum(r) or rid in online) else 0
+            split = _splits(sched, r)
+            # per-split partials (deterministic) when asked, and for kinds atomics cannot add: one
+            # per program of the split (the product of the factors of a split over several axes)
+            deterministic = sched.split_mode in ("partials", "finish") or not is_sum(r) or rid in online
+            partials = math.prod(f for _, f in split) if split and deterministic else 0
             # the kernel computing r applies the mean's division itself (partial sums are divided
             # too, so atomics and partials add up to the mean), so readers never divide again
             dtype = "int64" if r.combiner.results == 2 else "float64" if f64 else sched.acc_dtype
@@ -261,26 +268,27 @@ class _Kernels:
         alg, sched, mat = self.alg, self.sched, self.mat
         grid = _grid_for(alg, sched, sname)
         ss = sched.stage(sname)
-        split = None
-        if tops:
-            top = tops[0]
-            sp = [(a, sched.split[a]) for a in top.over if sched.split.get(a, 1) > 1]
-            if len(sp) > 1:
-                raise ScheduleError(f"stage {top.name!r}: split more than one axis {sp} is not supported; split one")
-            split = sp[0] if sp else None
+        sp = _splits(sched, tops[0]) if tops else []
+        if len(sp) > 1:
+            online = [a for a, _ in sp if _strategy(sched, sname, a) == "online"]
+            if online:
+                raise ScheduleError(
+                    f"stage {tops[0].name!r} is split over several axes {dict(sp)}, and {online} is 'online': an "
+                    "online pass merges its per-split partials over one split axis only. Split one axis, or "
+                    f"give {online} strategy 'loop'")
         own = {t.uid for t in tops}
         axes: dict[str, AxisPlan] = {}
         for a in _kernel_axes(exprs, mat, tops):
-            axes[a] = self._axis(a, grid, ss, sname, split)
+            axes[a] = self._axis(a, grid, ss, sname, dict(sp))
         fused = [r.name for r in reduces_in(exprs, mat) if r.uid not in mat or r.uid in own]
-        return KernelPlan(name, stores, grid, axes, split,
+        return KernelPlan(name, stores, grid, axes, sp[0] if sp else None,
                           {k: v for k, v in self.bufmap.items() if k not in own},
                           ss.num_warps or sched.num_warps, ss.num_stages or sched.num_stages,
                           [sname] + [t.name for t in tops[1:]], fused,
-                          persistent=_persistent(sched, ss) if grid else 0)
+                          persistent=_persistent(sched, ss) if grid else 0, split_more=tuple(sp[1:]))
 
-    def _axis(self, a: str, grid: list[str], ss, sname: str, split) -> AxisPlan:
-        """How axis ``a`` is covered in a kernel with this grid and split."""
+    def _axis(self, a: str, grid: list[str], ss, sname: str, split: dict[str, int]) -> AxisPlan:
+        """How axis ``a`` is covered in a kernel with this grid and split (split axis -> factor)."""
         n = self.sizes[a]
         tile = ss.tile.get(a, self.sched.tile.get(a))
         if a in grid:
@@ -288,7 +296,7 @@ class _Kernels:
             block = tile or 1
         else:
             role = _strategy(self.sched, sname, a)
-            if split is not None and a == split[0] and role != "online":
+            if a in split and role != "online":
                 role = "loop"  # each program loops over its slice of the split axis
             if role == "whole":
                 block = next_pow2(n)
@@ -323,6 +331,37 @@ class _Kernels:
             stores.append(StoreSpec(b.name, r, r.axes, atomic=b.zero, partial_axis=b.partials > 0, state=b.state))
         name = "_".join([self.alg.name] + [r.name for r in members])
         self.kernels.append(self.make_kernel(name, members, stores, members[0].name, members))
+        if self.sched.split_mode == "finish":
+            self.finish_kernel(members)
+
+    def finish_kernel(self, members: list[Reduce]) -> None:
+        """``split_mode="finish"``: a small kernel combining the per-split partials of ``members``
+        (one reduction kernel's stages) once, in split order with each kind's combine (a state's
+        values merged and closed: the variance's M2 over its count), into a buffer of the final
+        values (``buf_<stage>_final``) that every later kernel reads instead of the partials: one
+        value per element instead of a fold of every split in each reading program. Its grid is
+        the stages' kept axes, :data:`FINISH_BLOCK` elements of the innermost a program (a
+        whole-tensor statistic: one program); one such kernel per set of kept axes."""
+        by_axes: dict[frozenset, list[Reduce]] = {}
+        for r in members:
+            if self.bufmap[r.uid].partials:   # (an online group's sums keep axes of their own: attention's output)
+                by_axes.setdefault(frozenset(r.axes), []).append(r)
+        final: dict[int, BufferSpec] = {}
+        for parts in by_axes.values():
+            axes = tuple(parts[0].axes)
+            plans = {a: AxisPlan(a, "grid", b, self.sizes[a] % b == 0 and self.sizes[a] > 0) for a, b in
+                     ((a, min(FINISH_BLOCK, next_pow2(self.sizes[a])) if a == axes[-1] else 1) for a in axes)}
+            stores = []
+            for r in parts:
+                pb = self.bufmap[r.uid]
+                b = BufferSpec(f"{pb.name}_final", r.axes, pb.dtype)
+                self.buffers[b.name] = final[r.uid] = b
+                stores.append(StoreSpec(b.name, r, r.axes))
+            # (each reads the partials: an online sum's are rescaled by its max's partials, read by name)
+            self.kernels.append(KernelPlan(
+                "_".join([self.alg.name, "finish"] + [r.name for r in parts]), stores, list(axes), plans, None,
+                dict(self.bufmap), 4, self.sched.num_stages or 2, [r.name for r in parts], []))
+        self.bufmap.update(final)   # the kernels after these read the final values
 
     def direct_split(self, grp: list[Output], out_dtypes: dict[str, str] | None) -> bool:
         """Direct split-K into fp32 outputs: ``out[...] = sum(...)`` with nothing after it, atomics
@@ -369,6 +408,12 @@ class _Kernels:
         stores += [StoreSpec(self.bufmap[r.uid].name, r, r.axes, atomic=True, in_loop=True) for r in riders]
         self.kernels.append(self.make_kernel(f"{self.alg.name}_{grp[0].name}", exprs + riders, stores, grp[0].name,
                                              riders))
+
+
+def _splits(sched: Schedule, r: Reduce) -> list[tuple[str, int]]:
+    """The axes of ``r`` that ``sched`` splits across programs, with their factors, in ``r``'s order
+    (the first is the outermost split: its slices are the coarsest)."""
+    return [(a, sched.split[a]) for a in r.over if sched.split.get(a, 1) > 1]
 
 
 def _persistent(sched: Schedule, ss) -> int:

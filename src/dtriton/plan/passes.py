@@ -51,12 +51,12 @@ def top_bound(k: KernelPlan) -> set[str]:
 def _loop_axes(k: KernelPlan, r: Reduce, bound: set[str]) -> tuple[str, ...]:
     """The axes a pass computing ``r`` loops over, outermost first: its reduced axes the program
     does not bind (members of a flat axis: that axis, once), in the order ``r`` reduces them,
-    except that the split axis goes first: a program's slice of it is a few steps (layer norm's h
+    except that the split axes go first (in split order): a program's slice of it is a few steps (layer norm's h
     split 32 ways: one step of 8 rows), so the other axes form the innermost loop that the plan
     unrolls (:func:`unrolled`)."""
     axes = tuple(dict.fromkeys(k.flat_of(a) for a in r.over if a not in bound))
-    split = k.split[0] if k.split else None
-    return tuple(sorted(axes, key=lambda a: a != split))
+    split = k.split_axes
+    return tuple(sorted(axes, key=lambda a: split.index(a) if a in split else len(split)))
 
 
 def shift_factor(s: Reduce, m: Reduce, k: KernelPlan) -> Unary | None:

@@ -73,7 +73,7 @@ def plan_static_loops(k: KernelPlan, small: Mapping[str, int], unroll: int = 0) 
         if not axes or p.warp_specialize or any(u in k.dots for u in p.reductions):
             continue
         if any(k.axes[a].role != "loop" or k.axes[a].block != 1 or a not in small
-               or (k.split and k.split[0] == a) for a in axes):
+               or a in k.split_axes for a in axes):
             continue
         count = 1
         for a in axes:

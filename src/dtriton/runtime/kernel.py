@@ -254,7 +254,7 @@ class Kernel:
         for m in metas:
             fn = getattr(mod, m.name)
             ga = [g for a in m.ir.grid for g in m.ir.grid_tiles(a)]   # (a box axis: one count per member)
-            launches.append(_Launch(fn, m, ga, m.ir.split[1] if m.ir.split else 1,
+            launches.append(_Launch(fn, m, ga, m.ir.split_factor,
                                     _persistent_programs(m.ir.persistent, b.device) if m.ir.persistent else 0))
         if not self.quiet:
             for note in unused_knobs(alg, sched, prog):

@@ -42,8 +42,12 @@ Rules (documented so users can predict them):
   steps, which the plan unrolls: ``unroll``; the other looped axes then take larger tiles where
   the split left steps of fewer than 2048 elements; a sum or max without a variance beside it
   steps over up to 16384 elements, 16 warps above 4096, until its programs load
-  :data:`INFLIGHT_BYTES` an SM), and the partial results go to per-split buffers
-  (``split_mode="partials"``: deterministic) that the readers combine. A whole-tensor statistic
+  :data:`INFLIGHT_BYTES` an SM; 4096 beyond two waves). Where one axis's split leaves fewer than
+  two waves (a Frobenius norm's h: 256 programs), further axes are split too, up to 512 programs
+  (``split={"h": 256, "n": 2}``). The partial results go to per-split buffers
+  (``split_mode="partials"``: deterministic) that the readers combine, or, when the output's
+  programs would fold :data:`FINISH_FOLDS` partial values or more in all (batch norm's 262144
+  programs), that a finishing kernel combines once (``split_mode="finish"``). A whole-tensor statistic
   that fits one program runs in one kernel on a single program. Statistics over rows that loop
   (not online) get a kernel of their own even with many programs (instance norm over 256x256
   images), so the output runs as a grid kernel instead of a second loop in each program.
@@ -116,6 +120,12 @@ INFLIGHT_BYTES = 64 * 1024
 SMALL_WINDOW = 64
 #: Outputs a program of a padded pooling window (3x3, looped one index a step) holds on the GPU.
 WINDOW_OUTPUTS = 512
+#: Partial values the main output's programs may fold in all (programs times the split partials of the
+#: statistics each reads, four values a variance state) before the heuristic finishes the split
+#: statistics once in a kernel of their own (``split_mode="finish"``, :func:`finish_splits`): batch norm
+#: 64x64x512x512 folds 262144 x 40 (finished), a Frobenius norm split 512 ways 16384 x 512 (finished),
+#: layer norm over (C, H, W) 16384 x 160 and group norm 16384 x 20 (folded by the readers).
+FINISH_FOLDS = 1 << 22
 #: Triton's largest block (``tl.arange``, ``tl.full``): 2**20 elements, as the backend checks.
 MAX_BLOCK = 1 << 20
 
@@ -341,8 +351,8 @@ def _cover_stage(d: Draft, st) -> None:
         _split_one(d, loops, tile, programs(r.axes, d.sizes, {}))
     for a in done:   # split by an earlier stage: the same tile, so each slice is whole tiles
         tile[a] = min(tile.get(a, 1), max(1, 1 << ((d.sizes[a] // d.split[a]).bit_length() - 1)))
-    _refill_step(d, r, strategy, tile, depth, _stage_step(d, r, programs(r.axes, d.sizes, {}) * d.split.get(
-        next((a for a in r.over if a in d.split), ""), 1)))
+    _refill_step(d, r, strategy, tile, depth, _stage_step(d, r, programs(r.axes, d.sizes, {}) * math.prod(
+        d.split[a] for a in r.over if a in d.split)))
     step = math.prod(next_pow2(d.sizes[a]) if strategy[a] == "whole" else tile.get(a, 1) for a in r.over)
     # 16 warps over steps above 4096 elements: 16 values a thread in fp32, 32 in fp16 (64 registers)
     d.stages[st.name] = StageSchedule(tile=tile, strategy=strategy,
@@ -359,7 +369,11 @@ def _stage_step(d: Draft, r, progs: int) -> int:
     if not d.gpu or _beside_a_variance(d.alg, r):
         return base
     want = INFLIGHT_BYTES * d.sms // max(progs, 1) // (2 if d.half else 4)
-    return max(base, min(8 * base, 1 << max(0, want.bit_length() - 1)))
+    # beyond two waves (a sum split over two axes: four programs an SM) steps of 4096: the plan
+    # unrolls their loop to 16 KB an iteration (H200 s7, bench/probe_sum.py, 512 programs: fp16
+    # 34.8 us in steps of 4096 unrolled twice, 38.4 in steps of 8192)
+    most = 2 * base if progs > 2 * d.sms else 8 * base
+    return max(base, min(most, 1 << max(0, want.bit_length() - 1)))
 
 
 def _beside_a_variance(alg: Algorithm, r) -> bool:
@@ -390,7 +404,10 @@ def _split_one(d: Draft, axes: list[str], tile: dict, programs: int) -> None:
     about two waves over the SMs: the axis and tile that reach the most programs (up to two
     waves), then the outermost axis (the inner loops keep their trips, which the plan unrolls so
     a program's loads issue several steps at once: layer norm (C, H, W) split over h left one
-    step of h per channel), then the largest tile."""
+    step of h per channel), then the largest tile. When that one axis leaves fewer than two
+    waves (a whole-tensor statistic: a Frobenius norm's h gives 256 programs on 132 SMs), the
+    next axes are split too, outermost first at their tiles, until the programs reach the
+    power of two at or above two waves (512: :func:`_split_more`)."""
     want = next_pow2(-(-2 * d.sms // max(programs, 1)))
     best = None
     for k, a in enumerate(axes):
@@ -405,6 +422,24 @@ def _split_one(d: Draft, axes: list[str], tile: dict, programs: int) -> None:
         _, a, t, s = best
         tile[a] = t
         d.split[a] = s
+        if d.strategy.get(a) != "online":   # (an online pass merges the partials of one split axis only)
+            _split_more(d, [b for b in axes if b != a and d.strategy.get(b) != "online"], tile, programs * s,
+                        want * programs)
+
+
+def _split_more(d: Draft, axes: list[str], tile: dict, programs: int, want: int) -> None:
+    """Split the looped ``axes`` (outermost first, at their tiles ``tile``) across programs too
+    while ``programs`` (the grid times the splits so far) stay below two waves, up to ``want``
+    programs: a reduction over several large axes with few outputs (a whole-tensor sum) split
+    over two of them. H200, s7 (``bench/probe_sum.py``, a flat sum of 2**26 values in steps of
+    4096): 512 programs 34.8 us fp16 / 62.2 fp32, 256 programs 41.2 / 67.9."""
+    for b in axes:
+        if programs >= 2 * d.sms or programs >= want:
+            return
+        s = min(want // programs, 1024, 1 << max(0, (d.sizes[b] // tile.get(b, 1)).bit_length() - 1))
+        if s >= 2:
+            d.split[b] = s
+            programs *= s
 
 
 def grid_tiles(d: Draft) -> None:
@@ -495,6 +530,29 @@ def within_limits(d: Draft) -> None:
             return   # the user's tiles and strategies: validation reports them
 
 
+def finish_splits(d: Draft) -> None:
+    """Split statistics read by many programs are finished once: where the heuristic chose
+    per-split partials (:func:`split_rows`) and the main output's programs would fold at least
+    :data:`FINISH_FOLDS` partial values in all (each program folds every split of each statistic
+    it reads; a variance's split state is four values), ``split_mode="finish"``: a small kernel
+    folds them once, in split order, and the output reads one value per statistic. Batch norm
+    64x64x512x512: 262144 output programs each folding 8 means and 8 variance states (H200 s7:
+    its output kernel 1030-1046 us against torch.compile's 996-1003 reading a finished mean and
+    rstd). Fewer folds keep the partials in the readers (one launch less: group norm's 16384
+    programs fold 4 splits)."""
+    if not d.gpu or d.split_mode != "partials" or d.user.split_mode is not None or not d.split:
+        return
+    main = d.alg.outputs[0]
+    per_program = 0
+    for st in reduction_stages(d.alg):
+        r = st.node
+        n = math.prod(d.split[a] for a in r.over if a in d.split)
+        if n > 1 and r is not main.expr and contains(main.expr, r):
+            per_program += n * (4 if variance_of(r) is not None else 1)
+    if per_program * programs(d.grid, d.sizes, d.tile) >= FINISH_FOLDS:
+        d.split_mode = "finish"
+
+
 def launch_defaults(d: Draft) -> None:
     """``num_warps`` growing with the widest in-program block; ``num_stages`` 2."""
     if d.num_warps is None:
@@ -570,7 +628,7 @@ def access_style(d: Draft) -> None:
 #: The rules :func:`complete_schedule` applies, in order.
 RULES = (flash_attention, flash_backward, main_grid, contraction_tiles, conv_tiles, depthwise_tiles, gemm_then_rows, rows_between_gemms,
          gemm_then_gemm, gemms_apart, gemm_then_columns, off_grid_axes, split_rows, grid_tiles,
-         column_splits, within_limits, launch_defaults, output_stages, access_style)
+         column_splits, within_limits, finish_splits, launch_defaults, output_stages, access_style)
 
 
 def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Schedule:

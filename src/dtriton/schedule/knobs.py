@@ -44,7 +44,12 @@ PLACES = ("auto", "fuse", "materialize")
 #: stage's kept axes, :mod:`dtriton.plan.loop_stores`: the attention backward's dQ in the dK/dV
 #: kernel; chosen by the derived backward's rule, not explored on every stage).
 STAGE_PLACES = PLACES + ("atomic",)
-SPLIT_MODES = ("atomic", "partials")
+#: How the partial results of a reduction split across programs combine: atomic (fp32 atomics into a
+#: zeroed buffer; sums only), partials (per-split buffers, each reader folds them in split order:
+#: deterministic) or finish (per-split buffers that a small finishing kernel folds once, in split order,
+#: into the final values every reader then reads: deterministic, one more launch, worth it when many
+#: programs read the statistic, as batch norm's output pass of 262144 programs does).
+SPLIT_MODES = ("atomic", "partials", "finish")
 #: Memory-access style of tile loads and stores: pointer (a block of addresses, masked), block_ptr
 #: (``tl.make_block_ptr``, bounds checked by the hardware path) or tma (Hopper tensor-memory
 #: accelerator through host-side descriptors, ``TensorDescriptor`` kernel arguments; needs a
@@ -298,8 +303,10 @@ BUILTIN: tuple[Knob, ...] = (
          doc="dot precision of fp32 operands: auto (tf32x3 where the layout suits tensor cores, else ieee; fp32 "
              "accuracy), ieee, tf32 (~1e-3 relative error), tf32x3 / bf16x6 (fp32 accuracy), bf16x3 (~1e-5)"),
     Knob("split_mode", None, one_of((None,) + SPLIT_MODES, f"must be one of {SPLIT_MODES} (or None: the compiler picks)"),
-         doc="how split partial results combine: fp32 atomics, or per-split buffers (deterministic); None: "
-             "per-split buffers for the reductions the heuristic splits and for max/min, else atomics"),
+         doc="how split partial results combine: fp32 atomics, per-split buffers each reader folds (partials), or "
+             "per-split buffers a finishing kernel folds once into the final values the readers read (finish; both "
+             "deterministic); None: per-split buffers for the reductions the heuristic splits (finish when many "
+             "programs read them) and for max/min, else atomics"),
     Knob("stages", FrozenMap(), Domain("StageSchedule per stage", _any), kind="per_stage",
          search=PLACES, doc="per-stage overrides (StageSchedule): place (auto, fuse, materialize; explored; atomic: a sum "
                               "whose partial sums another kernel adds inside its loop) and the stage overrides"),

@@ -237,11 +237,15 @@ class Schedule(_KnobValues):
             remainder, three tensor-core passes (~2^-22 per product; NaN of the correction terms
             masked, so inf and NaN propagate as in fp32). "bf16x6": a three-way bf16 split, six
             passes (fp32 accuracy); "bf16x3": three passes (~1e-5).
-        split_mode: "atomic" (fp32 atomics into a zeroed buffer) or "partials" (per-split buffer,
-            combined by the consumer: deterministic), or None (default): the heuristic picks
-            "partials" for the reductions it splits across programs, and a split max/min always
-            uses partials; other splits use atomics. A call that splits nothing warns
-            (:class:`~dtriton.ScheduleWarning`) that "partials" has no effect.
+        split_mode: "atomic" (fp32 atomics into a zeroed buffer), "partials" (per-split buffer,
+            combined by each consumer: deterministic) or "finish" (per-split buffer that a small
+            finishing kernel combines once, in split order, into the final values the consumers
+            read: deterministic, one more launch; for statistics read by many programs), or None
+            (default): the heuristic picks "partials" for the reductions it splits across
+            programs ("finish" when the programs reading them would fold many partials in all:
+            :data:`~dtriton.schedule.heuristics.FINISH_FOLDS`), and a split max/min always uses
+            per-split buffers; other splits use atomics. A call that splits nothing warns
+            (:class:`~dtriton.ScheduleWarning`) that the mode has no effect.
         stages: per-stage overrides, ``{stage_name: StageSchedule}`` (dicts are accepted).
         eviction: L2 cache hint per input tensor, ``{"X": "evict_first"}`` for data read once
             (streams), ``"evict_last"`` for data re-read by other programs (Triton's

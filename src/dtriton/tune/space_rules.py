@@ -284,12 +284,21 @@ def _rule_unroll(k: Knob, d: Derivation) -> list | None:
     return _with_base([0, 1, 2, 4], d.base.unroll) if d.gpu and not d.cons and loops else None
 
 
+def _rule_split_mode(k: Knob, d: Derivation) -> list | None:
+    """A heuristic schedule that splits a reduction into per-split partials: both deterministic ways of
+    combining them, folded by each reader ("partials") or once by a finishing kernel ("finish"); the
+    same values either way, so only the speed differs. Atomics (not deterministic) are not searched."""
+    if d.base.split_mode in ("partials", "finish") and any(f > 1 for f in d.base.split.values()):
+        return ["partials", "finish"]
+    return None
+
+
 #: The derivation rules of built-in flat knobs: knob name -> ``rule(knob, Derivation)`` giving the
-#: values to search (None: not searched). Every other flat knob (``split_mode``,
-#: ``acc_dtype`` and registered ones) gets :func:`registry_values`.
+#: values to search (None: not searched). Every other flat knob (``acc_dtype`` and registered ones)
+#: gets :func:`registry_values`.
 RULES = {"num_warps": _rule_num_warps, "num_stages": _rule_num_stages, "persistent": _rule_persistent,
          "access": _rule_access, "precision": _rule_precision, "warp_specialize": _rule_warp_specialize,
-         "tile_order": _rule_tile_order, "unroll": _rule_unroll}
+         "tile_order": _rule_tile_order, "unroll": _rule_unroll, "split_mode": _rule_split_mode}
 
 
 def derive_flat(d: Derivation) -> dict[str, list | None]:

@@ -22,7 +22,7 @@ class BoundsPrinter:
         masked tiles after them."""
         a = lb.axis
         blk = self.block(a)
-        split = bool(self.k.split) and self.k.split[0] == a
+        split = a in self.k.split_axes
         base_lo, base_hi = (f"{a}_lo", f"{a}_hi") if split else ("0", self.size(a))
         scope.emit(f"# loop bounds of {a} from the mask: tiles with no visible lane are skipped"
                    + (", tiles with every lane visible run unmasked" if lb.unmasked else ""))

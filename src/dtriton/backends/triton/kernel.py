@@ -120,7 +120,7 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
             nums[a] = nm
         if k.persistent:
             # persistent kernel: a fixed number of programs, each looping over output tiles
-            total = " * ".join([nums[a] for a in grid] + ([str(k.split[1])] if k.split else [])) or "1"
+            total = " * ".join([nums[a] for a in grid] + ([str(k.split_factor)] if k.split else [])) or "1"
             root.emit(f"num_tiles = {total}")
             if k.tile_stages:   # (the body has no runtime loop: the tile loop itself is pipelined)
                 top = root.open(f"for pid in tl.range(tl.program_id(0), num_tiles, tl.num_programs(0), "
@@ -136,13 +136,13 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
             top = root
         rem = "pid"
         if k.reverse_order:
-            total = " * ".join([nums[a] for a in grid] + ([str(k.split[1])] if k.split else [])) or "1"
+            total = " * ".join([nums[a] for a in grid] + ([str(k.split_factor)] if k.split else [])) or "1"
             top.emit(f"tile = {total} - 1 - pid  # tiles in reverse launch order (the last first)")
             rem = "tile"
         if k.split:
-            sa, sf = k.split
             inner = " * ".join(nums[a] for a in grid) or "1"
-            top.emit(f"pid_split = {rem} // ({inner})  # split-K: which slice of axis {sa} this program sums")
+            what = f"axis {k.split[0]}" if not k.split_more else f"each of the axes {', '.join(k.split_axes)}"
+            top.emit(f"pid_split = {rem} // ({inner})  # split-K: which slice of {what} this program sums")
             top.emit(f"rem = {rem} % ({inner})")
             rem = "rem"
         grouped = len(grid) >= 2 and self.plan(grid[-2]).group > 1
@@ -184,10 +184,16 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
         """Bind the split slice and the whole axes in the program scope and set its layout (dot-only
         axes get offsets but no dim)."""
         k = self.k
-        if k.split:
-            sa, sf = k.split
+        after = k.split_factor
+        for sa, sf in k.splits:
+            # the program's slice of split axis sa: its index in pid_split (the first split axis outermost)
+            after //= sf
+            idx = "pid_split" if not k.split_more else f"pid_split_{sa}"
+            if k.split_more:
+                top.emit(f"{idx} = pid_split" + (f" // {after}" if after > 1 else "") + (f" % {sf}" if sa != k.split[0]
+                                                                                         else ""))
             chunk = f"(({self.size(sa)} + {sf} - 1) // {sf} + {self.block(sa)} - 1) // {self.block(sa)} * {self.block(sa)}"
-            top.emit(f"{sa}_lo = pid_split * ({chunk})")
+            top.emit(f"{sa}_lo = {idx} * ({chunk})")
             top.emit(f"{sa}_hi = tl.minimum({sa}_lo + ({chunk}), {self.size(sa)})")
         for a, p in k.axes.items():
             if p.role == "whole" and a not in k.grid:
@@ -212,7 +218,7 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
         lines = ["@_jit", f"def {k.name}({', '.join(args)}):"]
         doc = [f'    """Kernel {k.name}: stores {", ".join(s.target for s in k.stores)}.']
         doc.append(f"    grid: {', '.join(f'{a} (tile {self.plan(a).block})' for a in k.grid) or 'one program'}"
-                   + (f"; split of {k.split[0]} into {k.split[1]}" if k.split else "")
+                   + (f"; split of {' and '.join(f'{a} into {f}' for a, f in k.splits)}" if k.split else "")
                    + ("; persistent (each program loops over tiles)" if k.persistent else ""))
         if k.max_registers:
             doc.append(f"    registers: at most {k.max_registers} a thread (launch option maxnreg)")

@@ -260,7 +260,7 @@ class ReducePrinter:
         loops = []
         for a in loop_axes:
             v = f"{a}0"
-            lo, hi = (f"{a}_lo", f"{a}_hi") if self.k.split and self.k.split[0] == a else ("0", self.size(a))
+            lo, hi = (f"{a}_lo", f"{a}_hi") if a in self.k.split_axes else ("0", self.size(a))
             if rng is not None:
                 lo, hi = rng
             if a in self.k.static_loops:   # a window's taps, unrolled: their loads issue together

@@ -35,7 +35,7 @@ class ShiftedPrinter:
                           tuple(a for a in loop_axes if not self.k.scalar_axis(a)),
                           tuple(a for a in inner.layout if a not in loop_axes))
         for a in loop_axes:
-            lo = f"{a}_lo" if self.k.split and self.k.split[0] == a else "0"
+            lo = f"{a}_lo" if a in self.k.split_axes else "0"
             self.bind_axis(peel, a, lo, f"  # first tile of axis {a}", masked=True)
         lin = peel.layout
         x, m = self.float_body(r, peel, lin), self.mask_for(r.over, peel, lin)
