@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
-from ..ir import Binary, Cast, Const, Expr, Load, Reduce, Unary, Where
+from ..ir import Algorithm, Binary, Cast, Const, Expr, Load, Reduce, Unary, Where
 
-__all__ = ["shift_class"]
+__all__ = ["shift_class", "shift_only"]
 
 Shift = Optional[Tuple[str, float]]
 _SAME = ("a", 0)
@@ -136,3 +136,23 @@ def shift_class(m: Reduce, order: list[Expr]) -> dict[int, Any]:
             r = _reduce(n, get(n.x), max_axes)
         cls[n.uid] = r
     return cls
+
+
+def shift_only(alg: Algorithm, m: Reduce) -> bool:
+    """Whether the max/min stage ``m`` of ``alg`` serves its outputs only as a shift: every output
+    is unchanged when ``m`` shifts (:func:`shift_class`), except at most one output that is ``m``
+    itself (a saving forward's saved row max, which its backward reads as the shift again). Then
+    the outputs do not depend on ``m``'s exact rounding, and a per-row value equal to ``m`` in real
+    arithmetic (``max(X * c) / c``, the base-2 rewrite of :func:`~dtriton.ir.base2_exponents`) may
+    stand in for it. Not so when ``m`` itself is returned twice (an output and its saved copy: the
+    backward then routes the output's gradient to the elements equal to the saved value) or any
+    output moves with it (returns or compares it)."""
+    cls = shift_class(m, list(alg.nodes))
+    bare = 0
+    for o in alg.outputs:
+        e = o.expr
+        if e is m:
+            bare += 1
+        elif e.uid in cls and (cls[e.uid] is None or cls[e.uid][1] != 0):
+            return False
+    return bare <= 1
