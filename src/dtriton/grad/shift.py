@@ -140,19 +140,21 @@ def shift_class(m: Reduce, order: list[Expr]) -> dict[int, Any]:
 
 def shift_only(alg: Algorithm, m: Reduce) -> bool:
     """Whether the max/min stage ``m`` of ``alg`` serves its outputs only as a shift: every output
-    is unchanged when ``m`` shifts (:func:`shift_class`), except at most one output that is ``m``
-    itself (a saving forward's saved row max, which its backward reads as the shift again). Then
-    the outputs do not depend on ``m``'s exact rounding, and a per-row value equal to ``m`` in real
-    arithmetic (``max(X * c) / c``, the base-2 rewrite of :func:`~dtriton.ir.base2_exponents`) may
-    stand in for it. Not so when ``m`` itself is returned twice (an output and its saved copy: the
-    backward then routes the output's gradient to the elements equal to the saved value) or any
-    output moves with it (returns or compares it)."""
+    is unchanged when ``m`` shifts (:func:`shift_class`), or is a sum stage scaled by the shift (a
+    saving forward's saved sum of exponentials), or is ``m`` itself, once (a saved row max, which
+    the backward reads as the shift again). Then the outputs are exact whatever per-row value ``m``
+    holds, as long as they are all taken at that value, and one equal to ``m`` in real arithmetic
+    (``max(X * c) / c``, the base-2 rewrite of :func:`~dtriton.ir.base2_exponents`) may stand in
+    for it. Not so when ``m`` is returned twice (an output and its saved copy: the backward routes
+    the output's gradient to the elements equal to the saved value), when an output moves with it
+    (returns or compares it), or when another max/min stage moves with it and is returned."""
     cls = shift_class(m, list(alg.nodes))
     bare = 0
     for o in alg.outputs:
         e = o.expr
+        c = cls.get(e.uid, ("a", 0))
         if e is m:
             bare += 1
-        elif e.uid in cls and (cls[e.uid] is None or cls[e.uid][1] != 0):
+        elif c is None or (c[1] != 0 and not (isinstance(e, Reduce) and e.combiner.grad == "sum" and c[0] == "m")):
             return False
     return bare <= 1
