@@ -18,7 +18,12 @@ multiplying ``X`` (attention's ``s * scale`` becomes ``s * (scale * log2(e))``):
 multiply-add and the hardware's base-2 exponential, where ``exp`` costs a multiply, a subtraction
 and another multiply before it. Exact in real arithmetic; in floating point ``X'`` rounds to its
 own magnitude rather than to that of ``X - max``, a relative error of about ``|X| * 2**-24``
-in each term, so the plan uses it where the terms are consumed in 16-bit precision.
+in each term, so the plan uses it where the terms are consumed in 16-bit precision. A max used
+beyond its shift (a saving forward's ``lse = m + log(sum)`` or saved max, log-softmax's ``X - m``,
+cross-entropy's ``m + log(sum)``) is rewritten when the plan says its outputs take it as a shift
+only (:func:`dtriton.grad.shift_only`): those uses read ``m' * ln(2)``, once per row, so saved
+statistics keep their natural-log values and the online loop (max, sums, rescaling factors) runs in
+base 2 as for the plain forward.
 
 :func:`reciprocal_divisors` writes ``X / y``, where ``y`` has fewer axes than ``X`` (a per-row
 statistic dividing a tile), as ``X * (1 / y)``: one division per row and a multiply per element,
