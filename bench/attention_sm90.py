@@ -10,7 +10,10 @@ is on the GPU; tensors live on the meta device, nothing is allocated), with the 
 merged with a variant's fields (``VARIANTS``), printed, and each kernel compiled by Triton for
 sm_90 with Triton's own ptxas. One line per kernel: registers and stack per thread (from
 ``cuobjdump``; a stack above 0 means spills), shared memory, warps, stages and the count of
-``wgmma`` and TMA (``cp.async.bulk.tensor``) instructions in the PTX, or the compiler's error.
+``wgmma``, TMA (``cp.async.bulk.tensor``), ``ex2.approx``, ``mul.f32`` and ``fma.rn.f32``
+instructions in the PTX, or the compiler's error. ``--saving``: the saving forward of the derived
+backward (``augmented_forward(alg, saved_statistics(alg))``: the output, the row log-sum-exp in fp32
+and the normalised sum1) instead of the plain forward.
 Integer arguments are compiled as multiples of 16, last strides as 1 (contiguous tensors).
 """
 from __future__ import annotations
@@ -22,10 +25,11 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dtriton.grad import augmented_forward, saved_statistics  # noqa: E402
 from dtriton.library import attention, causal_attention, gqa_attention  # noqa: E402
 from dtriton.plan.callspec import tma_addressable  # noqa: E402
 from sm90 import (add_options, compile_sm90, cuda_schedule, load_kernels, merge_fields, options, plan_for_cuda,  # noqa: E402
-                  render, resources, signature)
+                  ptr_types, render, resources, signature)
 
 #: name -> schedule fields merged into the heuristic's schedule
 VARIANTS = {
@@ -47,8 +51,9 @@ VARIANTS = {
 }
 
 
-def case(spec: str):
-    """(algorithm, args on the meta device) of a case ``<kind><S>x<D>``."""
+def case(spec: str, saving: bool = False):
+    """(algorithm, args on the meta device) of a case ``<kind><S>x<D>`` (``saving``: the saving
+    forward of its derived backward)."""
     kind, shape = spec[0], spec[1:]
     S, D = (int(v) for v in shape.split("x"))
     e = dict(dtype=torch.float16, device="meta")
@@ -56,22 +61,24 @@ def case(spec: str):
     q = torch.empty(4, 32, S, D, **e)
     kv = (torch.empty(4, hk, S, D, **e), torch.empty(4, hk, S, D, **e))
     alg = {"n": attention, "c": causal_attention, "g": gqa_attention}[kind]
+    if saving:
+        alg = augmented_forward(alg, saved_statistics(alg))[0]
     return alg, (q, *kv, D ** -0.5) + ((4,) if kind == "g" else ())
 
 
 def plan(alg, args, extra: dict):
-    """The planned program and schedule of ``alg`` on ``args`` as a CUDA call, with ``extra``
+    """The binding, planned program and schedule of ``alg`` on ``args`` as a CUDA call, with ``extra``
     schedule fields merged into the heuristic's schedule (per-axis maps merged key by key)."""
     b, sched = cuda_schedule(alg, args)
     sched = merge_fields(sched, extra, per_key=True)
     tma = tma_addressable(alg, b, args) if sched.access == "tma" else frozenset()
-    return plan_for_cuda(alg, args, sched, tma)[2], sched
+    return b, plan_for_cuda(alg, args, sched, tma)[2], sched
 
 
-def compile_variant(spec: str, vname: str, out: str) -> None:
-    alg, args = case(spec)
+def compile_variant(spec: str, vname: str, out: str, saving: bool = False) -> None:
+    alg, args = case(spec, saving)
     try:
-        prog, sched = plan(alg, args, VARIANTS[vname])
+        b, prog, sched = plan(alg, args, VARIANTS[vname])
         src, metas = render(prog)
     except Exception as e:  # noqa: BLE001 - a refused schedule is a result
         print(f"{spec} {vname}: refused: {' '.join(str(e).split())[:200]}", flush=True)
@@ -79,7 +86,7 @@ def compile_variant(spec: str, vname: str, out: str) -> None:
     mod = load_kernels(src, out, f"{spec}_{vname}")
     for m in metas:
         fn = getattr(mod, m.name)
-        sig, consts, attrs = signature(alg, fn, m, lambda t: "fp16" if not t.startswith("buf_") else "fp32")
+        sig, consts, attrs = signature(alg, fn, m, ptr_types(alg, b, prog))
         try:
             ck = compile_sm90(fn, m, sig, consts, attrs)
         except Exception as e:  # noqa: BLE001
@@ -90,19 +97,22 @@ def compile_variant(spec: str, vname: str, out: str) -> None:
             f.write(ptx)
         print(f"{spec} {vname} {m.name}: {resources(ck.asm['cubin'])}, smem {ck.metadata.shared} B, "
               f"{m.ir.num_warps} warps, {m.ir.num_stages} stages, wgmma {ptx.count('wgmma.mma_async')}, "
-              f"tma {ptx.count('cp.async.bulk.tensor')}, setmaxnreg {ptx.count('setmaxnreg')}", flush=True)
+              f"tma {ptx.count('cp.async.bulk.tensor')}, setmaxnreg {ptx.count('setmaxnreg')}, "
+              f"ex2 {ptx.count('ex2.approx')}, mul.f32 {ptx.count('mul.f32')}, fma.rn.f32 {ptx.count('fma.rn.f32')}",
+              flush=True)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default="n4096x128,n1024x64")
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--saving", action="store_true", help="the saving forward (output and row statistics)")
     add_options(ap, schedule=False)
     a = ap.parse_args(argv)
     out, _ = options(a, "attn_sm90_")
     for spec in a.cases.split(","):
         for v in a.variants.split(","):
-            compile_variant(spec, v, out)
+            compile_variant(spec, v, out, a.saving)
     print(f"sources and PTX in {out}")
     return 0
 

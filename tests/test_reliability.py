@@ -527,7 +527,8 @@ def test_base2_exponents_for_16_bit_calls_only_and_still_follow_torch():
 
 
 def test_base2_exponents_leave_a_max_used_outside_the_shift_alone():
-    """logsumexp uses its max outside exp(x - max) (m + log(sum)): it keeps exp."""
+    """logsumexp uses its max outside exp(x - max) (m + log(sum)): without ``shift_only`` it keeps
+    exp (the plan passes it: tests/test_online_base2.py)."""
     from dtriton.ir import base2_exponents
 
     @dt.algorithm
@@ -540,8 +541,9 @@ def test_base2_exponents_leave_a_max_used_outside_the_shift_alone():
 
 
 def test_base2_exponents_leave_a_max_that_is_an_output_alone():
-    """A max returned as an output (a statistic saved for the backward) keeps exp: rewriting the
-    exponential alone would leave two stages of one name (softmax's derived forward failed so)."""
+    """A max returned as an output (a statistic saved for the backward) keeps exp without
+    ``shift_only``: rewriting the exponential alone would leave two stages of one name (softmax's
+    derived forward failed so); with it the output reads the base-2 max times ln(2)."""
     from dtriton.ir import base2_exponents
 
     @dt.algorithm

@@ -48,6 +48,7 @@ graph, grouping), :mod:`.api` (the functions below).
 
 from .api import GradientAlgorithms, augmented_forward, describe, grad, saved_statistics, staged
 from .naming import grad_param_names
+from .shift import shift_only
 
 __all__ = ["grad", "GradientAlgorithms", "describe", "augmented_forward", "saved_statistics", "staged",
-           "grad_param_names"]
+           "grad_param_names", "shift_only"]

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any, Optional, Tuple
 
-from ..ir import Binary, Cast, Const, Expr, Load, Reduce, Unary, Where
+from ..ir import Algorithm, Binary, Cast, Const, Expr, Load, Reduce, Unary, Where
 
-__all__ = ["shift_class"]
+__all__ = ["shift_class", "shift_only"]
 
 Shift = Optional[Tuple[str, float]]
 _SAME = ("a", 0)
@@ -136,3 +136,25 @@ def shift_class(m: Reduce, order: list[Expr]) -> dict[int, Any]:
             r = _reduce(n, get(n.x), max_axes)
         cls[n.uid] = r
     return cls
+
+
+def shift_only(alg: Algorithm, m: Reduce) -> bool:
+    """Whether the max/min stage ``m`` of ``alg`` serves its outputs only as a shift: every output
+    is unchanged when ``m`` shifts (:func:`shift_class`), or is a sum stage scaled by the shift (a
+    saving forward's saved sum of exponentials), or is ``m`` itself, once (a saved row max, which
+    the backward reads as the shift again). Then the outputs are exact whatever per-row value ``m``
+    holds, as long as they are all taken at that value, and one equal to ``m`` in real arithmetic
+    (``max(X * c) / c``, the base-2 rewrite of :func:`~dtriton.ir.base2_exponents`) may stand in
+    for it. Not so when ``m`` is returned twice (an output and its saved copy: the backward routes
+    the output's gradient to the elements equal to the saved value), when an output moves with it
+    (returns or compares it), or when another max/min stage moves with it and is returned."""
+    cls = shift_class(m, list(alg.nodes))
+    bare = 0
+    for o in alg.outputs:
+        e = o.expr
+        c = cls.get(e.uid, ("a", 0))
+        if e is m:
+            bare += 1
+        elif c is None or (c[1] != 0 and not (isinstance(e, Reduce) and e.combiner.grad == "sum" and c[0] == "m")):
+            return False
+    return bare <= 1

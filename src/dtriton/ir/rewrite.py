@@ -18,7 +18,12 @@ multiplying ``X`` (attention's ``s * scale`` becomes ``s * (scale * log2(e))``):
 multiply-add and the hardware's base-2 exponential, where ``exp`` costs a multiply, a subtraction
 and another multiply before it. Exact in real arithmetic; in floating point ``X'`` rounds to its
 own magnitude rather than to that of ``X - max``, a relative error of about ``|X| * 2**-24``
-in each term, so the plan uses it where the terms are consumed in 16-bit precision.
+in each term, so the plan uses it where the terms are consumed in 16-bit precision. A max used
+beyond its shift (a saving forward's ``lse = m + log(sum)`` or saved max, log-softmax's ``X - m``,
+cross-entropy's ``m + log(sum)``) is rewritten when the plan says its outputs take it as a shift
+only (:func:`dtriton.grad.shift_only`): those uses read ``m' * ln(2)``, once per row, so saved
+statistics keep their natural-log values and the online loop (max, sums, rescaling factors) runs in
+base 2 as for the plain forward.
 
 :func:`reciprocal_divisors` writes ``X / y``, where ``y`` has fewer axes than ``X`` (a per-row
 statistic dividing a tile), as ``X * (1 / y)``: one division per row and a multiply per element,
@@ -194,28 +199,45 @@ def _times_log2e(x: Expr) -> Expr:
     return Binary("mul", x, Const(math.log2(math.e)))
 
 
-def base2_exponents(alg: Algorithm, want: Callable[[Reduce], bool]) -> Algorithm:
-    """``alg`` with each ``exp(X - m)``, ``m = max(X)`` a stage for which ``want(m)`` holds and
-    used nowhere else, written ``exp2(X' - m')`` with ``X' = X * log2(e)`` and ``m' = max(X')``
-    (a stage of the same name over the same axes); ``alg`` itself when there is none."""
+def base2_exponents(alg: Algorithm, want: Callable[[Reduce], bool],
+                    shift_only: Callable[[Reduce], bool] = lambda m: False) -> Algorithm:
+    """``alg`` with each ``exp(X - m)``, ``m = max(X)`` a stage for which ``want(m)`` holds,
+    written ``exp2(X' - m')`` with ``X' = X * log2(e)`` and ``m' = max(X')`` (a stage of the same
+    name over the same axes); ``alg`` itself when there is none. ``m`` used elsewhere (an output;
+    an operand other than ``X - m``, such as a saved ``m + log(sum)``; or ``X - m`` used other than
+    by ``exp``, as log-softmax's ``X - m - log(sum)``) is rewritten only when ``shift_only(m)`` (the
+    outputs take it as a shift alone, e.g. :func:`dtriton.grad.shift_only`): those uses then read
+    ``m' * ln(2)``, one multiply per row, equal to ``m`` in real arithmetic.
+
+    Raises nothing; ``want`` and ``shift_only`` take the max stage's :class:`Reduce` node."""
     uses = _uses(alg)
     outputs = {o.expr.uid for o in alg.outputs}   # an output (a saved statistic) is a use of its own
     swap: dict[int, Expr] = {}
     for m in alg.nodes:
-        if not (isinstance(m, Reduce) and m.combiner.name == "max" and want(m)) or m.uid in outputs:
+        if not (isinstance(m, Reduce) and m.combiner.name == "max" and want(m)):
             continue
-        subs = uses.get(m.uid, [])
-        if not subs or any(not (isinstance(d, Binary) and d.op == "sub" and d.a is m.x and d.b is m)
-                           or d.uid in outputs for d in subs):
+        subs = [d for d in uses.get(m.uid, []) if _shift_of(d, m)]
+        d_uses = [e for d in subs for e in uses.get(d.uid, [])]
+        exps = [e for e in d_uses if isinstance(e, Unary) and e.op == "exp"]
+        if not exps:
             continue
-        exps = [e for d in subs for e in uses.get(d.uid, [])]
-        if not exps or any(not (isinstance(e, Unary) and e.op == "exp") for e in exps):
+        others = (m.uid in outputs or any(d.uid in outputs for d in subs) or len(exps) < len(d_uses)
+                  or len(subs) < len(uses.get(m.uid, [])))
+        if others and not shift_only(m):
             continue
-        x2 = _times_log2e(m.x)
+        x2 = _folded_log2e(m.x)   # (through a causal mask's where when it folds)
+        x2 = _times_log2e(m.x) if x2 is None else x2
         m2 = Reduce(m.combiner, x2, m.over, m.name)
         for e in exps:
             swap[e.uid] = Unary("exp2", Binary("sub", x2, m2))
+        if others:
+            swap[m.uid] = Binary("mul", m2, Const(math.log(2.0)))
     return _rebuilt(alg, swap)
+
+
+def _shift_of(d: Expr, m: Reduce) -> bool:
+    """Whether ``d`` is ``X - m`` with ``X`` the operand of the max stage ``m``."""
+    return isinstance(d, Binary) and d.op == "sub" and d.a is m.x and d.b is m
 
 
 def reciprocal_divisors(alg: Algorithm, floating: Callable[[str], bool]) -> Algorithm:

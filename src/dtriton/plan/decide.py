@@ -19,6 +19,7 @@ import torch
 
 from ..ir import (Algorithm, Binding, InputTensor, Reduce, base2_exponents, base2_shifted_exponents, common_divisors, integer_reductions, kernel_f64,
                   reciprocal_divisors, single_pass_variance)
+from ..grad import shift_only
 from ..schedule import Schedule
 from .access import plan_access, plan_descriptor_site, plan_eviction, plan_ws_stores, plan_floor_ops, plan_read_masks
 from .blockreduce import plan_block_reduce
@@ -126,7 +127,8 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
     masked = frozenset((alg.nodes[pos].uid, d) for pos, d in spec.masked_reads)
     alg = single_pass_variance(alg, lambda r: one_pass_statistics(sched, r))
     if sixteen_bit_terms(alg, b):
-        alg = base2_shifted_exponents(base2_exponents(alg, lambda r: True))
+        base = alg   # (the shift analysis reads the nodes of the algorithm being rewritten)
+        alg = base2_shifted_exponents(base2_exponents(alg, lambda r: True, lambda r: shift_only(base, r)))
         alg = common_divisors(alg, lambda out, y: loops_over(sched, out, y.axes))
         alg = reciprocal_divisors(alg, lambda t: b.dtypes[t].is_floating_point)
     prog = lower(alg, sched, b.axis_sizes, {k: str(v).replace("torch.", "") for k, v in out_dtypes.items()},
