@@ -53,8 +53,10 @@ def test_shift_only_tells_a_shift_from_a_value():
     assert shift_only(aug, _max(aug))                         # lse = max + log(sum): invariant
     pair, _ = augmented_forward(softmax, ["max0", "sum0"])
     assert shift_only(pair, _max(pair))                       # the saved max itself, once
-    for alg in (log_softmax, cross_entropy, softmax):
+    for alg in (cross_entropy, softmax):
         assert shift_only(alg, _max(alg))
+    # log-softmax's X - m - log(sum) reads the max outside exp over its own axis: exact only at the true max
+    assert not shift_only(log_softmax, _max(log_softmax))
     assert not shift_only(max_twice, _max(max_twice))
     assert not shift_only(max_moves, _max(max_moves))
 
@@ -127,7 +129,7 @@ def test_saving_attention_forward_and_backward(gen, causal, S, T, dtype):
 @pytest.mark.parametrize("strategy", ["online", "whole"])
 def test_row_softmax_family_forward_and_backward(gen, alg, M, N, dtype, strategy):
     """Plain forward, saving forward (lse) and the derived backward against float64: the lse keeps
-    its natural-log value; 16-bit calls compute the exponentials in base 2."""
+    its natural-log value; 16-bit calls compute the exponentials in base 2 (not log-softmax's)."""
     X = randn(M, N, gen=gen, scale=3.0).to(dtype)
     extra = [torch.randint(0, N, (M,), generator=gen)] if alg is cross_entropy else []
     args = [X, *extra]
@@ -136,7 +138,9 @@ def test_row_softmax_family_forward_and_backward(gen, alg, M, N, dtype, strategy
     want = alg.reference(x64, *extra)
     tol = TOL[dtype]
     got = dt.compile(alg, sched)(*args, out=poisoned_outputs(alg, args)[0])
-    assert ("tl.exp2(" in dt.compile(alg, sched).source_for(*args)) == (dtype != torch.float32)
+    # (log-softmax keeps its natural-log max: X - max must stay exact, see shift_only)
+    assert ("tl.exp2(" in dt.compile(alg, sched).source_for(*args)) == (dtype != torch.float32
+                                                                        and alg is not log_softmax)
     torch.testing.assert_close(got.double(), want.detach(), rtol=tol, atol=tol)
     aug, names = augmented_forward(alg, saved_statistics(alg))
     outs = dt.compile(aug, sched)(*args, out=poisoned_outputs(aug, args))
@@ -199,3 +203,18 @@ def test_fully_masked_rows(gen, dtype):
     ok = torch.arange(M) != 2
     assert torch.isnan(got[2]) or got[2] == -math.inf
     torch.testing.assert_close(got[ok], want[ok], rtol=TOL[dtype], atol=TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_one_element_log_softmax_is_exactly_zero(dtype):
+    """A one-element row's log-probability is exactly 0 in torch; a base-2 stand-in for the max,
+    off by an ulp of it, made it nonzero (H200 s8 call 5: fp16 / bf16 1x1 log-softmax). Large
+    logits too: ``X - max`` stays exact at the row max."""
+    x = torch.tensor([[371.25], [-1234.5], [0.0]], dtype=dtype)
+    out = torch.full_like(x, float("nan"))
+    got = dt.compile(log_softmax)(x, out=out)
+    assert torch.equal(got, torch.zeros_like(x))
+    x = torch.randn(5, 37, dtype=dtype) * 300
+    x[:, 3] = x.amax(1) + 1000   # each row's max far above the rest: its log-probability rounds to 0
+    got = dt.compile(log_softmax)(x)
+    assert torch.equal(got[:, 3], torch.zeros(5, dtype=dtype))

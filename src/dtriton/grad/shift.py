@@ -138,6 +138,16 @@ def shift_class(m: Reduce, order: list[Expr]) -> dict[int, Any]:
     return cls
 
 
+def _reads_outside_exp(e, m: Reduce, under_exp: bool = False) -> bool:
+    """Whether expression ``e`` reads stage ``m`` other than inside an ``exp``."""
+    if e is m:
+        return not under_exp
+    if isinstance(e, Reduce):
+        return False   # another stage: its own uses are its own
+    inside = under_exp or (isinstance(e, Unary) and e.op == "exp")
+    return any(_reads_outside_exp(c, m, inside) for c in e.children())
+
+
 def shift_only(alg: Algorithm, m: Reduce) -> bool:
     """Whether the max/min stage ``m`` of ``alg`` serves its outputs only as a shift: every output
     is unchanged when ``m`` shifts (:func:`shift_class`), or is a sum stage scaled by the shift (a
@@ -147,11 +157,16 @@ def shift_only(alg: Algorithm, m: Reduce) -> bool:
     (``max(X * c) / c``, the base-2 rewrite of :func:`~dtriton.ir.base2_exponents`) may stand in
     for it. Not so when ``m`` is returned twice (an output and its saved copy: the backward routes
     the output's gradient to the elements equal to the saved value), when an output moves with it
-    (returns or compares it), or when another max/min stage moves with it and is returned."""
+    (returns or compares it), or when another max/min stage moves with it and is returned. Nor when
+    an output over ``m``'s reduced axes reads ``m`` outside an ``exp`` (log-softmax's ``X - m - log l``): ``X - m`` is exact
+    (Sterbenz) near the true max only, and a stand-in off by an ulp of ``m`` would make a one-element
+    row's log-probability nonzero (H200 s8 call 5: fp16/bf16 1x1 log-softmax)."""
     cls = shift_class(m, list(alg.nodes))
     bare = 0
     for o in alg.outputs:
         e = o.expr
+        if set(e.axes) & set(m.over) and _reads_outside_exp(e, m):
+            return False   # an output over m's own axes (log-softmax's X - m): exact only at the true max
         c = cls.get(e.uid, ("a", 0))
         if e is m:
             bare += 1
