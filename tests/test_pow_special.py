@@ -116,3 +116,26 @@ def test_float64_values_are_c_pow_not_exp_of_log():
     for p in (7e6, -7e6, 137.3, -1000.5, 100.25):
         got = dt.compile(pow_arg)(x, p)
         torch.testing.assert_close(got, torch.pow(x, p), rtol=5e-16, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("which", ["inf", "-inf", "nan"])
+def test_non_finite_literal_exponent(dtype, which):
+    # a literal float("inf") / -inf / nan exponent was printed as a bare ``inf`` (NameError at compile)
+    lit = float(which)
+
+    @dt.algorithm
+    def pow_lit(X: dt.Tensor["M"]):
+        i, = dt.axes("i:M")
+        return (X[i] ** lit)[i]
+
+    x = grid(dtype)
+    X = x.clone().requires_grad_(True)
+    y = dt.compile_autograd(pow_lit)(X)
+    (g,) = torch.autograd.grad(y, X, torch.ones_like(y))
+    y64, g64 = torch_pow_and_grad(x.double(), lit)
+    torch.testing.assert_close(y.detach(), y64.to(dtype), **tol(dtype))
+    same_signs(y.detach(), y64.to(dtype))
+    torch.testing.assert_close(g, g64.to(dtype), **tol(dtype))
+    ref = pow_lit.reference(x.double())
+    torch.testing.assert_close(ref, y64, rtol=0, atol=0, equal_nan=True)

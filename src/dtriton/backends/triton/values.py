@@ -19,7 +19,18 @@ from .narrow import FP8_FORMATS, ROUND_FP8, SATURATE_INT, saturate_float_bounds,
 from .prelude import OPSYM, POW_GPU, POW_INTERPRETER, ROUND_BF16, TL_DTYPES
 from .scope import Bind, Scope
 
-__all__ = ["ValuePrinter"]
+__all__ = ["ValuePrinter", "float_literal"]
+
+
+def float_literal(v: float) -> str:
+    """A Python float as Triton kernel source: ``float('inf')``, ``-float('inf')`` and
+    ``float('nan')`` for the non-finite values (``repr`` gives a bare ``inf``, an undefined name
+    in the kernel), ``repr(v)`` otherwise."""
+    if math.isinf(v):
+        return "float('inf')" if v > 0 else "-float('inf')"
+    if math.isnan(v):
+        return "float('nan')"
+    return repr(v)
 
 
 class ValuePrinter:
@@ -285,10 +296,8 @@ class ValuePrinter:
                 return self.relayout(v, vl, layout, self.present(n, scope), scope)
         if isinstance(n, Const):
             v = n.value
-            if math.isinf(v):
-                return "float('inf')" if v > 0 else "-float('inf')"
-            if math.isnan(v):
-                return "float('nan')"
+            if not math.isfinite(v):
+                return float_literal(v)
             if v == 0 and math.copysign(1.0, v) < 0:
                 # Triton makes every zero literal +0.0; a product with a tensor keeps the sign
                 return f"(tl.full((), -1.0, {self.cdt}) * 0.0)"
@@ -449,7 +458,7 @@ class ValuePrinter:
             return (f"{sqrt}({x})" if n.b.value > 0 else f"1.0 / {sqrt}({x})"), "x ** 0.5 as torch: sqrt"
         fn = self.use_helper("_pow_c", POW_INTERPRETER if self.k.interpret else POW_GPU)
         if isinstance(n.b, Const):
-            return f"{fn}({x}, tl.full((), {float(n.b.value)!r}, {self.cdt}))", "C's pow"
+            return f"{fn}({x}, tl.full((), {float_literal(float(n.b.value))}, {self.cdt}))", "C's pow"
         p = self.fresh("pp")
         scope.emit(f"{p} = tl.cast({self.as_float(n.b, b)}, {self.cdt})")
         return (f"tl.where({p} == 0.5, {sqrt}({x}), tl.where({p} == -0.5, 1.0 / {sqrt}({x}), {fn}({x}, {p})))",
