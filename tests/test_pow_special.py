@@ -139,3 +139,65 @@ def test_non_finite_literal_exponent(dtype, which):
     torch.testing.assert_close(g, g64.to(dtype), **tol(dtype))
     ref = pow_lit.reference(x.double())
     torch.testing.assert_close(ref, y64, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtypes", [(torch.int64, torch.int64), (torch.int32, torch.int8), (torch.uint8, torch.uint8),
+                                    (torch.int16, torch.int64)])
+def test_integer_tensor_exponent_is_exact_integer(dtypes):
+    # integer ** integer was float32 (rounded: 7 ** 15, 2 ** 62); torch gives the promoted integer dtype,
+    # exactly (wrapping on overflow as its products do), and 0 / 1 / -1 for a negative tensor exponent
+    bd, ed = dtypes
+    lo = 0 if bd == torch.uint8 else -9
+    g = torch.Generator().manual_seed(3)
+    x = torch.cat([torch.tensor([7, 3, 2, 1, 0, 5, 2]), torch.randint(lo, 10, (23,), generator=g)]).to(bd)
+    if bd != torch.uint8:
+        x[[0, 1, 2, 3, 4, 5, 6]] = torch.tensor([7, -3, 2, -1, 0, 1, -2]).to(bd)
+    e_lo = 0 if ed == torch.uint8 else -3
+    p = torch.cat([torch.tensor([15, 21, 62, 7, 3, 0, 63]), torch.randint(e_lo, 70, (23,), generator=g)]).to(ed)
+    if ed != torch.uint8:
+        p[[8, 9, 10, 11]] = torch.tensor([-1, -2, -3, -1]).to(ed)
+        x[[8, 9, 10, 11]] = torch.tensor([1, -1, -1, 0] if bd != torch.uint8 else [1, 2, 3, 0]).to(bd)
+    want = x ** p
+    out = torch.full_like(want, 77)
+    got = dt.compile(pow_tensor)(x, p, out=out)
+    assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+    ref = pow_tensor.reference(x, p)
+    assert ref.dtype == want.dtype and torch.equal(ref, want), (ref, want)
+    assert dt.compile(pow_tensor)(x, p).dtype == want.dtype
+
+
+def test_integer_tensor_integer_exponent_literal_and_argument():
+    @dt.algorithm
+    def pow_big(X: dt.Tensor["M"], q: int):
+        i, = dt.axes("i:M")
+        return (X[i] ** 100)[i], (X[i] ** q)[i]
+
+    x = torch.tensor([3, -3, 2, 1, 0, -1, 7], dtype=torch.int32)
+    a, b = dt.compile(pow_big)(x, 40)
+    assert a.dtype == torch.int32 and torch.equal(a, x ** 100)
+    assert b.dtype == torch.int32 and torch.equal(b, x ** 40)
+    ra, rb = pow_big.reference(x, 40)
+    assert torch.equal(ra, x ** 100) and torch.equal(rb, x ** 40)
+    with pytest.raises(dt.AlgorithmError, match="negative integer powers"):
+        dt.compile(pow_big)(x, -2)
+    with pytest.raises(dt.AlgorithmError, match="negative integer powers"):
+        pow_big.reference(x, -2)
+
+
+@pytest.mark.parametrize("lit", [-1, -2, -70])
+def test_integer_tensor_negative_literal_exponent_raises(lit):
+    # X_int ** -1 was accepted and returned float32; torch raises "Integers to negative integer powers are not allowed"
+    @dt.algorithm
+    def inv(X: dt.Tensor["M"]):
+        i, = dt.axes("i:M")
+        return (X[i] ** lit)[i]
+
+    x = torch.tensor([-3, -1, 0, 1, 2])
+    with pytest.raises(RuntimeError):
+        x ** lit
+    with pytest.raises(dt.AlgorithmError, match="negative integer powers.*float"):
+        dt.compile(inv)(x)
+    with pytest.raises(dt.AlgorithmError, match="negative integer powers.*float"):
+        inv.reference(x)
+    xf = torch.tensor([-3.0, -1.0, 0.5, 1.0, 2.0])   # a float base is fine
+    torch.testing.assert_close(dt.compile(inv)(xf), xf ** lit)

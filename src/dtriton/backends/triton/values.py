@@ -16,7 +16,7 @@ from ...ir import Axis, Binary, COMPARE_OPS, Cast, Const, Expr, Load, Reduce, Sc
 from ...plan.kernel import AxisPlan
 from .limits import MAX_BLOCK_NUMEL
 from .narrow import FP8_FORMATS, ROUND_FP8, SATURATE_INT, saturate_float_bounds, saturate_int_text
-from .prelude import OPSYM, POW_GPU, POW_INTERPRETER, ROUND_BF16, TL_DTYPES
+from .prelude import OPSYM, POW_GPU, POW_INT, POW_INTERPRETER, ROUND_BF16, TL_DTYPES
 from .scope import Bind, Scope
 
 __all__ = ["ValuePrinter", "float_literal"]
@@ -451,6 +451,8 @@ class ValuePrinter:
         """``n = a ** b`` (printed operands) with torch.pow's values for a number exponent: C's pow
         (``_pow_c``: libdevice's on the GPU, numpy's on the interpreter), ``sqrt`` at ``b == 0.5``
         and ``1 / sqrt`` at ``b == -0.5`` (torch's special cases); a literal exponent picks its case here."""
+        if self.is_int(n):   # integer ** integer: exact, int64 (as torch's, in the promoted integer dtype)
+            return f"{self.use_helper('_pow_int', POW_INT)}({a}, {b})", "integer pow (square and multiply)"
         sqrt = "tl.sqrt_rn" if self.cdt == "tl.float32" else "tl.sqrt"
         x = self.fresh("xp")
         scope.emit(f"{x} = tl.cast({self.as_float(n.a, a)}, {self.cdt})")
@@ -520,7 +522,7 @@ class ValuePrinter:
             return not n.dtype.is_floating_point
         if isinstance(n, Const):
             return n.integer and n.value.is_integer()
-        if isinstance(n, Binary) and n.op in ("add", "sub", "mul", "floordiv", "mod", "maximum", "minimum"):
+        if isinstance(n, Binary) and n.op in ("add", "sub", "mul", "floordiv", "mod", "maximum", "minimum", "pow"):
             return self.is_int(n.a) and self.is_int(n.b)
         if isinstance(n, Unary) and n.op in ("neg", "abs"):
             return self.is_int(n.x)
