@@ -86,7 +86,7 @@ def test_number_exponent_forward_and_gradient(dtype, p):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_tensor_exponent_forward_and_gradients(dtype):
     x = grid(dtype)
-    ps = [p for p in EXPONENTS if abs(p) != 0.5 and abs(p - 1) != 0.5]   # torch special-cases +-0.5 for numbers only
+    ps = EXPONENTS   # +-0.5 and 1.5 included: torch's tensor pow is C's, without the sqrt cases of a number exponent
     X = x.repeat(len(ps)).clone()
     P = torch.tensor(ps, dtype=dtype).repeat_interleave(len(x))
     Xa, Pa = X.clone().requires_grad_(True), P.clone().requires_grad_(True)
@@ -201,3 +201,23 @@ def test_integer_tensor_negative_literal_exponent_raises(lit):
         inv.reference(x)
     xf = torch.tensor([-3.0, -1.0, 0.5, 1.0, 2.0])   # a float base is fine
     torch.testing.assert_close(dt.compile(inv)(xf), xf ** lit)
+
+
+def test_tensor_exponent_gradient_at_infinities_and_zeros():
+    # the +-0.5 cases of a number exponent leaked into a tensor exponent's gradient: x ** (p - 1) at p = 1.5,
+    # x = -inf was sqrt(-inf) = NaN where torch's pow_backward gives inf (and 0 at p = 0.5)
+    x = torch.tensor([-INF, -INF, INF, INF, -0.0, 0.0, -0.0, -2.0, -2.0, -INF, 0.0], dtype=torch.float64)
+    p = torch.tensor([1.5, 0.5, 1.5, 0.5, 1.5, 0.5, -0.5, 1.5, 0.5, -0.5, -0.5], dtype=torch.float64)
+    for dtype in (torch.float64, torch.float32):
+        Xa, Pa = x.to(dtype).requires_grad_(True), p.to(dtype).requires_grad_(True)
+        y = dt.compile_autograd(pow_tensor)(Xa, Pa)
+        gx, gp = torch.autograd.grad(y, (Xa, Pa), torch.ones_like(y))
+        X6, P6 = x.clone().requires_grad_(True), p.clone().requires_grad_(True)
+        y6 = torch.pow(X6, P6)
+        gx6, gp6 = torch.autograd.grad(y6, (X6, P6), torch.ones_like(y6))
+        torch.testing.assert_close(y.detach(), y6.detach().to(dtype), **tol(dtype))
+        same_signs(y.detach(), y6.detach().to(dtype))
+        torch.testing.assert_close(gx, gx6.to(dtype), **tol(dtype))
+        torch.testing.assert_close(gp, gp6.to(dtype), **tol(dtype))
+        ref = pow_tensor.reference(x, p)
+        torch.testing.assert_close(ref, y6.detach(), rtol=0, atol=0, equal_nan=True)

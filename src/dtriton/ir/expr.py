@@ -221,7 +221,9 @@ def pow_general(x: Expr, p: Expr) -> Expr:
     infinities for an odd integer ``p``, NaN for a finite negative ``x`` and a non-integer ``p``, 1
     for ``p == 0`` and for ``x == 1``, NaN included), except ``p == 0.5`` and ``p == -0.5``, which
     torch computes as ``sqrt(x)`` and ``1 / sqrt(x)`` (NaN at ``x = -inf``; ``-inf`` at ``x = -0.0``
-    for ``-0.5``). The result is floating (an integer ``x`` and ``p`` included). Its gradients are
+    for ``-0.5``); a tensor exponent (one with axes) is C's pow alone, as torch's tensor pow. The
+    result is floating, but integer ``x`` and ``p`` give an exact integer (torch's promoted dtype;
+    an integer ``x`` to a negative literal or ``int`` argument is refused at the call, as torch raises). Its gradients are
     torch's (``grad/derive.py``): ``p * x ** (p - 1)`` in ``x`` (0 where ``p == 0``), and
     ``x ** p * log(x)`` in ``p`` (0 where ``x == 0`` and ``p >= 0``)."""
     return Binary("pow", x, p)

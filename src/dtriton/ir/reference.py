@@ -449,21 +449,9 @@ def _align(v: _Val, axes: tuple[str, ...]) -> torch.Tensor:
 
 _UNARY = {"neg": torch.neg, "exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
           "tanh": torch.tanh, "sigmoid": torch.sigmoid, "abs": torch.abs}
-def _torch_pow(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """``torch.pow(x, p)`` with the values it has for a Python number ``p`` at every element: C's
-    ``pow``, but ``sqrt(x)`` where ``p == 0.5`` and ``1 / sqrt(x)`` where ``p == -0.5`` (torch's
-    special cases for a number exponent: NaN at ``x = -inf``, ``-inf`` at ``x = -0.0`` for ``-0.5``).
-    ``x`` and ``p`` are floating tensors of one dtype, broadcast together."""
-    r = torch.pow(x, p)
-    if bool(((p == 0.5) | (p == -0.5)).any()):
-        s = torch.sqrt(x)
-        r = torch.where(p == 0.5, s, torch.where(p == -0.5, 1.0 / s, r))
-    return r
-
-
 _BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
            "floordiv": lambda a, b: torch.div(a, b, rounding_mode="floor"), "mod": torch.remainder,
-           "maximum": torch.maximum, "minimum": torch.minimum, "pow": _torch_pow, "lt": torch.lt, "le": torch.le,
+           "maximum": torch.maximum, "minimum": torch.minimum, "pow": torch.pow, "lt": torch.lt, "le": torch.le,
            "gt": torch.gt, "ge": torch.ge, "eq": torch.eq, "ne": torch.ne}
 
 
@@ -551,7 +539,8 @@ class _Evaluator:
             x, y = x.long(), y.long()
         else:
             x, y = self.as_float(x), self.as_float(y)
-        if n.op == "pow" and not vb.axes and not ints:   # a number exponent: torch.pow(x, number), its special cases included
+        # a number exponent: torch.pow(x, number), its sqrt cases at +-0.5 included; a tensor exponent, C's pow
+        if n.op == "pow" and not vb.axes and not ints:
             return _Val(torch.pow(x, float(y.reshape(()))), ax)
         return _Val(_BINARY[n.op](x, y), ax)
 

@@ -448,9 +448,11 @@ class ValuePrinter:
         return f"tl.cast({x}, {tdt}).to({self.cdt})", why
 
     def pow(self, n: Binary, a: str, b: str, scope: Scope) -> tuple[str, str]:
-        """``n = a ** b`` (printed operands) with torch.pow's values for a number exponent: C's pow
-        (``_pow_c``: libdevice's on the GPU, numpy's on the interpreter), ``sqrt`` at ``b == 0.5``
-        and ``1 / sqrt`` at ``b == -0.5`` (torch's special cases); a literal exponent picks its case here."""
+        """``n = a ** b`` (printed operands) with torch.pow's values: of integers, exact (``_pow_int``);
+        else C's pow (``_pow_c``: libdevice's on the GPU, numpy's on the interpreter), and for an
+        exponent without axes (a number: a literal or scalar argument) ``sqrt`` at ``b == 0.5`` and
+        ``1 / sqrt`` at ``b == -0.5`` (torch's special cases of a number exponent; a literal picks its
+        case here). A tensor exponent is C's pow alone, as torch's tensor pow."""
         if self.is_int(n):   # integer ** integer: exact, int64 (as torch's, in the promoted integer dtype)
             return f"{self.use_helper('_pow_int', POW_INT)}({a}, {b})", "integer pow (square and multiply)"
         sqrt = "tl.sqrt_rn" if self.cdt == "tl.float32" else "tl.sqrt"
@@ -463,8 +465,10 @@ class ValuePrinter:
             return f"{fn}({x}, tl.full((), {float_literal(float(n.b.value))}, {self.cdt}))", "C's pow"
         p = self.fresh("pp")
         scope.emit(f"{p} = tl.cast({self.as_float(n.b, b)}, {self.cdt})")
+        if n.b.axes:   # a tensor exponent: torch's tensor pow is C's, with no sqrt cases (its gradient's x ** (p - 1) too)
+            return f"{fn}({x}, {p})", "C's pow (a tensor exponent)"
         return (f"tl.where({p} == 0.5, {sqrt}({x}), tl.where({p} == -0.5, 1.0 / {sqrt}({x}), {fn}({x}, {p})))",
-                "torch.pow: C's pow, sqrt and 1 / sqrt at p = 0.5 and -0.5")
+                "torch.pow of a number: C's pow, sqrt and 1 / sqrt at p = 0.5 and -0.5")
 
     def floor_op(self, op: str, a: str, b: str, scope: Scope) -> str:
         """``a // b`` or ``a % b`` of integers rounded as Python and torch do (toward -inf; the
