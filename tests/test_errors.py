@@ -512,3 +512,18 @@ def test_misspelled_schedule_and_space_keywords_name_the_field():
         assert isinstance(e, TypeError) and isinstance(e, dt.ScheduleError)
     with pytest.raises(TypeError, match="has no field 'tiles'"):   # existing `except TypeError` keeps working
         dt.Schedule(tiles={})
+
+
+def test_source_for_and_schedule_for_take_arguments_by_name_as_the_call():
+    # source_for / schedule_for raised a raw TypeError for keyword arguments the call accepts
+    from dtriton.library import attention
+    g = torch.Generator().manual_seed(4)
+    Q, K, V = (torch.randn(1, 1, 5, 3, generator=g) for _ in range(3))
+    k = dt.compile(attention)
+    assert k.source_for(Q, K, V, scale=0.5) == k.source_for(Q, K, V, 0.5)
+    assert k.schedule_for(Q, K, V, scale=0.5) == k.schedule_for(Q, K, V, 0.5)
+    assert k.source_for(Q=Q, K=K, V=V, scale=0.5) == k.source_for(Q, K, V, 0.5)
+    with pytest.raises(dt.ShapeError, match="scal"):
+        k.source_for(Q, K, V, scal=0.5)
+    with pytest.raises(dt.ShapeError):
+        k.schedule_for(Q, K, V, 0.5, scale=0.5)
