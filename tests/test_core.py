@@ -693,7 +693,7 @@ def test_out_overlapping_an_input_or_itself_is_refused():
         return (2.0 * x[i] + y[i])[i]
     k = dt.compile(axpy, dt.Schedule(tile={"i": 2}))
     buf = torch.arange(12.)
-    with pytest.raises(dt.ShapeError, match="out= for out overlaps input 'x' without being that same tensor"):
+    with pytest.raises(dt.ShapeError, match="out= for output 'out' overlaps input 'x' without being that same tensor"):
         k(buf[:10], buf[2:12].clone(), out=buf[2:12])
     with pytest.raises(dt.ShapeError, match="stride-0"):
         k(torch.ones(10), torch.ones(10), out=torch.zeros(1).expand(10))
@@ -761,9 +761,9 @@ def test_out_for_several_outputs_is_one_distinct_tensor_each():
         k(X, out=[o])
     with pytest.raises(dt.ShapeError, match="got 3"):
         k(X, out=(o, torch.empty(4), torch.empty(4)))
-    with pytest.raises(dt.ShapeError, match="out= for out0 and out= for out1 share memory"):
+    with pytest.raises(dt.ShapeError, match="out= for outputs 'out0' and 'out1' share memory"):
         k(X, out=(o, o))
-    with pytest.raises(dt.ShapeError, match="out= for out1 must be a torch.Tensor, got int"):
+    with pytest.raises(dt.ShapeError, match="out= for output 'out1' must be a torch.Tensor, got int"):
         k(X, out=(o, 3))
     with pytest.raises(dt.ShapeError, match="is on meta but the call runs on cpu"):
         k(X, out=(o, torch.empty(4, device="meta")))
@@ -791,7 +791,7 @@ def test_arguments_by_name_and_out_that_requires_grad():
     with pytest.raises(dt.ShapeError, match="missing argument 'B'"):
         k(A=A)
     out = torch.zeros(9, 5, requires_grad=True)
-    with pytest.raises(dt.ShapeError, match="out= for out requires grad"):
+    with pytest.raises(dt.ShapeError, match="out= for output 'out' requires grad"):
         k(A, B, out=out)
     with torch.no_grad():
         assert k(A, B, out=out) is out

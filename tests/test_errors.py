@@ -72,7 +72,7 @@ def test_scalar_and_tensor_argument_kinds():
 
 def test_out_with_wrong_shape_or_dtype():
     A, B = torch.randn(4, 8), torch.randn(8, 3)
-    _raises(dt.ShapeError, r"out= for out must have shape \(4, 3\) and dtype torch\.float32, got \(3, 4\)",
+    _raises(dt.ShapeError, r"out= for output 'out' must have shape \(4, 3\) and dtype torch\.float32, got \(3, 4\)",
             dt.compile(matmul), A, B, out=torch.empty(3, 4))
     _raises(dt.ShapeError, r"got \(4, 3\) torch\.float16", dt.compile(matmul), A, B,
             out=torch.empty(4, 3, dtype=torch.float16))
@@ -512,3 +512,34 @@ def test_misspelled_schedule_and_space_keywords_name_the_field():
         assert isinstance(e, TypeError) and isinstance(e, dt.ScheduleError)
     with pytest.raises(TypeError, match="has no field 'tiles'"):   # existing `except TypeError` keeps working
         dt.Schedule(tiles={})
+
+
+def test_source_for_and_schedule_for_take_arguments_by_name_as_the_call():
+    # source_for / schedule_for raised a raw TypeError for keyword arguments the call accepts
+    from dtriton.library import attention
+    g = torch.Generator().manual_seed(4)
+    Q, K, V = (torch.randn(1, 1, 5, 3, generator=g) for _ in range(3))
+    k = dt.compile(attention)
+    assert k.source_for(Q, K, V, scale=0.5) == k.source_for(Q, K, V, 0.5)
+    assert k.schedule_for(Q, K, V, scale=0.5) == k.schedule_for(Q, K, V, 0.5)
+    assert k.source_for(Q=Q, K=K, V=V, scale=0.5) == k.source_for(Q, K, V, 0.5)
+    with pytest.raises(dt.ShapeError, match="scal"):
+        k.source_for(Q, K, V, scal=0.5)
+    with pytest.raises(dt.ShapeError):
+        k.schedule_for(Q, K, V, 0.5, scale=0.5)
+
+
+def test_overlapping_out_does_not_suggest_a_refused_in_place_call():
+    # out=S.t() for X[i, j] + X[j, i] said "or pass out=S itself for an in-place call", which is then refused
+    @dt.algorithm
+    def symm(X: dt.Tensor["N", "N"]):
+        i, j = dt.axes("i j")
+        return (X[i, j] + X[j, i])[i, j]
+
+    S = torch.randn(5, 5)
+    with pytest.raises(dt.ShapeError, match=r"out= for output 'out' overlaps input 'X'.*out=X itself, an in-place "
+                                            r"call, is refused too: it reads X\[j, i\]") as e:
+        dt.compile(symm)(S, out=S.t())
+    assert "or pass out=X itself" not in str(e.value)
+    with pytest.raises(dt.ShapeError, match="in-place call"):
+        dt.compile(symm)(S, out=S)

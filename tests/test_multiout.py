@@ -263,3 +263,14 @@ def test_saved_statistics_of_a_16bit_forward_are_float32(name):
     rel = lambda a: ((a.double() - X64.grad).norm() / X64.grad.norm()).item()  # noqa: E731
     assert Xg.grad.dtype == torch.float16
     assert rel(Xg.grad) <= 2 * rel(Xt.grad) + 1e-3, (rel(Xg.grad), rel(Xt.grad))
+
+
+def test_compile_autograd_save_is_checked_where_given():
+    # save="yes" was reported by augmented_forward as "['yes'] are not reduction stages", naming neither the
+    # argument nor its allowed values
+    from dtriton.library import rms_norm
+    for bad in ("yes", ["mean0", "nope"], 3):
+        with pytest.raises(dt.AlgorithmError, match=r"compile_autograd\(rms_norm\): save=.*\"auto\".*None.*\['mean0'\]"):
+            dt.compile_autograd(rms_norm, save=bad)
+    for ok in ("auto", "all", None, ["mean0"], "mean0"):
+        dt.compile_autograd(rms_norm, save=ok)

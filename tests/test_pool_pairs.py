@@ -148,3 +148,23 @@ def test_the_plan_on_the_h200_shape():
 def test_the_window_loads_knob_is_checked():
     with pytest.raises(dt.ScheduleError, match="window_loads"):
         dt.Schedule(window_loads="runs")
+
+
+def test_window_knobs_warn_where_they_have_no_effect():
+    # window_loads="taps" and narrow_minmax=False were silently ignored where no window uses them (docs/knobs.md
+    # promises a ScheduleWarning for a legal knob with no effect, as rolling=True gives)
+    import warnings
+    from dtriton.library import softmax
+    X = torch.randn(4, 5)
+    for kw, name in ((dict(window_loads="taps"), "window_loads"), (dict(narrow_minmax=False), "narrow_minmax")):
+        with pytest.warns(dt.ScheduleWarning, match=f"{name}=.*has no effect"):
+            dt.compile(softmax, dt.Schedule(**kw))(X)
+    x16 = torch.randn(2, 9, 17).half()
+    with warnings.catch_warnings():   # where they change the kernel, and at their defaults, no warning
+        warnings.simplefilter("error", dt.ScheduleWarning)
+        for kw in (dict(window_loads="taps"), dict(narrow_minmax=False), dict(window_loads="pairs", narrow_minmax=True)):
+            out, _ = run("max", x16, 3, 2, 1, window_schedule(**kw))
+            check("max", x16, 3, 2, 1, out)
+        dt.compile(softmax, dt.Schedule(window_loads="pairs", narrow_minmax=True))(X)
+    with pytest.warns(dt.ScheduleWarning, match="narrow_minmax=False has no effect"):   # fp32: nothing narrow
+        run("max", x16.float(), 3, 2, 1, window_schedule(narrow_minmax=False))

@@ -86,7 +86,7 @@ def test_number_exponent_forward_and_gradient(dtype, p):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_tensor_exponent_forward_and_gradients(dtype):
     x = grid(dtype)
-    ps = [p for p in EXPONENTS if abs(p) != 0.5 and abs(p - 1) != 0.5]   # torch special-cases +-0.5 for numbers only
+    ps = EXPONENTS   # +-0.5 and 1.5 included: torch's tensor pow is C's, without the sqrt cases of a number exponent
     X = x.repeat(len(ps)).clone()
     P = torch.tensor(ps, dtype=dtype).repeat_interleave(len(x))
     Xa, Pa = X.clone().requires_grad_(True), P.clone().requires_grad_(True)
@@ -116,3 +116,108 @@ def test_float64_values_are_c_pow_not_exp_of_log():
     for p in (7e6, -7e6, 137.3, -1000.5, 100.25):
         got = dt.compile(pow_arg)(x, p)
         torch.testing.assert_close(got, torch.pow(x, p), rtol=5e-16, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("which", ["inf", "-inf", "nan"])
+def test_non_finite_literal_exponent(dtype, which):
+    # a literal float("inf") / -inf / nan exponent was printed as a bare ``inf`` (NameError at compile)
+    lit = float(which)
+
+    @dt.algorithm
+    def pow_lit(X: dt.Tensor["M"]):
+        i, = dt.axes("i:M")
+        return (X[i] ** lit)[i]
+
+    x = grid(dtype)
+    X = x.clone().requires_grad_(True)
+    y = dt.compile_autograd(pow_lit)(X)
+    (g,) = torch.autograd.grad(y, X, torch.ones_like(y))
+    y64, g64 = torch_pow_and_grad(x.double(), lit)
+    torch.testing.assert_close(y.detach(), y64.to(dtype), **tol(dtype))
+    same_signs(y.detach(), y64.to(dtype))
+    torch.testing.assert_close(g, g64.to(dtype), **tol(dtype))
+    ref = pow_lit.reference(x.double())
+    torch.testing.assert_close(ref, y64, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtypes", [(torch.int64, torch.int64), (torch.int32, torch.int8), (torch.uint8, torch.uint8),
+                                    (torch.int16, torch.int64)])
+def test_integer_tensor_exponent_is_exact_integer(dtypes):
+    # integer ** integer was float32 (rounded: 7 ** 15, 2 ** 62); torch gives the promoted integer dtype,
+    # exactly (wrapping on overflow as its products do), and 0 / 1 / -1 for a negative tensor exponent
+    bd, ed = dtypes
+    lo = 0 if bd == torch.uint8 else -9
+    g = torch.Generator().manual_seed(3)
+    x = torch.cat([torch.tensor([7, 3, 2, 1, 0, 5, 2]), torch.randint(lo, 10, (23,), generator=g)]).to(bd)
+    if bd != torch.uint8:
+        x[[0, 1, 2, 3, 4, 5, 6]] = torch.tensor([7, -3, 2, -1, 0, 1, -2]).to(bd)
+    e_lo = 0 if ed == torch.uint8 else -3
+    p = torch.cat([torch.tensor([15, 21, 62, 7, 3, 0, 63]), torch.randint(e_lo, 70, (23,), generator=g)]).to(ed)
+    if ed != torch.uint8:
+        p[[8, 9, 10, 11]] = torch.tensor([-1, -2, -3, -1]).to(ed)
+        x[[8, 9, 10, 11]] = torch.tensor([1, -1, -1, 0] if bd != torch.uint8 else [1, 2, 3, 0]).to(bd)
+    want = x ** p
+    out = torch.full_like(want, 77)
+    got = dt.compile(pow_tensor)(x, p, out=out)
+    assert got.dtype == want.dtype and torch.equal(got, want), (got, want)
+    ref = pow_tensor.reference(x, p)
+    assert ref.dtype == want.dtype and torch.equal(ref, want), (ref, want)
+    assert dt.compile(pow_tensor)(x, p).dtype == want.dtype
+
+
+def test_integer_tensor_integer_exponent_literal_and_argument():
+    @dt.algorithm
+    def pow_big(X: dt.Tensor["M"], q: int):
+        i, = dt.axes("i:M")
+        return (X[i] ** 100)[i], (X[i] ** q)[i]
+
+    x = torch.tensor([3, -3, 2, 1, 0, -1, 7], dtype=torch.int32)
+    a, b = dt.compile(pow_big)(x, 40)
+    assert a.dtype == torch.int32 and torch.equal(a, x ** 100)
+    assert b.dtype == torch.int32 and torch.equal(b, x ** 40)
+    ra, rb = pow_big.reference(x, 40)
+    assert torch.equal(ra, x ** 100) and torch.equal(rb, x ** 40)
+    with pytest.raises(dt.AlgorithmError, match="negative integer powers"):
+        dt.compile(pow_big)(x, -2)
+    with pytest.raises(dt.AlgorithmError, match="negative integer powers"):
+        pow_big.reference(x, -2)
+
+
+@pytest.mark.parametrize("lit", [-1, -2, -70])
+def test_integer_tensor_negative_literal_exponent_raises(lit):
+    # X_int ** -1 was accepted and returned float32; torch raises "Integers to negative integer powers are not allowed"
+    @dt.algorithm
+    def inv(X: dt.Tensor["M"]):
+        i, = dt.axes("i:M")
+        return (X[i] ** lit)[i]
+
+    x = torch.tensor([-3, -1, 0, 1, 2])
+    with pytest.raises(RuntimeError):
+        x ** lit
+    with pytest.raises(dt.AlgorithmError, match="negative integer powers.*float"):
+        dt.compile(inv)(x)
+    with pytest.raises(dt.AlgorithmError, match="negative integer powers.*float"):
+        inv.reference(x)
+    xf = torch.tensor([-3.0, -1.0, 0.5, 1.0, 2.0])   # a float base is fine
+    torch.testing.assert_close(dt.compile(inv)(xf), xf ** lit)
+
+
+def test_tensor_exponent_gradient_at_infinities_and_zeros():
+    # the +-0.5 cases of a number exponent leaked into a tensor exponent's gradient: x ** (p - 1) at p = 1.5,
+    # x = -inf was sqrt(-inf) = NaN where torch's pow_backward gives inf (and 0 at p = 0.5)
+    x = torch.tensor([-INF, -INF, INF, INF, -0.0, 0.0, -0.0, -2.0, -2.0, -INF, 0.0], dtype=torch.float64)
+    p = torch.tensor([1.5, 0.5, 1.5, 0.5, 1.5, 0.5, -0.5, 1.5, 0.5, -0.5, -0.5], dtype=torch.float64)
+    for dtype in (torch.float64, torch.float32):
+        Xa, Pa = x.to(dtype).requires_grad_(True), p.to(dtype).requires_grad_(True)
+        y = dt.compile_autograd(pow_tensor)(Xa, Pa)
+        gx, gp = torch.autograd.grad(y, (Xa, Pa), torch.ones_like(y))
+        X6, P6 = x.clone().requires_grad_(True), p.clone().requires_grad_(True)
+        y6 = torch.pow(X6, P6)
+        gx6, gp6 = torch.autograd.grad(y6, (X6, P6), torch.ones_like(y6))
+        torch.testing.assert_close(y.detach(), y6.detach().to(dtype), **tol(dtype))
+        same_signs(y.detach(), y6.detach().to(dtype))
+        torch.testing.assert_close(gx, gx6.to(dtype), **tol(dtype))
+        torch.testing.assert_close(gp, gp6.to(dtype), **tol(dtype))
+        ref = pow_tensor.reference(x, p)
+        torch.testing.assert_close(ref, y6.detach(), rtol=0, atol=0, equal_nan=True)

@@ -15,7 +15,7 @@ from .finalize import Finalizer, copy_nodes, group_gradients, make_params, param
 from .logsumexp import at_lse, lse_statistics, lse_value, rescalable, stage_shifts
 from .naming import unique_param_name
 
-__all__ = ["grad", "GradientAlgorithms", "describe", "augmented_forward", "saved_statistics", "staged"]
+__all__ = ["grad", "GradientAlgorithms", "describe", "augmented_forward", "check_save", "saved_statistics", "staged"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -290,6 +290,24 @@ def saved_statistics(alg: Algorithm) -> tuple[str, ...]:
             if all(rescalable(alg.stages[s].node, shifts.get(s, ("a", 0))) for s in out if s not in (mn, ln)):
                 out = [name if s == mn else s for s in out if s != ln]
     return tuple(out)
+
+
+def check_save(alg: Algorithm, save, where: str) -> None:
+    """Check a user's ``save=`` option (``where``: the call it was given to, for the message):
+    ``"auto"``, ``"all"``, ``None``, or a stage name or list of names among ``alg``'s reduction
+    stages and log-sum-exp statistics. Raises :class:`AlgorithmError` naming the argument, the
+    allowed values and the names otherwise."""
+    names = [s.name for s in reduction_stages(alg)]
+    lses = list(lse_statistics(alg))
+    if save is None or (isinstance(save, str) and save in ("auto", "all")):
+        return
+    listed = [save] if isinstance(save, str) else list(save) if isinstance(save, (list, tuple)) else None
+    bad = [s for s in listed if not isinstance(s, str) or (s not in names and s not in lses)] if listed is not None else [save]
+    if bad:
+        raise AlgorithmError(f"{where}: save={save!r} is not a valid choice: save is \"auto\" (the statistics the "
+                             f"backward reads), \"all\", None (recompute in the backward) or a list of names among "
+                             f"{alg.name}'s reduction stages {names} and log-sum-exp statistics {lses}; "
+                             f"{bad} {'is' if len(bad) == 1 else 'are'} none of them")
 
 
 def augmented_forward(alg: Algorithm, save: Sequence[str] | str) -> tuple[Algorithm, tuple[str, ...]]:

@@ -268,7 +268,8 @@ class Deriver:
     def pow_adjoints(self, n: Binary, bar: Expr) -> tuple[Expr | None, Expr | None]:
         """The contributions of ``n = x ** p``'s adjoint ``bar`` to ``x``'s and ``p``'s, as torch's
         ``pow_backward``: ``bar * (p * x ** (p - 1))`` in ``x``, 0 where ``p == 0`` (``x ** (p - 1)``
-        is the ``pow`` node again: torch's values, sqrt and 1 / sqrt at ``p - 1 == +-0.5`` included);
+        is the ``pow`` node again: for a number ``p`` with the sqrt cases at ``p - 1 == +-0.5``, as
+        torch's scalar pow; for a tensor ``p`` C's pow alone, as torch's tensor pow);
         ``bar * (x ** p * log(x))`` in ``p``, 0 where ``x == 0`` and ``p >= 0`` (NaN for a negative
         ``x``, as torch's)."""
         g, x, p = self.g, n.a, n.b

@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from ..errors import AlgorithmError, DTritonError, ScheduleError, ShapeError
-from ..grad import GradientAlgorithms, augmented_forward, grad, saved_statistics
+from ..grad import GradientAlgorithms, augmented_forward, check_save, grad, saved_statistics
 from ..ir import Algorithm, InputTensor, output_dtypes
 from ..plan.lower import lower
 from ..runtime import Kernel
@@ -232,6 +232,7 @@ class DifferentiableKernel:
         self.kernel = kernel
         self.algorithm: Algorithm = kernel.algorithm
         self.backward_schedules = check_backward_schedules(self.algorithm, backward_schedules, group)
+        check_save(self.algorithm, save, f"differentiable / compile_autograd({self.algorithm.name})")
         self.group = group
         self.save = save
         self._bwd: dict[tuple, tuple[GradientAlgorithms, list[_Runner], list]] = {}

@@ -18,7 +18,7 @@ import torch
 from ..errors import AlgorithmError
 from .combiners import Combiner, get as get_combiner
 
-__all__ = ["Expr", "Const", "Axis", "ScalarParam", "Load", "Unary", "Binary", "Where", "Cast", "Reduce",
+__all__ = ["NEGATIVE_POWERS", "Expr", "Const", "Axis", "ScalarParam", "Load", "Unary", "Binary", "Where", "Cast", "Reduce",
            "Output", "InputTensor", "PaddedTensor", "as_expr", "fmt", "UNARY_OPS", "BINARY_OPS", "COMPARE_OPS", "INT_OPS",
            "FP8_DTYPES", "SATURATING_DTYPES"]
 
@@ -82,7 +82,11 @@ class Expr:
         if isinstance(o, (int, float)) and not isinstance(o, bool) and float(o).is_integer() and 0 < abs(o) <= 64:
             # a negative power as a power of 1 / x: its gradient -n x^(-n-1) stays finite wherever torch's does
             # (1 / x^n's chain rule divides by x^n twice: -inf below |x| ~ 1e-8 at n = 3 in fp32)
-            return pow_int(self if o > 0 else Binary("div", Const(1.0), self), int(abs(o)))
+            if o > 0:
+                return pow_int(self, int(o))
+            recip = Binary("div", Const(1.0), self)
+            NEGATIVE_POWERS[recip.uid] = int(o)   # an integer base is refused at the call (torch raises)
+            return pow_int(recip, int(-o))
         if isinstance(o, (int, float)) and float(o) == 0.0:
             return Where(Binary("eq", self, self), Const(1.0), Const(1.0))  # 1 everywhere, NaN too
         if isinstance(o, (int, float)) and float(o) == 0.5:
@@ -192,6 +196,12 @@ def _no_children(node: Expr, children: Sequence[Expr]) -> None:
         raise ValueError(f"{type(node).__name__} has no children, got {len(children)}")
 
 
+#: ``x ** -n`` of a negative integer literal: the uid of its ``1.0 / x`` node -> ``-n``. Its base's dtype is
+#: known at the call only, where an integer base is refused (torch raises "Integers to negative integer
+#: powers are not allowed"; the reciprocal would make it float)
+NEGATIVE_POWERS: dict[int, int] = {}
+
+
 def pow_int(x: Expr, n: int) -> Expr:
     """``x ** n`` for an integer ``n >= 1`` as products (square and multiply): exact signs for a
     negative ``x``, and gradients that are finite at 0."""
@@ -211,7 +221,9 @@ def pow_general(x: Expr, p: Expr) -> Expr:
     infinities for an odd integer ``p``, NaN for a finite negative ``x`` and a non-integer ``p``, 1
     for ``p == 0`` and for ``x == 1``, NaN included), except ``p == 0.5`` and ``p == -0.5``, which
     torch computes as ``sqrt(x)`` and ``1 / sqrt(x)`` (NaN at ``x = -inf``; ``-inf`` at ``x = -0.0``
-    for ``-0.5``). The result is floating (an integer ``x`` and ``p`` included). Its gradients are
+    for ``-0.5``); a tensor exponent (one with axes) is C's pow alone, as torch's tensor pow. The
+    result is floating, but integer ``x`` and ``p`` give an exact integer (torch's promoted dtype;
+    an integer ``x`` to a negative literal or ``int`` argument is refused at the call, as torch raises). Its gradients are
     torch's (``grad/derive.py``): ``p * x ** (p - 1)`` in ``x`` (0 where ``p == 0``), and
     ``x ** p * log(x)`` in ``p`` (0 where ``x == 0`` and ``p >= 0``)."""
     return Binary("pow", x, p)

@@ -15,9 +15,9 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from ..errors import IndexRangeError, ShapeError, ZeroDivisorError
-from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT_OPS, Load, Reduce, ScalarParam, Unary,
-                   Where, fmt)
+from ..errors import AlgorithmError, IndexRangeError, ShapeError, ZeroDivisorError
+from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT_OPS, NEGATIVE_POWERS, Load, Reduce,
+                   ScalarParam, Unary, Where, fmt)
 from .intervals import Read, analyse_reads, int_magnitude, integer_valued
 from .walk import mul_factors, topo_order
 
@@ -140,10 +140,36 @@ def _node_dtype(n: Expr, dtypes: dict[str, torch.dtype], typed: dict) -> tuple[t
         if n.op in COMPARE_OPS:
             return torch.bool, False
         t = _promote(typed[n.a.uid], typed[n.b.uid])
+        if n.op == "pow" and not t[0].is_floating_point:   # integer ** integer: an integer, as torch.pow
+            return (torch.int64, t[1]) if t[0] == torch.bool else t
         return _as_float(t) if n.op in ("div", "pow") else t
     if isinstance(n, Where):
         return _promote(typed[n.a.uid], typed[n.b.uid])
     raise AssertionError(n)
+
+
+def check_integer_powers(alg, dtypes: dict[str, torch.dtype], scalars: dict[str, Any]) -> None:
+    """Refuse an integer base to a negative integer power known at the call (a literal ``X[i] ** -1``
+    or an ``int`` argument ``q < 0`` in ``X[i] ** q``; ``scalars``: argument name -> value) with an
+    :class:`AlgorithmError`: torch raises "Integers to negative integer powers are not allowed" there
+    (a negative integer *tensor* exponent gives C's integer pow, 0, 1 or -1, as torch's)."""
+    typed: dict[int, tuple[torch.dtype, bool]] = {}
+    for n in alg.nodes:
+        typed[n.uid] = _node_dtype(n, dtypes, typed)
+        if isinstance(n, Binary) and n.uid in NEGATIVE_POWERS:
+            base, k = n.b, NEGATIVE_POWERS[n.uid]
+        elif isinstance(n, Binary) and n.op == "pow":
+            base, e = n.a, n.b
+            k = (int(e.value) if isinstance(e, Const) and e.integer else scalars.get(e.name) if isinstance(e, ScalarParam)
+                 else None)
+            if not isinstance(k, int) or k >= 0 or typed[e.uid][0].is_floating_point:
+                continue
+        else:
+            continue
+        if not typed[base.uid][0].is_floating_point:
+            raise AlgorithmError(f"{alg.name}: {fmt(base)} ** {k}: {fmt(base)} is an integer ({typed[base.uid][0]}) and "
+                                 f"torch raises \"Integers to negative integer powers are not allowed\"; cast the base "
+                                 f"to float first, dt.cast({fmt(base)}, torch.float32) ** {k} (or pass a float tensor)")
 
 
 def check_computed_indices(alg, sizes: dict[str, int], axis_sizes: dict[str, int],
@@ -296,6 +322,7 @@ class Binding:
                                  f"(it rounds toward zero, as .long() does)")
         axis_sizes = {ax: sizes[sym] for ax, sym in alg.axis_size.items()}
         check_computed_indices(alg, sizes, axis_sizes, dtypes)
+        check_integer_powers(alg, dtypes, {p.name: a for p, a in zip(alg.params, args) if isinstance(p, ScalarParam)})
         out_dtypes = output_dtypes(alg, dtypes)
         reads: list[Read] = []
         big = 0
@@ -422,21 +449,9 @@ def _align(v: _Val, axes: tuple[str, ...]) -> torch.Tensor:
 
 _UNARY = {"neg": torch.neg, "exp": torch.exp, "exp2": torch.exp2, "log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
           "tanh": torch.tanh, "sigmoid": torch.sigmoid, "abs": torch.abs}
-def _torch_pow(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    """``torch.pow(x, p)`` with the values it has for a Python number ``p`` at every element: C's
-    ``pow``, but ``sqrt(x)`` where ``p == 0.5`` and ``1 / sqrt(x)`` where ``p == -0.5`` (torch's
-    special cases for a number exponent: NaN at ``x = -inf``, ``-inf`` at ``x = -0.0`` for ``-0.5``).
-    ``x`` and ``p`` are floating tensors of one dtype, broadcast together."""
-    r = torch.pow(x, p)
-    if bool(((p == 0.5) | (p == -0.5)).any()):
-        s = torch.sqrt(x)
-        r = torch.where(p == 0.5, s, torch.where(p == -0.5, 1.0 / s, r))
-    return r
-
-
 _BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
            "floordiv": lambda a, b: torch.div(a, b, rounding_mode="floor"), "mod": torch.remainder,
-           "maximum": torch.maximum, "minimum": torch.minimum, "pow": _torch_pow, "lt": torch.lt, "le": torch.le,
+           "maximum": torch.maximum, "minimum": torch.minimum, "pow": torch.pow, "lt": torch.lt, "le": torch.le,
            "gt": torch.gt, "ge": torch.ge, "eq": torch.eq, "ne": torch.ne}
 
 
@@ -520,11 +535,12 @@ class _Evaluator:
         if n.op in COMPARE_OPS:
             if not ints and x.dtype != y.dtype:
                 x, y = self.as_float(x), self.as_float(y)
-        elif ints and n.op not in ("div", "pow"):   # integer arithmetic stays exact (axis values, indices)
+        elif ints and n.op != "div":   # integer arithmetic stays exact (axis values, indices, integer powers)
             x, y = x.long(), y.long()
         else:
             x, y = self.as_float(x), self.as_float(y)
-        if n.op == "pow" and not vb.axes:   # a number exponent: torch.pow(x, number), its special cases included
+        # a number exponent: torch.pow(x, number), its sqrt cases at +-0.5 included; a tensor exponent, C's pow
+        if n.op == "pow" and not vb.axes and not ints:
             return _Val(torch.pow(x, float(y.reshape(()))), ax)
         return _Val(_BINARY[n.op](x, y), ax)
 

@@ -110,6 +110,9 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.literal_scalars = plan_literal_scalars(k, index_values or {})
     k.pair_taps = plan_pair_taps(k, index_values or {}, sched.window_loads)
     k.native_folds, k.raw_loads = plan_native_folds(k, sched.narrow_minmax)
+    k.window_knobs = frozenset(
+        ([] if sched.window_loads == "pairs" or not plan_pair_taps(k, index_values or {}, "pairs") else ["window_loads"])
+        + ([] if sched.narrow_minmax or not plan_native_folds(k, True)[0] else ["narrow_minmax"]))
     k.exact_counts = plan_exact_counts(k, small_sizes or {})
     k.max_registers = register_cap(k)
 
@@ -183,7 +186,8 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
     all TMA or without a contraction loop, a dot precision without fp32 dots, eviction hints on
     inputs that no pointer or block-pointer load reads (TMA tile loads take none), ``mask_bounds=False``
     where no loop has bounds to turn off, an ``unroll`` of 2 or more without a reduction loop,
-    ``rolling=True`` where no window sum is computed by rolling rows."""
+    ``rolling=True`` where no window sum is computed by rolling rows, ``window_loads="taps"`` or
+    ``narrow_minmax=False`` where no pooling window would read pairs or fold in 16 bits."""
     kernels = prog.kernels
     notes = []
     if sched.split_mode is not None and not any(f > 1 for f in sched.split.values()):
@@ -232,6 +236,13 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
         notes.append("rolling=True has no effect: no kernel of this call stores one window sum of two loads whose "
                      "input row is an output row axis (tile 2 or more) plus an unrolled window axis (a depthwise "
                      "convolution at stride 1 under pointer access, not persistent); drop it")
+    if sched.window_loads != "pairs" and not any("window_loads" in k.window_knobs for k in kernels):
+        notes.append(f"window_loads={sched.window_loads!r} has no effect: no kernel of this call reads a pooling window's "
+                     "taps as contiguous pairs (a window of stride 2, 4 or 8 on the unit-stride dim, pointer access, an "
+                     "unrolled tap loop); drop it")
+    if not sched.narrow_minmax and not any("narrow_minmax" in k.window_knobs for k in kernels):
+        notes.append("narrow_minmax=False has no effect: no kernel of this call has a pooling window's max or min of one "
+                     "float16 input (or bfloat16 on the GPU) to fold in that dtype; drop it")
     used = set().union(*(k.evicted for k in kernels)) if kernels else set()
     for t, ev in sched.eviction.items():
         if ev != "evict_normal" and t not in used:

@@ -327,6 +327,8 @@ class KernelPlan:
     native_folds: frozenset = frozenset()             # ids of max/min reductions folded in their input's 16-bit
                                                       # dtype (exact), whose input loads stay in it (raw_loads)
     raw_loads: frozenset = frozenset()                # Load ids printed without the conversion to the compute dtype
+    window_knobs: frozenset = frozenset()             # the window knobs set off their default (window_loads,
+                                                      # narrow_minmax) that change this kernel: the others warn
     exact_counts: dict[int, int] = field(default_factory=dict)  # a mean's id -> the count it divides by, pinned
                                                       # by the call (plan.passes.plan_exact_counts)
     tile_stages: int = 0                              # >1: the persistent tile loop is software-pipelined

@@ -4,6 +4,7 @@ in-place calls, gather indices, and the key of a call signature (the fast launch
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 
@@ -66,17 +67,19 @@ def element_addresses(t: torch.Tensor) -> torch.Tensor:
     return torch.sort(offs.reshape(-1) * t.element_size() + t.data_ptr()).values
 
 
-def check_out_memory(name: str, out: torch.Tensor, inputs: dict[str, torch.Tensor]) -> list[str]:
+def check_out_memory(name: str, out: torch.Tensor, inputs: dict[str, torch.Tensor],
+                     inplace_why: Callable[[str], str | None] | None = None) -> list[str]:
     """Refuse an ``out=`` tensor whose elements share memory (a stride-0 expanded dim), or that
     overlaps an input without being exactly that input: programs would read values other
     programs already overwrote (torch refuses these too). Returns the names of the inputs
     ``out`` is exactly (an in-place call, ``out=X``, possibly for several parameters at once;
-    :func:`inplace_problem` decides for each whether the algorithm allows it)."""
+    :func:`inplace_problem` decides for each whether the algorithm allows it; ``inplace_why``, that
+    function for this call, keeps the overlap message from suggesting an in-place call it refuses)."""
     found: list[str] = []
     if out.numel() == 0:
         return found
     if any(st == 0 for st, n in zip(out.stride(), out.shape) if n > 1):
-        raise ShapeError(f"out= for {name} has a stride-0 (expanded) dim (strides {tuple(out.stride())}): several "
+        raise ShapeError(f"out= for output {name!r} has a stride-0 (expanded) dim (strides {tuple(out.stride())}): several "
                          "elements would be written to one memory location; pass a tensor with distinct elements")
     for pname, x in inputs.items():
         if not isinstance(x, torch.Tensor) or x.numel() == 0 or x.device != out.device:
@@ -86,9 +89,11 @@ def check_out_memory(name: str, out: torch.Tensor, inputs: dict[str, torch.Tenso
         if same:
             found.append(pname)
         elif overlap(x, out):
-            raise ShapeError(f"out= for {name} overlaps input {pname!r} without being that same tensor: programs "
-                             f"would read values already overwritten; write into a separate tensor (or pass "
-                             f"out={pname} itself for an in-place call)")
+            why = inplace_why(pname) if inplace_why is not None else None
+            alt = (f" (out={pname} itself, an in-place call, is refused too: {why})" if why else
+                   f" (or pass out={pname} itself for an in-place call)")
+            raise ShapeError(f"out= for output {name!r} overlaps input {pname!r} without being that same tensor: programs "
+                             f"would read values already overwritten; write into a separate tensor{alt}")
     return found
 
 
@@ -100,15 +105,15 @@ def check_given_out(alg: Algorithm, sched: Schedule, name: str, given: torch.Ten
     schedule cannot do (:func:`inplace_problem`; ``materialised``: ids of the reductions earlier
     kernels write to buffers)."""
     if tuple(given.shape) != tuple(shape) or given.dtype != dtype:
-        raise ShapeError(f"out= for {name} must have shape {tuple(shape)} and dtype {dtype}, "
+        raise ShapeError(f"out= for output {name!r} must have shape {tuple(shape)} and dtype {dtype}, "
                          f"got {tuple(given.shape)} {given.dtype}")
     if given.device != device:
-        raise ShapeError(f"out= for {name} is on {given.device} but the call runs on {device}; "
+        raise ShapeError(f"out= for output {name!r} is on {given.device} but the call runs on {device}; "
                          f"pass an out= tensor on {device}")
-    for same in check_out_memory(name, given, inputs):
+    for same in check_out_memory(name, given, inputs, lambda x: inplace_problem(alg, sched, x, materialised)):
         why = inplace_problem(alg, sched, same, materialised)
         if why:
-            raise ShapeError(f"out= for {name} is input {same!r} itself (an in-place call), which this "
+            raise ShapeError(f"out= for output {name!r} is input {same!r} itself (an in-place call), which this "
                              f"algorithm and schedule cannot do: {why}; pass a separate out= tensor")
 
 
@@ -124,15 +129,15 @@ def normalise_out(alg: Algorithm, out) -> tuple[torch.Tensor, ...]:
                          f"got {len(outs)}" + ("; pass a tuple" if len(names) > 1 else ""))
     for n, t in zip(names, outs):
         if not isinstance(t, torch.Tensor):
-            raise ShapeError(f"out= for {n} must be a torch.Tensor, got {type(t).__name__}")
+            raise ShapeError(f"out= for output {n!r} must be a torch.Tensor, got {type(t).__name__}")
         if t.requires_grad and torch.is_grad_enabled():
-            raise ShapeError(f"out= for {n} requires grad: writing into it would overwrite a tensor autograd "
+            raise ShapeError(f"out= for output {n!r} requires grad: writing into it would overwrite a tensor autograd "
                              f"tracks (torch refuses this too); pass a tensor that does not require grad, or "
                              f"call under torch.no_grad()")
     for a in range(len(outs)):
         for c in range(a + 1, len(outs)):
             if overlap(outs[a], outs[c]):
-                raise ShapeError(f"out= for {names[a]} and out= for {names[c]} share memory; pass a separate "
+                raise ShapeError(f"out= for outputs {names[a]!r} and {names[c]!r} share memory; pass a separate "
                                  f"tensor for each output")
     return outs
 

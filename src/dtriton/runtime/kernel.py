@@ -286,16 +286,23 @@ class Kernel:
         args = stage_inputs(self.algorithm, args, copies)
         return args, self.algorithm.bind(args), True
 
-    def source_for(self, *args) -> str:
-        """Generated Triton source for a call with these arguments (compiles nothing on the GPU)."""
+    def source_for(self, *args, **named) -> str:
+        """Generated Triton source for a call with these arguments (compiles nothing on the GPU),
+        positional or by parameter name as the call takes them (a :class:`ShapeError` for a missing,
+        repeated or unknown one)."""
+        if named:
+            args = merge_named(self.algorithm, args, named)
         b = self.algorithm.bind(args)
         interpret = backend_for(b.device) == "interpreter"
         args, b, _ = self._staged(args, b, interpret)
         sched, spec = self._schedule_and_spec(b, args, interpret)
         return self._plan(sched, b, args, interpret, spec=spec).source
 
-    def schedule_for(self, *args) -> Schedule:
-        """The complete schedule a call with these arguments runs."""
+    def schedule_for(self, *args, **named) -> Schedule:
+        """The complete schedule a call with these arguments runs (given positionally or by parameter
+        name, as the call takes them)."""
+        if named:
+            args = merge_named(self.algorithm, args, named)
         b = self.algorithm.bind(args)
         interpret = backend_for(b.device) == "interpreter"
         args, b, _ = self._staged(args, b, interpret)

@@ -16,7 +16,7 @@ import torch
 from ...ir import Combiner
 from ...plan.kernel import Program
 
-__all__ = ["HEADER", "INDEX_SENTINEL", "OPSYM", "POW_GPU", "POW_INTERPRETER", "ROUND_BF16", "TL_DTYPES", "close_helper", "combine_helper", "combine_text", "step_helper",
+__all__ = ["HEADER", "INDEX_SENTINEL", "OPSYM", "POW_GPU", "POW_INT", "POW_INTERPRETER", "ROUND_BF16", "TL_DTYPES", "close_helper", "combine_helper", "combine_text", "step_helper",
            "header", "identity_text"]
 
 TL_DTYPES = {torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float32: "tl.float32",
@@ -55,6 +55,24 @@ POW_GPU = '''from triton.language.extra import libdevice as _libdevice
 @_jit
 def _pow_c(x, p):
     return _libdevice.pow(x, p)
+'''
+
+#: an integer ``x ** e`` as torch's (int64, wrapping as its products do): square and multiply over the
+#: 63 bits of a non-negative ``e``; a negative ``e`` gives C's integer pow, 1 for ``x == 1``, +-1 for
+#: ``x == -1`` by the parity of ``e``, else 0 (torch's for a tensor exponent)
+POW_INT = '''@_jit
+def _pow_int(x, e):
+    x = x + tl.full((), 0, tl.int64)
+    e = e + tl.full((), 0, tl.int64)
+    neg = tl.where(x == 1, 1, tl.where(x == -1, 1 - 2 * (e & 1), 0))
+    r = x * 0 + e * 0 + 1
+    b = x
+    k = e
+    for _ in tl.static_range(63):
+        r = tl.where((k & 1) != 0, r * b, r)
+        b = b * b
+        k = k >> 1
+    return tl.where(e < 0, neg, r)
 '''
 
 #: C's pow on Triton's interpreter, which cannot call libdevice: numpy's power of the operands'

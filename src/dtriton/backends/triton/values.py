@@ -16,10 +16,21 @@ from ...ir import Axis, Binary, COMPARE_OPS, Cast, Const, Expr, Load, Reduce, Sc
 from ...plan.kernel import AxisPlan
 from .limits import MAX_BLOCK_NUMEL
 from .narrow import FP8_FORMATS, ROUND_FP8, SATURATE_INT, saturate_float_bounds, saturate_int_text
-from .prelude import OPSYM, POW_GPU, POW_INTERPRETER, ROUND_BF16, TL_DTYPES
+from .prelude import OPSYM, POW_GPU, POW_INT, POW_INTERPRETER, ROUND_BF16, TL_DTYPES
 from .scope import Bind, Scope
 
-__all__ = ["ValuePrinter"]
+__all__ = ["ValuePrinter", "float_literal"]
+
+
+def float_literal(v: float) -> str:
+    """A Python float as Triton kernel source: ``float('inf')``, ``-float('inf')`` and
+    ``float('nan')`` for the non-finite values (``repr`` gives a bare ``inf``, an undefined name
+    in the kernel), ``repr(v)`` otherwise."""
+    if math.isinf(v):
+        return "float('inf')" if v > 0 else "-float('inf')"
+    if math.isnan(v):
+        return "float('nan')"
+    return repr(v)
 
 
 class ValuePrinter:
@@ -285,10 +296,8 @@ class ValuePrinter:
                 return self.relayout(v, vl, layout, self.present(n, scope), scope)
         if isinstance(n, Const):
             v = n.value
-            if math.isinf(v):
-                return "float('inf')" if v > 0 else "-float('inf')"
-            if math.isnan(v):
-                return "float('nan')"
+            if not math.isfinite(v):
+                return float_literal(v)
             if v == 0 and math.copysign(1.0, v) < 0:
                 # Triton makes every zero literal +0.0; a product with a tensor keeps the sign
                 return f"(tl.full((), -1.0, {self.cdt}) * 0.0)"
@@ -439,9 +448,13 @@ class ValuePrinter:
         return f"tl.cast({x}, {tdt}).to({self.cdt})", why
 
     def pow(self, n: Binary, a: str, b: str, scope: Scope) -> tuple[str, str]:
-        """``n = a ** b`` (printed operands) with torch.pow's values for a number exponent: C's pow
-        (``_pow_c``: libdevice's on the GPU, numpy's on the interpreter), ``sqrt`` at ``b == 0.5``
-        and ``1 / sqrt`` at ``b == -0.5`` (torch's special cases); a literal exponent picks its case here."""
+        """``n = a ** b`` (printed operands) with torch.pow's values: of integers, exact (``_pow_int``);
+        else C's pow (``_pow_c``: libdevice's on the GPU, numpy's on the interpreter), and for an
+        exponent without axes (a number: a literal or scalar argument) ``sqrt`` at ``b == 0.5`` and
+        ``1 / sqrt`` at ``b == -0.5`` (torch's special cases of a number exponent; a literal picks its
+        case here). A tensor exponent is C's pow alone, as torch's tensor pow."""
+        if self.is_int(n):   # integer ** integer: exact, int64 (as torch's, in the promoted integer dtype)
+            return f"{self.use_helper('_pow_int', POW_INT)}({a}, {b})", "integer pow (square and multiply)"
         sqrt = "tl.sqrt_rn" if self.cdt == "tl.float32" else "tl.sqrt"
         x = self.fresh("xp")
         scope.emit(f"{x} = tl.cast({self.as_float(n.a, a)}, {self.cdt})")
@@ -449,11 +462,13 @@ class ValuePrinter:
             return (f"{sqrt}({x})" if n.b.value > 0 else f"1.0 / {sqrt}({x})"), "x ** 0.5 as torch: sqrt"
         fn = self.use_helper("_pow_c", POW_INTERPRETER if self.k.interpret else POW_GPU)
         if isinstance(n.b, Const):
-            return f"{fn}({x}, tl.full((), {float(n.b.value)!r}, {self.cdt}))", "C's pow"
+            return f"{fn}({x}, tl.full((), {float_literal(float(n.b.value))}, {self.cdt}))", "C's pow"
         p = self.fresh("pp")
         scope.emit(f"{p} = tl.cast({self.as_float(n.b, b)}, {self.cdt})")
+        if n.b.axes:   # a tensor exponent: torch's tensor pow is C's, with no sqrt cases (its gradient's x ** (p - 1) too)
+            return f"{fn}({x}, {p})", "C's pow (a tensor exponent)"
         return (f"tl.where({p} == 0.5, {sqrt}({x}), tl.where({p} == -0.5, 1.0 / {sqrt}({x}), {fn}({x}, {p})))",
-                "torch.pow: C's pow, sqrt and 1 / sqrt at p = 0.5 and -0.5")
+                "torch.pow of a number: C's pow, sqrt and 1 / sqrt at p = 0.5 and -0.5")
 
     def floor_op(self, op: str, a: str, b: str, scope: Scope) -> str:
         """``a // b`` or ``a % b`` of integers rounded as Python and torch do (toward -inf; the
@@ -511,7 +526,7 @@ class ValuePrinter:
             return not n.dtype.is_floating_point
         if isinstance(n, Const):
             return n.integer and n.value.is_integer()
-        if isinstance(n, Binary) and n.op in ("add", "sub", "mul", "floordiv", "mod", "maximum", "minimum"):
+        if isinstance(n, Binary) and n.op in ("add", "sub", "mul", "floordiv", "mod", "maximum", "minimum", "pow"):
             return self.is_int(n.a) and self.is_int(n.b)
         if isinstance(n, Unary) and n.op in ("neg", "abs"):
             return self.is_int(n.x)
