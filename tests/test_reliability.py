@@ -36,10 +36,32 @@ def test_case9_number_to_the_power_of_an_expression(base):
     torch.testing.assert_close(rpow.reference(X), ref)
 
 
-def test_case9_negative_or_zero_base_is_refused_with_a_clear_error():
+@pytest.mark.parametrize("base", [-2.0, 0.0, -0.0, -3, 0, 2, float("inf")])
+def test_case9_any_number_base_is_torch_pow(base):
+    """``c ** x`` for zero, negative, infinite and integer bases: torch.pow(c, x) (NaN for a negative
+    base and a non-integer exponent), its dtype (an integer base to an integer tensor: int64, exact),
+    in the kernel and the reference; a non-numeric base is refused."""
+    @dt.algorithm
+    def rpow(X: dt.Tensor["N"]):
+        i, = dt.axes("i")
+        return (base ** X[i])[i]
+
+    X = torch.tensor([-3.0, -2.0, -0.5, -0.0, 0.0, 0.25, 1.0, 3.0, 7.0, float("nan"), float("inf"), -float("inf")])
+    Xi = torch.tensor([0, 1, 2, 3, 5, 9])
+    for x in (X, Xi) if isinstance(base, int) else (X,):
+        ref = base ** x
+        for got in (dt.compile(rpow)(x), rpow.reference(x)):
+            assert got.dtype == ref.dtype
+            torch.testing.assert_close(got, ref, equal_nan=True, rtol=2e-7, atol=0)
+    if isinstance(base, float):   # the gradient in x: c ** x * log(c), as torch's (the log of c in double)
+        x1 = X.double().requires_grad_()
+        dt.compile_autograd(rpow)(x1).sum().backward()
+        x2 = X.double().requires_grad_()
+        torch.pow(base, x2).sum().backward()
+        torch.testing.assert_close(x1.grad, x2.grad, equal_nan=True, rtol=1e-15, atol=0)
     i, = dt.axes("i")
     with pytest.raises(dt.AlgorithmError, match="base"):
-        (-2.0) ** i
+        "2" ** i
 
 
 # ----------------------------------------------------------------------------------------------

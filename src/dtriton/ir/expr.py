@@ -93,14 +93,14 @@ class Expr:
             return Unary("sqrt", self)
         return pow_general(self, as_expr(o))
     def __rpow__(self, o):
-        """``c ** x`` for a positive number ``c``: ``exp(x * log(c))`` (1 everywhere for ``c == 1``,
-        NaN included, as torch). A zero, negative or non-numeric base raises :class:`AlgorithmError`."""
-        if isinstance(o, bool) or not isinstance(o, (int, float)) or not float(o) > 0 or math.isinf(o):
-            raise AlgorithmError(f"{o!r} ** expression: the base must be a finite positive number (it is computed "
-                                 "as exp(x * log(base))); for a zero or negative base write dt.where over the cases")
-        if float(o) == 1.0:
-            return Where(Binary("eq", self, self), Const(1.0), Const(1.0))
-        return Unary("exp", Binary("mul", self, Const(math.log(float(o)))))
+        """``c ** x`` for a Python number ``c``: the ``pow`` node (:func:`pow_general`), torch's
+        ``torch.pow(c, x)``: C's pow for a float result (zero and negative bases included: NaN for a
+        negative base and a non-integer exponent, 1 for ``c == 1`` whatever ``x``), an exact integer
+        in torch's promoted dtype for an integer ``c`` and an integer ``x``. A non-numeric base raises
+        :class:`AlgorithmError`."""
+        if isinstance(o, bool) or not isinstance(o, (int, float)):
+            raise AlgorithmError(f"{o!r} ** expression: the base must be a Python int or float (or an expression)")
+        return pow_general(as_expr(o), self)
     def __neg__(self): return Unary("neg", self)
     def __pos__(self): return self
     def __abs__(self): return Unary("abs", self)
