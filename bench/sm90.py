@@ -148,23 +148,25 @@ def compile_sm90(fn, meta, sig: dict, consts: dict, attrs: dict):
                           options={"num_warps": meta.ir.num_warps, "num_stages": meta.ir.num_stages, **cap})
 
 
-def resources(cubin: bytes) -> str:
-    """``"regs N stack N"`` of a cubin (cuobjdump's resource usage; a stack above 0 means spills)."""
+def cuobjdump(cubin: bytes, *flags: str) -> str:
+    """cuobjdump's text for a cubin (written to a temporary file) with ``flags``."""
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
         f.write(cubin)
-    out = subprocess.run([CUOBJDUMP, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
-    os.unlink(f.name)
-    m = re.search(r"REG:(\d+).*?STACK:(\d+)", out)
+    try:
+        return subprocess.run([CUOBJDUMP, *flags, f.name], capture_output=True, text=True).stdout
+    finally:
+        os.unlink(f.name)
+
+
+def resources(cubin: bytes) -> str:
+    """``"regs N stack N"`` of a cubin (cuobjdump's resource usage; a stack above 0 means spills)."""
+    m = re.search(r"REG:(\d+).*?STACK:(\d+)", cuobjdump(cubin, "--dump-resource-usage"))
     return f"regs {m.group(1)} stack {m.group(2)}" if m else "regs ?"
 
 
 def sass_count(cubin: bytes) -> int:
     """The SASS instructions of a cubin (``cuobjdump -sass``; NOPs not counted)."""
-    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
-        f.write(cubin)
-    out = subprocess.run([CUOBJDUMP, "-sass", f.name], capture_output=True, text=True).stdout
-    os.unlink(f.name)
-    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", out)
+    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9_.]+)", cuobjdump(cubin, "-sass"))
     return sum(1 for op in ops if op != "NOP")
 
 

@@ -232,8 +232,14 @@ def register_cap(k: KernelPlan) -> int:
     used = list(k.passes) + [p for u, p in k.single.items() if u not in tops]   # (the printed passes)
     if k.interpret or not any(p.unroll > 1 and p.block_acc and not p.online for p in used):
         return split_dot_cap(k)
-    cap = REGISTERS_PER_SM // (PROGRAMS_PER_SM * k.num_warps * 32) // 8 * 8
+    cap = sm_share_cap(k.num_warps)
     return cap if 64 <= cap < 255 else 0
+
+
+def sm_share_cap(num_warps: int) -> int:
+    """The registers a thread may take (a multiple of 8) so that :data:`PROGRAMS_PER_SM` programs of
+    ``num_warps`` warps fit an SM's register file together (128 at 4 warps, 64 at 8)."""
+    return REGISTERS_PER_SM // (PROGRAMS_PER_SM * num_warps * 32) // 8 * 8
 
 
 #: fp32 dot precisions Triton runs as several tensor-core passes over operands it splits in registers
@@ -247,14 +253,15 @@ def split_dot_cap(k: KernelPlan) -> int:
     tensor-core passes over the operands' parts split in registers, waiting for each pass, so a
     program idles between them and the SM needs other programs to fill the gaps; ptxas gives the
     diffusion layer's 64 x 64 tf32x3 output GEMM 153 registers (three programs an SM) and, capped at
-    128, spills nothing (sm_90 compile). H200, s8 call 1: the diffusion forward at V = 100000 133.2 us against 136.9 uncapped (out0 -3.7 us), V = 2000 within noise. 0 (no cap) elsewhere: larger
-    tiles need their registers (a 64 x 128 accumulator alone takes 64 a thread)."""
+    128, spills nothing (sm_90 compile). H200, s8 call 1: the diffusion forward at V = 100000 133.2 us
+    against 136.9 uncapped (out0 -3.7 us), V = 2000 within noise. 0 (no cap) elsewhere: larger tiles
+    need their registers (a 64 x 128 accumulator alone takes 64 a thread)."""
     if k.interpret or k.num_warps != 4 or not k.dots:
         return 0
     dots = list(k.dots.values())
     if any(d.precision not in SPLIT_PRECISIONS or k.axes[d.m].block * k.axes[d.n].block > 64 * 64 for d in dots):
         return 0
-    return REGISTERS_PER_SM // (PROGRAMS_PER_SM * k.num_warps * 32)
+    return sm_share_cap(k.num_warps)
 
 
 def _step_bytes(k: KernelPlan, rs: list[Reduce], elements: bool = False) -> int:
