@@ -16,6 +16,9 @@ in each case whose backward algorithms ``JSON`` names: its backward kernels take
 ``--only layer_norm --variant 'dwdb 8 warps={"layer_norm_grad_X_w_b": {"stages": {"out1": {"num_warps": 8},
 "out2": {"num_warps": 8}}}}'``. ``--cuda-graphs`` adds a row per non-attention case: dtriton's kernel
 captured by ``torch.cuda.make_graphed_callables`` on the step's inputs (see ``DifferentiableKernel``).
+``--given-grad``: the step hands each output a fixed gradient in its dtype instead of the loss (so the step
+is the forward and the backward alone). ``--graph-step``: every row's whole step is also captured in one
+CUDA graph and replayed (its GPU time, no host launch path).
 """
 import argparse
 import json
@@ -78,6 +81,23 @@ def _bench(f):
     return do_bench(f, warmup=10, rep=50)
 
 
+def _graph_ms(step):
+    """Median ms of one replay of ``step`` captured whole (forward, loss, backward) in a CUDA graph:
+    the step's GPU time without the host's launch path. ``None`` in a dry run."""
+    if DEV == "cpu":
+        return None
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        step()
+    return do_bench(g.replay, warmup=10, rep=100)
+
+
 def _floating(t) -> bool:
     return isinstance(t, torch.Tensor) and t.is_floating_point()
 
@@ -95,7 +115,7 @@ class CudaGraphed:
         return torch.cuda.make_graphed_callables(self.dk, tuple(ins))
 
 
-def run_case(name, fns, make_inputs, grad_idx, rows):
+def run_case(name, fns, make_inputs, grad_idx, rows, given_grad=False, graph_step=False):
     base = make_inputs()
     ref_in = [t.detach().double().requires_grad_(k in grad_idx) if _floating(t) else t
               for k, t in enumerate(base)]
@@ -104,6 +124,11 @@ def run_case(name, fns, make_inputs, grad_idx, rows):
     outs = out if isinstance(out, tuple) else (out,)
     # a random weighting of the outputs (a plain sum of softmax rows has a zero gradient)
     weights = [torch.randn(o.shape, device=DEV, generator=torch.Generator(DEV).manual_seed(n)) for n, o in enumerate(outs)]
+    cast = None
+    if given_grad:   # the output gradients in the outputs' own dtypes; the reference takes them rounded alike
+        low = fns["eager"](*base)
+        cast = [w.to(o.dtype) for w, o in zip(weights, low if isinstance(low, tuple) else (low,))]
+        weights = [c.float() for c in cast]
     sum((o * w.double()).sum() for o, w in zip(outs, weights)).backward()
     ref_g = [ref_in[k].grad for k in grad_idx]
     del fns["eager fp64"]
@@ -124,7 +149,10 @@ def run_case(name, fns, make_inputs, grad_idx, rows):
                 ins[k].grad = None
             o = f(*ins)
             oo = o if isinstance(o, tuple) else (o,)
-            sum((x.float() * w).sum() for x, w in zip(oo, weights)).backward()
+            if given_grad:   # the output gradients given: no loss kernels in the step
+                torch.autograd.backward(oo, cast)
+            else:
+                sum((x.float() * w).sum() for x, w in zip(oo, weights)).backward()
         try:
             step()
             errs = [((ins[k].grad.double() - g).norm() / g.norm()).item() for k, g in zip(grad_idx, ref_g)]
@@ -132,7 +160,14 @@ def run_case(name, fns, make_inputs, grad_idx, rows):
             fwd = lambda: f(*[t.detach() if isinstance(t, torch.Tensor) else t for t in ins])  # noqa: E731
             t_f = _bench(fwd)
             t_fb = _bench(step)
-            rows.append(dict(case=name, impl=impl, fwd_ms=round(t_f, 4), fwd_bwd_ms=round(t_fb, 4), max_grad_rel_err=max(errs),
+            t_g = None
+            if graph_step and not isinstance(fns[impl], CudaGraphed):
+                try:
+                    t_g = _graph_ms(step)
+                except Exception as e:  # noqa: BLE001
+                    print(f"{impl}: graph capture failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            rows.append(dict(case=name, impl=impl, fwd_ms=round(t_f, 4), fwd_bwd_ms=round(t_fb, 4),
+                             graph_fwd_bwd_ms=round(t_g, 4) if t_g else None, max_grad_rel_err=max(errs),
                              kernels=f"{counts['forward']}/{counts['backward']}" if counts else ""))
         except Exception as e:  # noqa: BLE001
             rows.append(dict(case=name, impl=impl, fwd_ms=None, fwd_bwd_ms=None, max_grad_rel_err=None,
@@ -186,6 +221,12 @@ def main(argv=None):
     ap.add_argument("--cuda-graphs", action="store_true",
                     help="an extra row per case with tensor-only inputs: dtriton captured by "
                          "torch.cuda.make_graphed_callables (forward and backward replay one graph each)")
+    ap.add_argument("--given-grad", action="store_true",
+                    help="the step hands each output a given gradient in its own dtype (torch.autograd.backward) "
+                         "instead of a weighted-sum loss: no loss kernels (their float copy and sum) in the step")
+    ap.add_argument("--graph-step", action="store_true",
+                    help="also time every row's whole step captured in one CUDA graph (its GPU time, without the "
+                         "host's launch path): column 'graph fwd+bwd ms'")
     ap.add_argument("--variant", action="append", default=[], metavar="LABEL=JSON",
                     help="an extra dtriton row whose backward_schedules are JSON, in "
                          "the cases whose backward it names (repeatable)")
@@ -219,21 +260,26 @@ def main(argv=None):
             fns["dtriton explored"] = dt.compile_autograd(alg, backward_schedules=dt.Schedule.from_dict(explored[name]))
         if not dry and not a.no_compile:
             fns["torch.compile"] = torch.compile(eager)
-        run_case(label, fns, make, grad_idx, rows)
+        run_case(label, fns, make, grad_idx, rows, given_grad=a.given_grad, graph_step=a.graph_step)
     os.makedirs(a.out, exist_ok=True)
     meta = dict(gpu=torch.cuda.get_device_name() if not dry else "cpu (dry run)", torch=torch.__version__, triton=__import__("triton").__version__,
                 date=time.strftime("%Y-%m-%dT%H:%M:%S"))
     with open(os.path.join(a.out, "grad.json"), "w") as f:
         json.dump(dict(meta=meta, rows=rows), f, indent=1)
+    meta["step"] = "given output gradients" if a.given_grad else "weighted-sum loss"
     eager_fb = {r["case"]: r["fwd_bwd_ms"] for r in rows if r["impl"] == "eager"}
+    eager_g = {r["case"]: r.get("graph_fwd_bwd_ms") for r in rows if r["impl"] == "eager"}
     lines = ["# Forward + backward (H200)", "", f"{meta}", "",
-             "| case | impl | kernels fwd/bwd | fwd ms | fwd+bwd ms | eager / this (fwd+bwd) | max grad rel err |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+             "| case | impl | kernels fwd/bwd | fwd ms | fwd+bwd ms | eager / this (fwd+bwd) | graph fwd+bwd ms | "
+             "eager / this (graph) | max grad rel err |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         e, t = eager_fb.get(r["case"]), r["fwd_bwd_ms"]
         ratio = f"{e / t:.2f}x" if e and t else ""
+        eg, g = eager_g.get(r["case"]), r.get("graph_fwd_bwd_ms")
+        gratio = f"{eg / g:.2f}x" if eg and g else ""
         lines.append(f"| {r['case']} | {r['impl']} | {r.get('kernels', '')} | {r['fwd_ms']} | {t} | {ratio} | "
-                     f"{r['max_grad_rel_err']} |")
+                     f"{g if g else ''} | {gratio} | {r['max_grad_rel_err']} |")
     with open(os.path.join(a.out, "grad.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
