@@ -97,6 +97,7 @@ class Draft:
     stages: dict = field(default_factory=dict)
     dot_axes: set = field(default_factory=set)
     col_axes: list = field(default_factory=list)   # column reductions of the main kernel
+    col_splits: set = field(default_factory=set)   # axes split as column reductions (main kernel or an output's)
     eight_bit: bool = False   # some input is fp8 or int8 (dots of them run on tensor cores: plan.dots)
     widest: int = 1        # in-program block of the off-grid axes (their product; the widest with dots)
     tc_fp32: bool = False  # an fp32 contraction got tensor-core tiles

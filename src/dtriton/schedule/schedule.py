@@ -244,7 +244,8 @@ class Schedule(_KnobValues):
             (default): the heuristic picks "partials" for the reductions it splits across
             programs ("finish" when the programs reading them would fold many partials in all:
             :data:`~dtriton.schedule.heuristics.FINISH_FOLDS`), and a split max/min always uses
-            per-split buffers; other splits use atomics. A call that splits nothing warns
+            per-split buffers; column-reduction splits use "partials" where no output is fp32 or
+            fp64 (a kernel casts them anyway: no zero fill); other splits use atomics. A call that splits nothing warns
             (:class:`~dtriton.ScheduleWarning`) that the mode has no effect.
         stages: per-stage overrides, ``{stage_name: StageSchedule}`` (dicts are accepted).
         eviction: L2 cache hint per input tensor, ``{"X": "evict_first"}`` for data read once
