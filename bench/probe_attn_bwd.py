@@ -11,6 +11,7 @@ backward written by hand in Triton 3.6 gets there, so a miss can be told apart f
   transposed ``S^T = K Q^T``, ``P^T = exp2(S^T * scale * log2 e - lse2)`` from the forward's base-2 log-sum-exp,
   ``dV += P^T dO``, ``dP^T = V dO^T``, ``dS^T = P^T (dP^T - delta)``, ``dK += dS^T Q``; with ``ATOMIC`` it also adds
   ``dS K`` (a query tile's share of dQ) into an fp32 dQ buffer with atomics (5 units of S*T*D work instead of 7);
+  the "tma-reduce" variants add that tile with one TMA bulk reduce-add (``desc.atomic_add``) instead;
 - ``dq`` (without ``ATOMIC``): a program per query tile loops over the key tiles: ``S``, ``P``, ``dP``, ``dS``,
   ``dQ += dS K``.
 
@@ -50,8 +51,8 @@ def _pre(o_ptr, do_ptr, delta_ptr, D: tl.constexpr, BM: tl.constexpr):
 
 
 @triton.jit
-def _dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_ptr, S, qk_scale, sm_scale,
-          D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, ATOMIC: tl.constexpr):
+def _dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_ptr, dq_desc, S, qk_scale, sm_scale,
+          D: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, ATOMIC: tl.constexpr, TMA: tl.constexpr):
     bh = tl.program_id(1).to(tl.int64)
     base = bh * S * D
     kr = tl.program_id(0) * BN + tl.arange(0, BN)
@@ -75,7 +76,10 @@ def _dkdv(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_pt
         dk += tl.dot(dst16, q)
         if ATOMIC:
             dqp = tl.dot(tl.trans(dst16), k) * sm_scale               # [BM, D]
-            tl.atomic_add(dq_ptr + base + qr[:, None] * D + d[None, :], dqp, sem="relaxed")
+            if TMA:   # one bulk reduce-add of the tile by the TMA unit (cp.reduce.async.bulk.tensor)
+                dq_desc.atomic_add([(bh * S + start).to(tl.int32), 0], dqp)
+            else:
+                tl.atomic_add(dq_ptr + base + qr[:, None] * D + d[None, :], dqp, sem="relaxed")
     tl.store(dk_ptr + base + kr[:, None] * D + d[None, :], (dk * sm_scale).to(tl.float16))
     tl.store(dv_ptr + base + kr[:, None] * D + d[None, :], dv.to(tl.float16))
 
@@ -118,12 +122,17 @@ def backward(q, k, v, o, do, lse2, cfg):
     delta = torch.empty(B, H, S, device=q.device, dtype=torch.float32)
     _pre[(B * H * S // 64,)](o, do, delta, D=D, BM=64)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
-    (bn, bm, w, st), qcfg = cfg
+    (bn, bm, w, st), qcfg = cfg[:2]
+    tma = len(cfg) > 2 and cfg[2] == "tma"
     atomic = qcfg is None
     dq32 = torch.zeros(q.shape, device=q.device, dtype=torch.float32) if atomic else None
     dq = torch.empty_like(q)
-    _dkdv[(S // bn, B * H)](q, k, v, do, lse2, delta, dk, dv, dq32 if atomic else dq, S, sm * LOG2E, sm,
-                            D=D, BM=bm, BN=bn, ATOMIC=atomic, num_warps=w, num_stages=st)
+    desc = None
+    if tma:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+        desc = TensorDescriptor.from_tensor(dq32.view(B * H * S, D), block_shape=[bm, D])
+    _dkdv[(S // bn, B * H)](q, k, v, do, lse2, delta, dk, dv, dq32 if atomic else dq, desc, S, sm * LOG2E, sm,
+                            D=D, BM=bm, BN=bn, ATOMIC=atomic, TMA=tma, num_warps=w, num_stages=st)
     if atomic:
         _cast[(q.numel() // 1024,)](dq32, dq, BLOCK=1024)
     else:
@@ -141,6 +150,10 @@ VARIANTS = {   # name: ((BN, BM, warps, stages) of dK/dV, (BM, BN, warps, stages
     "kv128x64 w8 s2 / q64x64 w4 s3": ((128, 64, 8, 2), (64, 64, 4, 3)),
     "kv128x64 w8 s2 atomic dQ": ((128, 64, 8, 2), None),
     "kv128x32 w4 s3 atomic dQ": ((128, 32, 4, 3), None),
+    "kv128x64 w8 s2 tma-reduce dQ": ((128, 64, 8, 2), None, "tma"),
+    "kv128x32 w4 s3 tma-reduce dQ": ((128, 32, 4, 3), None, "tma"),
+    "kv128x64 w8 s3 tma-reduce dQ": ((128, 64, 8, 3), None, "tma"),
+    "kv64x64 w4 s3 tma-reduce dQ": ((64, 64, 4, 3), None, "tma"),
 }
 CASES = {"d64": (4, 16, 2048, 64), "d128": (4, 32, 4096, 128)}
 
