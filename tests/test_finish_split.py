@@ -13,7 +13,7 @@ import torch
 import dtriton as dt
 from dtriton.errors import ScheduleError
 from dtriton.library import batch_norm, frobenius_normalize, group_norm, instance_norm, layer_norm_chw
-from dtriton.schedule import complete_schedule, heuristics
+from dtriton.schedule import complete_schedule, heuristics, split_rules
 
 F = torch.nn.functional
 
@@ -169,9 +169,9 @@ def test_the_heuristic_finishes_splits_read_by_many_programs(name, dtype, small_
     x = (torch.randn(5, 3, 7, 9) + 3.0).to(dtype)
     args = tuple(a.to(dtype) for a in make(x))
     tol = 1e-5 if dtype == torch.float32 else 2e-3
-    monkeypatch.setattr(heuristics, "FINISH_FOLDS", 1 << 40)
+    monkeypatch.setattr(split_rules, "FINISH_FOLDS", 1 << 40)
     keep = gpu_schedule(alg, args)
-    monkeypatch.setattr(heuristics, "FINISH_FOLDS", 1)
+    monkeypatch.setattr(split_rules, "FINISH_FOLDS", 1)
     fin = gpu_schedule(alg, args)
     if not keep.split:   # instance norm: many programs, nothing split, nothing to finish
         assert not fin.split and fin.split_mode is None and keep.split_mode is None

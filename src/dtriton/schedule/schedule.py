@@ -243,7 +243,7 @@ class Schedule(_KnobValues):
             read: deterministic, one more launch; for statistics read by many programs), or None
             (default): the heuristic picks "partials" for the reductions it splits across
             programs ("finish" when the programs reading them would fold many partials in all:
-            :data:`~dtriton.schedule.heuristics.FINISH_FOLDS`), and a split max/min always uses
+            :data:`~dtriton.schedule.split_rules.FINISH_FOLDS`), and a split max/min always uses
             per-split buffers; other splits use atomics. A call that splits nothing warns
             (:class:`~dtriton.ScheduleWarning`) that the mode has no effect.
         stages: per-stage overrides, ``{stage_name: StageSchedule}`` (dicts are accepted).
