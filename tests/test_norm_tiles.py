@@ -190,23 +190,31 @@ def _seeded(alg, args):
     return sp, dims_, b, base, start
 
 
+FIN = "finish"
+
+
 @pytest.mark.parametrize("name, dtype, heights", [
     ("batch_norm", torch.float16, [4, 2]), ("batch_norm", torch.float32, [4, 8]),
     ("instance_norm", torch.float16, [8, 4]), ("instance_norm", torch.float32, [8, 16]),
-    ("layer_norm_chw", torch.float16, [8, 4]), ("frobenius", torch.float32, [8, 16])])
+    ("layer_norm_chw", torch.float16, [8, 4, (16, FIN), (8, FIN), (4, FIN)]),
+    ("group_norm", torch.float32, [8, 4, (16, FIN), (8, FIN), (4, FIN)]), ("frobenius", torch.float32, [8, 16])])
 def test_output_tile_seeds_come_first_in_the_warm_start(name, dtype, heights):
     """At the bench shapes the warm start begins with the output tiles of 1024, 2048 and 4096
     elements other than the heuristic's (nearest first: the H200's best output tiles, batch norm
     fp16 4x512 and fp32 2x512, are among the first two points), each changing only the output's
-    row tile, the statistics kernels as the heuristic's."""
+    row tile, the statistics kernels as the heuristic's; outputs folding split partials (layer
+    norm, group norm) then take the same tiles, the heuristic's first, with the partials finished."""
     alg, args = bench_args(name, dtype)
     sp, dims_, b, base, start = _seeded(alg, args)
     seeds = samplers.output_tile_seeds(alg, dims_, start, base, b)
-    assert [p["tile.h"] for p in seeds] == heights, seeds
+    got = [p["tile.h"] if p.get("split_mode") == start.get("split_mode") else (p["tile.h"], p["split_mode"])
+           for p in seeds]
+    assert got == heights, seeds
     for p in seeds:
-        assert {k for k in p if p[k] != start[k]} == {"tile.h"}, p
+        assert {k for k in p if p[k] != start[k]} <= {"tile.h", "split_mode"}, p
         s = sp.schedule_for(p, base, alg)
         assert s.stages == base.stages and s.split == base.split and s.tile["q"] == base.tile["q"], s
+        assert s.split_mode == p.get("split_mode", base.split_mode), s
     ws = samplers.warm_start(alg, dims_, start, base, b)
     assert ws[:len(seeds)] == seeds and len(ws) > len(seeds)
 
