@@ -1,8 +1,9 @@
 """Reductions over several large axes (issue 16), H200: one device call, a table printed last.
 
-    PYTHONPATH=src python3 bench/reductions.py [--budget SECONDS] [--only norm,pool,dims]
-                                               [--dtypes float32,float16] [--no-compile]
-                                               [--stages 3,4] [--variants 'NAME=JSON;...']
+    PYTHONPATH=src python3 bench/reductions.py [--budget SECONDS] [--budget-for 'CASE=SECONDS,...']
+                                               [--only norm,pool,dims] [--dtypes float32,float16]
+                                               [--cases A,B] [--no-compile] [--stages 3,4]
+                                               [--variants 'NAME[CASE,...]=JSON;...'] [--profile]
                                                [--out bench/results/reductions] [--dry-run]
 
 Cases (shapes of the issue's marks):
@@ -21,8 +22,12 @@ torch on a smaller check shape (row ``check``), then at the benchmark shape thes
 ``dtriton`` (default schedule), ``dtriton explored`` (``dt.explore`` with ``--budget`` seconds),
 ``torch`` (eager) and ``torch.compile`` (and with ``--stages 3,4`` the default schedule with that
 ``num_stages``: reduction loops pipelined; with ``--variants 'h4={"tile": {"h": 4}}'`` a row
-``dtriton h4``, the default schedule with those fields merged in). Every timed row is checked
-against fp32 torch first.
+``dtriton h4``, the default schedule with those fields merged in, a JSON ``null`` removing a key:
+``'s8[frobenius]={"split": {"c": null, "h": 256, "n": 2}}'``; ``NAME[A,B]`` only for cases whose name
+contains A or B, e.g. ``batchnorm float32``; a variant equal to the default schedule gives no row).
+``--budget-for 'batchnorm=20'``: the exploration budget of cases whose name contains ``batchnorm``
+(default ``--budget``); an exploration prints its timed candidates, fastest first, as schedule
+changes from the heuristic's. Every timed row is checked against fp32 torch first.
 Kernel time is a CUDA-graph replay of 5 calls (``bench/run.py``'s helpers: the same timing and JSON/markdown
 rows), median of 5 replays after ``--warm-ms`` (default 50) milliseconds of untimed replays: the first replays
 of a freshly captured graph run slower (H200 s7, ``bench/graph_gap.py``), for every implementation. ``% copy``: the rate counting the minimum passes over memory, against the device-to-device
@@ -55,7 +60,8 @@ F = torch.nn.functional
 COPY_TBS: list[float] = []   # the copy rate of this run (TB/s), once measured
 STAGES: list[int] = []       # --stages: extra rows, the default schedule with these num_stages
 PROFILE: list[bool] = [False]  # --profile: per-kernel device times in the notes of dtriton rows
-VARIANTS: dict[str, dict] = {}  # --variants: extra rows, the default schedule with these fields merged in
+VARIANTS: dict[str, tuple[list[str], dict]] = {}  # --variants: name -> (case filters, fields merged into the default)
+BUDGETS: dict[str, float] = {}  # --budget-for: case substring -> exploration seconds
 
 
 @dt.algorithm
@@ -181,14 +187,21 @@ def bench_case(group, case, alg, args, eager, eager_args, bytes_, budget, use_co
         except Exception as e:  # noqa: BLE001
             R.add_row(group, case, f"dtriton stages={n}", float("nan"), float("nan"), "TB/s", bytes_ / 1e6, None, None,
                       f"failed: {type(e).__name__}: {str(e)[:150]}")
-    for vname, fields in VARIANTS.items():
+    default = dt.compile(alg).schedule_for(*args)
+    for vname, (only, fields) in VARIANTS.items():
+        if only and not any(c in case for c in only):
+            continue
         try:
-            kv = dt.compile(alg, merged(dt.compile(alg).schedule_for(*args), fields))
+            kv = dt.compile(alg, merged(default, fields))
+            if kv.schedule_for(*args) == default:
+                print(f"    variant {vname}: the default schedule (no row)", flush=True)
+                continue
             impls.append((f"dtriton {vname}", lambda kv=kv: kv(*args), kv.schedule_for(*args).to_json(),
                           f"default schedule with {json.dumps(fields, sort_keys=True)}"))
         except Exception as e:  # noqa: BLE001
             R.add_row(group, case, f"dtriton {vname}", float("nan"), float("nan"), "TB/s", bytes_ / 1e6, None, None,
                       f"failed: {type(e).__name__}: {str(e)[:150]}")
+    budget = next((s for c, s in BUDGETS.items() if c in case), budget)
     if budget > 0:
         try:
             ke, note = R.tuned_kernel(alg, args, budget)
@@ -233,10 +246,14 @@ def kernel_times(fn, n: int = 5) -> str:
 
 def merged(sched: dt.Schedule, fields: dict) -> dt.Schedule:
     """``sched`` with ``fields`` (a JSON object of schedule fields) put in: objects (``tile``,
-    ``split``, ``stages`` and a stage's fields) merged key by key, other values replaced."""
+    ``split``, ``stages`` and a stage's fields) merged key by key, other values replaced, a
+    ``None`` (JSON ``null``) removing the key."""
     def put(into: dict, new: dict) -> dict:
         for k, v in new.items():
-            into[k] = put(dict(into.get(k) or {}), v) if isinstance(v, dict) else v
+            if v is None:
+                into.pop(k, None)
+            else:
+                into[k] = put(dict(into.get(k) or {}), v) if isinstance(v, dict) else v
         return into
     return dt.Schedule.from_json(json.dumps(put(json.loads(sched.to_json()), fields)))
 
@@ -292,6 +309,22 @@ def run_dims(budget, use_compile):
                    x.numel() * 4, budget, use_compile)
 
 
+def parse_variants(text: str) -> dict[str, tuple[list[str], dict]]:
+    """``--variants``: ``NAME=JSON`` or ``NAME[CASE,...]=JSON``, separated by semicolons, as
+    ``{name: (case filters, fields)}``. Raises SystemExit naming a variant whose JSON does not parse."""
+    out = {}
+    for v in text.split(";"):
+        if not v.strip():
+            continue
+        head, _, js = v.partition("=")
+        name, _, only = head.strip().partition("[")
+        try:
+            out[name.strip()] = ([c.strip() for c in only.rstrip("]").split(",") if c.strip()], json.loads(js))
+        except json.JSONDecodeError as e:
+            raise SystemExit(f"--variants {name.strip()!r}: {e}") from None
+    return out
+
+
 def print_table(rows) -> None:
     """The table printed last: kernel µs, TB/s, % of the copy rate, ratio to torch eager, error."""
     copy = COPY_TBS[0] if COPY_TBS else float("nan")
@@ -316,15 +349,19 @@ def print_table(rows) -> None:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--budget", type=float, default=3.0, help="exploration seconds per case (0: no explored row)")
+    ap.add_argument("--budget", type=float, default=None, help="exploration seconds per case (0: no explored row; "
+                    "default 3, 0 with --dry-run, where a budget given is capped at 2 s on the interpreter)")
+    ap.add_argument("--budget-for", default="", help="comma-separated CASE=SECONDS: the budget of cases whose name "
+                    "contains CASE (e.g. 'batchnorm=20')")
     ap.add_argument("--only", default="norm,pool,dims")
     ap.add_argument("--dtypes", default="float32,float16", help="dtypes of the norm and pool cases")
     ap.add_argument("--cases", default="", help="comma-separated substrings: only cases whose name has one")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
     ap.add_argument("--stages", default="", help="comma-separated num_stages: a row each, the default schedule "
                     "with that num_stages (3 or more pipelines the reduction loops)")
-    ap.add_argument("--variants", default="", help="semicolon-separated NAME=JSON: a row each, the default "
-                    "schedule with the JSON's fields merged in (e.g. 'h4={\"tile\": {\"h\": 4}};w2={\"num_warps\": 2}')")
+    ap.add_argument("--variants", default="", help="semicolon-separated NAME=JSON or NAME[CASE,...]=JSON: a row each "
+                    "(only for cases whose name contains a CASE), the default schedule with the JSON's fields merged "
+                    "in, null removing a key (e.g. 'h4={\"tile\": {\"h\": 4}};w2[batchnorm]={\"num_warps\": 2}')")
     ap.add_argument("--profile", action="store_true", help="per-kernel device times (torch.profiler) in the notes of "
                     "the dtriton rows")
     ap.add_argument("--warm-ms", type=float, default=50.0, help="milliseconds of untimed CUDA-graph replays before "
@@ -340,14 +377,20 @@ def main(argv=None):
     PROFILE[0] = a.profile
     R.WARM_MS[0] = a.warm_ms
     VARIANTS.clear()
-    VARIANTS.update({v.split("=", 1)[0].strip(): json.loads(v.split("=", 1)[1]) for v in a.variants.split(";") if v.strip()})
+    VARIANTS.update(parse_variants(a.variants))
+    BUDGETS.clear()
+    BUDGETS.update({c.split("=", 1)[0].strip(): float(c.split("=", 1)[1]) for c in a.budget_for.split(",") if c.strip()})
     if a.dry_run:
         R.DEV, R.DRY = "cpu", True
-        a.budget = 0
+        a.budget = 0.0 if a.budget is None else min(a.budget, 2.0)   # exploring on the interpreter: the code path only
+        BUDGETS.update({c: min(s, 2.0) for c, s in BUDGETS.items()})
+    elif a.budget is None:
+        a.budget = 3.0
     torch.manual_seed(0)
     meta = dict(gpu=torch.cuda.get_device_name() if not R.DRY else "cpu (dry run: interpreter, tiny shapes)",
                 torch=torch.__version__, triton=__import__("triton").__version__,
-                date=_dt.datetime.now().isoformat(timespec="seconds"), budget_s=a.budget, script="bench/reductions.py",
+                date=_dt.datetime.now().isoformat(timespec="seconds"), budget_s=a.budget, budget_for=a.budget_for,
+                script="bench/reductions.py",
                 timing=f"CUDA-graph replay of 5 calls, median of 5 replays, after {a.warm_ms:g} ms of untimed replays")
     print(f"# {meta}", flush=True)
     R.OUT_META = (a.out, meta)

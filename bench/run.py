@@ -140,12 +140,36 @@ def tuned_kernel(alg, args, budget: float, space=None):
             print(f"    explore {alg.name}: {res.counts()}; " + "; ".join(
                 f"{st}: {next(r['reason'] for r in res.table if r['status'] == st)[:150]}"
                 for st in res.counts() if st not in ("ok", "duplicate", "skipped")), flush=True)
+            print_candidates(res)
             if res.best is not None:
                 sched, note = res.best, f"explore({budget:.0f}s, {len(res.table)} cand.)"
         except Exception as e:  # noqa: BLE001 - record and go on with the heuristic
             note = f"heuristic (explore failed: {type(e).__name__}: {str(e)[:80]})"
     k = dt.compile(alg, sched)
     return k, note
+
+
+def schedule_changes(js: str | None, base: str | None) -> str:
+    """How schedule JSON ``js`` differs from ``base``: the changed fields, an object's changed keys
+    (``tile.h=4``, ``stages.mean0.tile.h=8``), ``KEY=-`` for a key removed."""
+    def flat(d, pre=""):
+        out = {}
+        for k, v in (d or {}).items():
+            out.update(flat(v, f"{pre}{k}.") if isinstance(v, dict) else {f"{pre}{k}": v})
+        return out
+    a, b = flat(json.loads(js) if js else {}), flat(json.loads(base) if base else {})
+    return " ".join(f"{k}={json.dumps(a.get(k, '-'), separators=(',', ':'))}" for k in sorted(set(a) | set(b))
+                    if a.get(k) != b.get(k)) or "(the heuristic's)"
+
+
+def print_candidates(res, most: int = 8) -> None:
+    """The timed candidates of an exploration, fastest first (at most ``most``): warm GPU µs, where
+    each came from, and its changes from the heuristic's schedule."""
+    rows = [r for r in res.table if r["status"] == "ok" and r.get("median_us") is not None]
+    base = next((r["schedule_json"] for r in res.table if r["origin"] == "heuristic"), None)
+    for r in sorted(rows, key=lambda r: r["median_us"])[:most]:
+        print(f"      #{r['id']:<3d} {r['median_us']:10.1f} us  {r['origin']:9s} {schedule_changes(r['schedule_json'], base)}",
+              flush=True)
 
 
 def add_row(group, case, impl, kernel_us, call_us, unit, work, err=None, schedule=None, note=""):

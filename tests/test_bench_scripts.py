@@ -83,3 +83,29 @@ def test_reductions_dry_run_checks_the_default_schedules(tmp_path):
     assert len(checks) == 4 and all(r["note"].endswith(": ok") for r in checks), checks
     assert {r["impl"] for r in rows} >= {"dtriton", "torch", "check"}
     assert not [r for r in rows if r["note"].startswith(("WRONG", "failed"))]
+
+
+def test_reductions_variants_by_case_null_keys_and_case_budgets(tmp_path):
+    """bench/reductions.py's A/B options: a variant only for the cases it names (none for the others),
+    a JSON null removing a key, a variant equal to the default giving no row, and a per-case budget
+    (an exploration on the interpreter, its timed candidates printed)."""
+    import sys
+    sys.path.insert(0, "bench")
+    import dtriton as dt
+    from reductions import merged, parse_variants
+    v = parse_variants('a[batchnorm float32,frobenius]={"split": {"c": null, "h": 4}};b={"num_warps": 2}')
+    assert v == {"a": (["batchnorm float32", "frobenius"], {"split": {"c": None, "h": 4}}), "b": ([], {"num_warps": 2})}
+    s = merged(dt.Schedule(split={"c": 32, "n": 16}, tile={"h": 2}), v["a"][1])
+    assert s.split == {"n": 16, "h": 4} and s.tile == {"h": 2}, s
+    with pytest.raises(SystemExit, match="'bad'"):
+        parse_variants("bad={nope")
+    out = run_bench(["bench/reductions.py", "--dry-run", "--only", "norm", "--dtypes", "float32", "--cases",
+                     "instancenorm,layernorm_chw", "--budget", "0", "--budget-for", "instancenorm=1",
+                     "--variants", 'w2[instancenorm]={"num_warps": 2};same[layernorm]={"access": "pointer"}'], tmp_path)
+    rows = json.loads((tmp_path / "out" / "h200.json").read_text())["rows"]
+    impls = {(r["case"].split()[0], r["impl"]) for r in rows}
+    assert ("instancenorm", "dtriton w2") in impls and ("layernorm_chw", "dtriton w2") not in impls, impls
+    assert ("layernorm_chw", "dtriton same") not in impls and "variant same: the default schedule (no row)" in out
+    assert ("instancenorm", "dtriton explored") in impls and ("layernorm_chw", "dtriton explored") not in impls
+    assert "explore instance_norm" in out and "(the heuristic's)" in out, out[-3000:]
+    assert not [r for r in rows if r["note"].startswith(("WRONG", "failed"))]

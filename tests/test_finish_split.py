@@ -13,7 +13,7 @@ import torch
 import dtriton as dt
 from dtriton.errors import ScheduleError
 from dtriton.library import batch_norm, frobenius_normalize, group_norm, instance_norm, layer_norm_chw
-from dtriton.schedule import complete_schedule, heuristics
+from dtriton.schedule import complete_schedule, heuristics, split_rules
 
 F = torch.nn.functional
 
@@ -169,15 +169,18 @@ def test_the_heuristic_finishes_splits_read_by_many_programs(name, dtype, small_
     x = (torch.randn(5, 3, 7, 9) + 3.0).to(dtype)
     args = tuple(a.to(dtype) for a in make(x))
     tol = 1e-5 if dtype == torch.float32 else 2e-3
-    monkeypatch.setattr(heuristics, "FINISH_FOLDS", 1 << 40)
+    monkeypatch.setattr(split_rules, "FINISH_FOLDS", 1 << 40)
     keep = gpu_schedule(alg, args)
-    monkeypatch.setattr(heuristics, "FINISH_FOLDS", 1)
+    monkeypatch.setattr(split_rules, "FINISH_FOLDS", 1)
     fin = gpu_schedule(alg, args)
     if not keep.split:   # instance norm: many programs, nothing split, nothing to finish
         assert not fin.split and fin.split_mode is None and keep.split_mode is None
         return
     assert keep.split_mode == "partials" and fin.split_mode == "finish"
-    assert fin.replace(split_mode="partials") == keep
+    # a finished fp32 output also takes smaller tiles (heuristics.FP32_OUTPUT_ELEMENTS: 1024 a program, 4096 folding)
+    assert fin.replace(split_mode="partials", tile=keep.tile) == keep
+    if dtype == torch.float16:
+        assert fin.tile == keep.tile
     for s in (keep, fin):
         check(alg, args, eager, s, tol)
 
@@ -200,14 +203,14 @@ def test_the_heuristic_splits_a_whole_tensor_statistic_over_two_axes(small_budge
 def test_issue_shapes_plan_a_finish_for_batch_norm_and_frobenius_only():
     """At the H200 bench shapes: batch norm (262144 output programs folding 40 values each) and
     Frobenius (512 partials, 16384 programs) are finished; layer norm over (C, H, W) and group norm
-    keep their readers' folds (their plans as before); Frobenius splits n and h."""
+    keep their readers' folds (their plans as before); Frobenius splits its outer axes n and c."""
     e = dict(device="meta", dtype=torch.float16)
     bn = gpu_schedule(batch_norm, (torch.empty(64, 64, 512, 512, **e), torch.empty(64, **e), torch.empty(64, **e)))
     fro = gpu_schedule(frobenius_normalize, (torch.empty(16, 64, 256, 256, **e),))
     ln = gpu_schedule(layer_norm_chw, (torch.empty(16, 64, 256, 256, **e),))
     gn = gpu_schedule(group_norm, (torch.empty(16, 8, 8, 256, 256, **e),))
     assert bn.split_mode == "finish" and bn.split == {"n": 8}, bn
-    assert fro.split_mode == "finish" and fro.split == {"h": 256, "n": 2}, fro
+    assert fro.split_mode == "finish" and fro.split == {"n": 16, "c": 32}, fro
     assert ln.split_mode == "partials" and ln.split == {"c": 32}, ln
     assert gn.split_mode == "partials" and gn.split == {"c": 4}, gn
 

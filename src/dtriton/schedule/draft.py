@@ -17,6 +17,12 @@ __all__ = ["Draft", "EIGHT_BIT", "contiguous_axes", "next_pow2", "programs", "sm
 #: input dtypes whose contractions are 8-bit tensor-core dots (fp8 x fp8 -> fp32, int8 x int8 -> int32)
 EIGHT_BIT = FP8_DTYPES + (torch.int8,)
 
+#: In-program block (elements) up to which the axes a program covers are all "whole": a
+#: 32768-wide fp32 row is 64 registers per thread over 16 warps (4096 on the interpreter).
+ROW_BLOCK = {True: 32768, False: 4096}
+#: Elements one loop step covers when they do not fit (GPU: True; interpreter: False).
+STEP_BLOCK = {True: 2048, False: 1024}
+
 _SMS: dict[str, int] = {}
 
 
@@ -101,7 +107,7 @@ class Draft:
     eight_bit: bool = False   # some input is fp8 or int8 (dots of them run on tensor cores: plan.dots)
     widest: int = 1        # in-program block of the off-grid axes (their product; the widest with dots)
     tc_fp32: bool = False  # an fp32 contraction got tensor-core tiles
-    stats_kernels: bool = False   # statistics stages got kernels of their own (heuristics.split_rows)
+    stats_kernels: bool = False   # statistics stages got kernels of their own (split_rules.split_rows)
 
     @staticmethod
     def start(alg: Algorithm, sched: Schedule | None, b: Binding) -> "Draft":
@@ -141,3 +147,15 @@ class Draft:
         legal (:func:`~dtriton.ir.splittable`)."""
         return (self.gpu and not self.user.split and a not in self.split and self.strategy.get(a) != "online"
                 and splittable(self.alg, a))
+
+
+def axis_depths(alg: Algorithm) -> dict[str, int]:
+    """How far from the last dim each axis indexes an input (0: the last, contiguous dim), the
+    smallest over the algorithm's loads."""
+    out: dict[str, int] = {}
+    for n in topo_order([o.expr for o in alg.outputs]):
+        if isinstance(n, Load):
+            for k, e in enumerate(reversed(n.index)):
+                if isinstance(e, Axis):
+                    out[e.name] = min(out.get(e.name, k), k)
+    return out

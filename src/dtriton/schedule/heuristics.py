@@ -43,8 +43,9 @@ Rules (documented so users can predict them):
   the split left steps of fewer than 2048 elements; a sum or max without a variance beside it
   steps over up to 16384 elements, 16 warps above 4096, until its programs load
   :data:`INFLIGHT_BYTES` an SM; 4096 beyond two waves). Where one axis's split leaves fewer than
-  two waves (a Frobenius norm's h: 256 programs), further axes are split too, up to 512 programs
-  (``split={"h": 256, "n": 2}``). The partial results go to per-split buffers
+  two waves (a Frobenius norm's h: 256 programs), the axes outermost in memory are split instead,
+  up to 512 programs, so each program sums contiguous slabs (``split={"n": 16, "c": 32}``); where
+  they cannot reach that many, the best axis and then further ones. The partial results go to per-split buffers
   (``split_mode="partials"``: deterministic) that the readers combine, or, when the output's
   programs would fold :data:`FINISH_FOLDS` partial values or more in all (batch norm's 262144
   programs), that a finishing kernel combines once (``split_mode="finish"``). A whole-tensor statistic
@@ -56,7 +57,8 @@ Rules (documented so users can predict them):
 - Every default is checked against Triton's 2**20-element block before it is returned
   (:func:`within_limits`).
 - Other axes on the grid get tiles so a program holds about 1024 elements (the innermost axis
-  first; 4096 when the output reads split or materialised statistics); axes of size 1 get tile 1. An output axis that the schedule gives a strategy
+  first; 4096 when the output reads split or materialised statistics, except an fp32 output that
+  folds no split partials: :data:`FP32_OUTPUT_ELEMENTS`, fewer rows a program); axes of size 1 get tile 1. An output axis that the schedule gives a strategy
   (whole/loop/online) and no stage reduces stays off the grid, covered inside each program.
 - On the interpreter (CPU tensors) a program costs its number of operations whatever its block
   size, so the grid axes, rows included, get tiles that give each program about 65536 elements
@@ -81,14 +83,15 @@ import math
 
 import torch
 
-from ..ir import (Algorithm, Axis, Binding, Load, Reduce, contains, expr_axes, is_sum, naive_variance_of, online_candidate,
-                  reduces_in, reduction_stages, splittable, topo_order, variance_of)
+from ..ir import Algorithm, Binding, Reduce, contains, expr_axes, is_sum, online_candidate, reduces_in, reduction_stages
 from .attention_rules import decode_split
 from .conv_rules import conv_gemm, conv_tiles, depthwise_tiles
 from .chain_rules import gemm_then_columns, gemm_then_gemm, gemm_then_rows, gemms_apart, rows_between_gemms
 from .dot_rules import contraction_tiles
 from .grad_rules import flash_backward
-from .draft import EIGHT_BIT, Draft, next_pow2, programs, sm_count, split_for
+from .draft import (EIGHT_BIT, ROW_BLOCK, STEP_BLOCK, Draft, axis_depths, next_pow2, programs, sm_count,
+                    split_for)
+from .split_rules import finish_splits, split_rows
 from .schedule import Schedule, StageSchedule
 
 __all__ = ["complete_schedule", "sm_count", "next_pow2", "Draft", "RULES", "DECIDED"]
@@ -100,34 +103,26 @@ INTERPRETER_ELEMENTS = 65536
 DECIDED = ("tile", "grid", "group", "split", "strategy", "num_warps", "num_stages", "stages", "access", "split_mode",
            "precision", "persistent", "rolling")
 
-#: In-program block (elements) up to which the axes a program covers are all "whole": a
-#: 32768-wide fp32 row is 64 registers per thread over 16 warps (4096 on the interpreter).
-ROW_BLOCK = {True: 32768, False: 4096}
-#: Elements one loop step covers when they do not fit (GPU: True; interpreter: False).
-STEP_BLOCK = {True: 2048, False: 1024}
 #: Elements a column reduction's step covers when its rows are short (GPU): the H200's sum over the
 #: middle of 4096x4096x16 fp32 took 279 us in 128x16 steps (0.98x torch), 241 us in 256x16 (1.14x).
 COLUMN_STEP = 4096
-#: Bytes the steps of a split statistics kernel without a state (a sum, a max) should load per SM at
-#: once: its programs on the SM times one step each. A Frobenius norm's 256 programs (two an SM)
-#: stepping over 2048 fp16 elements kept 8 KB in flight per SM; at 32 KB (8192-element steps) its
-#: statistics ran at 2.7 TB/s fp16 (H200, s4), as latency-bound as the layer-norm statistics at 16 KB
-#: (1.69 TB/s, s5 ncu); 64 KB: 16384-element fp16 steps over 16 warps (64 registers, sm_90).
-INFLIGHT_BYTES = 64 * 1024
 #: In-program blocks of at most this many values over two or more "whole" axes (a pooling window)
 #: take grid tiles of 2048 values a program over every grid axis (:func:`grid_tiles`), not only the
 #: innermost.
 SMALL_WINDOW = 64
 #: Outputs a program of a padded pooling window (3x3, looped one index a step) holds on the GPU.
 WINDOW_OUTPUTS = 512
-#: Partial values the main output's programs may fold in all (programs times the split partials of the
-#: statistics each reads, four values a variance state) before the heuristic finishes the split
-#: statistics once in a kernel of their own (``split_mode="finish"``, :func:`finish_splits`): batch norm
-#: 64x64x512x512 folds 262144 x 40 (finished), a Frobenius norm split 512 ways 16384 x 512 (finished),
-#: layer norm over (C, H, W) 16384 x 160 and group norm 16384 x 20 (folded by the readers).
-FINISH_FOLDS = 1 << 22
 #: Triton's largest block (``tl.arange``, ``tl.full``): 2**20 elements, as the backend checks.
 MAX_BLOCK = 1 << 20
+#: Elements (4 KB) a program of an fp32 output holds when it reads materialised statistics without
+#: folding split partials (finished, or never split): batch, instance and Frobenius normalisation
+#: (:func:`fp32_output_tiles`). H200 s8 call 6, output kernels: batch norm 64x64x512x512 2x512
+#: 2012.2 us against 8x512 2084.5 (4x512 2088.8); instance norm 16x64x256x256 4x256 123.1 against
+#: 16x256 128.3 (2x256 131.8); hand-written (call 5, ``bench/probe_bn_out.py``) 2x512 2022.8
+#: against 8x512 2107.7, torch.compile 2024.5. 16-bit outputs keep 4096 (instance norm fp16: 62.6 us
+#: at 16x256, 71.0 at 4x256), and so do outputs that fold split partials in every program (layer norm
+#: over (C, H, W) fp32, 32 splits: 132.7 at 16x256, 136.3 at 4x256).
+FP32_OUTPUT_ELEMENTS = 1024
 
 
 def _column_reduction(a: str, grid, contig: set[str], sizes) -> bool:
@@ -252,7 +247,7 @@ def _cover_rows(d: Draft, axes: list[str]) -> None:
     for those that fit in :data:`STEP_BLOCK`, then a loop ("online" where a max reduces the axis)
     over the next in the rest of that block and loops of tile 1 over the others. A contraction's
     kernel keeps one rule per axis (whole up to ROW_BLOCK)."""
-    depth = _depths(d.alg)
+    depth = axis_depths(d.alg)
     order = sorted(axes, key=lambda a: depth.get(a, len(d.alg.axis_names)))
     inner = d.widest
     if d.cons:
@@ -271,175 +266,6 @@ def _cover_rows(d: Draft, axes: list[str]) -> None:
             d.strategy[a] = "online" if online_candidate(d.alg, a) else "loop"
             d.tile.setdefault(a, d.cap(a, max(1, STEP_BLOCK[d.gpu] // (1 if d.cons else d.widest))))
             _take(d, d.tile[a])
-
-
-def _depths(alg: Algorithm) -> dict[str, int]:
-    """How far from the last dim each axis indexes an input (0: the last, contiguous dim), the
-    smallest over the algorithm's loads."""
-    out: dict[str, int] = {}
-    for n in topo_order([o.expr for o in alg.outputs]):
-        if isinstance(n, Load):
-            for k, e in enumerate(reversed(n.index)):
-                if isinstance(e, Axis):
-                    out[e.name] = min(out.get(e.name, k), k)
-    return out
-
-
-def split_rows(d: Draft) -> None:
-    """Reductions too large for one program, on too few programs to fill the GPU (fewer than its
-    SMs; a quarter of them for online rows), are split across programs (no contraction, no user grid or split): partial results per
-    split (``split_mode="partials"``, deterministic, unless the user chose a mode) that their
-    readers combine. A stage whose reduced axes are kept in the output (statistics then
-    normalise: batch, group, layer norm over several axes) is materialised: the output's grid
-    takes all its axes, and each statistics stage gets a kernel of its own over its free axes
-    that loops over its reduced axes (see :func:`_cover_stage`). So is one over rows that loop
-    (not online) whatever the number of programs (instance norm over 256x256 images)."""
-    if d.cons or not d.gpu or d.user.split or d.user.grid is not None:
-        return
-    looped = [a for a in d.alg.reduction_axes if a not in d.grid and a not in d.col_axes
-              and d.strategy.get(a) in ("loop", "online") and a not in d.user.strategy]
-    # an online row (softmax's max and sums in one pass) reads the row twice in all: kept per
-    # program unless the rows fill less than a quarter of the SMs
-    few = d.sms // 4 if any(d.strategy[a] == "online" for a in looped) else d.sms
-    main = d.alg.outputs[0]
-    rows = [a for a in looped if a in main.layout]
-    # statistics then normalise over rows that loop (no online pass): a program reads its row twice
-    # anyway, one step in flight at a time in its normalising loop; materialised, the statistics
-    # still read it once and the output runs as a grid kernel at the copy rate (H200, s5: instance
-    # norm fp16 16x64x256x256 took 168.5 us as one kernel, 1024 programs in 1.94 waves)
-    looped_rows = bool(rows) and all(d.strategy[a] == "loop" for a in looped)
-    if not looped or (programs(d.grid, d.sizes, {}) >= few and not looped_rows):
-        return
-    if not rows:
-        # the output is the reduction (a sum to a scalar, a sum over the last axes of few rows)
-        _split_one(d, [a for a in looped if splittable(d.alg, a)], d.tile, programs(d.grid, d.sizes, {}))
-    else:
-        d.grid = tuple(main.layout)
-        for a in d.grid:   # on the grid now: no strategy, and a grid tile from grid_tiles
-            if a not in d.user.strategy:
-                d.strategy.pop(a, None)
-            if a not in d.user.tile:
-                d.tile.pop(a, None)
-        d.widest, d.stats_kernels = 1, True
-        for st in reduction_stages(d.alg):
-            if set(st.node.over) & set(rows) and st.name not in d.user.stages:
-                _cover_stage(d, st)
-    if d.split and d.user.split_mode is None:
-        d.split_mode = "partials"
-
-
-def _cover_stage(d: Draft, st) -> None:
-    """The kernel of a materialised statistics stage ``st``: one program per element of its free
-    axes (tile 1), its reduced axes covered innermost first in steps of :data:`STEP_BLOCK`, and
-    one of them split (:func:`_split_one`) when its free axes give too few programs."""
-    r = st.node
-    depth = _depths(d.alg)
-    tile = {a: 1 for a in r.axes}
-    strategy, inner = {}, 1
-    for a in sorted(r.over, key=lambda a: depth.get(a, len(d.alg.axis_names))):
-        p = next_pow2(d.sizes[a])
-        if inner * p <= STEP_BLOCK[d.gpu]:
-            strategy[a] = "whole"
-            inner *= p
-        else:
-            strategy[a] = "loop"
-            tile[a] = d.cap(a, max(1, STEP_BLOCK[d.gpu] // inner))
-            inner *= tile[a]
-    loops = [a for a in r.over if strategy[a] == "loop" and splittable(d.alg, a)]
-    done = [a for a in r.over if a in d.split]
-    if not done:
-        _split_one(d, loops, tile, programs(r.axes, d.sizes, {}))
-    for a in done:   # split by an earlier stage: the same tile, so each slice is whole tiles
-        tile[a] = min(tile.get(a, 1), max(1, 1 << ((d.sizes[a] // d.split[a]).bit_length() - 1)))
-    _refill_step(d, r, strategy, tile, depth, _stage_step(d, r, programs(r.axes, d.sizes, {}) * math.prod(
-        d.split[a] for a in r.over if a in d.split)))
-    step = math.prod(next_pow2(d.sizes[a]) if strategy[a] == "whole" else tile.get(a, 1) for a in r.over)
-    # 16 warps over steps above 4096 elements: 16 values a thread in fp32, 32 in fp16 (64 registers)
-    d.stages[st.name] = StageSchedule(tile=tile, strategy=strategy,
-                                      num_warps=4 if step <= 1024 else (8 if step <= 4096 else 16))
-
-
-def _stage_step(d: Draft, r, progs: int) -> int:
-    """Elements a step of statistics stage ``r`` (``progs`` programs) covers: :data:`STEP_BLOCK`;
-    on the GPU, unless ``r`` is computed beside a variance, grown (up to eight times, powers of
-    two) until the programs' steps load :data:`INFLIGHT_BYTES` per SM. A variance's state (four
-    values per element) keeps 2048: larger steps would cost programs per SM (the plan unrolls its
-    loop instead, :func:`dtriton.plan.passes.unrolled`)."""
-    base = STEP_BLOCK[d.gpu]
-    if not d.gpu or _beside_a_variance(d.alg, r):
-        return base
-    want = INFLIGHT_BYTES * d.sms // max(progs, 1) // (2 if d.half else 4)
-    # beyond two waves (a sum split over two axes: four programs an SM) steps of 4096: the plan
-    # unrolls their loop to 16 KB an iteration (H200 s7, bench/probe_sum.py, 512 programs: fp16
-    # 34.8 us in steps of 4096 unrolled twice, 38.4 in steps of 8192)
-    most = 2 * base if progs > 2 * d.sms else 8 * base
-    return max(base, min(most, 1 << max(0, want.bit_length() - 1)))
-
-
-def _beside_a_variance(alg: Algorithm, r) -> bool:
-    """Stage ``r`` shares its kernel with a variance over the same axes (which the plan computes in
-    one pass with a state of four values per element): a two-pass variance stage, its mean, or the
-    parts of a textbook ``mean(X*X) - mean(X)**2``."""
-    same = [st.node for st in reduction_stages(alg) if set(st.node.over) == set(r.over)]
-    return (any(variance_of(n) is not None for n in same)
-            or any(naive_variance_of(n) is not None for n in topo_order([o.expr for o in alg.outputs])))
-
-
-def _refill_step(d: Draft, r, strategy: dict, tile: dict, depth: dict, want: int) -> None:
-    """After a split shrank the split axis's tile, grow the tiles of the other looped axes of
-    stage ``r`` (innermost first) until a step covers ``want`` elements (:func:`_stage_step`): a
-    Frobenius norm's h split 256 ways leaves steps of one 256-wide row (1 KB, one element per
-    thread) unless the channel axis takes 8 rows a step (32 in fp16)."""
-    def step() -> int:
-        return math.prod(next_pow2(d.sizes[a]) if strategy[a] == "whole" else tile.get(a, 1) for a in r.over)
-
-    for a in sorted(r.over, key=lambda a: depth.get(a, len(d.alg.axis_names))):
-        if strategy[a] != "loop" or a in d.split or step() >= want:
-            continue
-        tile[a] = d.cap(a, max(1, tile.get(a, 1) * (want // step())))
-
-
-def _split_one(d: Draft, axes: list[str], tile: dict, programs: int) -> None:
-    """Split one of the looped ``axes`` (tiles ``tile``, adjusted) so ``programs`` programs become
-    about two waves over the SMs: the axis and tile that reach the most programs (up to two
-    waves), then the outermost axis (the inner loops keep their trips, which the plan unrolls so
-    a program's loads issue several steps at once: layer norm (C, H, W) split over h left one
-    step of h per channel), then the largest tile. When that one axis leaves fewer than two
-    waves (a whole-tensor statistic: a Frobenius norm's h gives 256 programs on 132 SMs), the
-    next axes are split too, outermost first at their tiles, until the programs reach the
-    power of two at or above two waves (512: :func:`_split_more`)."""
-    want = next_pow2(-(-2 * d.sms // max(programs, 1)))
-    best = None
-    for k, a in enumerate(axes):
-        t = tile.get(a, 1)
-        while t >= 1:
-            s = min(want, 1024, 1 << max(0, (d.sizes[a] // t).bit_length() - 1))
-            key = (min(s * programs, 2 * d.sms), -k, t)
-            if s >= 2 and (best is None or key > best[0]):
-                best = (key, a, t, s)
-            t //= 2
-    if best is not None:
-        _, a, t, s = best
-        tile[a] = t
-        d.split[a] = s
-        if d.strategy.get(a) != "online":   # (an online pass merges the partials of one split axis only)
-            _split_more(d, [b for b in axes if b != a and d.strategy.get(b) != "online"], tile, programs * s,
-                        want * programs)
-
-
-def _split_more(d: Draft, axes: list[str], tile: dict, programs: int, want: int) -> None:
-    """Split the looped ``axes`` (outermost first, at their tiles ``tile``) across programs too
-    while ``programs`` (the grid times the splits so far) stay below two waves, up to ``want``
-    programs: a reduction over several large axes with few outputs (a whole-tensor sum) split
-    over two of them. H200, s7 (``bench/probe_sum.py``, a flat sum of 2**26 values in steps of
-    4096): 512 programs 34.8 us fp16 / 62.2 fp32, 256 programs 41.2 / 67.9."""
-    for b in axes:
-        if programs >= 2 * d.sms or programs >= want:
-            return
-        s = min(want // programs, 1024, 1 << max(0, (d.sizes[b] // tile.get(b, 1)).bit_length() - 1))
-        if s >= 2:
-            d.split[b] = s
-            programs *= s
 
 
 def grid_tiles(d: Draft) -> None:
@@ -530,7 +356,7 @@ def within_limits(d: Draft) -> None:
             return next_pow2(d.sizes[a])
         return d.tile.get(a, 1)
 
-    depth = _depths(d.alg)
+    depth = axis_depths(d.alg)
     while math.prod(block(a) for a in d.alg.axis_names) > MAX_BLOCK:
         grid = [a for a in d.grid if a not in d.user.tile and d.tile.get(a, 1) > 1]
         wholes = sorted((a for a in d.alg.axis_names if a not in d.grid and d.strategy.get(a) == "whole"
@@ -545,27 +371,22 @@ def within_limits(d: Draft) -> None:
             return   # the user's tiles and strategies: validation reports them
 
 
-def finish_splits(d: Draft) -> None:
-    """Split statistics read by many programs are finished once: where the heuristic chose
-    per-split partials (:func:`split_rows`) and the main output's programs would fold at least
-    :data:`FINISH_FOLDS` partial values in all (each program folds every split of each statistic
-    it reads; a variance's split state is four values), ``split_mode="finish"``: a small kernel
-    folds them once, in split order, and the output reads one value per statistic. Batch norm
-    64x64x512x512: 262144 output programs each folding 8 means and 8 variance states (H200 s7:
-    its output kernel 1030-1046 us against torch.compile's 996-1003 reading a finished mean and
-    rstd). Fewer folds keep the partials in the readers (one launch less: group norm's 16384
-    programs fold 4 splits)."""
-    if not d.gpu or d.split_mode != "partials" or d.user.split_mode is not None or not d.split:
+def fp32_output_tiles(d: Draft) -> None:
+    """An fp32 output reading materialised statistics (kernels of their own, :func:`split_rows`)
+    that folds no split partials (none split, or ``split_mode="finish"``) holds
+    :data:`FP32_OUTPUT_ELEMENTS` a program: the outermost grid tile above 1 halves until it does
+    (rows of the reduced layout first, the contiguous width only once they are down to one). Tiles
+    the user gave are kept."""
+    floats = [t for t in d.b.dtypes.values() if t.is_floating_point]
+    if (not d.gpu or d.cons or d.widest != 1 or not (d.split or d.stats_kernels) or not floats
+            or any(t != torch.float32 for t in floats) or (d.split and d.split_mode != "finish")):
         return
-    main = d.alg.outputs[0]
-    per_program = 0
-    for st in reduction_stages(d.alg):
-        r = st.node
-        n = math.prod(d.split[a] for a in r.over if a in d.split)
-        if n > 1 and r is not main.expr and contains(main.expr, r):
-            per_program += n * (4 if variance_of(r) is not None else 1)
-    if per_program * programs(d.grid, d.sizes, d.tile) >= FINISH_FOLDS:
-        d.split_mode = "finish"
+    rows = [a for a in d.grid if a not in d.user.tile]
+    while math.prod(d.tile.get(a, 1) for a in d.grid) > FP32_OUTPUT_ELEMENTS:
+        a = next((a for a in rows if d.tile.get(a, 1) > 1), None)
+        if a is None:
+            return
+        d.tile[a] //= 2
 
 
 def launch_defaults(d: Draft) -> None:
@@ -644,7 +465,8 @@ def access_style(d: Draft) -> None:
 #: The rules :func:`complete_schedule` applies, in order.
 RULES = (flash_attention, flash_backward, main_grid, contraction_tiles, conv_tiles, depthwise_tiles, gemm_then_rows, rows_between_gemms,
          gemm_then_gemm, gemms_apart, gemm_then_columns, off_grid_axes, split_rows, grid_tiles,
-         column_splits, within_limits, finish_splits, launch_defaults, output_stages, column_partials, access_style)
+         column_splits, within_limits, finish_splits, fp32_output_tiles, launch_defaults, output_stages,
+         column_partials, access_style)
 
 
 def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Schedule:

@@ -243,10 +243,9 @@ class Schedule(_KnobValues):
             read: deterministic, one more launch; for statistics read by many programs), or None
             (default): the heuristic picks "partials" for the reductions it splits across
             programs ("finish" when the programs reading them would fold many partials in all:
-            :data:`~dtriton.schedule.heuristics.FINISH_FOLDS`), and a split max/min always uses
-            per-split buffers; column-reduction splits use "partials" where no output is fp32 or
-            fp64 (a kernel casts them anyway: no zero fill); other splits use atomics. A call that splits nothing warns
-            (:class:`~dtriton.ScheduleWarning`) that the mode has no effect.
+            :data:`~dtriton.schedule.split_rules.FINISH_FOLDS`), and a split max/min always uses
+            per-split buffers, so do column-reduction splits where no output is fp32 or fp64; other
+            splits use atomics. A call that splits nothing warns (a ScheduleWarning).
         stages: per-stage overrides, ``{stage_name: StageSchedule}`` (dicts are accepted).
         eviction: L2 cache hint per input tensor, ``{"X": "evict_first"}`` for data read once
             (streams), ``"evict_last"`` for data re-read by other programs (Triton's

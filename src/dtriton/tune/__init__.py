@@ -68,7 +68,9 @@ of Python: they mean nothing, and the result says so.
 **Strategies.** "exhaustive" (every point, in order), "random" (uniform without repetition,
 seeded) and "tpe" (optuna's TPE sampler; optuna is optional: without it "tpe" falls back to
 "random" with a warning). "auto" picks exhaustive for spaces of at most 64 points, else tpe.
-Random and tpe first try the heuristic's neighbours (one dimension one step away). Exploration
+Random and tpe first try seeds on the GPU (fused attention and 16-bit contraction tilings, the output
+tiles of statistics-then-normalise calls), then the heuristic's neighbours (one dimension one step
+away). Exploration
 stops when the budget is spent, after ``max_trials`` compiled candidates, when the space is
 exhausted, or (random/tpe) when ``patience`` measured candidates in a row brought no improvement
 of at least 0.5%.

@@ -27,9 +27,9 @@ from ..runtime import Kernel, backend_for
 from ..schedule import Schedule
 from .check import Limits, check_resources, default_tolerance
 from .db import TuningDB, TuningKey, TuningRecord, TuningWarning, device_name
-from .measure import Bench, drain_workers, first_line, run_parallel
+from .measure import Bench, drain_workers, first_line, run_parallel, workers_for_memory
 from .result import ExploreResult
-from .samplers import PENALTY, TPE, base_point, dot_seeds, flash_seeds, make_sampler, neighbours
+from .samplers import PENALTY, TPE, base_point, make_sampler, warm_start
 from .space import Space, derive_fields
 from .candidate import Candidate, Options, check_call, params_json, src_hash
 from .progress import ExploreProgress
@@ -117,21 +117,21 @@ class Explorer:
         self.remeasure_s = 0.0
 
     def _compile_workers(self) -> int:
-        """Threads compiling at once: as given, else up to 8 on the GPU (fewer when copies of the
-        inputs and outputs would use over a quarter of free GPU memory); 1 on the interpreter."""
+        """Threads (or worker processes) compiling at once: as given, else up to 8 on the GPU, fewer
+        when their copies of the call's tensors would not fit half the free GPU memory
+        (:func:`~dtriton.tune.measure.workers_for_memory`); 1 on the interpreter."""
         if self.interpret:
             return 1
         n = self.opts.compile_workers
         if n is None:
-            n = min(8, os.cpu_count() or 1)
             bench = self.bench
             in_bytes = sum(a.numel() * a.element_size() for a in bench.pristine if isinstance(a, torch.Tensor))
-            in_bytes += sum(math.prod(s) * d.itemsize for s, d in zip(bench.shapes, self.b.out_dtypes))
+            out_bytes = sum(math.prod(s) * d.itemsize for s, d in zip(bench.shapes, self.b.out_dtypes))
             try:
                 free, _ = torch.cuda.mem_get_info(bench.device)
-                n = max(1, min(n, int(free * 0.25 // max(in_bytes, 1))))
             except Exception:  # pragma: no cover
-                pass
+                free = None
+            n = workers_for_memory(free, in_bytes, out_bytes, min(8, os.cpu_count() or 1))
         return n
 
     # -- small helpers ----------------------------------------------------------------------------
@@ -401,8 +401,7 @@ class Explorer:
         if isinstance(self.sampler, TPE) and row0.status == "ok":
             self.sampler.add_known(start, row0.median_us)
         if self.sampler.name != "exhaustive" and self.opts.warm_start:
-            seeds = flash_seeds(self.dims, start, self.base, self.b) or dot_seeds(self.alg, self.dims, start, self.b)
-            self.sampler.prepend(seeds + neighbours(self.dims, start))
+            self.sampler.prepend(warm_start(self.alg, self.dims, start, self.base, self.b))
 
     # -- the search loop ------------------------------------------------------------------------------
     def search(self) -> None:
@@ -646,8 +645,10 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
             ``None`` (default): on the CPU always (forked workers), on a GPU when the algorithm can
             be imported by a spawned process (else in-process, with a warning); ``False``: never.
             ``result.isolated`` and ``result.isolation`` say where candidates ran.
-        warm_start: random/tpe first try the heuristic's neighbours (one dimension one step
-            away, tiles first), a cheap local search before sampling.
+        warm_start: random/tpe first try seeds (GPU tilings of fused attention and 16-bit
+            contractions; output tiles of 1024, 2048 and 4096 elements for a statistics-then-normalise
+            output: :func:`~dtriton.tune.samplers.warm_start`), then the heuristic's neighbours
+            (one dimension one step away, tiles first), a cheap local search before sampling.
 
     Returns an :class:`ExploreResult` (``best`` is ``None`` when no candidate was correct).
 

@@ -20,9 +20,10 @@ import torch
 from ..backends import default_backend
 from ..errors import ShapeError
 from ..ir import Algorithm, sum_of_products, walk
-from .check import check_outputs
+from .check import CHECK_CHUNK, check_outputs
 
-__all__ = ["Bench", "warm_gpu_time", "run_parallel", "drain_workers", "reference_peak", "first_line"]
+__all__ = ["Bench", "warm_gpu_time", "run_parallel", "drain_workers", "reference_peak", "first_line",
+           "workers_for_memory"]
 
 
 def _clone(a, device=None):
@@ -36,9 +37,15 @@ def _clone(a, device=None):
 
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Equal element by element, NaN equal to NaN."""
-    if a.dtype.is_floating_point:
-        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+    """Equal element by element, NaN equal to NaN (compared :data:`~dtriton.tune.check.CHECK_CHUNK`
+    elements at a time: no masks the size of a large input)."""
+    if a.dtype.is_floating_point and a.shape == b.shape:
+        fa, fb = a.reshape(-1), b.reshape(-1)
+        for lo in range(0, fa.numel(), CHECK_CHUNK):
+            x, y = fa[lo:lo + CHECK_CHUNK], fb[lo:lo + CHECK_CHUNK]
+            if not bool(((x == y) | (torch.isnan(x) & torch.isnan(y))).all()):
+                return False
+        return True
     return bool(torch.equal(a, b))
 
 
@@ -46,6 +53,18 @@ def first_line(e: BaseException) -> str:
     """``"TypeName: first line of the message"`` (at most 300 characters of it)."""
     s = str(e).strip()
     return f"{type(e).__name__}: {s.splitlines()[0][:300] if s else ''}"
+
+
+def workers_for_memory(free_bytes: int | None, in_bytes: int, out_bytes: int, most: int) -> int:
+    """How many candidates may compile, check and time at once (at least 1, at most ``most``): each
+    holds two copies of the inputs (``in_bytes`` in all: pristine and working) and three of the
+    outputs (``out_bytes``: the reference, the poisoned ``out=`` of its check, the output of a timed
+    call), and they may use half of ``free_bytes`` (the device's free memory; ``None``: unknown, no
+    limit). Batch norm of 64x64x512x512 fp16 (2 GB in, 2 GB out) on an H200 with ~120 GB free: 6."""
+    if free_bytes is None:
+        return max(1, most)
+    each = 2 * in_bytes + 3 * out_bytes
+    return max(1, min(most, int(free_bytes * 0.5 // max(each, 1))))
 
 
 def reference_peak(alg: Algorithm, sizes: Mapping[str, int]) -> int:

@@ -18,12 +18,12 @@ import warnings
 from typing import Any, Mapping
 
 from ..ir import Algorithm, Binding, contractions
-from ..schedule import Schedule, flat_knobs
+from ..schedule import Schedule, flat_knobs, next_pow2
 from .db import TuningWarning
 from .space import flat_names
 
-__all__ = ["Exhaustive", "Random", "TPE", "make_sampler", "base_point", "dot_seeds", "neighbours", "neighbour_order",
-           "NEIGHBOUR_ORDER", "DOT_SEEDS", "PENALTY"]
+__all__ = ["Exhaustive", "Random", "TPE", "make_sampler", "base_point", "dot_seeds", "flash_seeds", "output_tile_seeds",
+           "warm_start", "neighbours", "neighbour_order", "NEIGHBOUR_ORDER", "DOT_SEEDS", "OUTPUT_TILE_ELEMENTS", "PENALTY"]
 
 PENALTY = 1e12  # what a sampler is told for a candidate that cannot be chosen (µs)
 
@@ -278,6 +278,66 @@ def flash_seeds(dims, start: Mapping, base: Schedule, b: Binding) -> list[dict]:
         if p != full and p not in out:
             out.append(p)
     return out
+
+
+#: Elements a program of a statistics-then-normalise output holds at the :func:`output_tile_seeds`:
+#: the range the H200 measured (s8 calls 5 and 6; output kernels, us): batch norm 64x64x512x512 fp16
+#: 4x512 1004.2, 8x512 (the default) 1032.7, 2x512 1164.0; fp32 2x512 2012.2, 4x512 2088.8, 8x512
+#: 2084.5; instance norm 16x64x256x256 fp16 16x256 (the default) 62.6, 4x256 71.0; fp32 4x256 123.1,
+#: 16x256 128.3. The best differs by case and dtype, so exploration tries them first.
+OUTPUT_TILE_ELEMENTS = (1024, 2048, 4096)
+
+
+def output_tile_seeds(alg: Algorithm, dims, start: Mapping, base: Schedule, b: Binding) -> list[dict]:
+    """Points of the space whose main output tile holds each of :data:`OUTPUT_TILE_ELEMENTS`
+    elements, nearest the heuristic's first (fewer first on a tie), for a GPU call (binding ``b``)
+    whose heuristic schedule ``base`` runs the main output as an element-wise pass over
+    statistics computed before it (batch, instance, group, layer norm over several axes, a
+    Frobenius norm: every reduced axis the output keeps is on its grid, no contraction). The
+    innermost grid axis keeps the heuristic's tile (the contiguous width, narrowed only below
+    it); the others take the rest innermost first: rows of the reduced layout. Where the
+    heuristic's output folds split partials in every program (``split_mode="partials"``: layer
+    norm over (C, H, W), group norm), the same tiles follow with the partials finished once
+    instead (``"finish"``, the heuristic's tile first): on the H200 (s8 call 6) layer norm's fp32
+    output took 132.7 us folding 32 splits where instance norm's, reading finished statistics of
+    the same shape, took 123.1. Each value only where the space has it; other dimensions at the
+    heuristic's values (``start``: :func:`base_point`). Empty otherwise."""
+    main = alg.outputs[0]
+    grid = tuple(base.grid or ())
+    rows = [a for a in main.layout if a in alg.reduction_axes]
+    if b.device.type != "cuda" or contractions(alg) or not grid or not rows or not set(rows) <= set(grid):
+        return []
+    vals = dict(dims)
+    full = {n: (start.get(n) if start.get(n) is not None else v[0]) for n, v in dims}
+    sizes = b.axis_sizes
+    have = math.prod(int(base.tile.get(a, 1)) for a in grid)
+    width = int(base.tile.get(grid[-1], 1))
+    targets = sorted((e for e in OUTPUT_TILE_ELEMENTS if e != have), key=lambda e: (abs(math.log2(e / have)), e))
+    modes = [None] + (["finish"] if base.split_mode == "partials" and "finish" in vals.get("split_mode", ()) else [])
+    out = []
+    for mode in modes:
+        for e in (targets if mode is None else [have] + targets):
+            tiles, left = {grid[-1]: min(width, e)}, max(1, e // min(width, e))
+            for a in reversed(grid[:-1]):
+                tiles[a] = max(1, min(left, next_pow2(sizes[a])))
+                left = max(1, left // tiles[a])
+            p = dict(full, **({"split_mode": mode} if mode else {}))
+            for a, v in tiles.items():
+                if f"tile.{a}" in vals and v in vals[f"tile.{a}"]:
+                    p[f"tile.{a}"] = v
+            if p != full and p not in out:
+                out.append(p)
+    return out
+
+
+def warm_start(alg: Algorithm, dims, start: Mapping, base: Schedule, b: Binding) -> list[dict]:
+    """The points random and TPE exploration try first, in order: the seeds of a fused attention
+    (:func:`flash_seeds`), else of a 16-bit contraction (:func:`dot_seeds`), else of a
+    statistics-then-normalise output (:func:`output_tile_seeds`), then the heuristic's one-step
+    :func:`neighbours` (``start``: :func:`base_point` of the heuristic's schedule ``base``)."""
+    seeds = (flash_seeds(dims, start, base, b) or dot_seeds(alg, dims, start, b)
+             or output_tile_seeds(alg, dims, start, base, b))
+    return seeds + neighbours(dims, start)
 
 
 def neighbours(dims, start: Mapping, limit: int = 20) -> list[dict]:
