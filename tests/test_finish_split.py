@@ -203,14 +203,14 @@ def test_the_heuristic_splits_a_whole_tensor_statistic_over_two_axes(small_budge
 def test_issue_shapes_plan_a_finish_for_batch_norm_and_frobenius_only():
     """At the H200 bench shapes: batch norm (262144 output programs folding 40 values each) and
     Frobenius (512 partials, 16384 programs) are finished; layer norm over (C, H, W) and group norm
-    keep their readers' folds (their plans as before); Frobenius splits its outer axes n and c."""
+    keep their readers' folds (their plans as before); Frobenius splits n and h."""
     e = dict(device="meta", dtype=torch.float16)
     bn = gpu_schedule(batch_norm, (torch.empty(64, 64, 512, 512, **e), torch.empty(64, **e), torch.empty(64, **e)))
     fro = gpu_schedule(frobenius_normalize, (torch.empty(16, 64, 256, 256, **e),))
     ln = gpu_schedule(layer_norm_chw, (torch.empty(16, 64, 256, 256, **e),))
     gn = gpu_schedule(group_norm, (torch.empty(16, 8, 8, 256, 256, **e),))
     assert bn.split_mode == "finish" and bn.split == {"n": 8}, bn
-    assert fro.split_mode == "finish" and fro.split == {"n": 16, "c": 32}, fro
+    assert fro.split_mode == "finish" and fro.split == {"h": 256, "n": 2}, fro
     assert ln.split_mode == "partials" and ln.split == {"c": 32}, ln
     assert gn.split_mode == "partials" and gn.split == {"c": 4}, gn
 

@@ -163,38 +163,10 @@ def _split_one(d: Draft, axes: list[str], tile: dict, programs: int) -> None:
     if best is not None:
         _, a, t, s = best
         offline = [b for b in axes if d.strategy.get(b) != "online"]
-        if best[0][0] < 2 * d.sms and a in offline and _split_outer(d, offline, tile, programs, want * programs):
-            return
         tile[a] = t
         d.split[a] = s
         if d.strategy.get(a) != "online":   # (an online pass merges the partials of one split axis only)
             _split_more(d, [b for b in offline if b != a], tile, programs * s, want * programs)
-
-
-def _split_outer(d: Draft, axes: list[str], tile: dict, programs: int, want: int) -> bool:
-    """Where no single axis reaches two waves (a whole-tensor statistic), split the looped ``axes``
-    outermost in memory first (:func:`~.draft.axis_depths`), each as far as its tile allows, until
-    ``programs`` reach ``want``: every program then sums contiguous slabs (the inner axes whole,
-    stepped through in runs of adjacent rows) instead of one row of each of many planes. A
-    Frobenius norm of 16x64x256x256 split ``{"n": 16, "c": 32}`` (512 programs, two 256x256 planes
-    each, steps of 16 rows x 256: 4096 contiguous elements) where ``{"h": 256, "n": 2}`` stepped
-    over 16 channels of one row (16 runs of 256, 128 KB apart): H200 s8, its statistics took 37.1
-    us fp16 against torch.compile's flat split reduction's 33.1 (``bench/probe_sum.py``'s flat
-    sums, 512 programs in steps of 4096: 34.8). Returns False (nothing split) when the outer axes
-    cannot reach ``want``."""
-    depth = axis_depths(d.alg)
-    split, progs = {}, programs
-    for b in sorted(axes, key=lambda b: -depth.get(b, 0)):
-        if progs >= want:
-            break
-        s = min(want // progs, 1024, 1 << max(0, (d.sizes[b] // tile.get(b, 1)).bit_length() - 1))
-        if s >= 2:
-            split[b] = s
-            progs *= s
-    if progs < want:
-        return False
-    d.split.update(split)
-    return True
 
 
 def _split_more(d: Draft, axes: list[str], tile: dict, programs: int, want: int) -> None:
