@@ -346,7 +346,8 @@ class Graph:
         """``sum over `over` of x`` with factors free of ``over`` hoisted out of the sum.
 
         ``orient``: the axis order the sum's free axes should come out in (the derivation passes
-        the axes of the node whose adjoint this sum is, :meth:`oriented`); empty: the product's own."""
+        the orientation of the node whose adjoint this sum is, :func:`dtriton.grad.derive.orientation`;
+        :meth:`oriented`); empty: the product's own."""
         if x is None:
             return None
         over = tuple(dict.fromkeys(over))
@@ -368,11 +369,11 @@ class Graph:
     def oriented(num: Sequence[Expr], den: Sequence[Expr], over: set[str], orient: Sequence[str]) -> list[Expr]:
         """The numerator factors ``num`` of a summed product reordered so that the sum's free axes
         (first appearance over ``num`` then ``den``, ``over`` left out: :class:`Reduce`'s axes) come
-        out in the order of ``orient``, the axes of the node whose adjoint the sum is. An adjoint
+        out in the order of ``orient``, the orientation of the node whose adjoint the sum is. An adjoint
         then has its node's orientation, and a buffer that stores it the forward's layout (the
         diffusion layer's ``d_mul = sum over v of dout[v, c] * basis[v, k]`` is stored ``(k, c)`` as
         the forward's projection, not ``(c, k)``: its consumer's tf32x3 dot then reads the
-        computed operand without spilling, bench/results/issue15). Factors are sorted stably by the
+        computed operand without spilling, bench/results/issue15/s9_axisorder). Factors are sorted stably by the
         positions in ``orient`` of their free axes, in their own order (those with none first);
         where that does not give the order (one factor holds the free axes the other way round)
         ``num`` is returned unchanged, as it is where its order is already right."""
