@@ -8,7 +8,7 @@ GPU, and on the GPU its time beside SDPA's backward for a few backward schedules
 ``sm90``: the backward of ``dt.grad(attention, save=saved_statistics(attention))`` planned as a CUDA
 call at the issue's shapes (B4 H16 S2048 D64, B4 H32 S4096 D128; nothing is allocated) under the
 heuristic schedule, every kernel compiled by Triton for sm_90; per kernel: registers, spill stack,
-shared memory, warps and stages, wgmma / mma.sync, ex2 and division instructions, layout
+SASS instructions, shared memory, warps and stages, wgmma / mma.sync, ex2 and division instructions, layout
 conversions through shared memory (TTGIR ``convert_layout``). The saved statistics take the dtypes the
 saving forward gives them (the row log-sum-exp fp32, sum1 normalised in the output's dtype), as in the
 timed calls.
@@ -81,7 +81,8 @@ def sm90_report(bwd, args, sched=None, dump: str | None = None) -> list[str]:
     """One line per kernel of ``bwd`` planned for a CUDA call with ``args`` (meta tensors) under
     ``sched`` (None: the heuristic), compiled by Triton for sm_90."""
     # (bench/sm90.py imports triton, which the timing modes do not need)
-    from sm90 import compile_sm90, dump_asm, load_kernels, plan_for_cuda, ptr_types, render, resources, signature
+    from sm90 import (compile_sm90, dump_asm, load_kernels, plan_for_cuda, ptr_types, render, resources, sass_count,
+                      signature)
     b, sched, prog = plan_for_cuda(bwd, args, sched)
     src, metas = render(prog)
     tmp = dump or tempfile.mkdtemp(prefix="dt_attnbwd_")
@@ -93,7 +94,7 @@ def sm90_report(bwd, args, sched=None, dump: str | None = None) -> list[str]:
         k = compile_sm90(fn, m, *signature(bwd, fn, m, ptr))
         ptx, ttgir = k.asm["ptx"], k.asm["ttgir"]
         dump_asm(k, tmp, m.name)
-        lines.append(f"  {m.name}: {resources(k.asm['cubin'])} smem {k.metadata.shared} "
+        lines.append(f"  {m.name}: {resources(k.asm['cubin'])} sass {sass_count(k.asm['cubin'])} smem {k.metadata.shared} "
                      f"warps {m.ir.num_warps} stages {m.ir.num_stages} wgmma {ptx.count('wgmma.mma_async')} "
                      f"mma.sync {ptx.count('mma.sync')} ex2 {ptx.count('ex2.approx')} div {ptx.count('div.')} "
                      f"rcp {ptx.count('rcp.')} convert_layout {ttgir.count('ttg.convert_layout')}")

@@ -69,6 +69,33 @@ def test_a_sibling_read_on_its_own_keeps_its_buffer(gen):
     check(gate_and_up_apart, args, s, tol=1e-4)
 
 
+@dt.algorithm
+def shared_projections(basis: T["V", "K"], g: T["V", "C"], x: T["V", "C"], mass: T["V"], evals: T["K"],
+                       times: T["C"], g1: T["K", "C"]):
+    """Two contractions over v that one kernel stores, (k, c) both (the diffusion layer's backward with
+    both outputs' gradients, its sums oriented alike): ``a`` is read as ``g1 + a`` by both outputs, the
+    second also multiplies it with ``s``."""
+    v, k, c = dt.axes("v k c")
+    a = dt.sum(basis[v, k] * g[v, c], over=v)
+    s = dt.sum(basis[v, k] * x[v, c] * mass[v], over=v)
+    e = dt.exp(-evals[k] * times[c])
+    return dt.sum(basis[v, k] * (g1[k, c] + a) * e, over=k)[v, c], dt.sum((g1[k, c] + a) * s * e * evals[k], over=k)[c]
+
+
+@pytest.mark.parametrize("V,K,C", [(37, 19, 23), (6, 4, 3)])
+def test_a_sibling_that_stores_its_own_epilogue_keeps_its_buffer(V, K, C, gen):
+    """``a``'s buffer takes its epilogue ``g1 + a`` first; ``s``'s epilogue then may not take ``a`` as a
+    sibling (the writer's ``a`` is the bare sum, the readers' the stored ``g1 + a``): before, ``s``'s buffer
+    stored ``a * s * ...`` without ``g1`` and ``a``'s buffer was dropped though the first output reads it
+    (KeyError 'buf_sum0' at the launch)."""
+    args = (randn(V, K, gen=gen), randn(V, C, gen=gen), randn(V, C, gen=gen), torch.rand(V, generator=gen) + 0.5,
+            torch.rand(K, generator=gen), torch.rand(C, generator=gen), randn(K, C, gen=gen))
+    prog = _program(shared_projections, None, args)
+    read = {n for k in prog.kernels for bs in k.materialized.values() for n in [bs.name]}
+    assert read <= set(prog.buffers), (read, list(prog.buffers))
+    check(shared_projections, args, tol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 def test_first_gemms_get_their_own_output_tiles(dtype):
     e = dict(dtype=dtype)

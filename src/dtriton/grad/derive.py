@@ -21,7 +21,7 @@ from .graph import Graph
 from .naming import first_free, grad_param_names
 from .shift import shift_class
 
-__all__ = ["Deriver", "Renamer", "active_nodes", "shift_invariant_extrema"]
+__all__ = ["Deriver", "Renamer", "active_nodes", "layout_pairs", "orientation", "shift_invariant_extrema"]
 
 #: binary ops through which an adjoint flows (comparisons and logic do not carry one)
 ARITH_OPS = ("add", "sub", "mul", "div", "maximum", "minimum", "pow")
@@ -115,6 +115,41 @@ def shift_invariant_extrema(order: list[Expr], active: set[int], roots: Sequence
     return blocked
 
 
+def layout_pairs(order: Sequence[Expr], layouts: Sequence[Sequence[str]]) -> tuple[frozenset, frozenset]:
+    """The axis orders the forward lays out, as two sets of pairs ``(a, b)``, ``a`` before ``b``:
+    those of its tensors (the bare-axis index of a load in ``order``, an output layout of
+    ``layouts``) and those of its reduction stages in ``order`` (a stage's free axes, the layout a
+    buffer of it has). A pair seen the other way round too in the same set is left out (a tensor
+    read transposed leaves its two axes unordered)."""
+    def pairs(seqs) -> frozenset:
+        seen = {(a, b) for names in seqs for k, a in enumerate(names) for b in names[k + 1:] if a != b}
+        return frozenset(p for p in seen if (p[1], p[0]) not in seen)
+    loads = [[e.name for e in n.index if isinstance(e, Axis)] for n in order if isinstance(n, Load)]
+    return (pairs(loads + [list(lay) for lay in layouts]),
+            pairs([list(n.axes) for n in order if isinstance(n, Reduce)]))
+
+
+def orientation(axes: Sequence[str], levels: Sequence[frozenset]) -> tuple[str, ...]:
+    """``axes`` in the order the forward lays them out (:func:`layout_pairs`' sets, ``levels``, the
+    first deciding first), the rest in their own order: each step keeps the axes that no remaining
+    axis precedes in the first set, of those the ones none precedes in the next (where any is
+    left), and takes the first. The orientation of a derived sum over the adjoint of a node with
+    these axes (:meth:`Deriver.collect`): the node's own where the forward says nothing else. The
+    causal attention's row statistics come out ``(i, b, h)`` and its probabilities ``(j, i, b, h)``
+    (the condition ``j <= i`` names its axes first); their adjoints are laid out ``(b, h, i)`` as
+    the queries are (else the dK/dV kernel would read one along ``i`` at a stride of B*H) and
+    ``(b, h, i, j)`` as the scores."""
+    left, out = list(axes), []
+    while left:
+        cands = left
+        for pairs in levels:
+            kept = [a for a in cands if not any((b, a) in pairs for b in left)]
+            cands = kept or cands
+        out.append(cands[0])
+        left.remove(cands[0])
+    return tuple(out)
+
+
 class Deriver:
     """The reverse-mode derivation of one forward algorithm, built in one :class:`Graph`.
 
@@ -130,6 +165,7 @@ class Deriver:
         self.active: set[int] = set()
         self.blocked: set[int] = set()
         self.load_adj: list[tuple[Load, Expr]] = []
+        self.pairs: tuple[frozenset, ...] = ()
 
     # -- clone the forward graph into the factory ------------------------------------------------
     def clone_forward(self) -> list[tuple[Expr, tuple[str, ...]]]:
@@ -168,6 +204,7 @@ class Deriver:
         g = self.g
         outs = self.clone_forward()
         self.order = order = topo_order([e for e, _ in outs])
+        self.pairs = layout_pairs(order, [lay for _, lay in outs])
         self.active = active = active_nodes(order, set(wrt))
         self.blocked = shift_invariant_extrema(order, active, [e for e, _ in outs])
         self.gnames = grad_param_names(self.alg)
@@ -204,7 +241,9 @@ class Deriver:
 
     def collect(self, n: Expr, cs: list[Expr]):
         """Sum the contributions to ``n``'s adjoint; those with axes ``n`` lacks (``n`` was
-        broadcast along them) are summed over them, one reduction per set of such axes."""
+        broadcast along them) are summed over them, one reduction per set of such axes, each
+        oriented as ``n`` (:func:`orientation`: its free axes in the order the forward's tensors
+        and stages lay them out, else in ``n``'s), so a buffer that stores it has the forward's layout."""
         g = self.g
         groups: dict[tuple[str, ...], Any] = {}
         for c in cs:
@@ -214,7 +253,7 @@ class Deriver:
             groups[extra] = g.add(groups.get(extra), c)
         bar = None
         for extra, s in groups.items():
-            bar = g.add(bar, g.rsum(s, extra, self._hint(n)) if extra else s)
+            bar = g.add(bar, g.rsum(s, extra, self._hint(n), orient=orientation(n.axes, self.pairs)) if extra else s)
         return bar
 
     def push(self, n: Expr, bar: Expr, contribs: dict[int, list[Expr]]):
@@ -404,7 +443,7 @@ class Deriver:
     def _scatter(self, ren: Renamer, name: str, L: Load, bar: Expr, out_axes: tuple[str, ...]):
         """The adjoint ``bar`` of the load ``L`` of tensor ``name`` laid out along ``out_axes``: bare
         axis indices renamed to the output axes, other indices compared with them (one-hot), the
-        remaining axes of ``L`` summed."""
+        remaining axes of ``L`` summed (that sum oriented as the tensor, along ``out_axes``)."""
         g = self.g
         mapping: dict[str, str] = {}
         conds: list[tuple[Expr, str]] = []
@@ -421,7 +460,7 @@ class Deriver:
         v = ren(bar, full)
         for e, o in conds:
             v = g.where(g.cmp("eq", ren(e, full), g.axis(o)), v, None)
-        return g.rsum(v, [full[a] for a in rest], f"d_{name}")
+        return g.rsum(v, [full[a] for a in rest], f"d_{name}", orient=out_axes)
 
     def _fresh_axis(self, dim: str, taken: set[str]) -> str:
         base = dim.lower()

@@ -342,8 +342,12 @@ class Graph:
         return [(1, x)]
 
     # -- reductions ----------------------------------------------------------------------------
-    def rsum(self, x, over: Iterable[str], hint: str):
-        """``sum over `over` of x`` with factors free of ``over`` hoisted out of the sum."""
+    def rsum(self, x, over: Iterable[str], hint: str, orient: Sequence[str] = ()):
+        """``sum over `over` of x`` with factors free of ``over`` hoisted out of the sum.
+
+        ``orient``: the axis order the sum's free axes should come out in (the derivation passes
+        the orientation of the node whose adjoint this sum is, :func:`dtriton.grad.derive.orientation`;
+        :meth:`oriented`); empty: the product's own."""
         if x is None:
             return None
         over = tuple(dict.fromkeys(over))
@@ -356,9 +360,34 @@ class Graph:
         inner_d = [f for f in den if ov & set(f.axes)]
         outer_n = [f for f in num if not ov & set(f.axes)]
         outer_d = [f for f in den if not ov & set(f.axes)]
-        inner = self.product(1, *self.divide_early(inner_n, inner_d))
+        inner_n, inner_d = self.divide_early(inner_n, inner_d)
+        inner = self.product(1, self.oriented(inner_n, inner_d, ov, orient), inner_d)
         r = self.reduce("sum", inner, over, hint=hint)
         return self.product(sign, outer_n + [r], outer_d)
+
+    @staticmethod
+    def oriented(num: Sequence[Expr], den: Sequence[Expr], over: set[str], orient: Sequence[str]) -> list[Expr]:
+        """The numerator factors ``num`` of a summed product reordered so that the sum's free axes
+        (first appearance over ``num`` then ``den``, ``over`` left out: :class:`Reduce`'s axes) come
+        out in the order of ``orient``, the orientation of the node whose adjoint the sum is. An adjoint
+        then has its node's orientation, and a buffer that stores it the forward's layout (the
+        diffusion layer's ``d_mul = sum over v of dout[v, c] * basis[v, k]`` is stored ``(k, c)`` as
+        the forward's projection, not ``(c, k)``: its consumer's tf32x3 dot then reads the
+        computed operand without spilling, bench/results/issue15/s9_axisorder). Factors are sorted stably by the
+        positions in ``orient`` of their free axes, in their own order (those with none first);
+        where that does not give the order (one factor holds the free axes the other way round)
+        ``num`` is returned unchanged, as it is where its order is already right."""
+        def free(fs):
+            return tuple(dict.fromkeys(a for f in fs for a in f.axes if a not in over))
+        have = free(list(num) + list(den))
+        pos = {a: i for i, a in enumerate(a for a in orient if a in have)}
+        if len(pos) < 2 or have == tuple(pos):
+            return list(num)
+
+        def key(f):
+            return tuple(pos.get(a, len(pos)) for a in f.axes if a not in over) or (-1,)
+        cand = sorted(num, key=key)
+        return cand if free(cand + list(den)) == tuple(pos) else list(num)
 
     def count(self, over: Sequence[str], free: Sequence[str] = ()) -> Expr:
         """The number of elements of the axes ``over`` as a cheap reduction stage, ``sum over R of 1``

@@ -121,8 +121,11 @@ def move_epilogues(prog: Program, alg: Algorithm) -> dict[str, str]:
                 continue
             # (a kernel's map may name a reduction that became a direct split-K output: not a buffer)
             stop = {u for k in prog.kernels for u, bs in k.materialized.items() if bs.name in prog.buffers}
+            # siblings still store their bare sum: one whose buffer took its own epilogue is read back
+            # as that (its readers name the sum for it), so the writer's value of the sum is no longer
+            # the buffer's, and the sum's readers are no longer found by its store's expression
             sibs = frozenset(u for u, (sst, _) in plain.items() if u != r.uid and sst in w.stores
-                             and set(sst.expr.axes) == set(r.axes))
+                             and sst.expr.uid == u and set(sst.expr.axes) == set(r.axes))
             e = _epilogue(r, readers, stop, sibs)
             if e is None:
                 continue
