@@ -208,10 +208,7 @@ def attn_fwd_pipe(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, S,
             gl.thread_barrier()
             _pipe_load(k_desc, v_desc, k_smem, v_smem, k_bar, v_bar, kv_row, j + STAGES, n_tiles, BN, STAGES)
 
-    mbarrier.invalidate(q_bar)
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(k_bar.index(i))
-        mbarrier.invalidate(v_bar.index(i))
+    # (no mbarrier.invalidate: a slower warp may still be inside its last wait)
     _epilogue(acc, m_i, l_i, o_desc, q_smem, lse_ptr, q_row, BM, o_layout)
 
 
@@ -370,13 +367,12 @@ def attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, S,
     fence_async_shared()
 
     q_pos = pid_m * BM
-    load_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
-                 q_row, kv_row, n_tiles, BMC, BN, NC, STAGES)
     if NC == 1:
         gl.warp_specialize([
             (_ws_consume, (o_desc, lse_ptr, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, turn,
                            qk_scale, q_row, q_pos, n_tiles, 0, NW, BMC, BN, D, STAGES, OVERLAP, PINGPONG, CAUSAL)),
-            (_ws_load, load_args),
+            (_ws_load, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
+                        q_row, kv_row, n_tiles, BMC, BN, NC, STAGES)),
         ], [1], [LOAD_REGS])
     else:
         gl.warp_specialize([
@@ -384,7 +380,8 @@ def attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, S,
                            qk_scale, q_row, q_pos, n_tiles, 0, NW, BMC, BN, D, STAGES, OVERLAP, PINGPONG, CAUSAL)),
             (_ws_consume, (o_desc, lse_ptr, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty, turn,
                            qk_scale, q_row, q_pos, n_tiles, 1, 4, BMC, BN, D, STAGES, OVERLAP, PINGPONG, CAUSAL)),
-            (_ws_load, load_args),
+            (_ws_load, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_bar, k_ready, k_empty, v_ready, v_empty,
+                        q_row, kv_row, n_tiles, BMC, BN, NC, STAGES)),
         ], [4, 1], [MMA_REGS, LOAD_REGS])
 
 
@@ -413,7 +410,7 @@ VARIANTS = [
     ("ws 2x(m64 w4) n128 s2", (64, 128), _ws(2, 64, 128, 2, overlap=False)),
     ("ws 2x(m64 w4) n128 s2 ovl", (64, 128), _ws(2, 64, 128, 2)),
     ("ws 2x(m64 w4) n128 s2 ovl pp", (64, 128), _ws(2, 64, 128, 2, pingpong=True)),
-    ("ws 2x(m64 w4) n128 s3 ovl pp", (64,), _ws(2, 64, 128, 3, pingpong=True)),
+    ("ws 2x(m64 w4) n128 s3 ovl pp", (64, 128), _ws(2, 64, 128, 3, pingpong=True)),
     ("ws 2x(m128 w4) n64 s3 ovl pp", (64, 128), _ws(2, 128, 64, 3, pingpong=True)),
     ("ws 2x(m128 w4) n128 s2 ovl pp", (64,), _ws(2, 128, 128, 2, pingpong=True)),
 ]
@@ -448,12 +445,15 @@ def q_block(cfg, D: int) -> list[int]:
 
 
 def gluon_attention(q, k, v, cfg, causal: bool):
-    """O (B, H, S, D) fp16 and LSE (B, H, S) fp32 of ``softmax(q k^T / sqrt(D)) v`` by the Gluon kernel of
-    ``cfg``. q, k, v: contiguous (B, H, S, D) fp16 CUDA tensors, S a multiple of the configuration's tiles.
-    Raises ValueError for other shapes."""
+    """A launcher of the Gluon kernel of ``cfg`` on ``q, k, v`` and its outputs: ``(launch, O, LSE)``;
+    ``launch()`` (re)computes O (B, H, S, D) fp16 and LSE (B, H, S) fp32 (natural log) of
+    ``softmax(q k^T / sqrt(D)) v``, descriptors and outputs made once. q, k, v: equal contiguous
+    (B, H, S, D) fp16 CUDA tensors, D 64 or 128, S a multiple of the configuration's tiles; other
+    shapes raise ValueError."""
     B, H, S, D = q.shape
     bm, bn = block_rows(cfg), cfg["BN"]
-    if q.dtype != torch.float16 or D not in (64, 128) or S % bm or S % bn or k.shape != q.shape or v.shape != q.shape:
+    if (q.dtype != torch.float16 or D not in (64, 128) or S % bm or S % bn or k.shape != q.shape
+            or v.shape != q.shape or not all(t.is_contiguous() for t in (q, k, v))):
         raise ValueError(f"gluon_attention: needs equal contiguous fp16 (B, H, S, D) q/k/v, D 64 or 128, S a multiple "
                          f"of {bm} and {bn}; got {tuple(q.shape)} {q.dtype}")
     o = torch.empty_like(q)
@@ -462,8 +462,12 @@ def gluon_attention(q, k, v, cfg, causal: bool):
     descs = [TensorDescriptor.from_tensor(t.view(B * H * S, D), box, smem_layout(box))
              for t, box in ((q, qb), (k, kb), (v, kb), (o, qb))]
     meta, nw = launch_meta(cfg, D, causal)
-    kernel_of(cfg)[(S // bm, B * H)](*descs, lse, D ** -0.5 * LOG2E, S, **meta, num_warps=nw)
-    return o, lse
+    kernel, grid, scale = kernel_of(cfg), (S // bm, B * H), D ** -0.5 * LOG2E
+
+    def launch():
+        kernel[grid](*descs, lse, scale, S, **meta, num_warps=nw)
+
+    return launch, o, lse
 
 
 # ---------------------------------------------------------------- compile only (no GPU)
@@ -487,7 +491,9 @@ def compile_sm90(cfg, D: int, causal: bool):
 
 
 def resources(ck) -> dict:
-    """Registers and spill stack per thread (cuobjdump), shared memory, threads, setmaxnreg values."""
+    """Registers and spill stack per thread (cuobjdump; a warp-specialised kernel's figure is its launch
+    cap, its partitions re-size by setmaxnreg), shared memory, warps, the wgmma instructions, and for a
+    warp-specialised kernel the registers its worker partitions ask for and the setmaxnreg values."""
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
         f.write(ck.asm["cubin"])
     try:
@@ -498,9 +504,10 @@ def resources(ck) -> dict:
     ptx = ck.asm["ptx"]
     return dict(regs=int(m.group(1)) if m else None, stack=int(m.group(2)) if m else None, smem=ck.metadata.shared,
                 warps=ck.metadata.num_warps,
-                setmaxnreg=sorted(set(re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx))),
-                wgmma=len(re.findall(r"wgmma\.mma_async", ptx)), spill_ld=ptx.count("ld.local"),
-                spill_st=ptx.count("st.local"))
+                setmaxnreg=sorted({int(v) for v in re.findall(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)}),
+                worker_regs=[int(v) for v in re.findall(r"requestedRegisters = array<i32: ([\d, ]+)>", ck.asm["ttgir"])
+                             [0].split(",")] if "requestedRegisters" in ck.asm["ttgir"] else [],
+                wgmma=len(re.findall(r"wgmma\.mma_async", ptx)))
 
 
 def compile_only(cases, only, out) -> list[dict]:
@@ -520,9 +527,11 @@ def compile_only(cases, only, out) -> list[dict]:
                     for ext in ("ttgir", "ptx"):
                         with open(f"{base}.{ext}", "w") as f:
                             f.write(ck.asm[ext])
+                ws = (f" workers ask {row['worker_regs']} (setmaxnreg values {row['setmaxnreg']})"
+                      if row["worker_regs"] else "")
                 print(f"  {name:32s} regs {row['regs']:>3} stack {row['stack']:>3} smem {row['smem']:>6} B "
-                      f"warps {row['warps']:>2} setmaxnreg {row['setmaxnreg'] or '-'} wgmma {row['wgmma']} "
-                      f"local ld/st {row['spill_ld']}/{row['spill_st']}", flush=True)
+                      f"warps {row['warps']:>2} wgmma {row['wgmma']:>3}"
+                      f"{ws}", flush=True)
             except Exception as e:  # noqa: BLE001 - a kernel that does not compile is a result
                 row["error"] = f"{type(e).__name__}: {' '.join(str(e).split())[:1500]}"
                 print(f"  {name:32s} FAILED: {row['error'][:600]}", flush=True)
@@ -637,14 +646,16 @@ def run_case(spec, only, B, H, out_rows, save) -> None:
             continue
         row = dict(base, variant=name, cfg=cfg)
         try:
-            o, lse = gluon_attention(q, k, v, cfg, causal)
+            fn, o, lse = gluon_attention(q, k, v, cfg, causal)
+            o.fill_(float("nan"))
+            lse.fill_(float("nan"))
+            fn()
             wait_or_die(name)
             row["err_o"] = (o.float() - o_ref).abs().max().item()
             row["err_lse"] = (lse - lse_ref).abs().max().item()
             if not (row["err_o"] < 2e-2 and row["err_lse"] < 1e-2):
                 row["note"] = "WRONG: not timed"
             else:
-                fn = lambda cfg=cfg: gluon_attention(q, k, v, cfg, causal)  # noqa: E731
                 row["us"] = triton.testing.do_bench(fn, return_mode="median") * 1e3
         except Exception as e:  # noqa: BLE001 - a failing variant is a result
             row["error"] = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
