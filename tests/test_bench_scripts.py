@@ -83,3 +83,17 @@ def test_reductions_dry_run_checks_the_default_schedules(tmp_path):
     assert len(checks) == 4 and all(r["note"].endswith(": ok") for r in checks), checks
     assert {r["impl"] for r in rows} >= {"dtriton", "torch", "check"}
     assert not [r for r in rows if r["note"].startswith(("WRONG", "failed"))]
+
+
+def test_probe_gluon_attention_compiles_for_sm90(tmp_path):
+    """bench/probe_gluon_attention.py --compile-only: the step-1 (pipelined) and the warp-specialised
+    ping-pong Gluon kernels compile for sm_90 here (no GPU), without register spills, within the
+    H100/H200 shared-memory limit, the warp-specialised one with its worker register requests."""
+    only = "pipe m128n128 s2 w8 ovl,ws 2x(m64 w4) n128 s2 ovl pp"
+    run_bench(["bench/probe_gluon_attention.py", "--compile-only", "--cases", "n1024x64,c1024x128", "--only", only],
+              tmp_path)
+    rows = json.loads((tmp_path / "out" / "probe_gluon_attention.json").read_text())["rows"]
+    assert len(rows) == 4 and not [r for r in rows if "error" in r], rows
+    assert all(r["stack"] == 0 and 0 < r["smem"] <= 232448 and r["wgmma"] > 0 for r in rows), rows
+    ws = [r for r in rows if r["variant"].startswith("ws")]
+    assert all(r["warps"] == 12 and r["worker_regs"] == [240, 24] for r in ws), ws
