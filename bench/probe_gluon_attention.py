@@ -75,12 +75,12 @@ def compile_only(cases, only, out) -> list[dict]:
                             f.write(ck.asm[ext])
                 ws = (f" workers ask {row['worker_regs']} (setmaxnreg values {row['setmaxnreg']})"
                       if row["worker_regs"] else "")
-                print(f"  {name:32s} regs {row['regs']:>3} stack {row['stack']:>3} smem {row['smem']:>6} B "
+                print(f"  {name:40s} regs {row['regs']:>3} stack {row['stack']:>3} smem {row['smem']:>6} B "
                       f"warps {row['warps']:>2} wgmma {row['wgmma']:>3}"
                       f"{ws}", flush=True)
             except Exception as e:  # noqa: BLE001 - a kernel that does not compile is a result
                 row["error"] = f"{type(e).__name__}: {' '.join(str(e).split())[:1500]}"
-                print(f"  {name:32s} FAILED: {row['error'][:600]}", flush=True)
+                print(f"  {name:40s} FAILED: {row['error'][:600]}", flush=True)
             rows.append(row)
     return rows
 
