@@ -109,3 +109,17 @@ def test_reductions_variants_by_case_null_keys_and_case_budgets(tmp_path):
     assert ("instancenorm", "dtriton explored") in impls and ("layernorm_chw", "dtriton explored") not in impls
     assert "explore instance_norm" in out and "(the heuristic's)" in out, out[-3000:]
     assert not [r for r in rows if r["note"].startswith(("WRONG", "failed"))]
+
+
+def test_probe_gluon_attention_compiles_for_sm90(tmp_path):
+    """bench/probe_gluon_attention.py --compile-only: the step-1 (pipelined) and the warp-specialised
+    ping-pong Gluon kernels compile for sm_90 here (no GPU), without register spills, within the
+    H100/H200 shared-memory limit, the warp-specialised one with its worker register requests."""
+    only = "pipe m128n128 s2 w8 ovl,ws 2x(m64 w4) n128 s2 ovl pp"
+    run_bench(["bench/probe_gluon_attention.py", "--compile-only", "--cases", "n1024x64,c1024x128", "--only", only],
+              tmp_path)
+    rows = json.loads((tmp_path / "out" / "probe_gluon_attention.json").read_text())["rows"]
+    assert len(rows) == 4 and not [r for r in rows if "error" in r], rows
+    assert all(r["stack"] == 0 and 0 < r["smem"] <= 232448 and r["wgmma"] > 0 for r in rows), rows
+    ws = [r for r in rows if r["variant"].startswith("ws")]
+    assert all(r["warps"] == 12 and r["worker_regs"] == [240, 24] for r in ws), ws
