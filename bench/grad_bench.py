@@ -31,6 +31,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dtriton as dt  # noqa: E402
+from run import captured_graph  # noqa: E402
 from algorithms import (attention, causal_attention, cross_entropy, layer_norm, log_softmax, rms_norm,  # noqa: E402
                         softmax, spatial_diffusion)
 
@@ -86,15 +87,7 @@ def _graph_ms(step):
     the step's GPU time without the host's launch path. ``None`` in a dry run."""
     if DEV == "cpu":
         return None
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        step()
+    g = captured_graph(step, 1)   # (bench/run.py: warmed on a side stream, captured, replayed once)
     return do_bench(g.replay, warmup=10, rep=100)
 
 
