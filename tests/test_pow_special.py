@@ -203,6 +203,34 @@ def test_integer_tensor_negative_literal_exponent_raises(lit):
     torch.testing.assert_close(dt.compile(inv)(xf), xf ** lit)
 
 
+def test_negative_literal_power_survives_rebuilds():
+    # the refusal of X_int ** -n lived in a module dict keyed by the reciprocal node's uid: CSE rebuilds
+    # (X[i] + X[i]) ** -1's reciprocal (its second X[i] merges into the first), so the mark was lost and
+    # an integer base was accepted (float32 result); it is now a field of the node, kept by rebuild
+    from dtriton.ir.expr import Binary
+
+    @dt.algorithm
+    def inv_sum(X: dt.Tensor["M"]):
+        i, = dt.axes("i:M")
+        return ((X[i] + X[i]) ** -3)[i], (1.0 / X[i])[i]
+
+    x = torch.tensor([-3, -1, 2, 1, 5])
+    with pytest.raises(RuntimeError):
+        (x + x) ** -3
+    with pytest.raises(dt.AlgorithmError, match="negative integer powers.*float"):
+        dt.compile(inv_sum)(x)
+    with pytest.raises(dt.AlgorithmError, match="negative integer powers.*float"):
+        inv_sum.reference(x)
+    marked = [n for n in inv_sum.nodes if isinstance(n, Binary) and n.power is not None]
+    assert len(marked) == 1 and marked[0].power == -3 and marked[0].rebuild(marked[0].children()).power == -3
+    # a written 1.0 / X[i] is no power (torch gives a float quotient): not merged with the marked node
+    assert sum(isinstance(n, Binary) and n.op == "div" for n in inv_sum.nodes) == 2
+    xf = torch.randn(7, dtype=torch.float64) + 3.0
+    a, b = dt.compile(inv_sum)(xf)
+    torch.testing.assert_close(a, (xf + xf) ** -3, rtol=1e-15, atol=0.0)
+    torch.testing.assert_close(b, 1.0 / xf, rtol=1e-15, atol=0.0)
+
+
 def test_tensor_exponent_gradient_at_infinities_and_zeros():
     # the +-0.5 cases of a number exponent leaked into a tensor exponent's gradient: x ** (p - 1) at p = 1.5,
     # x = -inf was sqrt(-inf) = NaN where torch's pow_backward gives inf (and 0 at p = 0.5)

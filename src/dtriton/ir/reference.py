@@ -16,7 +16,7 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from ..errors import AlgorithmError, IndexRangeError, ShapeError, ZeroDivisorError
-from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT_OPS, NEGATIVE_POWERS, Load, Reduce,
+from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT_OPS, Load, Reduce,
                    ScalarParam, Unary, Where, fmt)
 from .intervals import Read, analyse_reads, int_magnitude, integer_valued
 from .walk import mul_factors, topo_order
@@ -156,8 +156,8 @@ def check_integer_powers(alg, dtypes: dict[str, torch.dtype], scalars: dict[str,
     typed: dict[int, tuple[torch.dtype, bool]] = {}
     for n in alg.nodes:
         typed[n.uid] = _node_dtype(n, dtypes, typed)
-        if isinstance(n, Binary) and n.uid in NEGATIVE_POWERS:
-            base, k = n.b, NEGATIVE_POWERS[n.uid]
+        if isinstance(n, Binary) and n.power is not None:   # x ** -n traced as (1 / x) ** n
+            base, k = n.b, n.power
         elif isinstance(n, Binary) and n.op == "pow":
             base, e = n.a, n.b
             k = (int(e.value) if isinstance(e, Const) and e.integer else scalars.get(e.name) if isinstance(e, ScalarParam)
