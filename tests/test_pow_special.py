@@ -231,6 +231,26 @@ def test_negative_literal_power_survives_rebuilds():
     torch.testing.assert_close(b, 1.0 / xf, rtol=1e-15, atol=0.0)
 
 
+def test_negative_literal_power_kept_by_saving_forward():
+    # the gradient graph's copy of the forward (augmented_forward's saving forward) rebuilt x ** -1's
+    # reciprocal without its power: an integer base was accepted there (float results where torch raises)
+    from dtriton.grad import augmented_forward
+
+    @dt.algorithm
+    def inv_scaled(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        return (X[i, j] ** -1 * dt.sum(X[i, j], over=j))[i, j]
+
+    aug, _ = augmented_forward(inv_scaled, "all")
+    x = torch.tensor([[1, 2, 3], [4, -5, 6]])
+    with pytest.raises(dt.AlgorithmError, match="negative integer powers.*float"):
+        aug.reference(x)
+    xf = torch.randn(3, 5, dtype=torch.float64) + 3.0
+    out, saved = dt.compile(aug)(xf)
+    torch.testing.assert_close(out, xf ** -1 * xf.sum(1, keepdim=True), rtol=1e-14, atol=0.0)
+    torch.testing.assert_close(saved, xf.sum(1), rtol=1e-14, atol=0.0)
+
+
 def test_tensor_exponent_gradient_at_infinities_and_zeros():
     # the +-0.5 cases of a number exponent leaked into a tensor exponent's gradient: x ** (p - 1) at p = 1.5,
     # x = -inf was sqrt(-inf) = NaN where torch's pow_backward gives inf (and 0 at p = 0.5)
