@@ -269,3 +269,33 @@ def test_tensor_exponent_gradient_at_infinities_and_zeros():
         torch.testing.assert_close(gp, gp6.to(dtype), **tol(dtype))
         ref = pow_tensor.reference(x, p)
         torch.testing.assert_close(ref, y6.detach(), rtol=0, atol=0, equal_nan=True)
+
+
+def test_bool_to_a_bool_power_raises_as_torch():
+    # bool ** bool was typed int64 and computed; torch raises "pow" not implemented for 'Bool'
+    @dt.algorithm
+    def bool_pow(A: dt.Tensor["M"], B: dt.Tensor["M"]):
+        i, = dt.axes("i:M")
+        return (A[i] ** B[i])[i]
+
+    @dt.algorithm
+    def cmp_pow(X: dt.Tensor["M"], Y: dt.Tensor["M"]):
+        i, = dt.axes("i:M")
+        return ((X[i] > 0) ** (Y[i] > 0))[i]
+
+    a, b = torch.tensor([True, False, True]), torch.tensor([True, True, False])
+    with pytest.raises(RuntimeError, match="Bool"):
+        a ** b
+    with pytest.raises(dt.AlgorithmError, match=r"A\[i\].*B\[i\].*both torch.bool.*'Bool'"):
+        dt.compile(bool_pow)(a, b)
+    with pytest.raises(dt.AlgorithmError, match="both torch.bool"):
+        bool_pow.reference(a, b)
+    x, y = torch.randn(5), torch.randn(5)
+    with pytest.raises(dt.AlgorithmError, match=r"\(X\[i\] > 0\).*both torch.bool"):
+        dt.compile(cmp_pow)(x, y)
+    # a bool base to an integer exponent and an integer base to a bool exponent stay torch's int64 powers
+    ai, bi = torch.tensor([3, -2, 0]), torch.tensor([2, 5, 0])
+    for p, q in ((a, bi), (ai, b)):
+        out = torch.full((3,), -7, dtype=torch.int64)
+        dt.compile(bool_pow)(p, q, out=out)
+        assert torch.equal(out, p ** q), (out, p ** q)
