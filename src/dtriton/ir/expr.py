@@ -76,9 +76,10 @@ class Expr:
     def __rtruediv__(self, o): return Binary("div", as_expr(o), self)
     def __pow__(self, o):
         """``x ** n`` with torch's values: a literal integer ``0 < |n| <= 64`` by repeated squaring
-        (negative ``x`` allowed, exact as products), 0 and 0.5 as 1 and ``sqrt``; any other
-        exponent (a float literal, an ``int``/``float`` argument, an expression) is the ``pow`` node
-        (:func:`pow_general`: C's pow with torch's special cases)."""
+        (negative ``x`` allowed, exact as products), 0.5 as ``sqrt``; any other exponent (0, a float
+        literal, an ``int``/``float`` argument, an expression) is the ``pow`` node (:func:`pow_general`:
+        C's pow with torch's special cases; ``x ** 0`` is 1, NaN too, in torch's dtype: ``x``'s for a
+        float ``x``, an integer ``x`` to the literal ``0`` stays integer)."""
         if isinstance(o, (int, float)) and not isinstance(o, bool) and float(o).is_integer() and 0 < abs(o) <= 64:
             # a negative power as a power of 1 / x: its gradient -n x^(-n-1) stays finite wherever torch's does
             # (1 / x^n's chain rule divides by x^n twice: -inf below |x| ~ 1e-8 at n = 3 in fp32)
@@ -86,8 +87,6 @@ class Expr:
                 return pow_int(self, int(o))
             # the reciprocal carries the power: an integer base is refused at the call (torch raises)
             return pow_int(Binary("div", Const(1.0), self, power=int(o)), int(-o))
-        if isinstance(o, (int, float)) and float(o) == 0.0:
-            return Where(Binary("eq", self, self), Const(1.0), Const(1.0))  # 1 everywhere, NaN too
         if isinstance(o, (int, float)) and float(o) == 0.5:
             return Unary("sqrt", self)
         return pow_general(self, as_expr(o))
