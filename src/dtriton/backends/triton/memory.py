@@ -259,7 +259,8 @@ class MemoryPrinter:
         mask = self.mask_for(b.axes, scope, layout)
         # masked lanes (outside the buffer's axes: every store, reduction and computed dot operand discards
         # them) of a float stage read 1.0, so a quotient or log of them stays finite (0 / 0 there, a split
-        # sum's masked rows, was an invalid value on the interpreter); integers (indices among them) read 0
+        # sum's masked rows, was an invalid value on the interpreter); integers (indices among them) read 0.
+        # (sm_90 compiles of the norms' readers: the same SASS as with a fill of 0)
         fill = "1.0" if b.torch_dtype.is_floating_point else "0"
         if b.partials and b.rescale:
             code = self.merge_online_partials(r, b, name, terms, mask, scope, layout)
@@ -316,10 +317,12 @@ class MemoryPrinter:
         scope.emit(f"{acc} = tl.full({self.shape(layout, self.present(r, scope))}, 0.0, dtype={self.cdt})")
         it2 = Scope(scope, f"for {p} in {loop}({b.partials}):", scope.layout)
         it2.emit(f"{w} = {mload}")
-        load = f"tl.load({self.addr(name, [p] + terms)}" + (f", mask={mask}, other=1.0" if mask else "") + ")"   # (see load_buffer)
+        load = f"tl.load({self.addr(name, [p] + terms)}" + (f", mask={mask}, other=0" if mask else "") + ")"
         # a split with no visible lane (its max -inf, its partial NaN or 0) adds nothing
         it2.emit(f"{acc} += tl.where({w} == -float('inf'), 0.0, tl.{b.rescale_exp}({w} - {m}) * {load})")
         scope.emit(it2)  # type: ignore[arg-type]
+        if mask:   # masked lanes hold 1.0, as load_buffer's (once after the merge: a fill per load costs a select each)
+            scope.emit(f"{acc} = tl.where({mask}, {acc}, 1.0)")
         return acc
 
     def fold_partials(self, r: Reduce, b, name: str, terms: list[str], scope: Scope, layout) -> str:
