@@ -14,11 +14,13 @@ Hypothesis profiles: ``ci`` (default; few examples, derandomised so CI runs are 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -126,6 +128,18 @@ def poisoned_outputs(alg: dt.Algorithm, args: Sequence[Any]) -> list[torch.Tenso
 
 def as_tuple(x) -> tuple:
     return x if isinstance(x, tuple) else (x,)
+
+
+@contextlib.contextmanager
+def numpy_warnings_raise():
+    """Numpy's RuntimeWarnings (an invalid value, a division by zero, an overflow) raised inside the
+    block, the interpreter's among them: its launch hides them once per process (launch.quiet_interpreter),
+    so that filter is installed first and this one put before it."""
+    from dtriton.backends.triton.launch import quiet_interpreter
+    with warnings.catch_warnings():
+        quiet_interpreter()
+        warnings.simplefilter("error", RuntimeWarning)
+        yield
 
 
 def check(alg: dt.Algorithm, args: Sequence[Any], sched: dt.Schedule | None = None, *,

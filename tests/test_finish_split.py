@@ -85,6 +85,21 @@ FORCED = [("batch_norm", (5, 3, 7, 9), {"h": 2}), ("batch_norm", (5, 3, 7, 9), {
           ("layer_norm_chw", (3, 2, 1, 11), {"c": 2})]
 
 
+@pytest.mark.parametrize("name, shape, split", [("batch_norm", (5, 3, 7, 9), {"n": 2, "h": 3}),
+                                                 ("layer_norm_chw", (5, 3, 7, 9), {"h": 2, "q": 3})])
+def test_empty_splits_and_masked_lanes_compute_no_invalid_values(name, shape, split):
+    """h = 7 in 3 splits of 2-row tiles leaves the last split empty, and c = 3 in tiles of 4 masks a lane of the
+    finishing and normalising kernels: the variance state's M2 / count was 0 / 0 there (discarded, but numpy's
+    invalid value on the interpreter); now it divides by a count of at least 1 (NaN where nothing is counted)."""
+    from conftest import numpy_warnings_raise
+    alg, make, eager = NORMS[name]
+    x = torch.randn(shape) + 3.0
+    args = make(x)
+    with numpy_warnings_raise():
+        for mode in ("partials", "finish"):
+            check(alg, args, eager, _split_schedule(alg, x, split, mode), 1e-5)
+
+
 @pytest.mark.parametrize("name, shape, split", FORCED)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_forced_finish_and_multi_axis_splits_match_float64(name, shape, split, dtype):

@@ -274,3 +274,20 @@ def test_compile_autograd_save_is_checked_where_given():
             dt.compile_autograd(rms_norm, save=bad)
     for ok in ("auto", "all", None, ["mean0"], "mean0"):
         dt.compile_autograd(rms_norm, save=ok)
+
+
+def test_grad_and_augmented_forward_check_save_as_differentiable_does():
+    # dt.grad(save=3) was a TypeError from list(3), augmented_forward(alg, None) too, and an unknown name was
+    # "['yes'] are not reduction stages": one validation now names the call, the allowed keywords and stages
+    from dtriton.grad import augmented_forward
+    from dtriton.library import rms_norm
+    for bad in ("yes", ["mean0", "nope"], 3, "auto"):
+        with pytest.raises(dt.AlgorithmError, match=r"dt.grad\(rms_norm\): save=.*\"all\".*None.*\['mean0'\].*none of"):
+            dt.grad(rms_norm, save=bad)
+    for bad in ("yes", 3, None, ("mean0", 4)):
+        with pytest.raises(dt.AlgorithmError, match=r"augmented_forward\(rms_norm\): save=.*\"all\".*\['mean0'\]"):
+            augmented_forward(rms_norm, bad)
+    for ok in ("all", None, ["mean0"], "mean0", ("mean0",)):
+        dt.grad(rms_norm, save=ok)
+    for ok in ("all", ["mean0"], "mean0"):
+        assert augmented_forward(rms_norm, ok)[1] == ("mean0",)

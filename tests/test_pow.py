@@ -104,3 +104,25 @@ def test_negative_literal_power_gradient_stays_finite_at_small_x():
     (g64,) = torch.autograd.grad(y64, x64, torch.ones_like(y64))
     torch.testing.assert_close(y.double(), y64.detach(), rtol=1e-6, atol=0, equal_nan=True)
     torch.testing.assert_close(g.double(), g64.to(torch.float32).double(), rtol=1e-6, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("p", [0, 0.0])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.float16, torch.int32, torch.int64, torch.bool])
+def test_power_zero_keeps_torch_dtype(dtype, p):
+    # x ** 0 was a constant 1.0 selection: float32 whatever x (torch: float64 ones for a float64 x, int ones for
+    # an int x ** 0, ...); it is the pow node now, 1 at NaN and infinities too, in torch's result dtype
+    @dt.algorithm
+    def pow0(X: dt.Tensor["M"]):
+        i, = dt.axes("i:M")
+        return (X[i] ** p)[i]
+
+    x = torch.tensor([True, False, True]) if dtype == torch.bool else torch.tensor(SPECIAL).to(dtype)
+    want = x ** p
+    out = torch.full(x.shape, 7, dtype=want.dtype)
+    got = dt.compile(pow0)(x, out=out)
+    assert got.dtype == want.dtype and pow0.reference(x).dtype == want.dtype
+    assert torch.equal(got, want), (got, want)
+    if dtype == torch.float64:
+        X = x.clone().requires_grad_(True)
+        dt.compile_autograd(pow0)(X).sum().backward()
+        assert torch.equal(X.grad, torch.zeros_like(x))

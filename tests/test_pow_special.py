@@ -203,6 +203,54 @@ def test_integer_tensor_negative_literal_exponent_raises(lit):
     torch.testing.assert_close(dt.compile(inv)(xf), xf ** lit)
 
 
+def test_negative_literal_power_survives_rebuilds():
+    # the refusal of X_int ** -n lived in a module dict keyed by the reciprocal node's uid: CSE rebuilds
+    # (X[i] + X[i]) ** -1's reciprocal (its second X[i] merges into the first), so the mark was lost and
+    # an integer base was accepted (float32 result); it is now a field of the node, kept by rebuild
+    from dtriton.ir.expr import Binary
+
+    @dt.algorithm
+    def inv_sum(X: dt.Tensor["M"]):
+        i, = dt.axes("i:M")
+        return ((X[i] + X[i]) ** -3)[i], (1.0 / X[i])[i]
+
+    x = torch.tensor([-3, -1, 2, 1, 5])
+    with pytest.raises(RuntimeError):
+        (x + x) ** -3
+    with pytest.raises(dt.AlgorithmError, match="negative integer powers.*float"):
+        dt.compile(inv_sum)(x)
+    with pytest.raises(dt.AlgorithmError, match="negative integer powers.*float"):
+        inv_sum.reference(x)
+    marked = [n for n in inv_sum.nodes if isinstance(n, Binary) and n.power is not None]
+    assert len(marked) == 1 and marked[0].power == -3 and marked[0].rebuild(marked[0].children()).power == -3
+    # a written 1.0 / X[i] is no power (torch gives a float quotient): not merged with the marked node
+    assert sum(isinstance(n, Binary) and n.op == "div" for n in inv_sum.nodes) == 2
+    xf = torch.randn(7, dtype=torch.float64) + 3.0
+    a, b = dt.compile(inv_sum)(xf)
+    torch.testing.assert_close(a, (xf + xf) ** -3, rtol=1e-15, atol=0.0)
+    torch.testing.assert_close(b, 1.0 / xf, rtol=1e-15, atol=0.0)
+
+
+def test_negative_literal_power_kept_by_saving_forward():
+    # the gradient graph's copy of the forward (augmented_forward's saving forward) rebuilt x ** -1's
+    # reciprocal without its power: an integer base was accepted there (float results where torch raises)
+    from dtriton.grad import augmented_forward
+
+    @dt.algorithm
+    def inv_scaled(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        return (X[i, j] ** -1 * dt.sum(X[i, j], over=j))[i, j]
+
+    aug, _ = augmented_forward(inv_scaled, "all")
+    x = torch.tensor([[1, 2, 3], [4, -5, 6]])
+    with pytest.raises(dt.AlgorithmError, match="negative integer powers.*float"):
+        aug.reference(x)
+    xf = torch.randn(3, 5, dtype=torch.float64) + 3.0
+    out, saved = dt.compile(aug)(xf)
+    torch.testing.assert_close(out, xf ** -1 * xf.sum(1, keepdim=True), rtol=1e-14, atol=0.0)
+    torch.testing.assert_close(saved, xf.sum(1), rtol=1e-14, atol=0.0)
+
+
 def test_tensor_exponent_gradient_at_infinities_and_zeros():
     # the +-0.5 cases of a number exponent leaked into a tensor exponent's gradient: x ** (p - 1) at p = 1.5,
     # x = -inf was sqrt(-inf) = NaN where torch's pow_backward gives inf (and 0 at p = 0.5)
@@ -221,3 +269,33 @@ def test_tensor_exponent_gradient_at_infinities_and_zeros():
         torch.testing.assert_close(gp, gp6.to(dtype), **tol(dtype))
         ref = pow_tensor.reference(x, p)
         torch.testing.assert_close(ref, y6.detach(), rtol=0, atol=0, equal_nan=True)
+
+
+def test_bool_to_a_bool_power_raises_as_torch():
+    # bool ** bool was typed int64 and computed; torch raises "pow" not implemented for 'Bool'
+    @dt.algorithm
+    def bool_pow(A: dt.Tensor["M"], B: dt.Tensor["M"]):
+        i, = dt.axes("i:M")
+        return (A[i] ** B[i])[i]
+
+    @dt.algorithm
+    def cmp_pow(X: dt.Tensor["M"], Y: dt.Tensor["M"]):
+        i, = dt.axes("i:M")
+        return ((X[i] > 0) ** (Y[i] > 0))[i]
+
+    a, b = torch.tensor([True, False, True]), torch.tensor([True, True, False])
+    with pytest.raises(RuntimeError, match="Bool"):
+        a ** b
+    with pytest.raises(dt.AlgorithmError, match=r"A\[i\].*B\[i\].*both torch.bool.*'Bool'"):
+        dt.compile(bool_pow)(a, b)
+    with pytest.raises(dt.AlgorithmError, match="both torch.bool"):
+        bool_pow.reference(a, b)
+    x, y = torch.randn(5), torch.randn(5)
+    with pytest.raises(dt.AlgorithmError, match=r"\(X\[i\] > 0\).*both torch.bool"):
+        dt.compile(cmp_pow)(x, y)
+    # a bool base to an integer exponent and an integer base to a bool exponent stay torch's int64 powers
+    ai, bi = torch.tensor([3, -2, 0]), torch.tensor([2, 5, 0])
+    for p, q in ((a, bi), (ai, b)):
+        out = torch.full((3,), -7, dtype=torch.int64)
+        dt.compile(bool_pow)(p, q, out=out)
+        assert torch.equal(out, p ** q), (out, p ** q)

@@ -6,6 +6,7 @@ against the unsplit kernel."""
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
@@ -82,6 +83,29 @@ def test_length_split_with_empty_slices():
     check(length_attention, (Q, K, V, L), _split(4, ti=16, tj=8), torch_ref=_sdpa(0.25, mask))
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered in divide:RuntimeWarning")   # the NaN rows: 0 / 0
+def test_split_merges_compute_no_invalid_values():
+    """Masked query rows (37 in tiles of 16) read the split partials' masked lanes, and rows whose every
+    slice is empty (L = 0) merge only -inf maxima: the merged sums were 0 there (0 / 0 in the output's
+    division) and the shift -inf - -inf; now masked lanes read 1.0 and the shift is 0 where every split is
+    empty. Values against float64 torch; the rows of no visible key stay NaN (0 / 0 as torch's: that warns)."""
+    from conftest import numpy_warnings_raise
+    Q, K, V = randn(3, 1, 37, 16), randn(3, 1, 61, 16), randn(3, 1, 61, 16)
+    L = torch.tensor([61, 5, 30])
+    mask = (torch.arange(61)[None, :] < L[:, None])[:, None, None, :]
+    with numpy_warnings_raise():
+        check(length_attention, (Q, K, V, L), _split(4, ti=16, tj=8), torch_ref=_sdpa(0.25, mask))
+        for sched in (_split(3, ti=16, tj=8), _split(2, ti=16, tj=8, split_mode="finish")):
+            check(attention, (Q, K, V, 0.25), sched, torch_ref=_sdpa(0.25))
+    L0 = torch.tensor([0, 40, 7])
+    with warnings.catch_warnings():   # the shift of a row with no visible key (its output is 0 / 0: NaN, as torch's)
+        warnings.filterwarnings("error", message="invalid value encountered in subtract", category=RuntimeWarning)
+        out = dt.compile(length_attention, _split(4, tj=8))(Q, K, V, L0)
+    ref = length_attention.reference(Q.double(), K.double(), V.double(), L0)
+    assert torch.isnan(out[0]).all() and torch.isnan(ref[0]).all()
+    torch.testing.assert_close(out[1:].double(), ref[1:], rtol=1e-5, atol=1e-5)
+
+
 def test_softmax_split_reads_the_max_and_the_rescaled_sum():
     X = randn(5, 301, scale=4.0)
     sched = dt.Schedule(grid=("i",), tile={"i": 1, "j": 32}, split={"j": 4}, strategy={"j": "online"})
@@ -90,6 +114,7 @@ def test_softmax_split_reads_the_max_and_the_rescaled_sum():
     check(softmax, (X,), sched, torch_ref=lambda x: torch.softmax(x, 1))
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered in divide:RuntimeWarning")   # the NaN rows: 0 / 0
 def test_rows_with_no_visible_key_are_nan_as_in_torch():
     Q, K, V = randn(2, 1, 3, 16), randn(2, 1, 40, 16), randn(2, 1, 40, 16)
     L = torch.tensor([0, 40])

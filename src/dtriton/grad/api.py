@@ -144,12 +144,7 @@ def _saved_stages(alg: Algorithm, d: Deriver, grads: dict[str, tuple[Expr, tuple
                 if isinstance(x, Reduce) and x.uid in d.g.fwd and x.name:
                     used.add(x.name)
         return [s for s in fwd_stage_names if s in used]
-    save_l = [save] if isinstance(save, str) else list(save)
-    bad = [s for s in save_l if s not in fwd_stage_names and s not in lse_statistics(alg)]
-    if bad:
-        raise AlgorithmError(f"dt.grad: save={bad} are not reduction stages of {alg.name}; its stages are "
-                             f"{fwd_stage_names} (log-sum-exp statistics: {list(lse_statistics(alg))})")
-    return save_l
+    return [save] if isinstance(save, str) else list(save)   # (checked by grad: check_save)
 
 
 def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequence[str] | str | None = None,
@@ -177,7 +172,8 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
     *saved)``; upstream gradient ``k`` has the shape of forward output ``k``. Computation dtype is
     the promotion of the floating inputs (fp32 for fp16/bf16 inputs, fp64 for fp64), as forward.
 
-    Raises :class:`~dtriton.errors.AlgorithmError` for unknown input or stage names, an output
+    Raises :class:`~dtriton.errors.AlgorithmError` for unknown input names, a ``save=`` that is
+    neither ``"all"``, ``None`` nor names of stages or statistics (:func:`check_save`), an output
     index out of range, or a node kind the differentiator does not know.
 
     Sources: Griewank & Walther, "Evaluating Derivatives" (SIAM 2008), reverse mode (ch. 3) and
@@ -186,6 +182,7 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
     """
     if not isinstance(alg, Algorithm):
         raise TypeError(f"dt.grad expects an @dt.algorithm, got {type(alg).__name__}")
+    check_save(alg, save, f"dt.grad({alg.name})", ("all", None))
     wrt_l = _wrt_names(alg, wrt)
     n_out = len(alg.outputs)
     seeded = tuple(range(n_out)) if outputs is None else tuple(sorted(set(outputs)))
@@ -292,20 +289,27 @@ def saved_statistics(alg: Algorithm) -> tuple[str, ...]:
     return tuple(out)
 
 
-def check_save(alg: Algorithm, save, where: str) -> None:
-    """Check a user's ``save=`` option (``where``: the call it was given to, for the message):
-    ``"auto"``, ``"all"``, ``None``, or a stage name or list of names among ``alg``'s reduction
-    stages and log-sum-exp statistics. Raises :class:`AlgorithmError` naming the argument, the
-    allowed values and the names otherwise."""
+#: what each keyword of a ``save=`` option means, for the messages of :func:`check_save`
+_SAVE_KEYWORDS = {"auto": '"auto" (the statistics the backward reads)', "all": '"all" (every reduction stage the '
+                  'backward uses)', None: "None (recompute them in the backward)"}
+
+
+def check_save(alg: Algorithm, save, where: str, keywords: tuple = ("auto", "all", None)) -> None:
+    """Check a user's ``save=`` option (``where``: the call it was given to, for the message): one of
+    ``keywords`` (a subset of ``"auto"``, ``"all"`` and ``None``: what the call accepts), or a stage
+    name or list (tuple) of names among ``alg``'s reduction stages and log-sum-exp statistics. The one
+    validation of ``save=`` for :func:`grad`, :func:`augmented_forward` and ``dt.differentiable``.
+    Raises :class:`AlgorithmError` naming the call, the argument, the allowed keywords and names and
+    the values that are none of them."""
     names = [s.name for s in reduction_stages(alg)]
     lses = list(lse_statistics(alg))
-    if save is None or (isinstance(save, str) and save in ("auto", "all")):
+    if any(save is k or (isinstance(save, str) and save == k) for k in keywords):
         return
     listed = [save] if isinstance(save, str) else list(save) if isinstance(save, (list, tuple)) else None
     bad = [s for s in listed if not isinstance(s, str) or (s not in names and s not in lses)] if listed is not None else [save]
     if bad:
-        raise AlgorithmError(f"{where}: save={save!r} is not a valid choice: save is \"auto\" (the statistics the "
-                             f"backward reads), \"all\", None (recompute in the backward) or a list of names among "
+        allowed = ", ".join(_SAVE_KEYWORDS[k] for k in keywords)
+        raise AlgorithmError(f"{where}: save={save!r} is not a valid choice: save is {allowed} or a list of names among "
                              f"{alg.name}'s reduction stages {names} and log-sum-exp statistics {lses}; "
                              f"{bad} {'is' if len(bad) == 1 else 'are'} none of them")
 
@@ -316,15 +320,13 @@ def augmented_forward(alg: Algorithm, save: Sequence[str] | str) -> tuple[Algori
     ``"all"`` saves every reduction stage. A log-sum-exp statistic (``lse_<max>_<sum>``,
     :mod:`~dtriton.grad.logsumexp`) is output as ``max + log(sum)`` along the max's axes, and the
     saved stages that depend on its max are output at its shift (attention's ``sum1`` divided by the
-    row sum). Returns ``(algorithm, saved names)``. Raises :class:`AlgorithmError` for a name that is
-    neither a reduction stage nor a log-sum-exp statistic of ``alg``."""
+    row sum). Returns ``(algorithm, saved names)``. Raises :class:`AlgorithmError` for a ``save`` that
+    is neither ``"all"`` nor names of reduction stages or log-sum-exp statistics of ``alg``
+    (:func:`check_save`)."""
+    check_save(alg, save, f"augmented_forward({alg.name})", ("all",))
     names = [s.name for s in reduction_stages(alg)]
     lses = lse_statistics(alg)
     save_l = names if save == "all" else ([save] if isinstance(save, str) else list(save))
-    bad = [s for s in save_l if s not in names and s not in lses]
-    if bad:
-        raise AlgorithmError(f"augmented_forward: {bad} are not reduction stages of {alg.name}; stages: {names} "
-                             f"(log-sum-exp statistics: {list(lses)})")
     d = Deriver(alg)
     outs = d.clone_forward()
     g = d.g

@@ -322,9 +322,8 @@ class Deriver:
         if cp is not None:
             return dx, None
         at0 = g.cmp("and", g.cmp("eq", x, zero), g.cmp("ge", p, zero))
-        cx = g.cval(x)   # a number base (c ** X): its log folded here, in double (a printed tl.log(c) is fp32)
-        log_x = g.const(math.log(cx)) if cx is not None and 0 < cx < math.inf else g.raw_unary("log", x)
-        return dx, g.mul(bar, g.where(at0, None, g.mul(n, log_x)))
+        # (a number base, c ** X: log(c) is folded in double by the plan, dtriton.ir.folded_literals)
+        return dx, g.mul(bar, g.where(at0, None, g.mul(n, g.raw_unary("log", x))))
 
     def broadcast_back(self, n: Expr, child: Expr, v: Expr) -> Expr:
         """The contribution ``v`` of ``n``'s adjoint to ``child``'s, times the extent of the axes of

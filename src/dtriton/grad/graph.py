@@ -122,6 +122,8 @@ class Graph:
             return self.load(self.tensors[n.tensor.name], kids, n.pad)
         if isinstance(n, Unary):
             return self.raw_unary(n.op, kids[0])
+        if isinstance(n, Binary) and n.power is not None:   # the reciprocal of x ** -n keeps its power
+            return self._get(("B", n.op, kids[0].uid, kids[1].uid, n.power), lambda: n.rebuild(kids))
         if isinstance(n, Binary):
             return self.raw_binary(n.op, kids[0], kids[1])
         if isinstance(n, Where):

@@ -18,7 +18,7 @@ import torch
 from ..errors import AlgorithmError
 from .combiners import Combiner, get as get_combiner
 
-__all__ = ["NEGATIVE_POWERS", "Expr", "Const", "Axis", "ScalarParam", "Load", "Unary", "Binary", "Where", "Cast", "Reduce",
+__all__ = ["Expr", "Const", "Axis", "ScalarParam", "Load", "Unary", "Binary", "Where", "Cast", "Reduce",
            "Output", "InputTensor", "PaddedTensor", "as_expr", "fmt", "UNARY_OPS", "BINARY_OPS", "COMPARE_OPS", "INT_OPS",
            "FP8_DTYPES", "SATURATING_DTYPES"]
 
@@ -76,19 +76,17 @@ class Expr:
     def __rtruediv__(self, o): return Binary("div", as_expr(o), self)
     def __pow__(self, o):
         """``x ** n`` with torch's values: a literal integer ``0 < |n| <= 64`` by repeated squaring
-        (negative ``x`` allowed, exact as products), 0 and 0.5 as 1 and ``sqrt``; any other
-        exponent (a float literal, an ``int``/``float`` argument, an expression) is the ``pow`` node
-        (:func:`pow_general`: C's pow with torch's special cases)."""
+        (negative ``x`` allowed, exact as products), 0.5 as ``sqrt``; any other exponent (0, a float
+        literal, an ``int``/``float`` argument, an expression) is the ``pow`` node (:func:`pow_general`:
+        C's pow with torch's special cases; ``x ** 0`` is 1, NaN too, in torch's dtype: ``x``'s for a
+        float ``x``, an integer ``x`` to the literal ``0`` stays integer)."""
         if isinstance(o, (int, float)) and not isinstance(o, bool) and float(o).is_integer() and 0 < abs(o) <= 64:
             # a negative power as a power of 1 / x: its gradient -n x^(-n-1) stays finite wherever torch's does
             # (1 / x^n's chain rule divides by x^n twice: -inf below |x| ~ 1e-8 at n = 3 in fp32)
             if o > 0:
                 return pow_int(self, int(o))
-            recip = Binary("div", Const(1.0), self)
-            NEGATIVE_POWERS[recip.uid] = int(o)   # an integer base is refused at the call (torch raises)
-            return pow_int(recip, int(-o))
-        if isinstance(o, (int, float)) and float(o) == 0.0:
-            return Where(Binary("eq", self, self), Const(1.0), Const(1.0))  # 1 everywhere, NaN too
+            # the reciprocal carries the power: an integer base is refused at the call (torch raises)
+            return pow_int(Binary("div", Const(1.0), self, power=int(o)), int(-o))
         if isinstance(o, (int, float)) and float(o) == 0.5:
             return Unary("sqrt", self)
         return pow_general(self, as_expr(o))
@@ -194,12 +192,6 @@ def as_expr(v) -> Expr:
 def _no_children(node: Expr, children: Sequence[Expr]) -> None:
     if len(children):
         raise ValueError(f"{type(node).__name__} has no children, got {len(children)}")
-
-
-#: ``x ** -n`` of a negative integer literal: the uid of its ``1.0 / x`` node -> ``-n``. Its base's dtype is
-#: known at the call only, where an integer base is refused (torch raises "Integers to negative integer
-#: powers are not allowed"; the reciprocal would make it float)
-NEGATIVE_POWERS: dict[int, int] = {}
 
 
 def pow_int(x: Expr, n: int) -> Expr:
@@ -361,23 +353,30 @@ class Unary(Expr):
 
 
 class Binary(Expr):
-    """An elementwise operation of two operands (``op`` in :data:`BINARY_OPS`), broadcast by axis name."""
-    __slots__ = ("op", "a", "b")
+    """An elementwise operation of two operands (``op`` in :data:`BINARY_OPS`), broadcast by axis name.
 
-    def __init__(self, op: str, a: Expr, b: Expr):
+    ``power``: None, or for the ``1.0 / x`` node of ``x ** -n`` (a negative integer literal power,
+    traced as a power of the reciprocal) the power ``-n``. The base's dtype is known at the call
+    only, where an integer base is refused (torch raises "Integers to negative integer powers are
+    not allowed"; the reciprocal alone would make it float). ``rebuild`` keeps it and it is part of
+    the signature, so a rewrite or CSE never drops it nor merges the node with a written ``1.0 / x``."""
+    __slots__ = ("op", "a", "b", "power")
+
+    def __init__(self, op: str, a: Expr, b: Expr, power: int | None = None):
         assert op in BINARY_OPS, op
+        assert power is None or (op == "div" and power < 0), (op, power)
         super().__init__(a.axes + b.axes)
-        self.op, self.a, self.b = op, a, b
+        self.op, self.a, self.b, self.power = op, a, b, power
 
     def children(self):
         return (self.a, self.b)
 
     def rebuild(self, children):
         a, b = children
-        return Binary(self.op, a, b)
+        return Binary(self.op, a, b, self.power)
 
     def signature(self):
-        return (self.op,)
+        return (self.op,) if self.power is None else (self.op, self.power)
 
 
 class Where(Expr):

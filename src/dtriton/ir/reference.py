@@ -16,7 +16,7 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from ..errors import AlgorithmError, IndexRangeError, ShapeError, ZeroDivisorError
-from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT_OPS, NEGATIVE_POWERS, Load, Reduce,
+from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT_OPS, Load, Reduce,
                    ScalarParam, Unary, Where, fmt)
 from .intervals import Read, analyse_reads, int_magnitude, integer_valued
 from .walk import mul_factors, topo_order
@@ -148,16 +148,23 @@ def _node_dtype(n: Expr, dtypes: dict[str, torch.dtype], typed: dict) -> tuple[t
     raise AssertionError(n)
 
 
-def check_integer_powers(alg, dtypes: dict[str, torch.dtype], scalars: dict[str, Any]) -> None:
-    """Refuse an integer base to a negative integer power known at the call (a literal ``X[i] ** -1``
-    or an ``int`` argument ``q < 0`` in ``X[i] ** q``; ``scalars``: argument name -> value) with an
-    :class:`AlgorithmError`: torch raises "Integers to negative integer powers are not allowed" there
-    (a negative integer *tensor* exponent gives C's integer pow, 0, 1 or -1, as torch's)."""
+def check_powers(alg, dtypes: dict[str, torch.dtype], scalars: dict[str, Any]) -> None:
+    """Refuse, with an :class:`AlgorithmError`, the powers torch raises for: an integer base to a
+    negative integer power known at the call (a literal ``X[i] ** -1`` or an ``int`` argument ``q < 0``
+    in ``X[i] ** q``; ``scalars``: argument name -> value): "Integers to negative integer powers are
+    not allowed" (a negative integer *tensor* exponent gives C's integer pow, 0, 1 or -1, as torch's);
+    and a bool base to a bool exponent (bool tensors, comparisons, casts to bool): "pow" is not
+    implemented for 'Bool'."""
     typed: dict[int, tuple[torch.dtype, bool]] = {}
     for n in alg.nodes:
         typed[n.uid] = _node_dtype(n, dtypes, typed)
-        if isinstance(n, Binary) and n.uid in NEGATIVE_POWERS:
-            base, k = n.b, NEGATIVE_POWERS[n.uid]
+        if (isinstance(n, Binary) and n.op == "pow"
+                and all(typed[c.uid] == (torch.bool, False) for c in (n.a, n.b))):
+            raise AlgorithmError(f"{alg.name}: {fmt(n)}: the base {fmt(n.a)} and the exponent {fmt(n.b)} are both "
+                                 f"torch.bool, and torch raises \"'pow' not implemented for 'Bool'\"; cast one of "
+                                 f"them first, e.g. dt.cast({fmt(n.b)}, torch.int64)")
+        if isinstance(n, Binary) and n.power is not None:   # x ** -n traced as (1 / x) ** n
+            base, k = n.b, n.power
         elif isinstance(n, Binary) and n.op == "pow":
             base, e = n.a, n.b
             k = (int(e.value) if isinstance(e, Const) and e.integer else scalars.get(e.name) if isinstance(e, ScalarParam)
@@ -322,7 +329,7 @@ class Binding:
                                  f"(it rounds toward zero, as .long() does)")
         axis_sizes = {ax: sizes[sym] for ax, sym in alg.axis_size.items()}
         check_computed_indices(alg, sizes, axis_sizes, dtypes)
-        check_integer_powers(alg, dtypes, {p.name: a for p, a in zip(alg.params, args) if isinstance(p, ScalarParam)})
+        check_powers(alg, dtypes, {p.name: a for p, a in zip(alg.params, args) if isinstance(p, ScalarParam)})
         out_dtypes = output_dtypes(alg, dtypes)
         reads: list[Read] = []
         big = 0

@@ -37,6 +37,12 @@ max-shifted form: ``exp2(X' - m * log2(e))``, ``X'`` as there (the factor folded
 of ``X``, also through a ``where`` whose other branch is a constant), ``m * log2(e)`` computed per
 row. Only where the factor folds, so no multiply per element is added.
 
+:func:`folded_literals` replaces each elementwise function of a literal (``log(3.0)``, ``exp(2)``,
+``sqrt(abs(-5.0))``) by its value computed in float64 by torch (its special values: ``log(0) = -inf``,
+``log(-1) = NaN``, ``exp(1000) = inf``): Triton evaluates a printed ``tl.log(3.0)`` in float32, 1e-8
+relative off in a float64 kernel. A literal is a Python number, typed as one (float64 until it meets
+a tensor), so its value in double is what the reference computes; a float32 kernel rounds it once.
+
 :func:`common_divisors` writes ``(A / y - B / (y * y)) * E`` (or with ``+``) as ``(A - B / y) * (E / y)``:
 the form a quotient's derivative takes in a derived softmax backward (``A`` the probabilities' upstream
 dot, ``B`` the row sum of ``dO * O``-like terms, ``y`` the saved row sum, ``E`` the unnormalised
@@ -53,12 +59,14 @@ from __future__ import annotations
 import math
 from typing import Callable
 
+import torch
+
 from .algorithm import Algorithm
 from .combiners import VAR
 from .expr import Binary, Const, Expr, Load, Reduce, Unary, Where
 from .walk import topo_order, walk
 
-__all__ = ["base2_exponents", "base2_shifted_exponents", "common_divisors", "naive_variance_of", "reciprocal_divisors",
+__all__ = ["base2_exponents", "base2_shifted_exponents", "common_divisors", "folded_literals", "naive_variance_of", "reciprocal_divisors",
            "single_pass_variance", "variance_of"]
 
 
@@ -125,6 +133,28 @@ def single_pass_variance(alg: Algorithm, want: Callable[[Reduce], bool]) -> Algo
                 name += "_"
             names.add(name)
             swap[n.uid] = Reduce(VAR, x, sq.over, name)
+    return _rebuilt(alg, swap)
+
+
+#: the functions :func:`folded_literals` folds, as float64 torch computes them (``not`` stays: its value is a bool)
+_LITERAL_FUNCTIONS = {"neg": torch.neg, "abs": torch.abs, "exp": torch.exp, "exp2": torch.exp2, "log": torch.log,
+                      "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "tanh": torch.tanh, "sigmoid": torch.sigmoid}
+
+
+def folded_literals(alg: Algorithm) -> Algorithm:
+    """``alg`` with each :class:`Unary` of a literal (a :class:`Const`, or a function of one, folded
+    first) replaced by the literal of its value, computed in float64 by torch (``alg`` itself when
+    there is none). ``neg`` and ``abs`` of an integer literal stay integer literals (``X_int * abs(-2)``
+    stays integer arithmetic); the others are float literals, as their types were (a literal's function
+    is a Python scalar's: it takes the dtype of the tensors it meets)."""
+    swap: dict[int, Expr] = {}
+    for n in alg.nodes:
+        if not (isinstance(n, Unary) and n.op in _LITERAL_FUNCTIONS):
+            continue
+        x = swap.get(n.x.uid, n.x)
+        if isinstance(x, Const):
+            v = _LITERAL_FUNCTIONS[n.op](torch.tensor(x.value, dtype=torch.float64)).item()
+            swap[n.uid] = Const(v, integer=x.integer and n.op in ("neg", "abs"))
     return _rebuilt(alg, swap)
 
 

@@ -17,8 +17,8 @@ from typing import Mapping
 
 import torch
 
-from ..ir import (Algorithm, Binding, InputTensor, Reduce, base2_exponents, base2_shifted_exponents, common_divisors, integer_reductions, kernel_f64,
-                  reciprocal_divisors, single_pass_variance)
+from ..ir import (Algorithm, Binding, InputTensor, Reduce, base2_exponents, base2_shifted_exponents, common_divisors, folded_literals,
+                  integer_reductions, kernel_f64, reciprocal_divisors, single_pass_variance)
 from ..grad import shift_only
 from ..schedule import Schedule
 from .access import plan_access, plan_descriptor_site, plan_eviction, plan_ws_stores, plan_floor_ops, plan_read_masks
@@ -121,13 +121,15 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
     """Lower ``alg`` under the complete schedule ``sched`` for a call with binding ``b`` and facts
     ``spec``: a :class:`Program` whose kernels carry every decision (first what buffers hold,
     :func:`dtriton.plan.epilogues.move_epilogues`, and their dtypes, :mod:`dtriton.plan.buffers`). Two-pass variances the schedule loops over become
-    one pass before lowering (:func:`one_pass_statistics`); with 16-bit terms
+    one pass before lowering (:func:`one_pass_statistics`), functions of literals are folded in
+    double (:func:`~dtriton.ir.folded_literals`); with 16-bit terms
     (:func:`sixteen_bit_terms`) exponentials are written in base 2 and per-row divisors become
     reciprocals (:func:`~dtriton.ir.reciprocal_divisors`)."""
     out_dtypes = {o.name: d for o, d in zip(alg.outputs, b.out_dtypes)}
     # the call's masked reads name nodes by position in the algorithm as traced (the rewrite
     # keeps those nodes)
     masked = frozenset((alg.nodes[pos].uid, d) for pos, d in spec.masked_reads)
+    alg = folded_literals(alg)   # log(3.0) in double (a printed tl.log(3.0) is float32)
     alg = single_pass_variance(alg, lambda r: one_pass_statistics(sched, r))
     if sixteen_bit_terms(alg, b):
         base = alg   # (the shift analysis reads the nodes of the algorithm being rewritten)

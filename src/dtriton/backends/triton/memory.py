@@ -9,7 +9,7 @@ from ...ir import Axis, Const, Load, Reduce, fmt
 from ...plan.access import tile_key
 from ...plan.kernel import TileAccess
 from .narrow import DECODE_FP8, FP8_FORMATS
-from .prelude import TL_DTYPES, combine_text
+from .prelude import TL_DTYPES, combine_text, variance_text
 from .scope import Bind, Scope
 
 __all__ = ["MemoryPrinter"]
@@ -257,6 +257,11 @@ class MemoryPrinter:
             bb, _ = scope.find_bind(a)
             terms.append(bb.offs if bb.scalar else self.expand1d(bb.offs, a, layout))
         mask = self.mask_for(b.axes, scope, layout)
+        # masked lanes (outside the buffer's axes: every store, reduction and computed dot operand discards
+        # them) of a float stage read 1.0, so a quotient or log of them stays finite (0 / 0 there, a split
+        # sum's masked rows, was an invalid value on the interpreter); integers (indices among them) read 0.
+        # (sm_90 compiles of the norms' readers: the same SASS as with a fill of 0)
+        fill = "1.0" if b.torch_dtype.is_floating_point else "0"
         if b.partials and b.rescale:
             code = self.merge_online_partials(r, b, name, terms, mask, scope, layout)
         elif b.partials > 16 and all(scope.find_bind(a)[0].scalar for a in b.axes):
@@ -271,12 +276,12 @@ class MemoryPrinter:
             p = self.fresh("p")
             loop = "tl.static_range" if b.partials <= 16 else "range"
             it = Scope(scope, f"for {p} in {loop}({b.partials}):", scope.layout)
-            code = f"tl.load({self.addr(name, [p] + terms)}" + (f", mask={mask}, other=0" if mask else "") + ")"
+            code = f"tl.load({self.addr(name, [p] + terms)}" + (f", mask={mask}, other={fill}" if mask else "") + ")"
             it.emit(f"{acc} += {code}" if summed else f"{acc} = {combine_text(r.combiner, acc, code)}")
             scope.emit(it)  # type: ignore[arg-type]
             code = acc
         else:
-            code = f"tl.load({self.addr(name, [None] * 0 + terms)}" + (f", mask={mask}, other=0" if mask else "") + ")"
+            code = f"tl.load({self.addr(name, [None] * 0 + terms)}" + (f", mask={mask}, other={fill}" if mask else "") + ")"
             if b.dtype in ("float32", "float16", "bfloat16") and f"tl.{b.dtype}" != self.cdt:
                 code += f".to({self.cdt})"
         if b.scale_count:
@@ -303,6 +308,9 @@ class MemoryPrinter:
             it = Scope(scope, f"for {p} in {loop}({b.partials}):", scope.layout)
             it.emit(f"{m} = tl.maximum({m}, {mload})")
             scope.emit(it)  # type: ignore[arg-type]
+            # no split with a visible lane: every term below is 0 (its split's max is -inf too); a shift of 0
+            # keeps w - m from -inf - -inf (NaN, discarded, but an invalid value on the interpreter)
+            scope.emit(f"{m} = tl.where({m} == -float('inf'), 0.0, {m})")
         m = scope.memo[key]
         scope.emit(f"# stage {r.name}: its {b.partials} split partials, each rescaled by {b.rescale_exp}(its split's "
                    f"max - {m})")
@@ -313,6 +321,8 @@ class MemoryPrinter:
         # a split with no visible lane (its max -inf, its partial NaN or 0) adds nothing
         it2.emit(f"{acc} += tl.where({w} == -float('inf'), 0.0, tl.{b.rescale_exp}({w} - {m}) * {load})")
         scope.emit(it2)  # type: ignore[arg-type]
+        if mask:   # masked lanes hold 1.0, as load_buffer's (once after the merge: a fill per load costs a select each)
+            scope.emit(f"{acc} = tl.where({mask}, {acc}, 1.0)")
         return acc
 
     def fold_partials(self, r: Reduce, b, name: str, terms: list[str], scope: Scope, layout) -> str:
@@ -332,7 +342,7 @@ class MemoryPrinter:
         if c.state:
             names = [self.fresh(f"{v}_{r.name}") for v in c.state]
             scope.emit(f"{', '.join(names)} = tl.reduce(({', '.join(loads)}), 0, {self.helper(c)})")
-            return f"tl.full({shape}, 0.0, dtype={self.cdt}) + {names[c.state.index('q')]} / {names[c.state.index('n')]}"
+            return f"tl.full({shape}, 0.0, dtype={self.cdt}) + {variance_text(names[c.state.index('q')], names[c.state.index('n')])}"
         acc = self.fresh("parts")
         scope.emit(f"{acc} = tl.full({shape}, {ident}, dtype={self.acc_dtype(r)})")
         scope.emit(f"{acc} = {combine_text(c, acc, f'tl.reduce({loads[0]}, 0, {self.helper(c)})')}")
@@ -352,6 +362,6 @@ class MemoryPrinter:
                  for j in range(len(names))]
         it.emit(f"{', '.join(names)} = {self.helper(c)}({', '.join(names)}, {', '.join(loads)})")
         scope.emit(it)  # type: ignore[arg-type]
-        return f"{names[c.state.index('q')]} / {names[c.state.index('n')]}"
+        return variance_text(names[c.state.index('q')], names[c.state.index('n')])
 
     # -- reductions ----------------------------------------------------------------------------

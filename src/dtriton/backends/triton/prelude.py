@@ -16,7 +16,7 @@ import torch
 from ...ir import Combiner
 from ...plan.kernel import Program
 
-__all__ = ["HEADER", "INDEX_SENTINEL", "OPSYM", "POW_GPU", "POW_INT", "POW_INTERPRETER", "ROUND_BF16", "TL_DTYPES", "close_helper", "combine_helper", "combine_text", "step_helper",
+__all__ = ["HEADER", "INDEX_SENTINEL", "OPSYM", "POW_GPU", "POW_INT", "POW_INTERPRETER", "ROUND_BF16", "TL_DTYPES", "close_helper", "combine_helper", "combine_text", "step_helper", "variance_text",
            "header", "identity_text"]
 
 TL_DTYPES = {torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16", torch.float32: "tl.float32",
@@ -85,6 +85,14 @@ POW_INTERPRETER = '''def _pow_c(x, p):
     block = x.type.is_block() or p.type.is_block()
     return tl.core.tensor(TensorHandle(v, x.dtype), tl.block_type(x.dtype, list(v.shape)) if block else x.type)
 '''
+
+def variance_text(q: str, n: str) -> str:
+    """The value of a variance state as Triton text: its M2 ``q`` over its count ``n`` (variable
+    names), NaN where it counts no value (torch's variance of nothing). The division is by a count of
+    at least 1: lanes that count nothing (a split's empty slice, a masked lane reading zeros) divide
+    nothing by zero, which the interpreter's numpy reports as an invalid value."""
+    return f"tl.where({n} > 0, {q} / tl.maximum({n}, 1.0), float('nan'))"
+
 
 #: the index of masked lanes in an arg-reduction: out of range, so real elements win ties
 INDEX_SENTINEL = "2147483647"

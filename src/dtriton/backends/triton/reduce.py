@@ -10,7 +10,8 @@ import torch
 from ...ir import Combiner, Load, Reduce, fmt, get_combiner
 from ...plan.graph import fused_deps
 from ...plan.kernel import DotPlan, PassPlan
-from .prelude import INDEX_SENTINEL, TL_DTYPES, close_helper, combine_helper, combine_text, identity_text, step_helper
+from .prelude import (INDEX_SENTINEL, TL_DTYPES, close_helper, combine_helper, combine_text, identity_text, step_helper,
+                      variance_text)
 from .scope import Bind, Scope, pointer_loads
 
 __all__ = ["ReducePrinter"]
@@ -188,7 +189,7 @@ class ReducePrinter:
         pres = self.present(r, scope)
         # a split's store writes the state itself (its readers merge the splits' states)
         self.state_values[r.uid] = [self.squeeze(v, lay, scope.layout, scope, pres) for v in names]
-        var = f"{names[c.state.index('q')]} / {names[c.state.index('n')]}"
+        var = variance_text(names[c.state.index('q')], names[c.state.index('n')])
         return self.squeeze(var, lay, scope.layout, scope, pres)
 
     def accumulators(self, rs: list[Reduce], loop_axes: list[str], scope: Scope, pp: PassPlan) -> dict[int, dict]:

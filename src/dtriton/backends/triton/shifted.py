@@ -13,6 +13,7 @@ loop the lanes fold by plain sums (one shift: no Chan merge across lanes) and cl
 from __future__ import annotations
 
 from ...ir import Reduce, get_combiner
+from .prelude import variance_text
 from .scope import Scope
 
 __all__ = ["ShiftedPrinter"]
@@ -88,4 +89,4 @@ class ShiftedPrinter:
         pres = self.present(r, scope)
         names = [st[v] for v in c.state]
         self.state_values[r.uid] = [self.squeeze(v, lay, scope.layout, scope, pres) for v in names]
-        return self.squeeze(f"{st['q']} / {st['n']}", lay, scope.layout, scope, pres)
+        return self.squeeze(variance_text(st['q'], st['n']), lay, scope.layout, scope, pres)

@@ -302,7 +302,7 @@ class ValuePrinter:
                 # Triton makes every zero literal +0.0; a product with a tensor keeps the sign
                 return f"(tl.full((), -1.0, {self.cdt}) * 0.0)"
             if self.cdt == "tl.float64" and not float(v).is_integer():
-                # a bare literal is float32 in Triton: dt.log(0.1) of one would be rounded to it
+                # a bare literal is float32 in Triton: X * 0.1 would multiply by 0.1 rounded to it
                 return f"tl.full((), {v!r}, tl.float64)"
             if n.integer and v.is_integer():
                 return repr(int(v))   # integer arithmetic stays integer (X[i, j + 1]); floats promote it
