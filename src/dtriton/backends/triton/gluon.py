@@ -1,0 +1,118 @@
+"""Printing, launching and compiling a kernel the plan decided to run as the Gluon attention forward.
+
+:func:`render_gluon` prints the module text binding the kernel's name to the Gluon kernel of
+:mod:`.gluon_kernels` the plan's :class:`~dtriton.plan.GluonAttention` names, with the decision in
+its header, and the launch metadata (the compile-time constants); :func:`launch_gluon` builds the
+host TMA descriptors of the (rows, D) views of Q, K, V and the output and launches it (a persistent
+grid of one program per SM where the decision says so); :func:`compile_sm90` compiles it for sm_90
+without a GPU (tests, register counts). Nothing here decides: every choice is the plan's, except the
+sign of the run-time scale (a compile-time flag of the launch, as Triton specialises integers).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from ...plan.gluon_attention import GluonAttention
+from ...plan.kernel import KernelPlan
+from ..base import KernelMeta
+
+__all__ = ["compile_sm90", "launch_gluon", "render_gluon"]
+
+LOG2E = 1.4426950408889634
+
+
+def _kernel_name(g: GluonAttention) -> str:
+    return "attn_fwd_ws" if g.kernel == "ws" else "attn_fwd_pipe"
+
+
+def constants(g: GluonAttention) -> dict[str, Any]:
+    """The Gluon kernel's compile-time arguments by name (the scale's sign excepted)."""
+    m = g.match
+    if g.kernel == "ws":
+        own = dict(BMC=g.bmc, BN=g.bn, STAGES=g.stages, NC=g.nc, NW=g.nw, OVERLAP=g.overlap, PINGPONG=g.pingpong,
+                   SEP_O=g.persist, LOAD_REGS=g.load_regs, MMA_REGS=g.mma_regs)
+    else:
+        own = dict(BM=g.bmc, BN=g.bn, STAGES=g.stages, NW=g.nw, OVERLAP=g.overlap)
+    return {"D": g.d, **own, "CAUSAL": m.causal, "STORE_LSE": False}
+
+
+def render_gluon(k: KernelPlan) -> tuple[str, KernelMeta]:
+    """The module text of kernel ``k`` (planned as a Gluon attention forward: ``k.gluon``) and its
+    launch metadata: tensors Q, K, V and the output (4-d or more, contiguous), the scale argument
+    when the scale is one."""
+    g = k.gluon
+    m = g.match
+    desc = (f"ws {g.nc}x(m{g.bmc} w{g.nw}) n{g.bn} s{g.stages}" if g.kernel == "ws" else
+            f"pipe m{g.bmc}n{g.bn} s{g.stages} w{g.nw}")
+    flags = [f for f, on in (("overlap", g.overlap), ("ping-pong", g.pingpong), ("persistent", g.persist)) if on]
+    scale = repr(m.scale) if m.scale is not None else f"the argument {m.scale_param}"
+    text = "\n".join([
+        f"# {k.name}: the Gluon attention forward (Hopper), decided by dtriton.plan.gluon_attention",
+        f"#   O[{', '.join(m.lead + (m.i, m.e))}] = softmax_{m.j}({m.q} . {m.k} over {m.d} * scale"
+        f"{', causal j <= i' if m.causal else ''}) . {m.v}; scale {scale}",
+        f"#   {g.dtype}, head dim {g.d}: {desc} {' '.join(flags)}",
+        f"#   why: {g.why}",
+        f"#   the kernel: dtriton/backends/triton/gluon_kernels.py {_kernel_name(g)}; launched with host TMA "
+        f"descriptors of the (rows, {g.d}) views",
+        f"from dtriton.backends.triton.gluon_kernels import {_kernel_name(g)} as {k.name}  # noqa: E402",
+        ""])
+    names = [m.q, m.k, m.v, m.out]
+    ndim = {t: len(m.lead) + 2 for t in names}
+    scalars = [f"s_{m.scale_param}"] if m.scale is None else []
+    return text, KernelMeta(k.name, names, ndim, [], scalars, constants(g), k)
+
+
+def _gl_dtype(name: str):
+    from triton.experimental.gluon import language as gl
+    return gl.float16 if name == "float16" else gl.bfloat16
+
+
+def _layout(box, dtype: str):
+    from triton.experimental.gluon import language as gl
+    return gl.NVMMASharedLayout.get_default_for(box, _gl_dtype(dtype))
+
+
+def launch_gluon(fn: Any, call: Sequence[Any], meta: KernelMeta) -> None:
+    """Launch the Gluon attention forward ``fn`` on the runtime's argument list ``call`` (the tensors
+    of ``meta``, their strides, then the scale argument if any); the output tensor is written."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    g = meta.ir.gluon
+    q, k, v, o = call[:4]
+    rest = call[4 + sum(meta.tensor_ndim[t] for t in meta.tensors):]
+    scale = float(rest[0]) if g.match.scale is None else g.match.scale
+    D, S = g.d, q.shape[-2]
+    rows = q.numel() // D
+    qb, kb = [g.bmc, D], [g.bn, D]
+    descs = [TensorDescriptor.from_tensor(t.view(rows, D), box, _layout(box, g.dtype))
+             for t, box in ((q, qb), (k, kb), (v, kb), (o, qb))]
+    qk_scale = scale * LOG2E
+    if g.kernel == "pipe":
+        fn[(S // g.bmc, rows // S)](*descs, o, qk_scale, S, **meta.consts, NEG_SCALE=qk_scale < 0, num_warps=g.nw)
+        return
+    n_q = rows // g.block_rows
+    grid = min(n_q, torch.cuda.get_device_properties(q.device).multi_processor_count) if g.persist else n_q
+    fn[(grid,)](*descs, o, qk_scale, S, n_q, **meta.consts, NEG_SCALE=qk_scale < 0, num_warps=g.nw)
+
+
+def compile_sm90(g: GluonAttention, neg_scale: bool = False):
+    """The Gluon kernel of decision ``g`` compiled for sm_90 by Triton's own toolchain (no GPU needed,
+    nothing launched): Triton's compiled kernel (``.asm["ptx"]``, ``.metadata``)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from . import gluon_kernels
+    fn = getattr(gluon_kernels, _kernel_name(g))
+    meta = constants(g) | {"NEG_SCALE": neg_scale}
+    qb, kb = [g.bmc, g.d], [g.bn, g.d]
+    ty = "fp16" if g.dtype == "float16" else "bf16"
+    desc = lambda box: f"tensordesc<{ty}[{box[0]},{box[1]}],{_layout(box, g.dtype)!r}>"  # noqa: E731
+    sig = {"q_desc": desc(qb), "k_desc": desc(kb), "v_desc": desc(kb), "o_desc": desc(qb), "lse_ptr": f"*{ty}",
+           "qk_scale": "fp32", "S": "i32"} | ({"n_q_tiles": "i32"} if g.kernel == "ws" else {})
+    sig |= {k: "constexpr" for k in meta}
+    attrs = {(fn.arg_names.index("lse_ptr"),): [["tt.divisibility", 16]],
+             (fn.arg_names.index("S"),): [["tt.divisibility", 16]]}
+    return triton.compile(GluonASTSource(fn, sig, meta, attrs), target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": g.nw})
