@@ -30,7 +30,7 @@ from .callspec import CallSpec
 from .dots import dot_only_axes, plan_dots, transposed_operands
 from .gluon_attention import plan_gluon_attention
 from .implicit_gemm import plan_implicit_gemm
-from .kernel import KernelPlan, Program
+from .kernel import KernelPlan, Program, StoreSpec
 from .lower import lower
 from .loop_stores import loop_store_bounds, plan_loop_stores
 from .online_split import plan_row_vectors
@@ -39,7 +39,7 @@ from .passes import fp8_dots, plan_exact_counts, plan_passes, register_cap
 from .persistent import plan_epilogue_reads, plan_flatten, plan_store_pieces
 from .taps import plan_rolling, plan_static_loops, plan_tap_shifts, plan_tile_stages
 
-__all__ = ["decide", "one_pass_statistics", "plan_program", "sixteen_bit_terms", "unused_knobs"]
+__all__ = ["decide", "gluon_program", "one_pass_statistics", "plan_program", "sixteen_bit_terms", "unused_knobs"]
 
 
 def decide(prog: Program, sched: Schedule, dtypes: Mapping[str, torch.dtype],
@@ -146,14 +146,27 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
                   spec.note(alg, sched.access == "tma"), dict(spec.unit_dims), masked,
                   {f[0]: f[1] for f in spec.facts}, frozenset(spec.unit_scalars), dict(spec.small_sizes),
                   dict(spec.index_values))
-    # the fused attention forward as the hand-written Gluon kernel (sm_90, warp_specialize=True)
-    k0 = prog.kernels[0] if len(prog.kernels) == 1 else None
-    one = k0 is not None and not k0.splits and any(p.online for p in k0.all_passes())
-    k0_gluon, prog.gluon_note = plan_gluon_attention(
-        traced, b.axis_sizes, b.dtypes, out_dtypes, requested=bool(sched.warp_specialize), interpret=spec.interpret,
-        arch=spec.arch, dense=spec.dense, one_online_kernel=one, i64=spec.i64)
-    if k0_gluon is not None:
-        k0.gluon = k0_gluon
+    return gluon_program(prog, traced, sched, b, spec, out_dtypes)
+
+
+def gluon_program(prog: Program, alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec,
+                  out_dtypes: Mapping[str, torch.dtype]) -> Program:
+    """``prog``, or where :func:`~dtriton.plan.gluon_attention.plan_gluon_attention` decides so for
+    the traced algorithm ``alg`` (an attention forward whose program fuses the scores into an online
+    pass, the schedule asking for warp specialisation, on sm_90), one kernel printed as the Gluon
+    attention forward in place of its kernels (a split of the keys and its merge included: the Gluon
+    kernel's own grid covers the call). ``prog.gluon_note`` says why a requested one does not apply."""
+    online = [k for k in prog.kernels if any(p.online for p in k.all_passes())]
+    g, prog.gluon_note = plan_gluon_attention(
+        alg, b.axis_sizes, b.dtypes, out_dtypes, requested=bool(sched.warp_specialize), interpret=spec.interpret,
+        arch=spec.arch, dense=spec.dense, one_online_kernel=len(online) == 1, i64=spec.i64)
+    if g is None:
+        return prog
+    k = online[0]
+    o = alg.outputs[0]
+    k.gluon, k.split, k.split_more, k.persistent = g, None, (), 0
+    k.stores, k.materialized = [StoreSpec(o.name, o.expr, tuple(o.layout))], {}
+    prog.kernels, prog.buffers, prog.output_direct = [k], {}, {}
     return prog
 
 

@@ -209,8 +209,8 @@ def plan_gluon_attention(alg: Algorithm, sizes: Mapping[str, int], dtypes: Mappi
     ``requested``: the schedule asks for warp specialisation; ``interpret``: Triton's interpreter
     runs the call; ``arch``: the GPU's compute capability as 10 * major + minor (0: none);
     ``dense``: the tensors that are contiguous with a 16-byte aligned base on this call;
-    ``one_online_kernel``: the schedule's plan is one kernel with an online pass and no split (the
-    fused forward; a schedule materialising the scores or splitting the keys keeps its kernels);
+    ``one_online_kernel``: the schedule's plan has one kernel with an online pass (the fused forward,
+    its keys split or not; a schedule materialising the scores keeps its kernels);
     ``i64``: offsets need 64 bits (TMA coordinates are 32-bit)."""
     if not requested:
         return None, ""
@@ -223,7 +223,7 @@ def plan_gluon_attention(alg: Algorithm, sizes: Mapping[str, int], dtypes: Mappi
     if arch != 90:
         return None, f"{head}: it needs an sm_90 GPU (Hopper), this is sm_{arch}"
     if not one_online_kernel:
-        return None, f"{head}: the schedule does not fuse the scores into one online pass without a split"
+        return None, f"{head}: the schedule does not fuse the scores into one online pass over the keys"
     dts = {dtypes[m.q], dtypes[m.k], dtypes[m.v], out_dtypes[m.out]}
     if len(dts) != 1 or next(iter(dts)) not in (torch.float16, torch.bfloat16):
         return None, (f"{head}: Q, K, V and the output must share one 16-bit dtype (float16 or bfloat16), got "

@@ -4,8 +4,8 @@
 :mod:`.gluon_kernels` the plan's :class:`~dtriton.plan.GluonAttention` names, with the decision in
 its header, and the launch metadata (the compile-time constants); :func:`launch_gluon` builds the
 host TMA descriptors of the (rows, D) views of Q, K, V and the output and launches it (a persistent
-grid of one program per SM where the decision says so); :func:`compile_sm90` compiles it for sm_90
-without a GPU (tests, register counts). Nothing here decides: every choice is the plan's, except the
+grid of one program per SM where the decision says so); :func:`.gluon_kernels.compile_sm90` compiles it
+for sm_90 without a GPU (tests, register counts). Nothing here decides: every choice is the plan's, except the
 sign of the run-time scale (a compile-time flag of the launch, as Triton specialises integers).
 """
 
@@ -19,12 +19,13 @@ from ...plan.gluon_attention import GluonAttention
 from ...plan.kernel import KernelPlan
 from ..base import KernelMeta
 
-__all__ = ["compile_sm90", "launch_gluon", "render_gluon"]
+__all__ = ["constants", "kernel_name", "launch_gluon", "render_gluon", "shared_layout"]
 
 LOG2E = 1.4426950408889634
 
 
-def _kernel_name(g: GluonAttention) -> str:
+def kernel_name(g: GluonAttention) -> str:
+    """The name of the kernel of :mod:`.gluon_kernels` decision ``g`` runs."""
     return "attn_fwd_ws" if g.kernel == "ws" else "attn_fwd_pipe"
 
 
@@ -55,9 +56,9 @@ def render_gluon(k: KernelPlan) -> tuple[str, KernelMeta]:
         f"{', causal j <= i' if m.causal else ''}) . {m.v}; scale {scale}",
         f"#   {g.dtype}, head dim {g.d}: {desc} {' '.join(flags)}",
         f"#   why: {g.why}",
-        f"#   the kernel: dtriton/backends/triton/gluon_kernels.py {_kernel_name(g)}; launched with host TMA "
+        f"#   the kernel: dtriton/backends/triton/gluon_kernels.py {kernel_name(g)}; launched with host TMA "
         f"descriptors of the (rows, {g.d}) views",
-        f"from dtriton.backends.triton.gluon_kernels import {_kernel_name(g)} as {k.name}  # noqa: E402",
+        f"from dtriton.backends.triton.gluon_kernels import {kernel_name(g)} as {k.name}  # noqa: E402",
         ""])
     names = [m.q, m.k, m.v, m.out]
     ndim = {t: len(m.lead) + 2 for t in names}
@@ -70,7 +71,8 @@ def _gl_dtype(name: str):
     return gl.float16 if name == "float16" else gl.bfloat16
 
 
-def _layout(box, dtype: str):
+def shared_layout(box, dtype: str):
+    """The NVMMA shared layout (largest swizzle) of a TMA box ``box`` of 16-bit ``dtype``."""
     from triton.experimental.gluon import language as gl
     return gl.NVMMASharedLayout.get_default_for(box, _gl_dtype(dtype))
 
@@ -86,7 +88,7 @@ def launch_gluon(fn: Any, call: Sequence[Any], meta: KernelMeta) -> None:
     D, S = g.d, q.shape[-2]
     rows = q.numel() // D
     qb, kb = [g.bmc, D], [g.bn, D]
-    descs = [TensorDescriptor.from_tensor(t.view(rows, D), box, _layout(box, g.dtype))
+    descs = [TensorDescriptor.from_tensor(t.view(rows, D), box, shared_layout(box, g.dtype))
              for t, box in ((q, qb), (k, kb), (v, kb), (o, qb))]
     qk_scale = scale * LOG2E
     if g.kernel == "pipe":
@@ -95,24 +97,3 @@ def launch_gluon(fn: Any, call: Sequence[Any], meta: KernelMeta) -> None:
     n_q = rows // g.block_rows
     grid = min(n_q, torch.cuda.get_device_properties(q.device).multi_processor_count) if g.persist else n_q
     fn[(grid,)](*descs, o, qk_scale, S, n_q, **meta.consts, NEG_SCALE=qk_scale < 0, num_warps=g.nw)
-
-
-def compile_sm90(g: GluonAttention, neg_scale: bool = False):
-    """The Gluon kernel of decision ``g`` compiled for sm_90 by Triton's own toolchain (no GPU needed,
-    nothing launched): Triton's compiled kernel (``.asm["ptx"]``, ``.metadata``)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.experimental.gluon._runtime import GluonASTSource
-    from . import gluon_kernels
-    fn = getattr(gluon_kernels, _kernel_name(g))
-    meta = constants(g) | {"NEG_SCALE": neg_scale}
-    qb, kb = [g.bmc, g.d], [g.bn, g.d]
-    ty = "fp16" if g.dtype == "float16" else "bf16"
-    desc = lambda box: f"tensordesc<{ty}[{box[0]},{box[1]}],{_layout(box, g.dtype)!r}>"  # noqa: E731
-    sig = {"q_desc": desc(qb), "k_desc": desc(kb), "v_desc": desc(kb), "o_desc": desc(qb), "lse_ptr": f"*{ty}",
-           "qk_scale": "fp32", "S": "i32"} | ({"n_q_tiles": "i32"} if g.kernel == "ws" else {})
-    sig |= {k: "constexpr" for k in meta}
-    attrs = {(fn.arg_names.index("lse_ptr"),): [["tt.divisibility", 16]],
-             (fn.arg_names.index("S"),): [["tt.divisibility", 16]]}
-    return triton.compile(GluonASTSource(fn, sig, meta, attrs), target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": g.nw})

@@ -26,7 +26,10 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-__all__ = ["LOG2E", "attn_fwd_pipe", "attn_fwd_ws", "mma_layout"]
+from ...plan.gluon_attention import GluonAttention
+from .gluon import constants, shared_layout
+
+__all__ = ["LOG2E", "attn_fwd_pipe", "attn_fwd_ws", "compile_sm90", "mma_layout"]
 
 LOG2E = 1.4426950408889634
 
@@ -60,7 +63,7 @@ def _softmax_tile(s, m_i, l_i, qk_scale, row0, col0, CAUSAL: gl.constexpr, NEG_S
             else:
                 s = gl.where(keep, s, -float("inf"))
     if NEG_SCALE:
-        m_new = gl.maximum(m_i, gl.min(s, axis=1) * qk_scale)
+        m_new = gl.maximum(m_i, gl.max(-s, axis=1) * -qk_scale)   # (the scaled row minimum)
     else:
         m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
     alpha = gl.exp2(m_i - m_new)
@@ -421,3 +424,21 @@ def attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, S, n_q_tiles,
         ], [4, 1], [MMA_REGS, LOAD_REGS])
 
 
+def compile_sm90(g: GluonAttention, neg_scale: bool = False):
+    """The Gluon kernel of decision ``g`` compiled for sm_90 by Triton's own toolchain (no GPU needed,
+    nothing launched): Triton's compiled kernel (``.asm["ptx"]``, ``.metadata``)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    fn = attn_fwd_ws if g.kernel == "ws" else attn_fwd_pipe
+    meta = constants(g) | {"NEG_SCALE": neg_scale}
+    qb, kb = [g.bmc, g.d], [g.bn, g.d]
+    ty = "fp16" if g.dtype == "float16" else "bf16"
+    desc = lambda box: f"tensordesc<{ty}[{box[0]},{box[1]}],{shared_layout(box, g.dtype)!r}>"  # noqa: E731
+    sig = {"q_desc": desc(qb), "k_desc": desc(kb), "v_desc": desc(kb), "o_desc": desc(qb), "lse_ptr": f"*{ty}",
+           "qk_scale": "fp32", "S": "i32"} | ({"n_q_tiles": "i32"} if g.kernel == "ws" else {})
+    sig |= {k: "constexpr" for k in meta}
+    attrs = {(fn.arg_names.index("lse_ptr"),): [["tt.divisibility", 16]],
+             (fn.arg_names.index("S"),): [["tt.divisibility", 16]]}
+    return triton.compile(GluonASTSource(fn, sig, meta, attrs), target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": g.nw})
