@@ -123,6 +123,7 @@ def test_plan_ineligible_says_why():
     assert "lengths equal" in reason(attention, (*qkv(1, 2, 256, 64, T=384), 0.1))
     qt = torch.randn(1, 256, 2, 64).to(F16).transpose(1, 2)            # (B, H, S, D) view of (B, S, H, D)
     assert "Q not contiguous" in reason(attention, (qt, k, v, 0.1))
+    assert "further outputs" in reason(attention_lse, (q, k, v, 0.1))
     mat = dt.Schedule(warp_specialize=True, stages={"sum0": {"place": "materialize"}})
     assert "online pass" in reason(attention, (q, k, v, 0.1), mat)
     with warnings.catch_warnings(record=True) as got:

@@ -25,7 +25,7 @@ import torch
 
 from ..ir import Algorithm, Axis, Binary, Const, Load, Reduce, ScalarParam, Unary, Where
 
-__all__ = ["AttentionMatch", "GluonAttention", "GLUON_TILE", "match_attention", "plan_gluon_attention"]
+__all__ = ["AttentionMatch", "GluonAttention", "GLUON_TILE", "match_attention", "match_output", "plan_gluon_attention"]
 
 #: Query and key rows per tile of every Gluon variant (128 query rows per program: two 64-row consumers or
 #: one 128-row tile; 128 keys per step): the sequence length must be a multiple of it.
@@ -142,9 +142,12 @@ def _causal(s):
 def match_attention(alg: Algorithm) -> AttentionMatch | None:
     """The roles of ``alg`` when it is exactly a softmax attention forward with one output (see the
     module docstring), else None. Nothing looser: any other algorithm keeps the Triton kernels."""
-    if len(alg.outputs) != 1:
-        return None
-    o = alg.outputs[0]
+    return match_output(alg.outputs[0]) if len(alg.outputs) == 1 else None
+
+
+def match_output(o) -> AttentionMatch | None:
+    """The roles of output ``o`` (an :class:`~dtriton.ir.Output`) when it is a softmax attention
+    forward's (see :func:`match_attention`), else None."""
     top = o.expr
     if not (isinstance(top, Binary) and top.op == "div" and isinstance(top.a, Reduce) and isinstance(top.b, Reduce)):
         return None
@@ -215,9 +218,12 @@ def plan_gluon_attention(alg: Algorithm, sizes: Mapping[str, int], dtypes: Mappi
     if not requested:
         return None, ""
     m = match_attention(alg)
-    if m is None:
-        return None, ""
     head = "the Gluon attention forward does not apply"
+    if m is None:
+        if len(alg.outputs) > 1 and match_output(alg.outputs[0]) is not None:
+            return None, (f"{head}: it computes the attention output only, not further outputs (a forward saving "
+                          "row statistics for the backward: inputs requiring grad)")
+        return None, ""
     if interpret:
         return None, f"{head}: Gluon has no interpreter (CPU tensors)"
     if arch != 90:
