@@ -200,3 +200,45 @@ def test_cpu_fallback_matches_default_and_float64(alg):
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.double(), ref, atol=1e-2, rtol=1e-2)
     torch.testing.assert_close(out, default, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("alg,D", [(causal_attention, 64), (attention, 128)])
+def test_runtime_launches_the_gluon_kernel(monkeypatch, alg, D):
+    """The runtime's path on an sm_90 GPU, the launch itself recorded (no GPU here: the call is routed
+    as on the GPU and the Gluon kernel object replaced by a recorder): the printed module binds the
+    Gluon kernel, the launcher builds (rows, D) descriptors of Q, K, V and the output in the planned
+    boxes, the grid (persistent: one program per SM), log2(e) times the scale, the constants."""
+    import dtriton.backends.triton as bt
+    import dtriton.plan.callspec as cs
+    import dtriton.runtime.kernel as rk
+    from dtriton.backends.triton.gluon import LOG2E
+    monkeypatch.setattr(rk, "backend_for", lambda dev: "gpu")
+    monkeypatch.setattr(cs, "_arch", lambda dev, interpret: 90)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: type("P", (), {"multi_processor_count": 7}))
+    seen = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **kw: seen.append((grid, args, kw))
+
+    real = bt.launch_gluon
+    monkeypatch.setattr(bt, "launch_gluon", lambda fn, args, meta: real(Recorder(), args, meta))
+    q, k, v = qkv(3, 5, 256, D)
+    kern = dt.compile(alg, dt.Schedule(warp_specialize=True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dt.ScheduleWarning)    # the Gluon kernel: no note about dropped knobs
+        out = kern(q, k, v, -0.3)
+    assert "gluon_kernels import attn_fwd_" in kern.source and kern.fast_launcher_for((q, k, v, -0.3)) is None
+    (grid, args, kw), = seen
+    descs, o, qk_scale, S = args[:4], args[4], args[5], args[6]
+    assert o is out and S == 256 and qk_scale == pytest.approx(-0.3 * LOG2E) and kw["NEG_SCALE"]
+    rows = 3 * 5 * 256
+    assert [list(d.shape) for d in descs] == [[rows, D]] * 4
+    assert [d.base.data_ptr() for d in descs] == [t.data_ptr() for t in (q, k, v, out)]
+    if D == 64:
+        assert grid == (2, 15) and [list(d.block_shape) for d in descs] == [[128, 64]] * 4
+        assert kw["CAUSAL"] and kw["BM"] == 128 and kw["num_warps"] == 8 and len(args) == 7
+    else:
+        assert grid == (7,) and args[7] == rows // 128 and [list(d.block_shape) for d in descs] == [[64, 128], [128, 128],
+                                                                                          [128, 128], [64, 128]]
+        assert not kw["CAUSAL"] and kw["PINGPONG"] and kw["SEP_O"] and kw["num_warps"] == 4
