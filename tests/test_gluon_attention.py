@@ -221,15 +221,27 @@ def test_runtime_launches_the_gluon_kernel(monkeypatch, alg, D):
         def __getitem__(self, grid):
             return lambda *args, **kw: seen.append((grid, args, kw))
 
-    real = bt.launch_gluon
-    monkeypatch.setattr(bt, "launch_gluon", lambda fn, args, meta: real(Recorder(), args, meta))
+    import dtriton.backends.triton.gluon as gm
+    real = gm.launch_gluon
+    record = lambda fn, args, meta: real(Recorder(), args, meta)  # noqa: E731
+    monkeypatch.setattr(bt, "launch_gluon", record)        # (the slow path)
+    monkeypatch.setattr(gm, "launch_gluon", record)        # (the fast path of the signature)
     q, k, v = qkv(3, 5, 256, D)
     kern = dt.compile(alg, dt.Schedule(warp_specialize=True))
     with warnings.catch_warnings():
         warnings.simplefilter("error", dt.ScheduleWarning)    # the Gluon kernel: no note about dropped knobs
         out = kern(q, k, v, -0.3)
-    assert "gluon_kernels import attn_fwd_" in kern.source and kern.fast_launcher_for((q, k, v, -0.3)) is None
-    (grid, args, kw), = seen
+    assert "gluon_kernels import attn_fwd_" in kern.source
+    assert isinstance(kern.fast_launcher_for((q, k, v, -0.3)), gm.GluonLauncher)
+    again = kern(q, k, v, -0.3)                                           # the fast path
+    given = torch.empty_like(out)
+    assert kern(q, k, v, -0.3, out=given) is given                       # the fast path into out=
+    assert len(seen) == 3 and again is not out and again.shape == out.shape
+    for n, o_ in ((1, again), (2, given)):
+        assert seen[n][0] == seen[0][0] and seen[n][1][4] is o_ and seen[n][1][5:] == seen[0][1][5:]
+        assert seen[n][2] == seen[0][2]
+        assert [d.base.data_ptr() for d in seen[n][1][:3]] == [t.data_ptr() for t in (q, k, v)]
+    (grid, args, kw) = seen[0]
     descs, o, qk_scale, S = args[:4], args[4], args[5], args[6]
     assert o is out and S == 256 and qk_scale == pytest.approx(-0.3 * LOG2E) and kw["NEG_SCALE"]
     rows = 3 * 5 * 256

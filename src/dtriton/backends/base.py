@@ -67,8 +67,7 @@ class Backend(Protocol):
 
     def fast_launcher(self, alg: Any, plan: Any, b: Any, compiled: list, args: Sequence[Any]) -> Any:
         """A callable ``f(args) -> outputs`` re-launching ``plan``'s kernels (``compiled``: the
-        handles :meth:`launch` returned) for calls with the signature of ``args``, or None where a kernel
-        has no fast path (those calls keep the slow one). Its
+        handles :meth:`launch` returned) for calls with the signature of ``args``. Its
         ``packed(keep, remap=None, buffers=True)`` gives a variant keeping what only dtriton reads
         (outputs after the first ``keep``, buffers) in one buffer, or None (see
         :meth:`dtriton.backends.triton.fast.FastLauncher.packed`)."""

@@ -19,7 +19,7 @@ from ...plan.kernel import Program
 from ..base import KernelMeta, Limits
 from .kernel import KernelPrinter, KernelSource, render
 from .fast import FastLauncher
-from .gluon import launch_gluon
+from .gluon import GluonLauncher, launch_gluon
 from .launch import descriptor, ensure_allocator, hooks_off, launch, load_module
 from .limits import MAX_BLOCK_NUMEL, SMEM_BYTES_DEFAULT
 
@@ -70,7 +70,7 @@ class TritonBackend:
     def fast_launcher(self, alg: Any, plan: Any, b: Any, compiled: list, args: Sequence[Any]) -> Any:
         """A :class:`~dtriton.backends.triton.fast.FastLauncher` for ``plan``'s kernels."""
         if any(L.meta.ir.gluon is not None for L in plan.launches):
-            return None   # (a Gluon kernel launches through launch_gluon on every call)
+            return GluonLauncher(alg, plan, b)   # (the Gluon attention forward: one launch, no buffers)
         return FastLauncher(alg, plan, b, compiled, args)
 
     def version(self) -> str:

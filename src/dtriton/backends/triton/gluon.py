@@ -19,7 +19,7 @@ from ...plan.gluon_attention import GluonAttention
 from ...plan.kernel import KernelPlan
 from ..base import KernelMeta
 
-__all__ = ["constants", "kernel_name", "launch_gluon", "render_gluon", "shared_layout"]
+__all__ = ["GluonLauncher", "constants", "kernel_name", "launch_gluon", "render_gluon", "shared_layout"]
 
 LOG2E = 1.4426950408889634
 
@@ -97,3 +97,46 @@ def launch_gluon(fn: Any, call: Sequence[Any], meta: KernelMeta) -> None:
     n_q = rows // g.block_rows
     grid = min(n_q, torch.cuda.get_device_properties(q.device).multi_processor_count) if g.persist else n_q
     fn[(grid,)](*descs, o, qk_scale, S, n_q, **meta.consts, NEG_SCALE=qk_scale < 0, num_warps=g.nw)
+
+
+class GluonLauncher:
+    """The fast path of a call signature whose plan is the Gluon attention forward: ``launcher(args)``
+    allocates the output and launches (:func:`launch_gluon`: descriptors built per call), without
+    re-binding or re-planning; ``into(args, outs)`` writes an ``out=`` tensor :meth:`takes` accepted.
+
+    Args:
+        alg: the algorithm; plan: the runtime's plan of the call (one launch, the Gluon kernel);
+        b: the call's binding (sizes, output dtype, device)."""
+
+    def __init__(self, alg, plan, b):
+        (L,) = plan.launches
+        self.fn, self.meta = L.fn, L.meta
+        m = L.meta.ir.gluon.match
+        pos = {p.name: i for i, p in enumerate(alg.params)}
+        self.inputs = [pos[m.q], pos[m.k], pos[m.v]]
+        self.scale = pos[m.scale_param] if m.scale is None else None
+        o = alg.outputs[0]
+        self.shape, self.dtype, self.device = tuple(b.axis_sizes[a] for a in o.layout), b.out_dtypes[0], b.device
+        self.strides = [0] * sum(L.meta.tensor_ndim.values())   # (the launcher reads none)
+
+    def __call__(self, args):
+        """Launch on ``args`` (positional, of the signature planned); returns the output."""
+        return self.into(args, [torch.empty(self.shape, dtype=self.dtype, device=self.device)])
+
+    def takes(self, outs: Sequence[torch.Tensor]) -> bool:
+        """Whether ``outs`` (one tensor) can be the output: its shape and dtype, on the device,
+        contiguous and 16-byte aligned (the descriptors are built on it)."""
+        return (len(outs) == 1 and tuple(outs[0].shape) == self.shape and outs[0].dtype == self.dtype
+                and outs[0].device == self.device and outs[0].is_contiguous() and outs[0].data_ptr() % 16 == 0)
+
+    def into(self, args, outs: Sequence[torch.Tensor]):
+        """Launch on ``args`` writing ``outs[0]`` (which :meth:`takes` accepted); returns it."""
+        call = [args[p] for p in self.inputs] + [outs[0]] + self.strides
+        if self.scale is not None:
+            call.append(args[self.scale])
+        launch_gluon(self.fn, call, self.meta)
+        return outs[0]
+
+    def packed(self, keep: int, remap=None, buffers: bool = True) -> None:
+        """No packed variant (an autograd step's saving forward is never the Gluon kernel)."""
+        return None
