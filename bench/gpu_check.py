@@ -128,6 +128,7 @@ def main(argv=None):
 
     if a.only == "gluon":
         gluon_cases(case, rnd, a.dry_run)
+        gluon_grads(rows, rnd, a.dry_run)
         return finish(a, rows)
     for dt_ in dtypes:
         for (M, K, N) in [(S(257), S(131), S(199)), (1, S(64), S(33)), (S(1000), S(4096), S(1))]:
@@ -207,7 +208,43 @@ def main(argv=None):
             torch.rand(S(128), generator=g).to(dev) * 10, torch.rand(S(64), generator=g).to(dev))
     grad_case("spatial_diffusion (x, times)", spatial_diffusion, args, [0, 4])
     gluon_cases(case, rnd, a.dry_run)
+    gluon_grads(rows, rnd, a.dry_run)
     return finish(a, rows)
+
+
+def gluon_grads(rows, rnd, dry: bool) -> None:
+    """Gradients through the Gluon saving forward (warp_specialize=True, inputs requiring grad: the
+    forward stores the output, the row log-sum-exp and the output again; the derived backward reads
+    them), fp16, against torch autograd of ``alg.reference`` in float64."""
+    for alg in (attention, causal_attention):
+        for D in (64, 128):
+            B, H, S = (3, 5, 256) if not dry else (1, 2, 16)
+            D_ = D if not dry else 16
+            ins = [rnd(B, H, S, D_, dtype=torch.float16).requires_grad_() for _ in range(3)]
+            refs = [x.detach().double().cpu().requires_grad_() for x in ins]
+            name = f"grad gluon {alg.name} B{B} H{H} S{S} D{D_}"
+            try:
+                kern = dt.compile(alg, dt.Schedule(warp_specialize=True))
+                if not dry:   # which kernels the saving forward launches (the Gluon kernel's name: attn_fwd_*)
+                    from torch.profiler import ProfilerActivity, profile
+                    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                        kern(*ins, D_ ** -0.5)
+                        torch.cuda.synchronize()
+                    ran = [e.key for e in prof.key_averages()]
+                out = kern(*ins, D_ ** -0.5)
+                w = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out.device, torch.float16)
+                (out.float() * w.float()).sum().backward()
+                ro = alg.reference(*refs, D_ ** -0.5)
+                (ro * w.double().cpu()).sum().backward()
+                err = max([relerr(out.detach(), ro.detach())] + [relerr(x.grad, r.grad) for x, r in zip(ins, refs)])
+                status, note = ("ok" if err <= 2e-2 else "WRONG"), "output and dQ, dK, dV"
+                if not dry and not any("attn_fwd_" in n for n in ran):
+                    status, note = "WRONG", f"the Gluon kernel did not run (kernels: {', '.join(ran)[:120]})"
+            except Exception as e:  # noqa: BLE001
+                err, status, note = float("nan"), "FAILED", f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+            rows.append(dict(case=name, dtype="float16", schedule='{"warp_specialize": true}', rel_err=err,
+                             status=status, seconds=0, note=note))
+            print(f"{status:6s} {name:48s} float16   err {err:.1e} {note}", flush=True)
 
 
 def gluon_cases(case, rnd, dry: bool) -> None:

@@ -62,6 +62,18 @@ def test_match_attention_roles():
     assert lit.causal and lit.scale == 0.125 and lit.scale_param == ""
     for alg in (gqa_attention, softmax, attention_strict, attention_lse):   # computed index, no attention, j < i,
         assert match_attention(alg) is None, alg.name                        # two outputs
+    for alg in (attention, causal_attention):   # the forward saving statistics for the backward
+        aug = saving(alg)
+        m = match_attention(aug)
+        assert (m.out, m.lse, m.copy, m.causal) == ("out0", "out1", "out2", alg is causal_attention)
+
+
+def saving(alg):
+    """The forward autograd runs for ``alg``: the output, the row log-sum-exp, the normalised output."""
+    from dtriton.grad import augmented_forward, saved_statistics
+    aug, names = augmented_forward(alg, saved_statistics(alg))
+    assert names == ("lse_max0_sum2", "sum1")
+    return aug
 
 
 def gpu_plan(alg, args, sched=None, arch=90, out=None):
@@ -149,13 +161,13 @@ import test_gluon_attention as T
 from dtriton.backends.triton.gluon_kernels import compile_sm90
 rows = []
 for name, D, dtype in {cases!r}:
-    alg = getattr(T, name)
+    alg = T.saving(getattr(T, name[7:])) if name.startswith("saving ") else getattr(T, name)
     g = T.gpu_plan(alg, (*T.qkv(2, 3, 256, D, getattr(torch, dtype)), D ** -0.5)).kernels[0].gluon
-    ck = compile_sm90(g, neg_scale=name == "causal_attention")
+    ck = compile_sm90(g, neg_scale=name.endswith("causal_attention"))
     ptx = ck.asm["ptx"]
     rows.append(dict(name=name, D=D, dtype=dtype, kernel=g.kernel, smem=ck.metadata.shared,
                      warps=ck.metadata.num_warps, wgmma="wgmma.mma_async" in ptx, bf16="bf16" in ptx,
-                     setmaxnreg="setmaxnreg" in ptx))
+                     setmaxnreg="setmaxnreg" in ptx, lse=g.match.lse != ""))
 print(json.dumps(rows))
 """
 
@@ -171,7 +183,8 @@ def test_rendered_gluon_kernel_compiles_for_sm90():
     import sys
     here = os.path.dirname(os.path.abspath(__file__))
     cases = [("attention", 64, "float16"), ("causal_attention", 64, "float16"), ("attention", 128, "float16"),
-             ("causal_attention", 128, "bfloat16")]
+             ("causal_attention", 128, "bfloat16"), ("saving attention", 128, "float16"),
+             ("saving causal_attention", 64, "bfloat16")]
     env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(here), "src"))
     res = subprocess.run([sys.executable, "-c", COMPILE.format(tests=here, cases=cases)], capture_output=True,
                          text=True, env=env, timeout=600)
@@ -181,6 +194,7 @@ def test_rendered_gluon_kernel_compiles_for_sm90():
     for r in rows:
         assert 0 < r["smem"] <= 232448 and r["wgmma"] and r["bf16"] == (r["dtype"] == "bfloat16"), r
         assert (r["warps"], r["setmaxnreg"]) == ((12, True) if r["kernel"] == "ws" else (8, False)), r
+        assert r["lse"] == r["name"].startswith("saving"), r
 
 
 @pytest.mark.parametrize("alg", [attention, causal_attention])
@@ -254,3 +268,42 @@ def test_runtime_launches_the_gluon_kernel(monkeypatch, alg, D):
         assert grid == (7,) and args[7] == rows // 128 and [list(d.block_shape) for d in descs] == [[64, 128], [128, 128],
                                                                                           [128, 128], [64, 128]]
         assert not kw["CAUSAL"] and kw["PINGPONG"] and kw["SEP_O"] and kw["num_warps"] == 4
+
+
+def test_runtime_saving_forward_stores_lse_and_the_copy(monkeypatch):
+    """The forward autograd runs (output, row log-sum-exp in fp32, the normalised output again) as
+    the Gluon kernel: its LSE pointer is the fp32 output (STORE_LSE), the third output a copy of the
+    first; the fast path returns the three."""
+    import dtriton.backends.triton as bt
+    import dtriton.backends.triton.gluon as gm
+    import dtriton.plan.callspec as cs
+    import dtriton.runtime.kernel as rk
+    monkeypatch.setattr(rk, "backend_for", lambda dev: "gpu")
+    monkeypatch.setattr(cs, "_arch", lambda dev, interpret: 90)
+    seen = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            def run(*args, **kw):
+                seen.append((grid, args, kw))
+                args[3].base.copy_(torch.randn(args[3].base.shape).to(args[3].base.dtype))   # "the kernel writes O"
+                args[4].copy_(torch.arange(args[4].numel(), dtype=torch.float32).view(args[4].shape))   # "... and LSE"
+            return run
+
+    real = gm.launch_gluon
+    record = lambda fn, args, meta: real(Recorder(), args, meta)  # noqa: E731
+    monkeypatch.setattr(bt, "launch_gluon", record)
+    monkeypatch.setattr(gm, "launch_gluon", record)
+    aug = saving(causal_attention)
+    m = match_attention(aug)
+    q, k, v = qkv(3, 5, 128, 64)
+    kern = dt.compile(aug, dt.Schedule(warp_specialize=True))
+    for _ in range(2):   # the slow path, then the signature's fast path
+        o, lse, o2 = kern(q, k, v, 0.125)
+        grid, args, kw = seen[-1]
+        assert lse.dtype == torch.float32 and kw["STORE_LSE"] and args[4].shape == (3, 5, 128)
+        assert sorted(lse.shape) == [3, 5, 128]
+        assert torch.equal(lse.permute(m.lse_perm), torch.arange(3 * 5 * 128, dtype=torch.float32).view(3, 5, 128))
+        assert args[4] is lse or args[4].data_ptr() != lse.data_ptr()    # (a buffer where lse is laid out (i, b, h))
+        assert o.dtype == o2.dtype == F16 and torch.equal(o, o2.permute(m.copy_perm))
+    assert isinstance(kern.fast_launcher_for((q, k, v, 0.125)), gm.GluonLauncher) and len(seen) == 2

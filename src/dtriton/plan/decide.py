@@ -163,9 +163,8 @@ def gluon_program(prog: Program, alg: Algorithm, sched: Schedule, b: Binding, sp
     if g is None:
         return prog
     k = online[0]
-    o = alg.outputs[0]
     k.gluon, k.split, k.split_more, k.persistent = g, None, (), 0
-    k.stores, k.materialized = [StoreSpec(o.name, o.expr, tuple(o.layout))], {}
+    k.stores, k.materialized = [StoreSpec(o.name, o.expr, tuple(o.layout)) for o in alg.outputs], {}
     prog.kernels, prog.buffers, prog.output_direct = [k], {}, {}
     return prog
 

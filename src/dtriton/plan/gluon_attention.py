@@ -39,7 +39,12 @@ class AttentionMatch:
     ``q``, ``k``, ``v``: the input tensors (B.., S, D), (B.., T, D), (B.., T, E); ``out``: the output's
     name; ``lead``: the leading axes shared by all four (batch, heads); ``i``, ``j``, ``d``, ``e``: the
     query, key, head and value axes; ``scale``: the scale's literal value, or None when it is the float
-    argument ``scale_param``; ``causal``: the scores are masked ``where(j <= i, s, -inf)``."""
+    argument ``scale_param``; ``causal``: the scores are masked ``where(j <= i, s, -inf)``. A forward
+    saving statistics for the backward (:func:`~dtriton.grad.augmented_forward`) has two more outputs:
+    ``lse`` (``max + log(sum of exp)`` per row, natural log of the scaled scores, fp32) and ``copy``
+    (the output once more: the saved normalised sum); "" otherwise. ``lse_perm`` / ``copy_perm``: the
+    dims of those outputs (laid out in the axis order of the algorithm's expression) in the order
+    (lead, i) / (lead, i, e): ``tensor.permute(perm)`` is the view in the kernel's order."""
     q: str
     k: str
     v: str
@@ -52,6 +57,10 @@ class AttentionMatch:
     scale: float | None
     scale_param: str
     causal: bool
+    lse: str = ""
+    copy: str = ""
+    lse_perm: tuple[int, ...] = ()
+    copy_perm: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -142,12 +151,33 @@ def _causal(s):
 def match_attention(alg: Algorithm) -> AttentionMatch | None:
     """The roles of ``alg`` when it is exactly a softmax attention forward with one output (see the
     module docstring), else None. Nothing looser: any other algorithm keeps the Triton kernels."""
-    return match_output(alg.outputs[0]) if len(alg.outputs) == 1 else None
+    if len(alg.outputs) == 1:
+        return match_output(alg.outputs[0])
+    if len(alg.outputs) != 3:
+        return None
+    o, lse, copy = alg.outputs
+    got = _parts(o)
+    if got is None or not (_same(copy.expr, o.expr) and sorted(copy.layout) == sorted(o.layout)):
+        return None
+    m, mx, den = got
+    x = lse.expr
+    if not (isinstance(x, Binary) and x.op == "add" and _same(x.a, mx) and isinstance(x.b, Unary) and x.b.op == "log"
+            and _same(x.b.x, den) and sorted(lse.layout) == sorted(m.lead + (m.i,))):
+        return None
+    return AttentionMatch(**{**m.__dict__, "lse": lse.name, "copy": copy.name,
+                             "lse_perm": tuple(lse.layout.index(a) for a in m.lead + (m.i,)),
+                             "copy_perm": tuple(copy.layout.index(a) for a in o.layout)})
 
 
 def match_output(o) -> AttentionMatch | None:
     """The roles of output ``o`` (an :class:`~dtriton.ir.Output`) when it is a softmax attention
     forward's (see :func:`match_attention`), else None."""
+    got = _parts(o)
+    return got[0] if got is not None else None
+
+
+def _parts(o):
+    """(roles, the row max node, the row sum node) of an attention output ``o``, or None."""
     top = o.expr
     if not (isinstance(top, Binary) and top.op == "div" and isinstance(top.a, Reduce) and isinstance(top.b, Reduce)):
         return None
@@ -187,7 +217,7 @@ def match_output(o) -> AttentionMatch | None:
     if mask is not None and mask != (j, i):
         return None
     return AttentionMatch(qk[0].tensor.name, qk[1].tensor.name, vload.tensor.name, o.name, lead, i, j, d, e,
-                          scale, scale_param, mask is not None)
+                          scale, scale_param, mask is not None), mx, den
 
 
 def _variant(m: AttentionMatch, dtype: str, d: int) -> GluonAttention:
@@ -221,8 +251,8 @@ def plan_gluon_attention(alg: Algorithm, sizes: Mapping[str, int], dtypes: Mappi
     head = "the Gluon attention forward does not apply"
     if m is None:
         if len(alg.outputs) > 1 and match_output(alg.outputs[0]) is not None:
-            return None, (f"{head}: it computes the attention output only, not further outputs (a forward saving "
-                          "row statistics for the backward: inputs requiring grad)")
+            return None, (f"{head}: it computes the attention output and, for the backward, the row log-sum-exp and "
+                          "the output again, not other further outputs")
         return None, ""
     if interpret:
         return None, f"{head}: Gluon has no interpreter (CPU tensors)"
@@ -230,7 +260,9 @@ def plan_gluon_attention(alg: Algorithm, sizes: Mapping[str, int], dtypes: Mappi
         return None, f"{head}: it needs an sm_90 GPU (Hopper), this is sm_{arch}"
     if not one_online_kernel:
         return None, f"{head}: the schedule does not fuse the scores into one online pass over the keys"
-    dts = {dtypes[m.q], dtypes[m.k], dtypes[m.v], out_dtypes[m.out]}
+    if m.lse and out_dtypes[m.lse] != torch.float32:
+        return None, f"{head}: the saved log-sum-exp is stored in float32, not {out_dtypes[m.lse]}"
+    dts = {dtypes[m.q], dtypes[m.k], dtypes[m.v], out_dtypes[m.out]} | ({out_dtypes[m.copy]} if m.copy else set())
     if len(dts) != 1 or next(iter(dts)) not in (torch.float16, torch.bfloat16):
         return None, (f"{head}: Q, K, V and the output must share one 16-bit dtype (float16 or bfloat16), got "
                       f"{sorted(str(t).replace('torch.', '') for t in dts)}")
@@ -242,7 +274,7 @@ def plan_gluon_attention(alg: Algorithm, sizes: Mapping[str, int], dtypes: Mappi
                       f"(got {m.i}={s}, {m.j}={t})")
     if i64:
         return None, f"{head}: the tensors need 64-bit offsets (TMA coordinates are 32-bit)"
-    loose = [n for n in (m.q, m.k, m.v, m.out) if n not in dense]
+    loose = [n for n in (m.q, m.k, m.v, m.out) + ((m.lse, m.copy) if m.lse else ()) if n not in dense]
     if loose:
         return None, f"{head}: {', '.join(loose)} not contiguous with a 16-byte aligned base (TMA descriptors of (rows, D))"
     g = _variant(m, str(next(iter(dts))).replace("torch.", ""), d)
