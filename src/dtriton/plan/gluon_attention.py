@@ -11,7 +11,9 @@ launches the kernel the decision names (:mod:`dtriton.backends.triton.gluon`), n
 ``(sum_j exp(s - max_j s) * V[.., j, e] / sum_j exp(s - max_j s))[.., i, e]`` with
 ``s = sum_d Q[.., i, d] * K[.., j, d] * scale`` (the scale a float argument or a literal, on either
 side), optionally ``where(j <= i, s, -inf)`` (causal, top-left aligned, as torch's ``is_causal``), the
-same leading (batch, head) axes in every tensor. :func:`plan_gluon_attention` takes the decision for
+same leading (batch, head) axes in every tensor; also the forward autograd runs for it
+(:func:`~dtriton.grad.augmented_forward`: the output, the row log-sum-exp ``max + log(sum)`` in fp32, the
+output again), whose statistic the kernel stores. :func:`plan_gluon_attention` takes the decision for
 one call: eligible only where every fact the kernel relies on holds, else the reason (a
 ``ScheduleWarning``; the Triton kernel runs).
 """
