@@ -16,6 +16,7 @@ import torch
 
 from ..ir import Algorithm, Binding, InputTensor, Load, Reduce, ScalarParam, contractions, kernel_reads, unit_dim, walk
 from .access import unit_last
+from .gluon_attention import match_attention
 from .kernel import next_pow2
 
 __all__ = ["CallSpec", "I32_MAX", "call_spec", "max_offset", "tma_addressable", "window_index_values"]
@@ -46,8 +47,9 @@ class CallSpec:
     pooling windows (reductions of one load: a stride, a padding), values 0 to 64, sorted (the plan
     prints them as literals and reads a strided window's taps as contiguous runs: ``plan.pairs``).
     arch: the GPU's compute capability as 10 * major + minor (0 on the interpreter). dense: the tensors
-    (inputs, outputs) contiguous with a 16-byte aligned base (an output allocated by the runtime is);
-    both for :mod:`dtriton.plan.gluon_attention`."""
+    (inputs, outputs) contiguous with a 16-byte aligned base (an output allocated by the runtime is), on
+    the GPU for an attention forward only (no other call is specialised on it); both for
+    :mod:`dtriton.plan.gluon_attention`."""
     facts: tuple
     dtypes: tuple
     i64: bool
@@ -96,7 +98,8 @@ def call_spec(alg: Algorithm, b: Binding, args: Sequence[Any], interpret: bool, 
                     divisibility_hints(alg, b, args, out),
                     tuple(sorted(b.unit_dims.items())) if contractions(alg) or tma_ok or values else (), masked, ones,
                     tuple(sorted((a, n) for a, n in b.axis_sizes.items() if n <= SMALL_SIZE)), values,
-                    _arch(b.device, interpret), _dense(alg, args, out))
+                    _arch(b.device, interpret),
+                    _dense(alg, args, out) if not interpret and match_attention(alg) is not None else frozenset())
 
 
 def _arch(device: torch.device, interpret: bool) -> int:
