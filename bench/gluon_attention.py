@@ -1,6 +1,8 @@
 """Hand-written Gluon (Triton 3.6) attention forward kernels for Hopper (sm_90), issue 18's probe.
 
-Self-contained (no dtriton imports); bench/probe_gluon_attention.py checks and times them.
+Self-contained (no dtriton imports); bench/probe_gluon_attention.py checks and times them. dtriton's own
+lowering (``warp_specialize=True`` on sm_90: dtriton.plan.gluon_attention) runs an adapted copy in
+src/dtriton/backends/triton/gluon_kernels.py (bf16, no LSE store, a negative scale).
 Attention forward of contiguous (B, H, S, D) fp16 Q, K, V (S = T, D 64 or 128, scale 1/sqrt(D),
 S a multiple of the tiles): O fp16 (B, H, S, D) and the row log-sum-exp LSE fp32 (B, H, S)
 (natural log, of the scaled scores), online softmax in base 2. Q, K, V and O are addressed as

@@ -90,6 +90,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, fp32 only, tiny shapes")
+    ap.add_argument("--only", choices=("all", "gluon"), default="all",
+                    help="gluon: only the Gluon attention forward's cases (warp_specialize=True on sm_90)")
     a = ap.parse_args(argv)
     dev = "cpu" if a.dry_run else "cuda"
     dtypes = [torch.float32] if a.dry_run else [torch.float32, torch.float16, torch.bfloat16]
@@ -100,7 +102,7 @@ def main(argv=None):
     def rnd(*shape, dtype=torch.float32, scale=1.0):
         return (torch.randn(*shape, generator=g) * scale).to(dev, dtype)
 
-    def case(name, alg, args, sched=None, dtype=torch.float32):
+    def case(name, alg, args, sched=None, dtype=torch.float32, gluon=None):
         ref_args = [x.detach().double().cpu() if isinstance(x, torch.Tensor) and x.is_floating_point()
                     else (x.cpu() if isinstance(x, torch.Tensor) else x) for x in args]
         t0 = time.time()
@@ -116,12 +118,18 @@ def main(argv=None):
             exact = all(interr(o, r) == 0 for o, r in zip(outs, refs) if not o.is_floating_point())
             status = "ok" if err <= TOL[dtype] and exact else "WRONG"
             note = ""
+            if gluon is not None and gluon != ("gluon_kernels import" in k.source):   # the Gluon kernel ran or not
+                status, note = "WRONG", f"expected the {'Gluon' if gluon else 'Triton'} kernel"
         except Exception as e:  # noqa: BLE001
             err, status, note = float("nan"), "FAILED", f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
         rows.append(dict(case=name, dtype=str(dtype)[6:], schedule=sched.to_json() if sched else "heuristic",
                          rel_err=err, status=status, seconds=round(time.time() - t0, 2), note=note))
         print(f"{status:6s} {name:48s} {str(dtype)[6:]:9s} err {err:.1e} {note}", flush=True)
 
+    if a.only == "gluon":
+        gluon_cases(case, rnd, a.dry_run)
+        gluon_grads(rows, rnd, a.dry_run)
+        return finish(a, rows)
     for dt_ in dtypes:
         for (M, K, N) in [(S(257), S(131), S(199)), (1, S(64), S(33)), (S(1000), S(4096), S(1))]:
             A, B = rnd(M, K, dtype=dt_), rnd(K, N, dtype=dt_)
@@ -199,7 +207,75 @@ def main(argv=None):
     args = (rnd(V, S(64)), rnd(V, S(128), scale=V ** -0.5), torch.rand(V, generator=g).to(dev) + 0.5,
             torch.rand(S(128), generator=g).to(dev) * 10, torch.rand(S(64), generator=g).to(dev))
     grad_case("spatial_diffusion (x, times)", spatial_diffusion, args, [0, 4])
+    gluon_cases(case, rnd, a.dry_run)
+    gluon_grads(rows, rnd, a.dry_run)
+    return finish(a, rows)
 
+
+def gluon_grads(rows, rnd, dry: bool) -> None:
+    """Gradients through the Gluon saving forward (warp_specialize=True, inputs requiring grad: the
+    forward stores the output, the row log-sum-exp and the output again; the derived backward reads
+    them), fp16, against torch autograd of ``alg.reference`` in float64."""
+    for alg, D in ((attention, 128), (causal_attention, 64)):
+        if True:
+            B, H, S = (3, 5, 256) if not dry else (1, 2, 16)
+            D_ = D if not dry else 16
+            ins = [rnd(B, H, S, D_, dtype=torch.float16).requires_grad_() for _ in range(3)]
+            refs = [x.detach().double().cpu().requires_grad_() for x in ins]
+            name = f"grad gluon {alg.name} B{B} H{H} S{S} D{D_}"
+            try:
+                kern = dt.compile(alg, dt.Schedule(warp_specialize=True))
+                if not dry:   # which kernels the saving forward launches (the Gluon kernel's name: attn_fwd_*)
+                    from torch.profiler import ProfilerActivity, profile
+                    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                        kern(*ins, D_ ** -0.5)
+                        torch.cuda.synchronize()
+                    ran = [e.key for e in prof.key_averages()]
+                out = kern(*ins, D_ ** -0.5)
+                w = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out.device, torch.float16)
+                (out.float() * w.float()).sum().backward()
+                ro = alg.reference(*refs, D_ ** -0.5)
+                (ro * w.double().cpu()).sum().backward()
+                err = max([relerr(out.detach(), ro.detach())] + [relerr(x.grad, r.grad) for x, r in zip(ins, refs)])
+                status, note = ("ok" if err <= 2e-2 else "WRONG"), "output and dQ, dK, dV"
+                if not dry and not any("attn_fwd_" in n for n in ran):
+                    status, note = "WRONG", f"the Gluon kernel did not run (kernels: {', '.join(ran)[:120]})"
+            except Exception as e:  # noqa: BLE001
+                err, status, note = float("nan"), "FAILED", f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+            rows.append(dict(case=name, dtype="float16", schedule='{"warp_specialize": true}', rel_err=err,
+                             status=status, seconds=0, note=note))
+            print(f"{status:6s} {name:48s} float16   err {err:.1e} {note}", flush=True)
+
+
+def gluon_cases(case, rnd, dry: bool) -> None:
+    """The Gluon attention forward (warp_specialize=True on sm_90): D64 (pipelined) and D128
+    (warp-specialised, ping-pong), causal or not, fp16 and bf16, B3 H5 at S = 256 and 1024, a negative
+    scale, B1 H1 S128; S = 200 (not a multiple of 128) and fp32 run the Triton kernel (a warning says
+    why). Each checks which kernel ran (the printed module imports the Gluon kernel or not). On the
+    interpreter (--dry-run) every call falls back."""
+    ws = dt.Schedule(warp_specialize=True)
+    for dtype in (torch.float16, torch.bfloat16):
+        for D in (64, 128):
+            for alg in (attention, causal_attention):
+                for (B, H, S) in ((3, 5, 256), (3, 5, 1024)):
+                    S_, D_ = (37, 16) if dry else (S, D)
+                    q, k, v = (rnd(B, H, S_, D_, dtype=dtype) for _ in range(3))
+                    case(f"gluon {alg.name} B{B} H{H} S{S_} D{D_}", alg, (q, k, v, D_ ** -0.5), ws, dtype=dtype,
+                         gluon=not dry)
+    for alg, scale in ((attention, -0.09), (causal_attention, -0.125)):
+        q, k, v = (rnd(2, 3, 128 if not dry else 16, 128 if not dry else 16, dtype=torch.float16) for _ in range(3))
+        case(f"gluon {alg.name} negative scale {scale}", alg, (q, k, v, scale), ws, dtype=torch.float16, gluon=not dry)
+    q, k, v = (rnd(1, 1, 128 if not dry else 16, 64 if not dry else 16, dtype=torch.float16) for _ in range(3))
+    case("gluon attention B1 H1 S128 D64", attention, (q, k, v, 0.125), ws, dtype=torch.float16, gluon=not dry)
+    for alg in (attention, causal_attention):   # not a multiple of the tiles: the Triton kernel
+        q, k, v = (rnd(3, 5, 200 if not dry else 20, 128 if not dry else 16, dtype=torch.float16) for _ in range(3))
+        case(f"gluon fallback {alg.name} S200 D128", alg, (q, k, v, 0.088), ws, dtype=torch.float16, gluon=False)
+    q, k, v = (rnd(2, 3, 256 if not dry else 16, 64 if not dry else 16) for _ in range(3))
+    case("gluon fallback attention fp32 S256 D64", attention, (q, k, v, 0.125), ws, dtype=torch.float32, gluon=False)
+
+
+def finish(a, rows) -> int:
+    """Write gpu_check.json and gpu_check.md under ``a.out``; 1 when a case is not ok."""
     os.makedirs(a.out, exist_ok=True)
     meta = dict(gpu=torch.cuda.get_device_name() if not a.dry_run else "cpu (dry run)", torch=torch.__version__,
                 triton=__import__("triton").__version__, date=time.strftime("%Y-%m-%dT%H:%M:%S"))

@@ -46,6 +46,9 @@ VARIANTS = [
     ("tma ws 128x64 w4 s2", "ng", _v((128, 64), 4, 2, access="tma", warp_specialize=True)),
     ("tma ws 128x64 w4 s3", "ng", _v((128, 64), 4, 3, access="tma", warp_specialize=True)),
     ("tma ws 128x128 w4 s2", "ng", _v((128, 128), 4, 2, access="tma", warp_specialize=True)),
+    # the Gluon attention forward (plan.gluon_attention: warp_specialize=True on sm_90 prints the hand-written
+    # Gluon kernel; its own tiles); the row's "gluon" says whether it ran
+    ("gluon", "nc", dict(warp_specialize=True)),
     ("reverse", "c", dict(tile_order="reverse")),
     ("tma 128x64 w8 s3 reverse", "c", _v((128, 64), 8, 3, access="tma", tile_order="reverse")),
     ("heavy first", "c", dict(grid=["i", "b", "h"], tile_order="reverse")),
@@ -110,6 +113,7 @@ def run_case(spec: str, only: set, dry: bool) -> list[dict]:
                 if not row["err"] < 1e-2:
                     raise RuntimeError(f"wrong: rel err {row['err']:.1e}")
                 fn = (lambda kk=kk: kk(*args))
+                row["gluon"] = "gluon_kernels import" in kk.source
             else:
                 row["err"] = R.relerr(sdpa(), ref)
             row["us"] = R.graph_time_us(fn)
@@ -119,7 +123,7 @@ def run_case(spec: str, only: set, dry: bool) -> list[dict]:
         sd = row.get("us") if label == "sdpa" else sd
         rel = f"{sd / row['us']:.2f}x" if sd and row.get("us") else ""
         print(f"  {label:26s} {row.get('us', float('nan')):9.1f} us {row.get('tflops', float('nan')):7.1f} TFLOP/s "
-              f"{rel:>6s} {row.get('error', '')}", flush=True)
+              f"{rel:>6s} {'(Gluon) ' if row.get('gluon') else ''}{row.get('error', '')}", flush=True)
         rows.append(row)
     return rows
 

@@ -16,6 +16,7 @@ import torch
 
 from ..ir import Algorithm, Binding, InputTensor, Load, Reduce, ScalarParam, contractions, kernel_reads, unit_dim, walk
 from .access import unit_last
+from .gluon_attention import match_attention
 from .kernel import next_pow2
 
 __all__ = ["CallSpec", "I32_MAX", "call_spec", "max_offset", "tma_addressable", "window_index_values"]
@@ -44,7 +45,11 @@ class CallSpec:
     convolution's window loops unroll over them: ``plan.taps``).
     index_values: ``(int scalar argument, value)`` of the arguments read by the computed indices of
     pooling windows (reductions of one load: a stride, a padding), values 0 to 64, sorted (the plan
-    prints them as literals and reads a strided window's taps as contiguous runs: ``plan.pairs``)."""
+    prints them as literals and reads a strided window's taps as contiguous runs: ``plan.pairs``).
+    arch: the GPU's compute capability as 10 * major + minor (0 on the interpreter). dense: the tensors
+    (inputs, outputs) contiguous with a 16-byte aligned base (an output allocated by the runtime is), on
+    the GPU for an attention forward only (no other call is specialised on it); both for
+    :mod:`dtriton.plan.gluon_attention`."""
     facts: tuple
     dtypes: tuple
     i64: bool
@@ -56,6 +61,8 @@ class CallSpec:
     unit_scalars: tuple = ()
     small_sizes: tuple = ()
     index_values: tuple = ()
+    arch: int = 0
+    dense: frozenset = frozenset()
 
     def note(self, alg: Algorithm, tma: bool) -> str:
         """The specialisation note of the generated module's header comment."""
@@ -90,7 +97,27 @@ def call_spec(alg: Algorithm, b: Binding, args: Sequence[Any], interpret: bool, 
     return CallSpec(tuple(facts), tuple(sorted(b.dtypes.items())), i64, interpret, tma_ok,
                     divisibility_hints(alg, b, args, out),
                     tuple(sorted(b.unit_dims.items())) if contractions(alg) or tma_ok or values else (), masked, ones,
-                    tuple(sorted((a, n) for a, n in b.axis_sizes.items() if n <= SMALL_SIZE)), values)
+                    tuple(sorted((a, n) for a, n in b.axis_sizes.items() if n <= SMALL_SIZE)), values,
+                    _arch(b.device, interpret),
+                    _dense(alg, args, out) if not interpret and match_attention(alg) is not None else frozenset())
+
+
+def _arch(device: torch.device, interpret: bool) -> int:
+    """The compute capability of ``device`` as 10 * major + minor (0: the interpreter or no CUDA device)."""
+    if interpret or device.type != "cuda" or not torch.cuda.is_available():
+        return 0
+    major, minor = torch.cuda.get_device_capability(device)
+    return 10 * major + minor
+
+
+def _dense(alg: Algorithm, args: Sequence[Any], out=None) -> frozenset:
+    """The tensors of a call (inputs, and outputs: allocated contiguous unless ``out=`` is given)
+    that are contiguous with a 16-byte aligned base."""
+    def ok(t) -> bool:
+        return isinstance(t, torch.Tensor) and t.is_contiguous() and t.data_ptr() % 16 == 0
+    names = {p.name for p, a in zip(alg.params, args) if isinstance(p, InputTensor) and ok(a)}
+    names |= {o.name for k, o in enumerate(alg.outputs) if _given_out(out, k) is None or ok(_given_out(out, k))}
+    return frozenset(names)
 
 
 def window_index_values(alg: Algorithm, args: Sequence[Any]) -> tuple:

@@ -28,8 +28,9 @@ from .buffers import plan_buffers, plan_int_buffers
 from .epilogues import move_epilogues, store_operands
 from .callspec import CallSpec
 from .dots import dot_only_axes, plan_dots, transposed_operands
+from .gluon_attention import plan_gluon_attention
 from .implicit_gemm import plan_implicit_gemm
-from .kernel import KernelPlan, Program
+from .kernel import KernelPlan, Program, StoreSpec
 from .lower import lower
 from .loop_stores import loop_store_bounds, plan_loop_stores
 from .online_split import plan_row_vectors
@@ -38,7 +39,7 @@ from .passes import fp8_dots, plan_exact_counts, plan_passes, register_cap
 from .persistent import plan_epilogue_reads, plan_flatten, plan_store_pieces
 from .taps import plan_rolling, plan_static_loops, plan_tap_shifts, plan_tile_stages
 
-__all__ = ["decide", "one_pass_statistics", "plan_program", "sixteen_bit_terms", "unused_knobs"]
+__all__ = ["decide", "gluon_program", "one_pass_statistics", "plan_program", "sixteen_bit_terms", "unused_knobs"]
 
 
 def decide(prog: Program, sched: Schedule, dtypes: Mapping[str, torch.dtype],
@@ -126,6 +127,7 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
     (:func:`sixteen_bit_terms`) exponentials are written in base 2 and per-row divisors become
     reciprocals (:func:`~dtriton.ir.reciprocal_divisors`)."""
     out_dtypes = {o.name: d for o, d in zip(alg.outputs, b.out_dtypes)}
+    traced = alg
     # the call's masked reads name nodes by position in the algorithm as traced (the rewrite
     # keeps those nodes)
     masked = frozenset((alg.nodes[pos].uid, d) for pos, d in spec.masked_reads)
@@ -142,10 +144,31 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
     move_epilogues(prog, alg)   # (float buffers only: after the integer ones are marked)
     store_operands(prog, alg)
     plan_buffers(prog, alg, b.dtypes, out_dtypes)
-    return decide(prog, sched, b.dtypes, out_dtypes, spec.interpret, spec.i64, spec.tma_ok, dict(spec.hints),
+    prog = decide(prog, sched, b.dtypes, out_dtypes, spec.interpret, spec.i64, spec.tma_ok, dict(spec.hints),
                   spec.note(alg, sched.access == "tma"), dict(spec.unit_dims), masked,
                   {f[0]: f[1] for f in spec.facts}, frozenset(spec.unit_scalars), dict(spec.small_sizes),
                   dict(spec.index_values))
+    return gluon_program(prog, traced, sched, b, spec, out_dtypes)
+
+
+def gluon_program(prog: Program, alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec,
+                  out_dtypes: Mapping[str, torch.dtype]) -> Program:
+    """``prog``, or where :func:`~dtriton.plan.gluon_attention.plan_gluon_attention` decides so for
+    the traced algorithm ``alg`` (an attention forward whose program fuses the scores into an online
+    pass, the schedule asking for warp specialisation, on sm_90), one kernel printed as the Gluon
+    attention forward in place of its kernels (a split of the keys and its merge included: the Gluon
+    kernel's own grid covers the call). ``prog.gluon_note`` says why a requested one does not apply."""
+    online = [k for k in prog.kernels if any(p.online for p in k.all_passes())]
+    g, prog.gluon_note = plan_gluon_attention(
+        alg, b.axis_sizes, b.dtypes, out_dtypes, requested=bool(sched.warp_specialize), interpret=spec.interpret,
+        arch=spec.arch, dense=spec.dense, one_online_kernel=len(online) == 1, i64=spec.i64)
+    if g is None:
+        return prog
+    k = online[0]
+    k.gluon, k.split, k.split_more, k.persistent = g, None, (), 0
+    k.stores, k.materialized = [StoreSpec(o.name, o.expr, tuple(o.layout)) for o in alg.outputs], {}
+    prog.kernels, prog.buffers, prog.output_direct = [k], {}, {}
+    return prog
 
 
 def sixteen_bit_terms(alg: Algorithm, b: Binding) -> bool:
@@ -190,8 +213,9 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
     where no loop has bounds to turn off, an ``unroll`` of 2 or more without a reduction loop,
     ``rolling=True`` where no window sum is computed by rolling rows, ``window_loads="taps"`` or
     ``narrow_minmax=False`` where no pooling window would read pairs or fold in 16 bits."""
-    kernels = prog.kernels
-    notes = []
+    # (a kernel printed as the Gluon attention forward has none of the Triton loops the notes are about)
+    kernels = [k for k in prog.kernels if k.gluon is None]
+    notes = [f"warp_specialize=True: {prog.gluon_note}; the Triton kernel runs"] if prog.gluon_note else []
     if sched.split_mode is not None and not any(f > 1 for f in sched.split.values()):
         sums = [a for a in alg.reduction_axes
                 if all(st.node.combiner.splittable for st in alg.stages.values() if not st.is_output and a in st.node.over)]
@@ -222,7 +246,7 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
         notes.append(f"store_pieces={sched.store_pieces} has no effect: no output tile of this call is stored through "
                      "TMA in that many pieces (it needs access='tma', a TMA-addressable output and, for 2, a last "
                      "tile dim of 16 bytes a piece or more)")
-    if sched.warp_specialize and not any(k.ws_loop for k in kernels):
+    if sched.warp_specialize and not any(k.ws_loop or k.gluon is not None for k in prog.kernels):
         notes.append("warp_specialize=True has no effect: no kernel has a contraction (tl.dot) loop to specialise")
     if sched.precision not in ("auto", "ieee") and not any(k.fp32_dot for k in kernels):
         notes.append(f"precision={sched.precision!r} has no effect: no kernel has a tl.dot with fp32 operands "

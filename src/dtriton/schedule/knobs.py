@@ -317,7 +317,8 @@ BUILTIN: tuple[Knob, ...] = (
     Knob("access", None, one_of((None,) + ACCESS, f"must be one of {ACCESS} (or None: the compiler picks)"),
          search=("pointer", "tma"), doc="memory access of tile loads and stores (None: the heuristic picks)"),
     Knob("warp_specialize", False, Domain("True, False", _boolean, (False, True)),
-         doc="producer/consumer warp groups in contraction loops (Hopper, with TMA loads)"),
+         doc="producer/consumer warp groups in contraction loops (Hopper, with TMA loads); a fused attention "
+             "forward on sm_90 runs as the hand-written Gluon kernel"),
     Knob("mask_bounds", True, Domain("True, False", _boolean, (True, False)),
          doc="loops skip the tiles a mask condition leaves empty (where(j <= i, s, -inf): causal attention, "
              "triangular and banded products) and run the fully visible ones without the mask"),

@@ -6,7 +6,8 @@ Modules: ``prelude`` (the module header and combine helpers), ``scope`` (nested 
 bindings), ``values`` (expressions, layouts, hoisting), ``memory`` (loads, addresses, access
 styles), ``reduce`` (passes and dots), ``kernel`` (program ids, grid, signature, stores),
 ``launch`` (module loading, descriptors, the slow launch path), ``fast`` (the fast launcher of a call
-signature seen before), ``limits``.
+signature seen before), ``limits``, ``gluon`` and ``gluon_kernels`` (a fused attention forward the plan
+chose to run as the hand-written Gluon kernel on Hopper: its printing, launch and kernels).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ...plan.kernel import Program
 from ..base import KernelMeta, Limits
 from .kernel import KernelPrinter, KernelSource, render
 from .fast import FastLauncher
+from .gluon import GluonLauncher, launch_gluon
 from .launch import descriptor, ensure_allocator, hooks_off, launch, load_module
 from .limits import MAX_BLOCK_NUMEL, SMEM_BYTES_DEFAULT
 
@@ -41,6 +43,8 @@ class TritonBackend:
     def launch(self, fn: Any, programs: int, args: Sequence[Any], meta: KernelMeta, interpret: bool) -> Any:
         """Launch ``programs`` programs of kernel ``fn``; returns the compiled kernel (a kernel building
         its TMA descriptors in the kernel gets Triton's scratch allocator first)."""
+        if meta.ir.gluon is not None:   # (never planned for the interpreter)
+            return launch_gluon(fn, args, meta)
         if meta.ir.device_descs and not interpret:
             ensure_allocator()
         return launch(fn, programs, args, meta.consts, meta.ir.num_warps, meta.ir.num_stages, interpret,
@@ -65,6 +69,8 @@ class TritonBackend:
 
     def fast_launcher(self, alg: Any, plan: Any, b: Any, compiled: list, args: Sequence[Any]) -> Any:
         """A :class:`~dtriton.backends.triton.fast.FastLauncher` for ``plan``'s kernels."""
+        if any(L.meta.ir.gluon is not None for L in plan.launches):
+            return GluonLauncher(alg, plan, b)   # (the Gluon attention forward: one launch, no buffers)
         return FastLauncher(alg, plan, b, compiled, args)
 
     def version(self) -> str:

@@ -10,6 +10,7 @@ from ...plan.graph import fused_reduces, has
 from ...plan.kernel import KernelPlan, Program, StoreSpec
 from ..base import KernelMeta
 from .bounds import BoundsPrinter
+from .gluon import render_gluon
 from .memory import MemoryPrinter
 from .narrow import ENCODE_FP8, FP8_FORMATS, ROUND_FP8
 from .pairs import PairPrinter
@@ -383,6 +384,11 @@ def render(prog: Program) -> tuple[str, list[KernelSource]]:
     metas = []
     helpers: dict[str, str] = {}
     for k in prog.kernels:
+        if k.gluon is not None:   # the Gluon attention forward the plan chose
+            text, meta = render_gluon(k)
+            parts.append("\n" + text)
+            metas.append(meta)
+            continue
         g = KernelPrinter(prog, k)
         src = g.generate()
         parts.append("\n" + src)

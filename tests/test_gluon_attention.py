@@ -1,0 +1,309 @@
+"""The Gluon attention forward as a lowering (plan.gluon_attention, backends/triton/gluon*.py).
+
+The decision is taken in planning from the algorithm and the call's facts: the attention forward
+(causal or not) with warp_specialize=True on an sm_90 GPU, 16-bit Q/K/V/output of one dtype, head
+dim 64 or 128, S = T a multiple of 128, contiguous 16-byte aligned tensors. Here (no GPU) the plan is
+taken with the call's facts set to an sm_90 GPU, the printed module is checked, and its Gluon kernel
+is compiled for sm_90; on the CPU the call falls back to the Triton kernel with a ScheduleWarning and
+the default schedule's results.
+"""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import pytest
+import torch
+
+import dtriton as dt
+from dtriton.backends.triton.kernel import render
+from dtriton.library import attention, causal_attention, gqa_attention, softmax
+from dtriton.plan import call_spec, match_attention, plan_gluon_attention, plan_program
+
+F16 = torch.float16
+
+
+@dt.algorithm
+def attention_lit(Q: dt.Tensor["B", "H", "S", "D"], K: dt.Tensor["B", "H", "T", "D"], V: dt.Tensor["B", "H", "T", "D"]):
+    """The scale a literal on the left, the causal mask written i >= j, V first in the product."""
+    b, h, i, j, d, e = dt.axes("b h i j d e")
+    s = dt.where(i >= j, 0.125 * dt.sum(Q[b, h, i, d] * K[b, h, j, d], over=d), -float("inf"))
+    p = dt.exp(s - dt.max(s, over=j))
+    return (dt.sum(V[b, h, j, e] * p, over=j) / dt.sum(p, over=j))[b, h, i, e]
+
+
+@dt.algorithm
+def attention_strict(Q: dt.Tensor["B", "H", "S", "D"], K: dt.Tensor["B", "H", "S", "D"], V: dt.Tensor["B", "H", "S", "D"],
+                     scale: float):
+    """A mask j < i (not the causal mask: the diagonal is masked too)."""
+    b, h, i, j, d, e = dt.axes("b h i j d e")
+    s = dt.where(j < i, dt.sum(Q[b, h, i, d] * K[b, h, j, d], over=d) * scale, -float("inf"))
+    p = dt.exp(s - dt.max(s, over=j))
+    return (dt.sum(p * V[b, h, j, e], over=j) / dt.sum(p, over=j))[b, h, i, e]
+
+
+@dt.algorithm
+def attention_lse(Q: dt.Tensor["B", "H", "S", "D"], K: dt.Tensor["B", "H", "S", "D"], V: dt.Tensor["B", "H", "S", "D"],
+                  scale: float):
+    """Attention with a second output (the row sum): not the one-output forward."""
+    b, h, i, j, d, e = dt.axes("b h i j d e")
+    s = dt.sum(Q[b, h, i, d] * K[b, h, j, d], over=d) * scale
+    p = dt.exp(s - dt.max(s, over=j))
+    den = dt.sum(p, over=j)
+    return (dt.sum(p * V[b, h, j, e], over=j) / den)[b, h, i, e], den[b, h, i]
+
+
+def test_match_attention_roles():
+    m = match_attention(attention)
+    assert (m.q, m.k, m.v, m.out, m.lead, m.i, m.j, m.d, m.e) == ("Q", "K", "V", "out", ("b", "h"), "i", "j", "d", "e")
+    assert m.scale is None and m.scale_param == "scale" and not m.causal
+    assert match_attention(causal_attention).causal
+    lit = match_attention(attention_lit)
+    assert lit.causal and lit.scale == 0.125 and lit.scale_param == ""
+    for alg in (gqa_attention, softmax, attention_strict, attention_lse):   # computed index, no attention, j < i,
+        assert match_attention(alg) is None, alg.name                        # two outputs
+    for alg in (attention, causal_attention):   # the forward saving statistics for the backward
+        aug = saving(alg)
+        m = match_attention(aug)
+        assert (m.out, m.lse, m.copy, m.causal) == ("out0", "out1", "out2", alg is causal_attention)
+
+
+def saving(alg):
+    """The forward autograd runs for ``alg``: the output, the row log-sum-exp, the normalised output."""
+    from dtriton.grad import augmented_forward, saved_statistics
+    aug, names = augmented_forward(alg, saved_statistics(alg))
+    assert names == ("lse_max0_sum2", "sum1")
+    return aug
+
+
+def gpu_plan(alg, args, sched=None, arch=90, out=None):
+    """The program of a call planned as on a GPU of compute capability ``arch`` (CPU tensors standing in)."""
+    b = dataclasses.replace(alg.bind(args), device=torch.device("cuda"))
+    full = dt.compile(alg, sched or dt.Schedule(warp_specialize=True)).complete(b)
+    spec = dataclasses.replace(call_spec(alg, b, args, False, out), arch=arch)
+    return plan_program(alg, full, b, spec)
+
+
+def qkv(B, H, S, D, dtype=F16, T=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(B, H, n, D, generator=g).to(dtype) for n in (S, T or S, T or S))
+
+
+@pytest.mark.parametrize("alg", [attention, causal_attention])
+@pytest.mark.parametrize("D", [64, 128])
+def test_plan_eligible_picks_the_measured_variant(alg, D):
+    prog = gpu_plan(alg, (*qkv(3, 5, 256, D), D ** -0.5))
+    assert len(prog.kernels) == 1 and prog.gluon_note == "" and not prog.buffers
+    g = prog.kernels[0].gluon
+    assert g is not None and g.d == D and g.dtype == "float16" and g.match.causal == (alg is causal_attention)
+    causal = alg is causal_attention
+    want = ("pipe", 128, 128, 2, 1, 8, False, False, False) if D == 64 else \
+        ("ws", 64, 128, 3 if causal else 2, 2, 4, True, True, not causal)
+    assert (g.kernel, g.bmc, g.bn, g.stages, g.nc, g.nw, g.overlap, g.pingpong, g.persist) == want
+    src, metas = render(prog)
+    name = "attn_fwd_ws" if D == 128 else "attn_fwd_pipe"
+    assert f"from dtriton.backends.triton.gluon_kernels import {name} as {metas[0].name}" in src
+    assert metas[0].tensors == ["Q", "K", "V", "out"] and metas[0].scalars == ["s_scale"]
+    assert metas[0].consts["CAUSAL"] == causal and metas[0].consts["D"] == D
+
+
+def test_plan_replaces_a_split_of_the_keys():
+    """Few query tiles: the GPU heuristic splits the keys (two kernels); the Gluon kernel replaces both."""
+    args = (*qkv(1, 2, 2048, 64), 0.125)
+    triton_prog = gpu_plan(attention, args, dt.Schedule())
+    assert len(triton_prog.kernels) == 2 or triton_prog.kernels[0].splits
+    prog = gpu_plan(attention, args)
+    assert len(prog.kernels) == 1 and prog.kernels[0].gluon is not None and not prog.buffers
+
+
+def reason(alg, args, sched=None, arch=90, out=None) -> str:
+    prog = gpu_plan(alg, args, sched, arch, out)
+    assert all(k.gluon is None for k in prog.kernels)
+    return prog.gluon_note
+
+
+def test_plan_ineligible_says_why():
+    assert reason(attention, (*qkv(1, 2, 256, 64), 0.1), dt.Schedule()) == ""             # not requested
+    assert reason(softmax, (torch.randn(4, 8),)) == ""                                       # not attention
+    assert "sm_90" in reason(attention, (*qkv(1, 2, 256, 64), 0.1), arch=100)
+    assert "sm_90" in reason(attention, (*qkv(1, 2, 256, 64), 0.1), arch=80)
+    assert "16-bit dtype" in reason(attention, (*qkv(1, 2, 256, 64, torch.float32), 0.1))
+    q, k, v = qkv(1, 2, 256, 64)
+    assert "16-bit dtype" in reason(attention, (q, k.bfloat16(), v, 0.1))
+    assert "64 or 128" in reason(attention, (*qkv(1, 2, 256, 96), 0.1))
+    assert "multiples of 128" in reason(attention, (*qkv(1, 2, 200, 64), 0.1))
+    assert "lengths equal" in reason(attention, (*qkv(1, 2, 256, 64, T=384), 0.1))
+    qt = torch.randn(1, 256, 2, 64).to(F16).transpose(1, 2)            # (B, H, S, D) view of (B, S, H, D)
+    assert "Q not contiguous" in reason(attention, (qt, k, v, 0.1))
+    assert "further outputs" in reason(attention_lse, (q, k, v, 0.1))
+    mat = dt.Schedule(warp_specialize=True, stages={"sum0": {"place": "materialize"}})
+    assert "online pass" in reason(attention, (q, k, v, 0.1), mat)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        out = dt.compile(attention, dt.Schedule(warp_specialize=True))(*qkv(1, 2, 16, 16), 0.25)
+    assert out.shape == (1, 2, 16, 16)
+    assert any("Gluon has no interpreter" in str(w.message) and issubclass(w.category, dt.ScheduleWarning)
+               for w in got), [str(w.message) for w in got]
+
+
+def test_plan_bf16_and_out_given():
+    prog = gpu_plan(causal_attention, (*qkv(2, 3, 128, 128, torch.bfloat16), 0.09))
+    assert prog.kernels[0].gluon.dtype == "bfloat16"
+    strided = torch.empty(2, 3, 128, 256, dtype=F16)[..., :128]
+    assert "out not contiguous" in reason(attention, (*qkv(2, 3, 128, 128), 0.1), out=strided)
+
+
+COMPILE = """
+import json, sys
+sys.path.insert(0, {tests!r})
+import torch
+import test_gluon_attention as T
+from dtriton.backends.triton.gluon_kernels import compile_sm90
+rows = []
+for name, D, dtype in {cases!r}:
+    alg = T.saving(getattr(T, name[7:])) if name.startswith("saving ") else getattr(T, name)
+    g = T.gpu_plan(alg, (*T.qkv(2, 3, 256, D, getattr(torch, dtype)), D ** -0.5)).kernels[0].gluon
+    ck = compile_sm90(g, neg_scale=name.endswith("causal_attention"))
+    ptx = ck.asm["ptx"]
+    rows.append(dict(name=name, D=D, dtype=dtype, kernel=g.kernel, smem=ck.metadata.shared,
+                     warps=ck.metadata.num_warps, wgmma="wgmma.mma_async" in ptx, bf16="bf16" in ptx,
+                     setmaxnreg="setmaxnreg" in ptx, lse=g.match.lse != ""))
+print(json.dumps(rows))
+"""
+
+
+def test_rendered_gluon_kernel_compiles_for_sm90():
+    """The kernels the plan names compile for sm_90 (Triton's toolchain, no GPU), D64/D128, causal or
+    not, fp16 and bf16, within the H100/H200 shared-memory limit, with wgmma; the warp-specialised ones
+    have 12 warps and their register split. (In a process of its own: in Triton 3.6 a Gluon compile
+    after an interpreted launch in the same process can fail to resolve Gluon's builtins.)"""
+    import json
+    import os
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    cases = [("attention", 64, "float16"), ("causal_attention", 64, "float16"), ("attention", 128, "float16"),
+             ("causal_attention", 128, "bfloat16"), ("saving attention", 128, "float16"),
+             ("saving causal_attention", 64, "bfloat16")]
+    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(here), "src"))
+    res = subprocess.run([sys.executable, "-c", COMPILE.format(tests=here, cases=cases)], capture_output=True,
+                         text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = json.loads(res.stdout.strip().splitlines()[-1])
+    assert [(r["name"], r["D"]) for r in rows] == [(n, d) for n, d, _ in cases]
+    for r in rows:
+        assert 0 < r["smem"] <= 232448 and r["wgmma"] and r["bf16"] == (r["dtype"] == "bfloat16"), r
+        assert (r["warps"], r["setmaxnreg"]) == ((12, True) if r["kernel"] == "ws" else (8, False)), r
+        assert r["lse"] == r["name"].startswith("saving"), r
+
+
+@pytest.mark.parametrize("alg", [attention, causal_attention])
+def test_cpu_fallback_matches_default_and_float64(alg):
+    """warp_specialize=True on the interpreter: the Triton kernel runs (a ScheduleWarning says why),
+    writing every element of a poisoned out=, equal to the default schedule's result and within
+    fp16 tolerance of float64."""
+    q, k, v = qkv(3, 5, 23, 16, seed=7)
+    scale = 0.3
+    ref = alg.reference(q.double(), k.double(), v.double(), scale)
+    out = torch.full(ref.shape, float("nan"), dtype=F16)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        dt.compile(alg, dt.Schedule(warp_specialize=True))(q, k, v, scale, out=out)
+    assert any("Gluon has no interpreter" in str(w.message) for w in got)
+    default = dt.compile(alg)(q, k, v, scale)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.double(), ref, atol=1e-2, rtol=1e-2)
+    torch.testing.assert_close(out, default, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("alg,D", [(causal_attention, 64), (attention, 128)])
+def test_runtime_launches_the_gluon_kernel(monkeypatch, alg, D):
+    """The runtime's path on an sm_90 GPU, the launch itself recorded (no GPU here: the call is routed
+    as on the GPU and the Gluon kernel object replaced by a recorder): the printed module binds the
+    Gluon kernel, the launcher builds (rows, D) descriptors of Q, K, V and the output in the planned
+    boxes, the grid (persistent: one program per SM), log2(e) times the scale, the constants."""
+    import dtriton.backends.triton as bt
+    import dtriton.plan.callspec as cs
+    import dtriton.runtime.kernel as rk
+    from dtriton.backends.triton.gluon import LOG2E
+    monkeypatch.setattr(rk, "backend_for", lambda dev: "gpu")
+    monkeypatch.setattr(cs, "_arch", lambda dev, interpret: 90)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: type("P", (), {"multi_processor_count": 7}))
+    seen = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **kw: seen.append((grid, args, kw))
+
+    import dtriton.backends.triton.gluon as gm
+    real = gm.launch_gluon
+    record = lambda fn, args, meta: real(Recorder(), args, meta)  # noqa: E731
+    monkeypatch.setattr(bt, "launch_gluon", record)        # (the slow path)
+    monkeypatch.setattr(gm, "launch_gluon", record)        # (the fast path of the signature)
+    q, k, v = qkv(3, 5, 256, D)
+    kern = dt.compile(alg, dt.Schedule(warp_specialize=True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dt.ScheduleWarning)    # the Gluon kernel: no note about dropped knobs
+        out = kern(q, k, v, -0.3)
+    assert "gluon_kernels import attn_fwd_" in kern.source
+    assert isinstance(kern.fast_launcher_for((q, k, v, -0.3)), gm.GluonLauncher)
+    again = kern(q, k, v, -0.3)                                           # the fast path
+    given = torch.empty_like(out)
+    assert kern(q, k, v, -0.3, out=given) is given                       # the fast path into out=
+    assert len(seen) == 3 and again is not out and again.shape == out.shape
+    for n, o_ in ((1, again), (2, given)):
+        assert seen[n][0] == seen[0][0] and seen[n][1][4] is o_ and seen[n][1][5:] == seen[0][1][5:]
+        assert seen[n][2] == seen[0][2]
+        assert [d.base.data_ptr() for d in seen[n][1][:3]] == [t.data_ptr() for t in (q, k, v)]
+    (grid, args, kw) = seen[0]
+    descs, o, qk_scale, S = args[:4], args[4], args[5], args[6]
+    assert o is out and S == 256 and qk_scale == pytest.approx(-0.3 * LOG2E) and kw["NEG_SCALE"]
+    rows = 3 * 5 * 256
+    assert [list(d.shape) for d in descs] == [[rows, D]] * 4
+    assert [d.base.data_ptr() for d in descs] == [t.data_ptr() for t in (q, k, v, out)]
+    if D == 64:
+        assert grid == (2, 15) and [list(d.block_shape) for d in descs] == [[128, 64]] * 4
+        assert kw["CAUSAL"] and kw["BM"] == 128 and kw["num_warps"] == 8 and len(args) == 7
+    else:
+        assert grid == (7,) and args[7] == rows // 128 and [list(d.block_shape) for d in descs] == [[64, 128], [128, 128],
+                                                                                          [128, 128], [64, 128]]
+        assert not kw["CAUSAL"] and kw["PINGPONG"] and kw["SEP_O"] and kw["num_warps"] == 4
+
+
+def test_runtime_saving_forward_stores_lse_and_the_copy(monkeypatch):
+    """The forward autograd runs (output, row log-sum-exp in fp32, the normalised output again) as
+    the Gluon kernel: its LSE pointer is the fp32 output (STORE_LSE), the third output a copy of the
+    first; the fast path returns the three."""
+    import dtriton.backends.triton as bt
+    import dtriton.backends.triton.gluon as gm
+    import dtriton.plan.callspec as cs
+    import dtriton.runtime.kernel as rk
+    monkeypatch.setattr(rk, "backend_for", lambda dev: "gpu")
+    monkeypatch.setattr(cs, "_arch", lambda dev, interpret: 90)
+    seen = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            def run(*args, **kw):
+                seen.append((grid, args, kw))
+                args[3].base.copy_(torch.randn(args[3].base.shape).to(args[3].base.dtype))   # "the kernel writes O"
+                args[4].copy_(torch.arange(args[4].numel(), dtype=torch.float32).view(args[4].shape))   # "... and LSE"
+            return run
+
+    real = gm.launch_gluon
+    record = lambda fn, args, meta: real(Recorder(), args, meta)  # noqa: E731
+    monkeypatch.setattr(bt, "launch_gluon", record)
+    monkeypatch.setattr(gm, "launch_gluon", record)
+    aug = saving(causal_attention)
+    m = match_attention(aug)
+    q, k, v = qkv(3, 5, 128, 64)
+    kern = dt.compile(aug, dt.Schedule(warp_specialize=True))
+    for _ in range(2):   # the slow path, then the signature's fast path
+        o, lse, o2 = kern(q, k, v, 0.125)
+        grid, args, kw = seen[-1]
+        assert lse.dtype == torch.float32 and kw["STORE_LSE"] and args[4].shape == (3, 5, 128)
+        assert sorted(lse.shape) == [3, 5, 128]
+        assert torch.equal(lse.permute(m.lse_perm), torch.arange(3 * 5 * 128, dtype=torch.float32).view(3, 5, 128))
+        assert args[4] is lse or args[4].data_ptr() != lse.data_ptr()    # (a buffer where lse is laid out (i, b, h))
+        assert o.dtype == o2.dtype == F16 and torch.equal(o, o2.permute(m.copy_perm))
+    assert isinstance(kern.fast_launcher_for((q, k, v, 0.125)), gm.GluonLauncher) and len(seen) == 2
