@@ -140,6 +140,8 @@ def _node_dtype(n: Expr, dtypes: dict[str, torch.dtype], typed: dict) -> tuple[t
         if n.op in COMPARE_OPS:
             return torch.bool, False
         t = _promote(typed[n.a.uid], typed[n.b.uid])
+        if n.lift == "float":   # a product of x ** 2.0: floating, as torch.pow of a float exponent
+            return _as_float(t)
         if n.op == "pow" and not t[0].is_floating_point:   # integer ** integer: an integer, as torch.pow
             return (torch.int64, t[1]) if t[0] == torch.bool else t
         return _as_float(t) if n.op in ("div", "pow") else t
@@ -542,7 +544,7 @@ class _Evaluator:
         if n.op in COMPARE_OPS:
             if not ints and x.dtype != y.dtype:
                 x, y = self.as_float(x), self.as_float(y)
-        elif ints and n.op != "div":   # integer arithmetic stays exact (axis values, indices, integer powers)
+        elif ints and n.op != "div" and n.lift != "float":   # integer arithmetic stays exact (axis values, indices, integer powers)
             x, y = x.long(), y.long()
         else:
             x, y = self.as_float(x), self.as_float(y)

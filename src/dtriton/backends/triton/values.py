@@ -405,6 +405,8 @@ class ValuePrinter:
                     # of literals and scalar arguments only: Python would raise on x / 0.0, Triton gives inf
                     a = f"tl.full((), {a}, {self.cdt})"
                 return f"{self.as_float(n.a, a)} / {self.as_float(n.b, b)}", ""
+            if n.lift == "float":   # a product of x ** 2.0: in floats (an integer x too, as torch.pow)
+                return f"{self.as_float(n.a, a)} * {self.as_float(n.b, b)}", "a power of a float literal"
             return f"{a} {OPSYM[n.op]} {b}", ""
         if isinstance(n, Where):
             if any(n.cond.uid in s.assumed for s in scope.chain()):
@@ -527,7 +529,7 @@ class ValuePrinter:
         if isinstance(n, Const):
             return n.integer and n.value.is_integer()
         if isinstance(n, Binary) and n.op in ("add", "sub", "mul", "floordiv", "mod", "maximum", "minimum", "pow"):
-            return self.is_int(n.a) and self.is_int(n.b)
+            return n.lift != "float" and self.is_int(n.a) and self.is_int(n.b)
         if isinstance(n, Unary) and n.op in ("neg", "abs"):
             return self.is_int(n.x)
         if isinstance(n, Where):
