@@ -174,3 +174,20 @@ def test_int_literal_power_of_integers_stays_exact_integer():
         for got, want in zip(dt.compile(powi)(x), (x ** 2, x ** 3)):
             assert got.dtype == want.dtype and torch.equal(got, want), (dtype, got, want)
 
+
+@pytest.mark.parametrize("p", [1, 2, 3, 7, 64])
+def test_int_literal_power_of_bool_is_int64(p):
+    # bool ** 2 kept dtype bool (torch: int64), and so did (X > 0) ** 2; a sum of two counts was 1, not 2
+    @dt.algorithm
+    def powb(B: dt.Tensor["M"], X: dt.Tensor["M"]):
+        i, = dt.axes("i:M")
+        return (B[i] ** p)[i], ((X[i] > 0) ** p)[i], (B[i] ** p + B[i] ** p)[i], dt.sum(B[i] ** p, over=i)
+
+    b = _int_data(torch.bool)
+    x = torch.randn(37, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    wants = (b ** p, (x > 0) ** p, b ** p + b ** p, (b ** p).sum())
+    outs = tuple(torch.full(w.shape, 7, dtype=w.dtype) for w in wants)   # poisoned
+    for got in (dt.compile(powb)(b, x, out=outs), powb.reference(b, x)):
+        for g, w in zip(got, wants):
+            assert w.dtype == torch.int64
+            assert g.dtype == w.dtype and torch.equal(g, w), (p, g, w)

@@ -80,21 +80,22 @@ class Expr:
         float literal, an ``int``/``float`` argument, an expression) is the ``pow`` node (:func:`pow_general`:
         C's pow with torch's special cases; ``x ** 0`` is 1, NaN too, in torch's dtype: ``x``'s for a
         float ``x``, an integer ``x`` to the literal ``0`` stays integer). The literal's kind sets the
-        dtype, as in torch: an ``int`` literal keeps an integer ``x`` integer, a ``float`` literal
+        dtype, as in torch: an ``int`` literal keeps an integer ``x`` integer (a bool ``x`` gives int64),
+        a ``float`` literal
         (``2.0``, ``-1.0``) makes an integer or bool ``x`` floating (float32), its products computed
         in floats (``uint8 200 ** 2.0`` is 40000.0)."""
         if isinstance(o, (int, float)) and not isinstance(o, bool) and float(o).is_integer() and 0 < abs(o) <= 64:
-            lift = "float" if isinstance(o, float) else None
+            lift = "float" if isinstance(o, float) else "int"
             n = int(o)
-            if n == 1:   # x * 1.0: torch's result dtype of x ** 1.0 (an integer x's is float32)
-                return self if lift is None else Binary("mul", self, Const(1.0))
+            if n == 1:   # x * 1 (or 1.0): torch's result dtype of x ** 1 (a bool x's is int64, an integer x ** 1.0 float32)
+                return Binary("mul", self, Const(1.0, integer=lift == "int"))
             if n > 0:
                 return pow_int(self, n, lift)
             # a negative power as a power of 1 / x: its gradient -n x^(-n-1) stays finite wherever torch's does
             # (1 / x^n's chain rule divides by x^n twice: -inf below |x| ~ 1e-8 at n = 3 in fp32). The reciprocal
             # of an int literal carries the power: an integer base is refused at the call (torch raises); of a
             # float literal it is the float 1 / x, as torch's x ** -1.0 is of an integer x
-            recip = Binary("div", Const(1.0), self, power=n if lift is None else None)
+            recip = Binary("div", Const(1.0), self, power=n if lift == "int" else None)
             return recip if n == -1 else pow_int(recip, -n)
         if isinstance(o, (int, float)) and float(o) == 0.5:
             return Unary("sqrt", self)
@@ -206,7 +207,7 @@ def _no_children(node: Expr, children: Sequence[Expr]) -> None:
 def pow_int(x: Expr, n: int, lift: str | None = None) -> Expr:
     """``x ** n`` for an integer ``n >= 1`` as products (square and multiply): exact signs for a
     negative ``x``, and gradients that are finite at 0. ``lift``: the kind of the literal exponent
-    (``"float"``, see :class:`Binary`), kept by every product; None for plain products."""
+    (``"int"`` or ``"float"``, see :class:`Binary`), kept by every product; None for plain products."""
     result, base = None, x
     while n:
         if n & 1:
@@ -371,16 +372,16 @@ class Binary(Expr):
     not allowed"; the reciprocal alone would make it float).
 
     ``lift``: None, or for the products of ``x ** n`` (a literal power ``n >= 2``) the kind of the
-    literal, which sets the dtype as torch's ``pow`` does and the plain product would not: ``"float"``
-    (an integer or bool ``x`` gives a float, the products computed in floats; a float ``x`` keeps its
-    dtype). ``rebuild`` keeps both and both are part of the signature, so a rewrite or CSE never
+    literal, which sets the dtype as torch's ``pow`` does and the plain product would not: ``"int"``
+    (a bool ``x`` gives int64, not bool) or ``"float"`` (an integer or bool ``x`` gives a float, the
+    products computed in floats); a no-op for a float ``x``, which keeps its dtype. ``rebuild`` keeps both and both are part of the signature, so a rewrite or CSE never
     drops them nor merges the node with a written ``1.0 / x`` or ``x * x``."""
     __slots__ = ("op", "a", "b", "power", "lift")
 
     def __init__(self, op: str, a: Expr, b: Expr, power: int | None = None, lift: str | None = None):
         assert op in BINARY_OPS, op
         assert power is None or (op == "div" and power < 0), (op, power)
-        assert lift is None or (op == "mul" and lift == "float"), (op, lift)
+        assert lift is None or (op == "mul" and lift in ("int", "float")), (op, lift)
         super().__init__(a.axes + b.axes)
         self.op, self.a, self.b, self.power, self.lift = op, a, b, power, lift
 

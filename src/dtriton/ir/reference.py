@@ -142,6 +142,8 @@ def _node_dtype(n: Expr, dtypes: dict[str, torch.dtype], typed: dict) -> tuple[t
         t = _promote(typed[n.a.uid], typed[n.b.uid])
         if n.lift == "float":   # a product of x ** 2.0: floating, as torch.pow of a float exponent
             return _as_float(t)
+        if n.lift == "int" and t[0] == torch.bool:   # a product of bool ** 2: int64, as torch.pow
+            return torch.int64, t[1]
         if n.op == "pow" and not t[0].is_floating_point:   # integer ** integer: an integer, as torch.pow
             return (torch.int64, t[1]) if t[0] == torch.bool else t
         return _as_float(t) if n.op in ("div", "pow") else t
