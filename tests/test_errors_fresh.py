@@ -150,3 +150,76 @@ def test_algorithm_errors_show_the_users_frames(monkeypatch):
         trace()
     assert len([fr for fr in traceback.extract_tb(info.value.__traceback__)
                 if os.path.abspath(fr.filename).startswith(pkg)]) > 2
+
+
+@dt.algorithm
+def _bool_neg(B: dt.Tensor["M"], X: dt.Tensor["M"]):
+    i, = dt.axes("i:M")
+    return (-B[i])[i]
+
+
+@dt.algorithm
+def _bool_sub(B: dt.Tensor["M"], X: dt.Tensor["M"]):
+    i, = dt.axes("i:M")
+    return (B[i] - X[i])[i]
+
+
+@dt.algorithm
+def _one_minus(B: dt.Tensor["M"], X: dt.Tensor["M"]):
+    i, = dt.axes("i:M")
+    return (1 - B[i])[i]
+
+
+@dt.algorithm
+def _bool_abs(B: dt.Tensor["M"], X: dt.Tensor["M"]):
+    i, = dt.axes("i:M")
+    return dt.abs(B[i])[i]
+
+
+@dt.algorithm
+def _cmp_neg(B: dt.Tensor["M"], X: dt.Tensor["M"]):
+    i, = dt.axes("i:M")
+    return (-(X[i] > 0))[i]
+
+
+@pytest.mark.parametrize("alg,x_bool,match", [
+    (_bool_neg, False, r"-B\[i\] negates B\[i\], which is torch.bool.*Negation.*~B\[i\].*-dt.cast\(B\[i\], torch.int64\)"),
+    (_cmp_neg, False, r"negates \(X\[i\] > 0\), which is torch.bool.*~\(X\[i\] > 0\)"),
+    (_bool_sub, True, r"\(B\[i\] - X\[i\]\): B\[i\] and X\[i\] are both torch.bool.*Subtraction.*\(B\[i\] != X\[i\]\)"
+                      r".*B\[i\] & ~X\[i\].*dt.cast\(B\[i\], torch.int64\) - dt.cast\(X\[i\], torch.int64\)"),
+    (_bool_sub, False, r"\(B\[i\] - X\[i\]\): B\[i\] is torch.bool.*Subtraction.*~B\[i\]"),
+    (_one_minus, False, r"\(1 - B\[i\]\): B\[i\] is torch.bool.*~B\[i\].*1 - dt.cast\(B\[i\], torch.int64\)"),
+    (_bool_abs, False, r"abs\(B\[i\]\).*torch.bool.*\"abs\" not implemented for 'Bool'.*drop dt.abs"),
+])
+def test_bool_negation_subtraction_and_abs_raise_as_torch(alg, x_bool, match):
+    # -B, B - C and abs(B) of bool values failed inside Triton (a CompileError blaming the schedule) and the
+    # reference computed a value; torch raises for each
+    g = torch.Generator().manual_seed(4)
+    b = torch.rand(7, generator=g) > 0.5
+    x = torch.rand(7, generator=g) > 0.5 if x_bool else torch.randint(-5, 5, (7,), generator=g)
+    eager = {_bool_neg: lambda: -b, _cmp_neg: lambda: -(x > 0), _bool_sub: lambda: b - x, _one_minus: lambda: 1 - b,
+             _bool_abs: lambda: torch.abs(b)}[alg]
+    with pytest.raises(RuntimeError, match="not supported|Bool"):
+        eager()
+    with pytest.raises(dt.AlgorithmError, match=match):
+        dt.compile(alg)(b, x)
+    with pytest.raises(dt.AlgorithmError, match=match):
+        alg.reference(b, x)
+
+
+def test_bool_fixes_the_message_names_match_torch():
+    # the rewrites the messages suggest run, with torch's values and dtypes
+    @dt.algorithm
+    def fixes(B: dt.Tensor["M"], C: dt.Tensor["M"]):
+        i, = dt.axes("i:M")
+        bi, ci = dt.cast(B[i], torch.int64), dt.cast(C[i], torch.int64)
+        return (~B[i])[i], (B[i] != C[i])[i], (B[i] & ~C[i])[i], (bi - ci)[i], (-bi)[i], (1 - bi)[i]
+
+    g = torch.Generator().manual_seed(6)
+    b, c = torch.rand(9, generator=g) > 0.5, torch.rand(9, generator=g) > 0.5
+    bi, ci = b.long(), c.long()
+    wants = (~b, b ^ c, b & ~c, bi - ci, -bi, 1 - bi)
+    outs = tuple(torch.full(w.shape, 3, dtype=w.dtype) for w in wants)   # poisoned
+    for got in (dt.compile(fixes)(b, c, out=outs), fixes.reference(b, c)):
+        for v, w in zip(got, wants):
+            assert v.dtype == w.dtype and torch.equal(v, w), (v, w)

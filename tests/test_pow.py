@@ -126,3 +126,68 @@ def test_power_zero_keeps_torch_dtype(dtype, p):
         X = x.clone().requires_grad_(True)
         dt.compile_autograd(pow0)(X).sum().backward()
         assert torch.equal(X.grad, torch.zeros_like(x))
+
+
+def _int_data(dtype, n=37, seed=5):
+    g = torch.Generator().manual_seed(seed)
+    if dtype == torch.bool:
+        return torch.rand(n, generator=g) > 0.5
+    info = torch.iinfo(dtype)
+    lo, hi = max(info.min, -300), min(info.max, 300)
+    x = torch.randint(lo, hi + 1, (n,), generator=g, dtype=torch.int64)
+    x[:3] = torch.tensor([lo, hi, 0])   # the extremes (uint8 255, int8 -128) and 0
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("p", [2.0, 1.0, -1.0, 0.0, 3.0, -2.0])
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int8, torch.int32, torch.int64, torch.bool])
+def test_float_literal_power_of_integers_is_float(dtype, p):
+    # X_int ** 2.0 was the integer product in X's dtype (uint8 200 ** 2.0 -> 64, int8 -128 ** 2.0 -> 0,
+    # int32 ** 1.0 int32) and X_int ** -1.0 was refused; torch: float32, computed in floats
+    @dt.algorithm
+    def powf(X: dt.Tensor["M"]):
+        i, = dt.axes("i:M")
+        return (X[i] ** p)[i]
+
+    x = _int_data(dtype)
+    want = x ** p
+    assert want.dtype == torch.float32
+    want64 = (x.double() ** p).float()
+    out = torch.full(x.shape, 7.0, dtype=want.dtype)   # poisoned
+    got = dt.compile(powf)(x, out=out)
+    ref = powf.reference(x)
+    assert got.dtype == want.dtype and ref.dtype == want.dtype
+    for v in (got, ref):
+        torch.testing.assert_close(v, want, rtol=2e-7, atol=0.0)
+        torch.testing.assert_close(v, want64, rtol=2e-7, atol=0.0)
+
+
+def test_int_literal_power_of_integers_stays_exact_integer():
+    # the integer path is unchanged: int literal powers stay in the dtype (wrapping as torch's)
+    @dt.algorithm
+    def powi(X: dt.Tensor["M"]):
+        i, = dt.axes("i:M")
+        return (X[i] ** 2)[i], (X[i] ** 3)[i]
+
+    for dtype in (torch.uint8, torch.int8, torch.int32):
+        x = _int_data(dtype)
+        for got, want in zip(dt.compile(powi)(x), (x ** 2, x ** 3)):
+            assert got.dtype == want.dtype and torch.equal(got, want), (dtype, got, want)
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 7, 64])
+def test_int_literal_power_of_bool_is_int64(p):
+    # bool ** 2 kept dtype bool (torch: int64), and so did (X > 0) ** 2; a sum of two counts was 1, not 2
+    @dt.algorithm
+    def powb(B: dt.Tensor["M"], X: dt.Tensor["M"]):
+        i, = dt.axes("i:M")
+        return (B[i] ** p)[i], ((X[i] > 0) ** p)[i], (B[i] ** p + B[i] ** p)[i], dt.sum(B[i] ** p, over=i)
+
+    b = _int_data(torch.bool)
+    x = torch.randn(37, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    wants = (b ** p, (x > 0) ** p, b ** p + b ** p, (b ** p).sum())
+    outs = tuple(torch.full(w.shape, 7, dtype=w.dtype) for w in wants)   # poisoned
+    for got in (dt.compile(powb)(b, x, out=outs), powb.reference(b, x)):
+        for g, w in zip(got, wants):
+            assert w.dtype == torch.int64
+            assert g.dtype == w.dtype and torch.equal(g, w), (p, g, w)

@@ -62,3 +62,29 @@ def test_result_dtypes_of_integer_inputs_follow_torch(idt):
         for g, w in zip(got, want):
             assert g.dtype == w.dtype, (g.dtype, w.dtype)
             torch.testing.assert_close(g, w)
+
+
+@pytest.mark.parametrize("idt", [torch.uint8, torch.int8, torch.int16])
+def test_integer_intermediates_are_int64_unlike_torch(idt):
+    """The difference the tutorial states: integer values inside an algorithm are computed in int64
+    and wrap only where an output of a narrower dtype stores them (as torch does); a float operation
+    or a sum reading a product of narrow integers keeps every digit (torch wraps the product first),
+    and ``dt.cast`` to the narrow dtype gives torch's wrapped values."""
+    @dt.algorithm
+    def wide(X: dt.Tensor["M"]):
+        i, = dt.axes("i:M")
+        sq = X[i] * X[i]
+        return (sq[i], (sq + 0.5)[i], dt.sum(sq, over=i), (dt.cast(sq, idt) + 0.5)[i],
+                dt.sum(dt.cast(sq, idt), over=i))
+
+    info = torch.iinfo(idt)
+    g = torch.Generator().manual_seed(11)
+    x = torch.randint(info.min, info.max + 1, (13,), generator=g, dtype=torch.int64).to(idt)
+    x[0] = info.max   # its square wraps in the dtype
+    sq64 = x.long() * x.long()
+    assert not torch.equal((x * x).long(), sq64)   # torch's products wrap (so the checks below can fail)
+    wants = (x * x, sq64.float() + 0.5, sq64.sum(), x * x + 0.5, (x * x).sum())
+    outs = tuple(torch.full(w.shape, 7, dtype=w.dtype) for w in wants)   # poisoned
+    for got in (wide.reference(x), dt.compile(wide)(x, out=outs)):
+        for k, (v, w) in enumerate(zip(got, wants)):
+            assert v.dtype == w.dtype and torch.equal(v, w), (idt, k, v, w)

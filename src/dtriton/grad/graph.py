@@ -122,8 +122,9 @@ class Graph:
             return self.load(self.tensors[n.tensor.name], kids, n.pad)
         if isinstance(n, Unary):
             return self.raw_unary(n.op, kids[0])
-        if isinstance(n, Binary) and n.power is not None:   # the reciprocal of x ** -n keeps its power
-            return self._get(("B", n.op, kids[0].uid, kids[1].uid, n.power), lambda: n.rebuild(kids))
+        if isinstance(n, Binary) and (n.power is not None or n.lift is not None):
+            # the reciprocal of x ** -n keeps its power, a product of x ** n the kind of n
+            return self._get(("B", n.op, kids[0].uid, kids[1].uid, n.power, n.lift), lambda: n.rebuild(kids))
         if isinstance(n, Binary):
             return self.raw_binary(n.op, kids[0], kids[1])
         if isinstance(n, Where):
@@ -153,7 +154,7 @@ class Graph:
 
     def _rebuilt(self, n: Expr, kids: list[Expr]):
         """``n`` over ``kids`` through the simplifying constructors (``None``: zero)."""
-        if isinstance(n, Binary) and n.op in ("add", "sub", "mul", "div"):
+        if isinstance(n, Binary) and n.op in ("add", "sub", "mul", "div") and n.lift is None:
             return getattr(self, n.op)(kids[0], kids[1])
         if isinstance(n, Unary):
             x = kids[0]

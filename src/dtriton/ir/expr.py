@@ -75,18 +75,28 @@ class Expr:
     def __truediv__(self, o): return Binary("div", self, as_expr(o))
     def __rtruediv__(self, o): return Binary("div", as_expr(o), self)
     def __pow__(self, o):
-        """``x ** n`` with torch's values: a literal integer ``0 < |n| <= 64`` by repeated squaring
-        (negative ``x`` allowed, exact as products), 0.5 as ``sqrt``; any other exponent (0, a float
-        literal, an ``int``/``float`` argument, an expression) is the ``pow`` node (:func:`pow_general`:
+        """``x ** n`` with torch's values and dtypes: a literal whole number ``0 < |n| <= 64`` by repeated
+        squaring (negative ``x`` allowed, exact as products), 0.5 as ``sqrt``; any other exponent (0, a
+        float literal, an ``int``/``float`` argument, an expression) is the ``pow`` node (:func:`pow_general`:
         C's pow with torch's special cases; ``x ** 0`` is 1, NaN too, in torch's dtype: ``x``'s for a
-        float ``x``, an integer ``x`` to the literal ``0`` stays integer)."""
+        float ``x``, an integer ``x`` to the literal ``0`` stays integer). The literal's kind sets the
+        dtype, as in torch: an ``int`` literal keeps an integer ``x`` integer (a bool ``x`` gives int64),
+        a ``float`` literal
+        (``2.0``, ``-1.0``) makes an integer or bool ``x`` floating (float32), its products computed
+        in floats (``uint8 200 ** 2.0`` is 40000.0)."""
         if isinstance(o, (int, float)) and not isinstance(o, bool) and float(o).is_integer() and 0 < abs(o) <= 64:
+            lift = "float" if isinstance(o, float) else "int"
+            n = int(o)
+            if n == 1:   # x * 1 (or 1.0): torch's result dtype of x ** 1 (a bool x's is int64, an integer x ** 1.0 float32)
+                return Binary("mul", self, Const(1.0, integer=lift == "int"))
+            if n > 0:
+                return pow_int(self, n, lift)
             # a negative power as a power of 1 / x: its gradient -n x^(-n-1) stays finite wherever torch's does
-            # (1 / x^n's chain rule divides by x^n twice: -inf below |x| ~ 1e-8 at n = 3 in fp32)
-            if o > 0:
-                return pow_int(self, int(o))
-            # the reciprocal carries the power: an integer base is refused at the call (torch raises)
-            return pow_int(Binary("div", Const(1.0), self, power=int(o)), int(-o))
+            # (1 / x^n's chain rule divides by x^n twice: -inf below |x| ~ 1e-8 at n = 3 in fp32). The reciprocal
+            # of an int literal carries the power: an integer base is refused at the call (torch raises); of a
+            # float literal it is the float 1 / x, as torch's x ** -1.0 is of an integer x
+            recip = Binary("div", Const(1.0), self, power=n if lift == "int" else None)
+            return recip if n == -1 else pow_int(recip, -n)
         if isinstance(o, (int, float)) and float(o) == 0.5:
             return Unary("sqrt", self)
         return pow_general(self, as_expr(o))
@@ -194,16 +204,17 @@ def _no_children(node: Expr, children: Sequence[Expr]) -> None:
         raise ValueError(f"{type(node).__name__} has no children, got {len(children)}")
 
 
-def pow_int(x: Expr, n: int) -> Expr:
+def pow_int(x: Expr, n: int, lift: str | None = None) -> Expr:
     """``x ** n`` for an integer ``n >= 1`` as products (square and multiply): exact signs for a
-    negative ``x``, and gradients that are finite at 0."""
+    negative ``x``, and gradients that are finite at 0. ``lift``: the kind of the literal exponent
+    (``"int"`` or ``"float"``, see :class:`Binary`), kept by every product; None for plain products."""
     result, base = None, x
     while n:
         if n & 1:
-            result = base if result is None else Binary("mul", result, base)
+            result = base if result is None else Binary("mul", result, base, lift=lift)
         n >>= 1
         if n:
-            base = Binary("mul", base, base)
+            base = Binary("mul", base, base, lift=lift)
     return result
 
 
@@ -358,25 +369,31 @@ class Binary(Expr):
     ``power``: None, or for the ``1.0 / x`` node of ``x ** -n`` (a negative integer literal power,
     traced as a power of the reciprocal) the power ``-n``. The base's dtype is known at the call
     only, where an integer base is refused (torch raises "Integers to negative integer powers are
-    not allowed"; the reciprocal alone would make it float). ``rebuild`` keeps it and it is part of
-    the signature, so a rewrite or CSE never drops it nor merges the node with a written ``1.0 / x``."""
-    __slots__ = ("op", "a", "b", "power")
+    not allowed"; the reciprocal alone would make it float).
 
-    def __init__(self, op: str, a: Expr, b: Expr, power: int | None = None):
+    ``lift``: None, or for the products of ``x ** n`` (a literal power ``n >= 2``) the kind of the
+    literal, which sets the dtype as torch's ``pow`` does and the plain product would not: ``"int"``
+    (a bool ``x`` gives int64, not bool) or ``"float"`` (an integer or bool ``x`` gives a float, the
+    products computed in floats); a no-op for a float ``x``, which keeps its dtype. ``rebuild`` keeps both and both are part of the signature, so a rewrite or CSE never
+    drops them nor merges the node with a written ``1.0 / x`` or ``x * x``."""
+    __slots__ = ("op", "a", "b", "power", "lift")
+
+    def __init__(self, op: str, a: Expr, b: Expr, power: int | None = None, lift: str | None = None):
         assert op in BINARY_OPS, op
         assert power is None or (op == "div" and power < 0), (op, power)
+        assert lift is None or (op == "mul" and lift in ("int", "float")), (op, lift)
         super().__init__(a.axes + b.axes)
-        self.op, self.a, self.b, self.power = op, a, b, power
+        self.op, self.a, self.b, self.power, self.lift = op, a, b, power, lift
 
     def children(self):
         return (self.a, self.b)
 
     def rebuild(self, children):
         a, b = children
-        return Binary(self.op, a, b, self.power)
+        return Binary(self.op, a, b, self.power, self.lift)
 
     def signature(self):
-        return (self.op,) if self.power is None else (self.op, self.power)
+        return (self.op,) + ((self.power,) if self.power is not None else ()) + ((self.lift,) if self.lift else ())
 
 
 class Where(Expr):

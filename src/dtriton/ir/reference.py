@@ -140,6 +140,10 @@ def _node_dtype(n: Expr, dtypes: dict[str, torch.dtype], typed: dict) -> tuple[t
         if n.op in COMPARE_OPS:
             return torch.bool, False
         t = _promote(typed[n.a.uid], typed[n.b.uid])
+        if n.lift == "float":   # a product of x ** 2.0: floating, as torch.pow of a float exponent
+            return _as_float(t)
+        if n.lift == "int" and t[0] == torch.bool:   # a product of bool ** 2: int64, as torch.pow
+            return torch.int64, t[1]
         if n.op == "pow" and not t[0].is_floating_point:   # integer ** integer: an integer, as torch.pow
             return (torch.int64, t[1]) if t[0] == torch.bool else t
         return _as_float(t) if n.op in ("div", "pow") else t
@@ -177,6 +181,42 @@ def check_powers(alg, dtypes: dict[str, torch.dtype], scalars: dict[str, Any]) -
             raise AlgorithmError(f"{alg.name}: {fmt(base)} ** {k}: {fmt(base)} is an integer ({typed[base.uid][0]}) and "
                                  f"torch raises \"Integers to negative integer powers are not allowed\"; cast the base "
                                  f"to float first, dt.cast({fmt(base)}, torch.float32) ** {k} (or pass a float tensor)")
+
+
+def check_bool_arithmetic(alg, dtypes: dict[str, torch.dtype]) -> None:
+    """Refuse, with an :class:`AlgorithmError` naming the expression and the fix, the arithmetic torch
+    raises for on bool values (bool tensors, comparisons, casts to bool; ``dtypes``: input tensor ->
+    dtype): a negation ``-b`` ("Negation, the `-` operator, on a bool tensor is not supported"), a
+    subtraction with a bool operand ``b - c``, ``1 - b``, ``x - b`` ("Subtraction, the `-` operator,
+    with a bool tensor is not supported") and ``dt.abs(b)`` ("abs" is not implemented for 'Bool')."""
+    typed: dict[int, tuple[torch.dtype, bool]] = {}
+    for n in alg.nodes:
+        typed[n.uid] = _node_dtype(n, dtypes, typed)
+        if isinstance(n, Unary) and n.op in ("neg", "abs") and typed[n.x.uid] == (torch.bool, False):
+            x = fmt(n.x)
+            what = ("negates" if n.op == "neg" else "takes the absolute value of")
+            torch_says = ("\"Negation, the `-` operator, on a bool tensor is not supported\"" if n.op == "neg"
+                          else "\"abs\" not implemented for 'Bool'")
+            fix = f"to invert a mask write ~{x}" if n.op == "neg" else "a bool is its own absolute value: drop dt.abs"
+            raise AlgorithmError(f"{alg.name}: {fmt(n)} {what} {x}, which is torch.bool, and torch raises {torch_says}; "
+                                 f"{fix}, or cast to an integer first, e.g. "
+                                 f"{'-' if n.op == 'neg' else 'dt.abs('}dt.cast({x}, torch.int64){'' if n.op == 'neg' else ')'}")
+        if isinstance(n, Binary) and n.op == "sub":
+            bools = [c for c in (n.a, n.b) if typed[c.uid] == (torch.bool, False)]
+            if not bools:
+                continue
+            if len(bools) == 2:
+                fix = (f"for the elements where exactly one holds write ({fmt(n.a)} != {fmt(n.b)}) (torch's ^), for "
+                       f"the first and not the second {fmt(n.a)} & ~{fmt(n.b)}")
+            else:
+                fix = f"to invert a mask write ~{fmt(bools[0])} (1 - mask)"
+            which = (f"{fmt(n.a)} and {fmt(n.b)} are both torch.bool" if len(bools) == 2
+                     else f"{fmt(bools[0])} is torch.bool")
+            raise AlgorithmError(f"{alg.name}: {fmt(n)}: {which}, and torch "
+                                 f"raises \"Subtraction, the `-` operator, with a bool tensor is not supported\"; {fix}, "
+                                 f"or cast to an integer first: "
+                                 + " - ".join(f"dt.cast({fmt(c)}, torch.int64)" if any(c is d for d in bools) else fmt(c)
+                                            for c in (n.a, n.b)))
 
 
 def check_computed_indices(alg, sizes: dict[str, int], axis_sizes: dict[str, int],
@@ -330,6 +370,7 @@ class Binding:
         axis_sizes = {ax: sizes[sym] for ax, sym in alg.axis_size.items()}
         check_computed_indices(alg, sizes, axis_sizes, dtypes)
         check_powers(alg, dtypes, {p.name: a for p, a in zip(alg.params, args) if isinstance(p, ScalarParam)})
+        check_bool_arithmetic(alg, dtypes)
         out_dtypes = output_dtypes(alg, dtypes)
         reads: list[Read] = []
         big = 0
@@ -542,7 +583,7 @@ class _Evaluator:
         if n.op in COMPARE_OPS:
             if not ints and x.dtype != y.dtype:
                 x, y = self.as_float(x), self.as_float(y)
-        elif ints and n.op != "div":   # integer arithmetic stays exact (axis values, indices, integer powers)
+        elif ints and n.op != "div" and n.lift != "float":   # integer arithmetic stays exact (axis values, indices, integer powers)
             x, y = x.long(), y.long()
         else:
             x, y = self.as_float(x), self.as_float(y)

@@ -405,6 +405,10 @@ class ValuePrinter:
                     # of literals and scalar arguments only: Python would raise on x / 0.0, Triton gives inf
                     a = f"tl.full((), {a}, {self.cdt})"
                 return f"{self.as_float(n.a, a)} / {self.as_float(n.b, b)}", ""
+            if n.lift == "float":   # a product of x ** 2.0: in floats (an integer x too, as torch.pow)
+                return f"{self.as_float(n.a, a)} * {self.as_float(n.b, b)}", "a power of a float literal"
+            if n.lift == "int":   # a product of bool ** 2: int64 (as torch.pow), so a later sum counts
+                a, b = (f"({v}).to(tl.int64)" if self.is_boolean(c) else v for c, v in ((n.a, a), (n.b, b)))
             return f"{a} {OPSYM[n.op]} {b}", ""
         if isinstance(n, Where):
             if any(n.cond.uid in s.assumed for s in scope.chain()):
@@ -499,6 +503,17 @@ class ValuePrinter:
         """Whether ``n`` is a comparison or logical value."""
         return (isinstance(n, Binary) and n.op in COMPARE_OPS) or (isinstance(n, Unary) and n.op == "not")
 
+    def is_boolean(self, n: Expr) -> bool:
+        """Whether ``n`` holds a bool (Triton's int1): a comparison or logical value, a load of a bool
+        tensor, a cast to bool, or a selection of them."""
+        if isinstance(n, Load):
+            return self.dtypes.get(n.tensor.name) == torch.bool
+        if isinstance(n, Cast):
+            return n.dtype == torch.bool
+        if isinstance(n, Where):
+            return self.is_boolean(n.a) and self.is_boolean(n.b)
+        return self.is_bool(n)
+
     def as_float(self, n: Expr, code: str) -> str:
         """Integer-valued nodes (axis values, int loads, comparisons) become compute floats."""
         if isinstance(n, ScalarParam) and n.pytype is int:
@@ -527,7 +542,7 @@ class ValuePrinter:
         if isinstance(n, Const):
             return n.integer and n.value.is_integer()
         if isinstance(n, Binary) and n.op in ("add", "sub", "mul", "floordiv", "mod", "maximum", "minimum", "pow"):
-            return self.is_int(n.a) and self.is_int(n.b)
+            return n.lift != "float" and self.is_int(n.a) and self.is_int(n.b)
         if isinstance(n, Unary) and n.op in ("neg", "abs"):
             return self.is_int(n.x)
         if isinstance(n, Where):
