@@ -281,13 +281,35 @@ def test_grad_and_augmented_forward_check_save_as_differentiable_does():
     # "['yes'] are not reduction stages": one validation now names the call, the allowed keywords and stages
     from dtriton.grad import augmented_forward
     from dtriton.library import rms_norm
-    for bad in ("yes", ["mean0", "nope"], 3, "auto"):
-        with pytest.raises(dt.AlgorithmError, match=r"dt.grad\(rms_norm\): save=.*\"all\".*None.*\['mean0'\].*none of"):
+    for bad in ("yes", ["mean0", "nope"], 3, {"nope"}):
+        with pytest.raises(dt.AlgorithmError, match=r"dt.grad\(rms_norm\): save=.*\"auto\".*\"all\".*None.*\['mean0'\].*none of"):
             dt.grad(rms_norm, save=bad)
     for bad in ("yes", 3, None, ("mean0", 4)):
         with pytest.raises(dt.AlgorithmError, match=r"augmented_forward\(rms_norm\): save=.*\"all\".*\['mean0'\]"):
             augmented_forward(rms_norm, bad)
-    for ok in ("all", None, ["mean0"], "mean0", ("mean0",)):
+    for ok in ("all", None, ["mean0"], "mean0", ("mean0",), {"mean0"}, "auto"):
         dt.grad(rms_norm, save=ok)
-    for ok in ("all", ["mean0"], "mean0"):
+    for ok in ("all", ["mean0"], "mean0", "auto", {"mean0"}):
         assert augmented_forward(rms_norm, ok)[1] == ("mean0",)
+
+
+def test_grad_save_auto_is_the_saved_statistics():
+    # the fresh-user trial of s9: dt.grad(save="auto") was refused though compile_autograd's default is "auto"
+    # and the tutorial calls it so; it now saves what saved_statistics names (and a set of names is accepted)
+    from dtriton.grad import augmented_forward, saved_statistics
+    from dtriton.library import attention, layer_norm, softmax
+    for alg in (layer_norm, softmax, attention):
+        auto, named = dt.grad(alg, save="auto"), dt.grad(alg, save=list(saved_statistics(alg)))
+        assert auto.saved == named.saved and auto.saved, (alg.name, auto.saved)
+        assert augmented_forward(alg, "auto")[1] == augmented_forward(alg, list(saved_statistics(alg)))[1]
+    torch.manual_seed(5)
+    X, w, b = torch.randn(7, 13, dtype=torch.float64), torch.randn(13, dtype=torch.float64), torch.randn(13, dtype=torch.float64)
+    g = dt.grad(layer_norm, save="auto")
+    fwd, _ = augmented_forward(layer_norm, "auto")
+    _, *saved = dt.compile(fwd)(X, w, b)
+    dy = torch.randn(7, 13, dtype=torch.float64)
+    got = dt.compile(g.algorithms[0])(X, w, b, dy, *saved)
+    Xr, wr, br = (t.clone().requires_grad_() for t in (X, w, b))
+    torch.nn.functional.layer_norm(Xr, (13,), wr, br).backward(dy)
+    for gt, r in zip(got, (Xr.grad, wr.grad, br.grad)):
+        torch.testing.assert_close(gt, r, rtol=1e-9, atol=1e-9)

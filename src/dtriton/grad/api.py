@@ -157,8 +157,9 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
             reaches an output arithmetically (inputs used only as gather indices or conditions,
             such as integer labels, are left out).
         save: forward reduction stages to take as inputs (``saved_<stage>``, laid out along the
-            stage's free axes in order) instead of recomputing them; ``"all"`` for every forward
-            reduction the backward uses. Compute them with :func:`augmented_forward`.
+            stage's free axes in order) instead of recomputing them (a list, tuple or set of names);
+            ``"all"`` for every forward reduction the backward uses; ``"auto"`` for the statistics
+            worth saving (:func:`saved_statistics`). Compute them with :func:`augmented_forward`.
         group: ``"auto"`` puts gradients that share a reduction stage into one algorithm (so the
             shared stage runs once), and gradients that are each one reduction over the same axes
             with the same layout (layer norm's dw and db, computed by one kernel in one pass);
@@ -173,7 +174,7 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
     the promotion of the floating inputs (fp32 for fp16/bf16 inputs, fp64 for fp64), as forward.
 
     Raises :class:`~dtriton.errors.AlgorithmError` for unknown input names, a ``save=`` that is
-    neither ``"all"``, ``None`` nor names of stages or statistics (:func:`check_save`), an output
+    neither ``"auto"``, ``"all"``, ``None`` nor names of stages or statistics (:func:`check_save`), an output
     index out of range, or a node kind the differentiator does not know.
 
     Sources: Griewank & Walther, "Evaluating Derivatives" (SIAM 2008), reverse mode (ch. 3) and
@@ -182,7 +183,7 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
     """
     if not isinstance(alg, Algorithm):
         raise TypeError(f"dt.grad expects an @dt.algorithm, got {type(alg).__name__}")
-    check_save(alg, save, f"dt.grad({alg.name})", ("all", None))
+    save = _saving(alg, save, f"dt.grad({alg.name})", ("auto", "all", None))
     wrt_l = _wrt_names(alg, wrt)
     n_out = len(alg.outputs)
     seeded = tuple(range(n_out)) if outputs is None else tuple(sorted(set(outputs)))
@@ -314,6 +315,18 @@ def check_save(alg: Algorithm, save, where: str, keywords: tuple = ("auto", "all
                              f"{bad} {'is' if len(bad) == 1 else 'are'} none of them")
 
 
+def _saving(alg: Algorithm, save, where: str, keywords: tuple):
+    """``save`` checked (:func:`check_save`) and normalised: a set of names as a sorted list,
+    ``"auto"`` as the statistics worth saving (:func:`saved_statistics`; ``None`` or ``[]`` when there
+    are none)."""
+    if isinstance(save, (set, frozenset)):
+        save = sorted(save, key=str)
+    check_save(alg, save, where, keywords)
+    if isinstance(save, str) and save == "auto":
+        return list(saved_statistics(alg)) or (None if None in keywords else [])
+    return save
+
+
 def augmented_forward(alg: Algorithm, save: Sequence[str] | str) -> tuple[Algorithm, tuple[str, ...]]:
     """The forward algorithm with the reduction stages ``save`` as extra outputs (after the
     original ones, each laid out along the stage's free axes), for ``dt.grad(alg, save=...)``.
@@ -323,7 +336,7 @@ def augmented_forward(alg: Algorithm, save: Sequence[str] | str) -> tuple[Algori
     row sum). Returns ``(algorithm, saved names)``. Raises :class:`AlgorithmError` for a ``save`` that
     is neither ``"all"`` nor names of reduction stages or log-sum-exp statistics of ``alg``
     (:func:`check_save`)."""
-    check_save(alg, save, f"augmented_forward({alg.name})", ("all",))
+    save = _saving(alg, save, f"augmented_forward({alg.name})", ("auto", "all"))
     names = [s.name for s in reduction_stages(alg)]
     lses = lse_statistics(alg)
     save_l = names if save == "all" else ([save] if isinstance(save, str) else list(save))
