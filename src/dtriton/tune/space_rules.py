@@ -21,6 +21,7 @@ from typing import Mapping
 import torch
 
 from ..ir import Algorithm, Binding, contractions, grid_candidates, online_candidate, reduction_stages, split_blockers
+from ..plan import match_attention
 from ..plan.staging import call_precision
 from ..schedule import (PLACES, TENSOR_CORE_FP32, Knob, Schedule, conv_space_tiles, flash_backward_places, flash_backward_space,
                         flash_forward_space, flat_knobs, mask_bounded, next_pow2)
@@ -266,8 +267,22 @@ def _rule_warp_specialize(k: Knob, d: Derivation) -> list | None:
     came with in-kernel descriptors; with host-side descriptors its TMA schedules ran clean
     (session 4 probe). Fused attention neither: its warp-specialised kernel (descriptors built in
     the kernel, 4 warps: Triton 3.6 specialises it on sm_90) printed no result within 90 s on the
-    H200 (session 4, calls 4 and 5), which would end an exploration's budget."""
+    H200 (session 4, calls 4 and 5), which would end an exploration's budget. Since session 9 a
+    16-bit attention forward on a TMA (Hopper) GPU gets both values: there ``warp_specialize=True``
+    is the warp-specialised Gluon kernel (:mod:`~dtriton.plan.gluon_attention`; H200 call 8:
+    1819 us against the Triton kernel's 2397 and SDPA's 1908 at B4 H32 S4096 D128), and a call it
+    does not apply to runs the Triton kernel."""
+    if _gluon_attention(d):
+        return [False, True]
     return [False, True] if d.base.warp_specialize and _tensor_core_tma(d) else None
+
+
+def _gluon_attention(d: Derivation) -> bool:
+    """A 16-bit softmax attention forward on a TMA GPU, fused into one online pass by the heuristic and
+    not split over the keys (decoding: the Gluon kernel's tiles are 128 query rows): the calls whose ``warp_specialize=True`` may run as the Gluon kernel (the plan decides the rest)."""
+    floats = [t for t in d.b.dtypes.values() if t.is_floating_point]
+    return (d.gpu and d.limits.tma and bool(floats) and all(t.itemsize == 2 for t in floats)
+            and "online" in d.base.strategy.values() and not d.base.split and match_attention(d.alg) is not None)
 
 
 def _rule_tile_order(k: Knob, d: Derivation) -> list | None:
