@@ -223,3 +223,21 @@ def test_bool_fixes_the_message_names_match_torch():
     for got in (dt.compile(fixes)(b, c, out=outs), fixes.reference(b, c)):
         for v, w in zip(got, wants):
             assert v.dtype == w.dtype and torch.equal(v, w), (v, w)
+
+
+def test_xor_is_refused_with_what_to_write_instead():
+    # the second fresh-user trial of s9: B[i] ^ C[i] was a raw TypeError from Python at definition
+    for make in (lambda B, C, i: B[i] ^ C[i], lambda B, C, i: True ^ B[i], lambda B, C, i: B[i] ^ 1):
+        with pytest.raises(dt.AlgorithmError, match=r"'\^' \(exclusive or\) is not supported.*\(a != b\)"):
+            @dt.algorithm
+            def g(B: dt.Tensor["N"], C: dt.Tensor["N"]):
+                i, = dt.axes("i")
+                return make(B, C, i)[i]
+    # what the message suggests gives torch's bool xor
+    @dt.algorithm
+    def ne(B: dt.Tensor["N"], C: dt.Tensor["N"]):
+        i, = dt.axes("i")
+        return (B[i] != C[i])[i]
+    b, c = torch.tensor([True, False, True, False]), torch.tensor([True, True, False, False])
+    got = dt.compile(ne)(b, c)
+    assert got.dtype == torch.bool and torch.equal(got, b ^ c)

@@ -121,6 +121,8 @@ class Expr:
     def __and__(self, o): return Binary("and", self, as_expr(o))
     def __or__(self, o): return Binary("or", self, as_expr(o))
     def __invert__(self): return Unary("not", self)
+    def __xor__(self, o): return _no_xor(self, o)
+    def __rxor__(self, o): return _no_xor(o, self)
 
     def __floordiv__(self, o): return int_op("floordiv", self, as_expr(o))
     def __rfloordiv__(self, o): return int_op("floordiv", as_expr(o), self)
@@ -613,3 +615,10 @@ def fmt(n: Expr, depth: int = 0, names: dict | None = None, limit: int | None = 
     if isinstance(n, Reduce):
         return f"{n.combiner.name} over {','.join(n.over)} of {fmt(n.x, d, names, limit)}"
     return type(n).__name__
+
+
+def _no_xor(a, b):
+    """``a ^ b`` in an algorithm: not an operation of the language; the error says what to write."""
+    raise AlgorithmError(f"{a!r} ^ {b!r}: '^' (exclusive or) is not supported in dtriton algorithms; for bool "
+                         "values write (a != b), which is torch's a ^ b on bools; integer bitwise xor has no "
+                         "dtriton operation")
