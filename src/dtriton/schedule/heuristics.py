@@ -335,9 +335,8 @@ def column_partials(d: Draft) -> None:
     """The mode of column-reduction splits (:func:`column_splits`, and the further outputs' own in
     :func:`output_stages`): see :func:`column_splits`."""
     wide = (torch.float32, torch.float64)
-    if (d.user.split_mode is None and d.split_mode is None and d.b.out_dtypes and set(d.split)
-            and set(d.split) <= {a for a in d.col_splits if a in d.split}
-            and not any(t in wide for t in d.b.out_dtypes)):
+    if (d.user.split_mode is None and d.split_mode is None and d.b.out_dtypes and d.split
+            and set(d.split) <= d.col_splits and not any(t in wide for t in d.b.out_dtypes)):
         d.split_mode = "partials"
 
 
