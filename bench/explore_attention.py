@@ -5,7 +5,8 @@ the exploration finishing within 1.1x of it).
                                                       [--budget 60] [--out DIR] [--dry-run]
 
 Cases as in bench/probe_attention.py (``n`` non-causal, ``c`` causal, ``g`` grouped heads 32/8;
-fp16 B4 H32 S=T, ``<kind><S>x<D>``). Per case: ``dt.explore(budget=...)`` (candidates isolated in
+fp16 B4 H32 S=T, ``<kind><S>x<D>``; ``d`` decoding B16 H32, one query row over ``<S>`` keys; a ``bf``
+suffix: bf16, e.g. ``n4096x128bf``). Per case: ``dt.explore(budget=...)`` (candidates isolated in
 workers, ``store=False``), its wall time and ``(wall - remeasure) / budget``; then the best
 schedule and the heuristic's, each checked against fp32 SDPA and timed by CUDA-graph replay beside
 SDPA. Prints one line per case; writes ``explore_attention.json`` under ``--out``. ``--dry-run``:
@@ -20,6 +21,8 @@ import sys
 import time
 import warnings
 
+import torch
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dtriton as dt  # noqa: E402
 import run as R  # noqa: E402
@@ -28,11 +31,12 @@ from probe_attention import inputs  # noqa: E402
 
 def run_case(spec: str, budget: float, dry: bool) -> dict:
     """Explore one case, then time its best and default schedules beside SDPA."""
-    kind, (S, D) = spec[0], (int(v) for v in spec[1:].split("x"))
-    B, H = (4, 32) if not dry else (1, 4)
+    bf16 = spec.endswith("bf")
+    kind, (S, D) = spec[0], (int(v) for v in spec[1:].removesuffix("bf").split("x"))
+    B, H = ((16, 32) if kind == "d" else (4, 32)) if not dry else (1, 4)
     if dry:
         S, D = 40, 16
-    alg, args, sdpa, ref, flops = inputs(kind, S, D, B, H)
+    alg, args, sdpa, ref, flops = inputs(kind, S, D, B, H, torch.bfloat16 if bf16 else torch.float16)
     t = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -44,7 +48,10 @@ def run_case(spec: str, budget: float, dry: bool) -> dict:
     row["sdpa_us"] = R.graph_time_us(sdpa)
     for label, sched in (("best", res.best), ("default", None)):
         k = dt.compile(alg, sched)
-        err = R.relerr(k(*args), ref)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            err = R.relerr(k(*args), ref)
+        row[f"{label}_gluon"] = "the Gluon attention forward" in k.source_for(*args)
         row[f"{label}_err"] = err
         if err < 1e-2:
             row[f"{label}_us"] = R.graph_time_us(lambda k=k: k(*args))
@@ -68,7 +75,8 @@ def main(argv=None) -> int:
         best, dflt, sd = r.get("best_us"), r.get("default_us"), r["sdpa_us"]
         print(f"{spec}: explored {r['wall_s']:.1f} s of {r['budget_s']:.0f} (ratio {r['ratio']:.2f}) {r['counts']}\n"
               f"  best {best or float('nan'):.1f} us ({sd / best if best else float('nan'):.2f}x SDPA {sd:.1f}), "
-              f"default {dflt or float('nan'):.1f} us; best schedule {r['best']}", flush=True)
+              f"default {dflt or float('nan'):.1f} us (Gluon: best {r.get('best_gluon')}, default "
+              f"{r.get('default_gluon')}); best schedule {r['best']}", flush=True)
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         with open(os.path.join(a.out, "explore_attention.json"), "w") as f:

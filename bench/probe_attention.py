@@ -63,12 +63,13 @@ VARIANTS = [
 ]
 
 
-def inputs(kind: str, S: int, D: int, B: int, H: int):
-    """(algorithm, dtriton args, SDPA callable on those tensors, fp32 reference, visible FLOPs)."""
+def inputs(kind: str, S: int, D: int, B: int, H: int, dtype: torch.dtype = torch.float16):
+    """(algorithm, dtriton args, SDPA callable on those tensors, fp32 reference, visible FLOPs);
+    ``dtype``: Q, K, V (fp16 or bf16)."""
     hk = H // 4 if kind == "g" else H
     T, S = (S, 1) if kind == "d" else (S, S)   # decoding: one query row per head, S keys
-    Q = torch.randn(B, H, S, D, device=R.DEV, dtype=torch.float16)
-    K, V = (torch.randn(B, hk, T, D, device=R.DEV, dtype=torch.float16) for _ in range(2))
+    Q = torch.randn(B, H, S, D, device=R.DEV, dtype=dtype)
+    K, V = (torch.randn(B, hk, T, D, device=R.DEV, dtype=dtype) for _ in range(2))
     scale = D ** -0.5
     kw = dict(scale=scale, is_causal=kind == "c", enable_gqa=kind == "g")
     ref = F.scaled_dot_product_attention(Q.float(), K.float(), V.float(), **kw)

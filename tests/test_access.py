@@ -124,7 +124,7 @@ def test_warp_specialize_only_on_tma_fed_loops():
 def test_schedule_validation_and_round_trip():
     with pytest.raises(dt.ScheduleError, match=r"access = 'tmaa' must be one of \('pointer', 'block_ptr', 'tma'\)"):
         dt.Schedule(access="tmaa")
-    with pytest.raises(dt.ScheduleError, match="warp_specialize = 1 must be True or False"):
+    with pytest.raises(dt.ScheduleError, match="warp_specialize = 1 must be True, False or None"):
         dt.Schedule(warp_specialize=1)
     s = dt.Schedule(access="tma", warp_specialize=True, persistent=1)
     assert dt.Schedule.from_json(s.to_json()) == s

@@ -137,16 +137,16 @@ def test_flash_seeds_start_exploration_at_the_attention_tilings():
     Q = torch.zeros((), dtype=torch.float16).expand(4, 32, 4096, 128)
     args = (Q, Q, Q, 0.1)
     dims = Space.derive(attention, args, target="gpu").dimensions()
-    assert dict(dims)["warp_specialize"] == (False, True)
+    assert dict(dims)["warp_specialize"] == (None, False)
     gpu = dataclasses.replace(attention.bind(args), device=torch.device("cuda"))
     base = dt.compile(attention).complete(gpu)
     seeds = flash_seeds(dims, base_point(dims, base), base, gpu)
-    assert seeds[0] == dict(base_point(dims, base), warp_specialize=True) and not base.warp_specialize
-    assert not any(p["warp_specialize"] for p in seeds[1:])
+    assert seeds[0] == base_point(dims, base) and base.warp_specialize is None   # the Gluon kernel where it applies
+    assert all(p["warp_specialize"] is False for p in seeds[1:])   # the Triton kernel's configurations
     seeds = seeds[1:]
     got = [(p["tile.i"], p["tile.j"], p["num_warps"], p["num_stages"], p["access"]) for p in seeds]
-    assert got == [(128, 128, 8, 2, "tma"), (64, 64, 4, 3, "pointer"), (128, 64, 8, 3, "tma"),
-                   (128, 128, 8, 2, "pointer")]     # (the first seed is the default: skipped)
+    assert got == [(128, 64, 8, 3, "pointer"), (128, 128, 8, 2, "tma"), (64, 64, 4, 3, "pointer"),
+                   (128, 64, 8, 3, "tma"), (128, 128, 8, 2, "pointer")]     # (the first: the default's tiles)
     assert not any(n.startswith(("place.", "strategy.", "tile.b", "tile.h")) for n, _ in dims)   # the layout is kept
     sp = Space.derive(attention, args, target="gpu")
     for p in seeds:
@@ -218,7 +218,7 @@ def test_attention_space_keeps_the_fused_layout_and_searches_what_matters():
     Q = torch.zeros((), dtype=torch.float16).expand(4, 32, 4096, 128)
     dims = dict(Space.derive(attention, (Q, Q, Q, 0.1), target="gpu").dimensions())
     assert dims == {"tile.i": (64, 128), "tile.j": (32, 64, 128), "num_warps": (4, 8), "num_stages": (2, 3, 4),
-                    "access": ("pointer", "tma"), "warp_specialize": (False, True)}   # (True: the Gluon kernel)
+                    "access": ("pointer", "tma"), "warp_specialize": (None, False)}   # (None: the Gluon kernel)
     Q64 = torch.zeros((), dtype=torch.float16).expand(4, 32, 1024, 64)
     assert dict(Space.derive(attention, (Q64, Q64, Q64, 0.1), target="gpu").dimensions())["tile.i"] == (64, 128, 256)
     cdims = dict(Space.derive(causal_attention, (Q, Q, Q, 0.1), target="gpu").dimensions())

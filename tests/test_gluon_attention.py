@@ -110,7 +110,7 @@ def test_plan_eligible_picks_the_measured_variant(alg, D):
 def test_plan_replaces_a_split_of_the_keys():
     """Few query tiles: the GPU heuristic splits the keys (two kernels); the Gluon kernel replaces both."""
     args = (*qkv(1, 2, 2048, 64), 0.125)
-    triton_prog = gpu_plan(attention, args, dt.Schedule())
+    triton_prog = gpu_plan(attention, args, dt.Schedule(warp_specialize=False))
     assert len(triton_prog.kernels) == 2 or triton_prog.kernels[0].splits
     prog = gpu_plan(attention, args)
     assert len(prog.kernels) == 1 and prog.kernels[0].gluon is not None and not prog.buffers
@@ -123,7 +123,7 @@ def reason(alg, args, sched=None, arch=90, out=None) -> str:
 
 
 def test_plan_ineligible_says_why():
-    assert reason(attention, (*qkv(1, 2, 256, 64), 0.1), dt.Schedule()) == ""             # not requested
+    assert reason(attention, (*qkv(1, 2, 256, 64), 0.1), dt.Schedule(warp_specialize=False)) == ""   # turned off
     assert reason(softmax, (torch.randn(4, 8),)) == ""                                       # not attention
     assert "sm_90" in reason(attention, (*qkv(1, 2, 256, 64), 0.1), arch=100)
     assert "sm_90" in reason(attention, (*qkv(1, 2, 256, 64), 0.1), arch=80)
@@ -144,6 +144,27 @@ def test_plan_ineligible_says_why():
     assert out.shape == (1, 2, 16, 16)
     assert any("Gluon has no interpreter" in str(w.message) and issubclass(w.category, dt.ScheduleWarning)
                for w in got), [str(w.message) for w in got]
+
+
+def test_default_schedule_runs_the_gluon_kernel_where_it_applies():
+    """``warp_specialize`` left to the compiler (None, the default): an eligible call plans the Gluon
+    kernel, an ineligible one the Triton kernels without a note (nothing was asked), with no Triton
+    warp specialisation; False keeps the Triton kernels."""
+    args = (*qkv(2, 3, 256, 128), 0.1)
+    prog = gpu_plan(attention, args, dt.Schedule())
+    assert len(prog.kernels) == 1 and prog.kernels[0].gluon is not None and prog.gluon_note == ""
+    for bad in ((*qkv(1, 2, 200, 64), 0.1), (*qkv(1, 2, 256, 64, torch.float32), 0.1), (*qkv(1, 2, 256, 96), 0.1)):
+        assert reason(attention, bad, dt.Schedule()) == ""
+        assert not any(k.ws_loop for k in gpu_plan(attention, bad, dt.Schedule()).kernels)
+    assert reason(attention, args, dt.Schedule(), arch=80) == ""
+    off = gpu_plan(attention, args, dt.Schedule(warp_specialize=False))
+    assert all(k.gluon is None and not k.ws_loop for k in off.kernels)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # CPU tensors: the Triton kernel, silently
+        q, k, v = qkv(1, 2, 16, 16, torch.float32, seed=3)
+        got = dt.compile(attention)(q, k, v, 0.25)
+    ref = torch.softmax(q.double() @ k.double().transpose(-1, -2) * 0.25, -1) @ v.double()
+    torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-5)
 
 
 def test_plan_bf16_and_out_given():

@@ -204,7 +204,7 @@ def test_builtin_messages_come_from_the_domains():
                                             r"'evict_normal'$"),
              (dict(persistent=True), r"^persistent = True must be 0 \(off\) or programs per SM from 1 to 32$"),
              (dict(access="tmx"), r"^access = 'tmx' must be one of \('pointer', 'block_ptr', 'tma'\) \(or None"),
-             (dict(warp_specialize=1), r"^warp_specialize = 1 must be True or False$"),
+             (dict(warp_specialize=1), r"^warp_specialize = 1 must be True, False or None \(the compiler picks\)$"),
              (dict(stages={"s": {"tile": {"i": 3}}}), r"^stages\['s'\]\.tile\['i'\] = 3 is not a power of two")]
     for kw, pattern in cases:
         with pytest.raises(dt.ScheduleError, match=pattern):

@@ -155,12 +155,12 @@ def gluon_program(prog: Program, alg: Algorithm, sched: Schedule, b: Binding, sp
                   out_dtypes: Mapping[str, torch.dtype]) -> Program:
     """``prog``, or where :func:`~dtriton.plan.gluon_attention.plan_gluon_attention` decides so for
     the traced algorithm ``alg`` (an attention forward whose program fuses the scores into an online
-    pass, the schedule asking for warp specialisation, on sm_90), one kernel printed as the Gluon
+    pass, the schedule's ``warp_specialize`` None or True, on sm_90), one kernel printed as the Gluon
     attention forward in place of its kernels (a split of the keys and its merge included: the Gluon
     kernel's own grid covers the call). ``prog.gluon_note`` says why a requested one does not apply."""
     online = [k for k in prog.kernels if any(p.online for p in k.all_passes())]
     g, prog.gluon_note = plan_gluon_attention(
-        alg, b.axis_sizes, b.dtypes, out_dtypes, requested=bool(sched.warp_specialize), interpret=spec.interpret,
+        alg, b.axis_sizes, b.dtypes, out_dtypes, requested=sched.warp_specialize, interpret=spec.interpret,
         arch=spec.arch, dense=spec.dense, one_online_kernel=len(online) == 1, i64=spec.i64)
     if g is None:
         return prog

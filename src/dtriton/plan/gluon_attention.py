@@ -1,7 +1,8 @@
 """Whether a fused attention forward runs as the hand-written Gluon kernel on Hopper, and which one.
 
-A schedule asking for warp specialisation (``warp_specialize=True``) of an attention forward gets,
-on an sm_90 GPU, the warp-specialised Gluon kernel (a 1-warp TMA loader, two 4-warp consumer
+An attention forward on an sm_90 GPU runs as the warp-specialised Gluon kernel where its facts hold
+(the schedule's ``warp_specialize`` left to the compiler, None, the default, or True; False keeps the
+Triton kernel): the warp-specialised Gluon kernel (a 1-warp TMA loader, two 4-warp consumer
 warpgroups ping-ponging their GEMMs, the softmax of one overlapped with the other's wgmma: FA3's
 schedule, written in Triton 3.6's ``triton.experimental.gluon``), which Triton's automatic warp
 specialisation cannot produce for these loops. This module decides it; the Triton backend prints and
@@ -235,20 +236,28 @@ def _variant(m: AttentionMatch, dtype: str, d: int) -> GluonAttention:
 
 
 def plan_gluon_attention(alg: Algorithm, sizes: Mapping[str, int], dtypes: Mapping[str, torch.dtype],
-                         out_dtypes: Mapping[str, torch.dtype], *, requested: bool, interpret: bool, arch: int,
+                         out_dtypes: Mapping[str, torch.dtype], *, requested: bool | None, interpret: bool, arch: int,
                          dense: frozenset, one_online_kernel: bool, i64: bool = False) -> tuple[GluonAttention | None, str]:
     """The Gluon kernel one call of ``alg`` runs as, or ``(None, why not)``; ``why`` is "" when no
-    question arises (not requested, or not an attention forward).
+    question arises (turned off, left to the compiler, or not an attention forward).
 
     ``sizes``: axis sizes; ``dtypes``/``out_dtypes``: the call's input and output dtypes;
-    ``requested``: the schedule asks for warp specialisation; ``interpret``: Triton's interpreter
+    ``requested``: the schedule's ``warp_specialize``: True asks for it (a call it does not apply to
+    says why), None leaves it to the compiler (the kernel where it applies, silently the Triton
+    kernel elsewhere), False turns it off; ``interpret``: Triton's interpreter
     runs the call; ``arch``: the GPU's compute capability as 10 * major + minor (0: none);
     ``dense``: the tensors that are contiguous with a 16-byte aligned base on this call;
     ``one_online_kernel``: the schedule's plan has one kernel with an online pass (the fused forward,
     its keys split or not; a schedule materialising the scores keeps its kernels);
     ``i64``: offsets need 64 bits (TMA coordinates are 32-bit)."""
-    if not requested:
+    if requested is False:
         return None, ""
+    g, why = _decide(alg, sizes, dtypes, out_dtypes, interpret, arch, dense, one_online_kernel, i64)
+    return g, (why if requested else "")
+
+
+def _decide(alg, sizes, dtypes, out_dtypes, interpret, arch, dense, one_online_kernel, i64):
+    """:func:`plan_gluon_attention`'s decision once asked: (the kernel, "") or (None, why not)."""
     m = match_attention(alg)
     head = "the Gluon attention forward does not apply"
     if m is None:

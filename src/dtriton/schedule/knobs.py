@@ -215,6 +215,10 @@ def _boolean(v) -> str | None:
     return None if isinstance(v, bool) else "must be True or False"
 
 
+def _boolean_or_none(v) -> str | None:
+    return None if v is None or isinstance(v, bool) else "must be True, False or None (the compiler picks)"
+
+
 def _any(v) -> str | None:
     return None
 
@@ -316,9 +320,11 @@ BUILTIN: tuple[Knob, ...] = (
          doc="0: a program per tile; k: k programs per SM, each looping over tiles"),
     Knob("access", None, one_of((None,) + ACCESS, f"must be one of {ACCESS} (or None: the compiler picks)"),
          search=("pointer", "tma"), doc="memory access of tile loads and stores (None: the heuristic picks)"),
-    Knob("warp_specialize", False, Domain("True, False", _boolean, (False, True)),
-         doc="producer/consumer warp groups in contraction loops (Hopper, with TMA loads); a fused attention "
-             "forward on sm_90 runs as the hand-written Gluon kernel"),
+    Knob("warp_specialize", None, Domain("None, True, False", _boolean_or_none, (None, False, True)),
+         doc="producer/consumer warp groups: None (the compiler picks: a fused attention forward on sm_90 that "
+             "the hand-written warp-specialised Gluon kernel covers runs as it, no other loop is specialised), "
+             "True (also Triton's warp specialisation of contraction loops; Hopper, with TMA loads; says why where "
+             "the Gluon kernel does not apply), False (none: the Triton kernels as planned)"),
     Knob("mask_bounds", True, Domain("True, False", _boolean, (True, False)),
          doc="loops skip the tiles a mask condition leaves empty (where(j <= i, s, -inf): causal attention, "
              "triangular and banded products) and run the fully visible ones without the mask"),

@@ -261,8 +261,9 @@ def flash_seeds(dims, start: Mapping, base: Schedule, b: Binding) -> list[dict]:
     ``base`` runs an online pass (``strategy`` "online": the key axis) in programs tiled over a
     query axis (the last grid axis), for a 16-bit GPU call (binding ``b``); each value only where
     the space has it, the other dimensions at the heuristic's values (``start``:
-    :func:`base_point`); first, where the space has ``warp_specialize`` (a Hopper attention forward:
-    the Gluon kernel), the heuristic's point with it on. Empty otherwise."""
+    :func:`base_point`); first, where the space has ``warp_specialize`` None (a Hopper attention
+    forward: the Gluon kernel), the heuristic's point with it, and the configurations with it False
+    (the Triton kernel). Empty otherwise."""
     floats = [d for d in b.dtypes.values() if d.is_floating_point]
     online = [a for a, s in base.strategy.items() if s == "online"]
     if b.device.type != "cuda" or not floats or any(d.itemsize != 2 for d in floats) or not online or not base.grid:
@@ -271,10 +272,11 @@ def flash_seeds(dims, start: Mapping, base: Schedule, b: Binding) -> list[dict]:
     full = {n: (start.get(n) if start.get(n) is not None else v[0]) for n, v in dims}
     names = ("tile." + base.grid[-1], "tile." + online[0], "num_warps", "num_stages", "access")
     out = []
-    if True in vals.get("warp_specialize", ()):   # the Gluon kernel (space_rules): the H200's fastest, first
-        out.append(dict(full, warp_specialize=True))
+    gluon = None in vals.get("warp_specialize", ())   # (space_rules: None runs the Gluon kernel where it applies)
+    if gluon:   # the H200's fastest first; the Triton configurations with it off (else they run as it too)
+        out.append(dict(full, warp_specialize=None))
     for cfg in FLASH_SEEDS:
-        p = dict(full)
+        p = dict(full, warp_specialize=False) if gluon else dict(full)
         for name, v in zip(names, cfg):
             if name in vals and v in vals[name]:
                 p[name] = v

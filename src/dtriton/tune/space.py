@@ -63,10 +63,12 @@ def _oneof(choices):
 def _knob_value(k: Knob):
     """The check of a flat knob's Space values: its registry domain (the error text is the one a
     Schedule gives, after ``Space <knob> value <v>``); None is not a value (a field left None keeps
-    the heuristic's value)."""
+    the heuristic's value) unless the knob lists it (``warp_specialize``: None, the compiler picks)."""
+    listed = None in (getattr(k.domain, "values", None) or ())
+
     def check(what, x):
-        problem = "is not a value (leave the field out to keep the heuristic's value)" if x is None else \
-            k.problem(x)
+        problem = "is not a value (leave the field out to keep the heuristic's value)" if x is None and not listed \
+            else (None if x is None else k.problem(x))
         if problem is not None:
             raise ScheduleError(f"Space {what} value {x!r} {problem}")
     return check

@@ -268,18 +268,19 @@ def _rule_warp_specialize(k: Knob, d: Derivation) -> list | None:
     (session 4 probe). Fused attention neither: its warp-specialised kernel (descriptors built in
     the kernel, 4 warps: Triton 3.6 specialises it on sm_90) printed no result within 90 s on the
     H200 (session 4, calls 4 and 5), which would end an exploration's budget. Since session 9 a
-    16-bit attention forward on a TMA (Hopper) GPU gets both values: there ``warp_specialize=True``
-    is the warp-specialised Gluon kernel (:mod:`~dtriton.plan.gluon_attention`; H200 call 8:
-    1819 us against the Triton kernel's 2397 and SDPA's 1908 at B4 H32 S4096 D128), and a call it
-    does not apply to runs the Triton kernel."""
+    16-bit attention forward on a TMA (Hopper) GPU gets None (the heuristic's value: the compiler
+    picks, the warp-specialised Gluon kernel where it applies, :mod:`~dtriton.plan.gluon_attention`;
+    H200 s9 call 8: 1819 us against the Triton kernel's 2397 and SDPA's 1908 at B4 H32 S4096 D128)
+    and False (the Triton kernel, whose tiles the rest of the space searches). Not True: where the
+    Gluon kernel does not apply, True would warp-specialise the Triton loop (the s4 hang)."""
     if _gluon_attention(d):
-        return [False, True]
+        return [None, False]
     return [False, True] if d.base.warp_specialize and _tensor_core_tma(d) else None
 
 
 def _gluon_attention(d: Derivation) -> bool:
     """A 16-bit softmax attention forward on a TMA GPU, fused into one online pass by the heuristic and
-    not split over the keys (decoding: the Gluon kernel's tiles are 128 query rows): the calls whose ``warp_specialize=True`` may run as the Gluon kernel (the plan decides the rest)."""
+    not split over the keys (decoding: the Gluon kernel's tiles are 128 query rows): the calls whose ``warp_specialize`` None may run as the Gluon kernel (the plan decides the rest)."""
     floats = [t for t in d.b.dtypes.values() if t.is_floating_point]
     return (d.gpu and d.limits.tma and bool(floats) and all(t.itemsize == 2 for t in floats)
             and "online" in d.base.strategy.values() and not d.base.split and match_attention(d.alg) is not None)
