@@ -77,10 +77,10 @@ def main(argv=None) -> int:
               f"  best {best or float('nan'):.1f} us ({sd / best if best else float('nan'):.2f}x SDPA {sd:.1f}), "
               f"default {dflt or float('nan'):.1f} us (Gluon: best {r.get('best_gluon')}, default "
               f"{r.get('default_gluon')}); best schedule {r['best']}", flush=True)
-    if a.out:
-        os.makedirs(a.out, exist_ok=True)
-        with open(os.path.join(a.out, "explore_attention.json"), "w") as f:
-            json.dump(rows, f, indent=1)
+        if a.out:   # after each case (a run cut short keeps what it measured)
+            os.makedirs(a.out, exist_ok=True)
+            with open(os.path.join(a.out, "explore_attention.json"), "w") as f:
+                json.dump(rows, f, indent=1)
     return 0
 
 
