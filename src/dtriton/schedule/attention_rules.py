@@ -58,10 +58,10 @@ def decode_split(programs: int, size: int, tile: int, sms: int) -> int:
     """How many slices the online key axis (``size`` keys in tiles of ``tile``) is split into when
     a fused attention launches only ``programs`` programs (decoding: one query tile per head), 1
     when it launches half a wave (``sms // 2``) or more. The largest power of two that keeps the
-    split programs within one wave of ``sms``, each slice at least 8 tiles, at most 64. On the
-    H200, B1 H8 T32768 D128 fp16 (8 programs): 16 slices ran 61.6 us, 64 slices 68.0, 8 slices
-    104.4 (session 4, call 1): long slices in one wave beat short ones over four."""
-    most = size // (tile * 8)
+    split programs within one wave of ``sms``, each slice at least 512 keys and 4 tiles, at most 64.
+    On the H200, B1 H8 T32768 D128 fp16 (8 programs, 64-key tiles): 16 slices ran 61.6 us, 64
+    slices 68.0, 8 slices 104.4 (session 4, call 1): long slices in one wave beat short ones over four."""
+    most = size // max(512, 4 * tile)
     if programs >= sms // 2 or most < 2:
         return 1
     s = 2
