@@ -447,7 +447,10 @@ def compile_sm90(g: GluonAttention, neg_scale: bool = False):
     desc = lambda box: f"tensordesc<{ty}[{box[0]},{box[1]}],{shared_layout(box, g.dtype)!r}>"  # noqa: E731
     sig = {"q_desc": desc(qb), "k_desc": desc(kb), "v_desc": desc(kb), "o_desc": desc(qb), "lse_ptr": "*fp32",
            "qk_scale": "fp32", "S": "i32"} | ({"n_q_tiles": "i32"} if g.kernel == "ws" else {})
-    sig |= {"HQ": "i32", "HKV": "i32", "GROUP": "i32"}   # (the general head map: a launch of 1s folds it)
+    if g.match.grouped:   # the K/V head map as launched: run-time ints, or 1s (Triton makes an int 1 a constant)
+        sig |= {"HQ": "i32", "HKV": "i32", "GROUP": "i32"}
+    else:
+        meta |= {"HQ": 1, "HKV": 1, "GROUP": 1}
     sig |= {k: "constexpr" for k in meta}
     attrs = {(fn.arg_names.index("lse_ptr"),): [["tt.divisibility", 16]],
              (fn.arg_names.index("S"),): [["tt.divisibility", 16]]}
