@@ -142,7 +142,7 @@ def gluon_attention(q, k, v, cfg, causal: bool):
         grid, extra = (min(n_q, n_sm) if cfg["PERSIST"] else n_q, ), (n_q, )
 
     def launch():
-        kernel[grid](*descs, lse, scale, S, *extra, *heads, **meta, num_warps=nw)
+        kernel[grid](*descs, lse, scale, S, S, *extra, *heads, **meta, num_warps=nw)   # (S, T: here T = S)
 
     return launch, o, lse
 
@@ -154,10 +154,11 @@ def compile_sm90(cfg, D: int, causal: bool):
     qb, kb = q_block(cfg, D), [cfg["BN"], D]
     desc = lambda box: f"tensordesc<fp16[{box[0]},{box[1]}],{smem_layout(box)!r}>"  # noqa: E731
     sig = {"q_desc": desc(qb), "k_desc": desc(kb), "v_desc": desc(kb), "o_desc": desc(qb), "lse_ptr": "*fp32",
-           "qk_scale": "fp32", "S": "i32"} | ({"n_q_tiles": "i32"} if cfg["kernel"] == "ws" else {})
+           "qk_scale": "fp32", "S": "i32", "T": "i32"} | ({"n_q_tiles": "i32"} if cfg["kernel"] == "ws" else {})
     sig |= {"HQ": "i32", "HKV": "i32", "GROUP": "i32"}   # (the K/V head map of grouped-query attention)
     sig |= {k: "constexpr" for k in meta}
     attrs = {(fn.arg_names.index("lse_ptr"),): [["tt.divisibility", 16]],
-             (fn.arg_names.index("S"),): [["tt.divisibility", 16]]}
+             (fn.arg_names.index("S"),): [["tt.divisibility", 16]],
+             (fn.arg_names.index("T"),): [["tt.divisibility", 16]]}
     src = GluonASTSource(fn, sig, meta, attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": nw})

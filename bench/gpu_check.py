@@ -56,6 +56,17 @@ def gqa_causal4(Q: dt.Tensor["B", "H", "S", "D"], K: dt.Tensor["B", "G", "T", "D
     return (dt.sum(p * V[b, h // 4, j, e], over=j) / dt.sum(p, over=j))[b, h, i, e]
 
 
+@dt.algorithm
+def causal_st(Q: dt.Tensor["B", "H", "S", "D"], K: dt.Tensor["B", "H", "T", "D"], V: dt.Tensor["B", "H", "T", "D"],
+              scale: float):
+    """Causal attention with the query and key lengths apart (top-left aligned: key j <= query i, as
+    torch's is_causal)."""
+    b, h, i, j, d, e = dt.axes("b h i j d e")
+    s = dt.where(j <= i, dt.sum(Q[b, h, i, d] * K[b, h, j, d], over=d) * scale, -float("inf"))
+    p = dt.exp(s - dt.max(s, over=j))
+    return (dt.sum(p * V[b, h, j, e], over=j) / dt.sum(p, over=j))[b, h, i, e]
+
+
 def reduction_cases(case, rnd, S, dev, dtype, g):
     """dt.prod, dt.argmax and dt.argmin: awkward shapes, whole/loop strategies, ties (small integer
     values), NaN and +-inf in some rows, a transposed input, argmax feeding a gather, materialised
@@ -286,12 +297,20 @@ def gluon_cases(case, rnd, dry: bool) -> None:
     q, k, v = (rnd(2, 3, 256 if not dry else 16, 64 if not dry else 16) for _ in range(3))
     case("gluon fallback attention fp32 S256 D64", attention, (q, k, v, 0.125), ws, dtype=torch.float32, gluon=False)
     gluon_gqa_cases(case, rnd, dry)
+    for alg, S, T in ((attention, 256, 640), (causal_st, 384, 128), (causal_st, 128, 384), (causal_st, 640, 1024)):
+        for D in (64, 128):   # the query and key lengths apart (both multiples of 128)
+            S_, T_, D_ = (37, 23, 16) if dry else (S, T, D)
+            q, k, v = rnd(3, 5, S_, D_, dtype=torch.float16), rnd(3, 5, T_, D_, dtype=torch.float16), \
+                rnd(3, 5, T_, D_, dtype=torch.float16)
+            case(f"gluon {alg.name} B3 H5 S{S_} T{T_} D{D_}", alg, (q, k, v, D_ ** -0.5), ws, dtype=torch.float16,
+                 gluon=not dry)
 
 
 def gluon_gqa_cases(case, rnd, dry: bool) -> None:
     """Grouped-query attention as the Gluon forward: ``gqa_attention`` (K/V head h // rep, rep an
     argument) at H = G * rep (B3 H6 G2, B2 H32 G8) and at H = 5, G = 2, rep = 3 (the last group short),
-    D64 and D128, fp16 and bf16, S 256 and 1024; ``gqa_causal4`` (causal, the group a literal 4)."""
+    D64 and D128, fp16 and bf16, S 256 and 1024; ``gqa_causal4`` (causal, the group a literal 4, S 512,
+    T 256)."""
     ws = dt.Schedule(warp_specialize=True)
     for dtype in (torch.float16, torch.bfloat16):
         for D in (64, 128):
@@ -303,8 +322,8 @@ def gluon_gqa_cases(case, rnd, dry: bool) -> None:
                 case(f"gluon gqa_attention B{B} H{H} G{G} rep{rep} S{S_} D{D_}", gqa_attention,
                      (q, k, v, D_ ** -0.5, rep), ws, dtype=dtype, gluon=not dry)
             q = rnd(2, 8, 512 if not dry else 37, D if not dry else 16, dtype=dtype)
-            k, v = (rnd(2, 2, 512 if not dry else 37, D if not dry else 16, dtype=dtype) for _ in range(2))
-            case(f"gluon gqa_causal4 B2 H8 G2 S{q.shape[2]} D{q.shape[3]}", gqa_causal4,
+            k, v = (rnd(2, 2, 256 if not dry else 29, D if not dry else 16, dtype=dtype) for _ in range(2))
+            case(f"gluon gqa_causal4 B2 H8 G2 S{q.shape[2]} T{k.shape[2]} D{q.shape[3]}", gqa_causal4,
                  (q, k, v, q.shape[3] ** -0.5), ws, dtype=dtype, gluon=not dry)
 
 

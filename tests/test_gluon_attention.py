@@ -2,7 +2,8 @@
 
 The decision is taken in planning from the algorithm and the call's facts: the attention forward
 (causal or not) with warp_specialize=True on an sm_90 GPU, 16-bit Q/K/V/output of one dtype, head
-dim 64 or 128, S = T a multiple of 128, contiguous 16-byte aligned tensors. Here (no GPU) the plan is
+dim 64 or 128, S and T multiples of 128, contiguous 16-byte aligned tensors; grouped-query attention
+(K and V read at head h // rep) too. Here (no GPU) the plan is
 taken with the call's facts set to an sm_90 GPU, the printed module is checked, and its Gluon kernel
 is compiled for sm_90; on the CPU the call falls back to the Triton kernel with a ScheduleWarning and
 the default schedule's results.
@@ -210,7 +211,7 @@ def test_plan_ineligible_says_why():
     assert "16-bit dtype" in reason(attention, (q, k.bfloat16(), v, 0.1))
     assert "64 or 128" in reason(attention, (*qkv(1, 2, 256, 96), 0.1))
     assert "multiples of 128" in reason(attention, (*qkv(1, 2, 200, 64), 0.1))
-    assert "lengths equal" in reason(attention, (*qkv(1, 2, 256, 64, T=384), 0.1))
+    assert "multiples of 128" in reason(attention, (*qkv(1, 2, 256, 64, T=200), 0.1))
     qt = torch.randn(1, 256, 2, 64).to(F16).transpose(1, 2)            # (B, H, S, D) view of (B, S, H, D)
     assert "Q not contiguous" in reason(attention, (qt, k, v, 0.1))
     assert "further outputs" in reason(attention_lse, (q, k, v, 0.1))
@@ -238,7 +239,7 @@ def test_plan_grouped_query_attention():
         assert "grouped-query: K and V read at head h // " + ("rep" if alg is gqa_attention else "3") in src
     q, k, v = gqa(1, 4, 2, 256, 64)
     assert "64 or 128" in reason(gqa_attention, (*gqa(1, 4, 2, 256, 96), 0.1, 2))
-    assert "lengths equal" in reason(gqa_attention, (*gqa(1, 4, 2, 256, 64, T=384), 0.1, 2))
+    assert "multiples of 128" in reason(gqa_attention, (*gqa(1, 4, 2, 256, 64, T=300), 0.1, 2))
     assert "16-bit dtype" in reason(gqa_attention, (q, k.float(), v.float(), 0.1, 2))
     kt = torch.randn(1, 256, 2, 64).to(F16).transpose(1, 2)            # (B, G, T, D) view of (B, T, G, D)
     assert "K not contiguous" in reason(gqa_attention, (q, kt, v, 0.1, 2))
@@ -366,11 +367,11 @@ def test_cpu_fallback_grouped_query_attention(alg, H, G, extra):
     torch.testing.assert_close(out.double(), ref, atol=1e-2, rtol=1e-2)
 
 
-def emulate(args, kw, S):
+def emulate(args, kw, S, T):
     """What the recorded launch computes, in float64 on the CPU: for every flat query head ``bh``, its S
-    query rows of the Q descriptor against the S key rows the kernel's own K/V head map
+    query rows of the Q descriptor against the T key rows the kernel's own K/V head map
     (``gluon_kernels._kv_row``, run as Python) picks from the K and V descriptors, the recorded scale
-    (log2 e times it) and causal flag. Returns the output's (rows, D) view."""
+    (log2 e times it) and causal flag (top-left: key j <= query i). Returns the output's (rows, D) view."""
     from dtriton.backends.triton.gluon import LOG2E
     from dtriton.backends.triton.gluon_kernels import _kv_row
     descs, qk_scale = args[:4], args[5]
@@ -378,26 +379,30 @@ def emulate(args, kw, S):
     q, k, v = (d.base.double() for d in descs[:3])
     out = torch.empty_like(q)
     for bh in range(q.shape[0] // S):
-        kv = _kv_row.fn(bh, S, hq, hkv, group)
-        s = q[bh * S:(bh + 1) * S] @ k[kv:kv + S].T * (qk_scale / LOG2E)
+        kv = _kv_row.fn(bh, T, hq, hkv, group)
+        s = q[bh * S:(bh + 1) * S] @ k[kv:kv + T].T * (qk_scale / LOG2E)
         if kw["CAUSAL"]:
-            s = s.masked_fill(torch.ones(S, S, dtype=torch.bool).triu(1), -float("inf"))
-        out[bh * S:(bh + 1) * S] = torch.softmax(s, -1) @ v[kv:kv + S]
+            s = s.masked_fill(torch.ones(S, T, dtype=torch.bool).triu(1), -float("inf"))
+        out[bh * S:(bh + 1) * S] = torch.softmax(s, -1) @ v[kv:kv + T]
     return out
 
 
-LAUNCH_CASES = [(causal_attention, 64, 5, 5, ()), (attention, 128, 5, 5, ()), (gqa_attention, 128, 5, 2, (3,)),
-                (gqa_attention, 64, 4, 4, (1,)), (gqa_causal_lit, 64, 6, 2, ()), (gqa_causal_lit, 128, 3, 1, ())]
+LAUNCH_CASES = [(causal_attention, 64, 5, 5, (), 256, 256), (attention, 128, 5, 5, (), 256, 256),
+                (gqa_attention, 128, 5, 2, (3,), 256, 256), (gqa_attention, 64, 4, 4, (1,), 256, 256),
+                (gqa_causal_lit, 64, 6, 2, (), 256, 256), (gqa_causal_lit, 128, 3, 1, (), 256, 256),
+                (attention_lit, 128, 2, 2, (), 384, 128), (attention_lit, 64, 2, 2, (), 128, 384),
+                (attention, 64, 3, 3, (), 256, 640), (gqa_attention, 128, 4, 2, (2,), 128, 256)]
 
 
-@pytest.mark.parametrize("alg,D,H,G,extra", LAUNCH_CASES)
-def test_runtime_launches_the_gluon_kernel(monkeypatch, alg, D, H, G, extra):
+@pytest.mark.parametrize("alg,D,H,G,extra,S,T", LAUNCH_CASES)
+def test_runtime_launches_the_gluon_kernel(monkeypatch, alg, D, H, G, extra, S, T):
     """The runtime's path on an sm_90 GPU, the launch itself recorded (no GPU here: the call is routed
     as on the GPU and the Gluon kernel object replaced by a recorder): the printed module binds the
     Gluon kernel, the launcher builds (rows, D) descriptors of Q, K, V (grouped-query: K and V of G
     heads, their own rows) and the output in the planned boxes, the grid (persistent: one program per
     SM), log2(e) times the scale, the K/V head map (HQ, HKV, GROUP), the constants; what the recorded
-    arguments address (the kernel's head map run as Python) is the algorithm's float64 result."""
+    arguments address (the kernel's head map run as Python) is the algorithm's float64 result; the query
+    and key lengths apart (S != T, causal top-left aligned)."""
     import dtriton.backends.triton as bt
     import dtriton.plan.callspec as cs
     import dtriton.runtime.kernel as rk
@@ -416,16 +421,17 @@ def test_runtime_launches_the_gluon_kernel(monkeypatch, alg, D, H, G, extra):
     record = lambda fn, args, meta: real(Recorder(), args, meta)  # noqa: E731
     monkeypatch.setattr(bt, "launch_gluon", record)        # (the slow path)
     monkeypatch.setattr(gm, "launch_gluon", record)        # (the fast path of the signature)
-    B, S = 3, 256
-    q, k, v = gqa(B, H, G, S, D, seed=H + D)
-    literal = alg is gqa_causal_lit
+    B = 3
+    q, k, v = gqa(B, H, G, S, D, T=T, seed=H + D)
+    literal = alg in (gqa_causal_lit, attention_lit)
+    grouped = alg in (gqa_attention, gqa_causal_lit)
     call = (q, k, v) + (() if literal else (-0.3,)) + extra
     kern = dt.compile(alg, dt.Schedule(warp_specialize=True))
     with warnings.catch_warnings():
         warnings.simplefilter("error", dt.ScheduleWarning)    # the Gluon kernel: no note about dropped knobs
         out = kern(*call)
     assert "gluon_kernels import attn_fwd_" in kern.source
-    assert ("grouped-query" in kern.source) == (alg is not attention and alg is not causal_attention)
+    assert ("grouped-query" in kern.source) == grouped
     assert isinstance(kern.fast_launcher_for(call), gm.GluonLauncher)
     again = kern(*call)                                           # the fast path
     given = torch.empty_like(out)
@@ -436,25 +442,56 @@ def test_runtime_launches_the_gluon_kernel(monkeypatch, alg, D, H, G, extra):
         assert seen[n][2] == seen[0][2]
         assert [d.base.data_ptr() for d in seen[n][1][:3]] == [t.data_ptr() for t in (q, k, v)]
     (grid, args, kw) = seen[0]
-    descs, o, qk_scale, S_ = args[:4], args[4], args[5], args[6]
+    descs, o, qk_scale, S_, T_ = args[:4], args[4], args[5], args[6], args[7]
     scale = 0.125 if literal else -0.3
-    assert o is out and S_ == S and qk_scale == pytest.approx(scale * LOG2E) and kw["NEG_SCALE"] == (scale < 0)
+    assert o is out and (S_, T_) == (S, T)
+    assert qk_scale == pytest.approx(scale * LOG2E) and kw["NEG_SCALE"] == (scale < 0)
     rows = B * H * S
-    assert [list(d.shape) for d in descs] == [[rows, D], [B * G * S, D], [B * G * S, D], [rows, D]]
+    assert [list(d.shape) for d in descs] == [[rows, D], [B * G * T, D], [B * G * T, D], [rows, D]]
     assert [d.base.data_ptr() for d in descs] == [t.data_ptr() for t in (q, k, v, out)]
-    grouped = alg in (gqa_attention, gqa_causal_lit)
     assert tuple(args[-3:]) == ((H, G, (extra or (3,))[0]) if grouped else (1, 1, 1))
-    assert kw["CAUSAL"] == (alg in (causal_attention, gqa_causal_lit))
+    assert kw["CAUSAL"] == (alg in (causal_attention, gqa_causal_lit, attention_lit))
     if D == 64:
-        assert grid == (2, B * H) and [list(d.block_shape) for d in descs] == [[128, 64]] * 4
-        assert kw["BM"] == 128 and kw["num_warps"] == 8 and len(args) == 10
+        assert grid == (S // 128, B * H) and [list(d.block_shape) for d in descs] == [[128, 64]] * 4
+        assert kw["BM"] == 128 and kw["num_warps"] == 8 and len(args) == 11
     else:
-        assert grid == ((7,) if not kw["CAUSAL"] else (rows // 128,)) and args[7] == rows // 128
+        assert grid == ((min(7, rows // 128),) if not kw["CAUSAL"] else (rows // 128,)) and args[8] == rows // 128
         assert [list(d.block_shape) for d in descs] == [[64, 128], [128, 128], [128, 128], [64, 128]]
-        assert kw["PINGPONG"] and kw["SEP_O"] == (not kw["CAUSAL"]) and kw["num_warps"] == 4 and len(args) == 11
+        assert kw["PINGPONG"] and kw["SEP_O"] == (not kw["CAUSAL"]) and kw["num_warps"] == 4 and len(args) == 12
     ref = alg.reference(q.double(), k.double(), v.double(), *call[3:])
-    got = emulate(args, kw, S).view(ref.shape)
+    got = emulate(args, kw, S, T).view(ref.shape)
     torch.testing.assert_close(got, ref, atol=1e-6, rtol=1e-6)
+
+
+def test_a_plan_reused_for_other_lengths_passes_them(monkeypatch):
+    """A call signature planned at S = T = 640 serves a call at S = 640, T = 896 (the same size facts:
+    bucket 1024, multiples of 128 not of 256): its launch passes the call's own T and K/V descriptors of
+    T rows, and what it addresses is the float64 result (the kernel takes S and T apart)."""
+    import dtriton.backends.triton as bt
+    import dtriton.backends.triton.gluon as gm
+    import dtriton.plan.callspec as cs
+    import dtriton.runtime.kernel as rk
+    monkeypatch.setattr(rk, "backend_for", lambda dev: "gpu")
+    monkeypatch.setattr(cs, "_arch", lambda dev, interpret: 90)
+    seen = []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            return lambda *args, **kw: seen.append((grid, args, kw))
+
+    real = gm.launch_gluon
+    record = lambda fn, args, meta: real(Recorder(), args, meta)  # noqa: E731
+    monkeypatch.setattr(bt, "launch_gluon", record)
+    monkeypatch.setattr(gm, "launch_gluon", record)
+    kern = dt.compile(attention, dt.Schedule(warp_specialize=True))
+    for S, T in ((640, 640), (640, 896)):
+        q, k, v = qkv(1, 2, S, 64, T=T, seed=T)
+        out = kern(q, k, v, 0.1)
+        grid, args, kw = seen[-1]
+        assert (args[6], args[7]) == (S, T) and list(args[1].shape) == [2 * T, 64]
+        got = emulate(args, kw, S, T).view(out.shape)
+        torch.testing.assert_close(got, attention.reference(q.double(), k.double(), v.double(), 0.1))
+    assert len(seen) == 2
 
 
 def test_gluon_launch_refuses_a_zero_group(monkeypatch):

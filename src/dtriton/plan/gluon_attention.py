@@ -15,8 +15,10 @@ same leading (batch, head) axes in every tensor, or grouped-query attention (K a
 ``h // rep`` of the last lead axis ``h``, ``rep`` an int argument or literal, as torch's ``enable_gqa``:
 any group the call binds, H = G * rep or not, the kernel's K/V head map is general); also the forward
 autograd runs for it (:func:`~dtriton.grad.augmented_forward`: the output, the row log-sum-exp
-``max + log(sum)`` in fp32, the output again), whose statistic the kernel stores. :func:`plan_gluon_attention` takes the decision for
-one call: eligible only where every fact the kernel relies on holds, else the reason (a
+``max + log(sum)`` in fp32, the output again), whose statistic the kernel stores. The query and key
+lengths S and T may differ (multiples of 128; a plan taken at S = T serves calls of other lengths with
+the same size facts: the kernel takes both). :func:`plan_gluon_attention` takes the decision for one
+call: eligible only where every fact the kernel relies on holds, else the reason (a
 ``ScheduleWarning``; the Triton kernel runs).
 """
 
@@ -32,7 +34,7 @@ from ..ir import Algorithm, Axis, Binary, Const, Load, Reduce, ScalarParam, Unar
 __all__ = ["AttentionMatch", "GluonAttention", "GLUON_TILE", "match_attention", "match_output", "plan_gluon_attention"]
 
 #: Query and key rows per tile of every Gluon variant (128 query rows per program: two 64-row consumers or
-#: one 128-row tile; 128 keys per step): the sequence length must be a multiple of it.
+#: one 128-row tile; 128 keys per step): the query and key lengths must be multiples of it.
 GLUON_TILE = 128
 
 
@@ -303,8 +305,8 @@ def plan_gluon_attention(alg: Algorithm, sizes: Mapping[str, int], dtypes: Mappi
     d, e, s, t = sizes[m.d], sizes[m.e], sizes[m.i], sizes[m.j]
     if d != e or d not in (64, 128):
         return None, f"{head}: it needs the head dims {m.d} and {m.e} equal, 64 or 128 (got {d} and {e})"
-    if s != t or s % GLUON_TILE:
-        return None, (f"{head}: it needs the query and key lengths equal and multiples of {GLUON_TILE} "
+    if s % GLUON_TILE or t % GLUON_TILE or not t:
+        return None, (f"{head}: it needs the query and key lengths multiples of {GLUON_TILE}, the keys not none "
                       f"(got {m.i}={s}, {m.j}={t})")
     if i64:
         return None, f"{head}: the tensors need 64-bit offsets (TMA coordinates are 32-bit)"

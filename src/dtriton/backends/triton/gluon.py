@@ -97,19 +97,19 @@ def launch_gluon(fn: Any, call: Sequence[Any], meta: KernelMeta) -> None:
     scalars = dict(zip(meta.scalars, call[n + sum(meta.tensor_ndim[t] for t in meta.tensors):]))
     scale = float(scalars[f"s_{g.match.scale_param}"]) if g.match.scale is None else g.match.scale
     heads = kv_heads(g, q, k, scalars)
-    D, S = g.d, q.shape[-2]
+    D, S, T = g.d, q.shape[-2], k.shape[-2]
     rows = q.numel() // D
     qb, kb = [g.bmc, D], [g.bn, D]
     descs = [TensorDescriptor.from_tensor(t.view(t.numel() // D, D), box, shared_layout(box, g.dtype))
              for t, box in ((q, qb), (k, kb), (v, kb), (o, qb))]
     qk_scale = scale * LOG2E
     if g.kernel == "pipe":
-        fn[(S // g.bmc, rows // S)](*descs, lse, qk_scale, S, *heads, **meta.consts, NEG_SCALE=qk_scale < 0,
+        fn[(S // g.bmc, rows // S)](*descs, lse, qk_scale, S, T, *heads, **meta.consts, NEG_SCALE=qk_scale < 0,
                                     num_warps=g.nw)
     else:
         n_q = rows // g.block_rows
         grid = min(n_q, torch.cuda.get_device_properties(q.device).multi_processor_count) if g.persist else n_q
-        fn[(grid,)](*descs, lse, qk_scale, S, n_q, *heads, **meta.consts, NEG_SCALE=qk_scale < 0, num_warps=g.nw)
+        fn[(grid,)](*descs, lse, qk_scale, S, T, n_q, *heads, **meta.consts, NEG_SCALE=qk_scale < 0, num_warps=g.nw)
     if n > 4:
         if lse is not view:
             view.copy_(lse)
