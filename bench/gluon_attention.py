@@ -3,10 +3,11 @@
 bench/probe_gluon_attention.py checks and times them. The kernels themselves are dtriton's
 (src/dtriton/backends/triton/gluon_kernels.py, the lowering ``warp_specialize=True`` runs on sm_90:
 dtriton.plan.gluon_attention); this module keeps the probe's variants, launcher and sm_90 compile.
-Attention forward of contiguous (B, H, S, D) fp16 Q, K, V (S = T, D 64 or 128, scale 1/sqrt(D),
-S a multiple of the tiles): O fp16 (B, H, S, D) and the row log-sum-exp LSE fp32 (B, H, S)
-(natural log, of the scaled scores), online softmax in base 2. Q, K, V and O are addressed as
-(B*H*S, D) by host TMA descriptors.
+Attention forward of contiguous (B, H, S, D) fp16 Q and (B, G, S, D) K, V (G = H, or G dividing H:
+grouped-query attention, query head h reading K/V head h // (H / G); S = T, D 64 or 128, scale
+1/sqrt(D), S a multiple of the tiles): O fp16 (B, H, S, D) and the row log-sum-exp LSE fp32 (B, H, S)
+(natural log, of the scaled scores), online softmax in base 2. Q and O are addressed as (B*H*S, D),
+K and V as (B*G*S, D) by host TMA descriptors.
 
 Kernels (``VARIANTS`` names configurations of them; :func:`gluon_attention` launches one,
 :func:`compile_sm90` compiles one for sm_90 without a GPU):
@@ -114,19 +115,22 @@ def q_block(cfg, D: int) -> list[int]:
 def gluon_attention(q, k, v, cfg, causal: bool):
     """A launcher of the Gluon kernel of ``cfg`` on ``q, k, v`` and its outputs: ``(launch, O, LSE)``;
     ``launch()`` (re)computes O (B, H, S, D) fp16 and LSE (B, H, S) fp32 (natural log) of
-    ``softmax(q k^T / sqrt(D)) v``, descriptors and outputs made once. q, k, v: equal contiguous
-    (B, H, S, D) fp16 CUDA tensors, D 64 or 128, S a multiple of the configuration's tiles; other
-    shapes raise ValueError."""
+    ``softmax(q k^T / sqrt(D)) v``, descriptors and outputs made once. q: contiguous (B, H, S, D), k, v:
+    contiguous (B, G, S, D) with G dividing H (grouped-query attention when G < H: query head h reads
+    K/V head h // (H / G)), fp16 CUDA tensors, D 64 or 128, S a multiple of the configuration's tiles;
+    other shapes raise ValueError."""
     B, H, S, D = q.shape
+    G = k.shape[1]
     bm, bn = block_rows(cfg), cfg["BN"]
-    if (q.dtype != torch.float16 or D not in (64, 128) or S % bm or S % bn or k.shape != q.shape
-            or v.shape != q.shape or not all(t.is_contiguous() for t in (q, k, v))):
-        raise ValueError(f"gluon_attention: needs equal contiguous fp16 (B, H, S, D) q/k/v, D 64 or 128, S a multiple "
-                         f"of {bm} and {bn}; got {tuple(q.shape)} {q.dtype}")
+    if (q.dtype != torch.float16 or D not in (64, 128) or S % bm or S % bn or k.shape != (B, G, S, D) or H % G
+            or v.shape != k.shape or not all(t.is_contiguous() for t in (q, k, v))):
+        raise ValueError(f"gluon_attention: needs contiguous fp16 (B, H, S, D) q and (B, G, S, D) k/v, G dividing H, "
+                         f"D 64 or 128, S a multiple of {bm} and {bn}; got {tuple(q.shape)} {tuple(k.shape)} {q.dtype}")
+    heads = (H, G, H // G) if G != H else (1, 1, 1)   # the kernel's K/V head map (HQ, HKV, GROUP)
     o = torch.empty_like(q)
     lse = torch.empty(B, H, S, device=q.device, dtype=torch.float32)
     qb, kb = q_block(cfg, D), [bn, D]
-    descs = [TensorDescriptor.from_tensor(t.view(B * H * S, D), box, smem_layout(box))
+    descs = [TensorDescriptor.from_tensor(t.view(t.numel() // D, D), box, smem_layout(box))
              for t, box in ((q, qb), (k, kb), (v, kb), (o, qb))]
     meta, nw = launch_meta(cfg, D, causal)
     kernel, scale = kernel_of(cfg), D ** -0.5 * LOG2E
@@ -138,7 +142,7 @@ def gluon_attention(q, k, v, cfg, causal: bool):
         grid, extra = (min(n_q, n_sm) if cfg["PERSIST"] else n_q, ), (n_q, )
 
     def launch():
-        kernel[grid](*descs, lse, scale, S, *extra, **meta, num_warps=nw)
+        kernel[grid](*descs, lse, scale, S, S, *extra, *heads, **meta, num_warps=nw)   # (S, T: here T = S)
 
     return launch, o, lse
 
@@ -150,9 +154,11 @@ def compile_sm90(cfg, D: int, causal: bool):
     qb, kb = q_block(cfg, D), [cfg["BN"], D]
     desc = lambda box: f"tensordesc<fp16[{box[0]},{box[1]}],{smem_layout(box)!r}>"  # noqa: E731
     sig = {"q_desc": desc(qb), "k_desc": desc(kb), "v_desc": desc(kb), "o_desc": desc(qb), "lse_ptr": "*fp32",
-           "qk_scale": "fp32", "S": "i32"} | ({"n_q_tiles": "i32"} if cfg["kernel"] == "ws" else {})
+           "qk_scale": "fp32", "S": "i32", "T": "i32"} | ({"n_q_tiles": "i32"} if cfg["kernel"] == "ws" else {})
+    sig |= {"HQ": "i32", "HKV": "i32", "GROUP": "i32"}   # (the K/V head map of grouped-query attention)
     sig |= {k: "constexpr" for k in meta}
     attrs = {(fn.arg_names.index("lse_ptr"),): [["tt.divisibility", 16]],
-             (fn.arg_names.index("S"),): [["tt.divisibility", 16]]}
+             (fn.arg_names.index("S"),): [["tt.divisibility", 16]],
+             (fn.arg_names.index("T"),): [["tt.divisibility", 16]]}
     src = GluonASTSource(fn, sig, meta, attrs)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": nw})

@@ -21,8 +21,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dtriton as dt  # noqa: E402
-from dtriton.library import (attention, causal_attention, column_sum, cross_entropy, layer_norm,  # noqa: E402
-                             linear_relu, log_softmax, matmul, rms_norm, softmax, spatial_diffusion)
+from dtriton.library import (attention, causal_attention, column_sum, cross_entropy, gqa_attention,  # noqa: E402
+                             layer_norm, linear_relu, log_softmax, matmul, rms_norm, softmax, spatial_diffusion)
 
 TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 
@@ -44,6 +44,27 @@ def gather_by_argmax(X: dt.Tensor["M", "N"], S: dt.Tensor["M", "N"]):
     i, j = dt.axes("i j")
     k = dt.argmax(S[i, j], over=j)
     return (X[i, k] + dt.prod(X[i, j], over=j))[i], k[i]
+
+
+@dt.algorithm
+def gqa_causal4(Q: dt.Tensor["B", "H", "S", "D"], K: dt.Tensor["B", "G", "T", "D"], V: dt.Tensor["B", "G", "T", "D"],
+                scale: float):
+    """Causal grouped-query attention, the group a literal: query head h reads K/V head h // 4."""
+    b, h, i, j, d, e = dt.axes("b h i j d e")
+    s = dt.where(j <= i, dt.sum(Q[b, h, i, d] * K[b, h // 4, j, d], over=d) * scale, -float("inf"))
+    p = dt.exp(s - dt.max(s, over=j))
+    return (dt.sum(p * V[b, h // 4, j, e], over=j) / dt.sum(p, over=j))[b, h, i, e]
+
+
+@dt.algorithm
+def causal_st(Q: dt.Tensor["B", "H", "S", "D"], K: dt.Tensor["B", "H", "T", "D"], V: dt.Tensor["B", "H", "T", "D"],
+              scale: float):
+    """Causal attention with the query and key lengths apart (top-left aligned: key j <= query i, as
+    torch's is_causal)."""
+    b, h, i, j, d, e = dt.axes("b h i j d e")
+    s = dt.where(j <= i, dt.sum(Q[b, h, i, d] * K[b, h, j, d], over=d) * scale, -float("inf"))
+    p = dt.exp(s - dt.max(s, over=j))
+    return (dt.sum(p * V[b, h, j, e], over=j) / dt.sum(p, over=j))[b, h, i, e]
 
 
 def reduction_cases(case, rnd, S, dev, dtype, g):
@@ -215,26 +236,29 @@ def main(argv=None):
 def gluon_grads(rows, rnd, dry: bool) -> None:
     """Gradients through the Gluon saving forward (warp_specialize=True, inputs requiring grad: the
     forward stores the output, the row log-sum-exp and the output again; the derived backward reads
-    them), fp16, against torch autograd of ``alg.reference`` in float64."""
-    for alg, D in ((attention, 128), (causal_attention, 64)):
+    them), fp16, against torch autograd of ``alg.reference`` in float64: attention D128, causal D64,
+    grouped-query D128 (5 query heads over 2 K/V heads, rep 3)."""
+    for alg, D in ((attention, 128), (causal_attention, 64), (gqa_attention, 128)):
         if True:
             B, H, S = (3, 5, 256) if not dry else (1, 2, 16)
+            G = 2 if alg is gqa_attention else H   # (grouped-query: 5 query heads over 2 K/V heads, rep 3)
+            extra = (3,) if alg is gqa_attention else ()
             D_ = D if not dry else 16
-            ins = [rnd(B, H, S, D_, dtype=torch.float16).requires_grad_() for _ in range(3)]
+            ins = [rnd(B, n, S, D_, dtype=torch.float16).requires_grad_() for n in (H, G, G)]
             refs = [x.detach().double().cpu().requires_grad_() for x in ins]
-            name = f"grad gluon {alg.name} B{B} H{H} S{S} D{D_}"
+            name = f"grad gluon {alg.name} B{B} H{H}{f' G{G}' if G != H else ''} S{S} D{D_}"
             try:
                 kern = dt.compile(alg, dt.Schedule(warp_specialize=True))
                 if not dry:   # which kernels the saving forward launches (the Gluon kernel's name: attn_fwd_*)
                     from torch.profiler import ProfilerActivity, profile
                     with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                        kern(*ins, D_ ** -0.5)
+                        kern(*ins, D_ ** -0.5, *extra)
                         torch.cuda.synchronize()
                     ran = [e.key for e in prof.key_averages()]
-                out = kern(*ins, D_ ** -0.5)
+                out = kern(*ins, D_ ** -0.5, *extra)
                 w = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out.device, torch.float16)
                 (out.float() * w.float()).sum().backward()
-                ro = alg.reference(*refs, D_ ** -0.5)
+                ro = alg.reference(*refs, D_ ** -0.5, *extra)
                 (ro * w.double().cpu()).sum().backward()
                 err = max([relerr(out.detach(), ro.detach())] + [relerr(x.grad, r.grad) for x, r in zip(ins, refs)])
                 status, note = ("ok" if err <= 2e-2 else "WRONG"), "output and dQ, dK, dV"
@@ -272,6 +296,35 @@ def gluon_cases(case, rnd, dry: bool) -> None:
         case(f"gluon fallback {alg.name} S200 D128", alg, (q, k, v, 0.088), ws, dtype=torch.float16, gluon=False)
     q, k, v = (rnd(2, 3, 256 if not dry else 16, 64 if not dry else 16) for _ in range(3))
     case("gluon fallback attention fp32 S256 D64", attention, (q, k, v, 0.125), ws, dtype=torch.float32, gluon=False)
+    gluon_gqa_cases(case, rnd, dry)
+    for alg, S, T in ((attention, 256, 640), (causal_st, 384, 128), (causal_st, 128, 384), (causal_st, 640, 1024)):
+        for D in (64, 128):   # the query and key lengths apart (both multiples of 128)
+            S_, T_, D_ = (37, 23, 16) if dry else (S, T, D)
+            q, k, v = rnd(3, 5, S_, D_, dtype=torch.float16), rnd(3, 5, T_, D_, dtype=torch.float16), \
+                rnd(3, 5, T_, D_, dtype=torch.float16)
+            case(f"gluon {alg.name} B3 H5 S{S_} T{T_} D{D_}", alg, (q, k, v, D_ ** -0.5), ws, dtype=torch.float16,
+                 gluon=not dry)
+
+
+def gluon_gqa_cases(case, rnd, dry: bool) -> None:
+    """Grouped-query attention as the Gluon forward: ``gqa_attention`` (K/V head h // rep, rep an
+    argument) at H = G * rep (B3 H6 G2, B2 H32 G8) and at H = 5, G = 2, rep = 3 (the last group short),
+    D64 and D128, fp16 and bf16, S 256 and 1024; ``gqa_causal4`` (causal, the group a literal 4, S 512,
+    T 256)."""
+    ws = dt.Schedule(warp_specialize=True)
+    for dtype in (torch.float16, torch.bfloat16):
+        for D in (64, 128):
+            for (B, H, G, S) in ((3, 6, 2, 256), (2, 32, 8, 1024), (3, 5, 2, 256)):
+                rep = 3 if H == 5 else H // G
+                S_, D_ = (37, 16) if dry else (S, D)
+                q = rnd(B, H, S_, D_, dtype=dtype)
+                k, v = (rnd(B, G, S_, D_, dtype=dtype) for _ in range(2))
+                case(f"gluon gqa_attention B{B} H{H} G{G} rep{rep} S{S_} D{D_}", gqa_attention,
+                     (q, k, v, D_ ** -0.5, rep), ws, dtype=dtype, gluon=not dry)
+            q = rnd(2, 8, 512 if not dry else 37, D if not dry else 16, dtype=dtype)
+            k, v = (rnd(2, 2, 256 if not dry else 29, D if not dry else 16, dtype=dtype) for _ in range(2))
+            case(f"gluon gqa_causal4 B2 H8 G2 S{q.shape[2]} T{k.shape[2]} D{q.shape[3]}", gqa_causal4,
+                 (q, k, v, q.shape[3] ** -0.5), ws, dtype=dtype, gluon=not dry)
 
 
 def finish(a, rows) -> int:

@@ -48,7 +48,7 @@ VARIANTS = [
     ("tma ws 128x128 w4 s2", "ng", _v((128, 128), 4, 2, access="tma", warp_specialize=True)),
     # the Gluon attention forward (plan.gluon_attention: warp_specialize=True on sm_90 prints the hand-written
     # Gluon kernel; its own tiles); the row's "gluon" says whether it ran
-    ("gluon", "nc", dict(warp_specialize=True)),
+    ("gluon", "ncg", dict(warp_specialize=True)),
     ("reverse", "c", dict(tile_order="reverse")),
     ("tma 128x64 w8 s3 reverse", "c", _v((128, 64), 8, 3, access="tma", tile_order="reverse")),
     ("heavy first", "c", dict(grid=["i", "b", "h"], tile_order="reverse")),

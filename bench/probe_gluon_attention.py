@@ -1,11 +1,12 @@
 """Probe: can a hand-written Gluon attention forward in Triton 3.6 reach cuDNN's rate on the H200 (issue 18)?
 
-    PYTHONPATH=src python3 bench/probe_gluon_attention.py [--cases n4096x128,n1024x64,c4096x128]
+    PYTHONPATH=src python3 bench/probe_gluon_attention.py [--cases n4096x128,n1024x64,c4096x128,n4096x128g8]
                                                           [--only NAME,...] [--out DIR] [--compile-only]
 
 The kernels and their configurations (``VARIANTS``) are in bench/gluon_attention.py (self-contained:
-Triton 3.6's Gluon and torch only). A case is ``<n|c><S>x<D>`` at B4 H32 (``--batch``, ``--heads``):
-``n`` non-causal, ``c`` causal.
+Triton 3.6's Gluon and torch only). A case is ``<n|c><S>x<D>[g<G>]`` at B4 H32 (``--batch``, ``--heads``):
+``n`` non-causal, ``c`` causal; ``g<G>``: grouped-query attention, K and V of G heads (G dividing H),
+query head h reading K/V head h // (H / G), against SDPA ``enable_gqa=True``.
 
 On the GPU each variant is checked against torch SDPA in fp32 math (max abs error of O and of LSE
 against ``logsumexp``), then timed by ``triton.testing.do_bench`` beside torch SDPA (default backend;
@@ -88,17 +89,26 @@ def compile_only(cases, only, out) -> list[dict]:
 # ---------------------------------------------------------------- GPU: check and time
 
 def parse_case(spec: str) -> tuple[str, int, int]:
-    """``n4096x128`` -> ("n", 4096, 128): kind n (non-causal) or c (causal), S, D."""
-    m = re.fullmatch(r"([nc])(\d+)x(\d+)", spec)
+    """``n4096x128`` -> ("n", 4096, 128): kind n (non-causal) or c (causal), S, D (see :func:`kv_heads`)."""
+    m = re.fullmatch(r"([nc])(\d+)x(\d+)(?:g\d+)?", spec)
     if not m:
-        raise ValueError(f"--cases: {spec!r} is not <n|c><S>x<D> (e.g. n4096x128)")
+        raise ValueError(f"--cases: {spec!r} is not <n|c><S>x<D>[g<G>] (e.g. n4096x128, n4096x128g8)")
     return m.group(1), int(m.group(2)), int(m.group(3))
 
 
+def kv_heads(spec: str, H: int) -> int:
+    """The K/V heads of case ``spec``: G of a ``g<G>`` suffix (grouped-query attention), else H."""
+    m = re.search(r"g(\d+)$", spec)
+    return int(m.group(1)) if m else H
+
+
 def reference(q, k, v, causal: bool):
-    """(O, LSE) in fp32 math, one batch at a time (scores materialised; TF32 off)."""
+    """(O, LSE) in fp32 math, one batch at a time (scores materialised; TF32 off); K/V of fewer heads
+    (grouped-query) are repeated, query head h reading K/V head h // (H / G)."""
     torch.backends.cuda.matmul.allow_tf32 = False
     B, H, S, D = q.shape
+    if k.shape[1] != H:
+        k, v = (t.repeat_interleave(H // k.shape[1], dim=1) for t in (k, v))
     os_, ls = [], []
     mask = torch.ones(S, S, device=q.device, dtype=torch.bool).tril() if causal else None
     for b in range(B):
@@ -143,11 +153,14 @@ def run_case(spec, only, B, H, out_rows, save) -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
     kind, S, D = parse_case(spec)
     causal = kind == "c"
+    G = kv_heads(spec, H)
     torch.manual_seed(0)
-    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.float16) for _ in range(3))
+    q = torch.randn(B, H, S, D, device="cuda", dtype=torch.float16)
+    k, v = (torch.randn(B, G, S, D, device="cuda", dtype=torch.float16) for _ in range(2))
     o_ref, lse_ref = reference(q, k, v, causal)
     flops = 4 * B * H * S * S * D * (0.5 if causal else 1.0)
-    print(f"== {spec}: attention fp16 B{B} H{H} S{S} D{D} {'causal' if causal else 'non-causal'} "
+    print(f"== {spec}: attention fp16 B{B} H{H}{f' G{G}' if G != H else ''} S{S} D{D} "
+          f"{'causal' if causal else 'non-causal'} "
           f"({flops / 1e12:.2f} TFLOP visible)", flush=True)
     print(f"  {'variant':40s} {'us':>9} {'TFLOP/s':>8} {'vs SDPA':>8} {'err O':>9} {'err LSE':>9}", flush=True)
     sd_us = None
@@ -172,8 +185,8 @@ def run_case(spec, only, B, H, out_rows, save) -> None:
         print(f"  {row['variant']:40s} {us} {tf} {vs} {eo} {el}" + (f"  {row['note']}" if row.get("note") else ""),
               flush=True)
 
-    base = dict(case=spec, B=B, H=H, S=S, D=D, causal=causal)
-    sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+    base = dict(case=spec, B=B, H=H, G=G, S=S, D=D, causal=causal)
+    sdpa = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=G != H)  # noqa: E731
     try:
         backend = sdpa_backend(sdpa)
     except Exception as e:  # noqa: BLE001 - the profiler is a side show
@@ -227,6 +240,8 @@ def main(argv=None) -> None:
     try:
         for c in cases:
             parse_case(c)
+            if a.heads % kv_heads(c, a.heads):
+                raise ValueError(f"--cases: {c!r}: {kv_heads(c, a.heads)} K/V heads do not divide {a.heads} heads")
     except ValueError as e:
         ap.error(str(e))
     only = {s.strip() for s in a.only.split(",") if s.strip()}

@@ -116,7 +116,7 @@ def test_probe_gluon_attention_compiles_for_sm90(tmp_path):
     ping-pong Gluon kernels compile for sm_90 here (no GPU), without register spills, within the
     H100/H200 shared-memory limit, the warp-specialised one with its worker register requests."""
     only = "pipe m128n128 s2 w8 ovl,ws 2x(m64 w4) n128 s2 ovl pp"
-    run_bench(["bench/probe_gluon_attention.py", "--compile-only", "--cases", "n1024x64,c1024x128", "--only", only],
+    run_bench(["bench/probe_gluon_attention.py", "--compile-only", "--cases", "n1024x64,c1024x128g8", "--only", only],
               tmp_path)
     rows = json.loads((tmp_path / "out" / "probe_gluon_attention.json").read_text())["rows"]
     assert len(rows) == 4 and not [r for r in rows if "error" in r], rows

@@ -12,10 +12,14 @@ launches the kernel the decision names (:mod:`dtriton.backends.triton.gluon`), n
 ``(sum_j exp(s - max_j s) * V[.., j, e] / sum_j exp(s - max_j s))[.., i, e]`` with
 ``s = sum_d Q[.., i, d] * K[.., j, d] * scale`` (the scale a float argument or a literal, on either
 side), optionally ``where(j <= i, s, -inf)`` (causal, top-left aligned, as torch's ``is_causal``), the
-same leading (batch, head) axes in every tensor; also the forward autograd runs for it
-(:func:`~dtriton.grad.augmented_forward`: the output, the row log-sum-exp ``max + log(sum)`` in fp32, the
-output again), whose statistic the kernel stores. :func:`plan_gluon_attention` takes the decision for
-one call: eligible only where every fact the kernel relies on holds, else the reason (a
+same leading (batch, head) axes in every tensor, or grouped-query attention (K and V read at head
+``h // rep`` of the last lead axis ``h``, ``rep`` an int argument or literal, as torch's ``enable_gqa``:
+any group the call binds, H = G * rep or not, the kernel's K/V head map is general); also the forward
+autograd runs for it (:func:`~dtriton.grad.augmented_forward`: the output, the row log-sum-exp
+``max + log(sum)`` in fp32, the output again), whose statistic the kernel stores. The query and key
+lengths S and T may differ (multiples of 128; a plan taken at S = T serves calls of other lengths with
+the same size facts: the kernel takes both). :func:`plan_gluon_attention` takes the decision for one
+call: eligible only where every fact the kernel relies on holds, else the reason (a
 ``ScheduleWarning``; the Triton kernel runs).
 """
 
@@ -31,7 +35,7 @@ from ..ir import Algorithm, Axis, Binary, Const, Load, Reduce, ScalarParam, Unar
 __all__ = ["AttentionMatch", "GluonAttention", "GLUON_TILE", "match_attention", "match_output", "plan_gluon_attention"]
 
 #: Query and key rows per tile of every Gluon variant (128 query rows per program: two 64-row consumers or
-#: one 128-row tile; 128 keys per step): the sequence length must be a multiple of it.
+#: one 128-row tile; 128 keys per step): the query and key lengths must be multiples of it.
 GLUON_TILE = 128
 
 
@@ -47,7 +51,10 @@ class AttentionMatch:
     ``lse`` (``max + log(sum of exp)`` per row, natural log of the scaled scores, fp32) and ``copy``
     (the output once more: the saved normalised sum); "" otherwise. ``lse_perm`` / ``copy_perm``: the
     dims of those outputs (laid out in the axis order of the algorithm's expression) in the order
-    (lead, i) / (lead, i, e): ``tensor.permute(perm)`` is the view in the kernel's order."""
+    (lead, i) / (lead, i, e): ``tensor.permute(perm)`` is the view in the kernel's order.
+    Grouped-query attention (``K[b, h // rep, j, d]``, ``V[b, h // rep, j, e]``: the last lead axis
+    divided, the same divisor in both): ``group`` is the literal divisor, or ``group_param`` names the
+    int argument (``group`` then 1); K and V's leading dims are (lead[:-1], G), G their own size."""
     q: str
     k: str
     v: str
@@ -64,6 +71,13 @@ class AttentionMatch:
     copy: str = ""
     lse_perm: tuple[int, ...] = ()
     copy_perm: tuple[int, ...] = ()
+    group: int = 1
+    group_param: str = ""
+
+    @property
+    def grouped(self) -> bool:
+        """Grouped-query attention: K and V are read at head ``h // group`` (``h`` the last lead axis)."""
+        return bool(self.group_param) or self.group != 1
 
 
 @dataclass(frozen=True)
@@ -112,11 +126,26 @@ def _same(a, b) -> bool:
     return len(ca) == len(cb) and all(_same(x, y) for x, y in zip(ca, cb))
 
 
-def _axes_of(ld) -> tuple[str, ...] | None:
-    """The plain axis names a load is indexed by (None: a computed index, a padded read)."""
-    if not isinstance(ld, Load) or ld.pad is not None or not ld.is_plain():
+def _grouped_axes(ld):
+    """``(axis names, (position, divisor))`` of a load indexed by distinct bare axes except at most one
+    ``a // rep`` (``rep`` an int argument or an int literal; the divisor its name or its int value;
+    ``(-1, 1)`` when none), else None (another computed index, a padded read)."""
+    if not isinstance(ld, Load) or ld.pad is not None:
         return None
-    return tuple(e.name for e in ld.index)
+    names, div = [], (-1, 1)
+    for k, e in enumerate(ld.index):
+        if isinstance(e, Binary) and e.op == "floordiv" and isinstance(e.a, Axis) and div[0] < 0:
+            if isinstance(e.b, ScalarParam) and e.b.pytype is int:
+                div = (k, e.b.name)
+            elif isinstance(e.b, Const) and e.b.integer:
+                div = (k, int(e.b.value))
+            else:
+                return None
+            e = e.a
+        if not isinstance(e, Axis):
+            return None
+        names.append(e.name)
+    return (tuple(names), div) if len(set(names)) == len(names) else None
 
 
 def _product(x):
@@ -207,20 +236,25 @@ def _parts(o):
     if qk is None:
         return None
     d = dot.over[0]
-    va, qa, ka = _axes_of(vload), _axes_of(qk[0]), _axes_of(qk[1])
-    if None in (va, qa, ka) or len(va) < 2 or len(o.layout) != len(va):
+    vg, qg, kg = _grouped_axes(vload), _grouped_axes(qk[0]), _grouped_axes(qk[1])
+    if None in (vg, qg, kg) or len(vg[0]) < 2 or len(o.layout) != len(vg[0]):
         return None
     lead, e = tuple(o.layout[:-2]), o.layout[-1]
     i = o.layout[-2]
-    if qa[-2:] == (j, d) and ka[-2:] == (i, d):
-        qk, qa, ka = qk[::-1], ka, qa
+    if qg[0][-2:] == (j, d) and kg[0][-2:] == (i, d):
+        qk, qg, kg = qk[::-1], kg, qg
+    (qa, qdiv), (ka, kdiv), (va, vdiv) = qg, kg, vg
     if not (qa == lead + (i, d) and ka == lead + (j, d) and va == lead + (j, e) and len({i, j, d, e} | set(lead))
             == len(lead) + 4):
         return None
+    # plain attention, or grouped-query: K and V read the last lead axis divided by the same int
+    if qdiv[0] >= 0 or kdiv != vdiv or kdiv[0] not in (-1, len(lead) - 1):
+        return None
     if mask is not None and mask != (j, i):
         return None
+    group, group_param = (kdiv[1], "") if isinstance(kdiv[1], int) else (1, kdiv[1])
     return AttentionMatch(qk[0].tensor.name, qk[1].tensor.name, vload.tensor.name, o.name, lead, i, j, d, e,
-                          scale, scale_param, mask is not None), mx, den
+                          scale, scale_param, mask is not None, group=group, group_param=group_param), mx, den
 
 
 def _variant(m: AttentionMatch, dtype: str, d: int) -> GluonAttention:
@@ -280,11 +314,13 @@ def _decide(alg, sizes, dtypes, out_dtypes, interpret, arch, dense, one_online_k
     d, e, s, t = sizes[m.d], sizes[m.e], sizes[m.i], sizes[m.j]
     if d != e or d not in (64, 128):
         return None, f"{head}: it needs the head dims {m.d} and {m.e} equal, 64 or 128 (got {d} and {e})"
-    if s != t or s % GLUON_TILE:
-        return None, (f"{head}: it needs the query and key lengths equal and multiples of {GLUON_TILE} "
+    if s % GLUON_TILE or t % GLUON_TILE or not t:
+        return None, (f"{head}: it needs the query and key lengths multiples of {GLUON_TILE}, the keys not none "
                       f"(got {m.i}={s}, {m.j}={t})")
     if i64:
         return None, f"{head}: the tensors need 64-bit offsets (TMA coordinates are 32-bit)"
+    if m.group < 1:
+        return None, f"{head}: K and V are read at head {m.lead[-1]} // {m.group}, a divisor below 1"
     loose = [n for n in (m.q, m.k, m.v, m.out) + ((m.lse, m.copy) if m.lse else ()) if n not in dense]
     if loose:
         return None, f"{head}: {', '.join(loose)} not contiguous with a 16-byte aligned base (TMA descriptors of (rows, D))"

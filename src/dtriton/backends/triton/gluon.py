@@ -15,11 +15,12 @@ from typing import Any, Sequence
 
 import torch
 
+from ...errors import ZeroDivisorError
 from ...plan.gluon_attention import GluonAttention
 from ...plan.kernel import KernelPlan
 from ..base import KernelMeta
 
-__all__ = ["GluonLauncher", "constants", "kernel_name", "launch_gluon", "render_gluon", "shared_layout"]
+__all__ = ["GluonLauncher", "constants", "kernel_name", "kv_heads", "launch_gluon", "render_gluon", "shared_layout"]
 
 LOG2E = 1.4426950408889634
 
@@ -54,6 +55,8 @@ def render_gluon(k: KernelPlan) -> tuple[str, KernelMeta]:
         f"# {k.name}: the Gluon attention forward (Hopper), decided by dtriton.plan.gluon_attention",
         f"#   O[{', '.join(m.lead + (m.i, m.e))}] = softmax_{m.j}({m.q} . {m.k} over {m.d} * scale"
         f"{', causal j <= i' if m.causal else ''}) . {m.v}; scale {scale}",
+        *([f"#   grouped-query: {m.k} and {m.v} read at head {m.lead[-1]} // "
+           f"{m.group_param or m.group} (their rows start at kv head * T)"] if m.grouped else []),
         f"#   {g.dtype}, head dim {g.d}: {desc} {' '.join(flags)}",
         *([f"#   saving forward: {m.lse} = the row log-sum-exp (natural log, fp32), {m.copy} = a copy of {m.out}"]
           if m.lse else []),
@@ -64,7 +67,7 @@ def render_gluon(k: KernelPlan) -> tuple[str, KernelMeta]:
         ""])
     names = [m.q, m.k, m.v, m.out] + ([m.lse, m.copy] if m.lse else [])
     ndim = {t: len(m.lead) + (1 if t == m.lse else 2) for t in names}
-    scalars = [f"s_{m.scale_param}"] if m.scale is None else []
+    scalars = ([f"s_{m.scale_param}"] if m.scale is None else []) + ([f"s_{m.group_param}"] if m.group_param else [])
     return text, KernelMeta(k.name, names, ndim, [], scalars, constants(g), k)
 
 
@@ -91,24 +94,44 @@ def launch_gluon(fn: Any, call: Sequence[Any], meta: KernelMeta) -> None:
     if n > 4:   # a saving forward: the LSE in the kernel's (lead, i) order, through a buffer where laid out otherwise
         view = call[4].permute(g.match.lse_perm)
         lse = view if view.is_contiguous() else torch.empty(view.shape, dtype=torch.float32, device=o.device)
-    rest = call[n + sum(meta.tensor_ndim[t] for t in meta.tensors):]
-    scale = float(rest[0]) if g.match.scale is None else g.match.scale
-    D, S = g.d, q.shape[-2]
+    scalars = dict(zip(meta.scalars, call[n + sum(meta.tensor_ndim[t] for t in meta.tensors):]))
+    scale = float(scalars[f"s_{g.match.scale_param}"]) if g.match.scale is None else g.match.scale
+    heads = kv_heads(g, q, k, scalars)
+    D, S, T = g.d, q.shape[-2], k.shape[-2]
     rows = q.numel() // D
     qb, kb = [g.bmc, D], [g.bn, D]
-    descs = [TensorDescriptor.from_tensor(t.view(rows, D), box, shared_layout(box, g.dtype))
+    descs = [TensorDescriptor.from_tensor(t.view(t.numel() // D, D), box, shared_layout(box, g.dtype))
              for t, box in ((q, qb), (k, kb), (v, kb), (o, qb))]
     qk_scale = scale * LOG2E
     if g.kernel == "pipe":
-        fn[(S // g.bmc, rows // S)](*descs, lse, qk_scale, S, **meta.consts, NEG_SCALE=qk_scale < 0, num_warps=g.nw)
+        fn[(S // g.bmc, rows // S)](*descs, lse, qk_scale, S, T, *heads, **meta.consts, NEG_SCALE=qk_scale < 0,
+                                    num_warps=g.nw)
     else:
         n_q = rows // g.block_rows
         grid = min(n_q, torch.cuda.get_device_properties(q.device).multi_processor_count) if g.persist else n_q
-        fn[(grid,)](*descs, lse, qk_scale, S, n_q, **meta.consts, NEG_SCALE=qk_scale < 0, num_warps=g.nw)
+        fn[(grid,)](*descs, lse, qk_scale, S, T, n_q, *heads, **meta.consts, NEG_SCALE=qk_scale < 0, num_warps=g.nw)
     if n > 4:
         if lse is not view:
             view.copy_(lse)
         call[5].permute(g.match.copy_perm).copy_(o)   # the saved normalised output: the output itself
+
+
+def kv_heads(g: GluonAttention, q: torch.Tensor, k: torch.Tensor, scalars) -> tuple[int, int, int]:
+    """``(HQ, HKV, GROUP)`` of the kernel's K/V head map: the (lead) program of flat query head ``bh``
+    reads K/V rows from flat head ``(bh // HQ) * HKV + (bh % HQ) // GROUP``, i.e. query head ``h`` of
+    the last lead axis (HQ of them in Q) reads K/V head ``h // GROUP`` (HKV in K); (1, 1, 1): the same
+    head (no grouping). ``scalars``: the call's scalar arguments by kernel name (``s_<param>``).
+
+    Raises:
+        ZeroDivisorError: the group argument is 0 (``h // rep`` has no value)."""
+    m = g.match
+    if not m.grouped:
+        return 1, 1, 1
+    group = int(scalars[f"s_{m.group_param}"]) if m.group_param else m.group
+    if group == 0:
+        raise ZeroDivisorError(f"{m.lead[-1]} // {m.group_param}: the divisor {m.group_param} is 0; an integer // by 0 "
+                               f"has no value (torch raises ZeroDivisionError). Pass a nonzero {m.group_param}")
+    return q.shape[len(m.lead) - 1], k.shape[len(m.lead) - 1], group
 
 
 class GluonLauncher:
@@ -126,7 +149,7 @@ class GluonLauncher:
         m = L.meta.ir.gluon.match
         pos = {p.name: i for i, p in enumerate(alg.params)}
         self.inputs = [pos[m.q], pos[m.k], pos[m.v]]
-        self.scale = pos[m.scale_param] if m.scale is None else None
+        self.scalars = [pos[s[2:]] for s in L.meta.scalars]   # (the scale, the group: as the metadata orders them)
         self.allocs = [(tuple(b.axis_sizes[a] for a in o.layout), dt) for o, dt in zip(alg.outputs, b.out_dtypes)]
         self.device = b.device
         self.strides = [0] * sum(L.meta.tensor_ndim.values())   # (the launcher reads none)
@@ -146,9 +169,7 @@ class GluonLauncher:
     def into(self, args, outs: Sequence[torch.Tensor]):
         """Launch on ``args`` writing ``outs`` (which :meth:`takes` accepted); returns the output, or the
         tuple of them."""
-        call = [args[p] for p in self.inputs] + list(outs) + self.strides
-        if self.scale is not None:
-            call.append(args[self.scale])
+        call = [args[p] for p in self.inputs] + list(outs) + self.strides + [args[p] for p in self.scalars]
         launch_gluon(self.fn, call, self.meta)
         return outs[0] if len(outs) == 1 else tuple(outs)
 

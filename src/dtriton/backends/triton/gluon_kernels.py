@@ -2,10 +2,11 @@
 
 Device code only; :mod:`.gluon` prints, launches and compiles them as :class:`~dtriton.plan.GluonAttention`
 decides (moved from bench/gluon_attention.py, which keeps its own copy for the probe).
-Attention forward of (rows, D) views of contiguous (..., S, D) 16-bit Q, K, V (S = T, D 64 or 128, S a
-multiple of the tiles), addressed by host TMA descriptors: O in Q's dtype and, with ``STORE_LSE``, the
-row log-sum-exp fp32 (natural log, of the scaled scores); online softmax in base 2 (``qk_scale`` =
-scale * log2 e). ``NEG_SCALE``: the scale is negative (the row maximum of the scaled scores is the scaled
+Attention forward of (rows, D) views of contiguous (..., S, D) 16-bit Q and (..., T, D) K, V (D 64 or 128,
+S and T multiples of the tiles; causal top-left aligned, key j <= query i, as torch's ``is_causal``;
+grouped-query attention through the K/V head map of :func:`_kv_row`), addressed by host TMA
+descriptors: O in Q's dtype and, with ``STORE_LSE``, the row log-sum-exp fp32 (natural log, of the
+scaled scores); online softmax in base 2 (``qk_scale`` = scale * log2 e). ``NEG_SCALE``: the scale is negative (the row maximum of the scaled scores is the scaled
 minimum; masked scores are +inf before scaling).
 
 - :func:`attn_fwd_pipe` (no warp specialisation): one program per BM query rows of one head, ``NW``
@@ -42,6 +43,14 @@ LOG2E = 1.4426950408889634
 def mma_layout(nw, n):
     """wgmma accumulator layout of ``nw`` warps stacked along M, instruction N = ``n`` (fp16: K 16)."""
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[nw, 1], instr_shape=[16, n, 16])
+
+
+@gluon.jit
+def _kv_row(bh, S, HQ, HKV, GROUP):
+    """Flat row of the first key of query head ``bh`` (flat over the lead axes, the query heads last,
+    HQ of them): K/V head ``(bh // HQ) * HKV + (bh % HQ) // GROUP`` times the sequence length (grouped-query
+    attention: HKV heads in K, query head h reads K/V head h // GROUP; HQ = HKV = GROUP = 1: head bh)."""
+    return ((bh // HQ) * HKV + (bh % HQ) // GROUP) * S
 
 
 @gluon.jit
@@ -106,10 +115,11 @@ def _pipe_load(k_desc, v_desc, k_smem, v_smem, k_bar, v_bar, kv_row, j, n_tiles,
 
 
 @gluon.jit
-def attn_fwd_pipe(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, S,
+def attn_fwd_pipe(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, S, T, HQ, HKV, GROUP,
                   D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr,
                   OVERLAP: gl.constexpr, CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, NEG_SCALE: gl.constexpr):
-    """Attention forward, one program per (BM query rows, head); see the module docstring."""
+    """Attention forward, one program per (BM query rows, head); see the module docstring (``HQ``,
+    ``HKV``, ``GROUP``: the K/V head map of :func:`_kv_row`)."""
     dtype: gl.constexpr = q_desc.dtype
     s_layout: gl.constexpr = mma_layout(NW, BN)
     o_layout: gl.constexpr = mma_layout(NW, D)
@@ -122,11 +132,8 @@ def attn_fwd_pipe(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, S,
         pid_m = gl.num_programs(0) - 1 - pid_m
     bh = gl.program_id(1)
     q_row = bh * S + pid_m * BM
-    kv_row = bh * S
-    if CAUSAL:
-        n_tiles = gl.cdiv((pid_m + 1) * BM, BN)
-    else:
-        n_tiles = S // BN
+    kv_row = _kv_row(bh, T, HQ, HKV, GROUP)
+    n_tiles = _key_tiles(pid_m * BM, T, BM, BN, CAUSAL)
 
     q_smem = gl.allocate_shared_memory(dtype, [BM, D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BN, D], k_desc.layout)
@@ -202,32 +209,40 @@ def attn_fwd_pipe(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, S,
 # ----------------------------------------------------------------------------------------------------------------
 
 @gluon.jit
-def _ws_coords(t, S, BM: gl.constexpr, BN: gl.constexpr, CAUSAL: gl.constexpr):
-    """(flat row of the first query, flat row of the first key, sequence position of the first query,
-    K/V tiles visited) of query tile ``t``. Tiles run head by head (consecutive programs share a head's
+def _key_tiles(pos, T, BM: gl.constexpr, BN: gl.constexpr, CAUSAL: gl.constexpr):
+    """K/V tiles of BN keys the query rows ``pos ... pos + BM - 1`` visit among T keys: all of them,
+    causal (top-left aligned: key j <= query i) those up to the last row's diagonal."""
+    if CAUSAL:
+        return gl.minimum(gl.cdiv(pos + BM, BN), T // BN)
+    else:
+        return T // BN
+
+
+@gluon.jit
+def _ws_coords(t, S, T, BM: gl.constexpr, BN: gl.constexpr, CAUSAL: gl.constexpr):
+    """(flat row of the first query, flat (lead) head, sequence position of the first query, K/V tiles
+    visited) of query tile ``t``. Tiles run head by head (consecutive programs share a head's
     K/V in L2); causal: the heaviest query tile of a head first."""
     num_m = S // BM
     bh = t // num_m
     m = t % num_m
     if CAUSAL:
         m = num_m - 1 - m
-        n_tiles = gl.cdiv((m + 1) * BM, BN)
-    else:
-        n_tiles = S // BN
-    return bh * S + m * BM, bh * S, m * BM, n_tiles
+    return bh * S + m * BM, bh, m * BM, _key_tiles(m * BM, T, BM, BN, CAUSAL)
 
 
 @gluon.jit
 def _ws_load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready, v_empty,
-             S, n_q_tiles, BMC: gl.constexpr, BN: gl.constexpr, NC: gl.constexpr, STAGES: gl.constexpr,
-             CAUSAL: gl.constexpr):
+             S, T, n_q_tiles, HQ, HKV, GROUP, BMC: gl.constexpr, BN: gl.constexpr, NC: gl.constexpr,
+             STAGES: gl.constexpr, CAUSAL: gl.constexpr):
     """Load partition: for each of the program's query tiles, its NC query blocks (once the consumers
     are done with the previous ones), then K and V of every tile it visits into the ring, each slot
     reused once all consumers have released it."""
     g = 0                                     # K/V tiles loaded so far (ring position)
     i = 0                                     # query tiles so far
     for t in range(gl.program_id(0), n_q_tiles, gl.num_programs(0)):
-        q_row, kv_row, q_pos, n_tiles = _ws_coords(t, S, NC * BMC, BN, CAUSAL)
+        q_row, bh, q_pos, n_tiles = _ws_coords(t, S, T, NC * BMC, BN, CAUSAL)
+        kv_row = _kv_row(bh, T, HQ, HKV, GROUP)
         mbarrier.wait(q_empty, (i & 1) ^ 1)   # a fresh barrier passes a wait on parity 1
         mbarrier.expect(q_ready, NC * q_desc.block_type.nbytes)
         for c in gl.static_range(NC):
@@ -334,7 +349,7 @@ def _ws_tile(q, k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn, qk_sca
 
 @gluon.jit
 def _ws_consume(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
-                v_empty, turn, qk_scale, S, n_q_tiles, C: gl.constexpr, NW: gl.constexpr, BMC: gl.constexpr,
+                v_empty, turn, qk_scale, S, T, n_q_tiles, C: gl.constexpr, NW: gl.constexpr, BMC: gl.constexpr,
                 BN: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr,
                 PINGPONG: gl.constexpr, CAUSAL: gl.constexpr, SEP_O: gl.constexpr, STORE_LSE: gl.constexpr,
                 NEG_SCALE: gl.constexpr):
@@ -346,7 +361,7 @@ def _ws_consume(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_empt
     tc = 0
     i = 0
     for t in range(gl.program_id(0), n_q_tiles, gl.num_programs(0)):
-        q_row, kv_row, q_pos, n_tiles = _ws_coords(t, S, BMC * q_smem.shape[0], BN, CAUSAL)
+        q_row, bh, q_pos, n_tiles = _ws_coords(t, S, T, BMC * q_smem.shape[0], BN, CAUSAL)
         mbarrier.wait(q_ready, i & 1)
         acc, m_i, l_i = _ws_tile(q_smem.index(C), k_smem, v_smem, k_ready, k_empty, v_ready, v_empty, turn, qk_scale,
                                  g, tc, n_tiles, q_pos + C * BMC, C, NW, BMC, BN, D, STAGES, OVERLAP, PINGPONG,
@@ -364,7 +379,7 @@ def _ws_consume(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_empt
 
 
 @gluon.jit
-def attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, S, n_q_tiles,
+def attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, S, T, n_q_tiles, HQ, HKV, GROUP,
                 D: gl.constexpr, BMC: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, NC: gl.constexpr,
                 NW: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, CAUSAL: gl.constexpr,
                 SEP_O: gl.constexpr, LOAD_REGS: gl.constexpr, MMA_REGS: gl.constexpr, STORE_LSE: gl.constexpr,
@@ -373,7 +388,7 @@ def attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, S, n_q_tiles,
     or more per program (a grid of fewer programs makes it persistent); see the module docstring.
     ``SEP_O``: a separate output staging buffer (the next tile's queries load during the epilogue).
     ``LOAD_REGS`` / ``MMA_REGS``: registers asked for the load partition and for each worker consumer
-    partition (setmaxnreg)."""
+    partition (setmaxnreg). ``HQ``, ``HKV``, ``GROUP``: the K/V head map of :func:`_kv_row`."""
     dtype: gl.constexpr = q_desc.dtype
     gl.static_assert(NC == 1 or NC == 2, "one or two consumer partitions")
     gl.static_assert(NC == 1 or NW == 4, "two consumers are one warpgroup each")
@@ -406,21 +421,21 @@ def attn_fwd_ws(q_desc, k_desc, v_desc, o_desc, lse_ptr, qk_scale, S, n_q_tiles,
     if NC == 1:
         gl.warp_specialize([
             (_ws_consume, (o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
-                           v_empty, turn, qk_scale, S, n_q_tiles, 0, NW, BMC, BN, D, STAGES, OVERLAP, PINGPONG, CAUSAL,
-                           SEP_O, STORE_LSE, NEG_SCALE)),
+                           v_empty, turn, qk_scale, S, T, n_q_tiles, 0, NW, BMC, BN, D, STAGES, OVERLAP, PINGPONG,
+                           CAUSAL, SEP_O, STORE_LSE, NEG_SCALE)),
             (_ws_load, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
-                        v_empty, S, n_q_tiles, BMC, BN, NC, STAGES, CAUSAL)),
+                        v_empty, S, T, n_q_tiles, HQ, HKV, GROUP, BMC, BN, NC, STAGES, CAUSAL)),
         ], [1], [LOAD_REGS])
     else:
         gl.warp_specialize([
             (_ws_consume, (o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
-                           v_empty, turn, qk_scale, S, n_q_tiles, 0, NW, BMC, BN, D, STAGES, OVERLAP, PINGPONG, CAUSAL,
-                           SEP_O, STORE_LSE, NEG_SCALE)),
+                           v_empty, turn, qk_scale, S, T, n_q_tiles, 0, NW, BMC, BN, D, STAGES, OVERLAP, PINGPONG,
+                           CAUSAL, SEP_O, STORE_LSE, NEG_SCALE)),
             (_ws_consume, (o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
-                           v_empty, turn, qk_scale, S, n_q_tiles, 1, 4, BMC, BN, D, STAGES, OVERLAP, PINGPONG, CAUSAL,
-                           SEP_O, STORE_LSE, NEG_SCALE)),
+                           v_empty, turn, qk_scale, S, T, n_q_tiles, 1, 4, BMC, BN, D, STAGES, OVERLAP, PINGPONG,
+                           CAUSAL, SEP_O, STORE_LSE, NEG_SCALE)),
             (_ws_load, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_empty, k_ready, k_empty, v_ready,
-                        v_empty, S, n_q_tiles, BMC, BN, NC, STAGES, CAUSAL)),
+                        v_empty, S, T, n_q_tiles, HQ, HKV, GROUP, BMC, BN, NC, STAGES, CAUSAL)),
         ], [4, 1], [MMA_REGS, LOAD_REGS])
 
 
@@ -435,10 +450,15 @@ def compile_sm90(g: GluonAttention, neg_scale: bool = False):
     qb, kb = [g.bmc, g.d], [g.bn, g.d]
     ty = "fp16" if g.dtype == "float16" else "bf16"
     desc = lambda box: f"tensordesc<{ty}[{box[0]},{box[1]}],{shared_layout(box, g.dtype)!r}>"  # noqa: E731
-    sig = {"q_desc": desc(qb), "k_desc": desc(kb), "v_desc": desc(kb), "o_desc": desc(qb), "lse_ptr": f"*{ty}",
-           "qk_scale": "fp32", "S": "i32"} | ({"n_q_tiles": "i32"} if g.kernel == "ws" else {})
+    sig = {"q_desc": desc(qb), "k_desc": desc(kb), "v_desc": desc(kb), "o_desc": desc(qb), "lse_ptr": "*fp32",
+           "qk_scale": "fp32", "S": "i32", "T": "i32"} | ({"n_q_tiles": "i32"} if g.kernel == "ws" else {})
+    if g.match.grouped:   # the K/V head map as launched: run-time ints, or 1s (Triton makes an int 1 a constant)
+        sig |= {"HQ": "i32", "HKV": "i32", "GROUP": "i32"}
+    else:
+        meta |= {"HQ": 1, "HKV": 1, "GROUP": 1}
     sig |= {k: "constexpr" for k in meta}
     attrs = {(fn.arg_names.index("lse_ptr"),): [["tt.divisibility", 16]],
-             (fn.arg_names.index("S"),): [["tt.divisibility", 16]]}
+             (fn.arg_names.index("S"),): [["tt.divisibility", 16]],
+             (fn.arg_names.index("T"),): [["tt.divisibility", 16]]}
     return triton.compile(GluonASTSource(fn, sig, meta, attrs), target=GPUTarget("cuda", 90, 32),
                           options={"num_warps": g.nw})
