@@ -38,7 +38,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language._core import builtin as gluon_builtin
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
-                                                              warpgroup_mma_wait)
+                                                              warpgroup_mma_init, warpgroup_mma_wait)
 
 LOG2E = 1.4426950408889634
 
@@ -103,45 +103,170 @@ def _kv_load(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, row, i, n_steps, B
 
 
 @gluon.jit
-def _dq_out(ds_smem, k_smem, dq_desc, dq_smem, dq_ptr, row, sm_scale, dv, dk,
-            BM: gl.constexpr, D: gl.constexpr, NW: gl.constexpr, DQ: gl.constexpr):
-    """dQ of one query tile (rows ``row ...``) from ``dS^T`` in shared memory: ``dS K * scale`` (wgmma,
-    A = dS^T transposed) added into the fp32 dQ buffer (DQ 1: atomics, 2: one TMA reduce-add through
-    ``dq_smem``). Also waits for the step's dV and dK GEMMs; returns (dv, dk)."""
-    WN: gl.constexpr = NW // 4
-    dq_layout: gl.constexpr = mma_layout(4, WN, D // WN)
-    fence_async_shared()
-    gl.thread_barrier()   # every warp's dS^T rows are in shared memory
-    zero = gl.zeros([BM, D], gl.float32, dq_layout)
-    dqp = warpgroup_mma(ds_smem.permute((1, 0)), k_smem, zero, use_acc=False, is_async=True)
-    dqp, dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dqp, dv, dk))
+def _dq_reduce(dqp, dq_desc, dq_smem, dq_ptr, row, col, sm_scale, D: gl.constexpr, DQ: gl.constexpr):
+    """Add ``dqp * sm_scale`` (fp32 registers: a query tile's share of dQ, rows ``row ...``, columns
+    ``col ...``) into the fp32 dQ buffer: DQ 1 per-thread atomics, DQ 2 one TMA reduce-add through ``dq_smem``
+    (which the caller has made sure the previous reduce-add no longer reads: ``tma.store_wait``, a barrier)."""
     dqp = dqp * sm_scale
     if DQ == 1:
-        r = row + gl.arange(0, BM, layout=gl.SliceLayout(1, dq_layout))
-        c = gl.arange(0, D, layout=gl.SliceLayout(0, dq_layout))
+        r = row + gl.arange(0, dqp.shape[0], layout=gl.SliceLayout(1, dqp.type.layout))
+        c = col + gl.arange(0, dqp.shape[1], layout=gl.SliceLayout(0, dqp.type.layout))
         gl.atomic_add(dq_ptr + gl.expand_dims(r, 1) * D + gl.expand_dims(c, 0), dqp, sem="relaxed")
     else:
-        tma.store_wait(pendings=0)   # the previous tile's reduce-add has read dq_smem
-        gl.thread_barrier()
         dq_smem.store(dqp)
         fence_async_shared()
-        gl.thread_barrier()
-        tma_reduce_add(dq_desc, [row, 0], dq_smem)
-    return dv, dk
+        gl.thread_barrier()   # every warp's rows are in dq_smem before one thread issues the reduce-add
+        tma_reduce_add(dq_desc, [row, col], dq_smem)
+
+
+@gluon.jit
+def _dq_tile(ds_smem, k_smem, dk, dq_desc, dq_smem, dq_ptr, row, sm_scale, D: gl.constexpr, NW: gl.constexpr,
+             DQ: gl.constexpr, QSPLIT: gl.constexpr, DK_SMEM_A: gl.constexpr, q_tile):
+    """A query tile's dQ share ``dS K`` (A = dS^T in shared memory, transposed) in QSPLIT column chunks (fewer
+    registers), each added into the fp32 dQ buffer as soon as its GEMM is done; with ``DK_SMEM_A`` this also
+    issues the step's ``dK += dS^T Q`` (A = dS^T from shared memory, ``q_tile``) behind the first chunk and
+    returns it still running (an accumulator token); otherwise ``dk`` is returned as given."""
+    BM: gl.constexpr = ds_smem.shape[1]
+    DC: gl.constexpr = D // QSPLIT
+    dq_layout: gl.constexpr = mma_layout(4, NW // 4, DC // (NW // 4))
+    zero = gl.zeros([BM, DC], gl.float32, dq_layout)
+    dqp = warpgroup_mma(ds_smem.permute((1, 0)), k_smem.slice(0, DC, dim=1), zero, use_acc=False, is_async=True)
+    if DK_SMEM_A:
+        dk = warpgroup_mma(ds_smem, q_tile, dk, is_async=True)
+        dqp = warpgroup_mma_wait(num_outstanding=1, deps=(dqp, ))   # (older GEMMs too; dK keeps running)
+    else:
+        dqp = warpgroup_mma_wait(num_outstanding=0, deps=(dqp, ))
+    _dq_reduce(dqp, dq_desc, dq_smem.index(0), dq_ptr, row, 0, sm_scale, D, DQ)
+    for c in gl.static_range(1, QSPLIT):
+        dqp = warpgroup_mma(ds_smem.permute((1, 0)), k_smem.slice(c * DC, DC, dim=1), zero, use_acc=False,
+                            is_async=True)
+        if DK_SMEM_A:
+            dqp, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dqp, dk))
+            dk = warpgroup_mma_init(dk)
+        else:
+            dqp = warpgroup_mma_wait(num_outstanding=0, deps=(dqp, ))
+        _dq_reduce(dqp, dq_desc, dq_smem.index(c), dq_ptr, row, c * DC, sm_scale, D, DQ)
+    return dk
+
+
+@gluon.jit
+def _dkdv_serial(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, k_smem, v_smem, ds_smem, dq_desc, dq_smem, dq_ptr,
+                 lse_ptr, delta_ptr, qk_scale, sm_scale, q_base, m_start, n_steps, k0,
+                 D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr,
+                 CAUSAL: gl.constexpr, DQ: gl.constexpr, QSPLIT: gl.constexpr):
+    """The step loop, one step's GEMMs finished before the next starts (the simple schedule): (dk, dv)."""
+    dtype: gl.constexpr = q_desc.dtype
+    t_layout: gl.constexpr = mma_layout(NW, 1, BM)
+    kv_layout: gl.constexpr = mma_layout(NW, 1, D)
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
+    q_row = q_base + m_start * BM
+    for s in gl.static_range(STAGES):
+        _kv_load(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, q_row, s, n_steps, BM, STAGES)
+    dk = gl.zeros([BN, D], gl.float32, kv_layout)
+    dv = gl.zeros([BN, D], gl.float32, kv_layout)
+    t_zero = gl.zeros([BN, BM], gl.float32, t_layout)
+    cols = gl.arange(0, BM, layout=gl.SliceLayout(0, t_layout))
+    keys = k0 + gl.arange(0, BN, layout=gl.SliceLayout(1, t_layout))
+    for i in range(n_steps):
+        slot = i % STAGES
+        ph = (i // STAGES) & 1
+        q0 = (m_start + i) * BM
+        lse2 = gl.load(lse_ptr + q_base + q0 + cols) * 1.4426950408889634
+        dlt = gl.load(delta_ptr + q_base + q0 + cols)
+        mbarrier.wait(q_bar.index(slot), ph)
+        st = warpgroup_mma(k_smem, q_smem.index(slot).permute((1, 0)), t_zero, use_acc=False, is_async=True)
+        mbarrier.wait(do_bar.index(slot), ph)
+        dpt = warpgroup_mma(v_smem, do_smem.index(slot).permute((1, 0)), t_zero, use_acc=False, is_async=True)
+        st = warpgroup_mma_wait(num_outstanding=1, deps=(st, ))
+        pt = _p_tile(st, lse2, qk_scale, keys, q0 + cols, q0 < k0 + BN, CAUSAL)
+        dv = warpgroup_mma(gl.convert_layout(pt.to(dtype), a_layout), do_smem.index(slot), dv, is_async=True)
+        dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, ))
+        ds16 = (pt * (dpt - gl.expand_dims(dlt, 0))).to(dtype)
+        dk = warpgroup_mma(gl.convert_layout(ds16, a_layout), q_smem.index(slot), dk, is_async=True)
+        dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
+        if DQ > 0:
+            ds_smem.store(ds16)
+            fence_async_shared()
+            if DQ == 2:
+                tma.store_wait(pendings=0)   # the previous tile's reduce-adds have read dq_smem
+            gl.thread_barrier()   # every warp's dS^T rows are in shared memory
+            dk = _dq_tile(ds_smem, k_smem, dk, dq_desc, dq_smem, dq_ptr, q_base + q0, sm_scale, D, NW, DQ, QSPLIT,
+                          False, q_smem)
+        gl.thread_barrier()   # every warp is past this step's GEMMs (and dQ's read of dS^T)
+        _kv_load(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, q_row, i + STAGES, n_steps, BM, STAGES)
+    return dk, dv
+
+
+@gluon.jit
+def _dkdv_overlap(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, k_smem, v_smem, ds_smem, dq_desc, dq_smem, dq_ptr,
+                  lse_ptr, delta_ptr, qk_scale, sm_scale, q_base, m_start, n_steps, k0,
+                  D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr,
+                  CAUSAL: gl.constexpr, DQ: gl.constexpr, QSPLIT: gl.constexpr):
+    """The step loop with step i-1's dK (and dV) GEMMs still running while step i's S^T and dP^T are issued;
+    a ring slot is refilled (STAGES - 1 steps ahead) once the S^T wait of the next step has retired them.
+    With dQ (DQ > 0) dS^T goes to shared memory and is the A operand of both dK and dQ: (dk, dv)."""
+    dtype: gl.constexpr = q_desc.dtype
+    t_layout: gl.constexpr = mma_layout(NW, 1, BM)
+    kv_layout: gl.constexpr = mma_layout(NW, 1, D)
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
+    q_row = q_base + m_start * BM
+    for s in gl.static_range(STAGES - 1):
+        _kv_load(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, q_row, s, n_steps, BM, STAGES)
+    dk = warpgroup_mma_init(gl.zeros([BN, D], gl.float32, kv_layout))
+    dv = warpgroup_mma_init(gl.zeros([BN, D], gl.float32, kv_layout))
+    t_zero = gl.zeros([BN, BM], gl.float32, t_layout)
+    cols = gl.arange(0, BM, layout=gl.SliceLayout(0, t_layout))
+    keys = k0 + gl.arange(0, BN, layout=gl.SliceLayout(1, t_layout))
+    for i in range(n_steps):
+        slot = i % STAGES
+        ph = (i // STAGES) & 1
+        q0 = (m_start + i) * BM
+        mbarrier.wait(q_bar.index(slot), ph)
+        st = warpgroup_mma(k_smem, q_smem.index(slot).permute((1, 0)), t_zero, use_acc=False, is_async=True)
+        mbarrier.wait(do_bar.index(slot), ph)
+        dpt = warpgroup_mma(v_smem, do_smem.index(slot).permute((1, 0)), t_zero, use_acc=False, is_async=True)
+        st, dk, dv = warpgroup_mma_wait(num_outstanding=1, deps=(st, dk, dv))   # (and step i-1's dK, dV)
+        if DQ == 2:
+            tma.store_wait(pendings=0)   # step i-1's dQ reduce-add has read dq_smem
+        gl.thread_barrier()   # every warp is past step i-1's GEMMs: its slot and dS^T are free
+        _kv_load(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, q_row, i + STAGES - 1, n_steps, BM, STAGES)
+        lse2 = gl.load(lse_ptr + q_base + q0 + cols) * 1.4426950408889634
+        pt = _p_tile(st, lse2, qk_scale, keys, q0 + cols, q0 < k0 + BN, CAUSAL)
+        dv = warpgroup_mma(gl.convert_layout(pt.to(dtype), a_layout), do_smem.index(slot), dv, is_async=True)
+        dlt = gl.load(delta_ptr + q_base + q0 + cols)
+        dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, ))
+        ds16 = (pt * (dpt - gl.expand_dims(dlt, 0))).to(dtype)
+        if DQ > 0:
+            ds_smem.store(ds16)
+            fence_async_shared()
+            gl.thread_barrier()   # every warp's dS^T rows are in shared memory
+            dk = _dq_tile(ds_smem, k_smem, dk, dq_desc, dq_smem, dq_ptr, q_base + q0, sm_scale, D, NW, DQ, QSPLIT,
+                          True, q_smem.index(slot))
+        else:
+            dk = warpgroup_mma(gl.convert_layout(ds16, a_layout), q_smem.index(slot), dk, is_async=True)
+    dk, dv = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dv))
+    return dk, dv
+
+
+@gluon.jit
+def _p_tile(st, lse2, qk_scale, keys, queries, crosses, CAUSAL: gl.constexpr):
+    """P^T = exp2(S^T * qk_scale - lse2[query]) of a [keys, queries] score tile; causal: where the tile
+    ``crosses`` the diagonal (a run-time test), keys after their query give 0."""
+    if CAUSAL:
+        if crosses:
+            keep = gl.expand_dims(keys, 1) <= gl.expand_dims(queries, 0)
+            st = gl.where(keep, st, -float("inf"))
+    return gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
 
 
 @gluon.jit
 def bwd_dkdv(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, dq_ptr, lse_ptr, delta_ptr,
              qk_scale, sm_scale, S,
              D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr,
-             CAUSAL: gl.constexpr, DQ: gl.constexpr):
+             CAUSAL: gl.constexpr, DQ: gl.constexpr, OVERLAP: gl.constexpr,
+             QSPLIT: gl.constexpr):
     """dK, dV of BN keys of one head (program (key tile, head)); see the module docstring."""
     dtype: gl.constexpr = q_desc.dtype
-    t_layout: gl.constexpr = mma_layout(NW, 1, BM)      # S^T, dP^T: [BN, BM]
-    kv_layout: gl.constexpr = mma_layout(NW, 1, D)      # dK, dV: [BN, D]
-    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
-    col: gl.constexpr = gl.SliceLayout(0, t_layout)     # per query
-
     pid_n = gl.program_id(0)
     bh = gl.program_id(1)
     k0 = pid_n * BN
@@ -151,7 +276,6 @@ def bwd_dkdv(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, dq_ptr,
     else:
         m_start = 0
     n_steps = S // BM - m_start
-    q_row = q_base + m_start * BM
 
     k_smem = gl.allocate_shared_memory(dtype, [BN, D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [BN, D], v_desc.layout)
@@ -165,9 +289,9 @@ def bwd_dkdv(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, dq_ptr,
     else:
         ds_smem = k_smem
     if DQ == 2:
-        dq_smem = gl.allocate_shared_memory(gl.float32, [BM, D], dq_desc.layout)
+        dq_smem = gl.allocate_shared_memory(gl.float32, [QSPLIT, BM, D // QSPLIT], dq_desc.layout)
     else:
-        dq_smem = k_smem
+        dq_smem = q_smem
     mbarrier.init(kv_bar, count=1)
     for s in gl.static_range(STAGES):
         mbarrier.init(q_bar.index(s), count=1)
@@ -177,46 +301,20 @@ def bwd_dkdv(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, dq_ptr,
     mbarrier.expect(kv_bar, k_desc.block_type.nbytes + v_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(k_desc, [q_base + k0, 0], kv_bar, k_smem)
     tma.async_copy_global_to_shared(v_desc, [q_base + k0, 0], kv_bar, v_smem)
-    for s in gl.static_range(STAGES):
-        _kv_load(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, q_row, s, n_steps, BM, STAGES)
-
-    dk = gl.zeros([BN, D], gl.float32, kv_layout)
-    dv = gl.zeros([BN, D], gl.float32, kv_layout)
-    t_zero = gl.zeros([BN, BM], gl.float32, t_layout)
-    cols = gl.arange(0, BM, layout=col)
-    keys = k0 + gl.arange(0, BN, layout=gl.SliceLayout(1, t_layout))
     mbarrier.wait(kv_bar, 0)
-    for i in range(n_steps):
-        slot = i % STAGES
-        ph = (i // STAGES) & 1
-        q0 = (m_start + i) * BM
-        lse2 = gl.load(lse_ptr + q_base + q0 + cols) * 1.4426950408889634
-        dlt = gl.load(delta_ptr + q_base + q0 + cols)
-        mbarrier.wait(q_bar.index(slot), ph)
-        st = warpgroup_mma(k_smem, q_smem.index(slot).permute((1, 0)), t_zero, use_acc=False, is_async=True)
-        mbarrier.wait(do_bar.index(slot), ph)
-        dpt = warpgroup_mma(v_smem, do_smem.index(slot).permute((1, 0)), t_zero, use_acc=False, is_async=True)
-        st = warpgroup_mma_wait(num_outstanding=1, deps=(st, ))
-        if CAUSAL:
-            if q0 < k0 + BN:   # the tile crosses the diagonal: keys after the query are masked
-                keep = gl.expand_dims(keys, 1) <= gl.expand_dims(q0 + cols, 0)
-                st = gl.where(keep, st, -float("inf"))
-        pt = gl.exp2(st * qk_scale - gl.expand_dims(lse2, 0))
-        dv = warpgroup_mma(gl.convert_layout(pt.to(dtype), a_layout), do_smem.index(slot), dv, is_async=True)
-        dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, ))
-        ds16 = (pt * (dpt - gl.expand_dims(dlt, 0))).to(dtype)
-        dk = warpgroup_mma(gl.convert_layout(ds16, a_layout), q_smem.index(slot), dk, is_async=True)
-        if DQ > 0:
-            ds_smem.store(ds16)
-            dv, dk = _dq_out(ds_smem, k_smem, dq_desc, dq_smem, dq_ptr, q_base + q0, sm_scale, dv, dk, BM, D, NW, DQ)
-        else:
-            dv, dk = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk))
-        gl.thread_barrier()   # every warp is past this step's GEMMs (and dQ's read of dS^T)
-        _kv_load(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, q_row, i + STAGES, n_steps, BM, STAGES)
+    if OVERLAP:
+        dk, dv = _dkdv_overlap(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, k_smem, v_smem, ds_smem, dq_desc,
+                               dq_smem, dq_ptr, lse_ptr, delta_ptr, qk_scale, sm_scale, q_base, m_start, n_steps, k0,
+                               D, BM, BN, STAGES, NW, CAUSAL, DQ, QSPLIT)
+    else:
+        dk, dv = _dkdv_serial(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, k_smem, v_smem, ds_smem, dq_desc,
+                              dq_smem, dq_ptr, lse_ptr, delta_ptr, qk_scale, sm_scale, q_base, m_start, n_steps, k0,
+                              D, BM, BN, STAGES, NW, CAUSAL, DQ, QSPLIT)
 
     # (no mbarrier.invalidate: a slower warp may still be inside its last wait)
     if DQ == 2:
         tma.store_wait(pendings=0)
+    gl.thread_barrier()   # every warp's GEMMs (and the last reduce-add) are done with K, V
     k_smem.store((dk * sm_scale).to(dtype))
     v_smem.store(dv.to(dtype))
     fence_async_shared()
@@ -320,10 +418,11 @@ def bwd_dq(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_ptr, delta_ptr, qk_scal
 # host side
 # ----------------------------------------------------------------------------------------------------------------
 
-def kv_cfg(bn, bm, stages, nw, dq):
+def kv_cfg(bn, bm, stages, nw, dq, overlap=True, qsplit=1):
     """A dK/dV kernel configuration: BN keys a program, BM-query steps, a ``stages`` Q/dO ring, ``nw`` warps,
-    ``dq`` 0 (separate dQ kernel) / 1 (atomics) / 2 (TMA reduce-add)."""
-    return dict(BN=bn, BM=bm, STAGES=stages, NW=nw, DQ=dq)
+    ``dq`` 0 (separate dQ kernel) / 1 (atomics) / 2 (TMA reduce-add), ``overlap`` the overlapped schedule,
+    ``qsplit`` column chunks of a tile's dQ GEMM."""
+    return dict(BN=bn, BM=bm, STAGES=stages, NW=nw, DQ=dq, OVERLAP=overlap, QSPLIT=qsplit)
 
 
 def q_cfg(bm, bn, stages, nw):
@@ -370,12 +469,12 @@ def backward(q, k, v, o, do, lse, variant, causal: bool, scale: float | None = N
     v2 = lambda t: t.view(rows, D)   # noqa: E731
     bm, bn = kv["BM"], kv["BN"]
     dq32 = torch.zeros(rows, D, device=q.device, dtype=torch.float32) if kv["DQ"] else None
-    dq_desc = _desc(dq32, [bm, D]) if kv["DQ"] == 2 else _desc(v2(dq), [bm, D])
+    dq_desc = _desc(dq32, [bm, D // kv["QSPLIT"]]) if kv["DQ"] == 2 else _desc(v2(dq), [bm, D])
     bwd_dkdv[(S // bn, B * H)](
         _desc(v2(q), [bm, D]), _desc(v2(k), [bn, D]), _desc(v2(v), [bn, D]), _desc(v2(do), [bm, D]),
         _desc(v2(dk), [bn, D]), _desc(v2(dv), [bn, D]), dq_desc, dq32 if dq32 is not None else delta, lse, delta,
         sm * LOG2E, sm, S, D=D, BM=bm, BN=bn, STAGES=kv["STAGES"], NW=kv["NW"], CAUSAL=causal, DQ=kv["DQ"],
-        num_warps=kv["NW"])
+        OVERLAP=kv["OVERLAP"], QSPLIT=kv["QSPLIT"], num_warps=kv["NW"])
     if kv["DQ"]:
         bwd_cast[(rows * D // 1024,)](dq32, dq, BLOCK=1024)
     else:
@@ -405,11 +504,12 @@ def compile_sm90(kernel: str, cfg: dict, D: int, causal: bool, dtype: str = "fp1
     qd, kd = _tdesc(dtype, [bm, D], gdt), _tdesc(dtype, [bn, D], gdt)
     if kernel == "dkdv":
         fn = bwd_dkdv
-        dqd = _tdesc("fp32", [bm, D], gl.float32) if cfg["DQ"] == 2 else qd
+        dqd = _tdesc("fp32", [bm, D // cfg["QSPLIT"]], gl.float32) if cfg["DQ"] == 2 else qd
         sig = {"q_desc": qd, "k_desc": kd, "v_desc": kd, "do_desc": qd, "dk_desc": kd, "dv_desc": kd, "dq_desc": dqd,
                "dq_ptr": "*fp32", "lse_ptr": "*fp32", "delta_ptr": "*fp32", "qk_scale": "fp32", "sm_scale": "fp32",
                "S": "i32"}
-        meta = dict(D=D, BM=bm, BN=bn, STAGES=cfg["STAGES"], NW=cfg["NW"], CAUSAL=causal, DQ=cfg["DQ"])
+        meta = dict(D=D, BM=bm, BN=bn, STAGES=cfg["STAGES"], NW=cfg["NW"], CAUSAL=causal, DQ=cfg["DQ"],
+                    OVERLAP=cfg["OVERLAP"], QSPLIT=cfg["QSPLIT"])
         ptrs = ("dq_ptr", "lse_ptr", "delta_ptr", "S")
     else:
         fn = bwd_dq
