@@ -42,7 +42,9 @@ CASES = {"d128": (4, 32, 4096, 128, False), "c128": (4, 32, 4096, 128, True),
 
 #: (name, head dims, variant): ``kv`` the dK/dV kernel (BN keys, BM-query steps, Q/dO ring stages, warps, dQ mode
 #: 0 separate kernel (``2k``) / 1 atomics / 2 TMA reduce-add, the overlapped schedule unless ``serial``, ``qs``: the
-#: dQ GEMM in that many column chunks), ``q`` the dQ kernel (BM queries, BN-key steps, stages, warps). 8 warps each.
+#: dQ GEMM in that many column chunks, ``lse-tma``: the steps' LSE / delta by TMA into the ring, ``key-major``: the
+#: grid key tile by key tile across heads (causal: heaviest first)), ``q`` the dQ kernel (BM queries, BN-key steps,
+#: stages, warps). 8 warps each.
 VARIANTS = [
     # the simple schedule (each step's GEMMs finished before the next step) as a baseline
     ("2k serial kv128x64 s2 / q128x64 s2", (64, 128),
@@ -54,7 +56,10 @@ VARIANTS = [
     ("tma-red kv128x64 s2 qs2", (64, 128), dict(kv=kv_cfg(128, 64, 2, 8, 2, qsplit=2))),
     ("tma-red kv128x64 s3 qs1", (64, 128), dict(kv=kv_cfg(128, 64, 3, 8, 2, qsplit=1))),
     ("tma-red kv128x64 s3 qs2", (64, 128), dict(kv=kv_cfg(128, 64, 3, 8, 2, qsplit=2))),
+    ("tma-red kv128x64 s3 qs2 lse-tma", (64, 128), dict(kv=kv_cfg(128, 64, 3, 8, 2, qsplit=2, lse_tma=True))),
+    ("tma-red kv128x64 s3 qs2 key-major", (64, 128), dict(kv=kv_cfg(128, 64, 3, 8, 2, qsplit=2, key_major=True))),
     ("tma-red kv128x128 s2 qs2", (64,), dict(kv=kv_cfg(128, 128, 2, 8, 2, qsplit=2))),
+    ("tma-red kv128x128 s2 qs1 lse-tma", (64,), dict(kv=kv_cfg(128, 128, 2, 8, 2, lse_tma=True))),
 ]
 TRITON_BEST = "kv128x64 w8 s3 tma-reduce dQ"   # probe_attn_bwd.py's best D128 variant (s9: 7271.9 us)
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")

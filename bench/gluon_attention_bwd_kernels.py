@@ -92,13 +92,23 @@ def bwd_cast(src, dst, BLOCK: tl.constexpr):
 
 @gluon.jit
 def _kv_load(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, row, i, n_steps, BM: gl.constexpr,
-             STAGES: gl.constexpr):
-    """TMA Q and dO of step ``i`` (query rows ``row + i*BM``; if ``i < n_steps``) into ring slot ``i % STAGES``."""
+             STAGES: gl.constexpr, lse_desc, delta_desc, lse_smem, delta_smem, LSE_TMA: gl.constexpr):
+    """TMA Q and dO of step ``i`` (query rows ``row + i*BM``; if ``i < n_steps``) into ring slot ``i % STAGES``;
+    ``LSE_TMA``: the rows' LSE with Q and their delta with dO too."""
     slot = i % STAGES
     ok = i < n_steps
-    mbarrier.expect(q_bar.index(slot), q_desc.block_type.nbytes, pred=ok)
+    if LSE_TMA:
+        mbarrier.expect(q_bar.index(slot), q_desc.block_type.nbytes + lse_desc.block_type.nbytes, pred=ok)
+        tma.async_copy_global_to_shared(lse_desc, [row + i * BM], q_bar.index(slot), lse_smem.index(slot), pred=ok)
+    else:
+        mbarrier.expect(q_bar.index(slot), q_desc.block_type.nbytes, pred=ok)
     tma.async_copy_global_to_shared(q_desc, [row + i * BM, 0], q_bar.index(slot), q_smem.index(slot), pred=ok)
-    mbarrier.expect(do_bar.index(slot), do_desc.block_type.nbytes, pred=ok)
+    if LSE_TMA:
+        mbarrier.expect(do_bar.index(slot), do_desc.block_type.nbytes + delta_desc.block_type.nbytes, pred=ok)
+        tma.async_copy_global_to_shared(delta_desc, [row + i * BM], do_bar.index(slot), delta_smem.index(slot),
+                                        pred=ok)
+    else:
+        mbarrier.expect(do_bar.index(slot), do_desc.block_type.nbytes, pred=ok)
     tma.async_copy_global_to_shared(do_desc, [row + i * BM, 0], do_bar.index(slot), do_smem.index(slot), pred=ok)
 
 
@@ -153,7 +163,8 @@ def _dq_tile(ds_smem, k_smem, dk, dq_desc, dq_smem, dq_ptr, row, sm_scale, D: gl
 def _dkdv_serial(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, k_smem, v_smem, ds_smem, dq_desc, dq_smem, dq_ptr,
                  lse_ptr, delta_ptr, qk_scale, sm_scale, q_base, m_start, n_steps, k0,
                  D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr,
-                 CAUSAL: gl.constexpr, DQ: gl.constexpr, QSPLIT: gl.constexpr):
+                 CAUSAL: gl.constexpr, DQ: gl.constexpr, QSPLIT: gl.constexpr,
+                 lse_desc, delta_desc, lse_smem, delta_smem, LSE_TMA: gl.constexpr):
     """The step loop, one step's GEMMs finished before the next starts (the simple schedule): (dk, dv)."""
     dtype: gl.constexpr = q_desc.dtype
     t_layout: gl.constexpr = mma_layout(NW, 1, BM)
@@ -161,7 +172,8 @@ def _dkdv_serial(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, k_smem, v_smem
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
     q_row = q_base + m_start * BM
     for s in gl.static_range(STAGES):
-        _kv_load(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, q_row, s, n_steps, BM, STAGES)
+        _kv_load(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, q_row, s, n_steps, BM, STAGES,
+                 lse_desc, delta_desc, lse_smem, delta_smem, LSE_TMA)
     dk = gl.zeros([BN, D], gl.float32, kv_layout)
     dv = gl.zeros([BN, D], gl.float32, kv_layout)
     t_zero = gl.zeros([BN, BM], gl.float32, t_layout)
@@ -171,15 +183,15 @@ def _dkdv_serial(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, k_smem, v_smem
         slot = i % STAGES
         ph = (i // STAGES) & 1
         q0 = (m_start + i) * BM
-        lse2 = gl.load(lse_ptr + q_base + q0 + cols) * 1.4426950408889634
-        dlt = gl.load(delta_ptr + q_base + q0 + cols)
         mbarrier.wait(q_bar.index(slot), ph)
         st = warpgroup_mma(k_smem, q_smem.index(slot).permute((1, 0)), t_zero, use_acc=False, is_async=True)
         mbarrier.wait(do_bar.index(slot), ph)
         dpt = warpgroup_mma(v_smem, do_smem.index(slot).permute((1, 0)), t_zero, use_acc=False, is_async=True)
         st = warpgroup_mma_wait(num_outstanding=1, deps=(st, ))
+        lse2 = _row_stat(lse_ptr, lse_smem, q_base + q0, slot, cols, LSE_TMA) * 1.4426950408889634
         pt = _p_tile(st, lse2, qk_scale, keys, q0 + cols, q0 < k0 + BN, CAUSAL)
         dv = warpgroup_mma(gl.convert_layout(pt.to(dtype), a_layout), do_smem.index(slot), dv, is_async=True)
+        dlt = _row_stat(delta_ptr, delta_smem, q_base + q0, slot, cols, LSE_TMA)
         dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, ))
         ds16 = (pt * (dpt - gl.expand_dims(dlt, 0))).to(dtype)
         dk = warpgroup_mma(gl.convert_layout(ds16, a_layout), q_smem.index(slot), dk, is_async=True)
@@ -193,7 +205,8 @@ def _dkdv_serial(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, k_smem, v_smem
             dk = _dq_tile(ds_smem, k_smem, dk, dq_desc, dq_smem, dq_ptr, q_base + q0, sm_scale, D, NW, DQ, QSPLIT,
                           False, q_smem)
         gl.thread_barrier()   # every warp is past this step's GEMMs (and dQ's read of dS^T)
-        _kv_load(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, q_row, i + STAGES, n_steps, BM, STAGES)
+        _kv_load(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, q_row, i + STAGES, n_steps, BM, STAGES,
+                 lse_desc, delta_desc, lse_smem, delta_smem, LSE_TMA)
     return dk, dv
 
 
@@ -201,7 +214,8 @@ def _dkdv_serial(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, k_smem, v_smem
 def _dkdv_overlap(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, k_smem, v_smem, ds_smem, dq_desc, dq_smem, dq_ptr,
                   lse_ptr, delta_ptr, qk_scale, sm_scale, q_base, m_start, n_steps, k0,
                   D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr,
-                  CAUSAL: gl.constexpr, DQ: gl.constexpr, QSPLIT: gl.constexpr):
+                  CAUSAL: gl.constexpr, DQ: gl.constexpr, QSPLIT: gl.constexpr,
+                  lse_desc, delta_desc, lse_smem, delta_smem, LSE_TMA: gl.constexpr):
     """The step loop with step i-1's dK (and dV) GEMMs still running while step i's S^T and dP^T are issued;
     a ring slot is refilled (STAGES - 1 steps ahead) once the S^T wait of the next step has retired them.
     With dQ (DQ > 0) dS^T goes to shared memory and is the A operand of both dK and dQ: (dk, dv)."""
@@ -211,7 +225,8 @@ def _dkdv_overlap(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, k_smem, v_sme
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
     q_row = q_base + m_start * BM
     for s in gl.static_range(STAGES - 1):
-        _kv_load(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, q_row, s, n_steps, BM, STAGES)
+        _kv_load(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, q_row, s, n_steps, BM, STAGES,
+                 lse_desc, delta_desc, lse_smem, delta_smem, LSE_TMA)
     dk = warpgroup_mma_init(gl.zeros([BN, D], gl.float32, kv_layout))
     dv = warpgroup_mma_init(gl.zeros([BN, D], gl.float32, kv_layout))
     t_zero = gl.zeros([BN, BM], gl.float32, t_layout)
@@ -229,11 +244,12 @@ def _dkdv_overlap(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, k_smem, v_sme
         if DQ == 2:
             tma.store_wait(pendings=0)   # step i-1's dQ reduce-add has read dq_smem
         gl.thread_barrier()   # every warp is past step i-1's GEMMs: its slot and dS^T are free
-        _kv_load(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, q_row, i + STAGES - 1, n_steps, BM, STAGES)
-        lse2 = gl.load(lse_ptr + q_base + q0 + cols) * 1.4426950408889634
+        _kv_load(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, q_row, i + STAGES - 1, n_steps, BM, STAGES,
+                 lse_desc, delta_desc, lse_smem, delta_smem, LSE_TMA)
+        lse2 = _row_stat(lse_ptr, lse_smem, q_base + q0, slot, cols, LSE_TMA) * 1.4426950408889634
         pt = _p_tile(st, lse2, qk_scale, keys, q0 + cols, q0 < k0 + BN, CAUSAL)
         dv = warpgroup_mma(gl.convert_layout(pt.to(dtype), a_layout), do_smem.index(slot), dv, is_async=True)
-        dlt = gl.load(delta_ptr + q_base + q0 + cols)
+        dlt = _row_stat(delta_ptr, delta_smem, q_base + q0, slot, cols, LSE_TMA)
         dpt = warpgroup_mma_wait(num_outstanding=1, deps=(dpt, ))
         ds16 = (pt * (dpt - gl.expand_dims(dlt, 0))).to(dtype)
         if DQ > 0:
@@ -249,6 +265,16 @@ def _dkdv_overlap(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, k_smem, v_sme
 
 
 @gluon.jit
+def _row_stat(ptr, smem, row, slot, cols, LSE_TMA: gl.constexpr):
+    """A per-query statistic (LSE or delta) of the step's rows ``row + cols`` in the layout of ``cols``: from its
+    ring slot in shared memory (``LSE_TMA``: loaded by TMA with the step's Q / dO) or from global memory."""
+    if LSE_TMA:
+        return smem.index(slot).load(cols.type.layout)
+    else:
+        return gl.load(ptr + row + cols)
+
+
+@gluon.jit
 def _p_tile(st, lse2, qk_scale, keys, queries, crosses, CAUSAL: gl.constexpr):
     """P^T = exp2(S^T * qk_scale - lse2[query]) of a [keys, queries] score tile; causal: where the tile
     ``crosses`` the diagonal (a run-time test), keys after their query give 0."""
@@ -260,15 +286,20 @@ def _p_tile(st, lse2, qk_scale, keys, queries, crosses, CAUSAL: gl.constexpr):
 
 
 @gluon.jit
-def bwd_dkdv(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, dq_ptr, lse_ptr, delta_ptr,
-             qk_scale, sm_scale, S,
+def bwd_dkdv(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_desc, delta_desc, dq_ptr, lse_ptr,
+             delta_ptr, qk_scale, sm_scale, S,
              D: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, NW: gl.constexpr,
-             CAUSAL: gl.constexpr, DQ: gl.constexpr, OVERLAP: gl.constexpr,
-             QSPLIT: gl.constexpr):
-    """dK, dV of BN keys of one head (program (key tile, head)); see the module docstring."""
+             CAUSAL: gl.constexpr, DQ: gl.constexpr, OVERLAP: gl.constexpr, QSPLIT: gl.constexpr,
+             LSE_TMA: gl.constexpr, KEY_MAJOR: gl.constexpr):
+    """dK, dV of BN keys of one head (program (key tile, head), or (head, key tile) with ``KEY_MAJOR``: every
+    head's first key tile (causal: the heaviest) is launched before any head's second); see the module docstring."""
     dtype: gl.constexpr = q_desc.dtype
-    pid_n = gl.program_id(0)
-    bh = gl.program_id(1)
+    if KEY_MAJOR:
+        pid_n = gl.program_id(1)
+        bh = gl.program_id(0)
+    else:
+        pid_n = gl.program_id(0)
+        bh = gl.program_id(1)
     k0 = pid_n * BN
     q_base = bh * S
     if CAUSAL:
@@ -292,6 +323,12 @@ def bwd_dkdv(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, dq_ptr,
         dq_smem = gl.allocate_shared_memory(gl.float32, [QSPLIT, BM, D // QSPLIT], dq_desc.layout)
     else:
         dq_smem = q_smem
+    if LSE_TMA:
+        lse_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BM], lse_desc.layout)
+        delta_smem = gl.allocate_shared_memory(gl.float32, [STAGES, BM], delta_desc.layout)
+    else:
+        lse_smem = q_smem
+        delta_smem = q_smem
     mbarrier.init(kv_bar, count=1)
     for s in gl.static_range(STAGES):
         mbarrier.init(q_bar.index(s), count=1)
@@ -305,11 +342,13 @@ def bwd_dkdv(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, dq_ptr,
     if OVERLAP:
         dk, dv = _dkdv_overlap(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, k_smem, v_smem, ds_smem, dq_desc,
                                dq_smem, dq_ptr, lse_ptr, delta_ptr, qk_scale, sm_scale, q_base, m_start, n_steps, k0,
-                               D, BM, BN, STAGES, NW, CAUSAL, DQ, QSPLIT)
+                               D, BM, BN, STAGES, NW, CAUSAL, DQ, QSPLIT,
+                               lse_desc, delta_desc, lse_smem, delta_smem, LSE_TMA)
     else:
         dk, dv = _dkdv_serial(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, k_smem, v_smem, ds_smem, dq_desc,
                               dq_smem, dq_ptr, lse_ptr, delta_ptr, qk_scale, sm_scale, q_base, m_start, n_steps, k0,
-                              D, BM, BN, STAGES, NW, CAUSAL, DQ, QSPLIT)
+                              D, BM, BN, STAGES, NW, CAUSAL, DQ, QSPLIT,
+                               lse_desc, delta_desc, lse_smem, delta_smem, LSE_TMA)
 
     # (no mbarrier.invalidate: a slower warp may still be inside its last wait)
     if DQ == 2:
@@ -418,11 +457,13 @@ def bwd_dq(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_ptr, delta_ptr, qk_scal
 # host side
 # ----------------------------------------------------------------------------------------------------------------
 
-def kv_cfg(bn, bm, stages, nw, dq, overlap=True, qsplit=1):
+def kv_cfg(bn, bm, stages, nw, dq, overlap=True, qsplit=1, lse_tma=False, key_major=False):
     """A dK/dV kernel configuration: BN keys a program, BM-query steps, a ``stages`` Q/dO ring, ``nw`` warps,
     ``dq`` 0 (separate dQ kernel) / 1 (atomics) / 2 (TMA reduce-add), ``overlap`` the overlapped schedule,
-    ``qsplit`` column chunks of a tile's dQ GEMM."""
-    return dict(BN=bn, BM=bm, STAGES=stages, NW=nw, DQ=dq, OVERLAP=overlap, QSPLIT=qsplit)
+    ``qsplit`` column chunks of a tile's dQ GEMM, ``lse_tma`` the steps' LSE and delta loaded by TMA into the
+    ring (else from global memory by every thread), ``key_major`` the grid key tile by key tile across heads."""
+    return dict(BN=bn, BM=bm, STAGES=stages, NW=nw, DQ=dq, OVERLAP=overlap, QSPLIT=qsplit, LSE_TMA=lse_tma,
+                KEY_MAJOR=key_major)
 
 
 def q_cfg(bm, bn, stages, nw):
@@ -470,11 +511,13 @@ def backward(q, k, v, o, do, lse, variant, causal: bool, scale: float | None = N
     bm, bn = kv["BM"], kv["BN"]
     dq32 = torch.zeros(rows, D, device=q.device, dtype=torch.float32) if kv["DQ"] else None
     dq_desc = _desc(dq32, [bm, D // kv["QSPLIT"]]) if kv["DQ"] == 2 else _desc(v2(dq), [bm, D])
-    bwd_dkdv[(S // bn, B * H)](
+    bwd_dkdv[(B * H, S // bn) if kv["KEY_MAJOR"] else (S // bn, B * H)](
         _desc(v2(q), [bm, D]), _desc(v2(k), [bn, D]), _desc(v2(v), [bn, D]), _desc(v2(do), [bm, D]),
-        _desc(v2(dk), [bn, D]), _desc(v2(dv), [bn, D]), dq_desc, dq32 if dq32 is not None else delta, lse, delta,
+        _desc(v2(dk), [bn, D]), _desc(v2(dv), [bn, D]), dq_desc, _desc(lse.view(rows), [bm]),
+        _desc(delta.view(rows), [bm]), dq32 if dq32 is not None else delta, lse, delta,
         sm * LOG2E, sm, S, D=D, BM=bm, BN=bn, STAGES=kv["STAGES"], NW=kv["NW"], CAUSAL=causal, DQ=kv["DQ"],
-        OVERLAP=kv["OVERLAP"], QSPLIT=kv["QSPLIT"], num_warps=kv["NW"])
+        OVERLAP=kv["OVERLAP"], QSPLIT=kv["QSPLIT"], LSE_TMA=kv["LSE_TMA"],
+        KEY_MAJOR=kv["KEY_MAJOR"], num_warps=kv["NW"])
     if kv["DQ"]:
         bwd_cast[(rows * D // 1024,)](dq32, dq, BLOCK=1024)
     else:
@@ -491,7 +534,7 @@ def backward(q, k, v, o, do, lse, variant, causal: bool, scale: float | None = N
 # ----------------------------------------------------------------------------------------------------------------
 
 def _tdesc(ty: str, box, gdt) -> str:
-    return f"tensordesc<{ty}[{box[0]},{box[1]}],{gl.NVMMASharedLayout.get_default_for(box, gdt)!r}>"
+    return f"tensordesc<{ty}[{','.join(map(str, box))}],{gl.NVMMASharedLayout.get_default_for(box, gdt)!r}>"
 
 
 def compile_sm90(kernel: str, cfg: dict, D: int, causal: bool, dtype: str = "fp16"):
@@ -505,11 +548,13 @@ def compile_sm90(kernel: str, cfg: dict, D: int, causal: bool, dtype: str = "fp1
     if kernel == "dkdv":
         fn = bwd_dkdv
         dqd = _tdesc("fp32", [bm, D // cfg["QSPLIT"]], gl.float32) if cfg["DQ"] == 2 else qd
+        rowd = _tdesc("fp32", [bm], gl.float32)
         sig = {"q_desc": qd, "k_desc": kd, "v_desc": kd, "do_desc": qd, "dk_desc": kd, "dv_desc": kd, "dq_desc": dqd,
-               "dq_ptr": "*fp32", "lse_ptr": "*fp32", "delta_ptr": "*fp32", "qk_scale": "fp32", "sm_scale": "fp32",
-               "S": "i32"}
+               "lse_desc": rowd, "delta_desc": rowd, "dq_ptr": "*fp32", "lse_ptr": "*fp32", "delta_ptr": "*fp32",
+               "qk_scale": "fp32", "sm_scale": "fp32", "S": "i32"}
         meta = dict(D=D, BM=bm, BN=bn, STAGES=cfg["STAGES"], NW=cfg["NW"], CAUSAL=causal, DQ=cfg["DQ"],
-                    OVERLAP=cfg["OVERLAP"], QSPLIT=cfg["QSPLIT"])
+                    OVERLAP=cfg["OVERLAP"], QSPLIT=cfg["QSPLIT"], LSE_TMA=cfg["LSE_TMA"],
+                    KEY_MAJOR=cfg["KEY_MAJOR"])
         ptrs = ("dq_ptr", "lse_ptr", "delta_ptr", "S")
     else:
         fn = bwd_dq

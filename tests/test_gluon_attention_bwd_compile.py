@@ -46,8 +46,10 @@ def _toolchain() -> bool:
 
 @pytest.mark.skipif(not _toolchain(), reason="Triton's sm_90 toolchain (Gluon, ptxas) is not installed")
 def test_backward_kernels_compile_for_sm90():
-    cases = [("dkdv", dict(BN=128, BM=64, STAGES=3, NW=8, DQ=2, OVERLAP=True, QSPLIT=2), 128, True),
-             ("dkdv", dict(BN=128, BM=64, STAGES=2, NW=8, DQ=1, OVERLAP=False, QSPLIT=1), 64, False),
+    cases = [("dkdv", dict(BN=128, BM=64, STAGES=3, NW=8, DQ=2, OVERLAP=True, QSPLIT=2, LSE_TMA=True, KEY_MAJOR=True),
+              128, True),
+             ("dkdv", dict(BN=128, BM=64, STAGES=2, NW=8, DQ=1, OVERLAP=False, QSPLIT=1, LSE_TMA=False,
+                          KEY_MAJOR=False), 64, False),
              ("dq", dict(BM=128, BN=64, STAGES=2, NW=8), 64, True)]
     env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(HERE), "src"))
     env.pop("TRITON_INTERPRET", None)
