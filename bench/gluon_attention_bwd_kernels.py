@@ -18,7 +18,12 @@ Every (B*H*S, D) view is addressed by a host TMA descriptor; scores are taken in
   transposed A) is added into an fp32 dQ buffer by per-thread atomics, 2 the same tile is added by one
   TMA bulk reduce-add (``cp.reduce.async.bulk.tensor``, :func:`tma_reduce_add`).
   ``CAUSAL``: a key tile starts at the query tile holding its first key (fully masked tiles skipped)
-  and masks only tiles crossing the diagonal.
+  and masks only tiles crossing the diagonal. ``OVERLAP`` (else each step's GEMMs finish before the next
+  step): step i-1's dK/dV GEMMs keep running while step i's S^T and dP^T are issued, the ring is refilled
+  STAGES-1 steps ahead once they are retired, and with dQ, dS^T in shared memory is the A operand of both dK
+  and dQ. ``QSPLIT``: dQ's GEMM in that many column chunks (fewer registers live). ``LSE_TMA``: the steps'
+  LSE and delta ride in the ring (TMA) instead of per-thread global loads. ``KEY_MAJOR``: a (head, key tile)
+  grid.
 - :func:`bwd_dq` (Gluon): one program per (BM queries, head) loops over the key tiles (``STAGES``
   ring of K and V): ``S = Q K^T``, ``dP = dO V^T``, ``dS = P (dP - delta)``, ``dQ += dS K``;
   causal: up to the diagonal, heaviest programs first.
@@ -348,7 +353,7 @@ def bwd_dkdv(q_desc, k_desc, v_desc, do_desc, dk_desc, dv_desc, dq_desc, lse_des
         dk, dv = _dkdv_serial(q_desc, do_desc, q_smem, do_smem, q_bar, do_bar, k_smem, v_smem, ds_smem, dq_desc,
                               dq_smem, dq_ptr, lse_ptr, delta_ptr, qk_scale, sm_scale, q_base, m_start, n_steps, k0,
                               D, BM, BN, STAGES, NW, CAUSAL, DQ, QSPLIT,
-                               lse_desc, delta_desc, lse_smem, delta_smem, LSE_TMA)
+                              lse_desc, delta_desc, lse_smem, delta_smem, LSE_TMA)
 
     # (no mbarrier.invalidate: a slower warp may still be inside its last wait)
     if DQ == 2:
