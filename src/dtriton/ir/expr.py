@@ -187,7 +187,9 @@ def as_expr(v) -> Expr:
         return v
     if isinstance(v, Output):
         return v.expr
-    if isinstance(v, (bool, int)):
+    if isinstance(v, bool):   # a bool literal: torch's lowest category (B[i] + True stays bool)
+        return Const(float(v), integer=True, boolean=True)
+    if isinstance(v, int):
         return Const(float(v), integer=True)
     if isinstance(v, float):
         return Const(v)
@@ -248,21 +250,26 @@ def int_op(op: str, a: "Expr", b: "Expr") -> "Binary":
 class Const(Expr):
     """A numeric literal (float, including ``float('inf')``). ``integer``: written as a Python int
     (or bool), which matters for result dtypes only (``X_int + 1`` stays an integer, as in torch,
-    ``X_int + 1.0`` is float32)."""
-    __slots__ = ("value", "integer")
+    ``X_int + 1.0`` is float32). ``boolean``: written as a Python bool (``True``, ``False``; value 1 or
+    0, ``integer`` too), the lowest category of torch's promotion: ``B[i] + True`` stays bool (a
+    logical or), ``X_int8[i] + True`` int8, ``X[i] * True`` keeps X's float dtype."""
+    __slots__ = ("value", "integer", "boolean")
 
-    def __init__(self, value: float, integer: bool = False):
+    def __init__(self, value: float, integer: bool = False, boolean: bool = False):
         super().__init__(())
         self.value = float(value)
-        self.integer = bool(integer)
+        self.boolean = bool(boolean)
+        if self.boolean and self.value not in (0.0, 1.0):
+            raise ValueError(f"a bool literal has the value 0 or 1, got {value!r}")
+        self.integer = bool(integer) or self.boolean
 
     def rebuild(self, children=()):
         _no_children(self, children)
-        return Const(self.value, self.integer)
+        return Const(self.value, self.integer, self.boolean)
 
     def signature(self):
         # repr keeps -0.0 apart from 0.0 (CSE must not merge them) and makes every NaN one key
-        return (repr(self.value), self.integer)
+        return (repr(self.value), self.integer, self.boolean)
 
 
 class Axis(Expr):
@@ -595,7 +602,7 @@ def fmt(n: Expr, depth: int = 0, names: dict | None = None, limit: int | None = 
         return "…"
     d = depth + 1
     if isinstance(n, Const):
-        return _fmt_const(n.value)
+        return repr(bool(n.value)) if n.boolean else _fmt_const(n.value)
     if isinstance(n, (Axis, ScalarParam)):
         return n.name
     if isinstance(n, Load):

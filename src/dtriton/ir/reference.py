@@ -24,7 +24,7 @@ from .walk import mul_factors, topo_order
 #: the largest int64: index arithmetic and int arguments beyond it would wrap around
 I64_MAX = 2**63 - 1
 
-__all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "saturate", "check_reads", "integer_reductions", "is_index", "output_dtype", "output_dtypes", "kernel_f64", "compute_dtype", "evaluate"]
+__all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "BOOL_OPS", "Binding", "saturate", "check_reads", "integer_reductions", "boolean_ops", "is_index", "output_dtype", "output_dtypes", "kernel_f64", "compute_dtype", "evaluate"]
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INDEX_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
@@ -53,7 +53,8 @@ def output_dtype(root: Expr, dtypes: dict[str, torch.dtype]) -> torch.dtype:
     promotion rules (``torch.result_type``): tensors, axis values (int64, as ``torch.arange``),
     casts and reductions are typed operands; literals and scalar parameters are Python scalars,
     which only raise the category (bool < integer < float) and then give torch's default dtype
-    (float32, or int64). Division and float functions of integers give float32; comparisons
+    (float32, or int64; a bool literal ``True`` is the lowest, bool: ``B[i] + True`` is bool,
+    ``X_int8[i] + True`` int8). Division and float functions of integers give float32; comparisons
     bool; ``where`` promotes its two branches only; sums and products of bool or integer values
     are int64, an arg-reduction int64. An expression of scalars only is float32 (int64 when every
     scalar is an integer). The fp8 dtypes (:data:`~dtriton.ir.FP8_DTYPES`) are storage types: a
@@ -64,7 +65,7 @@ def output_dtype(root: Expr, dtypes: dict[str, torch.dtype]) -> torch.dtype:
         typed[n.uid] = _node_dtype(n, dtypes, typed)
     dt, weak = typed[root.uid]
     if weak:
-        return torch.float32 if dt.is_floating_point else torch.int64
+        return torch.float32 if dt.is_floating_point else torch.bool if dt == torch.bool else torch.int64
     return dt
 
 
@@ -80,6 +81,26 @@ def integer_reductions(roots: Iterable[Expr], dtypes: dict[str, torch.dtype]) ->
         typed[n.uid] = _node_dtype(n, dtypes, typed)
         if (isinstance(n, Reduce) and n.combiner.results == 1 and not n.combiner.state and n.combiner.finalize is None
                 and n.combiner.base in ("sum", "prod", "max", "min") and not typed[n.x.uid][0].is_floating_point):
+            out.add(n.uid)
+    return frozenset(out)
+
+
+#: the arithmetic of two bools, as torch computes it on bool tensors: a sum or maximum is a logical or
+#: (``True + True`` is ``True``), a product or minimum a logical and
+BOOL_OPS = {"add": "or", "maximum": "or", "mul": "and", "minimum": "and"}
+
+
+def boolean_ops(roots: Iterable[Expr], dtypes: dict[str, torch.dtype]) -> frozenset[int]:
+    """The ids of the :class:`Binary` nodes under ``roots`` (of :data:`BOOL_OPS`) whose result is
+    ``torch.bool`` by torch's promotion (both operands bool tensors, comparisons, casts to bool or
+    bool literals; ``dtypes``: input tensor -> dtype): torch computes them as a logical or (``+``,
+    ``dt.maximum``) or and (``*``, ``dt.minimum``), so ``B[i] + B[i]`` is ``True``, not 2, and
+    ``(B[i] + B[i]) + B[i] * 1`` is 2. The reference and the kernels compute these nodes so."""
+    typed: dict[int, tuple[torch.dtype, bool]] = {}
+    out = set()
+    for n in topo_order(list(roots)):
+        typed[n.uid] = _node_dtype(n, dtypes, typed)
+        if isinstance(n, Binary) and n.op in BOOL_OPS and n.lift is None and typed[n.uid][0] == torch.bool:
             out.add(n.uid)
     return frozenset(out)
 
@@ -113,7 +134,7 @@ def _node_dtype(n: Expr, dtypes: dict[str, torch.dtype], typed: dict) -> tuple[t
     if not isinstance(n, (Load, Cast)):
         typed = {c.uid: _arith(typed[c.uid]) for c in n.children()}
     if isinstance(n, Const):
-        return (torch.int64 if n.integer else torch.float64), True
+        return (torch.bool if n.boolean else torch.int64 if n.integer else torch.float64), True
     if isinstance(n, ScalarParam):
         return (torch.int64 if n.pytype is int else torch.float64), True
     if isinstance(n, Axis):
@@ -145,7 +166,8 @@ def _node_dtype(n: Expr, dtypes: dict[str, torch.dtype], typed: dict) -> tuple[t
         if n.lift == "int" and t[0] == torch.bool:   # a product of bool ** 2: int64, as torch.pow
             return torch.int64, t[1]
         if n.op == "pow" and not t[0].is_floating_point:   # integer ** integer: an integer, as torch.pow
-            return (torch.int64, t[1]) if t[0] == torch.bool else t
+            # (a bool to a bool literal stays bool: torch.pow(B, True); to any other integer, int64)
+            return (torch.int64, t[1]) if t[0] == torch.bool and typed[n.b.uid] != (torch.bool, True) else t
         return _as_float(t) if n.op in ("div", "pow") else t
     if isinstance(n, Where):
         return _promote(typed[n.a.uid], typed[n.b.uid])
@@ -188,10 +210,17 @@ def check_bool_arithmetic(alg, dtypes: dict[str, torch.dtype]) -> None:
     raises for on bool values (bool tensors, comparisons, casts to bool; ``dtypes``: input tensor ->
     dtype): a negation ``-b`` ("Negation, the `-` operator, on a bool tensor is not supported"), a
     subtraction with a bool operand ``b - c``, ``1 - b``, ``x - b`` ("Subtraction, the `-` operator,
-    with a bool tensor is not supported") and ``dt.abs(b)`` ("abs" is not implemented for 'Bool')."""
+    with a bool tensor is not supported"; a bool literal counts: ``x - True``), ``dt.abs(b)`` ("abs" is
+    not implemented for 'Bool') and an integer ``b // c`` or ``b % c`` of bools (``B[i] // True``:
+    "div_floor" is not implemented for 'Bool')."""
     typed: dict[int, tuple[torch.dtype, bool]] = {}
     for n in alg.nodes:
         typed[n.uid] = _node_dtype(n, dtypes, typed)
+        if isinstance(n, Binary) and n.op in INT_OPS and typed[n.uid][0] == torch.bool:
+            sym, name = ("//", "div_floor") if n.op == "floordiv" else ("%", "remainder")
+            raise AlgorithmError(f"{alg.name}: {fmt(n)}: {sym} of two bools, and torch raises \"{name}\" not "
+                                 f"implemented for 'Bool'; cast to an integer first: dt.cast({fmt(n.a)}, torch.int64) "
+                                 f"{sym} {fmt(n.b)}")
         if isinstance(n, Unary) and n.op in ("neg", "abs") and typed[n.x.uid] == (torch.bool, False):
             x = fmt(n.x)
             what = ("negates" if n.op == "neg" else "takes the absolute value of")
@@ -202,10 +231,12 @@ def check_bool_arithmetic(alg, dtypes: dict[str, torch.dtype]) -> None:
                                  f"{fix}, or cast to an integer first, e.g. "
                                  f"{'-' if n.op == 'neg' else 'dt.abs('}dt.cast({x}, torch.int64){'' if n.op == 'neg' else ')'}")
         if isinstance(n, Binary) and n.op == "sub":
-            bools = [c for c in (n.a, n.b) if typed[c.uid] == (torch.bool, False)]
+            bools = [c for c in (n.a, n.b) if typed[c.uid][0] == torch.bool]   # a bool literal too, as torch
             if not bools:
                 continue
-            if len(bools) == 2:
+            if any(isinstance(c, Const) for c in bools):
+                fix = "write the bool literal as an int (1 for True, 0 for False)"
+            elif len(bools) == 2:
                 fix = (f"for the elements where exactly one holds write ({fmt(n.a)} != {fmt(n.b)}) (torch's ^), for "
                        f"the first and not the second {fmt(n.a)} & ~{fmt(n.b)}")
             else:
@@ -518,6 +549,8 @@ class _Evaluator:
         self.memo: dict[int, _Val] = {}
         #: reductions folded in int64 (exact, as the kernels fold them)
         self.ints = integer_reductions([o.expr for o in alg.outputs], b.dtypes)
+        #: arithmetic of bools, a logical or / and as torch's
+        self.bools = boolean_ops([o.expr for o in alg.outputs], b.dtypes)
 
     def __call__(self, n: Expr) -> _Val:
         if n.uid not in self.memo:
@@ -528,6 +561,8 @@ class _Evaluator:
         return t if t.dtype.is_floating_point else t.to(self.cdt)
 
     def ev_Const(self, n: Const) -> _Val:
+        if n.boolean:
+            return _Val(torch.tensor(bool(n.value), device=self.dev), ())
         if n.integer and n.value.is_integer():
             return _Val(torch.tensor(int(n.value), dtype=torch.int64, device=self.dev), ())
         return _Val(torch.tensor(n.value, dtype=self.cdt, device=self.dev), ())
@@ -576,8 +611,8 @@ class _Evaluator:
         va, vb = self(n.a), self(n.b)
         ax = tuple(dict.fromkeys(va.axes + vb.axes))
         x, y = _align(va, ax), _align(vb, ax)
-        if n.op in ("and", "or"):
-            f2 = torch.logical_and if n.op == "and" else torch.logical_or
+        if n.op in ("and", "or") or n.uid in self.bools:
+            f2 = torch.logical_and if BOOL_OPS.get(n.op, n.op) == "and" else torch.logical_or
             return _Val(f2(x.bool(), y.bool()), ax)
         ints = not x.dtype.is_floating_point and not y.dtype.is_floating_point
         if n.op in COMPARE_OPS:
