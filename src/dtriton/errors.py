@@ -21,6 +21,15 @@ class ShapeError(DTritonError, ValueError):
     inconsistent symbolic sizes, unsupported dtypes, or tensors on different devices."""
 
 
+class DTypeError(ShapeError, TypeError):
+    """A call-time tensor of the wrong dtype: an ``out=`` tensor whose dtype is not the output's
+    (torch's result dtype of the algorithm for the call's inputs), an input of a dtype dtriton does
+    not compute with (complex, ``uint16``), a float tensor used as a gather index. The message names
+    the argument or output, the dtype expected and the one given, and how to fix it. A
+    :class:`ShapeError` too (dtriton raised that for these before, so ``except dt.ShapeError`` still
+    catches them), and a :class:`TypeError`, as Python's own error for a value of the wrong type is."""
+
+
 class IndexRangeError(ShapeError, IndexError):
     """An index reads outside a dimension of a tensor: ``X[i, j + 1]`` on the last column, a gather
     index out of range. The message names the tensor, the dim, the index expression and the values

@@ -198,8 +198,9 @@ def as_expr(v) -> Expr:
             f"input tensor {v.name!r} is used without indices; write {v.name}[{', '.join('i' * 0)}...] "
             "with one axis per dim")
     if isinstance(v, tuple) and v and all(isinstance(a, Axis) for a in v):
-        raise AlgorithmError(f"cannot use the tuple {v!r} in an expression: dt.axes returns a tuple, so write "
-                             f"`i, = dt.axes('i')` (note the comma) or `i, j = dt.axes('i j')`")
+        raise AlgorithmError(f"cannot use the tuple {v!r} in an expression: dt.axes with several names returns a "
+                             f"tuple of axes, so unpack it, `i, j = dt.axes('i j')` (one name gives the axis itself: "
+                             f"`i = dt.axes('i')`)")
     raise AlgorithmError(f"cannot use {type(v).__name__} {v!r} in an algorithm expression")
 
 
@@ -298,6 +299,23 @@ class Axis(Expr):
 
     def __repr__(self):
         return f"Axis({self.name})"
+
+    # an axis is also the 1-tuple of itself, so that ``i = dt.axes("i")`` and ``i, = dt.axes("i")`` both
+    # give the axis (and ``dt.axes("i")[0]``, ``len(dt.axes("i"))`` read as for several names)
+    def __iter__(self):
+        return iter((self,))
+
+    def __len__(self):
+        return 1
+
+    def __getitem__(self, idx):
+        """``i[0]`` (or ``i[-1]``): the axis itself, as the 1-tuple of itself (``dt.axes("i")[0]``);
+        ``i[j, ...]`` with axes fixes an output's layout, as for any expression."""
+        if isinstance(idx, int) and not isinstance(idx, bool):
+            if idx in (0, -1):
+                return self
+            raise IndexError(f"axis {self.name!r} is a sequence of one axis (itself): index 0 or -1, got {idx}")
+        return super().__getitem__(idx)
 
 
 class ScalarParam(Expr):

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from ..errors import AlgorithmError, IndexRangeError, ShapeError, ZeroDivisorError
+from ..errors import AlgorithmError, DTypeError, IndexRangeError, ShapeError, ZeroDivisorError
 from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT_OPS, Load, Reduce,
                    ScalarParam, Unary, Where, fmt)
 from .intervals import Read, analyse_reads, int_magnitude, integer_valued
@@ -338,7 +338,7 @@ def _check_tensor(alg, p, a) -> None:
         raise ShapeError(f"argument {p.name!r} of {alg.name} must have {len(p.dims)} dims {list(p.dims)}, "
                          f"got {a.dim()} (shape {tuple(a.shape)})")
     if a.dtype not in FLOAT_DTYPES + INDEX_DTYPES + FP8_DTYPES:
-        raise ShapeError(f"argument {p.name!r} of {alg.name} has unsupported dtype {a.dtype}; use "
+        raise DTypeError(f"argument {p.name!r} of {alg.name} has unsupported dtype {a.dtype}; use "
                          "float16, bfloat16, float32, float64, float8_e4m3fn, float8_e5m2 or an integer dtype")
 
 
@@ -394,7 +394,7 @@ class Binding:
             sizes[sym] = n
         for idx_name, tname, d, _ in alg.gathers:
             if dtypes[idx_name].is_floating_point:
-                raise ShapeError(f"argument {idx_name!r} indexes dim {d} of {tname} (a gather) and must be an integer "
+                raise DTypeError(f"argument {idx_name!r} indexes dim {d} of {tname} (a gather) and must be an integer "
                                  f"tensor, got {dtypes[idx_name]}; convert it with .long() before the call, or cast "
                                  f"the index inside the algorithm, {tname}[..., dt.cast({idx_name}[...], torch.int64)] "
                                  f"(it rounds toward zero, as .long() does)")
