@@ -222,3 +222,31 @@ def test_random_bool_expressions_match_torch(tree, seed):
     def fn(A, B, I, F):
         return _build(tree, dict(A=A, B=B, I=I, F=F), isinstance(A, dt.Expr))
     check_three_ways(fn, "tree", seed, small=True)
+
+
+@pytest.mark.parametrize("fn, sym, fix", [
+    (lambda A, B, I, F: I & A, "&", r"\(I\[i\] != 0\) & \(A\[i\] != 0\)"),
+    (lambda A, B, I, F: A | 1, r"\|", r"\(A\[i\] != 0\) \| \(1 != 0\)"),
+    (lambda A, B, I, F: ~I, "~", r"\(I\[i\] == 0\)"),
+    (lambda A, B, I, F: (F > 0) & F, "&", r"!= 0"),
+])
+def test_logical_ops_of_non_bools_are_refused(fn, sym, fix):
+    """``&``, ``|``, ``~`` are logical on bools in dtriton; torch's are bitwise on integers (a
+    different value: ``3 & 1`` is 1, not True) and raise on floats, so dtriton refuses them, saying
+    what to write, rather than give another value."""
+    args = _inputs(4)
+    try:
+        want = fn(*args)
+    except (RuntimeError, TypeError):
+        want = None   # torch raises (a float operand)
+    alg = _algorithm(fn, "logical")
+    if want is not None:   # torch's bitwise value is not the logical one: the refusal is needed
+        logical = (args[2] != 0) & args[0] if sym == "&" else ~(args[2] != 0) if sym == "~" else args[0] | True
+        assert want.dtype != torch.bool or not torch.equal(want, logical)
+    for run in (lambda: dt.compile(alg)(*args), lambda: alg.reference(*args)):
+        with pytest.raises(dt.AlgorithmError, match=rf"{sym} is a logical operation on bools.*{fix}"):
+            run()
+
+
+def test_logical_ops_of_bools_still_compute():
+    check_three_ways(lambda A, B, I, F: (A & ~B) | ((I > 0) & True) | ((F < 0) & False), "logical_bools")

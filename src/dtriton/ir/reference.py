@@ -212,10 +212,12 @@ def check_bool_arithmetic(alg, dtypes: dict[str, torch.dtype]) -> None:
     subtraction with a bool operand ``b - c``, ``1 - b``, ``x - b`` ("Subtraction, the `-` operator,
     with a bool tensor is not supported"; a bool literal counts: ``x - True``), ``dt.abs(b)`` ("abs" is
     not implemented for 'Bool') and an integer ``b // c`` or ``b % c`` of bools (``B[i] // True``:
-    "div_floor" is not implemented for 'Bool')."""
+    "div_floor" is not implemented for 'Bool'); and ``&``, ``|``, ``~`` of a value that is not a bool
+    (logical here, bitwise on integers in torch)."""
     typed: dict[int, tuple[torch.dtype, bool]] = {}
     for n in alg.nodes:
         typed[n.uid] = _node_dtype(n, dtypes, typed)
+        _check_logical(alg, n, typed)
         if isinstance(n, Binary) and n.op in INT_OPS and typed[n.uid][0] == torch.bool:
             sym, name = ("//", "div_floor") if n.op == "floordiv" else ("%", "remainder")
             raise AlgorithmError(f"{alg.name}: {fmt(n)}: {sym} of two bools, and torch raises \"{name}\" not "
@@ -248,6 +250,28 @@ def check_bool_arithmetic(alg, dtypes: dict[str, torch.dtype]) -> None:
                                  f"or cast to an integer first: "
                                  + " - ".join(f"dt.cast({fmt(c)}, torch.int64)" if any(c is d for d in bools) else fmt(c)
                                             for c in (n.a, n.b)))
+
+
+def _check_logical(alg, n: Expr, typed: dict) -> None:
+    """Refuse ``a & b``, ``a | b`` and ``~a`` of a value that is not a bool (:func:`check_bool_arithmetic`):
+    they are logical operations on bools here, where torch's are bitwise on integers (``X_int & 1``)
+    and raise on floats, so the result would differ from torch's without a word."""
+    if isinstance(n, Binary) and n.op in ("and", "or"):
+        kids, sym = (n.a, n.b), "&" if n.op == "and" else "|"
+    elif isinstance(n, Unary) and n.op == "not":
+        kids, sym = (n.x,), "~"
+    else:
+        return
+    bad = [c for c in kids if typed[c.uid][0] != torch.bool]
+    if not bad:
+        return
+    c, dt = bad[0], typed[bad[0].uid][0]
+    kind = "a float, where torch raises" if dt.is_floating_point else "an integer, where torch's is a bitwise operation"
+    fix = " & ".join(f"({fmt(k)} != 0)" for k in kids) if sym == "&" else \
+        " | ".join(f"({fmt(k)} != 0)" for k in kids) if sym == "|" else f"({fmt(c)} == 0)"
+    raise AlgorithmError(f"{alg.name}: {fmt(n)}: {sym} is a logical operation on bools in dtriton (comparisons, bool "
+                         f"tensors, True/False), and {fmt(c)} is {dt if not typed[c.uid][1] else 'a Python number'}: "
+                         f"{kind}, which dtriton does not compute; for the logical value write {fix}")
 
 
 def check_computed_indices(alg, sizes: dict[str, int], axis_sizes: dict[str, int],
