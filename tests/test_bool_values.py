@@ -250,3 +250,27 @@ def test_logical_ops_of_non_bools_are_refused(fn, sym, fix):
 
 def test_logical_ops_of_bools_still_compute():
     check_three_ways(lambda A, B, I, F: (A & ~B) | ((I > 0) & True) | ((F < 0) & False), "logical_bools")
+
+
+def test_grad_through_bool_arithmetic():
+    """``X * (A + B)``: the backward multiplies by the logical or (1 where both hold, not 2)."""
+    @dt.algorithm
+    def masked(X: dt.Tensor["M", "N"], A: dt.Tensor["M", "N"], B: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        return dt.sum(X[i, j] * (A[i, j] + B[i, j]) + X[i, j] * dt.maximum(A[i, j], B[i, j]), over=j)[i]
+    g = torch.Generator().manual_seed(6)
+    A, B = torch.rand(4, 9, generator=g) < 0.5, torch.rand(4, 9, generator=g) < 0.5
+    A[:, 0] = B[:, 0] = True
+    X = torch.randn(4, 9, dtype=torch.float64, generator=g, requires_grad=True)
+    w = torch.randn(4, dtype=torch.float64, generator=g)
+    y = dt.compile_autograd(masked)(X, A, B)
+    (y * w).sum().backward()
+    X2 = X.detach().clone().requires_grad_(True)
+    y2 = (X2 * (A + B) + X2 * torch.maximum(A, B)).sum(1)
+    (y2 * w).sum().backward()
+    torch.testing.assert_close(y, y2)
+    torch.testing.assert_close(X.grad, X2.grad)
+    torch.testing.assert_close(masked.reference(X.detach(), A, B), y2.detach())
+    grads = dt.grad(masked, wrt=["X"])   # the backward's own reference: the or, not 2
+    if not grads.saved:
+        torch.testing.assert_close(grads.reference(X.detach(), A, B, w)[0], X2.grad)
