@@ -16,6 +16,13 @@ class AlgorithmError(DTritonError, ValueError):
     sized dimensions, an output leaves an axis free, or an operand is not an expression."""
 
 
+class MethodError(AlgorithmError, AttributeError):
+    """A torch tensor method called on an expression while an algorithm is traced (``X[i].exp()``,
+    ``.sum()``, ``.float()``, ``.item()``): the message says which ``dt`` function to write. An
+    :class:`AttributeError` too, so ``hasattr(expr, "sum")`` is False and ``getattr`` with a
+    default returns it, as for any attribute an expression does not have."""
+
+
 class ShapeError(DTritonError, ValueError):
     """Call-time arguments do not match the algorithm's signature: wrong number of dims,
     inconsistent symbolic sizes, unsupported dtypes, or tensors on different devices."""
