@@ -74,8 +74,11 @@ def test_out_with_wrong_shape_or_dtype():
     A, B = torch.randn(4, 8), torch.randn(8, 3)
     _raises(dt.ShapeError, r"out= for output 'out' must have shape \(4, 3\) and dtype torch\.float32, got \(3, 4\)",
             dt.compile(matmul), A, B, out=torch.empty(3, 4))
-    _raises(dt.ShapeError, r"got \(4, 3\) torch\.float16", dt.compile(matmul), A, B,
-            out=torch.empty(4, 3, dtype=torch.float16))
+    # a wrong dtype is a DTypeError (a ShapeError too, as it was): the output, both dtypes, the fix
+    _raises(dt.DTypeError, r"out= for output 'out' has dtype torch\.float16, but matmul's output 'out' is "
+            r"torch\.float32 .*torch\.empty\(\(4, 3\), dtype=torch\.float32\).*dt\.cast\(expr, torch\.float16\)",
+            dt.compile(matmul), A, B, out=torch.empty(4, 3, dtype=torch.float16))
+    assert issubclass(dt.DTypeError, dt.ShapeError) and issubclass(dt.DTypeError, TypeError)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ interpreter on a machine without one).
     kernel = dt.compile(matmul, dt.Schedule(tile={"i": 64, "j": 64, "k": 32}, grid=("i", "j")))
 """
 
-from .errors import (AlgorithmError, CompileError, DTritonError, IndexRangeError, ResourceError, ScheduleError,
+from .errors import (AlgorithmError, CompileError, DTritonError, DTypeError, IndexRangeError, MethodError, ResourceError, ScheduleError,
                      ScheduleWarning, ShapeError, UnknownFieldError, ZeroDivisorError)
 from .ir import Algorithm, Axis
 from . import dsl
@@ -29,7 +29,7 @@ from .api import compile, compile_autograd
 from .version import __version__
 
 __all__ = [
-    "AlgorithmError", "CompileError", "DTritonError", "IndexRangeError", "ResourceError", "ScheduleError", "ScheduleWarning",
+    "AlgorithmError", "CompileError", "DTritonError", "DTypeError", "IndexRangeError", "MethodError", "ResourceError", "ScheduleError", "ScheduleWarning",
     "ShapeError", "UnknownFieldError", "ZeroDivisorError",
     *dsl.__all__,
     "FrozenMap", "Schedule", "StageSchedule", "Kernel", "compile",

@@ -36,9 +36,11 @@ __all__ = [
 ]
 
 
-def axes(names: str) -> tuple[Axis, ...]:
+def axes(names: str) -> "Axis | tuple[Axis, ...]":
     """``i, j, k = dt.axes("i j k")``: make named axes. Names are separated by spaces or commas;
-    the result is always a tuple, so ``i, = dt.axes("i")`` works. An axis takes the size of the
+    several names give a tuple of axes, one name the axis itself (``i = dt.axes("i")``, then
+    ``X.pad(0.0)[i + 1]``), which also unpacks as a 1-tuple, so ``i, = dt.axes("i")`` gives the
+    same axis (``dt.axes("i")[0]`` and ``len(...)`` too). An axis takes the size of the
     dims it indexes; ``"d:N"`` gives it the size symbol ``N`` explicitly, for an axis used only
     inside index expressions (``X[i, d + half]``); the symbol is a dim of an input or an ``int``
     argument of the algorithm. Raises :class:`AlgorithmError` for a name that is not an identifier,
@@ -65,7 +67,7 @@ def axes(names: str) -> tuple[Axis, ...]:
                 f"function, write dt.axes('{name}:R') and pass R={size} in the call (each value is compiled as "
                 f"its own specialisation, as a shape is)")
         out.append(Axis(name, size or None))
-    return tuple(out)
+    return out[0] if len(out) == 1 else tuple(out)
 
 
 def pad(x, value: float):

@@ -16,9 +16,25 @@ class AlgorithmError(DTritonError, ValueError):
     sized dimensions, an output leaves an axis free, or an operand is not an expression."""
 
 
+class MethodError(AlgorithmError, AttributeError):
+    """A torch tensor method called on an expression while an algorithm is traced (``X[i].exp()``,
+    ``.sum()``, ``.float()``, ``.item()``): the message says which ``dt`` function to write. An
+    :class:`AttributeError` too, so ``hasattr(expr, "sum")`` is False and ``getattr`` with a
+    default returns it, as for any attribute an expression does not have."""
+
+
 class ShapeError(DTritonError, ValueError):
     """Call-time arguments do not match the algorithm's signature: wrong number of dims,
     inconsistent symbolic sizes, unsupported dtypes, or tensors on different devices."""
+
+
+class DTypeError(ShapeError, TypeError):
+    """A call-time tensor of the wrong dtype: an ``out=`` tensor whose dtype is not the output's
+    (torch's result dtype of the algorithm for the call's inputs), an input of a dtype dtriton does
+    not compute with (complex, ``uint16``), a float tensor used as a gather index. The message names
+    the argument or output, the dtype expected and the one given, and how to fix it. A
+    :class:`ShapeError` too (dtriton raised that for these before, so ``except dt.ShapeError`` still
+    catches them), and a :class:`TypeError`, as Python's own error for a value of the wrong type is."""
 
 
 class IndexRangeError(ShapeError, IndexError):

@@ -180,7 +180,7 @@ class Deriver:
         cl = self.clone
         for n in self.alg.nodes:
             if isinstance(n, Const):
-                r = g.const(n.value, n.integer)
+                r = g.const(n.value, n.integer, n.boolean)
             elif isinstance(n, Axis):
                 r = g.axis(n.name)
             elif isinstance(n, ScalarParam):

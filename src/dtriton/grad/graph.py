@@ -51,11 +51,13 @@ class Graph:
             self.table[key] = n
         return n
 
-    def const(self, v: float, integer: bool = False) -> Expr:
+    def const(self, v: float, integer: bool = False, boolean: bool = False) -> Expr:
         """The constant ``v`` (NaN constants are one node too); ``integer``: a literal written as
-        a Python int (kept from the forward: ``q % 2`` of an int64 ``q`` stays integer arithmetic)."""
+        a Python int (kept from the forward: ``q % 2`` of an int64 ``q`` stays integer arithmetic);
+        ``boolean``: written as a Python bool (kept from the forward: ``B[i] + True`` stays bool)."""
         v = float(v)
-        return self._get(("C", repr(float(v)), bool(integer)), lambda: Const(v, integer))
+        return self._get(("C", repr(float(v)), bool(integer) or bool(boolean), bool(boolean)),
+                         lambda: Const(v, integer, boolean))
 
     def axis(self, name: str) -> Axis:
         """The axis ``name``, declared with its size symbol where the graph knows it: an axis that

@@ -17,7 +17,7 @@ from .expr import (BINARY_OPS, COMPARE_OPS, FP8_DTYPES, INT_OPS, SATURATING_DTYP
 from .walk import contains, expr_axes, float_inputs, mul_factors, reduces_in, topo_order, walk
 from .bounds import AxisBounds, axis_bounds, guard, reduction_guard
 from .intervals import Interval, Read, analyse_reads, int_magnitude, integer_valued, interval, kernel_reads, never_negative
-from .reference import (FLOAT_DTYPES, INDEX_DTYPES, Binding, check_reads, compute_dtype, evaluate, integer_reductions, is_index,
+from .reference import (BOOL_OPS, FLOAT_DTYPES, INDEX_DTYPES, Binding, boolean_ops, check_reads, compute_dtype, evaluate, integer_reductions, is_index,
                         kernel_f64,
                         output_dtype, output_dtypes, unit_dim)
 from .algorithm import Algorithm, Stage, TensorAnnotation, cse, merge_named
@@ -37,7 +37,7 @@ __all__ = [
     "contains", "expr_axes", "float_inputs", "mul_factors", "reduces_in", "topo_order", "walk",
     "Interval", "Read", "analyse_reads", "int_magnitude", "interval", "kernel_reads", "never_negative", "check_reads",
     "INT_OPS", "PaddedTensor", "FP8_DTYPES", "SATURATING_DTYPES",
-    "FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "compute_dtype", "evaluate", "integer_reductions", "is_index", "kernel_f64",
+    "BOOL_OPS", "FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "boolean_ops", "compute_dtype", "evaluate", "integer_reductions", "is_index", "kernel_f64",
     "output_dtype", "output_dtypes",
     "Algorithm", "Stage", "TensorAnnotation", "cse", "merge_named",
     "can_split", "is_sum", "contractions", "grid_candidates", "online_candidate", "reduction_stages", "split_blockers", "splittable",

@@ -17,6 +17,7 @@ import torch
 
 from ..errors import AlgorithmError
 from .combiners import Combiner, get as get_combiner
+from .misuse import method_error, no_operator, no_xor
 
 __all__ = ["Expr", "Const", "Axis", "ScalarParam", "Load", "Unary", "Binary", "Where", "Cast", "Reduce",
            "Output", "InputTensor", "PaddedTensor", "as_expr", "fmt", "UNARY_OPS", "BINARY_OPS", "COMPARE_OPS", "INT_OPS",
@@ -121,8 +122,8 @@ class Expr:
     def __and__(self, o): return Binary("and", self, as_expr(o))
     def __or__(self, o): return Binary("or", self, as_expr(o))
     def __invert__(self): return Unary("not", self)
-    def __xor__(self, o): return _no_xor(self, o)
-    def __rxor__(self, o): return _no_xor(o, self)
+    def __xor__(self, o): return no_xor(self, o)
+    def __rxor__(self, o): return no_xor(o, self)
 
     def __floordiv__(self, o): return int_op("floordiv", self, as_expr(o))
     def __rfloordiv__(self, o): return int_op("floordiv", as_expr(o), self)
@@ -132,6 +133,26 @@ class Expr:
     def __float__(self):
         raise AlgorithmError("a dtriton expression is not a Python number: use dt.exp, dt.log, dt.sqrt, dt.tanh, "
                              "... instead of math.* functions inside an algorithm")
+
+    def __int__(self):
+        raise AlgorithmError("a dtriton expression is not a Python number (int() of it while the algorithm is "
+                             "traced): for an integer value write dt.cast(x, torch.int64)")
+
+    def __matmul__(self, o): return no_operator("@", "write the contraction over its shared axis: "
+                                                 "dt.sum(A[i, k] * B[k, j], over=k)")
+    def __rmatmul__(self, o): return self.__matmul__(o)
+    def __lshift__(self, o): return no_operator("<<", "multiply by a power of two (x * 2 ** n)")
+    def __rlshift__(self, o): return self.__lshift__(o)
+    def __rshift__(self, o): return no_operator(">>", "floor-divide by a power of two (x // 2 ** n)")
+    def __rrshift__(self, o): return self.__rshift__(o)
+
+    def __getattr__(self, name):
+        """torch's method style (``X[i].exp()``, ``.sum()``, ``.float()``): an :class:`AlgorithmError`
+        saying which ``dt`` function to call; any other missing attribute an ``AttributeError``."""
+        err = method_error(name)
+        if err is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        raise err
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -187,17 +208,20 @@ def as_expr(v) -> Expr:
         return v
     if isinstance(v, Output):
         return v.expr
-    if isinstance(v, (bool, int)):
+    if isinstance(v, bool):   # a bool literal: torch's lowest category (B[i] + True stays bool)
+        return Const(float(v), integer=True, boolean=True)
+    if isinstance(v, int):
         return Const(float(v), integer=True)
     if isinstance(v, float):
         return Const(v)
     if isinstance(v, InputTensor):
         raise AlgorithmError(
-            f"input tensor {v.name!r} is used without indices; write {v.name}[{', '.join('i' * 0)}...] "
-            "with one axis per dim")
+            f"input tensor {v.name!r} is used without indices; write {v.name}[{', '.join('ijklmnpq'[:len(v.dims)])}] "
+            f"with one axis per dim ({len(v.dims)}: {list(v.dims)})")
     if isinstance(v, tuple) and v and all(isinstance(a, Axis) for a in v):
-        raise AlgorithmError(f"cannot use the tuple {v!r} in an expression: dt.axes returns a tuple, so write "
-                             f"`i, = dt.axes('i')` (note the comma) or `i, j = dt.axes('i j')`")
+        raise AlgorithmError(f"cannot use the tuple {v!r} in an expression: dt.axes with several names returns a "
+                             f"tuple of axes, so unpack it, `i, j = dt.axes('i j')` (one name gives the axis itself: "
+                             f"`i = dt.axes('i')`)")
     raise AlgorithmError(f"cannot use {type(v).__name__} {v!r} in an algorithm expression")
 
 
@@ -248,21 +272,26 @@ def int_op(op: str, a: "Expr", b: "Expr") -> "Binary":
 class Const(Expr):
     """A numeric literal (float, including ``float('inf')``). ``integer``: written as a Python int
     (or bool), which matters for result dtypes only (``X_int + 1`` stays an integer, as in torch,
-    ``X_int + 1.0`` is float32)."""
-    __slots__ = ("value", "integer")
+    ``X_int + 1.0`` is float32). ``boolean``: written as a Python bool (``True``, ``False``; value 1 or
+    0, ``integer`` too), the lowest category of torch's promotion: ``B[i] + True`` stays bool (a
+    logical or), ``X_int8[i] + True`` int8, ``X[i] * True`` keeps X's float dtype."""
+    __slots__ = ("value", "integer", "boolean")
 
-    def __init__(self, value: float, integer: bool = False):
+    def __init__(self, value: float, integer: bool = False, boolean: bool = False):
         super().__init__(())
         self.value = float(value)
-        self.integer = bool(integer)
+        self.boolean = bool(boolean)
+        if self.boolean and self.value not in (0.0, 1.0):
+            raise ValueError(f"a bool literal has the value 0 or 1, got {value!r}")
+        self.integer = bool(integer) or self.boolean
 
     def rebuild(self, children=()):
         _no_children(self, children)
-        return Const(self.value, self.integer)
+        return Const(self.value, self.integer, self.boolean)
 
     def signature(self):
         # repr keeps -0.0 apart from 0.0 (CSE must not merge them) and makes every NaN one key
-        return (repr(self.value), self.integer)
+        return (repr(self.value), self.integer, self.boolean)
 
 
 class Axis(Expr):
@@ -291,6 +320,23 @@ class Axis(Expr):
 
     def __repr__(self):
         return f"Axis({self.name})"
+
+    # an axis is also the 1-tuple of itself, so that ``i = dt.axes("i")`` and ``i, = dt.axes("i")`` both
+    # give the axis (and ``dt.axes("i")[0]``, ``len(dt.axes("i"))`` read as for several names)
+    def __iter__(self):
+        return iter((self,))
+
+    def __len__(self):
+        return 1
+
+    def __getitem__(self, idx):
+        """``i[0]`` (or ``i[-1]``): the axis itself, as the 1-tuple of itself (``dt.axes("i")[0]``);
+        ``i[j, ...]`` with axes fixes an output's layout, as for any expression."""
+        if isinstance(idx, int) and not isinstance(idx, bool):
+            if idx in (0, -1):
+                return self
+            raise IndexError(f"axis {self.name!r} is a sequence of one axis (itself): index 0 or -1, got {idx}")
+        return super().__getitem__(idx)
 
 
 class ScalarParam(Expr):
@@ -532,6 +578,20 @@ class InputTensor:
     def __getitem__(self, idx) -> Load:
         return self.load(idx, None)
 
+    def _unindexed(self, *_):
+        as_expr(self)   # raises: an input tensor is used in arithmetic without indices
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __rtruediv__ = _unindexed
+    __pow__ = __rpow__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __matmul__ = __rmatmul__ = _unindexed
+    __neg__ = __abs__ = __invert__ = __and__ = __or__ = __lt__ = __le__ = __gt__ = __ge__ = _unindexed
+
+    @property
+    def shape(self):
+        """Not known while tracing: an :class:`AlgorithmError` naming the dims' symbols."""
+        raise AlgorithmError(f"{self.name}.shape: an input's sizes are not known while the algorithm is traced; its "
+                             f"dims are the symbols {list(self.dims)} (an axis indexing a dim ranges over it; an int "
+                             f"argument gives a number)")
+
     def load(self, idx, pad: float | None) -> Load:
         """The :class:`Load` ``self[idx]`` (``pad``: the value read outside the dims, or None)."""
         idx = idx if isinstance(idx, tuple) else (idx,)
@@ -595,7 +655,7 @@ def fmt(n: Expr, depth: int = 0, names: dict | None = None, limit: int | None = 
         return "…"
     d = depth + 1
     if isinstance(n, Const):
-        return _fmt_const(n.value)
+        return repr(bool(n.value)) if n.boolean else _fmt_const(n.value)
     if isinstance(n, (Axis, ScalarParam)):
         return n.name
     if isinstance(n, Load):
@@ -615,10 +675,3 @@ def fmt(n: Expr, depth: int = 0, names: dict | None = None, limit: int | None = 
     if isinstance(n, Reduce):
         return f"{n.combiner.name} over {','.join(n.over)} of {fmt(n.x, d, names, limit)}"
     return type(n).__name__
-
-
-def _no_xor(a, b):
-    """``a ^ b`` in an algorithm: not an operation of the language; the error says what to write."""
-    raise AlgorithmError(f"{a!r} ^ {b!r}: '^' (exclusive or) is not supported in dtriton algorithms; for bool "
-                         "values write (a != b), which is torch's a ^ b on bools; integer bitwise xor has no "
-                         "dtriton operation")

@@ -1,8 +1,8 @@
 """Call facts and the eager torch evaluator: the oracle of every test and explored schedule.
 
 :class:`Binding` checks call arguments against an algorithm's signature and records sizes and
-dtypes; :func:`output_dtype`, :func:`integer_reductions`, :func:`kernel_f64` and
-:func:`compute_dtype` are the dtype rules;
+dtypes; :func:`kernel_f64` and :func:`compute_dtype` are the compute-dtype rules (the result dtypes
+are :mod:`dtriton.ir.dtypes`'s, re-exported here);
 :func:`evaluate` computes every output in torch, reductions through their combiner's torch
 reference and finishing step.
 """
@@ -15,16 +15,18 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from ..errors import AlgorithmError, IndexRangeError, ShapeError, ZeroDivisorError
+from ..errors import DTypeError, IndexRangeError, ShapeError, ZeroDivisorError
 from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT_OPS, Load, Reduce,
                    ScalarParam, Unary, Where, fmt)
+from .dtypes import (BOOL_OPS, boolean_ops, check_bool_arithmetic, check_powers, integer_reductions, output_dtype,
+                     output_dtypes)
 from .intervals import Read, analyse_reads, int_magnitude, integer_valued
 from .walk import mul_factors, topo_order
 
 #: the largest int64: index arithmetic and int arguments beyond it would wrap around
 I64_MAX = 2**63 - 1
 
-__all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "saturate", "check_reads", "integer_reductions", "is_index", "output_dtype", "output_dtypes", "kernel_f64", "compute_dtype", "evaluate"]
+__all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "BOOL_OPS", "Binding", "saturate", "check_reads", "integer_reductions", "boolean_ops", "is_index", "output_dtype", "output_dtypes", "kernel_f64", "compute_dtype", "evaluate"]
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INDEX_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
@@ -39,184 +41,6 @@ def is_index(n: Expr) -> bool:
     """Whether ``n`` is an arg-reduction (a combiner with two results): its value is an index along
     the reduced axis, an output of it is ``torch.int64`` (as ``torch.argmax``)."""
     return isinstance(n, Reduce) and n.combiner.results == 2
-
-
-def output_dtypes(alg, dtypes: dict[str, torch.dtype]) -> list[torch.dtype]:
-    """The dtype of each output of ``alg`` for inputs of ``dtypes`` (:func:`output_dtype` of its
-    expression, promoted with the output's ``floor`` where it has one)."""
-    return [output_dtype(o.expr, dtypes) if o.floor is None else torch.promote_types(output_dtype(o.expr, dtypes), o.floor)
-            for o in alg.outputs]
-
-
-def output_dtype(root: Expr, dtypes: dict[str, torch.dtype]) -> torch.dtype:
-    """The dtype of an output computing ``root`` (``dtypes``: input tensor -> dtype), by torch's
-    promotion rules (``torch.result_type``): tensors, axis values (int64, as ``torch.arange``),
-    casts and reductions are typed operands; literals and scalar parameters are Python scalars,
-    which only raise the category (bool < integer < float) and then give torch's default dtype
-    (float32, or int64). Division and float functions of integers give float32; comparisons
-    bool; ``where`` promotes its two branches only; sums and products of bool or integer values
-    are int64, an arg-reduction int64. An expression of scalars only is float32 (int64 when every
-    scalar is an integer). The fp8 dtypes (:data:`~dtriton.ir.FP8_DTYPES`) are storage types: a
-    load or cast keeps them, any arithmetic, function or reduction of them is float32 (torch has
-    no promotion rules for them)."""
-    typed: dict[int, tuple[torch.dtype, bool]] = {}
-    for n in topo_order([root]):
-        typed[n.uid] = _node_dtype(n, dtypes, typed)
-    dt, weak = typed[root.uid]
-    if weak:
-        return torch.float32 if dt.is_floating_point else torch.int64
-    return dt
-
-
-def integer_reductions(roots: Iterable[Expr], dtypes: dict[str, torch.dtype]) -> frozenset[int]:
-    """The ids of the reductions under ``roots`` that accumulate in ``torch.int64``: sums,
-    products, maxima and minima (not means, variances or arg-reductions) of bool or integer
-    values (``dtypes``: input tensor -> dtype), as torch's ``sum``/``prod`` of integers give
-    int64. Their kernels fold with integer arithmetic, exact for every int64 value (a float64
-    accumulator is exact only to 2**53, a float32 one to 2**24), beside float values or not."""
-    typed: dict[int, tuple[torch.dtype, bool]] = {}
-    out = set()
-    for n in topo_order(list(roots)):
-        typed[n.uid] = _node_dtype(n, dtypes, typed)
-        if (isinstance(n, Reduce) and n.combiner.results == 1 and not n.combiner.state and n.combiner.finalize is None
-                and n.combiner.base in ("sum", "prod", "max", "min") and not typed[n.x.uid][0].is_floating_point):
-            out.add(n.uid)
-    return frozenset(out)
-
-
-def _category(dt: torch.dtype) -> int:
-    return 2 if dt.is_floating_point else 0 if dt == torch.bool else 1
-
-
-def _promote(a: tuple[torch.dtype, bool], b: tuple[torch.dtype, bool]) -> tuple[torch.dtype, bool]:
-    """Torch's promotion of two operands, each (dtype, weak: a Python scalar)."""
-    (da, wa), (db, wb) = a, b
-    if wa == wb:
-        return torch.promote_types(da, db), wa
-    strong, weak = (da, db) if wb else (db, da)
-    if _category(strong) >= _category(weak):
-        return strong, False
-    return (torch.float32 if weak.is_floating_point else torch.int64), False
-
-
-def _as_float(t: tuple[torch.dtype, bool]) -> tuple[torch.dtype, bool]:
-    return t if t[0].is_floating_point else (torch.float32 if not t[1] else torch.float64, t[1])
-
-
-def _arith(t: tuple[torch.dtype, bool]) -> tuple[torch.dtype, bool]:
-    """An operand's type as arithmetic sees it: fp8 values compute in float32."""
-    return (torch.float32, t[1]) if t[0] in FP8_DTYPES else t
-
-
-def _node_dtype(n: Expr, dtypes: dict[str, torch.dtype], typed: dict) -> tuple[torch.dtype, bool]:
-    """(dtype, weak) of one node from its children's (see :func:`output_dtype`)."""
-    if not isinstance(n, (Load, Cast)):
-        typed = {c.uid: _arith(typed[c.uid]) for c in n.children()}
-    if isinstance(n, Const):
-        return (torch.int64 if n.integer else torch.float64), True
-    if isinstance(n, ScalarParam):
-        return (torch.int64 if n.pytype is int else torch.float64), True
-    if isinstance(n, Axis):
-        return torch.int64, False
-    if isinstance(n, Load):
-        return dtypes[n.tensor.name], getattr(n.tensor, "weak", False)
-    if isinstance(n, Cast):
-        return n.dtype, False
-    if isinstance(n, Reduce):
-        x, _ = typed[n.x.uid]
-        if n.combiner.results == 2:
-            return torch.int64, False
-        if n.combiner.finalize == "count":
-            return _as_float((x, False))
-        if n.combiner.base in ("sum", "prod") and not x.is_floating_point:
-            return torch.int64, False
-        return x, False
-    if isinstance(n, Unary):
-        x = typed[n.x.uid]
-        if n.op == "not":
-            return torch.bool, False
-        return x if n.op in ("neg", "abs") else _as_float(x)
-    if isinstance(n, Binary):
-        if n.op in COMPARE_OPS:
-            return torch.bool, False
-        t = _promote(typed[n.a.uid], typed[n.b.uid])
-        if n.lift == "float":   # a product of x ** 2.0: floating, as torch.pow of a float exponent
-            return _as_float(t)
-        if n.lift == "int" and t[0] == torch.bool:   # a product of bool ** 2: int64, as torch.pow
-            return torch.int64, t[1]
-        if n.op == "pow" and not t[0].is_floating_point:   # integer ** integer: an integer, as torch.pow
-            return (torch.int64, t[1]) if t[0] == torch.bool else t
-        return _as_float(t) if n.op in ("div", "pow") else t
-    if isinstance(n, Where):
-        return _promote(typed[n.a.uid], typed[n.b.uid])
-    raise AssertionError(n)
-
-
-def check_powers(alg, dtypes: dict[str, torch.dtype], scalars: dict[str, Any]) -> None:
-    """Refuse, with an :class:`AlgorithmError`, the powers torch raises for: an integer base to a
-    negative integer power known at the call (a literal ``X[i] ** -1`` or an ``int`` argument ``q < 0``
-    in ``X[i] ** q``; ``scalars``: argument name -> value): "Integers to negative integer powers are
-    not allowed" (a negative integer *tensor* exponent gives C's integer pow, 0, 1 or -1, as torch's);
-    and a bool base to a bool exponent (bool tensors, comparisons, casts to bool): "pow" is not
-    implemented for 'Bool'."""
-    typed: dict[int, tuple[torch.dtype, bool]] = {}
-    for n in alg.nodes:
-        typed[n.uid] = _node_dtype(n, dtypes, typed)
-        if (isinstance(n, Binary) and n.op == "pow"
-                and all(typed[c.uid] == (torch.bool, False) for c in (n.a, n.b))):
-            raise AlgorithmError(f"{alg.name}: {fmt(n)}: the base {fmt(n.a)} and the exponent {fmt(n.b)} are both "
-                                 f"torch.bool, and torch raises \"'pow' not implemented for 'Bool'\"; cast one of "
-                                 f"them first, e.g. dt.cast({fmt(n.b)}, torch.int64)")
-        if isinstance(n, Binary) and n.power is not None:   # x ** -n traced as (1 / x) ** n
-            base, k = n.b, n.power
-        elif isinstance(n, Binary) and n.op == "pow":
-            base, e = n.a, n.b
-            k = (int(e.value) if isinstance(e, Const) and e.integer else scalars.get(e.name) if isinstance(e, ScalarParam)
-                 else None)
-            if not isinstance(k, int) or k >= 0 or typed[e.uid][0].is_floating_point:
-                continue
-        else:
-            continue
-        if not typed[base.uid][0].is_floating_point:
-            raise AlgorithmError(f"{alg.name}: {fmt(base)} ** {k}: {fmt(base)} is an integer ({typed[base.uid][0]}) and "
-                                 f"torch raises \"Integers to negative integer powers are not allowed\"; cast the base "
-                                 f"to float first, dt.cast({fmt(base)}, torch.float32) ** {k} (or pass a float tensor)")
-
-
-def check_bool_arithmetic(alg, dtypes: dict[str, torch.dtype]) -> None:
-    """Refuse, with an :class:`AlgorithmError` naming the expression and the fix, the arithmetic torch
-    raises for on bool values (bool tensors, comparisons, casts to bool; ``dtypes``: input tensor ->
-    dtype): a negation ``-b`` ("Negation, the `-` operator, on a bool tensor is not supported"), a
-    subtraction with a bool operand ``b - c``, ``1 - b``, ``x - b`` ("Subtraction, the `-` operator,
-    with a bool tensor is not supported") and ``dt.abs(b)`` ("abs" is not implemented for 'Bool')."""
-    typed: dict[int, tuple[torch.dtype, bool]] = {}
-    for n in alg.nodes:
-        typed[n.uid] = _node_dtype(n, dtypes, typed)
-        if isinstance(n, Unary) and n.op in ("neg", "abs") and typed[n.x.uid] == (torch.bool, False):
-            x = fmt(n.x)
-            what = ("negates" if n.op == "neg" else "takes the absolute value of")
-            torch_says = ("\"Negation, the `-` operator, on a bool tensor is not supported\"" if n.op == "neg"
-                          else "\"abs\" not implemented for 'Bool'")
-            fix = f"to invert a mask write ~{x}" if n.op == "neg" else "a bool is its own absolute value: drop dt.abs"
-            raise AlgorithmError(f"{alg.name}: {fmt(n)} {what} {x}, which is torch.bool, and torch raises {torch_says}; "
-                                 f"{fix}, or cast to an integer first, e.g. "
-                                 f"{'-' if n.op == 'neg' else 'dt.abs('}dt.cast({x}, torch.int64){'' if n.op == 'neg' else ')'}")
-        if isinstance(n, Binary) and n.op == "sub":
-            bools = [c for c in (n.a, n.b) if typed[c.uid] == (torch.bool, False)]
-            if not bools:
-                continue
-            if len(bools) == 2:
-                fix = (f"for the elements where exactly one holds write ({fmt(n.a)} != {fmt(n.b)}) (torch's ^), for "
-                       f"the first and not the second {fmt(n.a)} & ~{fmt(n.b)}")
-            else:
-                fix = f"to invert a mask write ~{fmt(bools[0])} (1 - mask)"
-            which = (f"{fmt(n.a)} and {fmt(n.b)} are both torch.bool" if len(bools) == 2
-                     else f"{fmt(bools[0])} is torch.bool")
-            raise AlgorithmError(f"{alg.name}: {fmt(n)}: {which}, and torch "
-                                 f"raises \"Subtraction, the `-` operator, with a bool tensor is not supported\"; {fix}, "
-                                 f"or cast to an integer first: "
-                                 + " - ".join(f"dt.cast({fmt(c)}, torch.int64)" if any(c is d for d in bools) else fmt(c)
-                                            for c in (n.a, n.b)))
 
 
 def check_computed_indices(alg, sizes: dict[str, int], axis_sizes: dict[str, int],
@@ -307,7 +131,7 @@ def _check_tensor(alg, p, a) -> None:
         raise ShapeError(f"argument {p.name!r} of {alg.name} must have {len(p.dims)} dims {list(p.dims)}, "
                          f"got {a.dim()} (shape {tuple(a.shape)})")
     if a.dtype not in FLOAT_DTYPES + INDEX_DTYPES + FP8_DTYPES:
-        raise ShapeError(f"argument {p.name!r} of {alg.name} has unsupported dtype {a.dtype}; use "
+        raise DTypeError(f"argument {p.name!r} of {alg.name} has unsupported dtype {a.dtype}; use "
                          "float16, bfloat16, float32, float64, float8_e4m3fn, float8_e5m2 or an integer dtype")
 
 
@@ -363,7 +187,7 @@ class Binding:
             sizes[sym] = n
         for idx_name, tname, d, _ in alg.gathers:
             if dtypes[idx_name].is_floating_point:
-                raise ShapeError(f"argument {idx_name!r} indexes dim {d} of {tname} (a gather) and must be an integer "
+                raise DTypeError(f"argument {idx_name!r} indexes dim {d} of {tname} (a gather) and must be an integer "
                                  f"tensor, got {dtypes[idx_name]}; convert it with .long() before the call, or cast "
                                  f"the index inside the algorithm, {tname}[..., dt.cast({idx_name}[...], torch.int64)] "
                                  f"(it rounds toward zero, as .long() does)")
@@ -518,6 +342,8 @@ class _Evaluator:
         self.memo: dict[int, _Val] = {}
         #: reductions folded in int64 (exact, as the kernels fold them)
         self.ints = integer_reductions([o.expr for o in alg.outputs], b.dtypes)
+        #: arithmetic of bools, a logical or / and as torch's
+        self.bools = boolean_ops([o.expr for o in alg.outputs], b.dtypes)
 
     def __call__(self, n: Expr) -> _Val:
         if n.uid not in self.memo:
@@ -528,6 +354,8 @@ class _Evaluator:
         return t if t.dtype.is_floating_point else t.to(self.cdt)
 
     def ev_Const(self, n: Const) -> _Val:
+        if n.boolean:
+            return _Val(torch.tensor(bool(n.value), device=self.dev), ())
         if n.integer and n.value.is_integer():
             return _Val(torch.tensor(int(n.value), dtype=torch.int64, device=self.dev), ())
         return _Val(torch.tensor(n.value, dtype=self.cdt, device=self.dev), ())
@@ -576,8 +404,8 @@ class _Evaluator:
         va, vb = self(n.a), self(n.b)
         ax = tuple(dict.fromkeys(va.axes + vb.axes))
         x, y = _align(va, ax), _align(vb, ax)
-        if n.op in ("and", "or"):
-            f2 = torch.logical_and if n.op == "and" else torch.logical_or
+        if n.op in ("and", "or") or n.uid in self.bools:
+            f2 = torch.logical_and if BOOL_OPS.get(n.op, n.op) == "and" else torch.logical_or
             return _Val(f2(x.bool(), y.bool()), ax)
         ints = not x.dtype.is_floating_point and not y.dtype.is_floating_point
         if n.op in COMPARE_OPS:

@@ -17,7 +17,7 @@ from typing import Mapping
 
 import torch
 
-from ..ir import (Algorithm, Binding, InputTensor, Reduce, base2_exponents, base2_shifted_exponents, common_divisors, folded_literals,
+from ..ir import (Algorithm, Binding, InputTensor, Reduce, base2_exponents, boolean_ops, base2_shifted_exponents, common_divisors, folded_literals,
                   integer_reductions, kernel_f64, reciprocal_divisors, single_pass_variance)
 from ..grad import shift_only
 from ..schedule import Schedule
@@ -75,6 +75,7 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
                    index_values: dict | None = None) -> None:
     k.compute_dtype, k.i64, k.hints, k.unit_dims = cdt, i64, hints, unit_dims
     k.int_acc = integer_reductions([st.expr for st in k.stores], dtypes)
+    k.bool_ops = boolean_ops([st.expr for st in k.stores], dtypes)
     k.interpret = k.round_bf16 = interpret
     k.block_reduce = plan_block_reduce(k)
     k.dtypes, k.out_dtypes = dict(dtypes), dict(out_dtypes)

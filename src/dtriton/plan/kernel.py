@@ -280,6 +280,8 @@ class KernelPlan:
     compute_dtype: str = "float32"                    # "float32" or "float64"
     int_acc: frozenset = frozenset()                  # Reduce ids folded in int64 (sums, products,
                                                       # extrema of integers: ir.integer_reductions)
+    bool_ops: frozenset = frozenset()                 # Binary ids of bools computed as a logical or / and
+                                                      # (True + True is True, as torch: ir.boolean_ops)
     i64: bool = False                                 # 64-bit offsets
     interpret: bool = False                           # the kernel runs on Triton's interpreter
     round_bf16: bool = False                          # explicit bf16 rounding (the interpreter truncates)

@@ -8,7 +8,7 @@ from typing import Callable
 
 import torch
 
-from ..errors import ShapeError
+from ..errors import DTypeError, ShapeError
 from ..ir import Algorithm, Axis, InputTensor, Load, Reduce, merge_named, topo_order, walk
 from ..plan.callspec import max_offset
 from ..schedule import Schedule
@@ -100,13 +100,19 @@ def check_out_memory(name: str, out: torch.Tensor, inputs: dict[str, torch.Tenso
 def check_given_out(alg: Algorithm, sched: Schedule, name: str, given: torch.Tensor, shape: list[int],
                     dtype: torch.dtype, device: torch.device, inputs: dict[str, torch.Tensor],
                     materialised: frozenset[int] = frozenset()) -> None:
-    """Refuse an ``out=`` tensor for output ``name`` of the wrong shape, dtype or device, one
+    """Refuse an ``out=`` tensor for output ``name`` of the wrong shape (:class:`ShapeError`), dtype
+    (:class:`DTypeError`) or device, one
     overlapping an input without being it, or an in-place call (``out=X``) the algorithm and
     schedule cannot do (:func:`inplace_problem`; ``materialised``: ids of the reductions earlier
     kernels write to buffers)."""
-    if tuple(given.shape) != tuple(shape) or given.dtype != dtype:
+    if tuple(given.shape) != tuple(shape):
         raise ShapeError(f"out= for output {name!r} must have shape {tuple(shape)} and dtype {dtype}, "
                          f"got {tuple(given.shape)} {given.dtype}")
+    if given.dtype != dtype:
+        raise DTypeError(f"out= for output {name!r} has dtype {given.dtype}, but {alg.name}'s output {name!r} is "
+                         f"{dtype} for these inputs (torch's result dtype); pass an out= tensor of dtype {dtype} "
+                         f"(torch.empty({tuple(shape)}, dtype={dtype})), or, for a {given.dtype} result, cast in the "
+                         f"algorithm: dt.cast(expr, {given.dtype})[...]")
     if given.device != device:
         raise ShapeError(f"out= for output {name!r} is on {given.device} but the call runs on {device}; "
                          f"pass an out= tensor on {device}")

@@ -12,7 +12,7 @@ import math
 import torch
 
 from ...errors import ResourceError, ScheduleError
-from ...ir import Axis, Binary, COMPARE_OPS, Cast, Const, Expr, Load, Reduce, ScalarParam, Unary, Where, fmt, walk
+from ...ir import BOOL_OPS, Axis, Binary, COMPARE_OPS, Cast, Const, Expr, Load, Reduce, ScalarParam, Unary, Where, fmt, walk
 from ...plan.kernel import AxisPlan
 from .limits import MAX_BLOCK_NUMEL
 from .narrow import FP8_FORMATS, ROUND_FP8, SATURATE_INT, saturate_float_bounds, saturate_int_text
@@ -390,6 +390,9 @@ class ValuePrinter:
         if isinstance(n, Binary):
             a = self.val(n.a, scope, layout)
             b = self.val(n.b, scope, layout)
+            if n.uid in self.k.bool_ops:   # of bools: torch's logical or (+, maximum) / and (*, minimum)
+                op = BOOL_OPS[n.op]
+                return f"({a} != 0) {OPSYM[op]} ({b} != 0)", f"bool {fmt(n)[:40]}: a logical {op}, as torch"
             if n.op in ("maximum", "minimum") and self.is_int(n.a) and self.is_int(n.b):
                 return f"tl.{n.op}({a}, {b})", ""   # of integers (an index clamped into range)
             if n.op in ("maximum", "minimum"):
