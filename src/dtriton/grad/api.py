@@ -3,6 +3,7 @@ the result type :class:`GradientAlgorithms` and the listing :func:`describe`."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -40,6 +41,14 @@ class GradProvenance:
     seeded: tuple[int, ...]
     saved: tuple[str, ...]
     saved_params: tuple[str, ...]
+
+    def __reduce__(self):
+        """Pickled with the forward's IR, not its Python function (a traced function is pickled by
+        reference, which the module's algorithm object, not the function, answers): a backward algorithm
+        stays sendable by value to a spawned worker."""
+        fwd = copy.copy(self.forward)
+        fwd.fn = None
+        return (GradProvenance, (fwd, self.wrt, self.grad_params, self.seeded, self.saved, self.saved_params))
 
 
 @dataclass

@@ -113,6 +113,8 @@ def match_attention_bwd(alg: Algorithm) -> tuple[AttentionBwdMatch | None, str]:
     if m is None or len(fwd.outputs) != 1:
         return None, ""
     what = f"the backward of {fwd.name}"
+    if m.grouped:
+        return None, f"{HEAD}: grouped-query attention (its kernel reads K and V at the query's own head)"
     if p.seeded != (0,) or len(p.grad_params) != 1:
         return None, f"{HEAD}: {what} reads no upstream gradient of its output"
     if sorted(p.wrt) != sorted((m.q, m.k, m.v)) or len(alg.outputs) != 3:
@@ -123,8 +125,6 @@ def match_attention_bwd(alg: Algorithm) -> tuple[AttentionBwdMatch | None, str]:
     if sorted(p.saved) != sorted(lse + [num]) or len(lse) != 1:
         return None, (f"{HEAD}: it reads the forward's saved row log-sum-exp and normalised output "
                       f"(save=saved_statistics({fwd.name})); {alg.name} saves {list(p.saved) or 'nothing'}")
-    if m.grouped:
-        return None, f"{HEAD}: grouped-query attention (its kernel reads K and V at the query's own head)"
     saved = dict(zip(p.saved, p.saved_params))
     lead = m.lead
     lse_axes, o_axes = tuple(fwd.stages[mx].node.axes), tuple(fwd.stages[num].node.axes)
