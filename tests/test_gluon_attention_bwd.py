@@ -334,3 +334,53 @@ def test_cpu_fallback_matches_float64(alg):
     for t, r in zip(outs, x[:3]):
         assert torch.isfinite(t).all()
         torch.testing.assert_close(t.double(), r.grad, atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("alg", [attention, causal_attention])
+def test_autograd_runs_the_gluon_forward_and_backward(monkeypatch, alg):
+    """``dt.compile(alg)`` under autograd on an sm_90 GPU (routed as on the GPU, the Gluon kernels replaced
+    by float64 stand-ins): the saving forward runs as the Gluon forward (its LSE and output copy), the
+    derived backward, which reads them, as the Gluon backward; the gradients are float64 autograd's."""
+    import dtriton.backends.triton as bt
+    import dtriton.backends.triton.gluon as gm
+    import dtriton.backends.triton.gluon_bwd as gb
+    import dtriton.plan.callspec as cs
+    import dtriton.runtime.kernel as rk
+    monkeypatch.setattr(rk, "backend_for", lambda dev: "gpu")
+    monkeypatch.setattr(cs, "_arch", lambda dev, interpret: 90)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda dev: type("P", (), {"multi_processor_count": 7}))
+    fwd_seen = []
+
+    class Forward:   # the Gluon forward: O and the row LSE (natural log) of the descriptors' rows, per head
+        def __getitem__(self, grid):
+            def run(qd, kd, vd, od, lse, qk_scale, S, T, *rest, **kw):
+                from dtriton.backends.triton.gluon import LOG2E
+                fwd_seen.append(kw)
+                q, k, v = (d.base.double() for d in (qd, kd, vd))
+                for bh in range(q.shape[0] // S):
+                    r = slice(bh * S, (bh + 1) * S)
+                    s = q[r] @ k[r].T * (qk_scale / LOG2E)
+                    if kw["CAUSAL"]:
+                        s = s.masked_fill(torch.ones(S, T, dtype=torch.bool).triu(1), -float("inf"))
+                    od.base[r] = (torch.softmax(s, -1) @ v[r]).to(od.base.dtype)
+                    lse.view(-1)[r] = torch.logsumexp(s, -1).float()
+            return run
+
+    fake = Emulated()
+    real_f, real_b = gm.launch_gluon, gb.launch_gluon_bwd
+    for mod in (bt, gm):
+        monkeypatch.setattr(mod, "launch_gluon", lambda fn, args, meta: real_f(Forward(), args, meta))
+    for mod in (bt, gb):
+        monkeypatch.setattr(mod, "launch_gluon_bwd", lambda fn, args, meta: real_b(fake, args, meta))
+    g = torch.Generator().manual_seed(11)
+    q, k, v, w = (torch.randn(1, 2, 256, 128, generator=g).half() for _ in range(4))
+    ins = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = dt.compile(alg)(*ins, 0.09)
+    out.backward(w)
+    assert fwd_seen and fwd_seen[0]["STORE_LSE"] and [n for n, *_ in fake.seen] == ["pre", "dkdv", "cast"]
+    assert fake.seen[1][3]["CAUSAL"] == (alg is causal_attention)
+    refs = [t.double().requires_grad_() for t in (q, k, v)]
+    (alg.reference(*refs, 0.09) * w.double()).sum().backward()
+    torch.testing.assert_close(out.double(), alg.reference(*[t.double() for t in (q, k, v)], 0.09), atol=2e-3, rtol=2e-3)
+    for x, r in zip(ins, refs):
+        torch.testing.assert_close(x.grad.double(), r.grad, atol=2e-2, rtol=2e-2)
