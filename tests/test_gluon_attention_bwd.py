@@ -384,3 +384,12 @@ def test_autograd_runs_the_gluon_forward_and_backward(monkeypatch, alg):
     torch.testing.assert_close(out.double(), alg.reference(*[t.double() for t in (q, k, v)], 0.09), atol=2e-3, rtol=2e-3)
     for x, r in zip(ins, refs):
         torch.testing.assert_close(x.grad.double(), r.grad, atol=2e-2, rtol=2e-2)
+
+
+def test_derived_space_searches_the_gluon_backward_and_the_triton_kernels():
+    """Exploring the derived backward on a TMA GPU: ``warp_specialize`` None (the Gluon backward where it
+    applies) and False (the Triton kernels, whose tiles the rest of the space searches)."""
+    from dtriton.tune import Limits, Space
+    bwd, args = call(attention, 1, 2, 256, 128)
+    assert Space.derive(bwd, args, target="gpu", limits=Limits(tma=True)).warp_specialize == (None, False)
+    assert Space.derive(bwd, args, target="gpu", limits=Limits(tma=False)).warp_specialize != (None, False)
