@@ -134,7 +134,7 @@ def test_plan_eligible(alg, dtype):
     assert metas[0].tensors == ["Q", "K", "V", m.do, m.lse, m.o, "out0", "out1", "out2"]
     assert metas[0].scalars == ([] if alg is attention_lit else ["s_scale"])
     assert metas[0].consts["CAUSAL"] == g.causal and metas[0].consts["DQ"] == 2
-    assert ("copied to (lead, query) order" in src) == (alg is not attention)
+    assert ("the output read through its strides" in src) == (alg is not attention)   # (or copied: attention_lit)
 
 
 def test_plan_ineligible_says_why():
@@ -187,6 +187,18 @@ for name, dtype in {cases!r}:
     rows.append(dict(name=name, dtype=dtype, smem=ck.metadata.shared, warps=ck.metadata.num_warps,
                      wgmma="wgmma.mma_async" in ptx, bf16="bf16" in ptx, causal=g.causal,
                      reduce=ptx.count("cp.reduce.async.bulk.tensor")))
+# the plain Triton delta and cast kernels the launcher runs beside it
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from dtriton.backends.triton.gluon_bwd_kernels import bwd_cast, bwd_pre_strided
+for fn, sig, cx in ((bwd_pre_strided, {{"o_ptr": "*bf16", "do_ptr": "*bf16", "delta_ptr": "*fp32", "S": "i32",
+                                       "o_head": "i32", "o_row": "i32", "D": "constexpr", "BM": "constexpr"}},
+                     {{"D": 128, "BM": 64}}),
+                    (bwd_cast, {{"src": "*fp32", "dst": "*fp16", "BLOCK": "constexpr"}}, {{"BLOCK": 1024}})):
+    ck = triton.compile(ASTSource(fn, sig, {{(fn.arg_names.index(k),): v for k, v in cx.items()}}),
+                        target=GPUTarget("cuda", 90, 32))
+    rows.append(dict(name=fn.__name__, ptx=len(ck.asm["ptx"])))
 print(json.dumps(rows))
 """
 
@@ -195,7 +207,7 @@ def test_packaged_kernels_compile_for_sm90():
     """The dK/dV kernel the plan names compiles for sm_90 (Triton's toolchain, no GPU; in a process of its
     own: in Triton 3.6 a Gluon compile after an interpreted launch in one process can fail to resolve
     Gluon's builtins): fp16 and bf16, causal or not, 8 warps, wgmma, dQ by TMA reduce-adds, shared memory
-    within the H100/H200 limit."""
+    within the H100/H200 limit; the delta and cast kernels beside it too."""
     import json
     import os
     import subprocess
@@ -208,6 +220,8 @@ def test_packaged_kernels_compile_for_sm90():
                          text=True, env=env, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     rows = json.loads(res.stdout.strip().splitlines()[-1])
+    assert [r["name"] for r in rows[-2:]] == ["bwd_pre_strided", "bwd_cast"] and all(r["ptx"] for r in rows[-2:])
+    rows = rows[:-2]
     assert [(r["name"], r["dtype"]) for r in rows] == cases
     for r in rows:
         assert 0 < r["smem"] <= 232448 and r["warps"] == 8 and r["wgmma"] and r["reduce"] > 0, r
@@ -235,8 +249,10 @@ class Emulated:
         self.pre, self.dkdv, self.cast = K("pre", self._pre), K("dkdv", self._dkdv), K("cast", self._cast)
 
     @staticmethod
-    def _pre(o, do, delta, D, BM):
-        delta.copy_((o.double() * do.double()).reshape(-1, D).sum(1))
+    def _pre(o, do, delta, S, o_head, o_row, D, BM):
+        heads = delta.numel() // S
+        o = torch.as_strided(o, (heads, S, D), (o_head, o_row, 1))
+        delta.copy_((o.double().reshape(-1, D) * do.double().reshape(-1, D)).sum(1))
 
     @staticmethod
     def _cast(src, dst, BLOCK):
@@ -297,6 +313,11 @@ def test_runtime_launches_the_gluon_backward(monkeypatch, alg, dtype, S):
     (_, g_pre, a_pre, k_pre), (_, g_kv, a_kv, k_kv), (_, g_cast, a_cast, k_cast) = fake.seen[:3]
     names = [p.name for p in bwd.params]
     assert g_pre == (rows // 64,) and k_pre == dict(D=D, BM=64) and a_pre[1] is args[names.index("grad_out")]
+    o_saved = args[names.index(bwd.provenance.saved_params[1])]
+    # the saved output read in place (a causal forward's, query axis first, through its strides), copied where
+    # the value axis is not its unit-stride one (attention_lit's saved output is laid out (b, h, e, i))
+    assert (a_pre[0].data_ptr() == o_saved.data_ptr()) == (alg is not attention_lit)
+    assert a_pre[3:] == ((S, D, B * H * D) if alg is causal_attention else (S, S * D, D))
     assert g_kv == (S // 128, B * H) and k_kv["num_warps"] == 8 and k_kv["CAUSAL"] == (alg is not attention)
     assert (k_kv["BM"], k_kv["BN"], k_kv["STAGES"], k_kv["DQ"], k_kv["QSPLIT"], k_kv["LSE_TMA"]) == (64, 128, 3, 2, 2, True)
     descs = a_kv[:9]
@@ -393,3 +414,43 @@ def test_derived_space_searches_the_gluon_backward_and_the_triton_kernels():
     bwd, args = call(attention, 1, 2, 256, 128)
     assert Space.derive(bwd, args, target="gpu", limits=Limits(tma=True)).warp_specialize == (None, False)
     assert Space.derive(bwd, args, target="gpu", limits=Limits(tma=False)).warp_specialize != (None, False)
+
+
+INTERPRET = """
+import json
+import torch
+from dtriton.backends.triton.gluon_bwd_kernels import ATTENTION_BWD as K
+S, D, B, H = 128, 128, 2, 3
+g = torch.Generator().manual_seed(3)
+o = torch.randn(S, B, H, D, generator=g).half()          # (query axis first, as a causal forward saves it)
+ov = o.permute(1, 2, 0, 3).view(-1, S, D)
+do = torch.randn(B, H, S, D, generator=g).half()
+delta = torch.full((B * H * S,), float("nan"))
+K.pre[(B * H * S // 64,)](ov, do, delta, S, ov.stride(0), ov.stride(1), D=D, BM=64)
+ref = (o.permute(1, 2, 0, 3).double() * do.double()).sum(-1).reshape(-1)
+src = torch.randn(B * H * S, D, generator=g)
+rows = dict(pre=((delta.double() - ref).abs().max() / ref.abs().max()).item(), strides=list(ov.stride()))
+for name, dt in (("half", torch.float16), ("bf16", torch.bfloat16)):
+    dst = torch.full((B, H, S, D), float("nan")).to(dt)
+    K.cast[(B * H * S * D // 1024,)](src, dst, BLOCK=1024)
+    near = (dst.reshape(-1, D).double() - src.to(dt).double()).abs() / src.double().abs().clamp_min(1e-3)
+    rows[name] = near.max().item()
+print(json.dumps(rows))
+"""
+
+
+def test_delta_and_cast_kernels_on_the_interpreter():
+    """The delta kernel the launcher runs (the saved output read through its strides: a causal forward's,
+    query axis first) and the dQ cast, on Triton's interpreter (in a process of its own: the interpreter is
+    chosen when the kernels are defined): delta within fp32 rounding of float64; fp16 torch's rounding, bf16
+    within one unit in the last place of it (the interpreter truncates to bf16)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(here), "src"), TRITON_INTERPRET="1")
+    res = subprocess.run([sys.executable, "-c", INTERPRET], capture_output=True, text=True, env=env, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    r = json.loads(res.stdout.strip().splitlines()[-1])
+    assert r["strides"] == [128, 768, 1] and r["pre"] < 1e-5 and r["half"] == 0 and r["bf16"] <= 2 ** -7, r

@@ -48,7 +48,8 @@ def render_gluon_bwd(k: KernelPlan) -> tuple[str, KernelMeta]:
         f"#   from dO = {bm.do}, the saved row log-sum-exp {bm.lse} (natural log, fp32) and output {bm.o}",
         f"#   {g.dtype}, head dim {g.d}: delta = rowsum(dO * O); dK/dV kv{g.bn}x{g.bm} s{g.stages} w{g.nw}, "
         f"dQ added by TMA reduce-add (qs{g.qsplit}) into fp32{', LSE/delta by TMA' if g.lse_tma else ''}; dQ cast",
-        *([f"#   the saved {bm.lse} / {bm.o} are laid out query axis first: copied to (lead, query) order at the launch"]
+        *([f"#   the saved {bm.lse} / {bm.o} are laid out query axis first: the LSE copied to (lead, query) order, "
+          "the output read through its strides (copied where D is not its unit-stride dim)"]
           if bm.lse_perm != tuple(range(len(bm.lse_perm))) or bm.o_perm != tuple(range(len(bm.o_perm))) else []),
         f"#   why: {g.why}",
         "#   the kernels: dtriton/backends/triton/gluon_bwd_kernels.py (bwd_pre, bwd_dkdv, bwd_cast); launched with "
@@ -74,9 +75,11 @@ def launch_gluon_bwd(fn: Any, call: Sequence[Any], meta: KernelMeta) -> None:
     m = bm.fwd
     n = len(meta.tensors)
     q, k, v, do = call[:4]
-    # the saved LSE and output in the kernel's (lead, row) order: copied where laid out otherwise (a causal
-    # forward's statistics have the query axis first); the output is read once, by the delta kernel
-    lse, o = call[4].permute(bm.lse_perm).contiguous(), call[5].permute(bm.o_perm).contiguous()
+    # the saved LSE in the kernel's (lead, row) order, copied where laid out otherwise (a causal forward's
+    # statistics have the query axis first); the saved output, read once by the delta kernel, through its
+    # strides as (flat head, row, D) where they allow it
+    lse = call[4].permute(bm.lse_perm).contiguous()
+    o = _head_rows(call[5].permute(bm.o_perm), q.shape[-2], g.d)
     scalars = dict(zip(meta.scalars, call[n + sum(meta.tensor_ndim[t] for t in meta.tensors):]))
     scale = float(scalars[f"s_{m.scale_param}"]) if m.scale is None else m.scale
     D, S = g.d, q.shape[-2]
@@ -93,7 +96,7 @@ def launch_gluon_bwd(fn: Any, call: Sequence[Any], meta: KernelMeta) -> None:
     def flat(t):
         return t.reshape(rows, D)
 
-    fn.pre[(rows // PRE_ROWS,)](o, do, delta, D=D, BM=PRE_ROWS)
+    fn.pre[(rows // PRE_ROWS,)](o, do, delta, S, o.stride(0), o.stride(1), D=D, BM=PRE_ROWS)
     qb, kb = [g.bm, D], [g.bn, D]
     dq_box, row_box = [g.bm, D // g.qsplit], [g.bm]
     dq_desc = TensorDescriptor.from_tensor(dq32, dq_box, gl.NVMMASharedLayout.get_default_for(dq_box, gl.float32))
@@ -108,6 +111,16 @@ def launch_gluon_bwd(fn: Any, call: Sequence[Any], meta: KernelMeta) -> None:
     for w, t in zip(views, grads):
         if t is not w:
             w.copy_(t)
+
+
+def _head_rows(t: torch.Tensor, S: int, D: int) -> torch.Tensor:
+    """``t`` (lead.., S, D) as a (flat head, S, D) view with unit stride along D, copied where its strides
+    allow none."""
+    try:
+        v = t.view(-1, S, D)
+    except RuntimeError:
+        return t.contiguous().view(-1, S, D)
+    return v if v.stride(2) == 1 else v.contiguous()
 
 
 class GluonBwdLauncher:

@@ -10,7 +10,8 @@ Q, K, V, O, dO (S = T, a multiple of the tiles), given the forward's row log-sum
 addressed by a host TMA descriptor; scores are taken in base 2 inside (``qk_scale`` = scale * log2 e,
 lse * log2 e).
 
-- :func:`bwd_pre` (plain Triton): ``delta = rowsum(dO * O)`` fp32.
+- :func:`bwd_pre` (plain Triton): ``delta = rowsum(dO * O)`` fp32 (:func:`bwd_pre_strided`: O through
+  strides, as the forward laid it out; what dtriton launches).
 - :func:`bwd_dkdv` (Gluon, ``NW`` warps, no warp specialisation): one program per (BN keys, head);
   K and V stay in shared memory (TMA), the query tiles (BM rows) of Q and dO stream through a
   ``STAGES`` ring (TMA + mbarriers). Per tile: ``S^T = K Q^T`` and ``dP^T = V dO^T`` (async wgmma from
@@ -45,7 +46,7 @@ from triton.experimental.gluon.language._core import builtin as gluon_builtin
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_init, warpgroup_mma_wait)
 
-__all__ = ["ATTENTION_BWD", "BwdKernels", "bwd_cast", "bwd_dkdv", "bwd_pre", "compile_dkdv_sm90", "compile_sm90", "mma_layout",
+__all__ = ["ATTENTION_BWD", "BwdKernels", "bwd_cast", "bwd_dkdv", "bwd_pre", "bwd_pre_strided", "compile_dkdv_sm90", "compile_sm90", "mma_layout",
            "nvmma_shared", "tma_reduce_add"]
 
 
@@ -82,6 +83,18 @@ def bwd_pre(o_ptr, do_ptr, delta_ptr, D: tl.constexpr, BM: tl.constexpr):
     offs = rows[:, None] * D + tl.arange(0, D)[None, :]
     o = tl.load(o_ptr + offs).to(tl.float32)
     do = tl.load(do_ptr + offs).to(tl.float32)
+    tl.store(delta_ptr + rows, tl.sum(o * do, axis=1))
+
+
+@triton.jit
+def bwd_pre_strided(o_ptr, do_ptr, delta_ptr, S, o_head, o_row, D: tl.constexpr, BM: tl.constexpr):
+    """delta[r] = sum_d dO[r, d] * O[r, d] (fp32) of BM rows a program (S a multiple of BM): dO contiguous
+    (rows, D), O read at flat head ``r // S``, row ``r % S`` through the strides ``o_head``, ``o_row`` (unit
+    stride along D): the saved output as the forward laid it out (a causal forward's: query axis first)."""
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    cols = tl.arange(0, D)[None, :]
+    o = tl.load(o_ptr + ((rows // S) * o_head + (rows % S) * o_row)[:, None] + cols).to(tl.float32)
+    do = tl.load(do_ptr + rows[:, None] * D + cols).to(tl.float32)
     tl.store(delta_ptr + rows, tl.sum(o * do, axis=1))
 
 
@@ -386,7 +399,7 @@ class BwdKernels:
 
 
 #: The Gluon attention backward's kernels (a printed module binds the kernel's name to this).
-ATTENTION_BWD = BwdKernels(bwd_pre, bwd_dkdv, bwd_cast)
+ATTENTION_BWD = BwdKernels(bwd_pre_strided, bwd_dkdv, bwd_cast)
 
 
 def _tdesc(ty: str, box, gdt) -> str:
