@@ -96,6 +96,11 @@ def test_grad_records_provenance_and_the_plan_matches_it():
     # the provenance survives pickling (a spawned worker gets the algorithm by value) and the plan still matches
     again = pickle.loads(pickle.dumps(bwd))
     assert again.provenance.forward.fingerprint == attention.fingerprint and match_attention_bwd(again)[0] == m
+    # the planner's rewrites (base-2 exponentials for 16-bit terms) keep it too
+    from dtriton.grad import shift_only
+    from dtriton.ir import base2_exponents, base2_shifted_exponents
+    b2 = base2_shifted_exponents(base2_exponents(bwd, lambda r: True, lambda r: shift_only(bwd, r)))
+    assert b2 is not bwd and b2.fingerprint != bwd.fingerprint and b2.provenance is p
     # not the Gluon backward's: other gradient sets, other saved statistics, grouped-query attention
     assert match_attention_bwd(attention) == (None, "") and match_attention_bwd(softmax) == (None, "")
     assert match_attention_bwd(dt.grad(softmax).algorithms[0]) == (None, "")
