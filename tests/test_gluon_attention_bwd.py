@@ -362,8 +362,10 @@ def test_cpu_fallback_matches_float64(alg):
         torch.testing.assert_close(t.double(), r.grad, atol=2e-2, rtol=2e-2)
 
 
-@pytest.mark.parametrize("alg", [attention, causal_attention])
-def test_autograd_runs_the_gluon_forward_and_backward(monkeypatch, alg):
+@pytest.mark.parametrize("alg,dtype,B,H,S", [(attention, F16, 2, 3, 256), (causal_attention, F16, 1, 4, 384),
+                                           (attention, torch.bfloat16, 1, 3, 384),
+                                           (causal_attention, torch.bfloat16, 2, 2, 256)])   # (bench/gpu_check.py's)
+def test_autograd_runs_the_gluon_forward_and_backward(monkeypatch, alg, dtype, B, H, S):
     """``dt.compile(alg)`` under autograd on an sm_90 GPU (routed as on the GPU, the Gluon kernels replaced
     by float64 stand-ins): the saving forward runs as the Gluon forward (its LSE and output copy), the
     derived backward, which reads them, as the Gluon backward; the gradients are float64 autograd's."""
@@ -399,7 +401,7 @@ def test_autograd_runs_the_gluon_forward_and_backward(monkeypatch, alg):
     for mod in (bt, gb):
         monkeypatch.setattr(mod, "launch_gluon_bwd", lambda fn, args, meta: real_b(fake, args, meta))
     g = torch.Generator().manual_seed(11)
-    q, k, v, w = (torch.randn(1, 2, 256, 128, generator=g).half() for _ in range(4))
+    q, k, v, w = (torch.randn(B, H, S, 128, generator=g).to(dtype) for _ in range(4))
     ins = [t.clone().requires_grad_() for t in (q, k, v)]
     out = dt.compile(alg)(*ins, 0.09)
     out.backward(w)
@@ -407,9 +409,12 @@ def test_autograd_runs_the_gluon_forward_and_backward(monkeypatch, alg):
     assert fake.seen[1][3]["CAUSAL"] == (alg is causal_attention)
     refs = [t.double().requires_grad_() for t in (q, k, v)]
     (alg.reference(*refs, 0.09) * w.double()).sum().backward()
-    torch.testing.assert_close(out.double(), alg.reference(*[t.double() for t in (q, k, v)], 0.09), atol=2e-3, rtol=2e-3)
+    tol = 1 if dtype == F16 else 8   # (bf16: 8 times fp16's tolerances)
+    torch.testing.assert_close(out.double(), alg.reference(*[t.double() for t in (q, k, v)], 0.09), atol=2e-3 * tol,
+                               rtol=2e-3 * tol)
     for x, r in zip(ins, refs):
-        torch.testing.assert_close(x.grad.double(), r.grad, atol=2e-2, rtol=2e-2)
+        assert x.grad.dtype == dtype
+        torch.testing.assert_close(x.grad.double(), r.grad, atol=2e-2 * tol, rtol=2e-2 * tol)
 
 
 def test_derived_space_searches_the_gluon_backward_and_the_triton_kernels():
