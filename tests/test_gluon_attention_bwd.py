@@ -324,7 +324,8 @@ def test_runtime_launches_the_gluon_backward(monkeypatch, alg, dtype, S):
     assert (a_pre[0].data_ptr() == o_saved.data_ptr()) == (alg is not attention_lit)
     assert a_pre[3:] == ((S, D, B * H * D) if alg is causal_attention else (S, S * D, D))
     assert g_kv == (S // 128, B * H) and k_kv["num_warps"] == 8 and k_kv["CAUSAL"] == (alg is not attention)
-    assert (k_kv["BM"], k_kv["BN"], k_kv["STAGES"], k_kv["DQ"], k_kv["QSPLIT"], k_kv["LSE_TMA"]) == (64, 128, 3, 2, 2, True)
+    assert (k_kv["BM"], k_kv["BN"], k_kv["STAGES"], k_kv["DQ"], k_kv["QSPLIT"], k_kv["LSE_TMA"]) == \
+        (64, 128, 3, 2, 2, True)
     descs = a_kv[:9]
     assert [list(d.block_shape) for d in descs] == [[64, D], [128, D], [128, D], [64, D], [128, D], [128, D],
                                                     [64, D // 2], [64], [64]]

@@ -43,7 +43,8 @@ def render_gluon_bwd(k: KernelPlan) -> tuple[str, KernelMeta]:
     lead = ", ".join(m.lead)
     text = "\n".join([
         f"# {k.name}: the Gluon attention backward (Hopper), decided by dtriton.plan.gluon_attention_bwd",
-        f"#   d{m.q}, d{m.k}, d{m.v} ({bm.dq}, {bm.dk}, {bm.dv}) of O[{lead}, {m.i}, {m.e}] = softmax_{m.j}({m.q} . {m.k} "
+        f"#   d{m.q}, d{m.k}, d{m.v} ({bm.dq}, {bm.dk}, {bm.dv}) of O[{lead}, {m.i}, {m.e}] = "
+        f"softmax_{m.j}({m.q} . {m.k} "
         f"over {m.d} * scale{', causal j <= i' if m.causal else ''}) . {m.v}; scale {scale}",
         f"#   from dO = {bm.do}, the saved row log-sum-exp {bm.lse} (natural log, fp32) and output {bm.o}",
         f"#   {g.dtype}, head dim {g.d}: delta = rowsum(dO * O); dK/dV kv{g.bn}x{g.bm} s{g.stages} w{g.nw}, "

@@ -46,8 +46,8 @@ from triton.experimental.gluon.language._core import builtin as gluon_builtin
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_init, warpgroup_mma_wait)
 
-__all__ = ["ATTENTION_BWD", "BwdKernels", "bwd_cast", "bwd_dkdv", "bwd_pre", "bwd_pre_strided", "compile_dkdv_sm90", "compile_sm90", "mma_layout",
-           "nvmma_shared", "tma_reduce_add"]
+__all__ = ["ATTENTION_BWD", "BwdKernels", "bwd_cast", "bwd_dkdv", "bwd_pre", "bwd_pre_strided", "compile_dkdv_sm90",
+           "compile_sm90", "mma_layout", "nvmma_shared", "tma_reduce_add"]
 
 
 # ----------------------------------------------------------------------------------------------------------------
