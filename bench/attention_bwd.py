@@ -14,7 +14,8 @@ saving forward gives them (the row log-sum-exp fp32, sum1 normalised in the outp
 timed calls.
 
 ``time``: per case, the backward kernels alone (the saved statistics made once by the saving
-forward) under the heuristic schedule and the variants of :func:`variants` (tiles of the two
+forward) under the default schedule (on sm_90 at head dim 128: the Gluon backward, its row marked
+"(Gluon)"), the derived Triton kernels' heuristic schedule and the variants of :func:`variants` (tiles of the two
 accumulating kernels, warps, stages), against SDPA's backward (``torch.autograd.grad`` of SDPA's
 output, its default backend), each checked against float64 first; beside them the saving
 forward's and SDPA's forward time, and (fwd + bwd of SDPA) / (fwd + bwd of dtriton) per variant
@@ -105,11 +106,17 @@ def sm90_report(bwd, args, sched=None, dump: str | None = None) -> list[str]:
 # ----------------------------------------------------------------------------------------------
 # GPU timing
 # ----------------------------------------------------------------------------------------------
-def variants(base: dt.Schedule, D: int) -> dict[str, dt.Schedule]:
-    """Named backward schedules around the heuristic's complete ``base``: the (key, query) tiles
-    of the dK/dV kernel (out1, out2; the dQ kernel, out0, takes the transposed pair), warps,
-    stages, and where dQ is computed: "dq-atomic" (added with atomics inside the dK/dV kernel's
-    loop, :mod:`dtriton.plan.loop_stores`) or "dq-kernel" (a second kernel over query tiles)."""
+def variants(base: dt.Schedule, D: int) -> dict[str, dt.Schedule | None]:
+    """Named backward schedules: "default" (None: the compiler picks; on sm_90 at head dim 128 the Gluon
+    backward, :mod:`dtriton.plan.gluon_attention_bwd`), then the derived Triton kernels
+    (``warp_specialize=False``): "heuristic" (the heuristic completing that), "heuristic given" (its
+    complete schedule passed explicitly, a control), "heuristic tma", and around the heuristic's complete
+    ``base`` the (key, query) tiles of the dK/dV kernel (out1, out2; the dQ kernel, out0, takes the
+    transposed pair), warps, stages, and where dQ is computed: "dq-atomic" (added with atomics inside
+    the dK/dV kernel's loop, :mod:`dtriton.plan.loop_stores`) or "dq-kernel" (a second kernel over query
+    tiles)."""
+    base = base.replace(warp_specialize=False)
+
     def with_(kv, warps, stages, dq):
         st = dict(base.stages)
         st["out0"] = st["out0"].replace(tile={"i": kv[1], "j": kv[0]})
@@ -117,7 +124,7 @@ def variants(base: dt.Schedule, D: int) -> dict[str, dt.Schedule]:
             st[o] = st[o].replace(tile={"i": kv[0], "j": kv[1]})
         st["d_Q"] = st["d_Q"].replace(place="atomic" if dq == "atomic" else "auto")
         return base.replace(stages=st, num_warps=warps, num_stages=stages)
-    out = {"heuristic": base, "heuristic given": base,   # the second: the same schedule passed explicitly (a control)
+    out = {"default": None, "heuristic": dt.Schedule(warp_specialize=False), "heuristic given": base,
            "heuristic tma": base.replace(access="tma")}
     if D <= 64:
         grid = [((32, 128), 4, 3), ((32, 128), 8, 3), ((64, 128), 8, 3), ((32, 64), 4, 3), ((64, 64), 4, 3),
@@ -224,11 +231,13 @@ def time_case(name, B, H, S, D, causal, dev, rows, keep=None, split=False):
         if keep and vname not in keep:
             continue
         try:
-            k = dt.compile(bwd, None if vname == "heuristic" else sched)
+            k = dt.compile(bwd, sched)
             got = k(*args)
             err = max(((x.double() - w).norm() / w.norm()).item() for x, w in zip(got, want))
             ms = _time(lambda: k(*args), dev)
-            rows.append(dict(case=name, impl=f"dtriton {vname}", ms=round(ms, 4), kernels=k.launch_count,
+            gluon = "gluon_bwd_kernels import" in k.source_for(*args)
+            rows.append(dict(case=name, impl=f"dtriton {vname}{' (Gluon)' if gluon else ''}", ms=round(ms, 4),
+                             kernels=k.launch_count,
                              rel_err=err, sdpa_over_this=round(t_sdpa / ms, 3),
                              fwd_bwd_vs_sdpa=round((t_sdpa + t_sdpa_fwd) / (ms + t_fwd), 3)))
             if split:
@@ -261,11 +270,13 @@ def main(argv=None) -> int:
             b = bwd.bind(args)
             b.device = torch.device("cuda")
             base = dt.compile(bwd).complete(b)
-            scheds = {"heuristic": base}
+            scheds = {"heuristic": base.replace(warp_specialize=False)}
             if a.schedule:
                 scheds = {"given": dt.Schedule.from_json(json.dumps(dict(json.loads(base.to_json()), **json.loads(a.schedule))))}
             if a.variants:
-                scheds = {n: v for n, v in variants(base, D).items() if n in a.variants}
+                # (complete schedules: "default" and "heuristic" are those the heuristic completes)
+                done = {"default": base, "heuristic": base.replace(warp_specialize=False)}
+                scheds = {n: done.get(n, v) for n, v in variants(base, D).items() if n in a.variants}
             for vname, sched in scheds.items():
                 print(f"D{D}{' causal' if a.causal else ''} {vname}:")
                 try:

@@ -112,7 +112,8 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, fp32 only, tiny shapes")
     ap.add_argument("--only", choices=("all", "gluon"), default="all",
-                    help="gluon: only the Gluon attention forward's cases (warp_specialize=True on sm_90)")
+                    help="gluon: only the Gluon attention cases (forward: warp_specialize=True on sm_90; "
+                         "backward: the default schedule)")
     a = ap.parse_args(argv)
     dev = "cpu" if a.dry_run else "cuda"
     dtypes = [torch.float32] if a.dry_run else [torch.float32, torch.float16, torch.bfloat16]
@@ -150,6 +151,7 @@ def main(argv=None):
     if a.only == "gluon":
         gluon_cases(case, rnd, a.dry_run)
         gluon_grads(rows, rnd, a.dry_run)
+        gluon_bwd_grads(rows, rnd, a.dry_run)
         return finish(a, rows)
     for dt_ in dtypes:
         for (M, K, N) in [(S(257), S(131), S(199)), (1, S(64), S(33)), (S(1000), S(4096), S(1))]:
@@ -230,6 +232,7 @@ def main(argv=None):
     grad_case("spatial_diffusion (x, times)", spatial_diffusion, args, [0, 4])
     gluon_cases(case, rnd, a.dry_run)
     gluon_grads(rows, rnd, a.dry_run)
+    gluon_bwd_grads(rows, rnd, a.dry_run)
     return finish(a, rows)
 
 
@@ -269,6 +272,60 @@ def gluon_grads(rows, rnd, dry: bool) -> None:
             rows.append(dict(case=name, dtype="float16", schedule='{"warp_specialize": true}', rel_err=err,
                              status=status, seconds=0, note=note))
             print(f"{status:6s} {name:48s} float16   err {err:.1e} {note}", flush=True)
+
+
+def gluon_bwd_grads(rows, rnd, dry: bool) -> None:
+    """The Gluon attention backward under the default schedules (warp_specialize None: the compiler picks):
+    autograd through ``dt.compile(alg)`` on 16-bit inputs requiring grad, the saving forward and the derived
+    backward both Gluon kernels on sm_90 at D128 (non-causal and causal, fp16 and bf16, S 256 and 384), D64
+    keeping the derived Triton backward; output and dQ, dK, dV against torch autograd of ``alg.reference``
+    in float64, twice (the slow path that plans, then the call signatures' fast paths). The kernels the
+    second step ran (torch.profiler) must include the Gluon backward's ``bwd_dkdv`` exactly at D128 and the
+    forward's ``attn_fwd_``."""
+    cases = [(attention, 128, torch.float16, 2, 3, 256), (causal_attention, 128, torch.float16, 1, 4, 384),
+             (attention, 128, torch.bfloat16, 1, 3, 384), (causal_attention, 128, torch.bfloat16, 2, 2, 256),
+             (causal_attention, 64, torch.float16, 1, 2, 256)]
+    for alg, D, dtype, B, H, S in cases:
+        if dry:
+            B, H, S, D = 1, 2, 16, 16
+        name = f"grad gluon-bwd {alg.name} B{B} H{H} S{S} D{D}"
+        tol = 2e-2 if dtype == torch.float16 else 4e-2
+        ran = []
+        try:
+            kern = dt.compile(alg)
+            errs = []
+            for step in range(2):
+                ins = [rnd(B, H, S, D, dtype=dtype).requires_grad_() for _ in range(3)]
+                refs = [x.detach().double().cpu().requires_grad_() for x in ins]
+                w = rnd(B, H, S, D, dtype=dtype)
+                if step and not dry:
+                    from torch.profiler import ProfilerActivity, profile
+                    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                        out = kern(*ins, D ** -0.5)
+                        out.backward(w)
+                        torch.cuda.synchronize()
+                    ran = [e.key for e in prof.key_averages()]
+                else:
+                    out = kern(*ins, D ** -0.5)
+                    out.backward(w)
+                ro = alg.reference(*refs, D ** -0.5)
+                ro.backward(w.double().cpu())
+                errs += [relerr(out.detach(), ro.detach())] + [relerr(x.grad, r.grad) for x, r in zip(ins, refs)]
+            err = max(errs)
+            status, note = ("ok" if err <= tol else "WRONG"), "output and dQ, dK, dV"
+            if not dry:
+                bwd, fwd = any("bwd_dkdv" in n for n in ran), any("attn_fwd_" in n for n in ran)
+                if bwd != (D == 128) or not fwd:
+                    status = "WRONG"
+                    note = (f"expected the Gluon forward and {'the Gluon' if D == 128 else 'the Triton'} backward "
+                            f"(kernels: {', '.join(ran)[:160]})")
+                else:
+                    note += f"; {'Gluon' if bwd else 'Triton'} backward ran"
+        except Exception as e:  # noqa: BLE001
+            err, status, note = float("nan"), "FAILED", f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        dts = str(dtype)[6:]
+        rows.append(dict(case=name, dtype=dts, schedule="heuristic", rel_err=err, status=status, seconds=0, note=note))
+        print(f"{status:6s} {name:48s} {dts:9s} err {err:.1e} {note}", flush=True)
 
 
 def gluon_cases(case, rnd, dry: bool) -> None:

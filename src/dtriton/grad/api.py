@@ -3,6 +3,7 @@ the result type :class:`GradientAlgorithms` and the listing :func:`describe`."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -15,12 +16,41 @@ from .finalize import Finalizer, copy_nodes, group_gradients, make_params, param
 from .logsumexp import at_lse, lse_statistics, lse_value, rescalable, stage_shifts
 from .naming import unique_param_name
 
-__all__ = ["grad", "GradientAlgorithms", "describe", "augmented_forward", "check_save", "saved_statistics", "staged"]
+__all__ = ["grad", "GradProvenance", "GradientAlgorithms", "describe", "augmented_forward", "check_save", "saved_statistics", "staged"]
 
 
 # ----------------------------------------------------------------------------------------------
 # the result
 # ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GradProvenance:
+    """How :func:`grad` derived one backward algorithm (its ``provenance``): plain facts, for a later
+    stage (the plan) to recognise a backward whose forward it knows.
+
+    Attributes:
+        forward: the forward algorithm differentiated.
+        wrt: per output of the backward algorithm, the forward input it is the gradient of.
+        grad_params: the upstream-gradient parameters, one per forward output.
+        seeded: indices of the forward outputs whose upstream gradients are read.
+        saved: the forward stages (or log-sum-exp statistics) taken as inputs.
+        saved_params: their parameter names, in ``saved`` order.
+    """
+    forward: Algorithm
+    wrt: tuple[str, ...]
+    grad_params: tuple[str, ...]
+    seeded: tuple[int, ...]
+    saved: tuple[str, ...]
+    saved_params: tuple[str, ...]
+
+    def __reduce__(self):
+        """Pickled with the forward's IR, not its Python function (a traced function is pickled by
+        reference, which the module's algorithm object, not the function, answers): a backward algorithm
+        stays sendable by value to a spawned worker."""
+        fwd = copy.copy(self.forward)
+        fwd.fn = None
+        return (GradProvenance, (fwd, self.wrt, self.grad_params, self.seeded, self.saved, self.saved_params))
+
+
 @dataclass
 class GradientAlgorithms:
     """The backward algorithms of a forward algorithm (what :func:`grad` returns).
@@ -222,6 +252,8 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
         doc = (f"Backward of {alg.name}: gradient(s) wrt {', '.join(grp)} (derived by dt.grad). "
                f"Arguments: {', '.join(s[1] for s in spec)}.")
         algs.append(fin.build(name, outs, doc, list(grp)))
+        algs[-1].provenance = GradProvenance(alg, tuple(grp), tuple(d.gnames), seeded, tuple(save_l),
+                                             tuple(p[1] for p in saved_params))
         for k, n in enumerate(grp):
             locate[n] = (len(algs) - 1, k)
     return GradientAlgorithms(alg, tuple(wrt_l), tuple(algs), locate, zero, tuple(d.gnames), tuple(save_l),

@@ -182,7 +182,11 @@ class Algorithm:
     """A traced algorithm: inputs, outputs, stages, axis-to-size map, and the reference evaluator.
 
     Build one with the ``dt.algorithm`` decorator. Calling it is the same as :meth:`reference`.
+    ``provenance``: how a transformation derived it (``dt.grad`` records a
+    :class:`~dtriton.grad.GradProvenance` on each backward algorithm), None for a traced one.
     """
+
+    provenance: Any = None
 
     @classmethod
     def build(cls, name: str, params: Sequence["InputTensor | ScalarParam"], outputs: Sequence["Output"],

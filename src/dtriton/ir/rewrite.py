@@ -158,6 +158,14 @@ def folded_literals(alg: Algorithm) -> Algorithm:
     return _rebuilt(alg, swap)
 
 
+def _remade(alg: Algorithm, outs) -> Algorithm:
+    """``alg`` rebuilt with the outputs ``outs``: its name, parameters, docstring and provenance (what
+    derived it, :attr:`Algorithm.provenance`) kept."""
+    new = Algorithm.build(alg.name, alg.params, outs, alg.__doc__)
+    new.provenance = alg.provenance
+    return new
+
+
 def _rebuilt(alg: Algorithm, swap: dict[int, Expr]) -> Algorithm:
     """``alg`` with the nodes of uid in ``swap`` replaced (``alg`` itself when ``swap`` is empty)."""
     if not swap:
@@ -171,7 +179,7 @@ def _rebuilt(alg: Algorithm, swap: dict[int, Expr]) -> Algorithm:
         moved = [new.get(c.uid, c) for c in kids]
         new[n.uid] = n if all(a is b for a, b in zip(moved, kids)) else n.rebuild(moved)
     outs = [o.rebuild([new[o.expr.uid]]) for o in alg.outputs]
-    return Algorithm.build(alg.name, alg.params, outs, alg.__doc__)
+    return _remade(alg, outs)
 
 
 def _common_divisor(n: Expr) -> tuple[Expr, Expr] | None:
@@ -208,7 +216,7 @@ def common_divisors(alg: Algorithm, want: Callable[[str, Expr], bool]) -> Algori
         outs.append(o if new[o.expr.uid] is o.expr else o.rebuild([new[o.expr.uid]]))
     if all(a is b for a, b in zip(outs, alg.outputs)):
         return alg
-    return Algorithm.build(alg.name, alg.params, outs, alg.__doc__)
+    return _remade(alg, outs)
 
 
 def _uses(alg: Algorithm) -> dict[int, list[Expr]]:
@@ -297,7 +305,7 @@ def reciprocal_divisors(alg: Algorithm, floating: Callable[[str], bool]) -> Algo
             m = Binary("mul", moved[0], inv)
         new[n.uid] = m
     outs = [o.rebuild([new[o.expr.uid]]) for o in alg.outputs]
-    return Algorithm.build(alg.name, alg.params, outs, alg.__doc__)
+    return _remade(alg, outs)
 
 
 def _folded_log2e(x: Expr) -> Expr | None:

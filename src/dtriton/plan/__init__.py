@@ -8,9 +8,10 @@ both for one call signature (:class:`CallSpec`). A backend prints a plan and dec
 from .callspec import CallSpec, call_spec, tma_addressable
 from .decide import decide, plan_program, unused_knobs
 from .gluon_attention import AttentionMatch, GluonAttention, match_attention, plan_gluon_attention
+from .gluon_attention_bwd import GluonAttentionBwd, match_attention_bwd, plan_gluon_attention_bwd
 from .kernel import (AxisPlan, BlockReduce, BufferSpec, DotPlan, KernelPlan, PassPlan, Program, StoreSpec, TileAccess,
                      next_pow2)
 from .lower import lower
 
-__all__ = ["AttentionMatch", "AxisPlan", "BlockReduce", "BufferSpec", "CallSpec", "DotPlan", "GluonAttention", "KernelPlan", "PassPlan", "Program",
-           "StoreSpec", "TileAccess", "call_spec", "decide", "lower", "match_attention", "next_pow2", "plan_gluon_attention", "plan_program", "tma_addressable", "unused_knobs"]
+__all__ = ["AttentionMatch", "AxisPlan", "BlockReduce", "BufferSpec", "CallSpec", "DotPlan", "GluonAttention", "GluonAttentionBwd", "KernelPlan", "PassPlan", "Program",
+           "StoreSpec", "TileAccess", "call_spec", "decide", "lower", "match_attention", "match_attention_bwd", "next_pow2", "plan_gluon_attention", "plan_gluon_attention_bwd", "plan_program", "tma_addressable", "unused_knobs"]

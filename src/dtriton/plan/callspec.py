@@ -17,6 +17,7 @@ import torch
 from ..ir import Algorithm, Binding, InputTensor, Load, Reduce, ScalarParam, contractions, kernel_reads, unit_dim, walk
 from .access import unit_last
 from .gluon_attention import match_attention
+from .gluon_attention_bwd import match_attention_bwd
 from .kernel import next_pow2
 
 __all__ = ["CallSpec", "I32_MAX", "call_spec", "max_offset", "tma_addressable", "window_index_values"]
@@ -48,8 +49,8 @@ class CallSpec:
     prints them as literals and reads a strided window's taps as contiguous runs: ``plan.pairs``).
     arch: the GPU's compute capability as 10 * major + minor (0 on the interpreter). dense: the tensors
     (inputs, outputs) contiguous with a 16-byte aligned base (an output allocated by the runtime is), on
-    the GPU for an attention forward only (no other call is specialised on it); both for
-    :mod:`dtriton.plan.gluon_attention`."""
+    the GPU for an attention forward or a derived attention backward only (no other call is specialised
+    on it); both for :mod:`dtriton.plan.gluon_attention` and :mod:`dtriton.plan.gluon_attention_bwd`."""
     facts: tuple
     dtypes: tuple
     i64: bool
@@ -99,7 +100,14 @@ def call_spec(alg: Algorithm, b: Binding, args: Sequence[Any], interpret: bool, 
                     tuple(sorted(b.unit_dims.items())) if contractions(alg) or tma_ok or values else (), masked, ones,
                     tuple(sorted((a, n) for a, n in b.axis_sizes.items() if n <= SMALL_SIZE)), values,
                     _arch(b.device, interpret),
-                    _dense(alg, args, out) if not interpret and match_attention(alg) is not None else frozenset())
+                    _dense(alg, args, out) if not interpret and _gluon_candidate(alg) else frozenset())
+
+
+def _gluon_candidate(alg: Algorithm) -> bool:
+    """Whether ``alg`` is an attention forward or a derived attention backward (the calls
+    :mod:`dtriton.plan.gluon_attention` and :mod:`dtriton.plan.gluon_attention_bwd` may plan as
+    Gluon kernels, which need the :attr:`CallSpec.dense` facts)."""
+    return match_attention(alg) is not None or match_attention_bwd(alg)[0] is not None
 
 
 def _arch(device: torch.device, interpret: bool) -> int:

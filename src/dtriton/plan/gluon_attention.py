@@ -54,7 +54,9 @@ class AttentionMatch:
     (lead, i) / (lead, i, e): ``tensor.permute(perm)`` is the view in the kernel's order.
     Grouped-query attention (``K[b, h // rep, j, d]``, ``V[b, h // rep, j, e]``: the last lead axis
     divided, the same divisor in both): ``group`` is the literal divisor, or ``group_param`` names the
-    int argument (``group`` then 1); K and V's leading dims are (lead[:-1], G), G their own size."""
+    int argument (``group`` then 1); K and V's leading dims are (lead[:-1], G), G their own size.
+    ``stages``: the stage names of the row max, the row sum of exponentials and the unnormalised
+    ``sum_j p V`` (what a derived backward saves, :mod:`dtriton.plan.gluon_attention_bwd`)."""
     q: str
     k: str
     v: str
@@ -73,6 +75,7 @@ class AttentionMatch:
     copy_perm: tuple[int, ...] = ()
     group: int = 1
     group_param: str = ""
+    stages: tuple[str, ...] = ()
 
     @property
     def grouped(self) -> bool:
@@ -254,7 +257,8 @@ def _parts(o):
         return None
     group, group_param = (kdiv[1], "") if isinstance(kdiv[1], int) else (1, kdiv[1])
     return AttentionMatch(qk[0].tensor.name, qk[1].tensor.name, vload.tensor.name, o.name, lead, i, j, d, e,
-                          scale, scale_param, mask is not None, group=group, group_param=group_param), mx, den
+                          scale, scale_param, mask is not None, group=group, group_param=group_param,
+                          stages=(mx.name, den.name, num.name)), mx, den
 
 
 def _variant(m: AttentionMatch, dtype: str, d: int) -> GluonAttention:

@@ -322,7 +322,8 @@ BUILTIN: tuple[Knob, ...] = (
          search=("pointer", "tma"), doc="memory access of tile loads and stores (None: the heuristic picks)"),
     Knob("warp_specialize", None, Domain("None, True, False", _boolean_or_none, (None, False, True)),
          doc="producer/consumer warp groups: None (the compiler picks: a fused attention forward on sm_90 that "
-             "the hand-written warp-specialised Gluon kernel covers runs as it, no other loop is specialised), "
+             "the hand-written warp-specialised Gluon kernel covers runs as it, a derived attention backward at head "
+             "dim 128 as the Gluon backward, no other loop is specialised), "
              "True (also Triton's warp specialisation of contraction loops; Hopper, with TMA loads; says why where "
              "the Gluon kernel does not apply), False (none: the Triton kernels as planned)"),
     Knob("mask_bounds", True, Domain("True, False", _boolean, (True, False)),

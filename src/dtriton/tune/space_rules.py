@@ -21,7 +21,7 @@ from typing import Mapping
 import torch
 
 from ..ir import Algorithm, Binding, contractions, grid_candidates, online_candidate, reduction_stages, split_blockers
-from ..plan import match_attention
+from ..plan import match_attention, match_attention_bwd
 from ..plan.staging import call_precision
 from ..schedule import (PLACES, TENSOR_CORE_FP32, Knob, Schedule, conv_space_tiles, flash_backward_places, flash_backward_space,
                         flash_forward_space, flat_knobs, mask_bounded, next_pow2)
@@ -280,9 +280,17 @@ def _rule_warp_specialize(k: Knob, d: Derivation) -> list | None:
 
 def _gluon_attention(d: Derivation) -> bool:
     """A 16-bit softmax attention forward on a TMA GPU, fused into one online pass by the heuristic and
-    not split over the keys (decoding: the Gluon kernel's tiles are 128 query rows): the calls whose ``warp_specialize`` None may run as the Gluon kernel (the plan decides the rest)."""
+    not split over the keys (decoding: the Gluon kernel's tiles are 128 query rows), or a derived attention
+    backward of 16-bit Q on one (:mod:`~dtriton.plan.gluon_attention_bwd`; its saved LSE is fp32): the calls
+    whose ``warp_specialize`` None may run as a Gluon kernel (the plan decides the rest), False keeping
+    the Triton kernels the rest of the space searches."""
+    if not (d.gpu and d.limits.tma):
+        return False
+    bwd = match_attention_bwd(d.alg)[0]
+    if bwd is not None:
+        return d.b.dtypes[bwd.fwd.q].itemsize == 2
     floats = [t for t in d.b.dtypes.values() if t.is_floating_point]
-    return (d.gpu and d.limits.tma and bool(floats) and all(t.itemsize == 2 for t in floats)
+    return (bool(floats) and all(t.itemsize == 2 for t in floats)
             and "online" in d.base.strategy.values() and not d.base.split and match_attention(d.alg) is not None)
 
 

@@ -15,11 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
+from ...plan.gluon_attention_bwd import GluonAttentionBwd
 from ...plan.kernel import Program
 from ..base import KernelMeta, Limits
 from .kernel import KernelPrinter, KernelSource, render
 from .fast import FastLauncher
 from .gluon import GluonLauncher, launch_gluon
+from .gluon_bwd import GluonBwdLauncher, launch_gluon_bwd
 from .launch import descriptor, ensure_allocator, hooks_off, launch, load_module
 from .limits import MAX_BLOCK_NUMEL, SMEM_BYTES_DEFAULT
 
@@ -43,7 +45,9 @@ class TritonBackend:
     def launch(self, fn: Any, programs: int, args: Sequence[Any], meta: KernelMeta, interpret: bool) -> Any:
         """Launch ``programs`` programs of kernel ``fn``; returns the compiled kernel (a kernel building
         its TMA descriptors in the kernel gets Triton's scratch allocator first)."""
-        if meta.ir.gluon is not None:   # (never planned for the interpreter)
+        if isinstance(meta.ir.gluon, GluonAttentionBwd):   # (never planned for the interpreter)
+            return launch_gluon_bwd(fn, args, meta)
+        if meta.ir.gluon is not None:
             return launch_gluon(fn, args, meta)
         if meta.ir.device_descs and not interpret:
             ensure_allocator()
@@ -69,6 +73,8 @@ class TritonBackend:
 
     def fast_launcher(self, alg: Any, plan: Any, b: Any, compiled: list, args: Sequence[Any]) -> Any:
         """A :class:`~dtriton.backends.triton.fast.FastLauncher` for ``plan``'s kernels."""
+        if any(isinstance(L.meta.ir.gluon, GluonAttentionBwd) for L in plan.launches):
+            return GluonBwdLauncher(alg, plan, b)   # (the Gluon attention backward: one launch of three kernels)
         if any(L.meta.ir.gluon is not None for L in plan.launches):
             return GluonLauncher(alg, plan, b)   # (the Gluon attention forward: one launch, no buffers)
         return FastLauncher(alg, plan, b, compiled, args)
