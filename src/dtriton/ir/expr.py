@@ -361,11 +361,12 @@ class Load(Expr):
     Each index is an :class:`Axis` or an integer-valued expression: arithmetic of axes and integer
     scalars (``X[i, j + 1]``, ``X[h * s + r - p]``, ``X[h // G]``) or a gather (``X[i, labels[i]]``).
 
-    ``pad``: None, or the value read where an index falls outside its dim (``X.pad(0.0)[i, j + 1]``);
-    without it, reading outside is an error (:class:`~dtriton.errors.IndexRangeError`)."""
+    ``pad``: None, or the value read where an index falls outside its dim (``X.pad(0.0)[i, j + 1]``;
+    a float, or an int kept exact; the call refuses one the tensor's dtype cannot hold:
+    :func:`~dtriton.ir.dtypes.check_pad_values`); without it, reading outside is an error (:class:`~dtriton.errors.IndexRangeError`)."""
     __slots__ = ("tensor", "index", "pad")
 
-    def __init__(self, tensor: "InputTensor", index: tuple[Expr, ...], pad: float | None = None):
+    def __init__(self, tensor: "InputTensor", index: tuple[Expr, ...], pad: float | int | None = None):
         ax: list[str] = []
         for e in index:
             ax.extend(e.axes)
@@ -611,7 +612,10 @@ class InputTensor:
     def pad(self, value: float) -> "PaddedTensor":
         """``X.pad(value)[i, j + 1]``: a view of this tensor that reads ``value`` wherever an index
         falls outside its dim (a zero-padded convolution, a shifted difference). ``value`` is a
-        Python number (``0.0``, ``float('-inf')`` for max pooling)."""
+        Python number (``0.0``, ``float('-inf')`` for max pooling) that the tensor's dtype holds
+        exactly: an integer tensor takes an integer in its range (``X_int.pad(1.5)`` and
+        ``X_int.pad(float('-inf'))`` raise an :class:`AlgorithmError` at the call), a bool tensor
+        0, 1, False or True."""
         return PaddedTensor(self, value)
 
     def __repr__(self):
@@ -623,10 +627,11 @@ class PaddedTensor:
     tensor. Raises :class:`AlgorithmError` for a padding value that is not a Python number."""
 
     def __init__(self, tensor: InputTensor, value):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not isinstance(value, (int, float)):
             raise AlgorithmError(f"{tensor.name}.pad(value): the padding value must be a Python number such as "
                                  f"0.0 or float('-inf'), got {value!r}")
-        self.tensor, self.value = tensor, float(value)
+        # an int stays an int (exact for every int64 value; float() would round past 2**53); a bool is 0 or 1
+        self.tensor, self.value = tensor, int(value) if isinstance(value, int) and abs(value) < 2 ** 63 else float(value)
 
     def __getitem__(self, idx) -> Load:
         return self.tensor.load(idx, self.value)
@@ -643,6 +648,8 @@ _SYM = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod":
 
 
 def _fmt_const(v: float) -> str:
+    if isinstance(v, int):
+        return repr(v)
     return repr(int(v)) if math.copysign(1.0, v) > 0 and v == v and abs(v) != math.inf and v.is_integer() and abs(v) < 1e15 else repr(v)
 
 

@@ -18,8 +18,8 @@ import torch
 from ..errors import DTypeError, IndexRangeError, ShapeError, ZeroDivisorError
 from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT_OPS, Load, Reduce,
                    ScalarParam, Unary, Where, fmt)
-from .dtypes import (BOOL_OPS, boolean_ops, check_bool_arithmetic, check_powers, integer_reductions, output_dtype,
-                     output_dtypes)
+from .dtypes import (BOOL_OPS, boolean_ops, check_bool_arithmetic, check_pad_values, check_powers, integer_reductions,
+                     output_dtype, output_dtypes)
 from .intervals import Read, analyse_reads, int_magnitude, integer_valued
 from .walk import mul_factors, topo_order
 
@@ -195,6 +195,7 @@ class Binding:
         check_computed_indices(alg, sizes, axis_sizes, dtypes)
         check_powers(alg, dtypes, {p.name: a for p, a in zip(alg.params, args) if isinstance(p, ScalarParam)})
         check_bool_arithmetic(alg, dtypes)
+        check_pad_values(alg, dtypes)
         out_dtypes = output_dtypes(alg, dtypes)
         reads: list[Read] = []
         big = 0
@@ -387,9 +388,9 @@ class _Evaluator:
         else:
             v = t[tuple(idx)]
         if n.pad is not None:
-            keep = v.dtype.is_floating_point or float(n.pad).is_integer()
-            pad = torch.tensor(n.pad, dtype=v.dtype if keep else self.cdt, device=self.dev)
-            v = torch.where(valid, v.to(pad.dtype), pad)
+            # (the tensor's dtype holds the value exactly: refused at the bind otherwise, check_pad_values)
+            pad = torch.tensor(n.pad, dtype=v.dtype, device=self.dev)
+            v = torch.where(valid, v, pad)
         return _Val(v, ax)
 
     def ev_Unary(self, n: Unary) -> _Val:
