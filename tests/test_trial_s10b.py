@@ -126,3 +126,102 @@ def test_band_factor_skips_tiles_outside_the_band():
     B[39] = float("inf")
     out = dt.compile(band_factor, dt.Schedule(grid=("i", "j"), tile={"i": 16, "j": 8, "k": 16}))(A, B, 3)
     assert torch.isfinite(out[:32]).all()
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. errors
+# ----------------------------------------------------------------------------------------------
+def test_integer_literal_outside_int64_is_refused_where_the_algorithm_is_defined():
+    for lit in (2 ** 70, -2 ** 63 - 1, 2 ** 63):
+        with pytest.raises(dt.AlgorithmError, match=rf"integer literal {lit} is outside int64.*write it as a float"):
+            @dt.algorithm
+            def big(X: dt.Tensor["N"]):
+                i = dt.axes("i")
+                return (X[i] + lit)[i]
+
+    with pytest.raises(dt.AlgorithmError, match=r"literal 9223372036854775807 is past 2\*\*53 and not exact.*int argument"):
+        @dt.algorithm
+        def inexact(X: dt.Tensor["N"]):
+            i = dt.axes("i")
+            return (X[i] + (2 ** 63 - 1))[i]
+
+    @dt.algorithm
+    def edge(X: dt.Tensor["N"], q: int):   # int64's least value and 2**62 are exact; an int argument is
+        i = dt.axes("i")
+        return (X[i] + (-2 ** 63) + 2 ** 62 + 2 ** 62 + q)[i]
+    x = torch.tensor([1, -5, 7])
+    assert torch.equal(dt.compile(edge)(x, 2 ** 53 + 1), x + (2 ** 53 + 1))
+
+
+def test_float_floor_division_and_modulo_are_algorithm_errors_printing_the_float_literal():
+    @dt.algorithm
+    def fdiv(X: dt.Tensor["N"]):
+        i = dt.axes("i")
+        return (X[i] // 2.0)[i]
+
+    @dt.algorithm
+    def fmod(X: dt.Tensor["N"]):
+        i = dt.axes("i")
+        return (X[i] % 3)[i]
+    for alg, text in ((fdiv, r"\(X\[i\] // 2\.0\): // is integer arithmetic"), (fmod, r"\(X\[i\] % 3\): % is integer")):
+        for call in (lambda: alg.reference(torch.randn(5)), lambda: dt.compile(alg)(torch.randn(5))):
+            with pytest.raises(dt.IntegerOpError, match=text) as e:
+                call()
+            assert isinstance(e.value, dt.AlgorithmError) and isinstance(e.value, dt.ShapeError)
+
+
+def test_float_literals_print_as_floats_and_int_literals_as_ints():
+    from dtriton.ir import fmt
+
+    @dt.algorithm
+    def lits(X: dt.Tensor["N"]):
+        i = dt.axes("i")
+        return (X.pad(0.0)[i + 1] * 2.0 + X.pad(0)[i - 1] * 2 + 1e20 - float("inf") + 0.5 + X[i])[i]
+    text = fmt(lits.outputs[0].expr, limit=None)
+    for part in ("X.pad(0.0)[(i + 1)]", "* 2.0)", "X.pad(0)[(i - 1)]", "* 2)", "1e+20", "inf", "0.5"):
+        assert part in text, (part, text)
+
+
+def test_output_indexed_by_an_axis_reduced_inside_names_the_reduction():
+    with pytest.raises(dt.AlgorithmError, match=r"output \[i\]: axis i is reduced by dt\.sum\(\.\.\., over=i\) "
+                       r"inside the expression, so it cannot index the output.*free axes are \['j'\]: index it \[j\]"):
+        @dt.algorithm
+        def a(X: dt.Tensor["N", "M"]):
+            i, j = dt.axes("i j")
+            return dt.sum(X[i, j], over=i)[i]
+    with pytest.raises(dt.AlgorithmError, match=r"axis j is reduced by dt\.max\(\.\.\., over=j\)"):
+        @dt.algorithm
+        def b(X: dt.Tensor["N", "M"]):
+            i, j = dt.axes("i j")
+            return (X[i, j] - dt.max(X[i, j], over=j))[i, i] if False else dt.max(X[i, j], over=j)[j]
+    with pytest.raises(dt.AlgorithmError, match=r"leaves axis \['j'\] free"):   # an axis missing, none reduced
+        @dt.algorithm
+        def c(X: dt.Tensor["N", "M"]):
+            i, j = dt.axes("i j")
+            return X[i, j][i]
+
+
+@dt.algorithm
+def matmul(A: dt.Tensor["M", "K"], B: dt.Tensor["K", "N"]):
+    i, j, k = dt.axes("i j k")
+    return dt.sum(A[i, k] * B[k, j], over=k)[i, j]
+
+
+def test_user_tiles_whose_store_block_exceeds_triton_s_limit_are_a_schedule_error():
+    A, B = torch.randn(9, 5), torch.randn(5, 7)
+    with pytest.raises(dt.ScheduleError, match=r"kernel for stage 'out' .* store out\[i, j\] would be a block of "
+                       r"16777216 elements \(4096 x 4096: blocks \{'i': 4096, 'j': 4096\}.*Triton allows at most "
+                       r"1048576. Use tiles whose product is at most 1048576 \(tile=\{'i': 1024, 'j': 1024\}\)"):
+        dt.compile(matmul, dt.Schedule(tile={"i": 4096, "j": 4096}))(A, B)
+    # at the limit it runs
+    out = dt.compile(matmul, dt.Schedule(tile={"i": 16, "j": 16}))(A, B)
+    assert torch.allclose(out.double(), A.double() @ B.double(), atol=1e-5)
+
+
+@pytest.mark.parametrize("spec, text", [("i:", r"axis 'i' is followed by ':' but no size name.*dt\.axes\('i:N'\)"),
+                                        ("i j:", r"axis 'j' is followed by ':'"),
+                                        (":N", r"':N' has no axis name before the ':'"),
+                                        ("i :N", r"no space around")])
+def test_axes_with_an_empty_size_or_name_is_refused(spec, text):
+    with pytest.raises(dt.AlgorithmError, match=text):
+        dt.axes(spec)

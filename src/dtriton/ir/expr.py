@@ -17,7 +17,7 @@ import torch
 
 from ..errors import AlgorithmError
 from .combiners import Combiner, get as get_combiner
-from .misuse import method_error, no_operator, no_xor
+from .misuse import check_int_literal, method_error, no_operator, no_xor, reduced_output_axis
 
 __all__ = ["Expr", "Const", "Axis", "ScalarParam", "Load", "Unary", "Binary", "Where", "Cast", "Reduce",
            "Output", "InputTensor", "PaddedTensor", "as_expr", "fmt", "UNARY_OPS", "BINARY_OPS", "COMPARE_OPS", "INT_OPS",
@@ -190,6 +190,7 @@ class Expr:
             raise AlgorithmError(f"output layout {names} repeats an axis")
         missing = [a for a in self.axes if a not in names]
         if missing:
+            reduced_output_axis(self, names)
             raise AlgorithmError(
                 f"output [{', '.join(names)}] leaves axis {missing} free; reduce it (dt.sum(..., over=...)) "
                 "or add it to the output's index")
@@ -203,7 +204,9 @@ class Expr:
 
 def as_expr(v) -> Expr:
     """``v`` as an expression: expressions and indexed stages as they are, numbers as constants;
-    an :class:`AlgorithmError` for anything else (a tensor used without indices, a tuple of axes)."""
+    an :class:`AlgorithmError` for an int outside int64 (``X[i] + 2**70``) or not exact in a float64
+    (``2**63 - 1``: literals are held as doubles; an int argument is exact) and for anything else
+    (a tensor used without indices, a tuple of axes)."""
     if isinstance(v, Expr):
         return v
     if isinstance(v, Output):
@@ -211,6 +214,7 @@ def as_expr(v) -> Expr:
     if isinstance(v, bool):   # a bool literal: torch's lowest category (B[i] + True stays bool)
         return Const(float(v), integer=True, boolean=True)
     if isinstance(v, int):
+        check_int_literal(v)
         return Const(float(v), integer=True)
     if isinstance(v, float):
         return Const(v)
@@ -647,10 +651,12 @@ _SYM = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod":
         "eq": "==", "ne": "!=", "and": "&", "or": "|"}
 
 
-def _fmt_const(v: float) -> str:
+def _fmt_const(v: float | int, integer: bool = False) -> str:
+    """A literal as written: an int (or a float of an integer literal, ``integer``) as ``2``, a float
+    as ``2.0``, ``1.5``, ``inf``."""
     if isinstance(v, int):
         return repr(v)
-    return repr(int(v)) if math.copysign(1.0, v) > 0 and v == v and abs(v) != math.inf and v.is_integer() and abs(v) < 1e15 else repr(v)
+    return repr(int(v)) if integer and v == v and abs(v) != math.inf else repr(v)
 
 
 def fmt(n: Expr, depth: int = 0, names: dict | None = None, limit: int | None = 6) -> str:
@@ -662,7 +668,7 @@ def fmt(n: Expr, depth: int = 0, names: dict | None = None, limit: int | None = 
         return "…"
     d = depth + 1
     if isinstance(n, Const):
-        return repr(bool(n.value)) if n.boolean else _fmt_const(n.value)
+        return repr(bool(n.value)) if n.boolean else _fmt_const(n.value, n.integer)
     if isinstance(n, (Axis, ScalarParam)):
         return n.name
     if isinstance(n, Load):

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from ..errors import DTypeError, IndexRangeError, ShapeError, ZeroDivisorError
+from ..errors import DTypeError, IndexRangeError, IntegerOpError, ShapeError, ZeroDivisorError
 from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT_OPS, Load, Reduce,
                    ScalarParam, Unary, Where, fmt)
 from .dtypes import (BOOL_OPS, boolean_ops, check_bool_arithmetic, check_pad_values, check_powers, integer_reductions,
@@ -55,9 +55,9 @@ def check_computed_indices(alg, sizes: dict[str, int], axis_sizes: dict[str, int
     for n in alg.nodes:
         if isinstance(n, Binary) and n.op in INT_OPS and not all(integer_valued(c, _int_tensor(dtypes)) for c in (n.a, n.b)):
             sym = "//" if n.op == "floordiv" else "%"
-            raise ShapeError(f"{fmt(n)}: {sym} is integer arithmetic (indices such as h // G, i % W); both operands "
-                             f"must be integers (axes, integer literals, int arguments, integer tensors); convert "
-                             f"with dt.cast(..., torch.int64), or use / for a float division")
+            raise IntegerOpError(f"{alg.name}: {fmt(n)}: {sym} is integer arithmetic (indices such as h // G, i % W); "
+                                 f"both operands must be integers (axes, integer literals, int arguments, integer "
+                                 f"tensors); convert with dt.cast(..., torch.int64), or use / for a float division")
         if isinstance(n, Reduce) and n.combiner.empty == "error":
             empty = [a for a in n.over if axis_sizes[a] == 0]
             if empty and seen is None:
