@@ -225,3 +225,20 @@ def test_user_tiles_whose_store_block_exceeds_triton_s_limit_are_a_schedule_erro
 def test_axes_with_an_empty_size_or_name_is_refused(spec, text):
     with pytest.raises(dt.AlgorithmError, match=text):
         dt.axes(spec)
+
+
+def test_int_and_float_paddings_of_the_same_value_hash_and_merge_as_before():
+    """Int paddings are kept exact now; one a float holds (0 and 0.0) hashes as it did (stored tuning
+    results keep their keys) and reads as one load, while 2**62 + 1 and 2**62 stay apart."""
+    def fp(v, w):
+        @dt.algorithm
+        def a(X: dt.Tensor["N"]):
+            i = dt.axes("i")
+            return (X.pad(v)[i + 1] + X.pad(w)[i + 1] + X[i])[i]
+        return a
+    assert fp(0, 0).fingerprint == fp(0.0, 0.0).fingerprint
+    assert fp(2 ** 62 + 1, 2 ** 62 + 1).fingerprint != fp(2 ** 62, 2 ** 62).fingerprint
+    loads = lambda alg: [n for n in alg.nodes if n.kind == "Load" and n.pad is not None]
+    assert len(loads(fp(0, 0.0))) == 1 and len(loads(fp(2 ** 62 + 1, 2 ** 62))) == 2
+    x = torch.tensor([3, -4, 5])
+    assert torch.equal(dt.compile(fp(2 ** 62 + 1, 2 ** 62))(x), x + torch.tensor([-8, 10, 2 ** 63 + 1 - 2 ** 64]))

@@ -388,7 +388,8 @@ class Load(Expr):
         return Load(self.tensor, tuple(children), self.pad)
 
     def signature(self):
-        return (id(self.tensor),) if self.pad is None else (id(self.tensor), repr(self.pad))
+        p = self.pad   # (an int padding a float holds is the same read: X.pad(0) and X.pad(0.0))
+        return (id(self.tensor),) if p is None else (id(self.tensor), repr(float(p) if float(p) == p else p))
 
     def is_plain(self) -> bool:
         """True when every index is a bare axis, each distinct (no gather, no diagonal)."""
