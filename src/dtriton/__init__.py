@@ -14,8 +14,8 @@ interpreter on a machine without one).
     kernel = dt.compile(matmul, dt.Schedule(tile={"i": 64, "j": 64, "k": 32}, grid=("i", "j")))
 """
 
-from .errors import (AlgorithmError, CompileError, DTritonError, DTypeError, IndexRangeError, MethodError, ResourceError, ScheduleError,
-                     ScheduleWarning, ShapeError, UnknownFieldError, ZeroDivisorError)
+from .errors import (AlgorithmError, CompileError, DTritonError, DTypeError, IndexRangeError, IntegerOpError, MethodError,
+                     ResourceError, ScheduleError, ScheduleWarning, ShapeError, UnknownFieldError, ZeroDivisorError)
 from .ir import Algorithm, Axis
 from . import dsl
 from .dsl import *  # noqa: F401,F403 - every builder in dsl.__all__ (a new builder needs no edit here)
@@ -29,8 +29,8 @@ from .api import compile, compile_autograd
 from .version import __version__
 
 __all__ = [
-    "AlgorithmError", "CompileError", "DTritonError", "DTypeError", "IndexRangeError", "MethodError", "ResourceError", "ScheduleError", "ScheduleWarning",
-    "ShapeError", "UnknownFieldError", "ZeroDivisorError",
+    "AlgorithmError", "CompileError", "DTritonError", "DTypeError", "IndexRangeError", "IntegerOpError", "MethodError",
+    "ResourceError", "ScheduleError", "ScheduleWarning", "ShapeError", "UnknownFieldError", "ZeroDivisorError",
     *dsl.__all__,
     "FrozenMap", "Schedule", "StageSchedule", "Kernel", "compile",
     "grad", "GradientAlgorithms", "differentiable", "compile_autograd", "as_torch_op",

@@ -44,7 +44,8 @@ def axes(names: str) -> "Axis | tuple[Axis, ...]":
     dims it indexes; ``"d:N"`` gives it the size symbol ``N`` explicitly, for an axis used only
     inside index expressions (``X[i, d + half]``); the symbol is a dim of an input or an ``int``
     argument of the algorithm. Raises :class:`AlgorithmError` for a name that is not an identifier,
-    a name given twice, and for a number as the size (``"r:3"``: the message says how to pass it as an int argument)."""
+    a name given twice, an empty size (``"i:"``) and for a number as the size (``"r:3"``: the message
+    says how to pass it as an int argument)."""
     if not isinstance(names, str):
         raise AlgorithmError(f"dt.axes takes one string of axis names, e.g. dt.axes('i j k'), got "
                              f"{type(names).__name__} {names!r}")
@@ -59,7 +60,15 @@ def axes(names: str) -> "Axis | tuple[Axis, ...]":
                              f"axis where both places should range together")
     out = []
     for p in parts:
-        name, _, size = p.partition(":")
+        name, colon, size = p.partition(":")
+        if colon and not name:
+            raise AlgorithmError(f"dt.axes({names!r}): {p!r} has no axis name before the ':'; write the name and its "
+                                 f"size together, dt.axes('i{p}') (no space around the ':')")
+        if colon and not size:
+            raise AlgorithmError(
+                f"dt.axes({names!r}): axis {name!r} is followed by ':' but no size name; write "
+                f"dt.axes('{name}:N') with N a dim of an input or an int argument of the algorithm, or "
+                f"dt.axes('{name}') to take the size of the dims it indexes")
         if size.lstrip("+-").isdigit():
             raise AlgorithmError(
                 f"dt.axes({names!r}): axis {name!r} has the size {size}, a number; a size is a name: a dim of an "

@@ -46,6 +46,14 @@ class IndexRangeError(ShapeError, IndexError):
     :class:`IndexError` too, as torch's own indexing error is."""
 
 
+class IntegerOpError(AlgorithmError, ShapeError):
+    """``//`` or ``%`` of a value that is not an integer (``X_float[i] // 2.0``): they are integer
+    arithmetic in dtriton (indices such as ``h // G``, ``i % W``). Raised when the call types the
+    operands. An :class:`AlgorithmError` (the algorithm asks for what dtriton does not compute), and
+    a :class:`ShapeError` too (dtriton raised that for it before, so ``except dt.ShapeError`` still
+    catches it)."""
+
+
 class ZeroDivisorError(ShapeError, ZeroDivisionError):
     """An integer ``//`` or ``%`` meets a divisor that is 0 on the call's data or arguments
     (``X[i // g]`` called with ``g = 0``, ``A[i] % B[i]`` where ``B`` holds a 0): torch raises

@@ -316,8 +316,9 @@ class Algorithm:
             d.extend(_node_fields(n))
             if isinstance(n, Load):
                 d.append(n.tensor.name)
-                if n.pad is not None:
-                    d.append(f"pad={n.pad!r}")
+                if n.pad is not None:   # (an int padding a float holds hashes as before ints were kept: 0 as 0.0)
+                    p = n.pad
+                    d.append(f"pad={float(p) if isinstance(p, int) and float(p) == p else p!r}")
             if isinstance(n, Axis) and n.size is not None:
                 d.append(f"size={n.size}")
             d.append(",".join(str(ids[c.uid]) for c in n.children()))

@@ -42,6 +42,15 @@ def _is_compare(e: Expr) -> bool:
     return isinstance(e, Binary) and e.op in _FLIP
 
 
+def _is_condition(e: Expr) -> bool:
+    """A bool-valued factor: a comparison, or ``&``, ``|``, ``~`` of conditions (``(k <= i) & (k > i - W)``)."""
+    if _is_compare(e):
+        return True
+    if isinstance(e, Binary) and e.op in ("and", "or"):
+        return _is_condition(e.a) and _is_condition(e.b)
+    return isinstance(e, Unary) and e.op == "not" and _is_condition(e.x)
+
+
 def _negated(cond: Expr) -> Expr:
     """``not cond`` as a comparison where ``cond`` is one (De Morgan is not applied: an ``and``
     negated stays a ``not``, which :func:`axis_bounds` does not solve)."""
@@ -57,8 +66,9 @@ def guard(x: Expr, value: float) -> Expr | None:
     none is found. ``value`` is a float (0.0, -inf, inf, ...).
 
     Recognised forms: ``where(c, a, value)`` (and ``where(c, value, a)``: ``not c``); for 0, a
-    product with a guarded factor or a comparison factor (``x * (j <= i)``), a quotient with a
-    guarded numerator and ``exp``/``exp2`` of an operand guarded to -inf; for +-inf, a sum or
+    product with a guarded factor or a condition factor (a comparison, or ``&``, ``|``, ``~`` of
+    them: ``x * (j <= i)``, ``x * ((k <= i) & (k > i - W))``), a quotient with a guarded numerator
+    and ``exp``/``exp2`` of an operand guarded to -inf; for +-inf, a sum or
     difference whose first operand is guarded (the other taken finite), a product or quotient by
     a positive literal, a float cast."""
     if isinstance(x, Where):
@@ -79,7 +89,7 @@ def guard(x: Expr, value: float) -> Expr | None:
         return None
     if x.op == "mul" and value == 0.0:
         for f in (x.a, x.b):
-            if _is_compare(f):
+            if _is_condition(f):   # a bool factor is 0 where it is false
                 return f
             g = guard(f, 0.0)
             if g is not None:

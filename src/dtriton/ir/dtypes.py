@@ -4,11 +4,13 @@
 scalars: bool < integer < float); :func:`integer_reductions` and :func:`boolean_ops` name the
 nodes that compute in int64 and as logical or/and; :func:`check_powers` and
 :func:`check_bool_arithmetic` refuse, with an :class:`AlgorithmError` at the call, the powers and
-bool arithmetic torch raises for.
+bool arithmetic torch raises for; :func:`check_pad_values` the padding values a tensor's dtype
+cannot hold.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable
 
 import torch
@@ -18,7 +20,7 @@ from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT
                    Where, fmt)
 from .walk import topo_order
 
-__all__ = ["BOOL_OPS", "boolean_ops", "check_bool_arithmetic", "check_powers", "integer_reductions", "output_dtype",
+__all__ = ["BOOL_OPS", "boolean_ops", "check_bool_arithmetic", "check_pad_values", "check_powers", "integer_reductions", "output_dtype",
            "output_dtypes"]
 
 
@@ -184,6 +186,54 @@ def check_powers(alg, dtypes: dict[str, torch.dtype], scalars: dict[str, Any]) -
             raise AlgorithmError(f"{alg.name}: {fmt(base)} ** {k}: {fmt(base)} is an integer ({typed[base.uid][0]}) and "
                                  f"torch raises \"Integers to negative integer powers are not allowed\"; cast the base "
                                  f"to float first, dt.cast({fmt(base)}, torch.float32) ** {k} (or pass a float tensor)")
+
+
+def check_pad_values(alg, dtypes: dict[str, torch.dtype]) -> None:
+    """Refuse, with an :class:`AlgorithmError` naming the tensor, the value and the fix, a padding
+    value (``X.pad(v)[...]``) that the dtype of ``X`` (``dtypes``: input tensor -> dtype) does not
+    hold exactly: for an integer tensor a value that is not an integer (``1.5``, ``inf``, ``nan``) or
+    lies outside the dtype's range (``-1`` for uint8), for a bool tensor anything but 0, 1, False
+    and True. A kernel reads the padding in the tensor's dtype (Triton converts ``other=``, 1.5 to
+    1, -inf to int64's minimum, as ``torch.nn.functional.pad`` truncates), so the value written would
+    not be the value read. Float tensors take any number (it rounds to the compute dtype)."""
+    for n in alg.nodes:
+        if not isinstance(n, Load) or n.pad is None or n.tensor.name not in dtypes:
+            continue
+        dt, v = dtypes[n.tensor.name], n.pad
+        if dt.is_floating_point:
+            continue
+        name = n.tensor.name
+        if dt == torch.bool:
+            if v in (0, 1):
+                continue
+            want, fix = "bool values (0, 1, False or True)", f"write {name}.pad(False) or {name}.pad(True)"
+        else:
+            info = torch.iinfo(dt)
+            exact = v == v and abs(v) != float("inf") and float(v).is_integer() and info.min <= int(v) <= info.max
+            if exact:
+                continue
+            want = f"integers from {info.min} to {info.max}"
+            if v != v:
+                near = [0]
+            elif abs(v) == float("inf"):   # (max pooling of integers: the dtype's least value)
+                near = [info.min if v < 0 else info.max]
+            else:
+                near = [k for k in (math.floor(v), math.ceil(v)) if info.min <= k <= info.max] or \
+                    [info.min if v < 0 else info.max]
+            fix = "write " + " or ".join(f"{name}.pad({k})" for k in dict.fromkeys(near))
+        raise AlgorithmError(f"{alg.name}: {name}.pad({_fmt_value(v)}): {name} is {dt}, which does not hold "
+                             f"{_fmt_value(v)} ({want}), and the padding is read in {name}'s dtype, so the value "
+                             f"read would not be {_fmt_value(v)}; {fix}, or pass {name} as a float tensor "
+                             f"({name}.double() or .float()) to pad with {_fmt_value(v)}")
+
+
+def _fmt_value(v) -> str:
+    """A padding value as Python source (``float('-inf')``, ``float('nan')``, ``1.5``, ``-3``)."""
+    if isinstance(v, float) and v != v:
+        return "float('nan')"
+    if isinstance(v, float) and abs(v) == float("inf"):
+        return "float('inf')" if v > 0 else "-float('inf')"
+    return repr(v)
 
 
 def check_bool_arithmetic(alg, dtypes: dict[str, torch.dtype]) -> None:

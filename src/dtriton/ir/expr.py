@@ -17,7 +17,7 @@ import torch
 
 from ..errors import AlgorithmError
 from .combiners import Combiner, get as get_combiner
-from .misuse import method_error, no_operator, no_xor
+from .misuse import check_int_literal, method_error, no_operator, no_xor, reduced_output_axis
 
 __all__ = ["Expr", "Const", "Axis", "ScalarParam", "Load", "Unary", "Binary", "Where", "Cast", "Reduce",
            "Output", "InputTensor", "PaddedTensor", "as_expr", "fmt", "UNARY_OPS", "BINARY_OPS", "COMPARE_OPS", "INT_OPS",
@@ -190,6 +190,7 @@ class Expr:
             raise AlgorithmError(f"output layout {names} repeats an axis")
         missing = [a for a in self.axes if a not in names]
         if missing:
+            reduced_output_axis(self, names)
             raise AlgorithmError(
                 f"output [{', '.join(names)}] leaves axis {missing} free; reduce it (dt.sum(..., over=...)) "
                 "or add it to the output's index")
@@ -203,7 +204,9 @@ class Expr:
 
 def as_expr(v) -> Expr:
     """``v`` as an expression: expressions and indexed stages as they are, numbers as constants;
-    an :class:`AlgorithmError` for anything else (a tensor used without indices, a tuple of axes)."""
+    an :class:`AlgorithmError` for an int outside int64 (``X[i] + 2**70``) or not exact in a float64
+    (``2**63 - 1``: literals are held as doubles; an int argument is exact) and for anything else
+    (a tensor used without indices, a tuple of axes)."""
     if isinstance(v, Expr):
         return v
     if isinstance(v, Output):
@@ -211,6 +214,7 @@ def as_expr(v) -> Expr:
     if isinstance(v, bool):   # a bool literal: torch's lowest category (B[i] + True stays bool)
         return Const(float(v), integer=True, boolean=True)
     if isinstance(v, int):
+        check_int_literal(v)
         return Const(float(v), integer=True)
     if isinstance(v, float):
         return Const(v)
@@ -361,11 +365,12 @@ class Load(Expr):
     Each index is an :class:`Axis` or an integer-valued expression: arithmetic of axes and integer
     scalars (``X[i, j + 1]``, ``X[h * s + r - p]``, ``X[h // G]``) or a gather (``X[i, labels[i]]``).
 
-    ``pad``: None, or the value read where an index falls outside its dim (``X.pad(0.0)[i, j + 1]``);
-    without it, reading outside is an error (:class:`~dtriton.errors.IndexRangeError`)."""
+    ``pad``: None, or the value read where an index falls outside its dim (``X.pad(0.0)[i, j + 1]``;
+    a float, or an int kept exact; the call refuses one the tensor's dtype cannot hold:
+    :func:`~dtriton.ir.dtypes.check_pad_values`); without it, reading outside is an error (:class:`~dtriton.errors.IndexRangeError`)."""
     __slots__ = ("tensor", "index", "pad")
 
-    def __init__(self, tensor: "InputTensor", index: tuple[Expr, ...], pad: float | None = None):
+    def __init__(self, tensor: "InputTensor", index: tuple[Expr, ...], pad: float | int | None = None):
         ax: list[str] = []
         for e in index:
             ax.extend(e.axes)
@@ -383,7 +388,8 @@ class Load(Expr):
         return Load(self.tensor, tuple(children), self.pad)
 
     def signature(self):
-        return (id(self.tensor),) if self.pad is None else (id(self.tensor), repr(self.pad))
+        p = self.pad   # (an int padding a float holds is the same read: X.pad(0) and X.pad(0.0))
+        return (id(self.tensor),) if p is None else (id(self.tensor), repr(float(p) if float(p) == p else p))
 
     def is_plain(self) -> bool:
         """True when every index is a bare axis, each distinct (no gather, no diagonal)."""
@@ -611,7 +617,10 @@ class InputTensor:
     def pad(self, value: float) -> "PaddedTensor":
         """``X.pad(value)[i, j + 1]``: a view of this tensor that reads ``value`` wherever an index
         falls outside its dim (a zero-padded convolution, a shifted difference). ``value`` is a
-        Python number (``0.0``, ``float('-inf')`` for max pooling)."""
+        Python number (``0.0``, ``float('-inf')`` for max pooling) that the tensor's dtype holds
+        exactly: an integer tensor takes an integer in its range (``X_int.pad(1.5)`` and
+        ``X_int.pad(float('-inf'))`` raise an :class:`AlgorithmError` at the call), a bool tensor
+        0, 1, False or True."""
         return PaddedTensor(self, value)
 
     def __repr__(self):
@@ -623,10 +632,11 @@ class PaddedTensor:
     tensor. Raises :class:`AlgorithmError` for a padding value that is not a Python number."""
 
     def __init__(self, tensor: InputTensor, value):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not isinstance(value, (int, float)):
             raise AlgorithmError(f"{tensor.name}.pad(value): the padding value must be a Python number such as "
                                  f"0.0 or float('-inf'), got {value!r}")
-        self.tensor, self.value = tensor, float(value)
+        # an int stays an int (exact for every int64 value; float() would round past 2**53); a bool is 0 or 1
+        self.tensor, self.value = tensor, int(value) if isinstance(value, int) and abs(value) < 2 ** 63 else float(value)
 
     def __getitem__(self, idx) -> Load:
         return self.tensor.load(idx, self.value)
@@ -642,8 +652,12 @@ _SYM = {"add": "+", "sub": "-", "mul": "*", "div": "/", "floordiv": "//", "mod":
         "eq": "==", "ne": "!=", "and": "&", "or": "|"}
 
 
-def _fmt_const(v: float) -> str:
-    return repr(int(v)) if math.copysign(1.0, v) > 0 and v == v and abs(v) != math.inf and v.is_integer() and abs(v) < 1e15 else repr(v)
+def _fmt_const(v: float | int, integer: bool = False) -> str:
+    """A literal as written: an int (or a float of an integer literal, ``integer``) as ``2``, a float
+    as ``2.0``, ``1.5``, ``inf``."""
+    if isinstance(v, int):
+        return repr(v)
+    return repr(int(v)) if integer and v == v and abs(v) != math.inf else repr(v)
 
 
 def fmt(n: Expr, depth: int = 0, names: dict | None = None, limit: int | None = 6) -> str:
@@ -655,7 +669,7 @@ def fmt(n: Expr, depth: int = 0, names: dict | None = None, limit: int | None = 
         return "…"
     d = depth + 1
     if isinstance(n, Const):
-        return repr(bool(n.value)) if n.boolean else _fmt_const(n.value)
+        return repr(bool(n.value)) if n.boolean else _fmt_const(n.value, n.integer)
     if isinstance(n, (Axis, ScalarParam)):
         return n.name
     if isinstance(n, Load):

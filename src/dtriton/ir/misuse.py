@@ -44,3 +44,39 @@ def no_xor(a, b):
     raise AlgorithmError(f"{a!r} ^ {b!r}: '^' (exclusive or) is not supported in dtriton algorithms; for bool "
                       "values write (a != b), which is torch's a ^ b on bools; integer bitwise xor has no "
                       "dtriton operation")
+
+
+def check_int_literal(v: int) -> None:
+    """Refuse an int literal outside int64 (``X[i] + 2**70``: torch raises "int too big to convert")
+    or not exact in a float64 (``2**63 - 1``: dtriton holds literals as doubles), with an
+    :class:`AlgorithmError` naming it and the fix."""
+    if not -2 ** 63 <= v < 2 ** 63:
+        raise AlgorithmError(f"the integer literal {v} is outside int64 (-2**63 to 2**63 - 1), where kernels and "
+                             f"the reference compute integers, and torch raises \"int too big to convert\" for it "
+                             f"too; write it as a float ({float(v)!r}) or use a smaller value")
+    if int(float(v)) != v:   # (past 2**53 only some integers are exact in a double)
+        raise AlgorithmError(f"the integer literal {v} is past 2**53 and not exact in a float64, in which dtriton "
+                             f"holds literals (it would be {int(float(v))}); pass it as an int argument of the "
+                             f"algorithm (exact in int64), or use a value a float64 holds")
+
+
+def reduced_output_axis(expr, names: list[str]) -> None:
+    """Where an output layout ``names`` of ``expr`` (which leaves some axis free) names an axis that a
+    reduction inside ``expr`` reduces over (``dt.sum(X[i, j], over=i)[i]``), an
+    :class:`AlgorithmError` saying so and naming the free axes to index by; else nothing."""
+    want = [a for a in names if a not in expr.axes]
+    seen: set[int] = set()
+    stack = [expr]
+    while stack and want:
+        n = stack.pop()
+        if n.uid in seen:
+            continue
+        seen.add(n.uid)
+        hit = [a for a in want if a in (getattr(n, "over", None) or ())]
+        if hit:
+            a, free = hit[0], list(expr.axes)
+            raise AlgorithmError(
+                f"output [{', '.join(names)}]: axis {a} is reduced by dt.{n.combiner.name}(..., over={a}) inside the "
+                f"expression, so it cannot index the output (its value does not depend on {a}); the expression's "
+                f"free axes are {free}: index it [{', '.join(free)}], or reduce over another axis")
+        stack.extend(n.children())

@@ -15,11 +15,11 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from ..errors import DTypeError, IndexRangeError, ShapeError, ZeroDivisorError
+from ..errors import DTypeError, IndexRangeError, IntegerOpError, ShapeError, ZeroDivisorError
 from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT_OPS, Load, Reduce,
                    ScalarParam, Unary, Where, fmt)
-from .dtypes import (BOOL_OPS, boolean_ops, check_bool_arithmetic, check_powers, integer_reductions, output_dtype,
-                     output_dtypes)
+from .dtypes import (BOOL_OPS, boolean_ops, check_bool_arithmetic, check_pad_values, check_powers, integer_reductions,
+                     output_dtype, output_dtypes)
 from .intervals import Read, analyse_reads, int_magnitude, integer_valued
 from .walk import mul_factors, topo_order
 
@@ -55,9 +55,9 @@ def check_computed_indices(alg, sizes: dict[str, int], axis_sizes: dict[str, int
     for n in alg.nodes:
         if isinstance(n, Binary) and n.op in INT_OPS and not all(integer_valued(c, _int_tensor(dtypes)) for c in (n.a, n.b)):
             sym = "//" if n.op == "floordiv" else "%"
-            raise ShapeError(f"{fmt(n)}: {sym} is integer arithmetic (indices such as h // G, i % W); both operands "
-                             f"must be integers (axes, integer literals, int arguments, integer tensors); convert "
-                             f"with dt.cast(..., torch.int64), or use / for a float division")
+            raise IntegerOpError(f"{alg.name}: {fmt(n)}: {sym} is integer arithmetic (indices such as h // G, i % W); "
+                                 f"both operands must be integers (axes, integer literals, int arguments, integer "
+                                 f"tensors); convert with dt.cast(..., torch.int64), or use / for a float division")
         if isinstance(n, Reduce) and n.combiner.empty == "error":
             empty = [a for a in n.over if axis_sizes[a] == 0]
             if empty and seen is None:
@@ -195,6 +195,7 @@ class Binding:
         check_computed_indices(alg, sizes, axis_sizes, dtypes)
         check_powers(alg, dtypes, {p.name: a for p, a in zip(alg.params, args) if isinstance(p, ScalarParam)})
         check_bool_arithmetic(alg, dtypes)
+        check_pad_values(alg, dtypes)
         out_dtypes = output_dtypes(alg, dtypes)
         reads: list[Read] = []
         big = 0
@@ -387,9 +388,9 @@ class _Evaluator:
         else:
             v = t[tuple(idx)]
         if n.pad is not None:
-            keep = v.dtype.is_floating_point or float(n.pad).is_integer()
-            pad = torch.tensor(n.pad, dtype=v.dtype if keep else self.cdt, device=self.dev)
-            v = torch.where(valid, v.to(pad.dtype), pad)
+            # (the tensor's dtype holds the value exactly: refused at the bind otherwise, check_pad_values)
+            pad = torch.tensor(n.pad, dtype=v.dtype, device=self.dev)
+            v = torch.where(valid, v, pad)
         return _Val(v, ax)
 
     def ev_Unary(self, n: Unary) -> _Val:

@@ -13,6 +13,7 @@ knobs that had no effect.
 
 from __future__ import annotations
 
+import math
 from typing import Mapping
 
 import torch
@@ -20,7 +21,9 @@ import torch
 from ..ir import (Algorithm, Binding, InputTensor, Reduce, base2_exponents, boolean_ops, base2_shifted_exponents, common_divisors, folded_literals,
                   integer_reductions, kernel_f64, reciprocal_divisors, single_pass_variance)
 from ..grad import shift_only
+from ..errors import ResourceError
 from ..schedule import Schedule
+from ..schedule.heuristics import MAX_BLOCK
 from .access import plan_access, plan_descriptor_site, plan_eviction, plan_ws_stores, plan_floor_ops, plan_read_masks
 from .blockreduce import plan_block_reduce
 from .bounds import input_tensors, plan_bounds, plan_reverse_order, ws_off_split_loops
@@ -150,7 +153,40 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
                   spec.note(alg, sched.access == "tma"), dict(spec.unit_dims), masked,
                   {f[0]: f[1] for f in spec.facts}, frozenset(spec.unit_scalars), dict(spec.small_sizes),
                   dict(spec.index_values))
-    return gluon_program(prog, traced, sched, b, spec, out_dtypes)
+    prog = gluon_program(prog, traced, sched, b, spec, out_dtypes)
+    check_store_blocks(prog, sched)
+    return prog
+
+
+def check_store_blocks(prog: Program, sched: Schedule) -> None:
+    """Refuse a program that stores a block over Triton's 2**20 elements (:data:`MAX_BLOCK`): each
+    store of a kernel writes a block of its layout's tiles (a contraction's accumulator too, which
+    the printer's per-value check does not see), so ``tile={"i": 4096, "j": 4096}`` of a matmul is
+    refused before Triton is asked. Raises :class:`~dtriton.errors.ResourceError` (a
+    :class:`~dtriton.errors.ScheduleError`) naming the kernel, the stage, the tiles and the fix; a
+    default schedule shrinks and retries on it."""
+    for k in prog.kernels:
+        if k.gluon is not None:
+            continue
+        for st in k.stores:
+            axes = [a for a in dict.fromkeys(k.flat_of(a) for a in st.layout) if a in k.axes and not k.scalar_axis(a)]
+            blocks = {a: k.axes[a].block for a in axes}
+            numel = math.prod(blocks.values())
+            if numel > MAX_BLOCK:
+                whole = [a for a in axes if k.axes[a].role == "whole"]
+                fit = dict(blocks)   # the tiles halved, the largest first, until the block fits
+                while math.prod(fit.values()) > MAX_BLOCK and any(fit[a] > 1 for a in fit if a not in whole):
+                    big = max((a for a in fit if a not in whole), key=lambda a: fit[a])
+                    fit[big] //= 2
+                fix = [f"tiles whose product is at most {MAX_BLOCK}"
+                       + (f" (tile={ {a: v for a, v in fit.items() if a not in whole} })"
+                          if math.prod(fit.values()) <= MAX_BLOCK else "")]
+                fix += [f"strategy 'loop'/'online' instead of 'whole' for the long axis {whole[0]!r}"] if whole else []
+                raise ResourceError(
+                    f"the kernel for stage {', '.join(repr(x) for x in k.stage_names)} ({k.name}): its store "
+                    f"{st.target}[{', '.join(st.layout)}] would be a block of {numel} elements "
+                    f"({' x '.join(str(v) for v in blocks.values())}: blocks {blocks}; the schedule's "
+                    f"tile={dict(sched.tile)}); Triton allows at most {MAX_BLOCK}. Use {', or '.join(fix)}")
 
 
 def gluon_program(prog: Program, alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec,
