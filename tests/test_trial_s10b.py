@@ -242,3 +242,23 @@ def test_int_and_float_paddings_of_the_same_value_hash_and_merge_as_before():
     assert len(loads(fp(0, 0.0))) == 1 and len(loads(fp(2 ** 62 + 1, 2 ** 62))) == 2
     x = torch.tensor([3, -4, 5])
     assert torch.equal(dt.compile(fp(2 ** 62 + 1, 2 ** 62))(x), x + torch.tensor([-8, 10, 2 ** 63 + 1 - 2 ** 64]))
+
+
+@pytest.mark.parametrize("index", ["i // 2.0", "i % 2.0", "i * 1.0", "i + 0.0"])
+def test_float_literal_in_an_index_is_refused_at_definition(index):
+    """A float literal makes an index a float (as torch), even when its value is whole: `X[i // 2.0]` was a
+    CompileError from Triton at the call and `X[i * 1.0]` ran as `X[i]`."""
+    with pytest.raises(dt.AlgorithmError, match="is not an integer"):
+        @dt.algorithm
+        def f(X: dt.Tensor["N"]):
+            i = dt.axes("i:N")
+            return X[eval(index)][i]
+
+
+def test_axis_floordiv_by_a_float_literal_as_a_value_is_an_integer_op_error():
+    @dt.algorithm
+    def f(X: dt.Tensor["N"]):
+        i = dt.axes("i:N")
+        return (X[i] + i // 2.0)[i]
+    with pytest.raises(dt.IntegerOpError, match="integer arithmetic"):
+        dt.compile(f)(torch.arange(6.0))

@@ -356,8 +356,8 @@ def integer_valued(n: Expr, int_tensor: Callable[[str], bool], affine: bool = Fa
     def rec(e: Expr) -> bool:
         if isinstance(e, Axis):
             return True
-        if isinstance(e, Const):
-            return e.value.is_integer()
+        if isinstance(e, Const):   # written as an int (or bool): 2.0 is a float, as in torch
+            return e.integer and e.value.is_integer()
         if isinstance(e, ScalarParam):
             return e.pytype is int
         if isinstance(e, Load):
