@@ -20,7 +20,7 @@ from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT
                    Where, fmt)
 from .walk import topo_order
 
-__all__ = ["BOOL_OPS", "boolean_ops", "check_bool_arithmetic", "check_pad_values", "check_powers", "integer_reductions", "output_dtype",
+__all__ = ["BOOL_OPS", "boolean_ops", "check_bool_arithmetic", "check_pad_values", "pad_value", "check_powers", "integer_reductions", "output_dtype",
            "output_dtypes"]
 
 
@@ -191,11 +191,13 @@ def check_powers(alg, dtypes: dict[str, torch.dtype], scalars: dict[str, Any]) -
 def check_pad_values(alg, dtypes: dict[str, torch.dtype]) -> None:
     """Refuse, with an :class:`AlgorithmError` naming the tensor, the value and the fix, a padding
     value (``X.pad(v)[...]``) that the dtype of ``X`` (``dtypes``: input tensor -> dtype) does not
-    hold exactly: for an integer tensor a value that is not an integer (``1.5``, ``inf``, ``nan``) or
+    hold exactly: for an integer tensor a value that is not an integer (``1.5``, ``nan``) or
     lies outside the dtype's range (``-1`` for uint8), for a bool tensor anything but 0, 1, False
     and True. A kernel reads the padding in the tensor's dtype (Triton converts ``other=``, 1.5 to
-    1, -inf to int64's minimum, as ``torch.nn.functional.pad`` truncates), so the value written would
-    not be the value read. Float tensors take any number (it rounds to the compute dtype)."""
+    1, as ``torch.nn.functional.pad`` truncates), so the value written would not be the value read.
+    ``-inf`` / ``inf`` on an integer tensor read as its dtype's lowest / highest value
+    (:func:`pad_value`: the identity of a max / min, integer max pooling). Float tensors take any
+    number (it rounds to the compute dtype)."""
     for n in alg.nodes:
         if not isinstance(n, Load) or n.pad is None or n.tensor.name not in dtypes:
             continue
@@ -210,7 +212,7 @@ def check_pad_values(alg, dtypes: dict[str, torch.dtype]) -> None:
         else:
             info = torch.iinfo(dt)
             exact = v == v and abs(v) != float("inf") and float(v).is_integer() and info.min <= int(v) <= info.max
-            if exact:
+            if exact or abs(v) == float("inf"):   # (infinities: the dtype's extreme, pad_value)
                 continue
             want = f"integers from {info.min} to {info.max}"
             if v != v:
@@ -225,6 +227,17 @@ def check_pad_values(alg, dtypes: dict[str, torch.dtype]) -> None:
                              f"{_fmt_value(v)} ({want}), and the padding is read in {name}'s dtype, so the value "
                              f"read would not be {_fmt_value(v)}; {fix}, or pass {name} as a float tensor "
                              f"({name}.double() or .float()) to pad with {_fmt_value(v)}")
+
+
+def pad_value(v, dtype: torch.dtype):
+    """The value a masked read of a tensor of ``dtype`` padded with ``v`` (``X.pad(v)``) reads: ``v``,
+    except ``-inf`` / ``inf`` on an integer tensor, its dtype's lowest / highest value (the identity of
+    a max / min: integer max pooling written with ``X.pad(-inf)``). The reference evaluator and the
+    kernels both read this value; :func:`check_pad_values` refuses the values a dtype cannot hold."""
+    if not dtype.is_floating_point and dtype != torch.bool and isinstance(v, float) and abs(v) == float("inf"):
+        info = torch.iinfo(dtype)
+        return info.min if v < 0 else info.max
+    return v
 
 
 def _fmt_value(v) -> str:

@@ -18,7 +18,7 @@ import torch
 from ..errors import DTypeError, IndexRangeError, IntegerOpError, ShapeError, ZeroDivisorError
 from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT_OPS, Load, Reduce,
                    ScalarParam, Unary, Where, fmt)
-from .dtypes import (BOOL_OPS, boolean_ops, check_bool_arithmetic, check_pad_values, check_powers, integer_reductions,
+from .dtypes import (BOOL_OPS, boolean_ops, check_bool_arithmetic, check_pad_values, pad_value, check_powers, integer_reductions,
                      output_dtype, output_dtypes)
 from .intervals import Read, analyse_reads, int_magnitude, integer_valued
 from .walk import mul_factors, topo_order
@@ -389,7 +389,7 @@ class _Evaluator:
             v = t[tuple(idx)]
         if n.pad is not None:
             # (the tensor's dtype holds the value exactly: refused at the bind otherwise, check_pad_values)
-            pad = torch.tensor(n.pad, dtype=v.dtype, device=self.dev)
+            pad = torch.tensor(pad_value(n.pad, v.dtype), dtype=v.dtype, device=self.dev)
             v = torch.where(valid, v, pad)
         return _Val(v, ax)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ...ir import Axis, Const, Load, Reduce, fmt
+from ...ir import Axis, Const, Load, Reduce, fmt, pad_value
 from ...plan.access import tile_key
 from ...plan.kernel import TileAccess
 from .narrow import DECODE_FP8, FP8_FORMATS
@@ -151,7 +151,7 @@ class MemoryPrinter:
         to its dim, else 0."""
         if n.pad is None or not self.k.read_masks.get(n.uid, ()):
             return "0.0" if dt in FP8_FORMATS else "0"
-        return self.literal(n.pad)
+        return self.literal(pad_value(n.pad, dt))
 
     def pointer_index(self, n: Load, scope: Scope, layout, skip: int | None = None):
         """``(terms, mask axes, in-dim tests, moves)`` of a pointer load of ``n`` in ``layout``: per dim
