@@ -32,7 +32,8 @@ import torch
 
 from ..ir import Algorithm, Axis, Binary, Const, Load, Reduce, ScalarParam, Unary, Where
 
-__all__ = ["AttentionMatch", "GluonAttention", "GLUON_TILE", "match_attention", "match_output", "plan_gluon_attention"]
+__all__ = ["AttentionMatch", "GluonAttention", "GLUON_TILE", "asked", "match_attention", "match_output", "plan_gluon_attention",
+           "platform_problem"]
 
 #: Query and key rows per tile of every Gluon variant (128 query rows per program: two 64-row consumers or
 #: one 128-row tile; 128 keys per step): the query and key lengths must be multiples of it.
@@ -288,10 +289,29 @@ def plan_gluon_attention(alg: Algorithm, sizes: Mapping[str, int], dtypes: Mappi
     ``one_online_kernel``: the schedule's plan has one kernel with an online pass (the fused forward,
     its keys split or not; a schedule materialising the scores keeps its kernels);
     ``i64``: offsets need 64 bits (TMA coordinates are 32-bit)."""
+    return asked(requested, lambda: _decide(alg, sizes, dtypes, out_dtypes, interpret, arch, dense,
+                                            one_online_kernel, i64))
+
+
+def asked(requested: bool | None, decide) -> tuple:
+    """A Gluon decision under the schedule's ``warp_specialize`` (``requested``): False, ``(None, "")``
+    without deciding; else ``decide()``'s ``(kernel or None, why not)``, the reason kept only where True
+    asked for the kernel (None, the compiler's pick, falls back silently)."""
     if requested is False:
         return None, ""
-    g, why = _decide(alg, sizes, dtypes, out_dtypes, interpret, arch, dense, one_online_kernel, i64)
+    g, why = decide()
     return g, (why if requested else "")
+
+
+def platform_problem(head: str, interpret: bool, arch: int) -> str:
+    """Why a Gluon kernel (``head``: which, in the reason) cannot run on this platform ("" when it can):
+    ``interpret``: Triton's interpreter runs the call (Gluon has none); ``arch``: the GPU's compute
+    capability as 10 * major + minor, sm_90 (Hopper) needed."""
+    if interpret:
+        return f"{head}: Gluon has no interpreter (CPU tensors)"
+    if arch != 90:
+        return f"{head}: it needs an sm_90 GPU (Hopper), this is sm_{arch}"
+    return ""
 
 
 def _decide(alg, sizes, dtypes, out_dtypes, interpret, arch, dense, one_online_kernel, i64):
@@ -303,10 +323,8 @@ def _decide(alg, sizes, dtypes, out_dtypes, interpret, arch, dense, one_online_k
             return None, (f"{head}: it computes the attention output and, for the backward, the row log-sum-exp and "
                           "the output again, not other further outputs")
         return None, ""
-    if interpret:
-        return None, f"{head}: Gluon has no interpreter (CPU tensors)"
-    if arch != 90:
-        return None, f"{head}: it needs an sm_90 GPU (Hopper), this is sm_{arch}"
+    if why := platform_problem(head, interpret, arch):
+        return None, why
     if not one_online_kernel:
         return None, f"{head}: the schedule does not fuse the scores into one online pass over the keys"
     if m.lse and out_dtypes[m.lse] != torch.float32:

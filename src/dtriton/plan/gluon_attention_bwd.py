@@ -31,7 +31,7 @@ import torch
 
 from ..grad.logsumexp import lse_statistics
 from ..ir import Algorithm
-from .gluon_attention import GLUON_TILE, AttentionMatch, match_attention
+from .gluon_attention import GLUON_TILE, AttentionMatch, asked, match_attention, platform_problem
 
 __all__ = ["AttentionBwdMatch", "GluonAttentionBwd", "match_attention_bwd", "plan_gluon_attention_bwd"]
 
@@ -153,10 +153,7 @@ def plan_gluon_attention_bwd(alg: Algorithm, sizes: Mapping[str, int], dtypes: M
     ``arch``: the GPU's compute capability as 10 * major + minor (0: none); ``dense``: the tensors
     (inputs, outputs) contiguous with a 16-byte aligned base on this call; ``i64``: offsets need 64
     bits (TMA coordinates are 32-bit)."""
-    if requested is False:
-        return None, ""
-    g, why = _decide(alg, sizes, dtypes, out_dtypes, interpret, arch, dense, i64)
-    return g, (why if requested else "")
+    return asked(requested, lambda: _decide(alg, sizes, dtypes, out_dtypes, interpret, arch, dense, i64))
 
 
 def _decide(alg, sizes, dtypes, out_dtypes, interpret, arch, dense, i64):
@@ -165,10 +162,8 @@ def _decide(alg, sizes, dtypes, out_dtypes, interpret, arch, dense, i64):
     if bm is None:
         return None, why
     m = bm.fwd
-    if interpret:
-        return None, f"{HEAD}: Gluon has no interpreter (CPU tensors)"
-    if arch != 90:
-        return None, f"{HEAD}: it needs an sm_90 GPU (Hopper), this is sm_{arch}"
+    if why := platform_problem(HEAD, interpret, arch):
+        return None, why
     if dtypes[bm.lse] != torch.float32:
         return None, f"{HEAD}: it reads the saved log-sum-exp {bm.lse} in float32, not {dtypes[bm.lse]}"
     names = [m.q, m.k, m.v, bm.do, bm.o]
