@@ -281,9 +281,6 @@ VARIANTS = [
     ("ws 1x(m128) n128 s4 persist", _ws(1, 2, 128, 4, True)),
 ]
 
-#: the variants the GPU run times by default (the most promising; ``--only`` picks others)
-DEFAULT_GPU = [name for name, _ in VARIANTS]
-
 
 def kernel_of(cfg):
     """The Gluon kernel a configuration runs."""
@@ -308,11 +305,11 @@ def nvmma(box):
     return gl.NVMMASharedLayout.get_default_for(box, gl.float16)
 
 
-def check_shapes(cfg, x, w, pad: int) -> tuple[int, int, int, int, int, int, int, int]:
+def check_shapes(cfg, x, w, pad: int) -> tuple[int, ...]:
     """(N, H, W, C, O, R, Q, output H, output W) of NHWC ``x`` and (O, R, Q, C) ``w`` for ``cfg``, or
     ValueError naming what does not fit."""
-    if x.dim() != 4 or w.dim() != 4 or x.dtype != torch.float16 or w.dtype != torch.float16:
-        raise ValueError(f"gluon_conv2d: x must be (N, H, W, C) and w (O, R, Q, C), fp16; got {tuple(x.shape)} "
+    if x.dim() != 4 or w.dim() != 4 or x.dtype != w.dtype:
+        raise ValueError(f"gluon_conv2d: x must be (N, H, W, C) and w (O, R, Q, C) of one dtype; got {tuple(x.shape)} "
                          f"{x.dtype}, {tuple(w.shape)} {w.dtype}")
     N, H, W, C = x.shape
     O, R, Q, Cw = w.shape
@@ -333,6 +330,8 @@ def gluon_conv2d(x, w, cfg, pad: int = 1):
     (N, H, W, C) fp16 CUDA tensor, w: contiguous (O, R, Q, C) fp16 (torch's (O, C, R, Q) permuted),
     C a multiple of 64, O a multiple of the configuration's BN; ValueError otherwise."""
     N, H, W, C, O, R, Q, OH, OW = check_shapes(cfg, x, w, pad)
+    if x.dtype != torch.float16 or not x.is_cuda:
+        raise ValueError(f"gluon_conv2d: x and w must be fp16 CUDA tensors; got {x.dtype} on {x.device}")
     y = torch.empty(N, OH, OW, O, device=x.device, dtype=torch.float16)
     xb, wb, yb = boxes(cfg)
     x_desc = TensorDescriptor.from_tensor(x, xb, nvmma(xb))

@@ -11,8 +11,8 @@ timed. Then ``triton.testing.do_bench`` times each beside torch (cuDNN, channels
 ``torch.compile`` of the same conv. Prints a table last and writes ``probe_gluon_conv2d.json`` under
 ``--out``. ``--compile-only`` (no GPU needed) compiles every variant for sm_90 and prints registers /
 spill stack per thread (cuobjdump), shared memory, warps and the wgmma instructions (and whether any
-takes A from registers); ``--dry-run`` is ``--compile-only`` plus the host-side shape checks on CPU
-tensors of the odd case.
+takes A from registers); ``--dry-run`` is ``--compile-only`` plus a CPU replay of the kernels' tiling
+(patches, TMA boxes with zero fill, clipped stores) against torch on the odd case.
 """
 from __future__ import annotations
 
@@ -85,13 +85,62 @@ def compile_only(only, out) -> list[dict]:
     return rows
 
 
-def dry_run_shapes(only) -> None:
-    """The host-side shape checks of every variant on CPU tensors of the odd case (no launch)."""
-    x = torch.empty(ODD["N"], ODD["H"], ODD["W"], ODD["C"], dtype=torch.float16)
-    w = torch.empty(ODD["O"], 3, 3, ODD["C"], dtype=torch.float16)
+def box(x, n, h, w, c, BH, BW, bk):
+    """What a TMA box [1, BH, BW, bk] of x at (n, h, w, c) reads: zeros outside x."""
+    N, H, W, C = x.shape
+    out = torch.zeros(BH, BW, bk, dtype=x.dtype)
+    if not 0 <= n < N:
+        return out
+    h1, h2, w1, w2 = max(h, 0), min(h + BH, H), max(w, 0), min(w + BW, W)
+    if h1 < h2 and w1 < w2:
+        out[h1 - h:h2 - h, w1 - w:w2 - w] = x[n, h1:h2, w1:w2, c:c + bk]
+    return out
+
+
+def simulate(cfg, x, w, pad: int):
+    """The kernels' tiling replayed in torch on CPU (fp64): tile -> patches, K step -> (tap, channels),
+    the TMA boxes of X (zeros outside) and of the 2-D weight, the clipped patch stores. Checks the index
+    math of bench/gluon_conv2d.py (not the Gluon code generation)."""
+    N, H, W, C, O, R, Q, OH, OW = check_shapes(cfg, x, w, pad)
+    BH, BW, MB, BN, bk = cfg["BH"], cfg["BW"], cfg["MB"], cfg["BN"], 64
+    P = BH * BW
+    PH, PW = -(-OH // BH), -(-OW // BW)
+    w2 = w.reshape(O, R * Q * C)
+    y = torch.full((N, OH, OW, O), float("nan"), dtype=x.dtype)
+    n_tiles_o = O // BN
+    patch = lambda p: (p // PW // PH, (p // PW) % PH * BH, p % PW * BW)  # noqa: E731
+    for t in range(-(-N * PH * PW // MB) * n_tiles_o):
+        m_tile, o0 = t // n_tiles_o, t % n_tiles_o * BN
+        acc = torch.zeros(MB * P, BN, dtype=x.dtype)
+        for k in range(R * Q * C // bk):
+            tap, c0 = k // (C // bk), k % (C // bk) * bk
+            a = torch.cat([box(x, n, h0 + tap // Q - pad, w0 + tap % Q - pad, c0, BH, BW, bk).reshape(P, bk)
+                           for n, h0, w0 in map(patch, range(m_tile * MB, m_tile * MB + MB))])
+            acc += a @ w2[o0:o0 + BN, tap * C + c0:tap * C + c0 + bk].T
+        for j in range(MB):
+            n, h0, w0 = patch(m_tile * MB + j)
+            if n < N:
+                hh, ww = min(BH, OH - h0), min(BW, OW - w0)
+                y[n, h0:h0 + hh, w0:w0 + ww, o0:o0 + BN] = acc[j * P:(j + 1) * P].reshape(BH, BW, BN)[:hh, :ww]
+    return y
+
+
+def dry_run_shapes(only) -> bool:
+    """The host-side shape checks and the tiling replay (:func:`simulate`) of every variant on CPU
+    against torch's conv2d (fp64) on the odd case; True when all match."""
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    x = torch.randn(ODD["N"], ODD["H"], ODD["W"], ODD["C"], dtype=torch.float64)
+    w = torch.randn(ODD["O"], 3, 3, ODD["C"], dtype=torch.float64)
+    ref = F.conv2d(x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2), padding=1).permute(0, 2, 3, 1)
+    ok = True
+    print("== tiling replay on CPU (odd case N3 C64 H13 W24 O256, fp64) against torch conv2d", flush=True)
     for name, cfg in VARIANTS:
         if not only or name in only:
-            print(f"  {name:32s} shapes {check_shapes(cfg, x, w, 1)}", flush=True)
+            err = (simulate(cfg, x, w, 1) - ref).abs().max().item()
+            ok &= err < 1e-9
+            print(f"  {name:32s} max abs err {err:.2e}", flush=True)
+    return ok
 
 
 # ---------------------------------------------------------------- GPU: check and time
@@ -212,8 +261,8 @@ def main(argv=None) -> None:
     info = dict(triton=triton.__version__, torch=torch.__version__, case=BENCH, odd_case=ODD)
     if a.compile_only or a.dry_run:
         rows = compile_only(only, a.out)
-        if a.dry_run:
-            dry_run_shapes(only)
+        if a.dry_run and not dry_run_shapes(only):
+            sys.exit(1)
         if path:
             with open(path, "w") as f:
                 json.dump(dict(info, mode="compile-only", rows=rows), f, indent=1)
