@@ -7,7 +7,8 @@ times the step three ways for dtriton and eager: enqueue time per step (a loop o
 synchronising, divided by N: the host's time when the GPU keeps up) and wall time per step with a
 synchronisation after the loop, for dtriton, eager and a "null node" (a Python autograd.Function that
 allocates the output and one gradient per input and launches nothing: the host floor of any Python
-node); then cProfile over N steady steps of dtriton, the largest own times first (µs per step).
+node) and the same node launching as many kernels as dtriton's step (``null+F+B``: F in the forward, B
+in the backward, each ATen's cheapest launch, a one-element ``fill_``); then cProfile over N steady steps of dtriton, the largest own times first (µs per step).
 """
 from __future__ import annotations
 
@@ -60,6 +61,32 @@ def null(*ins):
     return Null.apply(*ins)
 
 
+#: kernels dtriton launches per step of each case (forward, backward), for the "null + launches" row
+LAUNCHES = {"layer_norm": (1, 3), "rms_norm": (1, 3), "softmax": (1, 1), "log_softmax": (1, 1)}
+
+
+def null_launching(fwd: int, bwd: int, dev: str):
+    """A null node that also launches ``fwd`` kernels in its forward and ``bwd`` in its backward, each
+    the cheapest launch Python can make (``fill_`` of a one-element tensor: ATen's C++ path, no
+    Triton launcher): the host floor of a Python node launching that many kernels."""
+    tiny = torch.zeros(1, device=dev)
+
+    class NullLaunching(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *ins):
+            ctx.save_for_backward(*ins)
+            for _ in range(fwd):
+                tiny.fill_(1.0)
+            return torch.empty_like(ins[0])
+
+        @staticmethod
+        def backward(ctx, g):
+            for _ in range(bwd):
+                tiny.fill_(1.0)
+            return tuple(torch.empty_like(t) for t in ctx.saved_tensors)
+    return NullLaunching.apply
+
+
 def make_step(f, ins, grad):
     def step():
         for t in ins:
@@ -99,7 +126,9 @@ def main(argv=None):
     for name in a.cases:
         alg, eager, make = cases(dev, a.dry_run)[name]
         base = make()
-        for impl, f in (("dtriton", dt.compile_autograd(alg)), ("eager", eager), ("null node", null)):
+        nf, nb = LAUNCHES[name]
+        for impl, f in (("dtriton", dt.compile_autograd(alg)), ("eager", eager), ("null node", null),
+                        (f"null+{nf}+{nb}", null_launching(nf, nb, dev))):
             ins = [t.clone().requires_grad_(True) for t in base]
             grad = torch.randn_like(base[0])
             step = make_step(f, ins, grad)
