@@ -1,7 +1,10 @@
 """Issue 15: A/B of the diffusion layer's backward ``grad_times`` kernel (the output reducing k, one
 value per channel): the heuristic's schedule against the same schedule with that output's kernel as
 it was before session 6 (64-wide channel tiles looping over k in steps of 32), for the derived
-backward (``dt.differentiable``, the layer's "auto" backend) and the hand-written one.
+backward (``dt.differentiable``, the layer's "auto" backend: the forward saves its spectral output,
+which the gradient of the times reads) and the hand-written one; and the derived backward with the
+projection saved instead (as before session 11: the gradient of the times recomputes
+``exp(-evals t) * projection``).
 
     PYTHONPATH=src python3 bench/diffusion_bwd_ab.py [--V 2000 20000] [--dry-run] [--out DIR]
 
@@ -57,9 +60,10 @@ def main(argv=None) -> None:
         mbargs = (torch.empty(V, C, device=dev), basis, mass, evals, times, torch.empty(K, C, device=dev))
         fwd = dt.compile(spatial_diffusion)
         impls = {
-            "derived (default)": differentiable(fwd, save=[L.projection_stage()]),
-            "derived (out1 as before)": differentiable(fwd, save=[L.projection_stage()],
+            "derived (default)": differentiable(fwd, save=[L.spectral_stage()]),
+            "derived (out1 as before)": differentiable(fwd, save=[L.spectral_stage()],
                                                        backward_schedules=lambda alg: old_out1(alg, bargs)),
+            "derived (saves projection)": differentiable(fwd, save=[L.projection_stage()]),
             "manual (default)": L.DiffusionKernels(None),
             "manual (out1 as before)": L.DiffusionKernels({"backward": old_out1(L.spatial_diffusion_backward, mbargs),
                                                            "forward": None, "backward_times": None}),

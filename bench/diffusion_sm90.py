@@ -25,7 +25,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dtriton as dt  # noqa: E402
-from dtriton.examples.diffusionnet.layer import projection_stage, spatial_diffusion_backward  # noqa: E402
+from dtriton.examples.diffusionnet.layer import spatial_diffusion_backward, spectral_stage  # noqa: E402
 from dtriton.examples.diffusionnet.plans import empty_args, gpu_program  # noqa: E402
 from dtriton.library import spatial_diffusion  # noqa: E402
 from sm90 import compile_sm90, dump_asm, load_kernels, render, resources, sass_count, signature  # noqa: E402
@@ -33,9 +33,9 @@ from sm90 import compile_sm90, dump_asm, load_kernels, render, resources, sass_c
 
 def backward_algorithms() -> dict[str, dt.Algorithm]:
     """The layer's backward algorithms by row name: ``derived backward`` (``dt.grad`` for x and times,
-    the projection saved, the spectral output receiving no gradient: the "auto" backend's) and
+    the spectral output saved and receiving no gradient: the "auto" backend's) and
     ``manual backward`` (:data:`spatial_diffusion_backward`)."""
-    derived = dt.grad(spatial_diffusion, ["x", "times"], save=[projection_stage()], outputs=[0]).algorithms
+    derived = dt.grad(spatial_diffusion, ["x", "times"], save=[spectral_stage()], outputs=[0]).algorithms
     return {**{"derived backward" + (f" {i}" if i else ""): a for i, a in enumerate(derived)},
             "manual backward": spatial_diffusion_backward}
 

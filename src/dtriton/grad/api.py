@@ -15,6 +15,7 @@ from .derive import Deriver
 from .finalize import Finalizer, copy_nodes, group_gradients, make_params, param_spec
 from .logsumexp import at_lse, lse_statistics, lse_value, rescalable, stage_shifts
 from .naming import unique_param_name
+from .reuse import read_saved_values
 
 __all__ = ["grad", "GradProvenance", "GradientAlgorithms", "describe", "augmented_forward", "check_save", "saved_statistics", "staged"]
 
@@ -32,7 +33,7 @@ class GradProvenance:
         wrt: per output of the backward algorithm, the forward input it is the gradient of.
         grad_params: the upstream-gradient parameters, one per forward output.
         seeded: indices of the forward outputs whose upstream gradients are read.
-        saved: the forward stages (or log-sum-exp statistics) taken as inputs.
+        saved: the forward stages (reductions, log-sum-exp statistics or outputs) taken as inputs.
         saved_params: their parameter names, in ``saved`` order.
     """
     forward: Algorithm
@@ -68,7 +69,8 @@ class GradientAlgorithms:
         zero: requested inputs whose gradient is structurally zero (only used as gather indices or
             conditions); no algorithm computes them.
         grad_names: names of the upstream-gradient parameters, one per forward output.
-        saved: forward stage names that are inputs instead of being recomputed.
+        saved: forward stage names (reductions, log-sum-exp statistics, outputs) that are inputs
+            instead of being recomputed.
         outputs: indices of the forward outputs whose upstream gradients the algorithms read (all
             by default); the others are taken as zero (their parameters stay, unread).
     """
@@ -187,7 +189,12 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
             reaches an output arithmetically (inputs used only as gather indices or conditions,
             such as integer labels, are left out).
         save: forward reduction stages to take as inputs (``saved_<stage>``, laid out along the
-            stage's free axes in order) instead of recomputing them (a list, tuple or set of names);
+            stage's free axes in order) instead of recomputing them (a list, tuple or set of names).
+            An output stage (``"out1"``) may be named too: the backward then takes it
+            (``saved_out1``, along the output's layout, from :func:`augmented_forward`) and reads it
+            wherever it recomputes the output's value, as a node or as all the factors of a product
+            (:mod:`~dtriton.grad.reuse`: the diffusion layer's ``spectral * evals`` instead of
+            ``exp(-evals t) * proj * evals``);
             ``"all"`` for every forward reduction the backward uses; ``"auto"`` for the statistics
             worth saving (:func:`saved_statistics`). Compute them with :func:`augmented_forward`.
         group: ``"auto"`` puts gradients that share a reduction stage into one algorithm (so the
@@ -231,7 +238,17 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
     saved_map: dict[int, tuple[str, tuple[str, ...]]] = {}
     saved_params = []
     lses = {s: lse_statistics(alg)[s] for s in save_l if s not in alg.stages}
+    outs_saved = []   # (forward value, load of its parameter) per saved output
     for s in save_l:
+        if s in alg.stages and alg.stages[s].is_output:   # read where recomputed (read_saved_values)
+            o = alg.stages[s].node
+            pn = unique_param_name(f"saved_{s}", taken)
+            dims = tuple(alg.axis_size[a] for a in o.layout)
+            saved_map[-1 - len(saved_map)] = (pn, tuple(o.layout))   # (no node: a weak parameter)
+            saved_params.append(("tensor", pn, dims))
+            if set(o.layout) == set(o.expr.axes):   # (a broadcast output is no value of the expression)
+                outs_saved.append((d.clone[o.expr.uid], d.g.load(d.g.tensor(pn, dims), [d.g.axis(a) for a in o.layout])))
+            continue
         node = d.clone[alg.stages[lses[s][0] if s in lses else s].node.uid]
         pn = unique_param_name(f"saved_{s}", taken)
         saved_map[node.uid if s not in lses else -1 - len(saved_map)] = (pn, tuple(node.axes))
@@ -239,10 +256,14 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
     spec = param_spec(alg)
     spec += [("tensor", gn, tuple(alg.axis_size[a] for a in o.layout)) for gn, o in zip(d.gnames, alg.outputs)]
     spec += saved_params
+    outs_names = {s for s in save_l if s in alg.stages and alg.stages[s].is_output}
     if lses:
         # every saved value becomes a load here; saved_map still names them (weak parameters), and
         # a statistic by a key no node has
-        grads = _read_lse(alg, d, grads, save_l, lses, [p[1] for p in saved_params])
+        grads = _read_lse(alg, d, grads, [s for s in save_l if s not in outs_names],
+                          lses, [p[1] for s, p in zip(save_l, saved_params) if s not in outs_names])
+    if outs_saved:   # after the statistics: a value over a max or sum they replace matches no more
+        grads = read_saved_values(d.g, grads, outs_saved)
     fin = Finalizer(d, spec, saved_map)
     algs = []
     locate: dict[str, tuple[int, int]] = {}
@@ -336,15 +357,17 @@ def check_save(alg: Algorithm, save, where: str, keywords: tuple = ("auto", "all
     the values that are none of them."""
     names = [s.name for s in reduction_stages(alg)]
     lses = list(lse_statistics(alg))
+    outs = [s.name for s in alg.stages.values() if s.is_output]
     if any(save is k or (isinstance(save, str) and save == k) for k in keywords):
         return
     listed = [save] if isinstance(save, str) else list(save) if isinstance(save, (list, tuple)) else None
-    bad = [s for s in listed if not isinstance(s, str) or (s not in names and s not in lses)] if listed is not None else [save]
+    bad = ([s for s in listed if not isinstance(s, str) or (s not in names and s not in lses and s not in outs)]
+           if listed is not None else [save])
     if bad:
         allowed = ", ".join(_SAVE_KEYWORDS[k] for k in keywords)
         raise AlgorithmError(f"{where}: save={save!r} is not a valid choice: save is {allowed} or a list of names among "
-                             f"{alg.name}'s reduction stages {names} and log-sum-exp statistics {lses}; "
-                             f"{bad} {'is' if len(bad) == 1 else 'are'} none of them")
+                             f"{alg.name}'s reduction stages {names}, log-sum-exp statistics {lses} and output "
+                             f"stages {outs}; {bad} {'is' if len(bad) == 1 else 'are'} none of them")
 
 
 def _saving(alg: Algorithm, save, where: str, keywords: tuple):
@@ -362,12 +385,14 @@ def _saving(alg: Algorithm, save, where: str, keywords: tuple):
 def augmented_forward(alg: Algorithm, save: Sequence[str] | str) -> tuple[Algorithm, tuple[str, ...]]:
     """The forward algorithm with the reduction stages ``save`` as extra outputs (after the
     original ones, each laid out along the stage's free axes), for ``dt.grad(alg, save=...)``.
-    ``"all"`` saves every reduction stage. A log-sum-exp statistic (``lse_<max>_<sum>``,
+    ``"all"`` saves every reduction stage. An output stage named in ``save`` (``"out1"``) is output
+    again, stored in at least float32 (float64 for float64 inputs, as computed): the backward
+    multiplies it in the precision it computes in, so a 16-bit output is not what it reads. A log-sum-exp statistic (``lse_<max>_<sum>``,
     :mod:`~dtriton.grad.logsumexp`) is output as ``max + log(sum)`` along the max's axes, and the
     saved stages that depend on its max are output at its shift (attention's ``sum1`` divided by the
     row sum). Returns ``(algorithm, saved names)``. Raises :class:`AlgorithmError` for a ``save`` that
-    is neither ``"all"`` nor names of reduction stages or log-sum-exp statistics of ``alg``
-    (:func:`check_save`)."""
+    is neither ``"all"`` nor names of reduction stages, log-sum-exp statistics or output stages of
+    ``alg`` (:func:`check_save`)."""
     save = _saving(alg, save, f"augmented_forward({alg.name})", ("auto", "all"))
     names = [s.name for s in reduction_stages(alg)]
     lses = lse_statistics(alg)
@@ -379,7 +404,18 @@ def augmented_forward(alg: Algorithm, save: Sequence[str] | str) -> tuple[Algori
     def node_of(stage: str) -> Expr:
         return d.clone[alg.stages[stage].node.uid]
     extra = []
+    floors: list = []
+    out_axes = {frozenset(o.layout) for o in alg.outputs}
     for s in save_l:
+        if s in alg.stages and alg.stages[s].is_output:   # a copy of the output, in at least float32
+            extra.append(next(oe for oe, o in zip(outs, alg.outputs) if o is alg.stages[s].node))
+            floors.append(torch.float32)
+            continue
+        # a saved statistic is stored in at least float32 (a 16-bit row sum over more than 65504
+        # columns would overflow; torch keeps its saved statistics in float32 too); a pre-output (a
+        # stage with an output's axes, such as attention's unnormalised sum over keys) keeps the
+        # output's dtype, as torch saves its output: in float32 it would double the bytes written
+        floors.append(None if frozenset(node_of(lses[s][0] if s in lses else s).axes) in out_axes else torch.float32)
         if s in lses:
             m = node_of(lses[s][0])
             extra.append((lse_value(g, m, node_of(lses[s][1])), tuple(m.axes)))
@@ -392,12 +428,6 @@ def augmented_forward(alg: Algorithm, save: Sequence[str] | str) -> tuple[Algori
                 e = at_lse(g, s, e, shift[s], node_of(ln))
         extra.append((e, tuple(node.axes)))
     fin = Finalizer(d, param_spec(alg), {})
-    # the saved statistics are stored in at least float32 (a 16-bit row sum over more than 65504
-    # columns would overflow; torch keeps its saved statistics in float32 too); a pre-output (a
-    # stage with an output's axes, such as attention's unnormalised sum over keys) keeps the
-    # output's dtype, as torch saves its output: in float32 it would double the bytes written
-    out_axes = {frozenset(o.layout) for o in alg.outputs}
-    floors = [None if frozenset(axes) in out_axes else torch.float32 for _, axes in extra]
     a = fin.build(f"{alg.name}_fwd_saving", list(outs) + extra,
                   f"{alg.name} with stages {save_l} as extra outputs (for dt.grad(save=...)).",
                   [None] * (len(outs) + len(extra)), [None] * len(outs) + floors)

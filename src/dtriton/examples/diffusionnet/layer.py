@@ -31,7 +31,8 @@ Backends (``backend=`` of the function and the module):
   hand-written ones above, glued to PyTorch autograd by a ``torch.autograd.Function``.
 * ``"auto"``: automatic gradients: the forward kernel wrapped by
   ``dtriton.integrations.differentiable`` (backward algorithms derived by ``dt.grad``; the forward's
-  projection ``basis^T (x mass)`` is saved for them). Used only when that module imports and
+  ``spectral`` output is saved for them, a copy of it in at least float32, read by the gradient of
+  the times as in the hand-written backward). Used only when that module imports and
   passes a numerical check against the manual backward (see :func:`available_backend`).
 * ``"torch"``: the eager PyTorch reference (no dtriton).
 * ``None`` (default): ``"auto"`` when available, else ``"dtriton-manual"``.
@@ -60,6 +61,7 @@ __all__ = [
     "compiled_torch_spatial_diffusion",
     "default_kernels",
     "projection_stage",
+    "spectral_stage",
     "spatial_diffusion",
     "spatial_diffusion_backward",
     "spatial_diffusion_backward_times",
@@ -321,13 +323,22 @@ def projection_stage() -> str:
                 if not s.is_output and s.node.over == ("v",))
 
 
+def spectral_stage() -> str:
+    """Name of the forward's output stage ``spectral`` (``exp(-evals t) * basis^T (x mass)``, (K, C)),
+    the value the "auto" backend saves for the backward."""
+    return next(s.name for s in spatial_diffusion.stages.values()
+                if s.is_output and s.node is spatial_diffusion.outputs[1])
+
+
 def _auto_entry(kernel) -> Callable:
     """``kernel`` (the compiled forward) made differentiable by dtriton's automatic gradients:
-    ``dtriton.integrations.differentiable(kernel, save=[projection stage])``, so the derived backward
-    reuses ``basis^T (x mass)`` from the forward instead of recomputing it. The one place to adapt
-    if that API changes. Raises ImportError / AttributeError / TypeError when it is not usable."""
+    ``dtriton.integrations.differentiable(kernel, save=[spectral stage])``, so the derived backward
+    reads ``spectral`` from the forward where it would recompute ``exp(-evals t) * basis^T (x mass)``
+    (the gradient of the times, as the hand-written backward does; ``dt.grad``'s ``save=`` of an output).
+    The one place to adapt if that API changes. Raises ImportError / AttributeError / TypeError when it
+    is not usable."""
     from dtriton.integrations import differentiable
-    return differentiable(kernel, save=[projection_stage()])
+    return differentiable(kernel, save=[spectral_stage()])
 
 
 def _check_auto() -> None:

@@ -22,7 +22,7 @@ from dtriton.library import spatial_diffusion
 from dtriton.plan import Program, call_spec, plan_program
 from dtriton.schedule import complete_schedule
 
-from .layer import projection_stage, spatial_diffusion_backward
+from .layer import spatial_diffusion_backward, spectral_stage
 
 __all__ = ["gpu_program", "describe_program", "layer_plans", "format_plans", "empty_args"]
 
@@ -76,14 +76,14 @@ def describe_program(prog: Program) -> list[dict]:
 
 def layer_plans(V: int, K: int = 128, C: int = 128) -> dict[str, tuple[dt.Schedule, list[dict]]]:
     """The GPU plans of the layer at (V, K, C), fp32: ``forward`` (:data:`spatial_diffusion`),
-    ``derived backward`` (the algorithm ``dt.grad`` derives for x and times, with the projection
+    ``derived backward`` (the algorithm ``dt.grad`` derives for x and times, with the spectral output
     saved by the forward, as the layer's "auto" backend runs it) and ``manual backward``
-    (:data:`spatial_diffusion_backward`), and ``saving forward`` (the forward that also returns the
-    projection, which the "auto" backend runs when gradients are needed). Values: (complete schedule, :func:`describe_program`)."""
+    (:data:`spatial_diffusion_backward`), and ``saving forward`` (the forward that also returns a
+    copy of the spectral output, which the "auto" backend runs when gradients are needed). Values: (complete schedule, :func:`describe_program`)."""
     sizes = {"V": V, "K": K, "C": C}
     # the spectral output receives no gradient in the layer: its term is not derived (outputs=[0])
-    derived = dt.grad(spatial_diffusion, ["x", "times"], save=[projection_stage()], outputs=[0]).algorithms
-    algs = {"forward": spatial_diffusion, "saving forward": augmented_forward(spatial_diffusion, [projection_stage()])[0],
+    derived = dt.grad(spatial_diffusion, ["x", "times"], save=[spectral_stage()], outputs=[0]).algorithms
+    algs = {"forward": spatial_diffusion, "saving forward": augmented_forward(spatial_diffusion, [spectral_stage()])[0],
             "manual backward": spatial_diffusion_backward}
     algs.update({"derived backward" + (f" {i}" if i else ""): a for i, a in enumerate(derived)})
     res = {}
