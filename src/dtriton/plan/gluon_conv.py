@@ -132,6 +132,8 @@ def match_conv2d(alg: Algorithm) -> tuple[ConvMatch | None, str]:
     o, r, x, w = got
     if _bare(w) is None or w.pad is not None:
         return None, f"{HEAD}: it reads two tensors at computed indices ({x.tensor.name}, {w.tensor.name})"
+    if x.pad not in (None, 0.0):
+        return None, f"{HEAD}: it reads {x.tensor.name} padded with {x.pad!r}, not with zeros (TMA's fill)"
     if len(r.over) != 3:
         return None, (f"{HEAD}: it sums over {len(r.over)} axes ({', '.join(r.over)}), not over the channels and "
                       f"two filter taps{' (a depthwise convolution)' if len(r.over) == 2 else ''}")
