@@ -371,7 +371,8 @@ def gluon_cases(case, rnd, dry: bool) -> None:
 
 #: (N, H, W, C, O, R, padding, dilation, stride, dtype, the Gluon kernel expected): the bench's shape, odd ones
 #: (partial patches and tiles), dilation 2, padding 0 and 2, bf16, O = 128 (the BN 128 variant), a 1x1
-#: conv; C = 48 and stride 2 fall back to the Triton kernel.
+#: conv, an image smaller than a patch (5 x 6: TMA boxes past the tensor's dims); C = 48 and stride 2 fall
+#: back to the Triton kernel.
 F16, BF16 = torch.float16, torch.bfloat16
 CONV_CASES = [(32, 56, 56, 256, 256, 3, 1, 1, 1, F16, True),
               (3, 13, 24, 64, 256, 3, 1, 1, 1, F16, True),
@@ -381,6 +382,7 @@ CONV_CASES = [(32, 56, 56, 256, 256, 3, 1, 1, 1, F16, True),
               (3, 13, 24, 64, 128, 3, 1, 1, 1, F16, True),
               (2, 11, 9, 64, 384, 3, 3, 2, 1, BF16, True),
               (4, 14, 14, 256, 512, 1, 0, 1, 1, F16, True),
+              (2, 5, 6, 64, 128, 3, 1, 1, 1, F16, True),
               (2, 13, 24, 48, 256, 3, 1, 1, 1, F16, False),
               (2, 13, 24, 64, 256, 3, 1, 1, 2, F16, False)]
 

@@ -95,6 +95,23 @@ def test_match_channels_last_conv2d():
     assert valid.offset == ((), ()) and valid.dilation == (((((), 1),),) * 2)
 
 
+def test_affine_index_keeps_the_arguments_symbolic():
+    """``ir.affine_index``: the coefficients and constant of an affine index as polynomials in int
+    arguments and literals (``poly_value`` evaluates them); a product of axes, ``//`` or a float: None."""
+    from dtriton.ir import Axis, Binary, Const, ScalarParam, affine_index, poly_value
+    h, r = Axis("h"), Axis("r")
+    s, t, d, p = (ScalarParam(n, int) for n in "stdp")
+    one = Const(1, integer=True)
+    e = Binary("sub", Binary("add", Binary("mul", h, Binary("mul", s, t)), Binary("mul", Binary("sub", d, one), r)),
+               Binary("add", p, one))
+    got = affine_index(e)
+    assert got == {"h": ((("s", "t"), 1),), "r": (((), -1), (("d",), 1)), "": (((), -1), (("p",), -1))}
+    assert [poly_value(got[k], dict(s=2, t=3, d=4, p=5)) for k in ("h", "r", "")] == [6, 3, -6]
+    assert poly_value(got["h"], {"s": 1}) is None
+    assert affine_index(Binary("mul", h, r)) is None and affine_index(Binary("floordiv", h, s)) is None
+    assert affine_index(Binary("add", h, Const(0.5))) is None and affine_index(Binary("sub", h, h)) == {}
+
+
 def test_match_other_convolutions_say_why():
     assert match_conv2d(matmul) == (None, "")                                  # not a convolution
     for alg, words in ((depthwise_conv2d_nhwc, "depthwise"), (grouped_conv2d_nhwc, "4-d input"),

@@ -73,9 +73,13 @@ def conv2d_launch(fn: Any, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor, co
     arguments) writing ``y`` (N, Ho, Wo, O) = the convolution of ``x`` (N, H, W, C) with ``w`` (O, R, Q, C),
     stride 1, ``y[n, h, w] = sum of x[n, h + r * dil[0] + off[0], w + q * dil[1] + off[1]] * w[o, r, q]``
     (x zero outside). All three contiguous 16-byte aligned CUDA tensors of 16-bit ``dtype``, C a multiple
-    of 64, O of ``consts["BN"]`` (the plan's facts; not checked here). ``persist``: one program per SM."""
+    of 64, O of ``consts["BN"]`` (the plan's facts; not checked here). ``persist``: one program per SM.
+    Boxes may exceed the tensors' dims (H or W below 8: TMA reads zeros past them, clips the stores)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
     if y.numel() == 0:
+        return
+    if x.numel() == 0:   # (H or W 0: every read is the padding's zero; a descriptor needs positive dims)
+        y.zero_()
         return
     N, Ho, Wo, O = y.shape
     O_, R, Q, C = w.shape
