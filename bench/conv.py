@@ -7,7 +7,8 @@ Cases (fp16; shapes of the issue's marks):
 
 - ``conv2d``: 3x3, pad 1, channels-last, N32 C256 H56 W56 K256 (the implicit GEMM:
   ``dtriton.library.conv2d_nhwc``); 118.4 GFLOP (59.2 G multiply-adds), 169 us at 700 TFLOP/s
-  (H200, 01:05 UTC: cuDNN 159.9 us, 740 TFLOP/s).
+  (H200, 01:05 UTC: cuDNN 159.9 us, 740 TFLOP/s). On Hopper the default row runs the Gluon conv2d
+  (``dtriton.plan.gluon_conv``; its note says "Gluon conv2d"), the ``ws=False`` row the Triton kernel.
 - ``depthwise``: 3x3, pad 1, C = groups = 256, same image (``depthwise_conv2d_nhwc``: not a
   GEMM; its floor is the bytes: 51 MB in, 51 MB out).
 - ``conv1d``: kernel 3, stride 2, dilation 2, pad 2, N32 C256 L4096 K256, as torch's NCL layout
@@ -105,7 +106,11 @@ def cases(dev: str, dry: bool):
     # the weight stored (R, Q, C, O): its output channels contiguous, the GEMM's B operand N-major (the "NN"
     # layout; torch's channels-last weight is (O, R, Q, C), K-major: "NT", slower in Triton 3.6's GEMMs)
     w_rqco = w.permute(1, 2, 3, 0).contiguous().permute(3, 0, 1, 2)
+    # the default: the Gluon conv2d on Hopper where it applies (plan.gluon_conv); warp_specialize=False: the
+    # Triton kernel on the same tensors; the (R, Q, C, O) weight is not contiguous: the Triton kernel too
+    triton_only = (L.conv2d_nhwc, dt.Schedule(warp_specialize=False))
     yield ("conv2d 3x3 NHWC", [("dtriton", L.conv2d_nhwc, [x, w, 1, 1, 1, H, H], to_nchw),
+                               ("dtriton ws=False", triton_only, [x, w, 1, 1, 1, H, H], to_nchw),
                                ("dtriton W (R,Q,C,O)", L.conv2d_nhwc, [x, w_rqco, 1, 1, 1, H, H], to_nchw)],
            lambda a, b: F.conv2d(a, b, padding=1), [xc, wc], gf, mb)
     wd = rnd(3, 3, C)
@@ -286,6 +291,14 @@ def run_variants(case, impl, alg, args, back, ref, gf, mb):
         timed(case, f"{impl} {vname}", lambda kv=kv: back(kv(*args)), ref, gf, mb, js, json.dumps(fields))
 
 
+def kind(src: str) -> str:
+    """What a printed module runs: "Gluon conv2d" (the plan chose the hand-written Gluon kernel,
+    ``dtriton.plan.gluon_conv``), else "tl.dot" or "no dot" (a Triton kernel)."""
+    if "gluon_conv_kernels import" in src:
+        return "Gluon conv2d"
+    return "tl.dot" if "tl.dot" in src else "no dot"
+
+
 def run_case(case, impls, tfn, targs, gf, mb, budget, use_compile, variants=False):
     """torch's rows first (a run cut short keeps them), then each dtriton row (and its explored
     one), then the variants."""
@@ -303,16 +316,17 @@ def run_case(case, impls, tfn, targs, gf, mb, budget, use_compile, variants=Fals
         try:
             k = dt.compile(alg, sched)
             js = k.schedule_for(*args).to_json()
-            dots = "tl.dot" in k.source_for(*args)
+            src = k.source_for(*args)
+            dots = "tl.dot" in src
         except Exception as e:  # noqa: BLE001
             row(case, name, float("nan"), float("nan"), gf, mb, None, None, f"failed: {type(e).__name__}: {str(e)[:200]}")
             continue
         timed(case, name, lambda k=k, args=args, back=back: back(k(*args)), ref, gf, mb, js,
-              ("tl.dot" if dots else "no dot") + ("" if sched is None else ", schedule given here"))
+              kind(src) + ("" if sched is None else ", schedule given here"))
         if budget > 0 and sched is None:
             ke, note = R.tuned_kernel(alg, args, budget)
             timed(case, f"{name} explored", lambda ke=ke, args=args, back=back: back(ke(*args)), ref, gf, mb,
-                  ke.schedule_for(*args).to_json(), note)
+                  ke.schedule_for(*args).to_json(), f"{kind(ke.source_for(*args))}; {note}")
     if variants:
         name, alg, args, back = impls[0]
         run_variants(case, name, alg, args, back, ref, gf, mb)

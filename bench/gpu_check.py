@@ -1,6 +1,6 @@
 """Correctness of every library algorithm on the GPU (issue 3: "they also run correctly on the H200").
 
-    PYTHONPATH=src python3 bench/gpu_check.py [--out bench/results] [--dry-run]
+    PYTHONPATH=src python3 bench/gpu_check.py [--out bench/results] [--dry-run] [--only all|gluon|gluon-conv]
 
 Each case runs the heuristic schedule (and, for softmax and attention, explicit schedules covering
 every reduction strategy and the unfused attention) on awkward shapes (primes, sizes that are not
@@ -21,8 +21,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dtriton as dt  # noqa: E402
-from dtriton.library import (attention, causal_attention, column_sum, cross_entropy, gqa_attention,  # noqa: E402
-                             layer_norm, linear_relu, log_softmax, matmul, rms_norm, softmax, spatial_diffusion)
+from dtriton.library import (attention, causal_attention, column_sum, conv2d_nhwc, cross_entropy,  # noqa: E402
+                             gqa_attention, layer_norm, linear_relu, log_softmax, matmul, rms_norm, softmax,
+                             spatial_diffusion)
 
 TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 2e-2}
 
@@ -111,9 +112,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, fp32 only, tiny shapes")
-    ap.add_argument("--only", choices=("all", "gluon"), default="all",
-                    help="gluon: only the Gluon attention cases (forward: warp_specialize=True on sm_90; "
-                         "backward: the default schedule)")
+    ap.add_argument("--only", choices=("all", "gluon", "gluon-conv"), default="all",
+                    help="gluon: only the Gluon cases (attention forward: warp_specialize=True on sm_90; "
+                         "backward and conv2d: the default schedule); gluon-conv: only the Gluon conv2d cases")
     a = ap.parse_args(argv)
     dev = "cpu" if a.dry_run else "cuda"
     dtypes = [torch.float32] if a.dry_run else [torch.float32, torch.float16, torch.bfloat16]
@@ -148,7 +149,11 @@ def main(argv=None):
                          rel_err=err, status=status, seconds=round(time.time() - t0, 2), note=note))
         print(f"{status:6s} {name:48s} {str(dtype)[6:]:9s} err {err:.1e} {note}", flush=True)
 
+    if a.only == "gluon-conv":
+        gluon_conv_cases(rows, rnd, a.dry_run)
+        return finish(a, rows)
     if a.only == "gluon":
+        gluon_conv_cases(rows, rnd, a.dry_run)
         gluon_cases(case, rnd, a.dry_run)
         gluon_grads(rows, rnd, a.dry_run)
         gluon_bwd_grads(rows, rnd, a.dry_run)
@@ -233,6 +238,7 @@ def main(argv=None):
     gluon_cases(case, rnd, a.dry_run)
     gluon_grads(rows, rnd, a.dry_run)
     gluon_bwd_grads(rows, rnd, a.dry_run)
+    gluon_conv_cases(rows, rnd, a.dry_run)
     return finish(a, rows)
 
 
@@ -361,6 +367,59 @@ def gluon_cases(case, rnd, dry: bool) -> None:
                 rnd(3, 5, T_, D_, dtype=torch.float16)
             case(f"gluon {alg.name} B3 H5 S{S_} T{T_} D{D_}", alg, (q, k, v, D_ ** -0.5), ws, dtype=torch.float16,
                  gluon=not dry)
+
+
+#: (N, H, W, C, O, R, padding, dilation, stride, dtype, the Gluon kernel expected): the bench's shape, odd ones
+#: (partial patches and tiles), dilation 2, padding 0 and 2, bf16, O = 128 (the BN 128 variant), a 1x1
+#: conv, an image smaller than a patch (5 x 6: TMA boxes past the tensor's dims); C = 48 and stride 2 fall
+#: back to the Triton kernel.
+F16, BF16 = torch.float16, torch.bfloat16
+CONV_CASES = [(32, 56, 56, 256, 256, 3, 1, 1, 1, F16, True),
+              (3, 13, 24, 64, 256, 3, 1, 1, 1, F16, True),
+              (2, 17, 19, 128, 256, 3, 2, 2, 1, F16, True),
+              (2, 15, 21, 64, 256, 3, 0, 1, 1, F16, True),
+              (4, 28, 28, 128, 256, 3, 1, 1, 1, BF16, True),
+              (3, 13, 24, 64, 128, 3, 1, 1, 1, F16, True),
+              (2, 11, 9, 64, 384, 3, 3, 2, 1, BF16, True),
+              (4, 14, 14, 256, 512, 1, 0, 1, 1, F16, True),
+              (2, 5, 6, 64, 128, 3, 1, 1, 1, F16, True),
+              (2, 13, 24, 48, 256, 3, 1, 1, 1, F16, False),
+              (2, 13, 24, 64, 256, 3, 1, 1, 2, F16, False)]
+
+
+def gluon_conv_cases(rows, rnd, dry: bool) -> None:
+    """The Gluon conv2d (:data:`CONV_CASES`): ``conv2d_nhwc`` with the default schedule (the compiler
+    picks the Gluon kernel where it applies), written into a NaN-poisoned ``out=`` (the signature's fast
+    path) after a first call (the slow path), both against float64 torch ``conv2d`` computed on the same
+    device; each checks which kernel ran (the printed module imports the Gluon conv kernel or not). On
+    the interpreter (--dry-run, small shapes) every call falls back."""
+    import torch.nn.functional as F
+    for N, H, W, C, O, R, p, d, s_, dtype, want in CONV_CASES:
+        if dry:
+            N, H, W, O, dtype = 1, min(H, 7), min(W, 9), 128, torch.float32
+        ho, wo = (H + 2 * p - d * (R - 1) - 1) // s_ + 1, (W + 2 * p - d * (R - 1) - 1) // s_ + 1
+        name = f"gluon conv2d_nhwc N{N} H{H} W{W} C{C} O{O} {R}x{R} p{p} d{d} s{s_}"
+        t0 = time.time()
+        try:
+            x, w = rnd(N, H, W, C, dtype=dtype), rnd(O, R, R, C, dtype=dtype, scale=(R * R * C) ** -0.5)
+            k = dt.compile(conv2d_nhwc)
+            args = (x, w, s_, p, d, ho, wo)
+            first = k(*args)
+            out = torch.full_like(first, float("nan"))
+            k(*args, out=out)
+            ref = F.conv2d(x.double().permute(0, 3, 1, 2), w.double().permute(0, 3, 1, 2), stride=s_, padding=p,
+                           dilation=d).permute(0, 2, 3, 1)
+            err = max(relerr(first, ref), relerr(out, ref))
+            ran = "gluon_conv_kernels import" in k.source
+            status = "ok" if err <= TOL[dtype] else "WRONG"
+            note = f"{'Gluon' if ran else 'Triton'} kernel"
+            if ran != (want and not dry):
+                status, note = "WRONG", f"expected the {'Gluon' if want and not dry else 'Triton'} kernel"
+        except Exception as e:  # noqa: BLE001
+            err, status, note = float("nan"), "FAILED", f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        rows.append(dict(case=name, dtype=str(dtype)[6:], schedule="heuristic", rel_err=err, status=status,
+                         seconds=round(time.time() - t0, 2), note=note))
+        print(f"{status:6s} {name:48s} {str(dtype)[6:]:9s} err {err:.1e} {note}", flush=True)
 
 
 def gluon_gqa_cases(case, rnd, dry: bool) -> None:

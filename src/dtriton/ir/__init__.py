@@ -24,7 +24,7 @@ from .dtypes import pad_value
 from .algorithm import Algorithm, Stage, TensorAnnotation, cse, merge_named
 from .analysis import (can_split, contraction_operands, contractions, grid_candidates, is_sum, online_candidate, reads_unit_stride,
                        reduction_stages, split_blockers, splittable, stage_grid, sum_of_products, tensor_core_sides)
-from .convolution import contraction_sides, convolutions, reduced_order, shift_of
+from .convolution import affine_index, contraction_sides, convolutions, poly_value, reduced_order, shift_of
 from .rewrite import (base2_exponents, base2_shifted_exponents, common_divisors, folded_literals, naive_variance_of, reciprocal_divisors,
                       single_pass_variance, variance_of)
 
@@ -43,6 +43,6 @@ __all__ = [
     "Algorithm", "Stage", "TensorAnnotation", "cse", "merge_named",
     "can_split", "is_sum", "contractions", "grid_candidates", "online_candidate", "reduction_stages", "split_blockers", "splittable",
     "stage_grid", "sum_of_products",
-    "contraction_sides", "convolutions", "reduced_order", "shift_of",
+    "affine_index", "contraction_sides", "convolutions", "poly_value", "reduced_order", "shift_of",
     "base2_exponents", "base2_shifted_exponents", "common_divisors", "folded_literals", "naive_variance_of", "reciprocal_divisors", "single_pass_variance", "variance_of",
 ]

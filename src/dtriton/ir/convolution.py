@@ -17,7 +17,14 @@ from .algorithm import Algorithm
 from .expr import Axis, Binary, Const, Expr, Load, Reduce, ScalarParam, Unary
 from .walk import mul_factors, walk
 
-__all__ = ["contraction_sides", "convolutions", "reduced_order", "shift_of"]
+__all__ = ["Affine", "Poly", "affine_index", "contraction_sides", "convolutions", "poly_value", "reduced_order", "shift_of"]
+
+#: A polynomial over the integer scalar arguments with integer coefficients: ``((names, coefficient), ...)``,
+#: one term per distinct sorted tuple of argument names (``()`` the constant), sorted, no zero terms.
+Poly = tuple
+#: An integer index affine in its axes: ``((axis or "", Poly), ...)`` sorted by axis, ``""`` the constant
+#: term, no zero coefficients.
+Affine = tuple
 
 
 def contraction_sides(r: Reduce, scalar: Callable[[str], bool] = lambda a: False) -> list[list[str]] | None:
@@ -132,3 +139,74 @@ def _at_zero(e: Expr, a: str) -> Expr:
     if a not in e.axes:
         return e
     return e.rebuild([_at_zero(c, a) for c in e.children()])
+
+
+def _poly(terms: Mapping[tuple, int]) -> Poly:
+    return tuple(sorted((k, v) for k, v in terms.items() if v))
+
+
+def _poly_add(x: Poly, y: Poly, sign: int = 1) -> Poly:
+    out = dict(x)
+    for k, v in y:
+        out[k] = out.get(k, 0) + sign * v
+    return _poly(out)
+
+
+def _poly_mul(x: Poly, y: Poly) -> Poly:
+    out: dict[tuple, int] = {}
+    for kx, vx in x:
+        for ky, vy in y:
+            k = tuple(sorted(kx + ky))
+            out[k] = out.get(k, 0) + vx * vy
+    return _poly(out)
+
+
+def poly_value(p: Poly, values: Mapping[str, int]) -> int | None:
+    """The value of polynomial ``p`` (see :data:`Poly`) with the integer arguments ``values``; None
+    where an argument it reads is not in ``values``."""
+    total = 0
+    for names, c in p:
+        for n in names:
+            if n not in values:
+                return None
+            c *= int(values[n])
+        total += c
+    return total
+
+
+def affine_index(e: Expr) -> dict[str, Poly] | None:
+    """``{axis: coefficient, "": constant}`` of integer index ``e`` where it is affine in its axes with
+    coefficients and constant that are polynomials (:data:`Poly`) in integer literals and integer
+    scalar arguments (``h * stride + r * dilation - padding``: ``{"h": stride, "r": dilation, "":
+    -padding}``), zero terms left out; None otherwise (a product of two axes, ``//``, ``%``, a float,
+    a tensor read). Unlike :func:`shift_of` it needs no argument's value: the plan of a call whose
+    index arguments vary reads the coefficients symbolically and the launch evaluates them
+    (:func:`poly_value`)."""
+    if isinstance(e, Axis):
+        return {e.name: (((), 1),)}
+    if isinstance(e, Const):
+        if not (e.integer and e.value.is_integer()):
+            return None
+        return {"": _poly({(): int(e.value)})} if e.value else {}
+    if isinstance(e, ScalarParam):
+        return {"": (((e.name,), 1),)} if e.pytype is int else None
+    if isinstance(e, Unary) and e.op == "neg":
+        x = affine_index(e.x)
+        return None if x is None else {a: _poly_add((), c, -1) for a, c in x.items()}
+    if not (isinstance(e, Binary) and e.op in ("add", "sub", "mul")):
+        return None
+    x, y = affine_index(e.a), affine_index(e.b)
+    if x is None or y is None:
+        return None
+    if e.op == "mul":
+        if set(x) - {""}:
+            x, y = y, x
+        if set(x) - {""}:
+            return None   # a product of two axes
+        f = x.get("", ())
+        out = {a: _poly_mul(c, f) for a, c in y.items()}
+    else:
+        out = dict(x)
+        for a, c in y.items():
+            out[a] = _poly_add(out.get(a, ()), c, 1 if e.op == "add" else -1)
+    return {a: c for a, c in out.items() if c}

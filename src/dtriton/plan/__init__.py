@@ -9,9 +9,11 @@ from .callspec import CallSpec, call_spec, tma_addressable
 from .decide import decide, plan_program, unused_knobs
 from .gluon_attention import AttentionMatch, GluonAttention, match_attention, plan_gluon_attention
 from .gluon_attention_bwd import GluonAttentionBwd, match_attention_bwd, plan_gluon_attention_bwd
+from .gluon_conv import ConvMatch, GluonConv, match_conv2d, plan_gluon_conv
 from .kernel import (AxisPlan, BlockReduce, BufferSpec, DotPlan, KernelPlan, PassPlan, Program, StoreSpec, TileAccess,
                      next_pow2)
 from .lower import lower
 
-__all__ = ["AttentionMatch", "AxisPlan", "BlockReduce", "BufferSpec", "CallSpec", "DotPlan", "GluonAttention", "GluonAttentionBwd", "KernelPlan", "PassPlan", "Program",
-           "StoreSpec", "TileAccess", "call_spec", "decide", "lower", "match_attention", "match_attention_bwd", "next_pow2", "plan_gluon_attention", "plan_gluon_attention_bwd", "plan_program", "tma_addressable", "unused_knobs"]
+__all__ = ["AttentionMatch", "AxisPlan", "BlockReduce", "BufferSpec", "CallSpec", "ConvMatch", "DotPlan", "GluonAttention",
+           "GluonAttentionBwd", "GluonConv", "KernelPlan", "PassPlan", "Program",
+           "StoreSpec", "TileAccess", "call_spec", "decide", "lower", "match_attention", "match_attention_bwd", "match_conv2d", "next_pow2", "plan_gluon_attention", "plan_gluon_attention_bwd", "plan_gluon_conv", "plan_program", "tma_addressable", "unused_knobs"]

@@ -18,6 +18,7 @@ from ..ir import Algorithm, Binding, InputTensor, Load, Reduce, ScalarParam, con
 from .access import unit_last
 from .gluon_attention import match_attention
 from .gluon_attention_bwd import match_attention_bwd
+from .gluon_conv import match_conv2d
 from .kernel import next_pow2
 
 __all__ = ["CallSpec", "I32_MAX", "call_spec", "max_offset", "tma_addressable", "window_index_values"]
@@ -49,8 +50,9 @@ class CallSpec:
     prints them as literals and reads a strided window's taps as contiguous runs: ``plan.pairs``).
     arch: the GPU's compute capability as 10 * major + minor (0 on the interpreter). dense: the tensors
     (inputs, outputs) contiguous with a 16-byte aligned base (an output allocated by the runtime is), on
-    the GPU for an attention forward or a derived attention backward only (no other call is specialised
-    on it); both for :mod:`dtriton.plan.gluon_attention` and :mod:`dtriton.plan.gluon_attention_bwd`."""
+    the GPU for an attention forward, a derived attention backward or a channels-last 2-d convolution
+    only (no other call is specialised on it); for :mod:`dtriton.plan.gluon_attention`,
+    :mod:`dtriton.plan.gluon_attention_bwd` and :mod:`dtriton.plan.gluon_conv`."""
     facts: tuple
     dtypes: tuple
     i64: bool
@@ -104,10 +106,12 @@ def call_spec(alg: Algorithm, b: Binding, args: Sequence[Any], interpret: bool, 
 
 
 def _gluon_candidate(alg: Algorithm) -> bool:
-    """Whether ``alg`` is an attention forward or a derived attention backward (the calls
-    :mod:`dtriton.plan.gluon_attention` and :mod:`dtriton.plan.gluon_attention_bwd` may plan as
-    Gluon kernels, which need the :attr:`CallSpec.dense` facts)."""
-    return match_attention(alg) is not None or match_attention_bwd(alg)[0] is not None
+    """Whether ``alg`` is an attention forward, a derived attention backward or a channels-last 2-d
+    convolution (the calls :mod:`dtriton.plan.gluon_attention`, :mod:`dtriton.plan.gluon_attention_bwd`
+    and :mod:`dtriton.plan.gluon_conv` may plan as Gluon kernels, which need the :attr:`CallSpec.dense`
+    facts)."""
+    return (match_attention(alg) is not None or match_attention_bwd(alg)[0] is not None
+            or match_conv2d(alg)[0] is not None)
 
 
 def _arch(device: torch.device, interpret: bool) -> int:

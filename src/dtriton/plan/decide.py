@@ -33,6 +33,7 @@ from .callspec import CallSpec
 from .dots import dot_only_axes, plan_dots, transposed_operands
 from .gluon_attention import plan_gluon_attention
 from .gluon_attention_bwd import plan_gluon_attention_bwd
+from .gluon_conv import plan_gluon_conv
 from .implicit_gemm import plan_implicit_gemm
 from .kernel import KernelPlan, Program, StoreSpec
 from .lower import lower
@@ -196,8 +197,9 @@ def gluon_program(prog: Program, alg: Algorithm, sched: Schedule, b: Binding, sp
     pass, the schedule's ``warp_specialize`` None or True, on sm_90), one kernel printed as the Gluon
     attention forward in place of its kernels (a split of the keys and its merge included: the Gluon
     kernel's own grid covers the call); likewise a derived attention backward printed as the Gluon
-    backward where :func:`~dtriton.plan.gluon_attention_bwd.plan_gluon_attention_bwd` decides so.
-    ``prog.gluon_note`` says why a requested one does not apply."""
+    backward where :func:`~dtriton.plan.gluon_attention_bwd.plan_gluon_attention_bwd` decides so, and a
+    channels-last 2-d convolution printed as the Gluon conv2d where
+    :func:`~dtriton.plan.gluon_conv.plan_gluon_conv` decides so. ``prog.gluon_note`` says why a requested one does not apply."""
     online = [k for k in prog.kernels if any(p.online for p in k.all_passes())]
     g, prog.gluon_note = plan_gluon_attention(
         alg, b.axis_sizes, b.dtypes, out_dtypes, requested=sched.warp_specialize, interpret=spec.interpret,
@@ -207,6 +209,11 @@ def gluon_program(prog: Program, alg: Algorithm, sched: Schedule, b: Binding, sp
             alg, b.axis_sizes, b.dtypes, out_dtypes, requested=sched.warp_specialize, interpret=spec.interpret,
             arch=spec.arch, dense=spec.dense, i64=spec.i64)
         online = prog.kernels[:1]   # (its kernels replaced by the three of the Gluon backward, printed as one)
+    if g is None and not prog.gluon_note:   # (a channels-last 2-d convolution?)
+        g, prog.gluon_note = plan_gluon_conv(
+            alg, b.axis_sizes, b.dtypes, out_dtypes, requested=sched.warp_specialize, interpret=spec.interpret,
+            arch=spec.arch, dense=spec.dense, ones=frozenset(spec.unit_scalars), i64=spec.i64)
+        online = prog.kernels[:1]   # (its kernels, a split of the reduction included, replaced by the one Gluon kernel)
     if g is None:
         return prog
     k = online[0]

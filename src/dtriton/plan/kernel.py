@@ -21,6 +21,7 @@ from ..ir import Expr, Reduce, walk
 from ..schedule import next_pow2
 from .gluon_attention import GluonAttention
 from .gluon_attention_bwd import GluonAttentionBwd
+from .gluon_conv import GluonConv
 
 __all__ = ["AxisPlan", "BlockReduce", "BufferSpec", "DotPlan", "KernelPlan", "LoopBounds", "PairTaps", "PassPlan",
            "Program", "StoreSpec", "TileAccess", "next_pow2"]
@@ -344,9 +345,10 @@ class KernelPlan:
     loop_stores: dict[str, tuple[int, ...]] = field(default_factory=dict)  # in-loop store target -> the reductions
                                                       # of the pass it is printed in, after each step
                                                       # (plan.loop_stores: dQ in the dK/dV kernel)
-    gluon: GluonAttention | GluonAttentionBwd | None = None   # the kernel is printed as that Gluon attention
-                                                      # forward (plan.gluon_attention) or backward
-                                                      # (plan.gluon_attention_bwd), not from the rest
+    gluon: GluonAttention | GluonAttentionBwd | GluonConv | None = None   # the kernel is printed as that Gluon
+                                                      # attention forward (plan.gluon_attention), backward
+                                                      # (plan.gluon_attention_bwd) or conv2d (plan.gluon_conv),
+                                                      # not from the rest
 
     @property
     def splits(self) -> tuple[tuple[str, int], ...]:
@@ -426,7 +428,7 @@ class Program:
     schedule_json: str = ""                           # the complete schedule, for the header comment
     note: str = ""                                    # the specialisation note of the header comment
     stage_labels: dict[int, str] = field(default_factory=dict)   # Reduce id -> stage name (printing)
-    gluon_note: str = ""                              # why a requested Gluon attention kernel does not apply
+    gluon_note: str = ""                              # why a requested Gluon kernel does not apply
 
     def verify(self) -> list[str]:
         """Problems of this program (empty when it is well formed): every reduction a kernel reads

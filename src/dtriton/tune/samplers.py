@@ -339,9 +339,17 @@ def warm_start(alg: Algorithm, dims, start: Mapping, base: Schedule, b: Binding)
     """The points random and TPE exploration try first, in order: the seeds of a fused attention
     (:func:`flash_seeds`), else of a 16-bit contraction (:func:`dot_seeds`), else of a
     statistics-then-normalise output (:func:`output_tile_seeds`), then the heuristic's one-step
-    :func:`neighbours` (``start``: :func:`base_point` of the heuristic's schedule ``base``)."""
+    :func:`neighbours` (``start``: :func:`base_point` of the heuristic's schedule ``base``). With no
+    seeds and ``warp_specialize`` None at the start, False in the space (the Gluon kernel of a Hopper
+    conv2d, which the tiles do not change): the start, then the start with it False and that point's
+    neighbours (the Triton kernel's tilings)."""
     seeds = (flash_seeds(dims, start, base, b) or dot_seeds(alg, dims, start, b)
              or output_tile_seeds(alg, dims, start, base, b))
+    if not seeds and start.get("warp_specialize", False) is None and False in dict(dims).get("warp_specialize", ()):
+        # (a Gluon kernel where it applies, space_rules: a Hopper conv2d; its tiles do not change it, so the
+        # heuristic's point with it, then the Triton kernel's: the heuristic's tiles and their neighbours)
+        off = dict(start, warp_specialize=False)
+        return [dict(start), off] + neighbours(dims, off)
     return seeds + neighbours(dims, start)
 
 

@@ -21,14 +21,14 @@ from typing import Mapping
 import torch
 
 from ..ir import Algorithm, Binding, contractions, grid_candidates, online_candidate, reduction_stages, split_blockers
-from ..plan import match_attention, match_attention_bwd
+from ..plan import match_attention, match_attention_bwd, match_conv2d
 from ..plan.staging import call_precision
 from ..schedule import (PLACES, TENSOR_CORE_FP32, Knob, Schedule, conv_space_tiles, flash_backward_places, flash_backward_space,
                         flash_forward_space, flat_knobs, mask_bounded, next_pow2)
 from .check import Limits
 
 __all__ = ["HEAD_FIELDS", "TAIL_FIELDS", "field_names", "flat_names", "derive_fields", "derive_flat",
-           "registry_values", "Derivation", "RULES"]
+           "registry_values", "gluon_conv_space", "Derivation", "RULES"]
 
 #: Space fields before the flat knobs (per axis, per stage, or the grid's own values) ...
 HEAD_FIELDS = ("tile", "grid", "group", "split", "strategy", "place")
@@ -272,8 +272,11 @@ def _rule_warp_specialize(k: Knob, d: Derivation) -> list | None:
     picks, the warp-specialised Gluon kernel where it applies, :mod:`~dtriton.plan.gluon_attention`;
     H200 s9 call 8: 1819 us against the Triton kernel's 2397 and SDPA's 1908 at B4 H32 S4096 D128)
     and False (the Triton kernel, whose tiles the rest of the space searches). Not True: where the
-    Gluon kernel does not apply, True would warp-specialise the Triton loop (the s4 hang)."""
-    if _gluon_attention(d):
+    Gluon kernel does not apply, True would warp-specialise the Triton loop (the s4 hang). Likewise, since
+    session 11, a 16-bit channels-last 2-d convolution on a TMA GPU (:func:`gluon_conv_space`: the Gluon
+    conv2d, :mod:`~dtriton.plan.gluon_conv`; H200 s11 call 2: 165.8 us against the Triton kernel's ~204
+    and cuDNN's 163.6 at N32 C256 H56 W56 O256 3x3)."""
+    if _gluon_attention(d) or gluon_conv_space(d.alg, d.b, d.gpu and d.limits.tma):
         return [None, False]
     return [False, True] if d.base.warp_specialize and _tensor_core_tma(d) else None
 
@@ -292,6 +295,17 @@ def _gluon_attention(d: Derivation) -> bool:
     floats = [t for t in d.b.dtypes.values() if t.is_floating_point]
     return (bool(floats) and all(t.itemsize == 2 for t in floats)
             and "online" in d.base.strategy.values() and not d.base.split and match_attention(d.alg) is not None)
+
+
+def gluon_conv_space(alg: Algorithm, b: Binding, tma: bool) -> bool:
+    """A channels-last 2-d convolution (:func:`~dtriton.plan.match_conv2d`) of 16-bit inputs on a TMA
+    GPU (``tma``): the calls whose ``warp_specialize`` None may run as the Gluon conv2d (the plan decides
+    the rest: stride 1, C a multiple of 64, O of 128, ...), False keeping the Triton kernel whose tiles
+    the rest of the space searches."""
+    if not tma or match_conv2d(alg)[0] is None:
+        return False
+    floats = [t for t in b.dtypes.values() if t.is_floating_point]
+    return bool(floats) and all(t.itemsize == 2 for t in floats)
 
 
 def _rule_tile_order(k: Knob, d: Derivation) -> list | None:

@@ -7,7 +7,9 @@ bindings), ``values`` (expressions, layouts, hoisting), ``memory`` (loads, addre
 styles), ``reduce`` (passes and dots), ``kernel`` (program ids, grid, signature, stores),
 ``launch`` (module loading, descriptors, the slow launch path), ``fast`` (the fast launcher of a call
 signature seen before), ``limits``, ``gluon`` and ``gluon_kernels`` (a fused attention forward the plan
-chose to run as the hand-written Gluon kernel on Hopper: its printing, launch and kernels).
+chose to run as the hand-written Gluon kernel on Hopper: its printing, launch and kernels; ``gluon_bwd``
+and ``gluon_bwd_kernels`` the backward's, ``gluon_conv`` and ``gluon_conv_kernels`` a channels-last
+conv2d's).
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ...plan.gluon_attention_bwd import GluonAttentionBwd
+from ...plan.gluon_conv import GluonConv
 from ...plan.kernel import Program
 from ..base import KernelMeta, Limits
 from .kernel import KernelPrinter, KernelSource, render
 from .fast import FastLauncher
 from .gluon import GluonLauncher, launch_gluon
 from .gluon_bwd import GluonBwdLauncher, launch_gluon_bwd
+from .gluon_conv import GluonConvLauncher, launch_gluon_conv
 from .launch import descriptor, ensure_allocator, hooks_off, launch, load_module
 from .limits import MAX_BLOCK_NUMEL, SMEM_BYTES_DEFAULT
 
@@ -47,6 +51,8 @@ class TritonBackend:
         its TMA descriptors in the kernel gets Triton's scratch allocator first)."""
         if isinstance(meta.ir.gluon, GluonAttentionBwd):   # (never planned for the interpreter)
             return launch_gluon_bwd(fn, args, meta)
+        if isinstance(meta.ir.gluon, GluonConv):
+            return launch_gluon_conv(fn, args, meta)
         if meta.ir.gluon is not None:
             return launch_gluon(fn, args, meta)
         if meta.ir.device_descs and not interpret:
@@ -75,6 +81,8 @@ class TritonBackend:
         """A :class:`~dtriton.backends.triton.fast.FastLauncher` for ``plan``'s kernels."""
         if any(isinstance(L.meta.ir.gluon, GluonAttentionBwd) for L in plan.launches):
             return GluonBwdLauncher(alg, plan, b)   # (the Gluon attention backward: one launch of three kernels)
+        if any(isinstance(L.meta.ir.gluon, GluonConv) for L in plan.launches):
+            return GluonConvLauncher(alg, plan, b)   # (the Gluon conv2d: one launch, no buffers)
         if any(L.meta.ir.gluon is not None for L in plan.launches):
             return GluonLauncher(alg, plan, b)   # (the Gluon attention forward: one launch, no buffers)
         return FastLauncher(alg, plan, b, compiled, args)
