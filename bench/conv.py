@@ -109,7 +109,9 @@ def cases(dev: str, dry: bool):
     # the default: the Gluon conv2d on Hopper where it applies (plan.gluon_conv); warp_specialize=False: the
     # Triton kernel on the same tensors; the (R, Q, C, O) weight is not contiguous: the Triton kernel too
     triton_only = (L.conv2d_nhwc, dt.Schedule(warp_specialize=False))
+    gluon = (L.conv2d_nhwc, dt.Schedule(warp_specialize=True))   # (the Gluon conv2d asked for: plan.gluon_conv)
     yield ("conv2d 3x3 NHWC", [("dtriton", L.conv2d_nhwc, [x, w, 1, 1, 1, H, H], to_nchw),
+                               ("dtriton ws=True", gluon, [x, w, 1, 1, 1, H, H], to_nchw),
                                ("dtriton ws=False", triton_only, [x, w, 1, 1, 1, H, H], to_nchw),
                                ("dtriton W (R,Q,C,O)", L.conv2d_nhwc, [x, w_rqco, 1, 1, 1, H, H], to_nchw)],
            lambda a, b: F.conv2d(a, b, padding=1), [xc, wc], gf, mb)

@@ -394,6 +394,7 @@ def gluon_conv_cases(rows, rnd, dry: bool) -> None:
     device; each checks which kernel ran (the printed module imports the Gluon conv kernel or not). On
     the interpreter (--dry-run, small shapes) every call falls back."""
     import torch.nn.functional as F
+    from dtriton.plan.gluon_conv import BY_DEFAULT
     for N, H, W, C, O, R, p, d, s_, dtype, want in CONV_CASES:
         if dry:
             N, H, W, O, dtype = 1, min(H, 7), min(W, 9), 128, torch.float32
@@ -402,7 +403,8 @@ def gluon_conv_cases(rows, rnd, dry: bool) -> None:
         t0 = time.time()
         try:
             x, w = rnd(N, H, W, C, dtype=dtype), rnd(O, R, R, C, dtype=dtype, scale=(R * R * C) ** -0.5)
-            k = dt.compile(conv2d_nhwc)
+            # (warp_specialize=True while the default does not pick the Gluon kernel: plan.gluon_conv.BY_DEFAULT)
+            k = dt.compile(conv2d_nhwc, None if BY_DEFAULT else dt.Schedule(warp_specialize=True))
             args = (x, w, s_, p, d, ho, wo)
             first = k(*args)
             out = torch.full_like(first, float("nan"))

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 import dtriton as dt
 from dtriton.backends.triton.kernel import render
 from dtriton.library import conv2d, conv2d_nhwc, depthwise_conv2d_nhwc, grouped_conv2d_nhwc, matmul
+from dtriton.plan.gluon_conv import BY_DEFAULT
 from dtriton.plan import call_spec, match_conv2d, plan_program
 
 F16 = torch.float16
@@ -146,7 +147,7 @@ def test_plan_eligible_names_the_gluon_kernel(alg, kw, bn):
     assert metas[0].scalars == ([] if alg is not conv2d_nhwc else ["s_dilation", "s_padding", "s_stride"])
     assert metas[0].consts["BN"] == bn and metas[0].consts["NC"] == 2
     # the default schedule too (warp_specialize left to the compiler)
-    assert gpu_plan(alg, conv_args(**kw), dt.Schedule()).kernels[0].gluon == g
+    assert gpu_plan(alg, conv_args(**kw), dt.Schedule()).kernels[0].gluon == (g if BY_DEFAULT else None)
 
 
 def test_plan_ineligible_says_why():
@@ -333,7 +334,7 @@ def test_runtime_launches_the_gluon_kernel(monkeypatch, alg, kw):
     monkeypatch.setattr(gc, "launch_gluon_conv", record)   # (the fast path of the signature)
     call = conv_args(**kw, seed=len(kw))
     x, w = call[:2]
-    kern = dt.compile(alg)
+    kern = dt.compile(alg, None if BY_DEFAULT else dt.Schedule(warp_specialize=True))
     with warnings.catch_warnings():
         warnings.simplefilter("error", dt.ScheduleWarning)
         out = kern(*call)
@@ -373,13 +374,14 @@ def test_space_searches_the_gluon_conv_on_a_tma_gpu():
     from dtriton.tune.space import Space
     args = conv_args(N=32, H=56, W=56, C=256, O=256)
     dims = Space.derive(conv2d_nhwc, args, target="gpu").dimensions()
-    assert dict(dims)["warp_specialize"] == (None, False)
+    on = None if BY_DEFAULT else True    # (True while the default does not pick the Gluon kernel)
+    assert dict(dims)["warp_specialize"] == (on, False)
     b = dataclasses.replace(conv2d_nhwc.bind(args), device=torch.device("cuda"))
     base = dt.compile(conv2d_nhwc).complete(b)
     start = base_point(dims, base)
     assert base.warp_specialize is None and start["warp_specialize"] is None
     seeds = warm_start(conv2d_nhwc, dims, start, base, b)
-    assert seeds[:2] == [start, dict(start, warp_specialize=False)]
+    assert seeds[:2] == [dict(start, warp_specialize=on), dict(start, warp_specialize=False)]
     assert len(seeds) > 2 and all(p["warp_specialize"] is False for p in seeds[1:])
     assert "warp_specialize" not in dict(Space.derive(conv2d_nhwc, conv_args(dtype=torch.float32),
                                                       target="gpu").dimensions())

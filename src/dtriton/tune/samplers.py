@@ -345,11 +345,13 @@ def warm_start(alg: Algorithm, dims, start: Mapping, base: Schedule, b: Binding)
     neighbours (the Triton kernel's tilings)."""
     seeds = (flash_seeds(dims, start, base, b) or dot_seeds(alg, dims, start, b)
              or output_tile_seeds(alg, dims, start, base, b))
-    if not seeds and start.get("warp_specialize", False) is None and False in dict(dims).get("warp_specialize", ()):
-        # (a Gluon kernel where it applies, space_rules: a Hopper conv2d; its tiles do not change it, so the
-        # heuristic's point with it, then the Triton kernel's: the heuristic's tiles and their neighbours)
+    ws = dict(dims).get("warp_specialize", ())
+    if not seeds and start.get("warp_specialize", False) is None and False in ws:
+        # (a Gluon kernel where it applies, space_rules: a Hopper conv2d, None where the default picks it,
+        # True where it is not yet the default; its tiles do not change it, so the heuristic's point with
+        # it, then the Triton kernel's: the heuristic's tiles and their neighbours)
         off = dict(start, warp_specialize=False)
-        return [dict(start), off] + neighbours(dims, off)
+        return [dict(start, warp_specialize=next(v for v in ws if v is not False)), off] + neighbours(dims, off)
     return seeds + neighbours(dims, start)
 
 

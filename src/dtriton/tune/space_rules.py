@@ -22,6 +22,7 @@ import torch
 
 from ..ir import Algorithm, Binding, contractions, grid_candidates, online_candidate, reduction_stages, split_blockers
 from ..plan import match_attention, match_attention_bwd, match_conv2d
+from ..plan.gluon_conv import BY_DEFAULT
 from ..plan.staging import call_precision
 from ..schedule import (PLACES, TENSOR_CORE_FP32, Knob, Schedule, conv_space_tiles, flash_backward_places, flash_backward_space,
                         flash_forward_space, flat_knobs, mask_bounded, next_pow2)
@@ -276,8 +277,12 @@ def _rule_warp_specialize(k: Knob, d: Derivation) -> list | None:
     session 11, a 16-bit channels-last 2-d convolution on a TMA GPU (:func:`gluon_conv_space`: the Gluon
     conv2d, :mod:`~dtriton.plan.gluon_conv`; H200 s11 call 2: 165.8 us against the Triton kernel's ~204
     and cuDNN's 163.6 at N32 C256 H56 W56 O256 3x3)."""
-    if _gluon_attention(d) or gluon_conv_space(d.alg, d.b, d.gpu and d.limits.tma):
+    if _gluon_attention(d):
         return [None, False]
+    if gluon_conv_space(d.alg, d.b, d.gpu and d.limits.tma):
+        # True where the default (None) does not pick it yet (plan.gluon_conv.BY_DEFAULT); every
+        # candidate is checked against the reference before it is timed
+        return [None, False] if BY_DEFAULT else [True, False]
     return [False, True] if d.base.warp_specialize and _tensor_core_tma(d) else None
 
 
