@@ -19,6 +19,7 @@ from .access import unit_last
 from .gluon_attention import match_attention
 from .gluon_attention_bwd import match_attention_bwd
 from .gluon_conv import match_conv2d
+from .gluon_depthwise import match_depthwise
 from .kernel import next_pow2
 
 __all__ = ["CallSpec", "I32_MAX", "call_spec", "max_offset", "tma_addressable", "window_index_values"]
@@ -107,11 +108,12 @@ def call_spec(alg: Algorithm, b: Binding, args: Sequence[Any], interpret: bool, 
 
 def _gluon_candidate(alg: Algorithm) -> bool:
     """Whether ``alg`` is an attention forward, a derived attention backward or a channels-last 2-d
-    convolution (the calls :mod:`dtriton.plan.gluon_attention`, :mod:`dtriton.plan.gluon_attention_bwd`
-    and :mod:`dtriton.plan.gluon_conv` may plan as Gluon kernels, which need the :attr:`CallSpec.dense`
+    convolution, depthwise or not (the calls :mod:`dtriton.plan.gluon_attention`,
+    :mod:`dtriton.plan.gluon_attention_bwd`, :mod:`dtriton.plan.gluon_conv` and
+    :mod:`dtriton.plan.gluon_depthwise` may plan as Gluon kernels, which need the :attr:`CallSpec.dense`
     facts)."""
     return (match_attention(alg) is not None or match_attention_bwd(alg)[0] is not None
-            or match_conv2d(alg)[0] is not None)
+            or match_conv2d(alg)[0] is not None or match_depthwise(alg)[0] is not None)
 
 
 def _arch(device: torch.device, interpret: bool) -> int:

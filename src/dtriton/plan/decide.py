@@ -34,6 +34,7 @@ from .dots import dot_only_axes, plan_dots, transposed_operands
 from .gluon_attention import plan_gluon_attention
 from .gluon_attention_bwd import plan_gluon_attention_bwd
 from .gluon_conv import plan_gluon_conv
+from .gluon_depthwise import plan_gluon_depthwise
 from .implicit_gemm import plan_implicit_gemm
 from .kernel import KernelPlan, Program, StoreSpec
 from .lower import lower
@@ -199,7 +200,8 @@ def gluon_program(prog: Program, alg: Algorithm, sched: Schedule, b: Binding, sp
     kernel's own grid covers the call); likewise a derived attention backward printed as the Gluon
     backward where :func:`~dtriton.plan.gluon_attention_bwd.plan_gluon_attention_bwd` decides so, and a
     channels-last 2-d convolution printed as the Gluon conv2d where
-    :func:`~dtriton.plan.gluon_conv.plan_gluon_conv` decides so. ``prog.gluon_note`` says why a requested one does not apply."""
+    :func:`~dtriton.plan.gluon_conv.plan_gluon_conv` decides so (a depthwise one as the Gluon depthwise
+    kernel where :func:`~dtriton.plan.gluon_depthwise.plan_gluon_depthwise` does). ``prog.gluon_note`` says why a requested one does not apply."""
     online = [k for k in prog.kernels if any(p.online for p in k.all_passes())]
     g, prog.gluon_note = plan_gluon_attention(
         alg, b.axis_sizes, b.dtypes, out_dtypes, requested=sched.warp_specialize, interpret=spec.interpret,
@@ -209,6 +211,11 @@ def gluon_program(prog: Program, alg: Algorithm, sched: Schedule, b: Binding, sp
             alg, b.axis_sizes, b.dtypes, out_dtypes, requested=sched.warp_specialize, interpret=spec.interpret,
             arch=spec.arch, dense=spec.dense, i64=spec.i64)
         online = prog.kernels[:1]   # (its kernels replaced by the three of the Gluon backward, printed as one)
+    if g is None and not prog.gluon_note:   # (a channels-last depthwise convolution? before the conv2d's reason)
+        g, prog.gluon_note = plan_gluon_depthwise(
+            alg, b.axis_sizes, b.dtypes, out_dtypes, requested=sched.warp_specialize, interpret=spec.interpret,
+            arch=spec.arch, dense=spec.dense, ones=frozenset(spec.unit_scalars), i64=spec.i64)
+        online = prog.kernels[:1]   # (its kernel replaced by the one Gluon kernel)
     if g is None and not prog.gluon_note:   # (a channels-last 2-d convolution?)
         g, prog.gluon_note = plan_gluon_conv(
             alg, b.axis_sizes, b.dtypes, out_dtypes, requested=sched.warp_specialize, interpret=spec.interpret,

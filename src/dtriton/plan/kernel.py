@@ -22,6 +22,7 @@ from ..schedule import next_pow2
 from .gluon_attention import GluonAttention
 from .gluon_attention_bwd import GluonAttentionBwd
 from .gluon_conv import GluonConv
+from .gluon_depthwise import GluonDepthwise
 
 __all__ = ["AxisPlan", "BlockReduce", "BufferSpec", "DotPlan", "KernelPlan", "LoopBounds", "PairTaps", "PassPlan",
            "Program", "StoreSpec", "TileAccess", "next_pow2"]
@@ -345,10 +346,11 @@ class KernelPlan:
     loop_stores: dict[str, tuple[int, ...]] = field(default_factory=dict)  # in-loop store target -> the reductions
                                                       # of the pass it is printed in, after each step
                                                       # (plan.loop_stores: dQ in the dK/dV kernel)
-    gluon: GluonAttention | GluonAttentionBwd | GluonConv | None = None   # the kernel is printed as that Gluon
-                                                      # attention forward (plan.gluon_attention), backward
-                                                      # (plan.gluon_attention_bwd) or conv2d (plan.gluon_conv),
-                                                      # not from the rest
+    gluon: GluonAttention | GluonAttentionBwd | GluonConv | GluonDepthwise | None = None   # the kernel is
+                                                      # printed as that Gluon attention forward
+                                                      # (plan.gluon_attention), backward (plan.gluon_attention_bwd),
+                                                      # conv2d (plan.gluon_conv) or depthwise conv2d
+                                                      # (plan.gluon_depthwise), not from the rest
 
     @property
     def splits(self) -> tuple[tuple[str, int], ...]:

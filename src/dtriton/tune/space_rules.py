@@ -23,13 +23,14 @@ import torch
 from ..ir import Algorithm, Binding, contractions, grid_candidates, online_candidate, reduction_stages, split_blockers
 from ..plan import match_attention, match_attention_bwd, match_conv2d
 from ..plan.gluon_conv import BY_DEFAULT
+from ..plan.gluon_depthwise import BY_DEFAULT as DEPTHWISE_BY_DEFAULT, match_depthwise
 from ..plan.staging import call_precision
 from ..schedule import (PLACES, TENSOR_CORE_FP32, Knob, Schedule, conv_space_tiles, flash_backward_places, flash_backward_space,
                         flash_forward_space, flat_knobs, mask_bounded, next_pow2)
 from .check import Limits
 
 __all__ = ["HEAD_FIELDS", "TAIL_FIELDS", "field_names", "flat_names", "derive_fields", "derive_flat",
-           "registry_values", "gluon_conv_space", "Derivation", "RULES"]
+           "registry_values", "gluon_conv_space", "gluon_depthwise_space", "Derivation", "RULES"]
 
 #: Space fields before the flat knobs (per axis, per stage, or the grid's own values) ...
 HEAD_FIELDS = ("tile", "grid", "group", "split", "strategy", "place")
@@ -276,13 +277,18 @@ def _rule_warp_specialize(k: Knob, d: Derivation) -> list | None:
     Gluon kernel does not apply, True would warp-specialise the Triton loop (the s4 hang). Likewise, since
     session 11, a 16-bit channels-last 2-d convolution on a TMA GPU (:func:`gluon_conv_space`: the Gluon
     conv2d, :mod:`~dtriton.plan.gluon_conv`; H200 s11 call 2: 165.8 us against the Triton kernel's ~204
-    and cuDNN's 163.6 at N32 C256 H56 W56 O256 3x3)."""
+    and cuDNN's 163.6 at N32 C256 H56 W56 O256 3x3), and since session 12 a 16-bit channels-last depthwise
+    convolution (:func:`gluon_depthwise_space`, :mod:`~dtriton.plan.gluon_depthwise`; H200 s11 call 3
+    probe: 35.8 us against cuDNN's 51.1 at N32 C256 H56 W56 3x3)."""
     if _gluon_attention(d):
         return [None, False]
     if gluon_conv_space(d.alg, d.b, d.gpu and d.limits.tma):
         # True where the default (None) does not pick it yet (plan.gluon_conv.BY_DEFAULT); every
         # candidate is checked against the reference before it is timed
         return [None, False] if BY_DEFAULT else [True, False]
+    if gluon_depthwise_space(d.alg, d.b, d.gpu and d.limits.tma):
+        # (likewise a depthwise one: plan.gluon_depthwise.BY_DEFAULT)
+        return [None, False] if DEPTHWISE_BY_DEFAULT else [True, False]
     return [False, True] if d.base.warp_specialize and _tensor_core_tma(d) else None
 
 
@@ -308,6 +314,17 @@ def gluon_conv_space(alg: Algorithm, b: Binding, tma: bool) -> bool:
     the rest: stride 1, C a multiple of 64, O of 128, ...), False keeping the Triton kernel whose tiles
     the rest of the space searches."""
     if not tma or match_conv2d(alg)[0] is None:
+        return False
+    floats = [t for t in b.dtypes.values() if t.is_floating_point]
+    return bool(floats) and all(t.itemsize == 2 for t in floats)
+
+
+def gluon_depthwise_space(alg: Algorithm, b: Binding, tma: bool) -> bool:
+    """A channels-last depthwise convolution (:func:`~dtriton.plan.gluon_depthwise.match_depthwise`) of
+    16-bit inputs on a TMA GPU (``tma``): the calls whose ``warp_specialize`` None may run as the Gluon
+    depthwise kernel (the plan decides the rest: 3x3, stride 1, C a multiple of 8, ...), False keeping the
+    Triton kernel whose tiles the rest of the space searches."""
+    if not tma or match_depthwise(alg)[0] is None:
         return False
     floats = [t for t in b.dtypes.values() if t.is_floating_point]
     return bool(floats) and all(t.itemsize == 2 for t in floats)

@@ -9,7 +9,7 @@ styles), ``reduce`` (passes and dots), ``kernel`` (program ids, grid, signature,
 signature seen before), ``limits``, ``gluon`` and ``gluon_kernels`` (a fused attention forward the plan
 chose to run as the hand-written Gluon kernel on Hopper: its printing, launch and kernels; ``gluon_bwd``
 and ``gluon_bwd_kernels`` the backward's, ``gluon_conv`` and ``gluon_conv_kernels`` a channels-last
-conv2d's).
+conv2d's, ``gluon_depthwise`` and ``gluon_depthwise_kernels`` a channels-last depthwise conv2d's).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 from ...plan.gluon_attention_bwd import GluonAttentionBwd
 from ...plan.gluon_conv import GluonConv
+from ...plan.gluon_depthwise import GluonDepthwise
 from ...plan.kernel import Program
 from ..base import KernelMeta, Limits
 from .kernel import KernelPrinter, KernelSource, render
@@ -26,6 +27,7 @@ from .fast import FastLauncher
 from .gluon import GluonLauncher, launch_gluon
 from .gluon_bwd import GluonBwdLauncher, launch_gluon_bwd
 from .gluon_conv import GluonConvLauncher, launch_gluon_conv
+from .gluon_depthwise import GluonDepthwiseLauncher, launch_gluon_depthwise
 from .launch import descriptor, ensure_allocator, hooks_off, launch, load_module
 from .limits import MAX_BLOCK_NUMEL, SMEM_BYTES_DEFAULT
 
@@ -53,6 +55,8 @@ class TritonBackend:
             return launch_gluon_bwd(fn, args, meta)
         if isinstance(meta.ir.gluon, GluonConv):
             return launch_gluon_conv(fn, args, meta)
+        if isinstance(meta.ir.gluon, GluonDepthwise):
+            return launch_gluon_depthwise(fn, args, meta)
         if meta.ir.gluon is not None:
             return launch_gluon(fn, args, meta)
         if meta.ir.device_descs and not interpret:
@@ -83,6 +87,8 @@ class TritonBackend:
             return GluonBwdLauncher(alg, plan, b)   # (the Gluon attention backward: one launch of three kernels)
         if any(isinstance(L.meta.ir.gluon, GluonConv) for L in plan.launches):
             return GluonConvLauncher(alg, plan, b)   # (the Gluon conv2d: one launch, no buffers)
+        if any(isinstance(L.meta.ir.gluon, GluonDepthwise) for L in plan.launches):
+            return GluonDepthwiseLauncher(alg, plan, b)   # (the Gluon depthwise conv2d: one launch, no buffers)
         if any(L.meta.ir.gluon is not None for L in plan.launches):
             return GluonLauncher(alg, plan, b)   # (the Gluon attention forward: one launch, no buffers)
         return FastLauncher(alg, plan, b, compiled, args)

@@ -9,12 +9,14 @@ from ...ir import Axis, Cast, Load, Reduce, fmt, walk
 from ...plan.graph import fused_reduces, has
 from ...plan.gluon_attention_bwd import GluonAttentionBwd
 from ...plan.gluon_conv import GluonConv
+from ...plan.gluon_depthwise import GluonDepthwise
 from ...plan.kernel import KernelPlan, Program, StoreSpec
 from ..base import KernelMeta
 from .bounds import BoundsPrinter
 from .gluon import render_gluon
 from .gluon_bwd import render_gluon_bwd
 from .gluon_conv import render_gluon_conv
+from .gluon_depthwise import render_gluon_depthwise
 from .memory import MemoryPrinter
 from .narrow import ENCODE_FP8, FP8_FORMATS, ROUND_FP8
 from .pairs import PairPrinter
@@ -390,7 +392,8 @@ def render(prog: Program) -> tuple[str, list[KernelSource]]:
     for k in prog.kernels:
         if k.gluon is not None:   # the Gluon attention forward (or backward) or conv2d the plan chose
             text, meta = (render_gluon_bwd(k) if isinstance(k.gluon, GluonAttentionBwd) else
-                          render_gluon_conv(k) if isinstance(k.gluon, GluonConv) else render_gluon(k))
+                          render_gluon_conv(k) if isinstance(k.gluon, GluonConv) else
+                          render_gluon_depthwise(k) if isinstance(k.gluon, GluonDepthwise) else render_gluon(k))
             parts.append("\n" + text)
             metas.append(meta)
             continue
