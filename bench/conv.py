@@ -10,7 +10,9 @@ Cases (fp16; shapes of the issue's marks):
   (H200, 01:05 UTC: cuDNN 159.9 us, 740 TFLOP/s). On Hopper the default row runs the Gluon conv2d
   (``dtriton.plan.gluon_conv``; its note says "Gluon conv2d"), the ``ws=False`` row the Triton kernel.
 - ``depthwise``: 3x3, pad 1, C = groups = 256, same image (``depthwise_conv2d_nhwc``: not a
-  GEMM; its floor is the bytes: 51 MB in, 51 MB out).
+  GEMM; its floor is the bytes: 51 MB in, 51 MB out). On Hopper the default row runs the Gluon depthwise
+  kernel (``dtriton.plan.gluon_depthwise``; its note says "Gluon depthwise"), ``ws=True`` asks for it,
+  the ``ws=False`` row runs the Triton kernel.
 - ``conv1d``: kernel 3, stride 2, dilation 2, pad 2, N32 C256 L4096 K256, as torch's NCL layout
   (``conv1d``) and channels-last (NLC, defined here).
 - ``gemm of conv2d (im2col)``: the conv2d's implicit GEMM (M = N*H*W, N = K, K = 9*C) on its input
@@ -121,8 +123,15 @@ def cases(dev: str, dry: bool):
     # rules held the 3x3 window whole (4x4 padded lanes) for one pixel x all channels per program
     whole = dt.Schedule(tile={"n": 1, "h": 1, "w": 1, "c": C}, grid=("n", "h", "w", "c"),
                         strategy={"r": "whole", "q": "whole"}, num_warps=4)
-    yield ("depthwise 3x3 NHWC", [("dtriton", L.depthwise_conv2d_nhwc, [x, wd, 1, 1, H, H], to_nchw),
-                                  ("dtriton taps whole", (L.depthwise_conv2d_nhwc, whole), [x, wd, 1, 1, H, H], to_nchw)],
+    # the default: the Gluon depthwise kernel on Hopper where it applies (plan.gluon_depthwise); ws=True asks
+    # for it; ws=False: the Triton kernel (schedule.conv_rules.depthwise_tiles) on the same tensors
+    dw_args = [x, wd, 1, 1, H, H]
+    yield ("depthwise 3x3 NHWC", [("dtriton", L.depthwise_conv2d_nhwc, dw_args, to_nchw),
+                                  ("dtriton ws=True", (L.depthwise_conv2d_nhwc, dt.Schedule(warp_specialize=True)),
+                                   dw_args, to_nchw),
+                                  ("dtriton ws=False", (L.depthwise_conv2d_nhwc, dt.Schedule(warp_specialize=False)),
+                                   dw_args, to_nchw),
+                                  ("dtriton taps whole", (L.depthwise_conv2d_nhwc, whole), dw_args, to_nchw)],
            lambda a, b: F.conv2d(a, b, padding=1, groups=C), [xc, wdt], 2 * N * H * H * C * 9 / 1e9,
            2 * x.numel() * x.element_size() / 1e6)
     Lx = 4096 if not dry else 23
@@ -277,11 +286,13 @@ def merged(sched: dt.Schedule, fields: dict) -> dt.Schedule:
 
 
 def run_variants(case, impl, alg, args, back, ref, gf, mb):
-    """A row per :data:`VARIANTS` entry of ``case``."""
+    """A row per :data:`VARIANTS` entry of ``case`` (schedules of the Triton kernel: ``warp_specialize``
+    False unless the variant sets it, else the default's None would run the Gluon conv2d or depthwise
+    kernel on Hopper whatever the tiles)."""
     variants = next((v for key, v in VARIANTS.items() if case.startswith(key)), {})
     if PICK and PICK != ["all"]:
         variants = {k: v for k, v in variants.items() if k in PICK}
-    base = dt.compile(alg).schedule_for(*args)
+    base = dt.compile(alg).schedule_for(*args).replace(warp_specialize=False)
     for vname, fields in variants.items():
         try:
             kv = dt.compile(alg, merged(base, fields))
@@ -294,10 +305,13 @@ def run_variants(case, impl, alg, args, back, ref, gf, mb):
 
 
 def kind(src: str) -> str:
-    """What a printed module runs: "Gluon conv2d" (the plan chose the hand-written Gluon kernel,
-    ``dtriton.plan.gluon_conv``), else "tl.dot" or "no dot" (a Triton kernel)."""
+    """What a printed module runs: "Gluon conv2d" or "Gluon depthwise" (the plan chose a hand-written Gluon
+    kernel, ``dtriton.plan.gluon_conv`` / ``dtriton.plan.gluon_depthwise``), else "tl.dot" or "no dot" (a
+    Triton kernel)."""
     if "gluon_conv_kernels import" in src:
         return "Gluon conv2d"
+    if "gluon_depthwise_kernels import" in src:
+        return "Gluon depthwise"
     return "tl.dot" if "tl.dot" in src else "no dot"
 
 

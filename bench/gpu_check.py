@@ -1,6 +1,7 @@
 """Correctness of every library algorithm on the GPU (issue 3: "they also run correctly on the H200").
 
-    PYTHONPATH=src python3 bench/gpu_check.py [--out bench/results] [--dry-run] [--only all|gluon|gluon-conv]
+    PYTHONPATH=src python3 bench/gpu_check.py [--out bench/results] [--dry-run]
+        [--only all|gluon|gluon-conv|gluon-depthwise]
 
 Each case runs the heuristic schedule (and, for softmax and attention, explicit schedules covering
 every reduction strategy and the unfused attention) on awkward shapes (primes, sizes that are not
@@ -22,7 +23,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dtriton as dt  # noqa: E402
 from dtriton.library import (attention, causal_attention, column_sum, conv2d_nhwc, cross_entropy,  # noqa: E402
-                             gqa_attention, layer_norm, linear_relu, log_softmax, matmul, rms_norm, softmax,
+                             depthwise_conv2d_nhwc, gqa_attention, layer_norm, linear_relu, log_softmax, matmul, rms_norm, softmax,
                              spatial_diffusion)
 
 TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 2e-2}
@@ -112,9 +113,10 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, fp32 only, tiny shapes")
-    ap.add_argument("--only", choices=("all", "gluon", "gluon-conv"), default="all",
+    ap.add_argument("--only", choices=("all", "gluon", "gluon-conv", "gluon-depthwise"), default="all",
                     help="gluon: only the Gluon cases (attention forward: warp_specialize=True on sm_90; "
-                         "backward and conv2d: the default schedule); gluon-conv: only the Gluon conv2d cases")
+                         "backward, conv2d and depthwise: the default schedule); gluon-conv: only the Gluon "
+                         "conv2d cases; gluon-depthwise: only the Gluon depthwise conv2d cases")
     a = ap.parse_args(argv)
     dev = "cpu" if a.dry_run else "cuda"
     dtypes = [torch.float32] if a.dry_run else [torch.float32, torch.float16, torch.bfloat16]
@@ -152,8 +154,12 @@ def main(argv=None):
     if a.only == "gluon-conv":
         gluon_conv_cases(rows, rnd, a.dry_run)
         return finish(a, rows)
+    if a.only == "gluon-depthwise":
+        gluon_depthwise_cases(rows, rnd, a.dry_run)
+        return finish(a, rows)
     if a.only == "gluon":
         gluon_conv_cases(rows, rnd, a.dry_run)
+        gluon_depthwise_cases(rows, rnd, a.dry_run)
         gluon_cases(case, rnd, a.dry_run)
         gluon_grads(rows, rnd, a.dry_run)
         gluon_bwd_grads(rows, rnd, a.dry_run)
@@ -239,6 +245,7 @@ def main(argv=None):
     gluon_grads(rows, rnd, a.dry_run)
     gluon_bwd_grads(rows, rnd, a.dry_run)
     gluon_conv_cases(rows, rnd, a.dry_run)
+    gluon_depthwise_cases(rows, rnd, a.dry_run)
     return finish(a, rows)
 
 
@@ -413,6 +420,67 @@ def gluon_conv_cases(rows, rnd, dry: bool) -> None:
                            dilation=d).permute(0, 2, 3, 1)
             err = max(relerr(first, ref), relerr(out, ref))
             ran = "gluon_conv_kernels import" in k.source
+            status = "ok" if err <= TOL[dtype] else "WRONG"
+            note = f"{'Gluon' if ran else 'Triton'} kernel"
+            if ran != (want and not dry):
+                status, note = "WRONG", f"expected the {'Gluon' if want and not dry else 'Triton'} kernel"
+        except Exception as e:  # noqa: BLE001
+            err, status, note = float("nan"), "FAILED", f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        rows.append(dict(case=name, dtype=str(dtype)[6:], schedule="heuristic", rel_err=err, status=status,
+                         seconds=round(time.time() - t0, 2), note=note))
+        print(f"{status:6s} {name:48s} {str(dtype)[6:]:9s} err {err:.1e} {note}", flush=True)
+
+
+#: (N, H, W, C, R, padding, stride, dtype, how X is laid out, the Gluon kernel expected): the bench's shape in
+#: fp16 and bf16; the probe's odd case (W 37: a partial column tile, C 40: a partial channel block);
+#: padding 0 and 2 (Ho, Wo = H -+ 2); two column tiles (W 70); TW 32 and 16 (W 29, 7); C 8 and 24
+#: (below a BC 32 block); an image smaller than a strip (5 x 6, N 1); MobileNet-like layers (112 x 112 x 32:
+#: BC 32, 4 programs an SM over 2 column tiles; 7 x 7 x 960: 15 channel blocks). Stride 2, a 5x5 filter,
+#: C 12 (not a multiple of 8), X an NHWC view of NCHW memory and fp32 fall back to the Triton kernel.
+DEPTHWISE_CASES = [(32, 56, 56, 256, 3, 1, 1, F16, "nhwc", True),
+                   (32, 56, 56, 256, 3, 1, 1, BF16, "nhwc", True),
+                   (3, 13, 37, 40, 3, 1, 1, F16, "nhwc", True),
+                   (2, 17, 70, 64, 3, 0, 1, BF16, "nhwc", True),
+                   (2, 30, 29, 96, 3, 2, 1, F16, "nhwc", True),
+                   (1, 5, 6, 8, 3, 1, 1, F16, "nhwc", True),
+                   (8, 28, 28, 24, 3, 1, 1, BF16, "nhwc", True),
+                   (4, 112, 112, 32, 3, 1, 1, F16, "nhwc", True),
+                   (16, 7, 7, 960, 3, 1, 1, F16, "nhwc", True),
+                   (2, 13, 24, 64, 3, 1, 2, F16, "nhwc", False),
+                   (2, 13, 24, 64, 5, 2, 1, F16, "nhwc", False),
+                   (2, 13, 24, 12, 3, 1, 1, F16, "nhwc", False),
+                   (2, 13, 24, 64, 3, 1, 1, F16, "nchw view", False),
+                   (2, 13, 24, 64, 3, 1, 1, torch.float32, "nhwc", False)]
+
+
+def gluon_depthwise_cases(rows, rnd, dry: bool) -> None:
+    """The Gluon depthwise conv2d (:data:`DEPTHWISE_CASES`): ``depthwise_conv2d_nhwc`` with the default
+    schedule (the compiler picks the Gluon kernel where it applies), written into a NaN-poisoned ``out=``
+    (the signature's fast path) after a first call (the slow path), both against float64 torch
+    ``conv2d(groups=C)`` computed on the same device; each checks which kernel ran (the printed module
+    imports the Gluon depthwise kernel or not). On the interpreter (--dry-run, small shapes, fp32) every
+    call falls back."""
+    import torch.nn.functional as F
+    from dtriton.plan.gluon_depthwise import BY_DEFAULT
+    for N, H, W, C, R, p, s_, dtype, lay, want in DEPTHWISE_CASES:
+        if dry:
+            N, H, W, C, dtype = 1, min(H, 7), min(W, 9), min(C, 24), torch.float32
+        ho, wo = (H + 2 * p - R) // s_ + 1, (W + 2 * p - R) // s_ + 1
+        name = f"gluon depthwise N{N} H{H} W{W} C{C} {R}x{R} p{p} s{s_}{' ' + lay if lay != 'nhwc' else ''}"
+        t0 = time.time()
+        try:
+            x = rnd(N, H, W, C, dtype=dtype) if lay == "nhwc" else rnd(N, C, H, W, dtype=dtype).permute(0, 2, 3, 1)
+            w = rnd(R, R, C, dtype=dtype, scale=1 / R)
+            # (warp_specialize=True while the default does not pick the Gluon kernel: plan.gluon_depthwise.BY_DEFAULT)
+            k = dt.compile(depthwise_conv2d_nhwc, None if BY_DEFAULT else dt.Schedule(warp_specialize=True))
+            args = (x, w, s_, p, ho, wo)
+            first = k(*args)
+            out = torch.full_like(first, float("nan"))
+            k(*args, out=out)
+            ref = F.conv2d(x.double().permute(0, 3, 1, 2), w.double().permute(2, 0, 1)[:, None], stride=s_,
+                           padding=p, groups=C).permute(0, 2, 3, 1)
+            err = max(relerr(first, ref), relerr(out, ref))
+            ran = "gluon_depthwise_kernels import" in k.source
             status = "ok" if err <= TOL[dtype] else "WRONG"
             note = f"{'Gluon' if ran else 'Triton'} kernel"
             if ran != (want and not dry):
