@@ -435,7 +435,8 @@ def gluon_conv_cases(rows, rnd, dry: bool) -> None:
 #: fp16 and bf16; the probe's odd case (W 37: a partial column tile, C 40: a partial channel block);
 #: padding 0 and 2 (Ho, Wo = H -+ 2); two column tiles (W 70); TW 32 and 16 (W 29, 7); C 8 and 24
 #: (below a BC 32 block); an image smaller than a strip (5 x 6, N 1); MobileNet-like layers (112 x 112 x 32:
-#: BC 32, 4 programs an SM over 2 column tiles; 7 x 7 x 960: 15 channel blocks). Stride 2, a 5x5 filter,
+#: BC 32, 4 programs an SM over 2 column tiles; 7 x 7 x 960: 15 channel blocks); the weight a view of torch's
+#: (C, 1, 3, 3) (``w[:, 0].permute(1, 2, 0)``: strides (3, 1, 9), read as such). Stride 2, a 5x5 filter,
 #: C 12 (not a multiple of 8), X an NHWC view of NCHW memory and fp32 fall back to the Triton kernel.
 DEPTHWISE_CASES = [(32, 56, 56, 256, 3, 1, 1, F16, "nhwc", True),
                    (32, 56, 56, 256, 3, 1, 1, BF16, "nhwc", True),
@@ -446,6 +447,7 @@ DEPTHWISE_CASES = [(32, 56, 56, 256, 3, 1, 1, F16, "nhwc", True),
                    (8, 28, 28, 24, 3, 1, 1, BF16, "nhwc", True),
                    (4, 112, 112, 32, 3, 1, 1, F16, "nhwc", True),
                    (16, 7, 7, 960, 3, 1, 1, F16, "nhwc", True),
+                   (4, 28, 28, 64, 3, 1, 1, F16, "torch weight", True),
                    (2, 13, 24, 64, 3, 1, 2, F16, "nhwc", False),
                    (2, 13, 24, 64, 5, 2, 1, F16, "nhwc", False),
                    (2, 13, 24, 12, 3, 1, 1, F16, "nhwc", False),
@@ -469,8 +471,9 @@ def gluon_depthwise_cases(rows, rnd, dry: bool) -> None:
         name = f"gluon depthwise N{N} H{H} W{W} C{C} {R}x{R} p{p} s{s_}{' ' + lay if lay != 'nhwc' else ''}"
         t0 = time.time()
         try:
-            x = rnd(N, H, W, C, dtype=dtype) if lay == "nhwc" else rnd(N, C, H, W, dtype=dtype).permute(0, 2, 3, 1)
-            w = rnd(R, R, C, dtype=dtype, scale=1 / R)
+            x = rnd(N, C, H, W, dtype=dtype).permute(0, 2, 3, 1) if lay == "nchw view" else rnd(N, H, W, C, dtype=dtype)
+            w = rnd(R, R, C, dtype=dtype, scale=1 / R) if lay != "torch weight" else \
+                rnd(C, 1, R, R, dtype=dtype, scale=1 / R)[:, 0].permute(1, 2, 0)
             # (warp_specialize=True while the default does not pick the Gluon kernel: plan.gluon_depthwise.BY_DEFAULT)
             k = dt.compile(depthwise_conv2d_nhwc, None if BY_DEFAULT else dt.Schedule(warp_specialize=True))
             args = (x, w, s_, p, ho, wo)

@@ -72,11 +72,14 @@ def gpu_plan(alg, args, sched=None, arch=90, out=None):
     return plan_program(alg, full, b, spec)
 
 
-def dw_args(N=2, H=13, W=24, C=64, R=3, Q=3, pad=1, stride=1, dtype=F16, seed=0, ho=None, wo=None):
-    """(X, Wt, stride, padding, Ho, Wo) of depthwise_conv2d_nhwc (Ho, Wo: torch's sizes unless given)."""
+def dw_args(N=2, H=13, W=24, C=64, R=3, Q=3, pad=1, stride=1, dtype=F16, seed=0, ho=None, wo=None, torch_w=False):
+    """(X, Wt, stride, padding, Ho, Wo) of depthwise_conv2d_nhwc (Ho, Wo: torch's sizes unless given;
+    ``torch_w``: Wt a view of torch's (C, 1, R, Q) weight, ``w[:, 0].permute(1, 2, 0)``)."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(N, H, W, C, generator=g).to(dtype)
     w = (torch.randn(R, Q, C, generator=g) / 3).to(dtype)
+    if torch_w:
+        w = w.permute(2, 0, 1)[:, None].contiguous()[:, 0].permute(1, 2, 0)
     ho = (H + 2 * pad - R) // stride + 1 if ho is None else ho
     wo = (W + 2 * pad - Q) // stride + 1 if wo is None else wo
     return x, w, stride, pad, ho, wo
@@ -155,8 +158,8 @@ def test_plan_ineligible_says_why():
     assert "16-bit dtype" in reason(depthwise_conv2d_nhwc, (a[0], a[1].bfloat16(), *a[2:]))
     xt = torch.randn(2, 64, 13, 24).half().permute(0, 2, 3, 1)                 # NHWC view of NCHW memory
     assert "X not contiguous" in reason(depthwise_conv2d_nhwc, (xt, *a[1:]))
-    wt = torch.randn(64, 3, 3).half().permute(1, 2, 0)                          # torch's (C, 1, 3, 3) permuted
-    assert "Wt not contiguous" in reason(depthwise_conv2d_nhwc, (a[0], wt, *a[2:]))
+    wt = torch.randn(64, 3, 3).half().permute(1, 2, 0)                          # torch's (C, 1, 3, 3) permuted:
+    assert gpu_plan(depthwise_conv2d_nhwc, (a[0], wt, *a[2:])).kernels[0].gluon is not None   # any strides
     strided = torch.empty(2, 13, 24, 128, dtype=F16)[..., :64]
     assert "out not contiguous" in reason(depthwise_conv2d_nhwc, a, out=strided)
     assert "sm_90" in reason(depthwise_conv2d_nhwc, a, arch=80) and "sm_90" in reason(depthwise_conv2d_nhwc, a, arch=100)
@@ -275,10 +278,10 @@ def replay(monkeypatch, grid, args, kw):
     monkeypatch.setattr(K, "mbarrier", types.SimpleNamespace(expect=lambda bar, n: None))
     monkeypatch.setattr(K, "tma", types.SimpleNamespace(
         async_copy_global_to_shared=lambda desc, coord, bar, dst: copies.append((dst, list(coord)))))
-    x_desc, w, y_t, strips, Ho, Wo, C, off_h, off_w, HB, WB, CB = args
+    x_desc, w, y_t, strips, Ho, Wo, C, off_h, off_w, HB, WB, CB, sw_r, sw_q, sw_c = args
     BH, TW, BC, ST, G = kw["BH"], kw["TW"], kw["BC"], kw["STAGES"], K.G
     R = BH + 2
-    x, wd = x_desc.base.double(), w.double()
+    x, wd = x_desc.base.double(), torch.as_strided(w, (3, 3, C), (sw_r, sw_q, sw_c), w.storage_offset()).double()
     y = torch.full(y_t.shape, float("nan"), dtype=torch.float64)
     stub = types.SimpleNamespace(block_type=types.SimpleNamespace(nbytes=0))
     idx = types.SimpleNamespace(index=lambda i: i)
@@ -335,7 +338,8 @@ LAUNCH_CASES = [(depthwise_conv2d_nhwc, dict(N=2, H=13, W=24, C=64)),           
                 (depthwise_conv2d_nhwc, dict(N=3, H=20, W=37, C=256)),                # TW64 persistent, CB 4
                 (depthwise_conv2d_nhwc, dict(N=2, H=9, W=70, C=40, pad=2, dtype=BF16)),   # 2 column tiles, C < 2 BC
                 (depthwise_conv2d_nhwc, dict(N=12, H=30, W=40, C=24, pad=0)),         # BC32 persistent: 24 strips
-                (depthwise_conv2d_nhwc, dict(N=1, H=5, W=6, C=8)),                    # an image smaller than a strip
+                (depthwise_conv2d_nhwc, dict(N=1, H=5, W=6, C=8, torch_w=True)),      # an image smaller than a strip;
+                #                                                                       torch's weight, a view
                 (depthwise_conv2d_nhwc, dict(N=2, H=11, W=35, C=64, ho=7, wo=40)),    # Ho, Wo given: fewer / more
                 (dw_lit, dict(N=2, H=6, W=50, C=32, ho=8, wo=48))]
 
@@ -388,7 +392,8 @@ def test_runtime_launches_the_gluon_kernel(monkeypatch, alg, kw):
     assert kwargs["num_warps"] == kwargs["NW"] and list(args[0].block_shape) == [1, 1, TW, BC]
     assert list(args[0].shape) == list(x.shape)
     HB, WB, CB = -(-ho // BH), -(-wo // TW), -(-C // BC)
-    assert tuple(args[3:]) == (N * HB * WB, ho, wo, C, -pad_h, -pad_w, HB, WB, CB)
+    assert tuple(args[3:]) == (N * HB * WB, ho, wo, C, -pad_h, -pad_w, HB, WB, CB, *w.stride())
+    assert w.is_contiguous() != kw.get("torch_w", False)
     persist = CONFIGS[(TW, BC)][3]
     assert grid == ((min(N * HB * WB * CB, max(CB, 5 * persist // CB * CB)) if persist else N * HB * WB * CB),)
     got = replay(monkeypatch, grid, args, kwargs)

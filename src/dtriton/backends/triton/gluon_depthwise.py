@@ -41,8 +41,8 @@ def offset_text(p) -> str:
 
 def render_gluon_depthwise(k: KernelPlan) -> tuple[str, KernelMeta]:
     """The module text of kernel ``k`` (planned as the Gluon depthwise kernel: ``k.gluon``) and its launch
-    metadata: tensors X (4-d), the weight (3-d) and the output (4-d), then the int arguments of X's
-    offsets."""
+    metadata: tensors X (4-d), the weight (3-d, any strides: the launch passes them) and the output (4-d),
+    then the int arguments of X's offsets."""
     g = k.gluon
     m = g.match
     n, h, w = m.rows
@@ -83,8 +83,8 @@ def depthwise_launch(fn: Any, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor,
     """Launch the Gluon depthwise kernel ``fn`` (:func:`~.gluon_depthwise_kernels.dw3x3_rows` or a stand-in
     taking its arguments) writing ``y`` (N, Ho, Wo, C) = the depthwise 3x3 convolution of ``x`` (N, H, W,
     C) with ``w`` (3, 3, C), stride 1, ``y[n, h, w, c] = sum of x[n, h + r + off[0], w + q + off[1], c] *
-    w[r, q, c]`` (x zero outside). All three contiguous 16-byte aligned CUDA tensors of one 16-bit dtype,
-    C a multiple of 8 (the plan's facts; not checked here). ``persist``: programs an SM (0: a program a
+    w[r, q, c]`` (x zero outside). CUDA tensors of one 16-bit dtype, x and y contiguous with a 16-byte
+    aligned base, w of any strides, C a multiple of 8 (the plan's facts; not checked here). ``persist``: programs an SM (0: a program a
     strip). Boxes may exceed the input's dims (TMA reads zeros past them)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
@@ -98,7 +98,8 @@ def depthwise_launch(fn: Any, x: torch.Tensor, w: torch.Tensor, y: torch.Tensor,
     programs, strips, HB, WB, CB = depthwise_grid(consts, y.shape, persist, n_sm)
     x_desc = TensorDescriptor.from_tensor(x, [1, 1, consts["TW"], consts["BC"]], box_layout())
     _, Ho, Wo, C = y.shape
-    fn[(programs,)](x_desc, w, y, strips, Ho, Wo, C, off[0], off[1], HB, WB, CB, **consts, num_warps=consts["NW"])
+    fn[(programs,)](x_desc, w, y, strips, Ho, Wo, C, off[0], off[1], HB, WB, CB, *w.stride(), **consts,
+                    num_warps=consts["NW"])
 
 
 def launch_gluon_depthwise(fn: Any, call: Sequence[Any], meta: KernelMeta) -> None:

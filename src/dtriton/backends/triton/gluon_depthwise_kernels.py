@@ -99,16 +99,17 @@ def _store(Out, done, n, o, Ho, Wo, C, w_cols, oc, mrow, mc):
 
 
 @gluon.jit
-def _weight(Wt, t: gl.constexpr, C, oc, mc):
-    """Tap ``t`` (r * 3 + q) of the weight at channels ``oc``, fp32, ``[1, 1, BC]``."""
-    return gl.load(Wt + t * C + oc, mask=mc, other=0.0).to(gl.float32)[None, None, :]
+def _weight(Wt, r: gl.constexpr, q: gl.constexpr, SW_R, SW_Q, SW_C, oc, mc):
+    """Tap (r, q) of the weight (strides SW_R, SW_Q, SW_C) at channels ``oc``, fp32, ``[1, 1, BC]``."""
+    return gl.load(Wt + r * SW_R + q * SW_Q + oc * SW_C, mask=mc, other=0.0).to(gl.float32)[None, None, :]
 
 
 @gluon.jit
-def dw3x3_rows(x_desc, Wt, Out, n_strips, Ho, Wo, C, OFF_H, OFF_W, HB, WB, CB, BH: gl.constexpr, TW: gl.constexpr,
-               BC: gl.constexpr, V: gl.constexpr, NW: gl.constexpr, STAGES: gl.constexpr):
+def dw3x3_rows(x_desc, Wt, Out, n_strips, Ho, Wo, C, OFF_H, OFF_W, HB, WB, CB, SW_R, SW_Q, SW_C, BH: gl.constexpr,
+               TW: gl.constexpr, BC: gl.constexpr, V: gl.constexpr, NW: gl.constexpr, STAGES: gl.constexpr):
     """Depthwise 3x3 by rolling rows from a TMA ring (the module docstring). ``n_strips`` = N * HB * WB
-    strips of BH output rows (HB a column) x TW output columns (WB a row); CB channel blocks of BC.
+    strips of BH output rows (HB a column) x TW output columns (WB a row); CB channel blocks of BC; the
+    weight (3, 3, C) of strides SW_R, SW_Q, SW_C (any: 9 loads a program), X and Y contiguous.
     Program p owns channel block ``p % CB`` and the strips ``p // CB, p // CB + nprog // CB, ...``;
     the grid (nprog) must be a multiple of CB, at most n_strips * CB. Launch with num_warps = NW; V
     channels a thread."""
@@ -134,15 +135,15 @@ def dw3x3_rows(x_desc, Wt, Out, n_strips, Ho, Wo, C, OFF_H, OFF_W, HB, WB, CB, B
             _issue(x_desc, ring, bars, s, n, hb, wb, s, cb, OFF_H, OFF_W, BH, TW, BC, STAGES)
     oc1 = cb * BC + gl.arange(0, BC, layout=LC)
     mc1 = oc1 < C
-    w0 = _weight(Wt, 0, C, oc1, mc1)
-    w1 = _weight(Wt, 1, C, oc1, mc1)
-    w2 = _weight(Wt, 2, C, oc1, mc1)
-    w3 = _weight(Wt, 3, C, oc1, mc1)
-    w4 = _weight(Wt, 4, C, oc1, mc1)
-    w5 = _weight(Wt, 5, C, oc1, mc1)
-    w6 = _weight(Wt, 6, C, oc1, mc1)
-    w7 = _weight(Wt, 7, C, oc1, mc1)
-    w8 = _weight(Wt, 8, C, oc1, mc1)
+    w0 = _weight(Wt, 0, 0, SW_R, SW_Q, SW_C, oc1, mc1)
+    w1 = _weight(Wt, 0, 1, SW_R, SW_Q, SW_C, oc1, mc1)
+    w2 = _weight(Wt, 0, 2, SW_R, SW_Q, SW_C, oc1, mc1)
+    w3 = _weight(Wt, 1, 0, SW_R, SW_Q, SW_C, oc1, mc1)
+    w4 = _weight(Wt, 1, 1, SW_R, SW_Q, SW_C, oc1, mc1)
+    w5 = _weight(Wt, 1, 2, SW_R, SW_Q, SW_C, oc1, mc1)
+    w6 = _weight(Wt, 2, 0, SW_R, SW_Q, SW_C, oc1, mc1)
+    w7 = _weight(Wt, 2, 1, SW_R, SW_Q, SW_C, oc1, mc1)
+    w8 = _weight(Wt, 2, 2, SW_R, SW_Q, SW_C, oc1, mc1)
     oc = oc1[None, None, :]
     mc = mc1[None, None, :]
     ga = (gl.arange(0, TW // _G, layout=LA) * _G)[:, None, None]
@@ -188,8 +189,9 @@ def dw3x3_rows(x_desc, Wt, Out, n_strips, Ho, Wo, C, OFF_H, OFF_W, HB, WB, CB, B
 def compile_sm90(consts: Mapping[str, Any], dtype: str = "float16"):
     """:func:`dw3x3_rows` with the compile-time arguments ``consts`` (BH, TW, BC, V, NW, STAGES) for 16-bit
     ``dtype`` ("float16" or "bfloat16") compiled for sm_90 by Triton's own toolchain (no GPU needed,
-    nothing launched): Triton's compiled kernel (``.asm["ptx"]``, ``.metadata``). The weight and output
-    pointers 16-byte aligned and C a multiple of 16, as a launch at C 256 specialises them."""
+    nothing launched): Triton's compiled kernel (``.asm["ptx"]``, ``.metadata``). Specialised as a launch
+    at C 256 with a contiguous weight is: the weight and output pointers 16-byte aligned, C and the weight's
+    strides multiples of 16, its channel stride 1."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -198,7 +200,8 @@ def compile_sm90(consts: Mapping[str, Any], dtype: str = "float16"):
     names = dw3x3_rows.arg_names
     types = {"x_desc": f"tensordesc<{ty}[{','.join(map(str, box))}],{box_layout()!r}>", "Wt": f"*{ty}",
              "Out": f"*{ty}"}
-    sig = {n: "constexpr" if n in consts else types.get(n, "i32") for n in names}
-    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in ("Wt", "Out", "C")}
-    return triton.compile(GluonASTSource(dw3x3_rows, sig, dict(consts), attrs), target=GPUTarget("cuda", 90, 32),
+    meta = dict(consts, SW_C=1)
+    sig = {n: "constexpr" if n in meta else types.get(n, "i32") for n in names}
+    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in ("Wt", "Out", "C", "SW_R", "SW_Q")}
+    return triton.compile(GluonASTSource(dw3x3_rows, sig, meta, attrs), target=GPUTarget("cuda", 90, 32),
                           options={"num_warps": consts["NW"]})
