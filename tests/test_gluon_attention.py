@@ -424,7 +424,6 @@ def test_runtime_launches_the_gluon_kernel(monkeypatch, alg, D, H, G, extra, S, 
     SM), log2(e) times the scale, the K/V head map (HQ, HKV, GROUP), the constants; what the recorded
     arguments address (the kernel's head map run as Python) is the algorithm's float64 result; the query
     and key lengths apart (S != T, causal top-left aligned)."""
-    import dtriton.backends.triton as bt
     import dtriton.plan.callspec as cs
     import dtriton.runtime.kernel as rk
     from dtriton.backends.triton.gluon import LOG2E
@@ -440,8 +439,7 @@ def test_runtime_launches_the_gluon_kernel(monkeypatch, alg, D, H, G, extra, S, 
     import dtriton.backends.triton.gluon as gm
     real = gm.launch_gluon
     record = lambda fn, args, meta: real(Recorder(), args, meta)  # noqa: E731
-    monkeypatch.setattr(bt, "launch_gluon", record)        # (the slow path)
-    monkeypatch.setattr(gm, "launch_gluon", record)        # (the fast path of the signature)
+    monkeypatch.setattr(gm, "launch_gluon", record)        # (the slow path and the signature's fast path)
     B = 3
     q, k, v = gqa(B, H, G, S, D, T=T, seed=H + D)
     literal = alg in (gqa_causal_lit, attention_lit)
@@ -453,7 +451,7 @@ def test_runtime_launches_the_gluon_kernel(monkeypatch, alg, D, H, G, extra, S, 
         out = kern(*call)
     assert "gluon_kernels import attn_fwd_" in kern.source
     assert ("grouped-query" in kern.source) == grouped
-    assert isinstance(kern.fast_launcher_for(call), gm.GluonLauncher)
+    assert kern.fast_launcher_for(call).kind is gm.KIND
     again = kern(*call)                                           # the fast path
     given = torch.empty_like(out)
     assert kern(*call, out=given) is given                       # the fast path into out=
@@ -488,7 +486,6 @@ def test_a_plan_reused_for_other_lengths_passes_them(monkeypatch):
     """A call signature planned at S = T = 640 serves a call at S = 640, T = 896 (the same size facts:
     bucket 1024, multiples of 128 not of 256): its launch passes the call's own T and K/V descriptors of
     T rows, and what it addresses is the float64 result (the kernel takes S and T apart)."""
-    import dtriton.backends.triton as bt
     import dtriton.backends.triton.gluon as gm
     import dtriton.plan.callspec as cs
     import dtriton.runtime.kernel as rk
@@ -502,7 +499,6 @@ def test_a_plan_reused_for_other_lengths_passes_them(monkeypatch):
 
     real = gm.launch_gluon
     record = lambda fn, args, meta: real(Recorder(), args, meta)  # noqa: E731
-    monkeypatch.setattr(bt, "launch_gluon", record)
     monkeypatch.setattr(gm, "launch_gluon", record)
     kern = dt.compile(attention, dt.Schedule(warp_specialize=True))
     for S, T in ((640, 640), (640, 896)):
@@ -529,7 +525,6 @@ def test_runtime_saving_forward_stores_lse_and_the_copy(monkeypatch, alg):
     """The forward autograd runs (output, row log-sum-exp in fp32, the normalised output again) as
     the Gluon kernel: its LSE pointer is the fp32 output (STORE_LSE), the third output a copy of the
     first; the fast path returns the three (grouped-query: the head map passed as well)."""
-    import dtriton.backends.triton as bt
     import dtriton.backends.triton.gluon as gm
     import dtriton.plan.callspec as cs
     import dtriton.runtime.kernel as rk
@@ -547,7 +542,6 @@ def test_runtime_saving_forward_stores_lse_and_the_copy(monkeypatch, alg):
 
     real = gm.launch_gluon
     record = lambda fn, args, meta: real(Recorder(), args, meta)  # noqa: E731
-    monkeypatch.setattr(bt, "launch_gluon", record)
     monkeypatch.setattr(gm, "launch_gluon", record)
     aug = saving(alg)
     m = match_attention(aug)
@@ -566,4 +560,4 @@ def test_runtime_saving_forward_stores_lse_and_the_copy(monkeypatch, alg):
         # (written in place where lse in the kernel's (lead, i) order is contiguous, else through a buffer)
         assert (args[4].data_ptr() == lse.data_ptr()) == lse.permute(m.lse_perm).is_contiguous()
         assert o.dtype == o2.dtype == F16 and torch.equal(o, o2.permute(m.copy_perm))
-    assert isinstance(kern.fast_launcher_for(call), gm.GluonLauncher) and len(seen) == 2
+    assert kern.fast_launcher_for(call).kind is gm.KIND and len(seen) == 2

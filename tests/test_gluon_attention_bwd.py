@@ -291,7 +291,6 @@ def test_runtime_launches_the_gluon_backward(monkeypatch, alg, dtype, S):
     descriptors of Q, K, V, dO, dK, dV in the planned boxes, dQ's zero-filled fp32 sum in (64, 64)
     boxes, the LSE and delta in 64-row boxes, log2(e) times the scale and the scale, the constants; the
     cast into dQ; the gradients written are float64 autograd's (slow path, fast path, out=)."""
-    import dtriton.backends.triton as bt
     import dtriton.backends.triton.gluon_bwd as gb
     import dtriton.plan.callspec as cs
     import dtriton.runtime.kernel as rk
@@ -300,8 +299,7 @@ def test_runtime_launches_the_gluon_backward(monkeypatch, alg, dtype, S):
     fake = Emulated()
     real = gb.launch_gluon_bwd
     record = lambda fn, args, meta: real(fake, args, meta)  # noqa: E731
-    monkeypatch.setattr(bt, "launch_gluon_bwd", record)       # (the slow path)
-    monkeypatch.setattr(gb, "launch_gluon_bwd", record)       # (the fast path of the signature)
+    monkeypatch.setattr(gb, "launch_gluon_bwd", record)       # (the slow path and the signature's fast path)
     B, H, D = 2, 3, 128
     bwd, args = call(alg, B, H, S, D, dtype, scale=-0.3, seed=S)
     kern = dt.compile(bwd)
@@ -309,7 +307,7 @@ def test_runtime_launches_the_gluon_backward(monkeypatch, alg, dtype, S):
         warnings.simplefilter("error", dt.ScheduleWarning)
         got = kern(*args)
     assert "gluon_bwd_kernels import ATTENTION_BWD" in kern.source
-    assert isinstance(kern.fast_launcher_for(args), gb.GluonBwdLauncher)
+    assert kern.fast_launcher_for(args).kind is gb.KIND
     again = kern(*args)
     given = tuple(torch.full_like(t, float("nan")) for t in got)
     assert all(a is b for a, b in zip(kern(*args, out=given), given))
@@ -370,7 +368,6 @@ def test_autograd_runs_the_gluon_forward_and_backward(monkeypatch, alg, dtype, B
     """``dt.compile(alg)`` under autograd on an sm_90 GPU (routed as on the GPU, the Gluon kernels replaced
     by float64 stand-ins): the saving forward runs as the Gluon forward (its LSE and output copy), the
     derived backward, which reads them, as the Gluon backward; the gradients are float64 autograd's."""
-    import dtriton.backends.triton as bt
     import dtriton.backends.triton.gluon as gm
     import dtriton.backends.triton.gluon_bwd as gb
     import dtriton.plan.callspec as cs
@@ -397,10 +394,8 @@ def test_autograd_runs_the_gluon_forward_and_backward(monkeypatch, alg, dtype, B
 
     fake = Emulated()
     real_f, real_b = gm.launch_gluon, gb.launch_gluon_bwd
-    for mod in (bt, gm):
-        monkeypatch.setattr(mod, "launch_gluon", lambda fn, args, meta: real_f(Forward(), args, meta))
-    for mod in (bt, gb):
-        monkeypatch.setattr(mod, "launch_gluon_bwd", lambda fn, args, meta: real_b(fake, args, meta))
+    monkeypatch.setattr(gm, "launch_gluon", lambda fn, args, meta: real_f(Forward(), args, meta))
+    monkeypatch.setattr(gb, "launch_gluon_bwd", lambda fn, args, meta: real_b(fake, args, meta))
     g = torch.Generator().manual_seed(11)
     q, k, v, w = (torch.randn(B, H, S, 128, generator=g).to(dtype) for _ in range(4))
     ins = [t.clone().requires_grad_() for t in (q, k, v)]

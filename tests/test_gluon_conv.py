@@ -316,7 +316,6 @@ def test_runtime_launches_the_gluon_kernel(monkeypatch, alg, kw):
     planned boxes, a persistent grid, the call's offsets (-padding) and dilations, the patch and tile
     counts; the fast path and out= launch the same; what the recorded arguments address is float64
     torch's conv2d."""
-    import dtriton.backends.triton as bt
     import dtriton.backends.triton.gluon_conv as gc
     import dtriton.plan.callspec as cs
     import dtriton.runtime.kernel as rk
@@ -331,8 +330,7 @@ def test_runtime_launches_the_gluon_kernel(monkeypatch, alg, kw):
 
     real = gc.launch_gluon_conv
     record = lambda fn, args, meta: real(Recorder(), args, meta)  # noqa: E731
-    monkeypatch.setattr(bt, "launch_gluon_conv", record)   # (the slow path)
-    monkeypatch.setattr(gc, "launch_gluon_conv", record)   # (the fast path of the signature)
+    monkeypatch.setattr(gc, "launch_gluon_conv", record)   # (the slow path and the signature's fast path)
     call = conv_args(**kw, seed=len(kw))
     x, w = call[:2]
     kern = dt.compile(alg, None if BY_DEFAULT else dt.Schedule(warp_specialize=True))
@@ -340,7 +338,7 @@ def test_runtime_launches_the_gluon_kernel(monkeypatch, alg, kw):
         warnings.simplefilter("error", dt.ScheduleWarning)
         out = kern(*call)
     assert "gluon_conv_kernels import conv2d_ws" in kern.source
-    assert isinstance(kern.fast_launcher_for(call), gc.GluonConvLauncher)
+    assert kern.fast_launcher_for(call).kind is gc.KIND
     again = kern(*call)
     given = torch.empty_like(out)
     assert kern(*call, out=given) is given

@@ -351,7 +351,6 @@ def test_runtime_launches_the_gluon_kernel(monkeypatch, alg, kw):
     launcher builds a 4-d descriptor of X in row boxes, the grid (persistent over 5 SMs where planned so),
     the call's offsets (-padding), the strip counts; the fast path and out= launch the same; what the
     recorded arguments address is float64 torch's depthwise conv2d."""
-    import dtriton.backends.triton as bt
     import dtriton.backends.triton.gluon_depthwise as gd
     import dtriton.plan.callspec as cs
     import dtriton.runtime.kernel as rk
@@ -366,8 +365,7 @@ def test_runtime_launches_the_gluon_kernel(monkeypatch, alg, kw):
 
     real = gd.launch_gluon_depthwise
     record = lambda fn, args, meta: real(Recorder(), args, meta)  # noqa: E731
-    monkeypatch.setattr(bt, "launch_gluon_depthwise", record)   # (the slow path)
-    monkeypatch.setattr(gd, "launch_gluon_depthwise", record)   # (the fast path of the signature)
+    monkeypatch.setattr(gd, "launch_gluon_depthwise", record)   # (the slow path and the signature's fast path)
     x, w, s, pad, ho, wo = dw_args(**kw, seed=len(kw))
     pad_h, pad_w = (2, 0) if alg is dw_lit else (pad, pad)
     call = (x, w, ho, wo) if alg is dw_lit else (x, w, s, pad, ho, wo)
@@ -376,7 +374,7 @@ def test_runtime_launches_the_gluon_kernel(monkeypatch, alg, kw):
         warnings.simplefilter("error", dt.ScheduleWarning)
         out = kern(*call)
     assert "gluon_depthwise_kernels import dw3x3_rows" in kern.source
-    assert isinstance(kern.fast_launcher_for(call), gd.GluonDepthwiseLauncher)
+    assert kern.fast_launcher_for(call).kind is gd.KIND
     again = kern(*call)
     given = torch.empty_like(out)
     assert kern(*call, out=given) is given

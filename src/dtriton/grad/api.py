@@ -239,8 +239,9 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
     saved_params = []
     lses = {s: lse_statistics(alg)[s] for s in save_l if s not in alg.stages}
     outs_saved = []   # (forward value, load of its parameter) per saved output
+    outs_names = {s for s in save_l if s in alg.stages and alg.stages[s].is_output}
     for s in save_l:
-        if s in alg.stages and alg.stages[s].is_output:   # read where recomputed (read_saved_values)
+        if s in outs_names:   # a saved output: read where recomputed (read_saved_values)
             o = alg.stages[s].node
             pn = unique_param_name(f"saved_{s}", taken)
             dims = tuple(alg.axis_size[a] for a in o.layout)
@@ -256,7 +257,6 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
     spec = param_spec(alg)
     spec += [("tensor", gn, tuple(alg.axis_size[a] for a in o.layout)) for gn, o in zip(d.gnames, alg.outputs)]
     spec += saved_params
-    outs_names = {s for s in save_l if s in alg.stages and alg.stages[s].is_output}
     if lses:
         # every saved value becomes a load here; saved_map still names them (weak parameters), and
         # a statistic by a key no node has

@@ -9,7 +9,8 @@ styles), ``reduce`` (passes and dots), ``kernel`` (program ids, grid, signature,
 signature seen before), ``limits``, ``gluon`` and ``gluon_kernels`` (a fused attention forward the plan
 chose to run as the hand-written Gluon kernel on Hopper: its printing, launch and kernels; ``gluon_bwd``
 and ``gluon_bwd_kernels`` the backward's, ``gluon_conv`` and ``gluon_conv_kernels`` a channels-last
-conv2d's, ``gluon_depthwise`` and ``gluon_depthwise_kernels`` a channels-last depthwise conv2d's).
+conv2d's, ``gluon_depthwise`` and ``gluon_depthwise_kernels`` a channels-last depthwise conv2d's;
+``gluon_kind`` what they share, ``gluon_table`` the decision class -> kind table).
 """
 
 from __future__ import annotations
@@ -17,17 +18,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from ...plan.gluon_attention_bwd import GluonAttentionBwd
-from ...plan.gluon_conv import GluonConv
-from ...plan.gluon_depthwise import GluonDepthwise
 from ...plan.kernel import Program
 from ..base import KernelMeta, Limits
 from .kernel import KernelPrinter, KernelSource, render
 from .fast import FastLauncher
-from .gluon import GluonLauncher, launch_gluon
-from .gluon_bwd import GluonBwdLauncher, launch_gluon_bwd
-from .gluon_conv import GluonConvLauncher, launch_gluon_conv
-from .gluon_depthwise import GluonDepthwiseLauncher, launch_gluon_depthwise
+from .gluon_kind import GluonCallLauncher
+from .gluon_table import gluon_kind
 from .launch import descriptor, ensure_allocator, hooks_off, launch, load_module
 from .limits import MAX_BLOCK_NUMEL, SMEM_BYTES_DEFAULT
 
@@ -51,14 +47,9 @@ class TritonBackend:
     def launch(self, fn: Any, programs: int, args: Sequence[Any], meta: KernelMeta, interpret: bool) -> Any:
         """Launch ``programs`` programs of kernel ``fn``; returns the compiled kernel (a kernel building
         its TMA descriptors in the kernel gets Triton's scratch allocator first)."""
-        if isinstance(meta.ir.gluon, GluonAttentionBwd):   # (never planned for the interpreter)
-            return launch_gluon_bwd(fn, args, meta)
-        if isinstance(meta.ir.gluon, GluonConv):
-            return launch_gluon_conv(fn, args, meta)
-        if isinstance(meta.ir.gluon, GluonDepthwise):
-            return launch_gluon_depthwise(fn, args, meta)
-        if meta.ir.gluon is not None:
-            return launch_gluon(fn, args, meta)
+        kind = gluon_kind(meta.ir.gluon)   # (a Gluon kernel: never planned for the interpreter)
+        if kind is not None:
+            return kind.launch(fn, args, meta)
         if meta.ir.device_descs and not interpret:
             ensure_allocator()
         return launch(fn, programs, args, meta.consts, meta.ir.num_warps, meta.ir.num_stages, interpret,
@@ -82,15 +73,12 @@ class TritonBackend:
     fast_path_ok = staticmethod(hooks_off)
 
     def fast_launcher(self, alg: Any, plan: Any, b: Any, compiled: list, args: Sequence[Any]) -> Any:
-        """A :class:`~dtriton.backends.triton.fast.FastLauncher` for ``plan``'s kernels."""
-        if any(isinstance(L.meta.ir.gluon, GluonAttentionBwd) for L in plan.launches):
-            return GluonBwdLauncher(alg, plan, b)   # (the Gluon attention backward: one launch of three kernels)
-        if any(isinstance(L.meta.ir.gluon, GluonConv) for L in plan.launches):
-            return GluonConvLauncher(alg, plan, b)   # (the Gluon conv2d: one launch, no buffers)
-        if any(isinstance(L.meta.ir.gluon, GluonDepthwise) for L in plan.launches):
-            return GluonDepthwiseLauncher(alg, plan, b)   # (the Gluon depthwise conv2d: one launch, no buffers)
-        if any(L.meta.ir.gluon is not None for L in plan.launches):
-            return GluonLauncher(alg, plan, b)   # (the Gluon attention forward: one launch, no buffers)
+        """A :class:`~dtriton.backends.triton.fast.FastLauncher` for ``plan``'s kernels; a
+        :class:`~dtriton.backends.triton.gluon_kind.GluonCallLauncher` where the plan is one Gluon launch."""
+        for L in plan.launches:
+            kind = gluon_kind(L.meta.ir.gluon)
+            if kind is not None:   # (a Gluon plan is that one launch, no buffers)
+                return GluonCallLauncher(alg, plan, b, kind)
         return FastLauncher(alg, plan, b, compiled, args)
 
     def version(self) -> str:

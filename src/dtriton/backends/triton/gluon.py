@@ -4,7 +4,8 @@
 :mod:`.gluon_kernels` the plan's :class:`~dtriton.plan.GluonAttention` names, with the decision in
 its header, and the launch metadata (the compile-time constants); :func:`launch_gluon` builds the
 host TMA descriptors of the (rows, D) views of Q, K, V and the output and launches it (a persistent
-grid of one program per SM where the decision says so); :func:`.gluon_kernels.compile_sm90` compiles it
+grid of one program per SM where the decision says so); :data:`KIND` is both for :mod:`.gluon_table`;
+:func:`.gluon_kernels.compile_sm90` compiles it
 for sm_90 without a GPU (tests, register counts). Nothing here decides: every choice is the plan's, except the
 sign of the run-time scale (a compile-time flag of the launch, as Triton specialises integers).
 """
@@ -19,8 +20,9 @@ from ...errors import ZeroDivisorError
 from ...plan.gluon_attention import GluonAttention
 from ...plan.kernel import KernelPlan
 from ..base import KernelMeta
+from .gluon_kind import GluonKind
 
-__all__ = ["GluonLauncher", "constants", "kernel_name", "kv_heads", "launch_gluon", "render_gluon", "shared_layout"]
+__all__ = ["KIND", "constants", "kernel_name", "kv_heads", "launch_gluon", "render_gluon", "shared_layout"]
 
 LOG2E = 1.4426950408889634
 
@@ -134,45 +136,6 @@ def kv_heads(g: GluonAttention, q: torch.Tensor, k: torch.Tensor, scalars) -> tu
     return q.shape[len(m.lead) - 1], k.shape[len(m.lead) - 1], group
 
 
-class GluonLauncher:
-    """The fast path of a call signature whose plan is the Gluon attention forward: ``launcher(args)``
-    allocates the output and launches (:func:`launch_gluon`: descriptors built per call), without
-    re-binding or re-planning; ``into(args, outs)`` writes an ``out=`` tensor :meth:`takes` accepted.
-
-    Args:
-        alg: the algorithm; plan: the runtime's plan of the call (one launch, the Gluon kernel);
-        b: the call's binding (sizes, output dtype, device)."""
-
-    def __init__(self, alg, plan, b):
-        (L,) = plan.launches
-        self.fn, self.meta = L.fn, L.meta
-        m = L.meta.ir.gluon.match
-        pos = {p.name: i for i, p in enumerate(alg.params)}
-        self.inputs = [pos[m.q], pos[m.k], pos[m.v]]
-        self.scalars = [pos[s[2:]] for s in L.meta.scalars]   # (the scale, the group: as the metadata orders them)
-        self.allocs = [(tuple(b.axis_sizes[a] for a in o.layout), dt) for o, dt in zip(alg.outputs, b.out_dtypes)]
-        self.device = b.device
-        self.strides = [0] * sum(L.meta.tensor_ndim.values())   # (the launcher reads none)
-
-    def __call__(self, args):
-        """Launch on ``args`` (positional, of the signature planned); returns the output (a saving
-        forward's: the tuple of its outputs)."""
-        return self.into(args, [torch.empty(shape, dtype=dt, device=self.device) for shape, dt in self.allocs])
-
-    def takes(self, outs: Sequence[torch.Tensor]) -> bool:
-        """Whether ``outs`` (one tensor per output) can be the outputs: their shapes and dtypes, on the
-        device, contiguous and 16-byte aligned (the descriptors are built on them)."""
-        return len(outs) == len(self.allocs) and all(
-            tuple(t.shape) == shape and t.dtype == dt and t.device == self.device and t.is_contiguous()
-            and t.data_ptr() % 16 == 0 for t, (shape, dt) in zip(outs, self.allocs))
-
-    def into(self, args, outs: Sequence[torch.Tensor]):
-        """Launch on ``args`` writing ``outs`` (which :meth:`takes` accepted); returns the output, or the
-        tuple of them."""
-        call = [args[p] for p in self.inputs] + list(outs) + self.strides + [args[p] for p in self.scalars]
-        launch_gluon(self.fn, call, self.meta)
-        return outs[0] if len(outs) == 1 else tuple(outs)
-
-    def packed(self, keep: int, remap=None, buffers: bool = True) -> None:
-        """No packed variant (an autograd step keeps the saved statistics as separate tensors)."""
-        return None
+#: how the attention forward is printed and launched (the launch looked up at call time)
+KIND = GluonKind(render=render_gluon, launch=lambda fn, call, meta: launch_gluon(fn, call, meta),
+                 inputs=lambda g: (g.match.q, g.match.k, g.match.v))

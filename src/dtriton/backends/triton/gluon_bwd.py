@@ -5,7 +5,7 @@
 dQ's cast) with the decision (:class:`~dtriton.plan.gluon_attention_bwd.GluonAttentionBwd`) in its
 header, and the launch metadata; :func:`launch_gluon_bwd` allocates delta and the zero-filled fp32 dQ
 sum, builds the host TMA descriptors of the (rows, D) views and launches the three;
-:class:`GluonBwdLauncher` is a call signature's fast path. Nothing here decides: every choice is the
+:data:`KIND` is both for :mod:`.gluon_table`. Nothing here decides: every choice is the
 plan's.
 """
 
@@ -19,8 +19,9 @@ from ...plan.gluon_attention_bwd import GluonAttentionBwd
 from ...plan.kernel import KernelPlan
 from ..base import KernelMeta
 from .gluon import LOG2E, shared_layout
+from .gluon_kind import GluonKind
 
-__all__ = ["GluonBwdLauncher", "bwd_constants", "launch_gluon_bwd", "render_gluon_bwd"]
+__all__ = ["KIND", "bwd_constants", "launch_gluon_bwd", "render_gluon_bwd"]
 
 #: rows a program of the delta kernel reduces; elements a program of the dQ cast converts
 PRE_ROWS, CAST_BLOCK = 64, 1024
@@ -124,45 +125,6 @@ def _head_rows(t: torch.Tensor, S: int, D: int) -> torch.Tensor:
     return v if v.stride(2) == 1 else v.contiguous()
 
 
-class GluonBwdLauncher:
-    """The fast path of a call signature whose plan is the Gluon attention backward: ``launcher(args)``
-    allocates the gradients and launches (:func:`launch_gluon_bwd`), without re-binding or re-planning;
-    ``into(args, outs)`` writes ``out=`` tensors :meth:`takes` accepted.
-
-    Args:
-        alg: the backward algorithm; plan: the runtime's plan of the call (one launch);
-        b: the call's binding (sizes, output dtypes, device)."""
-
-    def __init__(self, alg, plan, b):
-        (L,) = plan.launches
-        self.fn, self.meta = L.fn, L.meta
-        bm = L.meta.ir.gluon.match
-        pos = {p.name: i for i, p in enumerate(alg.params)}
-        self.inputs = [pos[t] for t in bm.inputs]
-        self.order = [[o.name for o in alg.outputs].index(t) for t in bm.outputs]   # (dQ, dK, dV among the outputs)
-        self.scalars = [pos[s[2:]] for s in L.meta.scalars]
-        self.allocs = [(tuple(b.axis_sizes[a] for a in o.layout), dt) for o, dt in zip(alg.outputs, b.out_dtypes)]
-        self.device = b.device
-        self.strides = [0] * sum(L.meta.tensor_ndim.values())   # (the launcher reads none)
-
-    def __call__(self, args):
-        """Launch on ``args`` (positional, of the signature planned); returns the tuple of gradients."""
-        return self.into(args, [torch.empty(shape, dtype=dt, device=self.device) for shape, dt in self.allocs])
-
-    def takes(self, outs: Sequence[torch.Tensor]) -> bool:
-        """Whether ``outs`` (one tensor per output) can be the outputs: their shapes and dtypes, on the
-        device, contiguous and 16-byte aligned (descriptors are built on them)."""
-        return len(outs) == len(self.allocs) and all(
-            tuple(t.shape) == shape and t.dtype == dt and t.device == self.device and t.is_contiguous()
-            and t.data_ptr() % 16 == 0 for t, (shape, dt) in zip(outs, self.allocs))
-
-    def into(self, args, outs: Sequence[torch.Tensor]):
-        """Launch on ``args`` writing ``outs`` (which :meth:`takes` accepted); returns them as a tuple."""
-        call = ([args[p] for p in self.inputs] + [outs[i] for i in self.order] + self.strides
-                + [args[p] for p in self.scalars])
-        launch_gluon_bwd(self.fn, call, self.meta)
-        return tuple(outs)
-
-    def packed(self, keep: int, remap=None, buffers: bool = True) -> None:
-        """No packed variant."""
-        return None
+#: how the attention backward is printed and launched (the launch looked up at call time)
+KIND = GluonKind(render=render_gluon_bwd, launch=lambda fn, call, meta: launch_gluon_bwd(fn, call, meta),
+                 inputs=lambda g: g.match.inputs, outputs=lambda g: g.match.outputs)

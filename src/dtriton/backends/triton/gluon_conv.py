@@ -5,7 +5,7 @@ conv2d_ws` with the decision (:class:`~dtriton.plan.gluon_conv.GluonConv`) in it
 metadata (the compile-time constants); :func:`launch_gluon_conv` evaluates the dilations and offsets
 of the input's index with the call's int arguments, builds the host TMA descriptors (4-d of X and the
 output, 2-d of the weight viewed (O, R*Q*C)) and launches it (:func:`conv2d_launch`, which the
-bench probe shares); :class:`GluonConvLauncher` is a call signature's fast path. Nothing here decides:
+bench probe shares); :data:`KIND` is both for :mod:`.gluon_table`. Nothing here decides:
 every choice is the plan's.
 """
 
@@ -20,8 +20,9 @@ from ...plan.gluon_conv import GluonConv
 from ...plan.kernel import KernelPlan
 from ..base import KernelMeta
 from .gluon import shared_layout
+from .gluon_kind import GluonKind
 
-__all__ = ["GluonConvLauncher", "conv2d_launch", "conv_constants", "launch_gluon_conv", "render_gluon_conv"]
+__all__ = ["KIND", "conv2d_launch", "conv_constants", "launch_gluon_conv", "render_gluon_conv"]
 
 BK = 64   # (gluon_conv_kernels.BK: the channels of a K step, the boxes' last dim)
 
@@ -107,43 +108,6 @@ def launch_gluon_conv(fn: Any, call: Sequence[Any], meta: KernelMeta) -> None:
     conv2d_launch(fn, x, w, y, meta.consts, g.dtype, off, dil, g.persist)
 
 
-class GluonConvLauncher:
-    """The fast path of a call signature whose plan is the Gluon conv2d: ``launcher(args)`` allocates the
-    output and launches (:func:`launch_gluon_conv`: descriptors built per call), without re-binding or
-    re-planning; ``into(args, outs)`` writes an ``out=`` tensor :meth:`takes` accepted.
-
-    Args:
-        alg: the algorithm; plan: the runtime's plan of the call (one launch, the Gluon kernel);
-        b: the call's binding (sizes, output dtype, device)."""
-
-    def __init__(self, alg, plan, b):
-        (L,) = plan.launches
-        self.fn, self.meta = L.fn, L.meta
-        m = L.meta.ir.gluon.match
-        pos = {p.name: i for i, p in enumerate(alg.params)}
-        self.inputs = [pos[m.x], pos[m.w]]
-        self.scalars = [pos[s[2:]] for s in L.meta.scalars]
-        o = alg.outputs[0]
-        self.alloc = (tuple(b.axis_sizes[a] for a in o.layout), b.out_dtypes[0])
-        self.device = b.device
-        self.strides = [0] * sum(L.meta.tensor_ndim.values())   # (the launcher reads none)
-
-    def __call__(self, args):
-        """Launch on ``args`` (positional, of the signature planned); returns the output."""
-        return self.into(args, [torch.empty(self.alloc[0], dtype=self.alloc[1], device=self.device)])
-
-    def takes(self, outs: Sequence[torch.Tensor]) -> bool:
-        """Whether ``outs`` (one tensor) can be the output: its shape and dtype, on the device, contiguous
-        and 16-byte aligned (the descriptor is built on it)."""
-        return len(outs) == 1 and (tuple(outs[0].shape), outs[0].dtype) == self.alloc and outs[0].device == \
-            self.device and outs[0].is_contiguous() and outs[0].data_ptr() % 16 == 0
-
-    def into(self, args, outs: Sequence[torch.Tensor]):
-        """Launch on ``args`` writing ``outs`` (which :meth:`takes` accepted); returns the output."""
-        call = [args[p] for p in self.inputs] + list(outs) + self.strides + [args[p] for p in self.scalars]
-        launch_gluon_conv(self.fn, call, self.meta)
-        return outs[0]
-
-    def packed(self, keep: int, remap=None, buffers: bool = True) -> None:
-        """No packed variant."""
-        return None
+#: how the conv2d is printed and launched (the launch looked up at call time)
+KIND = GluonKind(render=render_gluon_conv, launch=lambda fn, call, meta: launch_gluon_conv(fn, call, meta),
+                 inputs=lambda g: (g.match.x, g.match.w))

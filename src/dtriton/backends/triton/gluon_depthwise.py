@@ -5,8 +5,8 @@
 (:class:`~dtriton.plan.gluon_depthwise.GluonDepthwise`) in its header, and the launch metadata (the
 compile-time constants); :func:`launch_gluon_depthwise` evaluates the offsets of the input's index with
 the call's int arguments, builds the host TMA descriptor of X (4-d, boxes of one row of TW columns x BC
-channels) and launches it (:func:`depthwise_launch`); :class:`GluonDepthwiseLauncher` is a call
-signature's fast path. Nothing here decides: every choice is the plan's.
+channels) and launches it (:func:`depthwise_launch`); :data:`KIND` is both for :mod:`.gluon_table`.
+Nothing here decides: every choice is the plan's.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from ...ir import poly_value
 from ...plan.gluon_depthwise import GluonDepthwise
 from ...plan.kernel import KernelPlan
 from ..base import KernelMeta
+from .gluon_kind import GluonKind
 
-__all__ = ["GluonDepthwiseLauncher", "depthwise_constants", "depthwise_grid", "depthwise_launch",
+__all__ = ["KIND", "depthwise_constants", "depthwise_grid", "depthwise_launch",
            "launch_gluon_depthwise", "offset_text", "render_gluon_depthwise"]
 
 
@@ -112,44 +113,6 @@ def launch_gluon_depthwise(fn: Any, call: Sequence[Any], meta: KernelMeta) -> No
     depthwise_launch(fn, x, w, y, meta.consts, off, g.persist)
 
 
-class GluonDepthwiseLauncher:
-    """The fast path of a call signature whose plan is the Gluon depthwise kernel: ``launcher(args)``
-    allocates the output and launches (:func:`launch_gluon_depthwise`: the descriptor built per call),
-    without re-binding or re-planning; ``into(args, outs)`` writes an ``out=`` tensor :meth:`takes`
-    accepted.
-
-    Args:
-        alg: the algorithm; plan: the runtime's plan of the call (one launch, the Gluon kernel);
-        b: the call's binding (sizes, output dtype, device)."""
-
-    def __init__(self, alg, plan, b):
-        (L,) = plan.launches
-        self.fn, self.meta = L.fn, L.meta
-        m = L.meta.ir.gluon.match
-        pos = {p.name: i for i, p in enumerate(alg.params)}
-        self.inputs = [pos[m.x], pos[m.w]]
-        self.scalars = [pos[s[2:]] for s in L.meta.scalars]
-        o = alg.outputs[0]
-        self.alloc = (tuple(b.axis_sizes[a] for a in o.layout), b.out_dtypes[0])
-        self.device = b.device
-        self.strides = [0] * sum(L.meta.tensor_ndim.values())   # (the launcher reads none)
-
-    def __call__(self, args):
-        """Launch on ``args`` (positional, of the signature planned); returns the output."""
-        return self.into(args, [torch.empty(self.alloc[0], dtype=self.alloc[1], device=self.device)])
-
-    def takes(self, outs: Sequence[torch.Tensor]) -> bool:
-        """Whether ``outs`` (one tensor) can be the output: its shape and dtype, on the device, contiguous
-        and 16-byte aligned (the plan's facts)."""
-        return len(outs) == 1 and (tuple(outs[0].shape), outs[0].dtype) == self.alloc and outs[0].device == \
-            self.device and outs[0].is_contiguous() and outs[0].data_ptr() % 16 == 0
-
-    def into(self, args, outs: Sequence[torch.Tensor]):
-        """Launch on ``args`` writing ``outs`` (which :meth:`takes` accepted); returns the output."""
-        call = [args[p] for p in self.inputs] + list(outs) + self.strides + [args[p] for p in self.scalars]
-        launch_gluon_depthwise(self.fn, call, self.meta)
-        return outs[0]
-
-    def packed(self, keep: int, remap=None, buffers: bool = True) -> None:
-        """No packed variant."""
-        return None
+#: how the depthwise conv2d is printed and launched (the launch looked up at call time)
+KIND = GluonKind(render=render_gluon_depthwise, launch=lambda fn, call, meta: launch_gluon_depthwise(fn, call, meta),
+                 inputs=lambda g: (g.match.x, g.match.w))

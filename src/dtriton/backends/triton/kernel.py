@@ -7,16 +7,10 @@ import torch
 
 from ...ir import Axis, Cast, Load, Reduce, fmt, walk
 from ...plan.graph import fused_reduces, has
-from ...plan.gluon_attention_bwd import GluonAttentionBwd
-from ...plan.gluon_conv import GluonConv
-from ...plan.gluon_depthwise import GluonDepthwise
 from ...plan.kernel import KernelPlan, Program, StoreSpec
 from ..base import KernelMeta
 from .bounds import BoundsPrinter
-from .gluon import render_gluon
-from .gluon_bwd import render_gluon_bwd
-from .gluon_conv import render_gluon_conv
-from .gluon_depthwise import render_gluon_depthwise
+from .gluon_table import gluon_kind
 from .memory import MemoryPrinter
 from .narrow import ENCODE_FP8, FP8_FORMATS, ROUND_FP8
 from .pairs import PairPrinter
@@ -390,10 +384,10 @@ def render(prog: Program) -> tuple[str, list[KernelSource]]:
     metas = []
     helpers: dict[str, str] = {}
     for k in prog.kernels:
-        if k.gluon is not None:   # the Gluon attention forward (or backward) or conv2d the plan chose
-            text, meta = (render_gluon_bwd(k) if isinstance(k.gluon, GluonAttentionBwd) else
-                          render_gluon_conv(k) if isinstance(k.gluon, GluonConv) else
-                          render_gluon_depthwise(k) if isinstance(k.gluon, GluonDepthwise) else render_gluon(k))
+        kind = gluon_kind(k.gluon)
+        if kind is not None:   # a hand-written Gluon kernel the plan chose (attention, its backward, conv2d,
+            # depthwise conv2d)
+            text, meta = kind.render(k)
             parts.append("\n" + text)
             metas.append(meta)
             continue
