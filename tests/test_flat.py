@@ -64,20 +64,39 @@ def kernel_source(k: dt.Kernel, name: str) -> str:
 
 
 # -- batch norm's output pass: one flat grid axis ---------------------------------------------------
+def split_bn(flat: int, h: int = 4, q: int = 8) -> dt.Schedule:
+    """Batch norm as the H200 runs it (statistics split over n, finished; output tiles h x q) at small sizes."""
+    return dt.Schedule(grid=("n", "c", "h", "q"), tile={"n": 1, "c": 1, "h": h, "q": q}, split={"n": 2},
+                       split_mode="finish", flat_axes=flat,
+                       stages={m: dt.StageSchedule(strategy={"h": "loop", "n": "loop", "q": "whole"},
+                                                   tile={"c": 1, "h": 2, "n": 1}) for m in ("mean0", "mean1")})
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(2, 3, 8, 16), (3, 5, 7, 9), (1, 3, 1, 16), (2, 3, 4, 1), (1, 1, 5, 3)])
 @pytest.mark.parametrize("flat", [2, 4])
-def test_batch_norm_flat_output_matches_float64(small_gpu, dtype, shape, flat):
+@pytest.mark.parametrize("heuristic", [True, False])
+def test_batch_norm_flat_output_matches_float64(small_gpu, dtype, shape, flat, heuristic):
+    """The GPU heuristic's schedule (small budgets) or the H200's split plan, with flat_axes."""
     args = bn_args(shape, dtype)
-    sched = gpu_schedule(batch_norm, args, flat_axes=flat)
-    k, _ = check(batch_norm, args, sched, torch_ref=_bn, tol=TOL[dtype])
+    sched = gpu_schedule(batch_norm, args, flat_axes=flat) if heuristic else split_bn(flat)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ScheduleWarning)   # (the heuristic's fused kernel at some shapes)
+        k, _ = check(batch_norm, args, sched, torch_ref=_bn, tol=TOL[dtype])
+    if not heuristic:
+        assert "flat over" in kernel_source(k, "batch_norm_out")
     out = kernel_source(k, "batch_norm_out")
     members = ["n", "c", "h", "q"][-flat:]
     fused = [a for a in sched.grid if a in members]
     if len(fused) >= 2:   # the innermost grid axes fused, X and out addressed by the flat index
         name = "".join(fused)
         assert f"flat over {', '.join(fused)}" in out, out
-        assert f"X_ptr + " in out and f"(offs_{name})" in out and f"+ offs_{name}, " in out, out
+        dims = {"n": 0, "c": 1, "h": 2, "q": 3}
+        load = next(ln for ln in out.splitlines() if "tl.load(X_ptr" in ln)
+        store = next(ln for ln in out.splitlines() if "tl.store(out_ptr" in ln)
+        for a in fused:   # no stride of a member: the flat index is the address
+            assert f"X_s{dims[a]}" not in load and f"out_s{dims[a]}" not in store, out
+        assert f"offs_{name}" in load and f"offs_{name}" in store, out
 
 
 def test_batch_norm_flat_prints_gathers_or_program_scalars():
@@ -170,8 +189,12 @@ def test_the_32_bit_extent_limit_refuses(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ScheduleWarning)
         k, _ = check(add_transposed, (X, Y), sched)
-    # 3 x 5 x 7 (buckets 4 x 8 x 8 = 256) is past the limit; the two innermost (64) are not
-    assert "flat over j, k" in kernel_source(k, "add_transposed_out")
+    # 3 x 5 x 7 (buckets 4 x 8 x 8 = 256) is past the limit; the two innermost (64) are not, but Y reads
+    # both of them in the other order
+    assert "flat" not in kernel_source(k, "add_transposed_out")
+    monkeypatch.setattr(flatmod, "FLAT_I32_EXTENT", 256)
+    k, _ = check(add_transposed, (X, Y), sched)
+    assert "flat over i, j, k" in kernel_source(k, "add_transposed_out")
 
 
 # -- whole-tensor sums: one flat loop axis split in contiguous runs ----------------------------------

@@ -69,6 +69,8 @@ def flat_candidates(k: KernelPlan) -> str:
             return "grid"
         return ""
     over = set(reds[0].over)
+    if any(over & set(st.layout) for st in k.stores):
+        return ""   # (a reduced axis also stored over: batch norm fused in one kernel over whole rows)
     ok = all(r.combiner.base == "sum" and r.combiner.results == 1 and not r.combiner.state and set(r.over) == over
              for r in reds)
     return "loop" if ok and all(k.axes[a].role in ("loop", "whole") for a in over) else ""

@@ -361,14 +361,14 @@ BUILTIN: tuple[Knob, ...] = (
          doc="a strided pooling window's taps (X.pad(-inf)[n, h * s + r - p, w * s + q - p], s = 2, 4 or 8 on the "
              "call): pairs (the taps sharing a run of s contiguous columns read by one load and split in registers) "
              "or taps (each tap one strided load)"),
+    Knob("narrow_minmax", True, Domain("True, False", _boolean, (True, False)),
+         doc="a pooling window's max or min of one fp16/bf16 input folds in that dtype (exact; NaN propagates); "
+             "False: in the compute dtype (float32)"),
     Knob("flat_axes", 0, Domain("0, or 2 to 8", _flat_axes, (0, 2, 3, 4, 5, 6, 7, 8)), scope="stage", search=(0, 2, 8),
          doc="fuse up to this many innermost axes of a kernel into one flat axis where every tensor reading or writing "
              "all of them is contiguous with them as its last dims in order (its address is then the flat index): an "
              "element-wise kernel's grid axes (broadcast operands index by (flat // stride) % size), or a sum's looped "
              "axes (split across programs in contiguous runs); the block is the product of the members' tiles; 0: off"),
-    Knob("narrow_minmax", True, Domain("True, False", _boolean, (True, False)),
-         doc="a pooling window's max or min of one fp16/bf16 input folds in that dtype (exact; NaN propagates); "
-             "False: in the compute dtype (float32)"),
 )
 
 _REGISTRY: dict[str, Knob] = {k.name: k for k in BUILTIN}
