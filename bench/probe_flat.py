@@ -1,17 +1,19 @@
 """Flat 1-D lowerings of the two issue-16 kernels that trail torch.compile (H200 s11: batch norm fp16's output
 kernel 1031.9 us vs inductor's 995.6; Frobenius fp16's statistics kernel 37.0 vs 33.9), timed side by side.
 
-    PYTHONPATH=src python3 bench/probe_flat.py [--cases bn,fro] [--dtypes float16] [--out DIR]
+    PYTHONPATH=src python3 bench/probe_flat.py [--cases bn,fro] [--dtypes float16] [--out DIR] [--budget 240]
                                                [--explore SECONDS] [--no-compile] [--no-graph] [--dry-run]
 
 Per case, every row is first checked against float64 torch on the bench shape (outputs poisoned with NaN), then
 timed with ``triton.testing.do_bench`` (median, L2 flushed between calls) and, unless ``--no-graph``, as a CUDA-graph
 replay of 5 calls (``bench/run.py``'s ``graph_time_us``: the unit of the s11 totals). Rows:
 
-- ``dtriton <label> (call)``: the whole dtriton call (``dt.compile(alg)``; ``h4``: tile h 4, s11's best batch norm
-  variant; ``explored``: ``dt.explore`` for ``--explore`` seconds), and ``dtriton <label> <kernel>``: each of its
-  kernels launched alone (the launch recorded on the first call, replayed with the same arguments). The generated
-  source goes to ``<out>/dtriton_<case>_<label>.py``.
+- ``dtriton <label> (call)``: the whole dtriton call (``dt.compile(alg)``, the default schedule, or it with the
+  fields of :data:`BN_SCHEDULES` / :data:`FRO_SCHEDULES` merged in: ``h4``, tile h 4, s11's best batch norm
+  variant; ``flatF hH``: the ``flat_axes`` lowering of this branch, F innermost axes as one flat axis;
+  ``explored``: ``dt.explore`` for ``--explore`` seconds), and ``dtriton <label> <kernel>``: each of its kernels
+  launched alone (the launch recorded on the first call, replayed with the same arguments). The generated source
+  goes to ``<out>/dtriton_<case>_<shape>_<dtype>_<label>.py``.
 - batch norm (64x64x512x512, statistics given: fp32 mean and biased variance, ``w``/``b`` of X's dtype) output,
   hand-written: ``gather B wW [mask] [ce] [i64] [rsqrt|affine]`` programs of B contiguous elements of the flat tensor,
   the channel of each element ``(i // HW) % C`` in int32 (``i64``: int64), per-channel loads ``evict_last``; ``mask``:
@@ -29,8 +31,9 @@ replay of 5 calls (``bench/run.py``'s ``graph_time_us``: the unit of the s11 tot
 
 Writes ``<out>/probe_flat.json``; prints a table last. ``--dry-run``: the CPU interpreter (``TRITON_INTERPRET=1``)
 on tiny shapes (2x3x5x7 and one that the blocks divide), every row checked against float64, nothing timed and no
-torch.compile (``--dry-compile``: with CPU inductor's rows). The H200 run takes about 2-3 minutes (torch.compile's
-four compilations most of it).
+torch.compile (``--dry-compile``: with CPU inductor's rows). On the H200 the rows run in the order torch
+references, dtriton, hand-written; past ``--budget`` seconds (default 240) the remaining rows are recorded as
+skipped, so a run ends in about 4-5 minutes at most.
 """
 from __future__ import annotations
 
@@ -58,7 +61,7 @@ F = torch.nn.functional
 EPS = 1e-5
 ROWS: list[dict] = []
 SHAPE = [""]   # the shape of the rows being added, as "AxBxCxD"
-OPTS = argparse.Namespace(dry=False, graph=True, out="")
+OPTS = argparse.Namespace(dry=False, graph=True, out="", deadline=float("inf"), explore=0.0, compile=False)
 RTOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2, torch.float32: 2e-5}
 
 
@@ -145,7 +148,7 @@ def times(fn) -> tuple[float, float]:
     """(do_bench median us, CUDA-graph replay us per call); NaN on the dry run."""
     if OPTS.dry:
         return float("nan"), float("nan")
-    db = triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
+    db = triton.testing.do_bench(fn, warmup=10, rep=60, return_mode="median") * 1e3
     gr = R.graph_time_us(fn, reps=5, iters=5) if OPTS.graph else float("nan")
     return db, gr
 
@@ -167,6 +170,17 @@ def add(case, dtype, impl, err, ok, fn=None, nbytes=0.0, note="", params=None):
     ROWS.append(row)
     print(f"{case:4s} {SHAPE[0]:13s} {dtype:8s} {impl:44s} {db:9.2f} {gr:9.2f} us  err {err:.2e} {'ok' if ok else 'FAIL'} {note}",
           flush=True)
+
+
+def skipped(case, dtype, impl) -> bool:
+    """Past ``--budget``: record ``impl`` as skipped (not failed) and return True."""
+    if time.time() <= OPTS.deadline:
+        return False
+    ROWS.append({"case": case, "shape": SHAPE[0], "dtype": dtype, "impl": impl, "do_bench_us": float("nan"),
+                 "graph_us": float("nan"), "err": float("nan"), "ok": None, "tbs": float("nan"),
+                 "note": "skipped: past --budget", "params": {}})
+    print(f"{case:4s} {SHAPE[0]:13s} {dtype:8s} {impl:44s} skipped (past --budget)", flush=True)
+    return True
 
 
 def failed(case, dtype, impl, e):
@@ -212,6 +226,8 @@ def dtriton_rows(case, dname, alg, args, y, ref_of, step, rtol, schedules, nbyte
     """Rows of dtriton's call and of each of its kernels for every (label, schedule) in ``schedules``."""
     for label, sched in schedules:
         impl = f"dtriton {label}"
+        if skipped(case, dname, impl):
+            continue
         try:
             k = dt.compile(alg, sched) if sched is not None else dt.compile(alg)
             y.fill_(float("nan"))
@@ -252,14 +268,29 @@ DRY_SPLIT = {
 }
 
 
+#: dtriton's schedule variants (fields merged into the default; bench/reductions.py's ``merged``): batch norm's
+#: output tile (h rows of 512) and the flat lowering (``flat_axes``: 2, the (h, w) plane of one (n, c) a
+#: program, the channel one scalar; 4, runs of the flat tensor, the channel decomposed per element)
+BN_SCHEDULES = [("h4", {"tile": {"h": 4}}), ("h2", {"tile": {"h": 2}})] + [
+    (f"flat{f} h{h}", {"flat_axes": f, "tile": {"h": h}}) for f in (2, 4) for h in (8, 4, 2)]
+#: Frobenius: the whole-tensor sum (and the output) flat, runs of 512 programs in blocks of 16 x 256
+#: (the default's stage tile c 16), 8 x 256 and 4 x 256; 1024 and 256 runs
+FRO_SCHEDULES = [("flat4", {"flat_axes": 4}), ("flat4 c8", {"flat_axes": 4, "stages": {"sum0": {"tile": {"c": 8}}}}),
+                 ("flat4 c4", {"flat_axes": 4, "stages": {"sum0": {"tile": {"c": 4}}}}),
+                 ("flat4 n4", {"flat_axes": 4, "split": {"n": 4}}), ("flat4 n1", {"flat_axes": 4, "split": {"n": None}}),
+                 ("flat4 out", {"flat_axes": 4, "stages": {"sum0": {"flat_axes": 0}}})]
+
+
 def schedule_list(alg, args, extra: list[tuple[str, dict]], case: str):
     """[(label, Schedule or None)]: the default, each of ``extra`` merged into it, and ``--explore``'s best
     (on the dry run, where the blocks divide the shape, the GPU's split plan as well)."""
     out = [("default", None)]
+    from reductions import merged
     if OPTS.dry and args[0].shape[-1] % 64 == 0:
-        out.append(("split", dt.Schedule.from_json(json.dumps(DRY_SPLIT[case]))))
+        split = dt.Schedule.from_json(json.dumps(DRY_SPLIT[case]))
+        out.append(("split", split))
+        out += [(f"split {label}", merged(split, fields)) for label, fields in extra if "flat_axes" in fields]
     if extra or OPTS.explore > 0:
-        from reductions import merged
         base = dt.compile(alg).schedule_for(*args)
         for label, fields in extra:
             try:
@@ -344,30 +375,6 @@ def run_bn(shape, dtype, dev):
     numel, hw = x.numel(), h * q
     nbytes = 2 * numel * x.element_size()
 
-    dtriton_rows("bn", dname, batch_norm, (x, w, b), y, ref_of, step, rtol,
-                 schedule_list(batch_norm, (x, w, b), [("h4", {"tile": {"h": 4}}), ("h2", {"tile": {"h": 2}})], "bn"),
-                 lambda k: kernel_bytes(k, numel * x.element_size()))
-    for v in bn_variants(numel, hw):
-        name = bn_name(v)
-        try:
-            form = v.get("FORM", 0)
-            pm, pv = (scale, shift) if form == 2 else (mean, var)
-            ce = bool(v.get("CE"))
-
-            def fn(v=v, pm=pm, pv=pv, ce=ce, form=form):
-                bn_flat[(triton.cdiv(numel, v["XBLOCK"]),)](
-                    x, y, pm, pv, w, b, numel, hw, c, HWC=hw if ce else 0, CC=c if ce else 0, XBLOCK=v["XBLOCK"],
-                    MASK=v["MASK"], I64=bool(v.get("I64")), FORM=form, PLANE=bool(v.get("PLANE")),
-                    num_warps=v["num_warps"])
-                return y
-            y.fill_(float("nan"))
-            fn()
-            sync()
-            err = chunk_err(y, ref_of, n, step)
-            add("bn", dname, name, err, err <= rtol, fn, nbytes, params=v)
-        except Exception as e:  # noqa: BLE001 - recorded
-            failed("bn", dname, name, e)
-
     def out_expr(x):
         return ((x.float() - mean.view(view)) * torch.rsqrt(var.view(view) + EPS) * w.float().view(view)
                 + b.float().view(view)).to(x.dtype)
@@ -388,6 +395,32 @@ def run_bn(shape, dtype, dev):
             del got
         except Exception as e:  # noqa: BLE001 - recorded
             failed("bn", dname, name, e)
+    dtriton_rows("bn", dname, batch_norm, (x, w, b), y, ref_of, step, rtol,
+                 schedule_list(batch_norm, (x, w, b), BN_SCHEDULES, "bn"),
+                 lambda k: kernel_bytes(k, numel * x.element_size()))
+    for v in bn_variants(numel, hw):
+        name = bn_name(v)
+        if skipped("bn", dname, name):
+            continue
+        try:
+            form = v.get("FORM", 0)
+            pm, pv = (scale, shift) if form == 2 else (mean, var)
+            ce = bool(v.get("CE"))
+
+            def fn(v=v, pm=pm, pv=pv, ce=ce, form=form):
+                bn_flat[(triton.cdiv(numel, v["XBLOCK"]),)](
+                    x, y, pm, pv, w, b, numel, hw, c, HWC=hw if ce else 0, CC=c if ce else 0, XBLOCK=v["XBLOCK"],
+                    MASK=v["MASK"], I64=bool(v.get("I64")), FORM=form, PLANE=bool(v.get("PLANE")),
+                    num_warps=v["num_warps"])
+                return y
+            y.fill_(float("nan"))
+            fn()
+            sync()
+            err = chunk_err(y, ref_of, n, step)
+            add("bn", dname, name, err, err <= rtol, fn, nbytes, params=v)
+        except Exception as e:  # noqa: BLE001 - recorded
+            failed("bn", dname, name, e)
+
     del x, y
 
 
@@ -422,36 +455,9 @@ def run_fro(shape, dtype, dev):
     def ref_of(i, j):
         return x[i:j].double() * rn64
     y = torch.full_like(x, float("nan"))
-    dtriton_rows("fro", dname, frobenius_normalize, (x,), y, ref_of, step, rtol,
-                 schedule_list(frobenius_normalize, (x,), [], "fro"),
-                 lambda k: kernel_bytes(k, nb))
-
     def scalar_err(got) -> float:
         g = float(got.reshape(()).double())
         return abs(g - ss64) / ss64 if math.isfinite(g) else float("nan")
-    for v in fro_variants(numel):
-        name = f"split {v['P']} x {v['RB']} w{v['num_warps']}{' ef' if v['EVICT'] else ''}"
-        try:
-            part = torch.full((v["programs"],), float("nan"), device=dev, dtype=torch.float32)
-            tot = torch.full((1,), float("nan"), device=dev, dtype=torch.float32)
-
-            def first(v=v, part=part):
-                sq_partials[(v["programs"],)](x, part, numel, v["run"], RB=v["RB"], MASK=v["MASK"], I64=v["I64"],
-                                              EVICT=v["EVICT"], num_warps=v["num_warps"])
-
-            def both(v=v, part=part, tot=tot, first=first):
-                first()
-                sum_finish[(1,)](part, tot, v["programs"], PB=max(16, triton.next_power_of_2(v["programs"])))
-                return tot
-            both()
-            sync()
-            err = scalar_err(tot)
-            ok = err <= 1e-4
-            params = {k: v[k] for k in ("P", "RB", "num_warps", "EVICT", "run", "programs", "MASK", "I64")}
-            add("fro", dname, name, err, ok, both, nb, params=params)
-            add("fro", dname, name + " partials", err, ok, first, nb, params=params)
-        except Exception as e:  # noqa: BLE001 - recorded
-            failed("fro", dname, name, e)
     refs = [("torch sum(fp32)", lambda: x.sum(dtype=torch.float32), nb, "sum"),
             ("torch copy", lambda: y.copy_(x), 2 * nb, "copy")]
     if OPTS.compile:
@@ -478,6 +484,35 @@ def run_fro(shape, dtype, dev):
             del got
         except Exception as e:  # noqa: BLE001 - recorded
             failed("fro", dname, name, e)
+    dtriton_rows("fro", dname, frobenius_normalize, (x,), y, ref_of, step, rtol,
+                 schedule_list(frobenius_normalize, (x,), FRO_SCHEDULES, "fro"),
+                 lambda k: kernel_bytes(k, nb))
+
+    for v in fro_variants(numel):
+        name = f"split {v['P']} x {v['RB']} w{v['num_warps']}{' ef' if v['EVICT'] else ''}"
+        if skipped("fro", dname, name):
+            continue
+        try:
+            part = torch.full((v["programs"],), float("nan"), device=dev, dtype=torch.float32)
+            tot = torch.full((1,), float("nan"), device=dev, dtype=torch.float32)
+
+            def first(v=v, part=part):
+                sq_partials[(v["programs"],)](x, part, numel, v["run"], RB=v["RB"], MASK=v["MASK"], I64=v["I64"],
+                                              EVICT=v["EVICT"], num_warps=v["num_warps"])
+
+            def both(v=v, part=part, tot=tot, first=first):
+                first()
+                sum_finish[(1,)](part, tot, v["programs"], PB=max(16, triton.next_power_of_2(v["programs"])))
+                return tot
+            both()
+            sync()
+            err = scalar_err(tot)
+            ok = err <= 1e-4
+            params = {k: v[k] for k in ("P", "RB", "num_warps", "EVICT", "run", "programs", "MASK", "I64")}
+            add("fro", dname, name, err, ok, both, nb, params=params)
+            add("fro", dname, name + " partials", err, ok, first, nb, params=params)
+        except Exception as e:  # noqa: BLE001 - recorded
+            failed("fro", dname, name, e)
     del x, y
 
 
@@ -486,7 +521,7 @@ def print_table():
     print("\ncase shape         dtype    impl                                          do_bench us  graph us   TB/s  ok")
     for r in ROWS:
         print(f"{r['case']:4s} {r['shape']:13s} {r['dtype']:8s} {r['impl']:46s} {r['do_bench_us']:10.2f} {r['graph_us']:9.2f} "
-              f"{r['tbs']:6.3f}  {'ok' if r['ok'] else 'FAIL ' + r['note'][:60]}")
+              f"{r['tbs']:6.3f}  {'ok' if r['ok'] else 'skipped' if r['ok'] is None else 'FAIL ' + r['note'][:60]}")
 
 
 def main(argv=None) -> int:
@@ -497,6 +532,9 @@ def main(argv=None) -> int:
     ap.add_argument("--explore", type=float, default=0.0, help="seconds of dt.explore per case (0: none)")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--no-graph", action="store_true")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="seconds after which the remaining variants are skipped, recorded as skipped (default 240; "
+                         "none on the dry run)")
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--dry-compile", action="store_true", help="with --dry-run: torch.compile rows too (CPU inductor)")
     a = ap.parse_args(argv)
@@ -510,6 +548,8 @@ def main(argv=None) -> int:
         install_numpy_shim()
     dev = "cpu" if a.dry_run else "cuda"
     t0 = time.time()
+    budget = a.budget if a.budget is not None else (float("inf") if a.dry_run else 240.0)
+    OPTS.deadline = t0 + budget
     for d in a.dtypes.split(","):
         dtype = getattr(torch, d)
         if "bn" in a.cases:
@@ -523,7 +563,7 @@ def main(argv=None) -> int:
         if not a.dry_run:
             torch.cuda.empty_cache()
     print_table()
-    bad = [r["impl"] for r in ROWS if not r["ok"]]
+    bad = [r["impl"] for r in ROWS if r["ok"] is False]
     print(f"\n{len(ROWS)} rows, {len(bad)} failed{': ' + ', '.join(bad) if bad else ''}; {time.time() - t0:.0f} s")
     if a.out:
         meta = {"torch": torch.__version__, "triton": triton.__version__,
