@@ -237,7 +237,7 @@ def dtriton_rows(case, dname, alg, args, y, ref_of, step, rtol, schedules, nbyte
             js = k.schedule_for(*args).to_json()
             if OPTS.out:
                 shape = "x".join(map(str, y.shape))
-                with open(os.path.join(OPTS.out, f"dtriton_{case}_{shape}_{dname}_{label}.py"), "w") as f:
+                with open(os.path.join(OPTS.out, f"dtriton_{case}_{shape}_{dname}_{label.replace(' ', '-')}.py"), "w") as f:
                     f.write(k.source)
             add(case, dname, impl + " (call)", err, ok, lambda k=k: k(*args, out=y), nbytes_of("call"),
                 note=js if ok else "", params={"schedule": js})
