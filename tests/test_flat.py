@@ -275,3 +275,26 @@ def test_exploration_tries_flat_axes_on_the_gpu_for_element_wise_and_sums():
                                    space_rules.contractions(alg))
         assert space_rules.RULES["flat_axes"](None, d) == want
         assert space_rules.RULES["flat_axes"](None, dataclasses.replace(d, gpu=False)) is None
+
+
+def test_64_bit_offsets_make_the_flat_index_64_bit(monkeypatch):
+    """With 64-bit offsets (forced: the 32-bit limit lowered to 100) the flat extent, tile starts, split
+    chunks and the members' decomposition are int64, and the values still match float64."""
+    from dtriton.plan import callspec
+    monkeypatch.setattr(callspec, "I32_MAX", 100)
+    X, Y = torch.randn(3, 5, 7), torch.randn(7, 5)
+    sched = dt.Schedule(grid=("i", "j", "k"), tile={"i": 1, "j": 2, "k": 8}, flat_axes=3)
+    k, _ = check(add_transposed, (X, Y), sched)
+    out = kernel_source(k, "add_transposed_out")
+    assert "(tl.cast(size_i, tl.int64) * size_j * size_k)" in out and "pid_ijk.to(tl.int64) *" in out, out
+    x, w, b = bn_args((2, 3, 5, 16), torch.float32)
+    k, _ = check(batch_norm, (x, w, b), split_bn(4), torch_ref=_bn)
+    assert "(tl.cast(size_n, tl.int64) * size_c * size_h * size_q)" in kernel_source(k, "batch_norm_out")
+    x = torch.randn(2, 4, 8, 16)
+    sched = dt.Schedule(grid=("n", "c", "h", "q"), tile={"n": 1, "c": 1, "h": 4, "q": 16}, split={"n": 2, "h": 4},
+                        split_mode="finish", flat_axes=4,
+                        stages={"sum0": dt.StageSchedule(strategy={"c": "loop", "h": "loop", "n": "loop", "q": "whole"},
+                                                         tile={"c": 8, "h": 1, "n": 1})})
+    k, _ = check(frobenius_normalize, (x,), sched, torch_ref=_fro)
+    src = kernel_source(k, "frobenius_normalize_sum0")
+    assert "flat over n, c, h, q" in src and "tl.cast(size_n, tl.int64)" in src, src

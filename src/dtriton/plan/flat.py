@@ -25,7 +25,10 @@ decomposed from the flat one (``(flat // (H * W)) % C``, the printer's decomposi
 Where some tensor indexed by every member does not qualify (not contiguous, the members in another
 order, a computed index), a smaller ``m`` is tried, and with none the kernel keeps its tiles: never a
 wrong address, at worst the ordinary plan. Kernels with dots, persistent loops, TMA access, online or
-variance passes, or 64-bit offsets are left alone.
+variance passes are left alone. The flat index is int32 where the members' size buckets multiply to at
+most :data:`FLAT_I32_EXTENT` (the int32 arithmetic of tile starts, split chunks and masks cannot
+overflow), and int64 in kernels with 64-bit offsets (the flat extent, the tile starts and the members'
+decomposition in 64 bits); between the two the kernel keeps its tiles.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ def _plain(n: Load) -> bool:
 
 def flat_candidates(k: KernelPlan) -> str:
     """Which case of the module's docstring kernel ``k`` is: "grid", "loop" or "" (neither)."""
-    if k.gluon is not None or k.flat or k.dots or k.persistent or k.i64:
+    if k.gluon is not None or k.flat or k.dots or k.persistent:
         return ""
     if any(st.atomic or st.state or st.in_loop for st in k.stores):
         return ""
@@ -93,8 +96,8 @@ def plan_flat(k: KernelPlan, want: int | None, dense: frozenset, divisors: Mappi
         return
     for run in runs:
         # 32-bit index arithmetic: the flat extent (bounded by the members' size buckets) plus a block or
-        # a split's rounding stays below 2**31 (64-bit offsets are not planned flat)
-        if math.prod(k.size_buckets.get(a, 1 << 31) for a in run) > FLAT_I32_EXTENT:
+        # a split's rounding stays below 2**31 (with 64-bit offsets the flat index is 64-bit)
+        if not k.i64 and math.prod(k.size_buckets.get(a, 1 << 31) for a in run) > FLAT_I32_EXTENT:
             continue
         direct = _direct(k, run, dense)
         if direct is not None:

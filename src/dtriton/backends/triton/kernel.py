@@ -181,7 +181,9 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
                 self.bind_box(top, a, f"pid_{a}")
                 layout.append(a)
             else:
-                self.bind_axis(top, a, f"pid_{a} * {self.block(a)}", f"  # program's tile of axis {a}")
+                # (a flat axis's tile start may pass 2**31: in 64 bits before the multiply)
+                pid = f"pid_{a}.to(tl.int64)" if self.i64 and a in k.flat else f"pid_{a}"
+                self.bind_axis(top, a, f"{pid} * {self.block(a)}", f"  # program's tile of axis {a}")
                 layout.append(a)
         return top, nums, layout
 

@@ -30,7 +30,8 @@ class MemoryPrinter:
             if t is None:
                 continue
             st = f"{name}_s{d}"
-            t = f"({t}).to(tl.int64)" if self.i64 else t
+            # (tl.cast: a literal, a static_range index or an interpreter loop variable is a Python int)
+            t = f"tl.cast({t}, tl.int64)" if self.i64 else t
             terms.append(f"{t} * {st}")
         return f"{name}_ptr + " + (" + ".join(terms) if terms else "0")
 
