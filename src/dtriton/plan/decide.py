@@ -2,7 +2,7 @@
 
 The named steps, in order (each reads what the ones before decided): call facts (compute dtype,
 64-bit offsets, divisibility hints, interpreter-only choices: bf16 rounding and block folds), the
-flat axes of implicit GEMMs (convolutions), dots,
+flat axes of implicit GEMMs (convolutions), the flat axes of ``flat_axes`` (:mod:`dtriton.plan.flat`), dots,
 dot-only axes, access per tensor tile, eviction hints, passes (grouping, online merging, warp
 specialisation), loop bounds from masks (the loops they split are not warp-specialised), the pass
 whose loop adds each in-loop atomic store (:mod:`dtriton.plan.loop_stores`), a persistent GEMM's
