@@ -123,3 +123,15 @@ def test_probe_gluon_attention_compiles_for_sm90(tmp_path):
     assert all(r["stack"] == 0 and 0 < r["smem"] <= 232448 and r["wgmma"] > 0 for r in rows), rows
     ws = [r for r in rows if r["variant"].startswith("ws")]
     assert all(r["warps"] == 12 and r["worker_regs"] == [240, 24] for r in ws), ws
+
+
+def test_probe_flat_dry_run_checks_every_row(tmp_path):
+    """bench/probe_flat.py (issue 16's flat lowerings): every hand-written variant and dtriton schedule (the
+    flat_axes ones included, on the H200's split plans) computes the float64 values on the interpreter."""
+    run_bench(["bench/probe_flat.py", "--dry-run"], tmp_path)
+    rows = json.loads((tmp_path / "out" / "probe_flat.json").read_text())["rows"]
+    assert len(rows) > 150 and all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
+    impls = {r["impl"] for r in rows}
+    assert {"dtriton split flat4 h2 batch_norm_out", "dtriton split flat4 frobenius_normalize_sum0", "plane 2048 w8",
+            "gather 1024 w4 mask", "split 512 x 4096 w8 ef partials"} <= impls, sorted(impls)
+    assert (tmp_path / "out" / "dtriton_bn_2x3x32x64_float16_split-flat2-h4.py").exists()

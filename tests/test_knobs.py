@@ -58,11 +58,12 @@ def test_builtin_knobs_are_the_schedule_fields_in_order():
                                          "acc_dtype", "precision", "split_mode", "stages", "eviction", "persistent",
                                          "access", "warp_specialize", "mask_bounds", "tile_order",
                                          "fuse_outputs", "descriptors", "unroll", "store_pieces", "rolling",
-                                         "window_loads", "narrow_minmax")
+                                         "window_loads", "narrow_minmax", "flat_axes")
     assert dt.StageSchedule.field_names() == ("place", "tile", "grid", "group", "strategy", "num_warps", "num_stages",
-                                              "precision", "persistent")
+                                              "precision", "persistent", "flat_axes")
     assert [k.name for k in launch_knobs()] == ["num_warps", "num_stages"]
-    assert [k.name for k in stage_knobs()] == ["tile", "grid", "group", "strategy", "num_warps", "num_stages", "precision", "persistent"]
+    assert [k.name for k in stage_knobs()] == ["tile", "grid", "group", "strategy", "num_warps", "num_stages", "precision", "persistent",
+                                               "flat_axes"]
     # positional arguments keep the old dataclass order
     s = dt.Schedule({"i": 16}, ("i", "j"), {}, {}, {}, 8)
     assert s.tile == {"i": 16} and s.grid == ("i", "j") and s.num_warps == 8
@@ -98,7 +99,7 @@ def test_registered_knob_is_checked_and_suggested(test_knob):
         dt.Schedule(test_only_knob=True)     # a bool is not the int 1
     with pytest.raises(dt.UnknownFieldError, match=r"Schedule has no field 'test_only_knb' \(did you mean "
                                                    r"'test_only_knob'\?\); its fields are .*, tile_order, fuse_outputs, descriptors, unroll, store_pieces, "
-                                                   r"rolling, window_loads, narrow_minmax, test_only_knob$"):
+                                                   r"rolling, window_loads, narrow_minmax, flat_axes, test_only_knob$"):
         dt.Schedule(test_only_knb=1)
     with pytest.raises(dt.UnknownFieldError, match=r"did you mean 'test_only_knob'"):
         dt.Schedule.from_dict({"test_only_knobs": 1})
@@ -175,7 +176,7 @@ def test_register_refuses_bad_knobs():
         unregister("num_warps")
     with pytest.raises(KeyError):
         unregister("no_such_knob")
-    assert [k.name for k in knobs()][-1] == "narrow_minmax"
+    assert [k.name for k in knobs()][-1] == "flat_axes"
 
 
 def test_stage_overrides_are_checked_against_their_knob():
@@ -220,7 +221,7 @@ def test_schedule_is_immutable_and_compares_like_the_old_dataclass():
     assert dt.StageSchedule(tile={"j": 8}) == dt.StageSchedule(tile={"j": 8}) != dt.StageSchedule()
     assert repr(dt.StageSchedule(place="fuse")) == ("StageSchedule(place='fuse', tile={}, grid=None, group={}, "
                                                     "strategy={}, num_warps=None, num_stages=None, precision=None, "
-                                                    "persistent=None)")
+                                                    "persistent=None, flat_axes=None)")
     assert dt.StageSchedule(place="fuse").replace(tile={"j": 8}).place == "fuse"
     full = dt.compile(softmax).schedule_for(torch.randn(4, 8))
     assert dt.Schedule.from_json(full.to_json()) == full and eval(repr(full), {"Schedule": dt.Schedule,

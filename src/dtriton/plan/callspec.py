@@ -16,10 +16,6 @@ import torch
 
 from ..ir import Algorithm, Binding, InputTensor, Load, Reduce, ScalarParam, contractions, kernel_reads, unit_dim, walk
 from .access import unit_last
-from .gluon_attention import match_attention
-from .gluon_attention_bwd import match_attention_bwd
-from .gluon_conv import match_conv2d
-from .gluon_depthwise import match_depthwise
 from .kernel import next_pow2
 
 __all__ = ["CallSpec", "I32_MAX", "call_spec", "max_offset", "tma_addressable", "window_index_values"]
@@ -50,10 +46,10 @@ class CallSpec:
     pooling windows (reductions of one load: a stride, a padding), values 0 to 64, sorted (the plan
     prints them as literals and reads a strided window's taps as contiguous runs: ``plan.pairs``).
     arch: the GPU's compute capability as 10 * major + minor (0 on the interpreter). dense: the tensors
-    (inputs, outputs) contiguous with a 16-byte aligned base (an output allocated by the runtime is), on
-    the GPU for an attention forward, a derived attention backward or a channels-last 2-d convolution
-    only (no other call is specialised on it); for :mod:`dtriton.plan.gluon_attention`,
-    :mod:`dtriton.plan.gluon_attention_bwd` and :mod:`dtriton.plan.gluon_conv`."""
+    (inputs, outputs) contiguous with a 16-byte aligned base (an output allocated by the runtime is):
+    for :mod:`dtriton.plan.gluon_attention`, :mod:`dtriton.plan.gluon_attention_bwd` and
+    :mod:`dtriton.plan.gluon_conv`, :mod:`dtriton.plan.gluon_depthwise` (on the GPU), and
+    :mod:`dtriton.plan.flat` (a tensor addressed by a flat index)."""
     facts: tuple
     dtypes: tuple
     i64: bool
@@ -103,17 +99,7 @@ def call_spec(alg: Algorithm, b: Binding, args: Sequence[Any], interpret: bool, 
                     tuple(sorted(b.unit_dims.items())) if contractions(alg) or tma_ok or values else (), masked, ones,
                     tuple(sorted((a, n) for a, n in b.axis_sizes.items() if n <= SMALL_SIZE)), values,
                     _arch(b.device, interpret),
-                    _dense(alg, args, out) if not interpret and _gluon_candidate(alg) else frozenset())
-
-
-def _gluon_candidate(alg: Algorithm) -> bool:
-    """Whether ``alg`` is an attention forward, a derived attention backward or a channels-last 2-d
-    convolution, depthwise or not (the calls :mod:`dtriton.plan.gluon_attention`,
-    :mod:`dtriton.plan.gluon_attention_bwd`, :mod:`dtriton.plan.gluon_conv` and
-    :mod:`dtriton.plan.gluon_depthwise` may plan as Gluon kernels, which need the :attr:`CallSpec.dense`
-    facts)."""
-    return (match_attention(alg) is not None or match_attention_bwd(alg)[0] is not None
-            or match_conv2d(alg)[0] is not None or match_depthwise(alg)[0] is not None)
+                    _dense(alg, args, out))
 
 
 def _arch(device: torch.device, interpret: bool) -> int:

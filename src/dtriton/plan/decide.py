@@ -2,7 +2,7 @@
 
 The named steps, in order (each reads what the ones before decided): call facts (compute dtype,
 64-bit offsets, divisibility hints, interpreter-only choices: bf16 rounding and block folds), the
-flat axes of implicit GEMMs (convolutions), dots,
+flat axes of implicit GEMMs (convolutions), the flat axes of ``flat_axes`` (:mod:`dtriton.plan.flat`), dots,
 dot-only axes, access per tensor tile, eviction hints, passes (grouping, online merging, warp
 specialisation), loop bounds from masks (the loops they split are not warp-specialised), the pass
 whose loop adds each in-loop atomic store (:mod:`dtriton.plan.loop_stores`), a persistent GEMM's
@@ -34,6 +34,7 @@ from .dots import dot_only_axes, plan_dots, transposed_operands
 from .gluon_attention import plan_gluon_attention
 from .gluon_attention_bwd import plan_gluon_attention_bwd
 from .gluon_conv import plan_gluon_conv
+from .flat import plan_flat
 from .gluon_depthwise import plan_gluon_depthwise
 from .implicit_gemm import plan_implicit_gemm
 from .kernel import KernelPlan, Program, StoreSpec
@@ -53,7 +54,8 @@ def decide(prog: Program, sched: Schedule, dtypes: Mapping[str, torch.dtype],
            tma_ok: frozenset = frozenset(), hints: Mapping[str, int] | None = None, note: str = "",
            unit_dims: Mapping[str, int] | None = None, masked_reads: frozenset = frozenset(),
            size_buckets: Mapping[str, int] | None = None, unit_scalars: frozenset = frozenset(),
-           small_sizes: Mapping[str, int] | None = None, index_values: Mapping[str, int] | None = None) -> Program:
+           small_sizes: Mapping[str, int] | None = None, index_values: Mapping[str, int] | None = None,
+           dense: frozenset = frozenset(), divisors: Mapping[str, int] | None = None) -> Program:
     """Fill every kernel's decisions in place (and return ``prog``). ``dtypes``: the input
     tensors' dtypes; ``out_dtypes``: each output's; ``tma_ok``: tensors a TMA descriptor may
     address on this call; ``hints``: integer argument -> a power of two it is a multiple of;
@@ -61,14 +63,16 @@ def decide(prog: Program, sched: Schedule, dtypes: Mapping[str, torch.dtype],
     ``(load id, dim)`` computed indices to mask to their dim; ``size_buckets``: axis -> a power of
     two its size is at most on every call of this signature; ``unit_scalars``: the integer
     scalars equal to 1 on it; ``small_sizes``: axis -> its size, for the axes of at most 8;
-    ``index_values``: int scalar -> its value, for those of pooling windows' indices."""
+    ``index_values``: int scalar -> its value, for those of pooling windows' indices; ``dense``: the
+    tensors contiguous with an aligned base on this call; ``divisors``: axis -> the largest power of two
+    up to 256 dividing its size."""
     any64 = kernel_f64(dtypes.values(), out_dtypes.values()) or sched.acc_dtype == "float64"
     read: frozenset = frozenset()   # the inputs the kernels before this one load
     for k in prog.kernels:
         k.size_buckets = dict(size_buckets or {})
         _decide_kernel(k, sched, dtypes, out_dtypes, "float64" if any64 else "float32", interpret, i64, tma_ok,
                        dict(hints or {}), dict(unit_dims or {}), masked_reads, unit_scalars, dict(small_sizes or {}),
-                       dict(index_values or {}))
+                       dict(index_values or {}), dense, dict(divisors or {}))
         k.reverse_order = plan_reverse_order(k, sched.tile_order, input_tensors(k) & read)
         read |= input_tensors(k)
     prog.note = note
@@ -78,7 +82,8 @@ def decide(prog: Program, sched: Schedule, dtypes: Mapping[str, torch.dtype],
 def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str, interpret: bool, i64: bool,
                    tma_ok: frozenset, hints: dict, unit_dims: dict, masked_reads: frozenset,
                    unit_scalars: frozenset = frozenset(), small_sizes: dict | None = None,
-                   index_values: dict | None = None) -> None:
+                   index_values: dict | None = None, dense: frozenset = frozenset(),
+                   divisors: dict | None = None) -> None:
     k.compute_dtype, k.i64, k.hints, k.unit_dims = cdt, i64, hints, unit_dims
     k.int_acc = integer_reductions([st.expr for st in k.stores], dtypes)
     k.bool_ops = boolean_ops([st.expr for st in k.stores], dtypes)
@@ -87,6 +92,9 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.dtypes, k.out_dtypes = dict(dtypes), dict(out_dtypes)
     # a conv's reduced axes (and output rows) as flat axes, where that makes a dot
     plan_implicit_gemm(k, sched.access, tma_ok, unit_scalars)
+    # innermost axes over contiguous tensors as one flat axis (schedule knob flat_axes; pointer access only)
+    if sched.access in (None, "pointer"):
+        plan_flat(k, _stage_knob(sched, k, "flat_axes"), dense, divisors or {})
     # a window sum's input read at the tile's address shifted by each tap (a depthwise conv's: one TMA
     # box per tap under TMA access), where no implicit GEMM is
     k.shifted_reads = k.shifted_reads or plan_tap_shifts(k, sched.access, tma_ok, unit_scalars)
@@ -154,10 +162,22 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
     prog = decide(prog, sched, b.dtypes, out_dtypes, spec.interpret, spec.i64, spec.tma_ok, dict(spec.hints),
                   spec.note(alg, sched.access == "tma"), dict(spec.unit_dims), masked,
                   {f[0]: f[1] for f in spec.facts}, frozenset(spec.unit_scalars), dict(spec.small_sizes),
-                  dict(spec.index_values))
+                  dict(spec.index_values), spec.dense, {f[0]: _divisor(f[2]) for f in spec.facts})
     prog = gluon_program(prog, traced, sched, b, spec, out_dtypes)
     check_store_blocks(prog, sched)
     return prog
+
+
+def _divisor(flags: tuple) -> int:
+    """The largest power of two up to 256 dividing a size, from its :class:`CallSpec` facts (size % d == 0
+    for d = 1, 2, 4, ..., 256)."""
+    return max((1 << i for i, ok in enumerate(flags) if ok), default=1)
+
+
+def _stage_knob(sched: Schedule, k: KernelPlan, name: str):
+    """Knob ``name`` for kernel ``k``: its stage's override where set, else the schedule's."""
+    v = getattr(sched.stage(k.stage_names[0]), name, None) if k.stage_names else None
+    return getattr(sched, name) if v is None else v
 
 
 def check_store_blocks(prog: Program, sched: Schedule) -> None:
@@ -328,6 +348,12 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
     if not sched.narrow_minmax and not any("narrow_minmax" in k.window_knobs for k in kernels):
         notes.append("narrow_minmax=False has no effect: no kernel of this call has a pooling window's max or min of one "
                      "float16 input (or bfloat16 on the GPU) to fold in that dtype; drop it")
+    asked = [sched.flat_axes] + [st.flat_axes for st in sched.stages.values() if st.flat_axes is not None]
+    if any(asked) and not any(k.flat_direct for k in kernels):
+        notes.append(f"flat_axes={max(asked)} has no effect: no kernel of this call has a run of innermost axes over "
+                     "contiguous tensors to fuse (an element-wise kernel's grid axes, or a plain sum's looped axes, "
+                     "read and written as the last dims in order of dense tensors, pointer access); "
+                     "drop it")
     used = set().union(*(k.evicted for k in kernels)) if kernels else set()
     for t, ev in sched.eviction.items():
         if ev != "evict_normal" and t not in used:

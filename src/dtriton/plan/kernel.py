@@ -322,6 +322,9 @@ class KernelPlan:
     flat_box: dict[str, tuple[int, ...]] = field(default_factory=dict)  # flat grid axis -> its members' tiles:
                                                       # each tile is a box of the members (a conv's output rows
                                                       # (n, h, w) read by TMA), not a run of the flat index
+    flat_direct: dict = field(default_factory=dict)   # load id or output name -> the flat axis whose index is its
+                                                      # address past its other dims (plan.flat: a contiguous
+                                                      # tensor whose last dims are the flat axis's members)
     static_loops: dict[str, int] = field(default_factory=dict)  # loop axis -> its exact size: emitted as
                                                       # tl.static_range (a depthwise conv's taps: plan.taps)
     rolling: RollingWindow | None = None              # a window sum computed by rolling rows (plan.taps)

@@ -211,6 +211,11 @@ def _pieces(v) -> str | None:
     return None if ok else "must be 0 (the plan picks), 1 (the whole tile) or 2 (two halves of its last dim)"
 
 
+def _flat_axes(v) -> str | None:
+    ok = v is None or (isinstance(v, int) and not isinstance(v, bool) and (v == 0 or 2 <= v <= 8))
+    return None if ok else "must be 0 (off) or the number of innermost axes to fuse, 2 to 8"
+
+
 def _boolean(v) -> str | None:
     return None if isinstance(v, bool) else "must be True or False"
 
@@ -359,6 +364,11 @@ BUILTIN: tuple[Knob, ...] = (
     Knob("narrow_minmax", True, Domain("True, False", _boolean, (True, False)),
          doc="a pooling window's max or min of one fp16/bf16 input folds in that dtype (exact; NaN propagates); "
              "False: in the compute dtype (float32)"),
+    Knob("flat_axes", 0, Domain("0, or 2 to 8", _flat_axes, (0, 2, 3, 4, 5, 6, 7, 8)), scope="stage", search=(0, 2, 8),
+         doc="fuse up to this many innermost axes of a kernel into one flat axis where every tensor reading or writing "
+             "all of them is contiguous with them as its last dims in order (its address is then the flat index): an "
+             "element-wise kernel's grid axes (broadcast operands index by (flat // stride) % size), or a sum's looped "
+             "axes (split across programs in contiguous runs); the block is the product of the members' tiles; 0: off"),
 )
 
 _REGISTRY: dict[str, Knob] = {k.name: k for k in BUILTIN}

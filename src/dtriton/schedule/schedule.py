@@ -161,8 +161,8 @@ class StageSchedule(_KnobValues):
       "materialize" (a kernel of its own, its result written to global memory first) or "atomic"
       (a sum materialised by fp32 atomic partial sums added inside the loop of the kernel holding
       its operands: :mod:`dtriton.plan.loop_stores`).
-    - ``tile``/``grid``/``group``/``strategy``/``num_warps``/``num_stages``/``precision``/``persistent`` (the knobs of scope
-      "stage"): used for the stage's own kernel when it has one; unset fields (None or empty)
+    - ``tile``/``grid``/``group``/``strategy``/``num_warps``/``num_stages``/``precision``/``persistent``/
+      ``flat_axes`` (the knobs of scope "stage"): used for the stage's own kernel when it has one; unset fields (None or empty)
       inherit from the enclosing :class:`Schedule`.
 
     Positional order: ``place`` then the stage knobs in registry order.

@@ -353,12 +353,21 @@ def _rule_split_mode(k: Knob, d: Derivation) -> list | None:
     return None
 
 
+def _rule_flat_axes(k: Knob, d: Derivation) -> list | None:
+    """GPU algorithms without contractions with an output or a reduction over two axes or more: off, the
+    two innermost axes, and every axis that qualifies (:mod:`dtriton.plan.flat`)."""
+    wide = any(len(o.layout) >= 2 for o in d.alg.outputs) or any(len(st.node.over) >= 2 for st in d.alg.stages.values()
+                                                                if not st.is_output)
+    return _with_base([0, 2, 8], d.base.flat_axes) if d.gpu and not d.cons and wide else None
+
+
 #: The derivation rules of built-in flat knobs: knob name -> ``rule(knob, Derivation)`` giving the
 #: values to search (None: not searched). Every other flat knob (``acc_dtype`` and registered ones)
 #: gets :func:`registry_values`.
 RULES = {"num_warps": _rule_num_warps, "num_stages": _rule_num_stages, "persistent": _rule_persistent,
          "access": _rule_access, "precision": _rule_precision, "warp_specialize": _rule_warp_specialize,
-         "tile_order": _rule_tile_order, "unroll": _rule_unroll, "split_mode": _rule_split_mode}
+         "tile_order": _rule_tile_order, "unroll": _rule_unroll, "split_mode": _rule_split_mode,
+         "flat_axes": _rule_flat_axes}
 
 
 def derive_flat(d: Derivation) -> dict[str, list | None]:

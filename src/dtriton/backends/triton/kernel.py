@@ -177,7 +177,9 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
                 self.bind_box(top, a, f"pid_{a}")
                 layout.append(a)
             else:
-                self.bind_axis(top, a, f"pid_{a} * {self.block(a)}", f"  # program's tile of axis {a}")
+                # (a flat axis's tile start may pass 2**31: in 64 bits before the multiply)
+                pid = f"pid_{a}.to(tl.int64)" if self.i64 and a in k.flat else f"pid_{a}"
+                self.bind_axis(top, a, f"{pid} * {self.block(a)}", f"  # program's tile of axis {a}")
                 layout.append(a)
         return top, nums, layout
 
@@ -259,14 +261,16 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
         terms = []
         if st.partial_axis:
             terms.append("pid_split")
+        flat = self.k.flat_direct.get(st.target)   # (its last dims addressed by the flat index: plan.flat)
+        direct = set(self.k.flat[flat]) if flat is not None else set()
         for a in st.layout:
             b, _ = scope.find_bind(a)
-            terms.append(b.offs if b.scalar else self.expand1d(b.offs, a, layout))
+            terms.append(None if a in direct else b.offs if b.scalar else self.expand1d(b.offs, a, layout))
         mask = self.mask_for(st.layout, scope, layout)
         pres = self.present_of_axes(st.layout, scope)
         if self.present(expr, scope) != pres and pres:
             v = f"tl.broadcast_to({v}, {self.shape(layout, pres)})"
-        ptr = self.addr(name, terms)
+        ptr = self.addr(name, terms) + (f" + {self.flat_offset(flat, scope, layout)}" if flat is not None else "")
         # of literals and scalar arguments only: a Python number in the interpreter (no .to())
         scalars_only = not any(isinstance(n, (Load, Reduce, Axis)) for n in walk([expr]))
         if not pres and layout:

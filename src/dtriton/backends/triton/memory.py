@@ -30,9 +30,16 @@ class MemoryPrinter:
             if t is None:
                 continue
             st = f"{name}_s{d}"
-            t = f"({t}).to(tl.int64)" if self.i64 else t
+            # (tl.cast: a literal, a static_range index or an interpreter loop variable is a Python int)
+            t = f"tl.cast({t}, tl.int64)" if self.i64 else t
             terms.append(f"{t} * {st}")
         return f"{name}_ptr + " + (" + ".join(terms) if terms else "0")
+
+    def flat_offset(self, f: str, scope: Scope, layout) -> str:
+        """The index of flat axis ``f`` in ``layout``: the address, past its other dims, of a tensor the
+        plan addresses by it (``KernelPlan.flat_direct``)."""
+        b, _ = scope.find_bind(f)
+        return b.offs if b.scalar else self.expand1d(b.offs, f, layout)
 
     def mask_for(self, axes, scope: Scope, layout) -> str | None:
         """The mask of a value using ``axes`` (None when every one divides its block; members of a
@@ -163,9 +170,15 @@ class MemoryPrinter:
         # dims at the tile's index shifted by a tap (plan.taps): the tile's address block, the same for
         # every tap, plus the tap's scalar shift times the stride
         shifted = {d: v for d, v in self.k.shifted_reads.get(n.uid, {}).items() if self.k.flat_of(v[0]) == v[0]}
+        flat = self.k.flat_direct.get(n.uid)   # (its last dims addressed by the flat index: plan.flat)
+        first = len(n.index) - len(self.k.flat[flat]) if flat is not None else len(n.index)
+        if flat is not None:
+            moves.append(self.flat_offset(flat, scope, layout))
         for d, e in enumerate(n.index):
-            if d == skip:
+            if d == skip or d >= first:
                 terms.append(None)
+                if d >= first:
+                    mask_axes.append(e.name)
                 continue
             if d in shifted:
                 a, at0 = shifted[d]

@@ -410,6 +410,9 @@ class ReducePrinter:
         br = self.k.block_reduce.get(c.base)
         v = body
         kd = "True" if keep else "False"
+        # a flat axis all of whose members are reduced: its dim (plan.flat)
+        over = list(dict.fromkeys(f if set(self.k.flat.get(f, (f,))) <= set(over) else a
+                                  for a, f in ((a, self.k.flat_of(a)) for a in over)))
         # dropped dims: the last first, so the indices of the others hold
         for a in sorted((a for a in over if a in layout), key=layout.index, reverse=not keep):
             ax = layout.index(a)

@@ -55,7 +55,10 @@ class ValuePrinter:
         """The size argument of axis ``a`` (declared on first use); of a flat axis, the product of
         its members' sizes."""
         if a in self.k.flat:
-            return "(" + " * ".join(self.size(m) for m in self.k.flat[a]) + ")"
+            ms = [self.size(m) for m in self.k.flat[a]]
+            if self.i64:   # (the product may pass 2**31: in 64 bits from the first factor on)
+                ms[0] = f"tl.cast({ms[0]}, tl.int64)"
+            return "(" + " * ".join(ms) + ")"
         nm = f"size_{a}"
         if nm not in self.sizes:
             self.sizes.append(nm)
@@ -91,7 +94,8 @@ class ValuePrinter:
             return
         offs = f"offs_{a}"
         if self.i64:
-            scope.emit(f"{offs} = ({start}).to(tl.int64) + tl.arange(0, {blk}){comment}")
+            # (tl.cast: a loop's variable is a Python int on the interpreter)
+            scope.emit(f"{offs} = tl.cast({start}, tl.int64) + tl.arange(0, {blk}){comment}")
         else:
             scope.emit(f"{offs} = {start} + tl.arange(0, {blk}){comment}")
         mask = None
