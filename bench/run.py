@@ -167,9 +167,14 @@ def print_candidates(res, most: int = 8) -> None:
     each came from, and its changes from the heuristic's schedule."""
     rows = [r for r in res.table if r["status"] == "ok" and r.get("median_us") is not None]
     base = next((r["schedule_json"] for r in res.table if r["origin"] == "heuristic"), None)
-    for r in sorted(rows, key=lambda r: r["median_us"])[:most]:
+    shown = sorted(rows, key=lambda r: r["median_us"])[:most]
+    for r in shown:
         print(f"      #{r['id']:<3d} {r['median_us']:10.1f} us  {r['origin']:9s} {schedule_changes(r['schedule_json'], base)}",
               flush=True)
+    for r in res.table:   # the baseline always: its status and time (or why it has none)
+        if r["origin"] == "heuristic" and r not in shown:
+            print(f"      #{r['id']:<3d} heuristic: {r['status']} median {r.get('median_us')} us "
+                  f"{(r.get('reason') or '')[:200]}", flush=True)
 
 
 def add_row(group, case, impl, kernel_us, call_us, unit, work, err=None, schedule=None, note=""):
