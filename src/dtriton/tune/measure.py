@@ -22,7 +22,7 @@ from ..errors import ShapeError
 from ..ir import Algorithm, sum_of_products, walk
 from .check import CHECK_CHUNK, check_outputs
 
-__all__ = ["Bench", "warm_gpu_time", "run_parallel", "drain_workers", "reference_peak", "first_line",
+__all__ = ["Bench", "sleep_cycles_per_ms", "warm_gpu_time", "run_parallel", "drain_workers", "reference_peak", "first_line",
            "workers_for_memory"]
 
 
@@ -228,7 +228,17 @@ class Bench:
         return med * 1e3, p20 * 1e3, p80 * 1e3
 
 
-_SLEEP_CYCLES_PER_MS: list[float] = []
+def sleep_cycles_per_ms() -> float:
+    """Cycles of ``torch.cuda._sleep`` a millisecond takes now. Measured at each use: the rate follows
+    the SM clock, which an idle GPU holds low (the H200 at 345 MHz before work, about 1980 under load;
+    a rate measured idle made the spins about 6 times too short once the clock rose, so the host's
+    launch gaps showed in the times: s12, a Gluon kernel's 35 us read as its 109 us host time)."""
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    torch.cuda._sleep(1_000_000)
+    b.record()
+    b.synchronize()
+    return 1_000_000 / max(a.elapsed_time(b), 1e-3)
 
 
 def warm_gpu_time(fn: Callable[[], Any], warmup_ms: float = 10.0, rep_ms: float = 50.0) -> tuple[float, float, float]:
@@ -237,40 +247,35 @@ def warm_gpu_time(fn: Callable[[], Any], warmup_ms: float = 10.0, rep_ms: float 
     Before each timed call the GPU spins (``torch.cuda._sleep``) for longer than the host takes
     to issue the call, so the CUDA events around the call see only GPU work: the kernel time a
     CUDA-graph replay of repeated calls shows (the benchmark suite's "kernel" column), without
-    the capture. ``triton.testing.do_bench`` instead flushes L2 before every call (a cold cache)."""
+    the capture. ``triton.testing.do_bench`` instead flushes L2 before every call (a cold cache).
+    The spin's rate is measured after the warm-up (:func:`sleep_cycles_per_ms`: the clock is up)."""
     torch.cuda.synchronize()
-    if not _SLEEP_CYCLES_PER_MS:
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        torch.cuda._sleep(2_000_000)
-        b.record()
-        b.synchronize()
-        _SLEEP_CYCLES_PER_MS.append(2_000_000 / max(a.elapsed_time(b), 1e-3))
+    end = time.perf_counter() + warmup_ms / 1e3
+    while time.perf_counter() < end:
+        fn()
+    rate = sleep_cycles_per_ms()
     t = time.perf_counter()
     for _ in range(5):
         fn()
     host_ms = (time.perf_counter() - t) * 1e3 / 5
     torch.cuda.synchronize()
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(int((2 * host_ms * 5 + 0.02) * _SLEEP_CYCLES_PER_MS[0]))   # GPU time, not launch gaps
+    torch.cuda._sleep(int((3 * host_ms * 5 + 0.02) * rate))   # GPU time, not launch gaps
     a.record()
     for _ in range(5):
         fn()
     b.record()
     b.synchronize()
     est = max(a.elapsed_time(b) / 5, 1e-4)
-    end = time.perf_counter() + warmup_ms / 1e3
-    while time.perf_counter() < end:
-        fn()
     # each sample times ``per`` back-to-back calls (up to 10 for kernels under 50 us), so the fixed
     # cost of an event pair and a kernel start after the sleep is shared. Session-4 H200
     # diagnostic (bench/results/diag_explore_timing_*.log), 1024^3 matmuls: one call per sample
     # read 8.5-8.9 us against 5.8-6.3 us in a CUDA graph, and noise of that size ranked a pointer
     # schedule over the faster TMA one; grouped, 6.7-7.1 us
     per = max(1, min(10, int(0.05 / est)))
-    sleep_ms = 2 * host_ms * per + 0.02
+    sleep_ms = 3 * host_ms * per + 0.02   # (3x: the clock may still rise during the samples)
     n = max(10, min(1000, int(rep_ms / (est * per + sleep_ms))))   # about rep_ms of GPU time in all
-    cycles = int(sleep_ms * _SLEEP_CYCLES_PER_MS[0])
+    cycles = int(sleep_ms * rate)
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(n)]
     for i in range(n):
