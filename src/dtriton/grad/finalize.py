@@ -112,9 +112,12 @@ class Finalizer:
     def build(self, name: str, outs: list[tuple[Expr, tuple[str, ...]]], doc: str,
               carriers: Sequence[str | None], floors: Sequence[torch.dtype | None] = ()) -> Algorithm:
         """The algorithm ``name`` computing ``outs`` (``(graph expression, layout)`` each). An output
-        axis that indexes no tensor gets its size from the tensor ``carriers[k]`` (a zero term that
-        loads it); ``None``: an error if needed. ``floors[k]``: the float dtype output ``k`` is stored in
-        at least (:attr:`Output.floor`; missing or ``None``: its result dtype)."""
+        axis is sized by a tensor it indexes or by its size symbol (the graph's axes carry the
+        forward's, e.g. ``h:Ho`` of an axis only inside index expressions); one with neither, or
+        no axis of its value, gets its size from the tensor ``carriers[k]`` (a zero term that loads
+        it); ``None``: an :class:`AlgorithmError` naming ``name`` if needed. ``floors[k]``: the float
+        dtype output ``k`` is stored in at least (:attr:`Output.floor`; missing or ``None``: its
+        result dtype)."""
         g = self.d.g
         params = make_params(self.spec, frozenset(pn for pn, _ in self.saved_map.values()))
         by_name = {p.name: p for p in params}
