@@ -112,9 +112,12 @@ class Finalizer:
     def build(self, name: str, outs: list[tuple[Expr, tuple[str, ...]]], doc: str,
               carriers: Sequence[str | None], floors: Sequence[torch.dtype | None] = ()) -> Algorithm:
         """The algorithm ``name`` computing ``outs`` (``(graph expression, layout)`` each). An output
-        axis that indexes no tensor gets its size from the tensor ``carriers[k]`` (a zero term that
-        loads it); ``None``: an error if needed. ``floors[k]``: the float dtype output ``k`` is stored in
-        at least (:attr:`Output.floor`; missing or ``None``: its result dtype)."""
+        axis is sized by a tensor it indexes or by its size symbol (the graph's axes carry the
+        forward's, e.g. ``h:Ho`` of an axis only inside index expressions); one with neither, or
+        no axis of its value, gets its size from the tensor ``carriers[k]`` (a zero term that loads
+        it); ``None``: an :class:`AlgorithmError` naming ``name`` if needed. ``floors[k]``: the float
+        dtype output ``k`` is stored in at least (:attr:`Output.floor`; missing or ``None``: its
+        result dtype)."""
         g = self.d.g
         params = make_params(self.spec, frozenset(pn for pn, _ in self.saved_map.values()))
         by_name = {p.name: p for p in params}
@@ -138,12 +141,16 @@ class Finalizer:
                 axes_sized.update(self.saved_map[n.uid][1])
             elif isinstance(n, Load):
                 axes_sized.update(e.name for e in n.index if isinstance(e, Axis))
+            elif isinstance(n, Axis) and n.size is not None:
+                # an axis declared with its size symbol (``dt.axes("h:Ho")``, or the graph's size of
+                # an axis that only appears inside index expressions): Algorithm.build sizes it
+                axes_sized.add(n.name)
         floors = list(floors) + [None] * (len(outs) - len(floors))
-        outputs = [self._output(new[e.uid], layout, carrier, axes_sized, by_name, floor)
+        outputs = [self._output(name, new[e.uid], layout, carrier, axes_sized, by_name, floor)
                    for (e, layout), carrier, floor in zip(outs, carriers, floors)]
         return Algorithm.build(name, params, outputs, doc=doc)
 
-    def _output(self, expr: Expr, layout: tuple[str, ...], carrier: str | None, axes_sized: set[str],
+    def _output(self, name: str, expr: Expr, layout: tuple[str, ...], carrier: str | None, axes_sized: set[str],
                 params: dict[str, Any], floor: torch.dtype | None = None) -> Output:
         missing = [a for a in layout if a not in axes_sized or a not in expr.axes]
         if missing:
@@ -153,8 +160,8 @@ class Finalizer:
             # the output axes
             if carrier is None:
                 raise AlgorithmError(
-                    f"dt.grad: output axes {missing} of a backward algorithm of {self.d.alg.name} index no "
-                    "tensor or are no axes of its value, and no input carries them")
+                    f"dt.grad: output axes {missing} of {name} (derived from {self.d.alg.name}) index no tensor, "
+                    "have no declared size, or are no axes of its value, and no input carries them")
             ld = Load(params[carrier], tuple(Axis(a) for a in layout))
             expr = Binary("add", expr, Where(Binary("ne", ld, ld), Const(0.0), Const(0.0)))
         return Output(expr, tuple(layout), floor=floor)
