@@ -246,6 +246,7 @@ class DifferentiableKernel:
         # the steady-state path: call key -> ForwardStep (False: this signature keeps the general path)
         self._steps: dict[tuple, ForwardStep | bool] = {}
         self._size_pos = tuple(self.algorithm.size_args.values())   # int arguments that size axes
+        self._req_pos = self.algorithm.requires_pos   # scalar arguments its constraints name
         self._printed_key = signature_key_for(self.algorithm).printed   # signature_key, printed for the parameters
 
     def __repr__(self):
@@ -454,6 +455,8 @@ class DifferentiableKernel:
             if needs_grad:
                 if self._size_pos:
                     key += tuple(int(args[p]) for p in self._size_pos)
+                if self._req_pos:   # the scalars dt.requires constraints name: a step runs checked values only
+                    key += tuple(args[p] for p in self._req_pos)
                 step = self._steps.get(key)
                 if step and fast_path_ok():
                     if ENTER_STEP is not None and not functorch_active():

@@ -21,6 +21,7 @@ from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT
 from .dtypes import (BOOL_OPS, boolean_ops, check_bool_arithmetic, check_pad_values, pad_value, check_powers, integer_reductions,
                      output_dtype, output_dtypes)
 from .intervals import Read, analyse_reads, int_magnitude, integer_valued
+from .requires import check_requires
 from .walk import mul_factors, topo_order
 
 #: the largest int64: index arithmetic and int arguments beyond it would wrap around
@@ -185,6 +186,7 @@ class Binding:
             if n < 0:
                 raise ShapeError(f"argument {sym!r} of {alg.name} sizes an axis and must be >= 0, got {n}")
             sizes[sym] = n
+        check_requires(alg, args)   # the algorithm's own constraints (dt.requires), before any size analysis
         for idx_name, tname, d, _ in alg.gathers:
             if dtypes[idx_name].is_floating_point:
                 raise DTypeError(f"argument {idx_name!r} indexes dim {d} of {tname} (a gather) and must be an integer "

@@ -152,6 +152,9 @@ class Kernel:
         self._last: _Plan | None = None
         self._key = signature_key_for(alg)   # signature_key, printed for the algorithm's parameters
         self._size_pos = tuple(alg.size_args.values())   # the int arguments that size axes
+        # the scalar arguments the algorithm's constraints (dt.requires) name: their values key the
+        # fast launchers and call specs, so only the slow path (whose binding checks) meets new ones
+        self._req_pos = alg.requires_pos
 
     # ------------------------------------------------------------------------------------------
     def complete(self, binding: Binding) -> Schedule:
@@ -323,7 +326,7 @@ class Kernel:
         if grad and self.grad_call is not None and torch.is_grad_enabled():
             return self.grad_call(args, out=out)
         if self._fast and not self.check_indices:
-            fast = self._fast.get(key + self._sized(args) if self._size_pos else key)
+            fast = self._fast.get(key + self._sized(args) if self._size_pos or self._req_pos else key)
             if fast is not None and _fast_ok():
                 if out is None:
                     return fast(args)
@@ -367,7 +370,10 @@ class Kernel:
 
     def _sized(self, args) -> tuple:
         """The values of the int arguments that size axes (``dt.axes("h:Ho")``): part of the keys
-        of call specs and fast launchers, as tensor shapes are."""
+        of call specs and fast launchers, as tensor shapes are; then the values of the scalars the
+        algorithm's constraints name (a launcher runs only values a binding has checked)."""
+        if self._req_pos:
+            return tuple(int(args[pos]) for pos in self._size_pos) + tuple(args[pos] for pos in self._req_pos)
         return tuple(int(args[pos]) for pos in self._size_pos)
 
     def _plan_and_run(self, sched: Schedule, b: Binding, args, interpret: bool, out, spec: CallSpec):
