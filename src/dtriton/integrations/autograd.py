@@ -450,7 +450,7 @@ class DifferentiableKernel:
         if out is None and torch.is_grad_enabled():
             try:   # (the steady path is inlined: each Python frame counts on a slow host)
                 key, needs_grad = self._printed_key(args)
-            except (AttributeError, TypeError, ValueError):
+            except (AttributeError, TypeError, ValueError, RuntimeError):   # (RuntimeError: a sparse tensor)
                 key, needs_grad = signature_key(args)
             if needs_grad:
                 if self._size_pos:

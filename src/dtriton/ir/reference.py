@@ -128,6 +128,9 @@ def _check_tensor(alg, p, a) -> None:
     if not isinstance(a, torch.Tensor):
         raise ShapeError(f"argument {p.name!r} of {alg.name} must be a torch.Tensor with dims "
                          f"{list(p.dims)}, got {type(a).__name__}")
+    if a.layout != torch.strided:
+        raise ShapeError(f"argument {p.name!r} of {alg.name} is a {a.layout} tensor; dtriton reads dense (strided) "
+                         f"tensors: pass {p.name}.to_dense()")
     if a.dim() != len(p.dims):
         raise ShapeError(f"argument {p.name!r} of {alg.name} must have {len(p.dims)} dims {list(p.dims)}, "
                          f"got {a.dim()} (shape {tuple(a.shape)})")

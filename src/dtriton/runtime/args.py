@@ -195,6 +195,9 @@ def signature_key(args) -> tuple[tuple, bool]:
     for a in args:
         if isinstance(a, torch.Tensor):
             grad = grad or a.requires_grad
+            if a.layout != torch.strided:   # sparse, mkldnn: no strides nor data pointer; the binding refuses it
+                key.append((a.layout, a.shape, a.dtype, a.device))
+                continue
             key.append((a.shape, a.stride(), a.dtype, a.device, a.data_ptr() % 16 == 0))
         elif isinstance(a, bool) or not isinstance(a, int):
             key.append(type(a))
@@ -208,7 +211,8 @@ def signature_key_for(alg: Algorithm):
     with one argument per parameter, printed for its parameters (a tensor's shape, strides, dtype,
     device and alignment; an int's 1 and multiple-of-16 facts; other values' types): half the
     time of :func:`signature_key`'s loop (CPU: 0.64 against 1.27 us for one tensor, 1.5 against
-    2.6 for three), giving the same keys. Arguments of another kind (a number for a tensor parameter, a wrong count) fall back to
+    2.6 for three), giving the same keys. Arguments of another kind (a number for a tensor parameter, a wrong count, a
+    sparse tensor) fall back to
     :func:`signature_key`, so the general path reports them."""
     names = [f"a{k}" for k in range(len(alg.params))]
     parts, grads = [], []
@@ -228,7 +232,7 @@ def signature_key_for(alg: Algorithm):
     def key(args) -> tuple[tuple, bool]:
         try:
             return printed(args)
-        except (AttributeError, TypeError, ValueError):
+        except (AttributeError, TypeError, ValueError, RuntimeError):   # (RuntimeError: a sparse tensor's data_ptr)
             return signature_key(args)
     key.printed = printed
     return key
