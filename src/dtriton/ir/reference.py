@@ -10,6 +10,7 @@ reference and finishing step.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -109,7 +110,8 @@ def compute_dtype(dt: torch.dtype) -> torch.dtype:
 # binding
 # ----------------------------------------------------------------------------------------------
 def _check_scalar(alg, p: ScalarParam, a) -> None:
-    if isinstance(a, torch.Tensor) or not isinstance(a, (int, float)):
+    # (a numpy integer or float is a number: the kernels and the evaluator take int(a) / float(a))
+    if isinstance(a, torch.Tensor) or not isinstance(a, numbers.Real):
         hint = ""
         if isinstance(a, torch.Tensor):
             hint = (f" of shape {tuple(a.shape)}; pass a Python number (x.item() for a one-element tensor)" if a.numel() == 1

@@ -31,7 +31,8 @@ from ..ir import Algorithm, Binding, InputTensor, check_reads, contraction_opera
 from ..plan import CallSpec, Program, call_spec, plan_program, tma_addressable, unused_knobs
 from ..plan.callspec import I32_MAX
 from ..plan.staging import kmajor_copies, stage_inputs
-from .args import call_key, check_given_out, merge_named, normalise_out, overlap, signature_key_for, spec_key
+from .args import (call_key, check_given_out, merge_named, normalise_out, overlap, plain_numbers, signature_key_for,
+                   spec_key)
 
 __all__ = ["Kernel", "backend_for", "cache_dir", "fast_path_ok"]
 
@@ -295,6 +296,7 @@ class Kernel:
         repeated or unknown one)."""
         if named:
             args = merge_named(self.algorithm, args, named)
+        args = plain_numbers(args)
         b = self.algorithm.bind(args)
         interpret = backend_for(b.device) == "interpreter"
         args, b, _ = self._staged(args, b, interpret)
@@ -335,6 +337,7 @@ class Kernel:
                 if fast.takes(out) and not _overlaps_input(args, out):   # (takes: laid out as its allocations)
                     return fast.into(args, out)
         alg = self.algorithm
+        args = plain_numbers(args)   # numpy scalars as Python numbers (same signature key)
         b = alg.bind(args)
         if b.device.type not in ("cuda", "cpu"):
             raise ShapeError(f"{alg.name}: the inputs are on {b.device}; dtriton runs kernels on CUDA tensors, or on "
