@@ -29,6 +29,11 @@ def pick(X: dt.Tensor["M", "C"], labels: dt.Tensor["M"], s: float):
     i, c = dt.axes("i c")
     return (X[i, labels[i]] * s)[i]
 
+@dt.algorithm
+def shift_scale(X: dt.Tensor["M"], s: float, t: float):
+    i, = dt.axes("i")
+    return (X[i] * s + t)[i]
+
 not_an_algorithm = 3
 '''
 
@@ -179,3 +184,31 @@ def test_explore_space_that_does_not_fit_is_a_message_not_a_traceback(kfile):
               "--budget", "5", "--no-store", "--quiet")
     assert res.exit_code != 0
     assert "Error:" in res.output and "'i'" in res.output and "Traceback" not in res.output
+
+
+def test_scalar_option_takes_comma_separated_pairs(kfile):
+    """``--scalar s=2,t=3`` as ``--shape`` takes ``M=8,N=4`` (before: "VALUE must be a number")."""
+    from dtriton.cli import _scalars
+    assert _scalars(("s=2,t=3", "u=1.5")) == {"s": 2.0, "t": 3.0, "u": 1.5}
+    assert _scalars(("s=2 t=-1",)) == {"s": 2.0, "t": -1.0}
+    res = run("show", f"{kfile}:shift_scale", "--shape", "M=8", "--scalar", "s=2,t=3")
+    assert res.exit_code == 0, res.output
+    res = run("show", f"{kfile}:shift_scale", "--shape", "M=8", "--scalar", "s=2,t")
+    assert res.exit_code != 0 and "'t': expected NAME=VALUE" in res.output
+    res = run("show", f"{kfile}:shift_scale", "--shape", "M=8", "--scalar", "s=2,t=x")
+    assert res.exit_code != 0 and "'t=x': VALUE must be a number" in res.output
+
+
+def test_interpreter_explore_warning_names_the_cli_flag(kfile, tmp_path):
+    from dtriton.tune import TuningWarning
+    with pytest.warns(TuningWarning, match=r"pass store=True, or --store to `dtriton explore`"):
+        res = run("explore", f"{kfile}:matmul", "--shape", "M=8,N=8,K=8", "--max-trials", "1", "--quiet",
+                  "--db", tmp_path / "t.sqlite")
+    assert res.exit_code == 0, res.output
+    assert "--store" in res.output   # the summary's storage line
+
+
+def test_explore_docstring_states_the_interpreter_default():
+    """The interpreter's ``max_trials`` cap is 64 (explorer.py, docs/explore.md); the docstring said 8."""
+    doc = " ".join(dt.explore.__doc__.split())
+    assert "64 on the interpreter" in doc and "8 on the interpreter" not in doc.replace("64 on", "")

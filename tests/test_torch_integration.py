@@ -338,7 +338,7 @@ def _library_args(alg, dtype, seed=0):
     """Small arguments for a library algorithm: tensors of ``dtype`` (integer gather indices in
     range), scalars of the declared type."""
     g = torch.Generator().manual_seed(seed)
-    size = {}
+    size = {"R": 2, "Q": 2, "T": 2} if alg.requires else {}   # convolution windows smaller than the images
     args = []
     indices = {idx for idx, _, _, _ in alg.gathers}
     for p in alg.params:
@@ -353,7 +353,26 @@ def _library_args(alg, dtype, seed=0):
             args.append(torch.randn(shape, generator=g).to(dtype))
         else:
             args.append(torch.randint(-3, 4, shape, generator=g).to(dtype))
-    return args
+    return _meet_requires(alg, args)
+
+
+def _meet_requires(alg, args):
+    """``args`` with the scalars an algorithm's constraints (``dt.requires``) bound set to the bound
+    (``Ho == ...`` to torch's output size, ``p <= K // 2`` to half the window)."""
+    import ast
+    for _ in range(len(alg.requires) + 1):
+        k = alg.requires_check(args) if alg.requires_check is not None else -1
+        if k < 0:
+            return args
+        tree = ast.parse(alg.requires[k].cond, mode="eval").body
+        env = {p.name: a for p, a in zip(alg.params, args) if not isinstance(p, dt.ir.InputTensor)}
+        for p, a in zip(alg.params, args):
+            if isinstance(p, dt.ir.InputTensor):
+                for d, n in zip(p.dims, a.shape):
+                    env.setdefault(d, n)
+        pos = [p.name for p in alg.params].index(tree.left.id)
+        args[pos] = eval(compile(ast.Expression(tree.comparators[0]), "<bound>", "eval"), {"max": max}, env)
+    raise AssertionError(f"{alg.name}: no arguments meet its constraints from {args}")
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32, torch.int64],

@@ -208,8 +208,11 @@ def _device(choice: str) -> str:
 
 
 def _scalars(items) -> dict[str, float]:
+    """``--scalar`` values: ``NAME=VALUE`` each, several per option separated by commas or spaces
+    (``--scalar stride=2,padding=1``, as ``--shape`` takes sizes). Raises ``click.BadParameter``
+    for malformed entries."""
     out = {}
-    for it in items or ():
+    for it in (part for item in items or () for part in item.replace(",", " ").split()):
         name, eq, val = it.partition("=")
         if not eq:
             raise click.BadParameter(f"--scalar {it!r}: expected NAME=VALUE")
@@ -235,7 +238,8 @@ _common = [
                       "(repeat the option; integer inputs hold valid indices or values in [0, largest size])"),
     click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True,
                  help="where the inputs live (cpu runs the Triton interpreter)"),
-    click.option("--scalar", multiple=True, metavar="NAME=VALUE", help="value of a scalar parameter (default 1)"),
+    click.option("--scalar", multiple=True, metavar="NAME=VALUE",
+                 help="value of a scalar parameter (default 1); several separated by commas, e.g. stride=2,padding=1"),
     click.option("--seed", default=0, show_default=True, help="seed of the random inputs and of the sampler"),
 ]
 

@@ -27,10 +27,10 @@ import torch
 
 from .errors import AlgorithmError
 from .ir import (Algorithm, Axis, Binary, Cast, Combiner, Expr, InputTensor, Reduce, TensorAnnotation, Unary, Where,
-                 as_expr, get_combiner)
+                 as_expr, attach_requires, get_combiner)
 
 __all__ = [
-    "Axis", "axes", "Tensor", "Expr", "algorithm", "Algorithm",
+    "Axis", "axes", "Tensor", "Expr", "algorithm", "Algorithm", "requires",
     "sum", "max", "min", "mean", "prod", "argmax", "argmin", "where", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid",
     "abs", "maximum", "minimum", "cast", "reduce", "pad",
 ]
@@ -117,6 +117,31 @@ def algorithm(fn: Callable) -> Algorithm:
         if os.environ.get("DTRITON_FULL_TRACEBACKS") == "1":
             raise
         raise e.with_traceback(_user_frames(e.__traceback__)) from e.__cause__
+
+
+def requires(*conds: "str | tuple[str, str]") -> Callable[[Algorithm], Algorithm]:
+    """Decorator over ``@dt.algorithm``: constraints its arguments must meet, checked at each call
+    before anything is planned or run::
+
+        @dt.requires("stride >= 1", "padding >= 0",
+                     ("Ho == (H + 2 * padding - R) // stride + 1", "torch's output size"))
+        @dt.algorithm
+        def conv(X: dt.Tensor["N", "H"], Wt: dt.Tensor["R"], stride: int, padding: int, Ho: int): ...
+
+    Each constraint is a Python comparison (a string) over the scalar arguments, the size symbols of
+    the tensor dims and ``max``/``min``/``abs``, or a ``(comparison, hint)`` pair whose hint the
+    error adds. They are checked in order (a later one may divide by an argument an earlier one
+    proved positive); a call that breaks one raises :class:`~dtriton.errors.ShapeError` naming the
+    argument, its value and what was expected (``"conv: argument 'stride' must be >= 1, got 0"``).
+    Raises :class:`AlgorithmError` at decoration for a constraint that is not a comparison or names
+    anything else."""
+    def deco(alg: Algorithm) -> Algorithm:
+        if not isinstance(alg, Algorithm):
+            raise AlgorithmError(f"dt.requires decorates an algorithm: put it above @dt.algorithm, got "
+                                 f"{type(alg).__name__}")
+        attach_requires(alg, conds)
+        return alg
+    return deco
 
 
 _PACKAGE = os.path.dirname(os.path.abspath(__file__))

@@ -17,6 +17,14 @@ __all__ = ["matmul", "linear_relu", "softmax", "log_softmax", "layer_norm", "rms
            "conv_transpose2d_phases"]
 
 
+# the constraints of the library's torch ops (dt.requires): torch refuses the other arguments, or
+# computes another output size
+_STEP = ("stride >= 1", "dilation >= 1", "padding >= 0")
+_TORCH = "pass torch's output size"
+_TRANSPOSED = "pass torch's output size (H - 1) s - 2p + d (R - 1) + 1 plus an output_padding below max(s, d)"
+_PHASES = "pass Hh with Hh * stride torch's output size (H - 1) s - 2p + R plus an output_padding below s"
+
+
 @dt.algorithm
 def matmul(A: Tensor["M", "K"], B: Tensor["K", "N"]):
     """C (M, N) = A (M, K) @ B (K, N)."""
@@ -115,6 +123,7 @@ def causal_attention(Q: Tensor["B", "H", "S", "D"], K: Tensor["B", "H", "S", "D"
     return (dt.sum(p * V[b, h, j, e], over=j) / dt.sum(p, over=j))[b, h, i, e]
 
 
+@dt.requires("rep >= 1", ("H == G * rep", "pass rep = H // G (H query heads, G K/V heads)"))
 @dt.algorithm
 def gqa_attention(Q: Tensor["B", "H", "S", "D"], K: Tensor["B", "G", "T", "D"],
                   V: Tensor["B", "G", "T", "D"], scale: float, rep: int):
@@ -201,6 +210,8 @@ def max_pool2d(X: Tensor["N", "C", "HO", "KH", "WO", "KW"]):
     return dt.max(X[n, c, h, a, q, b], over=(a, b))[n, c, h, q]
 
 
+@dt.requires("K >= 1", "s >= 1", "p >= 0", ("p <= K // 2", "torch's pooling pads at most half the window"),
+             ("Ho == (H + 2 * p - K) // s + 1", _TORCH), ("Wo == (W + 2 * p - K) // s + 1", _TORCH))
 @dt.algorithm
 def max_pool2d_window(X: Tensor["N", "H", "W"], K: int, s: int, p: int, Ho: int, Wo: int):
     """2-D max pooling of (N, H, W) ``X`` (NCHW viewed as N*C images) over ``K`` x ``K`` windows of
@@ -213,6 +224,8 @@ def max_pool2d_window(X: Tensor["N", "H", "W"], K: int, s: int, p: int, Ho: int,
     return dt.max(X.pad(float("-inf"))[n, h * s + r - p, w * s + q - p], over=(r, q))[n, h, w]
 
 
+@dt.requires("K >= 1", "s >= 1", "p >= 0", ("p <= K // 2", "torch's pooling pads at most half the window"),
+             ("Ho == (H + 2 * p - K) // s + 1", _TORCH), ("Wo == (W + 2 * p - K) // s + 1", _TORCH))
 @dt.algorithm
 def avg_pool2d_window(X: Tensor["N", "H", "W"], K: int, s: int, p: int, Ho: int, Wo: int):
     """2-D average pooling over the windows of :func:`max_pool2d_window`, zero padding counted (torch's
@@ -226,8 +239,11 @@ def avg_pool2d_window(X: Tensor["N", "H", "W"], K: int, s: int, p: int, Ho: int,
 # ``out * stride + tap * dilation - padding``. The planner lowers it to an implicit GEMM on tensor
 # cores (plan.implicit_gemm). Groups are a batch axis of views: ``x.view(N, G, C // G, H, W)``,
 # ``w.view(G, O // G, C // G, R, Q)``, and the output (N, G, O // G, Ho, Wo) viewed back as
-# (N, O, Ho, Wo). Size an output with torch's rule: ``(H + 2p - d (R - 1) - 1) // s + 1``.
+# (N, O, Ho, Wo). Size an output with torch's rule, ``(H + 2p - d (R - 1) - 1) // s + 1``: a call checks it
+# (dt.requires) and raises a ShapeError with the expected size, as for a stride or dilation below 1 or a
+# negative padding.
 
+@dt.requires(*_STEP, ("Lo == (L + 2 * padding - dilation * (R - 1) - 1) // stride + 1", _TORCH))
 @dt.algorithm
 def conv1d(X: Tensor["N", "C", "L"], Wt: Tensor["O", "C", "R"], stride: int, padding: int, dilation: int, Lo: int):
     """torch's ``conv1d`` (no bias): X (N, C, L), Wt (O, C, R) -> (N, O, Lo)."""
@@ -235,6 +251,8 @@ def conv1d(X: Tensor["N", "C", "L"], Wt: Tensor["O", "C", "R"], stride: int, pad
     return dt.sum(X.pad(0.0)[n, c, t * stride + r * dilation - padding] * Wt[o, c, r], over=(c, r))[n, o, t]
 
 
+@dt.requires(*_STEP, ("Ho == (H + 2 * padding - dilation * (R - 1) - 1) // stride + 1", _TORCH),
+             ("Wo == (W + 2 * padding - dilation * (Q - 1) - 1) // stride + 1", _TORCH))
 @dt.algorithm
 def conv2d(X: Tensor["N", "C", "H", "W"], Wt: Tensor["O", "C", "R", "Q"], stride: int, padding: int, dilation: int,
            Ho: int, Wo: int):
@@ -244,6 +262,8 @@ def conv2d(X: Tensor["N", "C", "H", "W"], Wt: Tensor["O", "C", "R", "Q"], stride
     return dt.sum(x * Wt[o, c, r, q], over=(c, r, q))[n, o, h, w]
 
 
+@dt.requires(*_STEP, ("Ho == (H + 2 * padding - dilation * (R - 1) - 1) // stride + 1", _TORCH),
+             ("Wo == (W + 2 * padding - dilation * (Q - 1) - 1) // stride + 1", _TORCH))
 @dt.algorithm
 def conv2d_nhwc(X: Tensor["N", "H", "W", "C"], Wt: Tensor["O", "R", "Q", "C"], stride: int, padding: int,
                 dilation: int, Ho: int, Wo: int):
@@ -254,6 +274,8 @@ def conv2d_nhwc(X: Tensor["N", "H", "W", "C"], Wt: Tensor["O", "R", "Q", "C"], s
     return dt.sum(x * Wt[o, r, q, c], over=(c, r, q))[n, h, w, o]
 
 
+@dt.requires(*_STEP, ("Ho == (H + 2 * padding - dilation * (R - 1) - 1) // stride + 1", _TORCH),
+             ("Wo == (W + 2 * padding - dilation * (Q - 1) - 1) // stride + 1", _TORCH))
 @dt.algorithm
 def grouped_conv2d_nhwc(X: Tensor["N", "H", "W", "G", "C"], Wt: Tensor["G", "O", "R", "Q", "C"], stride: int,
                         padding: int, dilation: int, Ho: int, Wo: int):
@@ -264,6 +286,8 @@ def grouped_conv2d_nhwc(X: Tensor["N", "H", "W", "G", "C"], Wt: Tensor["G", "O",
     return dt.sum(x * Wt[g, o, r, q, c], over=(c, r, q))[n, h, w, g, o]
 
 
+@dt.requires("stride >= 1", "padding >= 0", ("Ho == (H + 2 * padding - R) // stride + 1", _TORCH),
+             ("Wo == (W + 2 * padding - Q) // stride + 1", _TORCH))
 @dt.algorithm
 def depthwise_conv2d_nhwc(X: Tensor["N", "H", "W", "C"], Wt: Tensor["R", "Q", "C"], stride: int, padding: int,
                           Ho: int, Wo: int):
@@ -275,6 +299,8 @@ def depthwise_conv2d_nhwc(X: Tensor["N", "H", "W", "C"], Wt: Tensor["R", "Q", "C
                   over=(r, q))[n, h, w, c]
 
 
+@dt.requires("stride >= 1", "padding >= 0", ("Do == (D + 2 * padding - T) // stride + 1", _TORCH),
+             ("Ho == (H + 2 * padding - R) // stride + 1", _TORCH), ("Wo == (W + 2 * padding - Q) // stride + 1", _TORCH))
 @dt.algorithm
 def conv3d(X: Tensor["N", "C", "D", "H", "W"], Wt: Tensor["O", "C", "T", "R", "Q"], stride: int, padding: int,
            Do: int, Ho: int, Wo: int):
@@ -284,6 +310,10 @@ def conv3d(X: Tensor["N", "C", "D", "H", "W"], Wt: Tensor["O", "C", "T", "R", "Q
     return dt.sum(x * Wt[o, c, t, r, q], over=(c, t, r, q))[n, o, z, h, w]
 
 
+@dt.requires(*_STEP, ("Ho >= (H - 1) * stride - 2 * padding + dilation * (R - 1) + 1", _TRANSPOSED),
+             ("Ho < (H - 1) * stride - 2 * padding + dilation * (R - 1) + 1 + max(stride, dilation)", _TRANSPOSED),
+             ("Wo >= (W - 1) * stride - 2 * padding + dilation * (Q - 1) + 1", _TRANSPOSED),
+             ("Wo < (W - 1) * stride - 2 * padding + dilation * (Q - 1) + 1 + max(stride, dilation)", _TRANSPOSED))
 @dt.algorithm
 def conv_transpose2d(X: Tensor["N", "C", "H", "W"], Wt: Tensor["C", "O", "R", "Q"], stride: int, padding: int,
                      dilation: int, Ho: int, Wo: int):
@@ -297,6 +327,10 @@ def conv_transpose2d(X: Tensor["N", "C", "H", "W"], Wt: Tensor["C", "O", "R", "Q
                   over=(c, r, q))[n, o, h, w]
 
 
+@dt.requires("stride >= 1", "padding >= 0",
+             ("J >= (max(R, Q) + stride - 1) // stride", "pass J = ceil(max(R, Q) / stride), the taps of a phase"),
+             ("Hh == (H - 1) + (R - 2 * padding + stride - 1) // stride", _PHASES),
+             ("Wh == (W - 1) + (Q - 2 * padding + stride - 1) // stride", _PHASES))
 @dt.algorithm
 def conv_transpose2d_phases(X: Tensor["N", "C", "H", "W"], Wt: Tensor["C", "O", "R", "Q"], stride: int, padding: int,
                             Hh: int, Wh: int, J: int):

@@ -246,6 +246,7 @@ class DifferentiableKernel:
         # the steady-state path: call key -> ForwardStep (False: this signature keeps the general path)
         self._steps: dict[tuple, ForwardStep | bool] = {}
         self._size_pos = tuple(self.algorithm.size_args.values())   # int arguments that size axes
+        self._req_pos = self.algorithm.requires_pos   # scalar arguments its constraints name
         self._printed_key = signature_key_for(self.algorithm).printed   # signature_key, printed for the parameters
 
     def __repr__(self):
@@ -449,11 +450,13 @@ class DifferentiableKernel:
         if out is None and torch.is_grad_enabled():
             try:   # (the steady path is inlined: each Python frame counts on a slow host)
                 key, needs_grad = self._printed_key(args)
-            except (AttributeError, TypeError, ValueError):
+            except (AttributeError, TypeError, ValueError, RuntimeError):   # (RuntimeError: a sparse tensor)
                 key, needs_grad = signature_key(args)
             if needs_grad:
                 if self._size_pos:
                     key += tuple(int(args[p]) for p in self._size_pos)
+                if self._req_pos:   # the scalars dt.requires constraints name: a step runs checked values only
+                    key += tuple(args[p] for p in self._req_pos)
                 step = self._steps.get(key)
                 if step and fast_path_ok():
                     if ENTER_STEP is not None and not functorch_active():

@@ -2,7 +2,7 @@
 eager reference evaluator.
 
 Layering inside the package (each module imports only those before it): ``combiners`` (reduction
-kinds as data) <- ``expr`` (nodes, ``fmt``) <- ``walk`` (the graph walks) <- ``intervals`` (integer ranges of
+kinds as data) <- ``expr`` (nodes, ``fmt``) <- ``walk`` (the graph walks), ``requires`` (argument constraints, ``dt.requires``) <- ``intervals`` (integer ranges of
 index expressions, which reads may fall outside a dim) <- ``reference`` (``Binding``, dtype rules, the evaluator),
 ``bounds`` (the ranges of an axis a mask leaves) <- ``algorithm`` (tracing, CSE, stage names) <- ``analysis``
 (contractions, online candidates, split legality, stage grids) <- ``convolution`` (the sides and
@@ -14,6 +14,7 @@ The user-facing builders (``dt.sum``, ``dt.exp``, ...) live in :mod:`dtriton.dsl
 from .combiners import COMBINERS, Combiner, get as get_combiner, register as register_combiner
 from .expr import (BINARY_OPS, COMPARE_OPS, FP8_DTYPES, INT_OPS, SATURATING_DTYPES, UNARY_OPS, Axis, Binary, Cast, Const, Expr, InputTensor, Load,
                    Output, PaddedTensor, Reduce, ScalarParam, Unary, Where, as_expr, fmt)
+from .requires import Requirement, attach_requires, check_requires, requires_message
 from .walk import contains, expr_axes, float_inputs, mul_factors, reduces_in, topo_order, walk
 from .bounds import AxisBounds, axis_bounds, guard, reduction_guard
 from .intervals import Interval, Read, analyse_reads, int_magnitude, integer_valued, interval, kernel_reads, never_negative
@@ -30,6 +31,7 @@ from .rewrite import (base2_exponents, base2_shifted_exponents, common_divisors,
 
 __all__ = [
     "unit_dim",
+    "Requirement", "attach_requires", "check_requires", "requires_message",
     "reads_unit_stride", "tensor_core_sides", "contraction_operands",
     "COMBINERS", "Combiner", "get_combiner", "register_combiner",
     "BINARY_OPS", "COMPARE_OPS", "UNARY_OPS", "Axis", "Binary", "Cast", "Const", "Expr", "InputTensor", "Load",

@@ -187,6 +187,12 @@ class Algorithm:
     """
 
     provenance: Any = None
+    #: the argument constraints ``dt.requires`` added (:class:`~dtriton.ir.requires.Requirement`),
+    #: checked at each call; ``requires_check(args)`` is their printed checker (None without any)
+    requires: tuple = ()
+    requires_check: Any = None
+    #: the positions of the scalar arguments the constraints name (part of launcher cache keys)
+    requires_pos: tuple = ()
 
     @classmethod
     def build(cls, name: str, params: Sequence["InputTensor | ScalarParam"], outputs: Sequence["Output"],

@@ -10,6 +10,7 @@ reference and finishing step.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -21,6 +22,7 @@ from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT
 from .dtypes import (BOOL_OPS, boolean_ops, check_bool_arithmetic, check_pad_values, pad_value, check_powers, integer_reductions,
                      output_dtype, output_dtypes)
 from .intervals import Read, analyse_reads, int_magnitude, integer_valued
+from .requires import check_requires
 from .walk import mul_factors, topo_order
 
 #: the largest int64: index arithmetic and int arguments beyond it would wrap around
@@ -108,7 +110,8 @@ def compute_dtype(dt: torch.dtype) -> torch.dtype:
 # binding
 # ----------------------------------------------------------------------------------------------
 def _check_scalar(alg, p: ScalarParam, a) -> None:
-    if isinstance(a, torch.Tensor) or not isinstance(a, (int, float)):
+    # (a numpy integer or float is a number: the kernels and the evaluator take int(a) / float(a))
+    if isinstance(a, torch.Tensor) or not isinstance(a, numbers.Real):
         hint = ""
         if isinstance(a, torch.Tensor):
             hint = (f" of shape {tuple(a.shape)}; pass a Python number (x.item() for a one-element tensor)" if a.numel() == 1
@@ -127,6 +130,9 @@ def _check_tensor(alg, p, a) -> None:
     if not isinstance(a, torch.Tensor):
         raise ShapeError(f"argument {p.name!r} of {alg.name} must be a torch.Tensor with dims "
                          f"{list(p.dims)}, got {type(a).__name__}")
+    if a.layout != torch.strided:
+        raise ShapeError(f"argument {p.name!r} of {alg.name} is a {a.layout} tensor; dtriton reads dense (strided) "
+                         f"tensors: pass {p.name}.to_dense()")
     if a.dim() != len(p.dims):
         raise ShapeError(f"argument {p.name!r} of {alg.name} must have {len(p.dims)} dims {list(p.dims)}, "
                          f"got {a.dim()} (shape {tuple(a.shape)})")
@@ -185,6 +191,7 @@ class Binding:
             if n < 0:
                 raise ShapeError(f"argument {sym!r} of {alg.name} sizes an axis and must be >= 0, got {n}")
             sizes[sym] = n
+        check_requires(alg, args)   # the algorithm's own constraints (dt.requires), before any size analysis
         for idx_name, tname, d, _ in alg.gathers:
             if dtypes[idx_name].is_floating_point:
                 raise DTypeError(f"argument {idx_name!r} indexes dim {d} of {tname} (a gather) and must be an integer "

@@ -4,6 +4,7 @@ in-place calls, gather indices, and the key of a call signature (the fast launch
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Callable
 
 import torch
@@ -14,7 +15,7 @@ from ..plan.callspec import max_offset
 from ..schedule import Schedule
 
 __all__ = ["call_key", "check_given_out", "check_out_memory", "inplace_problem", "merge_named",
-           "normalise_out", "overlap", "signature_key", "signature_key_for", "spec_key"]
+           "normalise_out", "overlap", "plain_numbers", "scalar_key", "signature_key", "signature_key_for", "spec_key"]
 
 
 def span(t: torch.Tensor) -> tuple[int, int]:
@@ -195,12 +196,32 @@ def signature_key(args) -> tuple[tuple, bool]:
     for a in args:
         if isinstance(a, torch.Tensor):
             grad = grad or a.requires_grad
+            if a.layout != torch.strided:   # sparse, mkldnn: no strides nor data pointer; the binding refuses it
+                key.append((a.layout, a.shape, a.dtype, a.device))
+                continue
             key.append((a.shape, a.stride(), a.dtype, a.device, a.data_ptr() % 16 == 0))
-        elif isinstance(a, bool) or not isinstance(a, int):
-            key.append(type(a))
         else:
-            key.append((a == 1, a % 16 == 0))
+            key.append(scalar_key(a))
     return tuple(key), grad
+
+
+def scalar_key(a) -> object:
+    """The part of a signature key for a non-tensor argument: an integer's 1 and multiple-of-16
+    facts (what Triton specialises an int argument on), a numpy integer's as a Python int's (the
+    launchers pass ``int(a)``), any other value's type."""
+    if type(a) is int or (isinstance(a, numbers.Integral) and not isinstance(a, bool)):
+        return (a == 1, a % 16 == 0)
+    return type(a)
+
+
+def plain_numbers(args: tuple) -> tuple:
+    """``args`` with numpy (or other ``numbers``) integers as Python ints and reals as Python
+    floats (bools kept), so planning reads a call's scalars as a Python call's; ``args`` itself
+    when there are none."""
+    if all(type(a) in (int, float, bool) or isinstance(a, torch.Tensor) for a in args):
+        return args
+    return tuple(a if isinstance(a, (torch.Tensor, bool)) or not isinstance(a, numbers.Real) else
+                 int(a) if isinstance(a, numbers.Integral) else float(a) for a in args)
 
 
 def signature_key_for(alg: Algorithm):
@@ -208,7 +229,8 @@ def signature_key_for(alg: Algorithm):
     with one argument per parameter, printed for its parameters (a tensor's shape, strides, dtype,
     device and alignment; an int's 1 and multiple-of-16 facts; other values' types): half the
     time of :func:`signature_key`'s loop (CPU: 0.64 against 1.27 us for one tensor, 1.5 against
-    2.6 for three), giving the same keys. Arguments of another kind (a number for a tensor parameter, a wrong count) fall back to
+    2.6 for three), giving the same keys. Arguments of another kind (a number for a tensor parameter, a wrong count, a
+    sparse tensor) fall back to
     :func:`signature_key`, so the general path reports them."""
     names = [f"a{k}" for k in range(len(alg.params))]
     parts, grads = [], []
@@ -217,18 +239,18 @@ def signature_key_for(alg: Algorithm):
             parts.append(f"({n}.shape, {n}.stride(), {n}.dtype, {n}.device, {n}.data_ptr() % 16 == 0)")
             grads.append(f"{n}.requires_grad")
         else:
-            parts.append(f"(({n} == 1, {n} % 16 == 0) if type({n}) is int else type({n}))")
+            parts.append(f"(({n} == 1, {n} % 16 == 0) if type({n}) is int else scalar_key({n}))")
     unpack = f"    {', '.join(names)}, = args\n" if names else ""
     src = (f"def key(args):\n{unpack}    return ({''.join(x + ', ' for x in parts)}), "
            f"{' or '.join(grads) or 'False'}\n")
-    env: dict = {}
+    env: dict = {"scalar_key": scalar_key}
     exec(compile(src, f"<dtriton key of {alg.name}>", "exec"), env)   # noqa: S102
     printed = env["key"]
 
     def key(args) -> tuple[tuple, bool]:
         try:
             return printed(args)
-        except (AttributeError, TypeError, ValueError):
+        except (AttributeError, TypeError, ValueError, RuntimeError):   # (RuntimeError: a sparse tensor's data_ptr)
             return signature_key(args)
     key.printed = printed
     return key

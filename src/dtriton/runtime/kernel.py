@@ -31,7 +31,8 @@ from ..ir import Algorithm, Binding, InputTensor, check_reads, contraction_opera
 from ..plan import CallSpec, Program, call_spec, plan_program, tma_addressable, unused_knobs
 from ..plan.callspec import I32_MAX
 from ..plan.staging import kmajor_copies, stage_inputs
-from .args import call_key, check_given_out, merge_named, normalise_out, overlap, signature_key_for, spec_key
+from .args import (call_key, check_given_out, merge_named, normalise_out, overlap, plain_numbers, signature_key_for,
+                   spec_key)
 
 __all__ = ["Kernel", "backend_for", "cache_dir", "fast_path_ok"]
 
@@ -152,6 +153,9 @@ class Kernel:
         self._last: _Plan | None = None
         self._key = signature_key_for(alg)   # signature_key, printed for the algorithm's parameters
         self._size_pos = tuple(alg.size_args.values())   # the int arguments that size axes
+        # the scalar arguments the algorithm's constraints (dt.requires) name: their values key the
+        # fast launchers and call specs, so only the slow path (whose binding checks) meets new ones
+        self._req_pos = alg.requires_pos
 
     # ------------------------------------------------------------------------------------------
     def complete(self, binding: Binding) -> Schedule:
@@ -292,6 +296,7 @@ class Kernel:
         repeated or unknown one)."""
         if named:
             args = merge_named(self.algorithm, args, named)
+        args = plain_numbers(args)
         b = self.algorithm.bind(args)
         interpret = backend_for(b.device) == "interpreter"
         args, b, _ = self._staged(args, b, interpret)
@@ -323,7 +328,7 @@ class Kernel:
         if grad and self.grad_call is not None and torch.is_grad_enabled():
             return self.grad_call(args, out=out)
         if self._fast and not self.check_indices:
-            fast = self._fast.get(key + self._sized(args) if self._size_pos else key)
+            fast = self._fast.get(key + self._sized(args) if self._size_pos or self._req_pos else key)
             if fast is not None and _fast_ok():
                 if out is None:
                     return fast(args)
@@ -332,6 +337,7 @@ class Kernel:
                 if fast.takes(out) and not _overlaps_input(args, out):   # (takes: laid out as its allocations)
                     return fast.into(args, out)
         alg = self.algorithm
+        args = plain_numbers(args)   # numpy scalars as Python numbers (same signature key)
         b = alg.bind(args)
         if b.device.type not in ("cuda", "cpu"):
             raise ShapeError(f"{alg.name}: the inputs are on {b.device}; dtriton runs kernels on CUDA tensors, or on "
@@ -367,7 +373,10 @@ class Kernel:
 
     def _sized(self, args) -> tuple:
         """The values of the int arguments that size axes (``dt.axes("h:Ho")``): part of the keys
-        of call specs and fast launchers, as tensor shapes are."""
+        of call specs and fast launchers, as tensor shapes are; then the values of the scalars the
+        algorithm's constraints name (a launcher runs only values a binding has checked)."""
+        if self._req_pos:
+            return tuple(int(args[pos]) for pos in self._size_pos) + tuple(args[pos] for pos in self._req_pos)
         return tuple(int(args[pos]) for pos in self._size_pos)
 
     def _plan_and_run(self, sched: Schedule, b: Binding, args, interpret: bool, out, spec: CallSpec):

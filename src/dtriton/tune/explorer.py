@@ -63,7 +63,8 @@ class Explorer:
         if self.interpret:
             warnings.warn(f"exploring {alg.name} on the Triton interpreter: candidates are checked for correctness, "
                           "but their timings measure Python on the CPU and mean nothing for a GPU"
-                          + ("; the winner is not stored in the tuning database (pass store=True to store it)"
+                          + ("; the winner is not stored in the tuning database (pass store=True, or --store to "
+                             "`dtriton explore`, to store it)"
                              if unstored else ""),
                           TuningWarning, stacklevel=3)
             if self.max_trials is None:
@@ -569,7 +570,8 @@ class Explorer:
         faster stored record); ``result.storage`` says what happened."""
         store = self.opts.store
         if not store or self.tdb is None:
-            result.storage = ("not stored (interpreter timings measure Python; pass store=True to store)"
+            result.storage = ("not stored (interpreter timings measure Python; pass store=True, or --store to "
+                              "`dtriton explore`, to store)"
                               if self.interpret and self.opts.store is False and self.unstored_default
                               else "not stored (store=False)")
             return
@@ -610,7 +612,7 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
             (:meth:`Space.derive`). Fields a Space leaves ``None`` keep the heuristic's value.
         strategy: "auto", "exhaustive", "random" or "tpe" (optuna; random without it).
         max_trials: at most this many candidates compiled and run, besides the heuristic
-            baseline (default: unlimited on the GPU, 8 on the interpreter).
+            baseline (default: unlimited on the GPU, 64 on the interpreter).
         patience: stop after this many measured candidates without a 0.5% improvement
             (default 30 for random/tpe, off for exhaustive).
         seed: sampler seed.

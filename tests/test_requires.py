@@ -1,0 +1,146 @@
+"""Argument constraints (``@dt.requires``): the library's torch convolutions and pools refuse the
+arguments torch refuses (a stride or dilation below 1, a negative padding, a pool padding past half
+the window, too few phase taps) and output sizes other than torch's, with a ShapeError naming the
+argument, its value and the expected one; arguments that meet them still match torch in float64.
+User-written algorithms without constraints keep their index-notation meaning (any output size)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dtriton as dt
+from dtriton import library as L
+from dtriton.runtime import kernel as kernel_mod
+
+from conftest import check, randn
+
+X_NHWC, W_NHWC = (1, 7, 7, 4), (5, 3, 3, 4)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((-1, 1, 1, 7, 7), "argument 'stride' must be >= 1, got -1"),
+    ((0, 1, 1, 7, 7), "argument 'stride' must be >= 1, got 0"),
+    ((1, 1, 0, 7, 7), "argument 'dilation' must be >= 1, got 0"),
+    ((1, -1, 1, 3, 3), "argument 'padding' must be >= 0, got -1"),
+    ((1, 1, 1, 9, 7), "argument 'Ho' must be (H + 2 * padding - dilation * (R - 1) - 1) // stride + 1 = 7"),
+    ((1, 1, 1, 7, 6), "argument 'Wo' must be (W + 2 * padding - dilation * (Q - 1) - 1) // stride + 1 = 7"),
+    ((2, 1, 1, 7, 7), "= 4 (H=7, padding=1, dilation=1, R=3, stride=2), got 7"),
+])
+def test_conv2d_nhwc_refuses_what_torch_refuses(args, message):
+    k = dt.compile(L.conv2d_nhwc)
+    with pytest.raises(dt.ShapeError, match="^conv2d_nhwc: ") as e:
+        k(randn(*X_NHWC), randn(*W_NHWC), *args)
+    assert message in str(e.value)
+    with pytest.raises(dt.ShapeError):   # the reference evaluator checks them too
+        L.conv2d_nhwc(randn(*X_NHWC), randn(*W_NHWC), *args)
+
+
+@pytest.mark.parametrize("alg, args, message", [
+    (L.conv1d, (randn(1, 3, 10), randn(2, 3, 3), -2, 0, 1, 4), "conv1d: argument 'stride' must be >= 1, got -2"),
+    (L.conv1d, (randn(1, 3, 10), randn(2, 3, 3), 1, 0, 1, 10), "argument 'Lo' must be"),
+    (L.conv2d, (randn(1, 2, 6, 5), randn(3, 2, 3, 3), 1, 0, 1, 4, 4), "conv2d: argument 'Wo' must be"),
+    (L.depthwise_conv2d_nhwc, (randn(1, 5, 5, 3), randn(3, 3, 3), 1, -1, 5, 5), "argument 'padding' must be >= 0"),
+    (L.conv3d, (randn(1, 2, 4, 4, 4), randn(1, 2, 3, 3, 3), 1, 0, 3, 2, 2), "conv3d: argument 'Do' must be"),
+    (L.conv_transpose2d, (randn(1, 3, 5, 5), randn(3, 2, 3, 3), 2, 1, 1, 11, 9),
+     "argument 'Ho' must be < (H - 1) * stride - 2 * padding + dilation * (R - 1) + 1 + max(stride, dilation) = 11"),
+    (L.conv_transpose2d_phases, (randn(1, 3, 5, 5), randn(3, 2, 3, 3), 2, 1, 5, 5, 1),
+     "conv_transpose2d_phases: argument 'J' must be >= (max(R, Q) + stride - 1) // stride = 2 (R=3, Q=3, stride=2), got 1"),
+    (L.conv_transpose2d_phases, (randn(1, 3, 5, 5), randn(3, 2, 3, 3), 2, 1, 7, 5, 2), "argument 'Hh' must be"),
+    (L.max_pool2d_window, (randn(1, 5, 5), 2, 1, 2, 8, 8), "max_pool2d_window: argument 'p' must be <= K // 2 = 1 (K=2), got 2"),
+    (L.avg_pool2d_window, (randn(1, 5, 5), 3, 0, 1, 5, 5), "avg_pool2d_window: argument 's' must be >= 1, got 0"),
+    (L.avg_pool2d_window, (randn(1, 5, 5), 3, 2, 1, 3, 2), "argument 'Wo' must be (W + 2 * p - K) // s + 1 = 3"),
+    (L.gqa_attention, (randn(1, 4, 3, 2), randn(1, 2, 3, 2), randn(1, 2, 3, 2), 0.5, 3), "size 'H' must be G * rep = 6"),
+])
+def test_library_ops_refuse_bad_arguments(alg, args, message):
+    with pytest.raises(dt.ShapeError) as e:
+        dt.compile(alg)(*args)
+    assert message in str(e.value)
+
+
+def test_valid_arguments_still_match_torch():
+    X, W = randn(2, 7, 5, 3), randn(4, 3, 2, 3)   # odd sizes, a non-square window
+    ho, wo = (7 + 2 - 2 * 2 - 1) // 2 + 1, (5 + 2 - 2 * 1 - 1) // 2 + 1
+    check(L.conv2d_nhwc, (X, W, 2, 1, 2, ho, wo),
+          torch_ref=lambda x, w, s, p, d, *_: F.conv2d(x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2), stride=s,
+                                                      padding=p, dilation=d).permute(0, 2, 3, 1))
+    # conv_transpose2d by phases with the J and Hh the constraints ask for: (5 - 1) 2 - 2 + 3 + 1 = 10 = 5 * 2
+    X, W = randn(1, 3, 5, 5), randn(3, 2, 3, 3)
+    out = dt.compile(L.conv_transpose2d_phases)(X, W, 2, 1, 5, 5, 2)
+    ref = F.conv_transpose2d(X.double(), W.double(), stride=2, padding=1, output_padding=1)
+    torch.testing.assert_close(out.reshape(ref.shape).double(), ref, rtol=1e-4, atol=1e-4)
+    out = dt.compile(L.max_pool2d_window)(randn(3, 6, 5), 3, 2, 1, 3, 3)
+    assert out.shape == (3, 3, 3)
+
+
+@dt.algorithm
+def free_conv(X: dt.Tensor["N", "H"], Wt: dt.Tensor["R"], stride: int, Ho: int):
+    """A user-written strided correlation: no constraints, any output size and stride."""
+    n, h, r = dt.axes("n h:Ho r")
+    return dt.sum(X.pad(0.0)[n, h * stride + r] * Wt[r], over=r)[n, h]
+
+
+def test_user_algorithms_keep_free_sizes():
+    X, W = randn(2, 9), randn(3)
+    out = dt.compile(free_conv)(X, W, -1, 4)   # a negative stride reads the zero padding: index notation
+    ref = torch.zeros(2, 4, dtype=torch.float64)
+    for h in range(4):
+        for r in range(3):
+            if 0 <= -h + r < 9:
+                ref[:, h] += X[:, -h + r].double() * W[r].double()
+    torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-5)
+    assert free_conv.requires == () and free_conv.requires_check is None
+
+
+def test_requires_decorator_errors():
+    with pytest.raises(dt.AlgorithmError, match="not a comparison"):
+        dt.requires("stride + 1")(free_conv)
+    with pytest.raises(dt.AlgorithmError, match="names 'padding', which is neither"):
+        dt.requires("padding >= 0")(free_conv)
+    with pytest.raises(dt.AlgorithmError, match="above @dt.algorithm"):
+        dt.requires("stride >= 1")(lambda X: X)
+
+
+def test_user_requires_with_hint_and_general_condition():
+    @dt.requires("stride >= 1", ("Ho * stride <= H", "the windows must start inside X"))
+    @dt.algorithm
+    def strided(X: dt.Tensor["N", "H"], Wt: dt.Tensor["R"], stride: int, Ho: int):
+        n, h, r = dt.axes("n h:Ho r")
+        return dt.sum(X.pad(0.0)[n, h * stride + r] * Wt[r], over=r)[n, h]
+    k = dt.compile(strided)
+    with pytest.raises(dt.ShapeError, match=r"strided: requires Ho \* stride <= H, which fails for Ho=5, stride=2, H=9; "
+                                            "the windows must start inside X"):
+        k(randn(2, 9), randn(3), 2, 5)
+    assert k(randn(2, 9), randn(3), 2, 4).shape == (2, 4)
+
+
+def test_fast_path_checks_constraints(monkeypatch):
+    """A signature key holds an int's 1 and multiple-of-16 facts only, so a stride of -3 shares the
+    signature of a stride of 3: the values of the constrained scalars key the fast launchers too, and
+    a call with new ones takes the slow path, which checks them."""
+    k = dt.compile(L.conv1d)
+    X, W = randn(1, 3, 10), randn(2, 3, 3)
+    good, bad = (X, W, 3, 0, 1, 3), (X, W, -3, 0, 1, 3)
+    assert k._key(good)[0] == k._key(bad)[0]
+    ran = []
+    k._fast[k._key(good)[0] + k._sized(good)] = lambda args: ran.append(args) or "fast"
+    monkeypatch.setattr(kernel_mod, "_fast_ok", lambda: True)
+    assert k(*good) == "fast"
+    with pytest.raises(dt.ShapeError, match="'stride' must be >= 1, got -3"):
+        k(*bad)
+    assert len(ran) == 1
+    assert k._sized(good) != k._sized(bad)
+
+
+def test_constraint_check_is_cheap():
+    args = (randn(1, 3, 10), randn(2, 3, 3), 3, 0, 1, 3)
+    check_fn = L.conv1d.requires_check
+    assert check_fn(args) == -1
+    t0 = time.perf_counter()
+    for _ in range(2000):
+        check_fn(args)
+    per_call = (time.perf_counter() - t0) / 2000
+    assert per_call < 20e-6, per_call   # ~1 us on a shared CPU: a few integer comparisons
