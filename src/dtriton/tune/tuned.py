@@ -137,6 +137,12 @@ class TunedKernel:
         """The :class:`~dtriton.Kernel` a call with these arguments runs (tuned or heuristic)."""
         return self._choose(args)[0]
 
+    def fast_launcher_for(self, args):
+        """The fast launcher an earlier call of this signature left in the kernel chosen for it
+        (:meth:`dtriton.Kernel.fast_launcher_for`; ``args`` positional), or None. What
+        ``dt.differentiable`` of a tuned kernel builds its steady steps from."""
+        return self._choose(tuple(args))[0].fast_launcher_for(args)
+
     def origin_for(self, *args) -> str:
         """Where the schedule for these arguments comes from: "tuned" (exact bucket),
         "nearest" (nearest stored bucket) or "heuristic"."""
