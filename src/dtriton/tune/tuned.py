@@ -11,6 +11,7 @@ import torch
 
 from ..errors import CompileError, ScheduleError
 from ..ir import Algorithm
+from ..plan.smem import program_fits
 from ..runtime import Kernel
 from ..runtime.args import call_key, merge_named
 from ..schedule import Schedule
@@ -97,6 +98,10 @@ class TunedKernel:
         if why:
             raise ScheduleError(f"over the resource limits for these shapes: {why}")
         kern.source_for(*args)  # lowering + code generation (no GPU compile)
+        if b.device.type == "cuda":   # the shared memory its kernels hold, from the plan
+            why = program_fits(kern.program_for(*args), Limits.for_device(b.device).smem_bytes)
+            if why:
+                raise ScheduleError(f"over the resource limits for these shapes: {why}")
         if self.verify:
             clones = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
             ref = alg.reference(*clones)
