@@ -21,13 +21,24 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from chain_catalogue import CHAINS, make_inputs, shape_of  # noqa: E402
+import dtriton as dt  # noqa: E402
 from dtriton.backends import default_backend  # noqa: E402
+from dtriton.plan.smem import program_fits  # noqa: E402
 from dtriton.schedule import fits_smem, shrink  # noqa: E402
 from sm90 import (TL, add_options, compile_sm90, cuda_schedule, load_kernels, merge_fields, options, plan_for_cuda,  # noqa: E402
                   ptr_types, render, resources, signature)
 
 #: shared memory one program may use (the backend's limit; an H200's when no GPU is visible)
 SMEM_BYTES = default_backend().limits.smem_bytes
+
+
+def _plan_fits(alg, args, sched) -> bool:
+    """Whether every kernel ``sched`` plans for ``alg(*args)`` on the GPU fits :data:`SMEM_BYTES`
+    (:func:`dtriton.plan.smem.program_fits`; a schedule that does not plan: False)."""
+    try:
+        return program_fits(plan_for_cuda(alg, args, sched)[2], SMEM_BYTES) is None
+    except dt.DTritonError:
+        return False
 
 
 def compile_chain(chain, dtype: torch.dtype, extra: dict, out: str) -> list[str]:
@@ -37,7 +48,8 @@ def compile_chain(chain, dtype: torch.dtype, extra: dict, out: str) -> list[str]
     b, sched = cuda_schedule(alg, args)
     sched = merge_fields(sched.replace(access="pointer"), extra)
     # the runtime's shared-memory fit (Kernel._fitted): a default schedule is shrunk before its first launch
-    while not extra and not fits_smem(alg, sched, dtype.itemsize, SMEM_BYTES):
+    # until the rough bound and the estimate of every planned kernel fit
+    while not extra and not (fits_smem(alg, sched, dtype.itemsize, SMEM_BYTES) and _plan_fits(alg, args, sched)):
         smaller = shrink(sched, b.axis_sizes)
         if smaller is None:
             break

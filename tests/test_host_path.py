@@ -478,8 +478,9 @@ def test_split_backward_buffers_share_one_zero_fill(interp_gpu):
     (step,) = dk._steps.values()
     (bstep,) = step.backward_steps.values()
     ((launch, _, _),) = bstep.launches
-    zero_fills = [shape for alloc, shape, dt in launch.separate if alloc is torch.zeros]
+    zero_fills = [(shape, dt) for alloc, shape, dt in launch.separate if alloc is torch.zeros]
     assert len(zero_fills) == 1 and len(launch.calls) == 3
+    assert zero_fills[0][1] == torch.int32   # filled in 4-byte words, as the float32 buffers it replaces
     ins = [t.requires_grad_() for t in make()]
     before = interp_gpu.allocations
     dk(*ins).backward(torch.randn(7, 37, dtype=h))

@@ -17,7 +17,8 @@ from .logsumexp import at_lse, lse_statistics, lse_value, rescalable, stage_shif
 from .naming import unique_param_name
 from .reuse import read_saved_values
 
-__all__ = ["grad", "GradProvenance", "GradientAlgorithms", "describe", "augmented_forward", "check_save", "saved_statistics", "staged"]
+__all__ = ["grad", "GradProvenance", "GradientAlgorithms", "describe", "augmented_forward", "check_save", "saved_outputs",
+           "saved_statistics", "staged"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -432,6 +433,21 @@ def augmented_forward(alg: Algorithm, save: Sequence[str] | str) -> tuple[Algori
                   f"{alg.name} with stages {save_l} as extra outputs (for dt.grad(save=...)).",
                   [None] * (len(outs) + len(extra)), [None] * len(outs) + floors)
     return a, tuple(save_l)
+
+
+def saved_outputs(alg: Algorithm, names: Sequence[str]) -> dict[int, int]:
+    """The output stages among the saved stage ``names`` (as :func:`augmented_forward` returns them):
+    position in ``names`` -> index of that output of ``alg``. :func:`augmented_forward` outputs each
+    of them again, in at least float32; a call whose output already has the copy's dtype (float32 or
+    float64 inputs) can save the output itself instead of a copy (``dt.differentiable`` does: the
+    forward then writes it once). Raises :class:`AlgorithmError` for names :func:`check_save` refuses."""
+    check_save(alg, list(names), f"saved_outputs({alg.name})", ())
+    out = {}
+    for k, s in enumerate(names):
+        st = alg.stages.get(s)
+        if st is not None and st.is_output:
+            out[k] = next(j for j, o in enumerate(alg.outputs) if o is st.node)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------

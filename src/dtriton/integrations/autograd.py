@@ -15,7 +15,9 @@ set (and cached per set). By default (``save="auto"``) the forward saves the for
 the backward reads (layer norm's mean and variance, softmax's row max and sum) as extra outputs of
 the same algorithm (:func:`dtriton.grad.augmented_forward`; with the schedule's ``fuse_outputs``
 they are stored by the forward's own kernel), so the backward reads them instead of recomputing
-them; ``save=None`` recomputes them in the backward, and a list of stage names saves those.
+them; ``save=None`` recomputes them in the backward, and a list of stage names saves those. A saved
+output stage is the output tensor itself where the call's output already has the saved value's
+dtype (float32 or float64: the forward writes it once), else a float32 copy the forward writes too.
 
 Workaround (see the report of issue 6): backward kernels compiled without a schedule get
 ``acc_dtype="float64"`` when an input is float64 (materialised buffers default to fp32).
@@ -31,7 +33,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from ..errors import AlgorithmError, DTritonError, ScheduleError, ShapeError
-from ..grad import GradientAlgorithms, augmented_forward, check_save, grad, saved_statistics
+from ..grad import GradientAlgorithms, augmented_forward, check_save, grad, saved_outputs, saved_statistics
 from ..ir import Algorithm, InputTensor, output_dtypes
 from ..plan.lower import lower
 from ..runtime import Kernel
@@ -52,14 +54,17 @@ _lock = threading.Lock()
 class _Runner:
     """Runs one algorithm: a compiled kernel per precision class (float64 inputs or not)."""
 
-    def __init__(self, alg: Algorithm, schedule: Schedule | None, kernel=None):
+    def __init__(self, alg: Algorithm, schedule: Schedule | None, kernel=None, fp64_own: bool = False):
+        """``kernel``: the compiled kernel to run (for calls with float64 inputs too, unless
+        ``fp64_own``: those then get their own kernel, as without ``kernel``)."""
         self.alg = alg
         self.schedule = schedule
         self._kernels: dict[bool, Any] = {}
         self.last = None   # the kernel of the most recent call
         if kernel is not None:
             self._kernels[False] = kernel
-            self._kernels[True] = kernel
+            if not fp64_own:
+                self._kernels[True] = kernel
 
     def kernel(self, fp64: bool):
         """The kernel for calls with (``fp64``) or without float64 inputs; without a schedule, the
@@ -208,7 +213,10 @@ class DifferentiableKernel:
             from the forward pass (none when the backward reads none, or when the kernel's schedule does not
             apply to the forward with the extra outputs: then they are recomputed and the schedule
             kept); ``None``: recompute them in the backward; ``"all"`` or a list of forward
-            reduction stage names: keep those.
+            reduction stage names: keep those. A listed output stage (``"out1"``) is kept as the
+            output tensor itself when the call's output is float32 or float64 (an in-place change
+            of that output before the backward is then an autograd error, as for torch's own ops
+            that save their result), else as a float32 copy the forward also writes.
         group: grouping of gradients into algorithms, as :func:`dtriton.grad`.
 
     Host path: the first differentiable call of a call signature takes the general path (the
@@ -239,7 +247,11 @@ class DifferentiableKernel:
         self._zeros: dict[tuple, torch.Tensor] = {}   # (dtype, device) -> a 0-d zero, expanded for absent gradients
         self._fwd_runner = _Runner(self.algorithm, getattr(kernel, "schedule", None), kernel)
         self._aug = _saving_forward(self.algorithm, getattr(kernel, "schedule", None), save)
-        self._save_ok: dict[tuple, tuple[bool, bool]] = {}   # call signature -> (saves, has float64 inputs)
+        # (runner, pick, copies): the forward without the copies of saved outputs (see _lean_forward)
+        self._lean = (_lean_forward(self.algorithm, getattr(kernel, "schedule", None), self._aug[1], kernel)
+                      if self._aug is not None else None)
+        # call signature -> (saves, has float64 inputs, the forward's runner, pick: see _saves)
+        self._save_ok: dict[tuple, tuple[bool, bool, _Runner, tuple[int, ...] | None]] = {}
         self.is_tensor = tuple(isinstance(p, InputTensor) for p in self.algorithm.params)
         #: the runners of the most recent forward and backward (:meth:`launch_counts`)
         self.last_runs: dict[str, list[_Runner]] = {"forward": [], "backward": []}
@@ -299,12 +311,15 @@ class DifferentiableKernel:
         (0 for a pass that has not run)."""
         return {k: sum(getattr(r.last, "launch_count", 0) for r in rs) for k, rs in self.last_runs.items()}
 
-    def _saves(self, args) -> tuple[bool, bool]:
+    def _saves(self, args) -> tuple[bool, bool, _Runner, tuple[int, ...] | None]:
         """(whether this call's forward saves the statistics, whether a tensor argument is
-        float64), cached per call signature. It saves always for an explicit ``save=``; under
-        ``"auto"``, when the saving forward runs in no more kernels than the plain one on this
-        call signature (a forward whose schedule cannot store them beside its outputs, such as
-        flash attention's, recomputes them in the backward instead)."""
+        float64, the runner of its forward, ``pick``), cached per call signature. It saves always
+        for an explicit ``save=``; under ``"auto"``, when the saving forward runs in no more kernels
+        than the plain one on this call signature (a forward whose schedule cannot store them beside
+        its outputs, such as flash attention's, recomputes them in the backward instead). ``pick``:
+        per saved value, its index among the runner's results, when saved outputs stand for
+        themselves (the call's outputs already have the saved copies' dtypes: no copy is written);
+        None: the results after the outputs, in order."""
         key = tuple((a.shape, a.dtype, a.device) if isinstance(a, torch.Tensor) else type(a) for a in args)
         hit = self._save_ok.get(key)
         if hit is None:
@@ -316,22 +331,33 @@ class DifferentiableKernel:
                     k = runner.kernel(fp64)
                     counts.append(len(lower(runner.alg, k.schedule_for(*args), runner.alg.bind(args).axis_sizes).kernels))
                 saves = counts[1] <= counts[0]
-            hit = self._save_ok[key] = (saves, fp64)
+            runner, pick = (self._aug[0] if saves else self._fwd_runner), None
+            if saves and self._lean is not None and self._outputs_stand_for_copies(args):
+                runner, pick = self._lean[0], self._lean[1]
+            hit = self._save_ok[key] = (saves, fp64, runner, pick)
         return hit
+
+    def _outputs_stand_for_copies(self, args) -> bool:
+        """Whether every saved output of this call has the dtype of the copy the saving forward
+        would write (float32 or float64 outputs: the output itself is the saved value)."""
+        dtypes = {p.name: a.dtype for p, a in zip(self.algorithm.params, args) if isinstance(p, InputTensor)}
+        full = output_dtypes(self._aug[0].alg, dtypes)
+        outs = output_dtypes(self.algorithm, dtypes)
+        n = len(outs)
+        return all(full[n + k] == outs[j] for k, j in self._lean[2].items())
 
     def run_forward(self, args) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
         """Run the forward pass: ``(outputs, saved stage values)``."""
         if self._aug is None:
             self.last_runs["forward"] = [self._fwd_runner]
             return self._fwd_runner(*args), ()
-        saves, fp64 = self._saves(args)
-        if not saves:
-            self.last_runs["forward"] = [self._fwd_runner]
-            return self._fwd_runner(*args, fp64=fp64), ()
-        self.last_runs["forward"] = [self._aug[0]]
-        res = self._aug[0](*args, fp64=fp64)
+        saves, fp64, runner, pick = self._saves(args)
+        self.last_runs["forward"] = [runner]
+        res = runner(*args, fp64=fp64)
         n = len(self.algorithm.outputs)
-        return res[:n], res[n:]
+        if not saves:
+            return res, ()
+        return res[:n], (res[n:] if pick is None else tuple(res[i] for i in pick))
 
     def _make_step(self, args) -> ForwardStep | bool:
         """The :class:`~dtriton.integrations.steps.ForwardStep` repeating the forward that just ran
@@ -342,6 +368,9 @@ class DifferentiableKernel:
         if launch is None:
             return False
         n_out, n_all = len(self.algorithm.outputs), len(runner.alg.outputs)
+        pick = self._saves(args)[3] if self._aug is not None else None
+        if pick is not None:   # saved outputs stand for themselves (with any statistics after them, unpacked)
+            return ForwardStep(self, [runner], launch, n_out, n_all, self.is_tensor, pick=pick)
         if n_all > n_out:   # the saved statistics in one buffer (when each of them can be packed)
             packed = launch.packed(n_out, buffers=False)
             if packed is not None and packed.offsets and set(packed.offsets) == set(range(n_out, n_all)):
@@ -541,6 +570,36 @@ def _saving_forward(alg: Algorithm, sched: Schedule | None, save) -> tuple[_Runn
                 return None
             sched = None
     return _Runner(aug, sched), names
+
+
+def _lean_forward(alg: Algorithm, sched, names: Sequence[str], kernel) -> tuple[_Runner, tuple[int, ...], dict[int, int]] | None:
+    """For saved stages ``names`` some of which are outputs of ``alg`` (:func:`~dtriton.grad.saved_outputs`):
+    ``(runner, pick, copies)``, the forward that outputs only the other saved values after ``alg``'s
+    outputs (``kernel`` itself, through its runner, when there are none), per saved value its index among
+    that forward's results, and the saved outputs (position in ``names`` -> output index). Used on calls
+    whose outputs already have the copies' dtypes (:meth:`DifferentiableKernel._saves`): the backward
+    reads the outputs themselves, and the forward writes each once. None when no saved stage is an output."""
+    copies = saved_outputs(alg, names)
+    if not copies:
+        return None
+    n = len(alg.outputs)
+    rest = [s for k, s in enumerate(names) if k not in copies]
+    own = sched if isinstance(sched, Schedule) else None   # (a tuned kernel's schedule name: the heuristic)
+    if rest:
+        aug, got = augmented_forward(alg, rest)
+        if tuple(got) != tuple(rest):   # pragma: no cover - explicit names come back as given
+            return None
+        if own is not None:
+            try:
+                own.validate(aug)
+            except ScheduleError:
+                own = None
+        runner = _Runner(aug, own)
+    else:   # the kernel itself for calls without float64 inputs; float64 ones as the saving forward runs them
+        runner = _Runner(alg, own, kernel, fp64_own=True)
+    later = iter(range(n, n + len(rest)))
+    pick = tuple(copies[k] if k in copies else next(later) for k in range(len(names)))
+    return runner, pick, copies
 
 
 def differentiable(kernel, **kw) -> DifferentiableKernel:

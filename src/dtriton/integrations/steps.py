@@ -136,17 +136,23 @@ class ForwardStep:
         is_tensor: per parameter, whether it is a tensor (the others are saved on the context).
         layout: per saved statistic ``(byte offset, shape, dtype)`` in the launcher's packed buffer
             (the backward's launchers read them there); None: they are separate tensors.
+        pick: per saved value, its index among the launcher's results (a saved output is the
+            returned output itself); None: the results after the outputs, in order.
     """
 
-    __slots__ = ("owner", "runners", "launch", "n_out", "n_ret", "tensor_pos", "backward_steps", "name", "layout")
+    __slots__ = ("owner", "runners", "launch", "n_out", "n_ret", "tensor_pos", "backward_steps", "name", "layout",
+                 "pick", "n_saved")
 
     def __init__(self, owner, runners: list, launch: Callable, n_out: int, n_ret: int, is_tensor: Sequence[bool],
-                 layout: tuple | None = None):
+                 layout: tuple | None = None, pick: tuple[int, ...] | None = None):
         self.owner = owner
         self.runners = runners
         self.launch = launch
         self.n_out = n_out
         self.n_ret = n_ret
+        self.pick = pick
+        #: the saved values among the context's saved tensors (after the forward's tensor arguments)
+        self.n_saved = n_ret - n_out if pick is None else len(pick)
         # None: every parameter is a tensor (the forward's args are saved as they are)
         self.tensor_pos = None if all(is_tensor) else tuple(k for k, t in enumerate(is_tensor) if t)
         self.backward_steps: dict[tuple, BackwardStep | None] = {}
@@ -193,12 +199,13 @@ class StepFunction(torch.autograd.Function):
         ctx.step = step
         step.owner.last_runs["forward"] = step.runners
         n = step.n_out
+        saved = res[n:] if step.pick is None else [res[k] for k in step.pick]
         # ctx.save_for_backward(...) is a Python method setting ctx.to_save: set it directly
         if step.tensor_pos is None:   # (ctx.scalars is read only when some parameter is not a tensor)
-            ctx.to_save = (*args, *res[n:])
+            ctx.to_save = (*args, *saved)
         else:
             ctx.scalars = [None if isinstance(a, torch.Tensor) else a for a in args]
-            ctx.to_save = (*[args[k] for k in step.tensor_pos], *res[n:])
+            ctx.to_save = (*[args[k] for k in step.tensor_pos], *saved)
         return res[0] if n == 1 else res[:n]
 
     @staticmethod
@@ -210,7 +217,7 @@ class StepFunction(torch.autograd.Function):
         if torch.is_grad_enabled():
             refuse_double_backward(step.name)
         st = ctx.saved_tensors
-        nt = len(st) - (step.n_ret - step.n_out)
+        nt = len(st) - step.n_saved
         args = st[:nt] if step.tensor_pos is None else step.args_of(st[:nt], ctx.scalars)
         if len(grads) == 1 and grads[0] is not None:
             g = grads[0]

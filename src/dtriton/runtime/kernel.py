@@ -30,6 +30,7 @@ from ..schedule import Schedule, complete_schedule, fits_smem, operand_itemsize,
 from ..ir import Algorithm, Binding, InputTensor, check_reads, contraction_operands
 from ..plan import CallSpec, Program, call_spec, plan_program, tma_addressable, unused_knobs
 from ..plan.callspec import I32_MAX
+from ..plan.smem import program_fits
 from ..plan.staging import kmajor_copies, stage_inputs
 from .args import (call_key, check_given_out, merge_named, normalise_out, overlap, plain_numbers, signature_key_for,
                    spec_key)
@@ -150,6 +151,7 @@ class Kernel:
         self.quiet = False   # True: no ScheduleWarning for knobs a call cannot use (explore's candidates)
         self._fast: dict[tuple, tuple[_Plan, Any]] = {}
         self._shrunk: dict[Schedule, Schedule] = {}   # a default schedule -> the smaller one that fits
+        self._fits: dict[tuple, Schedule] = {}   # (default schedule, call spec) -> the one whose kernels fit
         self._last: _Plan | None = None
         self._key = signature_key_for(alg)   # signature_key, printed for the algorithm's parameters
         self._size_pos = tuple(alg.size_args.values())   # the int arguments that size axes
@@ -210,32 +212,51 @@ class Kernel:
                 hit[2] = tma_addressable(self.algorithm, b, args, out, views=False)
             tma = hit[1]
         sched = self._auto_access(sched, b, args, out, hit[2], hit[1])
-        sched = self._fitted(sched, b, interpret)
-        if sched.access != "tma":
-            return sched, hit[0]
-        # TMA reads a transposed tensor through the view with its unit-stride dim last: the plan
-        # needs every tensor's unit-stride dim then
-        return sched, replace(hit[0], tma_ok=tma, unit_dims=tuple(sorted(b.unit_dims.items())) if tma else
-                              hit[0].unit_dims)
+        spec = hit[0]
+        if sched.access == "tma":
+            # TMA reads a transposed tensor through the view with its unit-stride dim last: the plan
+            # needs every tensor's unit-stride dim then
+            spec = replace(hit[0], tma_ok=tma, unit_dims=tuple(sorted(b.unit_dims.items())) if tma else
+                           hit[0].unit_dims)
+        return self._fitted(sched, b, interpret, spec), spec
 
-    def _fitted(self, sched: Schedule, b: Binding, interpret: bool) -> Schedule:
+    def _fitted(self, sched: Schedule, b: Binding, interpret: bool, spec: CallSpec) -> Schedule:
         """A default schedule checked against the backend's resources before it is used: on the
-        GPU, shrunk (:func:`~dtriton.schedule.shrink`) until its largest contraction's pipelined
-        operand tiles fit in shared memory (:func:`~dtriton.schedule.fits_smem`); then the smaller
-        schedule an earlier call of this signature fell back to, if any."""
+        GPU, shrunk (:func:`~dtriton.schedule.shrink`) until every kernel of its plan for this call
+        (``spec``) fits in shared memory by :func:`~dtriton.plan.smem.program_fits` (each pipelined
+        loop's rings of loaded tiles, the dot operands' copies, TMA store staging), and plans
+        without a block over Triton's limit; then the smaller schedule an earlier call of this
+        signature fell back to, if any. Decided once per (schedule, call spec)."""
         if self.schedule is not None:
             return sched
         first = sched
-        if first not in self._shrunk and not interpret:
+        key = (first, spec)
+        if key not in self._fits and not interpret:
+            limit = _BACKEND.limits.smem_bytes
             size = operand_itemsize(self.algorithm, b.dtypes)   # (the dot operands': not fp8's fp32 scales)
-            while not fits_smem(self.algorithm, sched, size, _BACKEND.limits.smem_bytes):
+            while not (fits_smem(self.algorithm, sched, size, limit) and self._plan_fits(sched, b, spec, limit)):
                 smaller = shrink(sched, b.axis_sizes)
                 if smaller is None:
                     break
                 sched = smaller
-            if sched is not first:
-                self._shrunk[first] = sched
-        return self._shrunk.get(first, sched)
+            self._fits[key] = sched
+        fitted = self._fits.get(key, sched)
+        return self._shrunk.get(fitted, fitted)   # (a launch of it that failed on a resource: its fallback)
+
+    def _plan_fits(self, sched: Schedule, b: Binding, spec: CallSpec, limit: int) -> bool:
+        """Whether ``sched`` plans and prints for this call with every kernel within ``limit`` bytes
+        of shared memory and no block over Triton's limit (another planning error: True, the call
+        raises it as before)."""
+        try:
+            prog = plan_program(self.algorithm, sched, b, spec)
+            if program_fits(prog, limit) is not None:
+                return False
+            _BACKEND.render(prog)   # (the printer refuses a value's block over Triton's limit)
+        except ResourceError:
+            return False
+        except Exception:  # noqa: BLE001 - not a resource: the call plans again and raises it
+            return True
+        return True
 
     def _plan(self, sched: Schedule, b: Binding, args, interpret: bool, out=None, spec: CallSpec | None = None,
               warn_level: int = 3) -> _Plan:
@@ -303,6 +324,17 @@ class Kernel:
         sched, spec = self._schedule_and_spec(b, args, interpret)
         return self._plan(sched, b, args, interpret, spec=spec).source
 
+    def program_for(self, *args, **named) -> Program:
+        """The planned :class:`~dtriton.plan.Program` a call with these arguments runs (its kernels
+        and every decision; compiles nothing on the GPU), arguments as :meth:`source_for` takes them."""
+        if named:
+            args = merge_named(self.algorithm, args, named)
+        b = self.algorithm.bind(args)
+        interpret = backend_for(b.device) == "interpreter"
+        args, b, _ = self._staged(args, b, interpret)
+        sched, spec = self._schedule_and_spec(b, args, interpret)
+        return self._plan(sched, b, args, interpret, spec=spec).program
+
     def schedule_for(self, *args, **named) -> Schedule:
         """The complete schedule a call with these arguments runs (given positionally or by parameter
         name, as the call takes them)."""
@@ -311,8 +343,7 @@ class Kernel:
         b = self.algorithm.bind(args)
         interpret = backend_for(b.device) == "interpreter"
         args, b, _ = self._staged(args, b, interpret)
-        sched = self._auto_access(self.complete(b), b, args)
-        return self._fitted(sched, b, interpret)
+        return self._schedule_and_spec(b, args, interpret)[0]
 
     # ------------------------------------------------------------------------------------------
     def __call__(self, *args, out=None, **named):

@@ -83,7 +83,8 @@ import math
 
 import torch
 
-from ..ir import Algorithm, Binding, Reduce, contains, expr_axes, is_sum, online_candidate, reduces_in, reduction_stages
+from ..ir import (Algorithm, Axis, Binding, Load, Reduce, contains, expr_axes, is_sum, online_candidate, reduces_in,
+                  reduction_stages)
 from .attention_rules import decode_split
 from .conv_rules import conv_gemm, conv_tiles, depthwise_tiles
 from .chain_rules import gemm_then_columns, gemm_then_gemm, gemm_then_rows, gemms_apart, rows_between_gemms
@@ -524,9 +525,25 @@ def _flash_pattern(alg: Algorithm, sizes):
             # kernel whose grid may split the score's own reduced axes, where it cannot be fused
             direct = [r for r in reds if r is not s and contains(r.x, s, stop=lambda x: isinstance(x, Reduce))]
             if maxes and sums and all(j in r.over for r in direct):
-                whole = tuple(a for a in main.layout if a not in s.axes and sizes[a] <= 256)
-                return s, j, whole
+                whole = [a for a in main.layout if a not in s.axes and sizes[a] <= 256]
+                # a grid of batch axes only (every tensor indexed by them): the longest of those axes
+                # goes on the grid instead (the GQA backward's dK, summed over the heads of a group into
+                # (g, b, t, d): at T <= 256 the keys were whole and the batch axis alone on the grid, in
+                # tiles of 16 that multiplied every block, 2**25-element values at S 256 D128)
+                batch = _batch_axes(alg)
+                if whole and all(a in batch for a in main.layout if a not in whole):
+                    whole.remove(max(whole, key=lambda a: sizes[a]))
+                return s, j, tuple(whole)
     return None
+
+
+def _batch_axes(alg: Algorithm) -> set[str]:
+    """The axes every tensor ``alg`` loads is indexed by directly (batch axes)."""
+    seen: dict[str, set[str]] = {}
+    for n in alg.nodes:
+        if isinstance(n, Load):
+            seen.setdefault(n.tensor.name, set()).update(e.name for e in n.index if isinstance(e, Axis))
+    return set.intersection(*seen.values()) if seen else set()
 
 
 def _is_contraction_free(a, cons) -> bool:

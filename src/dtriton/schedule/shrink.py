@@ -3,8 +3,10 @@
 A default schedule must always compile and run. The heuristic's tiles can still exceed a
 backend limit on some shapes (shared memory for a backward pass with several dots in one loop,
 or a block over 2**20 elements where a gather keeps an axis whole), so the runtime asks
-:func:`shrink` for the next smaller schedule and retries, with a warning. :func:`fits_smem` is
-the estimate checked before a default is first used.
+:func:`shrink` for the next smaller schedule and retries, with a warning. Before a default is first
+used the runtime shrinks it until :func:`fits_smem` (this rough lower bound, from the schedule
+alone) and then the estimate of every planned kernel (:func:`dtriton.plan.smem.program_fits`: each
+pipelined loop's rings of loaded tiles, every dot's operand copies, TMA store staging) fit.
 """
 
 from __future__ import annotations
@@ -52,7 +54,9 @@ def shrink(sched: Schedule, sizes: dict[str, int]) -> Schedule | None:
 def smem_estimate(alg: Algorithm, sched: Schedule, itemsize: int) -> int:
     """Bytes of shared memory the largest contraction of ``alg`` stages under ``sched``: its two
     operand tiles, ``(m x r + r x n) * itemsize``, once per pipeline stage (``num_stages``). A
-    lower bound for a kernel with several dots in one loop (their buffers add up)."""
+    lower bound, from the schedule alone: a kernel with several dots in one loop, or loads feeding
+    a dot through arithmetic (fp32 buffers), holds more; the runtime checks the planned kernels with
+    :func:`dtriton.plan.smem.kernel_smem`."""
     stages = max(1, sched.num_stages or 1)
     most = 0
     for name, (m, n, r) in contractions(alg).items():

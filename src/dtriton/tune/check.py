@@ -89,6 +89,10 @@ def check_resources(alg: Algorithm, sched: Schedule, b: Binding, limits: Limits)
     the program's threads holds at most ``limits.max_acc_per_thread`` per thread, any block at
     most ``limits.max_elems_per_thread``.
 
+    The shared-memory rule is a lower bound from the schedule alone; exploration and the tuned
+    kernel's revalidation then check the planned kernels (:func:`dtriton.plan.smem.program_fits`:
+    every pipelined loop's rings, the dots' operand copies, TMA store staging).
+
     Returns ``None`` when every rule holds, else a sentence naming the rule that failed."""
     sizes = b.axis_sizes
     grid = tuple(sched.grid or ())

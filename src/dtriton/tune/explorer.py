@@ -23,6 +23,7 @@ import torch
 
 from ..errors import DTritonError, ScheduleError
 from ..ir import Algorithm
+from ..plan.smem import program_fits
 from ..runtime import Kernel, backend_for
 from ..schedule import Schedule
 from .check import Limits, check_resources, default_tolerance
@@ -197,11 +198,17 @@ class Explorer:
                 return row, None, None
         try:
             src = kern.source_for(*self.bench.work)
+            # the shared memory its kernels hold, from the plan (pipelined loads of every loop, dot operands)
+            gpu = self.bench.device.type == "cuda" and hasattr(kern, "program_for")
+            why = program_fits(kern.program_for(*self.bench.work), self.limits.smem_bytes) if gpu else None
         except ScheduleError as e:
             row.update(status="illegal", reason=str(e).splitlines()[0])
             return row, None, None
         except Exception as e:  # noqa: BLE001
             row.update(status="failed", reason="code generation: " + first_line(e))
+            return row, None, None
+        if why:
+            row.update(status="pruned", reason=why)
             return row, None, None
         h = src_hash(src, full)
         if h in self.by_src:

@@ -11,6 +11,7 @@ import torch
 
 from ..errors import CompileError, ScheduleError
 from ..ir import Algorithm
+from ..plan.smem import program_fits
 from ..runtime import Kernel
 from ..runtime.args import call_key, merge_named
 from ..schedule import Schedule
@@ -97,6 +98,10 @@ class TunedKernel:
         if why:
             raise ScheduleError(f"over the resource limits for these shapes: {why}")
         kern.source_for(*args)  # lowering + code generation (no GPU compile)
+        if b.device.type == "cuda":   # the shared memory its kernels hold, from the plan
+            why = program_fits(kern.program_for(*args), Limits.for_device(b.device).smem_bytes)
+            if why:
+                raise ScheduleError(f"over the resource limits for these shapes: {why}")
         if self.verify:
             clones = tuple(a.clone() if isinstance(a, torch.Tensor) else a for a in args)
             ref = alg.reference(*clones)
@@ -136,6 +141,12 @@ class TunedKernel:
     def kernel_for(self, *args) -> Kernel:
         """The :class:`~dtriton.Kernel` a call with these arguments runs (tuned or heuristic)."""
         return self._choose(args)[0]
+
+    def fast_launcher_for(self, args):
+        """The fast launcher an earlier call of this signature left in the kernel chosen for it
+        (:meth:`dtriton.Kernel.fast_launcher_for`; ``args`` positional), or None. What
+        ``dt.differentiable`` of a tuned kernel builds its steady steps from."""
+        return self._choose(tuple(args))[0].fast_launcher_for(args)
 
     def origin_for(self, *args) -> str:
         """Where the schedule for these arguments comes from: "tuned" (exact bucket),

@@ -20,7 +20,8 @@ allocates the outputs, reads the addresses, and calls Triton's compiled launcher
   backward's) takes the buffer and the offsets (``remap``). Returned outputs stay separate tensors.
 
 Zero-initialised buffers (split-K atomics into a partial sum) share one zero-filled allocation: one
-allocation and one fill kernel instead of one each. Zero-initialised outputs and tensors a host TMA
+allocation and one fill kernel instead of one each (an int32 one: the fill kernel of a float32 buffer
+of the same bytes, not a byte-wise one). Zero-initialised outputs and tensors a host TMA
 descriptor reads stay separate tensors (a descriptor needs the tensor).
 """
 
@@ -139,7 +140,10 @@ class FastLauncher:
             if group:
                 nbytes = max(off + _nbytes(*self.allocs[k][:2]) for k, off in group.items())
                 where.update({k: (len(self.separate), off) for k, off in group.items()})
-                self.separate.append((alloc, (nbytes,), torch.uint8))
+                if alloc is torch.zeros:   # only kernels read it: 4-byte words, filled as a float32 buffer is
+                    self.separate.append((alloc, (-(-nbytes // 4),), torch.int32))
+                else:   # bytes: the backward's general path views the statistics in it (ForwardStep.unpacked)
+                    self.separate.append((alloc, (nbytes,), torch.uint8))
         # the values a call reads addresses from: the arguments used as pointers, then the allocations
         used = sorted({self.remap.get(k, (k, 0))[0] for *_, ptrs, _, _ in self.kernels for kind, k in ptrs
                        if kind == "arg"})

@@ -31,8 +31,9 @@ Backends (``backend=`` of the function and the module):
   hand-written ones above, glued to PyTorch autograd by a ``torch.autograd.Function``.
 * ``"auto"``: automatic gradients: the forward kernel wrapped by
   ``dtriton.integrations.differentiable`` (backward algorithms derived by ``dt.grad``; the forward's
-  ``spectral`` output is saved for them, a copy of it in at least float32, read by the gradient of
-  the times as in the hand-written backward). Used only when that module imports and
+  ``spectral`` output is saved for them, read by the gradient of the times as in the hand-written
+  backward: the output tensor itself for float32 and float64 inputs, so a training step launches and
+  allocates what the hand-written backend's does; a float32 copy beside a 16-bit output). Used only when that module imports and
   passes a numerical check against the manual backward (see :func:`available_backend`).
 * ``"torch"``: the eager PyTorch reference (no dtriton).
 * ``None`` (default): ``"auto"`` when available, else ``"dtriton-manual"``.

@@ -79,7 +79,8 @@ def layer_plans(V: int, K: int = 128, C: int = 128) -> dict[str, tuple[dt.Schedu
     ``derived backward`` (the algorithm ``dt.grad`` derives for x and times, with the spectral output
     saved by the forward, as the layer's "auto" backend runs it) and ``manual backward``
     (:data:`spatial_diffusion_backward`), and ``saving forward`` (the forward that also returns a
-    copy of the spectral output, which the "auto" backend runs when gradients are needed). Values: (complete schedule, :func:`describe_program`)."""
+    float32 copy of the spectral output, which the "auto" backend runs when gradients are needed on
+    16-bit inputs; on float32 ones it runs ``forward`` and saves the spectral output itself). Values: (complete schedule, :func:`describe_program`)."""
     sizes = {"V": V, "K": K, "C": C}
     # the spectral output receives no gradient in the layer: its term is not derived (outputs=[0])
     derived = dt.grad(spatial_diffusion, ["x", "times"], save=[spectral_stage()], outputs=[0]).algorithms
