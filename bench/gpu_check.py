@@ -59,6 +59,17 @@ def gqa_causal4(Q: dt.Tensor["B", "H", "S", "D"], K: dt.Tensor["B", "G", "T", "D
 
 
 @dt.algorithm
+def gqa_short(Q: dt.Tensor["B", "H", "S", "D"], K: dt.Tensor["B", "G", "T", "D"], V: dt.Tensor["B", "G", "T", "D"],
+              scale: float, rep: int):
+    """``library.gqa_attention`` without its ``H == G * rep`` requirement: the last group may be short
+    (H = 5, G = 2, rep = 3: K/V head 1 serves query heads 3 and 4), which the Gluon kernel handles."""
+    b, h, i, j, d, e = dt.axes("b h i j d e")
+    s = dt.sum(Q[b, h, i, d] * K[b, h // rep, j, d], over=d) * scale
+    p = dt.exp(s - dt.max(s, over=j))
+    return (dt.sum(p * V[b, h // rep, j, e], over=j) / dt.sum(p, over=j))[b, h, i, e]
+
+
+@dt.algorithm
 def causal_st(Q: dt.Tensor["B", "H", "S", "D"], K: dt.Tensor["B", "H", "T", "D"], V: dt.Tensor["B", "H", "T", "D"],
               scale: float):
     """Causal attention with the query and key lengths apart (top-left aligned: key j <= query i, as
@@ -253,12 +264,12 @@ def gluon_grads(rows, rnd, dry: bool) -> None:
     """Gradients through the Gluon saving forward (warp_specialize=True, inputs requiring grad: the
     forward stores the output, the row log-sum-exp and the output again; the derived backward reads
     them), fp16, against torch autograd of ``alg.reference`` in float64: attention D128, causal D64,
-    grouped-query D128 (5 query heads over 2 K/V heads, rep 3)."""
+    grouped-query D128 (6 query heads over 2 K/V heads, rep 3)."""
     for alg, D in ((attention, 128), (causal_attention, 64), (gqa_attention, 128)):
         if True:
-            B, H, S = (3, 5, 256) if not dry else (1, 2, 16)
-            G = 2 if alg is gqa_attention else H   # (grouped-query: 5 query heads over 2 K/V heads, rep 3)
-            extra = (3,) if alg is gqa_attention else ()
+            B, H, S = ((3, 6, 256) if alg is gqa_attention else (3, 5, 256)) if not dry else (1, 2, 16)
+            G = 2 if alg is gqa_attention and not dry else H   # (grouped-query: 6 query heads over 2 K/V heads, rep 3)
+            extra = ((3,) if not dry else (1,)) if alg is gqa_attention else ()
             D_ = D if not dry else 16
             ins = [rnd(B, n, S, D_, dtype=torch.float16).requires_grad_() for n in (H, G, G)]
             refs = [x.detach().double().cpu().requires_grad_() for x in ins]
@@ -508,7 +519,8 @@ def gluon_gqa_cases(case, rnd, dry: bool) -> None:
                 S_, D_ = (37, 16) if dry else (S, D)
                 q = rnd(B, H, S_, D_, dtype=dtype)
                 k, v = (rnd(B, G, S_, D_, dtype=dtype) for _ in range(2))
-                case(f"gluon gqa_attention B{B} H{H} G{G} rep{rep} S{S_} D{D_}", gqa_attention,
+                alg = gqa_short if H % G else gqa_attention
+                case(f"gluon {alg.name} B{B} H{H} G{G} rep{rep} S{S_} D{D_}", alg,
                      (q, k, v, D_ ** -0.5, rep), ws, dtype=dtype, gluon=not dry)
             q = rnd(2, 8, 512 if not dry else 37, D if not dry else 16, dtype=dtype)
             k, v = (rnd(2, 2, 256 if not dry else 29, D if not dry else 16, dtype=dtype) for _ in range(2))

@@ -1,4 +1,4 @@
-"""Issue 15: the GQA backward at gpu_check's shape (B3 H5 G2 S256 D128 fp16, 5 query heads over 2 K/V heads,
+"""Issue 15: the GQA backward at gpu_check's shape (B3 H6 G2 S256 D128 fp16, 6 query heads over 2 K/V heads,
 rep 3) through ``dt.compile_autograd`` with default schedules: no ScheduleWarning (its defaults fit shared
 memory before their first launch: :mod:`dtriton.plan.smem`), gradients against float64 autograd of the
 reference, and the fwd+bwd step time (mean of 20 synchronised steps).
@@ -10,7 +10,7 @@ Exits 1 on a ScheduleWarning or a gradient off by more than 2e-2 (relative norm)
 import sys, warnings, time, torch, dtriton as dt
 from dtriton.library import gqa_attention
 dev = "cuda" if torch.cuda.is_available() else "cpu"
-B, H, G, S, D = (3, 5, 2, 256, 128) if dev == "cuda" else (1, 3, 1, 32, 16)
+B, H, G, S, D = (3, 6, 2, 256, 128) if dev == "cuda" else (1, 3, 1, 32, 16)
 rep = -(-H // G)
 g = torch.Generator().manual_seed(0)
 q, k, v = (torch.randn(B, n, S, D, generator=g).half().to(dev).requires_grad_() for n in (H, G, G))
