@@ -27,7 +27,17 @@ def test_sparse_tensor_is_refused_clearly(to, how):
 def test_sparse_signature_key():
     x = randn(3, 4).to_sparse()
     key, grad = signature_key((x,))
-    assert key == ((torch.sparse_coo, x.shape, x.dtype, x.device),) and not grad
+    assert key == ((torch.sparse_coo, False, x.dtype, x.device),) and not grad
+
+
+@pytest.mark.parametrize("how", ["compile", "reference", "autograd"])
+def test_nested_tensor_is_refused_clearly(how):
+    """A nested tensor (strided layout, no sizes) is refused naming the argument and the fix (before: torch's
+    RuntimeError "NestedTensorImpl doesn't support sizes" from the call's key)."""
+    x = torch.nested.nested_tensor([randn(2, 6), randn(3, 6)])
+    f = {"compile": dt.compile(L.softmax), "reference": L.softmax, "autograd": dt.compile_autograd(L.softmax)}[how]
+    with pytest.raises(dt.ShapeError, match=r"argument 'X' of softmax is a nested tensor; .*to_padded_tensor"):
+        f(x)
 
 
 def test_numpy_scalars_are_numbers():

@@ -133,6 +133,9 @@ def _check_tensor(alg, p, a) -> None:
     if a.layout != torch.strided:
         raise ShapeError(f"argument {p.name!r} of {alg.name} is a {a.layout} tensor; dtriton reads dense (strided) "
                          f"tensors: pass {p.name}.to_dense()")
+    if a.is_nested:   # (strided layout, but no sizes)
+        raise ShapeError(f"argument {p.name!r} of {alg.name} is a nested tensor; dtriton reads dense tensors of one "
+                         f"shape: pass {p.name}.to_padded_tensor(0.0) (and mask the padding in the algorithm)")
     if a.dim() != len(p.dims):
         raise ShapeError(f"argument {p.name!r} of {alg.name} must have {len(p.dims)} dims {list(p.dims)}, "
                          f"got {a.dim()} (shape {tuple(a.shape)})")

@@ -196,8 +196,8 @@ def signature_key(args) -> tuple[tuple, bool]:
     for a in args:
         if isinstance(a, torch.Tensor):
             grad = grad or a.requires_grad
-            if a.layout != torch.strided:   # sparse, mkldnn: no strides nor data pointer; the binding refuses it
-                key.append((a.layout, a.shape, a.dtype, a.device))
+            if a.layout != torch.strided or a.is_nested:   # sparse, mkldnn, nested: no strides, sizes or data
+                key.append((a.layout, a.is_nested, a.dtype, a.device))   # pointer; the binding refuses it
                 continue
             key.append((a.shape, a.stride(), a.dtype, a.device, a.data_ptr() % 16 == 0))
         else:
