@@ -144,3 +144,17 @@ def test_constraint_check_is_cheap():
         check_fn(args)
     per_call = (time.perf_counter() - t0) / 2000
     assert per_call < 20e-6, per_call   # ~1 us on a shared CPU: a few integer comparisons
+
+
+@pytest.mark.parametrize("alg, args", [
+    ("conv2d_nhwc", lambda: (randn(1, 1, 1, 4), randn(5, 5, 5, 4), 1, 0, 1, 0, 0)),
+    ("conv2d_nhwc", lambda: (randn(1, 2, 2, 4), randn(5, 3, 3, 4), 1, 0, 1, 0, 0)),
+    ("depthwise_conv2d_nhwc", lambda: (randn(1, 2, 7, 4), randn(3, 3, 4), 1, 0, 0, 5)),
+    ("conv1d", lambda: (randn(1, 3, 2), randn(2, 3, 3), 1, 0, 1, 0)),
+])
+def test_window_larger_than_the_padded_input_is_refused(alg, args):
+    """A window larger than the padded input (torch: "kernel size can't be greater than actual input size") is
+    refused before the output-size rule, which would ask for a negative size (s12 trial: "must be ... = -3,
+    got 0", then "must be >= 0")."""
+    with pytest.raises(dt.ShapeError, match="larger than the padded input"):
+        dt.compile(getattr(L, alg))(*args())

@@ -8,7 +8,9 @@ def conv2d(X: dt.Tensor["N", "H", "W", "C"], Wt: dt.Tensor["O", "R", "Q", "C"], 
            s: int, p: int, Ho: int, Wo: int):   # channels-last; stride s, zero padding p; bias and ReLU
     n, o, c, h, w, r, q = dt.axes("n o c h:Ho w:Wo r q")
     y = dt.sum(X.pad(0.0)[n, h * s + r - p, w * s + q - p, c] * Wt[o, r, q, c], over=(c, r, q))
-    return dt.maximum(y + b[o], 0.0)[n, h, w, o]   # one implicit GEMM on tl.dot, the epilogue fused
+    # one implicit GEMM on tl.dot, the epilogue fused; dt.maximum is torch.maximum, gradient included (half
+    # at a tie, where F.relu gives 0): dt.where(y + b[o] > 0, y + b[o], 0.0) is ReLU's gradient too
+    return dt.maximum(y + b[o], 0.0)[n, h, w, o]
 
 
 X, W, b = torch.randn(2, 9, 9, 16), torch.randn(32, 3, 3, 16), torch.randn(32)

@@ -21,6 +21,7 @@ __all__ = ["matmul", "linear_relu", "softmax", "log_softmax", "layer_norm", "rms
 # computes another output size
 _STEP = ("stride >= 1", "dilation >= 1", "padding >= 0")
 _TORCH = "pass torch's output size"
+_FITS = "the window is larger than the padded input (torch refuses it too): pad more or use a smaller window"
 _TRANSPOSED = "pass torch's output size (H - 1) s - 2p + d (R - 1) + 1 plus an output_padding below max(s, d)"
 _PHASES = "pass Hh with Hh * stride torch's output size (H - 1) s - 2p + R plus an output_padding below s"
 
@@ -243,7 +244,8 @@ def avg_pool2d_window(X: Tensor["N", "H", "W"], K: int, s: int, p: int, Ho: int,
 # (dt.requires) and raises a ShapeError with the expected size, as for a stride or dilation below 1 or a
 # negative padding.
 
-@dt.requires(*_STEP, ("Lo == (L + 2 * padding - dilation * (R - 1) - 1) // stride + 1", _TORCH))
+@dt.requires(*_STEP, ("L + 2 * padding >= dilation * (R - 1) + 1", _FITS),
+             ("Lo == (L + 2 * padding - dilation * (R - 1) - 1) // stride + 1", _TORCH))
 @dt.algorithm
 def conv1d(X: Tensor["N", "C", "L"], Wt: Tensor["O", "C", "R"], stride: int, padding: int, dilation: int, Lo: int):
     """torch's ``conv1d`` (no bias): X (N, C, L), Wt (O, C, R) -> (N, O, Lo)."""
@@ -251,7 +253,9 @@ def conv1d(X: Tensor["N", "C", "L"], Wt: Tensor["O", "C", "R"], stride: int, pad
     return dt.sum(X.pad(0.0)[n, c, t * stride + r * dilation - padding] * Wt[o, c, r], over=(c, r))[n, o, t]
 
 
-@dt.requires(*_STEP, ("Ho == (H + 2 * padding - dilation * (R - 1) - 1) // stride + 1", _TORCH),
+@dt.requires(*_STEP, ("H + 2 * padding >= dilation * (R - 1) + 1", _FITS),
+             ("W + 2 * padding >= dilation * (Q - 1) + 1", _FITS),
+             ("Ho == (H + 2 * padding - dilation * (R - 1) - 1) // stride + 1", _TORCH),
              ("Wo == (W + 2 * padding - dilation * (Q - 1) - 1) // stride + 1", _TORCH))
 @dt.algorithm
 def conv2d(X: Tensor["N", "C", "H", "W"], Wt: Tensor["O", "C", "R", "Q"], stride: int, padding: int, dilation: int,
@@ -262,7 +266,9 @@ def conv2d(X: Tensor["N", "C", "H", "W"], Wt: Tensor["O", "C", "R", "Q"], stride
     return dt.sum(x * Wt[o, c, r, q], over=(c, r, q))[n, o, h, w]
 
 
-@dt.requires(*_STEP, ("Ho == (H + 2 * padding - dilation * (R - 1) - 1) // stride + 1", _TORCH),
+@dt.requires(*_STEP, ("H + 2 * padding >= dilation * (R - 1) + 1", _FITS),
+             ("W + 2 * padding >= dilation * (Q - 1) + 1", _FITS),
+             ("Ho == (H + 2 * padding - dilation * (R - 1) - 1) // stride + 1", _TORCH),
              ("Wo == (W + 2 * padding - dilation * (Q - 1) - 1) // stride + 1", _TORCH))
 @dt.algorithm
 def conv2d_nhwc(X: Tensor["N", "H", "W", "C"], Wt: Tensor["O", "R", "Q", "C"], stride: int, padding: int,
@@ -274,7 +280,9 @@ def conv2d_nhwc(X: Tensor["N", "H", "W", "C"], Wt: Tensor["O", "R", "Q", "C"], s
     return dt.sum(x * Wt[o, r, q, c], over=(c, r, q))[n, h, w, o]
 
 
-@dt.requires(*_STEP, ("Ho == (H + 2 * padding - dilation * (R - 1) - 1) // stride + 1", _TORCH),
+@dt.requires(*_STEP, ("H + 2 * padding >= dilation * (R - 1) + 1", _FITS),
+             ("W + 2 * padding >= dilation * (Q - 1) + 1", _FITS),
+             ("Ho == (H + 2 * padding - dilation * (R - 1) - 1) // stride + 1", _TORCH),
              ("Wo == (W + 2 * padding - dilation * (Q - 1) - 1) // stride + 1", _TORCH))
 @dt.algorithm
 def grouped_conv2d_nhwc(X: Tensor["N", "H", "W", "G", "C"], Wt: Tensor["G", "O", "R", "Q", "C"], stride: int,
@@ -286,8 +294,8 @@ def grouped_conv2d_nhwc(X: Tensor["N", "H", "W", "G", "C"], Wt: Tensor["G", "O",
     return dt.sum(x * Wt[g, o, r, q, c], over=(c, r, q))[n, h, w, g, o]
 
 
-@dt.requires("stride >= 1", "padding >= 0", ("Ho == (H + 2 * padding - R) // stride + 1", _TORCH),
-             ("Wo == (W + 2 * padding - Q) // stride + 1", _TORCH))
+@dt.requires("stride >= 1", "padding >= 0", ("H + 2 * padding >= R", _FITS), ("W + 2 * padding >= Q", _FITS),
+             ("Ho == (H + 2 * padding - R) // stride + 1", _TORCH), ("Wo == (W + 2 * padding - Q) // stride + 1", _TORCH))
 @dt.algorithm
 def depthwise_conv2d_nhwc(X: Tensor["N", "H", "W", "C"], Wt: Tensor["R", "Q", "C"], stride: int, padding: int,
                           Ho: int, Wo: int):
