@@ -53,7 +53,7 @@ def test_conv2d_nhwc_refuses_what_torch_refuses(args, message):
     (L.max_pool2d_window, (randn(1, 5, 5), 2, 1, 2, 8, 8), "max_pool2d_window: argument 'p' must be <= K // 2 = 1 (K=2), got 2"),
     (L.avg_pool2d_window, (randn(1, 5, 5), 3, 0, 1, 5, 5), "avg_pool2d_window: argument 's' must be >= 1, got 0"),
     (L.avg_pool2d_window, (randn(1, 5, 5), 3, 2, 1, 3, 2), "argument 'Wo' must be (W + 2 * p - K) // s + 1 = 3"),
-    (L.gqa_attention, (randn(1, 4, 3, 2), randn(1, 2, 3, 2), randn(1, 2, 3, 2), 0.5, 3), "size 'H' must be G * rep = 6"),
+    (L.gqa_attention, (randn(1, 7, 3, 2), randn(1, 2, 3, 2), randn(1, 2, 3, 2), 0.5, 3), "(H - 1) // rep < G"),
 ])
 def test_library_ops_refuse_bad_arguments(alg, args, message):
     with pytest.raises(dt.ShapeError) as e:

@@ -124,12 +124,14 @@ def causal_attention(Q: Tensor["B", "H", "S", "D"], K: Tensor["B", "H", "S", "D"
     return (dt.sum(p * V[b, h, j, e], over=j) / dt.sum(p, over=j))[b, h, i, e]
 
 
-@dt.requires("rep >= 1", ("H == G * rep", "pass rep = H // G (H query heads, G K/V heads)"))
+@dt.requires("rep >= 1", ("(H - 1) // rep < G", "query head H - 1 reads K/V head (H - 1) // rep: pass rep = H // G "
+                                                "(H query heads, G K/V heads)"))
 @dt.algorithm
 def gqa_attention(Q: Tensor["B", "H", "S", "D"], K: Tensor["B", "G", "T", "D"],
                   V: Tensor["B", "G", "T", "D"], scale: float, rep: int):
-    """Grouped-query attention: query head ``h`` reads K/V head ``h // rep`` (``H = G * rep``), as
-    torch's ``scaled_dot_product_attention(..., enable_gqa=True)``."""
+    """Grouped-query attention: query head ``h`` reads K/V head ``h // rep``; at ``H = G * rep`` torch's
+    ``scaled_dot_product_attention(..., enable_gqa=True)`` (a last group may be short: every K/V head read
+    must exist, ``(H - 1) // rep < G``)."""
     b, h, i, j, d, e = dt.axes("b h i j d e")
     s = dt.sum(Q[b, h, i, d] * K[b, h // rep, j, d], over=d) * scale
     p = dt.exp(s - dt.max(s, over=j))

@@ -16,6 +16,10 @@ import torch
 
 from ..ir import Algorithm, Binding, InputTensor, Load, Reduce, ScalarParam, contractions, kernel_reads, unit_dim, walk
 from .access import unit_last
+from .gluon_attention import match_attention
+from .gluon_attention_bwd import match_attention_bwd
+from .gluon_conv import match_conv2d
+from .gluon_depthwise import match_depthwise
 from .kernel import next_pow2
 
 __all__ = ["CallSpec", "I32_MAX", "call_spec", "max_offset", "tma_addressable", "window_index_values"]
@@ -77,9 +81,11 @@ class CallSpec:
 
 
 def call_spec(alg: Algorithm, b: Binding, args: Sequence[Any], interpret: bool, out=None,
-              tma_ok: frozenset = frozenset()) -> CallSpec:
+              tma_ok: frozenset = frozenset(), flat: bool = False) -> CallSpec:
     """The :class:`CallSpec` of a call with binding ``b`` (``tma_ok`` from :func:`tma_addressable`
-    when the schedule's access is "tma", else empty)."""
+    when the schedule's access is "tma", else empty). The :attr:`CallSpec.dense` facts only where a
+    plan reads them: a call that may run a Gluon kernel, or ``flat`` (the schedule asks for
+    ``flat_axes``); elsewhere a view with other strides reuses the same compiled kernel."""
     facts = []
     for a in alg.axis_names:
         n = b.axis_sizes[a]
@@ -99,7 +105,16 @@ def call_spec(alg: Algorithm, b: Binding, args: Sequence[Any], interpret: bool, 
                     tuple(sorted(b.unit_dims.items())) if contractions(alg) or tma_ok or values else (), masked, ones,
                     tuple(sorted((a, n) for a, n in b.axis_sizes.items() if n <= SMALL_SIZE)), values,
                     _arch(b.device, interpret),
-                    _dense(alg, args, out))
+                    _dense(alg, args, out) if flat or (not interpret and _gluon_candidate(alg)) else frozenset())
+
+
+def _gluon_candidate(alg: Algorithm) -> bool:
+    """Whether ``alg`` is an attention forward, a derived attention backward or a channels-last 2-d
+    convolution, depthwise or not (the calls :mod:`dtriton.plan.gluon_attention`,
+    :mod:`dtriton.plan.gluon_attention_bwd`, :mod:`dtriton.plan.gluon_conv` and
+    :mod:`dtriton.plan.gluon_depthwise` may plan as Gluon kernels, which need the dense facts)."""
+    return (match_attention(alg) is not None or match_attention_bwd(alg)[0] is not None
+            or match_conv2d(alg)[0] is not None or match_depthwise(alg)[0] is not None)
 
 
 def _arch(device: torch.device, interpret: bool) -> int:

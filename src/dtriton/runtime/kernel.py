@@ -201,7 +201,7 @@ class Kernel:
         if hit is None:
             # the spec without TMA facts; the TMA-addressable tensors (transposed views allowed); the
             # TMA-addressable tensors in their own dim order (the heuristic's TMA pick)
-            hit = [call_spec(self.algorithm, b, args, interpret, out), None, None]
+            hit = [call_spec(self.algorithm, b, args, interpret, out, flat=self._asks_flat()), None, None]
             if key is not None:
                 self._specs[key] = hit
         sched = self.complete(b)
@@ -258,11 +258,16 @@ class Kernel:
             return True
         return True
 
+    def _asks_flat(self) -> bool:
+        """Whether the schedule asks for ``flat_axes`` (anywhere): its plans read the dense facts."""
+        s = self.schedule
+        return s is not None and bool(s.flat_axes or any(st.flat_axes for st in s.stages.values()))
+
     def _plan(self, sched: Schedule, b: Binding, args, interpret: bool, out=None, spec: CallSpec | None = None,
               warn_level: int = 3) -> _Plan:
         if spec is None:
             tma = tma_addressable(self.algorithm, b, args, out) if sched.access == "tma" else frozenset()
-            spec = call_spec(self.algorithm, b, args, interpret, out, tma)
+            spec = call_spec(self.algorithm, b, args, interpret, out, tma, flat=self._asks_flat())
         key = (sched, spec)
         plan = self._plans.get(key)
         if plan is not None:
