@@ -32,7 +32,8 @@ import torch
 from ..ir import Algorithm, Axis, Load, Reduce, affine_index, fmt, mul_factors, poly_value
 from .gluon_attention import asked, platform_problem
 
-__all__ = ["BLOCK_K", "BY_DEFAULT", "ConvMatch", "GluonConv", "match_conv2d", "plan_gluon_conv", "stride_value"]
+__all__ = ["BLOCK_K", "BY_DEFAULT", "ConvMatch", "GluonConv", "dtype_stride_problem", "match_conv2d", "plan_gluon_conv",
+           "stride_value"]
 
 #: Channels a K step of the kernel reads (128 bytes of a 16-bit dtype: one swizzled row); C must be a multiple.
 BLOCK_K = 64
@@ -180,6 +181,23 @@ def stride_value(m: ConvMatch, ones: frozenset) -> tuple[int | None, int | None]
     return tuple(poly_value(s, {p: 1 for p in ones}) for s in m.stride)
 
 
+def dtype_stride_problem(head: str, m, dtypes, out_dtypes, ones) -> str:
+    """Why a Gluon convolution kernel (this module's, :mod:`~dtriton.plan.gluon_depthwise`'s) does not
+    apply to the match ``m`` (its ``x``, ``w``, ``out``, ``rows`` and ``stride``) on this call, as far as
+    dtypes and strides go: one 16-bit dtype for X, the weight and the output, stride 1 (``ones``: the int
+    arguments equal to 1). "" where both hold."""
+    dts = {dtypes[m.x], dtypes[m.w], out_dtypes[m.out]}
+    if len(dts) != 1 or next(iter(dts)) not in (torch.float16, torch.bfloat16):
+        return (f"{head}: {m.x}, {m.w} and the output must share one 16-bit dtype (float16 or bfloat16), got "
+                f"{sorted(str(t).replace('torch.', '') for t in dts)}")
+    strides = stride_value(m, ones)
+    if strides != (1, 1):
+        got = ", ".join("not 1" if s is None else str(s) for s in strides)
+        return (f"{head}: it needs stride 1 (the coefficients of {m.rows[1]} and {m.rows[2]} in {m.x}'s index); "
+                f"on this call the strides are ({got})")
+    return ""
+
+
 def _variant(m: ConvMatch, dtype: str, o: int) -> GluonConv | None:
     """The Gluon configuration for ``o`` output channels (H200, N32 C256 H56 W56 O256 fp16 3x3,
     bench/results/s11/call2/conv.log), None where O is not a multiple of 128."""
@@ -217,19 +235,12 @@ def _decide(alg, sizes, dtypes, out_dtypes, interpret, arch, dense, ones, i64):
         return None, why
     if why := platform_problem(HEAD, interpret, arch):
         return None, why
-    dts = {dtypes[m.x], dtypes[m.w], out_dtypes[m.out]}
-    if len(dts) != 1 or next(iter(dts)) not in (torch.float16, torch.bfloat16):
-        return None, (f"{HEAD}: {m.x}, {m.w} and the output must share one 16-bit dtype (float16 or bfloat16), got "
-                      f"{sorted(str(t).replace('torch.', '') for t in dts)}")
-    strides = stride_value(m, ones)
-    if strides != (1, 1):
-        got = ", ".join("not 1" if s is None else str(s) for s in strides)
-        return None, (f"{HEAD}: it needs stride 1 (the coefficients of {m.rows[1]} and {m.rows[2]} in {m.x}'s index); "
-                      f"on this call the strides are ({got})")
+    if why := dtype_stride_problem(HEAD, m, dtypes, out_dtypes, ones):
+        return None, why
     c, o, r, q = sizes[m.c], sizes[m.o], sizes[m.taps[0]], sizes[m.taps[1]]
     if c % BLOCK_K or not c:
         return None, f"{HEAD}: it needs the input channels a multiple of {BLOCK_K} ({m.c}={c})"
-    g = _variant(m, str(next(iter(dts))).replace("torch.", ""), o)
+    g = _variant(m, str(dtypes[m.x]).replace("torch.", ""), o)
     if g is None or not o:
         return None, f"{HEAD}: it needs the output channels a positive multiple of 128 ({m.o}={o})"
     if not r or not q:

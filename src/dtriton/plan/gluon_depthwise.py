@@ -33,6 +33,7 @@ import torch
 
 from ..ir import Algorithm, Axis, Load, Reduce, affine_index, fmt, mul_factors, poly_value
 from .gluon_attention import asked, platform_problem
+from .gluon_conv import dtype_stride_problem
 
 __all__ = ["BY_DEFAULT", "DepthwiseMatch", "GluonDepthwise", "match_depthwise", "plan_gluon_depthwise"]
 
@@ -213,17 +214,9 @@ def _decide(alg, sizes, dtypes, out_dtypes, interpret, arch, dense, ones, i64):
         return None, why
     if why := platform_problem(HEAD, interpret, arch):
         return None, why
-    dts = {dtypes[m.x], dtypes[m.w], out_dtypes[m.out]}
-    if len(dts) != 1 or next(iter(dts)) not in (torch.float16, torch.bfloat16):
-        return None, (f"{HEAD}: {m.x}, {m.w} and the output must share one 16-bit dtype (float16 or bfloat16), got "
-                      f"{sorted(str(t).replace('torch.', '') for t in dts)}")
-    unit = {p: 1 for p in ones}
-    strides = tuple(poly_value(s, unit) for s in m.stride)
-    if strides != (1, 1):
-        got = ", ".join("not 1" if s is None else str(s) for s in strides)
-        return None, (f"{HEAD}: it needs stride 1 (the coefficients of {m.rows[1]} and {m.rows[2]} in {m.x}'s index); "
-                      f"on this call the strides are ({got})")
-    dils = tuple(poly_value(s, unit) for s in m.dilation)
+    if why := dtype_stride_problem(HEAD, m, dtypes, out_dtypes, ones):
+        return None, why
+    dils = tuple(poly_value(s, {p: 1 for p in ones}) for s in m.dilation)
     if dils != (1, 1):
         got = ", ".join("not 1" if s is None else str(s) for s in dils)
         return None, (f"{HEAD}: it needs dilation 1 (the coefficients of {m.taps[0]} and {m.taps[1]} in {m.x}'s "
@@ -239,4 +232,4 @@ def _decide(alg, sizes, dtypes, out_dtypes, interpret, arch, dense, ones, i64):
     if loose:
         return None, (f"{HEAD}: {', '.join(loose)} not contiguous with a 16-byte aligned base (a 4-d TMA descriptor of "
                       f"NHWC {m.x}; the output addressed as dense; {m.w} may have any strides)")
-    return variant(m, str(next(iter(dts))).replace("torch.", ""), sizes[m.rows[1]], sizes[m.rows[2]], c), ""
+    return variant(m, str(dtypes[m.x]).replace("torch.", ""), sizes[m.rows[1]], sizes[m.rows[2]], c), ""
