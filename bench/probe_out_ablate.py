@@ -1,0 +1,247 @@
+"""What costs the last percent in the element-wise output kernels of issue 16's statistics-then-normalise calls:
+dtriton's generated output kernel timed as printed and with one printing decision undone at a time.
+
+    PYTHONPATH=src python3 bench/probe_out_ablate.py [--cases bn,fro,lnchw] [--dtypes float16,float32]
+                                                     [--budget 300] [--no-compile] [--out DIR] [--dry-run]
+
+For each case (batch norm 64x64x512x512, Frobenius normalisation and layer norm over (C, H, W) 16x64x256x256) and
+dtype, and each schedule (the default; batch norm also tile h 4 and the flat (h, w) plane), the whole call and every
+kernel it launches are timed alone (CUDA-graph replay, the unit of the s11/s12 totals; the launch recorded on the
+first call and replayed with the same arguments). Then the output kernel's module source is edited and the edited
+kernel launched with the same arguments (each checked against float64 first, the output poisoned with NaN):
+
+- ``fwd``: programs take tiles in launch order (``tile = pid``) instead of the reverse order the plan chose;
+- ``norestate``: without the ``size_x = size_x // 8 * 8`` lines (alignment facts restated for Triton);
+- ``fwd norestate``: both;
+- ``wW``: the kernel as printed with ``num_warps`` W instead of the plan's.
+
+``torch.compile`` of the whole algorithm (its own statistics) is timed beside (``--no-compile``: not). The dry run
+(``--dry-run``: the CPU interpreter, shapes 2x3x8x16) checks every row against float64 and times nothing.
+Prints a table last; ``--out DIR`` writes ``probe_out_ablate.json`` and the edited sources there.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if "--dry-run" in sys.argv:
+    os.environ["TRITON_INTERPRET"] = "1"
+import torch  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import run as R  # noqa: E402
+import dtriton as dt  # noqa: E402
+from dtriton.backends import default_backend  # noqa: E402
+from dtriton.backends.triton.launch import launch, load_module  # noqa: E402
+from dtriton.library import batch_norm, frobenius_normalize, layer_norm_chw  # noqa: E402
+from reductions import merged  # noqa: E402
+
+ROWS: list[dict] = []
+OPTS = argparse.Namespace(dry=False, out="", deadline=float("inf"), compile=True)
+RTOL = {torch.float16: 2e-3, torch.float32: 2e-5}
+EPS = 1e-5
+
+
+def ref_bn(x, w, b):
+    x = x.double()
+    m = x.mean((0, 2, 3), keepdim=True)
+    v = ((x - m) ** 2).mean((0, 2, 3), keepdim=True)
+    return (x - m) * torch.rsqrt(v + EPS) * w.double().view(1, -1, 1, 1) + b.double().view(1, -1, 1, 1)
+
+
+def ref_lnchw(x):
+    x = x.double()
+    m = x.mean((1, 2, 3), keepdim=True)
+    v = ((x - m) ** 2).mean((1, 2, 3), keepdim=True)
+    return (x - m) * torch.rsqrt(v + EPS)
+
+
+def ref_fro(x):
+    x = x.double()
+    return x * torch.rsqrt((x * x).sum())
+
+
+CASES = {  # name: (algorithm, GPU shape, makes (args, reference fn, torch fn))
+    "bn": (batch_norm, (64, 64, 512, 512)),
+    "fro": (frobenius_normalize, (16, 64, 256, 256)),
+    "lnchw": (layer_norm_chw, (16, 64, 256, 256)),
+}
+
+
+def torch_fn(case, args):
+    F = torch.nn.functional
+    if case == "bn":
+        return lambda: F.batch_norm(args[0], None, None, args[1], args[2], training=True, eps=EPS)
+    if case == "lnchw":
+        return lambda: F.layer_norm(args[0], args[0].shape[1:], eps=EPS)
+    return lambda: args[0] * torch.rsqrt((args[0].float() ** 2).sum()).to(args[0].dtype)
+
+
+def err_of(y, ref) -> float:
+    g = y.double()
+    if not torch.isfinite(g).all():
+        return float("nan")
+    return float(((g - ref).abs() / (1 + ref.abs())).max())
+
+
+def timed(fn) -> float:
+    if OPTS.dry:
+        fn()
+        return float("nan")
+    return R.graph_time_us(fn, reps=5, iters=7)
+
+
+def add(case, shape, dtype, impl, err, ok, fn=None, note=""):
+    us = float("nan")
+    if ok and fn is not None and time.time() <= OPTS.deadline:
+        try:
+            us = timed(fn)
+        except Exception as e:  # noqa: BLE001 - recorded
+            note = f"timing failed: {type(e).__name__}: {str(e)[:120]}"
+    elif ok and fn is not None:
+        note = "skipped: past --budget"
+    row = dict(case=case, shape=shape, dtype=dtype, impl=impl, graph_us=us, err=err, ok=ok, note=note)
+    ROWS.append(row)
+    print(f"{case:5s} {shape:13s} {dtype:8s} {impl:52s} {us:9.2f} us  err {err:.2e} {'ok' if ok else 'FAIL'} {note}",
+          flush=True)
+
+
+def record(kernel, args, y):
+    """Launch ``kernel(*args, out=y)`` once, recording each launch: [(fn, programs, call, meta, interpret)]."""
+    be = default_backend()
+    orig = be.launch
+    rec = []
+
+    def recording(fn, programs, call, meta, interpret):
+        rec.append((fn, programs, list(call), meta, interpret))
+        return orig(fn, programs, call, meta, interpret)
+    be.launch = recording
+    try:
+        kernel(*args, out=y)
+    finally:
+        del be.launch
+    return rec, orig
+
+
+def edits(src: str) -> dict[str, str]:
+    """The output kernel's module source with one printing decision undone a variant."""
+    fwd = re.sub(r"tile = .* - 1 - pid  # tiles in reverse launch order.*", "tile = pid", src)
+    nor = re.sub(r"\n\s+size_\w+ = size_\w+ // \d+ \* \d+(?=\n)", "", src)
+    both = re.sub(r"\n\s+size_\w+ = size_\w+ // \d+ \* \d+(?=\n)", "", fwd)
+    return {k: v for k, v in (("fwd", fwd), ("norestate", nor), ("fwd norestate", both)) if v != src}
+
+
+def ablate(case, shape, dname, label, rec, orig, y, ref, tmp: Path):
+    """Rows of the edited output kernels (the last launch that writes ``out``)."""
+    fn, programs, call, meta, interpret = rec[-1]
+    src = Path(fn.fn.__code__.co_filename).read_text()
+    name = fn.fn.__name__
+    variants = [(k, load_module(v, interpret, tmp).__dict__[name], meta.ir.num_warps) for k, v in edits(src).items()]
+    variants += [(f"w{w}", fn, w) for w in (2, 8) if w != meta.ir.num_warps]
+    for vname, f, nw in variants:
+        impl = f"dtriton {label} {meta.name} {vname}"
+        try:
+            def go(f=f, nw=nw):
+                launch(f, programs, call, meta.consts, nw, meta.ir.num_stages, interpret, meta.ir.max_registers)
+            y.fill_(float("nan"))
+            go()
+            if not OPTS.dry:
+                torch.cuda.synchronize()
+            e = err_of(y, ref)
+            add(case, shape, dname, impl, e, e <= RTOL[y.dtype], go)
+        except Exception as e:  # noqa: BLE001 - recorded
+            add(case, shape, dname, impl, float("nan"), False, note=f"failed: {type(e).__name__}: {str(e)[:160]}")
+        if OPTS.out and vname in ("fwd", "norestate"):
+            (Path(OPTS.out) / f"{case}_{dname}_{label}_{vname.replace(' ', '_')}.py").write_text(
+                edits(src).get(vname, src))
+
+
+def run_case(case, dtype, dev, tmp: Path):
+    alg, gpu_shape = CASES[case]
+    shape = (2, 3, 8, 16) if OPTS.dry else gpu_shape
+    sname, dname = "x".join(map(str, shape)), str(dtype)[6:]
+    torch.manual_seed(0)
+    x = torch.randn(shape, device=dev, dtype=dtype)
+    args = (x,) if case != "bn" else (x, torch.randn(shape[1], device=dev, dtype=dtype),
+                                      torch.randn(shape[1], device=dev, dtype=dtype))
+    ref = ref_bn(*args) if case == "bn" else ref_lnchw(x) if case == "lnchw" else ref_fro(x)
+    y = torch.full_like(x, float("nan"))
+    if OPTS.compile:
+        try:
+            comp = torch.compile(torch_fn(case, args))
+            got = comp()
+            e = err_of(got, ref)
+            add(case, sname, dname, "torch.compile (call)", e, e <= RTOL[dtype], comp)
+            del got
+        except Exception as e:  # noqa: BLE001 - recorded
+            add(case, sname, dname, "torch.compile (call)", float("nan"), False, note=f"failed: {e!s:.160}")
+    tf = torch_fn(case, args)
+    e = err_of(tf(), ref)
+    add(case, sname, dname, "torch eager (call)", e, e <= RTOL[dtype], tf)
+    add(case, sname, dname, "torch copy", 0.0, True, lambda: y.copy_(x))
+    base = dt.compile(alg).schedule_for(*args)
+    scheds = [("default", None)]
+    if case == "bn":
+        scheds += [("h4", {"tile": {"h": 4}}), ("flat2 h4", {"flat_axes": 2, "tile": {"h": 4}})]
+    for label, fields in scheds:
+        try:
+            k = dt.compile(alg, merged(base, fields)) if fields else dt.compile(alg)
+            y.fill_(float("nan"))
+            rec, orig = record(k, args, y)
+            e = err_of(y, ref)
+            ok = e <= RTOL[dtype]
+            add(case, sname, dname, f"dtriton {label} (call)", e, ok, lambda k=k: k(*args, out=y),
+                note=k.schedule_for(*args).to_json() if OPTS.dry else "")
+            for f, p, c, m, i in rec:
+                add(case, sname, dname, f"dtriton {label} {m.name}", e, ok,
+                    lambda f=f, p=p, c=c, m=m, i=i: orig(f, p, c, m, i))
+            if ok:
+                ablate(case, sname, dname, label, rec, orig, y, ref, tmp)
+        except Exception as e:  # noqa: BLE001 - recorded
+            add(case, sname, dname, f"dtriton {label}", float("nan"), False, note=f"failed: {type(e).__name__}: {e!s:.160}")
+    del x, y, ref
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cases", default="bn,fro,lnchw")
+    ap.add_argument("--dtypes", default="float16,float32")
+    ap.add_argument("--budget", type=float, default=300.0, help="seconds after which rows are no longer timed")
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--out", default="")
+    ap.add_argument("--dry-run", action="store_true")
+    a = ap.parse_args(argv)
+    OPTS.dry, OPTS.out, OPTS.compile = a.dry_run, a.out, not (a.no_compile or a.dry_run)
+    if a.dry_run:
+        R.DEV, R.DRY = "cpu", True
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+    t0 = time.time()
+    OPTS.deadline = t0 + a.budget
+    dev = "cpu" if a.dry_run else "cuda"
+    with tempfile.TemporaryDirectory() as tmp:
+        for d in a.dtypes.split(","):
+            for case in a.cases.split(","):
+                run_case(case, getattr(torch, d), dev, Path(tmp))
+                if not a.dry_run:
+                    torch.cuda.empty_cache()
+    print("\ncase  shape         dtype    impl                                                  graph us  ok")
+    for r in ROWS:
+        print(f"{r['case']:5s} {r['shape']:13s} {r['dtype']:8s} {r['impl']:52s} {r['graph_us']:9.2f}  "
+              f"{'ok' if r['ok'] else 'FAIL ' + r['note'][:60]}")
+    bad = [r["impl"] for r in ROWS if not r["ok"]]
+    print(f"\n{len(ROWS)} rows, {len(bad)} failed; {time.time() - t0:.0f} s")
+    if a.out:
+        with open(os.path.join(a.out, "probe_out_ablate.json"), "w") as f:
+            json.dump({"torch": torch.__version__, "rows": ROWS}, f, indent=1)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
