@@ -21,6 +21,7 @@ from typing import Any, Sequence
 from ...plan.kernel import Program
 from ..base import KernelMeta, Limits
 from .kernel import KernelPrinter, KernelSource, render
+from .counters import counter_memory
 from .fast import FastLauncher
 from .gluon_kind import GluonCallLauncher
 from .gluon_table import gluon_kind
@@ -80,6 +81,11 @@ class TritonBackend:
             if kind is not None:   # (a Gluon plan is that one launch, no buffers)
                 return GluonCallLauncher(alg, plan, b, kind)
         return FastLauncher(alg, plan, b, compiled, args)
+
+    def counters(self, device: Any, numel: int) -> Any:
+        """At least ``numel`` int32 zeros on ``device`` kept zero between launches on the current stream
+        (:func:`~dtriton.backends.triton.counters.counter_memory`)."""
+        return counter_memory(device, numel)
 
     def version(self) -> str:
         """The installed Triton's version ("none" when it cannot be imported)."""
