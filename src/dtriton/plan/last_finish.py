@@ -14,8 +14,21 @@ and resets the counter to 0, so the runtime's zeroed counter memory stays zero f
 A finishing kernel stays a kernel of its own where its split kernel cannot absorb it: a persistent
 split kernel (a program covers several tiles), kept axes the split kernel neither puts on its grid
 nor covers whole (or folds into a flat axis), or a stage the finishing kernel folds as one block of
-partials (its axes scalar there) that the split kernel's tile does not hold as scalars (the fold
-order would differ; "last" gives the finishing kernel's values bit for bit).
+partials (its axes scalar there) that the split kernel's tile does not hold as scalars.
+
+"last" folds as the finishing kernel does: the partials of a tile in split order by a loop, bit for
+bit the finishing kernel's values; more than :data:`BLOCK_FOLD_PARTIALS` partials of a scalar (a
+whole-tensor statistic such as the Frobenius norm's 512) as one block reduced by ``tl.reduce``, whose
+tree on the GPU follows the kernel's warps (the split kernel's 8 against the finishing kernel's 4):
+deterministic, within a few ulps of the finishing kernel's value, not always its bits (the
+interpreter's fold is one numpy sum either way).
+
+The partials' loads in the last program use ``cache_modifier=".cg"`` (cached in L2 only): other SMs
+wrote them, and an L1 line of an earlier launch on this SM (the caching allocator hands out the same
+addresses again) must not answer; the acq_rel atomic orders them after the other programs' release,
+and .cg makes that independent of how the hardware implements the acquire for L1. The PTX of the
+sm_90 compile: ``bar.sync 0`` (the barrier), then one thread's ``atom.global.gpu.acq_rel.add.u32``,
+its result broadcast through shared memory, then ``ld.global.cg`` of the partials.
 """
 
 from __future__ import annotations
@@ -79,7 +92,7 @@ def absorb_finishes(prog: Program) -> dict[str, str]:
             split.last_finish = LastFinish((fin.name,), cnt.name, tuple(fin.stores), reads, blocks)
         else:
             split.last_finish = LastFinish(lf.finish + (fin.name,), lf.counter, lf.stores + tuple(fin.stores),
-                                           dict(lf.reads, **reads), lf.block_folds | blocks)
+                                           {**lf.reads, **reads}, lf.block_folds | blocks)
         absorbed.add(fin.name)
     prog.kernels[:] = [k for k in prog.kernels if k.name not in absorbed]
     return kept
