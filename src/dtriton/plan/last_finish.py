@@ -12,8 +12,8 @@ finishing kernel's own combines (:class:`~dtriton.plan.kernel.LastFinish`), stor
 and resets the counter to 0, so the runtime's zeroed counter memory stays zero for the next launch.
 
 A finishing kernel stays a kernel of its own where its split kernel cannot absorb it: a persistent
-split kernel (a program covers several tiles), kept axes the split kernel neither puts on its grid
-nor covers whole (or folds into a flat axis), or a stage the finishing kernel folds as one block of
+split kernel (a program covers several tiles), a flat grid axis, kept axes the split kernel neither puts
+on its grid nor covers whole (or folds into a flat axis), or a stage the finishing kernel folds as one block of
 partials (its axes scalar there) that the split kernel's tile does not hold as scalars.
 
 "last" folds as the finishing kernel does: the partials of a tile in split order by a loop, bit for
@@ -52,13 +52,13 @@ def absorb_problem(split: KernelPlan, fin: KernelPlan) -> str:
     ("" when it can)."""
     if split.gluon is not None or split.persistent:
         return "the split kernel is persistent (a program covers several tiles)"
-    if split.flat or any(a in split.flat for a in split.grid):
-        return "the split kernel flattens axes"
+    if any(a in split.flat for a in split.grid):
+        return "the split kernel's grid has a flat axis"
     for st in fin.stores:
         for a in st.layout:
             p = split.axes.get(a)
-            if p is None or p.role not in ("grid", "whole"):
-                return f"the kept axis {a!r} of {st.target} is not on the split kernel's grid nor whole there"
+            if p is None or p.role not in ("grid", "whole") or split.flat_of(a) != a:
+                return f"the kept axis {a!r} of {st.target} is not on the split kernel's grid nor whole there (or is flat)"
         b = fin.materialized[st.expr.uid]
         if _block_fold(fin, b) and not all(split.scalar_axis(a) for a in b.axes):
             return f"{st.target}: the finishing kernel folds its partials as one block, the split kernel's tile is wider"
