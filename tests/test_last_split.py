@@ -170,3 +170,20 @@ def test_the_space_explores_every_deterministic_mode_and_the_heuristic_switches_
     assert s.split_mode == "last" and s.split
     out = poisoned_call(dt.compile(frobenius_normalize, s), (x,))
     assert relative_error(out, x.double() / torch.linalg.vector_norm(x.double())) < 1e-5
+
+
+@pytest.mark.parametrize("name", ["batch_norm", "frobenius"])
+def test_the_bench_shapes_plan_two_kernels_under_last(name):
+    """At the H200 bench shapes (the heuristic's split statistics, nothing allocated) "last" plans the
+    statistics and output kernels only: the split kernel absorbs its finishing kernel there."""
+    e = dict(device="meta", dtype=torch.float16)
+    alg, args = ((batch_norm, (torch.empty(64, 64, 512, 512, **e), torch.empty(64, **e), torch.empty(64, **e)))
+                 if name == "batch_norm" else (frobenius_normalize, (torch.empty(16, 64, 256, 256, **e),)))
+    b = alg.bind(args)
+    b.device = torch.device("cuda")
+    s = complete_schedule(alg, None, b)
+    assert s.split_mode == "finish"
+    for mode, n in (("finish", 3), ("last", 2)):
+        prog = plan_program(alg, s.replace(split_mode=mode), b, call_spec(alg, b, args, False))
+        assert prog.ok() and len(prog.kernels) == n, [k.name for k in prog.kernels]
+    assert prog.kernels[0].last_finish is not None and prog.kernels[0].split_factor > 1

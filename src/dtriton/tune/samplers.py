@@ -303,8 +303,9 @@ def output_tile_seeds(alg: Algorithm, dims, start: Mapping, base: Schedule, b: B
     it); the others take the rest innermost first: rows of the reduced layout. Where the
     heuristic's output folds split partials in every program (``split_mode="partials"``: layer
     norm over (C, H, W), group norm), the same tiles follow with the partials finished once
-    instead (``"finish"``, then ``"last"``, the heuristic's tile first; a heuristic finishing them
-    tries the other of the two so): on the H200 (s8 call 6) layer norm's fp32
+    instead (``"finish"``, the heuristic's tile first), then at the heuristic's tile finished by the
+    split kernel's last program per tile (``"last"``; a heuristic finishing them tries the other of
+    the two): on the H200 (s8 call 6) layer norm's fp32
     output took 132.7 us folding 32 splits where instance norm's, reading finished statistics of
     the same shape, took 123.1. Each value only where the space has it; other dimensions at the
     heuristic's values (``start``: :func:`base_point`). Empty otherwise."""
@@ -325,7 +326,9 @@ def output_tile_seeds(alg: Algorithm, dims, start: Mapping, base: Schedule, b: B
                       and m != base.split_mode and m in vals.get("split_mode", ())]
     out = []
     for mode in modes:
-        for e in (targets if mode is None else [have] + targets):
+        # ("last" only at the heuristic's tile: the same fold as "finish", one launch less; the sampler
+        # explores its other tiles)
+        for e in (targets if mode is None else [have] if mode == "last" else [have] + targets):
             tiles, left = {grid[-1]: min(width, e)}, max(1, e // min(width, e))
             for a in reversed(grid[:-1]):
                 tiles[a] = max(1, min(left, next_pow2(sizes[a])))
