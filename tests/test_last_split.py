@@ -187,3 +187,25 @@ def test_the_bench_shapes_plan_two_kernels_under_last(name):
         prog = plan_program(alg, s.replace(split_mode=mode), b, call_spec(alg, b, args, False))
         assert prog.ok() and len(prog.kernels) == n, [k.name for k in prog.kernels]
     assert prog.kernels[0].last_finish is not None and prog.kernels[0].split_factor > 1
+
+
+@pytest.mark.parametrize("T, split", [(53, 3), (7, 2)])
+def test_split_attention_finished_by_its_last_programs_matches_sdpa(T, split):
+    """Split-KV attention (an online group: a max and sums rescaled by it, over different kept axes): both
+    finishing kernels (one per set of kept axes) run in the split kernel's last program per tile."""
+    from dtriton.library import attention
+    Q, K, V = torch.randn(1, 2, 5, 16), torch.randn(1, 2, T, 16), torch.randn(1, 2, T, 16)
+    outs = {}
+    for mode in ("finish", "last"):
+        s = dt.Schedule(grid=("b", "h", "i"), tile={"b": 1, "h": 1, "i": 16, "j": 8}, split={"j": split},
+                        split_mode=mode, strategy={"j": "online", "d": "whole", "e": "whole"},
+                        stages={"sum0": {"place": "fuse"}})
+        k = dt.compile(attention, s)
+        outs[mode] = out = torch.full((1, 2, 5, 16), float("nan"))
+        k(Q, K, V, 0.25, out=out)
+        ref = F.scaled_dot_product_attention(Q.double(), K.double(), V.double(), scale=0.25)
+        torch.testing.assert_close(out.double(), ref, rtol=1e-5, atol=1e-6)
+        finishing = k.source_for(Q, K, V, 0.25).count("_finish_")
+        assert (finishing == 0) == (mode == "last"), finishing
+    assert torch.equal(outs["finish"], outs["last"])
+    assert not counter_memory(torch.device("cpu"), 1).any()

@@ -26,7 +26,7 @@ def counter_memory(device: torch.device, numel: int, stream: int | None = None) 
     when ``numel`` exceeds it; kernels using it must leave it zero."""
     if stream is None:
         stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (str(device), stream)
+    key = (device.type, device.index, stream)
     t = _POOL.get(key)
     if t is None or t.numel() < numel:
         t = _POOL[key] = torch.zeros(max(numel, 2 * (t.numel() if t is not None else 0), 64), dtype=torch.int32,
