@@ -5,8 +5,9 @@
 Modules: ``prelude`` (the module header and combine helpers), ``scope`` (nested scopes and axis
 bindings), ``values`` (expressions, layouts, hoisting), ``memory`` (loads, addresses, access
 styles), ``reduce`` (passes and dots), ``kernel`` (program ids, grid, signature, stores),
-``launch`` (module loading, descriptors, the slow launch path), ``fast`` (the fast launcher of a call
-signature seen before), ``limits``, ``gluon`` and ``gluon_kernels`` (a fused attention forward the plan
+``last`` (a split kernel's finishing pass in its last program per tile), ``launch`` (module loading,
+descriptors, the slow launch path), ``fast`` (the fast launcher of a call signature seen before),
+``counters`` (the per-stream zero memory of arrival counters), ``limits``, ``gluon`` and ``gluon_kernels`` (a fused attention forward the plan
 chose to run as the hand-written Gluon kernel on Hopper: its printing, launch and kernels; ``gluon_bwd``
 and ``gluon_bwd_kernels`` the backward's, ``gluon_conv`` and ``gluon_conv_kernels`` a channels-last
 conv2d's, ``gluon_depthwise`` and ``gluon_depthwise_kernels`` a channels-last depthwise conv2d's;
