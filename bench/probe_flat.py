@@ -10,7 +10,9 @@ replay of 5 calls (``bench/run.py``'s ``graph_time_us``: the unit of the s11 tot
 
 - ``dtriton <label> (call)``: the whole dtriton call (``dt.compile(alg)``, the default schedule, or it with the
   fields of :data:`BN_SCHEDULES` / :data:`FRO_SCHEDULES` merged in: ``h4``, tile h 4, s11's best batch norm
-  variant; ``flatF hH``: the ``flat_axes`` lowering of this branch, F innermost axes as one flat axis;
+  variant; ``last``: the statistics finished by the last split program of each tile (``split_mode="last"``: no
+  finishing kernel) where the default finishes them in a kernel of their own; ``flatF hH``: the ``flat_axes``
+  lowering of this branch, F innermost axes as one flat axis;
   ``explored``: ``dt.explore`` for ``--explore`` seconds), and ``dtriton <label> <kernel>``: each of its kernels
   launched alone (the launch recorded on the first call, replayed with the same arguments). The generated source
   goes to ``<out>/dtriton_<case>_<shape>_<dtype>_<label>.py``.
@@ -271,11 +273,15 @@ DRY_SPLIT = {
 #: dtriton's schedule variants (fields merged into the default; bench/reductions.py's ``merged``): batch norm's
 #: output tile (h rows of 512) and the flat lowering (``flat_axes``: 2, the (h, w) plane of one (n, c) a
 #: program, the channel one scalar; 4, runs of the flat tensor, the channel decomposed per element)
-BN_SCHEDULES = [("h4", {"tile": {"h": 4}}), ("h2", {"tile": {"h": 2}})] + [
+#: ``last``: the statistics finished by the last split program of each tile (``split_mode="last"``, one launch
+#: less than the default's finishing kernel: the A/B of issue 16's 3-4 us per call)
+BN_SCHEDULES = [("last", {"split_mode": "last"}), ("h4", {"tile": {"h": 4}}), ("h4 last", {"tile": {"h": 4}, "split_mode": "last"}),
+                ("h2", {"tile": {"h": 2}})] + [
     (f"flat{f} h{h}", {"flat_axes": f, "tile": {"h": h}}) for f in (2, 4) for h in (8, 4, 2)]
 #: Frobenius: the whole-tensor sum (and the output) flat, runs of 512 programs in blocks of 16 x 256
 #: (the default's stage tile c 16), 8 x 256 and 4 x 256; 1024 and 256 runs
-FRO_SCHEDULES = [("flat4", {"flat_axes": 4}), ("flat4 c8", {"flat_axes": 4, "stages": {"sum0": {"tile": {"c": 8}}}}),
+FRO_SCHEDULES = [("last", {"split_mode": "last"}), ("flat4", {"flat_axes": 4}),
+                 ("flat4 last", {"flat_axes": 4, "split_mode": "last"}), ("flat4 c8", {"flat_axes": 4, "stages": {"sum0": {"tile": {"c": 8}}}}),
                  ("flat4 c4", {"flat_axes": 4, "stages": {"sum0": {"tile": {"c": 4}}}}),
                  ("flat4 n4", {"flat_axes": 4, "split": {"n": 4}}), ("flat4 n1", {"flat_axes": 4, "split": {"n": None}}),
                  ("flat4 out", {"flat_axes": 4, "stages": {"sum0": {"flat_axes": 0}}})]
@@ -289,6 +295,7 @@ def schedule_list(alg, args, extra: list[tuple[str, dict]], case: str):
     if OPTS.dry and args[0].shape[-1] % 64 == 0:
         split = dt.Schedule.from_json(json.dumps(DRY_SPLIT[case]))
         out.append(("split", split))
+        out.append(("split last", merged(split, {"split_mode": "last"})))
         out += [(f"split {label}", merged(split, fields)) for label, fields in extra if "flat_axes" in fields]
     if extra or OPTS.explore > 0:
         base = dt.compile(alg).schedule_for(*args)

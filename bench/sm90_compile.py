@@ -64,7 +64,7 @@ def compile_case(name: str, dtype: torch.dtype, extra: dict, out: str) -> None:
     src, metas = render(prog)
     mod = load_kernels(src, out, f"{name}_{TL[dtype]}")
     print(f"{name} {TL[dtype]}: {sched.to_json()}")
-    ptr = ptr_types(alg, b)   # (buffers fp32)
+    ptr = ptr_types(alg, b, prog)   # (buffers as planned: fp32, int32 arrival counters)
     for m in metas:
         fn = getattr(mod, m.name)
         # every tensor here is contiguous: its last stride is 1, which Triton specialises on

@@ -200,7 +200,7 @@ def test_builtin_messages_come_from_the_domains():
              (dict(num_stages=9), r"^num_stages = 9 must be an integer from 1 to 8$"),
              (dict(acc_dtype="float16"), r"^acc_dtype = 'float16' must be 'float32' or 'float64'$"),
              (dict(precision="tf64"), r"^precision = 'tf64' must be 'auto', 'ieee', 'tf32', 'tf32x3', 'bf16x3' or 'bf16x6'$"),
-             (dict(split_mode="x"), r"^split_mode = 'x' must be one of \('atomic', 'partials', 'finish'\) \(or None: the compiler picks\)$"),
+             (dict(split_mode="x"), r"^split_mode = 'x' must be one of \('atomic', 'partials', 'finish', 'last'\) \(or None: the compiler picks\)$"),
              (dict(eviction={"X": "keep"}), r"^eviction\['X'\] = 'keep' must be 'evict_first', 'evict_last' or "
                                             r"'evict_normal'$"),
              (dict(persistent=True), r"^persistent = True must be 0 \(off\) or programs per SM from 1 to 32$"),

@@ -308,7 +308,7 @@ def test_derived_space_of_split_statistics_holds_the_heuristic_split_and_stage_t
     base = schedule_for(frobenius_normalize, args, gpu=True)
     for a, f in base.split.items():
         assert f in sp.split[a] and f // 2 in sp.split[a] and 1 in sp.split[a]
-    assert sorted(sp.split_mode) == ["finish", "partials"], sp.split_mode
+    assert sorted(sp.split_mode) == ["finish", "last", "partials"], sp.split_mode
     assert "sum0.q" in sp.stage_tile and set(sp.strategy) == {"n", "c", "h", "q"}
 
 

@@ -177,19 +177,23 @@ def _seeded(alg, args):
 
 
 FIN = "finish"
+LAST = "last"
 
 
 @pytest.mark.parametrize("name, dtype, heights", [
-    ("batch_norm", torch.float16, [4, 2]), ("batch_norm", torch.float32, [4, 8]),
+    ("batch_norm", torch.float16, [4, 2, (8, LAST)]), ("batch_norm", torch.float32, [4, 8, (2, LAST)]),
     ("instance_norm", torch.float16, [8, 4]), ("instance_norm", torch.float32, [8, 16]),
-    ("layer_norm_chw", torch.float16, [8, 4, (16, FIN), (8, FIN), (4, FIN)]),
-    ("group_norm", torch.float32, [8, 4, (16, FIN), (8, FIN), (4, FIN)]), ("frobenius", torch.float32, [8, 16])])
+    ("layer_norm_chw", torch.float16, [8, 4, (16, FIN), (8, FIN), (4, FIN), (16, LAST)]),
+    ("group_norm", torch.float32, [8, 4, (16, FIN), (8, FIN), (4, FIN), (16, LAST)]),
+    ("frobenius", torch.float32, [8, 16, (4, LAST)])])
 def test_output_tile_seeds_come_first_in_the_warm_start(name, dtype, heights):
     """At the bench shapes the warm start begins with the output tiles of 1024, 2048 and 4096
     elements other than the heuristic's (nearest first: the H200's best output tiles, batch norm
     fp16 4x512 and fp32 2x512, are among the first two points), each changing only the output's
     row tile, the statistics kernels as the heuristic's; outputs folding split partials (layer
-    norm, group norm) then take the same tiles, the heuristic's first, with the partials finished."""
+    norm, group norm) then take the same tiles, the heuristic's first, with the partials finished;
+    split statistics then take the heuristic's tile with the other way of finishing them ("last"
+    where it finishes them in a kernel of their own, batch norm and Frobenius)."""
     alg, args = bench_args(name, dtype)
     sp, dims_, b, base, start = _seeded(alg, args)
     seeds = samplers.output_tile_seeds(alg, dims_, start, base, b)

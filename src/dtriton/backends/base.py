@@ -72,6 +72,10 @@ class Backend(Protocol):
         (outputs after the first ``keep``, buffers) in one buffer, or None (see
         :meth:`dtriton.backends.triton.fast.FastLauncher.packed`)."""
 
+    def counters(self, device: Any, numel: int) -> Any:
+        """At least ``numel`` int32 zeros on ``device`` that stay zero between launches on the current
+        stream (the kernels using them reset them: ``BufferSpec.counter``); the same memory every call."""
+
     def version(self) -> str:
         """The code generator's version (part of tuning records: a new compiler may change the
         best schedule); "none" when it cannot be imported."""

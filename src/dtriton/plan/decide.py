@@ -38,6 +38,7 @@ from .flat import plan_flat
 from .gluon_depthwise import plan_gluon_depthwise
 from .implicit_gemm import plan_implicit_gemm
 from .kernel import KernelPlan, Program, StoreSpec
+from .last_finish import absorb_finishes
 from .lower import lower
 from .loop_stores import loop_store_bounds, plan_loop_stores
 from .online_split import plan_row_vectors
@@ -163,6 +164,8 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
                   spec.note(alg, sched.access == "tma"), dict(spec.unit_dims), masked,
                   {f[0]: f[1] for f in spec.facts}, frozenset(spec.unit_scalars), dict(spec.small_sizes),
                   dict(spec.index_values), spec.dense, {f[0]: _divisor(f[2]) for f in spec.facts})
+    if sched.split_mode == "last":   # each split kernel's last program per tile finishes its partials
+        absorb_finishes(prog)
     prog = gluon_program(prog, traced, sched, b, spec, out_dtypes)
     check_store_blocks(prog, sched)
     return prog

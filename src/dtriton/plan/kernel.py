@@ -24,8 +24,8 @@ from .gluon_attention_bwd import GluonAttentionBwd
 from .gluon_conv import GluonConv
 from .gluon_depthwise import GluonDepthwise
 
-__all__ = ["AxisPlan", "BlockReduce", "BufferSpec", "DotPlan", "KernelPlan", "LoopBounds", "PairTaps", "PassPlan",
-           "Program", "StoreSpec", "TileAccess", "next_pow2"]
+__all__ = ["AxisPlan", "BlockReduce", "BufferSpec", "DotPlan", "KernelPlan", "LastFinish", "LoopBounds", "PairTaps",
+           "PassPlan", "Program", "StoreSpec", "TileAccess", "next_pow2"]
 
 
 def is_pow2(n: int) -> bool:
@@ -72,6 +72,9 @@ class BufferSpec:
     rescale: str = ""         # partials of an online sum: the max buffer whose partials rescale them when merged
     rescale_exp: str = "exp"  # the rescaling's exponential: "exp", or "exp2" for base-2 maxima
     state: int = 0            # >0: split partials of a state (the variance's), one slot per value first
+    counter: bool = False     # int32 arrival counters (one per element of ``axes``, at least one per grid tile)
+                              # of a kernel absorbing its finishing pass (LastFinish): the runtime's zeroed
+                              # counter memory, kept zero between launches (the last program resets its slot)
 
     @property
     def lead(self) -> list[int]:
@@ -95,6 +98,27 @@ class StoreSpec:
     state: int = 0            # >0: store each value of the reduction's state (the buffer's first dim)
     dtype: str | None = None  # a buffer stored in a 16-bit dtype (plan.buffers), else None
     in_loop: bool = False     # atomic partial sums added inside the loop of a pass (KernelPlan.loop_stores)
+
+
+@dataclass
+class LastFinish:
+    """The finishing pass of ``split_mode="last"`` folded into the split statistics kernel
+    (:func:`dtriton.plan.last_finish.absorb_finishes`): each program stores its partials, then
+    (after a CTA barrier) adds 1 to its grid tile's int32 arrival counter (``counter``, a
+    :attr:`BufferSpec.counter` buffer indexed by the program ids of the kernel's grid axes) with
+    acq_rel semantics at gpu scope; the program that sees ``split_factor - 1`` arrived before it is
+    the last of its tile: it folds every split's partials of its tile in split order, exactly as
+    the finishing kernel ``finish`` it replaces would (the same combines, ``reads``: stage id ->
+    the partials buffer; ``block_folds``: the stages whose partials that kernel reads as one block,
+    its axes being scalar), stores the final values (``stores``: ``buf_<stage>_final``) and resets
+    its counter to 0. Its partial loads bypass L1 (``cache_modifier=".cg"``): other SMs wrote them.
+    ``finish``: the names of the finishing kernels it replaces (one per set of kept axes: an online
+    group's max and sums keep different axes)."""
+    finish: tuple[str, ...]
+    counter: str
+    stores: tuple[StoreSpec, ...]
+    reads: dict
+    block_folds: frozenset = frozenset()
 
 
 @dataclass(frozen=True)
@@ -354,6 +378,10 @@ class KernelPlan:
                                                       # (plan.gluon_attention), backward (plan.gluon_attention_bwd),
                                                       # conv2d (plan.gluon_conv) or depthwise conv2d
                                                       # (plan.gluon_depthwise), not from the rest
+    finishes: str = ""                                # a finishing kernel: the name of the split kernel whose
+                                                      # partials it folds (split_mode "finish" or "last")
+    last_finish: LastFinish | None = None             # the finishing pass this split kernel's last program of
+                                                      # each tile runs (split_mode="last": plan.last_finish)
 
     @property
     def splits(self) -> tuple[tuple[str, int], ...]:
@@ -455,7 +483,7 @@ class Program:
             problems.extend(_reads_problems(k, self.buffers, produced))
             if axes:
                 problems.extend(_axes_problems(k))
-            for st in k.stores:
+            for st in list(k.stores) + list(k.last_finish.stores if k.last_finish else ()):
                 if st.target in self.buffers:
                     produced.add(st.target)
         return problems

@@ -127,7 +127,7 @@ def _placement(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce]) -> s
             if sched.split_mode == "atomic" and not is_sum(r):
                 raise ScheduleError(
                     f"stage {r.name!r} is {_article(r.combiner.name)} {r.combiner.name} split over {split_axes} "
-                    "with split_mode='atomic'; atomics add partial sums only. Use split_mode='partials' or 'finish' (or leave it None)")
+                    "with split_mode='atomic'; atomics add partial sums only. Use split_mode='partials', 'finish' or 'last' (or leave it None)")
             if place == "fuse":
                 raise ScheduleError(
                     f"stage {r.name!r} is split over {split_axes} and must be materialised; it cannot be fused")
@@ -232,7 +232,7 @@ class _Kernels:
             split = _splits(sched, r)
             # per-split partials (deterministic) when asked, and for kinds atomics cannot add: one
             # per program of the split (the product of the factors of a split over several axes)
-            deterministic = sched.split_mode in ("partials", "finish") or not is_sum(r) or rid in online
+            deterministic = sched.split_mode in ("partials", "finish", "last") or not is_sum(r) or rid in online
             partials = math.prod(f for _, f in split) if split and deterministic else 0
             # the kernel computing r applies the mean's division itself (partial sums are divided
             # too, so atomics and partials add up to the mean), so readers never divide again
@@ -331,11 +331,12 @@ class _Kernels:
             stores.append(StoreSpec(b.name, r, r.axes, atomic=b.zero, partial_axis=b.partials > 0, state=b.state))
         name = "_".join([self.alg.name] + [r.name for r in members])
         self.kernels.append(self.make_kernel(name, members, stores, members[0].name, members))
-        if self.sched.split_mode == "finish":
-            self.finish_kernel(members)
+        if self.sched.split_mode in ("finish", "last"):
+            self.finish_kernel(members, name)
 
-    def finish_kernel(self, members: list[Reduce]) -> None:
-        """``split_mode="finish"``: a small kernel combining the per-split partials of ``members``
+    def finish_kernel(self, members: list[Reduce], split_kernel: str) -> None:
+        """``split_mode="finish"`` (and ``"last"``, whose split kernel ``split_kernel`` then absorbs
+        it where it can: :func:`dtriton.plan.last_finish.absorb_finishes`): a small kernel combining the per-split partials of ``members``
         (one reduction kernel's stages) once, in split order with each kind's combine (a state's
         values merged and closed: the variance's M2 over its count), into a buffer of the final
         values (``buf_<stage>_final``) that every later kernel reads instead of the partials: one
@@ -360,7 +361,7 @@ class _Kernels:
             # (each reads the partials: an online sum's are rescaled by its max's partials, read by name)
             self.kernels.append(KernelPlan(
                 "_".join([self.alg.name, "finish"] + [r.name for r in parts]), stores, list(axes), plans, None,
-                dict(self.bufmap), 4, self.sched.num_stages or 2, [r.name for r in parts], []))
+                dict(self.bufmap), 4, self.sched.num_stages or 2, [r.name for r in parts], [], finishes=split_kernel))
         self.bufmap.update(final)   # the kernels after these read the final values
 
     def direct_split(self, grp: list[Output], out_dtypes: dict[str, str] | None) -> bool:

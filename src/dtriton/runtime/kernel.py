@@ -14,6 +14,7 @@ the CPU and results moved back), ``DTRITON_BACKEND=gpu`` refuses to fall back.
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 import warnings
@@ -478,6 +479,10 @@ class Kernel:
                 return outs
         for name, bs in plan.program.buffers.items():
             shape = bs.lead + [sizes[a] for a in bs.axes]
+            if bs.counter:   # arrival counters: zero memory the kernels leave zero (split_mode="last")
+                n = math.prod(shape)
+                tensors[name] = _BACKEND.counters(dev, n)[:n].view(shape)
+                continue
             tensors[name] = (torch.zeros if bs.zero else torch.empty)(shape, dtype=bs.torch_dtype, device=dev)
         for L in plan.launches:
             m = L.meta

@@ -380,13 +380,13 @@ def within_limits(d: Draft) -> None:
 
 def fp32_output_tiles(d: Draft) -> None:
     """An fp32 output reading materialised statistics (kernels of their own, :func:`split_rows`)
-    that folds no split partials (none split, or ``split_mode="finish"``) holds
+    that folds no split partials (none split, or ``split_mode`` "finish" or "last") holds
     :data:`FP32_OUTPUT_ELEMENTS` a program: the outermost grid tile above 1 halves until it does
     (rows of the reduced layout first, the contiguous width only once they are down to one). Tiles
     the user gave are kept."""
     floats = [t for t in d.b.dtypes.values() if t.is_floating_point]
     if (not d.gpu or d.cons or d.widest != 1 or not (d.split or d.stats_kernels) or not floats
-            or any(t != torch.float32 for t in floats) or (d.split and d.split_mode != "finish")):
+            or any(t != torch.float32 for t in floats) or (d.split and d.split_mode not in ("finish", "last"))):
         return
     rows = [a for a in d.grid if a not in d.user.tile]
     while math.prod(d.tile.get(a, 1) for a in d.grid) > FP32_OUTPUT_ELEMENTS:

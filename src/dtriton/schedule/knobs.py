@@ -48,8 +48,10 @@ STAGE_PLACES = PLACES + ("atomic",)
 #: zeroed buffer; sums only), partials (per-split buffers, each reader folds them in split order:
 #: deterministic) or finish (per-split buffers that a small finishing kernel folds once, in split order,
 #: into the final values every reader then reads: deterministic, one more launch, worth it when many
-#: programs read the statistic, as batch norm's output pass of 262144 programs does).
-SPLIT_MODES = ("atomic", "partials", "finish")
+#: programs read the statistic, as batch norm's output pass of 262144 programs does) or last (finish's
+#: fold run by the last program of each tile of the split kernel, found by an int32 arrival counter:
+#: the same values, one launch less; :mod:`dtriton.plan.last_finish`).
+SPLIT_MODES = ("atomic", "partials", "finish", "last")
 #: Memory-access style of tile loads and stores: pointer (a block of addresses, masked), block_ptr
 #: (``tl.make_block_ptr``, bounds checked by the hardware path) or tma (Hopper tensor-memory
 #: accelerator through host-side descriptors, ``TensorDescriptor`` kernel arguments; needs a
@@ -313,7 +315,8 @@ BUILTIN: tuple[Knob, ...] = (
              "accuracy), ieee, tf32 (~1e-3 relative error), tf32x3 / bf16x6 (fp32 accuracy), bf16x3 (~1e-5)"),
     Knob("split_mode", None, one_of((None,) + SPLIT_MODES, f"must be one of {SPLIT_MODES} (or None: the compiler picks)"),
          doc="how split partial results combine: fp32 atomics, per-split buffers each reader folds (partials), or "
-             "per-split buffers a finishing kernel folds once into the final values the readers read (finish; both "
+             "per-split buffers a finishing kernel folds once into the final values the readers read (finish), or the "
+             "last program of each tile of the split kernel folds them so (last: one launch less; all three "
              "deterministic); None: per-split buffers for the reductions the heuristic splits (finish when many "
              "programs read them) and for max/min, else atomics"),
     Knob("stages", FrozenMap(), Domain("StageSchedule per stage", _any), kind="per_stage",

@@ -240,7 +240,9 @@ class Schedule(_KnobValues):
         split_mode: "atomic" (fp32 atomics into a zeroed buffer), "partials" (per-split buffer,
             combined by each consumer: deterministic) or "finish" (per-split buffer that a small
             finishing kernel combines once, in split order, into the final values the consumers
-            read: deterministic, one more launch; for statistics read by many programs), or None
+            read: deterministic, one more launch; for statistics read by many programs) or "last"
+            (the same fold, in the same order, run by the last program of each tile of the split
+            kernel to arrive, counted by an int32 atomic: finish's values, one launch less), or None
             (default): the heuristic picks "partials" for the reductions it splits across
             programs ("finish" when the programs reading them would fold many partials in all:
             :data:`~dtriton.schedule.split_rules.FINISH_FOLDS`), and a split max/min always uses

@@ -11,7 +11,7 @@ from ..ir import Algorithm, contains, naive_variance_of, reduction_stages, split
 from .draft import STEP_BLOCK, Draft, axis_depths, next_pow2, programs
 from .schedule import StageSchedule
 
-__all__ = ["split_rows", "finish_splits", "INFLIGHT_BYTES", "FINISH_FOLDS"]
+__all__ = ["split_rows", "finish_splits", "INFLIGHT_BYTES", "FINISH_FOLDS", "FINISHED_MODE"]
 
 #: Bytes the steps of a split statistics kernel without a state (a sum, a max) should load per SM at
 #: once: its programs on the SM times one step each. A Frobenius norm's 256 programs (two an SM)
@@ -25,6 +25,10 @@ INFLIGHT_BYTES = 64 * 1024
 #: 64x64x512x512 folds 262144 x 40 (finished), a Frobenius norm split 512 ways 16384 x 512 (finished),
 #: layer norm over (C, H, W) 16384 x 160 and group norm 16384 x 20 (folded by the readers).
 FINISH_FOLDS = 1 << 22
+#: How :func:`finish_splits` finishes split statistics: "finish" (a finishing kernel of its own) or
+#: "last" (the same fold by the last program of each tile of the split kernel: one launch less,
+#: :mod:`dtriton.plan.last_finish`); which is faster on the H200 is for a measurement to decide.
+FINISHED_MODE = "finish"
 
 
 def split_rows(d: Draft) -> None:
@@ -204,4 +208,4 @@ def finish_splits(d: Draft) -> None:
         if n > 1 and r is not main.expr and contains(main.expr, r):
             per_program += n * (4 if variance_of(r) is not None else 1)
     if per_program * programs(d.grid, d.sizes, d.tile) >= FINISH_FOLDS:
-        d.split_mode = "finish"
+        d.split_mode = FINISHED_MODE

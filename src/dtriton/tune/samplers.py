@@ -303,7 +303,9 @@ def output_tile_seeds(alg: Algorithm, dims, start: Mapping, base: Schedule, b: B
     it); the others take the rest innermost first: rows of the reduced layout. Where the
     heuristic's output folds split partials in every program (``split_mode="partials"``: layer
     norm over (C, H, W), group norm), the same tiles follow with the partials finished once
-    instead (``"finish"``, the heuristic's tile first): on the H200 (s8 call 6) layer norm's fp32
+    instead (``"finish"``, the heuristic's tile first), then at the heuristic's tile finished by the
+    split kernel's last program per tile (``"last"``; a heuristic finishing them tries the other of
+    the two): on the H200 (s8 call 6) layer norm's fp32
     output took 132.7 us folding 32 splits where instance norm's, reading finished statistics of
     the same shape, took 123.1. Each value only where the space has it; other dimensions at the
     heuristic's values (``start``: :func:`base_point`). Empty otherwise."""
@@ -318,10 +320,15 @@ def output_tile_seeds(alg: Algorithm, dims, start: Mapping, base: Schedule, b: B
     have = math.prod(int(base.tile.get(a, 1)) for a in grid)
     width = int(base.tile.get(grid[-1], 1))
     targets = sorted((e for e in OUTPUT_TILE_ELEMENTS if e != have), key=lambda e: (abs(math.log2(e / have)), e))
-    modes = [None] + (["finish"] if base.split_mode == "partials" and "finish" in vals.get("split_mode", ()) else [])
+    # the other ways of finishing the partials where the heuristic splits (finish, then last: the same fold
+    # in the split kernel's last program per tile, one launch less)
+    modes = [None] + [m for m in ("finish", "last") if base.split_mode in ("partials", "finish", "last")
+                      and m != base.split_mode and m in vals.get("split_mode", ())]
     out = []
     for mode in modes:
-        for e in (targets if mode is None else [have] + targets):
+        # ("last" only at the heuristic's tile: the same fold as "finish", one launch less; the sampler
+        # explores its other tiles)
+        for e in (targets if mode is None else [have] if mode == "last" else [have] + targets):
             tiles, left = {grid[-1]: min(width, e)}, max(1, e // min(width, e))
             for a in reversed(grid[:-1]):
                 tiles[a] = max(1, min(left, next_pow2(sizes[a])))

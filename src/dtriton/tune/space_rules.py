@@ -346,10 +346,12 @@ def _rule_unroll(k: Knob, d: Derivation) -> list | None:
 
 def _rule_split_mode(k: Knob, d: Derivation) -> list | None:
     """A heuristic schedule that splits a reduction into per-split partials: both deterministic ways of
-    combining them, folded by each reader ("partials") or once by a finishing kernel ("finish"); the
-    same values either way, so only the speed differs. Atomics (not deterministic) are not searched."""
-    if d.base.split_mode in ("partials", "finish") and any(f > 1 for f in d.base.split.values()):
-        return ["partials", "finish"]
+    combining them, folded by each reader ("partials"), once by a finishing kernel ("finish"), or once by
+    the last program of each tile of the split kernel ("last": the finishing kernel's fold, one launch
+    less); the same values every way, so only the speed differs. Atomics (not deterministic) are not
+    searched."""
+    if d.base.split_mode in ("partials", "finish", "last") and any(f > 1 for f in d.base.split.values()):
+        return ["partials", "finish", "last"]
     return None
 
 

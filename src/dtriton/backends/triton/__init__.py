@@ -5,8 +5,9 @@
 Modules: ``prelude`` (the module header and combine helpers), ``scope`` (nested scopes and axis
 bindings), ``values`` (expressions, layouts, hoisting), ``memory`` (loads, addresses, access
 styles), ``reduce`` (passes and dots), ``kernel`` (program ids, grid, signature, stores),
-``launch`` (module loading, descriptors, the slow launch path), ``fast`` (the fast launcher of a call
-signature seen before), ``limits``, ``gluon`` and ``gluon_kernels`` (a fused attention forward the plan
+``last`` (a split kernel's finishing pass in its last program per tile), ``launch`` (module loading,
+descriptors, the slow launch path), ``fast`` (the fast launcher of a call signature seen before),
+``counters`` (the per-stream zero memory of arrival counters), ``limits``, ``gluon`` and ``gluon_kernels`` (a fused attention forward the plan
 chose to run as the hand-written Gluon kernel on Hopper: its printing, launch and kernels; ``gluon_bwd``
 and ``gluon_bwd_kernels`` the backward's, ``gluon_conv`` and ``gluon_conv_kernels`` a channels-last
 conv2d's, ``gluon_depthwise`` and ``gluon_depthwise_kernels`` a channels-last depthwise conv2d's;
@@ -21,6 +22,7 @@ from typing import Any, Sequence
 from ...plan.kernel import Program
 from ..base import KernelMeta, Limits
 from .kernel import KernelPrinter, KernelSource, render
+from .counters import counter_memory
 from .fast import FastLauncher
 from .gluon_kind import GluonCallLauncher
 from .gluon_table import gluon_kind
@@ -80,6 +82,11 @@ class TritonBackend:
             if kind is not None:   # (a Gluon plan is that one launch, no buffers)
                 return GluonCallLauncher(alg, plan, b, kind)
         return FastLauncher(alg, plan, b, compiled, args)
+
+    def counters(self, device: Any, numel: int) -> Any:
+        """At least ``numel`` int32 zeros on ``device`` kept zero between launches on the current stream
+        (:func:`~dtriton.backends.triton.counters.counter_memory`)."""
+        return counter_memory(device, numel)
 
     def version(self) -> str:
         """The installed Triton's version ("none" when it cannot be imported)."""

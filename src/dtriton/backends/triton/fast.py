@@ -22,16 +22,20 @@ allocates the outputs, reads the addresses, and calls Triton's compiled launcher
 Zero-initialised buffers (split-K atomics into a partial sum) share one zero-filled allocation: one
 allocation and one fill kernel instead of one each (an int32 one: the fill kernel of a float32 buffer
 of the same bytes, not a byte-wise one). Zero-initialised outputs and tensors a host TMA
-descriptor reads stay separate tensors (a descriptor needs the tensor).
+descriptor reads stay separate tensors (a descriptor needs the tensor). Arrival counters
+(``split_mode="last"``) are no allocation: the stream's counter memory, which the kernels leave
+zero (:mod:`dtriton.backends.triton.counters`), its address read per call.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 import torch
 
 from ...ir import InputTensor
+from .counters import counter_address
 from .launch import descriptor
 
 __all__ = ["FastLauncher", "PACK_ALIGN"]
@@ -85,7 +89,16 @@ class FastLauncher:
                 slot_of[p.name] = ("arg", pos)
                 strides[p.name] = tuple(args[pos].stride())
         named = [(o.name, [sizes[a] for a in o.layout], dt, o.name in zero) for o, dt in zip(alg.outputs, b.out_dtypes)]
-        named += [(n, bs.lead + [sizes[a] for a in bs.axes], bs.torch_dtype, bs.zero) for n, bs in plan.program.buffers.items()]
+        named += [(n, bs.lead + [sizes[a] for a in bs.axes], bs.torch_dtype, bs.zero) for n, bs in plan.program.buffers.items()
+                  if not bs.counter]
+        # arrival counters (split_mode="last"): the stream's zero counter memory, read per call
+        self.counter_numel = 0
+        for n, bs in plan.program.buffers.items():
+            if bs.counter:
+                shape = [sizes[a] for a in bs.axes]
+                slot_of[n] = ("ctr", 0)
+                strides[n] = tuple(torch.empty(shape, device="meta").stride())
+                self.counter_numel = max(self.counter_numel, math.prod(shape))
         for name, shape, dt, z in named:
             slot_of[name] = ("new", len(allocs))
             allocs.append((tuple(shape), dt, z))
@@ -154,6 +167,8 @@ class FastLauncher:
 
         def source(slot):
             kind, k = slot
+            if kind == "ctr":   # the counters' address, after the allocations'
+                return len(used) + len(self.separate), 0
             if kind == "arg":
                 pos, off = self.remap.get(k, (k, 0))
                 return index[("arg", pos)], off
@@ -235,6 +250,8 @@ class FastLauncher:
         addr = [args[p].data_ptr() for p in self.arg_reads]
         addr += [t.data_ptr() for t in new]
         stream = self.get_stream(self.dev_index)
+        if self.counter_numel:
+            addr.append(counter_address(self.device, self.counter_numel, stream))
         for fn, grid, mid, srcs, tail, extras in self.calls:
             ptrs = [addr[i] + off for i, off in srcs]
             if extras:
@@ -285,6 +302,7 @@ def _generated(fl: FastLauncher):
     reads and launch calls (about a third of the generic loop's Python work per call). Launchers
     with TMA descriptors keep the generic loop."""
     env: dict[str, Any] = {"get_stream": fl.get_stream, "dev_index": fl.dev_index, "dev": fl.device,
+                           "counter_address": counter_address,
                            "empty_like": torch.empty_like, "zeros_like": torch.zeros_like}
 
     def name(v, hint: str) -> str:
@@ -304,6 +322,9 @@ def _generated(fl: FastLauncher):
         lines.append(f"    p{k} = n{k}.data_ptr()")
     lines.append("    s = get_stream(dev_index)")
     addr = [f"a{p}" for p in fl.arg_reads] + [f"p{k}" for k in range(len(fl.separate))]
+    if fl.counter_numel:   # the stream's zero counter memory (split_mode="last")
+        lines.append(f"    c = counter_address(dev, {fl.counter_numel}, s)")
+        addr.append("c")
     for fn, grid, mid, srcs, tail, extras in fl.calls:
         scal = {idx - len(srcs): k for idx, (kind, k) in extras}   # only scalars here: no descriptors
         ptrs = [addr[i] + (f" + {off}" if off else "") for i, off in srcs]

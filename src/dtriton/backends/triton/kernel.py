@@ -10,6 +10,7 @@ from ...plan.graph import fused_reduces, has
 from ...plan.kernel import KernelPlan, Program, StoreSpec
 from ..base import KernelMeta
 from .bounds import BoundsPrinter
+from .last import LastFinishPrinter
 from .gluon_table import gluon_kind
 from .memory import MemoryPrinter
 from .narrow import ENCODE_FP8, FP8_FORMATS, ROUND_FP8
@@ -25,7 +26,7 @@ __all__ = ["KernelPrinter", "KernelSource", "render"]
 
 
 class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, BoundsPrinter, RollingPrinter,
-                    PairPrinter):
+                    PairPrinter, LastFinishPrinter):
     """Prints the source of one :class:`~dtriton.plan.kernel.KernelPlan` (it decides nothing)."""
 
     def __init__(self, prog: Program, k: KernelPlan):
@@ -90,6 +91,8 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
                 self.store(st, sc)
             for parent, child in reversed(opened):
                 parent.close(child)
+        if k.last_finish is not None:   # the last split program of each tile finishes the partials
+            self.emit_last_finish(top)
         lines = self.signature()
         body: list[str] = []
         hinted = [(x, self.hints[x]) for x in self.sizes + [f"{t}_s{d}" for t in self.tensors for d in range(self.tensor_ndim[t])]

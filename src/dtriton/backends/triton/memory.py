@@ -8,6 +8,7 @@ import torch
 from ...ir import Axis, Const, Load, Reduce, fmt, pad_value
 from ...plan.access import tile_key
 from ...plan.kernel import TileAccess
+from ...plan.last_finish import BLOCK_FOLD_PARTIALS
 from .narrow import DECODE_FP8, FP8_FORMATS
 from .prelude import TL_DTYPES, combine_text, variance_text
 from .scope import Bind, Scope
@@ -259,11 +260,18 @@ class MemoryPrinter:
             return f"{code}.to(tl.int64)"
         return code
 
-    def load_buffer(self, r: Reduce, scope: Scope, layout) -> tuple[str, str]:
+    def load_buffer(self, r: Reduce, scope: Scope, layout, b=None, block_fold: bool | None = None,
+                    cache: str = "") -> tuple[str, str]:
         """Read materialised reduction ``r`` from its buffer (combining split partials with its
         combiner: a static loop over up to 16 partials, a loop above; where this scope reads one
-        value of it, more than 16 partials as one block, :meth:`fold_partials`)."""
-        b = self.k.materialized[r.uid]
+        value of it, more than 16 partials as one block, :meth:`fold_partials`). ``b``: the buffer
+        (default the kernel's for ``r``); ``block_fold``: the plan's choice of the one-block fold
+        (None: the rule above); ``cache``: a ``cache_modifier`` of the partials' loads (``.cg``: past
+        L1, as a split kernel's last program reads what other SMs wrote, ``KernelPlan.last_finish``)."""
+        b = self.k.materialized[r.uid] if b is None else b
+        cm = f", cache_modifier=\"{cache}\"" if cache else ""
+        if block_fold is None:
+            block_fold = b.partials > BLOCK_FOLD_PARTIALS and all(scope.find_bind(a)[0].scalar for a in b.axes)
         name = self.tensor_arg(b.name, len(b.axes) + len(b.lead))
         terms = []
         for a in b.axes:
@@ -276,11 +284,11 @@ class MemoryPrinter:
         # (sm_90 compiles of the norms' readers: the same SASS as with a fill of 0)
         fill = "1.0" if b.torch_dtype.is_floating_point else "0"
         if b.partials and b.rescale:
-            code = self.merge_online_partials(r, b, name, terms, mask, scope, layout)
-        elif b.partials > 16 and all(scope.find_bind(a)[0].scalar for a in b.axes):
-            code = self.fold_partials(r, b, name, terms, scope, layout)
+            code = self.merge_online_partials(r, b, name, terms, mask, scope, layout, cm)
+        elif block_fold:
+            code = self.fold_partials(r, b, name, terms, scope, layout, cm)
         elif b.state:
-            code = self.merge_states(r, b.partials, name, terms, mask, scope, layout)
+            code = self.merge_states(r, b.partials, name, terms, mask, scope, layout, cm)
         elif b.partials:
             acc = self.fresh("parts")
             summed = r.combiner.base == "sum"
@@ -289,7 +297,7 @@ class MemoryPrinter:
             p = self.fresh("p")
             loop = "tl.static_range" if b.partials <= 16 else "range"
             it = Scope(scope, f"for {p} in {loop}({b.partials}):", scope.layout)
-            code = f"tl.load({self.addr(name, [p] + terms)}" + (f", mask={mask}, other={fill}" if mask else "") + ")"
+            code = f"tl.load({self.addr(name, [p] + terms)}" + (f", mask={mask}, other={fill}" if mask else "") + cm + ")"
             it.emit(f"{acc} += {code}" if summed else f"{acc} = {combine_text(r.combiner, acc, code)}")
             scope.emit(it)  # type: ignore[arg-type]
             code = acc
@@ -301,7 +309,8 @@ class MemoryPrinter:
             code = f"{code} / ({' * '.join(self.size(a) for a in b.scale_count)})"
         return code, f"stage {r.name} (materialised)"
 
-    def merge_online_partials(self, r: Reduce, b, name: str, terms: list[str], mask, scope: Scope, layout) -> str:
+    def merge_online_partials(self, r: Reduce, b, name: str, terms: list[str], mask, scope: Scope, layout,
+                              cm: str = "") -> str:
         """Merge the per-split partial sums of an online sum ``r`` (buffer ``b``) in split order,
         each rescaled by ``exp(m_p - m)`` (``exp2`` for base-2 maxima) with ``m_p`` its split's max (the buffer ``b.rescale``)
         and ``m`` the max over splits; a split whose max is -inf (no visible lane) adds 0."""
@@ -312,7 +321,7 @@ class MemoryPrinter:
         mshape = self.shape(layout, self.present_of_axes(mb.axes, scope))
         loop = "tl.static_range" if b.partials <= 16 else "range"
         acc, p, w = self.fresh("parts"), self.fresh("p"), self.fresh("w")
-        mload = f"tl.load({self.addr(mname, [p] + mterms)}" + (f", mask={mmask}, other=0" if mmask else "") + ")"
+        mload = f"tl.load({self.addr(mname, [p] + mterms)}" + (f", mask={mmask}, other=0" if mmask else "") + cm + ")"
         key = ("split max", mb.name, tuple(layout))
         if key not in scope.memo:   # the max over splits, once per scope for every sum it rescales
             m = scope.memo[key] = self.fresh("split_max")
@@ -330,7 +339,7 @@ class MemoryPrinter:
         scope.emit(f"{acc} = tl.full({self.shape(layout, self.present(r, scope))}, 0.0, dtype={self.cdt})")
         it2 = Scope(scope, f"for {p} in {loop}({b.partials}):", scope.layout)
         it2.emit(f"{w} = {mload}")
-        load = f"tl.load({self.addr(name, [p] + terms)}" + (f", mask={mask}, other=0" if mask else "") + ")"
+        load = f"tl.load({self.addr(name, [p] + terms)}" + (f", mask={mask}, other=0" if mask else "") + cm + ")"
         # a split with no visible lane (its max -inf, its partial NaN or 0) adds nothing
         it2.emit(f"{acc} += tl.where({w} == -float('inf'), 0.0, tl.{b.rescale_exp}({w} - {m}) * {load})")
         scope.emit(it2)  # type: ignore[arg-type]
@@ -338,7 +347,7 @@ class MemoryPrinter:
             scope.emit(f"{acc} = tl.where({mask}, {acc}, 1.0)")
         return acc
 
-    def fold_partials(self, r: Reduce, b, name: str, terms: list[str], scope: Scope, layout) -> str:
+    def fold_partials(self, r: Reduce, b, name: str, terms: list[str], scope: Scope, layout, cm: str = "") -> str:
         """The value of split reduction ``r`` (buffer ``b``) where this scope reads one value of
         it (its axes scalar here: a whole-tensor statistic, or one sample's): its many per-split
         values (each value of a state: the variance's) loaded as one block (the identity past the
@@ -350,7 +359,7 @@ class MemoryPrinter:
         scope.emit(f"{p} = tl.arange(0, {width})  # the {partials} split partials of {r.name}")
         lead = [[str(j), p] for j in range(len(c.state))] if c.state else [[p]]
         loads = [f"tl.load({self.addr(name, ld + terms)}" + (f", mask={p} < {partials}, other={ident}"
-                                                            if width != partials else "") + ")" for ld in lead]
+                                                            if width != partials else "") + cm + ")" for ld in lead]
         shape = self.shape(layout, set())
         if c.state:
             names = [self.fresh(f"{v}_{r.name}") for v in c.state]
@@ -361,7 +370,8 @@ class MemoryPrinter:
         scope.emit(f"{acc} = {combine_text(c, acc, f'tl.reduce({loads[0]}, 0, {self.helper(c)})')}")
         return acc
 
-    def merge_states(self, r: Reduce, partials: int, name: str, terms: list[str], mask, scope: Scope, layout) -> str:
+    def merge_states(self, r: Reduce, partials: int, name: str, terms: list[str], mask, scope: Scope, layout,
+                     cm: str = "") -> str:
         """The value of split reduction ``r`` whose buffer holds each split's state (value ``j`` of
         split ``p`` at ``[j, p, ...]``): the states merged in split order with the kind's combine
         helper (the variance's: Chan's formula), then M2 over the count."""
@@ -371,7 +381,7 @@ class MemoryPrinter:
         scope.emit(f"{', '.join(names)} = " + ", ".join(f"tl.full({shape}, 0.0, dtype={self.cdt})" for _ in names))
         p = self.fresh("p")
         it = Scope(scope, f"for {p} in {'tl.static_range' if partials <= 16 else 'range'}({partials}):", scope.layout)
-        loads = [f"tl.load({self.addr(name, [str(j), p] + terms)}" + (f", mask={mask}, other=0" if mask else "") + ")"
+        loads = [f"tl.load({self.addr(name, [str(j), p] + terms)}" + (f", mask={mask}, other=0" if mask else "") + cm + ")"
                  for j in range(len(names))]
         it.emit(f"{', '.join(names)} = {self.helper(c)}({', '.join(names)}, {', '.join(loads)})")
         scope.emit(it)  # type: ignore[arg-type]
