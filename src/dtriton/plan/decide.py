@@ -121,7 +121,7 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.device_descs = plan_descriptor_site(k, sched.descriptors)
     k.row_vectors = plan_row_vectors(k)
     k.read_masks, k.floor_ops = plan_read_masks(k, masked_reads), plan_floor_ops(k)
-    k.rolling = plan_rolling(k, bool(sched.rolling), unit_scalars)   # (needs the read masks)
+    k.rolling, k.rolling_why = plan_rolling(k, bool(sched.rolling), unit_scalars)   # (needs the read masks)
     # a pooling window: its stride and padding literal, its taps read as contiguous runs, a 16-bit max in its dtype
     k.literal_scalars = plan_literal_scalars(k, index_values or {})
     k.pair_taps = plan_pair_taps(k, index_values or {}, sched.window_loads)
@@ -342,9 +342,11 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
                      "reduced axis is 'whole' in one block, or its loop is warp-specialised); drop it, or loop over "
                      "an axis (strategy='loop' with a tile)")
     if sched.rolling and not any(k.rolling for k in kernels):
-        notes.append("rolling=True has no effect: no kernel of this call stores one window sum of two loads whose "
-                     "input row is an output row axis (tile 2 or more) plus an unrolled window axis (a depthwise "
-                     "convolution at stride 1 under pointer access, not persistent); drop it")
+        why = "; ".join(dict.fromkeys(k.rolling_why for k in kernels if k.rolling_why)) or (
+            "no kernel of this call stores one window sum of two loads whose input row is an output row axis (tile 2 "
+            "or more) plus an unrolled window axis (a depthwise convolution at stride 1 under pointer access, not "
+            "persistent)")
+        notes.append(f"rolling=True has no effect: {why}; or drop it")
     if sched.window_loads != "pairs" and not any("window_loads" in k.window_knobs for k in kernels):
         notes.append(f"window_loads={sched.window_loads!r} has no effect: no kernel of this call reads a pooling window's "
                      "taps as contiguous pairs (a window of stride 2, 4 or 8 on the unit-stride dim, pointer access, an "
