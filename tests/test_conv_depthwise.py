@@ -178,3 +178,17 @@ def test_rolling_warning_says_what_to_change():
     strided = [X, W, 2, 1, osize(7, 3, 2, 1), osize(9, 3, 2, 1)]
     with pytest.warns(dt.ScheduleWarning, match="a stride other than 1 keeps the unrolled taps"):
         dt.compile(L.depthwise_conv2d_nhwc, advised)(*strided)
+
+
+def test_rolling_applies_under_the_cpu_heuristic():
+    """``dt.Schedule(rolling=True)`` alone on CPU tensors: the heuristic loops the window one tap a step
+    with row tiles of 2 or more, so the rows roll (it chose "whole" windows, where rolling never applied:
+    trial finding); odd sizes, poisoned outputs, against float64; no warning."""
+    X, W = randn(2, 7, 9, 16), randn(3, 3, 16)
+    args = [X, W, 1, 1, 7, 9]
+    sched = dt.Schedule(rolling=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dt.ScheduleWarning)
+        assert "# rolling rows of h" in dt.compile(L.depthwise_conv2d_nhwc, sched).source_for(*args)
+        check(L.depthwise_conv2d_nhwc, args, sched, torch_ref=t_depthwise)
+    assert "# rolling rows" not in dt.compile(L.depthwise_conv2d_nhwc).source_for(*args)   # (not asked: "whole")
