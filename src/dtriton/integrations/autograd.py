@@ -33,7 +33,8 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from ..errors import AlgorithmError, DTritonError, ScheduleError, ShapeError
-from ..grad import GradientAlgorithms, augmented_forward, check_save, grad, saved_outputs, saved_statistics
+from ..grad import (GradientAlgorithms, augmented_forward, check_group, check_save, grad, saved_outputs,
+                    saved_statistics)
 from ..ir import Algorithm, InputTensor, output_dtypes
 from ..plan.lower import lower
 from ..runtime import Kernel
@@ -227,7 +228,8 @@ class DifferentiableKernel:
     arguments only) is the opt-in way to replay one CUDA graph per forward and one per backward
     (``bench/grad_bench.py --cuda-graphs``).
 
-    Gradients have the dtype and shape of their inputs. Raises
+    Gradients have the dtype and shape of their inputs. Raises :class:`~dtriton.errors.AlgorithmError`
+    for a ``group`` or ``save`` that is none of their choices;
     :class:`~dtriton.errors.ScheduleError` for a ``backward_schedules`` of another type, a key
     that names neither a tensor input nor a backward algorithm, or a value that is not a schedule;
     calls raise what the kernel raises (:class:`~dtriton.errors.ShapeError` for mismatched arguments).
@@ -239,6 +241,7 @@ class DifferentiableKernel:
             raise TypeError(f"differentiable() expects a compiled dtriton kernel, got {type(kernel).__name__}")
         self.kernel = kernel
         self.algorithm: Algorithm = kernel.algorithm
+        check_group(group, f"differentiable / compile_autograd({self.algorithm.name})")
         self.backward_schedules = check_backward_schedules(self.algorithm, backward_schedules, group)
         check_save(self.algorithm, save, f"differentiable / compile_autograd({self.algorithm.name})")
         self.group = group
