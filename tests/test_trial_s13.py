@@ -2,12 +2,16 @@
 
 ``group=`` of ``dt.compile_autograd`` / ``dt.differentiable`` / ``dt.grad`` refused where it is given
 (it was a ValueError from deep in the first backward); ``res.summary()`` keeps the digits of names in
-reasons (``sm_90``, ``float16``) and a reason's numbers where it is the only one of its kind, untruncated."""
+reasons (``sm_90``, ``float16``) and a reason's numbers where it is the only one of its kind, untruncated;
+a numpy bool and a 0-d numpy array are taken as the scalar they hold (as torch takes them), a 1-element
+array refused naming its shape and ``x.item()``."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 import dtriton as dt
 from dtriton import library as L
@@ -61,3 +65,41 @@ def test_summary_keeps_digits_in_reasons():
     assert f"2 illegal: {long}" in text, text                              # whole, its numbers and names kept
     assert "1 pruned: shared memory 300000 > 232448" in text, text           # the only one of its kind: as it is
     assert "2 pruned: registers N > N on sm_90" in text, text               # counted together; names keep digits
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. numpy bools and 0-d arrays as scalars
+# ----------------------------------------------------------------------------------------------
+@dt.algorithm
+def scaled_shift(X: dt.Tensor["N"], a: float, k: int):
+    i = dt.axes("i")
+    return (X[i] * a + k)[i]
+
+
+def test_numpy_bool_and_0d_array_scalars_are_their_numbers():
+    X = torch.randn(37, dtype=torch.float64)
+    kern = dt.compile(scaled_shift)
+    calls = [(np.array(2.5), np.array(3)), (np.array(-1.25), np.array(16)), (np.True_, np.False_),
+             (np.float32(0.5), np.bool_(True)), (np.array(np.float32(4.0)), np.array(True))]
+    for a, k in calls * 2:   # (twice: the later calls take the cached fast path)
+        want = X * float(a.item()) + int(k.item())
+        out = torch.full_like(X, float("nan"))
+        kern(X, a, k, out=out)
+        torch.testing.assert_close(out, want)
+        torch.testing.assert_close(scaled_shift.reference(X, a, k), want)
+
+
+def test_numpy_scalars_in_a_library_conv():
+    X, W = torch.randn(2, 7, 9, 16, dtype=torch.float64), torch.randn(3, 3, 16, dtype=torch.float64)
+    kern = dt.compile(L.depthwise_conv2d_nhwc)
+    for s, p, ho, wo in [(np.array(1), np.array(1), 7, 9), (np.array(2), np.int64(0), 3, 4), (np.array(1), np.array(0), 5, 7)]:
+        ref = F.conv2d(X.permute(0, 3, 1, 2), W.permute(2, 0, 1)[:, None], stride=int(s), padding=int(p),
+                       groups=16).permute(0, 2, 3, 1)
+        torch.testing.assert_close(kern(X, W, s, p, np.array(ho), np.array(wo)), ref)
+
+
+@pytest.mark.parametrize("bad, shape", [(np.array([2.0]), r"\(1,\); pass a Python number \(x\.item\(\) for a one-element array\)"),
+                                        (np.ones((2, 2)), r"\(2, 2\); pass torch\.from_numpy\(x\)")])
+def test_numpy_arrays_with_dims_are_refused_naming_the_argument(bad, shape):
+    with pytest.raises(dt.ShapeError, match=r"argument 'a' of scaled_shift is a scalar \(float\); got ndarray of shape " + shape):
+        dt.compile(scaled_shift)(torch.randn(5), bad, 1)

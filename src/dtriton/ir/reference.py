@@ -28,7 +28,8 @@ from .walk import mul_factors, topo_order
 #: the largest int64: index arithmetic and int arguments beyond it would wrap around
 I64_MAX = 2**63 - 1
 
-__all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "BOOL_OPS", "Binding", "saturate", "check_reads", "integer_reductions", "boolean_ops", "is_index", "output_dtype", "output_dtypes", "kernel_f64", "compute_dtype", "evaluate"]
+__all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "BOOL_OPS", "Binding", "saturate", "check_reads", "integer_reductions", "boolean_ops", "is_index", "output_dtype", "output_dtypes", "kernel_f64", "compute_dtype", "evaluate",
+           "numpy_item"]
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INDEX_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
@@ -109,6 +110,15 @@ def compute_dtype(dt: torch.dtype) -> torch.dtype:
 # ----------------------------------------------------------------------------------------------
 # binding
 # ----------------------------------------------------------------------------------------------
+def numpy_item(a):
+    """A numpy scalar (``np.float32(2)``, ``np.True_``) or 0-d numpy array as the Python number it
+    holds (``.item()``), as torch takes them for a scalar argument; anything else as it is (a 1-element
+    array stays an array: :class:`ShapeError` at the binding, as torch refuses it)."""
+    if type(a).__module__ == "numpy" and getattr(a, "ndim", None) == 0 and hasattr(a, "item"):
+        return a.item()
+    return a
+
+
 def _check_scalar(alg, p: ScalarParam, a) -> None:
     # (a numpy integer or float is a number: the kernels and the evaluator take int(a) / float(a))
     if isinstance(a, torch.Tensor) or not isinstance(a, numbers.Real):
@@ -116,6 +126,10 @@ def _check_scalar(alg, p: ScalarParam, a) -> None:
         if isinstance(a, torch.Tensor):
             hint = (f" of shape {tuple(a.shape)}; pass a Python number (x.item() for a one-element tensor)" if a.numel() == 1
                     else f" of shape {tuple(a.shape)}; declare the argument dt.Tensor[...] to pass a tensor")
+        elif isinstance(getattr(a, "shape", None), tuple):   # (a numpy array; a 0-d one is taken as its number)
+            hint = (f" of shape {a.shape}; pass a Python number (x.item() for a one-element array)"
+                    if getattr(a, "size", 0) == 1 else f" of shape {a.shape}; pass torch.from_numpy(x) to an "
+                    "argument declared dt.Tensor[...]")
         raise ShapeError(f"argument {p.name!r} of {alg.name} is a scalar ({p.pytype.__name__}); "
                          f"got {type(a).__name__}{hint}")
     if p.pytype is int and not float(a).is_integer():
