@@ -4,7 +4,9 @@
 (it was a ValueError from deep in the first backward); ``res.summary()`` keeps the digits of names in
 reasons (``sm_90``, ``float16``) and a reason's numbers where it is the only one of its kind, untruncated;
 a numpy bool and a 0-d numpy array are taken as the scalar they hold (as torch takes them), a 1-element
-array refused naming its shape and ``x.item()``."""
+array refused naming its shape and ``x.item()``; a size mismatch names the algorithm and, where a
+permutation of the tensor's dims fits (a torch conv weight (O, C, R, Q) given for (O, R, Q, C)), the
+permute."""
 
 from __future__ import annotations
 
@@ -103,3 +105,22 @@ def test_numpy_scalars_in_a_library_conv():
 def test_numpy_arrays_with_dims_are_refused_naming_the_argument(bad, shape):
     with pytest.raises(dt.ShapeError, match=r"argument 'a' of scaled_shift is a scalar \(float\); got ndarray of shape " + shape):
         dt.compile(scaled_shift)(torch.randn(5), bad, 1)
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. a conv weight in torch's layout: the algorithm and the permute named
+# ----------------------------------------------------------------------------------------------
+def test_torch_conv_weight_gets_the_permute_hint():
+    X = torch.randn(2, 9, 9, 16, dtype=torch.float64)
+    Wt = torch.randn(32, 16, 3, 3, dtype=torch.float64)                      # torch's (O, C, R, Q)
+    kern = dt.compile(L.conv2d_nhwc)
+    with pytest.raises(dt.ShapeError, match=r"^conv2d_nhwc: C is 16 from X\.shape\[3\] but 3 from Wt\.shape\[3\]; "
+                                            r"conv2d_nhwc reads Wt as \(O, R, Q, C\): .*pass Wt\.permute\(0, 2, 3, 1\)$"):
+        kern(X, Wt, 1, 1, 1, 9, 9)
+    ref = F.conv2d(X.permute(0, 3, 1, 2), Wt, padding=1).permute(0, 2, 3, 1)
+    torch.testing.assert_close(kern(X, Wt.permute(0, 2, 3, 1), 1, 1, 1, 9, 9), ref)   # the hint, followed
+    Wd = torch.randn(16, 1, 3, 3, dtype=torch.float64)                         # torch's depthwise (C, 1, R, Q)
+    with pytest.raises(dt.ShapeError, match=r"^depthwise_conv2d_nhwc: C is 16 .* pass Wt\.permute\(1, 2, 0\)$"):
+        dt.compile(L.depthwise_conv2d_nhwc)(X, Wd[:, 0], 1, 1, 9, 9)
+    with pytest.raises(dt.ShapeError, match=r"^conv2d: C is 16 from X\.shape\[1\] but 8 from Wt\.shape\[1\]$"):
+        dt.compile(L.conv2d)(X.permute(0, 3, 1, 2), torch.randn(32, 8, 3, 3), 1, 1, 1, 9, 9)   # no permute fits

@@ -140,6 +140,26 @@ def _check_scalar(alg, p: ScalarParam, a) -> None:
                          f"compute integers in int64 at most); pass a value of magnitude below 2**63")
 
 
+def permute_hint(alg, p, a: torch.Tensor, known: dict[str, int]) -> str:
+    """For a tensor ``a`` of parameter ``p`` whose sizes disagree with ``known`` (the dim sizes bound by
+    the arguments before it): where a permutation of its dims agrees with them (a torch conv weight (O, C,
+    R, Q) given to a channels-last algorithm reading (O, R, Q, C)), the sentence naming the permute that
+    lays it out as ``alg`` reads it (the dims not bound yet kept in their order); "" where none does."""
+    free, at = list(range(a.dim())), {}
+    for d in p.dims:
+        if d in known:
+            hit = next((j for j in free if a.shape[j] == known[d]), None)
+            if hit is None:
+                return ""
+            free.remove(hit)
+            at[d] = hit
+    perm = [at[d] if d in at else free.pop(0) for d in p.dims]
+    if perm == sorted(perm):
+        return ""
+    return (f"; {alg.name} reads {p.name} as ({', '.join(p.dims)}): if it is laid out otherwise (a torch "
+            f"weight), pass {p.name}.permute({', '.join(map(str, perm))})")
+
+
 def _check_tensor(alg, p, a) -> None:
     if not isinstance(a, torch.Tensor):
         raise ShapeError(f"argument {p.name!r} of {alg.name} must be a torch.Tensor with dims "
@@ -198,7 +218,9 @@ class Binding:
                 raise ShapeError(f"argument {p.name!r} is on {a.device} but earlier arguments are on {device}")
             for k, (d, n) in enumerate(zip(p.dims, a.shape)):
                 if d in sizes and sizes[d] != n:
-                    raise ShapeError(f"{d} is {sizes[d]} from {src[d]} but {n} from {p.name}.shape[{k}]")
+                    raise ShapeError(f"{alg.name}: {d} is {sizes[d]} from {src[d]} but {n} from {p.name}.shape[{k}]"
+                                     + permute_hint(alg, p, a, {e: v for e, v in sizes.items()
+                                                                 if not src[e].startswith(f"{p.name}.")}))
                 sizes.setdefault(d, int(n))
                 src.setdefault(d, f"{p.name}.shape[{k}]")
             dtypes[p.name] = a.dtype
