@@ -124,3 +124,25 @@ def test_torch_conv_weight_gets_the_permute_hint():
         dt.compile(L.depthwise_conv2d_nhwc)(X, Wd[:, 0], 1, 1, 9, 9)
     with pytest.raises(dt.ShapeError, match=r"^conv2d: C is 16 from X\.shape\[1\] but 8 from Wt\.shape\[1\]$"):
         dt.compile(L.conv2d)(X.permute(0, 3, 1, 2), torch.randn(32, 8, 3, 3), 1, 1, 1, 9, 9)   # no permute fits
+
+
+def test_0d_array_scalars_on_the_cached_paths():
+    """A constrained scalar (dt.requires) given as a 0-d array is part of the cached paths' keys: it must
+    not reach a dict unhashed (a TypeError from the differentiable call's step cache, or from the GPU's
+    fast launchers: simulated here by one stored under another key); the calls run as with Python ints."""
+    X, W = torch.randn(2, 7, 9, 16, dtype=torch.float64), torch.randn(3, 3, 16, dtype=torch.float64)
+    g = torch.randn(2, 7, 9, 16, dtype=torch.float64)
+    dk = dt.compile_autograd(L.depthwise_conv2d_nhwc)
+    for _ in range(2):
+        Xg, Xr = X.clone().requires_grad_(True), X.clone().requires_grad_(True)
+        (dk(Xg, W, np.array(1), np.array(1), np.array(7), np.array(9)) * g).sum().backward()
+        ref = F.conv2d(Xr.permute(0, 3, 1, 2), W.permute(2, 0, 1)[:, None], padding=1, groups=16).permute(0, 2, 3, 1)
+        (ref * g).sum().backward()
+        torch.testing.assert_close(Xg.grad, Xr.grad)
+    with pytest.raises(dt.ShapeError, match=r"argument 'stride' of depthwise_conv2d_nhwc is a scalar \(int\); got ndarray"):
+        dk(X.clone().requires_grad_(True), W, np.array([1]), 1, 7, 9)
+    kern = dt.compile(L.depthwise_conv2d_nhwc)
+    kern._fast[("another signature",)] = None   # (as a GPU call leaves one)
+    ref = F.conv2d(X.permute(0, 3, 1, 2), W.permute(2, 0, 1)[:, None], padding=1, groups=16).permute(0, 2, 3, 1)
+    torch.testing.assert_close(kern(X, W, np.array(1), np.array(1), 7, 9), ref)
+    assert kern.fast_launcher_for((X, W, np.array(1), np.array(1), 7, 9)) is None

@@ -38,7 +38,7 @@ from ..grad import (GradientAlgorithms, augmented_forward, check_group, check_sa
 from ..ir import Algorithm, InputTensor, output_dtypes
 from ..plan.lower import lower
 from ..runtime import Kernel
-from ..runtime.args import merge_named, signature_key, signature_key_for
+from ..runtime.args import merge_named, plain_numbers, signature_key, signature_key_for
 from ..runtime.kernel import fast_path_ok
 from ..schedule import Schedule
 from .steps import (ENTER_STEP, BackwardStep, ForwardStep, apply_step, functorch_active, refuse_double_backward,
@@ -489,13 +489,16 @@ class DifferentiableKernel:
                     key += tuple(int(args[p]) for p in self._size_pos)
                 if self._req_pos:   # the scalars dt.requires constraints name: a step runs checked values only
                     key += tuple(args[p] for p in self._req_pos)
-                step = self._steps.get(key)
+                try:
+                    step = self._steps.get(key)
+                except TypeError:   # (an unhashable scalar, a 0-d numpy array: the general path, no step)
+                    args, key, step = plain_numbers(args), None, None
                 if step and fast_path_ok():
                     if ENTER_STEP is not None and not functorch_active():
                         return ENTER_STEP(step, *args)
                     return apply_step(step, args)
                 res = _DTFunction.apply(self, *args)
-                if step is None and fast_path_ok():
+                if step is None and key is not None and fast_path_ok():
                     self._steps[key] = self._make_step(args)
                 return res
         if out is not None:
