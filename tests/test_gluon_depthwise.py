@@ -169,8 +169,10 @@ def test_plan_ineligible_says_why():
         x, w, *rest = dw_args(N=1, H=5, W=6, C=16, seed=2)
         out = dt.compile(depthwise_conv2d_nhwc, dt.Schedule(warp_specialize=True))(x.float(), w.float(), *rest)
     assert out.shape == (1, 5, 6, 16)
+    told = [str(w_.message) for w_ in got if "warp_specialize" in str(w_.message)]
     assert any("Gluon has no interpreter" in str(w_.message) and issubclass(w_.category, dt.ScheduleWarning)
                for w_ in got), [str(w_.message) for w_ in got]
+    assert len(told) == 1 and "CUDA tensors" in told[0], told   # that reason alone (no "needs access='tma'" beside it)
 
 
 def test_default_schedule_falls_back_silently():

@@ -158,3 +158,26 @@ def test_window_larger_than_the_padded_input_is_refused(alg, args):
     got 0", then "must be >= 0")."""
     with pytest.raises(dt.ShapeError, match="larger than the padded input"):
         dt.compile(getattr(L, alg))(*args())
+
+
+@pytest.mark.parametrize("args, message", [
+    ((0, 0, 5), "chained: argument 'k' must be >= 1 (in 1 <= k <= N), got 0"),
+    ((11, 0, 5), "chained: argument 'k' must be <= N = 10 (in 1 <= k <= N), got 11"),
+    ((3, 5, 5), "chained: argument 'lo' must be < hi = 5 (in 0 <= lo < hi <= N), got 5; a window inside the row"),
+    ((3, 0, 12), "chained: argument 'hi' must be <= N = 10 (in 0 <= lo < hi <= N), got 12; a window inside the row"),
+    ((3, -1, 5), "chained: argument 'lo' must be >= 0 (in 0 <= lo < hi <= N), got -1; a window inside the row"),
+    ((5, 0, 5), "chained: requires 0 < k * 2 < N - 1, which fails at k * 2 < N - 1 (k * 2 = 10, N - 1 = 9) for k=5, N=10"),
+])
+def test_chained_requires_names_the_failing_side(args, message):
+    """A chain (``1 <= k <= N``) reports the first link that fails with its values, read from the side
+    of its name (was: "requires 1 <= k <= N, which fails for k=11, N=10"; trial finding)."""
+    @dt.requires("1 <= k <= N", ("0 <= lo < hi <= N", "a window inside the row"), "0 < k * 2 < N - 1")
+    @dt.algorithm
+    def chained(X: dt.Tensor["M", "N"], k: int, lo: int, hi: int):
+        i, j = dt.axes("i j")
+        return (X[i, j] * k)[i, j]
+    with pytest.raises(dt.ShapeError) as e:
+        dt.compile(chained)(randn(3, 10), *args)
+    assert str(e.value) == message
+    X = randn(3, 10, dtype=torch.float64)
+    torch.testing.assert_close(dt.compile(chained)(X, 3, 0, 5), X * 3)   # all links hold: it runs

@@ -46,10 +46,12 @@ stages), :mod:`.logsumexp` (the log-sum-exp statistic), :mod:`.naming` (fresh na
 graph, grouping), :mod:`.api` (the functions below).
 """
 
-from .api import (GradientAlgorithms, GradProvenance, augmented_forward, check_save, describe, grad, saved_outputs,
+from .api import (GradientAlgorithms, GradProvenance, augmented_forward, check_group, check_save, describe, grad,
+                  saved_outputs,
                   saved_statistics, staged)
 from .naming import grad_param_names
 from .shift import shift_only
 
-__all__ = ["grad", "GradientAlgorithms", "GradProvenance", "describe", "augmented_forward", "check_save", "saved_outputs",
+__all__ = ["grad", "GradientAlgorithms", "GradProvenance", "describe", "augmented_forward", "check_save", "check_group",
+           "saved_outputs",
            "saved_statistics", "staged", "grad_param_names", "shift_only"]

@@ -17,7 +17,8 @@ from .logsumexp import at_lse, lse_statistics, lse_value, rescalable, stage_shif
 from .naming import unique_param_name
 from .reuse import read_saved_values
 
-__all__ = ["grad", "GradProvenance", "GradientAlgorithms", "describe", "augmented_forward", "check_save", "saved_outputs",
+__all__ = ["grad", "GradProvenance", "GradientAlgorithms", "describe", "augmented_forward", "check_save", "check_group",
+           "saved_outputs",
            "saved_statistics", "staged"]
 
 
@@ -211,7 +212,8 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
     *saved)``; upstream gradient ``k`` has the shape of forward output ``k``. Computation dtype is
     the promotion of the floating inputs (fp32 for fp16/bf16 inputs, fp64 for fp64), as forward.
 
-    Raises :class:`~dtriton.errors.AlgorithmError` for unknown input names, a ``save=`` that is
+    Raises :class:`~dtriton.errors.AlgorithmError` for unknown input names, a ``group=`` other than
+    ``"auto"``, ``"none"`` or ``"all"`` (:func:`check_group`), a ``save=`` that is
     neither ``"auto"``, ``"all"``, ``None`` nor names of stages or statistics (:func:`check_save`), an output
     index out of range, or a node kind the differentiator does not know.
 
@@ -221,6 +223,7 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
     """
     if not isinstance(alg, Algorithm):
         raise TypeError(f"dt.grad expects an @dt.algorithm, got {type(alg).__name__}")
+    check_group(group, f"dt.grad({alg.name})")
     save = _saving(alg, save, f"dt.grad({alg.name})", ("auto", "all", None))
     wrt_l = _wrt_names(alg, wrt)
     n_out = len(alg.outputs)
@@ -369,6 +372,23 @@ def check_save(alg: Algorithm, save, where: str, keywords: tuple = ("auto", "all
         raise AlgorithmError(f"{where}: save={save!r} is not a valid choice: save is {allowed} or a list of names among "
                              f"{alg.name}'s reduction stages {names}, log-sum-exp statistics {lses} and output "
                              f"stages {outs}; {bad} {'is' if len(bad) == 1 else 'are'} none of them")
+
+
+#: The values of ``group=`` (:func:`grad`, ``dt.differentiable``, ``dt.compile_autograd``, ``dt.as_torch_op``)
+GROUPS = ("auto", "none", "all")
+
+
+def check_group(group, where: str) -> None:
+    """Check a user's ``group=`` option (``where``: the call it was given to, for the message): one of
+    :data:`GROUPS`. The one validation of ``group=``, made where it is given (so a bad value is refused
+    at ``dt.compile_autograd(...)``, not at the first backward). Raises :class:`AlgorithmError` naming
+    the call, the argument, its values and what each does."""
+    if isinstance(group, str) and group in GROUPS:
+        return
+    near = ["none"] if group is None else [g for g in GROUPS if isinstance(group, str) and group.strip().lower() == g]
+    raise AlgorithmError(f"{where}: group={group!r} is not a valid choice: group is 'auto' (gradients that share a "
+                         f"reduction stage in one algorithm; the default), 'none' (one algorithm per input) or 'all' "
+                         f"(one algorithm in total)" + (f"; did you mean group={near[0]!r}?" if near else ""))
 
 
 def _saving(alg: Algorithm, save, where: str, keywords: tuple):

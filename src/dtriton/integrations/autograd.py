@@ -33,11 +33,12 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from ..errors import AlgorithmError, DTritonError, ScheduleError, ShapeError
-from ..grad import GradientAlgorithms, augmented_forward, check_save, grad, saved_outputs, saved_statistics
+from ..grad import (GradientAlgorithms, augmented_forward, check_group, check_save, grad, saved_outputs,
+                    saved_statistics)
 from ..ir import Algorithm, InputTensor, output_dtypes
 from ..plan.lower import lower
 from ..runtime import Kernel
-from ..runtime.args import merge_named, signature_key, signature_key_for
+from ..runtime.args import merge_named, plain_numbers, signature_key, signature_key_for
 from ..runtime.kernel import fast_path_ok
 from ..schedule import Schedule
 from .steps import (ENTER_STEP, BackwardStep, ForwardStep, apply_step, functorch_active, refuse_double_backward,
@@ -227,7 +228,8 @@ class DifferentiableKernel:
     arguments only) is the opt-in way to replay one CUDA graph per forward and one per backward
     (``bench/grad_bench.py --cuda-graphs``).
 
-    Gradients have the dtype and shape of their inputs. Raises
+    Gradients have the dtype and shape of their inputs. Raises :class:`~dtriton.errors.AlgorithmError`
+    for a ``group`` or ``save`` that is none of their choices;
     :class:`~dtriton.errors.ScheduleError` for a ``backward_schedules`` of another type, a key
     that names neither a tensor input nor a backward algorithm, or a value that is not a schedule;
     calls raise what the kernel raises (:class:`~dtriton.errors.ShapeError` for mismatched arguments).
@@ -239,6 +241,7 @@ class DifferentiableKernel:
             raise TypeError(f"differentiable() expects a compiled dtriton kernel, got {type(kernel).__name__}")
         self.kernel = kernel
         self.algorithm: Algorithm = kernel.algorithm
+        check_group(group, f"differentiable / compile_autograd({self.algorithm.name})")
         self.backward_schedules = check_backward_schedules(self.algorithm, backward_schedules, group)
         check_save(self.algorithm, save, f"differentiable / compile_autograd({self.algorithm.name})")
         self.group = group
@@ -486,13 +489,16 @@ class DifferentiableKernel:
                     key += tuple(int(args[p]) for p in self._size_pos)
                 if self._req_pos:   # the scalars dt.requires constraints name: a step runs checked values only
                     key += tuple(args[p] for p in self._req_pos)
-                step = self._steps.get(key)
+                try:
+                    step = self._steps.get(key)
+                except TypeError:   # (an unhashable scalar, a 0-d numpy array: the general path, no step)
+                    args, key, step = plain_numbers(args), None, None
                 if step and fast_path_ok():
                     if ENTER_STEP is not None and not functorch_active():
                         return ENTER_STEP(step, *args)
                     return apply_step(step, args)
                 res = _DTFunction.apply(self, *args)
-                if step is None and fast_path_ok():
+                if step is None and key is not None and fast_path_ok():
                     self._steps[key] = self._make_step(args)
                 return res
         if out is not None:

@@ -20,7 +20,7 @@ from .bounds import AxisBounds, axis_bounds, guard, reduction_guard
 from .intervals import Interval, Read, analyse_reads, int_magnitude, integer_valued, interval, kernel_reads, never_negative
 from .reference import (BOOL_OPS, FLOAT_DTYPES, INDEX_DTYPES, Binding, boolean_ops, check_reads, compute_dtype, evaluate, integer_reductions, is_index,
                         kernel_f64,
-                        output_dtype, output_dtypes, unit_dim)
+                        numpy_item, output_dtype, output_dtypes, unit_dim)
 from .dtypes import pad_value
 from .algorithm import Algorithm, Stage, TensorAnnotation, cse, merge_named
 from .analysis import (can_split, contraction_operands, contractions, grid_candidates, is_sum, online_candidate, reads_unit_stride,
@@ -41,7 +41,7 @@ __all__ = [
     "Interval", "Read", "analyse_reads", "int_magnitude", "interval", "kernel_reads", "never_negative", "check_reads",
     "INT_OPS", "PaddedTensor", "FP8_DTYPES", "SATURATING_DTYPES",
     "BOOL_OPS", "FLOAT_DTYPES", "INDEX_DTYPES", "Binding", "boolean_ops", "compute_dtype", "evaluate", "integer_reductions", "is_index", "kernel_f64",
-    "output_dtype", "output_dtypes", "pad_value",
+    "output_dtype", "output_dtypes", "pad_value", "numpy_item",
     "Algorithm", "Stage", "TensorAnnotation", "cse", "merge_named",
     "can_split", "is_sum", "contractions", "grid_candidates", "online_candidate", "reduction_stages", "split_blockers", "splittable",
     "stage_grid", "sum_of_products",

@@ -18,7 +18,7 @@ import torch
 from ..errors import AlgorithmError, ShapeError
 from .expr import Axis, Cast, Expr, InputTensor, Load, Output, Reduce, ScalarParam, fmt
 from .intervals import integer_valued
-from .reference import Binding, evaluate
+from .reference import Binding, evaluate, numpy_item
 from .walk import topo_order
 
 __all__ = ["Algorithm", "Stage", "TensorAnnotation", "cse", "merge_named"]
@@ -350,6 +350,7 @@ class Algorithm:
         outputs, each laid out as the algorithm's ``expr[i, j]`` says."""
         if named:
             args = merge_named(self, args, named)
+        args = tuple(numpy_item(a) for a in args)   # (np.True_, a 0-d array: the number, as a kernel's call takes it)
         b = self.bind(args)
         outs = evaluate(self, b, args)
         return outs[0] if len(outs) == 1 else tuple(outs)

@@ -28,7 +28,8 @@ from .walk import mul_factors, topo_order
 #: the largest int64: index arithmetic and int arguments beyond it would wrap around
 I64_MAX = 2**63 - 1
 
-__all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "BOOL_OPS", "Binding", "saturate", "check_reads", "integer_reductions", "boolean_ops", "is_index", "output_dtype", "output_dtypes", "kernel_f64", "compute_dtype", "evaluate"]
+__all__ = ["FLOAT_DTYPES", "INDEX_DTYPES", "BOOL_OPS", "Binding", "saturate", "check_reads", "integer_reductions", "boolean_ops", "is_index", "output_dtype", "output_dtypes", "kernel_f64", "compute_dtype", "evaluate",
+           "numpy_item"]
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 INDEX_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
@@ -109,6 +110,15 @@ def compute_dtype(dt: torch.dtype) -> torch.dtype:
 # ----------------------------------------------------------------------------------------------
 # binding
 # ----------------------------------------------------------------------------------------------
+def numpy_item(a):
+    """A numpy scalar (``np.float32(2)``, ``np.True_``) or 0-d numpy array as the Python number it
+    holds (``.item()``), as torch takes them for a scalar argument; anything else as it is (a 1-element
+    array stays an array: :class:`ShapeError` at the binding, as torch refuses it)."""
+    if type(a).__module__ == "numpy" and getattr(a, "ndim", None) == 0 and hasattr(a, "item"):
+        return a.item()
+    return a
+
+
 def _check_scalar(alg, p: ScalarParam, a) -> None:
     # (a numpy integer or float is a number: the kernels and the evaluator take int(a) / float(a))
     if isinstance(a, torch.Tensor) or not isinstance(a, numbers.Real):
@@ -116,6 +126,10 @@ def _check_scalar(alg, p: ScalarParam, a) -> None:
         if isinstance(a, torch.Tensor):
             hint = (f" of shape {tuple(a.shape)}; pass a Python number (x.item() for a one-element tensor)" if a.numel() == 1
                     else f" of shape {tuple(a.shape)}; declare the argument dt.Tensor[...] to pass a tensor")
+        elif isinstance(getattr(a, "shape", None), tuple):   # (a numpy array; a 0-d one is taken as its number)
+            hint = (f" of shape {a.shape}; pass a Python number (x.item() for a one-element array)"
+                    if getattr(a, "size", 0) == 1 else f" of shape {a.shape}; pass torch.from_numpy(x) to an "
+                    "argument declared dt.Tensor[...]")
         raise ShapeError(f"argument {p.name!r} of {alg.name} is a scalar ({p.pytype.__name__}); "
                          f"got {type(a).__name__}{hint}")
     if p.pytype is int and not float(a).is_integer():
@@ -124,6 +138,26 @@ def _check_scalar(alg, p: ScalarParam, a) -> None:
     if p.pytype is int and not -I64_MAX - 1 <= int(a) <= I64_MAX:
         raise ShapeError(f"argument {p.name!r} of {alg.name} is {int(a)}, outside int64 (kernels and the reference "
                          f"compute integers in int64 at most); pass a value of magnitude below 2**63")
+
+
+def permute_hint(alg, p, a: torch.Tensor, known: dict[str, int]) -> str:
+    """For a tensor ``a`` of parameter ``p`` whose sizes disagree with ``known`` (the dim sizes bound by
+    the arguments before it): where a permutation of its dims agrees with them (a torch conv weight (O, C,
+    R, Q) given to a channels-last algorithm reading (O, R, Q, C)), the sentence naming the permute that
+    lays it out as ``alg`` reads it (the dims not bound yet kept in their order); "" where none does."""
+    free, at = list(range(a.dim())), {}
+    for d in p.dims:
+        if d in known:
+            hit = next((j for j in free if a.shape[j] == known[d]), None)
+            if hit is None:
+                return ""
+            free.remove(hit)
+            at[d] = hit
+    perm = [at[d] if d in at else free.pop(0) for d in p.dims]
+    if perm == sorted(perm):
+        return ""
+    return (f"; {alg.name} reads {p.name} as ({', '.join(p.dims)}): if it is laid out otherwise (a torch "
+            f"weight), pass {p.name}.permute({', '.join(map(str, perm))})")
 
 
 def _check_tensor(alg, p, a) -> None:
@@ -184,7 +218,9 @@ class Binding:
                 raise ShapeError(f"argument {p.name!r} is on {a.device} but earlier arguments are on {device}")
             for k, (d, n) in enumerate(zip(p.dims, a.shape)):
                 if d in sizes and sizes[d] != n:
-                    raise ShapeError(f"{d} is {sizes[d]} from {src[d]} but {n} from {p.name}.shape[{k}]")
+                    raise ShapeError(f"{alg.name}: {d} is {sizes[d]} from {src[d]} but {n} from {p.name}.shape[{k}]"
+                                     + permute_hint(alg, p, a, {e: v for e, v in sizes.items()
+                                                                 if not src[e].startswith(f"{p.name}.")}))
                 sizes.setdefault(d, int(n))
                 src.setdefault(d, f"{p.name}.shape[{k}]")
             dtypes[p.name] = a.dtype

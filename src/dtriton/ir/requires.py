@@ -108,29 +108,42 @@ def _value(node: ast.AST, env: dict[str, Any]) -> Any:
     return eval(compile(ast.Expression(node), "<requires>", "eval"), dict(_BUILTINS), env)   # noqa: S307
 
 
+#: a comparison read from its other side (``1 <= k`` as ``k >= 1``)
+_FLIPPED = {"==": "==", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+_HOLDS = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b, "<": lambda a, b: a < b,
+          "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+
+
 def requires_message(alg, k: int, args: Sequence[Any]) -> str:
     """The message of the :class:`ShapeError` for constraint ``k`` of ``alg`` broken by ``args``:
     ``"conv2d: argument 'stride' must be >= 1, got -1"``, with the computed value of a bound that is
-    an expression and the values it was computed from."""
+    an expression and the values it was computed from. Of a chain (``1 <= k <= N``), the first link
+    that fails is reported so, read from the side of its name (``1 <= k`` as ``k >= 1``), the chain
+    named after it; a link with no name on either side gives both sides' values."""
     req: Requirement = alg.requires[k]
     src = _sources(alg)
     env = {n: eval(src[n], {"args": args}) for n in src}   # noqa: S307 - our own printed sources
     tree = ast.parse(req.cond, mode="eval").body
     assert isinstance(tree, ast.Compare)
-    left = tree.left
     hint = f"; {req.hint}" if req.hint else ""
-    if not isinstance(left, ast.Name) or len(tree.ops) != 1:
+    sides = [tree.left, *tree.comparators]
+    links = [(sides[j], _OPS[type(o)], sides[j + 1]) for j, o in enumerate(tree.ops)]
+    left, op, rhs = next((ln for ln in links if not _HOLDS[ln[1]](_value(ln[0], env), _value(ln[2], env))), links[0])
+    chain = f" (in {req.cond})" if len(links) > 1 else ""
+    if chain and not isinstance(left, ast.Name) and isinstance(rhs, ast.Name):
+        left, op, rhs = rhs, _FLIPPED[op], left
+    if not isinstance(left, ast.Name):
         shown = ", ".join(f"{n}={env[n]}" for n in _names(tree) if n in env)
-        return f"{alg.name}: requires {req.cond}, which fails for {shown}{hint}"
-    rhs = tree.comparators[0]
+        at = (f" at {ast.unparse(left)} {op} {ast.unparse(rhs)} ({ast.unparse(left)} = {_value(left, env)}, "
+              f"{ast.unparse(rhs)} = {_value(rhs, env)})") if chain else ""
+        return f"{alg.name}: requires {req.cond}, which fails{at} for {shown}{hint}"
     what = "argument" if any(p.name == left.id and isinstance(p, ScalarParam) for p in alg.params) else "size"
-    op = _OPS[type(tree.ops[0])]
     bound = ast.unparse(rhs)
     if not isinstance(rhs, ast.Constant):
         inputs = ", ".join(f"{n}={env[n]}" for n in _names(rhs) if n in env)
-        bound = f"{bound} = {_value(rhs, env)} ({inputs})"
+        bound = f"{bound} = {_value(rhs, env)}" + (f" ({inputs})" if inputs != f"{bound}={_value(rhs, env)}" else "")
     expected = bound if op == "==" else f"{op} {bound}"
-    return f"{alg.name}: {what} {left.id!r} must be {expected}, got {env[left.id]}{hint}"
+    return f"{alg.name}: {what} {left.id!r} must be {expected}{chain}, got {env[left.id]}{hint}"
 
 
 def check_requires(alg, args: Sequence[Any]) -> None:

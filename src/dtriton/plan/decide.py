@@ -122,7 +122,7 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.device_descs = plan_descriptor_site(k, sched.descriptors)
     k.row_vectors = plan_row_vectors(k)
     k.read_masks, k.floor_ops = plan_read_masks(k, masked_reads), plan_floor_ops(k)
-    k.rolling = plan_rolling(k, bool(sched.rolling), unit_scalars)   # (needs the read masks)
+    k.rolling, k.rolling_why = plan_rolling(k, bool(sched.rolling), unit_scalars)   # (needs the read masks)
     # a pooling window: its stride and padding literal, its taps read as contiguous runs, a 16-bit max in its dtype
     k.literal_scalars = plan_literal_scalars(k, index_values or {})
     k.pair_taps = plan_pair_taps(k, index_values or {}, sched.window_loads)
@@ -298,6 +298,9 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
     # (a kernel printed as the Gluon attention forward has none of the Triton loops the notes are about)
     kernels = [k for k in prog.kernels if k.gluon is None]
     notes = [f"warp_specialize=True: {prog.gluon_note}; the Triton kernel runs"] if prog.gluon_note else []
+    # (on the interpreter that reason is the whole story: no kernel is warp-specialised there, so the notes on
+    # the Triton loops below, e.g. "needs access='tma'", would point at a fix that changes nothing)
+    ws_told = bool(prog.gluon_note) and all(k.interpret for k in prog.kernels)
     if sched.split_mode is not None and not any(f > 1 for f in sched.split.values()):
         sums = [a for a in alg.reduction_axes
                 if all(st.node.combiner.splittable for st in alg.stages.values() if not st.is_output and a in st.node.over)]
@@ -305,18 +308,19 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
                f"{alg.name} has no reduction to split")
         notes.append(f"split_mode={sched.split_mode!r} has no effect: this call splits no reduction axis (the "
                      f"complete schedule's split is {dict(sched.split)}); {how}. Give a split, or drop split_mode")
-    split = [p for k in kernels for p in k.all_passes() if p.ws_requested and not p.warp_specialize
+    split = [p for k in kernels for p in k.all_passes() if p.ws_requested and not p.warp_specialize and not ws_told
              and {lb.axis for lb in k.bounds.values() if lb.unmasked} & set(p.loop_axes)]
     if split:
         notes.append("warp_specialize=True has no effect on loops that mask bounds split into fully visible and "
                      "boundary tiles (causal attention): Triton 3.6 cannot warp-specialise that pair of loops on "
                      "Hopper; they run without it (mask_bounds=False keeps one masked loop over every tile)")
-    fp8 = [p for k in kernels for p in k.all_passes() if p.ws_requested and not p.warp_specialize and fp8_dots(k, p)]
+    fp8 = [p for k in kernels for p in k.all_passes()
+           if p.ws_requested and not p.warp_specialize and not ws_told and fp8_dots(k, p)]
     if fp8:
         notes.append("warp_specialize=True has no effect on loops of fp8 dots: Triton 3.6's warp-specialised fp8 dots "
                      "gave wrong results on the H200; they run without it")
-    if any(p.ws_requested and not p.warp_specialize for k in kernels for p in k.all_passes()
-           if p not in split and p not in fp8):
+    if not ws_told and any(p.ws_requested and not p.warp_specialize for k in kernels for p in k.all_passes()
+                           if p not in split and p not in fp8):
         notes.append("warp_specialize=True has no effect on loops whose loads are not all TMA "
                      "(needs access='tma' and TMA-addressable tensors: last stride 1, 16-byte aligned rows and "
                      "base); those loops run without it")
@@ -328,7 +332,7 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
         notes.append(f"store_pieces={sched.store_pieces} has no effect: no output tile of this call is stored through "
                      "TMA in that many pieces (it needs access='tma', a TMA-addressable output and, for 2, a last "
                      "tile dim of 16 bytes a piece or more)")
-    if sched.warp_specialize and not any(k.ws_loop or k.gluon is not None for k in prog.kernels):
+    if sched.warp_specialize and not ws_told and not any(k.ws_loop or k.gluon is not None for k in prog.kernels):
         notes.append("warp_specialize=True has no effect: no kernel has a contraction (tl.dot) loop to specialise")
     if sched.precision not in ("auto", "ieee") and not any(k.fp32_dot for k in kernels):
         notes.append(f"precision={sched.precision!r} has no effect: no kernel has a tl.dot with fp32 operands "
@@ -341,9 +345,11 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
                      "reduced axis is 'whole' in one block, or its loop is warp-specialised); drop it, or loop over "
                      "an axis (strategy='loop' with a tile)")
     if sched.rolling and not any(k.rolling for k in kernels):
-        notes.append("rolling=True has no effect: no kernel of this call stores one window sum of two loads whose "
-                     "input row is an output row axis (tile 2 or more) plus an unrolled window axis (a depthwise "
-                     "convolution at stride 1 under pointer access, not persistent); drop it")
+        why = "; ".join(dict.fromkeys(k.rolling_why for k in kernels if k.rolling_why)) or (
+            "no kernel of this call stores one window sum of two loads whose input row is an output row axis (tile 2 "
+            "or more) plus an unrolled window axis (a depthwise convolution at stride 1 under pointer access, not "
+            "persistent)")
+        notes.append(f"rolling=True has no effect: {why}; or drop it")
     if sched.window_loads != "pairs" and not any("window_loads" in k.window_knobs for k in kernels):
         notes.append(f"window_loads={sched.window_loads!r} has no effect: no kernel of this call reads a pooling window's "
                      "taps as contiguous pairs (a window of stride 2, 4 or 8 on the unit-stride dim, pointer access, an "

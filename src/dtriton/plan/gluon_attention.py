@@ -308,7 +308,7 @@ def platform_problem(head: str, interpret: bool, arch: int) -> str:
     ``interpret``: Triton's interpreter runs the call (Gluon has none); ``arch``: the GPU's compute
     capability as 10 * major + minor, sm_90 (Hopper) needed."""
     if interpret:
-        return f"{head}: Gluon has no interpreter (CPU tensors)"
+        return f"{head}: Gluon has no interpreter (CPU tensors; it runs with CUDA tensors on an sm_90 GPU)"
     if arch != 90:
         return f"{head}: it needs an sm_90 GPU (Hopper), this is sm_{arch}"
     return ""

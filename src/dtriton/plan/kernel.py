@@ -352,6 +352,7 @@ class KernelPlan:
     static_loops: dict[str, int] = field(default_factory=dict)  # loop axis -> its exact size: emitted as
                                                       # tl.static_range (a depthwise conv's taps: plan.taps)
     rolling: RollingWindow | None = None              # a window sum computed by rolling rows (plan.taps)
+    rolling_why: str = ""                              # why rolling=True does not apply (plan.taps)
     pair_taps: dict[int, PairTaps] = field(default_factory=dict)  # a window reduction's id -> its taps read as
                                                       # contiguous runs split in registers (plan.pairs)
     literal_scalars: dict[str, int] = field(default_factory=dict)  # int scalar argument -> the call's value,

@@ -175,36 +175,53 @@ def _tap_shifts(k: KernelPlan, n: Load, fixed: set, ones: frozenset) -> dict | N
     return shifts or None
 
 
-def plan_rolling(k: KernelPlan, want: bool, ones: frozenset) -> RollingWindow | None:
+def plan_rolling(k: KernelPlan, want: bool, ones: frozenset) -> tuple[RollingWindow | None, str]:
     """The rolling-rows plan of kernel ``k`` (see the module's docstring) where the schedule asks for it
-    (``want``) and it applies; None otherwise. ``ones``: the integer scalars equal to 1 on the call.
+    (``want``) and it applies, with ``""``; else None and why it does not apply (``""`` where not
+    asked): the condition not met and, where there is one, the schedule change that meets it.
+    ``ones``: the integer scalars equal to 1 on the call.
     Needs every other decision made (static loops, accesses, read masks). It applies to a kernel (not
     persistent, not split, no flat axes, no TMA or block-pointer tiles) that stores one output, in
     float16 or float32, exactly a sum over window axes all unrolled (``k.static_loops``) of the product
     of two loads: the input, one of whose dims is a grid axis of tile 2 or more plus a window axis plus
     scalars (coefficients 1 on the call), masked to its dim, and a weight that does not read that
     grid axis, indexed by plain axes."""
-    if not want or k.persistent or k.split or k.flat or len(k.stores) != 1:
-        return None
+    if not want:
+        return None, ""
+    if k.persistent or k.split or k.flat:
+        what, fix = (("persistent", "persistent=0") if k.persistent else ("split", "no split") if k.split
+                     else ("flat", "no flat_axes"))
+        return None, f"the kernel is {what} (give {fix})"
     if any(acc.kind != "pointer" for acc in k.access.values()):
-        return None
+        return None, "its tiles are not read through pointers (give access='pointer')"
+    if len(k.stores) != 1:
+        return None, f"the kernel stores {len(k.stores)} outputs, not one window sum"
     st = k.stores[0]
     reds = fused_reduces([st.expr], k.materialized)
     if len(reds) != 1 or reds[0] is not st.expr or k.out_dtypes.get(st.target) not in (torch.float16, torch.float32):
-        return None
+        return None, f"its output {st.target} is not one window sum stored in float16 or float32"
     r = reds[0]
     factors = mul_factors(r.x)
     if (not is_sum(r) or r.combiner.base != "sum" or len(factors) != 2 or not all(isinstance(f, Load) for f in factors)
-            or any(a not in k.static_loops for a in r.over) or any(k.axes[a].role != "grid" for a in st.layout)):
-        return None
+            or any(k.axes[a].role != "grid" for a in st.layout)):
+        return None, f"its output {st.target} is not a sum of the product of two loads (input and weight) over the grid"
+    loose = [a for a in r.over if a not in k.static_loops]
+    if loose:
+        how = ", ".join(f"{a!r} is {k.axes[a].role!r} in blocks of {k.axes[a].block}" for a in loose)
+        return None, (f"its window axes are not unrolled one tap a step ({how}): give strategy={ {a: 'loop' for a in r.over} } and "
+                      f"tile={ {a: 1 for a in r.over} } (at most {MAX_TAPS} taps in all)")
     for x, wt in (factors, factors[::-1]):
         found = _rolled_dim(k, x, r.over, ones)
         if found is None or found[0] in wt.axes or not all(isinstance(e, Axis) for e in wt.index):
             continue
         row, tap, base, dim = found
         others = tuple((a, k.static_loops[a]) for a in r.over if a != tap)
-        return RollingWindow(r.uid, row, tap, k.static_loops[tap], base, x.uid, dim, wt.uid, others)
-    return None
+        return RollingWindow(r.uid, row, tap, k.static_loops[tap], base, x.uid, dim, wt.uid, others), ""
+    short = [a for a in st.layout if k.axes[a].block < 2
+             and any(a in e.axes and not isinstance(e, Axis) for f in factors for e in f.index)]
+    return None, ("no input dim is indexed by an output row axis of tile 2 or more plus one window axis at "
+                  "stride 1 (h + r - padding)" + (f": give {short[0]!r} a tile of 2 or more" if short else
+                                                   ": a stride other than 1 keeps the unrolled taps"))
 
 
 def _rolled_dim(k: KernelPlan, x: Load, over, ones: frozenset):

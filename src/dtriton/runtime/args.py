@@ -10,7 +10,7 @@ from typing import Callable
 import torch
 
 from ..errors import DTypeError, ShapeError
-from ..ir import Algorithm, Axis, InputTensor, Load, Reduce, merge_named, topo_order, walk
+from ..ir import Algorithm, Axis, InputTensor, Load, Reduce, merge_named, numpy_item, topo_order, walk
 from ..plan.callspec import max_offset
 from ..schedule import Schedule
 
@@ -216,10 +216,12 @@ def scalar_key(a) -> object:
 
 def plain_numbers(args: tuple) -> tuple:
     """``args`` with numpy (or other ``numbers``) integers as Python ints and reals as Python
-    floats (bools kept), so planning reads a call's scalars as a Python call's; ``args`` itself
-    when there are none."""
+    floats (bools kept), a numpy bool (``np.True_``) and a 0-d numpy array as the Python number
+    they hold (as torch takes them for a scalar), so planning reads a call's scalars as a Python
+    call's; ``args`` itself when there are none."""
     if all(type(a) in (int, float, bool) or isinstance(a, torch.Tensor) for a in args):
         return args
+    args = tuple(numpy_item(a) for a in args)
     return tuple(a if isinstance(a, (torch.Tensor, bool)) or not isinstance(a, numbers.Real) else
                  int(a) if isinstance(a, numbers.Integral) else float(a) for a in args)
 

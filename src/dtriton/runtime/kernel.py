@@ -365,7 +365,10 @@ class Kernel:
         if grad and self.grad_call is not None and torch.is_grad_enabled():
             return self.grad_call(args, out=out)
         if self._fast and not self.check_indices:
-            fast = self._fast.get(key + self._sized(args) if self._size_pos or self._req_pos else key)
+            try:
+                fast = self._fast.get(key + self._sized(args) if self._size_pos or self._req_pos else key)
+            except TypeError:   # (an unhashable scalar, a 0-d numpy array: the slow path reads its number)
+                fast = None
             if fast is not None and _fast_ok():
                 if out is None:
                     return fast(args)
@@ -406,7 +409,10 @@ class Kernel:
         path). Calling it with ``args`` of that signature returns the outputs as the kernel does."""
         if self.check_indices or not self._fast:
             return None
-        return self._fast.get(self._key(args)[0] + self._sized(args))
+        try:
+            return self._fast.get(self._key(args)[0] + self._sized(args))
+        except TypeError:   # (an unhashable scalar, a 0-d numpy array: its calls take the slow path)
+            return None
 
     def _sized(self, args) -> tuple:
         """The values of the int arguments that size axes (``dt.axes("h:Ho")``): part of the keys

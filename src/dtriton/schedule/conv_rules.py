@@ -164,9 +164,12 @@ def depthwise_tiles(d: Draft) -> None:
     (4 x 8 x 64 of (h, w, c): the taps of 4 output rows share 6 input rows, in L1), the others 1; the
     window's axes looped one tap at a time (unrolled where their sizes are small: ``plan.taps``); 4
     warps. H200, s5 call 4, 3x3 at N32 C256 56x56 fp16: 58.6 us against 90.4 at 1 x 8 x 128, 62.5 at
-    8 x 8 x 32, 68.8 at 4 x 16 x 64, 82.8 at 8 x 8 x 64, 92.8 at 4 x 8 x 128."""
+    8 x 8 x 32, 68.8 at 4 x 16 x 64, 82.8 at 8 x 8 x 64, 92.8 at 4 x 8 x 128. On the interpreter only
+    where the user asks for ``rolling`` (it needs the taps unrolled one a step and a row tile of 2 or
+    more; the interpreter's own choice, "whole" windows, never rolls)."""
     r = _depthwise(d)
-    if r is None or not d.gpu or d.layout_given or d.cons or convolutions(d.alg) or d.grid is None:
+    # (on the interpreter "whole" windows, unless the user asks for rolling rows: plan.taps.plan_rolling)
+    if r is None or not (d.gpu or d.user.rolling) or d.layout_given or d.cons or convolutions(d.alg) or d.grid is None:
         return
     rows = [a for a in d.alg.outputs[0].layout if a in d.grid]
     if len(rows) < 2:

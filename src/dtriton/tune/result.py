@@ -52,9 +52,15 @@ def _short(schedule_json: str | None) -> str:
         return schedule_json
 
 
+#: A number standing alone in a reason (``300000``, ``#12``, ``1.5e-3``, ``64x32``), not digits inside a name
+#: (``sm_90``, ``float16``, ``conv2d``, ``e4m3``), which say what the reason is about
+_NUMBER = re.compile(r"(?<![\w.])#?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?:x\d+)*(?![\w])")
+
+
 def _reason_kind(reason: str) -> str:
-    """A reason with its numbers and candidate ids replaced by ``N``, so like reasons count together."""
-    return re.sub(r"#?\d+", "N", reason)[:160]
+    """A reason with its numbers and candidate ids replaced by ``N`` (names keep their digits), so like
+    reasons count together."""
+    return _NUMBER.sub("N", reason)
 
 
 def _row(t: Table, *cells) -> None:
@@ -217,8 +223,12 @@ class ExploreResult:
         if pre:
             con.print(f"decided without running: {len(pre)}", markup=False)
             reasons = Counter((r["status"], _reason_kind(r.get("reason") or "")) for r in pre)
+            texts: dict[tuple, set] = {}   # (the reason itself where a kind has one: its numbers kept)
+            for r in pre:
+                texts.setdefault((r["status"], _reason_kind(r.get("reason") or "")), set()).add(r.get("reason") or "")
             for (st, why), n in reasons.most_common(top):
-                con.print(f"  {n:>4} {st}: {why}", markup=False, soft_wrap=True)
+                one = texts[st, why]
+                con.print(f"  {n:>4} {st}: {next(iter(one)) if len(one) == 1 else why}", markup=False, soft_wrap=True)
         return "\n".join(ln.rstrip() for ln in buf.getvalue().rstrip("\n").splitlines())
 
     def __repr__(self):
