@@ -5,7 +5,8 @@ dtriton's generated output kernel timed as printed and with one printing decisio
                                                      [--budget 300] [--no-compile] [--out DIR] [--dry-run]
 
 For each case (batch norm 64x64x512x512, Frobenius normalisation and layer norm over (C, H, W) 16x64x256x256) and
-dtype, and each schedule (the default; batch norm also tile h 4 and the flat (h, w) plane), the whole call and every
+dtype, and each schedule (the default; ``last``: split statistics finished by the split kernel's last program,
+``split_mode="last"``; batch norm also tile h 4, with last, and the flat (h, w) plane), the whole call and every
 kernel it launches are timed alone (CUDA-graph replay, the unit of the s11/s12 totals; the launch recorded on the
 first call and replayed with the same arguments). Then the output kernel's module source is edited and the edited
 kernel launched with the same arguments (each checked against float64 first, the output poisoned with NaN):
@@ -187,8 +188,11 @@ def run_case(case, dtype, dev, tmp: Path):
     add(case, sname, dname, "torch copy", 0.0, True, lambda: y.copy_(x))
     base = dt.compile(alg).schedule_for(*args)
     scheds = [("default", None)]
+    if base.split:
+        scheds.append(("last", {"split_mode": "last"}))
     if case == "bn":
-        scheds += [("h4", {"tile": {"h": 4}}), ("flat2 h4", {"flat_axes": 2, "tile": {"h": 4}})]
+        scheds += [("h4", {"tile": {"h": 4}}), ("h4 last", {"tile": {"h": 4}, "split_mode": "last"}),
+                   ("flat2 h4", {"flat_axes": 2, "tile": {"h": 4}})]
     for label, fields in scheds:
         try:
             k = dt.compile(alg, merged(base, fields)) if fields else dt.compile(alg)
