@@ -14,7 +14,12 @@ kernel launched with the same arguments (each checked against float64 first, the
 - ``fwd``: programs take tiles in launch order (``tile = pid``) instead of the reverse order the plan chose;
 - ``norestate``: without the ``size_x = size_x // 8 * 8`` lines (alignment facts restated for Triton);
 - ``fwd norestate``: both;
-- ``wW``: the kernel as printed with ``num_warps`` W instead of the plan's.
+- ``wW``: the kernel as printed with ``num_warps`` W instead of the plan's;
+- ``printed``: the kernel as printed, launched by this script's path (the control of the rows above);
+- ``grid3`` (``grid3 fwd``): the tile indices read from a 3-D launch grid, ``tl.program_id(0..2)`` with the
+  innermost grid axis on dimension 0, in reverse (forward) order: no integer division per program.
+
+Every row's graph replays start after ``--warm-ms`` of untimed replays (after a float64 check the clocks are down).
 
 ``torch.compile`` of the whole algorithm (its own statistics) is timed beside (``--no-compile``: not). The dry run
 (``--dry-run``: the CPU interpreter, shapes 2x3x8x16) checks every row against float64 and times nothing.
@@ -81,7 +86,7 @@ def torch_fn(case, args):
         return lambda: F.batch_norm(args[0], None, None, args[1], args[2], training=True, eps=EPS)
     if case == "lnchw":
         return lambda: F.layer_norm(args[0], args[0].shape[1:], eps=EPS)
-    return lambda: args[0] * torch.rsqrt((args[0].float() ** 2).sum()).to(args[0].dtype)
+    return lambda: args[0] / torch.linalg.vector_norm(args[0].float()).to(args[0].dtype)   # (bench/probe_flat.py's)
 
 
 def err_of(y, ref) -> float:
@@ -138,18 +143,53 @@ def edits(src: str) -> dict[str, str]:
     return {k: v for k, v in (("fwd", fwd), ("norestate", nor), ("fwd norestate", both)) if v != src}
 
 
+GRID_AXES = re.compile(r"\n    num_pid_(\w+) = \((size_\w+) \+ (BLOCK_\w+) - 1\) // \3")
+
+
+def grid3(src: str, name: str, consts: dict, sizes: dict, reverse: bool) -> tuple[str, tuple] | None:
+    """The output kernel with its tile indices read from a 3-D launch grid (``tl.program_id(0..2)``, the
+    innermost grid axis on dimension 0, no division) and that grid; None where the source's grid is not a
+    plain 4-axis one whose innermost axis has one program."""
+    at = src.index(f"def {name}(")
+    axes = GRID_AXES.findall(src[at:src.find("\ndef ", at + 1) if "\ndef " in src[at + 1:] else len(src)])
+    if len(axes) != 4 or "tile = " not in src and "pid_" not in src:
+        return None
+    counts = {a: -(-sizes[sz] // consts[blk]) for a, sz, blk in axes}
+    names = [a for a, _, _ in axes]
+    if counts[names[-1]] != 1 or max(counts[a] for a in names[:2]) > 65535:
+        return None
+    start = src.index("    pid = tl.program_id(0)\n", at)
+    end = src.index(f"    pid_{names[-1]} = ", start)
+    end = src.index("\n", end) + 1
+    dims = {names[2]: 0, names[1]: 1, names[0]: 2}
+    body = "".join(f"    pid_{a} = " + (f"num_pid_{a} - 1 - " if reverse else "") + f"tl.program_id({d})\n"
+                   for a, d in dims.items()) + f"    pid_{names[-1]} = 0\n"
+    return src[:start] + body + src[end:], (counts[names[2]], counts[names[1]], counts[names[0]])
+
+
 def ablate(case, shape, dname, label, rec, orig, y, ref, tmp: Path):
     """Rows of the edited output kernels (the last launch that writes ``out``)."""
     fn, programs, call, meta, interpret = rec[-1]
     src = Path(fn.fn.__code__.co_filename).read_text()
     name = fn.fn.__name__
-    variants = [(k, load_module(v, interpret, tmp).__dict__[name], meta.ir.num_warps) for k, v in edits(src).items()]
-    variants += [(f"w{w}", fn, w) for w in (2, 8) if w != meta.ir.num_warps]
-    for vname, f, nw in variants:
+    variants = [("printed", fn, meta.ir.num_warps, programs)]
+    variants += [(k, load_module(v, interpret, tmp).__dict__[name], meta.ir.num_warps, programs)
+                 for k, v in edits(src).items()]
+    variants += [(f"w{w}", fn, w, programs) for w in (2, 8) if w != meta.ir.num_warps]
+    sizes = {f"size_{a}": n for a, n in zip("nchq", y.shape)}
+    for rev in (True, False):
+        g = grid3(src, name, meta.consts, sizes, rev)
+        if g is not None:
+            variants.append(("grid3" + ("" if rev else " fwd"), load_module(g[0], interpret, tmp).__dict__[name],
+                             meta.ir.num_warps, g[1]))
+    for vname, f, nw, grid in variants:
         impl = f"dtriton {label} {meta.name} {vname}"
         try:
-            def go(f=f, nw=nw):
-                launch(f, programs, call, meta.consts, nw, meta.ir.num_stages, interpret, meta.ir.max_registers)
+            def go(f=f, nw=nw, grid=grid):
+                if isinstance(grid, tuple):
+                    f[grid](*call, **meta.consts, num_warps=nw, num_stages=meta.ir.num_stages)
+                else:
+                    launch(f, grid, call, meta.consts, nw, meta.ir.num_stages, interpret, meta.ir.max_registers)
             y.fill_(float("nan"))
             go()
             if not OPTS.dry:
@@ -158,9 +198,8 @@ def ablate(case, shape, dname, label, rec, orig, y, ref, tmp: Path):
             add(case, shape, dname, impl, e, e <= RTOL[y.dtype], go)
         except Exception as e:  # noqa: BLE001 - recorded
             add(case, shape, dname, impl, float("nan"), False, note=f"failed: {type(e).__name__}: {str(e)[:160]}")
-        if OPTS.out and vname in ("fwd", "norestate"):
-            (Path(OPTS.out) / f"{case}_{dname}_{label}_{vname.replace(' ', '_')}.py").write_text(
-                edits(src).get(vname, src))
+        if OPTS.out and vname == "grid3" and label == "default":
+            (Path(OPTS.out) / f"{case}_{dname}_grid3.py").write_text(grid3(src, name, meta.consts, sizes, True)[0])
 
 
 def run_case(case, dtype, dev, tmp: Path):
@@ -190,8 +229,10 @@ def run_case(case, dtype, dev, tmp: Path):
     scheds = [("default", None)]
     if base.split:
         scheds.append(("last", {"split_mode": "last"}))
-    if case == "bn":
-        scheds += [("h4", {"tile": {"h": 4}}), ("h4 last", {"tile": {"h": 4}, "split_mode": "last"}),
+    if OPTS.dry:   # a GPU-like grid on the dry shape: every axis on the grid, q whole (grid3 applies)
+        scheds.append(("tiles", {"grid": ["n", "c", "h", "q"], "tile": {"n": 1, "c": 1, "h": 2, "q": 16}}))
+    if case == "bn" and not OPTS.dry:
+        scheds += [("h2", {"tile": {"h": 2}}), ("h4", {"tile": {"h": 4}}), ("h4 last", {"tile": {"h": 4}, "split_mode": "last"}),
                    ("flat2 h4", {"flat_axes": 2, "tile": {"h": 4}})]
     for label, fields in scheds:
         try:
@@ -218,12 +259,15 @@ def main(argv=None) -> int:
     ap.add_argument("--dtypes", default="float16,float32")
     ap.add_argument("--budget", type=float, default=300.0, help="seconds after which rows are no longer timed")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--warm-ms", type=float, default=40.0,
+                    help="milliseconds of untimed graph replays before each row's timed ones (the clocks up)")
     ap.add_argument("--out", default="")
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args(argv)
     OPTS.dry, OPTS.out, OPTS.compile = a.dry_run, a.out, not (a.no_compile or a.dry_run)
     if a.dry_run:
         R.DEV, R.DRY = "cpu", True
+    R.WARM_MS[0] = a.warm_ms
     if a.out:
         os.makedirs(a.out, exist_ok=True)
     t0 = time.time()
