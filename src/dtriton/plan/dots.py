@@ -107,9 +107,25 @@ def dot_split(r: Reduce, k: KernelPlan, compute_dtype: str, swap: bool = False):
             if any(contains(f, r, k.materialized) for f in hoist):
                 return None
             if loose and _plain_load(left) and not _plain_load(right):
-                return left, right + loose, hoist, m, n
-            return left + loose, right, hoist, m, n
+                left, right = left, right + loose
+            else:
+                left = left + loose
+            return reads_last(left, k), reads_last(right, k), hoist, m, n
     return None
+
+
+def reads_last(fs: list[Expr], k: KernelPlan) -> list[Expr]:
+    """The factors ``fs`` of one side of a dot in the order its kernel computes them: the factors
+    computed in registers first (``exp(-evals[k] t[c])``), then the tiles read from memory (a
+    tensor's load, a materialised stage's buffer), each group in the algorithm's order. So a
+    derived product takes the order a hand-written one has whichever order the chain rule
+    multiplied it in, and each tile is read just before the multiply that uses it: the derived
+    diffusion backward's ``d_x`` side ``d_mul * exp(-evals t)`` is computed as
+    ``exp(-evals t) * d_mul``, as the hand-written ``exp(-evals t) * gs`` (sm_90: 118 registers,
+    not 122, at V <= 20000, K = C = 128 fp32; bench/diffusion_bwd_regs.py)."""
+    def read(f: Expr) -> bool:
+        return isinstance(f, Load) or (isinstance(f, Reduce) and f.uid in k.materialized)
+    return [f for f in fs if not read(f)] + [f for f in fs if read(f)]
 
 
 def _plain_load(fs: list[Expr]) -> bool:
