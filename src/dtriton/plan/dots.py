@@ -43,7 +43,7 @@ from .graph import contains, fused_reduces
 from .kernel import DotPlan, KernelPlan
 
 __all__ = ["INT8_K_MAX", "NARROW_OPERANDS", "dot_axis", "dot_dtype", "dot_only_axes", "dot_split", "layout_rank", "plan_dots",
-           "transposed_operands"]
+           "reads_last", "transposed_operands"]
 
 #: torch dtype of both operands -> (the dot's operand dtype, its accumulator's dtype)
 NARROW_OPERANDS = {torch.float8_e4m3fn: ("float8e4nv", "float32"), torch.float8_e5m2: ("float8e5", "float32"),
