@@ -1,7 +1,7 @@
 """The diffusion layer's derived backward beside its hand-written one, compiled for sm_90 on a
 machine without a GPU (issue 15): registers, spill stack and SASS instructions per kernel.
 
-    PYTHONPATH=src python3 bench/diffusion_bwd_regs.py [--V 2000 6000 20000] [--K 128] [--C 128] [--check]
+    PYTHONPATH=src python3 bench/diffusion_bwd_regs.py [--V 2000 6000 20000] [--K 128] [--C 128] [--check] [--out DIR]
 
 The derived backward is the layer's "auto" backend's (``dt.grad`` for x and times, the spectral
 output saved: :func:`diffusion_sm90.backward_algorithms`), the hand-written one
@@ -10,7 +10,8 @@ call at (V, K, C) fp32 under the heuristic and every kernel compiled by Triton's
 (bench/sm90.py). Kernels pair up by position (the derived ``d_mul``, ``out0``, ``out1`` beside the
 hand-written ``sum0``, ``out0``, ``out1``). A table row per (V, kernel): both kernels' registers,
 stack (above 0: spills) and SASS count. ``--check``: exit 1 when a derived kernel takes more
-registers, stack or SASS instructions than its hand-written partner.
+registers, stack or SASS instructions than its hand-written partner. ``--out``: also writes the
+table to ``<out>/diffusion_bwd_regs.md``.
 """
 
 from __future__ import annotations
@@ -38,20 +39,27 @@ def main(argv=None) -> int:
     ap.add_argument("--K", type=int, default=128)
     ap.add_argument("--C", type=int, default=128)
     ap.add_argument("--check", action="store_true", help="exit 1 when a derived kernel is worse than its partner")
+    ap.add_argument("--out", default=None, help="also write the table to <out>/diffusion_bwd_regs.md")
     a = ap.parse_args(argv)
     algs = backward_algorithms()
     derived, manual = algs["derived backward"], algs["manual backward"]
     worse = []
-    print("| V | derived kernel | regs | stack | SASS | hand-written kernel | regs | stack | SASS |\n"
-          "|---:|---|---:|---:|---:|---|---:|---:|---:|")
+    table = ["| V | derived kernel | regs | stack | SASS | hand-written kernel | regs | stack | SASS |",
+             "|---:|---|---:|---:|---:|---|---:|---:|---:|"]
+    print("\n".join(table))
     for V in a.V:
         sizes = {"V": V, "K": a.K, "C": a.C}
         rows_d = [figures(x) for x in report(None, sizes, alg=derived)]
         rows_m = [figures(x) for x in report(None, sizes, alg=manual)]
         for d, m in zip(rows_d, rows_m):
-            print(f"| {V} | {d[0]} | {d[1]} | {d[2]} | {d[3]} | {m[0]} | {m[1]} | {m[2]} | {m[3]} |", flush=True)
+            table.append(f"| {V} | {d[0]} | {d[1]} | {d[2]} | {d[3]} | {m[0]} | {m[1]} | {m[2]} | {m[3]} |")
+            print(table[-1], flush=True)
             if any(x > y for x, y in zip(d[1:], m[1:])):
                 worse.append(f"V={V} {d[0]} {d[1:]} vs {m[0]} {m[1:]}")
+    if a.out:
+        os.makedirs(a.out, exist_ok=True)
+        with open(os.path.join(a.out, "diffusion_bwd_regs.md"), "w") as f:
+            f.write("\n".join(table) + "\n")
     if worse:
         print("derived kernels above their hand-written partners (regs, stack, SASS):\n  " + "\n  ".join(worse))
     return 1 if a.check and worse else 0
