@@ -3,7 +3,9 @@
 A contraction is a sum over one axis ``r`` of a product whose factors split into an ``(m, r)``
 side and an ``(r, n)`` side (factors free of ``r`` are hoisted out of the sum; factors over ``r`` alone, a per-row scale such as the
 reciprocal of a saved softmax sum, join the side computed in registers when the other side is one plain
-load, so that load still feeds the dot as loaded and the scale does not decide the dot's dtype). It becomes a dot
+load, so that load still feeds the dot as loaded and the scale does not decide the dot's dtype). A side's factors are
+multiplied in a fixed order: those computed in registers first, then the tiles read from memory
+(:func:`reads_last`), whatever order the algorithm (or the chain rule) wrote them in. It becomes a dot
 with an fp32 accumulator when ``m``, ``n`` and ``r`` all have blocks of at least 16 and the kernel
 computes in fp32 (on the interpreter also in fp64, with an fp64 accumulator). Operands are cast to the 16-bit storage dtype when either side reads only 16-bit
 tensors (as FlashAttention casts P before P·V); otherwise the dot is an fp32 dot, where the
