@@ -3,7 +3,9 @@
 A contraction is a sum over one axis ``r`` of a product whose factors split into an ``(m, r)``
 side and an ``(r, n)`` side (factors free of ``r`` are hoisted out of the sum; factors over ``r`` alone, a per-row scale such as the
 reciprocal of a saved softmax sum, join the side computed in registers when the other side is one plain
-load, so that load still feeds the dot as loaded and the scale does not decide the dot's dtype). It becomes a dot
+load, so that load still feeds the dot as loaded and the scale does not decide the dot's dtype). A side's factors are
+multiplied in a fixed order: those computed in registers first, then the tiles read from memory
+(:func:`reads_last`), whatever order the algorithm (or the chain rule) wrote them in. It becomes a dot
 with an fp32 accumulator when ``m``, ``n`` and ``r`` all have blocks of at least 16 and the kernel
 computes in fp32 (on the interpreter also in fp64, with an fp64 accumulator). Operands are cast to the 16-bit storage dtype when either side reads only 16-bit
 tensors (as FlashAttention casts P before P·V); otherwise the dot is an fp32 dot, where the
@@ -43,7 +45,7 @@ from .graph import contains, fused_reduces
 from .kernel import DotPlan, KernelPlan
 
 __all__ = ["INT8_K_MAX", "NARROW_OPERANDS", "dot_axis", "dot_dtype", "dot_only_axes", "dot_split", "layout_rank", "plan_dots",
-           "transposed_operands"]
+           "reads_last", "transposed_operands"]
 
 #: torch dtype of both operands -> (the dot's operand dtype, its accumulator's dtype)
 NARROW_OPERANDS = {torch.float8_e4m3fn: ("float8e4nv", "float32"), torch.float8_e5m2: ("float8e5", "float32"),
@@ -107,9 +109,25 @@ def dot_split(r: Reduce, k: KernelPlan, compute_dtype: str, swap: bool = False):
             if any(contains(f, r, k.materialized) for f in hoist):
                 return None
             if loose and _plain_load(left) and not _plain_load(right):
-                return left, right + loose, hoist, m, n
-            return left + loose, right, hoist, m, n
+                left, right = left, right + loose
+            else:
+                left = left + loose
+            return reads_last(left, k), reads_last(right, k), hoist, m, n
     return None
+
+
+def reads_last(fs: list[Expr], k: KernelPlan) -> list[Expr]:
+    """The factors ``fs`` of one side of a dot in the order its kernel computes them: the factors
+    computed in registers first (``exp(-evals[k] t[c])``), then the tiles read from memory (a
+    tensor's load, a materialised stage's buffer), each group in the algorithm's order. So a
+    derived product takes the order a hand-written one has whichever order the chain rule
+    multiplied it in, and each tile is read just before the multiply that uses it: the derived
+    diffusion backward's ``d_x`` side ``d_mul * exp(-evals t)`` is computed as
+    ``exp(-evals t) * d_mul``, as the hand-written ``exp(-evals t) * gs`` (sm_90: 118 registers,
+    not 122, at V <= 20000, K = C = 128 fp32; bench/diffusion_bwd_regs.py)."""
+    def read(f: Expr) -> bool:
+        return isinstance(f, Load) or (isinstance(f, Reduce) and f.uid in k.materialized)
+    return [f for f in fs if not read(f)] + [f for f in fs if read(f)]
 
 
 def _plain_load(fs: list[Expr]) -> bool:
