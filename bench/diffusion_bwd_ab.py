@@ -77,16 +77,16 @@ def main(argv=None) -> None:
                     return _d(*xs)[0]
             g = bench._step(f, args, w)
             err = max(bench.rel(p, r) for p, r in zip(g, gref))
-            busy = bench.profile_kernels(lambda: bench._step(f, args, w), reps=5)[2]
+            _, step_per, busy = bench.profile_kernels(lambda: bench._step(f, args, w), reps=5)
 
             def fwd_only(_f=f):
                 xx, tt = x.detach().requires_grad_(), times.detach().requires_grad_()
                 return (_f(xx, basis, mass, evals, tt) * w).sum(), xx, tt
             _, per, _ = bench.profile_kernels(lambda st: st[0].backward(), before=fwd_only, reps=5)
             print(f"V={V:<6d} {name:26s} step GPU busy {busy if busy is None else round(busy, 2)} us  err {err:.1e}  "
-                  f"backward per kernel us: {per}", flush=True)
+                  f"backward per kernel us: {per}; step per kernel us: {step_per}", flush=True)
             rows.append(dict(V=V, impl=name, step_busy_us=busy if busy is None else round(busy, 2), rel_err=err,
-                             backward_per_kernel_us=per))
+                             backward_per_kernel_us=per, step_per_kernel_us=step_per))
             assert err < 1e-5, (name, err)
     if a.out:
         os.makedirs(a.out, exist_ok=True)
