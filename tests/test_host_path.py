@@ -117,10 +117,11 @@ class Interpreted:
 
             def launch(self, nprog, gy, gz, stream, function, coop, pdl, scratch, pscratch, packed, lmeta,
                        enter_hook, exit_hook, *call):
-                assert (gy, gz, scratch, pscratch, enter_hook, exit_hook) == (1, 1, None, None, None, None)
+                assert (scratch, pscratch, enter_hook, exit_hook) == (None, None, None, None)
+                assert (gy, gz) == tuple(programs[1:3]) + (1,) * (3 - len(programs)), (gy, gz, programs)
                 counter.fast += 1
                 n = len(call) - len(meta.consts)
-                launch(twin, nprog, _at_addresses(call[:n], args), meta.consts, meta.ir.num_warps,
+                launch(twin, (nprog, gy, gz), _at_addresses(call[:n], args), meta.consts, meta.ir.num_warps,
                        meta.ir.num_stages, True)
 
         class Compiled:
