@@ -13,7 +13,9 @@ kernel launched with the same arguments (each checked against float64 first, the
 - ``fwd``: programs take tiles in launch order (``tile = pid``) instead of the reverse order the plan chose;
 - ``norestate``: without the ``size_x = size_x // 8 * 8`` lines (alignment facts restated for Triton);
 - ``fwd norestate``: both;
-- ``wW``: the kernel as printed with ``num_warps`` W instead of the plan's.
+- ``wW``: the kernel as printed with ``num_warps`` W instead of the plan's;
+- ``linear``: the call planned with every kernel in the linear form (``plan.launch_grid``'s decision undone:
+  tile indices divided out of ``tl.program_id(0)`` on a one-dimensional grid instead of read from CUDA's three).
 
 ``torch.compile`` of the whole algorithm (its own statistics) is timed beside (``--no-compile``: not). The dry run
 (``--dry-run``: the CPU interpreter, shapes 2x3x8x16) checks every row against float64 and times nothing.
@@ -22,6 +24,7 @@ Prints a table last; ``--out DIR`` writes ``probe_out_ablate.json`` and the edit
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import re
@@ -132,6 +135,7 @@ def record(kernel, args, y):
 def edits(src: str) -> dict[str, str]:
     """The output kernel's module source with one printing decision undone a variant."""
     fwd = re.sub(r"tile = .* - 1 - pid  # tiles in reverse launch order.*", "tile = pid", src)
+    fwd = re.sub(r"num_pid_\w+ - 1 - tl\.program_id\((\d)\)", r"tl.program_id(\1)", fwd)   # (per launch-grid dim)
     nor = re.sub(r"\n\s+size_\w+ = size_\w+ // \d+ \* \d+(?=\n)", "", src)
     both = re.sub(r"\n\s+size_\w+ = size_\w+ // \d+ \* \d+(?=\n)", "", fwd)
     return {k: v for k, v in (("fwd", fwd), ("norestate", nor), ("fwd norestate", both)) if v != src}
@@ -160,6 +164,24 @@ def ablate(case, shape, dname, label, rec, orig, y, ref, tmp: Path):
         if OPTS.out and vname in ("fwd", "norestate"):
             (Path(OPTS.out) / f"{case}_{dname}_{label}_{vname.replace(' ', '_')}.py").write_text(
                 edits(src).get(vname, src))
+
+
+def linear(case, shape, dname, label, alg, sched, args, y, ref):
+    """Rows of the output kernel of the same call planned with every kernel in the linear form (one
+    launch-grid dimension): :func:`dtriton.plan.launch_grid.plan_launch_dims` undone."""
+    decide = importlib.import_module("dtriton.plan.decide")   # (the package exports a function of that name)
+    keep = decide.plan_launch_dims
+    decide.plan_launch_dims = lambda k: None
+    try:
+        k = dt.compile(alg, sched)
+        y.fill_(float("nan"))
+        rec, orig = record(k, args, y)
+    finally:
+        decide.plan_launch_dims = keep
+    f, p, c, m, i = rec[-1]
+    e = err_of(y, ref)
+    add(case, shape, dname, f"dtriton {label} {m.name} linear", e, e <= RTOL[y.dtype],
+        lambda: orig(f, p, c, m, i), note=f"grid {p}")
 
 
 def run_case(case, dtype, dev, tmp: Path):
@@ -203,6 +225,7 @@ def run_case(case, dtype, dev, tmp: Path):
                     lambda f=f, p=p, c=c, m=m, i=i: orig(f, p, c, m, i))
             if ok:
                 ablate(case, sname, dname, label, rec, orig, y, ref, tmp)
+                linear(case, sname, dname, label, alg, merged(base, fields) if fields else None, args, y, ref)
         except Exception as e:  # noqa: BLE001 - recorded
             add(case, sname, dname, f"dtriton {label}", float("nan"), False, note=f"failed: {type(e).__name__}: {e!s:.160}")
     del x, y, ref
