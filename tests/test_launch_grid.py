@@ -195,6 +195,12 @@ def test_plan_launch_dims_rules():
     g = _kp({"a": 1, "d": 1}, {"a": 8, "d": 8})
     g.axes["a"] = AxisPlan("a", "grid", 1, False, group=4)
     assert plan_launch_dims(g) is None
+    # the verifier: launch dims name distinct grid axes
+    from dtriton.plan.kernel import Program
+    bad = _kp({"a": 1, "d": 1}, {"a": 8, "d": 8}, launch_dims=(("d",), ("d", "x")))
+    assert any("launch dims" in p for p in Program([bad], {}).verify())
+    good = _kp({"a": 1, "d": 1}, {"a": 8, "d": 8}, launch_dims=(("d",), ("a",)))
+    assert not any("launch dims" in p for p in Program([good], {}).verify())
 
 
 # ------------------------------------------------------------------------------------------------

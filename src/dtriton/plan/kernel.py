@@ -519,6 +519,11 @@ def _axes_problems(k: KernelPlan) -> list[str]:
             out.append(f"kernel {k.name}: axis {a!r} ({p.role}) has block {p.block}, not a power of two")
         if p.role == "grid" and a not in k.grid:
             out.append(f"kernel {k.name}: axis {a!r} has role grid but is not on the grid")
+    if k.launch_dims is not None:   # each grid axis on at most one launch-grid dimension, at most three of them
+        placed = [a for dim in k.launch_dims for a in dim]
+        if len(k.launch_dims) > 3 or len(set(placed)) != len(placed) or not set(placed) <= set(k.grid):
+            out.append(f"kernel {k.name}: launch dims {k.launch_dims} are not at most three groups of distinct grid "
+                       f"axes of {k.grid}")
     for rid in k.dots:
         if rid in k.materialized:
             out.append(f"kernel {k.name}: a dot reduces a materialised stage")
