@@ -154,7 +154,8 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
         names = "xyz"
         parts = [f"{names[d]}: {', '.join(axes)}" for d, axes in enumerate(dims)]
         parts += [f"{a}: one program" for a in k.grid if not any(a in dim for dim in dims)]
-        top.emit(f"# tile indices from the launch grid, no division: {'; '.join(parts)}")
+        shared = "" if all(len(axes) == 1 for axes in dims) else " (one division where axes share a dimension)"
+        top.emit(f"# tile indices from the launch grid{shared}: {'; '.join(parts)}")
         if k.reverse_order:
             top.emit("# tiles in reverse launch order (the last first), each index reversed in its dimension")
         for a in k.grid:
