@@ -20,6 +20,8 @@ kernel launched with the same arguments (each checked against float64 first, the
   innermost grid axis on dimension 0, in reverse (forward) order: no integer division per program.
 
 Every row's graph replays start after ``--warm-ms`` of untimed replays (after a float64 check the clocks are down).
+- ``linear``: the call planned with every kernel in the linear form (``plan.launch_grid``'s decision undone:
+  tile indices divided out of ``tl.program_id(0)`` on a one-dimensional grid instead of read from CUDA's three).
 
 ``torch.compile`` of the whole algorithm (its own statistics) is timed beside (``--no-compile``: not). The dry run
 (``--dry-run``: the CPU interpreter, shapes 2x3x8x16) checks every row against float64 and times nothing.
@@ -28,6 +30,7 @@ Prints a table last; ``--out DIR`` writes ``probe_out_ablate.json`` and the edit
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import re
@@ -138,6 +141,7 @@ def record(kernel, args, y):
 def edits(src: str) -> dict[str, str]:
     """The output kernel's module source with one printing decision undone a variant."""
     fwd = re.sub(r"tile = .* - 1 - pid  # tiles in reverse launch order.*", "tile = pid", src)
+    fwd = re.sub(r"num_pid_\w+ - 1 - tl\.program_id\((\d)\)", r"tl.program_id(\1)", fwd)   # (per launch-grid dim)
     nor = re.sub(r"\n\s+size_\w+ = size_\w+ // \d+ \* \d+(?=\n)", "", src)
     both = re.sub(r"\n\s+size_\w+ = size_\w+ // \d+ \* \d+(?=\n)", "", fwd)
     return {k: v for k, v in (("fwd", fwd), ("norestate", nor), ("fwd norestate", both)) if v != src}
@@ -158,6 +162,8 @@ def grid3(src: str, name: str, consts: dict, sizes: dict, reverse: bool) -> tupl
     names = [a for a, _, _ in axes]
     if counts[names[-1]] != 1 or max(counts[a] for a in names[:2]) > 65535:
         return None
+    if "    pid = tl.program_id(0)\n" not in src[at:]:
+        return None   # (already read from the 3-D grid: plan.launch_grid)
     start = src.index("    pid = tl.program_id(0)\n", at)
     end = src.index(f"    pid_{names[-1]} = ", start)
     end = src.index("\n", end) + 1
@@ -200,6 +206,24 @@ def ablate(case, shape, dname, label, rec, orig, y, ref, tmp: Path):
             add(case, shape, dname, impl, float("nan"), False, note=f"failed: {type(e).__name__}: {str(e)[:160]}")
         if OPTS.out and vname == "grid3" and label == "default":
             (Path(OPTS.out) / f"{case}_{dname}_grid3.py").write_text(grid3(src, name, meta.consts, sizes, True)[0])
+
+
+def linear(case, shape, dname, label, alg, sched, args, y, ref):
+    """Rows of the output kernel of the same call planned with every kernel in the linear form (one
+    launch-grid dimension): :func:`dtriton.plan.launch_grid.plan_launch_dims` undone."""
+    decide = importlib.import_module("dtriton.plan.decide")   # (the package exports a function of that name)
+    keep = decide.plan_launch_dims
+    decide.plan_launch_dims = lambda k: None
+    try:
+        k = dt.compile(alg, sched)
+        y.fill_(float("nan"))
+        rec, orig = record(k, args, y)
+    finally:
+        decide.plan_launch_dims = keep
+    f, p, c, m, i = rec[-1]
+    e = err_of(y, ref)
+    add(case, shape, dname, f"dtriton {label} {m.name} linear", e, e <= RTOL[y.dtype],
+        lambda: orig(f, p, c, m, i), note=f"grid {p}")
 
 
 def run_case(case, dtype, dev, tmp: Path):
@@ -248,6 +272,7 @@ def run_case(case, dtype, dev, tmp: Path):
                     lambda f=f, p=p, c=c, m=m, i=i: orig(f, p, c, m, i))
             if ok:
                 ablate(case, sname, dname, label, rec, orig, y, ref, tmp)
+                linear(case, sname, dname, label, alg, merged(base, fields) if fields else None, args, y, ref)
         except Exception as e:  # noqa: BLE001 - recorded
             add(case, sname, dname, f"dtriton {label}", float("nan"), False, note=f"failed: {type(e).__name__}: {e!s:.160}")
     del x, y, ref

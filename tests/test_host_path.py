@@ -117,10 +117,11 @@ class Interpreted:
 
             def launch(self, nprog, gy, gz, stream, function, coop, pdl, scratch, pscratch, packed, lmeta,
                        enter_hook, exit_hook, *call):
-                assert (gy, gz, scratch, pscratch, enter_hook, exit_hook) == (1, 1, None, None, None, None)
+                assert (scratch, pscratch, enter_hook, exit_hook) == (None, None, None, None)
+                assert (gy, gz) == tuple(programs[1:3]) + (1,) * (3 - len(programs)), (gy, gz, programs)
                 counter.fast += 1
                 n = len(call) - len(meta.consts)
-                launch(twin, nprog, _at_addresses(call[:n], args), meta.consts, meta.ir.num_warps,
+                launch(twin, (nprog, gy, gz), _at_addresses(call[:n], args), meta.consts, meta.ir.num_warps,
                        meta.ir.num_stages, True)
 
         class Compiled:
@@ -486,3 +487,22 @@ def test_split_backward_buffers_share_one_zero_fill(interp_gpu):
     dk(*ins).backward(torch.randn(7, 37, dtype=h))
     # forward: Y and the statistics' buffer; backward: dX, dw, db and the one zero-filled buffer
     assert interp_gpu.allocations - before == 6
+
+
+@dt.algorithm
+def _scale_rows(X: dt.Tensor["A", "B", "C"], w: dt.Tensor["B"]):
+    a, i, c = dt.axes("a i c")
+    return (X[a, i, c] * w[i])[a, i, c]
+
+
+def test_fast_launch_of_a_three_dimensional_grid(interp_gpu):
+    """A kernel reading its tiles from three launch-grid dimensions (plan.launch_grid): the fast
+    launcher replays the slow call's (x, y, z) grid (the stand-in checks it), right on fresh data."""
+    k = dt.compile(_scale_rows, dt.Schedule(grid=["a", "i", "c"], tile={"a": 1, "i": 2, "c": 4}))
+    for step in range(3):
+        X, w = torch.randn(3, 5, 7), torch.randn(5)
+        y = k(X, w)
+        torch.testing.assert_close(y.double(), X.double() * w.double()[:, None], atol=1e-6, rtol=1e-6)
+    assert "tl.program_id(2)" in k.source and interp_gpu.fast > 0
+    (L,) = k._last.launches
+    assert L.grid({"A": 3, "B": 5, "C": 7, "a": 3, "i": 5, "c": 7}) == (2, 3, 3)

@@ -50,9 +50,10 @@ class Backend(Protocol):
     def load(self, source: str, interpret: bool, directory: Path) -> Any:
         """Load a rendered module (written under ``directory``); kernels are its attributes."""
 
-    def launch(self, fn: Any, programs: int, args: Sequence[Any], meta: KernelMeta, interpret: bool) -> Any:
-        """Launch ``programs`` programs of kernel ``fn`` (the slow path); returns the compiled
-        kernel handle a fast launcher re-launches."""
+    def launch(self, fn: Any, programs: tuple[int, ...], args: Sequence[Any], meta: KernelMeta,
+               interpret: bool) -> Any:
+        """Launch kernel ``fn`` on the grid ``programs`` (programs per launch-grid dimension, x first;
+        the slow path); returns the compiled kernel handle a fast launcher re-launches."""
 
     def descriptor(self, tensor: Any, box: tuple[int, ...], perm: tuple[int, ...] | None = None) -> Any:
         """A host-side TMA descriptor of ``tensor`` (of ``tensor.permute(perm)`` with ``perm``) in

@@ -7,7 +7,7 @@ dot-only axes, access per tensor tile, eviction hints, passes (grouping, online 
 specialisation), loop bounds from masks (the loops they split are not warp-specialised), the pass
 whose loop adds each in-loop atomic store (:mod:`dtriton.plan.loop_stores`), a persistent GEMM's
 flattened tile loop and output stores in pieces (:mod:`dtriton.plan.persistent`), where TMA
-descriptors are built, the launch order. Then :func:`unused_knobs` reads the decisions back: the
+descriptors are built, the launch order, the launch-grid dimensions (:mod:`dtriton.plan.launch_grid`). Then :func:`unused_knobs` reads the decisions back: the
 knobs that had no effect.
 """
 
@@ -39,6 +39,7 @@ from .gluon_depthwise import plan_gluon_depthwise
 from .implicit_gemm import plan_implicit_gemm
 from .kernel import KernelPlan, Program, StoreSpec
 from .last_finish import absorb_finishes
+from .launch_grid import plan_launch_dims
 from .lower import lower
 from .loop_stores import loop_store_bounds, plan_loop_stores
 from .online_split import plan_row_vectors
@@ -75,6 +76,7 @@ def decide(prog: Program, sched: Schedule, dtypes: Mapping[str, torch.dtype],
                        dict(hints or {}), dict(unit_dims or {}), masked_reads, unit_scalars, dict(small_sizes or {}),
                        dict(index_values or {}), dense, dict(divisors or {}))
         k.reverse_order = plan_reverse_order(k, sched.tile_order, input_tensors(k) & read)
+        k.launch_dims = plan_launch_dims(k)
         read |= input_tensors(k)
     prog.note = note
     return prog
@@ -247,7 +249,7 @@ def gluon_program(prog: Program, alg: Algorithm, sched: Schedule, b: Binding, sp
     if g is None:
         return prog
     k = online[0]
-    k.gluon, k.split, k.split_more, k.persistent = g, None, (), 0
+    k.gluon, k.split, k.split_more, k.persistent, k.launch_dims = g, None, (), 0, None
     k.stores, k.materialized = [StoreSpec(o.name, o.expr, tuple(o.layout)) for o in alg.outputs], {}
     prog.kernels, prog.buffers, prog.output_direct = [k], {}, {}
     return prog

@@ -374,6 +374,10 @@ class KernelPlan:
     loop_stores: dict[str, tuple[int, ...]] = field(default_factory=dict)  # in-loop store target -> the reductions
                                                       # of the pass it is printed in, after each step
                                                       # (plan.loop_stores: dQ in the dK/dV kernel)
+    launch_dims: tuple[tuple[str, ...], ...] | None = None  # grid axes per launch-grid dimension (x first; each
+                                                      # group outermost first): tile indices read from
+                                                      # tl.program_id(d); None: the linear form
+                                                      # (plan.launch_grid)
     gluon: GluonAttention | GluonAttentionBwd | GluonConv | GluonDepthwise | None = None   # the kernel is
                                                       # printed as that Gluon attention forward
                                                       # (plan.gluon_attention), backward (plan.gluon_attention_bwd),
@@ -425,6 +429,25 @@ class KernelPlan:
         if a in self.flat_box:
             return [((m,), b) for m, b in zip(self.flat[a], self.flat_box[a])]
         return [(self.flat.get(a, (a,)), self.axes[a].block)]
+
+    @property
+    def grouped(self) -> bool:
+        """Programs take the tiles of the last two grid axes in a grouped (swizzled) order: the
+        next-to-last axis's ``group`` is above 1."""
+        return len(self.grid) >= 2 and self.axes[self.grid[-2]].group > 1
+
+    def launch_counts(self) -> list[list[tuple[tuple[str, ...], int]]]:
+        """Per launch-grid dimension (x first), the ``(axes, block)`` tile counts whose product is
+        that dimension's programs (:meth:`grid_tiles`; before a split's factor and a persistent
+        kernel's cap): one dimension of every grid axis in the linear form, else the groups of
+        :attr:`launch_dims`, dimension 0 also counting the axes one program covers (1 program, or
+        0 on an empty axis: nothing is launched)."""
+        if self.launch_dims is None:
+            return [[g for a in self.grid for g in self.grid_tiles(a)]]
+        placed = {a for dim in self.launch_dims for a in dim}
+        dims = [[g for a in dim for g in self.grid_tiles(a)] for dim in self.launch_dims] or [[]]
+        dims[0] += [g for a in self.grid if a not in placed for g in self.grid_tiles(a)]
+        return dims
 
     def scalar_axis(self, a: str) -> bool:
         """A grid or loop axis with tile 1: a scalar index, never a block dim (a flat axis keeps its
@@ -525,6 +548,11 @@ def _axes_problems(k: KernelPlan) -> list[str]:
             out.append(f"kernel {k.name}: axis {a!r} ({p.role}) has block {p.block}, not a power of two")
         if p.role == "grid" and a not in k.grid:
             out.append(f"kernel {k.name}: axis {a!r} has role grid but is not on the grid")
+    if k.launch_dims is not None:   # each grid axis on at most one launch-grid dimension, at most three of them
+        placed = [a for dim in k.launch_dims for a in dim]
+        if len(k.launch_dims) > 3 or len(set(placed)) != len(placed) or not set(placed) <= set(k.grid):
+            out.append(f"kernel {k.name}: launch dims {k.launch_dims} are not at most three groups of distinct grid "
+                       f"axes of {k.grid}")
     for rid in k.dots:
         if rid in k.materialized:
             out.append(f"kernel {k.name}: a dot reduces a materialised stage")

@@ -31,6 +31,7 @@ from ..schedule import Schedule, complete_schedule, fits_smem, operand_itemsize,
 from ..ir import Algorithm, Binding, InputTensor, check_reads, contraction_operands
 from ..plan import CallSpec, Program, call_spec, plan_program, tma_addressable, unused_knobs
 from ..plan.callspec import I32_MAX
+from ..plan.launch_grid import MAX_GRID_YZ
 from ..plan.smem import program_fits
 from ..plan.staging import kmajor_copies, stage_inputs
 from .args import (call_key, check_given_out, merge_named, normalise_out, overlap, plain_numbers, signature_key_for,
@@ -75,20 +76,32 @@ def backend_for(device: torch.device) -> str:
 class _Launch:
     fn: Any
     meta: KernelMeta
-    grid_axes: list[tuple[tuple[str, ...], int]]   # (the axes of a grid axis: several for a flat one, tile)
+    dims: list[list[tuple[tuple[str, ...], int]]]   # per launch-grid dimension (x first): (the axes of a grid
+                                                    # axis, several for a flat one, tile) (KernelPlan.launch_counts)
     split: int
     persistent: int = 0   # >0: at most this many programs, each looping over tiles
 
+    def grid(self, sizes: dict[str, int]) -> tuple[int, ...]:
+        """The launch grid, dimension 0 first: each dimension's output tiles, dimension 0's times the
+        split; one dimension of at most ``persistent`` programs for a persistent kernel. A product
+        of 0: nothing to do."""
+        counts = []
+        for pairs in self.dims:
+            n = 1
+            for axes, blk in pairs:
+                ext = 1
+                for a in axes:
+                    ext *= sizes[a]
+                n *= -(-ext // blk)
+            counts.append(n)
+        counts[0] *= self.split
+        if self.persistent:
+            return (min(counts[0], self.persistent) if counts[0] else 0,)
+        return tuple(counts)
+
     def programs(self, sizes: dict[str, int]) -> int:
-        """Programs to launch: output tiles of the grid axes times the split (0: nothing to do),
-        at most ``persistent`` for a persistent kernel."""
-        n = self.split
-        for axes, blk in self.grid_axes:
-            ext = 1
-            for a in axes:
-                ext *= sizes[a]
-            n *= -(-ext // blk)
-        return min(n, self.persistent) if self.persistent and n else n
+        """Programs to launch: the product of :meth:`grid` (0: nothing to do)."""
+        return math.prod(self.grid(sizes))
 
 
 def _persistent_programs(per_sm: int, device: torch.device) -> int:
@@ -284,8 +297,7 @@ class Kernel:
         launches = []
         for m in metas:
             fn = getattr(mod, m.name)
-            ga = [g for a in m.ir.grid for g in m.ir.grid_tiles(a)]   # (a box axis: one count per member)
-            launches.append(_Launch(fn, m, ga, m.ir.split_factor,
+            launches.append(_Launch(fn, m, m.ir.launch_counts(), m.ir.split_factor,
                                     _persistent_programs(m.ir.persistent, b.device) if m.ir.persistent else 0))
         if not self.quiet:
             for note in unused_knobs(alg, sched, prog):
@@ -492,11 +504,15 @@ class Kernel:
             tensors[name] = (torch.zeros if bs.zero else torch.empty)(shape, dtype=bs.torch_dtype, device=dev)
         for L in plan.launches:
             m = L.meta
-            nprog = L.programs(sizes)
+            grid = L.grid(sizes)
+            nprog = math.prod(grid)
             if nprog == 0:
                 continue
             if nprog > I32_MAX:
                 raise ShapeError(f"kernel {m.name} needs {nprog} programs, more than a grid allows; use larger tiles")
+            if any(n > MAX_GRID_YZ for n in grid[1:]):   # (plan.launch_grid bounds them by the size buckets)
+                raise CompileError(f"kernel {m.name}: launch grid {grid} passes {MAX_GRID_YZ} programs on dimension 1 "
+                                   "or 2, which its size buckets should exclude (a dtriton bug)")
             call = [tensors[t] for t in m.tensors]
             for t in m.tensors:
                 call.extend(tensors[t].stride())
@@ -504,7 +520,7 @@ class Kernel:
             call.extend(scalars[s] for s in m.scalars)
             call.extend(_BACKEND.descriptor(tensors[t], box, perm) for _, t, box, perm in m.descs)
             try:
-                ck = _BACKEND.launch(L.fn, nprog, call, m, plan.interpret)
+                ck = _BACKEND.launch(L.fn, grid, call, m, plan.interpret)
                 if compiled is not None:
                     compiled.append(ck)
             except Exception as e:

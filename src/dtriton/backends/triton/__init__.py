@@ -46,9 +46,11 @@ class TritonBackend:
         """Load a rendered module (written under ``directory``); kernels are its attributes."""
         return load_module(source, interpret, directory)
 
-    def launch(self, fn: Any, programs: int, args: Sequence[Any], meta: KernelMeta, interpret: bool) -> Any:
-        """Launch ``programs`` programs of kernel ``fn``; returns the compiled kernel (a kernel building
-        its TMA descriptors in the kernel gets Triton's scratch allocator first)."""
+    def launch(self, fn: Any, programs: tuple[int, ...], args: Sequence[Any], meta: KernelMeta,
+               interpret: bool) -> Any:
+        """Launch kernel ``fn`` on the grid ``programs`` (programs per launch-grid dimension, x first);
+        returns the compiled kernel (a kernel building its TMA descriptors in the kernel gets Triton's
+        scratch allocator first)."""
         kind = gluon_kind(meta.ir.gluon)   # (a Gluon kernel: never planned for the interpreter)
         if kind is not None:
             return kind.launch(fn, args, meta)

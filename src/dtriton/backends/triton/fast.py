@@ -113,8 +113,8 @@ class FastLauncher:
         self.desc_slots: set[tuple[str, int]] = set()
         for L, ck in zip(plan.launches, compiled):
             m = L.meta
-            nprog = L.programs(sizes)
-            if nprog == 0:
+            grid = L.grid(sizes)
+            if math.prod(grid) == 0:
                 continue   # nothing to do on this signature
             ptrs = tuple(slot_of[t] for t in m.tensors)
             tail: list = []
@@ -131,7 +131,7 @@ class FastLauncher:
                 tail.append(None)
             tail.extend(m.consts[c] for c in sorted(m.consts))
             fn, mid = _entry(ck)
-            self.kernels.append((fn, nprog, mid, ptrs, tuple(tail), tuple(extras)))
+            self.kernels.append((fn, grid + (1,) * (3 - len(grid)), mid, ptrs, tuple(tail), tuple(extras)))
         self._layout(len(allocs), {}, None)
 
     # -- packing ---------------------------------------------------------------------------------
@@ -174,8 +174,8 @@ class FastLauncher:
                 return index[("arg", pos)], off
             i, off = where[k]
             return index[("new", i)], off
-        self.calls = [(fn, (nprog, 1, 1), mid, tuple(source(s) for s in ptrs), tail, extras)
-                      for fn, nprog, mid, ptrs, tail, extras in self.kernels]
+        self.calls = [(fn, grid, mid, tuple(source(s) for s in ptrs), tail, extras)
+                      for fn, grid, mid, ptrs, tail, extras in self.kernels]
         self.where = where
         # returned: the kept outputs (allocations < keep are separate: their index is their position)
         self.returns = tuple(where[k][0] for k in range(min(keep, self.n_out)))

@@ -108,20 +108,83 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
         return "\n".join(lines) + "\n"
 
     def program_ids(self, root: Scope) -> tuple[Scope, dict[str, str], list[str]]:
-        """Print the program-id arithmetic (grid, split-K slice, grouped order, persistent loop).
+        """Print the program-id arithmetic (grid, split-K slice, grouped order, persistent loop; or
+        the tile indices read from the launch-grid dimensions of ``k.launch_dims``).
         Returns the program scope, the tile-count variables of the grid axes and the layout of the
         grid axes bound so far."""
         k = self.k
         grid = k.grid
         nums = {}
+        placed = set(grid) if k.launch_dims is None else {a for dim in k.launch_dims for a in dim}
         for a in grid:
             nm = f"num_pid_{a}"
+            nums[a] = nm
+            if a not in placed:
+                continue   # (one program covers it: its index is 0)
             if a in k.flat_box:   # a box of the flat axis's members per program: their tile counts' product
                 counts = [f"(({self.size(m)} + {b - 1}) // {b})" for m, b in zip(k.flat[a], k.flat_box[a])]
                 root.emit(f"{nm} = {' * '.join(counts)}  # boxes of {', '.join(k.flat[a])}")
             else:
                 root.emit(f"{nm} = ({self.size(a)} + {self.block(a)} - 1) // {self.block(a)}")
-            nums[a] = nm
+        if k.launch_dims is not None:
+            top = root
+            self.launch_dim_ids(top, nums)
+        else:
+            top = self.linear_ids(root, nums)
+        layout: list[str] = []
+        for a in grid:
+            p = self.plan(a)
+            if p.block == 1:
+                st = f"pid_{a}"
+                if self.i64:
+                    st = f"pid_{a}.to(tl.int64)"
+                top.bound[a] = Bind(a, st, None, self.block(a), True, st)
+            elif a in k.flat_box:
+                self.bind_box(top, a, f"pid_{a}")
+                layout.append(a)
+            else:
+                # (a flat axis's tile start may pass 2**31: in 64 bits before the multiply)
+                pid = f"pid_{a}.to(tl.int64)" if self.i64 and a in k.flat else f"pid_{a}"
+                self.bind_axis(top, a, f"{pid} * {self.block(a)}", f"  # program's tile of axis {a}")
+                layout.append(a)
+        return top, nums, layout
+
+    def launch_dim_ids(self, top: Scope, nums: dict[str, str]) -> None:
+        """Print each grid axis's tile index read from its launch-grid dimension (``k.launch_dims``:
+        no division unless axes share one), reversed within each dimension under a reverse launch order."""
+        k = self.k
+        dims = k.launch_dims
+        names = "xyz"
+        parts = [f"{names[d]}: {', '.join(axes)}" for d, axes in enumerate(dims)]
+        parts += [f"{a}: one program" for a in k.grid if not any(a in dim for dim in dims)]
+        shared = "" if all(len(axes) == 1 for axes in dims) else " (one division where axes share a dimension)"
+        top.emit(f"# tile indices from the launch grid{shared}: {'; '.join(parts)}")
+        if k.reverse_order:
+            top.emit("# tiles in reverse launch order (the last first), each index reversed in its dimension")
+        for a in k.grid:
+            if not any(a in dim for dim in dims):
+                top.emit(f"pid_{a} = tl.full((), 0, tl.int32)")   # (a tensor: the bindings may widen it)
+        for d, axes in enumerate(dims):
+            count = " * ".join(nums[a] for a in axes)
+            idx = f"{count} - 1 - tl.program_id({d})" if k.reverse_order else f"tl.program_id({d})"
+            if len(axes) == 1:
+                top.emit(f"pid_{axes[0]} = {idx}")
+                continue
+            rem = f"pid{d}"
+            top.emit(f"{rem} = {idx}  # axes {', '.join(axes)} share dimension {d}")
+            for i, a in enumerate(axes[:-1]):
+                inner = " * ".join(nums[b] for b in axes[i + 1:])
+                top.emit(f"pid_{a} = {rem} // ({inner})")
+                top.emit(f"rem_{a} = {rem} % ({inner})")
+                rem = f"rem_{a}"
+            top.emit(f"pid_{axes[-1]} = {rem}")
+
+    def linear_ids(self, root: Scope, nums: dict[str, str]) -> Scope:
+        """Print the tile indices of the linear form (one launch-grid dimension): the persistent
+        loop, reverse order, split slice and grouped order decomposed from the program id; returns
+        the program scope."""
+        k = self.k
+        grid = k.grid
         if k.persistent:
             # persistent kernel: a fixed number of programs, each looping over output tiles
             total = " * ".join([nums[a] for a in grid] + ([str(k.split_factor)] if k.split else [])) or "1"
@@ -149,7 +212,7 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
             top.emit(f"pid_split = {rem} // ({inner})  # split-K: which slice of {what} this program sums")
             top.emit(f"rem = {rem} % ({inner})")
             rem = "rem"
-        grouped = len(grid) >= 2 and self.plan(grid[-2]).group > 1
+        grouped = k.grouped
         lead = grid[:-2] if grouped else grid[:-1]
         for idx, a in enumerate(lead):
             inner = " * ".join(nums[b] for b in grid[idx + 1:])
@@ -168,23 +231,7 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
             top.emit(f"pid_{b} = ({rem} % (GROUP * {nums[b]})) // group_rows")
         elif grid:
             top.emit(f"pid_{grid[-1]} = {rem}")
-        layout: list[str] = []
-        for a in grid:
-            p = self.plan(a)
-            if p.block == 1:
-                st = f"pid_{a}"
-                if self.i64:
-                    st = f"pid_{a}.to(tl.int64)"
-                top.bound[a] = Bind(a, st, None, self.block(a), True, st)
-            elif a in k.flat_box:
-                self.bind_box(top, a, f"pid_{a}")
-                layout.append(a)
-            else:
-                # (a flat axis's tile start may pass 2**31: in 64 bits before the multiply)
-                pid = f"pid_{a}.to(tl.int64)" if self.i64 and a in k.flat else f"pid_{a}"
-                self.bind_axis(top, a, f"{pid} * {self.block(a)}", f"  # program's tile of axis {a}")
-                layout.append(a)
-        return top, nums, layout
+        return top
 
     def bind_program_axes(self, top: Scope, layout: list[str]) -> None:
         """Bind the split slice and the whole axes in the program scope and set its layout (dot-only

@@ -125,12 +125,14 @@ def hooks_off() -> bool:
     return (e is None or not getattr(e, "calls", True)) and (x is None or not getattr(x, "calls", True))
 
 
-def launch(fn, programs: int, args: Sequence[Any], consts: dict, num_warps: int, num_stages: int, interpret: bool,
-           maxnreg: int = 0):
-    """Launch ``programs`` programs of JIT kernel ``fn`` (the slow path: Triton binds the
-    arguments); returns the compiled kernel. ``maxnreg``: ptxas's register cap (0: none)."""
+def launch(fn, programs: int | tuple[int, ...], args: Sequence[Any], consts: dict, num_warps: int, num_stages: int,
+           interpret: bool, maxnreg: int = 0):
+    """Launch JIT kernel ``fn`` on the grid ``programs`` (a count of programs, or one per launch-grid
+    dimension, x first: :meth:`~dtriton.plan.kernel.KernelPlan.launch_counts`) (the slow path: Triton
+    binds the arguments); returns the compiled kernel. ``maxnreg``: ptxas's register cap (0: none)."""
     if interpret:
         quiet_interpreter()
         install_numpy_shim()
     opts = {"maxnreg": maxnreg} if maxnreg and not interpret else {}
-    return fn[(programs,)](*args, **consts, num_warps=num_warps, num_stages=num_stages, **opts)
+    grid = tuple(programs) if isinstance(programs, tuple) else (programs,)
+    return fn[grid](*args, **consts, num_warps=num_warps, num_stages=num_stages, **opts)
