@@ -1,15 +1,17 @@
 """What costs the last percent in the element-wise output kernels of issue 16's statistics-then-normalise calls:
 dtriton's generated output kernel timed as printed and with one printing decision undone at a time.
 
-    PYTHONPATH=src python3 bench/probe_out_ablate.py [--cases bn,fro,lnchw] [--dtypes float16,float32]
-                                                     [--budget 300] [--no-compile] [--out DIR] [--dry-run]
+    PYTHONPATH=src python3 bench/probe_out_ablate.py [--cases bn,fro,lnchw,in] [--dtypes float16,float32]
+                                                     [--budget 300] [--no-compile] [--ablate] [--out DIR] [--dry-run]
 
-For each case (batch norm 64x64x512x512, Frobenius normalisation and layer norm over (C, H, W) 16x64x256x256) and
-dtype, and each schedule (the default; ``last``: split statistics finished by the split kernel's last program,
-``split_mode="last"``; batch norm also tile h 4, with last, and the flat (h, w) plane), the whole call and every
-kernel it launches are timed alone (CUDA-graph replay, the unit of the s11/s12 totals; the launch recorded on the
-first call and replayed with the same arguments). Then the output kernel's module source is edited and the edited
-kernel launched with the same arguments (each checked against float64 first, the output poisoned with NaN):
+For each case (batch norm 64x64x512x512; Frobenius normalisation, layer norm over (C, H, W) and instance norm
+16x64x256x256) and dtype, and each schedule (the default and the variants of :data:`SCHEDULES`: output tiles of h
+rows, ``last``: split statistics finished by the split kernel's last program, ``split_mode="last"``), the whole
+call and every kernel it launches are timed alone (CUDA-graph replay, the unit of the s11/s12 totals; the launch
+recorded on the first call and replayed with the same arguments); the default's output kernel also as planned with
+every kernel in the linear form (``linear``, below). With ``--ablate`` (and on the dry run) the output kernel's
+module source is then edited and the edited kernel launched with the same arguments (each checked against float64
+first, the output poisoned with NaN):
 
 - ``fwd``: programs take tiles in launch order (``tile = pid``) instead of the reverse order the plan chose;
 - ``norestate``: without the ``size_x = size_x // 8 * 8`` lines (alignment facts restated for Triton);
@@ -48,11 +50,11 @@ import run as R  # noqa: E402
 import dtriton as dt  # noqa: E402
 from dtriton.backends import default_backend  # noqa: E402
 from dtriton.backends.triton.launch import launch, load_module  # noqa: E402
-from dtriton.library import batch_norm, frobenius_normalize, layer_norm_chw  # noqa: E402
+from dtriton.library import batch_norm, frobenius_normalize, instance_norm, layer_norm_chw  # noqa: E402
 from reductions import merged  # noqa: E402
 
 ROWS: list[dict] = []
-OPTS = argparse.Namespace(dry=False, out="", deadline=float("inf"), compile=True)
+OPTS = argparse.Namespace(dry=False, out="", deadline=float("inf"), compile=True, ablate=False)
 RTOL = {torch.float16: 2e-3, torch.float32: 2e-5}
 EPS = 1e-5
 
@@ -71,15 +73,40 @@ def ref_lnchw(x):
     return (x - m) * torch.rsqrt(v + EPS)
 
 
+def ref_in(x):
+    x = x.double()
+    m = x.mean((2, 3), keepdim=True)
+    v = ((x - m) ** 2).mean((2, 3), keepdim=True)
+    return (x - m) * torch.rsqrt(v + EPS)
+
+
 def ref_fro(x):
     x = x.double()
     return x * torch.rsqrt((x * x).sum())
 
 
-CASES = {  # name: (algorithm, GPU shape, makes (args, reference fn, torch fn))
+CASES = {  # name: (algorithm, GPU shape)
     "bn": (batch_norm, (64, 64, 512, 512)),
+    "in": (instance_norm, (16, 64, 256, 256)),
     "fro": (frobenius_normalize, (16, 64, 256, 256)),
     "lnchw": (layer_norm_chw, (16, 64, 256, 256)),
+}
+
+
+#: (case, dtype) -> [(label, schedule fields merged into the default)]: the output tiles (rows h of the
+#: contiguous width) and the ways of finishing split statistics timed beside the default
+SCHEDULES = {
+    ("bn", "float16"): [("h2", {"tile": {"h": 2}}), ("h4", {"tile": {"h": 4}}), ("h8", {"tile": {"h": 8}}),
+                        ("last", {"split_mode": "last"}), ("h2 last", {"tile": {"h": 2}, "split_mode": "last"})],
+    ("bn", "float32"): [("last", {"split_mode": "last"}), ("h1", {"tile": {"h": 1}}), ("h4", {"tile": {"h": 4}})],
+    ("fro", "float16"): [("h4", {"tile": {"h": 4}}), ("h8", {"tile": {"h": 8}}), ("h16", {"tile": {"h": 16}}),
+                         ("last", {"split_mode": "last"}), ("h4 last", {"tile": {"h": 4}, "split_mode": "last"})],
+    ("fro", "float32"): [("last", {"split_mode": "last"})],
+    ("lnchw", "float32"): [("last", {"split_mode": "last"}), ("h4 last", {"tile": {"h": 4}, "split_mode": "last"}),
+                           ("h4", {"tile": {"h": 4}})],
+    ("lnchw", "float16"): [("h4", {"tile": {"h": 4}})],
+    ("in", "float16"): [("h4", {"tile": {"h": 4}}), ("h16", {"tile": {"h": 16}})],
+    ("in", "float32"): [("h4", {"tile": {"h": 4}})],
 }
 
 
@@ -89,6 +116,8 @@ def torch_fn(case, args):
         return lambda: F.batch_norm(args[0], None, None, args[1], args[2], training=True, eps=EPS)
     if case == "lnchw":
         return lambda: F.layer_norm(args[0], args[0].shape[1:], eps=EPS)
+    if case == "in":
+        return lambda: F.instance_norm(args[0], eps=EPS)
     return lambda: args[0] / torch.linalg.vector_norm(args[0].float()).to(args[0].dtype)   # (bench/probe_flat.py's)
 
 
@@ -234,7 +263,8 @@ def run_case(case, dtype, dev, tmp: Path):
     x = torch.randn(shape, device=dev, dtype=dtype)
     args = (x,) if case != "bn" else (x, torch.randn(shape[1], device=dev, dtype=dtype),
                                       torch.randn(shape[1], device=dev, dtype=dtype))
-    ref = ref_bn(*args) if case == "bn" else ref_lnchw(x) if case == "lnchw" else ref_fro(x)
+    ref = (ref_bn(*args) if case == "bn" else ref_lnchw(x) if case == "lnchw" else ref_in(x) if case == "in"
+           else ref_fro(x))
     y = torch.full_like(x, float("nan"))
     if OPTS.compile:
         try:
@@ -250,14 +280,10 @@ def run_case(case, dtype, dev, tmp: Path):
     add(case, sname, dname, "torch eager (call)", e, e <= RTOL[dtype], tf)
     add(case, sname, dname, "torch copy", 0.0, True, lambda: y.copy_(x))
     base = dt.compile(alg).schedule_for(*args)
-    scheds = [("default", None)]
-    if base.split:
-        scheds.append(("last", {"split_mode": "last"}))
+    scheds = [("default", None)] + [(lb, f) for lb, f in SCHEDULES.get((case, dname), [])
+                                    if not OPTS.dry and ("split_mode" not in f or base.split)]
     if OPTS.dry:   # a GPU-like grid on the dry shape: every axis on the grid, q whole (grid3 applies)
         scheds.append(("tiles", {"grid": ["n", "c", "h", "q"], "tile": {"n": 1, "c": 1, "h": 2, "q": 16}}))
-    if case == "bn" and not OPTS.dry:
-        scheds += [("h2", {"tile": {"h": 2}}), ("h4", {"tile": {"h": 4}}), ("h4 last", {"tile": {"h": 4}, "split_mode": "last"}),
-                   ("flat2 h4", {"flat_axes": 2, "tile": {"h": 4}})]
     for label, fields in scheds:
         try:
             k = dt.compile(alg, merged(base, fields)) if fields else dt.compile(alg)
@@ -270,8 +296,9 @@ def run_case(case, dtype, dev, tmp: Path):
             for f, p, c, m, i in rec:
                 add(case, sname, dname, f"dtriton {label} {m.name}", e, ok,
                     lambda f=f, p=p, c=c, m=m, i=i: orig(f, p, c, m, i))
-            if ok:
+            if ok and (OPTS.ablate or OPTS.dry):
                 ablate(case, sname, dname, label, rec, orig, y, ref, tmp)
+            if ok and (OPTS.ablate or OPTS.dry or label == "default"):
                 linear(case, sname, dname, label, alg, merged(base, fields) if fields else None, args, y, ref)
         except Exception as e:  # noqa: BLE001 - recorded
             add(case, sname, dname, f"dtriton {label}", float("nan"), False, note=f"failed: {type(e).__name__}: {e!s:.160}")
@@ -280,7 +307,8 @@ def run_case(case, dtype, dev, tmp: Path):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", default="bn,fro,lnchw")
+    ap.add_argument("--cases", default="bn,fro,lnchw,in")
+    ap.add_argument("--ablate", action="store_true", help="the edited output kernels' rows (always on the dry run)")
     ap.add_argument("--dtypes", default="float16,float32")
     ap.add_argument("--budget", type=float, default=300.0, help="seconds after which rows are no longer timed")
     ap.add_argument("--no-compile", action="store_true")
@@ -289,7 +317,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="")
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args(argv)
-    OPTS.dry, OPTS.out, OPTS.compile = a.dry_run, a.out, not (a.no_compile or a.dry_run)
+    OPTS.dry, OPTS.out, OPTS.compile, OPTS.ablate = a.dry_run, a.out, not (a.no_compile or a.dry_run), a.ablate
     if a.dry_run:
         R.DEV, R.DRY = "cpu", True
     R.WARM_MS[0] = a.warm_ms
