@@ -58,7 +58,7 @@ Rules (documented so users can predict them):
   (:func:`within_limits`).
 - Other axes on the grid get tiles so a program holds about 1024 elements (the innermost axis
   first; 4096 when the output reads split or materialised statistics, except an fp32 output that
-  folds no split partials: :data:`FP32_OUTPUT_ELEMENTS`, fewer rows a program); axes of size 1 get tile 1. An output axis that the schedule gives a strategy
+  folds no split partials: :data:`OUTPUT_ELEMENTS`, fewer rows a program); axes of size 1 get tile 1. An output axis that the schedule gives a strategy
   (whole/loop/online) and no stage reduces stays off the grid, covered inside each program.
 - On the interpreter (CPU tensors) a program costs its number of operations whatever its block
   size, so the grid axes, rows included, get tiles that give each program about 65536 elements
@@ -115,15 +115,16 @@ SMALL_WINDOW = 64
 WINDOW_OUTPUTS = 512
 #: Triton's largest block (``tl.arange``, ``tl.full``): 2**20 elements, as the backend checks.
 MAX_BLOCK = 1 << 20
-#: Elements (4 KB) a program of an fp32 output holds when it reads materialised statistics without
-#: folding split partials (finished, or never split): batch, instance and Frobenius normalisation
-#: (:func:`fp32_output_tiles`). H200 s8 call 6, output kernels: batch norm 64x64x512x512 2x512
-#: 2012.2 us against 8x512 2084.5 (4x512 2088.8); instance norm 16x64x256x256 4x256 123.1 against
-#: 16x256 128.3 (2x256 131.8); hand-written (call 5, ``bench/probe_bn_out.py``) 2x512 2022.8
-#: against 8x512 2107.7, torch.compile 2024.5. 16-bit outputs keep 4096 (instance norm fp16: 62.6 us
-#: at 16x256, 71.0 at 4x256), and so do outputs that fold split partials in every program (layer norm
-#: over (C, H, W) fp32, 32 splits: 132.7 at 16x256, 136.3 at 4x256).
-FP32_OUTPUT_ELEMENTS = 1024
+#: Elements a program of an output holds when it reads materialised statistics without folding split
+#: partials (finished, or never split): batch, instance, layer (C, H, W) and Frobenius normalisation
+#: (:func:`output_tiles`). Since the tile indices come from the 3-D launch grid (no division a program,
+#: :mod:`dtriton.plan.launch_grid`) small tiles pay: H200 s13 call 4, output kernels (graph replay, us),
+#: 1024 elements against the old tiles: batch norm 64x64x512x512 fp16 1006.4 (2048: 1015.9, 4096:
+#: 1047.9; the call 1480.3 against torch.compile's 1479.3), instance norm 16x64x256x256 fp16 67.4 (4096:
+#: 69.3), Frobenius fp16 67.0 (4096: 68.8); fp32 1024 since s8 (batch norm 2027.1; 512: 2015.9, left
+#: to exploration). Outputs folding split partials in every program keep theirs (layer norm over
+#: (C, H, W) fp16 with 32 folds: 1024 elements 124.4 us against 68.6 at 4096).
+OUTPUT_ELEMENTS = 1024
 
 
 def _column_reduction(a: str, grid, contig: set[str], sizes) -> bool:
@@ -378,18 +379,18 @@ def within_limits(d: Draft) -> None:
             return   # the user's tiles and strategies: validation reports them
 
 
-def fp32_output_tiles(d: Draft) -> None:
-    """An fp32 output reading materialised statistics (kernels of their own, :func:`split_rows`)
-    that folds no split partials (none split, or ``split_mode`` "finish" or "last") holds
-    :data:`FP32_OUTPUT_ELEMENTS` a program: the outermost grid tile above 1 halves until it does
-    (rows of the reduced layout first, the contiguous width only once they are down to one). Tiles
-    the user gave are kept."""
+def output_tiles(d: Draft) -> None:
+    """An output reading materialised statistics (kernels of their own, :func:`split_rows`) that
+    folds no split partials (none split, or finished: ``split_mode`` "finish" or "last") holds
+    :data:`OUTPUT_ELEMENTS` a program: the outermost grid tile above 1 halves until it does (rows
+    of the reduced layout first, the contiguous width only once they are down to one). Tiles the
+    user gave are kept."""
     floats = [t for t in d.b.dtypes.values() if t.is_floating_point]
     if (not d.gpu or d.cons or d.widest != 1 or not (d.split or d.stats_kernels) or not floats
-            or any(t != torch.float32 for t in floats) or (d.split and d.split_mode not in ("finish", "last"))):
+            or (d.split and d.split_mode not in ("finish", "last"))):
         return
     rows = [a for a in d.grid if a not in d.user.tile]
-    while math.prod(d.tile.get(a, 1) for a in d.grid) > FP32_OUTPUT_ELEMENTS:
+    while math.prod(d.tile.get(a, 1) for a in d.grid) > OUTPUT_ELEMENTS:
         a = next((a for a in rows if d.tile.get(a, 1) > 1), None)
         if a is None:
             return
@@ -472,7 +473,7 @@ def access_style(d: Draft) -> None:
 #: The rules :func:`complete_schedule` applies, in order.
 RULES = (flash_attention, flash_backward, main_grid, contraction_tiles, conv_tiles, depthwise_tiles, gemm_then_rows, rows_between_gemms,
          gemm_then_gemm, gemms_apart, gemm_then_columns, off_grid_axes, split_rows, grid_tiles,
-         column_splits, within_limits, finish_splits, fp32_output_tiles, launch_defaults, output_stages,
+         column_splits, within_limits, finish_splits, output_tiles, launch_defaults, output_stages,
          column_partials, access_style)
 
 

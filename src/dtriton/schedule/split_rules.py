@@ -21,14 +21,18 @@ __all__ = ["split_rows", "finish_splits", "INFLIGHT_BYTES", "FINISH_FOLDS", "FIN
 INFLIGHT_BYTES = 64 * 1024
 #: Partial values the main output's programs may fold in all (programs times the split partials of the
 #: statistics each reads, four values a variance state) before the heuristic finishes the split
-#: statistics once in a kernel of their own (``split_mode="finish"``, :func:`finish_splits`): batch norm
-#: 64x64x512x512 folds 262144 x 40 (finished), a Frobenius norm split 512 ways 16384 x 512 (finished),
-#: layer norm over (C, H, W) 16384 x 160 and group norm 16384 x 20 (folded by the readers).
-FINISH_FOLDS = 1 << 22
-#: How :func:`finish_splits` finishes split statistics: "finish" (a finishing kernel of its own) or
-#: "last" (the same fold by the last program of each tile of the split kernel: one launch less,
-#: :mod:`dtriton.plan.last_finish`); which is faster on the H200 is for a measurement to decide.
-FINISHED_MODE = "finish"
+#: statistics once (:data:`FINISHED_MODE`, :func:`finish_splits`): batch norm 64x64x512x512 folds
+#: 262144 x 40, a Frobenius norm split 512 ways 16384 x 512, layer norm over (C, H, W) 16384 x 160
+#: (finished: H200 s13 call 4, fp32 200.9 us finished by the last programs with 1024-element output
+#: tiles against 205.0 folded by the readers, torch.compile 200.7); group norm 16384 x 20 stays folded
+#: by its readers (one launch less, no tail in the statistics kernel).
+FINISH_FOLDS = 1 << 21
+#: How :func:`finish_splits` finishes split statistics: "last" (the fold by the last program of each
+#: tile of the split kernel, :mod:`dtriton.plan.last_finish`) rather than "finish" (a finishing kernel
+#: of its own): one launch less; H200 s13 call 4, whole calls (us) last / finish: batch norm
+#: 64x64x512x512 fp16 (1024-element output tiles) 1478.5 / 1480.3, fp32 2961.4 / 2963.5, Frobenius
+#: 16x64x256x256 fp16 100.3 / 101.4, fp32 192.7 / 193.2.
+FINISHED_MODE = "last"
 
 
 def split_rows(d: Draft) -> None:

@@ -289,8 +289,9 @@ def flash_seeds(dims, start: Mapping, base: Schedule, b: Binding) -> list[dict]:
 #: the range the H200 measured (s8 calls 5 and 6; output kernels, us): batch norm 64x64x512x512 fp16
 #: 4x512 1004.2, 8x512 (the default) 1032.7, 2x512 1164.0; fp32 2x512 2012.2, 4x512 2088.8, 8x512
 #: 2084.5; instance norm 16x64x256x256 fp16 16x256 (the default) 62.6, 4x256 71.0; fp32 4x256 123.1,
-#: 16x256 128.3. The best differs by case and dtype, so exploration tries them first.
-OUTPUT_TILE_ELEMENTS = (1024, 2048, 4096)
+#: 16x256 128.3. The best differs by case and dtype, so exploration tries them first; 512 since s13 (with
+#: the 3-D launch grid, call 4: batch norm fp32 1x512 2015.9 against the default 2x512's 2027.1).
+OUTPUT_TILE_ELEMENTS = (512, 1024, 2048, 4096)
 
 
 def output_tile_seeds(alg: Algorithm, dims, start: Mapping, base: Schedule, b: Binding) -> list[dict]:
@@ -304,8 +305,8 @@ def output_tile_seeds(alg: Algorithm, dims, start: Mapping, base: Schedule, b: B
     heuristic's output folds split partials in every program (``split_mode="partials"``: layer
     norm over (C, H, W), group norm), the same tiles follow with the partials finished once
     instead (``"finish"``, the heuristic's tile first), then at the heuristic's tile finished by the
-    split kernel's last program per tile (``"last"``; a heuristic finishing them tries the other of
-    the two): on the H200 (s8 call 6) layer norm's fp32
+    split kernel's last program per tile (``"last"``; a heuristic finishing them, by default with
+    ``"last"`` since s13, tries the other of the two at its tile): on the H200 (s8 call 6) layer norm's fp32
     output took 132.7 us folding 32 splits where instance norm's, reading finished statistics of
     the same shape, took 123.1. Each value only where the space has it; other dimensions at the
     heuristic's values (``start``: :func:`base_point`). Empty otherwise."""
@@ -326,9 +327,10 @@ def output_tile_seeds(alg: Algorithm, dims, start: Mapping, base: Schedule, b: B
                       and m != base.split_mode and m in vals.get("split_mode", ())]
     out = []
     for mode in modes:
-        # ("last" only at the heuristic's tile: the same fold as "finish", one launch less; the sampler
-        # explores its other tiles)
-        for e in (targets if mode is None else [have] if mode == "last" else [have] + targets):
+        # (readers folding partials try "finish" at every tile; otherwise the other way of finishing only at
+        # the heuristic's tile: the same fold, one launch more or less; the sampler explores its other tiles)
+        for e in (targets if mode is None else [have] + targets if (mode, base.split_mode) == ("finish", "partials")
+                  else [have]):
             tiles, left = {grid[-1]: min(width, e)}, max(1, e // min(width, e))
             for a in reversed(grid[:-1]):
                 tiles[a] = max(1, min(left, next_pow2(sizes[a])))
