@@ -192,7 +192,7 @@ def test_the_heuristic_finishes_splits_read_by_many_programs(name, dtype, small_
         assert not fin.split and fin.split_mode is None and keep.split_mode is None
         return
     assert keep.split_mode == "partials" and fin.split_mode == split_rules.FINISHED_MODE
-    # a finished output may also take smaller tiles (heuristics.OUTPUT_ELEMENTS: 1024 a program, 4096 folding)
+    # a finished output may also take smaller tiles (heuristics.OUTPUT_BYTES: 2 KB a program, 4096 elements folding)
     assert fin.replace(split_mode="partials", tile=keep.tile) == keep
     for s in (keep, fin):
         check(alg, args, eager, s, tol)

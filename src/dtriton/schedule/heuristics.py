@@ -58,7 +58,7 @@ Rules (documented so users can predict them):
   (:func:`within_limits`).
 - Other axes on the grid get tiles so a program holds about 1024 elements (the innermost axis
   first; 4096 when the output reads split or materialised statistics, except an fp32 output that
-  folds no split partials: :data:`OUTPUT_ELEMENTS`, fewer rows a program); axes of size 1 get tile 1. An output axis that the schedule gives a strategy
+  folds no split partials: :data:`OUTPUT_BYTES` a program, fewer rows); axes of size 1 get tile 1. An output axis that the schedule gives a strategy
   (whole/loop/online) and no stage reduces stays off the grid, covered inside each program.
 - On the interpreter (CPU tensors) a program costs its number of operations whatever its block
   size, so the grid axes, rows included, get tiles that give each program about 65536 elements
@@ -115,16 +115,18 @@ SMALL_WINDOW = 64
 WINDOW_OUTPUTS = 512
 #: Triton's largest block (``tl.arange``, ``tl.full``): 2**20 elements, as the backend checks.
 MAX_BLOCK = 1 << 20
-#: Elements a program of an output holds when it reads materialised statistics without folding split
+#: Bytes of output a program holds when it reads materialised statistics without folding split
 #: partials (finished, or never split): batch, instance, layer (C, H, W) and Frobenius normalisation
-#: (:func:`output_tiles`). Since the tile indices come from the 3-D launch grid (no division a program,
-#: :mod:`dtriton.plan.launch_grid`) small tiles pay: H200 s13 call 4, output kernels (graph replay, us),
-#: 1024 elements against the old tiles: batch norm 64x64x512x512 fp16 1006.4 (2048: 1015.9, 4096:
-#: 1047.9; the call 1480.3 against torch.compile's 1479.3), instance norm 16x64x256x256 fp16 67.4 (4096:
-#: 69.3), Frobenius fp16 67.0 (4096: 68.8); fp32 1024 since s8 (batch norm 2027.1; 512: 2015.9, left
-#: to exploration). Outputs folding split partials in every program keep theirs (layer norm over
-#: (C, H, W) fp16 with 32 folds: 1024 elements 124.4 us against 68.6 at 4096).
-OUTPUT_ELEMENTS = 1024
+#: (:func:`output_tiles`): 1024 fp16 or 512 fp32 elements. Since the tile indices come from the 3-D
+#: launch grid (no division a program, :mod:`dtriton.plan.launch_grid`) small tiles pay. H200 s13,
+#: whole calls with the statistics finished by the last programs (graph replay, us; call 3 for the
+#: 16-bit tiles, call 4 for fp32): batch norm 64x64x512x512 fp16 1024 elements 1478.5 (2048: 1488.7,
+#: 4096: 1518.1; torch.compile 1479.3), fp32 512 elements 2957.4 (1024: 2975.7; torch.compile
+#: 2971.1); Frobenius 16x64x256x256 fp32 192.0 (1024: 193.0), instance norm fp32 195.9 (195.9),
+#: layer norm over (C, H, W) fp32 202.0 (1024: 200.6, the one case that prefers more: exploration
+#: seeds 512 to 4096). Outputs folding split partials in every program keep theirs (layer norm over
+#: (C, H, W) fp16 folding 32 splits: 1024 elements 124.4 us against 68.6 at 4096, call 3).
+OUTPUT_BYTES = 2048
 
 
 def _column_reduction(a: str, grid, contig: set[str], sizes) -> bool:
@@ -382,15 +384,16 @@ def within_limits(d: Draft) -> None:
 def output_tiles(d: Draft) -> None:
     """An output reading materialised statistics (kernels of their own, :func:`split_rows`) that
     folds no split partials (none split, or finished: ``split_mode`` "finish" or "last") holds
-    :data:`OUTPUT_ELEMENTS` a program: the outermost grid tile above 1 halves until it does (rows
-    of the reduced layout first, the contiguous width only once they are down to one). Tiles the
-    user gave are kept."""
+    :data:`OUTPUT_BYTES` of its widest float dtype a program: the outermost grid tile above 1
+    halves until it does (rows of the reduced layout first, the contiguous width only once they
+    are down to one). Tiles the user gave are kept."""
     floats = [t for t in d.b.dtypes.values() if t.is_floating_point]
     if (not d.gpu or d.cons or d.widest != 1 or not (d.split or d.stats_kernels) or not floats
             or (d.split and d.split_mode not in ("finish", "last"))):
         return
     rows = [a for a in d.grid if a not in d.user.tile]
-    while math.prod(d.tile.get(a, 1) for a in d.grid) > OUTPUT_ELEMENTS:
+    elements = max(1, OUTPUT_BYTES // max(t.itemsize for t in floats))
+    while math.prod(d.tile.get(a, 1) for a in d.grid) > elements:
         a = next((a for a in rows if d.tile.get(a, 1) > 1), None)
         if a is None:
             return

@@ -317,8 +317,8 @@ BUILTIN: tuple[Knob, ...] = (
          doc="how split partial results combine: fp32 atomics, per-split buffers each reader folds (partials), or "
              "per-split buffers a finishing kernel folds once into the final values the readers read (finish), or the "
              "last program of each tile of the split kernel folds them so (last: one launch less; all three "
-             "deterministic); None: per-split buffers for the reductions the heuristic splits (finish when many "
-             "programs read them) and for max/min, else atomics"),
+             "deterministic); None: per-split buffers for the reductions the heuristic splits (finished by the last "
+             "programs when many programs read them) and for max/min, else atomics"),
     Knob("stages", FrozenMap(), Domain("StageSchedule per stage", _any), kind="per_stage",
          search=PLACES, doc="per-stage overrides (StageSchedule): place (auto, fuse, materialize; explored; atomic: a sum "
                               "whose partial sums another kernel adds inside its loop) and the stage overrides"),
