@@ -156,8 +156,9 @@ def permute_hint(alg, p, a: torch.Tensor, known: dict[str, int]) -> str:
     perm = [at[d] if d in at else free.pop(0) for d in p.dims]
     if perm == sorted(perm):
         return ""
-    return (f"; {alg.name} reads {p.name} as ({', '.join(p.dims)}): if it is laid out otherwise (a torch "
-            f"weight), pass {p.name}.permute({', '.join(map(str, perm))})")
+    return (f"; {alg.name} reads {p.name} as ({', '.join(p.dims)}): if {p.name} holds these dims in another "
+            f"order, {p.name}.permute({', '.join(map(str, perm))}) agrees with the sizes bound so far (check that "
+            f"its dims mean what {alg.name} expects: a matching size alone does not say so)")
 
 
 def _check_tensor(alg, p, a) -> None:
@@ -171,8 +172,11 @@ def _check_tensor(alg, p, a) -> None:
         raise ShapeError(f"argument {p.name!r} of {alg.name} is a nested tensor; dtriton reads dense tensors of one "
                          f"shape: pass {p.name}.to_padded_tensor(0.0) (and mask the padding in the algorithm)")
     if a.dim() != len(p.dims):
+        ones = [d for d, n in enumerate(a.shape) if n == 1]
+        hint = (f"; it has {a.dim() - len(p.dims)} more, of size 1: {p.name}.squeeze({ones[0]}) drops one"
+                if a.dim() > len(p.dims) and len(ones) >= a.dim() - len(p.dims) else "")
         raise ShapeError(f"argument {p.name!r} of {alg.name} must have {len(p.dims)} dims {list(p.dims)}, "
-                         f"got {a.dim()} (shape {tuple(a.shape)})")
+                         f"got {a.dim()} (shape {tuple(a.shape)}){hint}")
     if a.dtype not in FLOAT_DTYPES + INDEX_DTYPES + FP8_DTYPES:
         raise DTypeError(f"argument {p.name!r} of {alg.name} has unsupported dtype {a.dtype}; use "
                          "float16, bfloat16, float32, float64, float8_e4m3fn, float8_e5m2 or an integer dtype")
