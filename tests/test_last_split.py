@@ -24,17 +24,7 @@ from dtriton.schedule import complete_schedule, heuristics, split_rules
 F = torch.nn.functional
 
 
-def _bn(x, w, b):
-    return F.batch_norm(x, None, None, w, b, training=True, eps=1e-5)
-
-
-NORMS = {
-    "batch_norm": (batch_norm, lambda x: (x, torch.randn(x.shape[1]), torch.randn(x.shape[1])),
-                   lambda x, w, b: _bn(x, w, b)),
-    "frobenius": (frobenius_normalize, lambda x: (x,), lambda x: x / torch.linalg.vector_norm(x)),
-    "layer_norm_chw": (layer_norm_chw, lambda x: (x,), lambda x: F.layer_norm(x, x.shape[1:], eps=1e-5)),
-    "instance_norm": (instance_norm, lambda x: (x,), lambda x: F.instance_norm(x, eps=1e-5)),
-}
+from test_finish_split import NORMS  # noqa: E402  (name -> algorithm, arguments, float64 oracle)
 
 
 def split_schedule(alg, split, mode, kept_tile=1):
