@@ -117,3 +117,13 @@ def test_user_questions_are_answered():
     assert "`backward_schedules` is one `dt.Schedule`" in flat["tutorial.md"]
     snippet = (DOCS / "snippets" / "explore.py").read_text(encoding="utf-8")
     assert "space=space" in snippet and "dt.cast(" in snippet
+
+
+def test_the_library_page_is_the_generated_one():
+    """docs/library.md lists every algorithm of dtriton.library as tools/library_page.py prints it."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("library_page", ROOT / "tools" / "library_page.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert (ROOT / "docs" / "library.md").read_text() == mod.page(), \
+        "docs/library.md is stale: run python3 tools/library_page.py --write docs/library.md"
