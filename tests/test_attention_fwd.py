@@ -87,8 +87,11 @@ def test_causal_tiles_straddling_the_diagonal_under_warp_specialisation(S):
             k, _ = check(causal_attention, (Q, K, V, 0.25), sched,
                          torch_ref=lambda q, k, v, s: sdpa(q, k, v, s, causal=True), tol=TOL[torch.float16])
         assert "warp_specialize=True)" not in k.source and "tl.make_tensor_descriptor" not in k.source
+        # (on the interpreter the Gluon kernel's reason is the one warp_specialize warning: no loop is
+        # specialised there, so the note on the split loops is not printed beside it; s13)
+        ws = [str(w.message) for w in got if "warp_specialize=True" in str(w.message)]
         if S > 1:
-            assert any("split into fully visible and boundary tiles" in str(w.message) for w in got)
+            assert len(ws) == 1 and "Gluon" in ws[0] and "interpreter" in ws[0], ws
 
 
 def gqa_ref(Q, K, V, scale, rep):
