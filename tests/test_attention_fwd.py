@@ -257,3 +257,18 @@ def test_decoding_splits_the_keys_into_one_wave_of_long_slices():
         got = complete_schedule(attention, None, b)
         assert (got.access if want[0] else None, got.tile["j"]) == want, (dtype, S)
     assert decode_split(8, 64 * 15, 64, 132) == 1      # fewer than 16 tiles: no two slices of 8
+
+
+def test_the_split_loop_note_for_a_gpu_plan():
+    """Planned for the GPU (nothing launched): causal attention asked for warp specialisation with its
+    key loop split at the diagonal tells why the loops run without it (the note the interpreter leaves out)."""
+    from dtriton.plan.callspec import call_spec
+    from dtriton.plan.decide import plan_program, unused_knobs
+    from dtriton.schedule import complete_schedule
+    Q, K, V = qkv(1, 2, 48, 48, 16, seed=3)
+    b = causal_attention.bind((Q, K, V, 0.25))
+    b.device = torch.device("cuda")
+    sched = complete_schedule(causal_attention, dt.Schedule(**dict(WS, tile={"i": 16, "j": 16})), b)
+    prog = plan_program(causal_attention, sched, b, call_spec(causal_attention, b, (Q, K, V, 0.25), False))
+    notes = unused_knobs(causal_attention, sched, prog)
+    assert any("split into fully visible and boundary tiles" in n for n in notes), notes
