@@ -56,7 +56,6 @@ import triton.language as tl  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run as R  # noqa: E402
 import dtriton as dt  # noqa: E402
-from dtriton.backends import default_backend  # noqa: E402
 from dtriton.library import batch_norm, frobenius_normalize  # noqa: E402
 
 F = torch.nn.functional
@@ -208,18 +207,7 @@ def chunk_err(got, ref_of, n0: int, step: int) -> float:
 def replayed_launches(kernel, args, y):
     """Run ``kernel(*args, out=y)`` once (a fresh kernel: its first call takes the planned path), recording each
     launch; returns [(name, replay fn)] that launch one kernel alone with the same arguments."""
-    be = default_backend()
-    orig = be.launch
-    rec = []
-
-    def recording(fn, programs, call, meta, interpret):
-        rec.append((fn, programs, list(call), meta, interpret))
-        return orig(fn, programs, call, meta, interpret)
-    be.launch = recording
-    try:
-        kernel(*args, out=y)
-    finally:
-        del be.launch
+    rec, orig = R.recorded_launches(kernel, args, y)
     sync()
     return [(m.name, (lambda f=f, p=p, c=c, m=m, i=i: orig(f, p, c, m, i))) for f, p, c, m, i in rec]
 

@@ -48,7 +48,6 @@ import torch  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import run as R  # noqa: E402
 import dtriton as dt  # noqa: E402
-from dtriton.backends import default_backend  # noqa: E402
 from dtriton.backends.triton.launch import launch, load_module  # noqa: E402
 from dtriton.library import batch_norm, frobenius_normalize, instance_norm, layer_norm_chw  # noqa: E402
 from reductions import merged  # noqa: E402
@@ -148,23 +147,6 @@ def add(case, shape, dtype, impl, err, ok, fn=None, note=""):
           flush=True)
 
 
-def record(kernel, args, y):
-    """Launch ``kernel(*args, out=y)`` once, recording each launch: [(fn, programs, call, meta, interpret)]."""
-    be = default_backend()
-    orig = be.launch
-    rec = []
-
-    def recording(fn, programs, call, meta, interpret):
-        rec.append((fn, programs, list(call), meta, interpret))
-        return orig(fn, programs, call, meta, interpret)
-    be.launch = recording
-    try:
-        kernel(*args, out=y)
-    finally:
-        del be.launch
-    return rec, orig
-
-
 def edits(src: str) -> dict[str, str]:
     """The output kernel's module source with one printing decision undone a variant."""
     fwd = re.sub(r"tile = .* - 1 - pid  # tiles in reverse launch order.*", "tile = pid", src)
@@ -244,7 +226,7 @@ def linear(case, shape, dname, label, alg, sched, args, y, ref):
     try:
         k = dt.compile(alg, sched)
         y.fill_(float("nan"))
-        rec, orig = record(k, args, y)
+        rec, orig = R.recorded_launches(k, args, y)
     finally:
         decide.plan_launch_dims = keep
     f, p, c, m, i = rec[-1]
@@ -286,7 +268,7 @@ def run_case(case, dtype, dev, tmp: Path):
         try:
             k = dt.compile(alg, merged(base, fields)) if fields else dt.compile(alg)
             y.fill_(float("nan"))
-            rec, orig = record(k, args, y)
+            rec, orig = R.recorded_launches(k, args, y)
             e = err_of(y, ref)
             ok = e <= RTOL[dtype]
             add(case, sname, dname, f"dtriton {label} (call)", e, ok, lambda k=k: k(*args, out=y),

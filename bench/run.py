@@ -69,6 +69,26 @@ def captured_graph(fn, reps: int) -> "torch.cuda.CUDAGraph":
 WARM_MS = [0.0]
 
 
+def recorded_launches(kernel, args, out):
+    """Call ``kernel(*args, out=out)`` once, recording each kernel launch it makes: returns
+    ([(fn, programs, call, meta, interpret)], the backend's launch) so a caller can replay one kernel
+    alone with the same arguments (``launch(fn, programs, call, meta, interpret)``)."""
+    from dtriton.backends import default_backend   # noqa: PLC0415
+    be = default_backend()
+    orig = be.launch
+    rec = []
+
+    def recording(fn, programs, call, meta, interpret):
+        rec.append((fn, programs, list(call), meta, interpret))
+        return orig(fn, programs, call, meta, interpret)
+    be.launch = recording
+    try:
+        kernel(*args, out=out)
+    finally:
+        del be.launch
+    return rec, orig
+
+
 def graph_time_us(fn, reps: int = 20, iters: int = 10) -> float:
     """Kernel time: capture ``reps`` calls in one CUDA graph and time its replays (median), after
     :data:`WARM_MS` milliseconds of untimed replays (the GPU's clocks up after an idle moment)."""
