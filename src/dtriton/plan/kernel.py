@@ -14,6 +14,7 @@ nothing and never reads the :class:`~dtriton.schedule.Schedule`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 import torch
 
@@ -429,6 +430,22 @@ class KernelPlan:
         if a in self.flat_box:
             return [((m,), b) for m, b in zip(self.flat[a], self.flat_box[a])]
         return [(self.flat.get(a, (a,)), self.axes[a].block)]
+
+    @staticmethod
+    def tile_programs(tiles, extents: Mapping[str, int]) -> int | None:
+        """Programs along ``tiles``, ``(axes, block)`` pairs (:meth:`grid_tiles`, a dimension of
+        :meth:`launch_counts`), over ``extents`` (axis -> its size on a call, or a bound on it such
+        as :attr:`size_buckets`): each pair the product of its axes' extents in tiles of its block
+        (rounded up), the pairs multiplied (0: an empty axis). None when an axis has no extent."""
+        n = 1
+        for axes, blk in tiles:
+            ext = 1
+            for a in axes:
+                if a not in extents:
+                    return None
+                ext *= extents[a]
+            n *= -(-ext // blk)
+        return n
 
     @property
     def grouped(self) -> bool:
