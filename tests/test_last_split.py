@@ -142,6 +142,31 @@ def test_the_plan_absorbs_the_finishing_kernel_and_keeps_it_where_it_cannot():
     assert len(prog.kernels) == 3 and prog.kernels[0].last_finish is None
 
 
+@pytest.mark.parametrize("mode", ["partials", "finish", "last"])
+def test_the_plan_says_which_kernels_fold_partials_as_one_block(mode):
+    """More than 16 partials read where the buffer's axes are scalar fold as one block (the plan's
+    ``block_folds``, which the printer reads); 6 partials, or channels in tiles of 4, fold by a loop."""
+    x = torch.randn(5, 3, 7, 9)
+    sched = split_schedule(frobenius_normalize, {"n": 5, "h": 4}, mode)
+    fro = plan(frobenius_normalize, (x,), sched)
+    readers = [(k, uid) for k in fro.kernels for uid, b in k.materialized.items() if b.partials == 20]
+    assert len(readers) == (0 if mode == "last" else 1) and all(uid in k.block_folds for k, uid in readers)
+    if mode == "last":
+        assert len(fro.kernels[0].last_finish.block_folds) == 1
+    assert "the 20 split partials of sum0" in dt.compile(frobenius_normalize, sched).source_for(x)
+    few = plan(frobenius_normalize, (x,), split_schedule(frobenius_normalize, {"n": 2, "h": 3}, mode))
+    assert not any(k.block_folds for k in few.kernels)
+    # 40 partials of the channel statistics: the output kernel (a channel a program) folds each as one
+    # block; the finishing kernel (channels in tiles of 4) and a split kernel's last program by a loop
+    args = NORMS["batch_norm"][1](torch.randn(40, 3, 7, 9))
+    sched = split_schedule(batch_norm, {"n": 20, "h": 2}, mode)
+    bn = plan(batch_norm, args, sched)
+    assert [len(k.block_folds) for k in bn.kernels] == {"partials": [0, 2], "finish": [0, 0, 0], "last": [0, 0]}[mode]
+    assert not any(k.last_finish.block_folds for k in bn.kernels if k.last_finish)
+    src = dt.compile(batch_norm, sched).source_for(*args)
+    assert ("the 40 split partials of mean0" in src) == (mode == "partials")
+
+
 def test_the_space_explores_every_deterministic_mode_and_the_heuristic_switches_in_one_line(monkeypatch):
     from dtriton.tune import Space
     # the H200 bench shape (meta tensors): the heuristic finishes the statistics, the space has all three modes

@@ -21,7 +21,7 @@ from conftest import check, randn
 from dtriton.library import batch_norm, frobenius_normalize, instance_norm, layer_norm_chw, matmul
 from dtriton.library import attention as lib_attention
 from dtriton.plan.kernel import AxisPlan, KernelPlan
-from dtriton.plan.launch_grid import plan_launch_dims
+from dtriton.plan.launch_grid import plan_launch_dims, program_bound
 
 F = torch.nn.functional
 
@@ -201,6 +201,17 @@ def test_plan_launch_dims_rules():
     assert any("launch dims" in p for p in Program([bad], {}).verify())
     good = _kp({"a": 1, "d": 1}, {"a": 8, "d": 8}, launch_dims=(("d",), ("a",)))
     assert not any("launch dims" in p for p in Program([good], {}).verify())
+
+
+def test_tile_programs_over_sizes_and_buckets():
+    """One count for the runtime's grid (call sizes) and the launch-grid bound (size buckets)."""
+    k = _kp({"a": 3, "d": 16}, {"a": 8})
+    assert KernelPlan.tile_programs(k.grid_tiles("a"), {"a": 7}) == 3
+    assert KernelPlan.tile_programs([(("a",), 3), (("d",), 16)], {"a": 7, "d": 33}) == 9
+    assert KernelPlan.tile_programs([(("a", "d"), 4)], {"a": 3, "d": 5}) == 4   # a flat axis: 15 in tiles of 4
+    assert KernelPlan.tile_programs([(("a",), 3), (("d",), 16)], {"a": 0, "d": 33}) == 0
+    assert KernelPlan.tile_programs(k.grid_tiles("d"), k.size_buckets) is None   # d has no bucket
+    assert program_bound(k, "a") == 3 and program_bound(k, "d") is None
 
 
 # ------------------------------------------------------------------------------------------------

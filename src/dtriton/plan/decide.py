@@ -7,7 +7,9 @@ dot-only axes, access per tensor tile, eviction hints, passes (grouping, online 
 specialisation), loop bounds from masks (the loops they split are not warp-specialised), the pass
 whose loop adds each in-loop atomic store (:mod:`dtriton.plan.loop_stores`), a persistent GEMM's
 flattened tile loop and output stores in pieces (:mod:`dtriton.plan.persistent`), where TMA
-descriptors are built, the launch order, the launch-grid dimensions (:mod:`dtriton.plan.launch_grid`). Then :func:`unused_knobs` reads the decisions back: the
+descriptors are built, the split partials each kernel folds as one block
+(:func:`dtriton.plan.last_finish.plan_block_folds`), the launch order, the launch-grid dimensions
+(:mod:`dtriton.plan.launch_grid`). Then :func:`unused_knobs` reads the decisions back: the
 knobs that had no effect.
 """
 
@@ -38,7 +40,7 @@ from .flat import plan_flat
 from .gluon_depthwise import plan_gluon_depthwise
 from .implicit_gemm import plan_implicit_gemm
 from .kernel import KernelPlan, Program, StoreSpec
-from .last_finish import absorb_finishes
+from .last_finish import absorb_finishes, plan_block_folds
 from .launch_grid import plan_launch_dims
 from .lower import lower
 from .loop_stores import loop_store_bounds, plan_loop_stores
@@ -75,6 +77,7 @@ def decide(prog: Program, sched: Schedule, dtypes: Mapping[str, torch.dtype],
         _decide_kernel(k, sched, dtypes, out_dtypes, "float64" if any64 else "float32", interpret, i64, tma_ok,
                        dict(hints or {}), dict(unit_dims or {}), masked_reads, unit_scalars, dict(small_sizes or {}),
                        dict(index_values or {}), dense, dict(divisors or {}))
+        k.block_folds = plan_block_folds(k)
         k.reverse_order = plan_reverse_order(k, sched.tile_order, input_tensors(k) & read)
         k.launch_dims = plan_launch_dims(k)
         read |= input_tensors(k)

@@ -14,6 +14,7 @@ nothing and never reads the :class:`~dtriton.schedule.Schedule`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Mapping
 
 import torch
 
@@ -110,7 +111,7 @@ class LastFinish:
     the last of its tile: it folds every split's partials of its tile in split order, exactly as
     the finishing kernel ``finish`` it replaces would (the same combines, ``reads``: stage id ->
     the partials buffer; ``block_folds``: the stages whose partials that kernel reads as one block,
-    its axes being scalar), stores the final values (``stores``: ``buf_<stage>_final``) and resets
+    its :attr:`KernelPlan.block_folds`), stores the final values (``stores``: ``buf_<stage>_final``) and resets
     its counter to 0. Its partial loads bypass L1 (``cache_modifier=".cg"``): other SMs wrote them.
     ``finish``: the names of the finishing kernels it replaces (one per set of kept axes: an online
     group's max and sums keep different axes)."""
@@ -387,6 +388,9 @@ class KernelPlan:
                                                       # partials it folds (split_mode "finish" or "last")
     last_finish: LastFinish | None = None             # the finishing pass this split kernel's last program of
                                                       # each tile runs (split_mode="last": plan.last_finish)
+    block_folds: frozenset = frozenset()              # ids of materialised reductions whose split partials this
+                                                      # kernel reads as one block folded by a tree, the others
+                                                      # in split order by a loop (plan.last_finish.block_fold)
 
     @property
     def splits(self) -> tuple[tuple[str, int], ...]:
@@ -429,6 +433,22 @@ class KernelPlan:
         if a in self.flat_box:
             return [((m,), b) for m, b in zip(self.flat[a], self.flat_box[a])]
         return [(self.flat.get(a, (a,)), self.axes[a].block)]
+
+    @staticmethod
+    def tile_programs(tiles, extents: Mapping[str, int]) -> int | None:
+        """Programs along ``tiles``, ``(axes, block)`` pairs (:meth:`grid_tiles`, a dimension of
+        :meth:`launch_counts`), over ``extents`` (axis -> its size on a call, or a bound on it such
+        as :attr:`size_buckets`): each pair the product of its axes' extents in tiles of its block
+        (rounded up), the pairs multiplied (0: an empty axis). None when an axis has no extent."""
+        n = 1
+        for axes, blk in tiles:
+            ext = 1
+            for a in axes:
+                if a not in extents:
+                    return None
+                ext *= extents[a]
+            n *= -(-ext // blk)
+        return n
 
     @property
     def grouped(self) -> bool:

@@ -23,6 +23,11 @@ tree on the GPU follows the kernel's warps (the split kernel's 8 against the fin
 deterministic, within a few ulps of the finishing kernel's value, not always its bits (the
 interpreter's fold is one numpy sum either way).
 
+Which reads fold as one block is a plan fact of every kernel reading split partials, the rule
+:func:`block_fold` applied once per kernel by :func:`plan_block_folds`
+(:attr:`~dtriton.plan.kernel.KernelPlan.block_folds`); the split kernel's last program takes the
+finishing kernel's (:attr:`~dtriton.plan.kernel.LastFinish.block_folds`).
+
 The partials' loads in the last program use ``cache_modifier=".cg"`` (cached in L2 only): other SMs
 wrote them, and an L1 line of an earlier launch on this SM (the caching allocator hands out the same
 addresses again) must not answer; the acq_rel atomic orders them after the other programs' release,
@@ -35,16 +40,25 @@ from __future__ import annotations
 
 from .kernel import BufferSpec, KernelPlan, LastFinish, Program
 
-__all__ = ["absorb_finishes", "absorb_problem", "BLOCK_FOLD_PARTIALS"]
+__all__ = ["absorb_finishes", "absorb_problem", "block_fold", "plan_block_folds", "BLOCK_FOLD_PARTIALS"]
 
 #: More split partials than this, read where every axis of the buffer is scalar, are loaded as one
 #: block and folded by a tree (the printer's ``fold_partials``), else in split order by a loop.
 BLOCK_FOLD_PARTIALS = 16
 
 
-def _block_fold(k: KernelPlan, b: BufferSpec) -> bool:
-    """Whether kernel ``k`` reads buffer ``b``'s partials as one block (the printer's rule)."""
+def block_fold(k: KernelPlan, b: BufferSpec) -> bool:
+    """Whether kernel ``k`` reads buffer ``b``'s split partials as one block folded by a tree: more
+    than :data:`BLOCK_FOLD_PARTIALS` of them, every axis of ``b`` a scalar index in ``k``
+    (:meth:`~dtriton.plan.kernel.KernelPlan.scalar_axis`); else in split order by a loop."""
     return b.partials > BLOCK_FOLD_PARTIALS and all(k.scalar_axis(a) for a in b.axes)
+
+
+def plan_block_folds(k: KernelPlan) -> frozenset:
+    """The materialised reductions (ids) whose split partials kernel ``k`` reads as one block
+    (:func:`block_fold`; :attr:`~dtriton.plan.kernel.KernelPlan.block_folds`). Call once its axes'
+    tiles and flat axes are decided."""
+    return frozenset(uid for uid, b in k.materialized.items() if block_fold(k, b))
 
 
 def absorb_problem(split: KernelPlan, fin: KernelPlan) -> str:
@@ -59,8 +73,7 @@ def absorb_problem(split: KernelPlan, fin: KernelPlan) -> str:
             p = split.axes.get(a)
             if p is None or p.role not in ("grid", "whole") or split.flat_of(a) != a:
                 return f"the kept axis {a!r} of {st.target} is not on the split kernel's grid nor whole there (or is flat)"
-        b = fin.materialized[st.expr.uid]
-        if _block_fold(fin, b) and not all(split.scalar_axis(a) for a in b.axes):
+        if st.expr.uid in fin.block_folds and not block_fold(split, fin.materialized[st.expr.uid]):
             return f"{st.target}: the finishing kernel folds its partials as one block, the split kernel's tile is wider"
     return ""
 
@@ -83,7 +96,7 @@ def absorb_finishes(prog: Program) -> dict[str, str]:
             kept[fin.name] = why
             continue
         reads = {st.expr.uid: fin.materialized[st.expr.uid] for st in fin.stores}
-        blocks = frozenset(uid for uid, b in reads.items() if _block_fold(fin, b))
+        blocks = frozenset(uid for uid in reads if uid in fin.block_folds)
         lf = split.last_finish
         if lf is None:   # (an online group's second set of kept axes joins the first's pass)
             cnt = BufferSpec(f"cnt_{split.name}", tuple(split.grid), "int32", counter=True,

@@ -30,15 +30,7 @@ def program_bound(k: KernelPlan, a: str) -> int | None:
     """The most programs grid axis ``a`` of ``k`` can have on a call this kernel serves (its
     tiles over the size buckets of its axes, of every member of a flat axis); None when an axis
     has no bucket (no bound is known)."""
-    n = 1
-    for axes, blk in k.grid_tiles(a):
-        ext = 1
-        for m in axes:
-            if m not in k.size_buckets:
-                return None
-            ext *= k.size_buckets[m]
-        n *= -(-ext // blk)
-    return n
+    return k.tile_programs(k.grid_tiles(a), k.size_buckets)
 
 
 def plan_launch_dims(k: KernelPlan) -> tuple[tuple[str, ...], ...] | None:

@@ -29,7 +29,7 @@ from ..backends import default_backend
 from ..errors import CompileError, ResourceError, ScheduleWarning, ShapeError
 from ..schedule import Schedule, complete_schedule, fits_smem, operand_itemsize, shrink
 from ..ir import Algorithm, Binding, InputTensor, check_reads, contraction_operands
-from ..plan import CallSpec, Program, call_spec, plan_program, tma_addressable, unused_knobs
+from ..plan import CallSpec, KernelPlan, Program, call_spec, plan_program, tma_addressable, unused_knobs
 from ..plan.callspec import I32_MAX
 from ..plan.launch_grid import MAX_GRID_YZ
 from ..plan.smem import program_fits
@@ -87,12 +87,10 @@ class _Launch:
         of 0: nothing to do."""
         counts = []
         for pairs in self.dims:
-            n = 1
-            for axes, blk in pairs:
-                ext = 1
-                for a in axes:
-                    ext *= sizes[a]
-                n *= -(-ext // blk)
+            n = KernelPlan.tile_programs(pairs, sizes)
+            if n is None:
+                missing = [a for axes, _ in pairs for a in axes if a not in sizes]
+                raise CompileError(f"kernel {self.meta.name}: grid axes {missing} have no size on this call (a dtriton bug)")
             counts.append(n)
         counts[0] *= self.split
         if self.persistent:

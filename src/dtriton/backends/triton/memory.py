@@ -8,7 +8,6 @@ import torch
 from ...ir import Axis, Const, Load, Reduce, fmt, pad_value
 from ...plan.access import tile_key
 from ...plan.kernel import TileAccess
-from ...plan.last_finish import BLOCK_FOLD_PARTIALS
 from .narrow import DECODE_FP8, FP8_FORMATS
 from .prelude import TL_DTYPES, combine_text, variance_text
 from .scope import Bind, Scope
@@ -263,15 +262,16 @@ class MemoryPrinter:
     def load_buffer(self, r: Reduce, scope: Scope, layout, b=None, block_fold: bool | None = None,
                     cache: str = "") -> tuple[str, str]:
         """Read materialised reduction ``r`` from its buffer (combining split partials with its
-        combiner: a static loop over up to 16 partials, a loop above; where this scope reads one
-        value of it, more than 16 partials as one block, :meth:`fold_partials`). ``b``: the buffer
-        (default the kernel's for ``r``); ``block_fold``: the plan's choice of the one-block fold
-        (None: the rule above); ``cache``: a ``cache_modifier`` of the partials' loads (``.cg``: past
+        combiner: a static loop over up to 16 partials, a loop above; as one block, :meth:`fold_partials`,
+        where the plan says so). ``b``: the buffer (default the kernel's for ``r``); ``block_fold``:
+        whether its partials are folded as one block (None: the kernel's choice,
+        ``KernelPlan.block_folds``; a split kernel's last program passes the finishing kernel's,
+        ``LastFinish.block_folds``); ``cache``: a ``cache_modifier`` of the partials' loads (``.cg``: past
         L1, as a split kernel's last program reads what other SMs wrote, ``KernelPlan.last_finish``)."""
         b = self.k.materialized[r.uid] if b is None else b
         cm = f", cache_modifier=\"{cache}\"" if cache else ""
         if block_fold is None:
-            block_fold = b.partials > BLOCK_FOLD_PARTIALS and all(scope.find_bind(a)[0].scalar for a in b.axes)
+            block_fold = r.uid in self.k.block_folds
         name = self.tensor_arg(b.name, len(b.axes) + len(b.lead))
         terms = []
         for a in b.axes:
