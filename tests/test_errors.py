@@ -30,7 +30,8 @@ def _raises(exc_type, pattern, fn, *args, **kw):
 def test_inconsistent_sizes_name_both_sources():
     kernel = dt.compile(matmul)
     A, B = torch.randn(300, 170), torch.randn(171, 200)
-    _raises(dt.ShapeError, r"^matmul: K is 170 from A\.shape\[1\] but 171 from B\.shape\[0\]$", kernel, A, B)
+    _raises(dt.ShapeError, r"^matmul: K is 170 from A\.shape\[1\] but 171 from B\.shape\[0\]; matmul reads A as \(M, K\), "
+            r"got shape \(300, 170\), and B as \(K, N\), got shape \(171, 200\)$", kernel, A, B)
     assert not kernel._plans  # nothing was compiled
     _raises(dt.ShapeError, r"K is 170 from A\.shape\[1\] but 171 from B\.shape\[0\]", matmul.reference, A, B)
 

@@ -1,0 +1,143 @@
+"""Problems a fresh-user trial found (session 14), each fixed with a test here.
+
+A conv weight in another layout than the library conv reads surfaced as an output-size message (its
+kernel size read off a channel dim) and an NCHW input given to ``conv2d_nhwc`` got no hint: a size or
+constraint error now names the layouts read and the shapes given, and the permute of the tensor (or of
+two) that makes every size and constraint agree; following it matches torch.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import dtriton as dt
+from dtriton import library as L
+
+from conftest import check, randn
+
+_CAUTION = "a matching size alone does not say so"
+
+
+def _message(alg, args) -> str:
+    """The ShapeError of compiling and calling ``alg`` on ``args``; the reference evaluator raises the same."""
+    with pytest.raises(dt.ShapeError) as e:
+        dt.compile(alg)(*args)
+    with pytest.raises(dt.ShapeError) as r:
+        alg.reference(*args)
+    assert str(r.value) == str(e.value)
+    return str(e.value)
+
+
+def _conv2d_nhwc(x, w, s, p, d, *_):
+    return F.conv2d(x.permute(0, 3, 1, 2), w.permute(0, 3, 1, 2), stride=s, padding=p, dilation=d).permute(0, 2, 3, 1)
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. a conv weight in another layout: the weight, its layout, the shape given and the permute
+# ----------------------------------------------------------------------------------------------
+# (name, algorithm, X, the weight as given, scalars, the start of the message, the layout note, the
+#  permute, what the weight's sizes look like, the torch oracle of the call with the weight permuted)
+WEIGHT_CASES = [
+    # a 3 x 5 window given as 5 x 3 (O, C, Q, R) to conv2d: R = 5 read off Q's dim, an output-size message before
+    ("conv2d window", L.conv2d, (2, 3, 8, 9), (6, 3, 5, 3), (1, 1, 1, 8, 7),
+     r"^conv2d: argument 'Ho' must be \(H \+ 2 \* padding - dilation \* \(R - 1\) - 1\) // stride \+ 1 = 6 ",
+     "conv2d reads X as (N, C, H, W), got shape (2, 3, 8, 9), and Wt as (O, C, R, Q), got shape (6, 3, 5, 3)",
+     "Wt.permute(0, 1, 3, 2)", "Wt's sizes fit (O, C, Q, R)",
+     lambda x, w, s, p, d, *_: F.conv2d(x, w, stride=s, padding=p, dilation=d)),
+    # a channels-last (O, R, Q, C) weight given to conv2d
+    ("conv2d", L.conv2d, (2, 4, 8, 9), (6, 3, 5, 4), (1, 1, 1, 8, 7),
+     r"^conv2d: C is 4 from X\.shape\[1\] but 3 from Wt\.shape\[1\]",
+     "conv2d reads X as (N, C, H, W), got shape (2, 4, 8, 9), and Wt as (O, C, R, Q), got shape (6, 3, 5, 4)",
+     "Wt.permute(0, 3, 1, 2)", "Wt's sizes fit (O, R, Q, C)",
+     lambda x, w, s, p, d, *_: F.conv2d(x, w, stride=s, padding=p, dilation=d)),
+    # torch's (O, C, R, Q) weight given to conv2d_nhwc (C = 4 is not R or Q): a size mismatch
+    ("conv2d_nhwc", L.conv2d_nhwc, (2, 7, 9, 4), (5, 4, 3, 3), (2, 1, 1, 4, 5),
+     r"^conv2d_nhwc: C is 4 from X\.shape\[3\] but 3 from Wt\.shape\[3\]",
+     "conv2d_nhwc reads X as (N, H, W, C), got shape (2, 7, 9, 4), and Wt as (O, R, Q, C), got shape (5, 4, 3, 3)",
+     "Wt.permute(0, 2, 3, 1)", "Wt's sizes fit (O, C, R, Q)", _conv2d_nhwc),
+    # a (O, R, C) weight given to conv1d
+    ("conv1d", L.conv1d, (2, 3, 11), (4, 5, 3), (1, 2, 1, 11),
+     r"^conv1d: C is 3 from X\.shape\[1\] but 5 from Wt\.shape\[1\]",
+     "conv1d reads X as (N, C, L), got shape (2, 3, 11), and Wt as (O, C, R), got shape (4, 5, 3)",
+     "Wt.permute(0, 2, 1)", "Wt's sizes fit (O, R, C)",
+     lambda x, w, s, p, d, *_: F.conv1d(x, w, stride=s, padding=p, dilation=d)),
+    # a (C, R, Q, O) weight given to conv_transpose2d: C reads right, Q = 6 off O's dim: an output-size
+    # message before
+    ("conv_transpose2d", L.conv_transpose2d, (1, 4, 5, 6), (4, 3, 3, 6), (2, 1, 1, 9, 11),
+     r"^conv_transpose2d: argument 'Wo' must be >= \(W - 1\) \* stride .* = 14 \(.*Q=6\), got 11",
+     "conv_transpose2d reads X as (N, C, H, W), got shape (1, 4, 5, 6), and Wt as (C, O, R, Q), got shape (4, 3, 3, 6)",
+     "Wt.permute(0, 3, 1, 2)", "Wt's sizes fit (C, R, Q, O)",
+     lambda x, w, s, p, d, *_: F.conv_transpose2d(x, w, stride=s, padding=p, dilation=d)),
+    # a conv2d weight (O, C, R, Q) given to conv_transpose2d, which reads (C, O, R, Q)
+    ("conv_transpose2d torch conv2d weight", L.conv_transpose2d, (1, 4, 5, 6), (6, 4, 3, 3), (2, 1, 1, 9, 11),
+     r"^conv_transpose2d: C is 4 from X\.shape\[1\] but 6 from Wt\.shape\[0\]",
+     "and Wt as (C, O, R, Q), got shape (6, 4, 3, 3)", "Wt.permute(1, 0, 2, 3)", "Wt's sizes fit (O, C, R, Q)",
+     lambda x, w, s, p, d, *_: F.conv_transpose2d(x, w, stride=s, padding=p, dilation=d)),
+]
+
+
+@pytest.mark.parametrize("name, alg, xs, ws, scalars, start, note, fix, looks, oracle", WEIGHT_CASES,
+                         ids=[c[0] for c in WEIGHT_CASES])
+def test_a_weight_in_another_layout_names_the_weight_its_layout_and_the_permute(name, alg, xs, ws, scalars, start,
+                                                                                 note, fix, looks, oracle):
+    X, W = randn(*xs), randn(*ws)
+    text = _message(alg, (X, W, *scalars))
+    assert re.search(start, text), text
+    assert note in text, text
+    assert f"{fix} ({looks}) makes every size and constraint of the call agree" in text, text
+    assert _CAUTION in text and "torch weight" not in text, text
+    perm = tuple(int(j) for j in re.search(r"permute\(([\d, ]+)\)", fix).group(1).split(", "))
+    check(alg, (X, W.permute(*perm), *scalars), torch_ref=oracle)   # the hint, followed: torch's result
+
+
+def test_a_wrong_output_size_alone_gets_no_permute():
+    """Weights in the right layout and a wrong output size: the message names the size and the layouts,
+    no permute (none fits), and not one of a square window's two orders of the same shape."""
+    text = _message(L.conv2d, (randn(2, 3, 8, 8), randn(6, 3, 3, 3), 1, 1, 1, 7, 8))
+    assert text.startswith("conv2d: argument 'Ho' must be (H + 2 * padding - dilation * (R - 1) - 1) // stride + 1 = 8 "
+                           "(H=8, padding=1, dilation=1, R=3, stride=1), got 7; pass torch's output size; conv2d reads X as "
+                           "(N, C, H, W), got shape (2, 3, 8, 8), and Wt as (O, C, R, Q), got shape (6, 3, 3, 3)"), text
+    assert ".permute(" not in text, text
+    text = _message(L.conv2d, (randn(2, 3, 8, 8), randn(6, 3, 3, 3), 0, 1, 1, 8, 8))   # a scalar's constraint
+    assert text == "conv2d: argument 'stride' must be >= 1, got 0", text                 # no tensor named
+
+
+def test_a_channel_mismatch_no_permute_fixes_names_both_layouts():
+    text = _message(L.conv2d_nhwc, (randn(1, 6, 6, 8), randn(4, 3, 3, 5), 1, 1, 1, 6, 6))
+    assert text == ("conv2d_nhwc: C is 8 from X.shape[3] but 5 from Wt.shape[3]; conv2d_nhwc reads X as (N, H, W, C), "
+                    "got shape (1, 6, 6, 8), and Wt as (O, R, Q, C), got shape (4, 3, 3, 5)"), text
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. an NCHW X given to conv2d_nhwc: the permute of X (and of both tensors where both are torch's)
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("xs", [(2, 5, 7, 9), (1, 5, 6, 6)], ids=["non-square", "square"])
+def test_an_nchw_input_to_conv2d_nhwc_gets_the_permute_of_x(xs):
+    X, W = randn(*xs), randn(6, 3, 3, 5)   # X (N, C, H, W); the weight is channels-last (O, R, Q, C)
+    ho, wo = xs[2], xs[3]
+    text = _message(L.conv2d_nhwc, (X, W, 1, 1, 1, ho, wo))
+    assert text.startswith(f"conv2d_nhwc: C is {xs[3]} from X.shape[3] but 5 from Wt.shape[3]; conv2d_nhwc reads X as "
+                           f"(N, H, W, C), got shape {xs}, and Wt as (O, R, Q, C), got shape (6, 3, 3, 5); "
+                           "X.permute(0, 2, 3, 1) (X's sizes fit (N, C, H, W)) makes every size and constraint of the "
+                           "call agree"), text
+    check(L.conv2d_nhwc, (X.permute(0, 2, 3, 1), W, 1, 1, 1, ho, wo), torch_ref=_conv2d_nhwc)
+
+
+def test_torch_tensors_both_to_conv2d_nhwc_get_both_permutes():
+    X, W = randn(2, 5, 7, 9), randn(6, 5, 3, 3)   # torch's NCHW input and (O, C, R, Q) weight
+    text = _message(L.conv2d_nhwc, (X, W, 1, 1, 1, 7, 9))
+    assert ("; X.permute(0, 2, 3, 1) with Wt.permute(0, 2, 3, 1) (X's sizes fit (N, C, H, W), Wt's sizes fit "
+            "(O, C, R, Q)) makes every size and constraint of the call agree") in text, text
+    check(L.conv2d_nhwc, (X.permute(0, 2, 3, 1), W.permute(0, 2, 3, 1), 1, 1, 1, 7, 9), torch_ref=_conv2d_nhwc)
+
+
+def test_an_nhwc_input_to_conv2d_gets_the_permute_back():
+    X, W = randn(2, 7, 9, 5), randn(6, 5, 3, 3)   # channels-last X given to the NCHW conv2d
+    text = _message(L.conv2d, (X, W, 1, 1, 1, 7, 9))
+    assert "X.permute(0, 3, 1, 2) (X's sizes fit (N, H, W, C))" in text, text
+    check(L.conv2d, (X.permute(0, 3, 1, 2), W, 1, 1, 1, 7, 9),
+          torch_ref=lambda x, w, s, p, d, *_: F.conv2d(x, w, stride=s, padding=p, dilation=d))
