@@ -8,7 +8,9 @@ two) that makes every size and constraint agree; following it matches torch.
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -141,3 +143,61 @@ def test_an_nhwc_input_to_conv2d_gets_the_permute_back():
     assert "X.permute(0, 3, 1, 2) (X's sizes fit (N, H, W, C))" in text, text
     check(L.conv2d, (X.permute(0, 3, 1, 2), W, 1, 1, 1, 7, 9),
           torch_ref=lambda x, w, s, p, d, *_: F.conv2d(x, w, stride=s, padding=p, dilation=d))
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. which reductions flat_axes flattens (docs/knobs.md says: plain dt.sum / dt.mean kernels)
+# ----------------------------------------------------------------------------------------------
+def _plane(reduce):
+    @dt.algorithm
+    def plane(X: dt.Tensor["N", "C", "H", "W"]):
+        n, c, h, q = dt.axes("n c h q")
+        return reduce(X[n, c, h, q], (h, q))[n, c]
+    return plane
+
+
+FLAT_CASES = [   # (name, the reduction over (h, q), its torch oracle, flattened)
+    ("sum", lambda x, o: dt.sum(x * x, over=o), lambda x: (x * x).sum((2, 3)), True),
+    ("mean", lambda x, o: dt.mean(x, over=o), lambda x: x.mean((2, 3)), True),
+    ("sum and mean", lambda x, o: dt.sum(x, over=o) * dt.mean(x * x, over=o),
+     lambda x: x.sum((2, 3)) * (x * x).mean((2, 3)), True),
+    ("max", lambda x, o: dt.max(x, over=o), lambda x: x.amax((2, 3)), False),
+    ("prod", lambda x, o: dt.prod(x, over=o), lambda x: x.flatten(2).prod(2), False),
+    ("sum beside a max", lambda x, o: dt.sum(dt.exp(x - dt.max(x, over=o)), over=o),
+     lambda x: (x - x.amax((2, 3), keepdim=True)).exp().sum((2, 3)), False),
+]
+
+
+@pytest.mark.parametrize("name, reduce, oracle, flat", FLAT_CASES, ids=[c[0] for c in FLAT_CASES])
+def test_flat_axes_flattens_the_reductions_the_docs_name(name, reduce, oracle, flat):
+    import warnings
+    alg = _plane(reduce)
+    x = randn(2, 3, 5, 7) * 0.5
+    sched = dt.Schedule(grid=("n", "c"), tile={"n": 1, "c": 1, "h": 2}, strategy={"h": "loop", "q": "whole"}, flat_axes=2)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        k, _ = check(alg, (x,), sched, torch_ref=oracle)
+    assert ("flat over h, q" in k.source) == flat, k.source
+    assert any("flat_axes=2 has no effect" in str(w.message) for w in seen) == (not flat)
+    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "knobs.md").read_text().split())
+    assert "every reduction computed in the kernel is a `dt.sum` or `dt.mean`" in page
+    assert "Not flattened: a kernel computing a `dt.max`, `dt.min`, `dt.prod`" in page
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. max_trials stops an exhaustive search too (docs/explore.md says so)
+# ----------------------------------------------------------------------------------------------
+def test_max_trials_cuts_an_exhaustive_search_to_its_first_points():
+    import warnings
+    X = randn(8, 40)
+    space = dt.Space(num_warps=[1, 2, 4, 8], num_stages=[1, 2, 3])   # 12 points: "auto" is exhaustive
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = dt.explore(L.softmax, (X,), space=space, max_trials=3, budget=120, progress=False)
+    assert res.strategy == "exhaustive" and res.stop_reason == "max_trials", (res.strategy, res.stop_reason)
+    tried = [json.loads(r["schedule_json"]) for r in res.table if r["origin"] == "space"]
+    assert [(s["num_warps"], s["num_stages"]) for s in tried] == [(1, 1), (1, 2), (1, 3)]   # the first points
+    assert all(r["status"] == "ok" for r in res.table)
+    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "explore.md").read_text().split())
+    assert "exhaustive when the space has at most `max(64, max_trials)` points, else TPE" in page
+    assert "an exhaustive search tries only its first points and reports the stop reason `\"max_trials\"`" in page
