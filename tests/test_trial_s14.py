@@ -12,6 +12,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -201,3 +202,88 @@ def test_max_trials_cuts_an_exhaustive_search_to_its_first_points():
     page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "explore.md").read_text().split())
     assert "exhaustive when the space has at most `max(64, max_trials)` points, else TPE" in page
     assert "an exhaustive search tries only its first points and reports the stop reason `\"max_trials\"`" in page
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. an int argument refuses a float (even 2.0) and a bool, as torch's do; a float one takes both
+# ----------------------------------------------------------------------------------------------
+@dt.algorithm
+def scaled_shift(X: dt.Tensor["N"], a: float, k: int):
+    i = dt.axes("i")
+    return (X[i] * a + k)[i]
+
+
+@pytest.mark.parametrize("k, message", [
+    (1.0, r"declared int but got the float 1\.0; pass an int \(k=1: torch and numpy refuse a float for an int "
+          r"argument too\), or declare it `float`"),
+    (np.float32(3), r"declared int but got the float 3\.0; pass an int \(k=3: "),
+    (np.array(2.0), r"declared int but got the float 2\.0; pass an int \(k=2: "),
+    (2.5, r"declared int but got the float 2\.5; pass an integer, or declare it `float`"),
+    (float("inf"), r"declared int but got the float inf; pass an integer"),
+    (True, r"declared int but got the bool True; pass an int \(k=1: torch refuses a bool for an int argument too\)"),
+    (np.True_, r"declared int but got the bool True; pass an int \(k=1: "),
+    (np.array(False), r"declared int but got the bool False; pass an int \(k=0: "),
+], ids=["1.0", "np.float32", "0-d float array", "2.5", "inf", "True", "np.True_", "0-d bool array"])
+def test_an_int_argument_refuses_floats_and_bools(k, message):
+    X = randn(7)
+    kern = dt.compile(scaled_shift)
+    torch.testing.assert_close(kern(X, 0.5, 2), X * 0.5 + 2)   # (a cached launcher for an int k: not reused)
+    for call in (lambda: kern(X, 0.5, k), lambda: scaled_shift.reference(X, 0.5, k),
+                 lambda: dt.compile_autograd(scaled_shift)(X.clone().requires_grad_(True), 0.5, k)):
+        with pytest.raises(dt.ShapeError, match=r"^argument 'k' of scaled_shift is " + message):
+            call()
+
+
+def test_a_float_argument_takes_bools_and_ints_and_an_int_one_numpy_ints():
+    X = randn(9, dtype=torch.float64)
+    kern = dt.compile(scaled_shift)
+    for a, k in [(np.True_, np.int8(3)), (True, np.uint8(1)), (2, np.array(4)), (np.array(False), np.int64(-2))]:
+        out = torch.full_like(X, float("nan"))
+        kern(X, a, k, out=out)
+        torch.testing.assert_close(out, X * float(a) + int(k))
+        torch.testing.assert_close(scaled_shift.reference(X, a, k), X * float(a) + int(k))
+
+
+def test_the_cli_refuses_a_fractional_scalar_for_an_int_argument():
+    import click
+    from dtriton.cli import make_inputs
+    args = make_inputs(L.conv1d, {"N": 1, "C": 2, "L": 9, "O": 3, "R": 3}, torch.float32, "cpu",
+                       {"stride": 2, "padding": 1, "dilation": 1, "Lo": 5})
+    assert args[2:] == (2, 1, 1, 5) and all(type(a) is int for a in args[2:])
+    with pytest.raises(click.BadParameter, match=r"--scalar stride=1\.5: stride is an int argument of conv1d"):
+        make_inputs(L.conv1d, {"N": 1, "C": 2, "L": 9, "O": 3, "R": 3}, torch.float32, "cpu", {"stride": 1.5})
+
+
+def test_a_library_conv_refuses_a_float_stride():
+    X, W = randn(1, 6, 6, 4), randn(3, 3, 3, 4)
+    with pytest.raises(dt.ShapeError, match=r"^argument 'stride' of conv2d_nhwc is declared int but got the float 1\.0"):
+        dt.compile(L.conv2d_nhwc)(X, W, 1.0, 1, 1, 6, 6)
+
+
+# ----------------------------------------------------------------------------------------------
+# 6. frobenius_normalize at float32's extremes: as torch's x / vector_norm(x) (no rescaling), documented
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("scale, want", [(1e30, "zero"), (2e19, "zero"), (1e-25, "inf"), (1e3, "finite"),
+                                         (0.0, "nan")])
+def test_frobenius_normalize_at_float32_extremes_is_torchs(scale, want):
+    x = randn(2, 3, 4, 5) * scale
+    x[0, 0, 0, 0] = 0.0
+    got = dt.compile(L.frobenius_normalize)(x)
+    torch_out = x / torch.linalg.vector_norm(x)   # torch on the CPU: no rescaling either
+    torch.testing.assert_close(got, torch_out, equal_nan=True)
+    rest = got.flatten()[1:]
+    if want == "zero":
+        assert bool((rest == 0).all()) and bool(got[0, 0, 0, 0] == 0)
+    elif want == "inf":
+        assert bool(rest.isinf().all()) and bool(got[0, 0, 0, 0].isnan())   # 0 * inf
+    elif want == "nan":
+        assert bool(got.isnan().all())
+    else:
+        torch.testing.assert_close(got.double(), x.double() / x.double().norm(), rtol=1e-5, atol=1e-7)
+    if want in ("zero", "inf"):   # the float64 oracle of the CPU stays finite
+        ref = L.frobenius_normalize.reference(x)
+        torch.testing.assert_close(ref.double(), x.double() / x.double().norm(), rtol=1e-5, atol=1e-7)
+    doc = " ".join(L.frobenius_normalize.__doc__.split())
+    assert "passes about 1.8e19" in doc and "the output is 0" in doc and "x / x.abs().amax()" in doc
+    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "library.md").read_text().split())
+    assert "passes about 1.8e19 (the root of float32's largest, 3.4e38)" in page

@@ -121,7 +121,13 @@ def numpy_item(a):
 
 
 def _check_scalar(alg, p: ScalarParam, a) -> None:
+    """A :class:`ShapeError` for a scalar argument ``a`` that ``p`` does not take: a tensor or array, a
+    non-number; for an int parameter, as torch and numpy refuse them for an int argument, a bool
+    (``True``, ``np.True_``) and a float, even an integral one (``2.0``, ``np.float32(2)``), and a value
+    outside int64. A float parameter takes any real number (ints and bools too, as torch's float
+    arguments do)."""
     # (a numpy integer or float is a number: the kernels and the evaluator take int(a) / float(a))
+    a = numpy_item(a)   # (np.True_, a 0-d array: the Python number it holds, as the calls take it)
     if isinstance(a, torch.Tensor) or not isinstance(a, numbers.Real):
         hint = ""
         if isinstance(a, torch.Tensor):
@@ -133,9 +139,14 @@ def _check_scalar(alg, p: ScalarParam, a) -> None:
                     "argument declared dt.Tensor[...]")
         raise ShapeError(f"argument {p.name!r} of {alg.name} is a scalar ({p.pytype.__name__}); "
                          f"got {type(a).__name__}{hint}")
-    if p.pytype is int and not float(a).is_integer():
-        raise ShapeError(f"argument {p.name!r} of {alg.name} is declared int but got {a!r}; pass an "
-                         "integer or declare it `float`")
+    if p.pytype is int and isinstance(a, bool):   # (np.True_ reaches here as True)
+        raise ShapeError(f"argument {p.name!r} of {alg.name} is declared int but got the bool {a!r}; pass an int "
+                         f"({p.name}={int(a)}: torch refuses a bool for an int argument too), or declare it `float`")
+    if p.pytype is int and not isinstance(a, numbers.Integral):
+        fix = (f"pass an int ({p.name}={int(a)}: torch and numpy refuse a float for an int argument too)"
+               if math.isfinite(a) and float(a).is_integer() else "pass an integer")
+        raise ShapeError(f"argument {p.name!r} of {alg.name} is declared int but got the {type(a).__name__} {a!r}; "
+                         f"{fix}, or declare it `float`")
     if p.pytype is int and not -I64_MAX - 1 <= int(a) <= I64_MAX:
         raise ShapeError(f"argument {p.name!r} of {alg.name} is {int(a)}, outside int64 (kernels and the reference "
                          f"compute integers in int64 at most); pass a value of magnitude below 2**63")
