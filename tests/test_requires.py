@@ -162,15 +162,16 @@ def test_window_larger_than_the_padded_input_is_refused(alg, args):
 
 @pytest.mark.parametrize("args, message", [
     ((0, 0, 5), "chained: argument 'k' must be >= 1 (in 1 <= k <= N), got 0"),
-    ((11, 0, 5), "chained: argument 'k' must be <= N = 10 (in 1 <= k <= N), got 11"),
+    ((11, 0, 5), "chained: argument 'k' must be <= N = 10 (in 1 <= k <= N), got 11; chained reads X as (M, N), got shape (3, 10)"),
     ((3, 5, 5), "chained: argument 'lo' must be < hi = 5 (in 0 <= lo < hi <= N), got 5; a window inside the row"),
-    ((3, 0, 12), "chained: argument 'hi' must be <= N = 10 (in 0 <= lo < hi <= N), got 12; a window inside the row"),
+    ((3, 0, 12), "chained: argument 'hi' must be <= N = 10 (in 0 <= lo < hi <= N), got 12; a window inside the row; chained reads X as (M, N), got shape (3, 10)"),
     ((3, -1, 5), "chained: argument 'lo' must be >= 0 (in 0 <= lo < hi <= N), got -1; a window inside the row"),
-    ((5, 0, 5), "chained: requires 0 < k * 2 < N - 1, which fails at k * 2 < N - 1 (k * 2 = 10, N - 1 = 9) for k=5, N=10"),
+    ((5, 0, 5), "chained: requires 0 < k * 2 < N - 1, which fails at k * 2 < N - 1 (k * 2 = 10, N - 1 = 9) for k=5, N=10; chained reads X as (M, N), got shape (3, 10)"),
 ])
 def test_chained_requires_names_the_failing_side(args, message):
     """A chain (``1 <= k <= N``) reports the first link that fails with its values, read from the side
-    of its name (was: "requires 1 <= k <= N, which fails for k=11, N=10"; trial finding)."""
+    of its name (was: "requires 1 <= k <= N, which fails for k=11, N=10"; trial finding), and the layout
+    of the tensor a size it shows is read from (not for a link of arguments only)."""
     @dt.requires("1 <= k <= N", ("0 <= lo < hi <= N", "a window inside the row"), "0 < k * 2 < N - 1")
     @dt.algorithm
     def chained(X: dt.Tensor["M", "N"], k: int, lo: int, hi: int):

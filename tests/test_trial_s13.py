@@ -81,8 +81,11 @@ def scaled_shift(X: dt.Tensor["N"], a: float, k: int):
 def test_numpy_bool_and_0d_array_scalars_are_their_numbers():
     X = torch.randn(37, dtype=torch.float64)
     kern = dt.compile(scaled_shift)
-    calls = [(np.array(2.5), np.array(3)), (np.array(-1.25), np.array(16)), (np.True_, np.False_),
-             (np.float32(0.5), np.bool_(True)), (np.array(np.float32(4.0)), np.array(True))]
+    # (numpy bools for the float argument; an int argument refuses a bool since s14, as torch's do:
+    # tests/test_trial_s14.py)
+    calls = [(np.array(2.5), np.array(3)), (np.array(-1.25), np.array(16)), (np.True_, np.int16(0)),
+             (np.float32(0.5), np.uint8(1)), (np.array(np.float32(4.0)), np.array(1, dtype=np.int8)),
+             (np.array(False), np.int64(5))]
     for a, k in calls * 2:   # (twice: the later calls take the cached fast path)
         want = X * float(a.item()) + int(k.item())
         out = torch.full_like(X, float("nan"))
@@ -115,14 +118,16 @@ def test_torch_conv_weight_gets_the_permute_hint():
     Wt = torch.randn(32, 16, 3, 3, dtype=torch.float64)                      # torch's (O, C, R, Q)
     kern = dt.compile(L.conv2d_nhwc)
     with pytest.raises(dt.ShapeError, match=r"^conv2d_nhwc: C is 16 from X\.shape\[3\] but 3 from Wt\.shape\[3\]; "
-                                            r"conv2d_nhwc reads Wt as \(O, R, Q, C\): .*Wt\.permute\(0, 2, 3, 1\) agrees with the sizes bound so far"):
+                                            r"conv2d_nhwc reads .*Wt as \(O, R, Q, C\), got shape \(32, 16, 3, 3\); "
+                                            r"Wt\.permute\(0, 2, 3, 1\) \(Wt's sizes fit \(O, C, R, Q\)\) makes every size"):
         kern(X, Wt, 1, 1, 1, 9, 9)
     ref = F.conv2d(X.permute(0, 3, 1, 2), Wt, padding=1).permute(0, 2, 3, 1)
     torch.testing.assert_close(kern(X, Wt.permute(0, 2, 3, 1), 1, 1, 1, 9, 9), ref)   # the hint, followed
     Wd = torch.randn(16, 1, 3, 3, dtype=torch.float64)                         # torch's depthwise (C, 1, R, Q)
-    with pytest.raises(dt.ShapeError, match=r"^depthwise_conv2d_nhwc: C is 16 .* Wt\.permute\(1, 2, 0\) agrees with"):
+    with pytest.raises(dt.ShapeError, match=r"^depthwise_conv2d_nhwc: C is 16 .* Wt\.permute\(1, 2, 0\) \(Wt's sizes fit \(C, R, Q\)\) makes every"):
         dt.compile(L.depthwise_conv2d_nhwc)(X, Wd[:, 0], 1, 1, 9, 9)
-    with pytest.raises(dt.ShapeError, match=r"^conv2d: C is 16 from X\.shape\[1\] but 8 from Wt\.shape\[1\]$"):
+    with pytest.raises(dt.ShapeError, match=r"^conv2d: C is 16 from X\.shape\[1\] but 8 from Wt\.shape\[1\]; conv2d reads X as \(N, C, H, W\), "
+                                            r"got shape \(2, 16, 9, 9\), and Wt as \(O, C, R, Q\), got shape \(32, 8, 3, 3\)$"):
         dt.compile(L.conv2d)(X.permute(0, 3, 1, 2), torch.randn(32, 8, 3, 3), 1, 1, 1, 9, 9)   # no permute fits
 
 

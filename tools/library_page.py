@@ -22,7 +22,11 @@ HEAD = """# Library algorithms
 the order of each tensor's dims as the algorithm reads them, by size symbol (a view with other strides
 is fine: pass `x.permute(...)`); outputs and reduced axes are given by axis name, the names a schedule
 uses (tiles, grid, split, strategy); the constraints are checked at the call, with an error naming the
-argument.
+argument. A tensor given in another layout (a torch conv weight (O, C, R, Q) for `conv2d_nhwc`'s (O, R,
+Q, C), an NCHW input for NHWC) is refused where its sizes disagree with the other arguments' or break a
+constraint, with an error naming the layouts read, the shapes given and, where one fits every size and
+constraint of the call, the permute (`Wt.permute(0, 2, 3, 1)`); sizes that agree in the wrong layout (C
+= R = Q = 3) cannot be told apart.
 
 This page is generated from the code (`python3 tools/library_page.py --write docs/library.md`).
 """

@@ -166,7 +166,8 @@ def make_inputs(alg, sizes: dict[str, int], dtype: torch.dtype, device: str, sca
     (lengths for a mask such as ``where(j < L[i], ...)``).
 
     Raises ``click.BadParameter`` when a size symbol of the signature is missing from ``sizes``
-    or ``sizes`` names one the signature does not have, or ``dtypes`` names no tensor input."""
+    or ``sizes`` names one the signature does not have, ``dtypes`` names no tensor input, or a
+    scalar value is not an integer for an ``int`` parameter (``--scalar stride=1.5``)."""
     need = list(dict.fromkeys(d for p in alg.params if isinstance(p, InputTensor) for d in p.dims))
     missing = [d for d in need if d not in sizes]
     if missing:
@@ -195,6 +196,9 @@ def make_inputs(alg, sizes: dict[str, int], dtype: torch.dtype, device: str, sca
             args.append(t.to(device))
         else:
             v = (scalars or {}).get(p.name, 1.0)
+            if p.pytype is int and not float(v).is_integer():
+                raise click.BadParameter(f"--scalar {p.name}={v:g}: {p.name} is an int argument of {alg.name}; give "
+                                         f"an integer")
             args.append(p.pytype(v))
     return tuple(args)
 

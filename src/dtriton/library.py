@@ -192,7 +192,19 @@ def layer_norm_chw(X: Tensor["N", "C", "H", "W"]):
 
 @dt.algorithm
 def frobenius_normalize(X: Tensor["N", "C", "H", "W"]):
-    """``X / ||X||_F``: one sum of squares over the whole tensor (a scalar), then a scale."""
+    """``X / ||X||_F``: one sum of squares over the whole tensor (a scalar), then a scale by its ``rsqrt``.
+
+    The squares are summed in the compute dtype without rescaling (float32 for 16- and 32-bit inputs,
+    float64 for float64), as torch's ``x / torch.linalg.vector_norm(x)`` does on the CPU, which gives
+    the same values at the extremes (torch 2.13, float32): where ``||X||_F`` passes about 1.8e19 (the root
+    of float32's largest, 3.4e38) the sum overflows to inf and the output is 0 (NaN where X holds inf
+    or NaN); where every square underflows to 0 (every ``|x|`` below about 3.7e-23, the root of the
+    smallest subnormal; 1.1e-19 where subnormals are flushed) the output is +-inf, NaN where X is 0,
+    and squares partly underflowed lose precision (norms below about 1e-19). An all-zero X gives NaN
+    (0 / 0, as torch). float64 inputs overflow past about 1.3e154; 16-bit inputs cannot (their squares,
+    at most 2**32 for float16, sum in float32 up to about 1e29 elements; bfloat16 ones past 1.8e19 can).
+    On the CPU ``alg.reference`` computes in float64, so it gives the finite values there. Scale
+    X first (``x / x.abs().amax()``) where such norms can occur."""
     n, c, h, q = dt.axes("n c h q")
     s = dt.sum(X[n, c, h, q] * X[n, c, h, q], over=(n, c, h, q))
     return (X[n, c, h, q] * dt.rsqrt(s))[n, c, h, q]

@@ -2,8 +2,9 @@
 eager reference evaluator.
 
 Layering inside the package (each module imports only those before it): ``combiners`` (reduction
-kinds as data) <- ``expr`` (nodes, ``fmt``) <- ``walk`` (the graph walks), ``requires`` (argument constraints, ``dt.requires``) <- ``intervals`` (integer ranges of
-index expressions, which reads may fall outside a dim) <- ``reference`` (``Binding``, dtype rules, the evaluator),
+kinds as data) <- ``expr`` (nodes, ``fmt``) <- ``walk`` (the graph walks), ``layouts`` (the layout and
+permute hints of a size error) <- ``requires`` (argument constraints, ``dt.requires``) <- ``intervals`` (integer
+ranges of index expressions, which reads may fall outside a dim) <- ``reference`` (``Binding``, dtype rules, the evaluator),
 ``bounds`` (the ranges of an axis a mask leaves) <- ``algorithm`` (tracing, CSE, stage names) <- ``analysis``
 (contractions, online candidates, split legality, stage grids) <- ``convolution`` (the sides and
 flat order of contractions over several axes) <- ``rewrite`` (named algebraic rewrites the

@@ -22,6 +22,7 @@ from .expr import (Axis, Binary, Cast, COMPARE_OPS, Const, Expr, FP8_DTYPES, INT
 from .dtypes import (BOOL_OPS, boolean_ops, check_bool_arithmetic, check_pad_values, pad_value, check_powers, integer_reductions,
                      output_dtype, output_dtypes)
 from .intervals import Read, analyse_reads, int_magnitude, integer_valued
+from .layouts import layout_hint
 from .requires import check_requires
 from .walk import mul_factors, topo_order
 
@@ -120,7 +121,13 @@ def numpy_item(a):
 
 
 def _check_scalar(alg, p: ScalarParam, a) -> None:
+    """A :class:`ShapeError` for a scalar argument ``a`` that ``p`` does not take: a tensor or array, a
+    non-number; for an int parameter, as torch and numpy refuse them for an int argument, a bool
+    (``True``, ``np.True_``) and a float, even an integral one (``2.0``, ``np.float32(2)``), and a value
+    outside int64. A float parameter takes any real number (ints and bools too, as torch's float
+    arguments do)."""
     # (a numpy integer or float is a number: the kernels and the evaluator take int(a) / float(a))
+    a = numpy_item(a)   # (np.True_, a 0-d array: the Python number it holds, as the calls take it)
     if isinstance(a, torch.Tensor) or not isinstance(a, numbers.Real):
         hint = ""
         if isinstance(a, torch.Tensor):
@@ -132,33 +139,17 @@ def _check_scalar(alg, p: ScalarParam, a) -> None:
                     "argument declared dt.Tensor[...]")
         raise ShapeError(f"argument {p.name!r} of {alg.name} is a scalar ({p.pytype.__name__}); "
                          f"got {type(a).__name__}{hint}")
-    if p.pytype is int and not float(a).is_integer():
-        raise ShapeError(f"argument {p.name!r} of {alg.name} is declared int but got {a!r}; pass an "
-                         "integer or declare it `float`")
+    if p.pytype is int and isinstance(a, bool):   # (np.True_ reaches here as True)
+        raise ShapeError(f"argument {p.name!r} of {alg.name} is declared int but got the bool {a!r}; pass an int "
+                         f"({p.name}={int(a)}: torch refuses a bool for an int argument too), or declare it `float`")
+    if p.pytype is int and not isinstance(a, numbers.Integral):
+        fix = (f"pass an int ({p.name}={int(a)}: torch and numpy refuse a float for an int argument too)"
+               if math.isfinite(a) and float(a).is_integer() else "pass an integer")
+        raise ShapeError(f"argument {p.name!r} of {alg.name} is declared int but got the {type(a).__name__} {a!r}; "
+                         f"{fix}, or declare it `float`")
     if p.pytype is int and not -I64_MAX - 1 <= int(a) <= I64_MAX:
         raise ShapeError(f"argument {p.name!r} of {alg.name} is {int(a)}, outside int64 (kernels and the reference "
                          f"compute integers in int64 at most); pass a value of magnitude below 2**63")
-
-
-def permute_hint(alg, p, a: torch.Tensor, known: dict[str, int]) -> str:
-    """For a tensor ``a`` of parameter ``p`` whose sizes disagree with ``known`` (the dim sizes bound by
-    the arguments before it): where a permutation of its dims agrees with them (a torch conv weight (O, C,
-    R, Q) given to a channels-last algorithm reading (O, R, Q, C)), the sentence naming the permute that
-    lays it out as ``alg`` reads it (the dims not bound yet kept in their order); "" where none does."""
-    free, at = list(range(a.dim())), {}
-    for d in p.dims:
-        if d in known:
-            hit = next((j for j in free if a.shape[j] == known[d]), None)
-            if hit is None:
-                return ""
-            free.remove(hit)
-            at[d] = hit
-    perm = [at[d] if d in at else free.pop(0) for d in p.dims]
-    if perm == sorted(perm):
-        return ""
-    return (f"; {alg.name} reads {p.name} as ({', '.join(p.dims)}): if {p.name} holds these dims in another "
-            f"order, {p.name}.permute({', '.join(map(str, perm))}) agrees with the sizes bound so far (check that "
-            f"its dims mean what {alg.name} expects: a matching size alone does not say so)")
 
 
 def _check_tensor(alg, p, a) -> None:
@@ -223,8 +214,7 @@ class Binding:
             for k, (d, n) in enumerate(zip(p.dims, a.shape)):
                 if d in sizes and sizes[d] != n:
                     raise ShapeError(f"{alg.name}: {d} is {sizes[d]} from {src[d]} but {n} from {p.name}.shape[{k}]"
-                                     + permute_hint(alg, p, a, {e: v for e, v in sizes.items()
-                                                                 if not src[e].startswith(f"{p.name}.")}))
+                                     + layout_hint(alg, args, (src[d].split(".")[0], p.name)))
                 sizes.setdefault(d, int(n))
                 src.setdefault(d, f"{p.name}.shape[{k}]")
             dtypes[p.name] = a.dtype

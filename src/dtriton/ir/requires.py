@@ -17,6 +17,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import AlgorithmError, ShapeError
 from .expr import InputTensor, ScalarParam
+from .layouts import layout_hint
 
 __all__ = ["Requirement", "attach_requires", "check_requires", "requires_message"]
 
@@ -120,6 +121,11 @@ def requires_message(alg, k: int, args: Sequence[Any]) -> str:
     an expression and the values it was computed from. Of a chain (``1 <= k <= N``), the first link
     that fails is reported so, read from the side of its name (``1 <= k`` as ``k >= 1``), the chain
     named after it; a link with no name on either side gives both sides' values."""
+    return _message(alg, k, args)[0]
+
+
+def _message(alg, k: int, args: Sequence[Any]) -> tuple[str, list[str]]:
+    """:func:`requires_message` and the names whose values it shows."""
     req: Requirement = alg.requires[k]
     src = _sources(alg)
     env = {n: eval(src[n], {"args": args}) for n in src}   # noqa: S307 - our own printed sources
@@ -136,21 +142,34 @@ def requires_message(alg, k: int, args: Sequence[Any]) -> str:
         shown = ", ".join(f"{n}={env[n]}" for n in _names(tree) if n in env)
         at = (f" at {ast.unparse(left)} {op} {ast.unparse(rhs)} ({ast.unparse(left)} = {_value(left, env)}, "
               f"{ast.unparse(rhs)} = {_value(rhs, env)})") if chain else ""
-        return f"{alg.name}: requires {req.cond}, which fails{at} for {shown}{hint}"
+        return f"{alg.name}: requires {req.cond}, which fails{at} for {shown}{hint}", _names(tree)
     what = "argument" if any(p.name == left.id and isinstance(p, ScalarParam) for p in alg.params) else "size"
     bound = ast.unparse(rhs)
     if not isinstance(rhs, ast.Constant):
         inputs = ", ".join(f"{n}={env[n]}" for n in _names(rhs) if n in env)
         bound = f"{bound} = {_value(rhs, env)}" + (f" ({inputs})" if inputs != f"{bound}={_value(rhs, env)}" else "")
     expected = bound if op == "==" else f"{op} {bound}"
-    return f"{alg.name}: {what} {left.id!r} must be {expected}{chain}, got {env[left.id]}{hint}"
+    return (f"{alg.name}: {what} {left.id!r} must be {expected}{chain}, got {env[left.id]}{hint}",
+            [left.id, *_names(rhs)])
 
 
 def check_requires(alg, args: Sequence[Any]) -> None:
     """Raise :class:`ShapeError` when the positional ``args`` of a call of ``alg`` break one of its
-    constraints (nothing for an algorithm without any)."""
+    constraints (nothing for an algorithm without any): :func:`requires_message`, then the layouts of
+    the tensors whose dim sizes it shows and the shapes given, and where permuting a tensor
+    argument's dims would meet every constraint (a conv weight given in another layout, whose kernel
+    size was read off a channel dim), the permute (:func:`~dtriton.ir.layouts.layout_hint`)."""
     check: Callable | None = getattr(alg, "requires_check", None)
     if check is not None:
         k = check(args)
         if k >= 0:
-            raise ShapeError(requires_message(alg, k, args))
+            message, shown = _message(alg, k, args)
+            raise ShapeError(message + layout_hint(alg, args, _tensors_of(alg, shown)))
+
+
+def _tensors_of(alg, names: Sequence[str]) -> list[str]:
+    """The tensor parameters the size symbols among ``names`` are read from (the first dim that names
+    each)."""
+    src = _sources(alg)
+    at = {src[n].split("]")[0] + "]" for n in names if n in src and ".shape[" in src[n]}
+    return [p.name for j, p in enumerate(alg.params) if f"args[{j}]" in at]

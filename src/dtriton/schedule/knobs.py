@@ -369,9 +369,12 @@ BUILTIN: tuple[Knob, ...] = (
              "False: in the compute dtype (float32)"),
     Knob("flat_axes", 0, Domain("0, or 2 to 8", _flat_axes, (0, 2, 3, 4, 5, 6, 7, 8)), scope="stage", search=(0, 2, 8),
          doc="fuse up to this many innermost axes of a kernel into one flat axis where every tensor reading or writing "
-             "all of them is contiguous with them as its last dims in order (its address is then the flat index): an "
-             "element-wise kernel's grid axes (broadcast operands index by (flat // stride) % size), or a sum's looped "
-             "axes (split across programs in contiguous runs); the block is the product of the members' tiles; 0: off"),
+             "all of them is contiguous with them as its last dims in order (its address is then the flat index), under "
+             "pointer access: an element-wise kernel's grid axes (a kernel computing no reduction; broadcast operands "
+             "index by (flat // stride) % size), or the looped reduced axes of a kernel whose reductions are all plain "
+             "dt.sum / dt.mean over the same axes, none of them stored over (split across programs in contiguous runs); "
+             "max, min, prod, arg-reductions, variance, online (softmax) and dot (contraction) kernels are left as they "
+             "are; the block is the product of the members' tiles; 0: off"),
 )
 
 _REGISTRY: dict[str, Knob] = {k.name: k for k in BUILTIN}

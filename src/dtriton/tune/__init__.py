@@ -67,7 +67,9 @@ of Python: they mean nothing, and the result says so.
 
 **Strategies.** "exhaustive" (every point, in order), "random" (uniform without repetition,
 seeded) and "tpe" (optuna's TPE sampler; optuna is optional: without it "tpe" falls back to
-"random" with a warning). "auto" picks exhaustive for spaces of at most 64 points, else tpe.
+"random" with a warning). "auto" picks exhaustive for spaces of at most ``max(64, max_trials)``
+points, else tpe; an exhaustive search stops at ``max_trials`` and the budget too (then it tried only
+the space's first points).
 Random and tpe first try seeds on the GPU (fused attention and 16-bit contraction tilings, the output
 tiles of statistics-then-normalise calls), then the heuristic's neighbours (one dimension one step
 away). Exploration

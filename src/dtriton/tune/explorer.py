@@ -617,9 +617,12 @@ def explore(alg: Algorithm, args: Sequence[Any], *, budget: float = 60.0, space:
             about ``top_k * 2 * max(100, 2 * rep_ms)`` ms on the GPU (``result.remeasure_s``).
         space: a :class:`Space` (or a dict of its fields); ``None`` derives one
             (:meth:`Space.derive`). Fields a Space leaves ``None`` keep the heuristic's value.
-        strategy: "auto", "exhaustive", "random" or "tpe" (optuna; random without it).
+        strategy: "auto", "exhaustive", "random" or "tpe" (optuna; random without it). "auto":
+            exhaustive for a space of at most ``max(64, max_trials)`` points, else tpe.
         max_trials: at most this many candidates compiled and run, besides the heuristic
-            baseline (default: unlimited on the GPU, 64 on the interpreter).
+            baseline (default: unlimited on the GPU, 64 on the interpreter); every strategy stops
+            there, an exhaustive one too (having tried the space's first points only: stop reason
+            "max_trials"). Points compiling nothing (illegal, pruned, duplicate) do not count.
         patience: stop after this many measured candidates without a 0.5% improvement
             (default 30 for random/tpe, off for exhaustive).
         seed: sampler seed.
