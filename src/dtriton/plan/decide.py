@@ -119,6 +119,9 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.bounds = plan_bounds(k, sched.mask_bounds)
     k.loop_stores = plan_loop_stores(k)   # in-loop atomic stores: the pass each rides
     k.bounds = loop_store_bounds(k)
+    # interleaved slices step over the tiles of the split axis; a loop whose range a mask bounds keeps
+    # blocked slices (split_order_notes says so where the schedule asked for interleaved)
+    k.split_interleaved = k.split_interleaved and not {lb.axis for lb in k.bounds.values()} & set(k.split_axes)
     k.passes, k.single = ws_off_split_loops(k)
     k.access = plan_ws_stores(k)
     k.flatten = plan_flatten(k)
@@ -313,6 +316,12 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
                f"{alg.name} has no reduction to split")
         notes.append(f"split_mode={sched.split_mode!r} has no effect: this call splits no reduction axis (the "
                      f"complete schedule's split is {dict(sched.split)}); {how}. Give a split, or drop split_mode")
+    if sched.split_order is not None and not any(f > 1 for f in sched.split.values()):
+        notes.append(f"split_order={sched.split_order!r} has no effect: this call splits no reduction axis (the "
+                     f"complete schedule's split is {dict(sched.split)}). Give a split, or drop split_order")
+    notes += [f"split_order='interleaved' is not applied to kernel {k.name}: a mask bounds the loop over its split "
+              f"axis {sorted({lb.axis for lb in k.bounds.values()} & set(k.split_axes))}, so its slices stay blocked"
+              for k in kernels if sched.split_order == "interleaved" and k.split_axes and not k.split_interleaved]
     split = [p for k in kernels for p in k.all_passes() if p.ws_requested and not p.warp_specialize and not ws_told
              and {lb.axis for lb in k.bounds.values() if lb.unmasked} & set(p.loop_axes)]
     if split:

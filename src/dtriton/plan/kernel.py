@@ -388,6 +388,8 @@ class KernelPlan:
                                                       # partials it folds (split_mode "finish" or "last")
     last_finish: LastFinish | None = None             # the finishing pass this split kernel's last program of
                                                       # each tile runs (split_mode="last": plan.last_finish)
+    split_interleaved: bool = False                   # each split slice visits tiles j, j + split, ... of its
+                                                      # axis instead of one contiguous run (split_order)
     block_folds: frozenset = frozenset()              # ids of materialised reductions whose split partials this
                                                       # kernel reads as one block folded by a tree, the others
                                                       # in split order by a loop (plan.last_finish.block_fold)

@@ -285,7 +285,8 @@ class _Kernels:
                           {k: v for k, v in self.bufmap.items() if k not in own},
                           ss.num_warps or sched.num_warps, ss.num_stages or sched.num_stages,
                           [sname] + [t.name for t in tops[1:]], fused,
-                          persistent=_persistent(sched, ss) if grid else 0, split_more=tuple(sp[1:]))
+                          persistent=_persistent(sched, ss) if grid else 0, split_more=tuple(sp[1:]),
+                          split_interleaved=bool(sp) and sched.split_order == "interleaved")
 
     def _axis(self, a: str, grid: list[str], ss, sname: str, split: dict[str, int]) -> AxisPlan:
         """How axis ``a`` is covered in a kernel with this grid and split (split axis -> factor)."""

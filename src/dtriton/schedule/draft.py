@@ -97,6 +97,7 @@ class Draft:
     num_stages: int | None
     access: str | None
     split_mode: str | None
+    split_order: str | None
     precision: str         # the dot precision of fp32 operands (the user's; a rule may pick one for "auto")
     persistent: int = 0    # programs per SM of a persistent kernel (the user's; 0: a program per tile)
     rolling: bool | None = None   # a window sum by rolling rows (the user's; None: the rules pick)
@@ -122,7 +123,7 @@ class Draft:
             reduced=reduced, row_axes=list(dict.fromkeys(a for o in alg.outputs for a in o.layout if a in reduced)),
             contig=contiguous_axes(alg), tile=dict(user.tile), strategy=dict(user.strategy), group=dict(user.group),
             split=dict(user.split), grid=user.grid, num_warps=user.num_warps, num_stages=user.num_stages,
-            access=user.access, split_mode=user.split_mode, precision=user.precision, persistent=user.persistent,
+            access=user.access, split_mode=user.split_mode, split_order=user.split_order, precision=user.precision, persistent=user.persistent,
             rolling=user.rolling)
 
     @property

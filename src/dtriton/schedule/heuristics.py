@@ -102,7 +102,7 @@ INTERPRETER_ELEMENTS = 65536
 
 #: The knobs the heuristic fills in; all others are the user's (or their defaults).
 DECIDED = ("tile", "grid", "group", "split", "strategy", "num_warps", "num_stages", "stages", "access", "split_mode",
-           "precision", "persistent", "rolling")
+           "split_order", "precision", "persistent", "rolling")
 
 #: Elements a column reduction's step covers when its rows are short (GPU): the H200's sum over the
 #: middle of 4096x4096x16 fp32 took 279 us in 128x16 steps (0.98x torch), 241 us in 256x16 (1.14x).
@@ -488,7 +488,7 @@ def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Sch
         rule(d)
     full = d.user.replace(tile=d.tile, grid=tuple(d.grid), group=d.group, split=d.split, strategy=d.strategy,
                           num_warps=d.num_warps, num_stages=d.num_stages, stages=d.stages, access=d.access,
-                          split_mode=d.split_mode, precision=d.precision, persistent=d.persistent,
+                          split_mode=d.split_mode, split_order=d.split_order, precision=d.precision, persistent=d.persistent,
                           rolling=d.rolling)
     # tiles filled above for axes that end up "whole" off every grid would be ignored: drop them
     # (a user's own such tile stays, and validation reports it)

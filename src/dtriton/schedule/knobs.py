@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 
 __all__ = ["Knob", "Domain", "FrozenMap", "one_of", "is_pow2", "register", "unregister", "knob", "knobs", "names",
            "flat_knobs", "stage_knobs", "launch_knobs", "reserve_names", "markdown_table", "BUILTIN",
-           "KINDS", "SCOPES", "STRATEGIES", "PLACES", "STAGE_PLACES", "SPLIT_MODES", "ACCESS", "EVICTIONS", "PRECISIONS",
+           "KINDS", "SCOPES", "STRATEGIES", "PLACES", "STAGE_PLACES", "SPLIT_MODES", "SPLIT_ORDERS", "ACCESS", "EVICTIONS", "PRECISIONS",
            "TENSOR_CORE_FP32", "AUTO_TENSOR_CORE", "TILE_ORDERS", "DESCRIPTOR_SITES",
            "ACC_DTYPES"]
 
@@ -52,6 +52,11 @@ STAGE_PLACES = PLACES + ("atomic",)
 #: fold run by the last program of each tile of the split kernel, found by an int32 arrival counter:
 #: the same values, one launch less; :mod:`dtriton.plan.last_finish`).
 SPLIT_MODES = ("atomic", "partials", "finish", "last")
+#: Which tiles of a split axis each slice's program visits: blocked (slice j covers one contiguous run
+#: of tiles) or interleaved (slice j covers tiles j, j + split, j + 2 * split, ...: at every moment the
+#: programs read one contiguous region, and their last steps cover the end of the axis, which a reader
+#: launched next in reverse order finds in L2; :func:`dtriton.schedule.split_rules.split_rows`).
+SPLIT_ORDERS = ("blocked", "interleaved")
 #: Memory-access style of tile loads and stores: pointer (a block of addresses, masked), block_ptr
 #: (``tl.make_block_ptr``, bounds checked by the hardware path) or tma (Hopper tensor-memory
 #: accelerator through host-side descriptors, ``TensorDescriptor`` kernel arguments; needs a
@@ -375,6 +380,12 @@ BUILTIN: tuple[Knob, ...] = (
              "dt.sum / dt.mean over the same axes, none of them stored over (split across programs in contiguous runs); "
              "max, min, prod, arg-reductions, variance, online (softmax) and dot (contraction) kernels are left as they "
              "are; the block is the product of the members' tiles; 0: off"),
+    Knob("split_order", None, one_of((None,) + SPLIT_ORDERS,
+                                     f"must be one of {SPLIT_ORDERS} (or None: the compiler picks)"),
+         doc="which tiles of a split axis each slice's program visits: blocked (one contiguous run) or "
+             "interleaved (tiles j, j + split, ...: the split programs finish on the end of the axis, which an "
+             "output pass in reverse launch order then reads from L2); None: interleaved for split whole-tensor "
+             "statistics, else blocked; a split axis whose loop a mask bounds stays blocked (with a note)"),
 )
 
 _REGISTRY: dict[str, Knob] = {k.name: k for k in BUILTIN}

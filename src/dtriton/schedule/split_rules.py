@@ -11,7 +11,7 @@ from ..ir import Algorithm, contains, naive_variance_of, reduction_stages, split
 from .draft import STEP_BLOCK, Draft, axis_depths, next_pow2, programs
 from .schedule import StageSchedule
 
-__all__ = ["split_rows", "finish_splits", "INFLIGHT_BYTES", "FINISH_FOLDS", "FINISHED_MODE"]
+__all__ = ["split_rows", "finish_splits", "INFLIGHT_BYTES", "FINISH_FOLDS", "FINISHED_MODE", "SPLIT_ORDER_SCALAR"]
 
 #: Bytes the steps of a split statistics kernel without a state (a sum, a max) should load per SM at
 #: once: its programs on the SM times one step each. A Frobenius norm's 256 programs (two an SM)
@@ -33,6 +33,14 @@ FINISH_FOLDS = 1 << 21
 #: 64x64x512x512 fp16 (1024-element output tiles) 1478.5 / 1480.3, fp32 2961.4 / 2963.5, Frobenius
 #: 16x64x256x256 fp16 100.3 / 101.4, fp32 192.7 / 193.2.
 FINISHED_MODE = "last"
+#: How :func:`split_rows` orders the slices of a split whole-tensor statistic (a Frobenius norm's sum of
+#: squares) that an output pass then reads with the tensor: "interleaved", so the split programs' last
+#: steps read the end of the tensor, where the output's programs (reverse launch order) start and find it
+#: in L2. H200 s14 call 1 (``bench/probe_l2_order.py``, sum of squares then scale of 16x64x256x256): fp16
+#: 100.4 us interleaved against 104.2 blocked, fp32 192.4 against 198.2 (the output pass 3.9 / 5.5 us
+#: faster; read forward it gains nothing). Statistics with free axes (one per row or channel) keep
+#: "blocked": their programs' last steps are spread over the tensor.
+SPLIT_ORDER_SCALAR = "interleaved"
 
 
 def split_rows(d: Draft) -> None:
@@ -76,6 +84,9 @@ def split_rows(d: Draft) -> None:
                 _cover_stage(d, st)
     if d.split and d.user.split_mode is None:
         d.split_mode = "partials"
+    if d.split and d.user.split_order is None and rows and any(
+            not st.node.axes and set(st.node.over) & set(d.split) for st in reduction_stages(d.alg)):
+        d.split_order = SPLIT_ORDER_SCALAR
 
 
 def _cover_stage(d: Draft, st) -> None:

@@ -245,6 +245,10 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
             if k.split_more:
                 top.emit(f"{idx} = pid_split" + (f" // {after}" if after > 1 else "") + (f" % {sf}" if sa != k.split[0]
                                                                                          else ""))
+            if k.split_interleaved:   # the slice's tiles are idx, idx + sf, ... (a loop step of sf tiles)
+                top.emit(f"{sa}_lo = {idx} * {self.block(sa)}  # interleaved slices: tiles {idx}, {idx} + {sf}, ... of {sa}")
+                top.emit(f"{sa}_hi = {self.size(sa)}")
+                continue
             chunk = f"(({self.size(sa)} + {sf} - 1) // {sf} + {self.block(sa)} - 1) // {self.block(sa)} * {self.block(sa)}"
             top.emit(f"{sa}_lo = {idx} * ({chunk})")
             top.emit(f"{sa}_hi = tl.minimum({sa}_lo + ({chunk}), {self.size(sa)})")

@@ -259,26 +259,29 @@ class ReducePrinter:
         keep = tuple(a for a in scope.layout if a in keep)
         inner = scope
         loops = []
+        factors = dict(self.k.splits)
         for a in loop_axes:
             v = f"{a}0"
             lo, hi = (f"{a}_lo", f"{a}_hi") if a in self.k.split_axes else ("0", self.size(a))
+            step = (f"{factors[a]} * {self.block(a)}" if self.k.split_interleaved and a in factors
+                    else self.block(a))
             if rng is not None:
                 lo, hi = rng
             if a in self.k.static_loops:   # a window's taps, unrolled: their loads issue together
                 head = f"for {v} in tl.static_range(0, {self.k.static_loops[a]}):  # the taps of axis {a}, unrolled"
             elif pp.warp_specialize:
                 # producer warps issue the loads, consumer warps the MMAs (automatic warp specialisation)
-                head = f"for {v} in tl.range({lo}, {hi}, {self.block(a)}, warp_specialize=True):"
+                head = f"for {v} in tl.range({lo}, {hi}, {step}, warp_specialize=True):"
             elif pp.ws_requested:
                 # Triton's Hopper warp specialisation handles TMA-fed loops only (the plan turned it off)
-                head = (f"for {v} in range({lo}, {hi}, {self.block(a)}):  # warp_specialize off: loads in this "
+                head = (f"for {v} in range({lo}, {hi}, {step}):  # warp_specialize off: loads in this "
                         "loop that are not TMA")
             else:
                 opts = [f"num_stages={stages or pp.pipeline}"] if stages or pp.pipeline else []
                 if pp.unroll > 1 and a == loop_axes[-1]:   # the innermost loop's steps issue their loads together
                     opts.append(f"loop_unroll_factor={pp.unroll}")
-                head = (f"for {v} in tl.range({lo}, {hi}, {self.block(a)}, {', '.join(opts)}):" if opts else
-                        f"for {v} in range({lo}, {hi}, {self.block(a)}):")
+                head = (f"for {v} in tl.range({lo}, {hi}, {step}, {', '.join(opts)}):" if opts else
+                        f"for {v} in range({lo}, {hi}, {step}):")
             # a loop one index at a time binds a scalar: no dim of its own in the layout
             child = inner.open(head, () if self.k.scalar_axis(a) else (a,), keep if inner is scope else None)
             loops.append((inner, child))

@@ -1,0 +1,97 @@
+"""``split_order``: which tiles of a split axis each slice's program visits (blocked runs or interleaved
+tiles j, j + split, ...), checked against float64 torch on odd sizes under every split mode, for a
+whole-tensor statistic, a split-K matmul and a masked loop (which keeps blocked slices, with a note);
+and the heuristic's choice on the GPU's plans (interleaved for a split whole-tensor statistic only)."""
+
+import pytest
+import torch
+
+import dtriton as dt
+from dtriton.errors import ScheduleError
+from dtriton.library import frobenius_normalize, matmul
+from test_bounds import _plan, tril_matmul
+from test_norm_tiles import bench_args, gpu_schedule
+
+MODES = ("atomic", "partials", "finish", "last")
+
+
+def _fro_ref(x):
+    return x.double() / torch.linalg.vector_norm(x.double())
+
+
+def _fro_sched(split, mode, order, tile):
+    """The statistics kernel looping over n, c, h (tiles ``tile``, c in 2s), q whole, split by ``split``."""
+    return dt.Schedule(split=split, split_mode=mode, split_order=order,
+                       stages={"sum0": {"tile": {"n": 1, "h": 1, **tile, "c": 2},
+                                        "strategy": {"n": "loop", "c": "loop", "h": "loop", "q": "whole"}}})
+
+
+def _poisoned_call(k, *args):
+    out = torch.full(args[0].shape, float("nan"), dtype=args[0].dtype)
+    k(*args, out=out)
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("shape, split, tile", [
+    ((5, 3, 7, 9), {"n": 2, "h": 3}, {"n": 1, "h": 2}),     # sizes no split or tile divides
+    ((4, 8, 6, 8), {"n": 3}, {"n": 1}),                       # more slices than some programs' tiles
+    ((1, 2, 3, 5), {"h": 4}, {"h": 1}),                       # a slice with no tile at all
+])
+def test_interleaved_frobenius_matches_float64_in_every_mode(mode, shape, split, tile):
+    torch.manual_seed(sum(shape))
+    x = torch.randn(shape)
+    ref = _fro_ref(x)
+    for order in ("blocked", "interleaved"):
+        k = dt.compile(frobenius_normalize, _fro_sched(split, mode, order, tile))
+        y = _poisoned_call(k, x)
+        assert torch.isfinite(y).all()
+        torch.testing.assert_close(y.double(), ref, rtol=1e-5, atol=1e-6)
+    src = dt.compile(frobenius_normalize, _fro_sched(split, mode, "interleaved", tile)).source_for(x)
+    assert "interleaved slices" in src
+    a = next(iter(split))
+    assert f"range({a}_lo, {a}_hi, {split[a]} * BLOCK_{a.upper()}" in src
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_interleaved_split_k_matmul(dtype):
+    torch.manual_seed(3)
+    a, b = torch.randn(37, 53).to(dtype), torch.randn(53, 29).to(dtype)
+    ref = a.double() @ b.double()
+    for order in ("blocked", "interleaved"):
+        k = dt.compile(matmul, dt.Schedule(split={"k": 3}, tile={"i": 16, "j": 16, "k": 8}, split_order=order))
+        y = k(a, b)
+        torch.testing.assert_close(y.double(), ref, rtol=2e-2 if dtype == torch.float16 else 1e-5,
+                                   atol=5e-2 if dtype == torch.float16 else 1e-4)
+
+
+def test_masked_split_loop_keeps_blocked_slices_with_a_note():
+    torch.manual_seed(4)
+    A, B = torch.randn(37, 45), torch.randn(45, 19)
+    sched = dt.Schedule(grid=("i", "j"), tile={"i": 16, "j": 16, "k": 8}, split={"k": 2}, split_order="interleaved")
+    prog = _plan(tril_matmul, (A, B), sched)
+    assert [k.split_interleaved for k in prog.kernels if k.split_axes] == [False]
+    k = dt.compile(tril_matmul, sched)
+    with pytest.warns(dt.ScheduleWarning, match="split_order='interleaved' is not applied .* mask bounds"):
+        y = k(A, B)
+    torch.testing.assert_close(y.double(), torch.tril(A.double()) @ B.double(), rtol=1e-5, atol=1e-4)
+
+
+def test_split_order_without_a_split_warns():
+    x = torch.randn(2, 3, 4, 5)
+    k = dt.compile(frobenius_normalize, dt.Schedule(split_order="interleaved"))
+    with pytest.warns(dt.ScheduleWarning, match="split_order='interleaved' has no effect"):
+        k(x)
+
+
+def test_split_order_is_validated():
+    with pytest.raises(ScheduleError, match="split_order = 'strided' must be one of"):
+        dt.Schedule(split_order="strided")
+
+
+@pytest.mark.parametrize("name, want", [("frobenius", "interleaved"), ("layer_norm_chw", None),
+                                        ("batch_norm", None), ("instance_norm", None)])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_heuristic_interleaves_split_whole_tensor_statistics_only(name, want, dtype):
+    alg, args = bench_args(name, dtype)
+    assert gpu_schedule(alg, args).split_order == want
