@@ -93,5 +93,6 @@ def test_split_order_is_validated():
                                         ("batch_norm", None), ("instance_norm", None)])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 def test_heuristic_interleaves_split_whole_tensor_statistics_only(name, want, dtype):
+    """16-bit only (H200 s14 call 3: the fp32 Frobenius call was 2.3 us slower interleaved)."""
     alg, args = bench_args(name, dtype)
-    assert gpu_schedule(alg, args).split_order == want
+    assert gpu_schedule(alg, args).split_order == (want if dtype == torch.float16 else None)

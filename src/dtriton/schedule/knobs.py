@@ -385,7 +385,7 @@ BUILTIN: tuple[Knob, ...] = (
          doc="which tiles of a split axis each slice's program visits: blocked (one contiguous run) or "
              "interleaved (tiles j, j + split, ...: the split programs finish on the end of the axis, which an "
              "output pass in reverse launch order then reads from L2); None: interleaved for split whole-tensor "
-             "statistics, else blocked; a split axis whose loop a mask bounds stays blocked (with a note)"),
+             "statistics of 16-bit tensors, else blocked; a split axis whose loop a mask bounds stays blocked (with a note)"),
 )
 
 _REGISTRY: dict[str, Knob] = {k.name: k for k in BUILTIN}

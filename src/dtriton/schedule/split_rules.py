@@ -34,12 +34,14 @@ FINISH_FOLDS = 1 << 21
 #: 16x64x256x256 fp16 100.3 / 101.4, fp32 192.7 / 193.2.
 FINISHED_MODE = "last"
 #: How :func:`split_rows` orders the slices of a split whole-tensor statistic (a Frobenius norm's sum of
-#: squares) that an output pass then reads with the tensor: "interleaved", so the split programs' last
+#: squares) of a 16-bit tensor that an output pass then reads: "interleaved", so the split programs' last
 #: steps read the end of the tensor, where the output's programs (reverse launch order) start and find it
-#: in L2. H200 s14 call 1 (``bench/probe_l2_order.py``, sum of squares then scale of 16x64x256x256): fp16
-#: 100.4 us interleaved against 104.2 blocked, fp32 192.4 against 198.2 (the output pass 3.9 / 5.5 us
-#: faster; read forward it gains nothing). Statistics with free axes (one per row or channel) keep
-#: "blocked": their programs' last steps are spread over the tensor.
+#: in L2. Hand-written (H200 s14 call 1, ``bench/probe_l2_order.py``, 16x64x256x256, flat runs): fp16
+#: 100.4 us interleaved against 104.2 blocked, fp32 192.4 against 198.2. dtriton's own split (n in 2, h
+#: in 256: blocked runs already end on a few planes the output reads first) gains less (s14 call 3, whole
+#: call, interleaved / blocked): fp16 102.4 / 103.8 (output kernel 59.6 / 61.0, statistics 37.9 / 37.2),
+#: fp32 195.7 / 193.4 (statistics 69.4 / 67.8): fp32 keeps "blocked". Statistics with free axes (one per
+#: row or channel) keep "blocked": their programs' last steps are spread over the tensor.
 SPLIT_ORDER_SCALAR = "interleaved"
 
 
@@ -84,7 +86,7 @@ def split_rows(d: Draft) -> None:
                 _cover_stage(d, st)
     if d.split and d.user.split_mode is None:
         d.split_mode = "partials"
-    if d.split and d.user.split_order is None and rows and any(
+    if d.split and d.half and d.user.split_order is None and rows and any(
             not st.node.axes and set(st.node.over) & set(d.split) for st in reduction_stages(d.alg)):
         d.split_order = SPLIT_ORDER_SCALAR
 
