@@ -473,13 +473,14 @@ def test_loops_with_many_accumulator_registers_are_not_unrolled():
 
 
 def test_a_padded_pooling_window_loops_one_index_a_step_on_the_gpu():
-    """3x3 windows (a 4x4 block, 7 lanes masked) loop over the window one index a step, 512 outputs
-    a program; the result matches torch (schedule run here on the interpreter, odd sizes)."""
+    """3x3 windows (a 4x4 block, 7 lanes masked) loop over the window one index a step,
+    heuristics.WINDOW_OUTPUTS (256) outputs a program; the result matches torch (schedule run here on the interpreter, odd sizes)."""
     from dtriton.library import max_pool2d_window
+    from dtriton.schedule.heuristics import WINDOW_OUTPUTS
     e = dict(device="meta", dtype=torch.float16)
     s = schedule_for(max_pool2d_window, (torch.empty(1024, 512, 512, **e), 3, 2, 1, 256, 256), gpu=True)
     assert s.strategy == {"r": "loop", "q": "loop"} and s.tile["r"] == s.tile["q"] == 1, s
-    assert s.tile["w"] * s.tile["h"] == 512, s
+    assert s.tile["w"] * s.tile["h"] == WINDOW_OUTPUTS == 256, s
     x = torch.randn(3, 13, 17)
     ho, wo = (13 + 2 - 3) // 2 + 1, (17 + 2 - 3) // 2 + 1
     out = dt.compile(max_pool2d_window, s)(x, 3, 2, 1, ho, wo)

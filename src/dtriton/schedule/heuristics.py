@@ -111,8 +111,11 @@ COLUMN_STEP = 4096
 #: take grid tiles of 2048 values a program over every grid axis (:func:`grid_tiles`), not only the
 #: innermost.
 SMALL_WINDOW = 64
-#: Outputs a program of a padded pooling window (3x3, looped one index a step) holds on the GPU.
-WINDOW_OUTPUTS = 512
+#: Outputs a program of a padded pooling window (3x3, looped one index a step) holds on the GPU: 256,
+#: one output row of 256 (H200 s14 call 3, 3x3/s2 pools of 16x64x512x512, exploration's best, 256 / 512
+#: outputs a program, us: max fp32 312.0 / 327.7, fp16 177.7 / 182.7; average fp32 311.7 / 328.4, fp16
+#: 177.8 / 205.7; 512 was the better of 512 and 1024 in s6, before the 3-D launch grid).
+WINDOW_OUTPUTS = 256
 #: Triton's largest block (``tl.arange``, ``tl.full``): 2**20 elements, as the backend checks.
 MAX_BLOCK = 1 << 20
 #: Bytes of output a program holds when it reads materialised statistics without folding split
