@@ -72,7 +72,7 @@ def test_masked_split_loop_keeps_blocked_slices_with_a_note():
     prog = _plan(tril_matmul, (A, B), sched)
     assert [k.split_interleaved for k in prog.kernels if k.split_axes] == [False]
     k = dt.compile(tril_matmul, sched)
-    with pytest.warns(dt.ScheduleWarning, match="split_order='interleaved' is not applied .* mask bounds"):
+    with pytest.warns(dt.ScheduleWarning, match="split_order=.interleaved. is not applied .* a mask bounds"):
         y = k(A, B)
     torch.testing.assert_close(y.double(), torch.tril(A.double()) @ B.double(), rtol=1e-5, atol=1e-4)
 
@@ -96,3 +96,27 @@ def test_heuristic_interleaves_split_whole_tensor_statistics_only(name, want, dt
     """16-bit only (H200 s14 call 3: the fp32 Frobenius call was 2.3 us slower interleaved)."""
     alg, args = bench_args(name, dtype)
     assert gpu_schedule(alg, args).split_order == (want if dtype == torch.float16 else None)
+
+
+@dt.algorithm
+def sum_ac(X: dt.Tensor["A", "B", "C"]):
+    a, b, c = dt.axes("a b c")
+    return dt.sum(X[a, b, c], over=(a, c))[b]
+
+
+@pytest.mark.parametrize("shape, split, tile, busy, fit", [
+    ((3, 4, 3000), 4, None, 3, 256),    # the heuristic's 1024-wide tile: the last slice starts past the end
+    ((3, 4, 13), 2, None, 1, 8),        # one block of 16 covers the 13 elements
+])
+def test_split_programs_without_work_are_reported_with_the_tile_that_fits(shape, split, tile, busy, fit):
+    torch.manual_seed(5)
+    x = torch.randn(shape)
+    sched = dt.Schedule(split={"c": split}, **({"tile": {"c": tile}} if tile else {}))
+    with pytest.warns(dt.ScheduleWarning, match=rf"only {busy} of its {split} split programs get work; .*at most {fit} "):
+        y = dt.compile(sum_ac, sched)(x)
+    torch.testing.assert_close(y.double(), x.double().sum((0, 2)), rtol=1e-5, atol=1e-4)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # the suggested tile gives every split program work: no note
+        y = dt.compile(sum_ac, dt.Schedule(split={"c": split}, tile={"c": fit}, strategy={"c": "loop"}))(x)
+    torch.testing.assert_close(y.double(), x.double().sum((0, 2)), rtol=1e-5, atol=1e-4)

@@ -319,9 +319,10 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
     if sched.split_order is not None and not any(f > 1 for f in sched.split.values()):
         notes.append(f"split_order={sched.split_order!r} has no effect: this call splits no reduction axis (the "
                      f"complete schedule's split is {dict(sched.split)}). Give a split, or drop split_order")
-    notes += [f"split_order='interleaved' is not applied to kernel {k.name}: a mask bounds the loop over its split "
-              f"axis {sorted({lb.axis for lb in k.bounds.values()} & set(k.split_axes))}, so its slices stay blocked"
-              for k in kernels if sched.split_order == "interleaved" and k.split_axes and not k.split_interleaved]
+    kept = [k.name for k in kernels if sched.split_order == "interleaved" and k.split_axes and not k.split_interleaved]
+    if kept:
+        notes.append(f"split_order='interleaved' is not applied to kernel(s) {', '.join(kept)}: a mask bounds the loop "
+                     "over their split axis, so their slices stay blocked")
     split = [p for k in kernels for p in k.all_passes() if p.ws_requested and not p.warp_specialize and not ws_told
              and {lb.axis for lb in k.bounds.values() if lb.unmasked} & set(p.loop_axes)]
     if split:

@@ -34,6 +34,7 @@ from ..plan.callspec import I32_MAX
 from ..plan.launch_grid import MAX_GRID_YZ
 from ..plan.smem import program_fits
 from ..plan.staging import kmajor_copies, stage_inputs
+from ..plan.split_work import idle_split_slices
 from .args import (call_key, check_given_out, merge_named, normalise_out, overlap, plain_numbers, signature_key_for,
                    spec_key)
 
@@ -298,7 +299,7 @@ class Kernel:
             launches.append(_Launch(fn, m, m.ir.launch_counts(), m.ir.split_factor,
                                     _persistent_programs(m.ir.persistent, b.device) if m.ir.persistent else 0))
         if not self.quiet:
-            for note in unused_knobs(alg, sched, prog):
+            for note in unused_knobs(alg, sched, prog) + idle_split_slices(prog, b.axis_sizes):
                 # warn_level: the frames up to the user's call (3 from source_for, 4 through _plan_and_run)
                 warnings.warn(f"{alg.name}: {note}", ScheduleWarning, stacklevel=warn_level)
         plan = _Plan(sched, prog, source, launches, interpret)

@@ -384,8 +384,9 @@ BUILTIN: tuple[Knob, ...] = (
                                      f"must be one of {SPLIT_ORDERS} (or None: the compiler picks)"),
          doc="which tiles of a split axis each slice's program visits: blocked (one contiguous run) or "
              "interleaved (tiles j, j + split, ...: the split programs finish on the end of the axis, which an "
-             "output pass in reverse launch order then reads from L2); None: interleaved for split whole-tensor "
-             "statistics of 16-bit tensors, else blocked; a split axis whose loop a mask bounds stays blocked (with a note)"),
+             "output pass in reverse launch order then reads from L2); None: interleaved where the heuristic "
+             "splits whole-tensor statistics of a 16-bit tensor itself (a split you give stays blocked unless you "
+             "ask), else blocked; a split axis whose loop a mask bounds stays blocked (with a note)"),
 )
 
 _REGISTRY: dict[str, Knob] = {k.name: k for k in BUILTIN}

@@ -1,0 +1,46 @@
+"""Split programs left without work: a split axis whose tile is too large for its slices (or that one
+block covers whole) leaves some of the ``split`` programs of each tile idle. Found per call from the
+call's sizes, reported as a ScheduleWarning naming the tile that would give every slice work."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from .kernel import Program
+
+__all__ = ["idle_split_slices"]
+
+
+def _busy(n: int, f: int, t: int, interleaved: bool) -> int:
+    """Slices of ``f`` that get at least one tile of ``t`` elements of an axis of ``n``."""
+    tiles = -(-n // t)
+    if interleaved:
+        return min(f, tiles)
+    chunk = -(-(-(-n // f)) // t) * t   # each slice's run: whole tiles
+    return -(-n // chunk)
+
+
+def idle_split_slices(prog: Program, sizes: Mapping[str, int]) -> list[str]:
+    """One note per split axis of a kernel of ``prog`` whose tile leaves split programs idle at the
+    axis sizes ``sizes`` (axis -> elements), with the largest tile that gives each of them work."""
+    notes = []
+    for k in prog.kernels:
+        for a, f in k.splits:
+            ap, n = k.axes.get(a), sizes.get(a)
+            if ap is None or n is None:
+                continue
+            busy = _busy(n, f, ap.block, k.split_interleaved)
+            want = min(f, n)
+            if busy >= want:
+                continue
+            fit = ap.block
+            while fit > 1 and _busy(n, f, fit, k.split_interleaved) < want:
+                fit //= 2
+            how = (f"covers axis {a!r} whole (one block of {ap.block})" if ap.role == "whole"
+                   else f"steps over axis {a!r} in tiles of {ap.block}")
+            fix = (f"give strategy {{{a!r}: 'loop'}} and a tile of at most {fit} for {a!r}" if ap.role == "whole"
+                   else f"give a tile of at most {fit} for {a!r}")
+            notes.append(f"split={{{a!r}: {f}}}: kernel {k.name} {how} of its {n} elements, so only {busy} of its {f} "
+                         f"split programs get work; {fix} (the schedule's or the stage's tile), or "
+                         + (f"drop the split of {a!r}" if busy == 1 else f"split {a!r} at most {busy} ways"))
+    return notes
