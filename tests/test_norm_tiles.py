@@ -220,11 +220,18 @@ def test_no_output_tile_seeds_off_the_gpu_or_for_row_kernels_and_contractions():
         assert samplers.output_tile_seeds(a, d2, s2, base2, b2) == []
 
 
+#: (name, n, c, h, q, half) of the examples run so far (hypothesis may draw one twice)
+_SEED_EXAMPLES_RUN: set[tuple] = set()
+
+
 @given(name=st.sampled_from(["batch_norm", "instance_norm", "frobenius", "layer_norm_chw"]),
        n=dims(1, 4), c=dims(1, 4), h=dims(2, 19), q=dims(2, 13), half=st.booleans())
 def test_output_tile_seed_schedules_match_float64(name, n, c, h, q, half):
     """Every seed (element targets shrunk to interpreter sizes) is a legal schedule whose poisoned
-    output matches float64."""
+    output matches float64. (An example drawn again, the same seeds at the same shape, is checked once.)"""
+    if (name, n, c, h, q, half) in _SEED_EXAMPLES_RUN:
+        return
+    _SEED_EXAMPLES_RUN.add((name, n, c, h, q, half))
     mp = pytest.MonkeyPatch()
     try:
         mp.setitem(heuristics.ROW_BLOCK, True, 64)

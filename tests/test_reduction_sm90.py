@@ -14,16 +14,32 @@ from conftest import run_bench
 triton = pytest.importorskip("triton")
 
 
+CASES = ("in", "bn", "ln", "gn")
+
+
+@pytest.fixture(scope="module")
+def sm90_fp16(tmp_path_factory) -> dict:
+    """``case -> (its lines of the output, the PTX files of its kernels)`` from one run of
+    ``bench/sm90_compile.py --cases in,bn,ln,gn --dtypes float16`` (both tests read the same compiles)."""
+    tmp = tmp_path_factory.mktemp("sm90")
+    out = run_bench(["bench/sm90_compile.py", "--cases", ",".join(CASES), "--dtypes", "float16"], tmp)
+    blocks = re.split(r"^(?=(?:%s) fp16: )" % "|".join(CASES), out, flags=re.M)[1:]
+    by_case = {b.split(" ", 1)[0]: b for b in blocks}
+    assert sorted(by_case) == sorted(CASES), out
+    return {c: (b, [tmp / "out" / f"{k}_fp16.ptx" for k in re.findall(r"^  (\w+): regs", b, re.M)])
+            for c, b in by_case.items()}
+
+
 def loop_bodies(ptx: str) -> list[str]:
     """The innermost loops of a PTX listing: from LLVM's loop-header comment to the branch back."""
     return re.findall(r"Inner Loop Header.*?\bbra\b", ptx, re.S)
 
 
 @pytest.mark.parametrize("case", ["bn", "ln"])
-def test_fp16_statistics_loops_step_without_shared_memory(case, tmp_path):
-    out = run_bench(["bench/sm90_compile.py", "--cases", case, "--dtypes", "float16"], tmp_path)
+def test_fp16_statistics_loops_step_without_shared_memory(case, sm90_fp16):
+    out, ptx = sm90_fp16[case]
     # (not batch norm's finishing kernel, which folds the split partials: no loop over the input)
-    stats = [p for p in (tmp_path / "out").glob("*mean0_mean1_fp16.ptx") if "_finish_" not in p.name]
+    stats = [p for p in ptx if p.name.endswith("mean0_mean1_fp16.ptx") and "_finish_" not in p.name]
     assert len(stats) == 1, out
     bodies = loop_bodies(stats[0].read_text())
     assert bodies and all("ld.global" in b for b in bodies), bodies
@@ -32,15 +48,15 @@ def test_fp16_statistics_loops_step_without_shared_memory(case, tmp_path):
     assert regs <= 64, out   # four 8-warp programs per SM
 
 
-@pytest.mark.parametrize("case", ["in", "bn", "ln", "gn"])
-def test_fp16_statistics_loops_load_four_steps_at_once(case, tmp_path):
+@pytest.mark.parametrize("case", CASES)
+def test_fp16_statistics_loops_load_four_steps_at_once(case, sm90_fp16):
     """The plan unrolls a statistics loop (``unroll`` 0: about 16 KB a program per iteration): its
     2048-value fp16 steps' loads issue together (s5 call 1, ncu: the layer-norm statistics kernel
     was latency-bound at 1.69 TB/s with one 4 KB step in flight per program), at most 64 registers
     (``maxnreg``: ptxas gave group norm's unrolled loop 73 without it)."""
-    out = run_bench(["bench/sm90_compile.py", "--cases", case, "--dtypes", "float16"], tmp_path)
+    out, ptx = sm90_fp16[case]
     # (not batch norm's finishing kernel, which folds the split partials: no loop over the input)
-    stats = [p for p in (tmp_path / "out").glob("*mean0_mean1_fp16.ptx") if "_finish_" not in p.name]
+    stats = [p for p in ptx if p.name.endswith("mean0_mean1_fp16.ptx") and "_finish_" not in p.name]
     assert len(stats) == 1, out
     bodies = loop_bodies(stats[0].read_text())
     assert max(b.count("ld.global.v4") for b in bodies) == 4, bodies
