@@ -401,7 +401,7 @@ def test_split_mode_without_a_split_warns_at_the_call():
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("error", dt.ScheduleWarning)
-        _mm_ok(dt.Schedule(split={"k": 2}, split_mode="partials"))
+        _mm_ok(dt.Schedule(split={"k": 2}, tile={"k": 8}, split_mode="partials"))   # tiles of 8: both slices get work
         quiet = dt.compile(matmul, dt.Schedule(split_mode="partials"))
         quiet.quiet = True   # explore's candidates
         quiet(*MM)

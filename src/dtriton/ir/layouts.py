@@ -113,13 +113,15 @@ def _looks_like(p, perm: Sequence[int]) -> str:
     return f"({', '.join(p.dims[list(perm).index(j)] for j in range(len(perm)))})"
 
 
-def layout_hint(alg, args: Sequence[Any], names: Sequence[str]) -> str:
+def layout_hint(alg, args: Sequence[Any], names: Sequence[str], scalar: str | None = None) -> str:
     """The tail of the message of a call of ``alg`` whose sizes or constraints fail: the layouts ``alg``
     reads the tensor parameters ``names`` in and the shapes given (``"; conv2d reads X as (N, C, H, W),
     got shape (2, 4, 9, 9), and Wt as (O, C, R, Q), got shape (8, 3, 3, 4)"``), and, where permuting the
     dims of one tensor argument (or of two together) makes every size and constraint of the call agree,
     the permute, what the tensor's sizes look like, and that a matching size alone does not prove the
-    dims mean what ``alg`` expects. "" where ``names`` is empty and no permute fits."""
+    dims mean what ``alg`` expects. ``scalar``: the int argument whose constraint failed, if one did
+    (an output size): the permute is then offered as the other explanation, after that argument's own
+    fix. "" where ``names`` is empty and no permute fits."""
     ways = _fitting(alg, args)
     named = set(names) | {p.name for way in ways for p, _ in way}
     parts = [f"{p.name} as ({', '.join(p.dims)}), got shape {tuple(int(n) for n in args[k].shape)}"
@@ -135,5 +137,9 @@ def layout_hint(alg, args: Sequence[Any], names: Sequence[str]) -> str:
         fix = " with ".join(f"{p.name}.permute({', '.join(map(str, perm))})" for p, perm in way)
         looks = ", ".join(f"{p.name}'s sizes fit {_looks_like(p, perm)}" for p, perm in way)
         said.append(f"{fix} ({looks})")
+    if scalar is not None:
+        return (f"{note}; or, if {scalar!r} is the size you want and a tensor is in another layout, "
+                f"{', or '.join(said)} would make every size and constraint of the call agree (check that the "
+                f"dims mean what {alg.name} expects: a matching size alone does not say so)")
     return (f"{note}; {', or '.join(said)} makes every size and constraint of the call agree (check that the "
             f"dims mean what {alg.name} expects: a matching size alone does not say so)")

@@ -164,7 +164,9 @@ def check_requires(alg, args: Sequence[Any]) -> None:
         k = check(args)
         if k >= 0:
             message, shown = _message(alg, k, args)
-            raise ShapeError(message + layout_hint(alg, args, _tensors_of(alg, shown)))
+            scalars = {p.name for p in alg.params if not isinstance(p, InputTensor)}
+            raise ShapeError(message + layout_hint(alg, args, _tensors_of(alg, shown),
+                                                   shown[0] if shown and shown[0] in scalars else None))
 
 
 def _tensors_of(alg, names: Sequence[str]) -> list[str]:
