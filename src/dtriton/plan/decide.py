@@ -376,8 +376,9 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
     if any(asked) and not any(k.flat_direct for k in kernels):
         notes.append(f"flat_axes={max(asked)} has no effect: no kernel of this call has a run of innermost axes over "
                      "contiguous tensors to fuse (an element-wise kernel's grid axes, or a plain sum's looped axes, "
-                     "read and written as the last dims in order of dense tensors, pointer access); "
-                     "drop it")
+                     "read and written as the last dims in order of dense tensors, pointer access; a sum fused into "
+                     "an output's kernel is not one: stages={'<its stage>': {'place': 'materialize'}} gives it a kernel "
+                     "of its own); drop it")
     used = set().union(*(k.evicted for k in kernels)) if kernels else set()
     for t, ev in sched.eviction.items():
         if ev != "evict_normal" and t not in used:

@@ -273,7 +273,8 @@ class _Kernels:
             online = [a for a, _ in sp if _strategy(sched, sname, a) == "online"]
             if online:
                 raise ScheduleError(
-                    f"stage {tops[0].name!r} is split over several axes {dict(sp)}, and {online} is 'online': an "
+                    f"stage {tops[0].name!r} is split over several axes {dict(sp)}, and {online} is 'online' (your "
+                    "strategy, or the heuristic's for a max or min of a split): an "
                     "online pass merges its per-split partials over one split axis only. Split one axis, or "
                     f"give {online} strategy 'loop'")
         own = {t.uid for t in tops}
