@@ -104,19 +104,31 @@ def sum_ac(X: dt.Tensor["A", "B", "C"]):
     return dt.sum(X[a, b, c], over=(a, c))[b]
 
 
-@pytest.mark.parametrize("shape, split, tile, busy, fit", [
-    ((3, 4, 3000), 4, None, 3, 256),    # the heuristic's 1024-wide tile: the last slice starts past the end
-    ((3, 4, 13), 2, None, 1, 8),        # one block of 16 covers the 13 elements
+@pytest.mark.parametrize("shape, split, fit", [
+    ((3, 4, 3000), 4, 256),    # the heuristic's 1024-wide tile left the fourth program idle
+    ((3, 4, 13), 2, 8),        # one block of 16 covered the 13 elements: only the first program worked
 ])
-def test_split_programs_without_work_are_reported_with_the_tile_that_fits(shape, split, tile, busy, fit):
+def test_a_users_split_gets_tiles_that_give_every_split_program_work(shape, split, fit):
+    import warnings
     torch.manual_seed(5)
     x = torch.randn(shape)
-    sched = dt.Schedule(split={"c": split}, **({"tile": {"c": tile}} if tile else {}))
+    k = dt.compile(sum_ac, dt.Schedule(split={"c": split}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dt.ScheduleWarning)
+        y = k(x)
+    torch.testing.assert_close(y.double(), x.double().sum((0, 2)), rtol=1e-5, atol=1e-4)
+    s = k.schedule_for(x)
+    assert s.tile["c"] == fit and s.strategy["c"] == "loop", s
+
+
+@pytest.mark.parametrize("shape, split, tile, busy, fit", [
+    ((3, 4, 3000), 4, 1024, 3, 256),    # the user's own tile: kept, and the idle program reported
+    ((3, 4, 13), 2, 16, 1, 8),
+])
+def test_a_users_tile_leaving_split_programs_idle_is_reported_with_the_tile_that_fits(shape, split, tile, busy, fit):
+    torch.manual_seed(5)
+    x = torch.randn(shape)
+    sched = dt.Schedule(split={"c": split}, tile={"c": tile}, strategy={"c": "loop"})
     with pytest.warns(dt.ScheduleWarning, match=rf"only {busy} of its {split} split programs get work; .*at most {fit} "):
         y = dt.compile(sum_ac, sched)(x)
-    torch.testing.assert_close(y.double(), x.double().sum((0, 2)), rtol=1e-5, atol=1e-4)
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")   # the suggested tile gives every split program work: no note
-        y = dt.compile(sum_ac, dt.Schedule(split={"c": split}, tile={"c": fit}, strategy={"c": "loop"}))(x)
     torch.testing.assert_close(y.double(), x.double().sum((0, 2)), rtol=1e-5, atol=1e-4)

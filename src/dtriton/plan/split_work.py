@@ -4,37 +4,30 @@ call's sizes, reported as a ScheduleWarning naming the tile that would give ever
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Collection, Mapping
 
+from ..schedule.split_rules import slices_with_work
 from .kernel import Program
 
 __all__ = ["idle_split_slices"]
 
 
-def _busy(n: int, f: int, t: int, interleaved: bool) -> int:
-    """Slices of ``f`` that get at least one tile of ``t`` elements of an axis of ``n``."""
-    tiles = -(-n // t)
-    if interleaved:
-        return min(f, tiles)
-    chunk = -(-(-(-n // f)) // t) * t   # each slice's run: whole tiles
-    return -(-n // chunk)
-
-
-def idle_split_slices(prog: Program, sizes: Mapping[str, int]) -> list[str]:
-    """One note per split axis of a kernel of ``prog`` whose tile leaves split programs idle at the
-    axis sizes ``sizes`` (axis -> elements), with the largest tile that gives each of them work."""
+def idle_split_slices(prog: Program, sizes: Mapping[str, int], asked: Collection[str]) -> list[str]:
+    """One note per axis of ``asked`` (the axes the user's schedule splits) that a kernel of ``prog``
+    splits with a tile leaving split programs idle at the axis sizes ``sizes`` (axis -> elements), with
+    the largest tile that gives each of them work."""
     notes = []
     for k in prog.kernels:
         for a, f in k.splits:
             ap, n = k.axes.get(a), sizes.get(a)
-            if ap is None or n is None:
+            if ap is None or n is None or a not in asked:
                 continue
-            busy = _busy(n, f, ap.block, k.split_interleaved)
+            busy = slices_with_work(n, f, ap.block, k.split_interleaved)
             want = min(f, n)
             if busy >= want:
                 continue
             fit = ap.block
-            while fit > 1 and _busy(n, f, fit, k.split_interleaved) < want:
+            while fit > 1 and slices_with_work(n, f, fit, k.split_interleaved) < want:
                 fit //= 2
             how = (f"covers axis {a!r} whole (one block of {ap.block})" if ap.role == "whole"
                    else f"steps over axis {a!r} in tiles of {ap.block}")

@@ -299,7 +299,8 @@ class Kernel:
             launches.append(_Launch(fn, m, m.ir.launch_counts(), m.ir.split_factor,
                                     _persistent_programs(m.ir.persistent, b.device) if m.ir.persistent else 0))
         if not self.quiet:
-            for note in unused_knobs(alg, sched, prog) + idle_split_slices(prog, b.axis_sizes):
+            for note in unused_knobs(alg, sched, prog) + idle_split_slices(
+                    prog, b.axis_sizes, self.schedule.split if self.schedule is not None else ()):
                 # warn_level: the frames up to the user's call (3 from source_for, 4 through _plan_and_run)
                 warnings.warn(f"{alg.name}: {note}", ScheduleWarning, stacklevel=warn_level)
         plan = _Plan(sched, prog, source, launches, interpret)

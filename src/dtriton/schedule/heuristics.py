@@ -92,7 +92,7 @@ from .dot_rules import contraction_tiles
 from .grad_rules import flash_backward
 from .draft import (EIGHT_BIT, ROW_BLOCK, STEP_BLOCK, Draft, axis_depths, next_pow2, programs, sm_count,
                     split_for)
-from .split_rules import finish_splits, split_rows
+from .split_rules import busy_split_slices, finish_splits, split_rows
 from .schedule import Schedule, StageSchedule
 
 __all__ = ["complete_schedule", "sm_count", "next_pow2", "Draft", "RULES", "DECIDED"]
@@ -480,7 +480,7 @@ def access_style(d: Draft) -> None:
 RULES = (flash_attention, flash_backward, main_grid, contraction_tiles, conv_tiles, depthwise_tiles, gemm_then_rows, rows_between_gemms,
          gemm_then_gemm, gemms_apart, gemm_then_columns, off_grid_axes, split_rows, grid_tiles,
          column_splits, within_limits, finish_splits, output_tiles, launch_defaults, output_stages,
-         column_partials, access_style)
+         column_partials, busy_split_slices, access_style)
 
 
 def complete_schedule(alg: Algorithm, sched: Schedule | None, b: Binding) -> Schedule:

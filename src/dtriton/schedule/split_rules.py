@@ -11,7 +11,7 @@ from ..ir import Algorithm, contains, naive_variance_of, reduction_stages, split
 from .draft import STEP_BLOCK, Draft, axis_depths, next_pow2, programs
 from .schedule import StageSchedule
 
-__all__ = ["split_rows", "finish_splits", "INFLIGHT_BYTES", "FINISH_FOLDS", "FINISHED_MODE", "SPLIT_ORDER_SCALAR"]
+__all__ = ["split_rows", "finish_splits", "busy_split_slices", "slices_with_work", "INFLIGHT_BYTES", "FINISH_FOLDS", "FINISHED_MODE", "SPLIT_ORDER_SCALAR"]
 
 #: Bytes the steps of a split statistics kernel without a state (a sum, a max) should load per SM at
 #: once: its programs on the SM times one step each. A Frobenius norm's 256 programs (two an SM)
@@ -226,3 +226,44 @@ def finish_splits(d: Draft) -> None:
             per_program += n * (4 if variance_of(r) is not None else 1)
     if per_program * programs(d.grid, d.sizes, d.tile) >= FINISH_FOLDS:
         d.split_mode = FINISHED_MODE
+
+
+def slices_with_work(n: int, f: int, t: int, interleaved: bool = False) -> int:
+    """Of the ``f`` slices of an axis of ``n`` elements split across programs, those that get at least
+    one tile of ``t`` elements (blocked slices are runs of whole tiles; interleaved ones every f-th tile)."""
+    tiles = -(-n // t)
+    if interleaved:
+        return min(f, tiles)
+    chunk = -(-(-(-n // f)) // t) * t
+    return -(-n // chunk)
+
+
+def busy_split_slices(d: Draft) -> None:
+    """Every program of a split the user gave gets work: the split axis's tile that the heuristic chose
+    (the schedule's where the axis is off the grid, and each stage's; not one the user gave) halves
+    until each slice holds a tile, and a split axis covered whole (one block) loops instead. A user's
+    ``split={"c": 4}`` over 3000 elements in the heuristic's 1024-wide tiles left the fourth program
+    idle and the others a run of 1024 (tile 256: four runs of 768). The heuristic's own splits keep
+    their tiles (fewer, longer steps; an idle program there costs nothing, the longest run is the same)."""
+    inter = d.split_order == "interleaved"
+    for a, f in d.user.split.items():
+        n = d.sizes.get(a)
+        if n is None or f <= 1:
+            continue
+        want = min(f, n)
+
+        def fit(t: int) -> int:
+            while t > 1 and slices_with_work(n, f, t, inter) < want:
+                t //= 2
+            return t
+        if d.strategy.get(a) == "whole" and a not in d.user.strategy:
+            d.strategy[a] = "loop"
+            d.tile[a] = fit(next_pow2(n))
+        elif a in d.tile and a not in d.user.tile and a not in d.grid:
+            d.tile[a] = fit(d.tile[a])
+        for name, ss in list(d.stages.items()):
+            user = d.user.stages.get(name)
+            if a in ss.tile and not (user is not None and a in user.tile):
+                t = fit(ss.tile[a])
+                if t != ss.tile[a]:
+                    d.stages[name] = ss.replace(tile={**dict(ss.tile), a: t})
