@@ -9,7 +9,9 @@ projection saved instead (as before session 11: the gradient of the times recomp
     PYTHONPATH=src python3 bench/diffusion_bwd_ab.py [--V 2000 20000] [--dry-run] [--out DIR]
 
 Each row: GPU busy time of a training step (forward, loss ``sum(out * w)``, backward into x and
-times; the sum of its kernels' times from torch.profiler) and the backward's per-kernel times,
+times; the sum of its kernels' times from torch.profiler), the step's wall time on the GPU (a CUDA graph
+of 5 steps replayed: kernels that overlap under programmatic dependent launch count once; rows "no
+dependent launch" plan every kernel without it) and the backward's per-kernel times,
 after checking both gradients against float64 eager autograd. ``--out``: also writes
 ``<out>/diffusion_bwd_ab.json`` and prints a table last.
 """
@@ -32,6 +34,9 @@ import dtriton as dt  # noqa: E402
 from dtriton.examples.diffusionnet import layer as L  # noqa: E402
 from dtriton.integrations import differentiable  # noqa: E402
 from dtriton.library import spatial_diffusion  # noqa: E402
+from dtriton.plan import dependent_launch as DL  # noqa: E402
+
+PDL_ARCH = DL.MIN_ARCH
 
 
 def old_out1(alg: dt.Algorithm, args: tuple) -> dt.Schedule:
@@ -46,7 +51,15 @@ def main(argv=None) -> None:
     ap.add_argument("--V", type=int, nargs="+", default=[2000, 20000])
     ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, tiny shapes")
     ap.add_argument("--out", default=None, help="write diffusion_bwd_ab.json here")
+    ap.add_argument("--pdl-signal", choices=("first", "end"), default="first",
+                    help="dependent launch: kernels signal the next launch first thing (the default) or at their end")
+    ap.add_argument("--pdl-max-programs", type=int, default=None,
+                    help="dependent launch only for kernels of at most this many programs (default: the plan's)")
+    ap.add_argument("--impls", default="", help="comma-separated substrings: only rows whose name has one")
     a = ap.parse_args(argv)
+    from dtriton.plan import dependent_launch as _dl   # noqa: PLC0415
+    _dl.SIGNAL_FIRST = a.pdl_signal == "first"
+    _dl.MAX_PROGRAMS = a.pdl_max_programs if a.pdl_max_programs is not None else _dl.MAX_PROGRAMS
     rows = []
     dev, K, C, Vs = "cuda", 128, 128, a.V
     if a.dry_run:
@@ -60,15 +73,23 @@ def main(argv=None) -> None:
         mbargs = (torch.empty(V, C, device=dev), basis, mass, evals, times, torch.empty(K, C, device=dev))
         fwd = dt.compile(spatial_diffusion)
         impls = {
-            "derived (default)": differentiable(fwd, save=[L.spectral_stage()]),
-            "derived (out1 as before)": differentiable(fwd, save=[L.spectral_stage()],
-                                                       backward_schedules=lambda alg: old_out1(alg, bargs)),
-            "derived (saves projection)": differentiable(fwd, save=[L.projection_stage()]),
-            "manual (default)": L.DiffusionKernels(None),
-            "manual (out1 as before)": L.DiffusionKernels({"backward": old_out1(L.spatial_diffusion_backward, mbargs),
-                                                           "forward": None, "backward_times": None}),
+            "derived (default)": lambda: differentiable(dt.compile(spatial_diffusion), save=[L.spectral_stage()]),
+            "derived (no dependent launch)": lambda: differentiable(dt.compile(spatial_diffusion),
+                                                                    save=[L.spectral_stage()]),
+            "derived (out1 as before)": lambda: differentiable(fwd, save=[L.spectral_stage()],
+                                                               backward_schedules=lambda alg: old_out1(alg, bargs)),
+            "derived (saves projection)": lambda: differentiable(fwd, save=[L.projection_stage()]),
+            "manual (default)": lambda: L.DiffusionKernels(None),
+            "manual (no dependent launch)": lambda: L.DiffusionKernels(None),
+            "manual (out1 as before)": lambda: L.DiffusionKernels(
+                {"backward": old_out1(L.spatial_diffusion_backward, mbargs), "forward": None, "backward_times": None}),
         }
-        for name, impl in impls.items():
+        for name, make in impls.items():
+            if a.impls and not any(s in name for s in a.impls.split(",")):
+                continue
+            # (the plan reads the threshold when a kernel first plans: this impl's kernels are all new)
+            DL.MIN_ARCH = 10**6 if "no dependent launch" in name else PDL_ARCH
+            impl = make()
             if isinstance(impl, L.DiffusionKernels):
                 def f(*xs, _k=impl):
                     return L.spatial_diffusion_fn(*xs, backend="dtriton-manual", kernels=_k)
@@ -83,18 +104,24 @@ def main(argv=None) -> None:
                 xx, tt = x.detach().requires_grad_(), times.detach().requires_grad_()
                 return (_f(xx, basis, mass, evals, tt) * w).sum(), xx, tt
             _, per, _ = bench.profile_kernels(lambda st: st[0].backward(), before=fwd_only, reps=5)
-            print(f"V={V:<6d} {name:26s} step GPU busy {busy if busy is None else round(busy, 2)} us  err {err:.1e}  "
-                  f"backward per kernel us: {per}; step per kernel us: {step_per}", flush=True)
-            rows.append(dict(V=V, impl=name, step_busy_us=busy if busy is None else round(busy, 2), rel_err=err,
-                             backward_per_kernel_us=per, step_per_kernel_us=step_per))
+            try:   # the step's wall time on the GPU: one CUDA graph of 5 steps, replayed (kernels overlapping
+                # by dependent launch count once, where the sum of kernel times counts their waits too)
+                graph = round(suite.graph_time_us(lambda _f=f: bench._step(_f, args, w), reps=5), 2)
+            except Exception as e:  # noqa: BLE001  (reported, the other rows go on)
+                graph = f"failed: {type(e).__name__}: {str(e)[:120]}"
+            print(f"V={V:<6d} {name:30s} step graph {graph} us  GPU busy {busy if busy is None else round(busy, 2)} us  "
+                  f"err {err:.1e}  backward per kernel us: {per}; step per kernel us: {step_per}", flush=True)
+            rows.append(dict(V=V, impl=name, step_graph_us=graph, step_busy_us=busy if busy is None else round(busy, 2),
+                             rel_err=err, backward_per_kernel_us=per, step_per_kernel_us=step_per))
             assert err < 1e-5, (name, err)
     if a.out:
         os.makedirs(a.out, exist_ok=True)
         with open(os.path.join(a.out, "diffusion_bwd_ab.json"), "w") as f:
             json.dump(dict(date=time.strftime("%Y-%m-%dT%H:%M:%S"), rows=rows), f, indent=1)
-    print("\n| V | impl | step GPU busy us | rel err | backward per kernel us |\n|---:|---|---:|---:|---|")
+    print("\n| V | impl | step graph us | step GPU busy us | rel err | backward per kernel us |\n|---:|---|---:|---:|---:|---|")
     for r in rows:
-        print(f"| {r['V']} | {r['impl']} | {r['step_busy_us']} | {r['rel_err']:.1e} | {r['backward_per_kernel_us']} |")
+        print(f"| {r['V']} | {r['impl']} | {r['step_graph_us']} | {r['step_busy_us']} | {r['rel_err']:.1e} | "
+              f"{r['backward_per_kernel_us']} |")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ diffusion_sm90.py and the ``sm90`` mode of attention_bwd.py:
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -63,12 +64,15 @@ def cuda_schedule(alg, args) -> tuple[Any, dt.Schedule]:
     return b, dt.compile(alg).complete(b)
 
 
-def plan_for_cuda(alg, args, sched: dt.Schedule | None = None, tma: frozenset = frozenset()):
+def plan_for_cuda(alg, args, sched: dt.Schedule | None = None, tma: frozenset = frozenset(), arch: int = 0):
     """``(binding, complete schedule, Program)`` of ``alg(*args)`` as a CUDA call plans it, under
     ``sched`` (None: the heuristic's). ``tma``: the tensors the call spec counts as
-    TMA-addressable (meta tensors have no address to check)."""
+    TMA-addressable (meta tensors have no address to check). ``arch``: the compute capability the
+    call spec records (10 * major + minor; 0, the default, as a call without a GPU: no Gluon kernel,
+    no dependent launch; 90 as on the H200)."""
     b, sched = cuda_schedule(alg, args) if sched is None else (cuda_binding(alg, args), sched)
-    return b, sched, plan_program(alg, sched, b, call_spec(alg, b, args, False, tma_ok=tma))
+    spec = dataclasses.replace(call_spec(alg, b, args, False, tma_ok=tma), arch=arch)
+    return b, sched, plan_program(alg, sched, b, spec)
 
 
 def load_kernels(src: str, out: str, name: str):

@@ -58,7 +58,8 @@ def test_builtin_knobs_are_the_schedule_fields_in_order():
                                          "acc_dtype", "precision", "split_mode", "stages", "eviction", "persistent",
                                          "access", "warp_specialize", "mask_bounds", "tile_order",
                                          "fuse_outputs", "descriptors", "unroll", "store_pieces", "rolling",
-                                         "window_loads", "narrow_minmax", "flat_axes", "split_order")
+                                         "window_loads", "narrow_minmax", "flat_axes", "split_order",
+                                         "dependent_launch")
     assert dt.StageSchedule.field_names() == ("place", "tile", "grid", "group", "strategy", "num_warps", "num_stages",
                                               "precision", "persistent", "flat_axes")
     assert [k.name for k in launch_knobs()] == ["num_warps", "num_stages"]
@@ -99,7 +100,7 @@ def test_registered_knob_is_checked_and_suggested(test_knob):
         dt.Schedule(test_only_knob=True)     # a bool is not the int 1
     with pytest.raises(dt.UnknownFieldError, match=r"Schedule has no field 'test_only_knb' \(did you mean "
                                                    r"'test_only_knob'\?\); its fields are .*, tile_order, fuse_outputs, descriptors, unroll, store_pieces, "
-                                                   r"rolling, window_loads, narrow_minmax, flat_axes, split_order, test_only_knob$"):
+                                                   r"rolling, window_loads, narrow_minmax, flat_axes, split_order, dependent_launch, test_only_knob$"):
         dt.Schedule(test_only_knb=1)
     with pytest.raises(dt.UnknownFieldError, match=r"did you mean 'test_only_knob'"):
         dt.Schedule.from_dict({"test_only_knobs": 1})
@@ -176,7 +177,7 @@ def test_register_refuses_bad_knobs():
         unregister("num_warps")
     with pytest.raises(KeyError):
         unregister("no_such_knob")
-    assert [k.name for k in knobs()][-1] == "split_order"
+    assert [k.name for k in knobs()][-1] == "dependent_launch"
 
 
 def test_stage_overrides_are_checked_against_their_knob():

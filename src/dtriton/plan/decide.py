@@ -32,6 +32,7 @@ from .bounds import input_tensors, plan_bounds, plan_reverse_order, ws_off_split
 from .buffers import plan_buffers, plan_int_buffers
 from .epilogues import move_epilogues, store_operands
 from .callspec import CallSpec
+from .dependent_launch import plan_dependent_launch
 from .dots import dot_only_axes, plan_dots, transposed_operands
 from .gluon_attention import plan_gluon_attention
 from .gluon_attention_bwd import plan_gluon_attention_bwd
@@ -175,6 +176,7 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
     if sched.split_mode == "last":   # each split kernel's last program per tile finishes its partials
         absorb_finishes(prog)
     prog = gluon_program(prog, traced, sched, b, spec, out_dtypes)
+    plan_dependent_launch(prog, sched.dependent_launch, spec.arch, spec.interpret)
     check_store_blocks(prog, sched)
     return prog
 
@@ -306,6 +308,7 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
     # (a kernel printed as the Gluon attention forward has none of the Triton loops the notes are about)
     kernels = [k for k in prog.kernels if k.gluon is None]
     notes = [f"warp_specialize=True: {prog.gluon_note}; the Triton kernel runs"] if prog.gluon_note else []
+    notes += [prog.launch_note] if prog.launch_note else []
     # (on the interpreter that reason is the whole story: no kernel is warp-specialised there, so the notes on
     # the Triton loops below, e.g. "needs access='tma'", would point at a fix that changes nothing)
     ws_told = bool(prog.gluon_note) and all(k.interpret for k in prog.kernels)

@@ -393,6 +393,9 @@ class KernelPlan:
     block_folds: frozenset = frozenset()              # ids of materialised reductions whose split partials this
                                                       # kernel reads as one block folded by a tree, the others
                                                       # in split order by a loop (plan.last_finish.block_fold)
+    dependent_launch: bool = False                    # launched with programmatic dependent launch: waits for
+                                                      # the kernel before it first (plan.dependent_launch)
+    launch_dependents: bool = False                   # lets the next kernel launch once all its programs started
 
     @property
     def splits(self) -> tuple[tuple[str, int], ...]:
@@ -508,6 +511,7 @@ class Program:
     note: str = ""                                    # the specialisation note of the header comment
     stage_labels: dict[int, str] = field(default_factory=dict)   # Reduce id -> stage name (printing)
     gluon_note: str = ""                              # why a requested Gluon kernel does not apply
+    launch_note: str = ""                             # why a requested dependent launch does not apply
 
     def verify(self) -> list[str]:
         """Problems of this program (empty when it is well formed): every reduction a kernel reads

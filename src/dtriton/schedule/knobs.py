@@ -387,6 +387,11 @@ BUILTIN: tuple[Knob, ...] = (
              "output pass in reverse launch order then reads from L2); None: interleaved where the heuristic "
              "splits whole-tensor statistics of a 16-bit tensor itself (a split you give stays blocked unless you "
              "ask), else blocked; a split axis whose loop a mask bounds stays blocked (with a note)"),
+    Knob("dependent_launch", None, Domain("None, True, False", _boolean_or_none, (None, False, True)),
+         doc="launch each kernel of a call with programmatic dependent launch (sm_90 and later): it starts on the "
+             "SMs the kernel before it leaves free and waits for that kernel's end before its first load or store; "
+             "None: on where the GPU has it (never on Triton's interpreter nor for Gluon kernels); False: plain "
+             "stream order"),
 )
 
 _REGISTRY: dict[str, Knob] = {k.name: k for k in BUILTIN}

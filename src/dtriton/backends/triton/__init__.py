@@ -57,7 +57,7 @@ class TritonBackend:
         if meta.ir.device_descs and not interpret:
             ensure_allocator()
         return launch(fn, programs, args, meta.consts, meta.ir.num_warps, meta.ir.num_stages, interpret,
-                      meta.ir.max_registers)
+                      meta.ir.max_registers, meta.ir.dependent_launch)
 
     def descriptor(self, tensor: Any, box: tuple[int, ...], perm: tuple[int, ...] | None = None) -> Any:
         """A host-side TMA descriptor of ``tensor`` (of ``tensor.permute(perm)`` with ``perm``) in

@@ -102,10 +102,20 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
             body.append("    # analysis can vectorise masked loads and stores")
             for x, d in hinted:
                 body.append(f"    {x} = {x} // {d} * {d}")
-        root.items[:0] = self.device_descs
+        root.items[:0] = self.launch_control() + self.device_descs
         root.render(1, body)
         lines.extend(body)
         return "\n".join(lines) + "\n"
+
+    def launch_control(self) -> list[str]:
+        """The grid-dependency control lines that open the body (:mod:`dtriton.plan.dependent_launch`):
+        the wait for the kernel launched before, then the signal that lets the next one launch."""
+        lines = []
+        if self.k.dependent_launch:
+            lines.append("tl.extra.cuda.gdc_wait()  # dependent launch: wait for the kernel before this one to end")
+        if self.k.launch_dependents:
+            lines.append("tl.extra.cuda.gdc_launch_dependents()  # the next kernel may launch now")
+        return lines
 
     def program_ids(self, root: Scope) -> tuple[Scope, dict[str, str], list[str]]:
         """Print the program-id arithmetic (grid, split-K slice, grouped order, persistent loop; or

@@ -126,13 +126,17 @@ def hooks_off() -> bool:
 
 
 def launch(fn, programs: int | tuple[int, ...], args: Sequence[Any], consts: dict, num_warps: int, num_stages: int,
-           interpret: bool, maxnreg: int = 0):
+           interpret: bool, maxnreg: int = 0, pdl: bool = False):
     """Launch JIT kernel ``fn`` on the grid ``programs`` (a count of programs, or one per launch-grid
     dimension, x first: :meth:`~dtriton.plan.kernel.KernelPlan.launch_counts`) (the slow path: Triton
-    binds the arguments); returns the compiled kernel. ``maxnreg``: ptxas's register cap (0: none)."""
+    binds the arguments); returns the compiled kernel. ``maxnreg``: ptxas's register cap (0: none);
+    ``pdl``: launched with programmatic dependent launch (the compiled kernel keeps it: the fast
+    launcher's later launches carry it too; :mod:`dtriton.plan.dependent_launch`)."""
     if interpret:
         quiet_interpreter()
         install_numpy_shim()
     opts = {"maxnreg": maxnreg} if maxnreg and not interpret else {}
+    if pdl and not interpret:
+        opts["launch_pdl"] = True
     grid = tuple(programs) if isinstance(programs, tuple) else (programs,)
     return fn[grid](*args, **consts, num_warps=num_warps, num_stages=num_stages, **opts)
