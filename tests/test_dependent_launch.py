@@ -142,3 +142,15 @@ def test_only_kernels_of_few_programs_signal():
     bounds = {k.name: program_bound(k) for k in prog.kernels}
     assert [k.launch_dependents for k in prog.kernels] == [b <= MAX_PROGRAMS for b in bounds.values()] == [True, False], bounds
     assert all(k.dependent_launch for k in prog.kernels)
+
+
+@pytest.mark.parametrize("hip, arch", [(None, 94), ("6.2", 0)])
+def test_a_rocm_gpu_has_no_cuda_capability(monkeypatch, hip, arch):
+    """ROCm reports AMD's architecture through torch's capability query (an MI300 is (9, 4)): the call
+    spec records none there, so no NVIDIA-only choice (dependent launch, Gluon kernels) applies."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 4))
+    monkeypatch.setattr(torch.version, "hip", hip)
+    x = torch.randn(3, 4, 5, 6)
+    b = dataclasses.replace(frobenius_normalize.bind((x,)), device=torch.device("cuda"))
+    assert call_spec(frobenius_normalize, b, (x,), False).arch == arch

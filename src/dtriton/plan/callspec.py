@@ -118,8 +118,9 @@ def _gluon_candidate(alg: Algorithm) -> bool:
 
 
 def _arch(device: torch.device, interpret: bool) -> int:
-    """The compute capability of ``device`` as 10 * major + minor (0: the interpreter or no CUDA device)."""
-    if interpret or device.type != "cuda" or not torch.cuda.is_available():
+    """The compute capability of ``device`` as 10 * major + minor (0: the interpreter, no CUDA device, or
+    a ROCm one: its "capability" is AMD's architecture number, which no NVIDIA-only choice may read)."""
+    if interpret or device.type != "cuda" or not torch.cuda.is_available() or torch.version.hip is not None:
         return 0
     major, minor = torch.cuda.get_device_capability(device)
     return 10 * major + minor
