@@ -132,3 +132,27 @@ def test_a_users_tile_leaving_split_programs_idle_is_reported_with_the_tile_that
     with pytest.warns(dt.ScheduleWarning, match=rf"only {busy} of its {split} split programs get work; .*at most {fit} "):
         y = dt.compile(sum_ac, sched)(x)
     torch.testing.assert_close(y.double(), x.double().sum((0, 2)), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("n, split, best", [(10, 8, 5), (3, 8, 3), (1, 4, 1)])
+def test_a_split_into_more_slices_than_any_tile_can_fill_says_so(n, split, best):
+    """Blocked slices of ceil(n / split) elements: 10 elements in 8 slices are 5 runs of 2 whatever the tile
+    (fresh-user trial s15: the note proposed the tile of 1 already in place, or said nothing for 3 elements)."""
+    torch.manual_seed(5)
+    x = torch.randn(2, 3, n)
+    with pytest.warns(dt.ScheduleWarning, match=rf"only {best} of its {split} split programs can get work whatever "
+                                                rf"the tile; split 'c' at most {best} ways") as rec:
+        y = dt.compile(sum_ac, dt.Schedule(split={"c": split}))(x)
+    assert not [w for w in rec if "give a tile" in str(w.message)]
+    torch.testing.assert_close(y.double(), x.double().sum((0, 2)), rtol=1e-5, atol=1e-5)
+
+
+def test_a_split_of_an_empty_axis_sums_to_zero():
+    """Fresh-user trial s15: split over an axis of 0 elements raised ZeroDivisionError in the idle-program note."""
+    @dt.algorithm
+    def row_sum(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        return dt.sum(X[i, j], over=j)[i]
+    x = torch.randn(3, 0)
+    y = dt.compile(row_sum, dt.Schedule(split={"j": 2}))(x)
+    assert torch.equal(y, torch.zeros(3))

@@ -20,14 +20,20 @@ def idle_split_slices(prog: Program, sizes: Mapping[str, int], asked: Collection
     for k in prog.kernels:
         for a, f in k.splits:
             ap, n = k.axes.get(a), sizes.get(a)
-            if ap is None or n is None or a not in asked:
-                continue
+            if ap is None or not n or a not in asked:
+                continue   # (an empty axis: nothing to do, whatever the split)
             busy = slices_with_work(n, f, ap.block, k.split_interleaved)
-            want = min(f, n)
-            if busy >= want:
+            if busy >= f:
+                continue
+            best = slices_with_work(n, f, 1, k.split_interleaved)   # the most any tile gives work
+            if busy >= best:   # no tile helps: the slices are too many for the axis
+                notes.append(f"split={{{a!r}: {f}}}: kernel {k.name} splits the {n} elements of axis {a!r} {f} ways "
+                             f"(slices of {-(-n // f)}), so only {best} of its {f} split programs can get work "
+                             f"whatever the tile; split {a!r} at most {best} ways"
+                             + ("" if best > 1 else f", or drop the split of {a!r}"))
                 continue
             fit = ap.block
-            while fit > 1 and slices_with_work(n, f, fit, k.split_interleaved) < want:
+            while fit > 1 and slices_with_work(n, f, fit, k.split_interleaved) < best:
                 fit //= 2
             how = (f"covers axis {a!r} whole (one block of {ap.block})" if ap.role == "whole"
                    else f"steps over axis {a!r} in tiles of {ap.block}")

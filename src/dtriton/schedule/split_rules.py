@@ -230,7 +230,10 @@ def finish_splits(d: Draft) -> None:
 
 def slices_with_work(n: int, f: int, t: int, interleaved: bool = False) -> int:
     """Of the ``f`` slices of an axis of ``n`` elements split across programs, those that get at least
-    one tile of ``t`` elements (blocked slices are runs of whole tiles; interleaved ones every f-th tile)."""
+    one tile of ``t`` elements (blocked slices are runs of whole tiles; interleaved ones every f-th tile);
+    none of an empty axis."""
+    if n <= 0:
+        return 0
     tiles = -(-n // t)
     if interleaved:
         return min(f, tiles)

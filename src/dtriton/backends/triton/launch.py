@@ -139,4 +139,8 @@ def launch(fn, programs: int | tuple[int, ...], args: Sequence[Any], consts: dic
     if pdl and not interpret:
         opts["launch_pdl"] = True
     grid = tuple(programs) if isinstance(programs, tuple) else (programs,)
+    if interpret:   # lanes that masks discard compute 0/0 or -inf - -inf in numpy: no warning for those
+        import numpy as np   # (errstate is context-local in numpy 2: other threads keep their own)
+        with np.errstate(all="ignore"):
+            return fn[grid](*args, **consts, num_warps=num_warps, num_stages=num_stages, **opts)
     return fn[grid](*args, **consts, num_warps=num_warps, num_stages=num_stages, **opts)
