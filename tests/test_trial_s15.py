@@ -32,3 +32,30 @@ def test_masked_lanes_raise_no_numpy_warning_under_warnings_as_errors():
         keep = torch.arange(N)[None, :] < lens[:, None]
         ref = torch.softmax(x.double().masked_fill(~keep, -INF), dim=1)
         torch.testing.assert_close(y.double(), ref, rtol=1e-5, atol=1e-6)
+
+
+@dt.algorithm
+def plane_mean(X: dt.Tensor["N", "C", "H", "W"]):
+    n, c, h, q = dt.axes("n c h q")
+    return dt.mean(X[n, c, h, q], over=(h, q))[n, c]
+
+
+@dt.algorithm
+def plane_max(X: dt.Tensor["N", "C", "H", "W"]):
+    n, c, h, q = dt.axes("n c h q")
+    return dt.max(X[n, c, h, q], over=(h, q))[n, c]
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 4, 5), (1, 1, 5, 6), (1, 2, 4, 5), (2, 3, 4, 5)])
+@pytest.mark.parametrize("alg, ref", [(plane_mean, lambda x: x.mean((2, 3))), (plane_max, lambda x: x.amax((2, 3)))])
+@pytest.mark.parametrize("mode", ["partials", "finish", "last"])
+def test_flat_output_axes_of_one_element_under_a_split(shape, alg, ref, mode):
+    """flat_axes=2 with a split statistics kernel: where the output's flat axis held one element in all (tiles
+    of 1), its kernel looped over the members and stored a block to a scalar address (CompileError)."""
+    torch.manual_seed(3)
+    x = torch.randn(shape)
+    out = torch.full(shape[:2], float("nan"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dt.ScheduleWarning)   # (the flat_axes note where a kernel keeps its tiles)
+        dt.compile(alg, dt.Schedule(flat_axes=2, split={"h": 2}, split_mode=mode))(x, out=out)
+    torch.testing.assert_close(out.double(), ref(x.double()), rtol=1e-6, atol=1e-6)

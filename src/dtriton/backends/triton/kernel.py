@@ -144,7 +144,7 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
         layout: list[str] = []
         for a in grid:
             p = self.plan(a)
-            if p.block == 1:
+            if p.block == 1 and a not in k.flat:   # (a flat axis: its members decompose its index)
                 st = f"pid_{a}"
                 if self.i64:
                     st = f"pid_{a}.to(tl.int64)"
