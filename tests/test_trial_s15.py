@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -59,3 +60,25 @@ def test_flat_output_axes_of_one_element_under_a_split(shape, alg, ref, mode):
         warnings.simplefilter("ignore", dt.ScheduleWarning)   # (the flat_axes note where a kernel keeps its tiles)
         dt.compile(alg, dt.Schedule(flat_axes=2, split={"h": 2}, split_mode=mode))(x, out=out)
     torch.testing.assert_close(out.double(), ref(x.double()), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(split={"j": True}), r"split\['j'\] = True must be a positive integer \(got the bool True\)"),
+    (dict(tile={"j": np.int64(8)}), r"must be an int .*\(got numpy\.int64 8: pass int\(8\)\)"),
+    (dict(split={"j": np.int64(2)}), r"must be a positive integer \(got numpy\.int64 2: pass int\(2\)\)"),
+])
+def test_schedule_integers_refuse_bools_and_name_numpy_integers(kw, msg):
+    with pytest.raises(dt.ScheduleError, match=msg):
+        dt.Schedule(**kw)
+
+
+def test_a_backward_schedule_callable_returning_no_schedule_is_named():
+    @dt.algorithm
+    def scaled(X: dt.Tensor["M", "N"], w: dt.Tensor["N"]):
+        i, j = dt.axes("i j")
+        return (X[i, j] * w[j])[i, j]
+    dk = dt.compile_autograd(scaled, backward_schedules=lambda alg: "fast")
+    x, w = torch.randn(3, 5, requires_grad=True), torch.randn(5, requires_grad=True)
+    with pytest.raises(dt.ScheduleError, match=r"backward_schedules \(a callable\) returned str 'fast' for the backward "
+                                               r"algorithm '\w+': it must return a dt\.Schedule, or None"):
+        dk(x, w).sum().backward()

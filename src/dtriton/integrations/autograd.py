@@ -273,7 +273,12 @@ class DifferentiableKernel:
         if s is None or isinstance(s, Schedule):
             return s
         if callable(s) and not isinstance(s, Mapping):
-            return s(alg)
+            got = s(alg)
+            if got is not None and not isinstance(got, Schedule):
+                raise ScheduleError(f"backward_schedules (a callable) returned {type(got).__name__} {got!r:.60} for the "
+                                    f"backward algorithm {alg.name!r}: it must return a dt.Schedule, or None for the "
+                                    f"heuristic's schedule")
+            return got
         if alg.name in s:
             return s[alg.name]
         for n in inputs:

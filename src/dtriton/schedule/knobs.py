@@ -178,9 +178,16 @@ def one_of(values: Iterable, expect: str | None = None) -> Domain:
     return Domain(", ".join(repr(v) for v in values), lambda v: None if _member(v, values) else why, values)
 
 
+def _not_int(v) -> str:
+    """How a value that is no int (or a bool) reads in a message: numpy's integers name the fix."""
+    if isinstance(v, bool):
+        return f" (got the bool {v})"
+    return f" (got {type(v).__module__}.{type(v).__name__} {v}: pass int({v}))" if hasattr(v, "__index__") else ""
+
+
 def _tile_problem(t) -> str | None:
     if not isinstance(t, int) or isinstance(t, bool):
-        return "must be an int (a power of two such as 16, 32, 64)"
+        return "must be an int (a power of two such as 16, 32, 64)" + _not_int(t)
     if t < 1:
         return "must be at least 1 (a power of two such as 1, 16, 32, 64)"
     if not is_pow2(t):
@@ -190,7 +197,9 @@ def _tile_problem(t) -> str | None:
 
 
 def _positive(v) -> str | None:
-    return None if isinstance(v, int) and v >= 1 else "must be a positive integer"
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 1:
+        return None
+    return "must be a positive integer" + (_not_int(v) if not isinstance(v, int) or isinstance(v, bool) else "")
 
 
 def _warps(v) -> str | None:
