@@ -29,8 +29,9 @@ def as_torch_op(kernel, qualname: str, *, backward_schedules=None, group: str = 
     opaque to ``torch.compile``, so models calling them compile with ``fullgraph=True``.
 
     Returns the op (callable; also reachable as ``torch.ops.namespace.name``). Registering the
-    same name twice returns the existing op when it wraps the same kernel, else raises
-    ``ValueError`` (torch cannot replace an op in a running process).
+    same name twice returns the existing op when it wraps the same kernel object, else raises
+    ``ValueError`` (torch cannot replace an op in a running process; a second ``dt.compile`` of the same
+    algorithm is another kernel object).
 
     Source: the torch.library custom-op tutorial ("Python Custom Operators", PyTorch docs).
     """
@@ -40,7 +41,10 @@ def as_torch_op(kernel, qualname: str, *, backward_schedules=None, group: str = 
     if hit is not None:
         if hit[0] is kernel:
             return hit[1]
-        raise ValueError(f"a torch op named {qualname!r} is already registered for another kernel; pick a new name")
+        raise ValueError(f"a torch op named {qualname!r} is already registered for another kernel object (each "
+                         f"dt.compile call makes a new one, also of the same algorithm, e.g. a notebook cell run "
+                         f"again); reuse the op the first registration returned (torch.ops.{qualname.replace('::', '.')}),"
+                         f" or pick a new name")
     # the op's schema carries the arguments only: the backward recomputes the forward's statistics
     dk = DifferentiableKernel(kernel, backward_schedules=backward_schedules, group=group, save=None)
     schema, bschema = _schemas(dk.algorithm)
