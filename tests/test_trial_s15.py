@@ -82,3 +82,20 @@ def test_a_backward_schedule_callable_returning_no_schedule_is_named():
     with pytest.raises(dt.ScheduleError, match=r"backward_schedules \(a callable\) returned str 'fast' for the backward "
                                                r"algorithm '\w+': it must return a dt\.Schedule, or None"):
         dk(x, w).sum().backward()
+
+
+def test_whole_strategy_on_a_split_axis_says_it_loops():
+    """Fresh-user trial s15: strategy={'j': 'whole'} with split={'j': 3} ran a loop over tiles of 16 per slice
+    while the completed schedule still read 'whole', silently."""
+    @dt.algorithm
+    def rsum(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        return dt.sum(X[i, j], over=j)[i]
+    x = torch.randn(2, 100)
+    with pytest.warns(dt.ScheduleWarning, match=r"strategy=\{'j': 'whole'\} has no effect on split axis 'j': each "
+                                                r"program steps over its slice of 'j' in tiles of \d+"):
+        y = dt.compile(rsum, dt.Schedule(split={"j": 3}, strategy={"j": "whole"}))(x)
+    torch.testing.assert_close(y.double(), x.double().sum(1), rtol=1e-5, atol=1e-5)
+    with warnings.catch_warnings():   # the heuristic's own choice for the same split says nothing
+        warnings.simplefilter("error", dt.ScheduleWarning)
+        dt.compile(rsum, dt.Schedule(split={"j": 3}))(x)

@@ -322,6 +322,12 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
     if sched.split_order is not None and not any(f > 1 for f in sched.split.values()):
         notes.append(f"split_order={sched.split_order!r} has no effect: this call splits no reduction axis (the "
                      f"complete schedule's split is {dict(sched.split)}). Give a split, or drop split_order")
+    looped = sorted({(a, k.axes[a].block) for k in kernels for a in k.split_axes
+                     if a in k.axes and k.axes[a].role == "loop" and sched.strategy.get(a) == "whole"})
+    for a, blk in looped:   # (a split slice is stepped over: one block per slice would leave programs idle)
+        notes.append(f"strategy={{{a!r}: 'whole'}} has no effect on split axis {a!r}: each program steps over its "
+                     f"slice of {a!r} in tiles of {blk}; give strategy {{{a!r}: 'loop'}} (with a tile), or drop the "
+                     f"split of {a!r} to cover it whole")
     kept = [k.name for k in kernels if sched.split_order == "interleaved" and k.split_axes and not k.split_interleaved]
     if kept:
         notes.append(f"split_order='interleaved' is not applied to kernel(s) {', '.join(kept)}: a mask bounds the loop "
