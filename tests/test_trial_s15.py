@@ -99,3 +99,11 @@ def test_whole_strategy_on_a_split_axis_says_it_loops():
     with warnings.catch_warnings():   # the heuristic's own choice for the same split says nothing
         warnings.simplefilter("error", dt.ScheduleWarning)
         dt.compile(rsum, dt.Schedule(split={"j": 3}))(x)
+
+
+def test_a_dims_mismatch_quotes_the_algorithms_own_reading_of_its_input():
+    """Trial s15: group_norm given an NCHW tensor said only 'must have 5 dims'; its docstring has the view."""
+    from dtriton.library import group_norm
+    with pytest.raises(dt.ShapeError, match=r"must have 5 dims \['N', 'G', 'D', 'H', 'W'\], got 4 \(shape \(2, 8, 5, 5\)\)"
+                                            r"\. group_norm: Group norm of an NCHW tensor viewed as .*x\.view\(n, g, -1, h, w\)"):
+        dt.compile(group_norm)(torch.randn(2, 8, 5, 5))

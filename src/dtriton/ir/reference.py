@@ -166,6 +166,9 @@ def _check_tensor(alg, p, a) -> None:
         ones = [d for d, n in enumerate(a.shape) if n == 1]
         hint = (f"; it has {a.dim() - len(p.dims)} more, of size 1: {p.name}.squeeze({ones[0]}) drops one"
                 if a.dim() > len(p.dims) and len(ones) >= a.dim() - len(p.dims) else "")
+        doc = " ".join((getattr(alg, "__doc__", None) or "").split())
+        if doc and (p.name in doc or "view" in doc):   # the algorithm's own words on how it reads its inputs
+            hint += f". {alg.name}: {doc.split('. ')[0].rstrip('.')}"
         raise ShapeError(f"argument {p.name!r} of {alg.name} must have {len(p.dims)} dims {list(p.dims)}, "
                          f"got {a.dim()} (shape {tuple(a.shape)}){hint}")
     if a.dtype not in FLOAT_DTYPES + INDEX_DTYPES + FP8_DTYPES:
