@@ -204,7 +204,8 @@ def test_builtin_messages_come_from_the_domains():
              (dict(split_mode="x"), r"^split_mode = 'x' must be one of \('atomic', 'partials', 'finish', 'last'\) \(or None: the compiler picks\)$"),
              (dict(eviction={"X": "keep"}), r"^eviction\['X'\] = 'keep' must be 'evict_first', 'evict_last' or "
                                             r"'evict_normal'$"),
-             (dict(persistent=True), r"^persistent = True must be 0 \(off\) or programs per SM from 1 to 32$"),
+             (dict(persistent=True), r"^persistent = True must be 0 \(off\) or programs per SM from 1 to 32 \(got the bool "
+                                       r"True\)$"),
              (dict(access="tmx"), r"^access = 'tmx' must be one of \('pointer', 'block_ptr', 'tma'\) \(or None"),
              (dict(warp_specialize=1), r"^warp_specialize = 1 must be True, False or None \(the compiler picks\)$"),
              (dict(stages={"s": {"tile": {"i": 3}}}), r"^stages\['s'\]\.tile\['i'\] = 3 is not a power of two")]

@@ -107,3 +107,44 @@ def test_a_dims_mismatch_quotes_the_algorithms_own_reading_of_its_input():
     with pytest.raises(dt.ShapeError, match=r"must have 5 dims \['N', 'G', 'D', 'H', 'W'\], got 4 \(shape \(2, 8, 5, 5\)\)"
                                             r"\. group_norm: Group norm of an NCHW tensor viewed as .*x\.view\(n, g, -1, h, w\)"):
         dt.compile(group_norm)(torch.randn(2, 8, 5, 5))
+
+
+def test_two_backward_schedule_entries_for_one_backward_kernel_are_refused():
+    """Second trial s15: dX and dw come from one backward algorithm; {'X': ..., 'w': ...} silently kept X's."""
+    @dt.algorithm
+    def lnorm(X: dt.Tensor["M", "N"], w: dt.Tensor["N"]):
+        i, j = dt.axes("i j")
+        mu = dt.mean(X[i, j], over=j)
+        d = X[i, j] - mu
+        v = dt.mean(d * d, over=j)
+        return (d / dt.sqrt(v + 1e-5) * w[j])[i, j]
+    x, w = torch.randn(3, 5, requires_grad=True), torch.randn(5, requires_grad=True)
+    dk = dt.compile_autograd(lnorm, backward_schedules={"w": dt.Schedule(split={"i": 2}), "X": dt.Schedule(num_warps=2)})
+    with pytest.raises(dt.ScheduleError, match=r"backward_schedules: the keys '(X|w)', '(X|w)' all name the backward "
+                                               r"algorithm 'lnorm_grad_X_w' .*give one entry, keyed 'lnorm_grad_X_w'"):
+        dk(x, w).sum().backward()
+    same = dt.Schedule(num_warps=2)   # equal entries are one choice
+    dt.compile_autograd(lnorm, backward_schedules={"w": same, "X": same})(x, w).sum().backward()
+
+
+@pytest.mark.parametrize("kw, msg", [
+    (dict(num_warps=np.int64(4)), r"num_warps = np\.int64\(4\) must be a power of two .*\(got numpy\.int64 4: pass int\(4\)\)"),
+    (dict(num_stages=True), r"num_stages = True must be an integer from 1 to 8 \(got the bool True\)"),
+    (dict(split={"j": np.int64(0)}), r"must be a positive integer \(got numpy\.int64 0\)$"),
+])
+def test_value_knobs_name_bools_and_numpy_integers(kw, msg):
+    with pytest.raises(dt.ScheduleError, match=msg):
+        dt.Schedule(**kw)
+
+
+def test_a_tile_that_cannot_feed_every_split_program_says_how_many_it_can():
+    """Second trial s15: 5 elements split 4 ways in tiles of 4: the tile advice left one program idle still."""
+    @dt.algorithm
+    def rowmean(X: dt.Tensor["M", "N"]):
+        i, j = dt.axes("i j")
+        return dt.mean(X[i, j], over=j)[i]
+    x = torch.randn(3, 5)
+    with pytest.warns(dt.ScheduleWarning, match=r"only 2 of its 4 split programs get work; give a tile of at most 2 "
+                                                r"for 'j' \(the schedule's or the stage's tile\) \(3 of them: no tile feeds all 4\)"):
+        y = dt.compile(rowmean, dt.Schedule(split={"j": 4}, tile={"j": 4}, strategy={"j": "loop"}))(x)
+    torch.testing.assert_close(y.double(), x.double().mean(1), rtol=1e-6, atol=1e-6)

@@ -174,7 +174,7 @@ def check_backward_schedules(alg: Algorithm, spec, group: str = "auto"):
     if spec is None or isinstance(spec, Schedule) or (callable(spec) and not isinstance(spec, Mapping)):
         return spec
     if not isinstance(spec, Mapping):
-        raise ScheduleError(f"backward_schedules of {alg.name}: got a {type(spec).__name__} ({spec!r:.80}); "
+        raise ScheduleError(f"backward_schedules of {alg.name}: got {_article(type(spec).__name__)} ({spec!r:.80}); "
                             f"expected {_FORMATS}")
     inputs = [p.name for p in alg.params if isinstance(p, InputTensor)]
     out = {}
@@ -187,7 +187,7 @@ def check_backward_schedules(alg: Algorithm, spec, group: str = "auto"):
             except ScheduleError as e:   # name the entry: the schedule's own error does not know it
                 raise type(e)(f"backward_schedules[{key!r}] of {alg.name}: {e}") from None
         elif val is not None and not isinstance(val, Schedule):
-            raise ScheduleError(f"backward_schedules[{key!r}] of {alg.name}: got a {type(val).__name__} "
+            raise ScheduleError(f"backward_schedules[{key!r}] of {alg.name}: got {_article(type(val).__name__)} "
                                 f"({val!r:.80}); expected a dt.Schedule, a schedule dict or None")
         out[key] = val
     return out
@@ -279,12 +279,12 @@ class DifferentiableKernel:
                                     f"backward algorithm {alg.name!r}: it must return a dt.Schedule, or None for the "
                                     f"heuristic's schedule")
             return got
-        if alg.name in s:
-            return s[alg.name]
-        for n in inputs:
-            if n in s:
-                return s[n]
-        return None
+        keys = ([alg.name] if alg.name in s else []) + [n for n in inputs if n in s]
+        if len({repr(s[k]) for k in keys}) > 1:   # two different entries for one kernel: none may be dropped silently
+            raise ScheduleError(f"backward_schedules: the keys {', '.join(map(repr, keys))} all name the backward "
+                                f"algorithm {alg.name!r} (it computes the gradients of {', '.join(inputs)} together); "
+                                f"give one entry, keyed {alg.name!r}")
+        return s[keys[0]] if keys else None
 
     def gradients(self, wrt: Sequence[str] | None = None) -> GradientAlgorithms:
         """The backward algorithms used for gradients wrt ``wrt`` (default: all inputs)."""
@@ -550,6 +550,11 @@ class _DTFunction(torch.autograd.Function):
         wrt = dk.wrt_of(args, ctx.needs_input_grad[1:])
         res = dk.run_backward(args, list(grads), saved, wrt)
         return (None, *[res.get(p.name) for p in alg.params])
+
+
+def _article(word: str) -> str:
+    """``word`` with its indefinite article ("an int", "a str")."""
+    return ("an " if word[:1].lower() in "aeiou" else "a ") + word
 
 
 def _saving_forward(alg: Algorithm, sched: Schedule | None, save) -> tuple[_Runner, tuple[str, ...]] | None:

@@ -29,8 +29,8 @@ def idle_split_slices(prog: Program, sizes: Mapping[str, int], asked: Collection
             if busy >= best:   # no tile helps: the slices are too many for the axis
                 notes.append(f"split={{{a!r}: {f}}}: kernel {k.name} splits the {n} elements of axis {a!r} {f} ways "
                              f"(slices of {-(-n // f)}), so only {best} of its {f} split programs can get work "
-                             f"whatever the tile; split {a!r} at most {best} ways"
-                             + ("" if best > 1 else f", or drop the split of {a!r}"))
+                             f"whatever the tile; " + (f"split {a!r} at most {best} ways" if best > 1
+                                                       else f"drop the split of {a!r}"))
                 continue
             fit = ap.block
             while fit > 1 and slices_with_work(n, f, fit, k.split_interleaved) < best:
@@ -39,7 +39,8 @@ def idle_split_slices(prog: Program, sizes: Mapping[str, int], asked: Collection
                    else f"steps over axis {a!r} in tiles of {ap.block}")
             fix = (f"give strategy {{{a!r}: 'loop'}} and a tile of at most {fit} for {a!r}" if ap.role == "whole"
                    else f"give a tile of at most {fit} for {a!r}")
+            more = "" if best >= f else f" ({best} of them: no tile feeds all {f})"
             notes.append(f"split={{{a!r}: {f}}}: kernel {k.name} {how} of its {n} elements, so only {busy} of its {f} "
-                         f"split programs get work; {fix} (the schedule's or the stage's tile), or "
+                         f"split programs get work; {fix} (the schedule's or the stage's tile){more}, or "
                          + (f"drop the split of {a!r}" if busy == 1 else f"split {a!r} at most {busy} ways"))
     return notes

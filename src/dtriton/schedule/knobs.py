@@ -180,9 +180,16 @@ def one_of(values: Iterable, expect: str | None = None) -> Domain:
 
 def _not_int(v) -> str:
     """How a value that is no int (or a bool) reads in a message: numpy's integers name the fix."""
-    if isinstance(v, bool):
+    if isinstance(v, bool) or type(v).__name__ == "bool":   # (numpy's bool too)
         return f" (got the bool {v})"
-    return f" (got {type(v).__module__}.{type(v).__name__} {v}: pass int({v}))" if hasattr(v, "__index__") else ""
+    if not hasattr(v, "__index__"):
+        return ""
+    return f" (got {type(v).__module__}.{type(v).__name__} {v}" + (f": pass int({v}))" if int(v) >= 1 else ")")
+
+
+def _int_note(v) -> str:
+    """:func:`_not_int` for a value knob's message: empty for a plain int (out of range) or None."""
+    return "" if v is None or (isinstance(v, int) and not isinstance(v, bool)) else _not_int(v)
 
 
 def _tile_problem(t) -> str | None:
@@ -204,32 +211,32 @@ def _positive(v) -> str | None:
 
 def _warps(v) -> str | None:
     ok = v is None or (isinstance(v, int) and not isinstance(v, bool) and is_pow2(v) and v <= 32)
-    return None if ok else "must be a power of two between 1 and 32"
+    return None if ok else "must be a power of two between 1 and 32" + _int_note(v)
 
 
 def _pipeline(v) -> str | None:
     ok = v is None or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 8)
-    return None if ok else "must be an integer from 1 to 8"
+    return None if ok else "must be an integer from 1 to 8" + _int_note(v)
 
 
 def _per_sm(v) -> str | None:
     ok = isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 32
-    return None if ok else "must be 0 (off) or programs per SM from 1 to 32"
+    return None if ok else "must be 0 (off) or programs per SM from 1 to 32" + _int_note(v)
 
 
 def _unroll(v) -> str | None:
     ok = isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 8
-    return None if ok else "must be 0 (the plan picks) or loop steps per iteration from 1 to 8"
+    return None if ok else "must be 0 (the plan picks) or loop steps per iteration from 1 to 8" + _int_note(v)
 
 
 def _pieces(v) -> str | None:
     ok = isinstance(v, int) and not isinstance(v, bool) and v in (0, 1, 2)
-    return None if ok else "must be 0 (the plan picks), 1 (the whole tile) or 2 (two halves of its last dim)"
+    return None if ok else "must be 0 (the plan picks), 1 (the whole tile) or 2 (two halves of its last dim)" + _int_note(v)
 
 
 def _flat_axes(v) -> str | None:
     ok = v is None or (isinstance(v, int) and not isinstance(v, bool) and (v == 0 or 2 <= v <= 8))
-    return None if ok else "must be 0 (off) or the number of innermost axes to fuse, 2 to 8"
+    return None if ok else "must be 0 (off) or the number of innermost axes to fuse, 2 to 8" + _int_note(v)
 
 
 def _boolean(v) -> str | None:
