@@ -148,3 +148,21 @@ def test_a_tile_that_cannot_feed_every_split_program_says_how_many_it_can():
                                                 r"for 'j' \(the schedule's or the stage's tile\) \(3 of them: no tile feeds all 4\)"):
         y = dt.compile(rowmean, dt.Schedule(split={"j": 4}, tile={"j": 4}, strategy={"j": "loop"}))(x)
     torch.testing.assert_close(y.double(), x.double().mean(1), rtol=1e-6, atol=1e-6)
+
+
+def test_flat_axes_note_names_an_atomic_split_and_its_fix():
+    """Second trial s15: the note blamed a fused sum where the sum was split by atomics; split_mode='partials'
+    flattens it with no note."""
+    @dt.algorithm
+    def psum(X: dt.Tensor["N", "C", "H", "W"]):
+        n, c, h, q = dt.axes("n c h q")
+        return dt.sum(X[n, c, h, q], over=(h, q))[n, c]
+    x = torch.randn(2, 3, 8, 8)
+    with pytest.warns(dt.ScheduleWarning, match=r"flat_axes=2 has no effect: .*nor is a sum split across programs by "
+                                                r"atomics, as here: split_mode='partials' keeps the split"):
+        y = dt.compile(psum, dt.Schedule(flat_axes=2, split={"h": 2}))(x)
+    torch.testing.assert_close(y.double(), x.double().sum((2, 3)), rtol=1e-5, atol=1e-5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dt.ScheduleWarning)
+        y = dt.compile(psum, dt.Schedule(flat_axes=2, split={"h": 2}, split_mode="partials"))(x)
+    torch.testing.assert_close(y.double(), x.double().sum((2, 3)), rtol=1e-5, atol=1e-5)
