@@ -137,9 +137,9 @@ def test_printed_control_compiles_for_sm90(tmp_path):
 def test_only_kernels_of_few_programs_signal():
     """A signal in each program of a kernel that may launch more than MAX_PROGRAMS programs on a call it
     serves (its size buckets) costs more than it gains: such a kernel waits but does not signal."""
-    from dtriton.plan.dependent_launch import MAX_PROGRAMS, program_bound
+    from dtriton.plan.dependent_launch import MAX_PROGRAMS
     prog = gpu_plan(frobenius_normalize, (torch.randn(16, 64, 256, 256),))
-    bounds = {k.name: program_bound(k) for k in prog.kernels}
+    bounds = {k.name: k.launch_programs(k.size_buckets) for k in prog.kernels}
     assert [k.launch_dependents for k in prog.kernels] == [b <= MAX_PROGRAMS for b in bounds.values()] == [True, False], bounds
     assert all(k.dependent_launch for k in prog.kernels)
 

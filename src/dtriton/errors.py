@@ -94,3 +94,8 @@ class ScheduleWarning(UserWarning):
     """A schedule knob that cannot take effect for this call and was dropped (the kernel is still
     correct), e.g. ``warp_specialize=True`` on a loop whose loads are not all TMA, or
     ``split_mode="partials"`` on a call that splits no reduction axis."""
+
+
+def article(word: str) -> str:
+    """The indefinite article of ``word`` in a message: "an" before a vowel (an argmax, an int), else "a"."""
+    return "an" if word[:1].lower() in "aeiou" else "a"

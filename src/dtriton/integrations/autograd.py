@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ..errors import AlgorithmError, DTritonError, ScheduleError, ShapeError
+from ..errors import AlgorithmError, DTritonError, ScheduleError, ShapeError, article
 from ..grad import (GradientAlgorithms, augmented_forward, check_group, check_save, grad, saved_outputs,
                     saved_statistics)
 from ..ir import Algorithm, InputTensor, output_dtypes
@@ -174,7 +174,8 @@ def check_backward_schedules(alg: Algorithm, spec, group: str = "auto"):
     if spec is None or isinstance(spec, Schedule) or (callable(spec) and not isinstance(spec, Mapping)):
         return spec
     if not isinstance(spec, Mapping):
-        raise ScheduleError(f"backward_schedules of {alg.name}: got {_article(type(spec).__name__)} ({spec!r:.80}); "
+        kind = type(spec).__name__
+        raise ScheduleError(f"backward_schedules of {alg.name}: got {article(kind)} {kind} ({spec!r:.80}); "
                             f"expected {_FORMATS}")
     inputs = [p.name for p in alg.params if isinstance(p, InputTensor)]
     out = {}
@@ -187,7 +188,8 @@ def check_backward_schedules(alg: Algorithm, spec, group: str = "auto"):
             except ScheduleError as e:   # name the entry: the schedule's own error does not know it
                 raise type(e)(f"backward_schedules[{key!r}] of {alg.name}: {e}") from None
         elif val is not None and not isinstance(val, Schedule):
-            raise ScheduleError(f"backward_schedules[{key!r}] of {alg.name}: got {_article(type(val).__name__)} "
+            kind = type(val).__name__
+            raise ScheduleError(f"backward_schedules[{key!r}] of {alg.name}: got {article(kind)} {kind} "
                                 f"({val!r:.80}); expected a dt.Schedule, a schedule dict or None")
         out[key] = val
     return out
@@ -550,11 +552,6 @@ class _DTFunction(torch.autograd.Function):
         wrt = dk.wrt_of(args, ctx.needs_input_grad[1:])
         res = dk.run_backward(args, list(grads), saved, wrt)
         return (None, *[res.get(p.name) for p in alg.params])
-
-
-def _article(word: str) -> str:
-    """``word`` with its indefinite article ("an int", "a str")."""
-    return ("an " if word[:1].lower() in "aeiou" else "a ") + word
 
 
 def _saving_forward(alg: Algorithm, sched: Schedule | None, save) -> tuple[_Runner, tuple[str, ...]] | None:

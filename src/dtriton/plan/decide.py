@@ -382,8 +382,8 @@ def unused_knobs(alg: Algorithm, sched: Schedule, prog: Program) -> list[str]:
         notes.append("narrow_minmax=False has no effect: no kernel of this call has a pooling window's max or min of one "
                      "float16 input (or bfloat16 on the GPU) to fold in that dtype; drop it")
     asked = [sched.flat_axes] + [st.flat_axes for st in sched.stages.values() if st.flat_axes is not None]
-    atomic_split = bool(prog.output_direct) or any(bs.zero for bs in prog.buffers.values())
     if any(asked) and not any(k.flat_direct for k in kernels):
+        atomic_split = bool(prog.output_direct) or any(bs.zero for bs in prog.buffers.values())
         notes.append(f"flat_axes={max(asked)} has no effect: no kernel of this call has a run of innermost axes over "
                      "contiguous tensors to fuse (an element-wise kernel's grid axes, or a plain sum's looped axes, "
                      "read and written as the last dims in order of dense tensors, pointer access; a sum fused into "

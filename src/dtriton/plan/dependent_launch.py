@@ -30,9 +30,9 @@ waits all the same).
 
 from __future__ import annotations
 
-from .kernel import KernelPlan, Program
+from .kernel import Program
 
-__all__ = ["MAX_PROGRAMS", "MIN_ARCH", "plan_dependent_launch", "program_bound"]
+__all__ = ["MAX_PROGRAMS", "MIN_ARCH", "plan_dependent_launch"]
 
 #: The compute capability (10 * major + minor) from which CUDA has programmatic dependent launch.
 MIN_ARCH = 90
@@ -65,9 +65,10 @@ def plan_dependent_launch(prog: Program, requested: bool | None, arch: int, inte
     """
     on = requested is not False and not interpret and arch >= MIN_ARCH
     for k in prog.kernels:
-        bound = program_bound(k)
         k.dependent_launch = on and k.gluon is None
-        k.launch_dependents = k.dependent_launch and SIGNAL_FIRST and bound is not None and bound <= MAX_PROGRAMS
+        # (the programs bounded over the size buckets of every call the kernel serves)
+        bound = k.launch_programs(k.size_buckets) if k.dependent_launch and SIGNAL_FIRST else None
+        k.launch_dependents = bound is not None and bound <= MAX_PROGRAMS
     if requested is not True or any(k.dependent_launch for k in prog.kernels):
         return
     if interpret:
@@ -79,15 +80,3 @@ def plan_dependent_launch(prog: Program, requested: bool | None, arch: int, inte
         why = "this call's kernels are Gluon kernels, launched without it"
     prog.launch_note = f"dependent_launch=True has no effect: {why}"
 
-
-def program_bound(k: KernelPlan) -> int | None:
-    """The most programs kernel ``k`` launches on a call it serves: its tiles over its size buckets
-    (:attr:`~dtriton.plan.kernel.KernelPlan.size_buckets`) in every launch-grid dimension, times its
-    split factor (a persistent kernel's cap not counted); None where an axis has no bucket."""
-    n = k.split_factor
-    for dim in k.launch_counts():
-        t = k.tile_programs(dim, k.size_buckets)
-        if t is None:
-            return None
-        n *= t
-    return n

@@ -455,6 +455,18 @@ class KernelPlan:
             n *= -(-ext // blk)
         return n
 
+    def launch_programs(self, extents: Mapping[str, int]) -> int | None:
+        """Programs this kernel launches over ``extents`` (axis -> its size on a call, or a bound on it
+        such as :attr:`size_buckets`): every launch-grid dimension's :meth:`tile_programs` times the
+        split factor (a persistent kernel's cap not counted); None when an axis has no extent."""
+        n = self.split_factor
+        for dim in self.launch_counts():
+            t = self.tile_programs(dim, extents)
+            if t is None:
+                return None
+            n *= t
+        return n
+
     @property
     def grouped(self) -> bool:
         """Programs take the tiles of the last two grid axes in a grouped (swizzled) order: the

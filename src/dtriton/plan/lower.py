@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from ..errors import ScheduleError
+from ..errors import ScheduleError, article
 from ..ir import Algorithm, Expr, Output, Reduce, can_split, is_sum, reduces_in, reduction_stages, stage_grid, walk
 from ..schedule import Schedule
 from .kernel import AxisPlan, BufferSpec, KernelPlan, Program, StoreSpec, next_pow2
@@ -46,11 +46,6 @@ __all__ = ["lower", "FINISH_BLOCK"]
 #: Elements of the innermost kept axis a program of a finishing kernel (``split_mode="finish"``)
 #: combines the split partials of (batch norm's 64 channels: one program).
 FINISH_BLOCK = 1024
-
-
-def _article(word: str) -> str:
-    """"an" before a vowel, else "a" (stage kinds in messages: a sum, an argmax)."""
-    return "an" if word[:1].lower() in "aeiou" else "a"
 
 
 def _kernel_axes(root_exprs: Sequence[Expr], stop: set[int], tops: Sequence[Reduce] = ()) -> list[str]:
@@ -122,11 +117,11 @@ def _placement(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce]) -> s
         if split_axes:
             if not can_split(r):
                 raise ScheduleError(
-                    f"stage {r.name!r} is {_article(r.combiner.name)} {r.combiner.name} over {split_axes}; "
+                    f"stage {r.name!r} is {article(r.combiner.name)} {r.combiner.name} over {split_axes}; "
                     "an arg-reduction's (value, index) pairs cannot be split across programs. Remove the split")
             if sched.split_mode == "atomic" and not is_sum(r):
                 raise ScheduleError(
-                    f"stage {r.name!r} is {_article(r.combiner.name)} {r.combiner.name} split over {split_axes} "
+                    f"stage {r.name!r} is {article(r.combiner.name)} {r.combiner.name} split over {split_axes} "
                     "with split_mode='atomic'; atomics add partial sums only. Use split_mode='partials', 'finish' or 'last' (or leave it None)")
             if place == "fuse":
                 raise ScheduleError(
@@ -135,7 +130,7 @@ def _placement(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce]) -> s
         elif place == "atomic":
             if not is_sum(r):
                 raise ScheduleError(
-                    f"stage {r.name!r} is {_article(r.combiner.name)} {r.combiner.name}; place='atomic' adds "
+                    f"stage {r.name!r} is {article(r.combiner.name)} {r.combiner.name}; place='atomic' adds "
                     "partial sums with atomics, so it "
                     "applies to sums only. Use place='materialize' (or 'auto')")
             mat.add(rid)

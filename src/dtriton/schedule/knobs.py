@@ -178,23 +178,21 @@ def one_of(values: Iterable, expect: str | None = None) -> Domain:
     return Domain(", ".join(repr(v) for v in values), lambda v: None if _member(v, values) else why, values)
 
 
-def _not_int(v) -> str:
-    """How a value that is no int (or a bool) reads in a message: numpy's integers name the fix."""
-    if isinstance(v, bool) or type(v).__name__ == "bool":   # (numpy's bool too)
+def _int_note(v) -> str:
+    """What a value that is no plain int reads as in a knob's message: a bool (numpy's too) is named, a
+    numpy integer with the ``int()`` that passes it where that would be valid; empty for an int or None."""
+    if v is None or (isinstance(v, int) and not isinstance(v, bool)):
+        return ""
+    if isinstance(v, bool) or type(v).__name__ == "bool":
         return f" (got the bool {v})"
     if not hasattr(v, "__index__"):
         return ""
     return f" (got {type(v).__module__}.{type(v).__name__} {v}" + (f": pass int({v}))" if int(v) >= 1 else ")")
 
 
-def _int_note(v) -> str:
-    """:func:`_not_int` for a value knob's message: empty for a plain int (out of range) or None."""
-    return "" if v is None or (isinstance(v, int) and not isinstance(v, bool)) else _not_int(v)
-
-
 def _tile_problem(t) -> str | None:
     if not isinstance(t, int) or isinstance(t, bool):
-        return "must be an int (a power of two such as 16, 32, 64)" + _not_int(t)
+        return "must be an int (a power of two such as 16, 32, 64)" + _int_note(t)
     if t < 1:
         return "must be at least 1 (a power of two such as 1, 16, 32, 64)"
     if not is_pow2(t):
@@ -206,7 +204,7 @@ def _tile_problem(t) -> str | None:
 def _positive(v) -> str | None:
     if isinstance(v, int) and not isinstance(v, bool) and v >= 1:
         return None
-    return "must be a positive integer" + (_not_int(v) if not isinstance(v, int) or isinstance(v, bool) else "")
+    return "must be a positive integer" + _int_note(v)
 
 
 def _warps(v) -> str | None:
