@@ -51,15 +51,10 @@ def main(argv=None) -> None:
     ap.add_argument("--V", type=int, nargs="+", default=[2000, 20000])
     ap.add_argument("--dry-run", action="store_true", help="CPU interpreter, tiny shapes")
     ap.add_argument("--out", default=None, help="write diffusion_bwd_ab.json here")
-    ap.add_argument("--pdl-signal", choices=("first", "end"), default="first",
-                    help="dependent launch: kernels signal the next launch first thing (the default) or at their end")
-    ap.add_argument("--pdl-max-programs", type=int, default=None,
-                    help="dependent launch only for kernels of at most this many programs (default: the plan's)")
+    suite.add_pdl_options(ap)
     ap.add_argument("--impls", default="", help="comma-separated substrings: only rows whose name has one")
     a = ap.parse_args(argv)
-    from dtriton.plan import dependent_launch as _dl   # noqa: PLC0415
-    _dl.SIGNAL_FIRST = a.pdl_signal == "first"
-    _dl.MAX_PROGRAMS = a.pdl_max_programs if a.pdl_max_programs is not None else _dl.MAX_PROGRAMS
+    suite.apply_pdl_options(a)
     rows = []
     dev, K, C, Vs = "cuda", 128, 128, a.V
     if a.dry_run:

@@ -357,10 +357,7 @@ def main(argv=None):
     ap.add_argument("--dtypes", default="float32,float16", help="dtypes of the norm and pool cases")
     ap.add_argument("--cases", default="", help="comma-separated substrings: only cases whose name has one")
     ap.add_argument("--no-compile", action="store_true", help="skip the torch.compile rows")
-    ap.add_argument("--pdl-signal", choices=("first", "end"), default="first",
-                    help="dependent launch: kernels signal the next launch first thing (the default) or at their end")
-    ap.add_argument("--pdl-max-programs", type=int, default=None,
-                    help="dependent launch only for kernels of at most this many programs (default: the plan's)")
+    R.add_pdl_options(ap)
     ap.add_argument("--stages", default="", help="comma-separated num_stages: a row each, the default schedule "
                     "with that num_stages (3 or more pipelines the reduction loops)")
     ap.add_argument("--variants", default="", help="semicolon-separated NAME=JSON or NAME[CASE,...]=JSON: a row each "
@@ -376,9 +373,7 @@ def main(argv=None):
     ap.add_argument("--dry-run", action="store_true",
                     help="check the script on the CPU interpreter with tiny shapes (no GPU, timings meaningless)")
     a = ap.parse_args(argv)
-    from dtriton.plan import dependent_launch as _dl   # noqa: PLC0415
-    _dl.SIGNAL_FIRST = a.pdl_signal == "first"
-    _dl.MAX_PROGRAMS = a.pdl_max_programs if a.pdl_max_programs is not None else _dl.MAX_PROGRAMS
+    R.apply_pdl_options(a)
     R.CASES[:] = [c for c in a.cases.split(",") if c]
     STAGES[:] = [int(n) for n in a.stages.split(",") if n]
     PROFILE[0] = a.profile

@@ -47,6 +47,23 @@ def S(n: int) -> int:
     return n if not DRY else max(1, min(n, 40))
 
 
+def add_pdl_options(ap: argparse.ArgumentParser) -> None:
+    """The dependent-launch options of the scripts that A/B it (``--pdl-signal``, ``--pdl-max-programs``);
+    :func:`apply_pdl_options` puts them into :mod:`dtriton.plan.dependent_launch` before anything plans."""
+    ap.add_argument("--pdl-signal", choices=("first", "end"), default="first",
+                    help="dependent launch: kernels signal the next launch first thing (the default) or at their end")
+    ap.add_argument("--pdl-max-programs", type=int, default=None,
+                    help="dependent launch only for kernels of at most this many programs (default: the plan's)")
+
+
+def apply_pdl_options(a: argparse.Namespace) -> None:
+    """Set :mod:`dtriton.plan.dependent_launch`'s signal policy from :func:`add_pdl_options`' options."""
+    from dtriton.plan import dependent_launch   # noqa: PLC0415
+    dependent_launch.SIGNAL_FIRST = a.pdl_signal == "first"
+    if a.pdl_max_programs is not None:
+        dependent_launch.MAX_PROGRAMS = a.pdl_max_programs
+
+
 def captured_graph(fn, reps: int) -> "torch.cuda.CUDAGraph":
     """``reps`` calls of ``fn`` captured in one CUDA graph (after warm-up on a side stream), replayed once."""
     s = torch.cuda.Stream()
