@@ -19,7 +19,11 @@ first, the output poisoned with NaN):
 - ``wW``: the kernel as printed with ``num_warps`` W instead of the plan's;
 - ``printed``: the kernel as printed, launched by this script's path (the control of the rows above);
 - ``grid3`` (``grid3 fwd``): the tile indices read from a 3-D launch grid, ``tl.program_id(0..2)`` with the
-  innermost grid axis on dimension 0, in reverse (forward) order: no integer division per program.
+  innermost grid axis on dimension 0, in reverse (forward) order: no integer division per program;
+- batch norm only, the per-channel part of ``(x - mean) * rsqrt(var + eps) * w + b`` computed beforehand (by
+  torch, into the two statistics buffers the kernel reads, restored afterwards): ``affine`` ``x * s + t`` (two
+  loads, one FMA: ``s = rsqrt(var + eps) * w``, ``t = b - mean * s``), ``scale`` ``(x - mean) * s + b``
+  (three loads, a subtraction and an FMA); ``rsqrt``: ``tl.math.rsqrt`` (approximate) for ``1 / sqrt_rn``.
 
 Every row's graph replays start after ``--warm-ms`` of untimed replays (after a float64 check the clocks are down).
 - ``linear``: the call planned with every kernel in the linear form (``plan.launch_grid``'s decision undone:
@@ -182,23 +186,61 @@ def grid3(src: str, name: str, consts: dict, sizes: dict, reverse: bool) -> tupl
     return src[:start] + body + src[end:], (counts[names[2]], counts[names[1]], counts[names[0]])
 
 
+BN_MATH = re.compile(r"\n    (buf_\d+) = tl\.load\((buf_mean0\w*_ptr) [^\n]*\n(?:.*\n)*?    (t_\d+) = t_\d+ \+ ld_\d+\n")
+
+
+def bn_forms(src: str, name: str, call: list, params: list[str]) -> list[tuple[str, str, dict]]:
+    """Batch norm's output kernel with the per-channel part computed beforehand: ``(label, source, {argument
+    position: its contents for this variant})`` (the statistics buffers' positions); none where the source
+    is not the printed ``(x - mean) * rsqrt(var + eps) * w + b`` chain."""
+    m = BN_MATH.search(src, src.index(f"def {name}("))
+    if m is None or "buf_mean1" not in src:
+        return []
+    x_name = re.search(r"\n    (ld_\d+) = tl\.load\(X_ptr", src[src.index(f"def {name}("):]).group(1)
+    i0 = next(i for i, p in enumerate(params) if p.startswith("buf_mean0"))
+    i1 = next(i for i, p in enumerate(params) if p.startswith("buf_mean1"))
+    iw, ib = params.index("w_ptr"), params.index("b_ptr")
+    mean, var, w, b = call[i0].double(), call[i1].double(), call[iw].double(), call[ib].double()
+    s = torch.rsqrt(var + EPS) * w
+    t = b - mean * s
+    res = m.group(3)
+    p0, p1 = m.group(2), re.search(r"(buf_mean1\w*_ptr)", src[src.index(f"def {name}("):]).group(1)
+    def load(ptr):
+        return f"tl.load({ptr} + pid_c * {ptr[:-4]}_s0)"
+    affine = f"\n    {res} = {x_name} * {load(p1)} + {load(p0)}\n"
+    scale = (f"\n    {res} = ({x_name} - {load(p0)}) * {load(p1)} + tl.load(b_ptr + pid_c * b_s0).to(tl.float32)\n")
+    out = [("affine", src[:m.start()] + affine + src[m.end():], {i0: t, i1: s}),
+           ("scale", src[:m.start()] + scale + src[m.end():], {i1: s})]
+    if "1.0 / tl.sqrt_rn(" in src:
+        out.append(("rsqrt", src.replace("1.0 / tl.sqrt_rn(", "tl.math.rsqrt("), {}))
+    return out
+
+
 def ablate(case, shape, dname, label, rec, orig, y, ref, tmp: Path):
     """Rows of the edited output kernels (the last launch that writes ``out``)."""
     fn, programs, call, meta, interpret = rec[-1]
     src = Path(fn.fn.__code__.co_filename).read_text()
     name = fn.fn.__name__
-    variants = [("printed", fn, meta.ir.num_warps, programs)]
-    variants += [(k, load_module(v, interpret, tmp).__dict__[name], meta.ir.num_warps, programs)
+    variants = [("printed", fn, meta.ir.num_warps, programs, {})]
+    variants += [(k, load_module(v, interpret, tmp).__dict__[name], meta.ir.num_warps, programs, {})
                  for k, v in edits(src).items()]
-    variants += [(f"w{w}", fn, w, programs) for w in (2, 8) if w != meta.ir.num_warps]
+    variants += [(f"w{w}", fn, w, programs, {}) for w in (2, 8) if w != meta.ir.num_warps]
+    if case == "bn":
+        head = src[src.index(f"def {name}("):]
+        params = [p.strip() for p in head[head.index("(") + 1:head.index(")")].split(",") if "constexpr" not in p]
+        variants += [(k, load_module(v, interpret, tmp).__dict__[name], meta.ir.num_warps, programs, fill)
+                     for k, v, fill in bn_forms(src, name, call, params)]
     sizes = {f"size_{a}": n for a, n in zip("nchq", y.shape)}
     for rev in (True, False):
         g = grid3(src, name, meta.consts, sizes, rev)
         if g is not None:
             variants.append(("grid3" + ("" if rev else " fwd"), load_module(g[0], interpret, tmp).__dict__[name],
-                             meta.ir.num_warps, g[1]))
-    for vname, f, nw, grid in variants:
+                             meta.ir.num_warps, g[1], {}))
+    for vname, f, nw, grid, fill in variants:
         impl = f"dtriton {label} {meta.name} {vname}"
+        kept = {i: call[i].clone() for i in fill}
+        for i, v in fill.items():
+            call[i].copy_(v)
         try:
             def go(f=f, nw=nw, grid=grid):
                 if isinstance(grid, tuple):
@@ -213,6 +255,9 @@ def ablate(case, shape, dname, label, rec, orig, y, ref, tmp: Path):
             add(case, shape, dname, impl, e, e <= RTOL[y.dtype], go)
         except Exception as e:  # noqa: BLE001 - recorded
             add(case, shape, dname, impl, float("nan"), False, note=f"failed: {type(e).__name__}: {str(e)[:160]}")
+        finally:
+            for i, v in kept.items():
+                call[i].copy_(v)
         if OPTS.out and vname == "grid3" and label == "default":
             (Path(OPTS.out) / f"{case}_{dname}_grid3.py").write_text(grid3(src, name, meta.consts, sizes, True)[0])
 

@@ -41,7 +41,7 @@ from .flat import plan_flat
 from .gluon_depthwise import plan_gluon_depthwise
 from .implicit_gemm import plan_implicit_gemm
 from .kernel import KernelPlan, Program, StoreSpec
-from .last_finish import absorb_finishes, plan_block_folds
+from .last_finish import absorb_finishes, absorb_outputs, plan_block_folds
 from .launch_grid import plan_launch_dims
 from .lower import lower
 from .loop_stores import loop_store_bounds, plan_loop_stores
@@ -175,6 +175,7 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
                   dict(spec.index_values), spec.dense, {f[0]: _divisor(f[2]) for f in spec.facts})
     if sched.split_mode == "last":   # each split kernel's last program per tile finishes its partials
         absorb_finishes(prog)
+        absorb_outputs(prog)   # outputs of the final values alone: stored by the same last program
     prog = gluon_program(prog, traced, sched, b, spec, out_dtypes)
     plan_dependent_launch(prog, sched.dependent_launch, spec.arch, spec.interpret)
     check_store_blocks(prog, sched)

@@ -114,12 +114,19 @@ class LastFinish:
     its :attr:`KernelPlan.block_folds`), stores the final values (``stores``: ``buf_<stage>_final``) and resets
     its counter to 0. Its partial loads bypass L1 (``cache_modifier=".cg"``): other SMs wrote them.
     ``finish``: the names of the finishing kernels it replaces (one per set of kept axes: an online
-    group's max and sums keep different axes)."""
+    group's max and sums keep different axes). ``outputs``: the stores of the output kernels it also
+    replaces (``absorbed``, :func:`dtriton.plan.last_finish.absorb_outputs`: outputs that are functions of
+    the final values alone, such as layer norm's dw and db cast to their dtype), printed after the
+    fold with the final values in registers; ``unstored``: the ``buf_<stage>_final`` buffers no other
+    kernel reads once those are absorbed (their stores are not printed)."""
     finish: tuple[str, ...]
     counter: str
     stores: tuple[StoreSpec, ...]
     reads: dict
     block_folds: frozenset = frozenset()
+    outputs: tuple[StoreSpec, ...] = ()
+    absorbed: tuple[str, ...] = ()
+    unstored: frozenset = frozenset()
 
 
 @dataclass(frozen=True)

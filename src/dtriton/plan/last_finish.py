@@ -11,6 +11,12 @@ program that sees all the other splits arrived folds the tile's partials in spli
 finishing kernel's own combines (:class:`~dtriton.plan.kernel.LastFinish`), stores the final values
 and resets the counter to 0, so the runtime's zeroed counter memory stays zero for the next launch.
 
+An output kernel that only reads the final values (an output that is a split column sum, or a
+function of such sums alone: layer norm's dw and db cast to their 16-bit dtype) is absorbed too
+(:func:`absorb_outputs`): the last program stores the outputs right after its fold, and the
+``buf_<stage>_final`` buffers no other kernel reads are neither allocated nor stored. A split
+column reduction then runs as one kernel (was: the split kernel, then the output kernel).
+
 A finishing kernel stays a kernel of its own where its split kernel cannot absorb it: a persistent
 split kernel (a program covers several tiles), a flat grid axis, kept axes the split kernel neither puts
 on its grid nor covers whole (or folds into a flat axis), or a stage the finishing kernel folds as one block of
@@ -38,9 +44,13 @@ its result broadcast through shared memory, then ``ld.global.cg`` of the partial
 
 from __future__ import annotations
 
+import dataclasses
+
+from ..ir import Load, Reduce, walk
 from .kernel import BufferSpec, KernelPlan, LastFinish, Program
 
-__all__ = ["absorb_finishes", "absorb_problem", "block_fold", "plan_block_folds", "BLOCK_FOLD_PARTIALS"]
+__all__ = ["absorb_finishes", "absorb_outputs", "absorb_problem", "block_fold", "output_problem", "plan_block_folds",
+           "BLOCK_FOLD_PARTIALS"]
 
 #: More split partials than this, read where every axis of the buffer is scalar, are loaded as one
 #: block and folded by a tree (the printer's ``fold_partials``), else in split order by a loop.
@@ -108,4 +118,63 @@ def absorb_finishes(prog: Program) -> dict[str, str]:
                                            {**lf.reads, **reads}, lf.block_folds | blocks)
         absorbed.add(fin.name)
     prog.kernels[:] = [k for k in prog.kernels if k.name not in absorbed]
+    return kept
+
+
+def output_problem(split: KernelPlan, o: KernelPlan, finals: set[str], buffers) -> str:
+    """Why the last program of split kernel ``split`` (with a :class:`LastFinish` storing the
+    ``finals`` buffers) cannot also store output kernel ``o``'s outputs ("" when it can): ``o`` must
+    be a plain kernel (no split, fold, loop, flat or persistent grid, Gluon), store outputs only, each
+    over every grid axis of ``split`` and only axes the split kernel binds per program (grid or whole),
+    and read nothing but those final values (no input load, no other stage)."""
+    if o.split or o.split_more or o.last_finish or o.finishes or o.persistent or o.gluon is not None or o.flat:
+        return f"kernel {o.name} splits, folds or loops over tiles"
+    for st in o.stores:
+        if st.target in buffers or st.atomic or st.partial_axis or st.state or st.in_loop:
+            return f"kernel {o.name} stores {st.target}, not a plain output"
+        if not set(split.grid) <= set(st.layout):
+            return f"{st.target} lacks a grid axis of {split.name}"
+        for a in st.layout:
+            p = split.axes.get(a)
+            if p is None or p.role not in ("grid", "whole") or split.flat_of(a) != a:
+                return f"axis {a!r} of {st.target} is not bound by a program of {split.name}"
+        for n in walk([st.expr], stop=lambda n: n.uid in o.materialized):
+            if isinstance(n, Load):
+                return f"{st.target} reads input {n.tensor.name}"
+            if isinstance(n, Reduce) and (n.uid not in o.materialized or o.materialized[n.uid].name not in finals):
+                return f"{st.target} reads stage {n.name}, not a final value of {split.name}"
+    return ""
+
+
+def absorb_outputs(prog: Program) -> dict[str, str]:
+    """Store, in the last program of each split kernel with a :class:`LastFinish`, the outputs of
+    every later kernel that :func:`output_problem` allows (in place: ``LastFinish.outputs`` and
+    ``absorbed``, the output kernel removed; the final buffers no remaining kernel reads become
+    ``LastFinish.unstored`` and leave ``prog.buffers``). Returns output kernel name -> why it stays,
+    for kernels reading a final value that stay."""
+    kept: dict[str, str] = {}
+    absorbed: set[str] = set()
+    for i, s in enumerate(prog.kernels):
+        lf = s.last_finish
+        if lf is None:
+            continue
+        finals = {st.target for st in lf.stores}
+        for o in prog.kernels[i + 1:]:
+            if o.name in absorbed or not any(b.name in finals for b in o.materialized.values()):
+                continue
+            why = output_problem(s, o, finals, prog.buffers)
+            if why:
+                kept[o.name] = why
+                continue
+            lf = dataclasses.replace(lf, outputs=lf.outputs + tuple(o.stores), absorbed=lf.absorbed + (o.name,))
+            absorbed.add(o.name)
+        s.last_finish = lf
+    prog.kernels[:] = [k for k in prog.kernels if k.name not in absorbed]
+    read = {b.name for k in prog.kernels for b in k.materialized.values()}
+    for s in prog.kernels:
+        if s.last_finish is not None and s.last_finish.absorbed:
+            unstored = frozenset(st.target for st in s.last_finish.stores if st.target not in read)
+            s.last_finish = dataclasses.replace(s.last_finish, unstored=unstored)
+            for t in unstored:
+                prog.buffers.pop(t, None)
     return kept

@@ -18,8 +18,9 @@ class LastFinishPrinter:
         thread's stores issued), one acq_rel atomic increment at gpu scope of the tile's arrival
         counter, and in the program that sees the other ``split_factor - 1`` splits arrived, the
         finishing kernel's stores (each stage's partials folded in split order by
-        :meth:`load_buffer` with the finishing kernel's choices, loaded past L1), then the counter
-        reset to 0 for the next launch."""
+        :meth:`load_buffer` with the finishing kernel's choices, loaded past L1; a final buffer the plan
+        left unstored only folded), the absorbed output kernels' stores (``LastFinish.outputs``), then
+        the counter reset to 0 for the next launch."""
         k, lf = self.k, self.k.last_finish
         cb = self.prog.buffers[lf.counter]
         name = self.tensor_arg(lf.counter, len(cb.axes))
@@ -42,6 +43,9 @@ class LastFinishPrinter:
             v = self.fresh(f"final_{r.name}")
             last.emit(f"{v} = {code}  # {comment}: every split's partials, in split order")
             last.overrides[r.uid] = (v, last.layout)
-            self.store(StoreSpec(st.target, r, st.layout, dtype=st.dtype), last)
+            if st.target not in lf.unstored:
+                self.store(StoreSpec(st.target, r, st.layout, dtype=st.dtype), last)
+        for st in lf.outputs:   # outputs of the final values alone (output kernels absorbed by the plan)
+            self.store(st, last)
         last.emit(f"tl.store({ptr}, 0)  # the counter back to 0: zero for the next launch")
         top.emit(last)  # type: ignore[arg-type]
