@@ -18,11 +18,13 @@ in each case whose backward algorithms ``JSON`` names: its backward kernels take
 captured by ``torch.cuda.make_graphed_callables`` on the step's inputs (see ``DifferentiableKernel``).
 ``--given-grad``: the step hands each output a fixed gradient in its dtype instead of the loss (so the step
 is the forward and the backward alone). ``--graph-step``: every row's whole step is also captured in one
-CUDA graph and replayed (its GPU time, no host launch path).
+CUDA graph and replayed (its GPU time, no host launch path). ``--rounds N``: every row timed N times,
+the implementations in turn, the median reported (and each round printed).
 """
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -71,6 +73,9 @@ def sdpa_causal(Q, K, V, scale):
 
 
 DEV = "cuda"
+
+
+ROUNDS = [1]   # --rounds
 
 
 def _bench(f):
@@ -125,6 +130,7 @@ def run_case(name, fns, make_inputs, grad_idx, rows, given_grad=False, graph_ste
     sum((o * w.double()).sum() for o, w in zip(outs, weights)).backward()
     ref_g = [ref_in[k].grad for k in grad_idx]
     del fns["eager fp64"]
+    timed = []   # (row, forward, step, time the graph) of each implementation that ran and checked
     for impl, f in fns.items():
         ins = [t.detach().clone().requires_grad_(k in grad_idx) if _floating(t) else t
                for k, t in enumerate(base)]
@@ -137,7 +143,7 @@ def run_case(name, fns, make_inputs, grad_idx, rows, given_grad=False, graph_ste
                 print(rows[-1], flush=True)
                 continue
 
-        def step():
+        def step(f=f, ins=ins):
             for k in grad_idx:
                 ins[k].grad = None
             o = f(*ins)
@@ -150,22 +156,37 @@ def run_case(name, fns, make_inputs, grad_idx, rows, given_grad=False, graph_ste
             step()
             errs = [((ins[k].grad.double() - g).norm() / g.norm()).item() for k, g in zip(grad_idx, ref_g)]
             counts = f.launch_counts() if hasattr(f, "launch_counts") else None
-            fwd = lambda: f(*[t.detach() if isinstance(t, torch.Tensor) else t for t in ins])  # noqa: E731
-            t_f = _bench(fwd)
-            t_fb = _bench(step)
-            t_g = None
-            if graph_step and not isinstance(fns[impl], CudaGraphed):
-                try:
-                    t_g = _graph_ms(step)
-                except Exception as e:  # noqa: BLE001
-                    print(f"{impl}: graph capture failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
-            rows.append(dict(case=name, impl=impl, fwd_ms=round(t_f, 4), fwd_bwd_ms=round(t_fb, 4),
-                             graph_fwd_bwd_ms=round(t_g, 4) if t_g else None, max_grad_rel_err=max(errs),
+            fwd = lambda f=f, ins=ins: f(*[t.detach() if isinstance(t, torch.Tensor) else t for t in ins])  # noqa: E731
+            rows.append(dict(case=name, impl=impl, max_grad_rel_err=max(errs),
                              kernels=f"{counts['forward']}/{counts['backward']}" if counts else ""))
+            timed.append((rows[-1], fwd, step, graph_step and not isinstance(fns[impl], CudaGraphed)))
         except Exception as e:  # noqa: BLE001
             rows.append(dict(case=name, impl=impl, fwd_ms=None, fwd_bwd_ms=None, max_grad_rel_err=None,
                              note=f"failed: {type(e).__name__}: {str(e)[:200]}"))
-        print(rows[-1], flush=True)
+            print(rows[-1], flush=True)
+    # every implementation timed once a round, in turn (the GPU's clocks and the host's state shared
+    # alike); a row reports the median over the rounds
+    runs = {id(r): {"fwd_ms": [], "fwd_bwd_ms": [], "graph_fwd_bwd_ms": []} for r, *_ in timed}
+    for rnd in range(ROUNDS[0]):
+        for r, fwd, step, graph in timed:
+            got = runs[id(r)]
+            got["fwd_ms"].append(_bench(fwd))
+            got["fwd_bwd_ms"].append(_bench(step))
+            if graph:
+                try:
+                    got["graph_fwd_bwd_ms"].append(_graph_ms(step))
+                except Exception as e:  # noqa: BLE001
+                    print(f"{r['impl']}: graph capture failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            if ROUNDS[0] > 1:
+                print(f"  round {rnd + 1} {name} {r['impl']}: " + ", ".join(
+                    f"{k} {v[-1]:.4f}" for k, v in got.items() if v and v[-1] is not None), flush=True)
+    for r, *_ in timed:
+        for k, v in runs[id(r)].items():
+            v = [x for x in v if x is not None]
+            r[k] = round(statistics.median(v), 4) if v else None
+        if ROUNDS[0] > 1:
+            r["rounds"] = {k: [round(x, 4) for x in v if x is not None] for k, v in runs[id(r)].items() if v}
+        print(r, flush=True)
 
 
 def _cases(dry: bool):
@@ -226,7 +247,11 @@ def main(argv=None):
     ap.add_argument("--backward-schedules", default=None,
                     help="attention rows: a JSON file from bench/attention_bwd.py explore ({'schedules': {case name: "
                          "backward schedule}}); those cases get a 'dtriton explored' row")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="time every implementation of a case this many times, in turn (a round each), and report "
+                         "each row's median over the rounds (the first rows of a run otherwise meet an idle GPU)")
     a = ap.parse_args(argv)
+    ROUNDS[0] = max(1, a.rounds)
     variants = [(v.split("=", 1)[0], json.loads(v.split("=", 1)[1])) for v in a.variant]
     global DEV
     dry = a.dry_run

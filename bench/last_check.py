@@ -1,11 +1,12 @@
 """GPU check of ``split_mode="last"`` (the split statistics finished by the last program of each tile).
 
-    PYTHONPATH=src python3 bench/last_check.py [--cases bn,fro,ln,in] [--dtypes float16,float32] [--calls 50]
+    PYTHONPATH=src python3 bench/last_check.py [--cases bn,fro,ln,in,col] [--dtypes float16,float32] [--calls 50]
                                                [--no-graph] [--dry-run]
 
 Per case (batch norm 64x64x512x512 and Frobenius 16x64x256x256 under the heuristic's split schedule, which
 finishes them; layer norm over (C, H, W) and instance norm 16x64x256x256 with their statistics split over
-``h`` by a forced schedule; plus a small odd shape of each: splits that do not divide, prime sizes) and
+``h`` by a forced schedule; a column sum of 4096x8192 split 8 ways over rows, whose last programs store the
+output too (one kernel); plus a small odd shape of each: splits that do not divide, prime sizes) and
 dtype, ``split_mode="finish"`` against ``"last"``:
 
 - both against float64 torch (outputs poisoned with NaN first);
@@ -32,7 +33,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dtriton as dt  # noqa: E402
 from dtriton.backends.triton import counters  # noqa: E402
-from dtriton.library import batch_norm, frobenius_normalize, instance_norm, layer_norm_chw  # noqa: E402
+from dtriton.library import batch_norm, column_sum, frobenius_normalize, instance_norm, layer_norm_chw  # noqa: E402
 
 F = torch.nn.functional
 
@@ -48,6 +49,10 @@ CASES = {
            lambda x: F.layer_norm(x, x.shape[1:], eps=1e-5), lambda x: (x,), {"h": 6}),
     "in": (instance_norm, (16, 64, 256, 256), (5, 7, 37, 41), (3, 3, 5, 7),
            lambda x: F.instance_norm(x, eps=1e-5), lambda x: (x,), {"h": 6}),
+    # a column sum split over rows: its last programs also store the output (plan.last_finish.absorb_outputs)
+    "col": (column_sum, (4096, 8192), (1031, 997), (13, 9), lambda x: x.sum(0), lambda x: (x,),
+            lambda mode: dt.Schedule(grid=("j",), tile={"j": 64, "i": 32}, strategy={"i": "loop"}, split={"i": 8},
+                                     split_mode=mode)),
 }
 RESULTS: list[tuple[str, bool, str]] = []
 
@@ -92,9 +97,10 @@ def check_case(case: str, shape, dtype, split, calls: int, graph: bool, dev: str
     outs = {}
     kernels = {}
     for mode in ("finish", "last"):
-        s = base.replace(split_mode=mode) if split is None else forced(alg, split, mode)
+        s = (base.replace(split_mode=mode) if split is None else split(mode) if callable(split)
+             else forced(alg, split, mode))
         k = kernels[mode] = dt.compile(alg, s)
-        out = torch.full(shape, float("nan"), device=dev, dtype=dtype)
+        out = torch.full(ref.shape, float("nan"), device=dev, dtype=dtype)
         k(*args, out=out)
         err = ((out.double() - ref).norm() / ref.norm()).item()
         tol = 1e-5 if dtype == torch.float32 else 3e-3
@@ -145,7 +151,7 @@ def check_case(case: str, shape, dtype, split, calls: int, graph: bool, dev: str
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cases", default="bn,fro,ln,in")
+    ap.add_argument("--cases", default="bn,fro,ln,in,col")
     ap.add_argument("--dtypes", default="float16,float32")
     ap.add_argument("--calls", type=int, default=50)
     ap.add_argument("--no-graph", action="store_true")

@@ -223,9 +223,10 @@ def test_wide_16_bit_gemm_with_both_operands_k_major_takes_4_stages_and_tma_view
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-def test_column_splits_of_16_bit_outputs_write_partials(dtype):
+def test_column_splits_of_16_bit_outputs_fold_in_the_last_program(dtype):
     """Layer norm's dw/db and a column sum split over rows on the GPU: 16-bit outputs take per-split
-    partials that their casting kernel folds (no zero-filled fp32 buffer); fp32 outputs keep atomics
+    partials that the last program of each column tile folds and stores cast into the outputs
+    (``split_mode="last"``: no zero-filled fp32 buffer, no casting kernel); fp32 outputs keep atomics
     into the outputs themselves. The GPU schedules then run on the interpreter against float64."""
     M, N = 4096, 8192
     g = dt.grad(layer_norm, save="all").algorithms[0]
@@ -235,9 +236,10 @@ def test_column_splits_of_16_bit_outputs_write_partials(dtype):
     for alg, args in ((g, big), (column_sum, [torch.empty(M, N, **meta)])):
         s = gpu_schedule(alg, args)
         assert s.split, (alg.name, s)
-        assert s.split_mode == (None if dtype == torch.float32 else "partials"), (alg.name, s.split_mode)
+        assert s.split_mode == (None if dtype == torch.float32 else "last"), (alg.name, s.split_mode)
     # the same kind of schedule at a size the interpreter runs, against float64
     torch.manual_seed(3)
     x = torch.randn(37, 20, dtype=dtype)
-    s = dt.Schedule(grid=("j",), tile={"j": 8, "i": 4}, strategy={"i": "loop"}, split={"i": 3}, split_mode="partials")
-    run_and_compare(column_sum, s, [x], 1e-2 if dtype != torch.float32 else 1e-6)
+    for mode in ("partials", "last"):
+        s = dt.Schedule(grid=("j",), tile={"j": 8, "i": 4}, strategy={"i": "loop"}, split={"i": 3}, split_mode=mode)
+        run_and_compare(column_sum, s, [x], 1e-2 if dtype != torch.float32 else 1e-6)

@@ -336,9 +336,11 @@ def grid_tiles(d: Draft) -> None:
 def column_splits(d: Draft) -> None:
     """Split-K of the main kernel's column reductions when its programs are few. Where no output is
     fp32 or fp64 (atomics could not add into the outputs themselves: they would need a zeroed fp32
-    buffer and a kernel casting it), the splits write per-split partials that the casting kernel
-    folds (``split_mode="partials"``): the same kernels, no zero fill, and deterministic (layer
-    norm's dw/db: one allocation and one fill fewer per backward, H200 host ~262 us a step)."""
+    buffer and a kernel casting it), the splits write per-split partials that the last program of
+    each column tile folds in split order and stores cast into the outputs (``split_mode="last"``,
+    :func:`dtriton.plan.last_finish.absorb_outputs`): one kernel for the column reductions, no zero
+    fill, deterministic (layer norm's dw/db: was "partials", a split kernel and a casting kernel
+    folding them, and before that atomics into a zeroed buffer, one more allocation and fill)."""
     for a in d.col_axes:
         if d.split_ok(a):
             split_for(d.split, a, programs(d.grid, d.sizes, d.tile), d.sizes[a], d.tile[a], d.sms)
@@ -351,7 +353,7 @@ def column_partials(d: Draft) -> None:
     wide = (torch.float32, torch.float64)
     if (d.user.split_mode is None and d.split_mode is None and d.b.out_dtypes and d.split
             and set(d.split) <= d.col_splits and not any(t in wide for t in d.b.out_dtypes)):
-        d.split_mode = "partials"
+        d.split_mode = "last"
 
 
 def within_limits(d: Draft) -> None:
