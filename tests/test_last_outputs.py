@@ -154,3 +154,26 @@ def test_layer_norm_gradients_with_the_last_program_storing_dw_db(M, N, dtype):
         err = ((got.double() - ref).norm() / (ref.norm() + 1e-30)).item()
         assert err < tol, (what, err)
     assert f.launch_counts()["backward"] == 2, f.launch_counts()
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_a_split_slice_past_the_axis_end_runs_no_step(interleaved):
+    """1031 rows split 8 ways in slices of 160: the eighth starts at 1120. Its printed end is at least its
+    start, so the slice's loop is empty also where Triton unrolls it (Triton 3.6 takes a negative trip
+    count as unsigned: on the H200 the remainder loop re-read rows 992-1030, s16 call 5); the loop's
+    range is evaluated here as Python would, from the printed lines."""
+    rows = 100 if interleaved else 1031   # (interleaved: slices 4-7 start at tiles 128-224, past 100 rows)
+    x = torch.empty(rows, 9)
+    s = split_rows(8, "partials", tile_j=8).replace(tile={"j": 8, "i": 32})
+    if interleaved:   # slices of tiles p, p + 8, ...: the end is the axis's size, at least the slice's start
+        s = s.replace(split_order="interleaved")
+    src = dt.compile(column_sum, s).source_for(x)
+    assert ("interleaved slices" in src) == interleaved
+    lo = next(line.split(" = ", 1)[1].split("  #")[0] for line in src.splitlines() if line.strip().startswith("i_lo = "))
+    hi = next(line.split(" = ", 1)[1].split("  #")[0] for line in src.splitlines() if line.strip().startswith("i_hi = "))
+    env = {"size_i": rows, "BLOCK_I": 32, "tl": type("tl", (), {"maximum": max, "minimum": min})}
+    for p in range(8):
+        env["pid_split"] = p
+        a = env["i_lo"] = eval(lo.strip(), env)   # noqa: S307 - the kernel's own integer expressions
+        b = eval(hi.strip(), env)   # noqa: S307
+        assert b >= a, (p, a, b)

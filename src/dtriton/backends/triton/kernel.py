@@ -24,6 +24,13 @@ from .values import ValuePrinter
 
 __all__ = ["KernelPrinter", "KernelSource", "render"]
 
+#: Why a split slice's end is printed at least its start: a slice past the axis's end (1031 rows split 8
+#: ways in slices of 160: the eighth starts at 1120) must run no step, and Triton 3.6 unrolls a loop
+#: (``loop_unroll_factor``) as if its trip count were unsigned: with start 1120, end 1031, steps of 32 and
+#: factor 4 the remainder loop ran rows 992 and 1024 again (H200 s16 call 5, ``bench/probe_unroll.py``: a
+#: split column sum 3.8e-2 off in norm; factor 2 happened to land past the end).
+UNSIGNED_TRIPS = "at least its start: an unrolled loop takes a negative trip count as unsigned"
+
 
 class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, BoundsPrinter, RollingPrinter,
                     PairPrinter, LastFinishPrinter):
@@ -257,11 +264,11 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
                                                                                          else ""))
             if k.split_interleaved:   # the slice's tiles are idx, idx + sf, ... (a loop step of sf tiles)
                 top.emit(f"{sa}_lo = {idx} * {self.block(sa)}  # interleaved slices: tiles {idx}, {idx} + {sf}, ... of {sa}")
-                top.emit(f"{sa}_hi = {self.size(sa)}")
+                top.emit(f"{sa}_hi = tl.maximum({self.size(sa)}, {sa}_lo)  # {UNSIGNED_TRIPS}")
                 continue
             chunk = f"(({self.size(sa)} + {sf} - 1) // {sf} + {self.block(sa)} - 1) // {self.block(sa)} * {self.block(sa)}"
             top.emit(f"{sa}_lo = {idx} * ({chunk})")
-            top.emit(f"{sa}_hi = tl.minimum({sa}_lo + ({chunk}), {self.size(sa)})")
+            top.emit(f"{sa}_hi = tl.maximum(tl.minimum({sa}_lo + ({chunk}), {self.size(sa)}), {sa}_lo)  # {UNSIGNED_TRIPS}")
         for a, p in k.axes.items():
             if p.role == "whole" and a not in k.grid:
                 self.bind_axis(top, a, "0", f"  # axis {a} whole: one block covers it")
