@@ -162,7 +162,7 @@ def main(argv=None) -> int:
         alg, bench, odd, dry, _, _, split = CASES[case]
         for d in a.dtypes.split(","):
             dtype = getattr(torch, d)
-            runs = [(dry, split)] if a.dry_run else [(odd, split), (bench, split if case in ("ln", "in") else None)]
+            runs = [(dry, split)] if a.dry_run else [(odd, split), (bench, split if case in ("ln", "in", "col") else None)]
             for shape, sp in runs:
                 try:
                     check_case(case, shape, dtype, sp, 2 if a.dry_run else a.calls, not a.no_graph, dev)

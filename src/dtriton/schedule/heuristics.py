@@ -413,6 +413,13 @@ def launch_defaults(d: Draft) -> None:
         d.num_stages = 2
 
 
+#: ``num_stages`` of a further output's own column-reduction kernel (layer norm's and RMSNorm's dw/db: rows in
+#: steps of 32, 128 columns a program, split over the rows): its row loop pipelined three deep. H200 s16 call 7
+#: (``bench/probe_ln_bwd.py``, fp16 4096x8192): the dw/db kernel 48.9 us at 2 stages (2.74 TB/s of its
+#: 128 MB), 39.3 at 3 (3.41 TB/s); the backward's call 111.8 -> 101.9 us, the best of dt.explore's 40.
+COLUMN_STAGES = 3
+
+
 def output_stages(d: Draft) -> None:
     """The user's stage overrides (over the rules'), and, when the user leaves the grid open, a
     grid of its own for each further output (with its own column reductions)."""
@@ -440,8 +447,10 @@ def _output_stage(d: Draft, o, ss: StageSchedule) -> None:
                 split_for(d.split, a, programs(og, d.sizes, dict(d.tile, **st_tile)), d.sizes[a], st_tile[a], d.sms)
                 d.col_splits.add(a)
     # replace() keeps every other field of the user's overrides (place, group, num_stages, ...)
+    columns = st_strat != dict(ss.strategy) and d.gpu
     d.stages[o.name] = ss.replace(tile=st_tile, grid=og, strategy=st_strat,
-                                  num_warps=ss.num_warps or (4 if st_strat != dict(ss.strategy) and d.gpu else None))
+                                  num_warps=ss.num_warps or (4 if columns else None),
+                                  num_stages=ss.num_stages or (COLUMN_STAGES if columns else None))
     if st_strat != dict(ss.strategy):
         # reductions of the column axis inside this output (a split one runs as a kernel
         # of its own) take the same tiles
@@ -449,7 +458,8 @@ def _output_stage(d: Draft, o, ss: StageSchedule) -> None:
             if any(a in st_strat for a in n.over) and n.name not in d.stages:
                 d.stages[n.name] = StageSchedule(tile={a: t for a, t in st_tile.items() if a in n.axes or a in n.over},
                                                  strategy={a: v for a, v in st_strat.items() if a in n.over},
-                                                 num_warps=4 if d.gpu else None)
+                                                 num_warps=4 if d.gpu else None,
+                                                 num_stages=COLUMN_STAGES if d.gpu else None)
 
 
 def access_style(d: Draft) -> None:

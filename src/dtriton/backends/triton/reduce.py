@@ -280,6 +280,8 @@ class ReducePrinter:
                 opts = [f"num_stages={stages or pp.pipeline}"] if stages or pp.pipeline else []
                 if pp.unroll > 1 and a == loop_axes[-1]:   # the innermost loop's steps issue their loads together
                     opts.append(f"loop_unroll_factor={pp.unroll}")
+                    if rng is not None:   # a masked segment's end may lie below its start: an unrolled loop
+                        hi = f"tl.maximum({hi}, {lo})"   # would take that trip count as unsigned (UNSIGNED_TRIPS)
                 head = (f"for {v} in tl.range({lo}, {hi}, {step}, {', '.join(opts)}):" if opts else
                         f"for {v} in range({lo}, {hi}, {step}):")
             # a loop one index at a time binds a scalar: no dim of its own in the layout
