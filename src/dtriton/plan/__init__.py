@@ -3,7 +3,8 @@
 ``lower`` places stages and partitions them into kernels; ``decide`` fills each kernel's
 decisions (dots, passes, access, eviction, compute dtype, offsets, hints); ``plan_program`` does
 both for one call signature (:class:`CallSpec`), and under ``split_mode="last"`` folds each
-finishing kernel into the split kernel it finishes (:mod:`dtriton.plan.last_finish`). A backend
+finishing kernel into the split kernel it finishes, and the output kernels that read only its final
+values into the same last program (:mod:`dtriton.plan.last_finish`). A backend
 prints a plan and decides nothing.
 """
 

@@ -335,9 +335,11 @@ BUILTIN: tuple[Knob, ...] = (
     Knob("split_mode", None, one_of((None,) + SPLIT_MODES, f"must be one of {SPLIT_MODES} (or None: the compiler picks)"),
          doc="how split partial results combine: fp32 atomics, per-split buffers each reader folds (partials), or "
              "per-split buffers a finishing kernel folds once into the final values the readers read (finish), or the "
-             "last program of each tile of the split kernel folds them so (last: one launch less; all three "
+             "last program of each tile of the split kernel folds them so and stores the outputs that are functions "
+             "of the final values alone (last: one launch less, two for a split column sum; all three "
              "deterministic); None: per-split buffers for the reductions the heuristic splits (finished by the last "
-             "programs when many programs read them) and for max/min, else atomics"),
+             "programs when many programs read them, and for column sums of 16-bit outputs) and for max/min, else "
+             "atomics"),
     Knob("stages", FrozenMap(), Domain("StageSchedule per stage", _any), kind="per_stage",
          search=PLACES, doc="per-stage overrides (StageSchedule): place (auto, fuse, materialize; explored; atomic: a sum "
                               "whose partial sums another kernel adds inside its loop) and the stage overrides"),
