@@ -413,10 +413,11 @@ def launch_defaults(d: Draft) -> None:
         d.num_stages = 2
 
 
-#: ``num_stages`` of a further output's own column-reduction kernel (layer norm's and RMSNorm's dw/db: rows in
-#: steps of 32, 128 columns a program, split over the rows): its row loop pipelined three deep. H200 s16 call 7
-#: (``bench/probe_ln_bwd.py``, fp16 4096x8192): the dw/db kernel 48.9 us at 2 stages (2.74 TB/s of its
-#: 128 MB), 39.3 at 3 (3.41 TB/s); the backward's call 111.8 -> 101.9 us, the best of dt.explore's 40.
+#: ``num_stages`` of a further outputs' own column-reduction kernel when it computes two column sums or more
+#: (layer norm's dw and db: rows in steps of 32, 128 columns a program, split over the rows): the row loop
+#: pipelined three deep. H200 s16 (``bench/probe_ln_bwd.py``, fp16 4096x8192, us): layer norm's dw/db kernel
+#: 49.2 at 2 stages (2.73 TB/s of its 128 MB), 38.7-39.3 at 3 (3.41-3.47 TB/s; the backward 111.1 -> 101.3,
+#: dt.explore's best of 40, call 7); RMSNorm's dw alone 39.2 at 2 stages and 45.1 at 3 (call 11): one sum keeps 2.
 COLUMN_STAGES = 3
 
 
@@ -426,31 +427,39 @@ def output_stages(d: Draft) -> None:
     d.stages = dict(d.stages, **dict(d.user.stages))
     if d.user.grid is not None:
         return
-    for o in d.alg.outputs[1:]:
-        ss = d.stages.get(o.name, StageSchedule())
-        if ss.grid is None:
-            _output_stage(d, o, ss)
+    open_ = [(o, d.stages.get(o.name, StageSchedule())) for o in d.alg.outputs[1:]]
+    open_ = [(o, ss) for o, ss in open_ if ss.grid is None]
+    sums = sum(bool(_column_axes(d, o, ss)) for o, ss in open_)
+    for o, ss in open_:
+        _output_stage(d, o, ss, COLUMN_STAGES if sums >= 2 and d.gpu else None)
 
 
-def _output_stage(d: Draft, o, ss: StageSchedule) -> None:
+def _column_axes(d: Draft, o, ss: StageSchedule) -> list[str]:
+    """The axes further output ``o`` (stage overrides ``ss``) reduces as columns in a kernel of its own."""
+    og = _output_grid(d, o, ss, d.user.strategy)
+    return [a for a in expr_axes(o.expr) if a not in og and a not in d.dot_axes and a not in ss.strategy
+            and _column_reduction(a, og, d.contig, d.sizes)]
+
+
+def _output_stage(d: Draft, o, ss: StageSchedule, stages: int | None) -> None:
+    """Output ``o``'s own grid, and its column reductions' tiles, strategy, split and (``stages``, when
+    the heuristic pipelines them: :data:`COLUMN_STAGES`) ``num_stages``."""
     og = _output_grid(d, o, ss, d.user.strategy)
     st_tile, st_strat = dict(ss.tile), dict(ss.strategy)
-    for a in expr_axes(o.expr):
-        if a not in og and a not in d.dot_axes and a not in st_strat and _column_reduction(a, og, d.contig, d.sizes):
-            # the output's own kernel reduces a strided axis (dw, db of layer norm)
-            st_strat[a] = "loop"
-            st_tile[a] = d.cap(a, 32 if d.gpu else 16)
-            for g in og:
-                if g in d.contig:
-                    st_tile.setdefault(g, d.cap(g, 128 if d.gpu else 32))
-            if d.split_ok(a):
-                split_for(d.split, a, programs(og, d.sizes, dict(d.tile, **st_tile)), d.sizes[a], st_tile[a], d.sms)
-                d.col_splits.add(a)
+    for a in _column_axes(d, o, ss):   # the output's own kernel reduces a strided axis (dw, db of layer norm)
+        st_strat[a] = "loop"
+        st_tile[a] = d.cap(a, 32 if d.gpu else 16)
+        for g in og:
+            if g in d.contig:
+                st_tile.setdefault(g, d.cap(g, 128 if d.gpu else 32))
+        if d.split_ok(a):
+            split_for(d.split, a, programs(og, d.sizes, dict(d.tile, **st_tile)), d.sizes[a], st_tile[a], d.sms)
+            d.col_splits.add(a)
     # replace() keeps every other field of the user's overrides (place, group, num_stages, ...)
     columns = st_strat != dict(ss.strategy) and d.gpu
     d.stages[o.name] = ss.replace(tile=st_tile, grid=og, strategy=st_strat,
                                   num_warps=ss.num_warps or (4 if columns else None),
-                                  num_stages=ss.num_stages or (COLUMN_STAGES if columns else None))
+                                  num_stages=ss.num_stages or (stages if columns else None))
     if st_strat != dict(ss.strategy):
         # reductions of the column axis inside this output (a split one runs as a kernel
         # of its own) take the same tiles
@@ -459,7 +468,7 @@ def _output_stage(d: Draft, o, ss: StageSchedule) -> None:
                 d.stages[n.name] = StageSchedule(tile={a: t for a, t in st_tile.items() if a in n.axes or a in n.over},
                                                  strategy={a: v for a, v in st_strat.items() if a in n.over},
                                                  num_warps=4 if d.gpu else None,
-                                                 num_stages=COLUMN_STAGES if d.gpu else None)
+                                                 num_stages=stages)
 
 
 def access_style(d: Draft) -> None:
