@@ -228,19 +228,25 @@ def _var_reference(x: torch.Tensor, dims: list[int]) -> torch.Tensor:
 #: update on raw values ~1e4 with a spread of 1 loses ~1e-3 of the variance in fp32, the shifted
 #: one does not. ``w`` is the second state's share of the count (no 0/0: counts are whole
 #: numbers); an empty first state takes the second's shift.
+#: A state holding an infinity has a mean of +-inf (``m``) and a NaN M2: ``d`` is then not finite, and the
+#: merged mean is taken as the two means weighted (``m_a + d * w`` would be ``inf - inf``), so a mean over
+#: values with an infinity is that infinity, as torch's, under every split (s16 trial).
 _CHAN = ("n = n_a + n_b\n"
          "    w = n_b / tl.maximum(n, 1.0)\n"
          "    d = (k_b - k_a) + (m_b - m_a)\n"
          "    keep = n_a > 0\n"
-         "    return n, tl.where(keep, k_a, k_b), tl.where(keep, m_a + d * w, m_b), q_a + q_b + d * d * n_a * w")
+         "    m = tl.where(d - d == 0.0, m_a + d * w, m_a * (1.0 - w) + (m_b + (k_b - k_a)) * w)\n"
+         "    return n, tl.where(keep, k_a, k_b), tl.where(keep, m, m_b), q_a + q_b + d * d * n_a * w")
 #: One value added to a lane's running sums of ``y = x - k`` (the lane's first value sets ``k``,
 #: which starts as NaN: unset; ``v`` is 0.0 on a masked lane, which adds nothing): a compare, a
 #: select, a subtraction, two adds and a multiply-add per value. Welford's update (a division per
 #: value) kept the fp16 statistics of batch norm compute-bound on the H200 (13 instructions and a
 #: reciprocal per value). The shift is tested on ``k`` itself, not on the count: a count that no
 #: value feeds keeps Triton's default layout, and a test on it converted layouts through shared
-#: memory at every step (sm_90). A NaN first value leaves ``k`` unset but makes ``s`` NaN.
-_SHIFTED_SUMS = ("k1 = tl.where((k != k) & (v > 0), x, k)\n"
+#: memory at every step (sm_90). A first value that is not finite (inf, NaN) sets the shift 0: ``x - inf``
+#: would turn the lane's finite values into -inf and its infinities into NaN (s16 trial: a mean over a row
+#: with an inf came out NaN under split partials); its own ``y`` still carries the inf or NaN into the sums.
+_SHIFTED_SUMS = ("k1 = tl.where((k != k) & (v > 0), tl.where(x - x == 0.0, x, 0.0), k)\n"
                  "    y = tl.where(v > 0, x - k1, 0.0)\n"
                  "    return n + v, k1, s + y, s2 + y * y")
 #: A lane's sums as its (count, shift, mean - shift, M2) state: ``s2 - s * s / n`` loses about
