@@ -118,3 +118,40 @@ def test_program_shifted_statistics_keep_infinities(mode):
     ref = torch.nn.functional.batch_norm(x.double(), None, None, w.double(), b.double(), training=True, eps=1e-5)
     assert torch.isnan(y[:, 1]).all() and torch.isnan(ref[:, 1]).all()
     assert torch.allclose(y[:, [0, 2]].double(), ref[:, [0, 2]], rtol=1e-4, atol=1e-4)
+
+
+@dt.algorithm
+def ln(X: dt.Tensor["M", "N"], w: dt.Tensor["N"], b: dt.Tensor["N"]):
+    i, j = dt.axes("i j")
+    mu = dt.mean(X[i, j], over=j)
+    xc = X[i, j] - mu
+    return (xc * dt.rsqrt(dt.mean(xc * xc, over=j) + 1e-5) * w[j] + b[j])[i, j]
+
+
+@pytest.mark.parametrize("bad, says", [
+    (dt.Schedule(grid=("j",)), "axis 'i' is neither on the grid"),
+    (dt.Schedule(split={"k": 2}), "split names axis 'k'"),
+])
+def test_a_bad_backward_schedule_is_named_as_such(bad, says):
+    """A backward schedule's error names ``backward_schedules`` and the backward algorithm it was given for
+    (it surfaces at the first backward, when the gradient algorithms are derived)."""
+    f = dt.compile_autograd(ln, backward_schedules=bad)
+    X = torch.randn(5, 7, requires_grad=True)
+    y = f(X, torch.randn(7), torch.randn(7))
+    with pytest.raises(dt.ScheduleError, match=r"^backward_schedules, for the backward algorithm 'ln_grad_X[^']*' "
+                                                r"\(gradients of X[^)]*\): .*" + says):
+        y.sum().backward()
+
+
+def test_a_stage_given_a_whole_call_knob_says_where_it_belongs():
+    with pytest.raises(dt.ScheduleError, match=r"'split_mode': a field of dt.Schedule \(the whole call\), not of a stage"):
+        dt.StageSchedule(split_mode="last")
+    with pytest.raises(dt.ScheduleError, match=r"did you mean 'tile'") as e:
+        dt.StageSchedule(tiles={"i": 2})
+    assert "whole call" not in str(e.value)
+
+
+def test_a_fused_split_stage_names_the_fix():
+    with pytest.raises(dt.ScheduleError, match=r"cannot be fused\. Drop stages\['mean0'\]\.place='fuse'"):
+        dt.compile(row_mean_var, dt.Schedule(split={"j": 2}, stages={"mean0": dt.StageSchedule(place="fuse")}))(
+            torch.randn(4, 9))

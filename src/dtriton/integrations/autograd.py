@@ -55,11 +55,14 @@ _lock = threading.Lock()
 class _Runner:
     """Runs one algorithm: a compiled kernel per precision class (float64 inputs or not)."""
 
-    def __init__(self, alg: Algorithm, schedule: Schedule | None, kernel=None, fp64_own: bool = False):
+    def __init__(self, alg: Algorithm, schedule: Schedule | None, kernel=None, fp64_own: bool = False,
+                 origin: str = ""):
         """``kernel``: the compiled kernel to run (for calls with float64 inputs too, unless
-        ``fp64_own``: those then get their own kernel, as without ``kernel``)."""
+        ``fp64_own``: those then get their own kernel, as without ``kernel``). ``origin``: where a
+        user's ``schedule`` came from (``backward_schedules``), named first in its ScheduleErrors."""
         self.alg = alg
         self.schedule = schedule
+        self.origin = origin
         self._kernels: dict[bool, Any] = {}
         self.last = None   # the kernel of the most recent call
         if kernel is not None:
@@ -82,8 +85,13 @@ class _Runner:
         """Run on ``args``; ``fp64``: whether a tensor argument is float64 (found out when None)."""
         if fp64 is None:
             fp64 = _has_fp64(args)
-        self.last = self.kernel(fp64)
-        r = self.last(*args)
+        try:
+            self.last = self.kernel(fp64)
+            r = self.last(*args)
+        except ScheduleError as e:   # a user's backward schedule: say where it came from
+            if self.origin and e.args and isinstance(e.args[0], str) and not e.args[0].startswith(self.origin):
+                e.args = (f"{self.origin}: {e.args[0]}",) + e.args[1:]
+            raise
         return r if isinstance(r, tuple) else (r,)
 
 
@@ -310,7 +318,9 @@ class DifferentiableKernel:
                 runners = []
                 for k, a in enumerate(ga.algorithms):
                     ins = [n for n, (ai, _) in ga.locate.items() if ai == k]
-                    runners.append(_Runner(a, self._schedule_for(a, ins)))
+                    own = self._schedule_for(a, ins)
+                    runners.append(_Runner(a, own, origin=f"backward_schedules, for the backward algorithm {a.name!r} "
+                                                          f"(gradients of {', '.join(ins)})" if own is not None else ""))
                 picks = [[(n, oi) for n, (ai, oi) in ga.locate.items() if ai == k] for k in range(len(runners))]
                 hit = self._bwd[key] = (ga, runners, picks)
         return hit

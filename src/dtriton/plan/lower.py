@@ -125,7 +125,8 @@ def _placement(alg: Algorithm, sched: Schedule, reduces: dict[int, Reduce]) -> s
                     "with split_mode='atomic'; atomics add partial sums only. Use split_mode='partials', 'finish' or 'last' (or leave it None)")
             if place == "fuse":
                 raise ScheduleError(
-                    f"stage {r.name!r} is split over {split_axes} and must be materialised; it cannot be fused")
+                    f"stage {r.name!r} is split over {split_axes} and must be materialised; it cannot be fused. Drop "
+                    f"stages[{r.name!r}].place='fuse' (or give 'materialize'), or drop the split")
             mat.add(rid)
         elif place == "atomic":
             if not is_sum(r):

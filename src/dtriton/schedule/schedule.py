@@ -37,14 +37,17 @@ def _fm(v, what: str) -> FrozenMap:
     return FrozenMap(v)
 
 
-def unknown_fields_message(owner: str, bad: Sequence[str], names: Sequence[str]) -> str:
-    """``"Schedule has no field 'tiles' (did you mean 'tile'?); its fields are ..."``."""
+def unknown_fields_message(owner: str, bad: Sequence[str], names: Sequence[str], whole: Sequence[str] = ()) -> str:
+    """``"Schedule has no field 'tiles' (did you mean 'tile'?); its fields are ..."``; ``whole``: the
+    fields of the whole call's Schedule, named as such where a stage was given one."""
     parts = []
     for k in bad:
         close = difflib.get_close_matches(str(k), list(names), n=1, cutoff=0.6)
         parts.append(repr(k) + (f" (did you mean {close[0]!r}?)" if close else ""))
+    there = [repr(k) for k in bad if k in whole]
     return (f"{owner} has no field{'s' if len(parts) > 1 else ''} {', '.join(parts)}; its fields are "
-            f"{', '.join(names)}")
+            f"{', '.join(names)}" + (f". {', '.join(there)}: a field of dt.Schedule (the whole call), not of a "
+                                     "stage: give it there" if there else ""))
 
 
 def reject_unknown_keywords(init: Callable, owner: str, names: Sequence[str]) -> Callable:
@@ -86,7 +89,8 @@ class _KnobValues:
         owner, fields = type(self).__name__, self.field_names()
         bad = [k for k in kw if k not in fields]
         if bad:
-            raise UnknownFieldError(unknown_fields_message(owner, bad, fields))
+            raise UnknownFieldError(unknown_fields_message(owner, bad, fields, Schedule.field_names()
+                                                           if owner == "StageSchedule" else ()))
         if len(args) > len(fields):
             raise TypeError(f"{owner}() takes at most {len(fields)} positional arguments ({len(args)} given)")
         given = dict(zip(fields, args))
