@@ -155,3 +155,34 @@ def test_a_fused_split_stage_names_the_fix():
     with pytest.raises(dt.ScheduleError, match=r"cannot be fused\. Drop stages\['mean0'\]\.place='fuse'"):
         dt.compile(row_mean_var, dt.Schedule(split={"j": 2}, stages={"mean0": dt.StageSchedule(place="fuse")}))(
             torch.randn(4, 9))
+
+
+def test_a_last_launch_stopped_partway_leaves_the_counters_zero(monkeypatch):
+    """An interpreted split_mode='last' launch that stops after some programs arrived (an error; Ctrl-C on
+    a slow run) resets the counters, so the next calls fold whole partials (they were garbage: s16 trial)."""
+    import triton.runtime.interpreter as interp
+    from dtriton.backends.triton.counters import counter_memory
+    from dtriton.library import column_sum
+    k = dt.compile(column_sum, dt.Schedule(grid=("j",), tile={"j": 8, "i": 4}, strategy={"i": "loop"}, split={"i": 3},
+                                           split_mode="last"))
+    x = torch.randn(30, 20)
+    k(x)   # compiled, counters zero
+    real = interp.InterpreterBuilder.create_atomic_rmw
+    calls = []
+
+    def stop_at_the_fourth(self, *a, **kw):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real(self, *a, **kw)
+    monkeypatch.setattr(interp.InterpreterBuilder, "create_atomic_rmw", stop_at_the_fourth)
+    with pytest.raises(KeyboardInterrupt):
+        k(x)
+    monkeypatch.setattr(interp.InterpreterBuilder, "create_atomic_rmw", real)
+    assert not counter_memory(torch.device("cpu"), 1).any()
+    for seed in (1, 2):
+        torch.manual_seed(seed)
+        y = torch.randn(30, 20)
+        out = torch.full((20,), float("nan"))
+        k(y, out=out)
+        torch.testing.assert_close(out, y.sum(0), rtol=1e-5, atol=1e-5)

@@ -7,13 +7,18 @@ need zeroing once, not per call (a fill kernel per call would cost what the fini
 launch did): each (device, stream) keeps one zero-filled int32 tensor, grown when a launch needs
 more, that every such kernel on that stream uses from its start. Launches on one stream run in
 order, so each finds the counters zero; launches on different streams use different counters.
+
+A launch on Triton's interpreter that stops partway (an exception in the kernel, Ctrl-C on a slow run)
+leaves the counters of the tiles it had started non-zero; the launcher then resets the device's counters
+(:func:`reset_counters`), or every later ``"last"`` launch would take an early arrival for the last one
+and fold partials not yet written (s16 trial). A GPU launch does not stop partway.
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["counter_memory", "counter_address"]
+__all__ = ["counter_memory", "counter_address", "reset_counters"]
 
 #: (device, stream handle) -> the zero-filled int32 counters of launches on that stream
 _POOL: dict[tuple, torch.Tensor] = {}
@@ -37,3 +42,11 @@ def counter_memory(device: torch.device, numel: int, stream: int | None = None) 
 def counter_address(device: torch.device, numel: int, stream: int) -> int:
     """The address of :func:`counter_memory` ``(device, numel, stream)`` (the fast launcher's per-call read)."""
     return counter_memory(device, numel, stream).data_ptr()
+
+
+def reset_counters(device_type: str) -> None:
+    """Zero every counter of the devices of type ``device_type`` ("cpu": the interpreter's), after a
+    launch that stopped partway."""
+    for key, t in _POOL.items():
+        if key[0] == device_type:
+            t.zero_()

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 import torch
 
+from .counters import reset_counters
 from .npcompat import install as install_numpy_shim
 
 __all__ = ["descriptor", "ensure_allocator", "hooks_off", "launch", "load_module", "quiet_interpreter"]
@@ -141,6 +142,10 @@ def launch(fn, programs: int | tuple[int, ...], args: Sequence[Any], consts: dic
     grid = tuple(programs) if isinstance(programs, tuple) else (programs,)
     if interpret:   # lanes that masks discard compute 0/0 or -inf - -inf in numpy: no warning for those
         import numpy as np   # (errstate is context-local in numpy 2: other threads keep their own)
-        with np.errstate(all="ignore"):
-            return fn[grid](*args, **consts, num_warps=num_warps, num_stages=num_stages, **opts)
+        try:
+            with np.errstate(all="ignore"):
+                return fn[grid](*args, **consts, num_warps=num_warps, num_stages=num_stages, **opts)
+        except BaseException:   # stopped partway (an error, Ctrl-C): arrival counters may be left counting
+            reset_counters("cpu")
+            raise
     return fn[grid](*args, **consts, num_warps=num_warps, num_stages=num_stages, **opts)
