@@ -319,8 +319,9 @@ class DifferentiableKernel:
                 for k, a in enumerate(ga.algorithms):
                     ins = [n for n, (ai, _) in ga.locate.items() if ai == k]
                     own = self._schedule_for(a, ins)
-                    runners.append(_Runner(a, own, origin=f"backward_schedules, for the backward algorithm {a.name!r} "
-                                                          f"(gradients of {', '.join(ins)})" if own is not None else ""))
+                    origin = (f"backward_schedules, for the backward algorithm {a.name!r} (gradients of "
+                              f"{', '.join(ins)})" if own is not None else "")
+                    runners.append(_Runner(a, own, origin=origin))
                 picks = [[(n, oi) for n, (ai, oi) in ga.locate.items() if ai == k] for k in range(len(runners))]
                 hit = self._bwd[key] = (ga, runners, picks)
         return hit

@@ -428,10 +428,10 @@ def output_stages(d: Draft) -> None:
     if d.user.grid is not None:
         return
     open_ = [(o, d.stages.get(o.name, StageSchedule())) for o in d.alg.outputs[1:]]
-    open_ = [(o, ss) for o, ss in open_ if ss.grid is None]
-    sums = sum(bool(_column_axes(d, o, ss)) for o, ss in open_)
-    for o, ss in open_:
-        _output_stage(d, o, ss, COLUMN_STAGES if sums >= 2 and d.gpu else None)
+    open_ = [(o, ss, _column_axes(d, o, ss)) for o, ss in open_ if ss.grid is None]
+    stages = COLUMN_STAGES if sum(bool(cols) for _, _, cols in open_) >= 2 and d.gpu else None
+    for o, ss, cols in open_:
+        _output_stage(d, o, ss, cols, stages)
 
 
 def _column_axes(d: Draft, o, ss: StageSchedule) -> list[str]:
@@ -441,12 +441,13 @@ def _column_axes(d: Draft, o, ss: StageSchedule) -> list[str]:
             and _column_reduction(a, og, d.contig, d.sizes)]
 
 
-def _output_stage(d: Draft, o, ss: StageSchedule, stages: int | None) -> None:
-    """Output ``o``'s own grid, and its column reductions' tiles, strategy, split and (``stages``, when
-    the heuristic pipelines them: :data:`COLUMN_STAGES`) ``num_stages``."""
+def _output_stage(d: Draft, o, ss: StageSchedule, cols: list[str], stages: int | None) -> None:
+    """Output ``o``'s own grid, and the tiles, strategy, split and (``stages``, when the heuristic
+    pipelines them: :data:`COLUMN_STAGES`) ``num_stages`` of its column reductions ``cols``
+    (:func:`_column_axes`)."""
     og = _output_grid(d, o, ss, d.user.strategy)
     st_tile, st_strat = dict(ss.tile), dict(ss.strategy)
-    for a in _column_axes(d, o, ss):   # the output's own kernel reduces a strided axis (dw, db of layer norm)
+    for a in cols:   # the output's own kernel reduces a strided axis (dw, db of layer norm)
         st_strat[a] = "loop"
         st_tile[a] = d.cap(a, 32 if d.gpu else 16)
         for g in og:
@@ -456,11 +457,10 @@ def _output_stage(d: Draft, o, ss: StageSchedule, stages: int | None) -> None:
             split_for(d.split, a, programs(og, d.sizes, dict(d.tile, **st_tile)), d.sizes[a], st_tile[a], d.sms)
             d.col_splits.add(a)
     # replace() keeps every other field of the user's overrides (place, group, num_stages, ...)
-    columns = st_strat != dict(ss.strategy) and d.gpu
     d.stages[o.name] = ss.replace(tile=st_tile, grid=og, strategy=st_strat,
-                                  num_warps=ss.num_warps or (4 if columns else None),
-                                  num_stages=ss.num_stages or (stages if columns else None))
-    if st_strat != dict(ss.strategy):
+                                  num_warps=ss.num_warps or (4 if cols and d.gpu else None),
+                                  num_stages=ss.num_stages or (stages if cols else None))
+    if cols:
         # reductions of the column axis inside this output (a split one runs as a kernel
         # of its own) take the same tiles
         for n in reduces_in([o.expr], frozenset()):

@@ -251,7 +251,8 @@ class Schedule(_KnobValues):
             programs ("finish" when the programs reading them would fold many partials in all:
             :data:`~dtriton.schedule.split_rules.FINISH_FOLDS`), and a split max/min always uses
             per-split buffers, so do column-reduction splits where no output is fp32 or fp64 (as
-            "last", whose last programs then store the outputs: one kernel); other splits use atomics. A call that splits nothing warns (a ScheduleWarning).
+            "last", whose last programs then store the outputs: one kernel); other splits use
+            atomics. A call that splits nothing warns (a ScheduleWarning).
         stages: per-stage overrides, ``{stage_name: StageSchedule}`` (dicts are accepted).
         eviction: L2 cache hint per input tensor, ``{"X": "evict_first"}`` for data read once
             (streams), ``"evict_last"`` for data re-read by other programs (Triton's

@@ -268,7 +268,8 @@ class KernelPrinter(ValuePrinter, MemoryPrinter, ReducePrinter, ShiftedPrinter, 
                 continue
             chunk = f"(({self.size(sa)} + {sf} - 1) // {sf} + {self.block(sa)} - 1) // {self.block(sa)} * {self.block(sa)}"
             top.emit(f"{sa}_lo = {idx} * ({chunk})")
-            top.emit(f"{sa}_hi = tl.maximum(tl.minimum({sa}_lo + ({chunk}), {self.size(sa)}), {sa}_lo)  # {UNSIGNED_TRIPS}")
+            end = f"tl.minimum({sa}_lo + ({chunk}), {self.size(sa)})"
+            top.emit(f"{sa}_hi = tl.maximum({end}, {sa}_lo)  # {UNSIGNED_TRIPS}")
         for a, p in k.axes.items():
             if p.role == "whole" and a not in k.grid:
                 self.bind_axis(top, a, "0", f"  # axis {a} whole: one block covers it")

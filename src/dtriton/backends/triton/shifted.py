@@ -47,7 +47,8 @@ class ShiftedPrinter:
         body = f"tl.where({m}, {xv}, 0.0)" if m is not None else xv
         total, count = (f"tl.reshape({self.reduce_code(v, SUM, lin, lin, peel)}, (1,))" for v in (body, valid))
         peel.emit(f"{k} = {total} / tl.maximum({count}, 1.0)")
-        # (an inf or NaN in the first tile: shift by 0, or every x - k would be -inf or NaN; ir.combiners' _SHIFTED_SUMS)
+        # (an inf or NaN in the first tile: shift by 0, or every x - k would be -inf or NaN;
+        # ir.combiners' _SHIFTED_SUMS)
         peel.emit(f"{k} = tl.where({k} - {k} == 0.0, {k}, 0.0)  # a shift that is not finite: 0")
         scope.close(peel)
         s, s2, n = self.fresh(f"s_{r.name}"), self.fresh(f"s2_{r.name}"), self.fresh(f"n_{r.name}")
