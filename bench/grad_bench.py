@@ -247,6 +247,9 @@ def main(argv=None):
     ap.add_argument("--backward-schedules", default=None,
                     help="attention rows: a JSON file from bench/attention_bwd.py explore ({'schedules': {case name: "
                          "backward schedule}}); those cases get a 'dtriton explored' row")
+    ap.add_argument("--native", action="store_true",
+                    help="add a 'dtriton native' row (compile_autograd(native=True): steady-state steps as C++ "
+                         "autograd nodes); the 'dtriton' row is then native=False")
     ap.add_argument("--rounds", type=int, default=1,
                     help="time every implementation of a case this many times, in turn (a round each), and report "
                          "each row's median over the rounds (the first rows of a run otherwise meet an idle GPU)")
@@ -266,7 +269,9 @@ def main(argv=None):
             explored = json.load(f)["schedules"]
     for name in a.only or list(cases):
         label, alg, eager, make, grad_idx = cases[name]
-        fns = {"dtriton": dt.compile_autograd(alg), "eager": eager}
+        fns = {"dtriton": dt.compile_autograd(alg, native=False if a.native else None), "eager": eager}
+        if a.native:   # steady-state steps as C++ autograd nodes (dtriton.backends.triton.native)
+            fns["dtriton native"] = dt.compile_autograd(alg, native=True)
         for vlabel, spec in variants:
             try:
                 fns[f"dtriton {vlabel}"] = dt.compile_autograd(alg, backward_schedules=spec)

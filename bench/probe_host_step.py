@@ -115,12 +115,49 @@ def timings(step, dev, n):
     return (t1 - t0) / n * 1e6, (t2 - t0) / n * 1e6
 
 
+def breakdown(f, ins, grad, dev, n):
+    """Host time of the step's parts, enqueue us each: the forward alone (its outputs dropped), and
+    for a dtriton kernel its call key and, where the step is native, the C++ forward alone."""
+    parts = {"forward": lambda: f(*ins)}
+    if hasattr(f, "_printed_key"):
+        parts["call key"] = lambda: f._printed_key(ins)
+        key = f._printed_key(ins)[0]
+        step = next((s for k, s in f._steps.items() if k[:len(key)] == key and s), None)
+        if step is not None and step.native >= 0:
+            from dtriton.backends.triton import native
+            parts["C++ forward"] = lambda: native.forward(step.native, ins)
+    parts["backward of one forward"] = None
+    y = None
+    for label, fn in parts.items():
+        if fn is None:
+            ys = [f(*ins) for _ in range(n)]
+            sync(dev)
+            t0 = time.perf_counter()
+            for y in ys:
+                torch.autograd.backward((y,), (grad,))
+            t1 = time.perf_counter()
+            sync(dev)
+            print(f"    {label:26s} {(t1 - t0) / n * 1e6:8.1f} us", flush=True)
+            continue
+        for _ in range(5):
+            fn()
+        sync(dev)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        t1 = time.perf_counter()
+        sync(dev)
+        print(f"    {label:26s} {(t1 - t0) / n * 1e6:8.1f} us", flush=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--cases", nargs="*", default=["layer_norm", "softmax"])
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--top", type=int, default=22)
+    ap.add_argument("--profile", action="store_true", help="cProfile the dtriton rows")
+    ap.add_argument("--breakdown", action="store_true", help="host time of the step's parts")
     a = ap.parse_args(argv)
     dev = "cpu" if a.dry_run else "cuda"
     n = 3 if a.dry_run else a.n
@@ -128,14 +165,17 @@ def main(argv=None):
         alg, eager, make = cases(dev, a.dry_run)[name]
         base = make()
         nf, nb = LAUNCHES[name]
-        for impl, f in (("dtriton", dt.compile_autograd(alg)), ("eager", eager), ("null node", null),
+        for impl, f in (("dtriton", dt.compile_autograd(alg, native=False)),
+                        ("dt native", dt.compile_autograd(alg, native=True)), ("eager", eager), ("null node", null),
                         (f"null+{nf}+{nb}", null_launching(nf, nb, dev))):
             ins = [t.clone().requires_grad_(True) for t in base]
             grad = torch.randn_like(base[0])
             step = make_step(f, ins, grad)
             enq, wall = timings(step, dev, n)
             print(f"{name:12s} {impl:8s} enqueue {enq:8.1f} us/step   wall {wall:8.1f} us/step", flush=True)
-            if impl == "dtriton":
+            if a.breakdown:
+                breakdown(f, ins, grad, dev, n)
+            if impl in ("dtriton", "dt native") and a.profile:
                 prof = cProfile.Profile()
                 prof.enable()
                 for _ in range(n):

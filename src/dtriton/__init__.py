@@ -24,7 +24,7 @@ from .runtime import Kernel
 from .grad import GradientAlgorithms, grad
 from .integrations import as_torch_op, differentiable
 from .tune import BenchmarkResult, ExploreResult, Space, benchmark, explore
-from .api import compile, compile_autograd
+from .api import compile, compile_autograd, native_steps
 
 from .version import __version__
 
@@ -33,6 +33,6 @@ __all__ = [
     "ResourceError", "ScheduleError", "ScheduleWarning", "ShapeError", "UnknownFieldError", "ZeroDivisorError",
     *dsl.__all__,
     "FrozenMap", "Schedule", "StageSchedule", "Kernel", "compile",
-    "grad", "GradientAlgorithms", "differentiable", "compile_autograd", "as_torch_op",
+    "grad", "GradientAlgorithms", "differentiable", "compile_autograd", "native_steps", "as_torch_op",
     "explore", "Space", "ExploreResult", "benchmark", "BenchmarkResult",
 ]

@@ -9,13 +9,14 @@ from __future__ import annotations
 import warnings
 
 from .errors import ScheduleWarning
+from .backends.triton import native as _native
 from .integrations.autograd import DifferentiableKernel
 from .ir import Algorithm
 from .runtime import Kernel
 from .schedule import Schedule
 from .tune.tuned import TunedKernel
 
-__all__ = ["compile", "compile_autograd"]
+__all__ = ["compile", "compile_autograd", "native_steps"]
 
 
 def compile(alg: Algorithm, schedule: Schedule | str | None = None, *,  # noqa: A001
@@ -65,3 +66,24 @@ def compile_autograd(alg: Algorithm, schedule: Schedule | str | None = None, **k
     """``differentiable(dt.compile(alg, schedule), **kw)``: compile and make differentiable (options
     as for :class:`~dtriton.integrations.autograd.DifferentiableKernel`)."""
     return DifferentiableKernel(compile(alg, schedule), **kw)
+
+
+def native_steps(flag: bool | None = None) -> bool:
+    """Whether differentiable kernels run their steady-state training steps as C++ autograd nodes
+    (``compile_autograd(native=None)``, the default; see :class:`~dtriton.integrations.autograd.DifferentiableKernel`).
+
+    Args:
+        flag: ``True`` or ``False`` sets it for the process (steps already native stay so);
+            ``None`` only reads it. On by default; ``DTRITON_NATIVE_STEPS=0`` turns it off at import.
+
+    Returns:
+        The setting after the call (bool).
+
+    Raises:
+        TypeError: ``flag`` is not a bool or None.
+    """
+    if flag is not None:
+        if not isinstance(flag, bool):
+            raise TypeError(f"native_steps(flag): expected True, False or None, got {flag!r}")
+        _native.set_enabled(flag)
+    return _native.enabled()

@@ -229,6 +229,13 @@ class DifferentiableKernel:
             of that output before the backward is then an autograd error, as for torch's own ops
             that save their result), else as a float32 copy the forward also writes.
         group: grouping of gradients into algorithms, as :func:`dtriton.grad`.
+        native: whether a call signature's steady-state step (after its first backward) runs as a
+            C++ autograd node launching the kernels through the CUDA driver, with no Python in its
+            backward (:mod:`dtriton.backends.triton.native`; GPU only; the extension builds on first
+            use): ``None`` (default) follows :func:`dtriton.native_steps` (on unless
+            ``DTRITON_NATIVE_STEPS=0``). Steps that cannot run natively (scalar parameters, TMA
+            descriptors, gradients needing a conversion or a zero) keep the Python node; results
+            are the same bits either way.
 
     Host path: the first differentiable call of a call signature takes the general path (the
     arguments are checked, the forward and later the backward planned and compiled); later calls
@@ -246,7 +253,7 @@ class DifferentiableKernel:
     """
 
     def __init__(self, kernel, *, backward_schedules: Schedule | Mapping[str, Schedule] | Callable | None = None,
-                 save: Sequence[str] | str | None = "auto", group: str = "auto"):
+                 save: Sequence[str] | str | None = "auto", group: str = "auto", native: bool | None = None):
         if not hasattr(kernel, "algorithm"):
             raise TypeError(f"differentiable() expects a compiled dtriton kernel, got {type(kernel).__name__}")
         self.kernel = kernel
@@ -256,6 +263,11 @@ class DifferentiableKernel:
         check_save(self.algorithm, save, f"differentiable / compile_autograd({self.algorithm.name})")
         self.group = group
         self.save = save
+        if native not in (None, True, False):
+            raise TypeError(f"compile_autograd({self.algorithm.name}): native must be True, False or None, "
+                            f"got {native!r}")
+        #: whether steady-state steps become C++ autograd nodes (None: :func:`dt.native_steps`'s setting)
+        self.native = native
         self._bwd: dict[tuple, tuple[GradientAlgorithms, list[_Runner], list]] = {}
         self._zeros: dict[tuple, torch.Tensor] = {}   # (dtype, device) -> a 0-d zero, expanded for absent gradients
         self._fwd_runner = _Runner(self.algorithm, getattr(kernel, "schedule", None), kernel)
@@ -513,6 +525,11 @@ class DifferentiableKernel:
                     args, key, step = plain_numbers(args), None, None
                 if step and fast_path_ok():
                     if ENTER_STEP is not None and not functorch_active():
+                        if step.native >= 0:   # a C++ autograd node (native steps on; None: not on this stream)
+                            self.last_runs["forward"] = step.runners
+                            res = step.native_call(args)
+                            if res is not None:
+                                return res
                         return ENTER_STEP(step, *args)
                     return apply_step(step, args)
                 res = _DTFunction.apply(self, *args)

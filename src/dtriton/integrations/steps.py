@@ -32,10 +32,11 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from ..backends.triton import native
 from ..runtime.kernel import fast_path_ok
 
 __all__ = ["ENTER_STEP", "BackwardStep", "zero_gradient", "ForwardStep", "StepFunction", "apply_step", "functorch_active",
-           "refuse_double_backward"]
+           "refuse_double_backward", "learn_backward", "adopt_native", "native_fallback"]
 
 
 def refuse_double_backward(name: str) -> None:
@@ -141,7 +142,7 @@ class ForwardStep:
     """
 
     __slots__ = ("owner", "runners", "launch", "n_out", "n_ret", "tensor_pos", "backward_steps", "name", "layout",
-                 "pick", "n_saved")
+                 "pick", "n_saved", "native", "native_call")
 
     def __init__(self, owner, runners: list, launch: Callable, n_out: int, n_ret: int, is_tensor: Sequence[bool],
                  layout: tuple | None = None, pick: tuple[int, ...] | None = None):
@@ -158,6 +159,10 @@ class ForwardStep:
         self.backward_steps: dict[tuple, BackwardStep | None] = {}
         self.name = owner.algorithm.name
         self.layout = layout
+        #: the native step's id (:mod:`dtriton.backends.triton.native`): -1 not (yet) native, -2 never
+        self.native = -1
+        #: ``native_call(args)``: the native step's forward (:func:`dtriton.backends.triton.native.caller`)
+        self.native_call = None
 
     def args_of(self, tensors: Sequence[torch.Tensor], scalars: Sequence[Any] | None) -> tuple:
         """The forward's arguments from its saved tensors and (when some parameters are not
@@ -232,11 +237,64 @@ class StepFunction(torch.autograd.Function):
                 vals = direct[0]((*args, *grads, *st[nt:]))
                 return direct[2]((vals, None) if direct[1] else (*vals, None))
             return bstep(args, grads, st[nt:])
-        res, bstep = step.owner.backward_step(args, grads, step.unpacked(st[nt:]), ctx.needs_input_grad[1:],
-                                              step.layout)
-        if bstep is not None:
-            step.backward_steps[key] = bstep
-        return res
+        return learn_backward(step, key, args, grads, st[nt:], ctx.needs_input_grad)
+
+
+def learn_backward(step: ForwardStep, key: tuple, args: tuple, grads: Sequence[torch.Tensor | None],
+                   saved: Sequence[torch.Tensor], needs_input_grad: tuple) -> tuple:
+    """The backward of a gradient key not seen before (or with a launch hook installed): the general
+    path, whose :class:`BackwardStep` is kept for ``key`` (and, with native steps on, registered
+    as a native variant, the forward step made native first). Returns ``(None, gradient per
+    parameter)``."""
+    res, bstep = step.owner.backward_step(args, grads, step.unpacked(saved), needs_input_grad[1:], step.layout)
+    if bstep is not None:
+        step.backward_steps[key] = bstep
+        want = step.owner.native
+        if (native.enabled() if want is None else want) and step.native != -2 and step.tensor_pos is None:
+            adopt_native(step, bstep, needs_input_grad[1:], grads)
+    return res
+
+
+def adopt_native(step: ForwardStep, bstep: BackwardStep, needs: Sequence[bool],
+                 grads: Sequence[torch.Tensor | None]) -> None:
+    """Make ``step`` native (its first time) and add ``bstep`` as its backward for ``needs`` and
+    the layout of ``grads``; a step or backward that cannot run natively keeps the Python node
+    (``step.native`` -2: never native)."""
+    if bstep.direct is None:
+        return
+    if step.native == -1:
+        save = list(range(step.n_out, step.n_ret)) if step.pick is None else list(step.pick)
+        sid = native.register(step.name, step.launch, step.n_out, save, native_fallback(step))
+        if sid is not None:
+            step.native_call = native.caller(sid)
+        step.native = -2 if sid is None else sid
+    if step.native < 0:
+        return
+    launch, _, picks = bstep.launches[0]
+    where = [-1] * (bstep.n_params)
+    for oi, pos, _ in picks:
+        where[pos] = oi
+    keys = [None if g is None else (list(g.stride()), g.data_ptr() % 16 == 0) for g in grads]
+    native.add_backward(step.native, list(needs), keys, launch, where)
+
+
+def native_fallback(step: ForwardStep) -> Callable:
+    """The Python path a native step's C++ node calls when no native variant fits:
+    ``fallback(inputs, saved, grads, needs)`` returns the gradient per input (None where none), as
+    :meth:`StepFunction.backward` computes it."""
+    def fallback(inputs, saved, grads, needs):
+        refuse_double_backward(step.name)
+        args, grads, saved = tuple(inputs), tuple(grads), tuple(saved)
+        needs_input_grad = (False, *needs)
+        key = (needs_input_grad, *[None if g is None else (g.stride(), g.data_ptr() % 16 == 0) for g in grads])
+        if len(grads) == 1 and grads[0] is not None:
+            key = (needs_input_grad, key[1])
+        bstep = step.backward_steps.get(key)
+        if bstep is not None and fast_path_ok():
+            step.owner.last_runs["backward"] = bstep.runners
+            return bstep(args, grads, saved)[1:]
+        return learn_backward(step, key, args, grads, saved, needs_input_grad)[1:]
+    return fallback
 
 
 def _c_apply():

@@ -38,11 +38,15 @@ from ...ir import InputTensor
 from .counters import counter_address
 from .launch import descriptor
 
-__all__ = ["FastLauncher", "PACK_ALIGN"]
+__all__ = ["FastLauncher", "PACK_ALIGN", "C_ENTRY_MIDDLE"]
 
 #: byte alignment of each value inside a packed buffer (Triton specialises pointers on 16 bytes;
 #: 256 keeps every value on its own 128-byte line as separate allocations are)
 PACK_ALIGN = 256
+#: arguments between the stream and the kernel's own in a call of Triton 3.6's C ``launch``
+#: (:func:`_entry`): the function, cooperative grid, PDL, the two scratch buffers, the packed
+#: metadata (num_warps, num_ctas, shared bytes), the launch metadata and the two hooks
+C_ENTRY_MIDDLE = 9
 
 
 def _entry(ck) -> tuple[Any, tuple]:
@@ -110,6 +114,10 @@ class FastLauncher:
         scal = {f"s_{p.name}": pos for pos, p in enumerate(alg.params) if not isinstance(p, InputTensor)}
         # per launch: (entry, grid, middle arguments, pointer slots, constant tail, per-call extras)
         self.kernels = []
+        #: per kept kernel, its parameters' Triton types (``src.signature``'s values, constexprs
+        #: included), or None when its launch is not Triton's C entry point
+        #: (:mod:`dtriton.backends.triton.native` packs the parameters from them)
+        self.param_types: list[tuple | None] = []
         self.desc_slots: set[tuple[str, int]] = set()
         for L, ck in zip(plan.launches, compiled):
             m = L.meta
@@ -131,6 +139,9 @@ class FastLauncher:
                 tail.append(None)
             tail.extend(m.consts[c] for c in sorted(m.consts))
             fn, mid = _entry(ck)
+            sig = getattr(getattr(ck, "src", None), "signature", None)
+            self.param_types.append(tuple(sig.values()) if len(mid) == C_ENTRY_MIDDLE and isinstance(sig, dict)
+                                    else None)
             self.kernels.append((fn, grid + (1,) * (3 - len(grid)), mid, ptrs, tuple(tail), tuple(extras)))
         self._layout(len(allocs), {}, None)
 

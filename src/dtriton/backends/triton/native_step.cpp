@@ -1,0 +1,408 @@
+// The native step (issue 15): a differentiable call signature seen before, run as a C++ autograd
+// node whose forward and backward launch the compiled Triton kernels through the CUDA driver,
+// with no Python frame in the backward. Built on first use by dtriton.backends.triton.native
+// (torch.utils.cpp_extension), which also fills the plans: every decision (grids, argument bytes,
+// allocations, which kernel reads which address) is taken in Python; this file only carries them out.
+//
+// A launcher plan: the addresses of a call are the inputs named by `arg_reads`, then one fresh
+// allocation per `allocs` entry, then the stream's arrival counters (when the plan has them);
+// each kernel's parameters are a byte arena packed in Python, into which the pointer parameters'
+// addresses (an address plus a byte offset) are written per call.
+
+#include <torch/extension.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/utils.h>
+#include <torch/csrc/autograd/saved_variable.h>
+#include <torch/csrc/Exceptions.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <c10/core/DeviceGuard.h>
+
+#include <dlfcn.h>
+#include <cstring>
+#include <memory>
+#include <atomic>
+#include <mutex>
+#include <type_traits>
+
+#include "cuda.h"
+
+namespace py = pybind11;
+using torch::autograd::Node;
+using torch::autograd::SavedVariable;
+using torch::autograd::variable_list;
+using NodePtr = decltype(torch::autograd::Edge().function);
+
+namespace {
+
+// -- the CUDA driver, opened at the first launch (the module loads without a GPU) -------------
+typedef CUresult (*LaunchEx)(const CUlaunchConfig*, CUfunction, void**, void**);
+typedef CUresult (*CtxGetCurrent)(CUcontext*);
+typedef CUresult (*ErrorString)(CUresult, const char**);
+
+struct Driver {
+  LaunchEx launch = nullptr;
+  CtxGetCurrent ctx_current = nullptr;
+  ErrorString error_string = nullptr;
+};
+
+const Driver& driver() {
+  static Driver d = [] {
+    Driver r;
+    void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    TORCH_CHECK(h != nullptr, "dtriton native step: cannot open libcuda.so.1 (", dlerror(), ")");
+    r.launch = reinterpret_cast<LaunchEx>(dlsym(h, "cuLaunchKernelEx"));
+    r.ctx_current = reinterpret_cast<CtxGetCurrent>(dlsym(h, "cuCtxGetCurrent"));
+    r.error_string = reinterpret_cast<ErrorString>(dlsym(h, "cuGetErrorString"));
+    TORCH_CHECK(r.launch && r.ctx_current && r.error_string,
+                "dtriton native step: libcuda.so.1 lacks cuLaunchKernelEx, cuCtxGetCurrent or cuGetErrorString");
+    return r;
+  }();
+  return d;
+}
+
+struct Kernel {
+  CUfunction function = nullptr;
+  unsigned grid[3] = {1, 1, 1};
+  unsigned block = 32;
+  unsigned ctas = 1;
+  unsigned shared = 0;
+  bool cooperative = false;
+  bool pdl = false;
+  std::vector<uint8_t> arena;             // every parameter's bytes (pointers written per call)
+  std::vector<int64_t> offsets;           // each parameter's byte offset in the arena
+  std::vector<std::array<int64_t, 3>> ptrs;  // (parameter, address index, byte offset)
+};
+
+struct Alloc {
+  std::vector<int64_t> shape;
+  at::TensorOptions options;
+  bool zero = false;
+};
+
+struct Launcher {
+  c10::Device device{c10::DeviceType::CUDA, 0};
+  std::vector<int64_t> arg_reads;
+  std::vector<Alloc> allocs;
+  std::vector<Kernel> kernels;
+  std::vector<int64_t> returns;           // allocation indices, in the order returned
+  uint64_t counter_stream = 0;            // the stream whose counter memory `counter_address` is
+  uint64_t counter_address = 0;           // 0: the plan reads no arrival counters
+};
+
+// the stream a launch on `device` goes to now (the caller's current stream)
+uint64_t current_stream(const c10::Device& device) {
+  c10::impl::VirtualGuardImpl impl(device.type());
+  return reinterpret_cast<uint64_t>(impl.getStream(device).native_handle());
+}
+
+void launch(const Kernel& k, const std::vector<uint64_t>& addr, CUstream stream) {
+  std::vector<uint8_t> arena(k.arena);
+  for (const auto& p : k.ptrs) {
+    uint64_t a = addr[p[1]] + static_cast<uint64_t>(p[2]);
+    std::memcpy(arena.data() + k.offsets[p[0]], &a, sizeof(a));
+  }
+  std::vector<void*> params(k.offsets.size());
+  for (size_t i = 0; i < params.size(); ++i) params[i] = arena.data() + k.offsets[i];
+  CUlaunchAttribute attrs[3];
+  unsigned n_attrs = 0;
+  if (k.pdl) {
+    attrs[n_attrs].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attrs[n_attrs++].value.programmaticStreamSerializationAllowed = 1;
+  }
+  if (k.cooperative) {
+    attrs[n_attrs].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+    attrs[n_attrs++].value.cooperative = 1;
+  }
+  if (k.ctas != 1) {
+    attrs[n_attrs].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attrs[n_attrs].value.clusterDim.x = k.ctas;
+    attrs[n_attrs].value.clusterDim.y = 1;
+    attrs[n_attrs++].value.clusterDim.z = 1;
+  }
+  CUlaunchConfig config;
+  std::memset(&config, 0, sizeof(config));
+  config.gridDimX = k.grid[0] * k.ctas;
+  config.gridDimY = k.grid[1];
+  config.gridDimZ = k.grid[2];
+  config.blockDimX = k.block;
+  config.blockDimY = 1;
+  config.blockDimZ = 1;
+  config.sharedMemBytes = k.shared;
+  config.hStream = stream;
+  config.attrs = attrs;
+  config.numAttrs = n_attrs;
+  const Driver& d = driver();
+  CUresult r = d.launch(&config, k.function, params.data(), nullptr);
+  if (r != CUDA_SUCCESS) {
+    const char* msg = nullptr;
+    d.error_string(r, &msg);
+    TORCH_CHECK(false, "dtriton native step: kernel launch failed: ", msg ? msg : "unknown CUDA error");
+  }
+}
+
+// Run every kernel of `L` on `in`; returns the plan's returned allocations, or nothing (an empty
+// vector and `ok` false) when the current stream is not the one whose arrival counters it reads.
+std::vector<at::Tensor> run_launcher(const Launcher& L, const std::vector<at::Tensor>& in, bool& ok) {
+  c10::DeviceGuard guard(L.device);
+  uint64_t stream = current_stream(L.device);
+  ok = L.counter_address == 0 || stream == L.counter_stream;
+  if (!ok) return {};
+  CUcontext ctx = nullptr;
+  driver().ctx_current(&ctx);
+  TORCH_CHECK(ctx != nullptr, "dtriton native step: no current CUDA context on this thread");
+  std::vector<uint64_t> addr;
+  addr.reserve(L.arg_reads.size() + L.allocs.size() + 1);
+  for (int64_t p : L.arg_reads) addr.push_back(reinterpret_cast<uint64_t>(in[p].data_ptr()));
+  std::vector<at::Tensor> fresh;
+  fresh.reserve(L.allocs.size());
+  for (const Alloc& a : L.allocs) {
+    fresh.push_back(a.zero ? at::zeros(a.shape, a.options) : at::empty(a.shape, a.options));
+    addr.push_back(reinterpret_cast<uint64_t>(fresh.back().data_ptr()));
+  }
+  if (L.counter_address != 0) addr.push_back(L.counter_address);
+  for (const Kernel& k : L.kernels) launch(k, addr, reinterpret_cast<CUstream>(stream));
+  std::vector<at::Tensor> out;
+  out.reserve(L.returns.size());
+  for (int64_t r : L.returns) out.push_back(fresh[r]);
+  return out;
+}
+
+struct GradKey {
+  bool defined = false;
+  std::vector<int64_t> strides;
+  bool aligned = false;
+};
+
+struct BackwardVariant {
+  std::vector<bool> needs;                // per forward input: whether it needs a gradient
+  std::vector<GradKey> grads;             // per output: the incoming gradient's layout
+  Launcher launcher;                      // runs on (*inputs, *gradients, *saved)
+  std::vector<int64_t> pick;              // per forward input: index among the launcher's returns, or -1
+};
+
+struct Step {
+  std::string name;
+  Launcher forward;                       // runs on the inputs; returns outputs then saved values
+  int64_t n_out = 1;
+  std::vector<int64_t> save;              // forward returns saved for the backward (after the inputs)
+  // replaced whole (copy on write) when a variant is added: a backward running on another thread
+  // keeps reading the list it loaded
+  std::shared_ptr<const std::vector<BackwardVariant>> backwards = std::make_shared<std::vector<BackwardVariant>>();
+  py::object fallback;                    // fallback(inputs, saved, grads, needs) -> gradients
+};
+
+std::mutex registry_mutex;
+// never destroyed: a step holds a Python callable, which must not be released after the interpreter
+// has finalised (at exit)
+std::vector<std::shared_ptr<Step>>& registry() {
+  static auto* r = new std::vector<std::shared_ptr<Step>>();
+  return *r;
+}
+
+std::shared_ptr<Step> step_of(int64_t id) {
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  TORCH_CHECK(id >= 0 && id < static_cast<int64_t>(registry().size()), "dtriton native step: unknown step ", id);
+  return registry()[id];
+}
+
+bool matches(const BackwardVariant& v, const std::vector<bool>& needs, const variable_list& grads) {
+  if (v.needs != needs || v.grads.size() != grads.size()) return false;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const GradKey& k = v.grads[i];
+    const at::Tensor& g = grads[i];
+    if (k.defined != g.defined()) return false;
+    if (!g.defined()) continue;
+    if (k.aligned != (reinterpret_cast<uint64_t>(g.data_ptr()) % 16 == 0)) return false;
+    auto s = g.strides();
+    if (static_cast<size_t>(s.size()) != k.strides.size() || !std::equal(s.begin(), s.end(), k.strides.begin()))
+      return false;
+  }
+  return true;
+}
+
+// (torch before 2.12 or so holds nodes in std::shared_ptr, later ones in c10::intrusive_ptr; `P` keeps
+// the branch not taken a dependent, uninstantiated one)
+template <class N, class P = NodePtr>
+P self_of(N* node) {
+  if constexpr (std::is_same_v<P, std::shared_ptr<Node>>) {
+    return node->shared_from_this();
+  } else {
+    return P::reclaim_copy(node);
+  }
+}
+
+struct StepBackward : public Node {
+  std::shared_ptr<Step> step;
+  std::vector<SavedVariable> inputs;
+  std::vector<SavedVariable> saved;
+  bool released = false;
+
+  std::string name() const override { return "DtritonStepBackward"; }
+
+  void release_variables() override {
+    inputs.clear();
+    saved.clear();
+    released = true;
+  }
+
+  variable_list apply(variable_list&& grads) override {
+    TORCH_CHECK(!released, "dtriton step ", step->name, ": trying to backward through the graph a second time; "
+                "specify retain_graph=True on the first backward");
+    NodePtr self = self_of(this);
+    std::vector<at::Tensor> ins, st;
+    for (auto& v : inputs) ins.push_back(v.unpack(self));
+    for (auto& v : saved) st.push_back(v.unpack(self));
+    std::vector<bool> needs(num_outputs());
+    for (size_t i = 0; i < needs.size(); ++i) needs[i] = next_edge(i).is_valid();
+    if (!at::GradMode::is_enabled()) {
+      auto variants = std::atomic_load(&step->backwards);
+      for (const auto& v : *variants) {
+        if (!matches(v, needs, grads)) continue;
+        std::vector<at::Tensor> bargs(ins);
+        bargs.insert(bargs.end(), grads.begin(), grads.end());
+        bargs.insert(bargs.end(), st.begin(), st.end());
+        bool ok = false;
+        std::vector<at::Tensor> vals = run_launcher(v.launcher, bargs, ok);
+        if (!ok) break;
+        variable_list res(v.pick.size());
+        for (size_t i = 0; i < v.pick.size(); ++i)
+          if (v.pick[i] >= 0) res[i] = vals[v.pick[i]];
+        return res;
+      }
+    }
+    // the general path (a new gradient layout, a stream without the plan's counters, create_graph)
+    py::gil_scoped_acquire gil;
+    try {
+      py::list g;
+      for (const auto& t : grads) g.append(t.defined() ? py::cast(t) : py::none());
+      py::object r = step->fallback(ins, st, g, needs);
+      variable_list res;
+      for (auto item : r) res.push_back(item.is_none() ? at::Tensor() : item.cast<at::Tensor>());
+      TORCH_CHECK(res.size() == num_outputs(), "dtriton step ", step->name, ": the backward returned ", res.size(),
+                  " gradients for ", num_outputs(), " inputs");
+      return res;
+    } catch (py::error_already_set& e) {
+      e.restore();
+      throw python_error();
+    }
+  }
+};
+
+template <class N, class P = NodePtr>
+P make_node() {
+  if constexpr (std::is_same_v<P, std::shared_ptr<Node>>) {
+    return std::shared_ptr<N>(new N());
+  } else {
+    return c10::make_intrusive<N>();
+  }
+}
+
+// -- plans from Python -------------------------------------------------------------------------
+Launcher launcher_of(const py::dict& d) {
+  Launcher L;
+  L.device = c10::Device(c10::DeviceType::CUDA, d["device"].cast<int64_t>());
+  L.arg_reads = d["arg_reads"].cast<std::vector<int64_t>>();
+  for (auto a : d["allocs"].cast<py::list>()) {
+    auto t = a.cast<py::tuple>();
+    Alloc al;
+    al.shape = t[0].cast<std::vector<int64_t>>();
+    al.options = t[1].cast<at::Tensor>().options();
+    al.zero = t[2].cast<bool>();
+    L.allocs.push_back(std::move(al));
+  }
+  for (auto kk : d["kernels"].cast<py::list>()) {
+    auto kd = kk.cast<py::dict>();
+    Kernel k;
+    k.function = reinterpret_cast<CUfunction>(kd["function"].cast<uint64_t>());
+    auto grid = kd["grid"].cast<std::vector<int64_t>>();
+    for (int i = 0; i < 3; ++i) k.grid[i] = static_cast<unsigned>(grid[i]);
+    k.block = kd["block"].cast<unsigned>();
+    k.ctas = kd["ctas"].cast<unsigned>();
+    k.shared = kd["shared"].cast<unsigned>();
+    k.cooperative = kd["cooperative"].cast<bool>();
+    k.pdl = kd["pdl"].cast<bool>();
+    std::string bytes = kd["arena"].cast<std::string>();
+    k.arena.assign(bytes.begin(), bytes.end());
+    k.offsets = kd["offsets"].cast<std::vector<int64_t>>();
+    for (auto p : kd["ptrs"].cast<py::list>()) {
+      auto t = p.cast<std::vector<int64_t>>();
+      k.ptrs.push_back({t[0], t[1], t[2]});
+    }
+    L.kernels.push_back(std::move(k));
+  }
+  L.returns = d["returns"].cast<std::vector<int64_t>>();
+  L.counter_stream = d["counter_stream"].cast<uint64_t>();
+  L.counter_address = d["counter_address"].cast<uint64_t>();
+  return L;
+}
+
+int64_t register_step(const std::string& name, const py::dict& forward, int64_t n_out, std::vector<int64_t> save,
+                      py::object fallback) {
+  auto s = std::make_shared<Step>();
+  s->name = name;
+  s->forward = launcher_of(forward);
+  s->n_out = n_out;
+  s->save = std::move(save);
+  s->fallback = std::move(fallback);
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  registry().push_back(s);
+  return static_cast<int64_t>(registry().size()) - 1;
+}
+
+void add_backward(int64_t id, std::vector<bool> needs, const py::list& grads, const py::dict& launcher,
+                  std::vector<int64_t> pick) {
+  BackwardVariant v;
+  v.needs = std::move(needs);
+  for (auto g : grads) {
+    GradKey k;
+    if (!g.is_none()) {
+      auto t = g.cast<py::tuple>();
+      k.defined = true;
+      k.strides = t[0].cast<std::vector<int64_t>>();
+      k.aligned = t[1].cast<bool>();
+    }
+    v.grads.push_back(std::move(k));
+  }
+  v.launcher = launcher_of(launcher);
+  v.pick = std::move(pick);
+  auto s = step_of(id);
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  auto grown = std::make_shared<std::vector<BackwardVariant>>(*std::atomic_load(&s->backwards));
+  grown->push_back(std::move(v));
+  std::atomic_store(&s->backwards, std::shared_ptr<const std::vector<BackwardVariant>>(std::move(grown)));
+}
+
+// The forward: outputs (one tensor, or a tuple), or None when the plan cannot run on this stream.
+py::object forward(int64_t id, const std::vector<at::Tensor>& inputs) {
+  auto s = step_of(id);
+  bool ok = false;
+  std::vector<at::Tensor> res;
+  {
+    at::AutoDispatchBelowADInplaceOrView below;
+    res = run_launcher(s->forward, inputs, ok);
+  }
+  if (!ok) return py::none();
+  std::vector<at::Tensor> outs(res.begin(), res.begin() + s->n_out);
+  if (torch::autograd::compute_requires_grad(inputs)) {
+    NodePtr node = make_node<StepBackward>();
+    auto* n = static_cast<StepBackward*>(node.get());
+    n->step = s;
+    n->set_next_edges(torch::autograd::collect_next_edges(inputs));
+    for (auto& o : outs) torch::autograd::set_history(o, node);
+    for (const auto& t : inputs) n->inputs.emplace_back(t, false);
+    for (int64_t k : s->save) n->saved.emplace_back(res[k], k < s->n_out);
+  }
+  if (s->n_out == 1) return py::cast(outs[0]);
+  py::tuple t(outs.size());
+  for (size_t i = 0; i < outs.size(); ++i) t[i] = py::cast(outs[i]);
+  return t;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "dtriton's native step: a C++ autograd node launching compiled Triton kernels";
+  m.def("register_step", &register_step, "register a step: (name, forward plan, n_out, save, fallback) -> id");
+  m.def("add_backward", &add_backward, "add a backward variant to a step");
+  m.def("forward", &forward, "run a step's forward: outputs, or None");
+}

@@ -1,0 +1,218 @@
+"""Native steps (issue 15): the Python side of the C++ autograd node.
+
+What runs on the CPU: the packing of each kernel's parameters into the plan the C++ side carries
+out (checked byte for byte against ``struct``), the refusals (per-call scalars, descriptors, scratch
+memory, tuple parameters), when a differentiable kernel's step becomes native and what it registers
+(the forward launcher, the saved values, one backward variant per gradient layout, the gradient
+picks), the switches (``native=``, ``dt.native_steps``), the Python fallback the node calls, and
+that the C++ extension compiles against this torch. The node itself launches through the CUDA driver
+and is checked on the GPU by ``bench/native_check.py`` (bit-for-bit against the Python node).
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+
+import pytest
+import torch
+
+import dtriton as dt
+from dtriton.backends.triton import native
+from dtriton.backends.triton.fast import C_ENTRY_MIDDLE
+from dtriton.integrations import steps as steps_mod
+from dtriton.library import layer_norm
+from test_host_path import interp_gpu  # noqa: F401  (the fixture)
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserWarning")
+
+
+def _mid(num_warps=4, ctas=1, shared=1024, coop=False, pdl=False):
+    return (1234, coop, pdl, None, None, (num_warps, ctas, shared), None, None, None)
+
+
+def test_kernel_plan_packs_every_parameter_as_tritons_launcher_does():
+    types = ("*fp32", "*fp16", "i32", "i64", "fp32", "constexpr", "bf16", "fp16", "u8", "i1", "fp64")
+    srcs = ((0, 0), (2, 256))
+    tail = (-7, 2 ** 40 + 3, 1.5, 64, 3.140625, -2.5, 200, 1, 0.1)
+    assert C_ENTRY_MIDDLE == len(_mid())
+    plan = native._kernel_plan((None, (5, 3, 1), _mid(8, 1, 4096, pdl=True), srcs, tail, ()), types)
+    assert plan["grid"] == [5, 3, 1] and plan["block"] == 256 and plan["shared"] == 4096 and plan["pdl"]
+    arena, off = plan["arena"], plan["offsets"]
+    assert len(off) == len(types) - 1 + 2   # no constexpr, two scratch pointers last
+    assert all(o % 8 == 0 for o in off)
+    assert plan["ptrs"] == [(0, 0, 0), (1, 2, 256)]
+    assert arena[off[0]:off[0] + 8] == bytes(8) and arena[off[1]:off[1] + 8] == bytes(8)
+    assert struct.unpack_from("<i", arena, off[2])[0] == -7
+    assert struct.unpack_from("<q", arena, off[3])[0] == 2 ** 40 + 3
+    assert struct.unpack_from("<f", arena, off[4])[0] == 1.5
+    # the constexpr (64) takes no slot: the next parameter is bf16 3.140625, truncated to its high half
+    bf = struct.unpack_from("<H", arena, off[5])[0]
+    assert struct.unpack("<f", struct.pack("<I", bf << 16))[0] == 3.140625
+    assert struct.unpack_from("<e", arena, off[6])[0] == -2.5
+    assert struct.unpack_from("<B", arena, off[7])[0] == 200
+    assert struct.unpack_from("<b", arena, off[8])[0] == 1
+    assert struct.unpack_from("<d", arena, off[9])[0] == 0.1
+    assert arena[off[-2]:off[-2] + 8] == bytes(8) and arena[off[-1]:off[-1] + 8] == bytes(8)
+
+
+@pytest.mark.parametrize("case", ["scalar per call", "python entry", "tuple parameter", "pointer among constants",
+                                  "count mismatch", "tensor descriptor"])
+def test_kernel_plan_refuses_what_it_cannot_carry_out(case):
+    types, srcs, tail, mid, extras = ("*fp32", "i32"), ((0, 0),), (3,), _mid(), ()
+    if case == "scalar per call":
+        extras = ((1, ("scalar", 0)),)
+    elif case == "python entry":
+        mid = (1234, None, None, None, None)
+    elif case == "tuple parameter":
+        types = ("*fp32", ("i32", "i32"))
+    elif case == "pointer among constants":
+        types = ("*fp32", "*fp32")
+    elif case == "count mismatch":
+        types = ("*fp32", "i32", "i32")
+    else:
+        types = ("*fp32", "nvTmaDesc")
+    assert native._kernel_plan((None, (1, 1, 1), mid, srcs, tail, extras), types) is None
+
+
+def test_launcher_plan_refuses_other_objects():
+    assert native.launcher_plan(lambda args: args) is None
+
+
+class Recorder:
+    """Stands in for the extension's registration (the plans of the interpreter's stand-in kernels
+    have no Triton signature): records what the steps register; ``native_call`` answers None (the
+    step's plan cannot run on this stream), so every call takes the Python node afterwards."""
+
+    def __init__(self, monkeypatch):
+        self.registered, self.variants, self.calls = [], [], 0
+        monkeypatch.setattr(native, "register", self.register)
+        monkeypatch.setattr(native, "add_backward", self.add_backward)
+        monkeypatch.setattr(native, "caller", self.caller)
+
+    def register(self, name, fl, n_out, save, fallback):
+        self.registered.append((name, fl, n_out, save, fallback))
+        return len(self.registered) - 1
+
+    def add_backward(self, sid, needs, grads, fl, pick):
+        self.variants.append((sid, needs, grads, fl, pick))
+        return True
+
+    def caller(self, sid):
+        def call(args):
+            self.calls += 1
+            assert all(isinstance(a, torch.Tensor) for a in args)
+            return None
+        return call
+
+
+def _ln_step(dk, X, w, b, gy, need=(0, 1, 2)):
+    ins = [t.clone().requires_grad_(k in need) for k, t in enumerate((X, w, b))]
+    y = dk(*ins)
+    y.backward(gy)
+    return y, [ins[k].grad for k in need]
+
+
+def _ln_reference(X, w, b, gy):
+    ins = [t.double().requires_grad_() for t in (X, w, b)]
+    y = torch.nn.functional.layer_norm(ins[0], (X.shape[-1],), ins[1], ins[2])
+    y.backward(gy.double())
+    return y, [t.grad for t in ins]
+
+
+def test_a_step_becomes_native_after_its_first_backward(interp_gpu, monkeypatch):  # noqa: F811
+    rec = Recorder(monkeypatch)
+    g = torch.Generator().manual_seed(3)
+    X, w, b = torch.randn(5, 37, generator=g), torch.randn(37, generator=g), torch.randn(37, generator=g)
+    gy = torch.randn(5, 37, generator=g)
+    dk = dt.compile_autograd(layer_norm, native=True)
+    for it in range(4):
+        y, grads = _ln_step(dk, X, w, b, gy)
+        want_y, want = _ln_reference(X, w, b, gy)
+        torch.testing.assert_close(y.double(), want_y, rtol=1e-4, atol=1e-4)
+        for got, ref in zip(grads, want):
+            torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4)
+    # step 1 plans (general path), step 2 is the Python step whose backward learns and registers,
+    # steps 3 and 4 enter the native forward (which answers None here: the Python node runs)
+    assert len(rec.registered) == 1 and rec.calls == 2
+    name, fl, n_out, save, fallback = rec.registered[0]
+    assert name == "layer_norm" and n_out == 1 and callable(fallback)
+    assert save and all(k >= n_out for k in save)   # the saved statistics (one packed buffer)
+    (sid, needs, gkeys, bfl, pick), = rec.variants
+    assert sid == 0 and needs == [True, True, True]
+    assert gkeys == [([37, 1], gy.data_ptr() % 16 == 0)]
+    assert sorted(pick) == sorted(set(pick)) and all(p >= 0 for p in pick)
+    # a transposed incoming gradient: one more variant (learned by its first backward)
+    gt = torch.randn(37, 5, generator=g).t()
+    for _ in range(2):
+        _, grads = _ln_step(dk, X, w, b, gt)
+    _, want = _ln_reference(X, w, b, gt)
+    for got, ref in zip(grads, want):
+        torch.testing.assert_close(got.double(), ref, rtol=1e-4, atol=1e-4)
+    assert len(rec.variants) == 2 and rec.variants[1][2] == [([1, 5], gt.data_ptr() % 16 == 0)]
+    # only w needs a gradient: another variant, whose pick leaves X and b without one
+    for _ in range(2):
+        _, (gw,) = _ln_step(dk, X, w, b, gy, need=(1,))
+    torch.testing.assert_close(gw.double(), _ln_reference(X, w, b, gy)[1][1], rtol=1e-4, atol=1e-4)
+    assert rec.variants[2][1] == [False, True, False]
+    assert rec.variants[2][4][0] == -1 and rec.variants[2][4][2] == -1 and rec.variants[2][4][1] >= 0
+
+
+def test_the_fallback_gives_the_python_nodes_gradients_and_refuses_create_graph(interp_gpu, monkeypatch):  # noqa: F811
+    rec = Recorder(monkeypatch)
+    g = torch.Generator().manual_seed(4)
+    X, w, b = torch.randn(6, 19, generator=g), torch.randn(19, generator=g), torch.randn(19, generator=g)
+    gy = torch.randn(6, 19, generator=g)
+    dk = dt.compile_autograd(layer_norm, native=True)
+    for _ in range(2):
+        _, want = _ln_step(dk, X, w, b, gy)
+    _, _, _, save, fallback = rec.registered[0]
+    step = next(s for s in dk._steps.values() if s)
+    with torch.no_grad():
+        res = step.launch((X, w, b))
+    saved = [res[k] for k in save]
+    with torch.no_grad():   # (autograd's engine runs a backward with grad mode off)
+        got = fallback([X, w, b], saved, [gy], [True, True, True])
+    assert len(got) == 3
+    for a, r in zip(got, want):
+        torch.testing.assert_close(a, r, rtol=0, atol=0)   # the same kernels on the same inputs
+    with torch.no_grad():
+        got = fallback([X, w, b], saved, [gy], [False, True, False])
+    assert got[0] is None and got[2] is None
+    torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
+    with torch.enable_grad(), pytest.raises(NotImplementedError, match="double backward"):
+        fallback([X, w, b], saved, [gy], [True, True, True])
+
+
+@pytest.mark.parametrize("kernel_flag,global_flag,expect", [(False, True, 0), (None, False, 0), (True, False, 1),
+                                                            (None, True, 1)])
+def test_switches(interp_gpu, monkeypatch, kernel_flag, global_flag, expect):  # noqa: F811
+    rec = Recorder(monkeypatch)
+    was = dt.native_steps()
+    try:
+        dt.native_steps(global_flag)
+        dk = dt.compile_autograd(layer_norm, native=kernel_flag)
+        X, w, b, gy = torch.randn(3, 11), torch.randn(11), torch.randn(11), torch.randn(3, 11)
+        for _ in range(3):
+            _ln_step(dk, X, w, b, gy)
+    finally:
+        dt.native_steps(was)
+    assert len(rec.registered) == expect
+
+
+def test_bad_switch_values_name_the_argument():
+    with pytest.raises(TypeError, match="native must be True, False or None"):
+        dt.compile_autograd(layer_norm, native="yes")
+    with pytest.raises(TypeError, match=r"native_steps\(flag\)"):
+        dt.native_steps(1)
+
+
+@pytest.mark.skipif(shutil.which("ninja") is None or shutil.which("c++") is None,
+                    reason="building the extension needs ninja and a C++ compiler")
+def test_the_extension_compiles_against_this_torch(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setitem(native._state, "module", None)
+    monkeypatch.setitem(native._state, "failed", None)
+    mod = native.module()
+    assert mod is not None, native._state["failed"]
+    assert {"register_step", "add_backward", "forward"} <= set(dir(mod))
