@@ -21,7 +21,7 @@ import dtriton as dt
 from dtriton.backends.triton import native
 from dtriton.backends.triton.fast import C_ENTRY_MIDDLE
 from dtriton.integrations import steps as steps_mod
-from dtriton.library import layer_norm
+from dtriton.library import layer_norm, spatial_diffusion
 from test_host_path import interp_gpu  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserWarning")
@@ -94,8 +94,9 @@ class Recorder:
         self.registered.append((name, fl, n_out, save, fallback))
         return len(self.registered) - 1
 
-    def add_backward(self, sid, needs, grads, fl, pick):
+    def add_backward(self, sid, needs, grads, fl, pick, zeros=None):
         self.variants.append((sid, needs, grads, fl, pick))
+        self.zeros = zeros
         return True
 
     def caller(self, sid):
@@ -182,6 +183,41 @@ def test_the_fallback_gives_the_python_nodes_gradients_and_refuses_create_graph(
     torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
     with torch.enable_grad(), pytest.raises(NotImplementedError, match="double backward"):
         fallback([X, w, b], saved, [gy], [True, True, True])
+
+
+def test_an_output_without_gradient_reads_the_registered_zero(interp_gpu, monkeypatch):  # noqa: F811
+    """The diffusion layer's training use: a loss on the first of two outputs. The backward reads a
+    0-d zero expanded to the second output's shape; the native variant expects no gradient there and
+    carries that zero."""
+    rec = Recorder(monkeypatch)
+    g = torch.Generator().manual_seed(5)
+    V, K, C = 13, 4, 3
+    args = (torch.randn(V, C, generator=g), torch.randn(V, K, generator=g) / V ** 0.5, torch.rand(V, generator=g) + 0.5,
+            torch.rand(K, generator=g) * 3, torch.rand(C, generator=g))
+    w = torch.randn(V, C, generator=g)
+    dk = dt.compile_autograd(spatial_diffusion, native=True)
+
+    def grads(f):
+        x, t = args[0].clone().requires_grad_(), args[4].clone().requires_grad_()
+        out = f(x, args[1], args[2], args[3], t)[0]
+        (out * w).sum().backward()
+        return x.grad, t.grad
+
+    def reference(x, basis, mass, evals, times):
+        spec = torch.exp(-evals[:, None] * times[None, :]) * (basis.t() @ (x * mass[:, None]))
+        return (basis @ spec, spec)
+    x64, t64 = args[0].double().requires_grad_(), args[4].double().requires_grad_()
+    (reference(x64, args[1].double(), args[2].double(), args[3].double(), t64)[0] * w.double()).sum().backward()
+    for _ in range(3):
+        gx, gt = grads(dk)
+        torch.testing.assert_close(gx.double(), x64.grad, rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(gt.double(), t64.grad, rtol=1e-4, atol=1e-5)
+    (sid, needs, gkeys, _, pick), = rec.variants
+    assert needs == [True, False, False, False, True] and gkeys[1] is None and gkeys[0] is not None
+    assert set(rec.zeros) == {1}
+    z = rec.zeros[1]
+    assert z.shape == (K, C) and z.stride() == (0, 0) and not z.any()
+    assert pick[0] >= 0 and pick[4] >= 0 and pick[1:4] == [-1, -1, -1]
 
 
 @pytest.mark.parametrize("kernel_flag,global_flag,expect", [(False, True, 0), (None, False, 0), (True, False, 1),

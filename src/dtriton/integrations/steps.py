@@ -69,7 +69,7 @@ class BackwardStep:
             gets :func:`zero_gradient` of its argument.
     """
 
-    __slots__ = ("launches", "zeros", "n_params", "runners", "direct", "zero_params")
+    __slots__ = ("launches", "zeros", "n_params", "runners", "direct", "zero_params", "one_launcher")
 
     def __init__(self, launches: list[tuple[Callable, bool, list[tuple[int, int, torch.dtype]]]],
                  zeros: dict[int, torch.Tensor], n_params: int, runners: list, out_dtypes: Sequence[torch.dtype] = (),
@@ -82,12 +82,17 @@ class BackwardStep:
         #: (launcher, picker) for one launcher whose outputs need no conversion and no zeros: the
         #: returned tuple is ``picker((*outputs, None))`` (None at -1 for parameters without gradient)
         self.direct = None
-        if len(launches) == 1 and not zeros and not zero_params:
+        #: one launcher whose outputs are the gradients as they are (no conversion, no zero gradient
+        #: of an unused input); the outputs receiving no gradient may stand as ``zeros``
+        self.one_launcher = False
+        if len(launches) == 1 and not zero_params:
             launch, single, picks = launches[0]
             if all(out_dtypes[oi] == dt for oi, _, dt in picks if oi < len(out_dtypes)) and len(out_dtypes) > 0:
-                where = dict.fromkeys(range(n_params + 1), -1)
-                where.update({pos + 1: oi for oi, pos, _ in picks})
-                self.direct = (getattr(launch, "call", None) or launch, single, itemgetter(*where.values()))
+                self.one_launcher = True
+                if not zeros:
+                    where = dict.fromkeys(range(n_params + 1), -1)
+                    where.update({pos + 1: oi for oi, pos, _ in picks})
+                    self.direct = (getattr(launch, "call", None) or launch, single, itemgetter(*where.values()))
 
     def __call__(self, args: Sequence[Any], grads: Sequence[torch.Tensor | None],
                  saved: Sequence[torch.Tensor]) -> tuple:
@@ -260,7 +265,7 @@ def adopt_native(step: ForwardStep, bstep: BackwardStep, needs: Sequence[bool],
     """Make ``step`` native (its first time) and add ``bstep`` as its backward for ``needs`` and
     the layout of ``grads``; a step or backward that cannot run natively keeps the Python node
     (``step.native`` -2: never native)."""
-    if bstep.direct is None:
+    if not bstep.one_launcher:
         return
     if step.native == -1:
         save = list(range(step.n_out, step.n_ret)) if step.pick is None else list(step.pick)
@@ -275,7 +280,7 @@ def adopt_native(step: ForwardStep, bstep: BackwardStep, needs: Sequence[bool],
     for oi, pos, _ in picks:
         where[pos] = oi
     keys = [None if g is None else (list(g.stride()), g.data_ptr() % 16 == 0) for g in grads]
-    native.add_backward(step.native, list(needs), keys, launch, where)
+    native.add_backward(step.native, list(needs), keys, launch, where, dict(bstep.zeros))
 
 
 def native_fallback(step: ForwardStep) -> Callable:

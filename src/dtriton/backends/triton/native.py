@@ -150,15 +150,19 @@ def register(name: str, fl, n_out: int, save: list[int], fallback: Callable) -> 
     return mod.register_step(name, plan, n_out, save, fallback)
 
 
-def add_backward(step_id: int, needs: list[bool], grads: list, fl, pick: list[int]) -> bool:
+def add_backward(step_id: int, needs: list[bool], grads: list, fl, pick: list[int],
+                 zeros: dict[int, torch.Tensor] | None = None) -> bool:
     """Add a backward variant to step ``step_id``: for inputs needing gradients ``needs`` and
-    incoming gradients laid out as ``grads`` (per output ``(strides, 16-byte aligned)`` or None),
-    run launcher ``fl`` on ``(*inputs, *gradients, *saved)`` and return its ``pick[i]``-th result as
-    input ``i``'s gradient (-1: none). False when ``fl`` cannot run natively."""
+    incoming gradients laid out as ``grads`` (per output ``(strides, 16-byte aligned)``, or None:
+    it receives none), run launcher ``fl`` on ``(*inputs, *gradients, *saved)`` and return its
+    ``pick[i]``-th result as input ``i``'s gradient (-1: none). ``zeros``: output index -> the
+    read-only zero tensor the launcher reads as that output's absent gradient. False when ``fl``
+    cannot run natively."""
     plan = launcher_plan(fl)
     if plan is None:
         return False
-    module().add_backward(step_id, needs, grads, plan, pick)
+    subs = [(int(k), t) for k, t in (zeros or {}).items()]
+    module().add_backward(step_id, needs, grads, plan, pick, subs)
     return True
 
 

@@ -178,6 +178,7 @@ struct BackwardVariant {
   std::vector<GradKey> grads;             // per output: the incoming gradient's layout
   Launcher launcher;                      // runs on (*inputs, *gradients, *saved)
   std::vector<int64_t> pick;              // per forward input: index among the launcher's returns, or -1
+  std::vector<std::pair<int64_t, at::Tensor>> zeros;  // (output, the zero the launcher reads as its absent gradient)
 };
 
 struct Step {
@@ -260,6 +261,7 @@ struct StepBackward : public Node {
         if (!matches(v, needs, grads)) continue;
         std::vector<at::Tensor> bargs(ins);
         bargs.insert(bargs.end(), grads.begin(), grads.end());
+        for (const auto& z : v.zeros) bargs[ins.size() + z.first] = z.second;
         bargs.insert(bargs.end(), st.begin(), st.end());
         bool ok = false;
         std::vector<at::Tensor> vals = run_launcher(v.launcher, bargs, ok);
@@ -350,8 +352,9 @@ int64_t register_step(const std::string& name, const py::dict& forward, int64_t 
 }
 
 void add_backward(int64_t id, std::vector<bool> needs, const py::list& grads, const py::dict& launcher,
-                  std::vector<int64_t> pick) {
+                  std::vector<int64_t> pick, std::vector<std::pair<int64_t, at::Tensor>> zeros) {
   BackwardVariant v;
+  v.zeros = std::move(zeros);
   v.needs = std::move(needs);
   for (auto g : grads) {
     GradKey k;
