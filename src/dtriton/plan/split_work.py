@@ -27,7 +27,7 @@ def idle_split_slices(prog: Program, sizes: Mapping[str, int], asked: Collection
                 continue
             best = slices_with_work(n, f, 1, k.split_interleaved)   # the most any tile gives work
             if busy >= best:   # no tile helps: the slices are too many for the axis
-                notes.append(f"split={{{a!r}: {f}}}: kernel {k.name} splits the {n} elements of axis {a!r} {f} ways "
+                notes.append(f"split={{{a!r}: {f}}}: kernel {k.name} splits {_elements(n)} of axis {a!r} {f} ways "
                              f"(slices of {-(-n // f)}), so only {best} of its {f} split programs can get work "
                              f"whatever the tile; " + (f"split {a!r} at most {best} ways" if best > 1
                                                        else f"drop the split of {a!r}"))
@@ -40,7 +40,12 @@ def idle_split_slices(prog: Program, sizes: Mapping[str, int], asked: Collection
             fix = (f"give strategy {{{a!r}: 'loop'}} and a tile of at most {fit} for {a!r}" if ap.role == "whole"
                    else f"give a tile of at most {fit} for {a!r}")
             more = "" if best >= f else f" ({best} of them: no tile feeds all {f})"
-            notes.append(f"split={{{a!r}: {f}}}: kernel {k.name} {how} of its {n} elements, so only {busy} of its {f} "
+            notes.append(f"split={{{a!r}: {f}}}: kernel {k.name} {how} of {_elements(n)}, so only {busy} of its {f} "
                          f"split programs get work; {fix} (the schedule's or the stage's tile){more}, or "
                          + (f"drop the split of {a!r}" if busy == 1 else f"split {a!r} at most {busy} ways"))
     return notes
+
+
+def _elements(n: int) -> str:
+    """``"its 1 element"`` / ``"its 7 elements"``."""
+    return f"its {n} element" + ("" if n == 1 else "s")
