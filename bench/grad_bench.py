@@ -260,6 +260,9 @@ def main(argv=None):
     dry = a.dry_run
     if dry:
         DEV = "cpu"
+    if not dry:   # load the native-step extension now (a process otherwise loads it in the background)
+        from dtriton.backends.triton import native
+        native.module()
     torch.manual_seed(0)
     rows = []
     cases = _cases(dry)

@@ -25,6 +25,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dtriton as dt  # noqa: E402
 from algorithms import cross_entropy, layer_norm, log_softmax, rms_norm, softmax, spatial_diffusion  # noqa: E402
+from dtriton.library import conv1d  # noqa: E402
 
 RESULTS = {"ok": 0, "failed": 0}
 
@@ -56,12 +57,21 @@ def cases(dev, dry):
                     lambda M=M, N=N: (rnd(M, N, dtype=torch.float32), torch.randint(0, N, (M,), device=dev)), [0]))
     V, K, C = (50, 8, 6) if dry else (20000, 128, 128)
     f32 = torch.float32
-    out.append((f"spatial_diffusion fp32 V={V} K={K} C={C}", spatial_diffusion, diffusion_reference,
-                lambda: (rnd(V, C, dtype=f32), rnd(V, K, dtype=f32) / V ** 0.5, torch.rand(V, device=dev) + 0.5,
-                         torch.rand(K, device=dev) * 10, torch.rand(C, device=dev)), [0, 4]))
+    def diffusion_inputs():
+        return (rnd(V, C, dtype=f32), rnd(V, K, dtype=f32) / V ** 0.5, torch.rand(V, device=dev) + 0.5,
+                torch.rand(K, device=dev) * 10, torch.rand(C, device=dev))
+    out.append((f"spatial_diffusion fp32 V={V} K={K} C={C}", spatial_diffusion, diffusion_reference, diffusion_inputs,
+                [0, 4]))
+    # ints in the call key (a step's constants; the node takes the tensors), two backward launchers
+    for (N, C, L, O, R, st, pd, dl) in ((2, 3, 13, 4, 3, 2, 1, 1),) + (() if dry else ((8, 64, 509, 64, 5, 1, 2, 2),)):
+        Lo = (L + 2 * pd - dl * (R - 1) - 1) // st + 1
+        out.append((f"conv1d fp32 N{N} C{C} L{L} O{O} R{R} s{st} p{pd} d{dl}", conv1d,
+                    lambda X, Wt, s_, p_, d_, lo: torch.nn.functional.conv1d(X, Wt, stride=s_, padding=p_, dilation=d_),
+                    lambda N=N, C=C, L=L, O=O, R=R, st=st, pd=pd, dl=dl, Lo=Lo: (
+                        rnd(N, C, L, dtype=f32), rnd(O, C, R, dtype=f32), st, pd, dl, Lo), [0, 1]))
     # the DiffusionNet layer's use: a loss on the first output only (the second's gradient is a zero)
     out.append((f"spatial_diffusion fp32 V={V} K={K} C={C}, loss on out 0", spatial_diffusion, diffusion_reference,
-                out[-1][3], [0, 4], (0,)))
+                diffusion_inputs, [0, 4], (0,)))
     return out
 
 
@@ -74,8 +84,12 @@ def _tuple(y):
     return y if isinstance(y, tuple) else (y,)
 
 
+def _leaves(base, grad_idx):
+    return [t.clone().requires_grad_(k in grad_idx) if isinstance(t, torch.Tensor) else t for k, t in enumerate(base)]
+
+
 def step(f, base, grad_idx, gs):
-    ins = [t.clone().requires_grad_(k in grad_idx) for k, t in enumerate(base)]
+    ins = _leaves(base, grad_idx)
     ys = _tuple(f(*ins))
     used = [k for k, g in enumerate(gs) if g is not None]
     torch.autograd.backward([ys[k] for k in used], [gs[k] for k in used])
@@ -92,7 +106,7 @@ def check_case(name, alg, ref, make, grad_idx, dev, used=None):
         yp, gp = step(py, base, grad_idx, gs)
         yn, gn = step(nat, base, grad_idx, gs)
     yq, gq = step(py, base, grad_idx, gs)   # the Python node again: are its kernels deterministic (no atomics)?
-    ins = [t.clone().requires_grad_(k in grad_idx) for k, t in enumerate(base)]
+    ins = _leaves(base, grad_idx)
     node = _tuple(nat(*ins))[0].grad_fn
     native = node is not None and node.name() == "DtritonStepBackward"
     report(f"{name}: native node", native or dev == "cpu", f"(grad_fn {node.name() if node else None})")
@@ -108,20 +122,21 @@ def check_case(name, alg, ref, make, grad_idx, dev, used=None):
         got = max(gap(yn, yp), gap(gn, gp))
         report(f"{name}: native ~ python node (its runs differ by {within:.1e}: atomics)", got <= 4 * within + 1e-7,
                f"(native vs python {got:.1e})")
-    ins64 = [(t.double() if t.is_floating_point() else t).requires_grad_(k in grad_idx) for k, t in enumerate(base)]
+    ins64 = [(t.double() if t.is_floating_point() else t).requires_grad_(k in grad_idx) if isinstance(t, torch.Tensor)
+             else t for k, t in enumerate(base)]
     y64 = _tuple(ref(*ins64))
     torch.autograd.backward([y for y, g in zip(y64, gs) if g is not None], [g.double() for g in gs if g is not None])
     errs = [((a.double() - b.grad).norm() / b.grad.norm().clamp_min(1e-30)).item()
             for a, b in zip(gn, [ins64[k] for k in grad_idx])]
     yerr = max(((a.double() - b).norm() / b.norm()).item() for a, b in zip(yn, y64))
-    tol = 2e-2 if base[0].dtype == torch.float16 else 1e-3
+    tol = 2e-2 if base[0].dtype in (torch.float16, torch.bfloat16) else 1e-3
     report(f"{name}: vs float64", max(errs + [yerr]) < tol,
            f"(output {yerr:.1e}, grads {', '.join(f'{e:.1e}' for e in errs)})")
 
 
 def check_fallbacks(dev):
     torch.manual_seed(1)
-    M, N = 129, 1000
+    M, N = (129, 1000) if dev == "cuda" else (9, 40)
     X, w, b = (torch.randn(M, N, device=dev, dtype=torch.float16), torch.randn(N, device=dev, dtype=torch.float16),
                torch.randn(N, device=dev, dtype=torch.float16))
     ref = dt.compile_autograd(layer_norm, native=False)
@@ -182,6 +197,32 @@ def check_fallbacks(dev):
         report("a side stream", all(torch.equal(x, y) for x, y in zip(a, r)))
     a, r = grads(nat, gy), grads(ref, gy)
     report("the default stream again", all(torch.equal(x, y) for x, y in zip(a, r)))
+    # a larger call on the same stream grows the arrival-counter pool (the old counters are replaced):
+    # the registered step keeps the counters it was planned with
+    big = [torch.randn(4 * M, 4 * N, device=dev, dtype=torch.float16), torch.randn(4 * N, device=dev, dtype=torch.float16),
+           torch.randn(4 * N, device=dev, dtype=torch.float16)]
+    gbig = torch.randn(4 * M, 4 * N, device=dev, dtype=torch.float16)
+    other = dt.compile_autograd(layer_norm, native=True)
+    for _ in range(3):
+        ins = [t.clone().requires_grad_(True) for t in big]
+        other(*ins).backward(gbig)
+    for it in range(3):
+        a, r = grads(nat, gy), grads(ref, gy)
+        report(f"after the counter pool grew, step {it}", all(torch.equal(x, y) for x, y in zip(a, r)))
+    # a thread that has not used CUDA yet (no current context until one is made current)
+    import threading
+    got = {}
+
+    def worker():
+        try:
+            got["a"] = grads(nat, gy)
+        except Exception as e:  # noqa: BLE001
+            got["error"] = f"{type(e).__name__}: {e}"
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    r = grads(ref, gy)
+    report("a fresh thread", "a" in got and all(torch.equal(x, y) for x, y in zip(got["a"], r)), got.get("error", ""))
 
 
 def main(argv=None):
@@ -189,6 +230,9 @@ def main(argv=None):
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args(argv)
     dev = "cpu" if a.dry_run else "cuda"
+    if dev == "cuda":   # load the native-step extension now (a process otherwise loads it in the background)
+        from dtriton.backends.triton import native
+        native.module()
     for c in cases(dev, a.dry_run):
         check_case(*c[:5], dev, *c[5:])
     check_fallbacks(dev)

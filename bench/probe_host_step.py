@@ -160,6 +160,9 @@ def main(argv=None):
     ap.add_argument("--breakdown", action="store_true", help="host time of the step's parts")
     a = ap.parse_args(argv)
     dev = "cpu" if a.dry_run else "cuda"
+    if dev == "cuda":   # load the native-step extension now (a process otherwise loads it in the background)
+        from dtriton.backends.triton import native
+        native.module()
     n = 3 if a.dry_run else a.n
     for name in a.cases:
         alg, eager, make = cases(dev, a.dry_run)[name]

@@ -21,7 +21,7 @@ import dtriton as dt
 from dtriton.backends.triton import native
 from dtriton.backends.triton.fast import C_ENTRY_MIDDLE
 from dtriton.integrations import steps as steps_mod
-from dtriton.library import layer_norm, spatial_diffusion
+from dtriton.library import attention, conv1d, layer_norm, spatial_diffusion
 from test_host_path import interp_gpu  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserWarning")
@@ -89,20 +89,21 @@ class Recorder:
         monkeypatch.setattr(native, "register", self.register)
         monkeypatch.setattr(native, "add_backward", self.add_backward)
         monkeypatch.setattr(native, "caller", self.caller)
+        monkeypatch.setattr(native, "ready", lambda wait=False: True)
 
-    def register(self, name, fl, n_out, save, fallback):
+    def register(self, name, fl, n_out, save, fallback, tensor_pos=None):
         self.registered.append((name, fl, n_out, save, fallback))
+        self.tensor_pos = tensor_pos
         return len(self.registered) - 1
 
-    def add_backward(self, sid, needs, grads, fl, pick, zeros=None):
+    def add_backward(self, sid, needs, grads, fl, pick, zeros=None, tensor_pos=None, n_params=0):
         self.variants.append((sid, needs, grads, fl, pick))
         self.zeros = zeros
         return True
 
-    def caller(self, sid):
+    def caller(self, sid, tensor_pos=None):
         def call(args):
             self.calls += 1
-            assert all(isinstance(a, torch.Tensor) for a in args)
             return None
         return call
 
@@ -142,7 +143,7 @@ def test_a_step_becomes_native_after_its_first_backward(interp_gpu, monkeypatch)
     (sid, needs, gkeys, bfl, pick), = rec.variants
     assert sid == 0 and needs == [True, True, True]
     assert gkeys == [([37, 1], gy.data_ptr() % 16 == 0)]
-    assert sorted(pick) == sorted(set(pick)) and all(p >= 0 for p in pick)
+    assert sorted(pick) == sorted(set(pick)) and all(li >= 0 and oi >= 0 for li, oi in pick)
     # a transposed incoming gradient: one more variant (learned by its first backward)
     gt = torch.randn(37, 5, generator=g).t()
     for _ in range(2):
@@ -156,7 +157,7 @@ def test_a_step_becomes_native_after_its_first_backward(interp_gpu, monkeypatch)
         _, (gw,) = _ln_step(dk, X, w, b, gy, need=(1,))
     torch.testing.assert_close(gw.double(), _ln_reference(X, w, b, gy)[1][1], rtol=1e-4, atol=1e-4)
     assert rec.variants[2][1] == [False, True, False]
-    assert rec.variants[2][4][0] == -1 and rec.variants[2][4][2] == -1 and rec.variants[2][4][1] >= 0
+    assert rec.variants[2][4][0] == (-1, -1) and rec.variants[2][4][2] == (-1, -1) and rec.variants[2][4][1][0] >= 0
 
 
 def test_the_fallback_gives_the_python_nodes_gradients_and_refuses_create_graph(interp_gpu, monkeypatch):  # noqa: F811
@@ -217,7 +218,58 @@ def test_an_output_without_gradient_reads_the_registered_zero(interp_gpu, monkey
     assert set(rec.zeros) == {1}
     z = rec.zeros[1]
     assert z.shape == (K, C) and z.stride() == (0, 0) and not z.any()
-    assert pick[0] >= 0 and pick[4] >= 0 and pick[1:4] == [-1, -1, -1]
+    assert pick[0][0] >= 0 and pick[4][0] >= 0 and pick[1:4] == [(-1, -1)] * 3
+
+
+def test_tensor_index_places_launcher_arguments_among_the_nodes_tensors():
+    assert native._tensor_index(None) is None
+    fwd = native._tensor_index((0, 3))   # X at 0, Y at 3; ints at 1, 2
+    assert [fwd(p) for p in range(4)] == [0, None, None, 1]
+    bwd = native._tensor_index((0, 3), n_params=4)   # backward args: 4 params, then grads and saved values
+    assert [bwd(p) for p in range(7)] == [0, None, None, 1, 2, 3, 4]
+
+
+def test_a_step_with_keyed_int_parameters_becomes_native(interp_gpu, monkeypatch):  # noqa: F811
+    """conv1d(X, Wt, stride, padding, dilation, Lo): every int is part of the call key, so a step's
+    ints are its constants; the node takes X and Wt alone, its backward variant runs two launchers
+    (dX's and dW's), and the fallback puts the ints back."""
+    rec = Recorder(monkeypatch)
+    g = torch.Generator().manual_seed(6)
+    X, Wt = torch.randn(2, 3, 13, generator=g), torch.randn(4, 3, 3, generator=g)
+    st, pd, dl = 2, 1, 1
+    Lo = (13 + 2 * pd - dl * 2 - 1) // st + 1
+    gy = torch.randn(2, 4, Lo, generator=g)
+    dk = dt.compile_autograd(conv1d, native=True)
+    x64, w64 = X.double().requires_grad_(), Wt.double().requires_grad_()
+    torch.nn.functional.conv1d(x64, w64, stride=st, padding=pd, dilation=dl).backward(gy.double())
+    for _ in range(3):
+        x, w = X.clone().requires_grad_(), Wt.clone().requires_grad_()
+        dk(x, w, st, pd, dl, Lo).backward(gy)
+        torch.testing.assert_close(x.grad.double(), x64.grad, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(w.grad.double(), w64.grad, rtol=1e-5, atol=1e-5)
+    assert len(rec.registered) == 1 and rec.calls == 1 and rec.tensor_pos == (0, 1)
+    (sid, needs, gkeys, launchers, pick), = rec.variants
+    assert needs == [True, True] and len(launchers) == 2 and sorted(p[0] for p in pick) == [0, 1]
+    _, _, _, save, fallback = rec.registered[0]
+    step = next(s for s in dk._steps.values() if s)
+    with torch.no_grad():
+        res = step.launch((X, Wt, st, pd, dl, Lo))
+        saved = [res[k] for k in save] if isinstance(res, tuple) else []
+        gx, gw = fallback([X, Wt], saved, [gy], [True, True])
+    torch.testing.assert_close(gx.double(), x64.grad, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(gw.double(), w64.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_a_step_with_a_scalar_passed_per_call_keeps_the_python_node(interp_gpu, monkeypatch):  # noqa: F811
+    rec = Recorder(monkeypatch)
+    g = torch.Generator().manual_seed(7)
+    Q, K, V = (torch.randn(1, 1, 5, 8, generator=g) for _ in range(3))
+    dk = dt.compile_autograd(attention, native=True)
+    for _ in range(3):
+        ins = [t.clone().requires_grad_() for t in (Q, K, V)]
+        dk(*ins, 0.35).sum().backward()
+    assert rec.registered == []
+    assert next(s for s in dk._steps.values() if s).native == -2
 
 
 @pytest.mark.parametrize("kernel_flag,global_flag,expect", [(False, True, 0), (None, False, 0), (True, False, 1),
@@ -239,8 +291,67 @@ def test_switches(interp_gpu, monkeypatch, kernel_flag, global_flag, expect):  #
 def test_bad_switch_values_name_the_argument():
     with pytest.raises(TypeError, match="native must be True, False or None"):
         dt.compile_autograd(layer_norm, native="yes")
+    with pytest.raises(TypeError, match="native must be True, False or None"):
+        dt.compile_autograd(layer_norm, native=1)
     with pytest.raises(TypeError, match=r"native_steps\(flag\)"):
         dt.native_steps(1)
+
+
+@pytest.mark.parametrize("value,on", [("0", False), ("false", False), ("OFF", False), ("no", False), ("1", True),
+                                      ("", True), ("yes", True)])
+def test_the_environment_switch(monkeypatch, value, on):
+    monkeypatch.setenv("DTRITON_NATIVE_STEPS", value)
+    assert native._env_flag() is on
+
+
+def test_turning_native_steps_off_stops_native_calls(interp_gpu, monkeypatch):  # noqa: F811
+    rec = Recorder(monkeypatch)
+    was = dt.native_steps()
+    dk = dt.compile_autograd(layer_norm)
+    X, w, b, gy = torch.randn(3, 11), torch.randn(11), torch.randn(11), torch.randn(3, 11)
+    try:
+        dt.native_steps(True)
+        for _ in range(3):
+            _ln_step(dk, X, w, b, gy)
+        assert rec.calls == 1
+        dt.native_steps(False)
+        for _ in range(2):
+            _ln_step(dk, X, w, b, gy)
+        assert rec.calls == 1   # the registered step is not entered any more
+    finally:
+        dt.native_steps(was)
+
+
+def test_a_registration_error_warns_and_keeps_the_python_node(interp_gpu, monkeypatch):  # noqa: F811
+    rec = Recorder(monkeypatch)
+
+    def broken(*a, **k):
+        raise struct.error("required argument is not a float")
+    monkeypatch.setattr(native, "register", broken)
+    dk = dt.compile_autograd(layer_norm, native=True)
+    X, w, b, gy = torch.randn(3, 11), torch.randn(11), torch.randn(11), torch.randn(3, 11)
+    with pytest.warns(RuntimeWarning, match="keeps the Python autograd node"):
+        for _ in range(2):
+            _ln_step(dk, X, w, b, gy)
+    _, grads = _ln_step(dk, X, w, b, gy)
+    torch.testing.assert_close(grads[0].double(), _ln_reference(X, w, b, gy)[1][0], rtol=1e-4, atol=1e-5)
+    assert next(s for s in dk._steps.values() if s).native == -2 and rec.calls == 0
+
+
+def test_a_step_waits_for_the_extension_then_becomes_native(interp_gpu, monkeypatch):  # noqa: F811
+    rec = Recorder(monkeypatch)
+    built = [False]
+    monkeypatch.setattr(native, "ready", lambda wait=False: built[0])
+    dk = dt.compile_autograd(layer_norm, native=True)
+    X, w, b, gy = torch.randn(3, 11), torch.randn(11), torch.randn(11), torch.randn(3, 11)
+    for _ in range(3):
+        _ln_step(dk, X, w, b, gy)
+    assert rec.registered == [] and next(s for s in dk._steps.values() if s).native == -1
+    built[0] = True   # the background build finished: the next backward of the step adopts it
+    _ln_step(dk, X, w, b, gy)
+    assert len(rec.registered) == 1 and len(rec.variants) == 1
+    _ln_step(dk, X, w, b, gy)
+    assert rec.calls == 1
 
 
 @pytest.mark.skipif(shutil.which("ninja") is None or shutil.which("c++") is None,
@@ -249,6 +360,7 @@ def test_the_extension_compiles_against_this_torch(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     monkeypatch.setitem(native._state, "module", None)
     monkeypatch.setitem(native._state, "failed", None)
+    monkeypatch.setitem(native._state, "building", None)
     mod = native.module()
     assert mod is not None, native._state["failed"]
     assert {"register_step", "add_backward", "forward"} <= set(dir(mod))

@@ -6,6 +6,7 @@ to offer these entry points (the runtime knows nothing of tuned kernels or autog
 
 from __future__ import annotations
 
+import difflib
 import warnings
 
 from .errors import ScheduleWarning
@@ -62,9 +63,29 @@ def compile(alg: Algorithm, schedule: Schedule | str | None = None, *,  # noqa: 
     return kern
 
 
+#: the keyword options of :class:`~dtriton.integrations.autograd.DifferentiableKernel`
+_AUTOGRAD_OPTIONS = ("backward_schedules", "save", "group", "native")
+
+
 def compile_autograd(alg: Algorithm, schedule: Schedule | str | None = None, **kw) -> DifferentiableKernel:
     """``differentiable(dt.compile(alg, schedule), **kw)``: compile and make differentiable (options
-    as for :class:`~dtriton.integrations.autograd.DifferentiableKernel`)."""
+    as for :class:`~dtriton.integrations.autograd.DifferentiableKernel`: ``backward_schedules``,
+    ``save``, ``group``, ``native``).
+
+    Raises:
+        TypeError: ``alg`` is a compiled kernel (use ``dt.differentiable(kernel)``), or an option
+            is none of those (the message names the closest).
+    """
+    if isinstance(alg, (Kernel, TunedKernel, DifferentiableKernel)):
+        raise TypeError(f"compile_autograd expects an @dt.algorithm, got a compiled {type(alg).__name__}: "
+                        f"dt.differentiable(kernel) makes a compiled kernel differentiable"
+                        + (" (this one already is)" if isinstance(alg, DifferentiableKernel) else ""))
+    for k in kw:
+        if k not in _AUTOGRAD_OPTIONS:
+            near = difflib.get_close_matches(k, _AUTOGRAD_OPTIONS, n=1)
+            raise TypeError(f"compile_autograd({getattr(alg, 'name', alg)}): unknown option {k!r}"
+                            + (f"; did you mean {near[0]!r}?" if near else "")
+                            + f" (options: {', '.join(_AUTOGRAD_OPTIONS)})")
     return DifferentiableKernel(compile(alg, schedule), **kw)
 
 

@@ -38,9 +38,11 @@ from ..grad import (GradientAlgorithms, augmented_forward, check_group, check_sa
 from ..ir import Algorithm, InputTensor, output_dtypes
 from ..plan.lower import lower
 from ..runtime import Kernel
-from ..runtime.args import merge_named, plain_numbers, signature_key, signature_key_for
+from ..runtime.args import (merge_named, plain_numbers, refuse_transforms, signature_key, signature_key_for,
+                            transforms_active)
 from ..runtime.kernel import fast_path_ok
 from ..schedule import Schedule
+from ..backends.triton.native import enabled as native_enabled
 from .steps import (ENTER_STEP, BackwardStep, ForwardStep, apply_step, functorch_active, refuse_double_backward,
                     zero_gradient)
 
@@ -256,6 +258,9 @@ class DifferentiableKernel:
                  save: Sequence[str] | str | None = "auto", group: str = "auto", native: bool | None = None):
         if not hasattr(kernel, "algorithm"):
             raise TypeError(f"differentiable() expects a compiled dtriton kernel, got {type(kernel).__name__}")
+        if isinstance(kernel, DifferentiableKernel):
+            raise TypeError(f"differentiable() got a kernel that is differentiable already "
+                            f"({kernel.algorithm.name}): call it as it is, or pass its compiled kernel (.kernel)")
         self.kernel = kernel
         self.algorithm: Algorithm = kernel.algorithm
         check_group(group, f"differentiable / compile_autograd({self.algorithm.name})")
@@ -263,9 +268,9 @@ class DifferentiableKernel:
         check_save(self.algorithm, save, f"differentiable / compile_autograd({self.algorithm.name})")
         self.group = group
         self.save = save
-        if native not in (None, True, False):
-            raise TypeError(f"compile_autograd({self.algorithm.name}): native must be True, False or None, "
-                            f"got {native!r}")
+        if native is not None and not isinstance(native, bool):
+            raise TypeError(f"differentiable / compile_autograd({self.algorithm.name}): native must be True, False "
+                            f"or None, got {native!r}")
         #: whether steady-state steps become C++ autograd nodes (None: :func:`dt.native_steps`'s setting)
         self.native = native
         self._bwd: dict[tuple, tuple[GradientAlgorithms, list[_Runner], list]] = {}
@@ -509,6 +514,8 @@ class DifferentiableKernel:
         checks the arguments, and leaves the step."""
         if named:
             args = merge_named(self.kernel.algorithm, args, named)
+        if transforms_active():
+            refuse_transforms(self.algorithm.name, args)
         if out is None and torch.is_grad_enabled():
             try:   # (the steady path is inlined: each Python frame counts on a slow host)
                 key, needs_grad = self._printed_key(args)
@@ -525,9 +532,9 @@ class DifferentiableKernel:
                     args, key, step = plain_numbers(args), None, None
                 if step and fast_path_ok():
                     if ENTER_STEP is not None and not functorch_active():
-                        if step.native >= 0:   # a C++ autograd node (native steps on; None: not on this stream)
-                            self.last_runs["forward"] = step.runners
-                            res = step.native_call(args)
+                        if step.native >= 0 and (self.native or (self.native is None and native_enabled())):
+                            self.last_runs["forward"] = step.runners   # a C++ autograd node (None: not on this
+                            res = step.native_call(args)               # stream, or forward-mode AD inputs)
                             if res is not None:
                                 return res
                         return ENTER_STEP(step, *args)

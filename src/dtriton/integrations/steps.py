@@ -27,6 +27,8 @@ profiler's) keeps the general path.
 
 from __future__ import annotations
 
+import sys
+import warnings
 from operator import itemgetter
 from typing import Any, Callable, Sequence
 
@@ -69,7 +71,7 @@ class BackwardStep:
             gets :func:`zero_gradient` of its argument.
     """
 
-    __slots__ = ("launches", "zeros", "n_params", "runners", "direct", "zero_params", "one_launcher")
+    __slots__ = ("launches", "zeros", "n_params", "runners", "direct", "zero_params")
 
     def __init__(self, launches: list[tuple[Callable, bool, list[tuple[int, int, torch.dtype]]]],
                  zeros: dict[int, torch.Tensor], n_params: int, runners: list, out_dtypes: Sequence[torch.dtype] = (),
@@ -82,17 +84,27 @@ class BackwardStep:
         #: (launcher, picker) for one launcher whose outputs need no conversion and no zeros: the
         #: returned tuple is ``picker((*outputs, None))`` (None at -1 for parameters without gradient)
         self.direct = None
-        #: one launcher whose outputs are the gradients as they are (no conversion, no zero gradient
-        #: of an unused input); the outputs receiving no gradient may stand as ``zeros``
-        self.one_launcher = False
-        if len(launches) == 1 and not zero_params:
+        if len(launches) == 1 and not zeros and not zero_params:
             launch, single, picks = launches[0]
             if all(out_dtypes[oi] == dt for oi, _, dt in picks if oi < len(out_dtypes)) and len(out_dtypes) > 0:
-                self.one_launcher = True
-                if not zeros:
-                    where = dict.fromkeys(range(n_params + 1), -1)
-                    where.update({pos + 1: oi for oi, pos, _ in picks})
-                    self.direct = (getattr(launch, "call", None) or launch, single, itemgetter(*where.values()))
+                where = dict.fromkeys(range(n_params + 1), -1)
+                where.update({pos + 1: oi for oi, pos, _ in picks})
+                self.direct = (getattr(launch, "call", None) or launch, single, itemgetter(*where.values()))
+
+    def native_picks(self) -> list[tuple[int, int, int]] | None:
+        """``(parameter position, launcher index, output index)`` per gradient, where every gradient is
+        a launcher's output as it is (no dtype conversion, no zero gradient of an input no output
+        depends on): what a native backward variant returns; None otherwise."""
+        if self.zero_params:
+            return None
+        out = []
+        for li, (launch, _, picks) in enumerate(self.launches):
+            dts = getattr(launch, "out_dtypes", ())
+            for oi, pos, dt in picks:
+                if oi >= len(dts) or dts[oi] != dt:
+                    return None
+                out.append((pos, li, oi))
+        return out
 
     def __call__(self, args: Sequence[Any], grads: Sequence[torch.Tensor | None],
                  saved: Sequence[torch.Tensor]) -> tuple:
@@ -147,7 +159,7 @@ class ForwardStep:
     """
 
     __slots__ = ("owner", "runners", "launch", "n_out", "n_ret", "tensor_pos", "backward_steps", "name", "layout",
-                 "pick", "n_saved", "native", "native_call")
+                 "pick", "n_saved", "native", "native_call", "native_keys")
 
     def __init__(self, owner, runners: list, launch: Callable, n_out: int, n_ret: int, is_tensor: Sequence[bool],
                  layout: tuple | None = None, pick: tuple[int, ...] | None = None):
@@ -168,6 +180,8 @@ class ForwardStep:
         self.native = -1
         #: ``native_call(args)``: the native step's forward (:func:`dtriton.backends.triton.native.caller`)
         self.native_call = None
+        #: the gradient keys registered as native backward variants
+        self.native_keys: set = set()
 
     def args_of(self, tensors: Sequence[torch.Tensor], scalars: Sequence[Any] | None) -> tuple:
         """The forward's arguments from its saved tensors and (when some parameters are not
@@ -236,6 +250,8 @@ class StepFunction(torch.autograd.Function):
             key = (ctx.needs_input_grad, *[None if g is None else (g.stride(), g.data_ptr() % 16 == 0) for g in grads])
         bstep = step.backward_steps.get(key)
         if bstep is not None and fast_path_ok():
+            if step.native == -1 and step.owner.native is not False:   # the extension was not ready yet
+                adopt_native(step, key, bstep, ctx.needs_input_grad[1:], grads, args)
             step.owner.last_runs["backward"] = bstep.runners
             direct = bstep.direct   # (BackwardStep.__call__'s common case, inlined)
             if direct is not None:
@@ -254,51 +270,107 @@ def learn_backward(step: ForwardStep, key: tuple, args: tuple, grads: Sequence[t
     res, bstep = step.owner.backward_step(args, grads, step.unpacked(saved), needs_input_grad[1:], step.layout)
     if bstep is not None:
         step.backward_steps[key] = bstep
-        want = step.owner.native
-        if (native.enabled() if want is None else want) and step.native != -2 and step.tensor_pos is None:
-            adopt_native(step, bstep, needs_input_grad[1:], grads)
+        if step.native != -2:
+            adopt_native(step, key, bstep, needs_input_grad[1:], grads, args)
     return res
 
 
-def adopt_native(step: ForwardStep, bstep: BackwardStep, needs: Sequence[bool],
-                 grads: Sequence[torch.Tensor | None]) -> None:
-    """Make ``step`` native (its first time) and add ``bstep`` as its backward for ``needs`` and
-    the layout of ``grads``; a step or backward that cannot run natively keeps the Python node
-    (``step.native`` -2: never native)."""
-    if not bstep.one_launcher:
+def native_wanted(step: ForwardStep) -> bool:
+    """Whether ``step``'s kernel runs native steps now: its ``native=`` argument, else
+    :func:`dtriton.native_steps`; never under compiled autograd (``torch._dynamo.compiled_autograd``
+    traces Python nodes, not this C++ one)."""
+    want = step.owner.native
+    if not (native.enabled() if want is None else want):
+        return False
+    ca = sys.modules.get("torch._dynamo.compiled_autograd")
+    return not (ca is not None and getattr(ca, "compiled_autograd_enabled", False))
+
+
+def adopt_native(step: ForwardStep, key: tuple, bstep: BackwardStep, needs: Sequence[bool],
+                 grads: Sequence[torch.Tensor | None], args: Sequence[Any]) -> None:
+    """Make ``step`` native (its first time, once the extension is ready: :func:`~dtriton.backends.
+    triton.native.ready`) and add ``bstep`` as its backward variant for gradient key ``key``: ``needs``
+    (per parameter) and the layout of ``grads``. A step or backward that cannot run natively keeps
+    the Python node (``step.native`` -2: never native); an error while registering warns once and
+    does the same. The native node takes the tensor arguments only: a step with other parameters
+    is native only when each of them is part of its call key (an int sizing an axis, a scalar a
+    constraint names), so their values, taken from ``args``, are the step's constants."""
+    if key in step.native_keys or not native_wanted(step):
         return
+    try:
+        _adopt(step, key, bstep, needs, grads, args)
+    except Exception as e:   # (a value the plan cannot pack, a warning raised as an error): the Python node
+        step.native = -2
+        warnings.warn(f"dtriton: the step of {step.name!r} keeps the Python autograd node, its native plan "
+                      f"failed ({type(e).__name__}: {e})", RuntimeWarning, stacklevel=3)
+
+
+def _adopt(step: ForwardStep, key: tuple, bstep: BackwardStep, needs: Sequence[bool],
+           grads: Sequence[torch.Tensor | None], args: Sequence[Any]) -> None:
+    """:func:`adopt_native`'s work."""
+    tpos = step.tensor_pos
     if step.native == -1:
+        if not native.ready():
+            return   # (building: a later backward of this step adopts it)
+        keyed = set(step.owner._size_pos) | set(step.owner._req_pos)
+        if tpos is not None and not set(range(len(args))) - set(tpos) <= keyed:
+            step.native = -2   # (a scalar passed per call: the Python node passes it on)
+            return
+        if not all(dt.is_floating_point for dt in getattr(step.launch, "out_dtypes", (torch.int32,))[:step.n_out]):
+            step.native = -2   # (an integer output is not differentiable: the Python Function marks it so)
+            return
         save = list(range(step.n_out, step.n_ret)) if step.pick is None else list(step.pick)
-        sid = native.register(step.name, step.launch, step.n_out, save, native_fallback(step))
+        scalars = None if tpos is None else [None if k in tpos else a for k, a in enumerate(args)]
+        sid = native.register(step.name, step.launch, step.n_out, save, native_fallback(step, scalars),
+                              tensor_pos=tpos)
         if sid is not None:
-            step.native_call = native.caller(sid)
+            step.native_call = native.caller(sid, tpos)
         step.native = -2 if sid is None else sid
     if step.native < 0:
         return
-    launch, _, picks = bstep.launches[0]
-    where = [-1] * (bstep.n_params)
-    for oi, pos, _ in picks:
-        where[pos] = oi
+    picks = bstep.native_picks()
+    if picks is None:
+        return
+    index = list(range(bstep.n_params)) if tpos is None else {p: i for i, p in enumerate(tpos)}
+    where = [(-1, -1)] * (bstep.n_params if tpos is None else len(tpos))
+    for pos, li, oi in picks:
+        where[index[pos]] = (li, oi)
     keys = [None if g is None else (list(g.stride()), g.data_ptr() % 16 == 0) for g in grads]
-    native.add_backward(step.native, list(needs), keys, launch, where, dict(bstep.zeros))
+    tneeds = list(needs) if tpos is None else [needs[p] for p in tpos]
+    if native.add_backward(step.native, tneeds, keys, [launch for launch, _, _ in bstep.launches], where,
+                           dict(bstep.zeros), tensor_pos=tpos, n_params=bstep.n_params):
+        step.native_keys.add(key)
 
 
-def native_fallback(step: ForwardStep) -> Callable:
+def native_fallback(step: ForwardStep, scalars: list | None = None) -> Callable:
     """The Python path a native step's C++ node calls when no native variant fits:
-    ``fallback(inputs, saved, grads, needs)`` returns the gradient per input (None where none), as
-    :meth:`StepFunction.backward` computes it."""
+    ``fallback(inputs, saved, grads, needs)`` (the tensor arguments, and whether each needs a
+    gradient) returns the gradient per tensor argument (None where none), as
+    :meth:`StepFunction.backward` computes it. ``scalars``: the step's other arguments (None at
+    the tensors' positions), when it has some."""
+    tpos = step.tensor_pos
+
     def fallback(inputs, saved, grads, needs):
         refuse_double_backward(step.name)
-        args, grads, saved = tuple(inputs), tuple(grads), tuple(saved)
+        args = tuple(inputs) if tpos is None else step.args_of(inputs, scalars)
+        grads, saved = tuple(grads), tuple(saved)
+        if tpos is not None:
+            per_param = [False] * len(args)
+            for k, p in enumerate(tpos):
+                per_param[p] = needs[k]
+            needs = per_param
         needs_input_grad = (False, *needs)
         key = (needs_input_grad, *[None if g is None else (g.stride(), g.data_ptr() % 16 == 0) for g in grads])
         if len(grads) == 1 and grads[0] is not None:
             key = (needs_input_grad, key[1])
         bstep = step.backward_steps.get(key)
         if bstep is not None and fast_path_ok():
+            adopt_native(step, key, bstep, needs_input_grad[1:], grads, args)   # (a key learned before the step was native)
             step.owner.last_runs["backward"] = bstep.runners
-            return bstep(args, grads, saved)[1:]
-        return learn_backward(step, key, args, grads, saved, needs_input_grad)[1:]
+            res = bstep(args, grads, saved)[1:]
+        else:
+            res = learn_backward(step, key, args, grads, saved, needs_input_grad)[1:]
+        return res if tpos is None else [res[p] for p in tpos]
     return fallback
 
 

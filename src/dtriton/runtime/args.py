@@ -8,6 +8,7 @@ import numbers
 from typing import Callable
 
 import torch
+import torch.autograd.forward_ad as _fwad
 
 from ..errors import DTypeError, ShapeError
 from ..ir import Algorithm, Axis, InputTensor, Load, Reduce, merge_named, numpy_item, topo_order, walk
@@ -15,7 +16,8 @@ from ..plan.callspec import max_offset
 from ..schedule import Schedule
 
 __all__ = ["call_key", "check_given_out", "check_out_memory", "inplace_problem", "merge_named",
-           "normalise_out", "overlap", "plain_numbers", "scalar_key", "signature_key", "signature_key_for", "spec_key"]
+           "normalise_out", "overlap", "plain_numbers", "scalar_key", "signature_key", "signature_key_for", "spec_key",
+           "transforms_active", "refuse_transforms"]
 
 
 def span(t: torch.Tensor) -> tuple[int, int]:
@@ -185,6 +187,33 @@ def inplace_problem(alg: Algorithm, sched: Schedule, x_name: str,
                 return (f"it reduces {x_name} over axis {sorted(tiled)[0]!r}, which is on the grid (other programs "
                         f"write parts of what this one reads)")
     return None
+
+
+_FUNCTORCH_ACTIVE = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+
+
+def transforms_active() -> bool:
+    """Whether a ``torch.func`` transform (grad, vmap, jvp, ...) or a forward-mode AD level
+    (``torch.autograd.forward_ad.dual_level``) is active: one check per call, before the key."""
+    return getattr(_fwad, "_current_level", -1) >= 0 or _FUNCTORCH_ACTIVE()
+
+
+def refuse_transforms(name: str, args) -> None:
+    """Raise ``NotImplementedError`` for a call of kernel ``name`` under a ``torch.func`` transform,
+    or with a dual tensor (forward-mode AD) among ``args``: the kernels have no batching rule and
+    no jvp, and a plain result would silently drop the transform. Returns when neither applies (a
+    dual level is open but no argument carries a tangent)."""
+    if _FUNCTORCH_ACTIVE():
+        raise NotImplementedError(
+            f"the dtriton kernel {name!r} does not support torch.func transforms (grad, vmap, jvp, jacrev, ...): "
+            "call it outside the transform and differentiate with torch.autograd (loss.backward(), "
+            "torch.autograd.grad), or run the backward algorithms from dt.grad explicitly")
+    if getattr(_fwad, "_current_level", -1) >= 0:
+        for a in args:
+            if isinstance(a, torch.Tensor) and _fwad.unpack_dual(a).tangent is not None:
+                raise NotImplementedError(
+                    f"the dtriton kernel {name!r} does not support forward-mode AD (dual tensors): it has no jvp, "
+                    "and its result would carry no tangent; use reverse mode (torch.autograd)")
 
 
 def signature_key(args) -> tuple[tuple, bool]:

@@ -35,8 +35,8 @@ from ..plan.launch_grid import MAX_GRID_YZ
 from ..plan.smem import program_fits
 from ..plan.staging import kmajor_copies, stage_inputs
 from ..plan.split_work import idle_split_slices
-from .args import (call_key, check_given_out, merge_named, normalise_out, overlap, plain_numbers, signature_key_for,
-                   spec_key)
+from .args import (call_key, check_given_out, merge_named, normalise_out, overlap, plain_numbers, refuse_transforms,
+                   signature_key_for, spec_key, transforms_active)
 
 __all__ = ["Kernel", "backend_for", "cache_dir", "fast_path_ok"]
 
@@ -371,6 +371,8 @@ class Kernel:
         kernels. Raises :class:`ShapeError` for missing, repeated or unknown arguments."""
         if named:
             args = merge_named(self.algorithm, args, named)
+        if transforms_active():
+            refuse_transforms(self.algorithm.name, args)
         if out is not None:
             out = normalise_out(self.algorithm, out)
         key, grad = self._key(args)

@@ -24,6 +24,7 @@ from .npcompat import install as install_numpy_shim
 __all__ = ["descriptor", "ensure_allocator", "hooks_off", "launch", "load_module", "quiet_interpreter"]
 
 _lock = threading.Lock()
+_interpreter_lock = threading.RLock()
 _module_cache: dict[tuple[str, bool], Any] = {}
 _QUIET: list[bool] = []
 
@@ -142,8 +143,8 @@ def launch(fn, programs: int | tuple[int, ...], args: Sequence[Any], consts: dic
     grid = tuple(programs) if isinstance(programs, tuple) else (programs,)
     if interpret:   # lanes that masks discard compute 0/0 or -inf - -inf in numpy: no warning for those
         import numpy as np   # (errstate is context-local in numpy 2: other threads keep their own)
-        try:
-            with np.errstate(all="ignore"):
+        try:   # (one interpreted launch at a time: Triton's interpreter patches module state while it runs)
+            with _interpreter_lock, np.errstate(all="ignore"):
                 return fn[grid](*args, **consts, num_warps=num_warps, num_stages=num_stages, **opts)
         except BaseException:   # stopped partway (an error, Ctrl-C): arrival counters may be left counting
             reset_counters("cpu")

@@ -18,35 +18,47 @@ Python (the general path, which then registers a variant for it); so does a back
 ``create_graph=True``, which is refused there.
 
 Native steps are on by default (``DTRITON_NATIVE_STEPS=0`` or :func:`set_enabled` turn them off;
-``compile_autograd(native=...)`` decides per kernel). The first native step builds the extension
-(about 30 s, once: torch caches it under ``TORCH_EXTENSIONS_DIR``, by default
-``~/.cache/torch_extensions``), which needs a C++ compiler and ninja; where the build fails, one
-warning says why and every step keeps the Python node. Results are the Python node's, bit for bit
-(the same kernels on the same addresses' layouts); only the host's work per step differs.
+``compile_autograd(native=...)`` decides per kernel). The first step that could be native starts
+building the extension on a background thread (about 30 s, once per machine and torch version:
+torch caches it under ``TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``); steps
+keep the Python node until it is loaded, then become native at their next backward. It needs a C++
+compiler and ninja; where the build fails, one warning says why and every step keeps the Python
+node. Results are the Python node's, bit for bit (the same kernels on the same addresses' layouts);
+only the host's work per step differs. Forward-mode AD inputs and compiled autograd keep the Python
+node; a native step keeps its kernels (and the registered plans) for the life of the process.
 """
 
 from __future__ import annotations
 
 import functools
+import operator
 import os
+import re
 import struct
+import threading
 import warnings
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from .counters import counter_address
+from .counters import counter_memory
 from .fast import C_ENTRY_MIDDLE, FastLauncher
 
-__all__ = ["enabled", "set_enabled", "module", "launcher_plan", "register", "add_backward", "forward", "caller"]
+__all__ = ["enabled", "set_enabled", "ready", "module", "extension_name", "launcher_plan", "register", "add_backward",
+           "forward", "caller"]
 
 #: ``struct`` formats of Triton's scalar parameter types (floats are packed from Python floats)
 _SCALAR = {"i1": "b", "i8": "b", "i16": "h", "i32": "i", "i64": "q", "u1": "B", "u8": "B", "u16": "H", "u32": "I",
            "u64": "Q", "fp16": "e", "fp32": "f", "f32": "f", "fp64": "d"}
 
-_state: dict[str, Any] = {"enabled": os.environ.get("DTRITON_NATIVE_STEPS", "1") != "0", "module": None,
-                          "failed": None}
+def _env_flag() -> bool:
+    """``DTRITON_NATIVE_STEPS``: unset or anything else on; ``0``, ``false``, ``off``, ``no`` off."""
+    return os.environ.get("DTRITON_NATIVE_STEPS", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+_state: dict[str, Any] = {"enabled": _env_flag(), "module": None, "failed": None, "building": None}
+_lock = threading.Lock()
 
 
 def enabled() -> bool:
@@ -57,26 +69,59 @@ def enabled() -> bool:
 
 def set_enabled(flag: bool = True) -> None:
     """Turn native steps on or off for the differentiable kernels that leave it open (process-wide;
-    ``DTRITON_NATIVE_STEPS=0`` turns them off at import). Steps already native stay so."""
+    ``DTRITON_NATIVE_STEPS=0`` turns them off at import). Their later calls follow it, steps already
+    native included."""
     _state["enabled"] = bool(flag)
 
 
+def extension_name() -> str:
+    """The extension's name: one per torch version (torch's cache keys a build by name and source,
+    not by the torch it was built against)."""
+    return "dtriton_native_step_" + re.sub(r"[^0-9A-Za-z]+", "_", torch.__version__).strip("_")
+
+
+def _build() -> None:
+    """Build (or load the cached build of) the extension; on failure, warn once (the compiler's last
+    lines) and leave :func:`ready` False for the process."""
+    try:
+        from torch.utils.cpp_extension import load
+        import triton
+        inc = Path(triton.__file__).parent / "backends" / "nvidia" / "include"
+        src = Path(__file__).with_name("native_step.cpp")
+        _state["module"] = load(name=extension_name(), sources=[str(src)], extra_include_paths=[str(inc)],
+                                extra_cflags=["-O2"], extra_ldflags=["-ldl"], verbose=False)
+    except Exception as e:   # a compiler, ninja or header missing: keep the Python node
+        text = f"{type(e).__name__}: {e}"
+        _state["failed"] = text
+        tail = "\n".join(text.strip().splitlines()[-6:])
+        warnings.warn(f"dtriton: native steps are off, their C++ extension did not build; differentiable kernels "
+                      f"keep the Python autograd node (DTRITON_NATIVE_STEPS=0 skips the build). Last lines:\n{tail}",
+                      RuntimeWarning, stacklevel=2)
+
+
+def ready(wait: bool = False) -> bool:
+    """Whether the extension is loaded. The first call starts building it on a background thread
+    (about 30 s, once per machine and torch version; later processes load torch's cached build), so
+    a training step never waits for the compiler: steps keep the Python node until it is ready.
+    ``wait``: build (or wait for the build) on this thread instead."""
+    if _state["module"] is not None:
+        return True
+    if _state["failed"] is not None:
+        return False
+    with _lock:
+        t = _state["building"]
+        if t is None:
+            t = _state["building"] = threading.Thread(target=_build, name="dtriton-native-build", daemon=True)
+            t.start()
+    if wait:
+        t.join()
+    return _state["module"] is not None
+
+
 def module():
-    """The built extension (building it on first call), or None when the build failed (warned
-    once; no step becomes native from then on)."""
-    if _state["module"] is None and _state["failed"] is None:
-        try:
-            from torch.utils.cpp_extension import load
-            import triton
-            inc = Path(triton.__file__).parent / "backends" / "nvidia" / "include"
-            src = Path(__file__).with_name("native_step.cpp")
-            _state["module"] = load(name="dtriton_native_step", sources=[str(src)], extra_include_paths=[str(inc)],
-                                    extra_cflags=["-O2"], extra_ldflags=["-ldl"], verbose=False)
-        except Exception as e:   # a compiler, ninja or header missing: keep the Python node
-            _state["failed"] = f"{type(e).__name__}: {e}"
-            warnings.warn(f"dtriton: native steps are off, their C++ extension did not build; differentiable "
-                          f"kernels keep the Python autograd node (set DTRITON_NATIVE_STEPS=0 to skip the "
-                          f"build): {_state['failed'][:400]}", RuntimeWarning, stacklevel=2)
+    """The built extension (building it, and waiting for it, on first call), or None when the build
+    failed (warned once; no step becomes native from then on)."""
+    ready(wait=True)
     return _state["module"]
 
 
@@ -120,49 +165,72 @@ def _kernel_plan(call, types) -> dict | None:
             "offsets": offsets, "ptrs": ptrs}
 
 
-def launcher_plan(fl) -> dict | None:
+def launcher_plan(fl, arg_index: Callable[[int], int | None] | None = None) -> dict | None:
     """The native plan of fast launcher ``fl`` (see the module), or None where a kernel of it
-    cannot run natively or it allocates other than ``torch.empty``/``torch.zeros``."""
+    cannot run natively or it allocates other than ``torch.empty``/``torch.zeros``.
+    ``arg_index``: the position among the native call's tensors of the launcher's argument at a
+    position (None: not a tensor there, no plan); default: the same position."""
     if not isinstance(fl, FastLauncher) or fl.desc_slots or len(fl.param_types) != len(fl.calls):
+        return None
+    reads = [p if arg_index is None else arg_index(p) for p in fl.arg_reads]
+    if any(r is None for r in reads):
         return None
     kernels = [_kernel_plan(c, t) for c, t in zip(fl.calls, fl.param_types)]
     if any(k is None for k in kernels) or any(a not in (torch.empty, torch.zeros) for a, _, _ in fl.separate):
         return None
-    stream = address = 0
-    if fl.counter_numel:   # the arrival counters of the stream current now (another stream: the Python path)
-        stream = fl.get_stream(fl.dev_index)
-        address = counter_address(fl.device, fl.counter_numel, stream)
+    stream, counters = 0, None
+    if fl.counter_numel:   # the arrival counters of the stream current now (another stream: the Python path);
+        stream = fl.get_stream(fl.dev_index)   # the plan holds the tensor (the pool may later replace it)
+        counters = counter_memory(fl.device, fl.counter_numel, stream)
     allocs = [(list(shape), torch.empty(0, dtype=dt, device=fl.device), a is torch.zeros)
               for a, shape, dt in fl.separate]
-    return {"device": fl.dev_index, "arg_reads": list(fl.arg_reads), "allocs": allocs, "kernels": kernels,
-            "returns": list(fl.returns), "counter_stream": int(stream), "counter_address": int(address)}
+    return {"device": fl.dev_index, "arg_reads": reads, "allocs": allocs, "kernels": kernels,
+            "returns": list(fl.returns), "counter_stream": int(stream), "counters": counters}
 
 
-def register(name: str, fl, n_out: int, save: list[int], fallback: Callable) -> int | None:
+def _tensor_index(tensor_pos: tuple[int, ...] | None, n_params: int = 0) -> Callable[[int], int | None] | None:
+    """Argument position -> position among the tensors the native node takes, for a call whose
+    tensors are at ``tensor_pos`` (None: every argument is one); positions from ``n_params`` on (a
+    backward launcher's gradients and saved values, after the forward's arguments) shift down by
+    the non-tensor parameters."""
+    if tensor_pos is None:
+        return None
+    index = {p: i for i, p in enumerate(tensor_pos)}
+    shift = n_params - len(tensor_pos)
+    return lambda p: index.get(p) if p < n_params or not n_params else p - shift
+
+
+def register(name: str, fl, n_out: int, save: list[int], fallback: Callable,
+             tensor_pos: tuple[int, ...] | None = None) -> int | None:
     """Register a forward step: its launcher ``fl`` (returning the outputs, then what the backward
     reads), the ``n_out`` outputs returned, the indices of the launcher's returns ``save``d for
     the backward (after the inputs), and ``fallback(inputs, saved, grads, needs)`` computing the
-    gradients on the Python path. Returns the step's id, or None (no plan, no extension)."""
-    plan = launcher_plan(fl)
-    mod = module() if plan is not None else None
-    if mod is None:
+    gradients on the Python path. ``tensor_pos``: the positions of the tensor arguments, which are
+    all the native call takes (None: every argument is a tensor). Returns the step's id, or None
+    (no plan, no extension)."""
+    plan = launcher_plan(fl, _tensor_index(tensor_pos))
+    if plan is None or not ready():
         return None
-    return mod.register_step(name, plan, n_out, save, fallback)
+    return _state["module"].register_step(name, plan, n_out, save, fallback)
 
 
-def add_backward(step_id: int, needs: list[bool], grads: list, fl, pick: list[int],
-                 zeros: dict[int, torch.Tensor] | None = None) -> bool:
+def add_backward(step_id: int, needs: list[bool], grads: list, launchers: list, pick: list[tuple[int, int]],
+                 zeros: dict[int, torch.Tensor] | None = None, tensor_pos: tuple[int, ...] | None = None,
+                 n_params: int = 0) -> bool:
     """Add a backward variant to step ``step_id``: for inputs needing gradients ``needs`` and
     incoming gradients laid out as ``grads`` (per output ``(strides, 16-byte aligned)``, or None:
-    it receives none), run launcher ``fl`` on ``(*inputs, *gradients, *saved)`` and return its
-    ``pick[i]``-th result as input ``i``'s gradient (-1: none). ``zeros``: output index -> the
-    read-only zero tensor the launcher reads as that output's absent gradient. False when ``fl``
-    cannot run natively."""
-    plan = launcher_plan(fl)
-    if plan is None:
+    it receives none), run ``launchers`` in order, each on ``(*inputs, *gradients, *saved)``, and
+    return result ``pick[i] = (launcher, index)`` as input ``i``'s gradient (``(-1, -1)``: none).
+    ``zeros``: output index -> the read-only zero tensor the launchers read as that output's absent
+    gradient. ``needs`` and ``pick`` are per tensor argument; ``tensor_pos`` and ``n_params`` (the
+    forward's parameters) place the launchers' arguments among the node's tensors (see
+    :func:`register`). False when a launcher cannot run natively."""
+    index = _tensor_index(tensor_pos, n_params)
+    plans = [launcher_plan(fl, index) for fl in launchers]
+    if any(p is None for p in plans):
         return False
     subs = [(int(k), t) for k, t in (zeros or {}).items()]
-    module().add_backward(step_id, needs, grads, plan, pick, subs)
+    _state["module"].add_backward(step_id, needs, grads, plans, [list(p) for p in pick], subs)
     return True
 
 
@@ -172,6 +240,13 @@ def forward(step_id: int, args) -> Any:
     return _state["module"].forward(step_id, args)
 
 
-def caller(step_id: int) -> Callable:
-    """``call(args)``: :func:`forward` of step ``step_id`` with no Python frame in between."""
-    return functools.partial(_state["module"].forward, step_id)
+def caller(step_id: int, tensor_pos: tuple[int, ...] | None = None) -> Callable:
+    """``call(args)``: :func:`forward` of step ``step_id`` on the call's arguments (its tensors, at
+    ``tensor_pos``, when some are not; else with no Python frame in between)."""
+    run = functools.partial(_state["module"].forward, step_id)
+    if tensor_pos is None:
+        return run
+    pick = operator.itemgetter(*tensor_pos)
+    if len(tensor_pos) == 1:
+        return lambda args: run((pick(args),))
+    return lambda args: run(pick(args))

@@ -37,11 +37,17 @@ namespace {
 // -- the CUDA driver, opened at the first launch (the module loads without a GPU) -------------
 typedef CUresult (*LaunchEx)(const CUlaunchConfig*, CUfunction, void**, void**);
 typedef CUresult (*CtxGetCurrent)(CUcontext*);
+typedef CUresult (*CtxSetCurrent)(CUcontext);
+typedef CUresult (*DeviceGet)(CUdevice*, int);
+typedef CUresult (*PrimaryCtxRetain)(CUcontext*, CUdevice);
 typedef CUresult (*ErrorString)(CUresult, const char**);
 
 struct Driver {
   LaunchEx launch = nullptr;
   CtxGetCurrent ctx_current = nullptr;
+  CtxSetCurrent ctx_set_current = nullptr;
+  DeviceGet device_get = nullptr;
+  PrimaryCtxRetain primary_ctx_retain = nullptr;
   ErrorString error_string = nullptr;
 };
 
@@ -52,9 +58,12 @@ const Driver& driver() {
     TORCH_CHECK(h != nullptr, "dtriton native step: cannot open libcuda.so.1 (", dlerror(), ")");
     r.launch = reinterpret_cast<LaunchEx>(dlsym(h, "cuLaunchKernelEx"));
     r.ctx_current = reinterpret_cast<CtxGetCurrent>(dlsym(h, "cuCtxGetCurrent"));
+    r.ctx_set_current = reinterpret_cast<CtxSetCurrent>(dlsym(h, "cuCtxSetCurrent"));
+    r.device_get = reinterpret_cast<DeviceGet>(dlsym(h, "cuDeviceGet"));
+    r.primary_ctx_retain = reinterpret_cast<PrimaryCtxRetain>(dlsym(h, "cuDevicePrimaryCtxRetain"));
     r.error_string = reinterpret_cast<ErrorString>(dlsym(h, "cuGetErrorString"));
-    TORCH_CHECK(r.launch && r.ctx_current && r.error_string,
-                "dtriton native step: libcuda.so.1 lacks cuLaunchKernelEx, cuCtxGetCurrent or cuGetErrorString");
+    TORCH_CHECK(r.launch && r.ctx_current && r.ctx_set_current && r.device_get && r.primary_ctx_retain &&
+                r.error_string, "dtriton native step: libcuda.so.1 lacks a driver entry point it needs");
     return r;
   }();
   return d;
@@ -85,8 +94,8 @@ struct Launcher {
   std::vector<Alloc> allocs;
   std::vector<Kernel> kernels;
   std::vector<int64_t> returns;           // allocation indices, in the order returned
-  uint64_t counter_stream = 0;            // the stream whose counter memory `counter_address` is
-  uint64_t counter_address = 0;           // 0: the plan reads no arrival counters
+  uint64_t counter_stream = 0;            // the stream whose arrival counters `counters` are
+  at::Tensor counters;                    // undefined: the plan reads none (held: the pool may replace it)
 };
 
 // the stream a launch on `device` goes to now (the caller's current stream)
@@ -103,7 +112,7 @@ void launch(const Kernel& k, const std::vector<uint64_t>& addr, CUstream stream)
   }
   std::vector<void*> params(k.offsets.size());
   for (size_t i = 0; i < params.size(); ++i) params[i] = arena.data() + k.offsets[i];
-  CUlaunchAttribute attrs[3];
+  CUlaunchAttribute attrs[4];
   unsigned n_attrs = 0;
   if (k.pdl) {
     attrs[n_attrs].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
@@ -118,6 +127,8 @@ void launch(const Kernel& k, const std::vector<uint64_t>& addr, CUstream stream)
     attrs[n_attrs].value.clusterDim.x = k.ctas;
     attrs[n_attrs].value.clusterDim.y = 1;
     attrs[n_attrs++].value.clusterDim.z = 1;
+    attrs[n_attrs].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE;
+    attrs[n_attrs++].value.clusterSchedulingPolicyPreference = CU_CLUSTER_SCHEDULING_POLICY_SPREAD;
   }
   CUlaunchConfig config;
   std::memset(&config, 0, sizeof(config));
@@ -140,16 +151,27 @@ void launch(const Kernel& k, const std::vector<uint64_t>& addr, CUstream stream)
   }
 }
 
+// A thread on which nothing has used CUDA yet may have no current context (torch binds one lazily):
+// make the device's primary context current, as Triton's launcher does
+void ensure_context(const c10::Device& device) {
+  const Driver& d = driver();
+  CUcontext ctx = nullptr;
+  d.ctx_current(&ctx);
+  if (ctx != nullptr) return;
+  CUdevice dev = 0;
+  TORCH_CHECK(d.device_get(&dev, device.index()) == CUDA_SUCCESS &&
+              d.primary_ctx_retain(&ctx, dev) == CUDA_SUCCESS && d.ctx_set_current(ctx) == CUDA_SUCCESS,
+              "dtriton native step: cannot make the primary CUDA context of device ", device.index(), " current");
+}
+
 // Run every kernel of `L` on `in`; returns the plan's returned allocations, or nothing (an empty
 // vector and `ok` false) when the current stream is not the one whose arrival counters it reads.
 std::vector<at::Tensor> run_launcher(const Launcher& L, const std::vector<at::Tensor>& in, bool& ok) {
   c10::DeviceGuard guard(L.device);
   uint64_t stream = current_stream(L.device);
-  ok = L.counter_address == 0 || stream == L.counter_stream;
+  ok = !L.counters.defined() || stream == L.counter_stream;
   if (!ok) return {};
-  CUcontext ctx = nullptr;
-  driver().ctx_current(&ctx);
-  TORCH_CHECK(ctx != nullptr, "dtriton native step: no current CUDA context on this thread");
+  ensure_context(L.device);
   std::vector<uint64_t> addr;
   addr.reserve(L.arg_reads.size() + L.allocs.size() + 1);
   for (int64_t p : L.arg_reads) addr.push_back(reinterpret_cast<uint64_t>(in[p].data_ptr()));
@@ -159,7 +181,7 @@ std::vector<at::Tensor> run_launcher(const Launcher& L, const std::vector<at::Te
     fresh.push_back(a.zero ? at::zeros(a.shape, a.options) : at::empty(a.shape, a.options));
     addr.push_back(reinterpret_cast<uint64_t>(fresh.back().data_ptr()));
   }
-  if (L.counter_address != 0) addr.push_back(L.counter_address);
+  if (L.counters.defined()) addr.push_back(reinterpret_cast<uint64_t>(L.counters.data_ptr()));
   for (const Kernel& k : L.kernels) launch(k, addr, reinterpret_cast<CUstream>(stream));
   std::vector<at::Tensor> out;
   out.reserve(L.returns.size());
@@ -176,8 +198,8 @@ struct GradKey {
 struct BackwardVariant {
   std::vector<bool> needs;                // per forward input: whether it needs a gradient
   std::vector<GradKey> grads;             // per output: the incoming gradient's layout
-  Launcher launcher;                      // runs on (*inputs, *gradients, *saved)
-  std::vector<int64_t> pick;              // per forward input: index among the launcher's returns, or -1
+  std::vector<Launcher> launchers;        // run in order, each on (*inputs, *gradients, *saved)
+  std::vector<std::array<int64_t, 2>> pick;  // per forward input: (launcher, index among its returns), or -1s
   std::vector<std::pair<int64_t, at::Tensor>> zeros;  // (output, the zero the launcher reads as its absent gradient)
 };
 
@@ -263,12 +285,15 @@ struct StepBackward : public Node {
         bargs.insert(bargs.end(), grads.begin(), grads.end());
         for (const auto& z : v.zeros) bargs[ins.size() + z.first] = z.second;
         bargs.insert(bargs.end(), st.begin(), st.end());
-        bool ok = false;
-        std::vector<at::Tensor> vals = run_launcher(v.launcher, bargs, ok);
+        bool ok = true;
+        for (const Launcher& L : v.launchers)   // arrival counters of another stream: the Python path
+          ok = ok && (!L.counters.defined() || current_stream(L.device) == L.counter_stream);
         if (!ok) break;
+        std::vector<std::vector<at::Tensor>> vals;
+        for (const Launcher& L : v.launchers) vals.push_back(run_launcher(L, bargs, ok));
         variable_list res(v.pick.size());
         for (size_t i = 0; i < v.pick.size(); ++i)
-          if (v.pick[i] >= 0) res[i] = vals[v.pick[i]];
+          if (v.pick[i][0] >= 0) res[i] = vals[v.pick[i][0]][v.pick[i][1]];
         return res;
       }
     }
@@ -285,7 +310,9 @@ struct StepBackward : public Node {
       return res;
     } catch (py::error_already_set& e) {
       e.restore();
-      throw python_error();
+      python_error err;   // (fetched now: the thread's Python error state is not kept past this frame)
+      err.persist();
+      throw err;
     }
   }
 };
@@ -334,8 +361,23 @@ Launcher launcher_of(const py::dict& d) {
   }
   L.returns = d["returns"].cast<std::vector<int64_t>>();
   L.counter_stream = d["counter_stream"].cast<uint64_t>();
-  L.counter_address = d["counter_address"].cast<uint64_t>();
+  if (!d["counters"].is_none()) L.counters = d["counters"].cast<at::Tensor>();
+  // the indices Python computed, checked once here rather than per call
+  const int64_t n_addr = static_cast<int64_t>(L.arg_reads.size() + L.allocs.size()) + (L.counters.defined() ? 1 : 0);
+  for (const Kernel& k : L.kernels)
+    for (const auto& p : k.ptrs)
+      TORCH_CHECK(p[0] >= 0 && p[0] < static_cast<int64_t>(k.offsets.size()) && p[1] >= 0 && p[1] < n_addr,
+                  "dtriton native step: a pointer parameter's slot is out of range");
+  for (int64_t r : L.returns)
+    TORCH_CHECK(r >= 0 && r < static_cast<int64_t>(L.allocs.size()), "dtriton native step: a return is out of range");
+  for (int64_t a : L.arg_reads) TORCH_CHECK(a >= 0, "dtriton native step: a negative argument position");
   return L;
+}
+
+int64_t max_read(const Launcher& L) {
+  int64_t m = -1;
+  for (int64_t a : L.arg_reads) m = std::max(m, a);
+  return m;
 }
 
 int64_t register_step(const std::string& name, const py::dict& forward, int64_t n_out, std::vector<int64_t> save,
@@ -351,8 +393,8 @@ int64_t register_step(const std::string& name, const py::dict& forward, int64_t 
   return static_cast<int64_t>(registry().size()) - 1;
 }
 
-void add_backward(int64_t id, std::vector<bool> needs, const py::list& grads, const py::dict& launcher,
-                  std::vector<int64_t> pick, std::vector<std::pair<int64_t, at::Tensor>> zeros) {
+void add_backward(int64_t id, std::vector<bool> needs, const py::list& grads, const py::list& launchers,
+                  const std::vector<std::vector<int64_t>>& pick, std::vector<std::pair<int64_t, at::Tensor>> zeros) {
   BackwardVariant v;
   v.zeros = std::move(zeros);
   v.needs = std::move(needs);
@@ -366,9 +408,18 @@ void add_backward(int64_t id, std::vector<bool> needs, const py::list& grads, co
     }
     v.grads.push_back(std::move(k));
   }
-  v.launcher = launcher_of(launcher);
-  v.pick = std::move(pick);
+  for (auto l : launchers) v.launchers.push_back(launcher_of(l.cast<py::dict>()));
+  TORCH_CHECK(!v.launchers.empty(), "dtriton native step: a backward variant without launchers");
+  for (const auto& p : pick) {
+    TORCH_CHECK(p.size() == 2, "dtriton native step: a pick is (launcher, index)");
+    TORCH_CHECK(p[0] < 0 || (p[0] < static_cast<int64_t>(v.launchers.size()) &&
+                             p[1] >= 0 && p[1] < static_cast<int64_t>(v.launchers[p[0]].returns.size())),
+                "dtriton native step: a pick is out of range");
+    v.pick.push_back({p[0], p[1]});
+  }
   auto s = step_of(id);
+  for (const auto& z : v.zeros)
+    TORCH_CHECK(z.first >= 0 && z.first < static_cast<int64_t>(v.grads.size()), "dtriton native step: a zero's output is out of range");
   std::lock_guard<std::mutex> lock(registry_mutex);
   auto grown = std::make_shared<std::vector<BackwardVariant>>(*std::atomic_load(&s->backwards));
   grown->push_back(std::move(v));
@@ -378,6 +429,10 @@ void add_backward(int64_t id, std::vector<bool> needs, const py::list& grads, co
 // The forward: outputs (one tensor, or a tuple), or None when the plan cannot run on this stream.
 py::object forward(int64_t id, const std::vector<at::Tensor>& inputs) {
   auto s = step_of(id);
+  TORCH_CHECK(max_read(s->forward) < static_cast<int64_t>(inputs.size()), "dtriton native step ", s->name,
+              ": called with ", inputs.size(), " tensors, fewer than its plan reads");
+  for (const auto& t : inputs)   // forward-mode AD: the Python node (which refuses it)
+    if (torch::autograd::isFwGradDefined(t)) return py::none();
   bool ok = false;
   std::vector<at::Tensor> res;
   {
