@@ -108,8 +108,11 @@ def check_case(name, alg, ref, make, grad_idx, dev, used=None):
     yq, gq = step(py, base, grad_idx, gs)   # the Python node again: are its kernels deterministic (no atomics)?
     ins = _leaves(base, grad_idx)
     node = _tuple(nat(*ins))[0].grad_fn
-    native = node is not None and node.name() == "DtritonStepBackward"
-    report(f"{name}: native node", native or dev == "cpu", f"(grad_fn {node.name() if node else None})")
+    label = None if node is None else (type(node).__name__ if hasattr(type(node), "apply") else node.name())
+    native = label == "DtritonStepBackward"
+    steps = [s for s in getattr(nat, "_steps", {}).values() if s]
+    why = f", step.native {[s.native for s in steps]}" if not native else ""
+    report(f"{name}: native node", native or dev == "cpu", f"(grad_fn {label}{why})")
     def equal(a, b):
         return all(torch.equal(x, y) for x, y in zip(a, b))
 
