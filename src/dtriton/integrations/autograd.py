@@ -289,6 +289,8 @@ class DifferentiableKernel:
         self._steps: dict[tuple, ForwardStep | bool] = {}
         self._size_pos = tuple(self.algorithm.size_args.values())   # int arguments that size axes
         self._req_pos = self.algorithm.requires_pos   # scalar arguments its constraints name
+        #: the positions of the non-tensor arguments that are part of the call key (a step's constants)
+        self.keyed_pos = (*self._size_pos, *self._req_pos)
         self._printed_key = signature_key_for(self.algorithm).printed   # signature_key, printed for the parameters
 
     def __repr__(self):

@@ -38,7 +38,7 @@ from ..backends.triton import native
 from ..runtime.kernel import fast_path_ok
 
 __all__ = ["ENTER_STEP", "BackwardStep", "zero_gradient", "ForwardStep", "StepFunction", "apply_step", "functorch_active",
-           "refuse_double_backward", "learn_backward", "adopt_native", "native_fallback"]
+           "refuse_double_backward", "gradient_key", "learn_backward", "adopt_native", "native_fallback"]
 
 
 def refuse_double_backward(name: str) -> None:
@@ -243,11 +243,11 @@ class StepFunction(torch.autograd.Function):
         st = ctx.saved_tensors
         nt = len(st) - step.n_saved
         args = st[:nt] if step.tensor_pos is None else step.args_of(st[:nt], ctx.scalars)
-        if len(grads) == 1 and grads[0] is not None:
+        if len(grads) == 1 and grads[0] is not None:   # (gradient_key's common case, inlined)
             g = grads[0]
             key = (ctx.needs_input_grad, (g.stride(), g.data_ptr() % 16 == 0))
         else:
-            key = (ctx.needs_input_grad, *[None if g is None else (g.stride(), g.data_ptr() % 16 == 0) for g in grads])
+            key = gradient_key(ctx.needs_input_grad, grads)
         bstep = step.backward_steps.get(key)
         if bstep is not None and fast_path_ok():
             if step.native == -1 and step.owner.native is not False:   # the extension was not ready yet
@@ -259,6 +259,12 @@ class StepFunction(torch.autograd.Function):
                 return direct[2]((vals, None) if direct[1] else (*vals, None))
             return bstep(args, grads, st[nt:])
         return learn_backward(step, key, args, grads, st[nt:], ctx.needs_input_grad)
+
+
+def gradient_key(needs_input_grad: tuple, grads: Sequence[torch.Tensor | None]) -> tuple:
+    """The key of a :class:`BackwardStep`: which parameters need a gradient, and per output its
+    incoming gradient's strides and 16-byte alignment (None: it receives none)."""
+    return (needs_input_grad, *[None if g is None else (g.stride(), g.data_ptr() % 16 == 0) for g in grads])
 
 
 def learn_backward(step: ForwardStep, key: tuple, args: tuple, grads: Sequence[torch.Tensor | None],
@@ -312,7 +318,7 @@ def _adopt(step: ForwardStep, key: tuple, bstep: BackwardStep, needs: Sequence[b
     if step.native == -1:
         if not native.ready():
             return   # (building: a later backward of this step adopts it)
-        keyed = set(step.owner._size_pos) | set(step.owner._req_pos)
+        keyed = set(step.owner.keyed_pos)
         if tpos is not None and not set(range(len(args))) - set(tpos) <= keyed:
             step.native = -2   # (a scalar passed per call: the Python node passes it on)
             return
@@ -335,7 +341,7 @@ def _adopt(step: ForwardStep, key: tuple, bstep: BackwardStep, needs: Sequence[b
     where = [(-1, -1)] * (bstep.n_params if tpos is None else len(tpos))
     for pos, li, oi in picks:
         where[index[pos]] = (li, oi)
-    keys = [None if g is None else (list(g.stride()), g.data_ptr() % 16 == 0) for g in grads]
+    keys = [None if k is None else (list(k[0]), k[1]) for k in key[1:]]   # (the layouts gradient_key holds)
     tneeds = list(needs) if tpos is None else [needs[p] for p in tpos]
     if native.add_backward(step.native, tneeds, keys, [launch for launch, _, _ in bstep.launches], where,
                            dict(bstep.zeros), tensor_pos=tpos, n_params=bstep.n_params):
@@ -360,9 +366,7 @@ def native_fallback(step: ForwardStep, scalars: list | None = None) -> Callable:
                 per_param[p] = needs[k]
             needs = per_param
         needs_input_grad = (False, *needs)
-        key = (needs_input_grad, *[None if g is None else (g.stride(), g.data_ptr() % 16 == 0) for g in grads])
-        if len(grads) == 1 and grads[0] is not None:
-            key = (needs_input_grad, key[1])
+        key = gradient_key(needs_input_grad, grads)
         bstep = step.backward_steps.get(key)
         if bstep is not None and fast_path_ok():
             adopt_native(step, key, bstep, needs_input_grad[1:], grads, args)   # (a key learned before the step was native)
