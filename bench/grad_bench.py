@@ -18,7 +18,7 @@ in each case whose backward algorithms ``JSON`` names: its backward kernels take
 captured by ``torch.cuda.make_graphed_callables`` on the step's inputs (see ``DifferentiableKernel``).
 ``--given-grad``: the step hands each output a fixed gradient in its dtype instead of the loss (so the step
 is the forward and the backward alone). ``--graph-step``: every row's whole step is also captured in one
-CUDA graph and replayed (its GPU time, no host launch path). ``--rounds N``: every row timed N times,
+CUDA graph and replayed (its GPU time, no host launch path). ``--floor`` (with ``--given-grad``): a row timing the autograd floor (see ``_floor_row``). ``--rounds N``: every row timed N times,
 the implementations in turn, the median reported (and each round printed).
 """
 import argparse
@@ -113,7 +113,25 @@ class CudaGraphed:
         return torch.cuda.make_graphed_callables(self.dk, tuple(ins))
 
 
-def run_case(name, fns, make_inputs, grad_idx, rows, given_grad=False, graph_step=False):
+def _floor_row(name, X, g, rows):
+    """The floor row of a case whose first output has its first input's shape and dtype: a step with
+    one C++ autograd node that launches nothing in its forward (``X.view_as(X)``) and whose backward
+    only copies the given gradient into ``X.grad`` (autograd's accumulation clones a gradient the
+    caller still holds): less GPU work than any implementation's step (which must at least read the
+    output gradient and write the input's) through the same autograd engine, timed alike. If eager's
+    time / 1.2 is below this row's, no implementation with autograd's structure reaches 1.2x eager on
+    this host. Its gradient is not the case's (not checked)."""
+    x = X.detach().clone().requires_grad_()
+
+    def step(x=x):
+        x.grad = None
+        torch.autograd.backward((x.view_as(x),), (g,))
+    rows.append(dict(case=name, impl="floor (1 node, bwd = grad copy)", max_grad_rel_err=None, kernels="0/1",
+                     note="not the case's gradient: the host and engine floor"))
+    return rows[-1], (lambda x=x: x.detach().view_as(x)), step, False
+
+
+def run_case(name, fns, make_inputs, grad_idx, rows, given_grad=False, graph_step=False, floor=False):
     base = make_inputs()
     ref_in = [t.detach().double().requires_grad_(k in grad_idx) if _floating(t) else t
               for k, t in enumerate(base)]
@@ -164,6 +182,8 @@ def run_case(name, fns, make_inputs, grad_idx, rows, given_grad=False, graph_ste
             rows.append(dict(case=name, impl=impl, fwd_ms=None, fwd_bwd_ms=None, max_grad_rel_err=None,
                              note=f"failed: {type(e).__name__}: {str(e)[:200]}"))
             print(rows[-1], flush=True)
+    if floor and given_grad and tuple(cast[0].shape) == tuple(base[0].shape) and cast[0].dtype == base[0].dtype:
+        timed.append(_floor_row(name, base[0], cast[0], rows))
     # every implementation timed once a round, in turn (the GPU's clocks and the host's state shared
     # alike); a row reports the median over the rounds
     runs = {id(r): {"fwd_ms": [], "fwd_bwd_ms": [], "graph_fwd_bwd_ms": []} for r, *_ in timed}
@@ -250,6 +270,10 @@ def main(argv=None):
     ap.add_argument("--native", action="store_true",
                     help="add a 'dtriton native' row (compile_autograd(native=True): steady-state steps as C++ "
                          "autograd nodes); the 'dtriton' row is then native=False")
+    ap.add_argument("--floor", action="store_true",
+                    help="with --given-grad: a 'floor' row in the cases whose output has the input's shape (one C++ "
+                         "autograd node, no forward kernel, a backward that copies the gradient: the host and "
+                         "engine floor of any implementation's step, timed alike)")
     ap.add_argument("--rounds", type=int, default=1,
                     help="time every implementation of a case this many times, in turn (a round each), and report "
                          "each row's median over the rounds (the first rows of a run otherwise meet an idle GPU)")
@@ -286,7 +310,7 @@ def main(argv=None):
             fns["dtriton explored"] = dt.compile_autograd(alg, backward_schedules=dt.Schedule.from_dict(explored[name]))
         if not dry and not a.no_compile:
             fns["torch.compile"] = torch.compile(eager)
-        run_case(label, fns, make, grad_idx, rows, given_grad=a.given_grad, graph_step=a.graph_step)
+        run_case(label, fns, make, grad_idx, rows, given_grad=a.given_grad, graph_step=a.graph_step, floor=a.floor)
     os.makedirs(a.out, exist_ok=True)
     meta = dict(gpu=torch.cuda.get_device_name() if not dry else "cpu (dry run)", torch=torch.__version__, triton=__import__("triton").__version__,
                 date=time.strftime("%Y-%m-%dT%H:%M:%S"))

@@ -111,7 +111,17 @@ def check_case(name, alg, ref, make, grad_idx, dev, used=None):
     label = None if node is None else (type(node).__name__ if hasattr(type(node), "apply") else node.name())
     native = label == "DtritonStepBackward"
     steps = [s for s in getattr(nat, "_steps", {}).values() if s]
-    why = f", step.native {[s.native for s in steps]}" if not native else ""
+    why = ""
+    if not native:   # why not: the step's state, and what its backward steps could hand the native node
+        made = getattr(nat, "_steps", {})
+        why = (f", {len(made)} call keys, {sum(1 for v in made.values() if not v)} without a step, step.native "
+               f"{[s.native for s in steps]}, native keys {[len(s.native_keys) for s in steps]}, why "
+               f"{[s.native_why for s in steps]}")
+        for s in steps:
+            for k, b in ((k, b) for k, b in s.backward_steps.items() if b is not None):
+                why += (f"; backward {k!r:.80}: picks {b.native_picks()}, zero params {b.zero_params}, out dtypes "
+                        f"{[getattr(l, 'out_dtypes', None) for l, _, _ in b.launches]}, "
+                        f"grad dtypes {[[d for _, _, d in p] for _, _, p in b.launches]}")
     report(f"{name}: native node", native or dev == "cpu", f"(grad_fn {label}{why})")
     def equal(a, b):
         return all(torch.equal(x, y) for x, y in zip(a, b))

@@ -72,11 +72,13 @@ def test_kernel_plan_refuses_what_it_cannot_carry_out(case):
         types = ("*fp32", "i32", "i32")
     else:
         types = ("*fp32", "nvTmaDesc")
-    assert native._kernel_plan((None, (1, 1, 1), mid, srcs, tail, extras), types) is None
+    why = native._kernel_plan((None, (1, 1, 1), mid, srcs, tail, extras), types)
+    assert isinstance(why, str) and why.startswith("a kernel"), why   # (the reason a step is not native)
 
 
-def test_launcher_plan_refuses_other_objects():
+def test_launcher_plan_refuses_other_objects_and_says_why():
     assert native.launcher_plan(lambda args: args) is None
+    assert native.refusal(lambda args: args) == "its launcher (function) is not a fast launcher"
 
 
 class Recorder:
@@ -269,7 +271,8 @@ def test_a_step_with_a_scalar_passed_per_call_keeps_the_python_node(interp_gpu, 
         ins = [t.clone().requires_grad_() for t in (Q, K, V)]
         dk(*ins, 0.35).sum().backward()
     assert rec.registered == []
-    assert next(s for s in dk._steps.values() if s).native == -2
+    step = next(s for s in dk._steps.values() if s)
+    assert step.native == -2 and "passed per call" in step.native_why
 
 
 @pytest.mark.parametrize("kernel_flag,global_flag,expect", [(False, True, 0), (None, False, 0), (True, False, 1),
@@ -364,3 +367,17 @@ def test_the_extension_compiles_against_this_torch(tmp_path, monkeypatch):
     mod = native.module()
     assert mod is not None, native._state["failed"]
     assert {"register_step", "add_backward", "forward"} <= set(dir(mod))
+
+
+def test_a_step_without_a_native_plan_says_why(interp_gpu, monkeypatch):  # noqa: F811
+    """The interpreter's stand-in kernels have no Triton signature: the real registration finds no
+    plan, and the step keeps the Python node with the reason (what bench/native_check prints)."""
+    monkeypatch.setattr(native, "ready", lambda wait=False: True)
+    g = torch.Generator().manual_seed(8)
+    X, w, b = torch.randn(3, 20, generator=g), torch.randn(20, generator=g), torch.randn(20, generator=g)
+    dk = dt.compile_autograd(layer_norm, native=True)
+    for _ in range(3):
+        _ln_step(dk, X, w, b, torch.randn(3, 20, generator=g))
+    step = next(s for s in dk._steps.values() if s)
+    assert step.native == -2
+    assert step.native_why.startswith("the forward: ") and step.native_why != "the forward: no extension", step.native_why

@@ -159,7 +159,7 @@ class ForwardStep:
     """
 
     __slots__ = ("owner", "runners", "launch", "n_out", "n_ret", "tensor_pos", "backward_steps", "name", "layout",
-                 "pick", "n_saved", "native", "native_call", "native_keys")
+                 "pick", "n_saved", "native", "native_call", "native_keys", "native_why")
 
     def __init__(self, owner, runners: list, launch: Callable, n_out: int, n_ret: int, is_tensor: Sequence[bool],
                  layout: tuple | None = None, pick: tuple[int, ...] | None = None):
@@ -182,6 +182,8 @@ class ForwardStep:
         self.native_call = None
         #: the gradient keys registered as native backward variants
         self.native_keys: set = set()
+        #: why the step or one of its backward variants keeps the Python node ("" while none is known)
+        self.native_why = ""
 
     def args_of(self, tensors: Sequence[torch.Tensor], scalars: Sequence[Any] | None) -> tuple:
         """The forward's arguments from its saved tensors and (when some parameters are not
@@ -307,6 +309,7 @@ def adopt_native(step: ForwardStep, key: tuple, bstep: BackwardStep, needs: Sequ
         _adopt(step, key, bstep, needs, grads, args)
     except Exception as e:   # (a value the plan cannot pack, a warning raised as an error): the Python node
         step.native = -2
+        step.native_why = f"its native plan failed ({type(e).__name__}: {e})"
         warnings.warn(f"dtriton: the step of {step.name!r} keeps the Python autograd node, its native plan "
                       f"failed ({type(e).__name__}: {e})", RuntimeWarning, stacklevel=3)
 
@@ -321,9 +324,11 @@ def _adopt(step: ForwardStep, key: tuple, bstep: BackwardStep, needs: Sequence[b
         keyed = set(step.owner.keyed_pos)
         if tpos is not None and not set(range(len(args))) - set(tpos) <= keyed:
             step.native = -2   # (a scalar passed per call: the Python node passes it on)
+            step.native_why = "a non-tensor argument is passed per call (not part of the call key)"
             return
         if not all(dt.is_floating_point for dt in getattr(step.launch, "out_dtypes", (torch.int32,))[:step.n_out]):
             step.native = -2   # (an integer output is not differentiable: the Python Function marks it so)
+            step.native_why = "an output is not floating point"
             return
         save = list(range(step.n_out, step.n_ret)) if step.pick is None else list(step.pick)
         scalars = None if tpos is None else [None if k in tpos else a for k, a in enumerate(args)]
@@ -331,11 +336,14 @@ def _adopt(step: ForwardStep, key: tuple, bstep: BackwardStep, needs: Sequence[b
                               tensor_pos=tpos)
         if sid is not None:
             step.native_call = native.caller(sid, tpos)
+        else:
+            step.native_why = f"the forward: {native.refusal(step.launch, tpos) or 'no extension'}"
         step.native = -2 if sid is None else sid
     if step.native < 0:
         return
     picks = bstep.native_picks()
     if picks is None:
+        step.native_why = "a backward variant: a gradient needs a dtype conversion or is a zero no output depends on"
         return
     index = list(range(bstep.n_params)) if tpos is None else {p: i for i, p in enumerate(tpos)}
     where = [(-1, -1)] * (bstep.n_params if tpos is None else len(tpos))
@@ -343,9 +351,13 @@ def _adopt(step: ForwardStep, key: tuple, bstep: BackwardStep, needs: Sequence[b
         where[index[pos]] = (li, oi)
     keys = [None if k is None else (list(k[0]), k[1]) for k in key[1:]]   # (the layouts gradient_key holds)
     tneeds = list(needs) if tpos is None else [needs[p] for p in tpos]
-    if native.add_backward(step.native, tneeds, keys, [launch for launch, _, _ in bstep.launches], where,
-                           dict(bstep.zeros), tensor_pos=tpos, n_params=bstep.n_params):
+    launchers = [launch for launch, _, _ in bstep.launches]
+    if native.add_backward(step.native, tneeds, keys, launchers, where, dict(bstep.zeros), tensor_pos=tpos,
+                           n_params=bstep.n_params):
         step.native_keys.add(key)
+    else:
+        why = next(filter(None, (native.refusal(fl, tpos, bstep.n_params) for fl in launchers)), "")
+        step.native_why = f"a backward variant: {why}"
 
 
 def native_fallback(step: ForwardStep, scalars: list | None = None) -> Callable:

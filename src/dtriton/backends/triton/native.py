@@ -45,7 +45,7 @@ import torch
 from .counters import counter_memory
 from .fast import C_ENTRY_MIDDLE, FastLauncher
 
-__all__ = ["enabled", "set_enabled", "ready", "module", "extension_name", "launcher_plan", "register", "add_backward",
+__all__ = ["enabled", "set_enabled", "ready", "module", "extension_name", "launcher_plan", "refusal", "register", "add_backward",
            "forward", "caller"]
 
 #: ``struct`` formats of Triton's scalar parameter types (floats are packed from Python floats)
@@ -125,13 +125,18 @@ def module():
     return _state["module"]
 
 
-def _kernel_plan(call, types) -> dict | None:
+def _kernel_plan(call, types) -> dict | str:
     """One kernel's plan from a fast launcher's call ``(entry, grid, middle, sources, tail,
-    extras)`` and its parameters' Triton types; None where it cannot be carried out natively (a
-    per-call scalar or descriptor, a launch needing scratch memory, a pointer among constants)."""
+    extras)`` and its parameters' Triton types; where it cannot be carried out natively, why (a
+    string: a per-call scalar or descriptor, a launch needing scratch memory, a pointer among
+    constants)."""
     fn, grid, mid, srcs, tail, extras = call
-    if types is None or extras or len(mid) != C_ENTRY_MIDDLE or len(srcs) + len(tail) != len(types):
-        return None
+    if types is None:
+        return "its Triton signature is unknown"
+    if extras:
+        return "a kernel takes per-call values (descriptors, scratch memory)"
+    if len(mid) != C_ENTRY_MIDDLE or len(srcs) + len(tail) != len(types):
+        return "a kernel's launch arguments do not match its signature"
     function, cooperative, pdl, _, _, meta = mid[:6]
     num_warps, num_ctas, shared = meta
     arena, offsets, ptrs = bytearray(), [], []
@@ -139,23 +144,23 @@ def _kernel_plan(call, types) -> dict | None:
         if ty == "constexpr":
             continue
         if not isinstance(ty, str):
-            return None   # (a tuple parameter)
+            return f"a kernel takes a tuple parameter ({ty})"
         arena += bytes(-len(arena) % 8)
         offsets.append(len(arena))
         if ty.startswith("*"):
             if j >= len(srcs):
-                return None
+                return "a kernel takes a pointer among its constants"
             ptrs.append((len(offsets) - 1, srcs[j][0], srcs[j][1]))
             arena += bytes(8)
         elif j < len(srcs):
-            return None
+            return f"a kernel takes a {ty} computed per call"
         elif ty == "bf16":
             arena += struct.pack("<I", struct.unpack("<I", struct.pack("<f", float(tail[j - len(srcs)])))[0])[2:]
         elif ty in _SCALAR:
             v = tail[j - len(srcs)]
             arena += struct.pack("<" + _SCALAR[ty], float(v) if ty.startswith("f") else int(v))
         else:
-            return None
+            return f"a kernel takes a parameter of type {ty}"
     for _ in range(2):   # global and profile scratch: none (a launch needing either is not native)
         arena += bytes(-len(arena) % 8)
         offsets.append(len(arena))
@@ -167,17 +172,38 @@ def _kernel_plan(call, types) -> dict | None:
 
 def launcher_plan(fl, arg_index: Callable[[int], int | None] | None = None) -> dict | None:
     """The native plan of fast launcher ``fl`` (see the module), or None where a kernel of it
-    cannot run natively or it allocates other than ``torch.empty``/``torch.zeros``.
-    ``arg_index``: the position among the native call's tensors of the launcher's argument at a
-    position (None: not a tensor there, no plan); default: the same position."""
-    if not isinstance(fl, FastLauncher) or fl.desc_slots or len(fl.param_types) != len(fl.calls):
-        return None
+    cannot run natively or it allocates other than ``torch.empty``/``torch.zeros`` (why:
+    :func:`refusal`). ``arg_index``: the position among the native call's tensors of the
+    launcher's argument at a position (None: not a tensor there, no plan); default: the same
+    position."""
+    plan = _plan_or_reason(fl, arg_index)
+    return plan if isinstance(plan, dict) else None
+
+
+def refusal(fl, tensor_pos: tuple[int, ...] | None = None, n_params: int = 0) -> str | None:
+    """Why :func:`register` (or :func:`add_backward`, given ``n_params``) gives fast launcher ``fl``
+    no plan (a sentence), or None when it has one (``tensor_pos`` and ``n_params`` as there)."""
+    plan = _plan_or_reason(fl, _tensor_index(tensor_pos, n_params))
+    return plan if isinstance(plan, str) else None
+
+
+def _plan_or_reason(fl, arg_index: Callable[[int], int | None] | None) -> dict | str:
+    """:func:`launcher_plan`'s plan, or why there is none."""
+    if not isinstance(fl, FastLauncher):
+        return f"its launcher ({type(fl).__name__}) is not a fast launcher"
+    if fl.desc_slots:
+        return "a kernel takes TMA descriptors made per call"
+    if len(fl.param_types) != len(fl.calls):
+        return "a kernel's Triton signature is unknown"
     reads = [p if arg_index is None else arg_index(p) for p in fl.arg_reads]
     if any(r is None for r in reads):
-        return None
+        return "a kernel reads a tensor that is not among the call's tensor arguments"
     kernels = [_kernel_plan(c, t) for c, t in zip(fl.calls, fl.param_types)]
-    if any(k is None for k in kernels) or any(a not in (torch.empty, torch.zeros) for a, _, _ in fl.separate):
-        return None
+    why = next((k for k in kernels if isinstance(k, str)), None)
+    if why is not None:
+        return why
+    if any(a not in (torch.empty, torch.zeros) for a, _, _ in fl.separate):
+        return "it allocates other than with torch.empty or torch.zeros"
     stream, counters = 0, None
     if fl.counter_numel:   # the arrival counters of the stream current now (another stream: the Python path);
         stream = fl.get_stream(fl.dev_index)   # the plan holds the tensor (the pool may later replace it)
