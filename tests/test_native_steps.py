@@ -76,6 +76,18 @@ def test_kernel_plan_refuses_what_it_cannot_carry_out(case):
     assert isinstance(why, str) and why.startswith("a kernel"), why   # (the reason a step is not native)
 
 
+def test_a_scalar_that_is_a_step_constant_fills_its_slot():
+    """conv1d's stride on the GPU: a kernel takes it as a per-call scalar (an extra of the fast
+    launcher), but it is part of the step's call key, so the plan packs its value."""
+    types, srcs, tail = ("*fp32", "i32", "i32"), ((0, 0),), (7, None)
+    call = (None, (1, 1, 1), _mid(), srcs, tail, ((2, ("scalar", 3)),))
+    assert "position 3, passed per call" in native._kernel_plan(call, types)
+    assert "position 3, passed per call" in native._kernel_plan(call, types, {4: 1})
+    plan = native._kernel_plan(call, types, {3: 5})
+    arena, off = plan["arena"], plan["offsets"]
+    assert struct.unpack_from("<i", arena, off[1])[0] == 7 and struct.unpack_from("<i", arena, off[2])[0] == 5
+
+
 def test_launcher_plan_refuses_other_objects_and_says_why():
     assert native.launcher_plan(lambda args: args) is None
     assert native.refusal(lambda args: args) == "its launcher (function) is not a fast launcher"
@@ -93,14 +105,14 @@ class Recorder:
         monkeypatch.setattr(native, "caller", self.caller)
         monkeypatch.setattr(native, "ready", lambda wait=False: True)
 
-    def register(self, name, fl, n_out, save, fallback, tensor_pos=None):
+    def register(self, name, fl, n_out, save, fallback, tensor_pos=None, constants=None):
         self.registered.append((name, fl, n_out, save, fallback))
-        self.tensor_pos = tensor_pos
+        self.tensor_pos, self.constants = tensor_pos, constants
         return len(self.registered) - 1
 
-    def add_backward(self, sid, needs, grads, fl, pick, zeros=None, tensor_pos=None, n_params=0):
+    def add_backward(self, sid, needs, grads, fl, pick, zeros=None, tensor_pos=None, n_params=0, constants=None):
         self.variants.append((sid, needs, grads, fl, pick))
-        self.zeros = zeros
+        self.zeros, self.backward_constants = zeros, constants
         return True
 
     def caller(self, sid, tensor_pos=None):
@@ -250,6 +262,8 @@ def test_a_step_with_keyed_int_parameters_becomes_native(interp_gpu, monkeypatch
         torch.testing.assert_close(x.grad.double(), x64.grad, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(w.grad.double(), w64.grad, rtol=1e-5, atol=1e-5)
     assert len(rec.registered) == 1 and rec.calls == 1 and rec.tensor_pos == (0, 1)
+    # the ints are the step's constants: the plans hold them (the kernels take them as scalars)
+    assert rec.constants == rec.backward_constants == {2: st, 3: pd, 4: dl, 5: Lo}
     (sid, needs, gkeys, launchers, pick), = rec.variants
     assert needs == [True, True] and len(launchers) == 2 and sorted(p[0] for p in pick) == [0, 1]
     _, _, _, save, fallback = rec.registered[0]

@@ -333,11 +333,12 @@ def _adopt(step: ForwardStep, key: tuple, bstep: BackwardStep, needs: Sequence[b
         save = list(range(step.n_out, step.n_ret)) if step.pick is None else list(step.pick)
         scalars = None if tpos is None else [None if k in tpos else a for k, a in enumerate(args)]
         sid = native.register(step.name, step.launch, step.n_out, save, native_fallback(step, scalars),
-                              tensor_pos=tpos)
+                              tensor_pos=tpos, constants=_constants(step, args))
         if sid is not None:
             step.native_call = native.caller(sid, tpos)
         else:
-            step.native_why = f"the forward: {native.refusal(step.launch, tpos) or 'no extension'}"
+            why = native.refusal(step.launch, tpos, constants=_constants(step, args))
+            step.native_why = f"the forward: {why or 'no extension'}"
         step.native = -2 if sid is None else sid
     if step.native < 0:
         return
@@ -352,12 +353,22 @@ def _adopt(step: ForwardStep, key: tuple, bstep: BackwardStep, needs: Sequence[b
     keys = [None if k is None else (list(k[0]), k[1]) for k in key[1:]]   # (the layouts gradient_key holds)
     tneeds = list(needs) if tpos is None else [needs[p] for p in tpos]
     launchers = [launch for launch, _, _ in bstep.launches]
+    consts = _constants(step, args)
     if native.add_backward(step.native, tneeds, keys, launchers, where, dict(bstep.zeros), tensor_pos=tpos,
-                           n_params=bstep.n_params):
+                           n_params=bstep.n_params, constants=consts):
         step.native_keys.add(key)
     else:
-        why = next(filter(None, (native.refusal(fl, tpos, bstep.n_params) for fl in launchers)), "")
+        why = next(filter(None, (native.refusal(fl, tpos, bstep.n_params, consts) for fl in launchers)), "")
         step.native_why = f"a backward variant: {why}"
+
+
+def _constants(step: ForwardStep, args: Sequence[Any]) -> dict[int, Any] | None:
+    """The step's non-tensor arguments by position (each part of its call key: the step's
+    constants, which a native plan holds), or None when every argument is a tensor."""
+    if step.tensor_pos is None:
+        return None
+    tensors = set(step.tensor_pos)
+    return {k: a for k, a in enumerate(args) if k not in tensors}
 
 
 def native_fallback(step: ForwardStep, scalars: list | None = None) -> Callable:

@@ -37,6 +37,7 @@ import re
 import struct
 import threading
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
 
@@ -125,16 +126,24 @@ def module():
     return _state["module"]
 
 
-def _kernel_plan(call, types) -> dict | str:
+def _kernel_plan(call, types, constants: Mapping[int, Any] | None = None) -> dict | str:
     """One kernel's plan from a fast launcher's call ``(entry, grid, middle, sources, tail,
     extras)`` and its parameters' Triton types; where it cannot be carried out natively, why (a
     string: a per-call scalar or descriptor, a launch needing scratch memory, a pointer among
-    constants)."""
+    constants). ``constants``: argument position -> value of the scalars that are the step's
+    constants (part of its call key), already converted as the launcher converts them: they fill
+    their per-call slots."""
     fn, grid, mid, srcs, tail, extras = call
     if types is None:
         return "its Triton signature is unknown"
     if extras:
-        return "a kernel takes per-call values (descriptors, scratch memory)"
+        tail = list(tail)
+        for idx, (kind, k) in extras:
+            if kind != "scalar":
+                return "a kernel takes TMA descriptors made per call"
+            if constants is None or k not in constants:
+                return f"a kernel takes the scalar argument at position {k}, passed per call"
+            tail[idx - len(srcs)] = constants[k]
     if len(mid) != C_ENTRY_MIDDLE or len(srcs) + len(tail) != len(types):
         return "a kernel's launch arguments do not match its signature"
     function, cooperative, pdl, _, _, meta = mid[:6]
@@ -170,24 +179,28 @@ def _kernel_plan(call, types) -> dict | str:
             "offsets": offsets, "ptrs": ptrs}
 
 
-def launcher_plan(fl, arg_index: Callable[[int], int | None] | None = None) -> dict | None:
+def launcher_plan(fl, arg_index: Callable[[int], int | None] | None = None,
+                  constants: Mapping[int, Any] | None = None) -> dict | None:
     """The native plan of fast launcher ``fl`` (see the module), or None where a kernel of it
     cannot run natively or it allocates other than ``torch.empty``/``torch.zeros`` (why:
     :func:`refusal`). ``arg_index``: the position among the native call's tensors of the
     launcher's argument at a position (None: not a tensor there, no plan); default: the same
-    position."""
-    plan = _plan_or_reason(fl, arg_index)
+    position. ``constants``: argument position -> value of the non-tensor arguments that are the
+    step's constants (part of its call key); a kernel taking another scalar has no plan."""
+    plan = _plan_or_reason(fl, arg_index, constants)
     return plan if isinstance(plan, dict) else None
 
 
-def refusal(fl, tensor_pos: tuple[int, ...] | None = None, n_params: int = 0) -> str | None:
+def refusal(fl, tensor_pos: tuple[int, ...] | None = None, n_params: int = 0,
+            constants: Mapping[int, Any] | None = None) -> str | None:
     """Why :func:`register` (or :func:`add_backward`, given ``n_params``) gives fast launcher ``fl``
-    no plan (a sentence), or None when it has one (``tensor_pos`` and ``n_params`` as there)."""
-    plan = _plan_or_reason(fl, _tensor_index(tensor_pos, n_params))
+    no plan (a sentence), or None when it has one (the other arguments as there)."""
+    plan = _plan_or_reason(fl, _tensor_index(tensor_pos, n_params), constants)
     return plan if isinstance(plan, str) else None
 
 
-def _plan_or_reason(fl, arg_index: Callable[[int], int | None] | None) -> dict | str:
+def _plan_or_reason(fl, arg_index: Callable[[int], int | None] | None,
+                    constants: Mapping[int, Any] | None = None) -> dict | str:
     """:func:`launcher_plan`'s plan, or why there is none."""
     if not isinstance(fl, FastLauncher):
         return f"its launcher ({type(fl).__name__}) is not a fast launcher"
@@ -198,7 +211,9 @@ def _plan_or_reason(fl, arg_index: Callable[[int], int | None] | None) -> dict |
     reads = [p if arg_index is None else arg_index(p) for p in fl.arg_reads]
     if any(r is None for r in reads):
         return "a kernel reads a tensor that is not among the call's tensor arguments"
-    kernels = [_kernel_plan(c, t) for c, t in zip(fl.calls, fl.param_types)]
+    if constants:   # (converted as the launcher converts a per-call scalar)
+        constants = {k: float(v) if fl.scal_types.get(k) is float else int(v) for k, v in constants.items()}
+    kernels = [_kernel_plan(c, t, constants) for c, t in zip(fl.calls, fl.param_types)]
     why = next((k for k in kernels if isinstance(k, str)), None)
     if why is not None:
         return why
@@ -227,14 +242,15 @@ def _tensor_index(tensor_pos: tuple[int, ...] | None, n_params: int = 0) -> Call
 
 
 def register(name: str, fl, n_out: int, save: list[int], fallback: Callable,
-             tensor_pos: tuple[int, ...] | None = None) -> int | None:
+             tensor_pos: tuple[int, ...] | None = None, constants: Mapping[int, Any] | None = None) -> int | None:
     """Register a forward step: its launcher ``fl`` (returning the outputs, then what the backward
     reads), the ``n_out`` outputs returned, the indices of the launcher's returns ``save``d for
     the backward (after the inputs), and ``fallback(inputs, saved, grads, needs)`` computing the
     gradients on the Python path. ``tensor_pos``: the positions of the tensor arguments, which are
-    all the native call takes (None: every argument is a tensor). Returns the step's id, or None
-    (no plan, no extension)."""
-    plan = launcher_plan(fl, _tensor_index(tensor_pos))
+    all the native call takes (None: every argument is a tensor); ``constants``: the other
+    arguments by position (each part of the step's call key: the plan holds their values). Returns
+    the step's id, or None (no plan, no extension: :func:`refusal` says why)."""
+    plan = launcher_plan(fl, _tensor_index(tensor_pos), constants)
     if plan is None or not ready():
         return None
     return _state["module"].register_step(name, plan, n_out, save, fallback)
@@ -242,7 +258,7 @@ def register(name: str, fl, n_out: int, save: list[int], fallback: Callable,
 
 def add_backward(step_id: int, needs: list[bool], grads: list, launchers: list, pick: list[tuple[int, int]],
                  zeros: dict[int, torch.Tensor] | None = None, tensor_pos: tuple[int, ...] | None = None,
-                 n_params: int = 0) -> bool:
+                 n_params: int = 0, constants: Mapping[int, Any] | None = None) -> bool:
     """Add a backward variant to step ``step_id``: for inputs needing gradients ``needs`` and
     incoming gradients laid out as ``grads`` (per output ``(strides, 16-byte aligned)``, or None:
     it receives none), run ``launchers`` in order, each on ``(*inputs, *gradients, *saved)``, and
@@ -250,9 +266,9 @@ def add_backward(step_id: int, needs: list[bool], grads: list, launchers: list, 
     ``zeros``: output index -> the read-only zero tensor the launchers read as that output's absent
     gradient. ``needs`` and ``pick`` are per tensor argument; ``tensor_pos`` and ``n_params`` (the
     forward's parameters) place the launchers' arguments among the node's tensors (see
-    :func:`register`). False when a launcher cannot run natively."""
+    :func:`register`), as do ``constants``. False when a launcher cannot run natively."""
     index = _tensor_index(tensor_pos, n_params)
-    plans = [launcher_plan(fl, index) for fl in launchers]
+    plans = [launcher_plan(fl, index, constants) for fl in launchers]
     if any(p is None for p in plans):
         return False
     subs = [(int(k), t) for k, t in (zeros or {}).items()]
