@@ -11,6 +11,7 @@ and is checked on the GPU by ``bench/native_check.py`` (bit-for-bit against the 
 
 from __future__ import annotations
 
+import ctypes
 import shutil
 import struct
 
@@ -99,7 +100,7 @@ class Recorder:
     step's plan cannot run on this stream), so every call takes the Python node afterwards."""
 
     def __init__(self, monkeypatch):
-        self.registered, self.variants, self.calls = [], [], 0
+        self.registered, self.variants, self.records, self.calls = [], [], [], 0
         monkeypatch.setattr(native, "register", self.register)
         monkeypatch.setattr(native, "add_backward", self.add_backward)
         monkeypatch.setattr(native, "caller", self.caller)
@@ -110,9 +111,11 @@ class Recorder:
         self.tensor_pos, self.constants = tensor_pos, constants
         return len(self.registered) - 1
 
-    def add_backward(self, sid, needs, grads, fl, pick, zeros=None, tensor_pos=None, n_params=0, constants=None):
+    def add_backward(self, sid, needs, grads, fl, pick, zeros=None, tensor_pos=None, n_params=0, constants=None,
+                     record=(0, 0)):
         self.variants.append((sid, needs, grads, fl, pick))
         self.zeros, self.backward_constants = zeros, constants
+        self.records.append(record)
         return True
 
     def caller(self, sid, tensor_pos=None):
@@ -276,6 +279,42 @@ def test_a_step_with_keyed_int_parameters_becomes_native(interp_gpu, monkeypatch
     torch.testing.assert_close(gw.double(), w64.grad, rtol=1e-5, atol=1e-5)
 
 
+def test_launch_counts_follow_the_native_backward_that_ran(interp_gpu, monkeypatch):  # noqa: F811
+    """A native variant's backward runs in C++ with no Python: each registered variant carries an
+    (address, tag) the node writes when it runs, so launch_counts reports what that variant launched
+    rather than the backward the Python path ran last; a Python backward takes over again."""
+    rec = Recorder(monkeypatch)
+    g = torch.Generator().manual_seed(8)
+    X, Wt = torch.randn(2, 3, 11, generator=g), torch.randn(4, 3, 3, generator=g)
+    gy = torch.randn(2, 4, 9, generator=g)
+    dk = dt.compile_autograd(conv1d, native=True)
+    x64, w64 = X.double().requires_grad_(), Wt.double().requires_grad_()
+    torch.nn.functional.conv1d(x64, w64).backward(gy.double())
+
+    def step(need_w):
+        x, w = X.clone().requires_grad_(), Wt.clone().requires_grad_(need_w)
+        dk(x, w, 1, 0, 1, 9).backward(gy)
+        torch.testing.assert_close(x.grad.double(), x64.grad, rtol=1e-5, atol=1e-5)
+        if need_w:
+            torch.testing.assert_close(w.grad.double(), w64.grad, rtol=1e-5, atol=1e-5)
+    for _ in range(2):
+        step(True)     # dX's and dW's launchers (the second call registers the variant)
+    both = dk.launch_counts()["backward"]
+    for _ in range(2):
+        step(False)    # dX's alone: a second variant
+    alone = dk.launch_counts()["backward"]
+    assert [len(v[3]) for v in rec.variants] == [2, 1] and both > alone > 0
+    (addr0, tag0), (addr1, tag1) = rec.records
+    assert addr0 == addr1 != 0 and len({0, tag0, tag1}) == 3
+    ctypes.c_int64.from_address(addr0).value = tag0   # what the C++ node does when it runs variant 0
+    assert dk.launch_counts() == {"forward": 1, "backward": both}
+    ctypes.c_int64.from_address(addr1).value = tag1
+    assert dk.launch_counts()["backward"] == alone
+    ctypes.c_int64.from_address(addr0).value = tag0
+    step(False)    # the Python node (the Recorder's native call declines): its backward is the latest
+    assert dk.launch_counts()["backward"] == alone
+
+
 def test_a_step_with_a_scalar_passed_per_call_keeps_the_python_node(interp_gpu, monkeypatch):  # noqa: F811
     rec = Recorder(monkeypatch)
     g = torch.Generator().manual_seed(7)
@@ -381,6 +420,10 @@ def test_the_extension_compiles_against_this_torch(tmp_path, monkeypatch):
     mod = native.module()
     assert mod is not None, native._state["failed"]
     assert {"register_step", "add_backward", "forward"} <= set(dir(mod))
+    # add_backward takes the (address, tag) of launch_counts' record: the arguments parse, then the
+    # variant is refused for having no launchers
+    with pytest.raises(RuntimeError, match="without launchers"):
+        mod.add_backward(0, [True], [None], [], [], [], 0, 0)
 
 
 def test_a_step_without_a_native_plan_says_why(interp_gpu, monkeypatch):  # noqa: F811

@@ -25,14 +25,14 @@ Workaround (see the report of issue 6): backward kernels compiled without a sche
 
 from __future__ import annotations
 
-import difflib
+import ctypes
 import threading
 import weakref
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ..errors import AlgorithmError, DTritonError, ScheduleError, ShapeError, article
+from ..errors import AlgorithmError, ScheduleError, ShapeError
 from ..grad import (GradientAlgorithms, augmented_forward, check_group, check_save, grad, saved_outputs,
                     saved_statistics)
 from ..ir import Algorithm, InputTensor, output_dtypes
@@ -43,6 +43,7 @@ from ..runtime.args import (merge_named, plain_numbers, refuse_transforms, signa
 from ..runtime.kernel import fast_path_ok
 from ..schedule import Schedule
 from ..backends.triton.native import enabled as native_enabled
+from .backward_schedules import check_backward_schedules
 from .steps import (ENTER_STEP, BackwardStep, ForwardStep, apply_step, functorch_active, refuse_double_backward,
                     zero_gradient)
 
@@ -137,74 +138,6 @@ def output_specs(alg: Algorithm, args) -> list[tuple[list[Any], torch.dtype]]:
     return [([sizes[alg.axis_size[a]] for a in o.layout], dt_) for o, dt_ in zip(alg.outputs, output_dtypes(alg, dtypes))]
 
 
-_FORMATS = ("one dt.Schedule for every backward kernel, a dict {input name or backward algorithm name: "
-            "dt.Schedule | schedule dict | None}, or a callable (backward_algorithm) -> dt.Schedule | None")
-
-
-def _is_backward_name(alg: Algorithm, key: str, inputs: Sequence[str]) -> bool:
-    """Whether ``key`` is a name :func:`dtriton.grad` can give a backward algorithm of ``alg``:
-    ``{alg.name}_grad_`` then tensor input names joined by ``_`` (some grouping of the inputs)."""
-    rest = key.removeprefix(f"{alg.name}_grad_")
-    if rest == key:
-        return False
-    ends = {0}
-    for i in range(len(rest) + 1):
-        if i in ends:
-            ends |= {i + len(n) + 1 for n in inputs if rest.startswith(n, i)}
-    return len(rest) + 1 in ends
-
-
-def _unknown_key(alg: Algorithm, key, inputs: Sequence[str], group: str) -> ScheduleError:
-    """The error for a ``backward_schedules`` key that names neither a tensor input nor a backward
-    algorithm: the valid keys, the names ``dt.grad(alg)`` gives its algorithms (derived here, on
-    the error path only), and the closest key when one is close."""
-    try:
-        printed = [a.name for a in grad(alg, group=group).algorithms]
-    except DTritonError:   # not differentiable: name the pattern
-        printed = []
-    names = printed or [f"{alg.name}_grad_{n}" for n in inputs]
-    close = difflib.get_close_matches(str(key), inputs + names, n=1, cutoff=0.6)
-    if not close:
-        close = [n for n in inputs if n.lower() == str(key).lower()]
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    what = (f"the backward algorithm names dt.grad({alg.name}) prints ({', '.join(repr(n) for n in printed)}; "
-            f"with fewer inputs needing a gradient, {alg.name}_grad_ followed by those inputs joined by '_')"
-            if printed else f"the backward algorithm names that dt.grad({alg.name}) prints (such as "
-                            f"{', '.join(repr(n) for n in names)})")
-    return ScheduleError(
-        f"backward_schedules of {alg.name}: unknown key {key!r}.{hint} Valid keys are the tensor input names "
-        f"{list(inputs)} (the schedule of the kernel computing that input's gradient) or {what}; forward stage "
-        f"names are not keys: schedule a backward algorithm's stages inside its Schedule(stages=...)")
-
-
-def check_backward_schedules(alg: Algorithm, spec, group: str = "auto"):
-    """``spec`` (a ``backward_schedules=`` argument) checked against ``alg``, dict values converted
-    to :class:`Schedule`. Raises :class:`~dtriton.errors.ScheduleError` naming the key or type at
-    fault (for an unknown key: the valid ones, ``dt.grad``'s names for ``group``, the closest)."""
-    if spec is None or isinstance(spec, Schedule) or (callable(spec) and not isinstance(spec, Mapping)):
-        return spec
-    if not isinstance(spec, Mapping):
-        kind = type(spec).__name__
-        raise ScheduleError(f"backward_schedules of {alg.name}: got {article(kind)} {kind} ({spec!r:.80}); "
-                            f"expected {_FORMATS}")
-    inputs = [p.name for p in alg.params if isinstance(p, InputTensor)]
-    out = {}
-    for key, val in spec.items():
-        if not isinstance(key, str) or not (key in inputs or _is_backward_name(alg, key, inputs)):
-            raise _unknown_key(alg, key, inputs, group)
-        if isinstance(val, Mapping):
-            try:
-                val = Schedule.from_dict(val)
-            except ScheduleError as e:   # name the entry: the schedule's own error does not know it
-                raise type(e)(f"backward_schedules[{key!r}] of {alg.name}: {e}") from None
-        elif val is not None and not isinstance(val, Schedule):
-            kind = type(val).__name__
-            raise ScheduleError(f"backward_schedules[{key!r}] of {alg.name}: got {article(kind)} {kind} "
-                                f"({val!r:.80}); expected a dt.Schedule, a schedule dict or None")
-        out[key] = val
-    return out
-
-
 class DifferentiableKernel:
     """A compiled dtriton kernel whose calls are differentiable with torch autograd.
 
@@ -276,15 +209,22 @@ class DifferentiableKernel:
         self._bwd: dict[tuple, tuple[GradientAlgorithms, list[_Runner], list]] = {}
         self._zeros: dict[tuple, torch.Tensor] = {}   # (dtype, device) -> a 0-d zero, expanded for absent gradients
         self._fwd_runner = _Runner(self.algorithm, getattr(kernel, "schedule", None), kernel)
+        # a tuned kernel (its schedule a name: the one it runs is chosen per call, see _saves)
+        self._tuned = isinstance(getattr(kernel, "schedule", None), str)
         self._aug = _saving_forward(self.algorithm, getattr(kernel, "schedule", None), save)
         # (runner, pick, copies): the forward without the copies of saved outputs (see _lean_forward)
         self._lean = (_lean_forward(self.algorithm, getattr(kernel, "schedule", None), self._aug[1], kernel)
                       if self._aug is not None else None)
         # call signature -> (saves, has float64 inputs, the forward's runner, pick: see _saves)
         self._save_ok: dict[tuple, tuple[bool, bool, _Runner, tuple[int, ...] | None]] = {}
+        self._tuned_runners: dict[tuple[str, str], _Runner | None] = {}   # see _tuned_choice
         self.is_tensor = tuple(isinstance(p, InputTensor) for p in self.algorithm.params)
         #: the runners of the most recent forward and backward (:meth:`launch_counts`)
         self.last_runs: dict[str, list[_Runner]] = {"forward": [], "backward": []}
+        #: the tag of the native backward variant that ran last (written by the C++ node; 0: the most
+        #: recent backward ran in Python, ``last_runs["backward"]``); ``native_runs[tag]``: its runners
+        self.native_log = (ctypes.c_int64 * 1)()
+        self.native_runs: list[list[_Runner]] = [[]]
         # the steady-state path: call key -> ForwardStep (False: this signature keeps the general path)
         self._steps: dict[tuple, ForwardStep | bool] = {}
         self._size_pos = tuple(self.algorithm.size_args.values())   # int arguments that size axes
@@ -315,9 +255,25 @@ class DifferentiableKernel:
                                 f"give one entry, keyed {alg.name!r}")
         return s[keys[0]] if keys else None
 
-    def gradients(self, wrt: Sequence[str] | None = None) -> GradientAlgorithms:
-        """The backward algorithms used for gradients wrt ``wrt`` (default: all inputs)."""
-        return self._backward(wrt, self._aug is not None)[0]
+    def gradients(self, wrt: Sequence[str] | None = None, args: Sequence[Any] | None = None) -> GradientAlgorithms:
+        """The backward algorithms used for gradients wrt ``wrt`` (default: all inputs); their
+        ``saved`` names the statistics the forward saves for them. Under ``save="auto"`` that is
+        decided per call signature (a schedule whose saving forward takes more kernels, such as a
+        grid over a reduced axis, saves none: the backward recomputes them). ``args``: a call's
+        arguments (positional), whose signature is meant; None: the most recent differentiable
+        call's (before any, the saving forward's when there is one). Raises ``TypeError`` for
+        ``args`` that are not one per parameter of the algorithm."""
+        if self._aug is None:
+            saving = False
+        elif args is not None:
+            if not isinstance(args, (tuple, list)) or len(args) != len(self.algorithm.params):
+                raise TypeError(f"gradients({self.algorithm.name}): args must be a call's arguments, a tuple of "
+                                f"{len(self.algorithm.params)} (one per parameter: "
+                                f"{', '.join(p.name for p in self.algorithm.params)}), got {args!r:.80}")
+            saving = self._saves(tuple(args))[0]
+        else:   # (the forward that ran last: the plain one saves nothing)
+            saving = self.last_runs["forward"][:1] != [self._fwd_runner]
+        return self._backward(wrt, saving)[0]
 
     def _backward(self, wrt: Sequence[str] | None, saving: bool, seeded: tuple[int, ...] | None = None):
         """(gradient algorithms, their runners, per runner the (input name, output index) pairs it
@@ -348,8 +304,19 @@ class DifferentiableKernel:
     # -- execution -------------------------------------------------------------------------------
     def launch_counts(self) -> dict[str, int]:
         """Kernels launched by the most recent forward and backward: ``{"forward": n, "backward": m}``
-        (0 for a pass that has not run)."""
-        return {k: sum(getattr(r.last, "launch_count", 0) for r in rs) for k, rs in self.last_runs.items()}
+        (0 for a pass that has not run). A native step's backward (C++, no Python) writes which of
+        its variants ran (:meth:`native_record`); a Python backward clears that."""
+        runs = dict(self.last_runs)
+        if self.native_log[0]:
+            runs["backward"] = self.native_runs[self.native_log[0]]
+        return {k: sum(getattr(r.last, "launch_count", 0) for r in rs) for k, rs in runs.items()}
+
+    def native_record(self, runners: list[_Runner]) -> tuple[int, int]:
+        """``(address, tag)`` for a native backward variant running ``runners`` (its backward
+        algorithms' runners, whose kernels it launches): each run stores ``tag`` at ``address``
+        (:attr:`native_log`), which :meth:`launch_counts` reads."""
+        self.native_runs.append(runners)
+        return ctypes.addressof(self.native_log), len(self.native_runs) - 1
 
     def _saves(self, args) -> tuple[bool, bool, _Runner, tuple[int, ...] | None]:
         """(whether this call's forward saves the statistics, whether a tensor argument is
@@ -364,18 +331,38 @@ class DifferentiableKernel:
         hit = self._save_ok.get(key)
         if hit is None:
             fp64 = _has_fp64(args)
-            saves = True
-            if self.save == "auto":
+            aug = self._tuned_choice(self._aug[0], args) if self._tuned else self._aug[0]
+            saves = aug is not None
+            if saves and self.save == "auto":
                 counts = []
-                for runner in (self._fwd_runner, self._aug[0]):
+                for runner in (self._fwd_runner, aug):
                     k = runner.kernel(fp64)
                     counts.append(len(lower(runner.alg, k.schedule_for(*args), runner.alg.bind(args).axis_sizes).kernels))
                 saves = counts[1] <= counts[0]
-            runner, pick = (self._aug[0] if saves else self._fwd_runner), None
+            runner, pick = (aug if saves else self._fwd_runner), None
             if saves and self._lean is not None and self._outputs_stand_for_copies(args):
                 runner, pick = self._lean[0], self._lean[1]
+                if self._tuned and runner.alg is not self.algorithm:   # (else the tuned kernel itself)
+                    runner = self._tuned_choice(runner, args) or runner
             hit = self._save_ok[key] = (saves, fp64, runner, pick)
         return hit
+
+    def _tuned_choice(self, runner: _Runner, args) -> _Runner | None:
+        """For a tuned kernel: the saving forward ``runner`` (heuristic schedule) with the schedule the
+        tuned kernel chose for ``args`` (cached per schedule); ``runner`` itself when it chose the
+        heuristic. When the chosen schedule does not apply to the saving forward: None under
+        ``save="auto"`` (the call runs the tuned forward and recomputes), else ``runner``."""
+        sched = self.kernel.kernel_for(*args).schedule
+        if sched is None:
+            return runner
+        key = (runner.alg.name, sched.to_json())
+        if key not in self._tuned_runners:
+            try:
+                sched.validate(runner.alg)
+                self._tuned_runners[key] = _Runner(runner.alg, sched)
+            except ScheduleError:
+                self._tuned_runners[key] = None if self.save == "auto" else runner
+        return self._tuned_runners[key]
 
     def _outputs_stand_for_copies(self, args) -> bool:
         """Whether every saved output of this call has the dtype of the copy the saving forward
@@ -493,6 +480,7 @@ class DifferentiableKernel:
             return {}
         ga, runners, picks = self._backward(wrt, bool(saved), seeded_outputs(grads))
         self.last_runs["backward"] = runners
+        self.native_log[0] = 0
         bargs = self._backward_inputs(args, grads, saved)[0]
         res: dict[str, torch.Tensor | None] = dict.fromkeys(wrt)
         argmap = {p.name: a for p, a in zip(alg.params, args)}
@@ -595,7 +583,8 @@ def _saving_forward(alg: Algorithm, sched: Schedule | None, save) -> tuple[_Runn
     """The forward that also outputs the stages ``save`` names (``"auto"``: the statistics the
     backward of every input reads, :func:`~dtriton.grad.saved_statistics`), and their names; None
     to recompute them in the backward. Under ``"auto"`` a kernel schedule that does not apply to
-    the saving forward (or a tuned kernel's schedule name) keeps the plain forward."""
+    the saving forward keeps the plain forward. A tuned kernel's saving forward gets the heuristic
+    schedule here; per call, the schedule the tuned kernel chose (``DifferentiableKernel._saves``)."""
     if save is None:
         return None
     if save == "auto":
@@ -609,8 +598,6 @@ def _saving_forward(alg: Algorithm, sched: Schedule | None, save) -> tuple[_Runn
     else:
         aug, names = augmented_forward(alg, save)
     if sched is not None and not isinstance(sched, Schedule):   # a tuned kernel's schedule name
-        if save == "auto":
-            return None
         sched = None
     if sched is not None:
         try:

@@ -255,6 +255,7 @@ class StepFunction(torch.autograd.Function):
             if step.native == -1 and step.owner.native is not False:   # the extension was not ready yet
                 adopt_native(step, key, bstep, ctx.needs_input_grad[1:], grads, args)
             step.owner.last_runs["backward"] = bstep.runners
+            step.owner.native_log[0] = 0   # (the Python node ran it, not a native variant)
             direct = bstep.direct   # (BackwardStep.__call__'s common case, inlined)
             if direct is not None:
                 vals = direct[0]((*args, *grads, *st[nt:]))
@@ -355,7 +356,7 @@ def _adopt(step: ForwardStep, key: tuple, bstep: BackwardStep, needs: Sequence[b
     launchers = [launch for launch, _, _ in bstep.launches]
     consts = _constants(step, args)
     if native.add_backward(step.native, tneeds, keys, launchers, where, dict(bstep.zeros), tensor_pos=tpos,
-                           n_params=bstep.n_params, constants=consts):
+                           n_params=bstep.n_params, constants=consts, record=step.owner.native_record(bstep.runners)):
         step.native_keys.add(key)
     else:
         why = next(filter(None, (native.refusal(fl, tpos, bstep.n_params, consts) for fl in launchers)), "")
@@ -394,6 +395,7 @@ def native_fallback(step: ForwardStep, scalars: list | None = None) -> Callable:
         if bstep is not None and fast_path_ok():
             adopt_native(step, key, bstep, needs_input_grad[1:], grads, args)   # (a key learned before the step was native)
             step.owner.last_runs["backward"] = bstep.runners
+            step.owner.native_log[0] = 0
             res = bstep(args, grads, saved)[1:]
         else:
             res = learn_backward(step, key, args, grads, saved, needs_input_grad)[1:]

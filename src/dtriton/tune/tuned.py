@@ -162,6 +162,12 @@ class TunedKernel:
         return self.kernel_for(*args).source_for(*args)
 
     @property
+    def launch_count(self) -> int:
+        """Kernels the most recent call launched (0 before the first call): ``launch_count`` of the
+        kernel it ran (tuned or heuristic)."""
+        return self._last.launch_count if self._last is not None else 0
+
+    @property
     def source(self) -> str:
         """Generated Triton source of the last call's kernel (``AttributeError`` before a call)."""
         if self._last is None:

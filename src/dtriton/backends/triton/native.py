@@ -258,7 +258,8 @@ def register(name: str, fl, n_out: int, save: list[int], fallback: Callable,
 
 def add_backward(step_id: int, needs: list[bool], grads: list, launchers: list, pick: list[tuple[int, int]],
                  zeros: dict[int, torch.Tensor] | None = None, tensor_pos: tuple[int, ...] | None = None,
-                 n_params: int = 0, constants: Mapping[int, Any] | None = None) -> bool:
+                 n_params: int = 0, constants: Mapping[int, Any] | None = None,
+                 record: tuple[int, int] = (0, 0)) -> bool:
     """Add a backward variant to step ``step_id``: for inputs needing gradients ``needs`` and
     incoming gradients laid out as ``grads`` (per output ``(strides, 16-byte aligned)``, or None:
     it receives none), run ``launchers`` in order, each on ``(*inputs, *gradients, *saved)``, and
@@ -266,13 +267,17 @@ def add_backward(step_id: int, needs: list[bool], grads: list, launchers: list, 
     ``zeros``: output index -> the read-only zero tensor the launchers read as that output's absent
     gradient. ``needs`` and ``pick`` are per tensor argument; ``tensor_pos`` and ``n_params`` (the
     forward's parameters) place the launchers' arguments among the node's tensors (see
-    :func:`register`), as do ``constants``. False when a launcher cannot run natively."""
+    :func:`register`), as do ``constants``. ``record``: ``(address, tag)``: each run of the variant
+    stores ``tag`` in the int64 at ``address`` (it must outlive the step; 0: none), which is how
+    ``DifferentiableKernel.launch_counts`` learns which variant ran last. False when a launcher
+    cannot run natively."""
     index = _tensor_index(tensor_pos, n_params)
     plans = [launcher_plan(fl, index, constants) for fl in launchers]
     if any(p is None for p in plans):
         return False
     subs = [(int(k), t) for k, t in (zeros or {}).items()]
-    _state["module"].add_backward(step_id, needs, grads, plans, [list(p) for p in pick], subs)
+    _state["module"].add_backward(step_id, needs, grads, plans, [list(p) for p in pick], subs, int(record[0]),
+                                  int(record[1]))
     return True
 
 

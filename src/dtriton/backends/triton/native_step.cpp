@@ -201,6 +201,8 @@ struct BackwardVariant {
   std::vector<Launcher> launchers;        // run in order, each on (*inputs, *gradients, *saved)
   std::vector<std::array<int64_t, 2>> pick;  // per forward input: (launcher, index among its returns), or -1s
   std::vector<std::pair<int64_t, at::Tensor>> zeros;  // (output, the zero the launcher reads as its absent gradient)
+  int64_t* log = nullptr;                 // where a run of this variant writes `tag` (launch_counts; null: nowhere)
+  int64_t tag = 0;
 };
 
 struct Step {
@@ -294,6 +296,7 @@ struct StepBackward : public Node {
         variable_list res(v.pick.size());
         for (size_t i = 0; i < v.pick.size(); ++i)
           if (v.pick[i][0] >= 0) res[i] = vals[v.pick[i][0]][v.pick[i][1]];
+        if (v.log != nullptr) __atomic_store_n(v.log, v.tag, __ATOMIC_RELAXED);
         return res;
       }
     }
@@ -394,9 +397,12 @@ int64_t register_step(const std::string& name, const py::dict& forward, int64_t 
 }
 
 void add_backward(int64_t id, std::vector<bool> needs, const py::list& grads, const py::list& launchers,
-                  const std::vector<std::vector<int64_t>>& pick, std::vector<std::pair<int64_t, at::Tensor>> zeros) {
+                  const std::vector<std::vector<int64_t>>& pick, std::vector<std::pair<int64_t, at::Tensor>> zeros,
+                  uint64_t log, int64_t tag) {
   BackwardVariant v;
   v.zeros = std::move(zeros);
+  v.log = reinterpret_cast<int64_t*>(log);
+  v.tag = tag;
   v.needs = std::move(needs);
   for (auto g : grads) {
     GradKey k;
@@ -461,6 +467,7 @@ py::object forward(int64_t id, const std::vector<at::Tensor>& inputs) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "dtriton's native step: a C++ autograd node launching compiled Triton kernels";
   m.def("register_step", &register_step, "register a step: (name, forward plan, n_out, save, fallback) -> id");
-  m.def("add_backward", &add_backward, "add a backward variant to a step");
+  m.def("add_backward", &add_backward,
+        "add a backward variant to a step (each run of it writes tag to the int64 at address log, unless 0)");
   m.def("forward", &forward, "run a step's forward: outputs, or None");
 }
