@@ -40,7 +40,9 @@ def output_dtype(root: Expr, dtypes: dict[str, torch.dtype]) -> torch.dtype:
     ``X_int8[i] + True`` int8). Division and float functions of integers give float32; comparisons
     bool; ``where`` promotes its two branches only; sums and products of bool or integer values
     are int64, an arg-reduction int64. An expression of scalars only is float32 (int64 when every
-    scalar is an integer). The fp8 dtypes (:data:`~dtriton.ir.FP8_DTYPES`) are storage types: a
+    scalar is an integer); so is a reduction of scalars only (``dt.sum(dt.where(c, 1.0, 0.0), over=j)``, a
+    count): inside an expression it promotes as a Python number (``X[i] / count`` keeps X's dtype), as
+    an output it is float32 (int64 for integers). The fp8 dtypes (:data:`~dtriton.ir.FP8_DTYPES`) are storage types: a
     load or cast keeps them, any arithmetic, function or reduction of them is float32 (torch has
     no promotion rules for them)."""
     typed: dict[int, tuple[torch.dtype, bool]] = {}
@@ -127,14 +129,16 @@ def _node_dtype(n: Expr, dtypes: dict[str, torch.dtype], typed: dict) -> tuple[t
     if isinstance(n, Cast):
         return n.dtype, False
     if isinstance(n, Reduce):
-        x, _ = typed[n.x.uid]
+        # a reduction of Python numbers only (``sum over r of where(c, 1.0, 0.0)``, the window size a mean's
+        # gradient divides by) is a Python number too: it stays weak, as the literals it reduces
+        x, weak = typed[n.x.uid]
         if n.combiner.results == 2:
             return torch.int64, False
         if n.combiner.finalize == "count":
-            return _as_float((x, False))
+            return _as_float((x, weak))
         if n.combiner.base in ("sum", "prod") and not x.is_floating_point:
-            return torch.int64, False
-        return x, False
+            return torch.int64, weak
+        return x, weak
     if isinstance(n, Unary):
         x = typed[n.x.uid]
         if n.op == "not":
