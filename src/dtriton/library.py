@@ -10,6 +10,7 @@ from . import dsl as dt
 from .dsl import Tensor
 
 __all__ = ["matmul", "linear_relu", "softmax", "log_softmax", "layer_norm", "rms_norm", "cross_entropy",
+           "cross_entropy_ignore",
            "column_sum", "spatial_diffusion", "attention", "causal_attention", "add_one", "batch_norm", "instance_norm",
            "group_norm", "layer_norm_chw", "frobenius_normalize", "avg_pool2d", "max_pool2d", "max_pool2d_window",
            "avg_pool2d_window",
@@ -80,11 +81,29 @@ def rms_norm(X: Tensor["M", "N"], w: Tensor["N"]):
 
 @dt.algorithm
 def cross_entropy(X: Tensor["M", "N"], labels: Tensor["M"]):
-    """Per-row cross-entropy of logits X against integer labels: a gather ``X[i, labels[i]]``."""
+    """Per-row cross-entropy of logits X (M, N) against integer labels (M,): a gather ``X[i, labels[i]]``;
+    torch's ``cross_entropy(X, labels, reduction="none")`` when every label is a class, 0..N-1. A label
+    outside (torch's ignore_index -100 marking padding) raises :class:`~dtriton.IndexRangeError` naming
+    ``labels[i]``, the value and the row, on the interpreter, in ``reference`` and on the GPU with
+    ``dt.compile(..., check_indices=True)`` (unchecked on the GPU otherwise): use
+    :func:`cross_entropy_ignore` for labels that mark rows to skip."""
     i, j = dt.axes("i j")
     m = dt.max(X[i, j], over=j)
     lse = m + dt.log(dt.sum(dt.exp(X[i, j] - m), over=j))
     return (lse - X[i, labels[i]])[i]
+
+
+@dt.algorithm
+def cross_entropy_ignore(X: Tensor["M", "N"], labels: Tensor["M"], ignore_index: int):
+    """:func:`cross_entropy` with torch's ``ignore_index`` (pass -100, torch's default): a row whose
+    label is ``ignore_index`` has loss 0 and a zero gradient row, as ``cross_entropy(X, labels,
+    ignore_index=ignore_index, reduction="none")``; the gather is guarded, so it never reads that
+    row's label as a class. Every other label must be a class, 0..N-1 (else the
+    :class:`~dtriton.IndexRangeError` of :func:`cross_entropy`). The output (M,) has X's dtype."""
+    i, j = dt.axes("i j")
+    m = dt.max(X[i, j], over=j)
+    lse = m + dt.log(dt.sum(dt.exp(X[i, j] - m), over=j))
+    return dt.where(labels[i] != ignore_index, lse - X[i, labels[i]], 0.0)[i]
 
 
 @dt.algorithm
