@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dtriton as dt  # noqa: E402
 from algorithms import cross_entropy, layer_norm, log_softmax, rms_norm, softmax, spatial_diffusion  # noqa: E402
-from dtriton.library import conv1d  # noqa: E402
+from dtriton.library import avg_pool2d_window, conv1d  # noqa: E402
 
 RESULTS = {"ok": 0, "failed": 0}
 
@@ -69,6 +69,14 @@ def cases(dev, dry):
                     lambda X, Wt, s_, p_, d_, lo: torch.nn.functional.conv1d(X, Wt, stride=s_, padding=p_, dilation=d_),
                     lambda N=N, C=C, L=L, O=O, R=R, st=st, pd=pd, dl=dl, Lo=Lo: (
                         rnd(N, C, L, dtype=f32), rnd(O, C, R, dtype=f32), st, pd, dl, Lo), [0, 1]))
+    # a mean's derived gradient (divided by its window count: written in the input's dtype since s18)
+    for (N, H, W, K, st, pd), dtp in (((3, 11, 13, 3, 2, 1), f32), ((3, 11, 13, 3, 2, 1), h)) + (
+            () if dry else (((64, 127, 129, 3, 2, 1), f32),)):
+        Ho, Wo = (H + 2 * pd - K) // st + 1, (W + 2 * pd - K) // st + 1
+        out.append((f"avg_pool2d_window {dtp} N{N} H{H} W{W} K{K} s{st} p{pd}", avg_pool2d_window,
+                    lambda X, K_, s_, p_, ho, wo: torch.nn.functional.avg_pool2d(X, K_, s_, p_),
+                    lambda N=N, H=H, W=W, K=K, st=st, pd=pd, Ho=Ho, Wo=Wo, dtp=dtp: (
+                        rnd(N, H, W, dtype=dtp), K, st, pd, Ho, Wo), [0]))
     # the DiffusionNet layer's use: a loss on the first output only (the second's gradient is a zero)
     out.append((f"spatial_diffusion fp32 V={V} K={K} C={C}, loss on out 0", spatial_diffusion, diffusion_reference,
                 diffusion_inputs, [0, 4], (0,)))
@@ -123,6 +131,11 @@ def check_case(name, alg, ref, make, grad_idx, dev, used=None):
                         f"{[getattr(l, 'out_dtypes', None) for l, _, _ in b.launches]}, "
                         f"grad dtypes {[[d for _, _, d in p] for _, _, p in b.launches]}")
     report(f"{name}: native node", native or dev == "cpu", f"(grad_fn {label}{why})")
+    # launch_counts after a native backward: the variant that ran (written by the C++ node), as the Python node's
+    step(nat, base, grad_idx, gs)
+    step(py, base, grad_idx, gs)
+    report(f"{name}: launch_counts native == python node", nat.launch_counts() == py.launch_counts(),
+           f"({nat.launch_counts()} vs {py.launch_counts()})")
     def equal(a, b):
         return all(torch.equal(x, y) for x, y in zip(a, b))
 
