@@ -6,12 +6,11 @@ to offer these entry points (the runtime knows nothing of tuned kernels or autog
 
 from __future__ import annotations
 
-import difflib
 import warnings
 
 from .errors import ScheduleWarning
 from .backends.triton import native as _native
-from .integrations.autograd import DifferentiableKernel
+from .integrations.autograd import DifferentiableKernel, check_options
 from .ir import Algorithm
 from .runtime import Kernel
 from .schedule import Schedule
@@ -64,7 +63,6 @@ def compile(alg: Algorithm, schedule: Schedule | str | None = None, *,  # noqa: 
 
 
 #: the keyword options of :class:`~dtriton.integrations.autograd.DifferentiableKernel`
-_AUTOGRAD_OPTIONS = ("backward_schedules", "save", "group", "native")
 
 
 def compile_autograd(alg: Algorithm, schedule: Schedule | str | None = None, **kw) -> DifferentiableKernel:
@@ -80,12 +78,7 @@ def compile_autograd(alg: Algorithm, schedule: Schedule | str | None = None, **k
         raise TypeError(f"compile_autograd expects an @dt.algorithm, got a compiled {type(alg).__name__}: "
                         f"dt.differentiable(kernel) makes a compiled kernel differentiable"
                         + (" (this one already is)" if isinstance(alg, DifferentiableKernel) else ""))
-    for k in kw:
-        if k not in _AUTOGRAD_OPTIONS:
-            near = difflib.get_close_matches(k, _AUTOGRAD_OPTIONS, n=1)
-            raise TypeError(f"compile_autograd({getattr(alg, 'name', alg)}): unknown option {k!r}"
-                            + (f"; did you mean {near[0]!r}?" if near else "")
-                            + f" (options: {', '.join(_AUTOGRAD_OPTIONS)})")
+    check_options(f"compile_autograd({getattr(alg, 'name', alg)})", kw)
     return DifferentiableKernel(compile(alg, schedule), **kw)
 
 

@@ -426,17 +426,25 @@ def augmented_forward(alg: Algorithm, save: Sequence[str] | str) -> tuple[Algori
         return d.clone[alg.stages[stage].node.uid]
     extra = []
     floors: list = []
-    out_axes = {frozenset(o.layout) for o in alg.outputs}
+    # the layouts of the outputs as large as the largest input (attention's O, a linear layer's
+    # activation): a saved stage laid out as one of them is a pre-output (below)
+    top = max((len(p.dims) for p in alg.tensor_params), default=0)
+    big_out_axes = {frozenset(o.layout) for o in alg.outputs if len(o.layout) >= top}
     for s in save_l:
         if s in alg.stages and alg.stages[s].is_output:   # a copy of the output, in at least float32
             extra.append(next(oe for oe, o in zip(outs, alg.outputs) if o is alg.stages[s].node))
             floors.append(torch.float32)
             continue
         # a saved statistic is stored in at least float32 (a 16-bit row sum over more than 65504
-        # columns would overflow; torch keeps its saved statistics in float32 too); a pre-output (a
-        # stage with an output's axes, such as attention's unnormalised sum over keys) keeps the
-        # output's dtype, as torch saves its output: in float32 it would double the bytes written
-        floors.append(None if frozenset(node_of(lses[s][0] if s in lses else s).axes) in out_axes else torch.float32)
+        # columns would overflow, a 16-bit mean or log-sum-exp of rows at an offset of 1000 is off
+        # by up to 0.25; torch keeps its saved statistics in float32 too); a pre-output (a stage
+        # laid out as an output as large as the largest input, such as attention's unnormalised
+        # sum over keys or a linear layer's activation before its ReLU) keeps the output's dtype, as
+        # torch saves its output: in float32 it would double the bytes written. A log-sum-exp, or
+        # a row statistic laid out as a row output (cross-entropy's loss, a returned mean), is a
+        # statistic: float32
+        pre_output = s not in lses and frozenset(node_of(s).axes) in big_out_axes
+        floors.append(None if pre_output else torch.float32)
         if s in lses:
             m = node_of(lses[s][0])
             extra.append((lse_value(g, m, node_of(lses[s][1])), tuple(m.axes)))

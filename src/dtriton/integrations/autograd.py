@@ -26,6 +26,7 @@ Workaround (see the report of issue 6): backward kernels compiled without a sche
 from __future__ import annotations
 
 import ctypes
+import difflib
 import threading
 import weakref
 from typing import Any, Callable, Mapping, Sequence
@@ -38,8 +39,8 @@ from ..grad import (GradientAlgorithms, augmented_forward, check_group, check_sa
 from ..ir import Algorithm, InputTensor, output_dtypes
 from ..plan.lower import lower
 from ..runtime import Kernel
-from ..runtime.args import (merge_named, plain_numbers, refuse_transforms, signature_key, signature_key_for,
-                            transforms_active)
+from ..runtime.args import (merge_named, outside_graph, plain_numbers, refuse_transforms, signature_key,
+                            signature_key_for, tracing, transforms_active)
 from ..runtime.kernel import fast_path_ok
 from ..schedule import Schedule
 from ..backends.triton.native import enabled as native_enabled
@@ -501,7 +502,10 @@ class DifferentiableKernel:
         :class:`~dtriton.Kernel`). A call signature seen before (same cheap key:
         :func:`~dtriton.runtime.args.signature_key`) runs its cached
         :class:`~dtriton.integrations.steps.ForwardStep`; a new one takes the general path, which
-        checks the arguments, and leaves the step."""
+        checks the arguments, and leaves the step. Under ``torch.compile`` the call runs outside
+        the graph (a graph break: ``dt.as_torch_op`` puts a kernel in it)."""
+        if tracing():
+            return outside_graph(self.__call__, args, dict(named, out=out))
         if named:
             args = merge_named(self.kernel.algorithm, args, named)
         if transforms_active():
@@ -559,7 +563,7 @@ class _DTFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        refuse_double_backward(ctx.dk.algorithm.name)
+        refuse_double_backward(ctx.dk.algorithm.name, grads)
         with torch.no_grad():
             return _DTFunction._backward(ctx, *grads)
 
@@ -639,10 +643,29 @@ def _lean_forward(alg: Algorithm, sched, names: Sequence[str], kernel) -> tuple[
     return runner, pick, copies
 
 
+#: the options of :class:`DifferentiableKernel` (``dt.differentiable``, ``dt.compile_autograd``)
+OPTIONS = ("backward_schedules", "save", "group", "native")
+
+
+def check_options(where: str, kw: Mapping[str, Any]) -> None:
+    """Raise ``TypeError`` for a keyword of ``kw`` that is none of :data:`OPTIONS` (naming ``where``,
+    the closest option and all of them)."""
+    for k in kw:
+        if k not in OPTIONS:
+            near = difflib.get_close_matches(k, OPTIONS, n=1)
+            raise TypeError(f"{where}: unknown option {k!r}" + (f"; did you mean {near[0]!r}?" if near else "")
+                            + f" (options: {', '.join(OPTIONS)})")
+
+
 def differentiable(kernel, **kw) -> DifferentiableKernel:
     """Make a compiled kernel differentiable (see :class:`DifferentiableKernel` for options).
 
-    ``dk = dt.differentiable(dt.compile(alg, sched)); y = dk(x, w); y.sum().backward()``."""
+    ``dk = dt.differentiable(dt.compile(alg, sched)); y = dk(x, w); y.sum().backward()``.
+
+    Raises:
+        TypeError: an option is none of :data:`OPTIONS` (the message names the closest), or
+            ``kernel`` is already differentiable."""
+    check_options(f"dt.differentiable({getattr(getattr(kernel, 'algorithm', None), 'name', kernel)!s:.60})", kw)
     return DifferentiableKernel(kernel, **kw)
 
 

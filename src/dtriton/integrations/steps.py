@@ -35,13 +35,14 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..backends.triton import native
+from ..runtime.args import refuse_batched_gradients
 from ..runtime.kernel import fast_path_ok
 
 __all__ = ["ENTER_STEP", "BackwardStep", "zero_gradient", "ForwardStep", "StepFunction", "apply_step", "functorch_active",
            "refuse_double_backward", "gradient_key", "learn_backward", "adopt_native", "native_fallback"]
 
 
-def refuse_double_backward(name: str) -> None:
+def refuse_double_backward(name: str, grads: Sequence[Any] = ()) -> None:
     """Raise ``NotImplementedError`` when a backward runs with ``create_graph=True`` (grad mode on
     inside backward): the derived backward kernels are not differentiable themselves, and a silently
     constant gradient would be wrong."""
@@ -49,6 +50,7 @@ def refuse_double_backward(name: str) -> None:
         raise NotImplementedError(
             f"double backward through the dtriton kernel {name!r} is not supported "
             "(create_graph=True); differentiate the backward algorithms from dt.grad explicitly instead")
+    refuse_batched_gradients(name, grads)
 
 
 class BackwardStep:
@@ -240,16 +242,20 @@ class StepFunction(torch.autograd.Function):
         shape, dtype and device (it checks and converts them), so the gradients' key holds only
         what it leaves open: strides and 16-byte alignment (None for an output without one)."""
         step: ForwardStep = ctx.step
-        if torch.is_grad_enabled():
-            refuse_double_backward(step.name)
+        if torch.is_grad_enabled() or functorch_active():
+            refuse_double_backward(step.name, grads)
         st = ctx.saved_tensors
         nt = len(st) - step.n_saved
         args = st[:nt] if step.tensor_pos is None else step.args_of(st[:nt], ctx.scalars)
-        if len(grads) == 1 and grads[0] is not None:   # (gradient_key's common case, inlined)
-            g = grads[0]
-            key = (ctx.needs_input_grad, (g.stride(), g.data_ptr() % 16 == 0))
-        else:
-            key = gradient_key(ctx.needs_input_grad, grads)
+        try:
+            if len(grads) == 1 and grads[0] is not None:   # (gradient_key's common case, inlined)
+                g = grads[0]
+                key = (ctx.needs_input_grad, (g.stride(), g.data_ptr() % 16 == 0))
+            else:
+                key = gradient_key(ctx.needs_input_grad, grads)
+        except RuntimeError:   # (a batched gradient has no data pointer: say so)
+            refuse_batched_gradients(step.name, grads)
+            raise
         bstep = step.backward_steps.get(key)
         if bstep is not None and fast_path_ok():
             if step.native == -1 and step.owner.native is not False:   # the extension was not ready yet
@@ -381,7 +387,7 @@ def native_fallback(step: ForwardStep, scalars: list | None = None) -> Callable:
     tpos = step.tensor_pos
 
     def fallback(inputs, saved, grads, needs):
-        refuse_double_backward(step.name)
+        refuse_double_backward(step.name, grads)
         args = tuple(inputs) if tpos is None else step.args_of(inputs, scalars)
         grads, saved = tuple(grads), tuple(saved)
         if tpos is not None:

@@ -191,11 +191,51 @@ def inplace_problem(alg: Algorithm, sched: Schedule, x_name: str,
 
 _FUNCTORCH_ACTIVE = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
 
+#: ``tracing()``: whether ``torch.compile`` (Dynamo) is tracing the code that calls now; a kernel
+#: then runs through :func:`outside_graph` (one check per call, before the key)
+tracing = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+
+
+def _outside_graph(call: Callable, args: tuple, named: dict):
+    """``call(*args, **named)`` run by Python, not traced."""
+    return call(*args, **named)
+
+
+def _disabled(fn: Callable) -> Callable:
+    """``fn`` wrapped by ``torch.compiler.disable``, with the reason ``fullgraph=True`` reports."""
+    why = ("a dtriton kernel runs outside torch.compile's graph; dt.as_torch_op(kernel) makes it a torch "
+           "custom op that the graph can hold")
+    try:
+        return torch.compiler.disable(fn, reason=why)
+    except TypeError:   # (a torch whose disable takes no reason)
+        return torch.compiler.disable(fn)
+
+
+#: ``outside_graph(call, args, named)``: ``call(*args, **named)`` outside ``torch.compile``'s graph (a
+#: graph break: the kernel runs as it runs eagerly, its autograd node included). Dynamo would
+#: otherwise trace into the launch path (fake tensors have no data pointers). Under
+#: ``fullgraph=True`` torch.compile reports the break; ``dt.as_torch_op`` puts a kernel in the graph.
+outside_graph = _disabled(_outside_graph) if hasattr(torch, "compiler") else _outside_graph
+
 
 def transforms_active() -> bool:
     """Whether a ``torch.func`` transform (grad, vmap, jvp, ...) or a forward-mode AD level
     (``torch.autograd.forward_ad.dual_level``) is active: one check per call, before the key."""
     return getattr(_fwad, "_current_level", -1) >= 0 or _FUNCTORCH_ACTIVE()
+
+
+def refuse_batched_gradients(name: str, grads=()) -> None:
+    """Raise ``NotImplementedError`` in the backward of kernel ``name`` for batched incoming
+    gradients (``torch.autograd.functional.jacobian(..., vectorize=True)``, ``torch.autograd.grad(...,
+    is_grads_batched=True)``, a ``torch.func`` transform active there), which the derived backward
+    kernels cannot take (they have no batching rule). Returns otherwise."""
+    def batched(g) -> bool:   # (the legacy vmap's "Batched" key has no Python enum member: read by name)
+        return "Batched" in str(torch._C._dispatch_keys(g))
+    if _FUNCTORCH_ACTIVE() or any(isinstance(g, torch.Tensor) and batched(g) for g in grads):
+        raise NotImplementedError(
+            f"the backward of the dtriton kernel {name!r} got batched gradients (jacobian(..., vectorize=True), "
+            "torch.autograd.grad(..., is_grads_batched=True) or a torch.func transform): its backward kernels have "
+            "no batching rule; use vectorize=False / is_grads_batched=False (one backward per gradient)")
 
 
 def refuse_transforms(name: str, args) -> None:

@@ -35,8 +35,8 @@ from ..plan.launch_grid import MAX_GRID_YZ
 from ..plan.smem import program_fits
 from ..plan.staging import kmajor_copies, stage_inputs
 from ..plan.split_work import idle_split_slices
-from .args import (call_key, check_given_out, merge_named, normalise_out, overlap, plain_numbers, refuse_transforms,
-                   signature_key_for, spec_key, transforms_active)
+from .args import (call_key, check_given_out, merge_named, normalise_out, outside_graph, overlap, plain_numbers,
+                   refuse_transforms, signature_key_for, spec_key, tracing, transforms_active)
 
 __all__ = ["Kernel", "backend_for", "cache_dir", "fast_path_ok"]
 
@@ -368,7 +368,11 @@ class Kernel:
         """Run the kernel(s) on the algorithm's arguments, positionally or by parameter name
         (``kernel(A, B)`` or ``kernel(A=A, B=B)``). Inputs that require grad route the call
         through autograd (``Kernel.grad_call``, installed by :mod:`dtriton.integrations.autograd`), whose backward runs the derived backward
-        kernels. Raises :class:`ShapeError` for missing, repeated or unknown arguments."""
+        kernels. Raises :class:`ShapeError` for missing, repeated or unknown arguments. Under
+        ``torch.compile`` the call runs outside the graph (a graph break; ``dt.as_torch_op`` puts a
+        kernel in it)."""
+        if tracing():
+            return outside_graph(self.__call__, args, dict(named, out=out))
         if named:
             args = merge_named(self.algorithm, args, named)
         if transforms_active():

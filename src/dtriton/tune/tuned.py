@@ -13,7 +13,7 @@ from ..errors import CompileError, ScheduleError
 from ..ir import Algorithm
 from ..plan.smem import program_fits
 from ..runtime import Kernel
-from ..runtime.args import call_key, merge_named
+from ..runtime.args import call_key, merge_named, outside_graph, tracing
 from ..schedule import Schedule
 from .check import Limits, check_outputs, check_resources, default_tolerance
 from .db import TuningDB, TuningKey, TuningRecord, TuningWarning
@@ -179,7 +179,10 @@ class TunedKernel:
         :class:`~dtriton.Kernel`).
 
         The choice is remembered per call signature (shapes, strides, dtypes, alignment), so a
-        repeated call costs one dictionary lookup on top of the chosen kernel's own launch."""
+        repeated call costs one dictionary lookup on top of the chosen kernel's own launch. Under
+        ``torch.compile`` the call runs outside the graph (a graph break)."""
+        if tracing():
+            return outside_graph(self.__call__, args, dict(named, out=out))
         if named:
             args = merge_named(self.algorithm, args, named)
         ck = call_key(args)   # (None,) for autograd calls: never cached

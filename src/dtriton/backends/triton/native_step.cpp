@@ -237,6 +237,7 @@ bool matches(const BackwardVariant& v, const std::vector<bool>& needs, const var
     const at::Tensor& g = grads[i];
     if (k.defined != g.defined()) return false;
     if (!g.defined()) continue;
+    if (!g.has_storage()) return false;   // (batched gradients of a torch.func transform: the Python path refuses them)
     if (k.aligned != (reinterpret_cast<uint64_t>(g.data_ptr()) % 16 == 0)) return false;
     auto s = g.strides();
     if (static_cast<size_t>(s.size()) != k.strides.size() || !std::equal(s.begin(), s.end(), k.strides.begin()))
