@@ -1,8 +1,10 @@
 """Online softmax in base 2 where the row max is used beyond its shift (:func:`dtriton.ir.base2_exponents`
 with ``shift_only``, :func:`dtriton.grad.shift_only`): a saving forward's log-sum-exp or saved max,
-log-softmax's ``x - max``, cross-entropy's ``max + log(sum)``. 16-bit calls run the max, the sums and
-their rescaling factors in base 2 (the scale folded into log2(e)); those uses read ``max2 * ln(2)``
-once per row, so saved statistics keep their natural-log values and the backward stays exact.
+log-softmax's ``x - max``, cross-entropy's ``max + log(sum)``. 16-bit calls compute the exponentials in
+base 2. A max of unscaled X stays the natural max (the exponents read ``max * log2(e)``, per row; its
+other uses read it exactly); where the scale folds into log2(e) (attention) the max, the sums and their
+rescaling factors run in base 2 and the other uses read ``max2 * ln(2)`` once per row, so saved
+statistics keep their natural-log values and the backward stays exact.
 
 Numeric tests run on Triton's interpreter, outputs poisoned with NaN, odd sizes, against float64.
 """
@@ -62,18 +64,27 @@ def test_shift_only_tells_a_shift_from_a_value():
 
 
 def test_rewrite_reads_the_base2_max_times_ln2_elsewhere():
-    """Only with shift_only: every exp becomes exp2 of the base-2 max, and the max's other uses
-    read it times ln(2) (no natural-log max stage is left)."""
-    assert base2_exponents(log_softmax, lambda r: True) is log_softmax
-    for alg in (log_softmax, cross_entropy):
-        out = base2_exponents(alg, lambda r: True, lambda r: True)
+    """A max of unscaled X stays the natural-units stage (the exponents read ``m * log2(e)``, its
+    other uses ``m`` itself: exact, whether or not shift_only holds); a max whose X folds a scalar
+    (attention's scores) becomes the base-2 stage, its other uses reading it times ln(2), only
+    with shift_only and no element read beside it."""
+    for alg in (log_softmax, cross_entropy, max_moves):
+        out = base2_exponents(alg, lambda r: True)
         nodes = list(walk([o.expr for o in out.outputs]))
         assert {n.op for n in nodes if isinstance(n, Unary) and n.op.startswith("exp")} == {"exp2"}
         maxes = [n for n in nodes if isinstance(n, Reduce) and n.combiner.name == "max"]
-        assert len(maxes) == 1 and "1.44269" in str(maxes[0].x)
-        assert any(isinstance(n, Binary) and n.op == "mul" and n.a is maxes[0] and "0.693147" in str(n.b)
-                   for n in nodes)
-    assert base2_exponents(max_moves, lambda r: True, lambda r: shift_only(max_moves, r)) is max_moves
+        assert len(maxes) == 1 and "1.44269" not in str(maxes[0].x) and maxes[0] is _max(alg)
+        assert not any("0.693147" in str(n) for n in nodes)
+    aug, _ = augmented_forward(attention, saved_statistics(attention))
+    out = base2_exponents(aug, lambda r: True, lambda r: shift_only(aug, r))
+    nodes = list(walk([o.expr for o in out.outputs]))
+    maxes = [n for n in nodes if isinstance(n, Reduce) and n.combiner.name == "max"]
+    assert len(maxes) == 1 and "1.44269" in str(maxes[0].x)
+    assert any(isinstance(n, Binary) and n.op == "mul" and n.a is maxes[0] and "0.693147" in str(n.b) for n in nodes)
+    # (without shift_only the saved lse needs the exact max: the exponents take the multiply per element)
+    out = base2_exponents(aug, lambda r: True)
+    nodes = list(walk([o.expr for o in out.outputs]))
+    assert not any("0.693147" in str(n) for n in nodes)
 
 
 def _plan_src(alg, args):
@@ -129,7 +140,8 @@ def test_saving_attention_forward_and_backward(gen, causal, S, T, dtype):
 @pytest.mark.parametrize("strategy", ["online", "whole"])
 def test_row_softmax_family_forward_and_backward(gen, alg, M, N, dtype, strategy):
     """Plain forward, saving forward (lse) and the derived backward against float64: the lse keeps
-    its natural-log value; 16-bit calls compute the exponentials in base 2 (not log-softmax's)."""
+    its natural-log value; 16-bit calls compute the exponentials in base 2 (log-softmax's too: its
+    max stays exact, :func:`dtriton.ir.base2_exponents`)."""
     X = randn(M, N, gen=gen, scale=3.0).to(dtype)
     extra = [torch.randint(0, N, (M,), generator=gen)] if alg is cross_entropy else []
     args = [X, *extra]
@@ -138,9 +150,7 @@ def test_row_softmax_family_forward_and_backward(gen, alg, M, N, dtype, strategy
     want = alg.reference(x64, *extra)
     tol = TOL[dtype]
     got = dt.compile(alg, sched)(*args, out=poisoned_outputs(alg, args)[0])
-    # (log-softmax keeps its natural-log max: X - max must stay exact, see shift_only)
-    assert ("tl.exp2(" in dt.compile(alg, sched).source_for(*args)) == (dtype != torch.float32
-                                                                        and alg is not log_softmax)
+    assert ("tl.exp2(" in dt.compile(alg, sched).source_for(*args)) == (dtype != torch.float32)
     torch.testing.assert_close(got.double(), want.detach(), rtol=tol, atol=tol)
     aug, names = augmented_forward(alg, saved_statistics(alg))
     outs = dt.compile(aug, sched)(*args, out=poisoned_outputs(aug, args))

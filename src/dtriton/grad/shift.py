@@ -154,7 +154,7 @@ def shift_only(alg: Algorithm, m: Reduce) -> bool:
     saving forward's saved sum of exponentials), or is ``m`` itself, once (a saved row max, which
     the backward reads as the shift again). Then the outputs are exact whatever per-row value ``m``
     holds, as long as they are all taken at that value, and one equal to ``m`` in real arithmetic
-    (``max(X * c) / c``, the base-2 rewrite of :func:`~dtriton.ir.base2_exponents`) may stand in
+    (``max(X * c) / c``, the folded base-2 form of :func:`~dtriton.ir.base2_exponents`) may stand in
     for it. Not so when ``m`` is returned twice (an output and its saved copy: the backward routes
     the output's gradient to the elements equal to the saved value), when an output moves with it
     (returns or compares it), or when another max/min stage moves with it and is returned. Nor when

@@ -28,7 +28,7 @@ from .analysis import (can_split, contraction_operands, contractions, grid_candi
                        reduction_stages, split_blockers, splittable, stage_grid, sum_of_products, tensor_core_sides)
 from .convolution import affine_index, contraction_sides, convolutions, poly_value, reduced_order, shift_of
 from .rewrite import (base2_exponents, base2_shifted_exponents, common_divisors, folded_literals, naive_variance_of, reciprocal_divisors,
-                      single_pass_variance, variance_of)
+                      shift_exponential, single_pass_variance, variance_of)
 
 __all__ = [
     "unit_dim",
@@ -47,5 +47,6 @@ __all__ = [
     "can_split", "is_sum", "contractions", "grid_candidates", "online_candidate", "reduction_stages", "split_blockers", "splittable",
     "stage_grid", "sum_of_products",
     "affine_index", "contraction_sides", "convolutions", "poly_value", "reduced_order", "shift_of",
-    "base2_exponents", "base2_shifted_exponents", "common_divisors", "folded_literals", "naive_variance_of", "reciprocal_divisors", "single_pass_variance", "variance_of",
+    "base2_exponents", "base2_shifted_exponents", "common_divisors", "folded_literals", "naive_variance_of", "reciprocal_divisors", "shift_exponential",
+    "single_pass_variance", "variance_of",
 ]

@@ -13,17 +13,23 @@ is bounded by the lane's own spread, and the lanes' states merge exactly (Chan, 
 ``mean(X * X)`` stage with ``_var``): the same one read, without its cancellation.
 
 :func:`base2_exponents` writes a max-shifted exponential ``exp(X - max(X))`` in base 2,
-``exp2(X' - max(X'))`` with ``X' = X * log2(e)``, the factor folded into a scalar already
-multiplying ``X`` (attention's ``s * scale`` becomes ``s * (scale * log2(e))``): per element one
-multiply-add and the hardware's base-2 exponential, where ``exp`` costs a multiply, a subtraction
-and another multiply before it. Exact in real arithmetic; in floating point ``X'`` rounds to its
-own magnitude rather than to that of ``X - max``, a relative error of about ``|X| * 2**-24``
-in each term, so the plan uses it where the terms are consumed in 16-bit precision. A max used
-beyond its shift (a saving forward's ``lse = m + log(sum)`` or saved max, log-softmax's ``X - m``,
-cross-entropy's ``m + log(sum)``) is rewritten when the plan says its outputs take it as a shift
-only (:func:`dtriton.grad.shift_only`): those uses read ``m' * ln(2)``, once per row, so saved
-statistics keep their natural-log values and the online loop (max, sums, rescaling factors) runs in
-base 2 as for the plain forward.
+``exp2(X * log2(e) - max(X) * log2(e))``: per element one multiply-add and the hardware's base-2
+exponential, where ``exp`` costs a multiply, a subtraction and another multiply before it. Exact in
+real arithmetic; in floating point ``X * log2(e)`` rounds to its own magnitude rather than to that of
+``X - max``, a relative error of about ``|X| * 2**-24`` in each term, so the plan uses it where the
+terms are consumed in 16-bit precision. The max stays the natural ``max(X)`` and its shift is formed
+per row as each element's exponent is, so (rounding being monotone) it is ``max(X * log2(e))`` bit
+for bit: the row max's term is exactly 1, and the max's other uses (a saving forward's
+``lse = m + log(sum)`` or saved max, log-softmax's ``X - m``, cross-entropy's ``m + log(sum) - X[label]``)
+read the exact ``m``: a log-probability stays <= 0, a cross-entropy >= 0 (a stand-in ``max(X') * ln(2)``,
+up to an ulp below ``m``, gave -1e-6 losses: s18 user trial). Where ``X`` has a scalar factor,
+attention's ``s * scale``, the factor takes ``log2(e)`` instead (``s * (scale * log2(e))``, no
+multiply per element) and the max becomes the base-2 ``max(X')``; its other uses then read
+``max(X') * ln(2)``, once per row, only when the plan says its outputs take it as a shift alone
+(:func:`dtriton.grad.shift_only`) and none of them also reads a tensor element outside a reduction
+(a scaled cross-entropy's ``X[label] * t``: the exact form then, one multiply per element more): a
+saved log-sum-exp keeps its natural-log value (to an ulp), and the online loop (max, sums, rescaling
+factors) runs in base 2 as for the plain forward.
 
 :func:`reciprocal_divisors` writes ``X / y``, where ``y`` has fewer axes than ``X`` (a per-row
 statistic dividing a tile), as ``X * (1 / y)``: one division per row and a multiply per element,
@@ -67,7 +73,7 @@ from .expr import Binary, Const, Expr, Load, Reduce, Unary, Where
 from .walk import topo_order, walk
 
 __all__ = ["base2_exponents", "base2_shifted_exponents", "common_divisors", "folded_literals", "naive_variance_of", "reciprocal_divisors",
-           "single_pass_variance", "variance_of"]
+           "shift_exponential", "single_pass_variance", "variance_of"]
 
 
 def variance_of(r: Reduce) -> Expr | None:
@@ -228,24 +234,27 @@ def _uses(alg: Algorithm) -> dict[int, list[Expr]]:
     return out
 
 
-def _times_log2e(x: Expr) -> Expr:
-    """``x * log2(e)``, the constant folded into a scalar (0-d) factor of ``x`` when it has one."""
-    if isinstance(x, Binary) and x.op == "mul":
-        for a, c in ((x.a, x.b), (x.b, x.a)):
-            if not c.axes and a.axes:
-                return Binary("mul", a, Binary("mul", c, Const(math.log2(math.e))))
-    return Binary("mul", x, Const(math.log2(math.e)))
-
-
 def base2_exponents(alg: Algorithm, want: Callable[[Reduce], bool],
                     shift_only: Callable[[Reduce], bool] = lambda m: False) -> Algorithm:
     """``alg`` with each ``exp(X - m)``, ``m = max(X)`` a stage for which ``want(m)`` holds,
-    written ``exp2(X' - m')`` with ``X' = X * log2(e)`` and ``m' = max(X')`` (a stage of the same
-    name over the same axes); ``alg`` itself when there is none. ``m`` used elsewhere (an output;
-    an operand other than ``X - m``, such as a saved ``m + log(sum)``; or ``X - m`` used other than
-    by ``exp``, as log-softmax's ``X - m - log(sum)``) is rewritten only when ``shift_only(m)`` (the
-    outputs take it as a shift alone, e.g. :func:`dtriton.grad.shift_only`): those uses then read
-    ``m' * ln(2)``, one multiply per row, equal to ``m`` in real arithmetic.
+    written in base 2 (``alg`` itself when there is none), in one of two forms:
+
+    - exact (the default): ``m`` stays the stage ``max(X)`` and the exponential reads
+      ``exp2(X * log2(e) - m * log2(e))``, the shift formed per row as each element's exponent is.
+      Rounding is monotone, so ``m * log2(e)`` is ``max(X * log2(e))`` bit for bit, the row max's
+      exponent exactly 0 and the exponentials what a base-2 max stage gives; ``m``'s other uses
+      (an output, a saved ``m + log(sum)``, log-softmax's ``X - m``, cross-entropy's
+      ``m + log(sum) - X[label]``) read ``m`` itself, exact, so a log-probability stays <= 0 and a
+      cross-entropy >= 0. The online rescaling factors are natural ``exp`` (:func:`shift_exponential`).
+    - folded: where ``X`` has a scalar factor (attention's ``s * scale``; :func:`_folded_log2e`)
+      the factor takes ``log2(e)``, ``exp2(X' - m')`` with ``X' = s * (scale * log2(e))`` and
+      ``m' = max(X')`` a stage of the same name: no multiply per element. ``m``'s other uses then
+      read ``m' * ln(2)``, once per row, equal to ``m`` in real arithmetic only (up to an ulp
+      below it), so this form is taken only when there are none, or when ``shift_only(m)`` (the
+      outputs take ``m`` as a shift alone, e.g. :func:`dtriton.grad.shift_only`) and no output
+      that reads ``m`` outside an ``exp`` also reads a tensor element outside a reduction (a
+      saved log-sum-exp may be an ulp low; a scaled cross-entropy's ``m + log(sum) - X[label]``
+      may not: it takes the exact form, one multiply per element more).
 
     Raises nothing; ``want`` and ``shift_only`` take the max stage's :class:`Reduce` node."""
     uses = _uses(alg)
@@ -261,16 +270,52 @@ def base2_exponents(alg: Algorithm, want: Callable[[Reduce], bool],
             continue
         others = (m.uid in outputs or any(d.uid in outputs for d in subs) or len(exps) < len(d_uses)
                   or len(subs) < len(uses.get(m.uid, [])))
-        if others and not shift_only(m):
-            continue
         x2 = _folded_log2e(m.x)   # (through a causal mask's where when it folds)
-        x2 = _times_log2e(m.x) if x2 is None else x2
-        m2 = Reduce(m.combiner, x2, m.over, m.name)
+        if x2 is not None and (not others or (shift_only(m) and not _element_beside(alg, m))):
+            m2 = Reduce(m.combiner, x2, m.over, m.name)
+            shift: Expr = m2
+            if others:
+                swap[m.uid] = Binary("mul", m2, Const(math.log(2.0)))
+        else:
+            x2, shift = Binary("mul", m.x, Const(_LOG2E)), Binary("mul", m, Const(_LOG2E))
         for e in exps:
-            swap[e.uid] = Unary("exp2", Binary("sub", x2, m2))
-        if others:
-            swap[m.uid] = Binary("mul", m2, Const(math.log(2.0)))
+            swap[e.uid] = Unary("exp2", Binary("sub", x2, shift))
     return _rebuilt(alg, swap)
+
+
+#: log2(e), the factor of an exponent in base 2
+_LOG2E = math.log2(math.e)
+
+
+def shift_exponential(f: Expr, m: Reduce) -> tuple[Expr, str] | None:
+    """``(a, exp)`` when ``f`` is an exponential shifted by the max stage ``m``: ``exp(a - m)``
+    (``exp`` "exp"), ``exp2(a - m)`` (a base-2 max: "exp2") or ``exp2(a - m * log2(e))`` (the
+    exact form of :func:`base2_exponents`, a natural max: "exp"); ``exp`` is the exponential
+    that rescales sums of ``f`` when ``m`` moves from ``m0`` to ``m1`` (``exp(m0 - m1)``).
+    None otherwise (``a`` may still read ``m``: the caller checks)."""
+    if not (isinstance(f, Unary) and f.op in ("exp", "exp2") and isinstance(f.x, Binary) and f.x.op == "sub"):
+        return None
+    a, b = f.x.a, f.x.b
+    if b is m:
+        return a, f.op
+    if (f.op == "exp2" and isinstance(b, Binary) and b.op == "mul" and b.a is m and isinstance(b.b, Const)
+            and b.b.value == _LOG2E):
+        return a, "exp"
+    return None
+
+
+def _element_beside(alg: Algorithm, m: Reduce) -> bool:
+    """Whether an output of ``alg`` reads max stage ``m`` outside an ``exp`` and a tensor element
+    outside every reduction (cross-entropy's ``m + log(sum) - X[label]``)."""
+    reads_m: dict[int, bool] = {}
+    reads_element: dict[int, bool] = {}
+    for n in topo_order([o.expr for o in alg.outputs]):   # (operands first: one visit per node)
+        kids = n.children()
+        stop = isinstance(n, Reduce)
+        reads_m[n.uid] = n is m or (not stop and not (isinstance(n, Unary) and n.op == "exp")
+                                    and any(reads_m[c.uid] for c in kids))
+        reads_element[n.uid] = isinstance(n, Load) or (not stop and any(reads_element[c.uid] for c in kids))
+    return any(reads_m[o.expr.uid] and reads_element[o.expr.uid] for o in alg.outputs)
 
 
 def _shift_of(d: Expr, m: Reduce) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from ..ir import Binary, Reduce, Unary, contains, mul_factors
+from ..ir import Reduce, contains, mul_factors, shift_exponential
 from ..schedule import Schedule
 from .graph import fused_reduces
 from .kernel import KernelPlan
@@ -24,16 +24,13 @@ __all__ = ["online_split_groups", "exp_of", "plan_row_vectors"]
 
 
 def exp_of(s: Reduce, m: Reduce) -> str | None:
-    """The exponential ("exp", or "exp2" for base-2 maxima) through which the body of sum ``s``
-    uses max ``m``: exactly once, as a factor ``exp(a - m)`` with ``a`` free of ``m`` (so each
-    split's partial sum rescales by ``exp(m_p - m)``); None when it does not."""
+    """The exponential ("exp", or "exp2" for base-2 maxima) that rescales sum ``s``'s partials when
+    max ``m`` moves, where the body of ``s`` uses ``m`` exactly once, as a factor ``exp(a - m)``
+    (:func:`~dtriton.ir.shift_exponential`) with ``a`` free of ``m`` (so each split's partial sum
+    rescales by ``exp(m_p - m)``); None when it does not."""
     hits = [f for f in mul_factors(s.x) if contains(f, m)]
-    if len(hits) != 1:
-        return None
-    f = hits[0]
-    ok = (isinstance(f, Unary) and f.op in ("exp", "exp2") and isinstance(f.x, Binary) and f.x.op == "sub"
-          and f.x.b is m and not contains(f.x.a, m))
-    return f.op if ok else None
+    got = shift_exponential(hits[0], m) if len(hits) == 1 else None
+    return got[1] if got is not None and not contains(got[0], m) else None
 
 
 def online_split_groups(sched: Schedule, reduces: Mapping[int, Reduce], mat: set[int]) -> dict[int, tuple[int, ...]]:

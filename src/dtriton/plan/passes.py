@@ -16,7 +16,7 @@ plain (loads through block pointers are not TMA either).
 
 from __future__ import annotations
 
-from ..ir import Load, Reduce, Unary, Binary, mul_factors, walk
+from ..ir import Load, Reduce, Unary, mul_factors, shift_exponential, walk
 from .access import tile_key
 from .graph import contains, fused_deps, fused_reduces, has, need_axes
 from .kernel import KernelPlan, PassPlan
@@ -60,16 +60,14 @@ def _loop_axes(k: KernelPlan, r: Reduce, bound: set[str]) -> tuple[str, ...]:
 
 
 def shift_factor(s: Reduce, m: Reduce, k: KernelPlan) -> Unary | None:
-    """The one factor ``exp(a - m)`` or ``exp2(a - m)`` of sum ``s``'s body through which it uses
-    max stage ``m`` (``a`` free of ``m``), or None when ``s`` uses ``m`` otherwise or more than once."""
+    """The one factor ``exp(a - m)``, ``exp2(a - m)`` or ``exp2(a - m * log2(e))``
+    (:func:`~dtriton.ir.shift_exponential`) of sum ``s``'s body through which it uses max stage
+    ``m`` (``a`` free of ``m``), or None when ``s`` uses ``m`` otherwise or more than once."""
     hits = [f for f in mul_factors(s.x) if contains(f, m, k.materialized)]
     if len(hits) != 1:
         return None
-    f = hits[0]
-    if (isinstance(f, Unary) and f.op in ("exp", "exp2") and isinstance(f.x, Binary) and f.x.op == "sub"
-            and f.x.b is m and not contains(f.x.a, m, k.materialized)):
-        return f
-    return None
+    got = shift_exponential(hits[0], m)
+    return hits[0] if got is not None and not contains(got[0], m, k.materialized) else None
 
 
 def online_ok(s: Reduce, grp: list[Reduce], pending: list[Reduce], k: KernelPlan) -> bool:
@@ -282,13 +280,15 @@ def _step_bytes(k: KernelPlan, rs: list[Reduce], elements: bool = False) -> int:
 
 
 def _shift_op(k: KernelPlan, rs: list[Reduce], m: int) -> str:
-    """The exponential ("exp" or "exp2") through which the sums of an online pass use max ``m``
-    (each through the one factor :func:`shift_factor` finds, as :func:`online_ok` admitted them)."""
+    """The exponential ("exp" or "exp2") that rescales the sums of an online pass when max ``m``
+    moves: "exp2" for a base-2 max, "exp" for a natural one (also under ``exp2(a - m * log2(e))``;
+    each sum uses ``m`` through the one factor :func:`shift_factor` finds, as :func:`online_ok`
+    admitted them)."""
     mx = next(r for r in rs if r.uid == m)
     for s in rs:
         f = shift_factor(s, mx, k) if s is not mx and s.combiner.online == "rescaled" else None
         if f is not None:
-            return f.op
+            return shift_exponential(f, mx)[1]
     return "exp"
 
 
