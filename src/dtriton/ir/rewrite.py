@@ -13,23 +13,25 @@ is bounded by the lane's own spread, and the lanes' states merge exactly (Chan, 
 ``mean(X * X)`` stage with ``_var``): the same one read, without its cancellation.
 
 :func:`base2_exponents` writes a max-shifted exponential ``exp(X - max(X))`` in base 2,
-``exp2(X * log2(e) - max(X) * log2(e))``: per element one multiply-add and the hardware's base-2
-exponential, where ``exp`` costs a multiply, a subtraction and another multiply before it. Exact in
-real arithmetic; in floating point ``X * log2(e)`` rounds to its own magnitude rather than to that of
-``X - max``, a relative error of about ``|X| * 2**-24`` in each term, so the plan uses it where the
-terms are consumed in 16-bit precision. The max stays the natural ``max(X)`` and its shift is formed
-per row as each element's exponent is, so (rounding being monotone) it is ``max(X * log2(e))`` bit
-for bit: the row max's term is exactly 1, and the max's other uses (a saving forward's
-``lse = m + log(sum)`` or saved max, log-softmax's ``X - m``, cross-entropy's ``m + log(sum) - X[label]``)
-read the exact ``m``: a log-probability stays <= 0, a cross-entropy >= 0 (a stand-in ``max(X') * ln(2)``,
-up to an ulp below ``m``, gave -1e-6 losses: s18 user trial). Where ``X`` has a scalar factor,
-attention's ``s * scale``, the factor takes ``log2(e)`` instead (``s * (scale * log2(e))``, no
-multiply per element) and the max becomes the base-2 ``max(X')``; its other uses then read
+``exp2((X - max(X)) * log2(e))``: the hardware's base-2 exponential, where ``exp`` costs a further
+multiply before it. The max stays the natural ``max(X)``: the difference is exact at the row max
+(whatever FMA contraction the backend's compiler applies, since the multiply comes after it), so
+the row max's term is exactly 1, and the max's other uses (a saving forward's ``lse = m + log(sum)``
+or saved max, log-softmax's ``X - m``, cross-entropy's ``m + log(sum) - X[label]``) read the exact
+``m``: a log-probability stays <= 0, a cross-entropy >= 0. (Two earlier forms failed that: a
+stand-in ``max(X * log2(e)) * ln(2)``, up to an ulp below ``m``, gave -1e-6 losses on the
+interpreter, s18 user trial; ``exp2(X * log2(e) - m * log2(e))`` is exact only where the compiler
+rounds ``X * log2(e)`` before the subtraction, and on the H200 its FMA gave -6e-5 losses, s18
+call 4.) Where ``X`` has a scalar factor, attention's ``s * scale``, the factor takes ``log2(e)``
+instead (``s * (scale * log2(e))``, no multiply per element: in floating point ``X'`` then rounds
+to its own magnitude rather than to that of ``X - max``, a relative error of about
+``|X| * 2**-24`` in each term, so the plan uses it where the terms are consumed in 16-bit
+precision) and the max becomes the base-2 ``max(X')``; its other uses then read
 ``max(X') * ln(2)``, once per row, only when the plan says its outputs take it as a shift alone
 (:func:`dtriton.grad.shift_only`) and none of them also reads a tensor element outside a reduction
-(a scaled cross-entropy's ``X[label] * t``: the exact form then, one multiply per element more): a
-saved log-sum-exp keeps its natural-log value (to an ulp), and the online loop (max, sums, rescaling
-factors) runs in base 2 as for the plain forward.
+(a scaled cross-entropy's ``X[label] * t``: the exact form then): a saved log-sum-exp keeps its
+natural-log value (to an ulp), and the online loop (max, sums, rescaling factors) runs in base 2
+as for the plain forward.
 
 :func:`reciprocal_divisors` writes ``X / y``, where ``y`` has fewer axes than ``X`` (a per-row
 statistic dividing a tile), as ``X * (1 / y)``: one division per row and a multiply per element,
@@ -240,12 +242,11 @@ def base2_exponents(alg: Algorithm, want: Callable[[Reduce], bool],
     written in base 2 (``alg`` itself when there is none), in one of two forms:
 
     - exact (the default): ``m`` stays the stage ``max(X)`` and the exponential reads
-      ``exp2(X * log2(e) - m * log2(e))``, the shift formed per row as each element's exponent is.
-      Rounding is monotone, so ``m * log2(e)`` is ``max(X * log2(e))`` bit for bit, the row max's
-      exponent exactly 0 and the exponentials what a base-2 max stage gives; ``m``'s other uses
-      (an output, a saved ``m + log(sum)``, log-softmax's ``X - m``, cross-entropy's
-      ``m + log(sum) - X[label]``) read ``m`` itself, exact, so a log-probability stays <= 0 and a
-      cross-entropy >= 0. The online rescaling factors are natural ``exp`` (:func:`shift_exponential`).
+      ``exp2((X - m) * log2(e))``, the difference exact at the row max whatever FMA the compiler
+      forms (the row max's term is exactly 1); ``m``'s other uses (an output, a saved
+      ``m + log(sum)``, log-softmax's ``X - m``, cross-entropy's ``m + log(sum) - X[label]``) read
+      ``m`` itself, so a log-probability stays <= 0 and a cross-entropy >= 0. The online rescaling
+      factors are natural ``exp`` (:func:`shift_exponential`).
     - folded: where ``X`` has a scalar factor (attention's ``s * scale``; :func:`_folded_log2e`)
       the factor takes ``log2(e)``, ``exp2(X' - m')`` with ``X' = s * (scale * log2(e))`` and
       ``m' = max(X')`` a stage of the same name: no multiply per element. ``m``'s other uses then
@@ -254,7 +255,7 @@ def base2_exponents(alg: Algorithm, want: Callable[[Reduce], bool],
       outputs take ``m`` as a shift alone, e.g. :func:`dtriton.grad.shift_only`) and no output
       that reads ``m`` outside an ``exp`` also reads a tensor element outside a reduction (a
       saved log-sum-exp may be an ulp low; a scaled cross-entropy's ``m + log(sum) - X[label]``
-      may not: it takes the exact form, one multiply per element more).
+      may not: it takes the exact form, a subtraction and a multiply per element).
 
     Raises nothing; ``want`` and ``shift_only`` take the max stage's :class:`Reduce` node."""
     uses = _uses(alg)
@@ -276,10 +277,11 @@ def base2_exponents(alg: Algorithm, want: Callable[[Reduce], bool],
             shift: Expr = m2
             if others:
                 swap[m.uid] = Binary("mul", m2, Const(math.log(2.0)))
-        else:
-            x2, shift = Binary("mul", m.x, Const(_LOG2E)), Binary("mul", m, Const(_LOG2E))
-        for e in exps:
-            swap[e.uid] = Unary("exp2", Binary("sub", x2, shift))
+            for e in exps:
+                swap[e.uid] = Unary("exp2", Binary("sub", x2, shift))
+        else:   # exact: exp2((X - m) * log2(e)), the difference exact at the row max (no FMA can fold it)
+            for e in exps:
+                swap[e.uid] = Unary("exp2", Binary("mul", e.x, Const(_LOG2E)))
     return _rebuilt(alg, swap)
 
 
@@ -289,18 +291,18 @@ _LOG2E = math.log2(math.e)
 
 def shift_exponential(f: Expr, m: Reduce) -> tuple[Expr, str] | None:
     """``(a, exp)`` when ``f`` is an exponential shifted by the max stage ``m``: ``exp(a - m)``
-    (``exp`` "exp"), ``exp2(a - m)`` (a base-2 max: "exp2") or ``exp2(a - m * log2(e))`` (the
+    (``exp`` "exp"), ``exp2(a - m)`` (a base-2 max: "exp2") or ``exp2((a - m) * log2(e))`` (the
     exact form of :func:`base2_exponents`, a natural max: "exp"); ``exp`` is the exponential
     that rescales sums of ``f`` when ``m`` moves from ``m0`` to ``m1`` (``exp(m0 - m1)``).
     None otherwise (``a`` may still read ``m``: the caller checks)."""
-    if not (isinstance(f, Unary) and f.op in ("exp", "exp2") and isinstance(f.x, Binary) and f.x.op == "sub"):
+    if not (isinstance(f, Unary) and f.op in ("exp", "exp2") and isinstance(f.x, Binary)):
         return None
-    a, b = f.x.a, f.x.b
-    if b is m:
-        return a, f.op
-    if (f.op == "exp2" and isinstance(b, Binary) and b.op == "mul" and b.a is m and isinstance(b.b, Const)
-            and b.b.value == _LOG2E):
-        return a, "exp"
+    d, kind = f.x, f.op
+    if (f.op == "exp2" and d.op == "mul" and isinstance(d.b, Const) and d.b.value == _LOG2E
+            and isinstance(d.a, Binary)):
+        d, kind = d.a, "exp"
+    if d.op == "sub" and d.b is m:
+        return d.a, kind
     return None
 
 

@@ -60,7 +60,7 @@ def _loop_axes(k: KernelPlan, r: Reduce, bound: set[str]) -> tuple[str, ...]:
 
 
 def shift_factor(s: Reduce, m: Reduce, k: KernelPlan) -> Unary | None:
-    """The one factor ``exp(a - m)``, ``exp2(a - m)`` or ``exp2(a - m * log2(e))``
+    """The one factor ``exp(a - m)``, ``exp2(a - m)`` or ``exp2((a - m) * log2(e))``
     (:func:`~dtriton.ir.shift_exponential`) of sum ``s``'s body through which it uses max stage
     ``m`` (``a`` free of ``m``), or None when ``s`` uses ``m`` otherwise or more than once."""
     hits = [f for f in mul_factors(s.x) if contains(f, m, k.materialized)]
@@ -281,7 +281,7 @@ def _step_bytes(k: KernelPlan, rs: list[Reduce], elements: bool = False) -> int:
 
 def _shift_op(k: KernelPlan, rs: list[Reduce], m: int) -> str:
     """The exponential ("exp" or "exp2") that rescales the sums of an online pass when max ``m``
-    moves: "exp2" for a base-2 max, "exp" for a natural one (also under ``exp2(a - m * log2(e))``;
+    moves: "exp2" for a base-2 max, "exp" for a natural one (also under ``exp2((a - m) * log2(e))``;
     each sum uses ``m`` through the one factor :func:`shift_factor` finds, as :func:`online_ok`
     admitted them)."""
     mx = next(r for r in rs if r.uid == m)
