@@ -178,6 +178,20 @@ def _name_stages(nodes: Sequence[Expr], outputs: Sequence[Output]) -> dict[str, 
     return stages
 
 
+def _check_scalar_names(name: str, params: Sequence["InputTensor | ScalarParam"]) -> None:
+    """Refuse a scalar parameter named like a size symbol of a tensor argument: ``N: int`` beside
+    ``X: dt.Tensor["M", "N"]`` would leave ``dt.axes("j:N")`` taking the tensor's dim and ``X[i, j] * N``
+    the argument, silently two different values."""
+    dims = {d: p.name for p in params if isinstance(p, InputTensor) for d in p.dims}
+    for p in params:
+        if isinstance(p, ScalarParam) and p.name in dims:
+            raise AlgorithmError(
+                f"parameter {p.name!r} ({p.pytype.__name__}) of {name} has the name of a dim of its tensor argument "
+                f"{dims[p.name]!r} (size symbol {p.name!r}): an axis of size {p.name!r} would take the tensor's dim "
+                f"and the expression {p.name} the argument. Rename one (e.g. the parameter to `{p.name}_out: {p.pytype.__name__}`"
+                f" or the dim), or, for a size the tensor already has, drop the parameter")
+
+
 class Algorithm:
     """A traced algorithm: inputs, outputs, stages, axis-to-size map, and the reference evaluator.
 
@@ -235,6 +249,7 @@ class Algorithm:
                     f"argument {pname!r} of {self.name} needs an annotation: dt.Tensor['M', 'N'] for a tensor "
                     f"(one size name per dim), or float / int for a scalar; it has {got}")
             self.params.append(t)
+        _check_scalar_names(self.name, self.params)
         ret = fn(*self.params)
         rets = ret if isinstance(ret, tuple) else (ret,)
         outs: list[Output] = []
