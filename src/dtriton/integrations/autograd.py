@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import difflib
+import functools
 import threading
 import weakref
 from typing import Any, Callable, Mapping, Sequence
@@ -233,6 +234,12 @@ class DifferentiableKernel:
         #: the positions of the non-tensor arguments that are part of the call key (a step's constants)
         self.keyed_pos = (*self._size_pos, *self._req_pos)
         self._printed_key = signature_key_for(self.algorithm).printed   # signature_key, printed for the parameters
+
+    def __reduce__(self):
+        """Pickled as what built it (the compiled kernel and the options); backward algorithms,
+        runners and steps are derived again on load."""
+        return (functools.partial(DifferentiableKernel, backward_schedules=self.backward_schedules, save=self.save,
+                                  group=self.group, native=self.native), (self.kernel,))
 
     def __repr__(self):
         return f"<dt.differentiable {self.algorithm.name} save={self.save!r} group={self.group!r}>"

@@ -8,8 +8,11 @@ by name. :meth:`Algorithm.reference` evaluates it eagerly in torch (the oracle o
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import inspect
+import pickle
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -21,7 +24,7 @@ from .intervals import integer_valued
 from .reference import Binding, evaluate, numpy_item
 from .walk import topo_order
 
-__all__ = ["Algorithm", "Stage", "TensorAnnotation", "cse", "merge_named"]
+__all__ = ["Algorithm", "Stage", "TensorAnnotation", "algorithm_named", "cse", "merge_named"]
 
 
 class TensorAnnotation:
@@ -178,6 +181,28 @@ def _name_stages(nodes: Sequence[Expr], outputs: Sequence[Output]) -> dict[str, 
     return stages
 
 
+def _resolve(module: str | None, qualname: str):
+    """The object ``module.qualname`` names among the loaded modules, or None."""
+    obj = sys.modules.get(module or "")
+    if obj is None or not qualname or "<locals>" in qualname:
+        return None
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def algorithm_named(module: str, qualname: str) -> "Algorithm":
+    """The algorithm defined as ``qualname`` in ``module`` (imported when not loaded yet): how a
+    pickled algorithm is loaded. Raises ``pickle.UnpicklingError`` when that name is no algorithm."""
+    if module not in sys.modules:
+        __import__(module)
+    alg = _resolve(module, qualname)
+    if not isinstance(alg, Algorithm):
+        raise pickle.UnpicklingError(f"{module}.{qualname} is no dtriton algorithm now ({type(alg).__name__}); "
+                                     f"the pickle named the algorithm defined there")
+    return alg
+
+
 def _check_scalar_names(name: str, params: Sequence["InputTensor | ScalarParam"]) -> None:
     """Refuse a scalar parameter named like a size symbol of a tensor argument: ``N: int`` beside
     ``X: dt.Tensor["M", "N"]`` would leave ``dt.axes("j:N")`` taking the tensor's dim and ``X[i, j] * N``
@@ -265,6 +290,38 @@ class Algorithm:
             o.name = "out" if len(outs) == 1 else f"out{n}"
         self.outputs = outs
         self._analyse()
+
+    # -- pickling and copying ---------------------------------------------------------------------
+    def __reduce_ex__(self, protocol):
+        """Pickled by reference (module and qualified name, like a function) when that name imports
+        this same algorithm; by value when it has no function (built by ``dt.grad``, or a traced
+        function that itself pickles by reference). Raises ``pickle.PicklingError`` otherwise."""
+        fn = self.fn
+        if fn is None:
+            return super().__reduce_ex__(protocol)
+        mod, qual = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+        if _resolve(mod, qual) is self:
+            return algorithm_named, (mod, qual)
+        if _resolve(mod, qual) is fn:   # dt.algorithm(f) kept beside f: f pickles by reference
+            return super().__reduce_ex__(protocol)
+        where = ("defined inside a function" if "<locals>" in qual else
+                 f"not importable as {mod}.{qual} (defined in a notebook cell, or that name was rebound)")
+        raise pickle.PicklingError(
+            f"cannot pickle the algorithm {self.name}: it is {where}, and algorithms pickle by reference. Define it at "
+            f"the top level of a module to pickle it, or save a model's weights (torch.save(model.state_dict(), ...)) "
+            f"and build the model, with its kernels, again on load")
+
+    def __copy__(self):
+        new = type(self).__new__(type(self))
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def __deepcopy__(self, memo):
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        for k, v in self.__dict__.items():
+            setattr(new, k, copy.deepcopy(v, memo))
+        return new
 
     # ------------------------------------------------------------------------------------------
     def _analyse(self):

@@ -172,6 +172,11 @@ class Kernel:
         # fast launchers and call specs, so only the slow path (whose binding checks) meets new ones
         self._req_pos = alg.requires_pos
 
+    def __reduce__(self):
+        """Pickled as what built it (algorithm, schedule, ``check_indices``): compiled code and
+        caches are made again on load. The algorithm pickles by reference (see ``Algorithm``)."""
+        return Kernel, (self.algorithm, self.schedule, self.check_indices)
+
     # ------------------------------------------------------------------------------------------
     def complete(self, binding: Binding) -> Schedule:
         """The full schedule used for a call with this binding (heuristic fills the gaps)."""

@@ -3,6 +3,7 @@ in the tuning database (:mod:`dtriton.tune.db`), else the heuristic."""
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import warnings
@@ -16,7 +17,7 @@ from ..runtime import Kernel
 from ..runtime.args import call_key, merge_named, outside_graph, tracing
 from ..schedule import Schedule
 from .check import Limits, check_outputs, check_resources, default_tolerance
-from .db import TuningDB, TuningKey, TuningRecord, TuningWarning
+from .db import TuningDB, TuningKey, TuningRecord, TuningWarning, default_db_path
 
 __all__ = ["TunedKernel"]
 
@@ -64,6 +65,12 @@ class TunedKernel:
         self._fast: dict[tuple, Kernel] = {}
         self._lock = threading.Lock()
         self._last: Kernel | None = None
+
+    def __reduce__(self):
+        """Pickled as what built it (algorithm, database path unless the default, ``nearest``, ``verify``); cached
+        choices, kernels and the lock are made again on load."""
+        db = None if self.db.path == default_db_path() else self.db   # the default: the loading machine's
+        return functools.partial(TunedKernel, nearest=self.nearest, verify=self.verify), (self.algorithm, db)
 
     def refresh(self) -> None:
         """Forget cached lookups (use after storing new results in the database)."""
