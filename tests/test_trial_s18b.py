@@ -132,3 +132,20 @@ def test_a_locally_defined_algorithm_cannot_be_pickled_and_says_why():
 
     with pytest.raises(pickle.PicklingError, match=r"local_double: it is defined inside a function.*state_dict"):
         pickle.dumps(dt.compile_autograd(local_double))
+
+
+# -- 3. the forward a training call runs ------------------------------------------------------------
+@pytest.mark.parametrize("save", ["auto", None])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_source_and_schedule_for_are_the_training_forward(save, dtype):
+    dk = dt.compile_autograd(dt.library.softmax, save=save)
+    X = torch.randn(4, 8, dtype=dtype)
+    src, sched = dk.source_for(X), dk.schedule_for(X=X)   # (positional or by name)
+    assert ("softmax_fwd_saving" in src) == (save == "auto")
+    Xg = X.clone().requires_grad_()
+    y = dk(Xg)
+    (ran,) = dk.last_runs["forward"]
+    assert ran.last.source == src and ran.last.schedule_for(X) == sched
+    torch.testing.assert_close(y.double(), torch.softmax(X.double(), -1))
+    assert bool(dk.gradients(args=(X,)).saved) == (save == "auto")
+    assert "softmax_fwd_saving" not in dk.kernel.source_for(X)   # a call without gradients runs .kernel

@@ -7,8 +7,9 @@
 - Importing this module installs :func:`apply` as ``Kernel.grad_call``: the runtime calls it for a
   ``kernel(*args)`` whose inputs require grad (grad mode on), so every kernel is differentiable.
   ``import dtriton`` imports it; the runtime itself never imports this module.
-- :func:`output_specs` gives the shape and dtype of each output without running anything (fake
-  tensors and symbolic sizes work): what ``as_torch_op``'s fake implementation returns.
+- :func:`output_specs` (defined in :mod:`.output_specs`) gives the shape and dtype of each output
+  without running anything (fake tensors and symbolic sizes work): what ``as_torch_op``'s fake
+  implementation returns.
 
 Only inputs that require grad get gradients: the backward algorithms are derived for exactly that
 set (and cached per set). By default (``save="auto"``) the forward saves the forward reductions
@@ -46,6 +47,7 @@ from ..runtime.kernel import fast_path_ok
 from ..schedule import Schedule
 from ..backends.triton.native import enabled as native_enabled
 from .backward_schedules import check_backward_schedules
+from .output_specs import output_specs
 from .steps import (ENTER_STEP, BackwardStep, ForwardStep, apply_step, functorch_active, refuse_double_backward,
                     zero_gradient)
 
@@ -116,30 +118,6 @@ def _has_fp64(args) -> bool:
 # ----------------------------------------------------------------------------------------------
 # differentiable kernels
 # ----------------------------------------------------------------------------------------------
-def _sizes(alg: Algorithm, args) -> dict[str, Any]:
-    """Size symbol -> size (an int or a symbolic size) from the tensor arguments' shapes and the
-    int arguments that size axes (``dt.axes("h:Ho")``: a convolution's or pooling's output)."""
-    sizes: dict[str, Any] = {}
-    for p, a in zip(alg.params, args):
-        if isinstance(p, InputTensor):
-            for d, n in zip(p.dims, a.shape):
-                sizes.setdefault(d, n)
-    for sym, pos in alg.size_args.items():
-        sizes[sym] = args[pos]
-    return sizes
-
-
-def output_specs(alg: Algorithm, args) -> list[tuple[list[Any], torch.dtype]]:
-    """Shape and dtype of each output of ``alg`` for a call with ``args`` (works on fake tensors
-    and symbolic sizes: nothing is converted to int). The dtype follows the runtime's rule
-    (:func:`~dtriton.ir.output_dtypes`): torch's promotion (int64 for an arg-reduction and for sums
-    and products of integers, float32 for divisions, means and float functions of integers and for
-    expressions of scalars only), at least float32 for the statistics a saving forward stores."""
-    sizes = _sizes(alg, args)
-    dtypes = {p.name: a.dtype for p, a in zip(alg.params, args) if isinstance(p, InputTensor)}
-    return [([sizes[alg.axis_size[a]] for a in o.layout], dt_) for o, dt_ in zip(alg.outputs, output_dtypes(alg, dtypes))]
-
-
 class DifferentiableKernel:
     """A compiled dtriton kernel whose calls are differentiable with torch autograd.
 
@@ -380,6 +358,32 @@ class DifferentiableKernel:
         outs = output_dtypes(self.algorithm, dtypes)
         n = len(outs)
         return all(full[n + k] == outs[j] for k, j in self._lean[2].items())
+
+    def _training_forward(self, args, named):
+        """The compiled kernel a differentiable call with these arguments runs as its forward."""
+        if named:
+            args = merge_named(self.algorithm, args, named)
+        args = tuple(args)
+        if self._aug is None:
+            return self._fwd_runner.kernel(_has_fp64(args)), args
+        _, fp64, runner, _ = self._saves(args)
+        return runner.kernel(fp64), args
+
+    def source_for(self, *args, **named) -> str:
+        """Generated Triton source of the forward a differentiable call with these arguments runs
+        (an input requiring grad, grad mode on; arguments as the call takes them): the saving forward
+        (``<name>_fwd_saving``, the statistics of :meth:`gradients` as extra outputs) where this call
+        signature saves them (see ``save``), else the kernel's own. Compiles nothing on the GPU. A
+        call without gradients runs ``.kernel`` (``dk.kernel.source_for(...)``). Raises what the
+        kernel's ``source_for`` raises (:class:`~dtriton.errors.ShapeError` for mismatched arguments)."""
+        kern, args = self._training_forward(args, named)
+        return kern.source_for(*args)
+
+    def schedule_for(self, *args, **named) -> Schedule:
+        """The complete schedule of the forward a differentiable call with these arguments runs
+        (the saving forward's or the kernel's own, as :meth:`source_for`); errors as there."""
+        kern, args = self._training_forward(args, named)
+        return kern.schedule_for(*args)
 
     def run_forward(self, args) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
         """Run the forward pass: ``(outputs, saved stage values)``."""

@@ -9,7 +9,8 @@ import torch
 
 from ..grad import grad_param_names
 from ..ir import Algorithm, InputTensor
-from .autograd import DifferentiableKernel, output_specs
+from .autograd import DifferentiableKernel
+from .output_specs import output_specs
 
 __all__ = ["as_torch_op"]
 
