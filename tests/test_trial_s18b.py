@@ -149,3 +149,14 @@ def test_source_and_schedule_for_are_the_training_forward(save, dtype):
     torch.testing.assert_close(y.double(), torch.softmax(X.double(), -1))
     assert bool(dk.gradients(args=(X,)).saved) == (save == "auto")
     assert "softmax_fwd_saving" not in dk.kernel.source_for(X)   # a call without gradients runs .kernel
+
+
+# -- 4. unsupported integer dtypes -----------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [torch.uint64, torch.uint32, torch.uint16])
+def test_unsupported_integer_dtype_names_the_supported_ones(dtype):
+    X = torch.ones(2, 3, dtype=dtype)
+    with pytest.raises(dt.DTypeError) as e:
+        dt.compile(dt.library.softmax)(X)
+    msg = str(e.value)
+    assert f"unsupported dtype {dtype}" in msg and "or an integer dtype" not in msg
+    assert "integer dtypes int8, int16, int32, int64, uint8, or bool" in msg and "X.to(torch.int64)" in msg

@@ -172,8 +172,11 @@ def _check_tensor(alg, p, a) -> None:
         raise ShapeError(f"argument {p.name!r} of {alg.name} must have {len(p.dims)} dims {list(p.dims)}, "
                          f"got {a.dim()} (shape {tuple(a.shape)}){hint}")
     if a.dtype not in FLOAT_DTYPES + INDEX_DTYPES + FP8_DTYPES:
-        raise DTypeError(f"argument {p.name!r} of {alg.name} has unsupported dtype {a.dtype}; use "
-                         "float16, bfloat16, float32, float64, float8_e4m3fn, float8_e5m2 or an integer dtype")
+        ints = ", ".join(str(d).removeprefix("torch.") for d in INDEX_DTYPES if d is not torch.bool)
+        hint = (f" ({p.name}.to(torch.int64) converts it, where its values fit)"
+                if not a.dtype.is_floating_point and not a.dtype.is_complex else "")
+        raise DTypeError(f"argument {p.name!r} of {alg.name} has unsupported dtype {a.dtype}; use float16, bfloat16, "
+                         f"float32, float64, float8_e4m3fn, float8_e5m2, one of the integer dtypes {ints}, or bool{hint}")
 
 
 @dataclass
