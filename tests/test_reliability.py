@@ -548,9 +548,15 @@ def test_base2_exponents_for_16_bit_calls_only_and_still_follow_torch():
             assert err < {torch.float16: 1e-2, torch.bfloat16: 2e-2, torch.float32: 1e-5}[dtype], (dtype, strategy, err)
 
 
-def test_base2_exponents_leave_a_max_used_outside_the_shift_alone():
-    """logsumexp uses its max outside exp(x - max) (m + log(sum)): without ``shift_only`` it keeps
-    exp (the plan passes it: tests/test_online_base2.py)."""
+def _max_stages(alg):
+    from dtriton.ir import Reduce, walk
+    return [n for n in walk([o.expr for o in alg.outputs]) if isinstance(n, Reduce) and n.combiner.name == "max"]
+
+
+def test_base2_exponents_keep_a_max_used_outside_the_shift():
+    """logsumexp uses its max outside exp(x - max) (m + log(sum)): the exact base-2 form (s18) writes
+    exp2((x - m) * log2(e)) and keeps the max stage itself, so that use reads the exact max (the
+    folded form, whose base-2 max would stand in for it, needs ``shift_only``)."""
     from dtriton.ir import base2_exponents
 
     @dt.algorithm
@@ -558,14 +564,18 @@ def test_base2_exponents_leave_a_max_used_outside_the_shift_alone():
         i, j = dt.axes("i j")
         m = dt.max(X[i, j], over=j)
         return (m + dt.log(dt.sum(dt.exp(X[i, j] - m), over=j)))[i]
-    assert base2_exponents(lse, lambda r: True) is lse
+    out = base2_exponents(lse, lambda r: True)
+    assert out is not lse and "exp2" in str(out.outputs[0].expr) and "0.6931" not in str(out.outputs[0].expr)
+    assert [str(m) for m in _max_stages(out)] == [str(m) for m in _max_stages(lse)]
     assert base2_exponents(softmax, lambda r: True) is not softmax
+    X = torch.randn(5, 37).half()
+    torch.testing.assert_close(dt.compile(lse)(X).float(), torch.logsumexp(X.float(), 1), rtol=1e-3, atol=1e-3)
 
 
-def test_base2_exponents_leave_a_max_that_is_an_output_alone():
-    """A max returned as an output (a statistic saved for the backward) keeps exp without
-    ``shift_only``: rewriting the exponential alone would leave two stages of one name (softmax's
-    derived forward failed so); with it the output reads the base-2 max times ln(2)."""
+def test_base2_exponents_keep_a_max_that_is_an_output():
+    """A max returned as an output (a statistic saved for the backward): the exact form keeps the max
+    stage (one stage of that name: rewriting the exponential around a new base-2 max stage left two,
+    and softmax's derived forward failed so), and the output is the exact max."""
     from dtriton.ir import base2_exponents
 
     @dt.algorithm
@@ -574,7 +584,9 @@ def test_base2_exponents_leave_a_max_that_is_an_output_alone():
         m = dt.max(X[i, j], over=j)
         e = dt.exp(X[i, j] - m)
         return (e / dt.sum(e, over=j))[i, j], m[i]
-    assert base2_exponents(softmax_and_max, lambda r: True) is softmax_and_max
+    out = base2_exponents(softmax_and_max, lambda r: True)
+    assert [str(m) for m in _max_stages(out)] == [str(m) for m in _max_stages(softmax_and_max)]
     X = torch.randn(5, 37).half()
     y, m = dt.compile(softmax_and_max)(X)
+    assert torch.equal(m.float(), X.float().amax(1))
     torch.testing.assert_close(y.float(), torch.softmax(X.float(), 1), rtol=1e-2, atol=1e-3)
