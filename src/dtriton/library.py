@@ -88,9 +88,8 @@ def cross_entropy(X: Tensor["M", "N"], labels: Tensor["M"]):
     ``dt.compile(..., check_indices=True)`` (unchecked on the GPU otherwise): use
     :func:`cross_entropy_ignore` for labels that mark rows to skip."""
     i, j = dt.axes("i j")
-    m = dt.max(X[i, j], over=j)
-    lse = m + dt.log(dt.sum(dt.exp(X[i, j] - m), over=j))
-    return (lse - X[i, labels[i]])[i]
+    m = dt.max(X[i, j], over=j)   # (m - X[label]) + log(sum), torch's order: no cancellation at large logits
+    return ((m - X[i, labels[i]]) + dt.log(dt.sum(dt.exp(X[i, j] - m), over=j)))[i]
 
 
 @dt.algorithm
@@ -102,8 +101,8 @@ def cross_entropy_ignore(X: Tensor["M", "N"], labels: Tensor["M"], ignore_index:
     :class:`~dtriton.IndexRangeError` of :func:`cross_entropy`). The output (M,) has X's dtype."""
     i, j = dt.axes("i j")
     m = dt.max(X[i, j], over=j)
-    lse = m + dt.log(dt.sum(dt.exp(X[i, j] - m), over=j))
-    return dt.where(labels[i] != ignore_index, lse - X[i, labels[i]], 0.0)[i]
+    loss = (m - X[i, labels[i]]) + dt.log(dt.sum(dt.exp(X[i, j] - m), over=j))
+    return dt.where(labels[i] != ignore_index, loss, 0.0)[i]
 
 
 @dt.algorithm
