@@ -101,10 +101,25 @@ class Recorder:
 
     def __init__(self, monkeypatch):
         self.registered, self.variants, self.records, self.calls = [], [], [], 0
+        self.entries, self.cache_calls, self.logs = [], 0, []
         monkeypatch.setattr(native, "register", self.register)
         monkeypatch.setattr(native, "add_backward", self.add_backward)
         monkeypatch.setattr(native, "caller", self.caller)
+        monkeypatch.setattr(native, "call_cache", self.call_cache)
         monkeypatch.setattr(native, "ready", lambda wait=False: True)
+
+    def call_cache(self, log=0):
+        rec = self
+        self.logs.append(log)
+
+        class Cache:   # the C++ call cache's stand-in: records its entries, misses every call
+            def add(self, args, sid, tag):
+                rec.entries.append((tuple(a.shape for a in args), sid, tag))
+
+            def __call__(self, args):
+                rec.cache_calls += 1
+                return None
+        return Cache()
 
     def register(self, name, fl, n_out, save, fallback, tensor_pos=None, constants=None):
         self.registered.append((name, fl, n_out, save, fallback))
@@ -154,6 +169,10 @@ def test_a_step_becomes_native_after_its_first_backward(interp_gpu, monkeypatch)
     # step 1 plans (general path), step 2 is the Python step whose backward learns and registers,
     # steps 3 and 4 enter the native forward (which answers None here: the Python node runs)
     assert len(rec.registered) == 1 and rec.calls == 2
+    # the step (all of whose arguments are tensors) is entered in the kernel's C++ call cache, which
+    # steps 3 and 4 try first (it misses here too); it writes its tag to the forward's log slot
+    assert rec.entries == [((X.shape, w.shape, b.shape), 0, 1)] and rec.cache_calls == 2
+    assert rec.logs == [ctypes.addressof(dk.native_log) + 8]
     name, fl, n_out, save, fallback = rec.registered[0]
     assert name == "layer_norm" and n_out == 1 and callable(fallback)
     assert save and all(k >= n_out for k in save)   # the saved statistics (one packed buffer)
@@ -424,6 +443,40 @@ def test_the_extension_compiles_against_this_torch(tmp_path, monkeypatch):
     # variant is refused for having no launchers
     with pytest.raises(RuntimeError, match="without launchers"):
         mod.add_backward(0, [True], [None], [], [], [], 0, 0)
+    _call_cache_keys(mod)
+
+
+def _call_cache_keys(mod):
+    """The C++ call cache: a hit runs the entered step's forward (here a plan with no kernels and
+    no outputs: on a CPU build its device guard raises, on a GPU it returns an empty tuple); every
+    other call signature, a call with grad mode off or with no tensor requiring grad, and a call
+    with a non-tensor argument miss (None: the Python path takes them)."""
+    plan = {"device": 0, "arg_reads": [0], "allocs": [], "kernels": [], "returns": [], "counter_stream": 0,
+            "counters": None}
+    sid = mod.register_step("probe", plan, 0, [], lambda *a: None)
+    log = (ctypes.c_int64 * 1)()
+    cache = mod.CallCache(ctypes.addressof(log))
+    X = torch.randn(4, 6, requires_grad=True)
+    cache.add((X, X[0]), sid, 7)
+
+    def hit(*args):
+        try:
+            return cache(args) is not None
+        except RuntimeError:   # (the device guard of a CPU-only torch: the hit reached the forward)
+            return True
+    Y = torch.randn(4, 6, requires_grad=True)
+    assert hit(X, X[0]) and hit(Y, Y[2])   # the same layouts (and 16-byte alignment) hit
+    base = torch.randn(40, requires_grad=True)
+    odd = base[1:25].view(4, 6)   # misaligned by 4 bytes
+    assert not hit(odd, Y[0])
+    assert not hit(Y.t().contiguous().t(), Y[0])   # other strides
+    assert not hit(torch.randn(4, 7, requires_grad=True), Y[0])   # another shape
+    assert not hit(Y.double(), Y[0])   # another dtype
+    assert not hit(Y)   # another argument count
+    assert not hit(Y, 3.0)   # a non-tensor argument
+    assert not hit(Y.detach(), Y[0].detach())   # no tensor requires grad
+    with torch.no_grad():
+        assert not hit(Y, Y[0])
 
 
 def test_a_step_without_a_native_plan_says_why(interp_gpu, monkeypatch):  # noqa: F811

@@ -45,7 +45,7 @@ from ..runtime.args import (merge_named, outside_graph, plain_numbers, refuse_tr
                             signature_key_for, tracing, transforms_active)
 from ..runtime.kernel import fast_path_ok
 from ..schedule import Schedule
-from ..backends.triton.native import enabled as native_enabled
+from ..backends.triton import native as native_backend
 from .backward_schedules import check_backward_schedules
 from .output_specs import output_specs
 from .steps import (ENTER_STEP, BackwardStep, ForwardStep, apply_step, functorch_active, refuse_double_backward,
@@ -201,10 +201,15 @@ class DifferentiableKernel:
         self.is_tensor = tuple(isinstance(p, InputTensor) for p in self.algorithm.params)
         #: the runners of the most recent forward and backward (:meth:`launch_counts`)
         self.last_runs: dict[str, list[_Runner]] = {"forward": [], "backward": []}
-        #: the tag of the native backward variant that ran last (written by the C++ node; 0: the most
-        #: recent backward ran in Python, ``last_runs["backward"]``); ``native_runs[tag]``: its runners
-        self.native_log = (ctypes.c_int64 * 1)()
+        #: ``[backward tag, forward tag]``, written by the native steps' C++ code: the tag of the native
+        #: backward variant that ran last (0: the most recent backward ran in Python,
+        #: ``last_runs["backward"]``; ``native_runs[tag]``: its runners), and of the call cache entry
+        #: whose forward ran last (0: the most recent forward ran in Python; ``native_fwd[tag]``)
+        self.native_log = (ctypes.c_int64 * 2)()
         self.native_runs: list[list[_Runner]] = [[]]
+        self.native_fwd: list[list[_Runner]] = [[]]
+        #: the C++ call cache of the native steps whose arguments are all tensors (None until one is)
+        self._entry = None
         # the steady-state path: call key -> ForwardStep (False: this signature keeps the general path)
         self._steps: dict[tuple, ForwardStep | bool] = {}
         self._size_pos = tuple(self.algorithm.size_args.values())   # int arguments that size axes
@@ -258,7 +263,7 @@ class DifferentiableKernel:
                                 f"{', '.join(p.name for p in self.algorithm.params)}), got {args!r:.80}")
             saving = self._saves(tuple(args))[0]
         else:   # (the forward that ran last: the plain one saves nothing)
-            saving = self.last_runs["forward"][:1] != [self._fwd_runner]
+            saving = self.forward_runs()[:1] != [self._fwd_runner]
         return self._backward(wrt, saving)[0]
 
     def _backward(self, wrt: Sequence[str] | None, saving: bool, seeded: tuple[int, ...] | None = None):
@@ -292,10 +297,41 @@ class DifferentiableKernel:
         """Kernels launched by the most recent forward and backward: ``{"forward": n, "backward": m}``
         (0 for a pass that has not run). A native step's backward (C++, no Python) writes which of
         its variants ran (:meth:`native_record`); a Python backward clears that."""
-        runs = dict(self.last_runs)
+        runs = {"forward": self.forward_runs(), "backward": self.last_runs["backward"]}
         if self.native_log[0]:
             runs["backward"] = self.native_runs[self.native_log[0]]
         return {k: sum(getattr(r.last, "launch_count", 0) for r in rs) for k, rs in runs.items()}
+
+    def forward_runs(self) -> list[_Runner]:
+        """The runners of the most recent forward (the C++ call cache's, when its entry ran last)."""
+        tag = self.native_log[1]
+        return self.native_fwd[tag] if tag else self.last_runs["forward"]
+
+    def ran_forward(self, runners: list[_Runner]) -> None:
+        """Record that a forward running ``runners`` ran in Python (:meth:`launch_counts`)."""
+        self.last_runs["forward"] = runners
+        self.native_log[1] = 0
+
+    def enter_native(self, step: ForwardStep, args: Sequence[Any]) -> None:
+        """Enter native step ``step`` (made for the call signature of ``args``) in the C++ call
+        cache, which then runs calls of that signature with no Python frame after the cache's
+        (``__call__``'s first lines); only steps whose arguments are all tensors (the cache keys
+        tensors' layouts only) and only when ``args`` still have the signature the step was made
+        for."""
+        if step.tensor_pos is not None or step.native < 0:
+            return
+        try:
+            same = self._printed_key(tuple(args))[0] == step.key
+        except (AttributeError, TypeError, ValueError, RuntimeError):
+            return
+        if not same:
+            return
+        if self._entry is None:
+            self._entry = native_backend.call_cache(ctypes.addressof(self.native_log) + ctypes.sizeof(ctypes.c_int64))
+            if self._entry is None:
+                return
+        self.native_fwd.append(step.runners)
+        self._entry.add(tuple(args), step.native, len(self.native_fwd) - 1)
 
     def native_record(self, runners: list[_Runner]) -> tuple[int, int]:
         """``(address, tag)`` for a native backward variant running ``runners`` (its backward
@@ -388,10 +424,10 @@ class DifferentiableKernel:
     def run_forward(self, args) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
         """Run the forward pass: ``(outputs, saved stage values)``."""
         if self._aug is None:
-            self.last_runs["forward"] = [self._fwd_runner]
+            self.ran_forward([self._fwd_runner])
             return self._fwd_runner(*args), ()
         saves, fp64, runner, pick = self._saves(args)
-        self.last_runs["forward"] = [runner]
+        self.ran_forward([runner])
         res = runner(*args, fp64=fp64)
         n = len(self.algorithm.outputs)
         if not saves:
@@ -515,6 +551,12 @@ class DifferentiableKernel:
         :class:`~dtriton.integrations.steps.ForwardStep`; a new one takes the general path, which
         checks the arguments, and leaves the step. Under ``torch.compile`` the call runs outside
         the graph (a graph break: ``dt.as_torch_op`` puts a kernel in it)."""
+        entry = self._entry   # (the C++ call cache of native steps: None on a miss)
+        if (entry is not None and out is None and not named and not tracing() and fast_path_ok()
+                and (self.native or (self.native is None and native_backend.enabled()))):
+            res = entry(args)
+            if res is not None:
+                return res
         if tracing():
             return outside_graph(self.__call__, args, dict(named, out=out))
         if named:
@@ -537,16 +579,18 @@ class DifferentiableKernel:
                     args, key, step = plain_numbers(args), None, None
                 if step and fast_path_ok():
                     if ENTER_STEP is not None and not functorch_active():
-                        if step.native >= 0 and (self.native or (self.native is None and native_enabled())):
-                            self.last_runs["forward"] = step.runners   # a C++ autograd node (None: not on this
-                            res = step.native_call(args)               # stream, or forward-mode AD inputs)
+                        if step.native >= 0 and (self.native or (self.native is None and native_backend.enabled())):
+                            self.ran_forward(step.runners)   # a C++ autograd node (None: not on this
+                            res = step.native_call(args)     # stream, or forward-mode AD inputs)
                             if res is not None:
                                 return res
                         return ENTER_STEP(step, *args)
                     return apply_step(step, args)
                 res = _DTFunction.apply(self, *args)
                 if step is None and key is not None and fast_path_ok():
-                    self._steps[key] = self._make_step(args)
+                    step = self._steps[key] = self._make_step(args)
+                    if step:
+                        step.key = key
                 return res
         if out is not None:
             return self.kernel(*args, out=out)

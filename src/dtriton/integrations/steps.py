@@ -161,7 +161,7 @@ class ForwardStep:
     """
 
     __slots__ = ("owner", "runners", "launch", "n_out", "n_ret", "tensor_pos", "backward_steps", "name", "layout",
-                 "pick", "n_saved", "native", "native_call", "native_keys", "native_why")
+                 "pick", "n_saved", "native", "native_call", "native_keys", "native_why", "key")
 
     def __init__(self, owner, runners: list, launch: Callable, n_out: int, n_ret: int, is_tensor: Sequence[bool],
                  layout: tuple | None = None, pick: tuple[int, ...] | None = None):
@@ -186,6 +186,8 @@ class ForwardStep:
         self.native_keys: set = set()
         #: why the step or one of its backward variants keeps the Python node ("" while none is known)
         self.native_why = ""
+        #: the owner's call key this step was made for (set by the owner; None: not known)
+        self.key = None
 
     def args_of(self, tensors: Sequence[torch.Tensor], scalars: Sequence[Any] | None) -> tuple:
         """The forward's arguments from its saved tensors and (when some parameters are not
@@ -225,7 +227,7 @@ class StepFunction(torch.autograd.Function):
         if step.n_ret == 1:
             res = (res,)
         ctx.step = step
-        step.owner.last_runs["forward"] = step.runners
+        step.owner.ran_forward(step.runners)
         n = step.n_out
         saved = res[n:] if step.pick is None else [res[k] for k in step.pick]
         # ctx.save_for_backward(...) is a Python method setting ctx.to_save: set it directly
@@ -342,7 +344,9 @@ def _adopt(step: ForwardStep, key: tuple, bstep: BackwardStep, needs: Sequence[b
         sid = native.register(step.name, step.launch, step.n_out, save, native_fallback(step, scalars),
                               tensor_pos=tpos, constants=_constants(step, args))
         if sid is not None:
+            step.native = sid
             step.native_call = native.caller(sid, tpos)
+            step.owner.enter_native(step, args)
         else:
             why = native.refusal(step.launch, tpos, constants=_constants(step, args))
             step.native_why = f"the forward: {why or 'no extension'}"

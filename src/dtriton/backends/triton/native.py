@@ -47,7 +47,7 @@ from .counters import counter_memory
 from .fast import C_ENTRY_MIDDLE, FastLauncher
 
 __all__ = ["enabled", "set_enabled", "ready", "module", "extension_name", "launcher_plan", "refusal", "register", "add_backward",
-           "forward", "caller"]
+           "forward", "call_cache", "caller"]
 
 #: ``struct`` formats of Triton's scalar parameter types (floats are packed from Python floats)
 _SCALAR = {"i1": "b", "i8": "b", "i16": "h", "i32": "i", "i64": "q", "u1": "B", "u8": "B", "u16": "H", "u32": "I",
@@ -285,6 +285,19 @@ def forward(step_id: int, args) -> Any:
     """Run a registered step's forward on ``args`` (tensors): its outputs, or None when it cannot
     run on the current stream (the caller takes the Python node)."""
     return _state["module"].forward(step_id, args)
+
+
+def call_cache(log: int = 0):
+    """A new C++ call cache (None while the extension is not loaded): ``cache(args)`` runs the
+    native step entered for the call signature of ``args`` (a tuple of tensors: their shapes,
+    strides, dtypes, devices and 16-byte alignment) and returns its outputs, or None when no entry
+    fits, grad mode is off, no tensor requires grad, a ``torch.func`` transform is active or the
+    step cannot run on this stream (the caller's Python path takes those calls);
+    ``cache.add(args, step_id, tag)`` enters step ``step_id`` for the signature of ``args``. Each
+    hit stores its entry's ``tag`` in the int64 at address ``log`` (0: nowhere)."""
+    if _state["module"] is None:
+        return None
+    return _state["module"].CallCache(int(log))
 
 
 def caller(step_id: int, tensor_pos: tuple[int, ...] | None = None) -> Callable:

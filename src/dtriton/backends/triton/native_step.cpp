@@ -16,6 +16,9 @@
 #include <torch/csrc/Exceptions.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <ATen/EmptyTensor.h>
+#include <torch/csrc/autograd/python_variable.h>
 
 #include <dlfcn.h>
 #include <cstring>
@@ -85,6 +88,8 @@ struct Kernel {
 struct Alloc {
   std::vector<int64_t> shape;
   at::TensorOptions options;
+  at::ScalarType dtype = at::kFloat;
+  c10::Allocator* allocator = nullptr;    // the allocator of the plan's example tensor (the device's caching allocator)
   bool zero = false;
 };
 
@@ -104,14 +109,31 @@ uint64_t current_stream(const c10::Device& device) {
   return reinterpret_cast<uint64_t>(impl.getStream(device).native_handle());
 }
 
-void launch(const Kernel& k, const std::vector<uint64_t>& addr, CUstream stream) {
-  std::vector<uint8_t> arena(k.arena);
+// the bytes of a launch's parameters: on the stack up to this many (plans with more use the heap)
+constexpr size_t kStackArena = 1024;
+constexpr size_t kStackParams = 96;
+
+void launch(const Kernel& k, const uint64_t* addr, CUstream stream) {
+  alignas(8) uint8_t stack_arena[kStackArena];
+  void* stack_params[kStackParams];
+  std::vector<uint8_t> heap_arena;
+  std::vector<void*> heap_params;
+  uint8_t* arena = stack_arena;
+  void** params = stack_params;
+  if (k.arena.size() > kStackArena) {
+    heap_arena.resize(k.arena.size());
+    arena = heap_arena.data();
+  }
+  if (k.offsets.size() > kStackParams) {
+    heap_params.resize(k.offsets.size());
+    params = heap_params.data();
+  }
+  std::memcpy(arena, k.arena.data(), k.arena.size());
   for (const auto& p : k.ptrs) {
     uint64_t a = addr[p[1]] + static_cast<uint64_t>(p[2]);
-    std::memcpy(arena.data() + k.offsets[p[0]], &a, sizeof(a));
+    std::memcpy(arena + k.offsets[p[0]], &a, sizeof(a));
   }
-  std::vector<void*> params(k.offsets.size());
-  for (size_t i = 0; i < params.size(); ++i) params[i] = arena.data() + k.offsets[i];
+  for (size_t i = 0; i < k.offsets.size(); ++i) params[i] = arena + k.offsets[i];
   CUlaunchAttribute attrs[4];
   unsigned n_attrs = 0;
   if (k.pdl) {
@@ -143,7 +165,7 @@ void launch(const Kernel& k, const std::vector<uint64_t>& addr, CUstream stream)
   config.attrs = attrs;
   config.numAttrs = n_attrs;
   const Driver& d = driver();
-  CUresult r = d.launch(&config, k.function, params.data(), nullptr);
+  CUresult r = d.launch(&config, k.function, params, nullptr);
   if (r != CUDA_SUCCESS) {
     const char* msg = nullptr;
     d.error_string(r, &msg);
@@ -164,28 +186,57 @@ void ensure_context(const c10::Device& device) {
               "dtriton native step: cannot make the primary CUDA context of device ", device.index(), " current");
 }
 
+// A fresh tensor as a plan allocates it: straight from the device's caching allocator (no dispatch)
+// where the plan knows it, else through at::empty / at::zeros
+at::Tensor fresh_tensor(const Alloc& a) {
+  if (a.zero) return at::zeros(a.shape, a.options);
+  if (a.allocator == nullptr) return at::empty(a.shape, a.options);
+  constexpr c10::DispatchKeySet cuda_keys(c10::DispatchKey::CUDA);
+  return at::Tensor(at::detail::empty_generic(a.shape, a.allocator, cuda_keys, a.dtype, std::nullopt));
+}
+
+// One run's memory: every address the kernels read (the inputs named by `arg_reads`, the fresh
+// allocations, the arrival counters) and the fresh tensors. Under the caller's device guard.
+struct Run {
+  std::vector<uint64_t> addr;
+  std::vector<at::Tensor> fresh;
+};
+
+Run allocate(const Launcher& L, const std::vector<at::Tensor>& in) {
+  Run r;
+  r.addr.reserve(L.arg_reads.size() + L.allocs.size() + 1);
+  for (int64_t p : L.arg_reads) r.addr.push_back(reinterpret_cast<uint64_t>(in[p].data_ptr()));
+  r.fresh.reserve(L.allocs.size());
+  for (const Alloc& a : L.allocs) {
+    r.fresh.push_back(fresh_tensor(a));
+    r.addr.push_back(reinterpret_cast<uint64_t>(r.fresh.back().data_ptr()));
+  }
+  if (L.counters.defined()) r.addr.push_back(reinterpret_cast<uint64_t>(L.counters.data_ptr()));
+  return r;
+}
+
+void launch_all(const Launcher& L, const Run& r, uint64_t stream) {
+  for (const Kernel& k : L.kernels) launch(k, r.addr.data(), reinterpret_cast<CUstream>(stream));
+}
+
+// Whether `L` can run on `stream` (a plan reading arrival counters runs on their stream only)
+bool runs_on(const Launcher& L, uint64_t stream) {
+  return !L.counters.defined() || stream == L.counter_stream;
+}
+
 // Run every kernel of `L` on `in`; returns the plan's returned allocations, or nothing (an empty
 // vector and `ok` false) when the current stream is not the one whose arrival counters it reads.
 std::vector<at::Tensor> run_launcher(const Launcher& L, const std::vector<at::Tensor>& in, bool& ok) {
   c10::DeviceGuard guard(L.device);
   uint64_t stream = current_stream(L.device);
-  ok = !L.counters.defined() || stream == L.counter_stream;
+  ok = runs_on(L, stream);
   if (!ok) return {};
   ensure_context(L.device);
-  std::vector<uint64_t> addr;
-  addr.reserve(L.arg_reads.size() + L.allocs.size() + 1);
-  for (int64_t p : L.arg_reads) addr.push_back(reinterpret_cast<uint64_t>(in[p].data_ptr()));
-  std::vector<at::Tensor> fresh;
-  fresh.reserve(L.allocs.size());
-  for (const Alloc& a : L.allocs) {
-    fresh.push_back(a.zero ? at::zeros(a.shape, a.options) : at::empty(a.shape, a.options));
-    addr.push_back(reinterpret_cast<uint64_t>(fresh.back().data_ptr()));
-  }
-  if (L.counters.defined()) addr.push_back(reinterpret_cast<uint64_t>(L.counters.data_ptr()));
-  for (const Kernel& k : L.kernels) launch(k, addr, reinterpret_cast<CUstream>(stream));
+  Run r = allocate(L, in);
+  launch_all(L, r, stream);
   std::vector<at::Tensor> out;
   out.reserve(L.returns.size());
-  for (int64_t r : L.returns) out.push_back(fresh[r]);
+  for (int64_t i : L.returns) out.push_back(r.fresh[i]);
   return out;
 }
 
@@ -339,7 +390,10 @@ Launcher launcher_of(const py::dict& d) {
     auto t = a.cast<py::tuple>();
     Alloc al;
     al.shape = t[0].cast<std::vector<int64_t>>();
-    al.options = t[1].cast<at::Tensor>().options();
+    at::Tensor example = t[1].cast<at::Tensor>();
+    al.options = example.options();
+    al.dtype = example.scalar_type();
+    if (example.is_cuda() && example.has_storage()) al.allocator = example.storage().allocator();
     al.zero = t[2].cast<bool>();
     L.allocs.push_back(std::move(al));
   }
@@ -433,20 +487,26 @@ void add_backward(int64_t id, std::vector<bool> needs, const py::list& grads, co
   std::atomic_store(&s->backwards, std::shared_ptr<const std::vector<BackwardVariant>>(std::move(grown)));
 }
 
-// The forward: outputs (one tensor, or a tuple), or None when the plan cannot run on this stream.
-py::object forward(int64_t id, const std::vector<at::Tensor>& inputs) {
-  auto s = step_of(id);
-  TORCH_CHECK(max_read(s->forward) < static_cast<int64_t>(inputs.size()), "dtriton native step ", s->name,
-              ": called with ", inputs.size(), " tensors, fewer than its plan reads");
-  for (const auto& t : inputs)   // forward-mode AD: the Python node (which refuses it)
+// A step's forward on `inputs`: outputs (one tensor, or a tuple), or None when the plan cannot run
+// on this stream or an input carries a forward-mode tangent (the Python node, which refuses it).
+// The node is recorded before the kernels launch: on a host-bound step, the host's work after the
+// last launch is what the GPU waits for.
+py::object run_forward(const std::shared_ptr<Step>& s, const std::vector<at::Tensor>& inputs) {
+  for (const auto& t : inputs)
     if (torch::autograd::isFwGradDefined(t)) return py::none();
-  bool ok = false;
-  std::vector<at::Tensor> res;
+  const Launcher& L = s->forward;
+  c10::DeviceGuard guard(L.device);
+  uint64_t stream = current_stream(L.device);
+  if (!runs_on(L, stream)) return py::none();
+  ensure_context(L.device);
+  Run r;
   {
     at::AutoDispatchBelowADInplaceOrView below;
-    res = run_launcher(s->forward, inputs, ok);
+    r = allocate(L, inputs);
   }
-  if (!ok) return py::none();
+  std::vector<at::Tensor> res;
+  res.reserve(L.returns.size());
+  for (int64_t i : L.returns) res.push_back(r.fresh[i]);
   std::vector<at::Tensor> outs(res.begin(), res.begin() + s->n_out);
   if (torch::autograd::compute_requires_grad(inputs)) {
     NodePtr node = make_node<StepBackward>();
@@ -457,11 +517,87 @@ py::object forward(int64_t id, const std::vector<at::Tensor>& inputs) {
     for (const auto& t : inputs) n->inputs.emplace_back(t, false);
     for (int64_t k : s->save) n->saved.emplace_back(res[k], k < s->n_out);
   }
+  launch_all(L, r, stream);
   if (s->n_out == 1) return py::cast(outs[0]);
   py::tuple t(outs.size());
   for (size_t i = 0; i < outs.size(); ++i) t[i] = py::cast(outs[i]);
   return t;
 }
+
+py::object forward(int64_t id, const std::vector<at::Tensor>& inputs) {
+  auto s = step_of(id);
+  TORCH_CHECK(max_read(s->forward) < static_cast<int64_t>(inputs.size()), "dtriton native step ", s->name,
+              ": called with ", inputs.size(), " tensors, fewer than its plan reads");
+  return run_forward(s, inputs);
+}
+
+// -- the call cache: a kernel's native steps by call signature, keyed in C++ -------------------
+// A call's key: per argument (each a strided tensor with storage) its rank, sizes, strides, dtype,
+// device and 16-byte alignment: what the Python call key holds for a call whose arguments are all
+// tensors. A call whose arguments are not, or that records no autograd node, is a miss.
+bool call_key(const py::tuple& args, std::vector<int64_t>& key, std::vector<at::Tensor>& tensors, bool& grad) {
+  key.push_back(static_cast<int64_t>(args.size()));
+  for (const auto& a : args) {
+    if (!THPVariable_Check(a.ptr())) return false;
+    const at::Tensor& t = THPVariable_Unpack(a.ptr());
+    if (t.layout() != at::kStrided || !t.has_storage()) return false;
+    key.push_back(t.dim());
+    for (int64_t v : t.sizes()) key.push_back(v);
+    for (int64_t v : t.strides()) key.push_back(v);
+    key.push_back(static_cast<int64_t>(t.scalar_type()));
+    key.push_back(static_cast<int64_t>(t.device().type()) * 4096 + t.device().index());
+    key.push_back(reinterpret_cast<uint64_t>(t.data_ptr()) % 16 == 0);
+    grad = grad || t.requires_grad();
+    tensors.push_back(t);
+  }
+  return true;
+}
+
+struct CacheEntry {
+  std::vector<int64_t> key;
+  std::shared_ptr<Step> step;
+  int64_t tag = 0;
+};
+
+struct CallCache {
+  // replaced whole when an entry is added (a call on another thread keeps the list it loaded)
+  std::shared_ptr<const std::vector<CacheEntry>> entries = std::make_shared<std::vector<CacheEntry>>();
+  int64_t* log = nullptr;                 // where a hit writes its entry's tag (launch_counts; null: nowhere)
+
+  // A call: the native step's outputs, or None (a miss: the Python path takes the call)
+  py::object call(const py::tuple& args) const {
+    if (!at::GradMode::is_enabled() ||
+        c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::FuncTorchDynamicLayerFrontMode))
+      return py::none();   // (no node to record, or a torch.func transform: the Python path decides)
+    std::vector<int64_t> key;
+    std::vector<at::Tensor> tensors;
+    bool grad = false;
+    if (!call_key(args, key, tensors, grad) || !grad) return py::none();
+    auto list = std::atomic_load(&entries);
+    for (const CacheEntry& e : *list) {
+      if (e.key != key) continue;
+      py::object res = run_forward(e.step, tensors);
+      if (log != nullptr && !res.is_none()) __atomic_store_n(log, e.tag, __ATOMIC_RELAXED);
+      return res;
+    }
+    return py::none();
+  }
+
+  // Enter step `id` for calls with the signature of `args` (its forward's tensors), tagged `tag`
+  void add(const py::tuple& args, int64_t id, int64_t tag) {
+    std::vector<int64_t> key;
+    std::vector<at::Tensor> tensors;
+    bool grad = false;
+    TORCH_CHECK(call_key(args, key, tensors, grad), "dtriton native step: a call cache entry takes strided tensors only");
+    auto s = step_of(id);
+    TORCH_CHECK(max_read(s->forward) < static_cast<int64_t>(tensors.size()), "dtriton native step ", s->name,
+                ": a call cache entry with fewer tensors than its plan reads");
+    std::lock_guard<std::mutex> lock(registry_mutex);
+    auto grown = std::make_shared<std::vector<CacheEntry>>(*std::atomic_load(&entries));
+    grown->push_back(CacheEntry{std::move(key), std::move(s), tag});
+    std::atomic_store(&entries, std::shared_ptr<const std::vector<CacheEntry>>(std::move(grown)));
+  }
+};
 
 }  // namespace
 
@@ -471,4 +607,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("add_backward", &add_backward,
         "add a backward variant to a step (each run of it writes tag to the int64 at address log, unless 0)");
   m.def("forward", &forward, "run a step's forward: outputs, or None");
+  py::class_<CallCache, std::shared_ptr<CallCache>>(m, "CallCache")
+      .def(py::init([](uint64_t log) {
+             auto c = std::make_shared<CallCache>();
+             c->log = reinterpret_cast<int64_t*>(log);
+             return c;
+           }), "a kernel's call cache (each hit writes its entry's tag to the int64 at address log, unless 0)")
+      .def("__call__", &CallCache::call, "run the native step of this call signature: outputs, or None (a miss)")
+      .def("add", &CallCache::add, "enter a step for calls with the signature of args: (args, step id, tag)");
 }
