@@ -34,7 +34,7 @@ import pytest
 import torch
 
 import dtriton as dt
-from dtriton.integrations.autograd import _Runner
+from dtriton.integrations.runners import Runner as _Runner
 from dtriton.grad import augmented_forward, describe, staged
 from dtriton.ir import contractions
 from dtriton.plan import lower

@@ -35,9 +35,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from ..errors import AlgorithmError, ScheduleError, ShapeError
-from ..grad import (GradientAlgorithms, augmented_forward, check_group, check_save, grad, saved_outputs,
-                    saved_statistics)
+from ..errors import ScheduleError, ShapeError
+from ..grad import GradientAlgorithms, check_group, check_save, grad
 from ..ir import Algorithm, InputTensor, output_dtypes
 from ..plan.lower import lower
 from ..runtime import Kernel
@@ -48,71 +47,13 @@ from ..schedule import Schedule
 from ..backends.triton import native as native_backend
 from .backward_schedules import check_backward_schedules
 from .output_specs import output_specs
+from .runners import Runner, has_fp64, lean_forward, saving_forward, seeded_outputs
 from .steps import (ENTER_STEP, BackwardStep, ForwardStep, apply_step, functorch_active, refuse_double_backward,
                     zero_gradient)
 
 __all__ = ["DifferentiableKernel", "differentiable", "apply", "output_specs", "check_backward_schedules"]
 
 _lock = threading.Lock()
-
-
-# ----------------------------------------------------------------------------------------------
-# running one algorithm
-# ----------------------------------------------------------------------------------------------
-class _Runner:
-    """Runs one algorithm: a compiled kernel per precision class (float64 inputs or not)."""
-
-    def __init__(self, alg: Algorithm, schedule: Schedule | None, kernel=None, fp64_own: bool = False,
-                 origin: str = ""):
-        """``kernel``: the compiled kernel to run (for calls with float64 inputs too, unless
-        ``fp64_own``: those then get their own kernel, as without ``kernel``). ``origin``: where a
-        user's ``schedule`` came from (``backward_schedules``), named first in its ScheduleErrors."""
-        self.alg = alg
-        self.schedule = schedule
-        self.origin = origin
-        self._kernels: dict[bool, Any] = {}
-        self.last = None   # the kernel of the most recent call
-        if kernel is not None:
-            self._kernels[False] = kernel
-            if not fp64_own:
-                self._kernels[True] = kernel
-
-    def kernel(self, fp64: bool):
-        """The kernel for calls with (``fp64``) or without float64 inputs; without a schedule, the
-        float64 one accumulates in float64."""
-        k = self._kernels.get(fp64)
-        if k is None:
-            sched = self.schedule
-            if sched is None and fp64:
-                sched = Schedule(acc_dtype="float64")
-            k = self._kernels[fp64] = Kernel(self.alg, sched)
-        return k
-
-    def __call__(self, *args, fp64: bool | None = None) -> tuple[torch.Tensor, ...]:
-        """Run on ``args``; ``fp64``: whether a tensor argument is float64 (found out when None)."""
-        if fp64 is None:
-            fp64 = _has_fp64(args)
-        try:
-            self.last = self.kernel(fp64)
-            r = self.last(*args)
-        except ScheduleError as e:   # a user's backward schedule: say where it came from
-            if self.origin and e.args and isinstance(e.args[0], str) and not e.args[0].startswith(self.origin):
-                e.args = (f"{self.origin}: {e.args[0]}",) + e.args[1:]
-            raise
-        return r if isinstance(r, tuple) else (r,)
-
-
-def seeded_outputs(grads: Sequence[torch.Tensor | None]) -> tuple[int, ...] | None:
-    """The indices of the outputs that have an upstream gradient (``grads``: one per output, None
-    where autograd gives none), or None when every output has one."""
-    if all(g is not None for g in grads):
-        return None
-    return tuple(k for k, g in enumerate(grads) if g is not None)
-
-
-def _has_fp64(args) -> bool:
-    """Whether a tensor among ``args`` is float64 (such calls accumulate in float64)."""
-    return any(isinstance(a, torch.Tensor) and a.dtype == torch.float64 for a in args)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -186,28 +127,28 @@ class DifferentiableKernel:
                             f"or None, got {native!r}")
         #: whether steady-state steps become C++ autograd nodes (None: :func:`dt.native_steps`'s setting)
         self.native = native
-        self._bwd: dict[tuple, tuple[GradientAlgorithms, list[_Runner], list]] = {}
+        self._bwd: dict[tuple, tuple[GradientAlgorithms, list[Runner], list]] = {}
         self._zeros: dict[tuple, torch.Tensor] = {}   # (dtype, device) -> a 0-d zero, expanded for absent gradients
-        self._fwd_runner = _Runner(self.algorithm, getattr(kernel, "schedule", None), kernel)
+        self._fwd_runner = Runner(self.algorithm, getattr(kernel, "schedule", None), kernel)
         # a tuned kernel (its schedule a name: the one it runs is chosen per call, see _saves)
         self._tuned = isinstance(getattr(kernel, "schedule", None), str)
-        self._aug = _saving_forward(self.algorithm, getattr(kernel, "schedule", None), save)
-        # (runner, pick, copies): the forward without the copies of saved outputs (see _lean_forward)
-        self._lean = (_lean_forward(self.algorithm, getattr(kernel, "schedule", None), self._aug[1], kernel)
+        self._aug = saving_forward(self.algorithm, getattr(kernel, "schedule", None), save)
+        # (runner, pick, copies): the forward without the copies of saved outputs (see lean_forward)
+        self._lean = (lean_forward(self.algorithm, getattr(kernel, "schedule", None), self._aug[1], kernel)
                       if self._aug is not None else None)
         # call signature -> (saves, has float64 inputs, the forward's runner, pick: see _saves)
-        self._save_ok: dict[tuple, tuple[bool, bool, _Runner, tuple[int, ...] | None]] = {}
-        self._tuned_runners: dict[tuple[str, str], _Runner | None] = {}   # see _tuned_choice
+        self._save_ok: dict[tuple, tuple[bool, bool, Runner, tuple[int, ...] | None]] = {}
+        self._tuned_runners: dict[tuple[str, str], Runner | None] = {}   # see _tuned_choice
         self.is_tensor = tuple(isinstance(p, InputTensor) for p in self.algorithm.params)
         #: the runners of the most recent forward and backward (:meth:`launch_counts`)
-        self.last_runs: dict[str, list[_Runner]] = {"forward": [], "backward": []}
+        self.last_runs: dict[str, list[Runner]] = {"forward": [], "backward": []}
         #: ``[backward tag, forward tag]``, written by the native steps' C++ code: the tag of the native
         #: backward variant that ran last (0: the most recent backward ran in Python,
         #: ``last_runs["backward"]``; ``native_runs[tag]``: its runners), and of the call cache entry
         #: whose forward ran last (0: the most recent forward ran in Python; ``native_fwd[tag]``)
         self.native_log = (ctypes.c_int64 * 2)()
-        self.native_runs: list[list[_Runner]] = [[]]
-        self.native_fwd: list[list[_Runner]] = [[]]
+        self.native_runs: list[list[Runner]] = [[]]
+        self.native_fwd: list[list[Runner]] = [[]]
         #: the C++ call cache of the native steps whose arguments are all tensors (None until one is)
         self._entry = None
         # the steady-state path: call key -> ForwardStep (False: this signature keeps the general path)
@@ -287,7 +228,7 @@ class DifferentiableKernel:
                     own = self._schedule_for(a, ins)
                     origin = (f"backward_schedules, for the backward algorithm {a.name!r} (gradients of "
                               f"{', '.join(ins)})" if own is not None else "")
-                    runners.append(_Runner(a, own, origin=origin))
+                    runners.append(Runner(a, own, origin=origin))
                 picks = [[(n, oi) for n, (ai, oi) in ga.locate.items() if ai == k] for k in range(len(runners))]
                 hit = self._bwd[key] = (ga, runners, picks)
         return hit
@@ -302,12 +243,12 @@ class DifferentiableKernel:
             runs["backward"] = self.native_runs[self.native_log[0]]
         return {k: sum(getattr(r.last, "launch_count", 0) for r in rs) for k, rs in runs.items()}
 
-    def forward_runs(self) -> list[_Runner]:
+    def forward_runs(self) -> list[Runner]:
         """The runners of the most recent forward (the C++ call cache's, when its entry ran last)."""
         tag = self.native_log[1]
         return self.native_fwd[tag] if tag else self.last_runs["forward"]
 
-    def ran_forward(self, runners: list[_Runner]) -> None:
+    def ran_forward(self, runners: list[Runner]) -> None:
         """Record that a forward running ``runners`` ran in Python (:meth:`launch_counts`)."""
         self.last_runs["forward"] = runners
         self.native_log[1] = 0
@@ -333,14 +274,14 @@ class DifferentiableKernel:
         self.native_fwd.append(step.runners)
         self._entry.add(tuple(args), step.native, len(self.native_fwd) - 1)
 
-    def native_record(self, runners: list[_Runner]) -> tuple[int, int]:
+    def native_record(self, runners: list[Runner]) -> tuple[int, int]:
         """``(address, tag)`` for a native backward variant running ``runners`` (its backward
         algorithms' runners, whose kernels it launches): each run stores ``tag`` at ``address``
         (:attr:`native_log`), which :meth:`launch_counts` reads."""
         self.native_runs.append(runners)
         return ctypes.addressof(self.native_log), len(self.native_runs) - 1
 
-    def _saves(self, args) -> tuple[bool, bool, _Runner, tuple[int, ...] | None]:
+    def _saves(self, args) -> tuple[bool, bool, Runner, tuple[int, ...] | None]:
         """(whether this call's forward saves the statistics, whether a tensor argument is
         float64, the runner of its forward, ``pick``), cached per call signature. It saves always
         for an explicit ``save=``; under ``"auto"``, when the saving forward runs in no more kernels
@@ -352,7 +293,7 @@ class DifferentiableKernel:
         key = tuple((a.shape, a.dtype, a.device) if isinstance(a, torch.Tensor) else type(a) for a in args)
         hit = self._save_ok.get(key)
         if hit is None:
-            fp64 = _has_fp64(args)
+            fp64 = has_fp64(args)
             aug = self._tuned_choice(self._aug[0], args) if self._tuned else self._aug[0]
             saves = aug is not None
             if saves and self.save == "auto":
@@ -369,7 +310,7 @@ class DifferentiableKernel:
             hit = self._save_ok[key] = (saves, fp64, runner, pick)
         return hit
 
-    def _tuned_choice(self, runner: _Runner, args) -> _Runner | None:
+    def _tuned_choice(self, runner: Runner, args) -> Runner | None:
         """For a tuned kernel: the saving forward ``runner`` (heuristic schedule) with the schedule the
         tuned kernel chose for ``args`` (cached per schedule); ``runner`` itself when it chose the
         heuristic. When the chosen schedule does not apply to the saving forward: None under
@@ -381,7 +322,7 @@ class DifferentiableKernel:
         if key not in self._tuned_runners:
             try:
                 sched.validate(runner.alg)
-                self._tuned_runners[key] = _Runner(runner.alg, sched)
+                self._tuned_runners[key] = Runner(runner.alg, sched)
             except ScheduleError:
                 self._tuned_runners[key] = None if self.save == "auto" else runner
         return self._tuned_runners[key]
@@ -401,7 +342,7 @@ class DifferentiableKernel:
             args = merge_named(self.algorithm, args, named)
         args = tuple(args)
         if self._aug is None:
-            return self._fwd_runner.kernel(_has_fp64(args)), args
+            return self._fwd_runner.kernel(has_fp64(args)), args
         _, fp64, runner, _ = self._saves(args)
         return runner.kernel(fp64), args
 
@@ -532,7 +473,7 @@ class DifferentiableKernel:
         bargs = self._backward_inputs(args, grads, saved)[0]
         res: dict[str, torch.Tensor | None] = dict.fromkeys(wrt)
         argmap = {p.name: a for p, a in zip(alg.params, args)}
-        fp64 = _has_fp64(bargs)
+        fp64 = has_fp64(bargs)
         for runner, pick in zip(runners, picks):
             vals = runner(*bargs, fp64=fp64)
             for n, oi in pick:
@@ -636,66 +577,6 @@ class _DTFunction(torch.autograd.Function):
         wrt = dk.wrt_of(args, ctx.needs_input_grad[1:])
         res = dk.run_backward(args, list(grads), saved, wrt)
         return (None, *[res.get(p.name) for p in alg.params])
-
-
-def _saving_forward(alg: Algorithm, sched: Schedule | None, save) -> tuple[_Runner, tuple[str, ...]] | None:
-    """The forward that also outputs the stages ``save`` names (``"auto"``: the statistics the
-    backward of every input reads, :func:`~dtriton.grad.saved_statistics`), and their names; None
-    to recompute them in the backward. Under ``"auto"`` a kernel schedule that does not apply to
-    the saving forward keeps the plain forward. A tuned kernel's saving forward gets the heuristic
-    schedule here; per call, the schedule the tuned kernel chose (``DifferentiableKernel._saves``)."""
-    if save is None:
-        return None
-    if save == "auto":
-        try:
-            names = saved_statistics(alg)
-        except AlgorithmError:   # not differentiable: the forward runs as it is; a backward raises then
-            return None
-        if not names:
-            return None
-        aug, names = augmented_forward(alg, names)
-    else:
-        aug, names = augmented_forward(alg, save)
-    if sched is not None and not isinstance(sched, Schedule):   # a tuned kernel's schedule name
-        sched = None
-    if sched is not None:
-        try:
-            sched.validate(aug)
-        except ScheduleError:
-            if save == "auto":
-                return None
-            sched = None
-    return _Runner(aug, sched), names
-
-
-def _lean_forward(alg: Algorithm, sched, names: Sequence[str], kernel) -> tuple[_Runner, tuple[int, ...], dict[int, int]] | None:
-    """For saved stages ``names`` some of which are outputs of ``alg`` (:func:`~dtriton.grad.saved_outputs`):
-    ``(runner, pick, copies)``, the forward that outputs only the other saved values after ``alg``'s
-    outputs (``kernel`` itself, through its runner, when there are none), per saved value its index among
-    that forward's results, and the saved outputs (position in ``names`` -> output index). Used on calls
-    whose outputs already have the copies' dtypes (:meth:`DifferentiableKernel._saves`): the backward
-    reads the outputs themselves, and the forward writes each once. None when no saved stage is an output."""
-    copies = saved_outputs(alg, names)
-    if not copies:
-        return None
-    n = len(alg.outputs)
-    rest = [s for k, s in enumerate(names) if k not in copies]
-    own = sched if isinstance(sched, Schedule) else None   # (a tuned kernel's schedule name: the heuristic)
-    if rest:
-        aug, got = augmented_forward(alg, rest)
-        if tuple(got) != tuple(rest):   # pragma: no cover - explicit names come back as given
-            return None
-        if own is not None:
-            try:
-                own.validate(aug)
-            except ScheduleError:
-                own = None
-        runner = _Runner(aug, own)
-    else:   # the kernel itself for calls without float64 inputs; float64 ones as the saving forward runs them
-        runner = _Runner(alg, own, kernel, fp64_own=True)
-    later = iter(range(n, n + len(rest)))
-    pick = tuple(copies[k] if k in copies else next(later) for k in range(len(names)))
-    return runner, pick, copies
 
 
 #: the options of :class:`DifferentiableKernel` (``dt.differentiable``, ``dt.compile_autograd``)

@@ -17,6 +17,15 @@ one), inputs needing a gradient or stream differs from every registered variant 
 Python (the general path, which then registers a variant for it); so does a backward with
 ``create_graph=True``, which is refused there.
 
+A differentiable kernel whose arguments are all tensors also enters each native step in a C++ call
+cache (:func:`call_cache`): the call key (the tensors' shapes, strides, dtypes, devices and 16-byte
+alignment) is computed in C++, and a hit runs the step's forward with no Python frame after the
+first lines of ``DifferentiableKernel.__call__``; a miss (a new signature, grad mode off, a
+``torch.func`` transform, no tensor requiring grad) returns None and the Python path takes the call.
+The forward records its autograd node before it launches the kernels, and allocates straight from
+the caching allocator the plan's example tensor came from: on a host-bound step, the host's work
+after the last launch is what the GPU waits for.
+
 Native steps are on by default (``DTRITON_NATIVE_STEPS=0`` or :func:`set_enabled` turn them off;
 ``compile_autograd(native=...)`` decides per kernel). The first step that could be native starts
 building the extension on a background thread (about 30 s, once per machine and torch version:

@@ -4,6 +4,9 @@
 // (torch.utils.cpp_extension), which also fills the plans: every decision (grids, argument bytes,
 // allocations, which kernel reads which address) is taken in Python; this file only carries them out.
 //
+// A kernel's call cache (CallCache) keys its native steps by the call's tensors (shapes, strides,
+// dtypes, devices, alignment), so a steady call runs with no Python frame after its first lines.
+//
 // A launcher plan: the addresses of a call are the inputs named by `arg_reads`, then one fresh
 // allocation per `allocs` entry, then the stream's arrival counters (when the plan has them);
 // each kernel's parameters are a byte arena packed in Python, into which the pointer parameters'
