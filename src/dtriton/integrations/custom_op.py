@@ -3,6 +3,7 @@ them compile with ``torch.compile(fullgraph=True)`` and train."""
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import torch
@@ -12,9 +13,66 @@ from ..ir import Algorithm, InputTensor
 from .autograd import DifferentiableKernel
 from .output_specs import output_specs
 
-__all__ = ["as_torch_op"]
+__all__ = ["TorchOp", "as_torch_op", "torch_op_named"]
 
+#: qualname -> (kernel, forward op, backward op, DifferentiableKernel) of this process's registrations
 _ops: dict[str, Any] = {}
+
+
+class TorchOp(torch.library.CustomOpDef):
+    """The op :func:`as_torch_op` returns: torch's ``CustomOpDef`` (``torch.library.custom_op`` builds it and
+    :func:`as_torch_op` re-classes it; no state of its own) that pickles as what built it, the kernel, the op's
+    name and the options, so ``torch.save`` of a module holding it works (its implementation is closures, which
+    pickle cannot save). Loading registers the op again from the kernel (:func:`torch_op_named`). Copies
+    (``copy.copy``, ``copy.deepcopy`` of a module holding it) are the op itself: an op is registered once per
+    process, under its name."""
+
+    def __reduce__(self):
+        qualname, (kernel, _, _, dk) = next((q, hit) for q, hit in _ops.items() if hit[1] is self)
+        return torch_op_named, (qualname, kernel, dk.backward_schedules, dk.group)
+
+    def __copy__(self):
+        return self
+
+    def __deepcopy__(self, memo):
+        return self
+
+
+def torch_op_named(qualname: str, kernel, backward_schedules=None, group: str = "auto") -> TorchOp:
+    """The op ``qualname`` of ``kernel`` (how a pickled :func:`as_torch_op` result is loaded): registered by
+    :func:`as_torch_op` when this process has no op of that name, else the existing one, when it was built
+    the same way (a kernel of the same type, algorithm (fingerprint), schedule and ``check_indices``, and the same
+    ``backward_schedules`` and ``group``; a loaded kernel is a new object, so the identity rule of
+    :func:`as_torch_op` cannot apply). Raises ``pickle.UnpicklingError`` when the registered op differs."""
+    hit = _ops.get(qualname)
+    if hit is None:
+        return as_torch_op(kernel, qualname, backward_schedules=backward_schedules, group=group)
+    have, op, _, dk = hit
+    if have is kernel:
+        return op
+    diff = _build_difference(have, kernel)
+    if diff is None and (dk.backward_schedules, dk.group) != (backward_schedules, group):
+        diff = (f"backward_schedules/group {backward_schedules!r:.80}/{group!r} against the registered "
+                f"{dk.backward_schedules!r:.80}/{dk.group!r}")
+    if diff is not None:
+        raise pickle.UnpicklingError(
+            f"cannot load the dt.as_torch_op op {qualname!r}: this process registered that name already for another "
+            f"kernel ({diff}), and torch cannot replace an op; load it in a fresh process, or register the pickled "
+            f"kernel under a new name with dt.as_torch_op")
+    return op
+
+
+def _build_difference(have, kernel) -> str | None:
+    """How ``kernel`` was built differently from ``have`` (type, algorithm, schedule, ``check_indices``), or None."""
+    if type(have) is not type(kernel):
+        return f"a {type(kernel).__name__} against a {type(have).__name__}"
+    if have.algorithm.fingerprint != kernel.algorithm.fingerprint:
+        return f"algorithm {kernel.algorithm.name} against {have.algorithm.name}"
+    for attr in ("schedule", "check_indices"):
+        a, b = getattr(have, attr, None), getattr(kernel, attr, None)
+        if a != b:
+            return f"{attr} {b!r:.120} against {a!r:.120}"
+    return None
 
 
 def as_torch_op(kernel, qualname: str, *, backward_schedules=None, group: str = "auto"):
@@ -29,7 +87,10 @@ def as_torch_op(kernel, qualname: str, *, backward_schedules=None, group: str = 
     backward kernels derived by :func:`dtriton.grad` for the inputs that require grad. Both ops are
     opaque to ``torch.compile``, so models calling them compile with ``fullgraph=True``.
 
-    Returns the op (callable; also reachable as ``torch.ops.namespace.name``). Registering the
+    Returns the op (a :class:`TorchOp`, torch's ``CustomOpDef``; also reachable as
+    ``torch.ops.namespace.name``). It pickles as what built it (the kernel, by reference to its algorithm, the
+    name and the options): loading registers it again, or, in a process that has it, returns the existing
+    op (:func:`torch_op_named`); ``torch.save`` of a module holding it works. Registering the
     same name twice returns the existing op when it wraps the same kernel object, else raises
     ``ValueError`` (torch cannot replace an op in a running process; a second ``dt.compile`` of the same
     algorithm is another kernel object).
@@ -52,7 +113,8 @@ def as_torch_op(kernel, qualname: str, *, backward_schedules=None, group: str = 
     op = _forward_op(qualname, schema, dk)
     bop = _backward_op(qualname + "_backward", bschema, dk)
     _register_autograd(op, bop, dk.algorithm)
-    _ops[qualname] = (kernel, op, bop)
+    op.__class__ = TorchOp   # adds pickling and copying only (torch.library.custom_op builds a CustomOpDef)
+    _ops[qualname] = (kernel, op, bop, dk)
     return op
 
 

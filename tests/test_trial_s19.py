@@ -1,0 +1,81 @@
+"""Session 19 fixes from the s18 user trial: ``dt.as_torch_op`` results pickle, the out-of-range label
+error of ``library.cross_entropy_ignore`` names its ignore_index, ``launch_counts`` after a forward
+that records no backward."""
+
+import copy
+import io
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import dtriton as dt
+import dtriton.library  # noqa: F401  (dt.library)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- 1. a dt.as_torch_op result pickles as what built it --------------------------------------------
+@pytest.fixture(scope="module")
+def softmax_op():
+    return dt.as_torch_op(dt.compile(dt.library.softmax), "dtriton_s19::softmax")
+
+
+class _Holder(torch.nn.Module):
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+        self.scale = torch.nn.Parameter(torch.tensor(1.5))
+
+    def forward(self, x):
+        return self.op(x * self.scale)
+
+
+def test_torch_op_survives_torch_save_and_deepcopy_in_this_process(softmax_op):
+    model = _Holder(softmax_op)
+    buf = io.BytesIO()
+    torch.save(model, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    assert loaded.op is softmax_op   # an op is registered once per process: loading returns it
+    assert copy.deepcopy(model).op is softmax_op
+    assert pickle.loads(pickle.dumps(softmax_op)) is softmax_op
+    x = torch.randn(3, 7)
+    torch.testing.assert_close(loaded(x).double(), torch.softmax(x.double() * 1.5, -1), rtol=1e-5, atol=1e-6)
+
+
+def test_torch_op_pickle_loads_in_a_fresh_process(softmax_op):
+    """The pickle names the kernel (its algorithm by reference) and the op's name: a process without that op
+    registers it again, and its forward and backward (the derived kernels) run."""
+    blob = pickle.dumps(softmax_op)
+    code = ("import pickle, sys, torch\n"
+            "op = pickle.loads(sys.stdin.buffer.read())\n"
+            "assert op is not None and torch.ops.dtriton_s19.softmax is not None\n"
+            "x = torch.randn(3, 7, dtype=torch.float64).float().requires_grad_()\n"
+            "w = torch.randn(3, 7)\n"
+            "(op(x) * w).sum().backward()\n"
+            "xd = x.detach().double().requires_grad_()\n"
+            "ref = torch.softmax(xd, -1)\n"
+            "(ref * w.double()).sum().backward()\n"
+            "torch.testing.assert_close(op(x).double(), ref, rtol=1e-5, atol=1e-6)\n"
+            "torch.testing.assert_close(x.grad.double(), xd.grad, rtol=1e-4, atol=1e-6)\n"
+            "print('loaded', type(op).__name__)\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", code], input=blob, cwd=ROOT, env=env, capture_output=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    assert b"loaded TorchOp" in r.stdout
+
+
+def test_loading_an_op_whose_name_this_process_registered_for_another_kernel_says_so(softmax_op):
+    from dtriton.integrations.custom_op import torch_op_named   # what a pickled op's load calls
+    other = dt.compile(dt.library.log_softmax)
+    with pytest.raises(pickle.UnpicklingError, match=r"'dtriton_s19::softmax'.*another kernel.*log_softmax"):
+        torch_op_named("dtriton_s19::softmax", other)
+    with pytest.raises(pickle.UnpicklingError, match=r"group"):
+        torch_op_named("dtriton_s19::softmax", dt.compile(dt.library.softmax), group="none")
+
