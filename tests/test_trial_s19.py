@@ -79,3 +79,50 @@ def test_loading_an_op_whose_name_this_process_registered_for_another_kernel_say
     with pytest.raises(pickle.UnpicklingError, match=r"group"):
         torch_op_named("dtriton_s19::softmax", dt.compile(dt.library.softmax), group="none")
 
+
+# -- 2. cross_entropy_ignore: a label out of range that is not the ignore_index ----------------------
+@pytest.mark.parametrize("ignore, bad", [(-100, -1), (-100, 5), (3, -100)])
+def test_cross_entropy_ignore_names_its_ignore_index_for_a_label_out_of_range(ignore, bad):
+    from dtriton.library import cross_entropy_ignore
+    X = torch.randn(4, 5, generator=torch.Generator().manual_seed(3))
+    labels = torch.tensor([0, bad, ignore, 4])
+    for call in (lambda: cross_entropy_ignore.reference(X, labels, ignore),
+                 lambda: dt.compile(cross_entropy_ignore)(X, labels, ignore),
+                 lambda: dt.compile(cross_entropy_ignore, check_indices=True)(X, labels, ignore),
+                 # the training forward is a derived algorithm (saving statistics): it keeps the hint
+                 lambda: dt.compile_autograd(cross_entropy_ignore)(X.clone().requires_grad_(), labels, ignore)):
+        with pytest.raises(dt.IndexRangeError) as e:
+            call()
+        msg = str(e.value)
+        assert f"labels[i] is {bad} at i = 1" in msg and "indices 0..4" in msg, msg
+        assert "out of range" in msg and "Is it your ignore_index?" in msg, msg
+        assert f"ignores labels equal to {ignore} " in msg, msg
+        assert "Pad the tensor" not in msg, msg   # the generic fixes do not apply to a library kernel's user
+
+
+def test_index_hints_of_an_algorithm_replace_the_generic_fixes_and_survive_dt_grad():
+    X, W = torch.randn(3, 4), torch.randn(6)
+    idx = torch.tensor([1, 9, 2])
+    ok = idx.clamp(max=5)
+    got = dt.compile(_weighted)(X, W, ok, 2.0, out=torch.full((3,), float("nan")))
+    torch.testing.assert_close(got.double(), X.double().sum(1) * W.double()[ok] * 2.0)
+    try:
+        _weighted.index_hints = {"idx": "idx must be a row of W, below {K} (scale {scale})"}
+        # the backward wrt X reads W[idx[i]] too: dt.grad's algorithms keep the hint
+        for call in (lambda: dt.compile(_weighted)(X, W, idx, 2.0),
+                     lambda: dt.compile(dt.grad(_weighted)["X"])(X, W, idx, 2.0, torch.ones(3))):
+            with pytest.raises(dt.IndexRangeError, match=r"idx\[i\] is 9 at i = 1\. idx must be a row of W, below 6 "
+                                                         r"\(scale 2\.0\)$"):
+                call()
+        back = dt.grad(_weighted)["X"]
+        assert pickle.loads(pickle.dumps(back)).index_hints == _weighted.index_hints   # a by-value algorithm
+    finally:
+        del _weighted.index_hints
+    with pytest.raises(dt.IndexRangeError, match=r"is 9 at i = 1\. Pad the tensor"):
+        dt.compile(_weighted)(X, W, idx, 2.0)
+
+
+@dt.algorithm
+def _weighted(X: dt.Tensor["M", "N"], W: dt.Tensor["K"], idx: dt.Tensor["M"], scale: float):
+    i, j = dt.axes("i j")
+    return (dt.sum(X[i, j], over=j) * W[idx[i]] * scale)[i]

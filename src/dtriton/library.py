@@ -97,12 +97,21 @@ def cross_entropy_ignore(X: Tensor["M", "N"], labels: Tensor["M"], ignore_index:
     """:func:`cross_entropy` with torch's ``ignore_index`` (pass -100, torch's default): a row whose
     label is ``ignore_index`` has loss 0 and a zero gradient row, as ``cross_entropy(X, labels,
     ignore_index=ignore_index, reduction="none")``; the gather is guarded, so it never reads that
-    row's label as a class. Every other label must be a class, 0..N-1 (else the
-    :class:`~dtriton.IndexRangeError` of :func:`cross_entropy`). The output (M,) has X's dtype."""
+    row's label as a class. Every other label must be a class, 0..N-1 (else an
+    :class:`~dtriton.IndexRangeError` naming ``labels[i]``, the value, the row and the ignore_index
+    given). The output (M,) has X's dtype."""
     i, j = dt.axes("i j")
     m = dt.max(X[i, j], over=j)
     loss = (m - X[i, labels[i]]) + dt.log(dt.sum(dt.exp(X[i, j] - m), over=j))
     return dt.where(labels[i] != ignore_index, loss, 0.0)[i]
+
+
+# a label outside the classes that is not ignore_index: most often a padding value other than the one passed
+cross_entropy_ignore.index_hints = {
+    "labels": "That label is out of range: each label must be a class (an index of dim 1 of X) or equal to "
+              "ignore_index. Is it your ignore_index? this kernel ignores labels equal to {ignore_index} (the "
+              "ignore_index argument given): pass the value that marks the rows to skip (torch's default is -100), "
+              "or fix the labels"}
 
 
 @dt.algorithm

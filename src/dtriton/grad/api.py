@@ -276,7 +276,7 @@ def grad(alg: Algorithm, wrt: str | Sequence[str] | None = None, *, save: Sequen
         outs = [grads[n] for n in grp]
         doc = (f"Backward of {alg.name}: gradient(s) wrt {', '.join(grp)} (derived by dt.grad). "
                f"Arguments: {', '.join(s[1] for s in spec)}.")
-        algs.append(fin.build(name, outs, doc, list(grp)))
+        algs.append(fin.build(name, outs, doc, list(grp)).take_index_hints(alg))
         algs[-1].provenance = GradProvenance(alg, tuple(grp), tuple(d.gnames), seeded, tuple(save_l),
                                              tuple(p[1] for p in saved_params))
         for k, n in enumerate(grp):
@@ -460,7 +460,7 @@ def augmented_forward(alg: Algorithm, save: Sequence[str] | str) -> tuple[Algori
     a = fin.build(f"{alg.name}_fwd_saving", list(outs) + extra,
                   f"{alg.name} with stages {save_l} as extra outputs (for dt.grad(save=...)).",
                   [None] * (len(outs) + len(extra)), [None] * len(outs) + floors)
-    return a, tuple(save_l)
+    return a.take_index_hints(alg), tuple(save_l)
 
 
 def saved_outputs(alg: Algorithm, names: Sequence[str]) -> dict[int, int]:

@@ -14,7 +14,8 @@ import inspect
 import pickle
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
@@ -232,6 +233,11 @@ class Algorithm:
     requires_check: Any = None
     #: the positions of the scalar arguments the constraints name (part of launcher cache keys)
     requires_pos: tuple = ()
+    #: what an index out of range means for this algorithm, ``{tensor argument: hint}`` (set a dict on the
+    #: algorithm): the :class:`~dtriton.errors.IndexRangeError` of a read whose index reads that argument (a
+    #: gather through ``labels``) ends with the hint instead of the generic fixes (pad, guard, sizes); its
+    #: ``str.format`` fields name the call's scalar arguments and size symbols (``"{ignore_index}"``)
+    index_hints: Mapping[str, str] = MappingProxyType({})
 
     @classmethod
     def build(cls, name: str, params: Sequence["InputTensor | ScalarParam"], outputs: Sequence["Output"],
@@ -290,6 +296,13 @@ class Algorithm:
             o.name = "out" if len(outs) == 1 else f"out{n}"
         self.outputs = outs
         self._analyse()
+
+    def take_index_hints(self, source: "Algorithm") -> "Algorithm":
+        """Give this algorithm, derived from ``source`` and taking its arguments (a backward, a forward
+        saving statistics, a rewrite), the :attr:`index_hints` of ``source``; returns it."""
+        if source.index_hints:
+            self.index_hints = dict(source.index_hints)
+        return self
 
     # -- pickling and copying ---------------------------------------------------------------------
     def __reduce_ex__(self, protocol):

@@ -256,18 +256,39 @@ class Binding:
             reads = analyse_reads([o.expr for o in alg.outputs], axis_sizes, sizes, ints)
             for r in reads:
                 if r.verdict == "outside" and r.load.pad is None:
-                    raise IndexRangeError(outside_message(r, f"takes the values {r.span.lo}..{r.span.hi}"))
+                    raise IndexRangeError(outside_message(r, f"takes the values {r.span.lo}..{r.span.hi}",
+                                                          index_hint(alg, r, sizes, args)))
         return Binding(sizes, axis_sizes, dtypes, out_dtypes, device or torch.device("cpu"), unit, reads, big)
 
 
-def outside_message(r: Read, how: str) -> str:
+def outside_message(r: Read, how: str, hint: str | None = None) -> str:
     """The message of an :class:`IndexRangeError` for read ``r`` whose index ``how`` (e.g. "takes
-    the values -1..6") reaches outside its dim: the tensor, the dim, the index and the fixes."""
+    the values -1..6") reaches outside its dim: the tensor, the dim, the index and the fixes, or
+    ``hint`` in place of the fixes (:func:`index_hint`)."""
     t, d = r.load.tensor, r.dim
+    fixes = hint or (f"Pad the tensor to read a value there ({t.name}.pad(0.0)[...] or dt.pad({t.name}, 0.0)[...]), "
+                     f"guard the read so it happens only where the index is inside "
+                     f"(dt.where(cond, {t.name}[...], other)), or change the sizes")
     return (f"{fmt(r.load, limit=None)} reads outside dim {d} of {t.name} ({t.dims[d]} = {r.size}, indices "
-            f"0..{r.size - 1}): the index {fmt(r.expr, limit=None)} {how}. Pad the tensor to read a value there "
-            f"({t.name}.pad(0.0)[...] or dt.pad({t.name}, 0.0)[...]), guard the read so it happens only where the "
-            f"index is inside (dt.where(cond, {t.name}[...], other)), or change the sizes")
+            f"0..{r.size - 1}): the index {fmt(r.expr, limit=None)} {how}. {fixes}")
+
+
+def index_hint(alg, r: Read, sizes: dict[str, int], args: Sequence[Any]) -> str | None:
+    """The algorithm's own hint for read ``r`` out of range (``alg.index_hints`` of the first tensor
+    argument its index reads, formatted with the call's scalar arguments and size symbols; as written
+    when a field names none of them, so the IndexRangeError is still raised), or None."""
+    hints = alg.index_hints
+    if not hints:
+        return None
+    fields = dict(sizes)
+    fields.update((p.name, a) for p, a in zip(alg.params, args) if isinstance(p, ScalarParam))
+    for n in topo_order([r.expr]):
+        if isinstance(n, Load) and n.tensor.name in hints:
+            try:
+                return hints[n.tensor.name].format(**fields)
+            except (KeyError, IndexError, ValueError):
+                return hints[n.tensor.name]
+    return None
 
 
 def check_reads(alg, b: "Binding", args: Sequence[Any], ev: "_Evaluator | None" = None) -> None:
@@ -304,7 +325,8 @@ def check_reads(alg, b: "Binding", args: Sequence[Any], ev: "_Evaluator | None" 
                 value = int(idx.expand_as(bad)[tuple(at)]) if at else int(idx)
                 more = (f" ({vals.numel()} reads outside, values {int(vals.min())}..{int(vals.max())})"
                         if vals.numel() > 1 else "")
-                raise IndexRangeError(outside_message(r, f"is {value}" + (f" at {where}" if where else "") + more))
+                raise IndexRangeError(outside_message(r, f"is {value}" + (f" at {where}" if where else "") + more,
+                                                      index_hint(alg, r, b.sizes, args)))
 
 
 def _first_at(bad: torch.Tensor, axes: tuple[str, ...]) -> str:

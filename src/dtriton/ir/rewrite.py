@@ -167,11 +167,11 @@ def folded_literals(alg: Algorithm) -> Algorithm:
 
 
 def _remade(alg: Algorithm, outs) -> Algorithm:
-    """``alg`` rebuilt with the outputs ``outs``: its name, parameters, docstring and provenance (what
-    derived it, :attr:`Algorithm.provenance`) kept."""
+    """``alg`` rebuilt with the outputs ``outs``: its name, parameters, docstring, provenance (what
+    derived it, :attr:`Algorithm.provenance`) and index hints kept."""
     new = Algorithm.build(alg.name, alg.params, outs, alg.__doc__)
     new.provenance = alg.provenance
-    return new
+    return new.take_index_hints(alg)
 
 
 def _rebuilt(alg: Algorithm, swap: dict[int, Expr]) -> Algorithm:
