@@ -126,3 +126,60 @@ def test_index_hints_of_an_algorithm_replace_the_generic_fixes_and_survive_dt_gr
 def _weighted(X: dt.Tensor["M", "N"], W: dt.Tensor["K"], idx: dt.Tensor["M"], scale: float):
     i, j = dt.axes("i j")
     return (dt.sum(X[i, j], over=j) * W[idx[i]] * scale)[i]
+
+
+# -- 3. launch_counts after a forward that records no backward --------------------------------------
+_SPLIT = dt.Schedule(tile={"i": 2, "j": 4}, grid=("i", "j"))   # softmax's row reductions in kernels of their own
+
+
+@pytest.mark.filterwarnings("ignore::dtriton.ScheduleWarning")
+def test_launch_counts_after_a_forward_without_autograd():
+    """The saving forward of the split schedule takes 4 kernels, the plain kernel 3: each call without autograd
+    reports its own forward and no backward; gradients() keeps to the differentiable call before it."""
+    import ctypes
+    dk = dt.compile_autograd(dt.library.softmax, _SPLIT, save="lse_max0_sum0")
+    X = torch.randn(4, 16, dtype=torch.float64).float()
+    G = torch.randn(4, 16)
+
+    def train():
+        x = X.clone().requires_grad_()
+        dk(x).backward(G)
+        xd = X.double().requires_grad_()
+        torch.softmax(xd, -1).backward(G.double())
+        torch.testing.assert_close(x.grad.double(), xd.grad, rtol=1e-5, atol=1e-6)
+
+    def plain(call):
+        out = call()
+        torch.testing.assert_close(out.double(), torch.softmax(X.double(), -1), rtol=1e-5, atol=1e-6)
+        assert dk.launch_counts() == {"forward": 3, "backward": 0}, dk.launch_counts()
+        assert dk.gradients().saved == ("lse_max0_sum0",)   # the differentiable call's, not the plain one's
+
+    train()
+    assert dk.launch_counts() == {"forward": 4, "backward": 1}
+    with torch.no_grad():
+        plain(lambda: dk(X.clone().requires_grad_()))
+    train()
+    plain(lambda: dk(X))   # no input requires grad
+    train()
+    plain(lambda: dk(X, out=torch.full((4, 16), float("nan"))))
+    # a native backward writes its variant's tag (what the C++ node does, native_record's address): reported,
+    # until a call without autograd, after which a native backward that runs is reported again
+    train()
+    runners = list(dk.last_runs["backward"])
+    address, tag = dk.native_record(runners)
+    ctypes.c_int64.from_address(address).value = tag
+    assert dk.launch_counts() == {"forward": 4, "backward": 1}
+    plain(lambda: dk(X))
+    ctypes.c_int64.from_address(address).value = tag
+    assert dk.launch_counts() == {"forward": 3, "backward": 1}
+
+
+@pytest.mark.filterwarnings("ignore::dtriton.ScheduleWarning")
+def test_gradients_keep_to_the_differentiable_call_before_a_plain_one():
+    dk = dt.compile_autograd(dt.library.softmax, _SPLIT)   # save="auto": this schedule saves nothing
+    X = torch.randn(4, 16)
+    dk(X.clone().requires_grad_()).sum().backward()
+    assert dk.gradients().saved == ()
+    with torch.no_grad():
+        dk(X)
+    assert dk.gradients().saved == () and dk.launch_counts() == {"forward": 3, "backward": 0}

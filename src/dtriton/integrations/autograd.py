@@ -140,8 +140,11 @@ class DifferentiableKernel:
         self._save_ok: dict[tuple, tuple[bool, bool, Runner, tuple[int, ...] | None]] = {}
         self._tuned_runners: dict[tuple[str, str], Runner | None] = {}   # see _tuned_choice
         self.is_tensor = tuple(isinstance(p, InputTensor) for p in self.algorithm.params)
-        #: the runners of the most recent forward and backward (:meth:`launch_counts`)
+        #: the runners of the most recent forward and backward (:meth:`launch_counts`; :meth:`_ran_plain`)
         self.last_runs: dict[str, list[Runner]] = {"forward": [], "backward": []}
+        self._plain_runs = [Runner(self.algorithm, getattr(kernel, "schedule", None), kernel)]   # the kernel
+        self._plain_runs[0].last = kernel
+        self._trained_forward: list[Runner] = []   # the differentiable forward before the latest plain call
         #: ``[backward tag, forward tag]``, written by the native steps' C++ code: the tag of the native
         #: backward variant that ran last (0: the most recent backward ran in Python,
         #: ``last_runs["backward"]``; ``native_runs[tag]``: its runners), and of the call cache entry
@@ -203,8 +206,11 @@ class DifferentiableKernel:
                                 f"{len(self.algorithm.params)} (one per parameter: "
                                 f"{', '.join(p.name for p in self.algorithm.params)}), got {args!r:.80}")
             saving = self._saves(tuple(args))[0]
-        else:   # (the forward that ran last: the plain one saves nothing)
-            saving = self.forward_runs()[:1] != [self._fwd_runner]
+        else:   # (the differentiable forward that ran last: the plain one saves nothing)
+            fwd = self.forward_runs()
+            if fwd is self._plain_runs:   # (a call without autograd since: the one before it)
+                fwd = self._trained_forward
+            saving = fwd[:1] != [self._fwd_runner]
         return self._backward(wrt, saving)[0]
 
     def _backward(self, wrt: Sequence[str] | None, saving: bool, seeded: tuple[int, ...] | None = None):
@@ -236,8 +242,10 @@ class DifferentiableKernel:
     # -- execution -------------------------------------------------------------------------------
     def launch_counts(self) -> dict[str, int]:
         """Kernels launched by the most recent forward and backward: ``{"forward": n, "backward": m}``
-        (0 for a pass that has not run). A native step's backward (C++, no Python) writes which of
-        its variants ran (:meth:`native_record`); a Python backward clears that."""
+        (0 for a pass that has not run). A call without autograd (grad mode off, no input requiring
+        grad, or ``out=``) is a forward that records no backward: ``"backward"`` is 0 after it, until
+        a backward runs. A native step's backward (C++, no Python) writes which of its variants ran
+        (:meth:`native_record`); a Python backward and a call without autograd clear that."""
         runs = {"forward": self.forward_runs(), "backward": self.last_runs["backward"]}
         if self.native_log[0]:
             runs["backward"] = self.native_runs[self.native_log[0]]
@@ -273,6 +281,16 @@ class DifferentiableKernel:
                 return
         self.native_fwd.append(step.runners)
         self._entry.add(tuple(args), step.native, len(self.native_fwd) - 1)
+
+    def _ran_plain(self) -> None:
+        """Record a call without autograd: its forward, no backward (nor native tag); :meth:`gradients`
+        keeps to the differentiable forward before it."""
+        fwd = self.forward_runs()
+        if fwd is not self._plain_runs:
+            self._trained_forward = fwd
+        self.ran_forward(self._plain_runs)
+        self.last_runs["backward"] = []
+        self.native_log[0] = 0
 
     def native_record(self, runners: list[Runner]) -> tuple[int, int]:
         """``(address, tag)`` for a native backward variant running ``runners`` (its backward
@@ -533,9 +551,8 @@ class DifferentiableKernel:
                     if step:
                         step.key = key
                 return res
-        if out is not None:
-            return self.kernel(*args, out=out)
-        r = self.kernel(*args)
+        r = self.kernel(*args) if out is None else self.kernel(*args, out=out)
+        self._ran_plain()
         return r
 
 
