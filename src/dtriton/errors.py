@@ -42,7 +42,8 @@ class IndexRangeError(ShapeError, IndexError):
     index out of range. The message names the tensor, the dim, the index expression and the values
     it takes, and how to fix it (pad the tensor, guard the read with ``dt.where``, or change the
     sizes). Raised before anything runs when the sizes prove it, else when the call is checked
-    (always on the interpreter and in the reference; on the GPU with ``check_indices=True``). An
+    (always on the interpreter and in the reference; on the GPU with ``check_indices=True``; unchecked,
+    a GPU kernel reads NaN there for a floating-point tensor, never memory outside it). An
     :class:`IndexError` too, as torch's own indexing error is."""
 
 

@@ -85,8 +85,8 @@ def cross_entropy(X: Tensor["M", "N"], labels: Tensor["M"]):
     torch's ``cross_entropy(X, labels, reduction="none")`` when every label is a class, 0..N-1. A label
     outside (torch's ignore_index -100 marking padding) raises :class:`~dtriton.IndexRangeError` naming
     ``labels[i]``, the value and the row, on the interpreter, in ``reference`` and on the GPU with
-    ``dt.compile(..., check_indices=True)`` (unchecked on the GPU otherwise): use
-    :func:`cross_entropy_ignore` for labels that mark rows to skip."""
+    ``dt.compile(..., check_indices=True)`` (unchecked on the GPU otherwise, where that row's loss is
+    NaN): use :func:`cross_entropy_ignore` for labels that mark rows to skip."""
     i, j = dt.axes("i j")
     m = dt.max(X[i, j], over=j)   # (m - X[label]) + log(sum), torch's order: no cancellation at large logits
     return ((m - X[i, labels[i]]) + dt.log(dt.sum(dt.exp(X[i, j] - m), over=j)))[i]

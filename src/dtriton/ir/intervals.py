@@ -310,18 +310,23 @@ def analyse_reads(roots, axis_sizes: Mapping[str, int], dim_sizes: Mapping[str, 
     return reads
 
 
-def kernel_reads(alg, axis_sizes: Mapping[str, int], dim_sizes: Mapping[str, int]) -> tuple[tuple[int, int], ...]:
+def kernel_reads(alg, axis_sizes: Mapping[str, int], dim_sizes: Mapping[str, int]) -> tuple[tuple[int, int, bool], ...]:
     """The computed indices a kernel for these sizes must mask to their dim, whatever the integer
-    arguments: ``(position of the load in alg.nodes, dim)`` for every read not provably inside its
-    dim, except a gather read through a plain integer tensor or an arg-reduction outside any
-    branch (those are checked on the host when checks are on, as before)."""
+    arguments: ``(position of the load in alg.nodes, dim, poisoned)`` for every read not provably
+    inside its dim, except an arg-reduction's index outside any branch (its values are its own
+    axis's). ``poisoned``: the read is outside every branch and its tensor has no padding, so an
+    element outside is a wrong index (a gather index out of range, an offset argument too large):
+    the kernel reads NaN there where the tensor is floating point (on the GPU, where no host check
+    runs unless ``check_indices``), rather than memory outside the tensor; elsewhere an element
+    outside reads the padding, or is never used (a branch not taken)."""
     pos = {n.uid: k for k, n in enumerate(alg.nodes)}
     out = []
     for r in analyse_reads([o.expr for o in alg.outputs], axis_sizes, dim_sizes, None):
-        data = (isinstance(r.expr, Load) and r.expr.is_plain()) or (isinstance(r.expr, Reduce) and r.expr.combiner.results == 2)
-        if r.verdict == "inside" or (data and r.load.pad is None and all(not ctx for ctx in r.guards)):
+        unguarded = r.load.pad is None and all(not ctx for ctx in r.guards)
+        arg = isinstance(r.expr, Reduce) and r.expr.combiner.results == 2
+        if r.verdict == "inside" or (arg and unguarded):
             continue
-        out.append((pos[r.load.uid], r.dim))
+        out.append((pos[r.load.uid], r.dim, unguarded))
     return tuple(sorted(out))
 
 

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+import torch
+
 from ..ir import INT_OPS, Axis, Binary, Const, Load, never_negative, walk
 from .kernel import KernelPlan, TileAccess
 
-__all__ = ["plan_access", "plan_descriptor_site", "plan_eviction", "plan_ws_stores", "plan_floor_ops", "plan_read_masks",
+__all__ = ["POISON_DTYPES", "plan_access", "plan_descriptor_site", "plan_eviction", "plan_ws_stores", "plan_floor_ops", "plan_read_masks",
            "tile_access", "tile_key", "unit_last"]
 
 
@@ -158,17 +160,28 @@ def plan_eviction(k: KernelPlan, eviction: Mapping[str, str]) -> tuple[dict[str,
 
 
 
-def plan_read_masks(k: KernelPlan, masked: frozenset) -> dict[int, tuple[int, ...]]:
-    """Load id -> the dims of kernel ``k``'s loads whose computed index is masked to its dim
-    (``masked``: the ``(load id, dim)`` pairs of the call spec that are not provably inside): an
-    element outside reads the load's padding value (0 without one, where a branch condition or
-    the index check guarantees it is never used)."""
+#: the dtypes whose poisoned reads (:func:`plan_read_masks`) read NaN
+POISON_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def plan_read_masks(k: KernelPlan, masked: frozenset) -> tuple[dict[int, tuple[int, ...]], frozenset]:
+    """``(read masks, poisoned reads)`` of kernel ``k``. Read masks: load id -> the dims of ``k``'s
+    loads whose computed index is masked to its dim (``masked``: the ``(load id, dim, poisoned)``
+    triples of the call spec, not provably inside): an element outside reads the load's padding
+    value (0 without one, where a branch condition or the index check guarantees it is never
+    used). Poisoned reads: the loads of a floating-point tensor every masked dim of which is
+    poisoned (outside any branch, no padding: an index out of range is the caller's error, which
+    only a host check reports): their elements outside read NaN instead (a wrong gather index
+    gives a NaN result on the GPU, not a read of other memory)."""
     out: dict[int, tuple[int, ...]] = {}
+    poisoned = set()
     for n in _loads(k):
-        dims = tuple(d for d in range(len(n.index)) if (n.uid, d) in masked)
-        if dims:
-            out[n.uid] = dims
-    return out
+        marks = {d: p for uid, d, p in masked if uid == n.uid}
+        if marks:
+            out[n.uid] = tuple(sorted(marks))
+            if all(marks.values()) and k.dtypes.get(n.tensor.name) in POISON_DTYPES:
+                poisoned.add(n.uid)
+    return out, frozenset(poisoned)
 
 
 def plan_floor_ops(k: KernelPlan) -> frozenset:

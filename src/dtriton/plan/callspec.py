@@ -40,8 +40,9 @@ class CallSpec:
     hints: ``(integer argument, power of two it is a multiple of)``; see :func:`divisibility_hints`.
     unit_dims: ``(input tensor, index of its unit-stride dim or -1)`` sorted by name (the operand
     order and precision of fp32 dots depend on it).
-    masked_reads: ``(position of the load in alg.nodes, dim)`` of the computed indices the kernels
-    mask to their dim (not provably inside it on this call; see :func:`~dtriton.ir.kernel_reads`).
+    masked_reads: ``(position of the load in alg.nodes, dim, poisoned)`` of the computed indices the
+    kernels mask to their dim (not provably inside it on this call), and whether an element outside
+    reads NaN (see :func:`~dtriton.ir.kernel_reads`).
     unit_scalars: the integer scalar arguments equal to 1 on this call, sorted (a convolution's
     stride of 1 makes its input's window a plain shift, read in TMA boxes: ``plan.implicit_gemm``).
     small_sizes: ``(axis, size)`` of the axes of at most 8 elements, sorted (a depthwise

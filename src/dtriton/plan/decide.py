@@ -65,7 +65,8 @@ def decide(prog: Program, sched: Schedule, dtypes: Mapping[str, torch.dtype],
     tensors' dtypes; ``out_dtypes``: each output's; ``tma_ok``: tensors a TMA descriptor may
     address on this call; ``hints``: integer argument -> a power of two it is a multiple of;
     ``unit_dims``: input tensor -> index of its unit-stride dim (-1: none); ``masked_reads``: the
-    ``(load id, dim)`` computed indices to mask to their dim; ``size_buckets``: axis -> a power of
+    ``(load id, dim, poisoned)`` computed indices to mask to their dim (``poisoned``: an element
+    outside is a wrong index, read as NaN: :func:`~dtriton.ir.kernel_reads`); ``size_buckets``: axis -> a power of
     two its size is at most on every call of this signature; ``unit_scalars``: the integer
     scalars equal to 1 on it; ``small_sizes``: axis -> its size, for the axes of at most 8;
     ``index_values``: int scalar -> its value, for those of pooling windows' indices; ``dense``: the
@@ -130,7 +131,7 @@ def _decide_kernel(k: KernelPlan, sched: Schedule, dtypes, out_dtypes, cdt: str,
     k.access = plan_epilogue_reads(k)
     k.device_descs = plan_descriptor_site(k, sched.descriptors)
     k.row_vectors = plan_row_vectors(k)
-    k.read_masks, k.floor_ops = plan_read_masks(k, masked_reads), plan_floor_ops(k)
+    (k.read_masks, k.poisoned_reads), k.floor_ops = plan_read_masks(k, masked_reads), plan_floor_ops(k)
     k.rolling, k.rolling_why = plan_rolling(k, bool(sched.rolling), unit_scalars)   # (needs the read masks)
     # a pooling window: its stride and padding literal, its taps read as contiguous runs, a 16-bit max in its dtype
     k.literal_scalars = plan_literal_scalars(k, index_values or {})
@@ -155,7 +156,7 @@ def plan_program(alg: Algorithm, sched: Schedule, b: Binding, spec: CallSpec) ->
     traced = alg
     # the call's masked reads name nodes by position in the algorithm as traced (the rewrite
     # keeps those nodes)
-    masked = frozenset((alg.nodes[pos].uid, d) for pos, d in spec.masked_reads)
+    masked = frozenset((alg.nodes[pos].uid, d, poisoned) for pos, d, poisoned in spec.masked_reads)
     alg = folded_literals(alg)   # log(3.0) in double (a printed tl.log(3.0) is float32)
     alg = single_pass_variance(alg, lambda r: one_pass_statistics(sched, r))
     if sixteen_bit_terms(alg, b):

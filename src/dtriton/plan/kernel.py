@@ -345,6 +345,7 @@ class KernelPlan:
                                                       # pipelined as one loop (plan.persistent.plan_flatten)
     read_masks: dict[int, tuple[int, ...]] = field(default_factory=dict)  # Load id -> dims whose computed index
                                                       # is masked to the dim (reading the load's pad, or 0)
+    poisoned_reads: frozenset = frozenset()           # Load ids whose elements outside read NaN (a wrong index)
     floor_ops: frozenset = frozenset()                # // and % nodes whose operands may be negative (Triton
                                                       # rounds toward zero: printed with Python's floor rounding)
     flat: dict[str, tuple[str, ...]] = field(default_factory=dict)  # flat axis -> its member axes, outermost

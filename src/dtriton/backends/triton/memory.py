@@ -143,13 +143,18 @@ class MemoryPrinter:
                 code = self.relayout(blk, tiled, tuple(layout), set(tiled), scope)
                 return self._widen(code, dt, raw), f"{fmt(n, limit=None)} ({kind})"
         terms, mask_axes, inside, moves = self.pointer_index(n, scope, layout)
-        mask = " & ".join(filter(None, [self.mask_for(mask_axes, scope, layout)] + inside)) or None
+        tile = self.mask_for(mask_axes, scope, layout)
+        mask = " & ".join(filter(None, [tile] + inside)) or None
         ev = self.eviction(n.tensor.name)
         bounded = self.k.read_masks.get(n.uid, ())
         other = self.pad_text(n, dt)
         ptr = self.addr(name, terms) + (f" + ({' + '.join(moves)})" if moves else "")
         code = f"tl.load({ptr}" + (f", mask={mask}, other={other}" if mask else "") + \
             (f", eviction_policy=\"{ev}\"" if ev else "") + ")"
+        if n.uid in self.k.poisoned_reads and inside:   # (a wrong index reads NaN: plan.access.plan_read_masks)
+            outside = f"~({' & '.join(inside)})" if tile is None else f"({tile}) & ~({' & '.join(inside)})"
+            nan = f"tl.full([], float('nan'), tl.float32).to({TL_DTYPES[dt]})"   # (a NaN of the tensor's dtype)
+            code = f"tl.where({outside}, {nan}, {code})"
         raw = raw or n.uid in self.k.raw_loads   # (a 16-bit max/min fold's input: plan.pairs)
         return self._widen(code, dt, raw), fmt(n, limit=None) + (" (masked to its dims)" if bounded else "")
 
