@@ -341,14 +341,15 @@ def _adopt(step: ForwardStep, key: tuple, bstep: BackwardStep, needs: Sequence[b
             return
         save = list(range(step.n_out, step.n_ret)) if step.pick is None else list(step.pick)
         scalars = None if tpos is None else [None if k in tpos else a for k, a in enumerate(args)]
+        consts = _constants(step, args)
         sid = native.register(step.name, step.launch, step.n_out, save, native_fallback(step, scalars),
-                              tensor_pos=tpos, constants=_constants(step, args))
+                              tensor_pos=tpos, constants=consts)
         if sid is not None:
             step.native = sid
             step.native_call = native.caller(sid, tpos)
             step.owner.enter_native(step, args)
         else:
-            why = native.refusal(step.launch, tpos, constants=_constants(step, args))
+            why = native.refusal(step.launch, tpos, constants=consts)
             step.native_why = f"the forward: {why or 'no extension'}"
         step.native = -2 if sid is None else sid
     if step.native < 0:

@@ -77,6 +77,9 @@ from .walk import topo_order, walk
 __all__ = ["base2_exponents", "base2_shifted_exponents", "common_divisors", "folded_literals", "naive_variance_of", "reciprocal_divisors",
            "shift_exponential", "single_pass_variance", "variance_of"]
 
+#: log2(e), the factor of an exponent in base 2
+_LOG2E = math.log2(math.e)
+
 
 def variance_of(r: Reduce) -> Expr | None:
     """``X`` when ``r`` is ``mean((X - m) * (X - m))`` (or ``(m - X)`` squared) over the axes
@@ -274,19 +277,14 @@ def base2_exponents(alg: Algorithm, want: Callable[[Reduce], bool],
         x2 = _folded_log2e(m.x)   # (through a causal mask's where when it folds)
         if x2 is not None and (not others or (shift_only(m) and not _element_beside(alg, m))):
             m2 = Reduce(m.combiner, x2, m.over, m.name)
-            shift: Expr = m2
             if others:
                 swap[m.uid] = Binary("mul", m2, Const(math.log(2.0)))
             for e in exps:
-                swap[e.uid] = Unary("exp2", Binary("sub", x2, shift))
+                swap[e.uid] = Unary("exp2", Binary("sub", x2, m2))
         else:   # exact: exp2((X - m) * log2(e)), the difference exact at the row max (no FMA can fold it)
             for e in exps:
                 swap[e.uid] = Unary("exp2", Binary("mul", e.x, Const(_LOG2E)))
     return _rebuilt(alg, swap)
-
-
-#: log2(e), the factor of an exponent in base 2
-_LOG2E = math.log2(math.e)
 
 
 def shift_exponential(f: Expr, m: Reduce) -> tuple[Expr, str] | None:
@@ -361,11 +359,11 @@ def _folded_log2e(x: Expr) -> Expr | None:
     fold (the multiply would be per element)."""
     if isinstance(x, Where) and isinstance(x.b, Const):
         a = _folded_log2e(x.a)
-        return None if a is None else Where(x.cond, a, Const(x.b.value * math.log2(math.e)))
+        return None if a is None else Where(x.cond, a, Const(x.b.value * _LOG2E))
     if isinstance(x, Binary) and x.op == "mul":
         for a, c in ((x.a, x.b), (x.b, x.a)):
             if not c.axes and a.axes:
-                return Binary("mul", a, Binary("mul", c, Const(math.log2(math.e))))
+                return Binary("mul", a, Binary("mul", c, Const(_LOG2E)))
     return None
 
 
@@ -382,5 +380,5 @@ def base2_shifted_exponents(alg: Algorithm) -> Algorithm:
             continue
         x2 = _folded_log2e(x)
         if x2 is not None:
-            swap[e.uid] = Unary("exp2", Binary("sub", x2, Binary("mul", m, Const(math.log2(math.e)))))
+            swap[e.uid] = Unary("exp2", Binary("sub", x2, Binary("mul", m, Const(_LOG2E))))
     return _rebuilt(alg, swap)
