@@ -92,6 +92,13 @@ def cross_entropy(X: Tensor["M", "N"], labels: Tensor["M"]):
     return ((m - X[i, labels[i]]) + dt.log(dt.sum(dt.exp(X[i, j] - m), over=j)))[i]
 
 
+# a label outside the classes: the caller fixes the labels or skips those rows (no pad or guard to add)
+cross_entropy.index_hints = {
+    "labels": "That label is not a class: each label must be in 0..N-1 (an index of dim 1 of X). torch's "
+              "ignore_index -100 marks padding rows: to give those rows loss 0, use "
+              "dt.library.cross_entropy_ignore(X, labels, -100) (it takes the ignore_index), or fix the labels"}
+
+
 @dt.algorithm
 def cross_entropy_ignore(X: Tensor["M", "N"], labels: Tensor["M"], ignore_index: int):
     """:func:`cross_entropy` with torch's ``ignore_index`` (pass -100, torch's default): a row whose
