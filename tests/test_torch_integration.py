@@ -318,10 +318,52 @@ def test_multi_output_op_under_compile(diffusion_op):
 
 def test_as_torch_op_names(lin_kernel, lin_op):
     assert dt.as_torch_op(lin_kernel, "dtriton_test::linear_relu") is lin_op
-    with pytest.raises(ValueError, match="already registered"):
-        dt.as_torch_op(dt.compile(linear_relu), "dtriton_test::linear_relu")
+    # another kernel built the same way (as_torch_op in a module's __init__, the module built twice): the op
+    assert dt.as_torch_op(dt.compile(linear_relu), "dtriton_test::linear_relu") is lin_op
+    # one built differently: refused, naming what differs and the fix (another name)
+    with pytest.raises(ValueError, match=r"already registered for another kernel: schedule .*another name"):
+        dt.as_torch_op(dt.compile(linear_relu, dt.Schedule(num_warps=2)), "dtriton_test::linear_relu")
+    with pytest.raises(ValueError, match=r"already registered for another kernel: check_indices True"):
+        dt.as_torch_op(dt.compile(linear_relu, check_indices=True), "dtriton_test::linear_relu")
+    with pytest.raises(ValueError, match=r"already registered for another kernel: backward_schedules/group"):
+        dt.as_torch_op(dt.compile(linear_relu), "dtriton_test::linear_relu", group="none")
+    with pytest.raises(ValueError, match=r"already registered for another kernel: algorithm cross_entropy"):
+        dt.as_torch_op(dt.compile(cross_entropy), "dtriton_test::linear_relu")
     with pytest.raises(ValueError, match="namespace::name"):
         dt.as_torch_op(lin_kernel, "no_namespace")
+
+
+class _OpLayer(torch.nn.Module):
+    """A module registering its op in ``__init__`` (the README's pattern put in a layer)."""
+
+    def __init__(self):
+        super().__init__()
+        self.op = dt.as_torch_op(dt.compile(softmax), "dtriton_test::softmax_in_init")
+
+    def forward(self, x):
+        return self.op(x)
+
+
+def test_as_torch_op_in_init_builds_twice_and_loads_in_either_order():
+    import io
+    import pickle
+
+    from dtriton.integrations.custom_op import torch_op_named   # what a pickled op's load calls
+    a, b = _OpLayer(), _OpLayer()   # the second refused before: "already registered for another kernel object"
+    assert a.op is b.op
+    buf = io.BytesIO()
+    torch.save(a, buf)
+    buf.seek(0)
+    c = torch.load(buf, weights_only=False)
+    assert c.op is a.op and _OpLayer().op is a.op
+    x = torch.randn(3, 6, dtype=torch.float64)
+    got = c(x.float())
+    torch.testing.assert_close(got.double(), torch.softmax(x, -1), rtol=1e-5, atol=1e-6)
+    # a load never reuses the registered op for a kernel built differently
+    with pytest.raises(pickle.UnpicklingError, match=r"'dtriton_test::softmax_in_init'.*schedule"):
+        torch_op_named("dtriton_test::softmax_in_init", dt.compile(softmax, dt.Schedule(num_warps=2)))
+    with pytest.raises(pickle.UnpicklingError, match=r"check_indices"):
+        torch_op_named("dtriton_test::softmax_in_init", dt.compile(softmax, check_indices=True))
 
 
 def test_double_backward_is_refused_loudly():

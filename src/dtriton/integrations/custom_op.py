@@ -11,6 +11,7 @@ import torch
 from ..grad import grad_param_names
 from ..ir import Algorithm, InputTensor
 from .autograd import DifferentiableKernel
+from .backward_schedules import check_backward_schedules
 from .output_specs import output_specs
 
 __all__ = ["TorchOp", "as_torch_op", "torch_op_named"]
@@ -47,31 +48,38 @@ def torch_op_named(qualname: str, kernel, backward_schedules=None, group: str = 
     hit = _ops.get(qualname)
     if hit is None:
         return as_torch_op(kernel, qualname, backward_schedules=backward_schedules, group=group)
-    have, op, _, dk = hit
-    if have is kernel:
-        return op
-    diff = _build_difference(have, kernel)
-    if diff is None and (dk.backward_schedules, dk.group) != (backward_schedules, group):
-        diff = (f"backward_schedules/group {backward_schedules!r:.80}/{group!r} against the registered "
-                f"{dk.backward_schedules!r:.80}/{dk.group!r}")
+    diff = _registered_difference(hit, kernel, backward_schedules, group, loaded=True)
     if diff is not None:
         raise pickle.UnpicklingError(
             f"cannot load the dt.as_torch_op op {qualname!r}: this process registered that name already for another "
             f"kernel ({diff}), and torch cannot replace an op; load it in a fresh process, or register the pickled "
             f"kernel under a new name with dt.as_torch_op")
-    return op
+    return hit[1]
 
 
-def _build_difference(have, kernel) -> str | None:
-    """How ``kernel`` was built differently from ``have`` (type, algorithm, schedule, ``check_indices``), or None."""
-    if type(have) is not type(kernel):
-        return f"a {type(kernel).__name__} against a {type(have).__name__}"
-    if have.algorithm.fingerprint != kernel.algorithm.fingerprint:
-        return f"algorithm {kernel.algorithm.name} against {have.algorithm.name}"
-    for attr in ("schedule", "check_indices"):
-        a, b = getattr(have, attr, None), getattr(kernel, attr, None)
-        if a != b:
-            return f"{attr} {b!r:.120} against {a!r:.120}"
+def _registered_difference(hit, kernel, backward_schedules, group: str, *, loaded: bool) -> str | None:
+    """How ``kernel`` with these options differs from the registration ``hit`` (an entry of ``_ops``), or None
+    when the registered op runs it the same way: the same type, algorithm, schedule and ``check_indices``, and
+    the same ``backward_schedules`` and ``group``. The algorithm must be the same object, or, for a ``loaded``
+    kernel (a new object, its algorithm by reference or by value), one of the same fingerprint."""
+    have, _, _, dk = hit
+    if have is not kernel:
+        if type(have) is not type(kernel):
+            return f"a {type(kernel).__name__} against a {type(have).__name__}"
+        a, b = have.algorithm, kernel.algorithm
+        if a.fingerprint != b.fingerprint:
+            return f"algorithm {b.name} against {a.name} (another definition)"
+        if a is not b and not loaded:
+            return (f"algorithm {b.name}: another object than the registered one, of the same definition (e.g. the "
+                    f"cell or module defining it run again)")
+        for attr in ("schedule", "check_indices"):
+            x, y = getattr(have, attr, None), getattr(kernel, attr, None)
+            if x != y:
+                return f"{attr} {y!r:.120} against {x!r:.120}"
+    want = check_backward_schedules(kernel.algorithm, backward_schedules, group)
+    if (dk.backward_schedules, dk.group) != (want, group):
+        return (f"backward_schedules/group {want!r:.80}/{group!r} against the registered "
+                f"{dk.backward_schedules!r:.80}/{dk.group!r}")
     return None
 
 
@@ -91,9 +99,11 @@ def as_torch_op(kernel, qualname: str, *, backward_schedules=None, group: str = 
     ``torch.ops.namespace.name``). It pickles as what built it (the kernel, by reference to its algorithm, the
     name and the options): loading registers it again, or, in a process that has it, returns the existing
     op (:func:`torch_op_named`); ``torch.save`` of a module holding it works. Registering the
-    same name twice returns the existing op when it wraps the same kernel object, else raises
-    ``ValueError`` (torch cannot replace an op in a running process; a second ``dt.compile`` of the same
-    algorithm is another kernel object).
+    same name twice returns the existing op when the kernel is equivalent (the same kernel object, or one of the
+    same type built from the same algorithm object with an equal schedule and the same ``check_indices``, with
+    the same ``backward_schedules`` and ``group``: e.g. ``dt.as_torch_op(dt.compile(alg), name)`` in a module's
+    ``__init__``, built twice), else raises ``ValueError`` naming what differs (torch cannot replace an op in a
+    running process: register the other kernel under another name).
 
     Source: the torch.library custom-op tutorial ("Python Custom Operators", PyTorch docs).
     """
@@ -101,12 +111,12 @@ def as_torch_op(kernel, qualname: str, *, backward_schedules=None, group: str = 
         raise ValueError(f"qualname must be 'namespace::name', got {qualname!r}")
     hit = _ops.get(qualname)
     if hit is not None:
-        if hit[0] is kernel:
+        diff = _registered_difference(hit, kernel, backward_schedules, group, loaded=False)
+        if diff is None:
             return hit[1]
-        raise ValueError(f"a torch op named {qualname!r} is already registered for another kernel object (each "
-                         f"dt.compile call makes a new one, also of the same algorithm, e.g. a notebook cell run "
-                         f"again); reuse the op the first registration returned (torch.ops.{qualname.replace('::', '.')}),"
-                         f" or pick a new name")
+        raise ValueError(f"a torch op named {qualname!r} is already registered for another kernel: {diff}; torch cannot "
+                         f"replace an op in a running process. Register this kernel under another name (e.g. "
+                         f"{qualname + '_2'!r}), or reuse the registered op (torch.ops.{qualname.replace('::', '.')})")
     # the op's schema carries the arguments only: the backward recomputes the forward's statistics
     dk = DifferentiableKernel(kernel, backward_schedules=backward_schedules, group=group, save=None)
     schema, bschema = _schemas(dk.algorithm)
