@@ -331,6 +331,12 @@ def test_as_torch_op_names(lin_kernel, lin_op):
         dt.as_torch_op(dt.compile(cross_entropy), "dtriton_test::linear_relu")
     with pytest.raises(ValueError, match="namespace::name"):
         dt.as_torch_op(lin_kernel, "no_namespace")
+    # a differentiable kernel: named as such, with the kernel to pass (the op is differentiable itself)
+    with pytest.raises(TypeError, match=r"as_torch_op takes the compiled kernel \(dt.compile\(linear_relu\), or "
+                                        r"\.kernel.*the op is differentiable itself"):
+        dt.as_torch_op(dt.compile_autograd(linear_relu), "dtriton_test::linear_relu_dk")
+    with pytest.raises(TypeError, match=r"as_torch_op takes a compiled kernel \(dt.compile\(alg\)\), got Algorithm"):
+        dt.as_torch_op(linear_relu, "dtriton_test::linear_relu_alg")
 
 
 class _OpLayer(torch.nn.Module):

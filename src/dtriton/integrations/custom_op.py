@@ -105,8 +105,18 @@ def as_torch_op(kernel, qualname: str, *, backward_schedules=None, group: str = 
     ``__init__``, built twice), else raises ``ValueError`` naming what differs (torch cannot replace an op in a
     running process: register the other kernel under another name).
 
+    Raises ``TypeError`` for anything but a compiled kernel (a differentiable one included: pass its
+    ``.kernel``), ``ValueError`` for a ``qualname`` without ``"::"``.
+
     Source: the torch.library custom-op tutorial ("Python Custom Operators", PyTorch docs).
     """
+    if isinstance(kernel, DifferentiableKernel):
+        raise TypeError(f"as_torch_op takes the compiled kernel (dt.compile({kernel.algorithm.name}), or .kernel of "
+                        f"this differentiable one), got a differentiable kernel; the op is differentiable itself (its "
+                        f"autograd formula runs the backward kernels): pass backward_schedules= and group= to "
+                        f"as_torch_op")
+    if not hasattr(kernel, "algorithm"):
+        raise TypeError(f"as_torch_op takes a compiled kernel (dt.compile(alg)), got {type(kernel).__name__}")
     if "::" not in qualname:
         raise ValueError(f"qualname must be 'namespace::name', got {qualname!r}")
     hit = _ops.get(qualname)
