@@ -461,7 +461,8 @@ def test_arithmetic_on_an_indexed_stage_result():
         def tfn(X: dt.Tensor["M", "N"]):
             i, j = dt.axes("i j")
             return torch.exp(dt.max(X[i, j], over=j)[i])[i]
-    with pytest.raises(dt.AlgorithmError, match=r"must return outputs with a layout, e.g. `return C\[i, j\]`"):
+    with pytest.raises(dt.AlgorithmError, match=r"must return outputs with a layout.*Write `return "
+                                                r"\(\.\.\.\)\[i\]` \(the expression in parentheses"):
         @dt.algorithm
         def unlaid(X: dt.Tensor["M", "N"]):
             i, j = dt.axes("i j")

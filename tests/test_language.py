@@ -172,6 +172,16 @@ def test_returning_an_expression_with_free_axes_and_no_layout_is_an_error():
         def bad(X: dt.Tensor["M", "N"]):
             i, j = dt.axes("i j")
             return X[i, j] * 2
+    # an input returned unchanged: the message shows the copy (the read, then the output's layout)
+    with pytest.raises(dt.AlgorithmError, match=r"Write `return X\[i, j\]\[i, j\]` \(a copy of the input"):
+        @dt.algorithm
+        def ident(X: dt.Tensor["M", "N"]):
+            i, j = dt.axes("i j")
+            return X[i, j]
+    with pytest.raises(dt.AlgorithmError, match=r"must return outputs with a layout, e\.g\..*got str 'C'"):
+        @dt.algorithm
+        def text(X: dt.Tensor["M", "N"]):
+            return "C"
 
 
 def test_axis_indexing_two_differently_named_dims_is_an_error():

@@ -289,9 +289,18 @@ class Algorithm:
                 outs.append(r)
             elif isinstance(r, Expr) and not r.axes:
                 outs.append(Output(r, ()))
+            elif isinstance(r, Expr):
+                lay = ", ".join(r.axes)
+                fix = (f"`return {fmt(r, limit=None)}[{lay}]` (a copy of the input: the read, then the output's "
+                       f"layout)" if isinstance(r, Load) else f"`return (...)[{lay}]` (the expression in parentheses, "
+                                                              f"then the output's layout)")
+                raise AlgorithmError(f"{self.name} must return outputs with a layout: the element expression, then the "
+                                     f"output's axes in brackets; got {r!r}, an element expression without one. "
+                                     f"Write {fix}")
             else:
                 raise AlgorithmError(
-                    f"{self.name} must return outputs with a layout, e.g. `return C[i, j]`; got {r!r}")
+                    f"{self.name} must return outputs with a layout, e.g. `return (A[i, k] * 2.0)[i, k]` (the element "
+                    f"expression, then the output's axes in brackets); got {type(r).__name__} {r!r:.80}")
         for n, o in enumerate(outs):
             o.name = "out" if len(outs) == 1 else f"out{n}"
         self.outputs = outs
