@@ -113,6 +113,29 @@ def test_tensor_passed_for_a_scalar_argument():
     torch.testing.assert_close(k(X, 2.0), X * 2)
 
 
+def test_tensor_requiring_grad_passed_for_a_scalar_argument_names_the_tensor_parameter_fix():
+    i, j = dt.axes("i j")
+
+    @dt.algorithm
+    def scaled(X: dt.Tensor["M", "N"], alpha: float):
+        return dt.tanh(X[i, j] * alpha)[i, j]
+    X = torch.randn(3, 4, dtype=torch.float64)
+    a = torch.tensor(0.5, dtype=torch.float64, requires_grad=True)
+    for k in (dt.compile(scaled), dt.compile_autograd(scaled)):
+        with pytest.raises(dt.ShapeError, match=r"got Tensor of shape \(\) that requires grad; .*x\.item\(\)\), which "
+                                                r"has no gradient\. For a learnable scalar declare a tensor parameter "
+                                                r"\(alpha: dt\.Tensor\[\"one\"\], read alpha\[0\]"):
+            k(X.float(), a)
+
+    @dt.algorithm
+    def scaled_t(X: dt.Tensor["M", "N"], alpha: dt.Tensor["one"]):   # the fix the message gives
+        return dt.tanh(X[i, j] * alpha[0])[i, j]
+    up = torch.randn(3, 4, dtype=torch.float64)
+    (dt.compile_autograd(scaled_t)(X.float(), a.float().reshape(1)) * up.float()).sum().backward()
+    want = torch.autograd.grad((torch.tanh(X * a) * up).sum(), a)[0]
+    assert a.grad is not None and abs(a.grad.item() - want.item()) < 1e-4 * max(1.0, abs(want.item()))
+
+
 def test_argument_count_in_words():
     with pytest.raises(dt.ShapeError, match=r"softmax takes 1 argument \['X'\], got 2"):
         dt.compile(softmax)(torch.randn(2, 3), torch.randn(2, 3))

@@ -133,6 +133,11 @@ def _check_scalar(alg, p: ScalarParam, a) -> None:
         if isinstance(a, torch.Tensor):
             hint = (f" of shape {tuple(a.shape)}; pass a Python number (x.item() for a one-element tensor)" if a.numel() == 1
                     else f" of shape {tuple(a.shape)}; declare the argument dt.Tensor[...] to pass a tensor")
+            if a.numel() == 1 and a.requires_grad:   # .item() would drop its gradient without a word
+                hint = (f" of shape {tuple(a.shape)} that requires grad; a scalar argument takes a Python number "
+                        f"(x.item()), which has no gradient. For a learnable scalar declare a tensor parameter "
+                        f"({p.name}: dt.Tensor[\"one\"], read {p.name}[0] in the algorithm) and pass x.reshape(1), so "
+                        f"it gets a gradient; for a constant pass x.item()")
         elif isinstance(getattr(a, "shape", None), tuple):   # (a numpy array; a 0-d one is taken as its number)
             hint = (f" of shape {a.shape}; pass a Python number (x.item() for a one-element array)"
                     if getattr(a, "size", 0) == 1 else f" of shape {a.shape}; pass torch.from_numpy(x) to an "
