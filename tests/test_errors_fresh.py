@@ -264,3 +264,26 @@ def test_xor_is_refused_with_what_to_write_instead():
     b, c = torch.tensor([True, False, True, False]), torch.tensor([True, True, False, False])
     got = dt.compile(ne)(b, c)
     assert got.dtype == torch.bool and torch.equal(got, b ^ c)
+
+
+def test_an_algorithm_pickled_in_main_and_loaded_elsewhere_says_to_define_it_in_a_module():
+    """A script's (or notebook's) algorithm pickles by reference to ``__main__``; a program whose
+    ``__main__`` lacks it (here pytest's) cannot load it: the error says where it was defined and the fix."""
+    import os
+    import pathlib
+    import pickle
+    import subprocess
+    import sys
+    script = ("import pickle, sys, dtriton as dt\n"
+              "@dt.algorithm\n"
+              "def cell_alg(X: dt.Tensor['M']):\n"
+              "    i = dt.axes('i')\n"
+              "    return (X[i] * 2.0)[i]\n"
+              "sys.stdout.buffer.write(pickle.dumps(dt.compile(cell_alg)))\n")
+    src = str(pathlib.Path(dt.__file__).resolve().parents[1])
+    env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, timeout=600)
+    assert r.returncode == 0, r.stderr.decode()[-2000:]
+    with pytest.raises(pickle.UnpicklingError, match=r"cannot load the algorithm cell_alg: it was defined in __main__ "
+                                                     r"\(a script or notebook\).*Define it in an importable module"):
+        pickle.loads(r.stdout)

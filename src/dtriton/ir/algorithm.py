@@ -194,10 +194,17 @@ def _resolve(module: str | None, qualname: str):
 
 def algorithm_named(module: str, qualname: str) -> "Algorithm":
     """The algorithm defined as ``qualname`` in ``module`` (imported when not loaded yet): how a
-    pickled algorithm is loaded. Raises ``pickle.UnpicklingError`` when that name is no algorithm."""
+    pickled algorithm is loaded. Raises ``pickle.UnpicklingError`` when that name is no algorithm (for
+    ``__main__``, a script's or notebook's algorithm loaded elsewhere: saying to define it in a module)."""
     if module not in sys.modules:
         __import__(module)
     alg = _resolve(module, qualname)
+    if not isinstance(alg, Algorithm) and module == "__main__":   # pickled by a script or notebook, loaded elsewhere
+        raise pickle.UnpicklingError(
+            f"cannot load the algorithm {qualname}: it was defined in __main__ (a script or notebook), and this "
+            f"program's __main__ has no algorithm of that name ({type(alg).__name__}). Define it in an importable "
+            f"module, import it from there where you pickle and load, and pickle again (or, to load this pickle, "
+            f"define {qualname} in the __main__ of the loading program before loading)")
     if not isinstance(alg, Algorithm):
         raise pickle.UnpicklingError(f"{module}.{qualname} is no dtriton algorithm now ({type(alg).__name__}); "
                                      f"the pickle named the algorithm defined there")
