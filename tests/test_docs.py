@@ -93,17 +93,23 @@ def test_readme_matches_ci_and_the_quickstart():
 
 
 def test_bench_command_of_the_guide_runs():
-    """docs/explore.md's first `dtriton bench` command, on the guide's kernels.py (tiny shapes)."""
+    """docs/explore.md's `dtriton bench` commands of row_rms, on the guide's kernels.py and my_torch.py (tiny
+    shapes; the baseline's torch.compile row left out, seconds on a CPU)."""
     from click.testing import CliRunner
 
     from dtriton.cli import main
     guide = (DOCS / "explore.md").read_text(encoding="utf-8")
-    cmd = next(ln for ln in guide.splitlines() if ln.startswith("dtriton bench kernels.py:row_rms"))
-    argv = cmd.split("#")[0].split()[1:]
-    argv[1] = argv[1].replace("kernels.py", str(DOCS / "snippets" / "kernels.py"))
-    res = CliRunner().invoke(main, argv + ["--seconds", "0.05"], catch_exceptions=False)
-    assert res.exit_code == 0, res.output
-    assert "row_rms" in res.output and "alg.reference (eager)" in res.output
+    cmds = [ln for ln in guide.splitlines() if ln.startswith("dtriton bench kernels.py:row_rms")]
+    assert len(cmds) == 2 and "--baseline my_torch.py:row_rms_torch" in cmds[1], cmds
+    for cmd in cmds:
+        argv = [a.replace("kernels.py", str(DOCS / "snippets" / "kernels.py")).replace(
+            "my_torch.py", str(DOCS / "snippets" / "my_torch.py")) for a in cmd.split("#")[0].split()[1:]]
+        extra = [] if "--no-compile" in argv else ["--no-compile"]
+        res = CliRunner().invoke(main, argv + extra + ["--seconds", "0.05"], catch_exceptions=False)
+        assert res.exit_code == 0, res.output
+        assert "row_rms" in res.output and "alg.reference (eager)" in res.output
+    row = next(ln for ln in res.output.splitlines() if "baseline (row_rms_torch)" in ln)   # checked vs float64
+    assert "│ ok" in row, res.output
 
 
 def test_user_questions_are_answered():
