@@ -327,6 +327,7 @@ def _adopt(step: ForwardStep, key: tuple, bstep: BackwardStep, needs: Sequence[b
            grads: Sequence[torch.Tensor | None], args: Sequence[Any]) -> None:
     """:func:`adopt_native`'s work."""
     tpos = step.tensor_pos
+    consts = _constants(step, args)
     if step.native == -1:
         if not native.ready():
             return   # (building: a later backward of this step adopts it)
@@ -341,17 +342,15 @@ def _adopt(step: ForwardStep, key: tuple, bstep: BackwardStep, needs: Sequence[b
             return
         save = list(range(step.n_out, step.n_ret)) if step.pick is None else list(step.pick)
         scalars = None if tpos is None else [None if k in tpos else a for k, a in enumerate(args)]
-        consts = _constants(step, args)
         sid = native.register(step.name, step.launch, step.n_out, save, native_fallback(step, scalars),
                               tensor_pos=tpos, constants=consts)
+        step.native = -2 if sid is None else sid
         if sid is not None:
-            step.native = sid
             step.native_call = native.caller(sid, tpos)
             step.owner.enter_native(step, args)
         else:
             why = native.refusal(step.launch, tpos, constants=consts)
             step.native_why = f"the forward: {why or 'no extension'}"
-        step.native = -2 if sid is None else sid
     if step.native < 0:
         return
     picks = bstep.native_picks()
@@ -365,7 +364,6 @@ def _adopt(step: ForwardStep, key: tuple, bstep: BackwardStep, needs: Sequence[b
     keys = [None if k is None else (list(k[0]), k[1]) for k in key[1:]]   # (the layouts gradient_key holds)
     tneeds = list(needs) if tpos is None else [needs[p] for p in tpos]
     launchers = [launch for launch, _, _ in bstep.launches]
-    consts = _constants(step, args)
     if native.add_backward(step.native, tneeds, keys, launchers, where, dict(bstep.zeros), tensor_pos=tpos,
                            n_params=bstep.n_params, constants=consts, record=step.owner.native_record(bstep.runners)):
         step.native_keys.add(key)

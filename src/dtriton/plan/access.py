@@ -22,7 +22,7 @@ import torch
 from ..ir import INT_OPS, Axis, Binary, Const, Load, never_negative, walk
 from .kernel import KernelPlan, TileAccess
 
-__all__ = ["POISON_DTYPES", "plan_access", "plan_descriptor_site", "plan_eviction", "plan_ws_stores", "plan_floor_ops", "plan_read_masks",
+__all__ = ["plan_access", "plan_descriptor_site", "plan_eviction", "plan_ws_stores", "plan_floor_ops", "plan_read_masks",
            "tile_access", "tile_key", "unit_last"]
 
 
@@ -161,7 +161,7 @@ def plan_eviction(k: KernelPlan, eviction: Mapping[str, str]) -> tuple[dict[str,
 
 
 #: the dtypes whose poisoned reads (:func:`plan_read_masks`) read NaN
-POISON_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_POISON_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def plan_read_masks(k: KernelPlan, masked: frozenset) -> tuple[dict[int, tuple[int, ...]], frozenset]:
@@ -173,13 +173,16 @@ def plan_read_masks(k: KernelPlan, masked: frozenset) -> tuple[dict[int, tuple[i
     poisoned (outside any branch, no padding: an index out of range is the caller's error, which
     only a host check reports): their elements outside read NaN instead (a wrong gather index
     gives a NaN result on the GPU, not a read of other memory)."""
+    by_load: dict[int, dict[int, bool]] = {}
+    for uid, d, p in masked:
+        by_load.setdefault(uid, {})[d] = p
     out: dict[int, tuple[int, ...]] = {}
     poisoned = set()
     for n in _loads(k):
-        marks = {d: p for uid, d, p in masked if uid == n.uid}
+        marks = by_load.get(n.uid)
         if marks:
             out[n.uid] = tuple(sorted(marks))
-            if all(marks.values()) and k.dtypes.get(n.tensor.name) in POISON_DTYPES:
+            if all(marks.values()) and k.dtypes.get(n.tensor.name) in _POISON_DTYPES:
                 poisoned.add(n.uid)
     return out, frozenset(poisoned)
 

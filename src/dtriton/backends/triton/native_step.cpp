@@ -218,6 +218,14 @@ Run allocate(const Launcher& L, const std::vector<at::Tensor>& in) {
   return r;
 }
 
+// The plan's returned allocations of run `r`, in the order returned
+std::vector<at::Tensor> returned(const Launcher& L, const Run& r) {
+  std::vector<at::Tensor> out;
+  out.reserve(L.returns.size());
+  for (int64_t i : L.returns) out.push_back(r.fresh[i]);
+  return out;
+}
+
 void launch_all(const Launcher& L, const Run& r, uint64_t stream) {
   for (const Kernel& k : L.kernels) launch(k, r.addr.data(), reinterpret_cast<CUstream>(stream));
 }
@@ -237,10 +245,7 @@ std::vector<at::Tensor> run_launcher(const Launcher& L, const std::vector<at::Te
   ensure_context(L.device);
   Run r = allocate(L, in);
   launch_all(L, r, stream);
-  std::vector<at::Tensor> out;
-  out.reserve(L.returns.size());
-  for (int64_t i : L.returns) out.push_back(r.fresh[i]);
-  return out;
+  return returned(L, r);
 }
 
 struct GradKey {
@@ -507,9 +512,7 @@ py::object run_forward(const std::shared_ptr<Step>& s, const std::vector<at::Ten
     at::AutoDispatchBelowADInplaceOrView below;
     r = allocate(L, inputs);
   }
-  std::vector<at::Tensor> res;
-  res.reserve(L.returns.size());
-  for (int64_t i : L.returns) res.push_back(r.fresh[i]);
+  std::vector<at::Tensor> res = returned(L, r);
   std::vector<at::Tensor> outs(res.begin(), res.begin() + s->n_out);
   if (torch::autograd::compute_requires_grad(inputs)) {
     NodePtr node = make_node<StepBackward>();
