@@ -106,7 +106,8 @@ def cross_entropy_ignore(X: Tensor["M", "N"], labels: Tensor["M"], ignore_index:
     ignore_index=ignore_index, reduction="none")``; the gather is guarded, so it never reads that
     row's label as a class. Every other label must be a class, 0..N-1 (else an
     :class:`~dtriton.IndexRangeError` naming ``labels[i]``, the value, the row and the ignore_index
-    given). The output (M,) has X's dtype."""
+    given, on the interpreter, in ``reference`` and on the GPU with ``check_indices=True``; unchecked
+    on the GPU, that row's loss is NaN). The output (M,) has X's dtype."""
     i, j = dt.axes("i j")
     m = dt.max(X[i, j], over=j)
     loss = (m - X[i, labels[i]]) + dt.log(dt.sum(dt.exp(X[i, j] - m), over=j))
@@ -116,7 +117,7 @@ def cross_entropy_ignore(X: Tensor["M", "N"], labels: Tensor["M"], ignore_index:
 # a label outside the classes that is not ignore_index: most often a padding value other than the one passed
 cross_entropy_ignore.index_hints = {
     "labels": "That label is out of range: each label must be a class (an index of dim 1 of X) or equal to "
-              "ignore_index. Is it your ignore_index? this kernel ignores labels equal to {ignore_index} (the "
+              "ignore_index. Is it your ignore_index? This kernel ignores labels equal to {ignore_index} (the "
               "ignore_index argument given): pass the value that marks the rows to skip (torch's default is -100), "
               "or fix the labels"}
 
